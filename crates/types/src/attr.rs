@@ -12,7 +12,9 @@ pub const S_ISVTX: u32 = 0o1000;
 /// Nanoseconds since the Unix epoch. An `i64` covers 1677–2262, which is what
 /// Sextant stores (8 bytes per timestamp instead of 16); times outside that
 /// are refused with `EINVAL` at the boundary that receives them.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize,
+)]
 pub struct Nanos(pub i64);
 
 impl Nanos {

@@ -46,31 +46,34 @@ pub enum FsError {
     Stale,
     #[error("device or resource busy")]
     Busy,
+    #[error("argument list too long (value too large)")]
+    TooBig,
 }
 
 impl FsError {
     /// The Linux errno for this error.
     pub fn errno(self) -> i32 {
         match self {
-            FsError::NotFound => 2,       // ENOENT
-            FsError::Exists => 17,        // EEXIST
-            FsError::NotDir => 20,        // ENOTDIR
-            FsError::IsDir => 21,         // EISDIR
-            FsError::NotEmpty => 39,      // ENOTEMPTY
-            FsError::Invalid => 22,       // EINVAL
-            FsError::NameTooLong => 36,   // ENAMETOOLONG
-            FsError::Access => 13,        // EACCES
-            FsError::Perm => 1,           // EPERM
-            FsError::Loop => 40,          // ELOOP
-            FsError::NoData => 61,        // ENODATA
-            FsError::Range => 34,         // ERANGE
-            FsError::NoSpace => 28,       // ENOSPC
-            FsError::TooManyLinks => 31,  // EMLINK
-            FsError::FileTooBig => 27,    // EFBIG
-            FsError::Io => 5,             // EIO
-            FsError::NotSupported => 95,  // EOPNOTSUPP
-            FsError::Stale => 116,        // ESTALE
-            FsError::Busy => 16,          // EBUSY
+            FsError::NotFound => 2,      // ENOENT
+            FsError::Exists => 17,       // EEXIST
+            FsError::NotDir => 20,       // ENOTDIR
+            FsError::IsDir => 21,        // EISDIR
+            FsError::NotEmpty => 39,     // ENOTEMPTY
+            FsError::Invalid => 22,      // EINVAL
+            FsError::NameTooLong => 36,  // ENAMETOOLONG
+            FsError::Access => 13,       // EACCES
+            FsError::Perm => 1,          // EPERM
+            FsError::Loop => 40,         // ELOOP
+            FsError::NoData => 61,       // ENODATA
+            FsError::Range => 34,        // ERANGE
+            FsError::NoSpace => 28,      // ENOSPC
+            FsError::TooManyLinks => 31, // EMLINK
+            FsError::FileTooBig => 27,   // EFBIG
+            FsError::Io => 5,            // EIO
+            FsError::NotSupported => 95, // EOPNOTSUPP
+            FsError::Stale => 116,       // ESTALE
+            FsError::Busy => 16,         // EBUSY
+            FsError::TooBig => 7,        // E2BIG
         }
     }
 
@@ -80,7 +83,7 @@ impl FsError {
     }
 }
 
-const ALL: [FsError; 19] = [
+const ALL: [FsError; 20] = [
     FsError::NotFound,
     FsError::Exists,
     FsError::NotDir,
@@ -100,6 +103,7 @@ const ALL: [FsError; 19] = [
     FsError::NotSupported,
     FsError::Stale,
     FsError::Busy,
+    FsError::TooBig,
 ];
 
 #[cfg(test)]

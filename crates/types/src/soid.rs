@@ -115,7 +115,14 @@ mod tests {
 
     #[test]
     fn u128_round_trip_and_order() {
-        let vals = [0u128, 1, u64::MAX as u128, 1 << 64, (1 << 64) + 1, u128::MAX];
+        let vals = [
+            0u128,
+            1,
+            u64::MAX as u128,
+            1 << 64,
+            (1 << 64) + 1,
+            u128::MAX,
+        ];
         for w in vals.windows(2) {
             let (a, b) = (Soid::from_u128(w[0]), Soid::from_u128(w[1]));
             assert!(a < b, "{a:?} < {b:?}");

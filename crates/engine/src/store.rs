@@ -1,0 +1,436 @@
+//! Where bytes live. The engine's only I/O seam.
+//!
+//! A [`Store`] holds named *blobs* (table snapshots, the manifest), written
+//! whole and atomically, and named append-only *logs* (journal segments).
+//! Names are relative paths such as `tables/00000007.snap`.
+//!
+//! Implementations:
+//! - [`LocalDirStore`]: a local directory (the default).
+//! - [`MemStore`]: memory, with separate *live* and *durable* images so tests
+//!   can simulate a crash that loses everything not yet synced (LevelDB's
+//!   fault-injection test, redb's crash-consistency backend), and inject
+//!   write failures.
+
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Storage for blobs and logs.
+///
+/// To ensure correctness, implementations must guarantee:
+/// - `put_blob` is atomic and durable: once it returns, a crash leaves the
+///   new content; if it fails or a crash interrupts it, the old content (or
+///   absence) remains — never a mix.
+/// - `LogWriter::sync` makes every byte appended before it durable; bytes
+///   appended but not synced may be lost, wholly or partly, in a crash.
+/// - `delete_*` and `truncate_log` are durable when they return.
+pub trait Store: Send + Sync + 'static {
+    fn put_blob(&self, name: &str, bytes: &[u8]) -> io::Result<()>;
+    fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    fn delete(&self, name: &str) -> io::Result<()>;
+    /// Names starting with `prefix`, sorted.
+    fn list(&self, prefix: &str) -> io::Result<Vec<String>>;
+    /// Opens log `name` for appending, creating it if absent.
+    fn open_log(&self, name: &str) -> io::Result<Box<dyn LogWriter>>;
+    /// The whole content of log `name` (journal segments are bounded in size).
+    fn read_log(&self, name: &str) -> io::Result<Vec<u8>>;
+    /// Cuts log `name` to `len` bytes (recovery discards a torn tail).
+    fn truncate_log(&self, name: &str, len: u64) -> io::Result<()>;
+    /// A human-readable location for error messages (`/data/journal/x.log`).
+    fn describe(&self, name: &str) -> String;
+}
+
+/// The writing end of an append-only log.
+pub trait LogWriter: Send {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Makes all appended bytes durable (fdatasync).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// A store in a local directory. Holds an exclusive `flock` on `LOCK` so two
+/// engines never open the same directory.
+pub struct LocalDirStore {
+    root: PathBuf,
+    _lock: File,
+}
+
+impl LocalDirStore {
+    /// Opens (creating) the directory `root` and locks it.
+    pub fn open(root: impl AsRef<Path>) -> io::Result<LocalDirStore> {
+        let root = root.as_ref().to_path_buf();
+        fs::create_dir_all(&root)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join("LOCK"))?;
+        // SAFETY: flock on a valid, owned file descriptor.
+        let rc = unsafe {
+            libc::flock(
+                std::os::unix::io::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{} is in use by another Sextant process (LOCK is held)",
+                    root.display()
+                ),
+            ));
+        }
+        Ok(LocalDirStore { root, _lock: lock })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, name: &str) -> io::Result<PathBuf> {
+        if name.is_empty()
+            || name.starts_with('/')
+            || name
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad store name {name:?}"),
+            ));
+        }
+        Ok(self.root.join(name))
+    }
+
+    fn sync_parent(path: &Path) -> io::Result<()> {
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn ensure_parent(path: &Path) -> io::Result<()> {
+        if let Some(dir) = path.parent() {
+            if !dir.exists() {
+                fs::create_dir_all(dir)?;
+                if let Some(up) = dir.parent() {
+                    File::open(up)?.sync_all()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Store for LocalDirStore {
+    fn put_blob(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let path = self.path(name)?;
+        Self::ensure_parent(&path)?;
+        let tmp = path.with_extension("tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_data()?;
+        }
+        fs::rename(&tmp, &path)?;
+        Self::sync_parent(&path)
+    }
+
+    fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.path(name)?) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn delete(&self, name: &str) -> io::Result<()> {
+        let path = self.path(name)?;
+        match fs::remove_file(&path) {
+            Ok(()) => Self::sync_parent(&path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> io::Result<Vec<String>> {
+        // Prefixes are "dir/" or "dir/stem": list that directory.
+        let (dir, _) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+        let dir_path = if dir.is_empty() {
+            self.root.clone()
+        } else {
+            self.path(dir)?
+        };
+        let mut out = Vec::new();
+        let entries = match fs::read_dir(&dir_path) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let name = if dir.is_empty() {
+                file
+            } else {
+                format!("{dir}/{file}")
+            };
+            if name.starts_with(prefix) && !name.ends_with(".tmp") {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn open_log(&self, name: &str) -> io::Result<Box<dyn LogWriter>> {
+        let path = self.path(name)?;
+        Self::ensure_parent(&path)?;
+        let existed = path.exists();
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        if !existed {
+            Self::sync_parent(&path)?;
+        }
+        Ok(Box::new(LocalLog { file }))
+    }
+
+    fn read_log(&self, name: &str) -> io::Result<Vec<u8>> {
+        fs::read(self.path(name)?)
+    }
+
+    fn truncate_log(&self, name: &str, len: u64) -> io::Result<()> {
+        let f = OpenOptions::new().write(true).open(self.path(name)?)?;
+        f.set_len(len)?;
+        f.sync_all()
+    }
+
+    fn describe(&self, name: &str) -> String {
+        self.root.join(name).display().to_string()
+    }
+}
+
+struct LocalLog {
+    file: File,
+}
+
+impl LogWriter for LocalLog {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// An in-memory store for tests: a *live* image (what reads see) and a
+/// *durable* image (what survives [`MemStore::crash`]).
+#[derive(Clone, Default)]
+pub struct MemStore {
+    inner: Arc<Mutex<MemInner>>,
+}
+
+#[derive(Default)]
+struct MemInner {
+    blobs: BTreeMap<String, Vec<u8>>,
+    /// name → (durable length, live bytes)
+    logs: BTreeMap<String, (usize, Vec<u8>)>,
+    /// Fail every write once this many more writes have happened.
+    writes_until_failure: Option<u64>,
+}
+
+impl MemStore {
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    /// Simulates a power cut: every log loses its unsynced bytes, except that
+    /// `keep_torn` of them survive (a torn write) when given.
+    pub fn crash(&self, keep_torn: Option<usize>) {
+        let mut inner = self.inner.lock();
+        for (durable, live) in inner.logs.values_mut() {
+            let keep = keep_torn.map_or(0, |k| k.min(live.len() - *durable));
+            live.truncate(*durable + keep);
+            *durable = live.len();
+        }
+        inner.writes_until_failure = None;
+    }
+
+    /// After `n` more successful writes (appends, syncs, puts), every write fails.
+    pub fn fail_after(&self, n: u64) {
+        self.inner.lock().writes_until_failure = Some(n);
+    }
+
+    /// Direct access for corruption tests.
+    pub fn with_bytes<R>(&self, name: &str, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
+        let mut inner = self.inner.lock();
+        if let Some(b) = inner.blobs.get_mut(name) {
+            return Some(f(b));
+        }
+        inner.logs.get_mut(name).map(|(d, live)| {
+            let r = f(live);
+            *d = live.len();
+            r
+        })
+    }
+
+    fn charge_write(inner: &mut MemInner) -> io::Result<()> {
+        match &mut inner.writes_until_failure {
+            Some(0) => Err(io::Error::other("injected write failure")),
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Store for MemStore {
+    fn put_blob(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let mut inner = self.inner.lock();
+        Self::charge_write(&mut inner)?;
+        inner.blobs.insert(name.to_owned(), bytes.to_vec());
+        Ok(())
+    }
+
+    fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.inner.lock().blobs.get(name).cloned())
+    }
+
+    fn delete(&self, name: &str) -> io::Result<()> {
+        let mut inner = self.inner.lock();
+        inner.blobs.remove(name);
+        inner.logs.remove(name);
+        Ok(())
+    }
+
+    fn list(&self, prefix: &str) -> io::Result<Vec<String>> {
+        let inner = self.inner.lock();
+        let mut out: Vec<String> = inner
+            .blobs
+            .keys()
+            .chain(inner.logs.keys())
+            .filter(|n| n.starts_with(prefix))
+            .cloned()
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn open_log(&self, name: &str) -> io::Result<Box<dyn LogWriter>> {
+        self.inner
+            .lock()
+            .logs
+            .entry(name.to_owned())
+            .or_insert((0, Vec::new()));
+        Ok(Box::new(MemLog {
+            store: self.clone(),
+            name: name.to_owned(),
+        }))
+    }
+
+    fn read_log(&self, name: &str) -> io::Result<Vec<u8>> {
+        self.inner
+            .lock()
+            .logs
+            .get(name)
+            .map(|(_, live)| live.clone())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_owned()))
+    }
+
+    fn truncate_log(&self, name: &str, len: u64) -> io::Result<()> {
+        let mut inner = self.inner.lock();
+        if let Some((d, live)) = inner.logs.get_mut(name) {
+            live.truncate(len as usize);
+            *d = (*d).min(live.len());
+        }
+        Ok(())
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("mem:{name}")
+    }
+}
+
+struct MemLog {
+    store: MemStore,
+    name: String,
+}
+
+impl LogWriter for MemLog {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut inner = self.store.inner.lock();
+        MemStore::charge_write(&mut inner)?;
+        match inner.logs.get_mut(&self.name) {
+            Some((_, live)) => {
+                live.extend_from_slice(bytes);
+                Ok(())
+            }
+            None => Err(io::Error::new(io::ErrorKind::NotFound, self.name.clone())),
+        }
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        let mut inner = self.store.inner.lock();
+        MemStore::charge_write(&mut inner)?;
+        if let Some((d, live)) = inner.logs.get_mut(&self.name) {
+            *d = live.len();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(store: &dyn Store) {
+        store.put_blob("tables/a.snap", b"one").unwrap();
+        store.put_blob("tables/a.snap", b"two").unwrap();
+        assert_eq!(store.get_blob("tables/a.snap").unwrap().unwrap(), b"two");
+        assert_eq!(store.get_blob("tables/none").unwrap(), None);
+        let mut log = store.open_log("journal/1.log").unwrap();
+        log.append(b"abc").unwrap();
+        log.sync().unwrap();
+        assert_eq!(store.read_log("journal/1.log").unwrap(), b"abc");
+        store.truncate_log("journal/1.log", 1).unwrap();
+        assert_eq!(store.read_log("journal/1.log").unwrap(), b"a");
+        assert_eq!(store.list("tables/").unwrap(), vec!["tables/a.snap"]);
+        store.delete("tables/a.snap").unwrap();
+        assert!(store.list("tables/").unwrap().is_empty());
+    }
+
+    #[test]
+    fn local_dir_store_basics_and_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalDirStore::open(dir.path()).unwrap();
+        exercise(&store);
+        assert!(
+            LocalDirStore::open(dir.path()).is_err(),
+            "second open must fail"
+        );
+        assert!(store.put_blob("../escape", b"x").is_err());
+    }
+
+    #[test]
+    fn mem_store_crash_drops_unsynced_bytes() {
+        let store = MemStore::new();
+        exercise(&store);
+        let mut log = store.open_log("j").unwrap();
+        log.append(b"durable").unwrap();
+        log.sync().unwrap();
+        log.append(b"lost").unwrap();
+        store.crash(None);
+        assert_eq!(store.read_log("j").unwrap(), b"durable");
+        let mut log = store.open_log("j").unwrap();
+        log.append(b"torn").unwrap();
+        store.crash(Some(2));
+        assert_eq!(store.read_log("j").unwrap(), b"durableto");
+    }
+}
