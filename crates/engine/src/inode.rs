@@ -46,11 +46,17 @@ pub struct InodeExtra {
     pub xattrs: BTreeMap<Box<[u8]>, Box<[u8]>>,
     /// For a directory: extra SOID ranges its files are allocated from.
     pub extents: DirExtents,
+    /// Hard links other than the primary one: (directory, name). Kept in the
+    /// inode so search can report every path of a file from its own table.
+    pub links: Vec<(Soid, Box<[u8]>)>,
 }
 
 impl InodeExtra {
     fn is_empty(&self) -> bool {
-        self.symlink.is_none() && self.xattrs.is_empty() && self.extents.ranges.is_empty()
+        self.symlink.is_none()
+            && self.xattrs.is_empty()
+            && self.extents.ranges.is_empty()
+            && self.links.is_empty()
     }
 }
 
@@ -82,6 +88,15 @@ impl Inode {
 
     pub fn xattrs(&self) -> Option<&BTreeMap<Box<[u8]>, Box<[u8]>>> {
         self.extra.as_ref().map(|e| &e.xattrs)
+    }
+
+    /// Every (directory, name) this inode is linked under, primary first.
+    pub fn all_links(&self) -> impl Iterator<Item = (Soid, &[u8])> + '_ {
+        std::iter::once((self.parent, &*self.name)).chain(
+            self.extra
+                .iter()
+                .flat_map(|e| e.links.iter().map(|(p, n)| (*p, &**n))),
+        )
     }
 
     pub fn extents(&self) -> DirExtents {
