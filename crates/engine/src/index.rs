@@ -15,6 +15,16 @@ pub struct TableIndex {
 }
 
 impl TableIndex {
+    /// Stand-in until the real index lands: an index with every row
+    /// "changed", so queries scan everything (correct, not fast).
+    pub fn rebuild(table: &crate::table::Table) -> TableIndex {
+        let mut idx = TableIndex::default();
+        for row in 0..table.row_capacity() as u32 {
+            idx.row_changed(row);
+        }
+        idx
+    }
+
     /// Marks `row` as changed since the last rebuild.
     pub fn row_changed(&mut self, row: u32) {
         let (w, b) = ((row / 64) as usize, row % 64);

@@ -37,13 +37,16 @@ pub struct Inode {
     pub extra: Option<Box<InodeExtra>>,
 }
 
+/// Extended attributes of one inode, name → value.
+pub type Xattrs = BTreeMap<Box<[u8]>, Box<[u8]>>;
+
 /// Fields most inodes do not have.
 #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct InodeExtra {
     /// Target of a symlink.
     pub symlink: Option<Box<[u8]>>,
     /// Extended attributes, name → value.
-    pub xattrs: BTreeMap<Box<[u8]>, Box<[u8]>>,
+    pub xattrs: Xattrs,
     /// For a directory: extra SOID ranges its files are allocated from.
     pub extents: DirExtents,
     /// Hard links other than the primary one: (directory, name). Kept in the
@@ -86,7 +89,7 @@ impl Inode {
         self.extra.as_ref().and_then(|e| e.symlink.as_deref())
     }
 
-    pub fn xattrs(&self) -> Option<&BTreeMap<Box<[u8]>, Box<[u8]>>> {
+    pub fn xattrs(&self) -> Option<&Xattrs> {
         self.extra.as_ref().map(|e| &e.xattrs)
     }
 

@@ -677,7 +677,9 @@ mod tests {
     use super::*;
     use crate::store::MemStore;
 
-    fn collect(store: &dyn Store) -> Result<(Vec<(Lsn, Vec<u8>)>, ReplayOutcome), JournalError> {
+    type Replayed = (Vec<(Lsn, Vec<u8>)>, ReplayOutcome);
+
+    fn collect(store: &dyn Store) -> Result<Replayed, JournalError> {
         let mut recs = Vec::new();
         let out = replay(store, 1, |lsn, r| {
             recs.push((lsn, r.to_vec()));

@@ -1,12 +1,33 @@
 //! Sextant's metadata engine. No network code; no async runtime.
+//!
+//! Module map (dependencies point down the list):
+//! - [`engine`]: the [`Engine`] handle — table map, recovery, checkpoints,
+//!   cache budget; the API the server, the FUSE mount and benchmarks call.
+//! - [`namespace`]: POSIX operations written once over a transaction.
+//! - [`txn`]: transactions — ordered table locking, write sets, commit.
+//! - [`table`], [`index`], [`inode`]: what a table holds and how it is searched.
+//! - [`soid`], [`kdtree`], [`bloom`], [`perm`]: pure algorithms.
+//! - [`journal`], [`record`], [`manifest`]: the on-disk formats.
+//! - [`store`]: the I/O seam (local directory, or memory for tests).
+//!
+//! Where new code goes: pure logic in its own module with tests beside it;
+//! anything that touches the disk goes through [`store::Store`].
 
 pub mod bloom;
+pub mod engine;
 pub mod index;
 pub mod inode;
 pub mod journal;
 pub mod kdtree;
+pub mod manifest;
+pub mod namespace;
 pub mod perm;
 pub mod record;
 pub mod soid;
 pub mod store;
 pub mod table;
+pub mod txn;
+
+pub use engine::{Committed, Engine, EngineConfig, EngineError, EngineStats, StatFs};
+pub use journal::{JournalConfig, Lsn, SyncMode};
+pub use namespace::{DirEntry, RenameFlags, XattrFlags};

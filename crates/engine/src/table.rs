@@ -25,7 +25,6 @@ use crate::record::Mutation;
 use serde::{Deserialize, Serialize};
 use sextant_types::{Soid, SoidRange};
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 pub type TableId = u64;
 
@@ -50,6 +49,15 @@ pub struct Table {
     pub snapshot_lsn: Lsn,
     /// Oldest record applied since the last snapshot, if any.
     pub first_dirty_lsn: Option<Lsn>,
+    /// Engine epoch (coarse clock tick) at which the table became dirty.
+    pub dirty_epoch: Option<u64>,
+    /// Blob name of the snapshot that holds this table *in its current
+    /// shape*; `None` for a table born from a split or merge that has not
+    /// been written yet (the next checkpoint must write it).
+    pub snapshot_file: Option<String>,
+    /// Don't try to split again until the table has this many inodes (set
+    /// after a split found no directory boundary to cut at).
+    pub next_split_check: usize,
     /// The search index: K-D tree and Bloom filters as of the last rebuild,
     /// plus the rows changed since.
     pub index: TableIndex,
@@ -69,6 +77,9 @@ impl Table {
             last_lsn: 0,
             snapshot_lsn: 0,
             first_dirty_lsn: None,
+            dirty_epoch: None,
+            snapshot_file: None,
+            next_split_check: 0,
             index: TableIndex::default(),
         }
     }
@@ -267,11 +278,12 @@ impl Table {
         }
     }
 
-    /// Records that the record `lsn` was applied.
-    pub fn mark_applied(&mut self, lsn: Lsn) {
+    /// Records that the record `lsn` was applied at engine epoch `epoch`.
+    pub fn mark_applied(&mut self, lsn: Lsn, epoch: u64) {
         self.last_lsn = self.last_lsn.max(lsn);
         if self.first_dirty_lsn.is_none() {
             self.first_dirty_lsn = Some(lsn);
+            self.dirty_epoch = Some(epoch);
         }
     }
 
@@ -325,6 +337,8 @@ impl Table {
         upper.last_lsn = self.last_lsn;
         upper.snapshot_lsn = 0;
         upper.first_dirty_lsn = self.first_dirty_lsn;
+        upper.dirty_epoch = self.dirty_epoch;
+        self.snapshot_file = None;
         self.compact_rows();
         self.index = TableIndex::default();
         upper.index = TableIndex::default();
@@ -347,6 +361,11 @@ impl Table {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.dirty_epoch = match (self.dirty_epoch, upper.dirty_epoch) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.snapshot_file = None;
         self.index = TableIndex::default();
     }
 
@@ -383,19 +402,6 @@ impl Table {
         t.last_lsn = snap.lsn;
         t.snapshot_lsn = snap.lsn;
         t
-    }
-
-    /// First entry key strictly after `key` in this table: iteration helper
-    /// for callers that walk all entries of a directory.
-    pub fn next_dentry_cookie(&self, parent: Soid, after: u64) -> Option<u64> {
-        let start = after.checked_add(1)?;
-        self.dentries
-            .range((
-                Bound::Included((parent, start, 0)),
-                Bound::Included((parent, u64::MAX, u32::MAX)),
-            ))
-            .next()
-            .map(|((_, c, _), _)| *c)
     }
 }
 

@@ -1,0 +1,1147 @@
+//! The engine: tables, the operations on them, durability and recovery.
+//!
+//! # Structure
+//! - A *table map* (SOID range start → slot) partitions the SOID space.
+//!   Operations hold it shared; splits and merges hold it exclusively.
+//! - A slot holds its table either loaded or only on disk (a manifest entry);
+//!   tables load lazily on first touch and clean ones are evicted when the
+//!   cache is over its memory budget (Magellan: tables are paged whole).
+//! - Operations run as transactions ([`crate::txn`]) and return
+//!   [`Committed`] values; the caller acknowledges after
+//!   [`Engine::wait`] (or awaits [`Engine::durable`]), so operations in
+//!   flight share journal syncs.
+//! - *Checkpoints* write dirty tables back as snapshots, then the manifest,
+//!   then trim the journal (Magellan §4.4). A background flusher runs them
+//!   when a table has been dirty too long, the journal is too long, or the
+//!   cache is over budget; [`Engine::sync`] and [`Engine::close`] run them
+//!   on demand.
+//!
+//! # Invariants
+//! - WAL rule: a snapshot holding records up to LSN L is written only after
+//!   the journal is durable through L, so recovered state is always a
+//!   prefix of the journal.
+//! - The manifest's `replay_from` is ≤ the first dirty LSN of every table;
+//!   the journal is trimmed only below it.
+//! - Recovery replays a record into a table only if its LSN is above the
+//!   table's snapshot LSN.
+
+use crate::index::TableIndex;
+use crate::inode::Inode;
+use crate::journal::{self, Durable, Journal, JournalConfig, JournalError, Lsn};
+use crate::manifest::{Manifest, TableEntry, MANIFEST_NAME};
+use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
+use crate::perm::check_access;
+use crate::record::{decode_record, Mutation};
+use crate::soid::{GlobalHighWater, LayoutError, SoidLayout};
+use crate::store::{LocalDirStore, Store};
+use crate::table::{decode_snapshot, Table, TableId};
+use crate::txn::{OpError, OpResult, Txn};
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use sextant_types::{Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, SoidRange};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// A source of "now" for timestamps (tests pin it).
+pub type Clock = Arc<dyn Fn() -> Nanos + Send + Sync>;
+
+/// Engine settings. `Default` is what `sextant serve` uses.
+#[derive(Clone)]
+pub struct EngineConfig {
+    pub journal: JournalConfig,
+    /// SOID bit layout for a *new* store (an existing store keeps its own).
+    pub layout: SoidLayout,
+    /// Split a table with more directories than this (Magellan: 2,000).
+    pub table_dir_limit: usize,
+    /// Split a table with more inodes than this at a directory boundary,
+    /// when one exists (Magellan: 20,000).
+    pub table_inode_limit: usize,
+    /// Resident bytes of loaded tables above which clean tables are evicted.
+    pub cache_bytes: usize,
+    /// Write a table back once it has been dirty this long.
+    pub max_dirty_age: Duration,
+    /// Checkpoint everything once this many journal bytes were written
+    /// since the last full checkpoint.
+    pub max_journal_bytes: u64,
+    /// How often the background flusher wakes (`None`: no flusher thread;
+    /// checkpoints happen only on `sync`/`close`).
+    pub flush_interval: Option<Duration>,
+    /// Owner and permissions of the root directory of a new store.
+    pub root_uid: u32,
+    pub root_gid: u32,
+    pub root_perm: u32,
+    /// Timestamp source; `None` is the system clock.
+    pub clock: Option<Clock>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            journal: JournalConfig::default(),
+            layout: SoidLayout::default(),
+            table_dir_limit: 2_000,
+            table_inode_limit: 20_000,
+            cache_bytes: 4 << 30,
+            max_dirty_age: Duration::from_secs(30),
+            max_journal_bytes: 512 << 20,
+            flush_interval: Some(Duration::from_secs(1)),
+            root_uid: 0,
+            root_gid: 0,
+            root_perm: 0o755,
+            clock: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("journal", &self.journal)
+            .field("layout", &self.layout)
+            .field("table_dir_limit", &self.table_dir_limit)
+            .field("table_inode_limit", &self.table_inode_limit)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("max_dirty_age", &self.max_dirty_age)
+            .field("flush_interval", &self.flush_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Fatal conditions: the engine cannot open, or must stop.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("I/O error on {file}: {source}")]
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("corrupt data in {file}: {what}")]
+    Corrupt { file: String, what: String },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("bad SOID layout: {0}")]
+    Layout(#[from] LayoutError),
+    #[error("the engine stopped after a fatal error (see the log); restart to recover")]
+    Stopped,
+}
+
+/// The value of a mutation that has been applied; it is durable (may be
+/// acknowledged) once [`Engine::wait`] on it returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a mutation is durable only after waiting for it"]
+pub struct Committed<T> {
+    pub value: T,
+    /// Journal record of the mutation (0: nothing was written).
+    pub lsn: Lsn,
+}
+
+impl<T> Committed<T> {
+    /// Blocks until durable, then returns the value.
+    pub fn wait(self, engine: &Engine) -> Result<T, FsError> {
+        engine.wait(self.lsn)?;
+        Ok(self.value)
+    }
+}
+
+/// File-system-wide numbers for statfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StatFs {
+    pub inodes: u64,
+    pub tables: usize,
+    pub loaded_tables: usize,
+}
+
+/// Counters for metrics and benchmarks.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct EngineStats {
+    pub inodes: u64,
+    pub tables: usize,
+    pub loaded_tables: usize,
+    pub resident_bytes: usize,
+    pub journal_syncs: u64,
+    pub journal_bytes: u64,
+    pub durable_lsn: Lsn,
+    pub checkpoints: u64,
+    pub snapshots_written: u64,
+    pub tables_loaded_total: u64,
+    pub tables_evicted_total: u64,
+    pub splits: u64,
+    pub merges: u64,
+    pub retries: u64,
+}
+
+/// What a slot holds.
+pub(crate) enum Slot {
+    Loaded(Box<Table>),
+    OnDisk(TableEntry),
+}
+
+/// A table's place in the table map.
+pub(crate) struct TableSlot {
+    pub(crate) state: Mutex<Slot>,
+    last_used: AtomicU64,
+}
+
+impl TableSlot {
+    fn new(slot: Slot) -> Arc<TableSlot> {
+        Arc::new(TableSlot {
+            state: Mutex::new(slot),
+            last_used: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn touch(&self, epoch: u64) {
+        if self.last_used.load(Ordering::Relaxed) != epoch {
+            self.last_used.store(epoch, Ordering::Relaxed);
+        }
+    }
+}
+
+type TableMap = BTreeMap<Soid, Arc<TableSlot>>;
+
+pub(crate) struct Inner {
+    pub(crate) config: EngineConfig,
+    store: Arc<dyn Store>,
+    tables: RwLock<TableMap>,
+    pub(crate) journal: Journal,
+    pub(crate) high_water: Mutex<GlobalHighWater>,
+    next_table_id: AtomicU64,
+    inode_count: AtomicI64,
+    checkpoint_lock: Mutex<()>,
+    /// Coarse clock for dirty ages and LRU: incremented by the flusher.
+    epoch: AtomicU64,
+    journal_bytes_at_checkpoint: AtomicU64,
+    failed: AtomicBool,
+    shutdown: Mutex<bool>,
+    shutdown_cv: parking_lot::Condvar,
+    stats: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    checkpoints: AtomicU64,
+    snapshots_written: AtomicU64,
+    tables_loaded: AtomicU64,
+    tables_evicted: AtomicU64,
+    splits: AtomicU64,
+    merges: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// The metadata engine. Cheap to clone; all clones share one engine.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+    flusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+fn snapshot_name(id: TableId, lsn: Lsn) -> String {
+    format!("tables/{id:016x}-{lsn:016x}.snap")
+}
+
+fn system_now() -> Nanos {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Nanos(d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+impl Inner {
+    fn io(&self, name: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+        let file = self.store.describe(name);
+        move |source| EngineError::Io { file, source }
+    }
+
+    pub(crate) fn now(&self) -> Nanos {
+        match &self.config.clock {
+            Some(c) => c(),
+            None => system_now(),
+        }
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_inode_delta(&self, delta: i64) {
+        if delta != 0 {
+            self.inode_count.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    fn load_table(&self, entry: &TableEntry) -> Result<Table, EngineError> {
+        let mut table = load_table(&*self.store, entry)?;
+        table.index = TableIndex::rebuild(&table);
+        self.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
+        Ok(table)
+    }
+
+    /// Loads the slot's table if it is only on disk.
+    pub(crate) fn ensure_loaded<'g>(
+        &self,
+        guard: &'g mut MutexGuard<'_, Slot>,
+    ) -> Result<&'g mut Table, FsError> {
+        if let Slot::OnDisk(entry) = &**guard {
+            match self.load_table(entry) {
+                Ok(t) => **guard = Slot::Loaded(Box::new(t)),
+                Err(e) => {
+                    eprintln!("sextant: cannot load a table: {e}");
+                    return Err(FsError::Io);
+                }
+            }
+        }
+        match &mut **guard {
+            Slot::Loaded(t) => Ok(t),
+            Slot::OnDisk(_) => Err(FsError::Io),
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), FsError> {
+        if self.failed.load(Ordering::Acquire) || self.journal.has_failed() {
+            Err(FsError::Io)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `op` as a transaction, retrying with a larger lock set when
+    /// it asks to (see [`crate::txn`]).
+    fn run<T>(&self, op: impl Fn(&mut Txn) -> OpResult<T>) -> Result<Committed<T>, FsError> {
+        self.check_alive()?;
+        let mut prelock: Vec<Soid> = Vec::new();
+        let now = self.now();
+        loop {
+            let map = self.tables.read();
+            let mut txn = Txn::new(self, &map, now);
+            let mut result = Ok(());
+            for key in &prelock {
+                if let Err(e) = txn.table_for(*key) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let outcome = result.and_then(|()| op(&mut txn));
+            match outcome {
+                Ok(value) => {
+                    let (lsn, oversized) = match txn.commit() {
+                        Ok(r) => r,
+                        Err(OpError::Fs(e)) => return Err(e),
+                        Err(OpError::Retry(_)) => return Err(FsError::Io),
+                    };
+                    drop(map);
+                    for start in oversized {
+                        self.split(start);
+                    }
+                    return Ok(Committed { value, lsn });
+                }
+                Err(OpError::Fs(e)) => return Err(e),
+                Err(OpError::Retry(key)) => {
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    prelock = txn.locked_keys();
+                    drop(txn);
+                    prelock.push(key);
+                    prelock.sort();
+                    prelock.dedup();
+                }
+            }
+        }
+    }
+
+    /// Is this table past Magellan's limits (and worth trying to split)?
+    pub(crate) fn oversized(&self, t: &Table) -> bool {
+        t.dir_count() > self.config.table_dir_limit
+            || (t.inode_count() > self.config.table_inode_limit
+                && t.inode_count() >= t.next_split_check)
+    }
+
+    /// Splits the table starting at `start` at a directory boundary near
+    /// its middle, if it is still oversized.
+    fn split(&self, start: Soid) {
+        let mut map = self.tables.write();
+        let Some(slot) = map.get(&start).cloned() else {
+            return;
+        };
+        let mut guard = slot.state.lock();
+        let Ok(table) = self.ensure_loaded(&mut guard) else {
+            return;
+        };
+        if !self.oversized(table) {
+            return;
+        }
+        let at = match table.split_point() {
+            Some(at) if at > table.range.first => at,
+            _ => {
+                table.next_split_check = table.inode_count() * 2;
+                return;
+            }
+        };
+        let id = self.next_table_id.fetch_add(1, Ordering::Relaxed);
+        let mut upper = table.split_off(at, id);
+        table.index = TableIndex::rebuild(table);
+        upper.index = TableIndex::rebuild(&upper);
+        drop(guard);
+        map.insert(at, TableSlot::new(Slot::Loaded(Box::new(upper))));
+        self.stats.splits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Merges neighbouring loaded tables that are both small.
+    fn merge_small_neighbours(&self) {
+        let small = |t: &Table| {
+            t.inode_count() < self.config.table_inode_limit / 8
+                && t.dir_count() < self.config.table_dir_limit / 8
+        };
+        let mut map = self.tables.write();
+        let starts: Vec<Soid> = map.keys().copied().collect();
+        let mut i = 0;
+        while i + 1 < starts.len() {
+            let (a, b) = (starts[i], starts[i + 1]);
+            let (Some(sa), Some(sb)) = (map.get(&a).cloned(), map.get(&b).cloned()) else {
+                i += 1;
+                continue;
+            };
+            let mut ga = sa.state.lock();
+            let mut gb = sb.state.lock();
+            let mergeable = match (&*ga, &*gb) {
+                (Slot::Loaded(ta), Slot::Loaded(tb)) => {
+                    small(ta)
+                        && small(tb)
+                        && ta.inode_count() + tb.inode_count() < self.config.table_inode_limit / 4
+                }
+                _ => false,
+            };
+            if !mergeable {
+                i += 1;
+                continue;
+            }
+            let upper = std::mem::replace(&mut *gb, Slot::OnDisk(placeholder_entry()));
+            if let (Slot::Loaded(ta), Slot::Loaded(tb)) = (&mut *ga, upper) {
+                ta.merge(*tb);
+                ta.index = TableIndex::rebuild(ta);
+            }
+            drop(gb);
+            drop(ga);
+            map.remove(&b);
+            self.stats.merges.fetch_add(1, Ordering::Relaxed);
+            // One merge per pass keeps the exclusive lock short; the
+            // flusher comes back on its next tick.
+            return;
+        }
+    }
+
+    /// Writes back tables chosen by `pick` (and every table that has no
+    /// snapshot in its current shape), then the manifest, then trims the
+    /// journal.
+    fn checkpoint(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
+        let _one_at_a_time = self.checkpoint_lock.lock();
+        let journal_bytes = self.journal.stats().bytes_written;
+        let fallback = self.journal.next_lsn();
+        let mut replay_from = fallback;
+        let mut entries = Vec::new();
+        let map = self.tables.read();
+        for slot in map.values() {
+            let mut guard = slot.state.lock();
+            let table = match &mut *guard {
+                Slot::OnDisk(e) => {
+                    entries.push(e.clone());
+                    continue;
+                }
+                Slot::Loaded(t) => t,
+            };
+            if table.snapshot_file.is_none() || (table.is_dirty() && pick(table)) {
+                let lsn = table.last_lsn;
+                let bytes = table.encode_snapshot();
+                // WAL rule: the journal must hold everything the snapshot holds.
+                self.journal
+                    .wait_durable(lsn)
+                    .map_err(|_| EngineError::Stopped)?;
+                let file = snapshot_name(table.id, lsn);
+                self.store.put_blob(&file, &bytes).map_err(self.io(&file))?;
+                table.snapshot_file = Some(file);
+                table.snapshot_lsn = lsn;
+                table.first_dirty_lsn = None;
+                table.dirty_epoch = None;
+                if table.index.changed_count() > 0 {
+                    table.index = TableIndex::rebuild(table);
+                }
+                self.stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(f) = table.first_dirty_lsn {
+                replay_from = replay_from.min(f);
+            }
+            entries.push(TableEntry {
+                id: table.id,
+                range: table.range,
+                file: table.snapshot_file.clone().unwrap_or_default(),
+                lsn: table.snapshot_lsn,
+                inodes: table.inode_count() as u64,
+            });
+        }
+        let manifest = Manifest {
+            layout: self.config.layout,
+            tables: entries,
+            replay_from,
+            high_water: self.high_water.lock().clone(),
+            next_table_id: self.next_table_id.load(Ordering::Relaxed),
+        };
+        drop(map);
+        self.store
+            .put_blob(MANIFEST_NAME, &manifest.encode())
+            .map_err(self.io(MANIFEST_NAME))?;
+        let live: BTreeSet<&str> = manifest.tables.iter().map(|t| t.file.as_str()).collect();
+        for name in self.store.list("tables/").map_err(self.io("tables/"))? {
+            if !live.contains(name.as_str()) {
+                self.store.delete(&name).map_err(self.io(&name))?;
+            }
+        }
+        self.journal.trim_below(replay_from)?;
+        self.journal_bytes_at_checkpoint
+            .store(journal_bytes, Ordering::Relaxed);
+        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Evicts least recently used clean tables while over the budget.
+    fn evict_to_budget(&self) {
+        let map = self.tables.read();
+        let mut resident = 0usize;
+        let mut clean: Vec<(u64, Soid, usize)> = Vec::new();
+        for (start, slot) in map.iter() {
+            let guard = slot.state.lock();
+            if let Slot::Loaded(t) = &*guard {
+                let bytes = t.approx_bytes();
+                resident += bytes;
+                if !t.is_dirty() && t.snapshot_file.is_some() {
+                    clean.push((slot.last_used.load(Ordering::Relaxed), *start, bytes));
+                }
+            }
+        }
+        if resident <= self.config.cache_bytes {
+            return;
+        }
+        clean.sort();
+        for (_, start, bytes) in clean {
+            if resident <= self.config.cache_bytes {
+                break;
+            }
+            let Some(slot) = map.get(&start) else {
+                continue;
+            };
+            let mut guard = slot.state.lock();
+            let entry = match &*guard {
+                Slot::Loaded(t) if !t.is_dirty() => TableEntry {
+                    id: t.id,
+                    range: t.range,
+                    file: t.snapshot_file.clone().unwrap_or_default(),
+                    lsn: t.snapshot_lsn,
+                    inodes: t.inode_count() as u64,
+                },
+                _ => continue,
+            };
+            if entry.file.is_empty() {
+                continue;
+            }
+            *guard = Slot::OnDisk(entry);
+            resident = resident.saturating_sub(bytes);
+            self.stats.tables_evicted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn resident_bytes(&self) -> usize {
+        let map = self.tables.read();
+        map.values()
+            .map(|s| match &*s.state.lock() {
+                Slot::Loaded(t) => t.approx_bytes(),
+                Slot::OnDisk(_) => 0,
+            })
+            .sum()
+    }
+
+    /// One tick of the background flusher.
+    fn flush_tick(&self) -> Result<(), EngineError> {
+        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        let interval = self.config.flush_interval.unwrap_or(Duration::from_secs(1));
+        let max_age_ticks =
+            (self.config.max_dirty_age.as_millis() / interval.as_millis().max(1)).max(1) as u64;
+        let journal_long = self.journal.stats().bytes_written
+            - self.journal_bytes_at_checkpoint.load(Ordering::Relaxed)
+            > self.config.max_journal_bytes;
+        let over_budget = self.resident_bytes() > self.config.cache_bytes;
+        if journal_long || over_budget {
+            self.checkpoint(&|_| true)?;
+        } else {
+            self.checkpoint(&|t| t.dirty_epoch.is_some_and(|e| epoch - e >= max_age_ticks))?;
+        }
+        self.merge_small_neighbours();
+        self.evict_to_budget();
+        Ok(())
+    }
+}
+
+/// Reads and checks the snapshot a manifest entry names.
+fn load_table(store: &dyn Store, entry: &TableEntry) -> Result<Table, EngineError> {
+    let corrupt = |what: String| EngineError::Corrupt {
+        file: store.describe(&entry.file),
+        what,
+    };
+    let bytes = store
+        .get_blob(&entry.file)
+        .map_err(|source| EngineError::Io {
+            file: store.describe(&entry.file),
+            source,
+        })?
+        .ok_or_else(|| corrupt("table snapshot is missing".into()))?;
+    let snap = decode_snapshot(&bytes).map_err(corrupt)?;
+    if snap.id != entry.id || snap.range != entry.range || snap.lsn != entry.lsn {
+        return Err(corrupt(format!(
+            "snapshot is table {} {:?} at lsn {}, the manifest expects table {} {:?} at lsn {}",
+            snap.id, snap.range, snap.lsn, entry.id, entry.range, entry.lsn
+        )));
+    }
+    let mut table = Table::from_snapshot(snap);
+    table.snapshot_file = Some(entry.file.clone());
+    Ok(table)
+}
+
+fn placeholder_entry() -> TableEntry {
+    TableEntry {
+        id: 0,
+        range: SoidRange::ALL,
+        file: String::new(),
+        lsn: 0,
+        inodes: 0,
+    }
+}
+
+impl Engine {
+    /// Opens the engine on a local directory (created if missing).
+    pub fn open_dir(path: impl AsRef<Path>, config: EngineConfig) -> Result<Engine, EngineError> {
+        let path = path.as_ref();
+        let store = LocalDirStore::open(path).map_err(|source| EngineError::Io {
+            file: path.display().to_string(),
+            source,
+        })?;
+        Engine::open(Arc::new(store), config)
+    }
+
+    /// Opens the engine on `store`: a new store gets a root directory; an
+    /// existing one is recovered (manifest, then journal replay).
+    pub fn open(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Engine, EngineError> {
+        config.layout.validate()?;
+        let io = |name: &str| {
+            let file = store.describe(name);
+            move |source| EngineError::Io { file, source }
+        };
+        let manifest = match store.get_blob(MANIFEST_NAME).map_err(io(MANIFEST_NAME))? {
+            Some(bytes) => Manifest::decode(&bytes).map_err(|what| EngineError::Corrupt {
+                file: store.describe(MANIFEST_NAME),
+                what,
+            })?,
+            None => {
+                let leftovers = store.list("journal/").map_err(io("journal/"))?.len()
+                    + store.list("tables/").map_err(io("tables/"))?.len();
+                if leftovers > 0 {
+                    return Err(EngineError::Corrupt {
+                        file: store.describe(MANIFEST_NAME),
+                        what: "the manifest is missing but tables or journal files exist".into(),
+                    });
+                }
+                Self::initialize(&*store, &config)?
+            }
+        };
+        config.layout = manifest.layout;
+        let on_disk: BTreeSet<String> = store
+            .list("tables/")
+            .map_err(io("tables/"))?
+            .into_iter()
+            .collect();
+        for t in &manifest.tables {
+            if !on_disk.contains(&t.file) {
+                return Err(EngineError::Corrupt {
+                    file: store.describe(&t.file),
+                    what: format!("snapshot of table {} is missing", t.id),
+                });
+            }
+        }
+        let map: TableMap = manifest
+            .tables
+            .iter()
+            .map(|e| (e.range.first, TableSlot::new(Slot::OnDisk(e.clone()))))
+            .collect();
+        let mut high_water = manifest.high_water.clone();
+
+        // Replay the journal into the tables it touches.
+        let replay_err: Mutex<Option<EngineError>> = Mutex::new(None);
+        let outcome = journal::replay(&*store, manifest.replay_from, |lsn, rec| {
+            let muts = decode_record(rec)?;
+            for m in &muts {
+                let Some(key) = m.table_key() else {
+                    if let Mutation::HighWater(hw) = m {
+                        high_water.merge_max(hw);
+                    }
+                    continue;
+                };
+                let slot = map
+                    .range(..=key)
+                    .next_back()
+                    .map(|(_, s)| s)
+                    .ok_or("no table for key")?;
+                let mut guard = slot.state.lock();
+                if let Slot::OnDisk(entry) = &*guard {
+                    match load_table(&*store, entry) {
+                        Ok(t) => *guard = Slot::Loaded(Box::new(t)),
+                        Err(e) => {
+                            let what = e.to_string();
+                            *replay_err.lock() = Some(e);
+                            return Err(what);
+                        }
+                    }
+                }
+                if let Slot::Loaded(t) = &mut *guard {
+                    if lsn > t.snapshot_lsn {
+                        t.apply(m);
+                        t.mark_applied(lsn, 0);
+                    }
+                }
+            }
+            Ok(())
+        });
+        if let Some(e) = replay_err.into_inner() {
+            return Err(e);
+        }
+        let outcome = outcome?;
+        if let Some((file, at, len)) = &outcome.torn_tail {
+            eprintln!(
+                "sextant: discarded a torn journal tail of {len} bytes at {file} offset {at} \
+                 (never acknowledged)"
+            );
+        }
+        let mut inodes = 0i64;
+        for slot in map.values() {
+            let guard = slot.state.lock();
+            inodes += match &*guard {
+                Slot::Loaded(t) => t.inode_count() as i64,
+                Slot::OnDisk(e) => e.inodes as i64,
+            };
+        }
+        for slot in map.values() {
+            if let Slot::Loaded(t) = &mut *slot.state.lock() {
+                t.index = TableIndex::rebuild(t);
+            }
+        }
+        let journal = Journal::start(
+            Arc::clone(&store),
+            config.journal.clone(),
+            outcome.next_lsn,
+            outcome.segments.clone(),
+        )?;
+        let flush_interval = config.flush_interval;
+        let inner = Arc::new(Inner {
+            config,
+            store,
+            tables: RwLock::new(map),
+            journal,
+            high_water: Mutex::new(high_water),
+            next_table_id: AtomicU64::new(manifest.next_table_id),
+            inode_count: AtomicI64::new(inodes),
+            checkpoint_lock: Mutex::new(()),
+            epoch: AtomicU64::new(1),
+            journal_bytes_at_checkpoint: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            shutdown: Mutex::new(false),
+            shutdown_cv: parking_lot::Condvar::new(),
+            stats: Counters::default(),
+        });
+        let engine = Engine {
+            inner: Arc::clone(&inner),
+            flusher: Arc::new(Mutex::new(None)),
+        };
+        if let Some(interval) = flush_interval {
+            let weak = Arc::downgrade(&inner);
+            let handle = std::thread::Builder::new()
+                .name("sextant-flusher".into())
+                .spawn(move || flusher_loop(weak, interval))
+                .map_err(|source| EngineError::Io {
+                    file: "flusher thread".into(),
+                    source,
+                })?;
+            *engine.flusher.lock() = Some(handle);
+        }
+        Ok(engine)
+    }
+
+    fn initialize(store: &dyn Store, config: &EngineConfig) -> Result<Manifest, EngineError> {
+        let now = config.clock.as_ref().map_or_else(system_now, |c| c());
+        let mut table = Table::new(1, SoidRange::ALL);
+        table.put_inode(
+            Soid::ROOT,
+            Inode {
+                ftype: FileType::Directory,
+                perm: (config.root_perm & 0o7777) as u16,
+                uid: config.root_uid,
+                gid: config.root_gid,
+                nlink: 2,
+                rdev: 0,
+                size: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                parent: Soid::ROOT,
+                name: Box::from(&b""[..]),
+                extra: None,
+            },
+        );
+        let file = snapshot_name(1, 0);
+        let io = |name: &str| {
+            let file = store.describe(name);
+            move |source| EngineError::Io { file, source }
+        };
+        store
+            .put_blob(&file, &table.encode_snapshot())
+            .map_err(io(&file))?;
+        let manifest = Manifest {
+            layout: config.layout,
+            tables: vec![TableEntry {
+                id: 1,
+                range: SoidRange::ALL,
+                file,
+                lsn: 0,
+                inodes: 1,
+            }],
+            replay_from: 1,
+            high_water: GlobalHighWater::default(),
+            next_table_id: 2,
+        };
+        store
+            .put_blob(MANIFEST_NAME, &manifest.encode())
+            .map_err(io(MANIFEST_NAME))?;
+        Ok(manifest)
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    /// Runs a read-only operation.
+    fn read<T>(&self, op: impl Fn(&mut Txn) -> OpResult<T>) -> Result<T, FsError> {
+        self.inner.run(op).map(|c| c.value)
+    }
+
+    pub fn lookup(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr, FsError> {
+        self.read(|t| namespace::lookup(t, cred, parent, name))
+    }
+
+    pub fn getattr(&self, soid: Soid) -> Result<Attr, FsError> {
+        self.inner.check_alive()?;
+        let map = self.inner.tables.read();
+        let (_, slot) = map.range(..=soid).next_back().ok_or(FsError::Io)?;
+        slot.touch(self.inner.epoch());
+        let mut guard = slot.state.lock();
+        let table = self.inner.ensure_loaded(&mut guard)?;
+        table
+            .inode(soid)
+            .map(|i| i.attr(soid))
+            .ok_or(FsError::NotFound)
+    }
+
+    /// Resolves an absolute path (symlinks followed in all components but
+    /// the last, and in the last too when `follow_last`).
+    pub fn resolve(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+    ) -> Result<Attr, FsError> {
+        self.read(|t| namespace::resolve_path(t, cred, path, follow_last))
+    }
+
+    pub fn readlink(&self, soid: Soid) -> Result<Box<[u8]>, FsError> {
+        self.read(|t| namespace::readlink(t, soid))
+    }
+
+    /// Up to `limit` entries of `dir` after cookie `after` (0: from the
+    /// start), in cookie order. `.` and `..` are not included.
+    pub fn readdir(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>, FsError> {
+        self.read(|t| namespace::readdir(t, cred, dir, after, limit))
+    }
+
+    pub fn getxattr(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        name: &[u8],
+    ) -> Result<Box<[u8]>, FsError> {
+        self.read(|t| namespace::getxattr(t, cred, soid, name))
+    }
+
+    pub fn listxattr(&self, cred: &Credentials, soid: Soid) -> Result<Vec<Box<[u8]>>, FsError> {
+        self.read(|t| namespace::listxattr(t, cred, soid))
+    }
+
+    /// `access(2)`: may the caller `mask` (`perm::MAY_*`) this inode?
+    pub fn access(&self, cred: &Credentials, soid: Soid, mask: u32) -> Result<(), FsError> {
+        self.read(|t| {
+            let inode = t.inode_or(soid, FsError::NotFound)?;
+            check_access(&inode, cred, mask).map_err(OpError::Fs)
+        })
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let map = self.inner.tables.read();
+        let loaded = map
+            .values()
+            .filter(|s| matches!(&*s.state.lock(), Slot::Loaded(_)))
+            .count();
+        StatFs {
+            inodes: self.inner.inode_count.load(Ordering::Relaxed).max(0) as u64,
+            tables: map.len(),
+            loaded_tables: loaded,
+        }
+    }
+
+    // ---- mutations --------------------------------------------------------
+
+    /// Creates a regular file. With `exclusive` an existing name is
+    /// `EEXIST`; without, an existing non-directory is returned as is.
+    pub fn create(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+        exclusive: bool,
+    ) -> Result<Committed<Attr>, FsError> {
+        self.inner.run(|t| {
+            namespace::make_node(t, cred, parent, name, perm, NodeKind::File { exclusive })
+        })
+    }
+
+    /// Creates a device, FIFO, socket or regular file node.
+    pub fn mknod(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        ftype: FileType,
+        perm: u32,
+        rdev: u32,
+    ) -> Result<Committed<Attr>, FsError> {
+        let kind = |ftype| match ftype {
+            FileType::Regular => NodeKind::File { exclusive: true },
+            other => NodeKind::Special { ftype: other, rdev },
+        };
+        self.inner
+            .run(|t| namespace::make_node(t, cred, parent, name, perm, kind(ftype)))
+    }
+
+    pub fn mkdir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+    ) -> Result<Committed<Attr>, FsError> {
+        self.inner
+            .run(|t| namespace::make_node(t, cred, parent, name, perm, NodeKind::Dir))
+    }
+
+    pub fn symlink(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Committed<Attr>, FsError> {
+        self.inner.run(|t| {
+            namespace::make_node(t, cred, parent, name, 0o777, NodeKind::Symlink { target })
+        })
+    }
+
+    pub fn unlink(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+    ) -> Result<Committed<()>, FsError> {
+        self.inner.run(|t| namespace::unlink(t, cred, parent, name))
+    }
+
+    pub fn rmdir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+    ) -> Result<Committed<()>, FsError> {
+        self.inner.run(|t| namespace::rmdir(t, cred, parent, name))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn rename(
+        &self,
+        cred: &Credentials,
+        old_parent: Soid,
+        old_name: &[u8],
+        new_parent: Soid,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<Committed<()>, FsError> {
+        self.inner
+            .run(|t| namespace::rename(t, cred, old_parent, old_name, new_parent, new_name, flags))
+    }
+
+    pub fn link(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        new_parent: Soid,
+        new_name: &[u8],
+    ) -> Result<Committed<Attr>, FsError> {
+        self.inner
+            .run(|t| namespace::link(t, cred, soid, new_parent, new_name))
+    }
+
+    pub fn setattr(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        set: &SetAttr,
+    ) -> Result<Committed<Attr>, FsError> {
+        self.inner.run(|t| namespace::setattr(t, cred, soid, set))
+    }
+
+    pub fn setxattr(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> Result<Committed<()>, FsError> {
+        self.inner
+            .run(|t| namespace::setxattr(t, cred, soid, name, value, flags))
+    }
+
+    pub fn removexattr(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        name: &[u8],
+    ) -> Result<Committed<()>, FsError> {
+        self.inner
+            .run(|t| namespace::removexattr(t, cred, soid, name))
+    }
+
+    // ---- durability -----------------------------------------------------
+
+    /// Blocks until journal record `lsn` is durable.
+    pub fn wait(&self, lsn: Lsn) -> Result<(), FsError> {
+        if lsn == 0 {
+            return Ok(());
+        }
+        self.inner.journal.wait_durable(lsn)
+    }
+
+    /// A future that resolves when `lsn` is durable (for async servers).
+    pub fn durable(&self, lsn: Lsn) -> Durable {
+        self.inner.journal.durable(lsn)
+    }
+
+    /// Writes every dirty table back and trims the journal.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        if self.inner.failed.load(Ordering::Acquire) {
+            return Err(EngineError::Stopped);
+        }
+        self.inner.checkpoint(&|_| true).inspect_err(|_| {
+            self.inner.failed.store(true, Ordering::Release);
+        })
+    }
+
+    /// Runs one background-flusher tick now (tests and benchmarks).
+    pub fn flush_tick(&self) -> Result<(), EngineError> {
+        self.inner.flush_tick()
+    }
+
+    /// Stops the flusher, writes everything back and closes the journal.
+    pub fn close(self) -> Result<(), EngineError> {
+        self.stop_flusher();
+        self.sync()
+    }
+
+    fn stop_flusher(&self) {
+        *self.inner.shutdown.lock() = true;
+        self.inner.shutdown_cv.notify_all();
+        if let Some(h) = self.flusher.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let fs = self.statfs();
+        let js = self.inner.journal.stats();
+        let c = &self.inner.stats;
+        EngineStats {
+            inodes: fs.inodes,
+            tables: fs.tables,
+            loaded_tables: fs.loaded_tables,
+            resident_bytes: self.inner.resident_bytes(),
+            journal_syncs: js.syncs,
+            journal_bytes: js.bytes_written,
+            durable_lsn: js.durable_lsn,
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            snapshots_written: c.snapshots_written.load(Ordering::Relaxed),
+            tables_loaded_total: c.tables_loaded.load(Ordering::Relaxed),
+            tables_evicted_total: c.tables_evicted.load(Ordering::Relaxed),
+            splits: c.splits.load(Ordering::Relaxed),
+            merges: c.merges.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Calls `f` on every table, loading those on disk (search, scrubbing).
+    pub fn for_each_table(&self, mut f: impl FnMut(&Table)) -> Result<(), FsError> {
+        let map = self.inner.tables.read();
+        for slot in map.values() {
+            let mut guard = slot.state.lock();
+            let table = self.inner.ensure_loaded(&mut guard)?;
+            f(table);
+        }
+        Ok(())
+    }
+}
+
+fn flusher_loop(inner: Weak<Inner>, interval: Duration) {
+    loop {
+        let Some(engine) = inner.upgrade() else {
+            return;
+        };
+        {
+            let mut stop = engine.shutdown.lock();
+            if !*stop {
+                engine.shutdown_cv.wait_for(&mut stop, interval);
+            }
+            if *stop {
+                return;
+            }
+        }
+        if let Err(e) = engine.flush_tick() {
+            eprintln!("sextant: background write-back failed, stopping: {e}");
+            engine.failed.store(true, Ordering::Release);
+            return;
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The last handle stops the flusher (it holds only a weak reference).
+        if Arc::strong_count(&self.inner) == 1 {
+            self.stop_flusher();
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Transactions: how one namespace operation reads and writes tables.
+//!
+//! An operation runs against a [`Txn`]. Reads go through the transaction's
+//! write set, then to the table that owns the key; the first touch of a
+//! table locks it and keeps it locked until the end (two-phase locking).
+//! Writes only go to the write set; [`Txn::commit`] turns the write set into
+//! one journal record, appends it while every lock is still held (so LSN
+//! order agrees with the order of conflicting operations), applies it to
+//! the tables and releases the locks. Durability is awaited afterwards, so
+//! concurrent operations share journal syncs.
+//!
+//! Deadlock freedom: tables are locked in ascending SOID order. When an
+//! operation discovers it needs a table *below* one it holds, it only
+//! `try_lock`s it; if that fails the operation is abandoned with
+//! [`OpError::Retry`] and rerun with the whole set locked in order up front.
+//! Nothing has been written at that point (writes are buffered), so a retry
+//! is invisible.
+
+use crate::engine::{Inner, Slot, TableSlot};
+use crate::inode::{Dentry, Inode};
+use crate::journal::Lsn;
+use crate::record::{encode_record, Mutation};
+use crate::soid::{GlobalHighWater, SoidSpace};
+use crate::table::Table;
+use parking_lot::MutexGuard;
+use sextant_types::{FsError, Nanos, Soid, SoidRange};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Why an operation stopped.
+#[derive(Debug)]
+pub enum OpError {
+    /// The answer for the caller.
+    Fs(FsError),
+    /// The transaction must be rerun with the table holding this SOID locked
+    /// in order from the start.
+    Retry(Soid),
+}
+
+impl From<FsError> for OpError {
+    fn from(e: FsError) -> Self {
+        OpError::Fs(e)
+    }
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+/// See the module docs.
+pub struct Txn<'m> {
+    inner: &'m Inner,
+    map: &'m BTreeMap<Soid, Arc<TableSlot>>,
+    locked: BTreeMap<Soid, MutexGuard<'m, Slot>>,
+    inodes: BTreeMap<Soid, Option<Inode>>,
+    dentries: BTreeMap<(Soid, Box<[u8]>), Option<Dentry>>,
+    high_water: Option<GlobalHighWater>,
+    /// The operation's timestamp (one per operation, as in Linux).
+    pub now: Nanos,
+}
+
+impl<'m> Txn<'m> {
+    pub(crate) fn new(
+        inner: &'m Inner,
+        map: &'m BTreeMap<Soid, Arc<TableSlot>>,
+        now: Nanos,
+    ) -> Txn<'m> {
+        Txn {
+            inner,
+            map,
+            locked: BTreeMap::new(),
+            inodes: BTreeMap::new(),
+            dentries: BTreeMap::new(),
+            high_water: None,
+            now,
+        }
+    }
+
+    pub(crate) fn layout(&self) -> &crate::soid::SoidLayout {
+        &self.inner.config.layout
+    }
+
+    /// Starts (range.first) of the tables this transaction holds.
+    pub(crate) fn locked_keys(&self) -> Vec<Soid> {
+        self.locked.keys().copied().collect()
+    }
+
+    fn slot_for(&self, soid: Soid) -> (Soid, &'m Arc<TableSlot>) {
+        // The map always has an entry at Soid::MIN, so this cannot miss.
+        let (start, slot) = self
+            .map
+            .range(..=soid)
+            .next_back()
+            .expect("table map covers the whole SOID space");
+        (*start, slot)
+    }
+
+    /// Locks (in order, or by try-lock) and returns the table owning `soid`.
+    pub(crate) fn table_for(&mut self, soid: Soid) -> OpResult<&mut Table> {
+        let (start, slot) = self.slot_for(soid);
+        if !self.locked.contains_key(&start) {
+            let in_order = self
+                .locked
+                .keys()
+                .next_back()
+                .is_none_or(|top| *top < start);
+            let guard = if in_order {
+                slot.state.lock()
+            } else {
+                slot.state.try_lock().ok_or(OpError::Retry(start))?
+            };
+            self.locked.insert(start, guard);
+        }
+        let guard = self
+            .locked
+            .get_mut(&start)
+            .ok_or(OpError::Fs(FsError::Io))?;
+        slot.touch(self.inner.epoch());
+        self.inner.ensure_loaded(guard).map_err(OpError::Fs)
+    }
+
+    /// The inode `soid` as this transaction sees it.
+    pub fn inode(&mut self, soid: Soid) -> OpResult<Option<Inode>> {
+        if let Some(v) = self.inodes.get(&soid) {
+            return Ok(v.clone());
+        }
+        Ok(self.table_for(soid)?.inode(soid).cloned())
+    }
+
+    /// The inode `soid`, or `err` if it does not exist.
+    pub fn inode_or(&mut self, soid: Soid, err: FsError) -> OpResult<Inode> {
+        self.inode(soid)?.ok_or(OpError::Fs(err))
+    }
+
+    pub fn put_inode(&mut self, soid: Soid, mut inode: Inode) -> OpResult<()> {
+        self.table_for(soid)?;
+        inode.normalize();
+        self.inodes.insert(soid, Some(inode));
+        Ok(())
+    }
+
+    pub fn delete_inode(&mut self, soid: Soid) -> OpResult<()> {
+        self.table_for(soid)?;
+        self.inodes.insert(soid, None);
+        Ok(())
+    }
+
+    /// The entry `name` in directory `parent`.
+    pub fn dentry(&mut self, parent: Soid, name: &[u8]) -> OpResult<Option<Dentry>> {
+        if let Some(v) = self.dentries.get(&(parent, Box::from(name))) {
+            return Ok(v.clone());
+        }
+        Ok(self.table_for(parent)?.dentry(parent, name).cloned())
+    }
+
+    pub fn put_dentry(&mut self, parent: Soid, dentry: Dentry) -> OpResult<()> {
+        self.table_for(parent)?;
+        self.dentries
+            .insert((parent, dentry.name.clone()), Some(dentry));
+        Ok(())
+    }
+
+    pub fn delete_dentry(&mut self, parent: Soid, name: &[u8]) -> OpResult<()> {
+        self.table_for(parent)?;
+        self.dentries.insert((parent, Box::from(name)), None);
+        Ok(())
+    }
+
+    /// Does directory `dir` have any entry, as this transaction sees it?
+    pub fn has_entries(&mut self, dir: Soid) -> OpResult<bool> {
+        let mut deleted = 0usize;
+        for ((p, _), v) in self.dentries.range((dir, Box::from(&[][..]))..) {
+            if *p != dir {
+                break;
+            }
+            match v {
+                Some(_) => return Ok(true),
+                None => deleted += 1,
+            }
+        }
+        let pending: Vec<Box<[u8]>> = self
+            .dentries
+            .range((dir, Box::from(&[][..]))..)
+            .take_while(|((p, _), _)| *p == dir)
+            .map(|((_, n), _)| n.clone())
+            .collect();
+        let table = self.table_for(dir)?;
+        let listed = table.readdir(dir, 0, deleted + 1);
+        Ok(listed.iter().any(|(_, d)| !pending.contains(&d.name)))
+    }
+
+    /// The engine-wide SOID counters, to be changed by an allocation.
+    pub(crate) fn high_water(&mut self) -> GlobalHighWater {
+        match &self.high_water {
+            Some(hw) => hw.clone(),
+            None => self.inner.high_water.lock().clone(),
+        }
+    }
+
+    pub(crate) fn set_high_water(&mut self, hw: GlobalHighWater) {
+        self.high_water = Some(hw);
+    }
+
+    /// Writes the write set as one journal record and applies it. Returns
+    /// the record's LSN (0 if the transaction wrote nothing) and the starts
+    /// of tables that grew past their limits and should split.
+    pub(crate) fn commit(mut self) -> OpResult<(Lsn, Vec<Soid>)> {
+        if self.inodes.is_empty() && self.dentries.is_empty() && self.high_water.is_none() {
+            return Ok((0, Vec::new()));
+        }
+        let mut mutations = Vec::with_capacity(self.inodes.len() + self.dentries.len() + 1);
+        if let Some(hw) = self.high_water.take() {
+            let mut global = self.inner.high_water.lock();
+            global.merge_max(&hw);
+            mutations.push(Mutation::HighWater(global.clone()));
+        }
+        for (soid, v) in std::mem::take(&mut self.inodes) {
+            mutations.push(match v {
+                Some(inode) => Mutation::PutInode { soid, inode },
+                None => Mutation::DeleteInode { soid },
+            });
+        }
+        for ((parent, name), v) in std::mem::take(&mut self.dentries) {
+            mutations.push(match v {
+                Some(dentry) => Mutation::PutDentry { parent, dentry },
+                None => Mutation::DeleteDentry { parent, name },
+            });
+        }
+        // Every key's table was locked when it was written, so nothing
+        // below can ask for a retry once the record is in the journal.
+        let record = encode_record(&mutations);
+        let lsn = self.inner.journal.append(&record).map_err(OpError::Fs)?;
+        let mut touched: Vec<Soid> = Vec::new();
+        let mut inode_delta = 0i64;
+        let epoch = self.inner.epoch();
+        for m in &mutations {
+            let Some(key) = m.table_key() else { continue };
+            let (start, _) = self.slot_for(key);
+            let table = self.table_for(key)?;
+            match m {
+                Mutation::PutInode { soid, .. } if table.inode(*soid).is_none() => inode_delta += 1,
+                Mutation::DeleteInode { soid } if table.inode(*soid).is_some() => inode_delta -= 1,
+                _ => {}
+            }
+            table.apply(m);
+            table.mark_applied(lsn, epoch);
+            if !touched.contains(&start) {
+                touched.push(start);
+            }
+        }
+        self.inner.note_inode_delta(inode_delta);
+        let mut oversized = Vec::new();
+        for start in touched {
+            if let Some(Slot::Loaded(t)) = self.locked.get(&start).map(|g| &**g) {
+                if self.inner.oversized(t) {
+                    oversized.push(start);
+                }
+            }
+        }
+        Ok((lsn, oversized))
+    }
+}
+
+/// The allocator's view of used SOIDs: the tables (locking them as it goes)
+/// plus this transaction's pending inode writes.
+impl SoidSpace for Txn<'_> {
+    type Error = OpError;
+
+    fn max_used(&mut self, range: SoidRange) -> OpResult<Option<Soid>> {
+        let pending = self
+            .inodes
+            .range(range.first..=range.last)
+            .rev()
+            .find(|(_, v)| v.is_some())
+            .map(|(s, _)| *s);
+        // Walk tables from the top of the range down.
+        let mut key = range.last;
+        loop {
+            let (start, _) = self.slot_for(key);
+            let table = self.table_for(key)?;
+            if let Some(found) = table.max_used(range) {
+                let deleted = matches!(self.inodes.get(&found), Some(None));
+                if !deleted {
+                    return Ok(Some(pending.map_or(found, |p| p.max(found))));
+                }
+                // A pending delete of the maximum: be conservative, it is
+                // still "used" until the transaction commits.
+                return Ok(Some(pending.map_or(found, |p| p.max(found))));
+            }
+            if start <= range.first {
+                return Ok(pending);
+            }
+            match start.checked_prev() {
+                Some(k) => key = k,
+                None => return Ok(pending),
+            }
+        }
+    }
+
+    fn min_free(&mut self, range: SoidRange) -> OpResult<Option<Soid>> {
+        let mut key = range.first;
+        loop {
+            let table = self.table_for(key)?;
+            let table_last = table.range.last;
+            let mut candidate = table.min_free(range);
+            while let Some(c) = candidate {
+                if !self.inodes.contains_key(&c) {
+                    return Ok(Some(c));
+                }
+                let Some(next) = c.checked_next() else { break };
+                if next > range.last {
+                    break;
+                }
+                let sub = SoidRange {
+                    first: next,
+                    last: range.last,
+                };
+                candidate = self.table_for(key)?.min_free(sub);
+            }
+            if table_last >= range.last {
+                return Ok(None);
+            }
+            match table_last.checked_next() {
+                Some(k) => key = k,
+                None => return Ok(None),
+            }
+        }
+    }
+}
