@@ -434,51 +434,30 @@ impl Inner {
     /// Writes back tables chosen by `pick` (and every table that has no
     /// snapshot in its current shape), then the manifest, then trims the
     /// journal.
+    ///
+    /// The table map is only held briefly: snapshots are written while
+    /// operations (and splits) go on, then the manifest is built from the
+    /// map as it is at the end. A table split off meanwhile has no snapshot
+    /// yet, so the pass repeats for it.
     fn checkpoint(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
         let _one_at_a_time = self.checkpoint_lock.lock();
         let journal_bytes = self.journal.stats().bytes_written;
+        // Tables dirtied after this point have first_dirty_lsn >= fallback.
         let fallback = self.journal.next_lsn();
-        let mut replay_from = fallback;
-        let mut entries = Vec::new();
-        let map = self.tables.read();
-        for slot in map.values() {
-            let mut guard = slot.state.lock();
-            let table = match &mut *guard {
-                Slot::OnDisk(e) => {
-                    entries.push(e.clone());
-                    continue;
+        let (entries, replay_from) = loop {
+            let slots: Vec<Arc<TableSlot>> = self.tables.read().values().cloned().collect();
+            for slot in &slots {
+                let mut guard = slot.state.lock();
+                if let Slot::Loaded(table) = &mut *guard {
+                    if table.snapshot_file.is_none() || (table.is_dirty() && pick(table)) {
+                        self.write_back(table)?;
+                    }
                 }
-                Slot::Loaded(t) => t,
-            };
-            if table.snapshot_file.is_none() || (table.is_dirty() && pick(table)) {
-                let lsn = table.last_lsn;
-                let bytes = table.encode_snapshot();
-                // WAL rule: the journal must hold everything the snapshot holds.
-                self.journal
-                    .wait_durable(lsn)
-                    .map_err(|_| EngineError::Stopped)?;
-                let file = snapshot_name(table.id, lsn);
-                self.store.put_blob(&file, &bytes).map_err(self.io(&file))?;
-                table.snapshot_file = Some(file);
-                table.snapshot_lsn = lsn;
-                table.first_dirty_lsn = None;
-                table.dirty_epoch = None;
-                if table.index.changed_count() > 0 {
-                    table.index = TableIndex::rebuild(table);
-                }
-                self.stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(f) = table.first_dirty_lsn {
-                replay_from = replay_from.min(f);
+            if let Some(done) = self.manifest_entries(fallback) {
+                break done;
             }
-            entries.push(TableEntry {
-                id: table.id,
-                range: table.range,
-                file: table.snapshot_file.clone().unwrap_or_default(),
-                lsn: table.snapshot_lsn,
-                inodes: table.inode_count() as u64,
-            });
-        }
+        };
         let manifest = Manifest {
             layout: self.config.layout,
             tables: entries,
@@ -486,7 +465,6 @@ impl Inner {
             high_water: self.high_water.lock().clone(),
             next_table_id: self.next_table_id.load(Ordering::Relaxed),
         };
-        drop(map);
         self.store
             .put_blob(MANIFEST_NAME, &manifest.encode())
             .map_err(self.io(MANIFEST_NAME))?;
@@ -501,6 +479,54 @@ impl Inner {
             .store(journal_bytes, Ordering::Relaxed);
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Writes one table's snapshot (under the WAL rule) and marks it clean.
+    fn write_back(&self, table: &mut Table) -> Result<(), EngineError> {
+        let lsn = table.last_lsn;
+        let bytes = table.encode_snapshot();
+        // WAL rule: the journal must hold everything the snapshot holds.
+        self.journal
+            .wait_durable(lsn)
+            .map_err(|_| EngineError::Stopped)?;
+        let file = snapshot_name(table.id, lsn);
+        self.store.put_blob(&file, &bytes).map_err(self.io(&file))?;
+        table.snapshot_file = Some(file);
+        table.snapshot_lsn = lsn;
+        table.first_dirty_lsn = None;
+        table.dirty_epoch = None;
+        if table.index.changed_count() > 0 {
+            table.index = TableIndex::rebuild(table);
+        }
+        self.stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The manifest entries for the current table map and the LSN replay
+    /// must start from, or `None` if some table has no snapshot yet.
+    fn manifest_entries(&self, fallback: Lsn) -> Option<(Vec<TableEntry>, Lsn)> {
+        let map = self.tables.read();
+        let mut replay_from = fallback;
+        let mut entries = Vec::with_capacity(map.len());
+        for slot in map.values() {
+            match &*slot.state.lock() {
+                Slot::OnDisk(e) => entries.push(e.clone()),
+                Slot::Loaded(t) => {
+                    let file = t.snapshot_file.clone()?;
+                    if let Some(f) = t.first_dirty_lsn {
+                        replay_from = replay_from.min(f);
+                    }
+                    entries.push(TableEntry {
+                        id: t.id,
+                        range: t.range,
+                        file,
+                        lsn: t.snapshot_lsn,
+                        inodes: t.inode_count() as u64,
+                    });
+                }
+            }
+        }
+        Some((entries, replay_from))
     }
 
     /// Evicts least recently used clean tables while over the budget.
