@@ -34,7 +34,7 @@ use crate::perm::check_access;
 use crate::record::{decode_record, Mutation};
 use crate::soid::{GlobalHighWater, LayoutError, SoidLayout};
 use crate::store::{LocalDirStore, Store};
-use crate::table::{decode_snapshot, Table, TableId};
+use crate::table::{decode_snapshot, Table};
 use crate::txn::{OpError, OpResult, Txn};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use sextant_types::{Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, SoidRange};
@@ -209,6 +209,8 @@ pub(crate) struct Inner {
     pub(crate) journal: Journal,
     pub(crate) high_water: Mutex<GlobalHighWater>,
     next_table_id: AtomicU64,
+    /// Next snapshot file sequence number (see [`snapshot_name`]).
+    next_snapshot_seq: AtomicU64,
     inode_count: AtomicI64,
     checkpoint_lock: Mutex<()>,
     /// Coarse clock for dirty ages and LRU: incremented by the flusher.
@@ -238,9 +240,21 @@ pub struct Engine {
     flusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
-fn snapshot_name(id: TableId, lsn: Lsn) -> String {
-    format!("tables/{id:016x}-{lsn:016x}.snap")
+/// Every snapshot write gets a fresh name (`seq` never repeats), so a write
+/// can never overwrite a snapshot that the manifest on disk still names,
+/// whatever happened to the table's id and LSN since (merges keep ids).
+fn snapshot_name(seq: u64) -> String {
+    format!("tables/{seq:016x}.snap")
 }
+
+/// The sequence number in a snapshot name, if it is one.
+fn snapshot_seq(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("tables/")?.strip_suffix(".snap")?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// The one file `initialize` writes before the first manifest.
+const INITIAL_SNAPSHOT_SEQ: u64 = 1;
 
 fn system_now() -> Nanos {
     let d = std::time::SystemTime::now()
@@ -273,8 +287,9 @@ impl Inner {
     }
 
     fn load_table(&self, entry: &TableEntry) -> Result<Table, EngineError> {
-        let mut table = load_table(&*self.store, entry)?;
-        table.index = TableIndex::rebuild(&table);
+        // The index is rebuilt at write-back (Magellan), not here: loading
+        // sits on the path of the first lookup after a restart.
+        let table = load_table(&*self.store, entry)?;
         self.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
         Ok(table)
     }
@@ -379,9 +394,9 @@ impl Inner {
             }
         };
         let id = self.next_table_id.fetch_add(1, Ordering::Relaxed);
-        let mut upper = table.split_off(at, id);
-        table.index = TableIndex::rebuild(table);
-        upper.index = TableIndex::rebuild(&upper);
+        // Both halves start with every row "changed" (queries scan them);
+        // the background write-back rebuilds their indexes off this path.
+        let upper = table.split_off(at, id);
         drop(guard);
         map.insert(at, TableSlot::new(Slot::Loaded(Box::new(upper))));
         self.stats.splits.fetch_add(1, Ordering::Relaxed);
@@ -419,7 +434,6 @@ impl Inner {
             let upper = std::mem::replace(&mut *gb, Slot::OnDisk(placeholder_entry()));
             if let (Slot::Loaded(ta), Slot::Loaded(tb)) = (&mut *ga, upper) {
                 ta.merge(*tb);
-                ta.index = TableIndex::rebuild(ta);
             }
             drop(gb);
             drop(ga);
@@ -489,13 +503,13 @@ impl Inner {
         self.journal
             .wait_durable(lsn)
             .map_err(|_| EngineError::Stopped)?;
-        let file = snapshot_name(table.id, lsn);
+        let file = snapshot_name(self.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
         self.store.put_blob(&file, &bytes).map_err(self.io(&file))?;
         table.snapshot_file = Some(file);
         table.snapshot_lsn = lsn;
         table.first_dirty_lsn = None;
         table.dirty_epoch = None;
-        if table.index.changed_count() > 0 {
+        if !table.index.is_built() || table.index.changed_count() > 0 {
             table.index = TableIndex::rebuild(table);
         }
         self.stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
@@ -666,9 +680,19 @@ impl Engine {
                 what,
             })?,
             None => {
-                let leftovers = store.list("journal/").map_err(io("journal/"))?.len()
-                    + store.list("tables/").map_err(io("tables/"))?.len();
-                if leftovers > 0 {
+                // `initialize` writes the first snapshot, then the manifest;
+                // the journal starts only after that. So with no manifest
+                // and no journal, nothing was ever acknowledged, and a lone
+                // first snapshot is what a crash during initialization
+                // leaves: start over. Anything else is damage.
+                let journal = store.list("journal/").map_err(io("journal/"))?;
+                let tables = store.list("tables/").map_err(io("tables/"))?;
+                let interrupted_init = journal.is_empty()
+                    && tables.len() == 1
+                    && snapshot_seq(&tables[0]) == Some(INITIAL_SNAPSHOT_SEQ);
+                if interrupted_init {
+                    store.delete(&tables[0]).map_err(io(&tables[0]))?;
+                } else if !journal.is_empty() || !tables.is_empty() {
                     return Err(EngineError::Corrupt {
                         file: store.describe(MANIFEST_NAME),
                         what: "the manifest is missing but tables or journal files exist".into(),
@@ -691,6 +715,12 @@ impl Engine {
                 });
             }
         }
+        let next_snapshot_seq = on_disk
+            .iter()
+            .filter_map(|n| snapshot_seq(n))
+            .max()
+            .unwrap_or(0)
+            + 1;
         let map: TableMap = manifest
             .tables
             .iter()
@@ -752,11 +782,6 @@ impl Engine {
                 Slot::OnDisk(e) => e.inodes as i64,
             };
         }
-        for slot in map.values() {
-            if let Slot::Loaded(t) = &mut *slot.state.lock() {
-                t.index = TableIndex::rebuild(t);
-            }
-        }
         let journal = Journal::start(
             Arc::clone(&store),
             config.journal.clone(),
@@ -771,6 +796,7 @@ impl Engine {
             journal,
             high_water: Mutex::new(high_water),
             next_table_id: AtomicU64::new(manifest.next_table_id),
+            next_snapshot_seq: AtomicU64::new(next_snapshot_seq),
             inode_count: AtomicI64::new(inodes),
             checkpoint_lock: Mutex::new(()),
             epoch: AtomicU64::new(1),
@@ -819,7 +845,7 @@ impl Engine {
                 extra: None,
             },
         );
-        let file = snapshot_name(1, 0);
+        let file = snapshot_name(INITIAL_SNAPSHOT_SEQ);
         let io = |name: &str| {
             let file = store.describe(name);
             move |source| EngineError::Io { file, source }

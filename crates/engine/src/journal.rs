@@ -245,6 +245,9 @@ pub fn replay(
             return Err(corrupt(0, "bad segment header".into()));
         }
         let seg_first = le_u64(header, 16).unwrap_or(0);
+        if seg_first == 0 {
+            return Err(corrupt(0, "segment starts at lsn 0".into()));
+        }
         if let Some(exp) = expected_lsn {
             if seg_first != exp {
                 return Err(corrupt(
@@ -260,6 +263,8 @@ pub fn replay(
             let batch = decode_batch(&bytes[at..]).and_then(|b| {
                 if Some(b.first_lsn) != expected_lsn {
                     Err(format!("batch lsn {} out of sequence", b.first_lsn))
+                } else if b.first_lsn.checked_add(b.records.len() as u64).is_none() {
+                    Err(format!("batch lsn {} overflows", b.first_lsn))
                 } else {
                     Ok(b)
                 }
@@ -267,6 +272,7 @@ pub fn replay(
             match batch {
                 Ok(batch) => {
                     for (k, rec) in batch.records.iter().enumerate() {
+                        // Cannot overflow: checked above.
                         let lsn = batch.first_lsn + k as u64;
                         if lsn >= from_lsn {
                             apply(lsn, rec).map_err(|what| {
@@ -298,11 +304,28 @@ pub fn replay(
     Ok(out)
 }
 
+/// Is there a valid batch anywhere at or after `from`? Checksumming every
+/// candidate could be quadratic on a hostile file, so the work is bounded;
+/// when the budget runs out the answer is "yes" — the bad batch is then
+/// reported as corruption, never silently cut.
 fn any_valid_batch_after(bytes: &[u8], from: usize) -> bool {
+    const BUDGET_BYTES: usize = 1 << 30;
     let magic = BATCH_MAGIC.to_le_bytes();
-    (from..bytes.len().saturating_sub(BATCH_HEADER_LEN - 1))
-        .filter(|&i| bytes[i..].starts_with(&magic))
-        .any(|i| decode_batch(&bytes[i..]).is_ok())
+    let mut spent = 0usize;
+    for i in from..bytes.len().saturating_sub(BATCH_HEADER_LEN - 1) {
+        if !bytes[i..].starts_with(&magic) {
+            continue;
+        }
+        let claimed = le_u32(bytes, i + 4).unwrap_or(0) as usize;
+        spent = spent.saturating_add(claimed.min(bytes.len() - i));
+        if spent > BUDGET_BYTES {
+            return true;
+        }
+        if decode_batch(&bytes[i..]).is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 /// How the journal makes records durable.

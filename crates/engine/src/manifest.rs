@@ -62,8 +62,11 @@ impl Manifest {
         if len != content.len() - 12 {
             return Err("manifest length mismatch".into());
         }
-        let m: Manifest =
-            postcard::from_bytes(&content[12..]).map_err(|e| format!("manifest body: {e}"))?;
+        let m: Manifest = match postcard::take_from_bytes(&content[12..]) {
+            Ok((m, [])) => m,
+            Ok((_, extra)) => return Err(format!("manifest has {} trailing bytes", extra.len())),
+            Err(e) => return Err(format!("manifest body: {e}")),
+        };
         m.check()?;
         Ok(m)
     }

@@ -58,9 +58,11 @@ pub fn encode_record(mutations: &[Mutation]) -> Vec<u8> {
 /// Decodes a record payload. Never panics.
 pub fn decode_record(b: &[u8]) -> Result<Vec<Mutation>, String> {
     match b.split_first() {
-        Some((&RECORD_VERSION, rest)) => {
-            postcard::from_bytes(rest).map_err(|e| format!("bad record: {e}"))
-        }
+        Some((&RECORD_VERSION, rest)) => match postcard::take_from_bytes(rest) {
+            Ok((m, [])) => Ok(m),
+            Ok((_, extra)) => Err(format!("record has {} trailing bytes", extra.len())),
+            Err(e) => Err(format!("bad record: {e}")),
+        },
         Some((v, _)) => Err(format!("unknown record version {v}")),
         None => Err("empty record".into()),
     }

@@ -475,8 +475,11 @@ pub fn decode_snapshot(b: &[u8]) -> Result<Snapshot, String> {
     if body_len != (content.len() - SNAPSHOT_HEADER_LEN) as u64 {
         return Err("snapshot body length mismatch".into());
     }
-    let body: SnapshotBody = postcard::from_bytes(&content[SNAPSHOT_HEADER_LEN..])
-        .map_err(|e| format!("snapshot body: {e}"))?;
+    let body: SnapshotBody = match postcard::take_from_bytes(&content[SNAPSHOT_HEADER_LEN..]) {
+        Ok((body, [])) => body,
+        Ok((_, extra)) => return Err(format!("snapshot body has {} trailing bytes", extra.len())),
+        Err(e) => return Err(format!("snapshot body: {e}")),
+    };
     for (s, _) in &body.inodes {
         if !range.contains(*s) {
             return Err(format!("inode {s} outside the table range"));
