@@ -109,8 +109,7 @@ pub fn make_node(
     perm: u32,
     kind: NodeKind,
 ) -> OpResult<Attr> {
-    let mut dir = searchable_dir(txn, cred, parent)?;
-    validate_name(name)?;
+    // do_symlinkat copies the target in (getname) before any lookup.
     if let NodeKind::Symlink { target } = kind {
         if target.is_empty() {
             return Err(FsError::NotFound.into());
@@ -119,6 +118,8 @@ pub fn make_node(
             return Err(FsError::NameTooLong.into());
         }
     }
+    let mut dir = searchable_dir(txn, cred, parent)?;
+    validate_name(name)?;
     if let Some(existing) = txn.dentry(parent, name)? {
         return match kind {
             NodeKind::File { exclusive: false } => {
@@ -143,27 +144,25 @@ pub fn make_node(
             (ftype, rdev)
         }
     };
+    // vfs_mknod: device nodes need CAP_MKNOD, except the whiteout (char 0:0).
+    let is_whiteout = ftype == FileType::CharDevice && rdev == 0;
+    if matches!(ftype, FileType::CharDevice | FileType::BlockDevice)
+        && !is_whiteout
+        && !cred.is_root()
+    {
+        return Err(FsError::Perm.into());
+    }
     if ftype == FileType::Directory && dir.nlink >= LINK_MAX {
         return Err(FsError::TooManyLinks.into());
     }
     // Owner and group as Linux's inode_init_owner (BSD group semantics
     // under a setgid directory).
-    let mut perm = perm & 0o7777;
+    let perm = initial_mode(&dir, cred, ftype, perm);
     let gid = if dir.perm as u32 & S_ISGID != 0 {
-        if ftype == FileType::Directory {
-            perm |= S_ISGID;
-        }
         dir.gid
     } else {
         cred.gid
     };
-    if ftype != FileType::Directory && perm & S_ISGID != 0 && !cred.is_root() && !cred.in_group(gid)
-    {
-        perm &= !S_ISGID;
-    }
-    if ftype == FileType::Symlink {
-        perm = 0o777;
-    }
     let soid = allocate_soid(txn, parent, &dir, ftype)?;
     let now = txn.now;
     let mut inode = Inode {
@@ -204,6 +203,37 @@ pub fn make_node(
         },
     )?;
     Ok(attr)
+}
+
+/// The permission bits of a new inode, as Linux computes them: mkdir keeps
+/// only rwx and sticky (`vfs_mkdir`) and inherits S_ISGID from a setgid
+/// parent (`inode_init_owner`); symlinks are 0777; other nodes keep what
+/// was asked, minus S_ISGID when `mode_strip_sgid` says so.
+fn initial_mode(dir: &Inode, cred: &Credentials, ftype: FileType, perm: u32) -> u32 {
+    let parent_sgid = dir.perm as u32 & S_ISGID != 0;
+    match ftype {
+        FileType::Symlink => 0o777,
+        FileType::Directory => {
+            let mode = perm & (0o777 | sextant_types::S_ISVTX);
+            if parent_sgid {
+                mode | S_ISGID
+            } else {
+                mode
+            }
+        }
+        _ => {
+            let mode = perm & 0o7777;
+            let strip = mode & (S_ISGID | 0o010) == (S_ISGID | 0o010)
+                && parent_sgid
+                && !cred.is_root()
+                && !cred.in_group(dir.gid);
+            if strip {
+                mode & !S_ISGID
+            } else {
+                mode
+            }
+        }
+    }
 }
 
 fn allocate_soid(txn: &mut Txn, parent: Soid, dir: &Inode, ftype: FileType) -> OpResult<Soid> {
@@ -430,9 +460,13 @@ pub fn setattr(txn: &mut Txn, cred: &Credentials, soid: Soid, set: &SetAttr) -> 
         }
     }
     let is_dir = inode.is_dir();
-    let uid_change = set.uid.filter(|u| *u != inode.uid);
-    if uid_change.is_some() && !cred.is_root() {
-        return Err(FsError::Perm.into());
+    // chown_ok: only root may change the owner; the owner may "change" it
+    // to itself (a no-op that still clears set-id bits).
+    if let Some(uid) = set.uid {
+        let owner_keeps_own_uid = cred.uid == inode.uid && uid == inode.uid;
+        if !(cred.is_root() || owner_keeps_own_uid) {
+            return Err(FsError::Perm.into());
+        }
     }
     if let Some(gid) = set.gid {
         let allowed =
@@ -444,15 +478,17 @@ pub fn setattr(txn: &mut Txn, cred: &Credentials, soid: Soid, set: &SetAttr) -> 
     if set.perm.is_some() {
         check_owner(&inode, cred)?;
     }
-    for t in [set.atime, set.mtime].into_iter().flatten() {
-        match t {
-            TimeSet::At(_) => check_owner(&inode, cred)?,
-            TimeSet::Now => {
-                if check_owner(&inode, cred).is_err() {
-                    check_access(&inode, cred, MAY_WRITE)?;
-                }
+    // vfs_utimes: setting both times to "now" (touch) needs ownership or
+    // write permission; anything else is an explicit time update
+    // (ATTR_TIMES_SET) and needs ownership.
+    match (set.atime, set.mtime) {
+        (None, None) => {}
+        (Some(TimeSet::Now), Some(TimeSet::Now)) => {
+            if check_owner(&inode, cred).is_err() {
+                check_access(&inode, cred, MAY_WRITE)?;
             }
         }
+        _ => check_owner(&inode, cred)?,
     }
     // All checks passed: apply.
     if let Some(size) = set.size {
@@ -544,16 +580,16 @@ pub fn rename(
         .dentry(old_parent, old_name)?
         .ok_or(OpError::Fs(FsError::NotFound))?;
     let src_inode = txn.inode_or(src.child, FsError::NotFound)?;
-    // No directory may move beneath itself.
-    if src_inode.is_dir() && is_ancestor(txn, src.child, new_parent)? {
-        return Err(FsError::Invalid.into());
-    }
     let target = txn.dentry(new_parent, new_name)?;
     if flags.noreplace && target.is_some() {
         return Err(FsError::Exists.into());
     }
     if flags.exchange && target.is_none() {
         return Err(FsError::NotFound.into());
+    }
+    // No directory may move beneath itself.
+    if src_inode.is_dir() && is_ancestor(txn, src.child, new_parent)? {
+        return Err(FsError::Invalid.into());
     }
     let target_inode = match &target {
         Some(t) => Some(txn.inode_or(t.child, FsError::NotFound)?),
@@ -696,73 +732,65 @@ fn touch_dir(txn: &mut Txn, dir: Soid, nlink_delta: i64, now: Nanos) -> OpResult
     txn.put_inode(dir, d)
 }
 
-/// The extended-attribute namespaces Linux file systems support.
-enum XattrNs {
-    User,
-    Trusted,
-    Security,
-}
-
-fn xattr_ns(name: &[u8]) -> Result<XattrNs, FsError> {
+/// The syscall-level check of an xattr name (`setxattr`/`getxattr` copy it
+/// in first): empty or longer than 255 bytes is `ERANGE`.
+fn check_xattr_name(name: &[u8]) -> Result<(), FsError> {
     if name.is_empty() || name.len() > XATTR_NAME_MAX {
-        return Err(FsError::Range);
-    }
-    let (ns, rest) = if let Some(r) = name.strip_prefix(b"user.") {
-        (XattrNs::User, r)
-    } else if let Some(r) = name.strip_prefix(b"trusted.") {
-        (XattrNs::Trusted, r)
-    } else if let Some(r) = name.strip_prefix(b"security.") {
-        (XattrNs::Security, r)
+        Err(FsError::Range)
     } else {
-        return Err(FsError::NotSupported);
-    };
-    if rest.is_empty() {
-        return Err(FsError::Invalid);
+        Ok(())
     }
-    Ok(ns)
 }
 
-/// Linux `xattr_permission`.
+/// Linux `xattr_permission`, then the handler lookup (`xattr_resolve_name`):
+/// namespace rules, then ordinary permission, then unknown namespaces
+/// (`EOPNOTSUPP`) and bare prefixes (`EINVAL`).
 fn xattr_permission(inode: &Inode, cred: &Credentials, name: &[u8], write: bool) -> OpResult<()> {
-    match xattr_ns(name)? {
-        XattrNs::Trusted => {
-            if !cred.is_root() {
-                return Err(if write {
-                    FsError::Perm
-                } else {
-                    FsError::NoData
-                }
-                .into());
-            }
+    let denied_ns = || -> OpError {
+        if write {
+            FsError::Perm
+        } else {
+            FsError::NoData
         }
-        XattrNs::Security => {
-            if write && !cred.is_root() {
+        .into()
+    };
+    if name.starts_with(b"trusted.") {
+        if !cred.is_root() {
+            return Err(denied_ns());
+        }
+    } else {
+        if name.starts_with(b"user.") {
+            if !matches!(inode.ftype, FileType::Regular | FileType::Directory) {
+                return Err(denied_ns());
+            }
+            if write
+                && inode.is_dir()
+                && inode.perm as u32 & sextant_types::S_ISVTX != 0
+                && check_owner(inode, cred).is_err()
+            {
                 return Err(FsError::Perm.into());
             }
         }
-        XattrNs::User => {
-            if !matches!(inode.ftype, FileType::Regular | FileType::Directory) {
-                return Err(if write {
-                    FsError::Perm
-                } else {
-                    FsError::NoData
-                }
-                .into());
-            }
-            if write && inode.is_dir() && inode.perm as u32 & sextant_types::S_ISVTX != 0 {
-                // Sticky directories: only the owner may set user xattrs.
-                if !cred.is_root() && cred.uid != inode.uid {
-                    return Err(FsError::Perm.into());
-                }
-            }
-            check_access(inode, cred, if write { MAY_WRITE } else { MAY_READ })?;
-        }
+        check_access(inode, cred, if write { MAY_WRITE } else { MAY_READ })?;
     }
-    Ok(())
+    let suffix = [&b"user."[..], b"trusted.", b"security."]
+        .iter()
+        .find_map(|p| name.strip_prefix(*p));
+    match suffix {
+        None => Err(FsError::NotSupported.into()),
+        Some([]) => Err(FsError::Invalid.into()),
+        // The capability hook (cap_inode_setxattr/removexattr): writing
+        // security.* needs CAP_SYS_ADMIN.
+        Some(_) if write && name.starts_with(b"security.") && !cred.is_root() => {
+            Err(FsError::Perm.into())
+        }
+        Some(_) => Ok(()),
+    }
 }
 
 pub fn getxattr(txn: &mut Txn, cred: &Credentials, soid: Soid, name: &[u8]) -> OpResult<Box<[u8]>> {
     let inode = txn.inode_or(soid, FsError::NotFound)?;
+    check_xattr_name(name)?;
     xattr_permission(&inode, cred, name, false)?;
     inode
         .xattrs()
@@ -793,6 +821,7 @@ pub fn setxattr(
     flags: XattrFlags,
 ) -> OpResult<()> {
     let mut inode = txn.inode_or(soid, FsError::NotFound)?;
+    check_xattr_name(name)?;
     if value.len() > XATTR_SIZE_MAX {
         return Err(FsError::TooBig.into());
     }
@@ -825,6 +854,7 @@ pub fn setxattr(
 
 pub fn removexattr(txn: &mut Txn, cred: &Credentials, soid: Soid, name: &[u8]) -> OpResult<()> {
     let mut inode = txn.inode_or(soid, FsError::NotFound)?;
+    check_xattr_name(name)?;
     xattr_permission(&inode, cred, name, true)?;
     let removed = inode
         .extra
@@ -847,6 +877,10 @@ pub fn resolve_path(
     follow_last: bool,
 ) -> OpResult<Attr> {
     let mut follows = 0usize;
+    // A trailing slash ("/a/") asks for a directory: the last component
+    // must be one, and a symlink there is followed (path_lookupat).
+    let mut must_be_dir = path.ends_with(b"/");
+    let mut follow_last = follow_last || must_be_dir;
     let mut pending: Vec<Vec<u8>> = components(path).rev().map(|c| c.to_vec()).collect();
     let mut cur = Soid::ROOT;
     let mut cur_attr = txn.inode_or(cur, FsError::NotFound)?.attr(cur);
@@ -869,6 +903,10 @@ pub fn resolve_path(
                 return Err(FsError::Loop.into());
             }
             let target = readlink(txn, attr.soid)?;
+            if is_last && target.ends_with(b"/") {
+                must_be_dir = true;
+                follow_last = true;
+            }
             if target.starts_with(b"/") {
                 cur = Soid::ROOT;
                 cur_attr = txn.inode_or(cur, FsError::NotFound)?.attr(cur);
@@ -881,6 +919,9 @@ pub fn resolve_path(
         }
         cur = attr.soid;
         cur_attr = attr;
+    }
+    if must_be_dir && cur_attr.ftype != FileType::Directory {
+        return Err(FsError::NotDir.into());
     }
     Ok(cur_attr)
 }
