@@ -732,9 +732,9 @@ impl Engine {
         let replay_err: Mutex<Option<EngineError>> = Mutex::new(None);
         let outcome = journal::replay(&*store, manifest.replay_from, |lsn, rec| {
             let muts = decode_record(rec)?;
-            for m in &muts {
+            for m in muts {
                 let Some(key) = m.table_key() else {
-                    if let Mutation::HighWater(hw) = m {
+                    if let Mutation::HighWater(hw) = &m {
                         high_water.merge_max(hw);
                     }
                     continue;

@@ -268,12 +268,12 @@ impl Table {
     }
 
     /// Applies one journaled mutation (also used by recovery).
-    pub fn apply(&mut self, m: &Mutation) {
+    pub fn apply(&mut self, m: Mutation) {
         match m {
-            Mutation::PutInode { soid, inode } => self.put_inode(*soid, inode.clone()),
-            Mutation::DeleteInode { soid } => self.delete_inode(*soid),
-            Mutation::PutDentry { parent, dentry } => self.put_dentry(*parent, dentry.clone()),
-            Mutation::DeleteDentry { parent, name } => self.delete_dentry(*parent, name),
+            Mutation::PutInode { soid, inode } => self.put_inode(soid, inode),
+            Mutation::DeleteInode { soid } => self.delete_inode(soid),
+            Mutation::PutDentry { parent, dentry } => self.put_dentry(parent, dentry),
+            Mutation::DeleteDentry { parent, name } => self.delete_dentry(parent, &name),
             Mutation::HighWater(_) => {}
         }
     }

@@ -50,8 +50,10 @@ pub struct Txn<'m> {
     inner: &'m Inner,
     map: &'m BTreeMap<Soid, Arc<TableSlot>>,
     locked: BTreeMap<Soid, MutexGuard<'m, Slot>>,
-    inodes: BTreeMap<Soid, Option<Inode>>,
-    dentries: BTreeMap<(Soid, Box<[u8]>), Option<Dentry>>,
+    /// Write set. An operation touches a handful of keys, so small vectors
+    /// searched linearly beat maps (and lookups allocate nothing).
+    inodes: Vec<(Soid, Option<Inode>)>,
+    dentries: Vec<(Soid, Box<[u8]>, Option<Dentry>)>,
     high_water: Option<GlobalHighWater>,
     /// The operation's timestamp (one per operation, as in Linux).
     pub now: Nanos,
@@ -67,8 +69,8 @@ impl<'m> Txn<'m> {
             inner,
             map,
             locked: BTreeMap::new(),
-            inodes: BTreeMap::new(),
-            dentries: BTreeMap::new(),
+            inodes: Vec::new(),
+            dentries: Vec::new(),
             high_water: None,
             now,
         }
@@ -117,9 +119,38 @@ impl<'m> Txn<'m> {
         self.inner.ensure_loaded(guard).map_err(OpError::Fs)
     }
 
+    fn pending_inode(&self, soid: Soid) -> Option<&Option<Inode>> {
+        self.inodes.iter().find(|(s, _)| *s == soid).map(|(_, v)| v)
+    }
+
+    fn set_inode(&mut self, soid: Soid, v: Option<Inode>) {
+        match self.inodes.iter_mut().find(|(s, _)| *s == soid) {
+            Some(slot) => slot.1 = v,
+            None => self.inodes.push((soid, v)),
+        }
+    }
+
+    fn pending_dentry(&self, parent: Soid, name: &[u8]) -> Option<&Option<Dentry>> {
+        self.dentries
+            .iter()
+            .find(|(p, n, _)| *p == parent && &**n == name)
+            .map(|(_, _, v)| v)
+    }
+
+    fn set_dentry(&mut self, parent: Soid, name: &[u8], v: Option<Dentry>) {
+        match self
+            .dentries
+            .iter_mut()
+            .find(|(p, n, _)| *p == parent && &**n == name)
+        {
+            Some(slot) => slot.2 = v,
+            None => self.dentries.push((parent, Box::from(name), v)),
+        }
+    }
+
     /// The inode `soid` as this transaction sees it.
     pub fn inode(&mut self, soid: Soid) -> OpResult<Option<Inode>> {
-        if let Some(v) = self.inodes.get(&soid) {
+        if let Some(v) = self.pending_inode(soid) {
             return Ok(v.clone());
         }
         Ok(self.table_for(soid)?.inode(soid).cloned())
@@ -133,19 +164,19 @@ impl<'m> Txn<'m> {
     pub fn put_inode(&mut self, soid: Soid, mut inode: Inode) -> OpResult<()> {
         self.table_for(soid)?;
         inode.normalize();
-        self.inodes.insert(soid, Some(inode));
+        self.set_inode(soid, Some(inode));
         Ok(())
     }
 
     pub fn delete_inode(&mut self, soid: Soid) -> OpResult<()> {
         self.table_for(soid)?;
-        self.inodes.insert(soid, None);
+        self.set_inode(soid, None);
         Ok(())
     }
 
     /// The entry `name` in directory `parent`.
     pub fn dentry(&mut self, parent: Soid, name: &[u8]) -> OpResult<Option<Dentry>> {
-        if let Some(v) = self.dentries.get(&(parent, Box::from(name))) {
+        if let Some(v) = self.pending_dentry(parent, name) {
             return Ok(v.clone());
         }
         Ok(self.table_for(parent)?.dentry(parent, name).cloned())
@@ -153,37 +184,27 @@ impl<'m> Txn<'m> {
 
     pub fn put_dentry(&mut self, parent: Soid, dentry: Dentry) -> OpResult<()> {
         self.table_for(parent)?;
-        self.dentries
-            .insert((parent, dentry.name.clone()), Some(dentry));
+        let name = dentry.name.clone();
+        self.set_dentry(parent, &name, Some(dentry));
         Ok(())
     }
 
     pub fn delete_dentry(&mut self, parent: Soid, name: &[u8]) -> OpResult<()> {
         self.table_for(parent)?;
-        self.dentries.insert((parent, Box::from(name)), None);
+        self.set_dentry(parent, name, None);
         Ok(())
     }
 
     /// Does directory `dir` have any entry, as this transaction sees it?
     pub fn has_entries(&mut self, dir: Soid) -> OpResult<bool> {
-        let mut deleted = 0usize;
-        for ((p, _), v) in self.dentries.range((dir, Box::from(&[][..]))..) {
-            if *p != dir {
-                break;
-            }
-            match v {
-                Some(_) => return Ok(true),
-                None => deleted += 1,
-            }
+        let mine = || self.dentries.iter().filter(|(p, _, _)| *p == dir);
+        if mine().any(|(_, _, v)| v.is_some()) {
+            return Ok(true);
         }
-        let pending: Vec<Box<[u8]>> = self
-            .dentries
-            .range((dir, Box::from(&[][..]))..)
-            .take_while(|((p, _), _)| *p == dir)
-            .map(|((_, n), _)| n.clone())
-            .collect();
+        let pending: Vec<Box<[u8]>> = mine().map(|(_, n, _)| n.clone()).collect();
         let table = self.table_for(dir)?;
-        let listed = table.readdir(dir, 0, deleted + 1);
+        // Enough entries to find one this transaction did not delete.
+        let listed = table.readdir(dir, 0, pending.len() + 1);
         Ok(listed.iter().any(|(_, d)| !pending.contains(&d.name)))
     }
 
@@ -218,7 +239,7 @@ impl<'m> Txn<'m> {
                 None => Mutation::DeleteInode { soid },
             });
         }
-        for ((parent, name), v) in std::mem::take(&mut self.dentries) {
+        for (parent, name, v) in std::mem::take(&mut self.dentries) {
             mutations.push(match v {
                 Some(dentry) => Mutation::PutDentry { parent, dentry },
                 None => Mutation::DeleteDentry { parent, name },
@@ -231,11 +252,11 @@ impl<'m> Txn<'m> {
         let mut touched: Vec<Soid> = Vec::new();
         let mut inode_delta = 0i64;
         let epoch = self.inner.epoch();
-        for m in &mutations {
+        for m in mutations {
             let Some(key) = m.table_key() else { continue };
             let (start, _) = self.slot_for(key);
             let table = self.table_for(key)?;
-            match m {
+            match &m {
                 Mutation::PutInode { soid, .. } if table.inode(*soid).is_none() => inode_delta += 1,
                 Mutation::DeleteInode { soid } if table.inode(*soid).is_some() => inode_delta -= 1,
                 _ => {}
@@ -267,22 +288,18 @@ impl SoidSpace for Txn<'_> {
     fn max_used(&mut self, range: SoidRange) -> OpResult<Option<Soid>> {
         let pending = self
             .inodes
-            .range(range.first..=range.last)
-            .rev()
-            .find(|(_, v)| v.is_some())
-            .map(|(s, _)| *s);
+            .iter()
+            .filter(|(s, v)| range.contains(*s) && v.is_some())
+            .map(|(s, _)| *s)
+            .max();
         // Walk tables from the top of the range down.
         let mut key = range.last;
         loop {
             let (start, _) = self.slot_for(key);
             let table = self.table_for(key)?;
             if let Some(found) = table.max_used(range) {
-                let deleted = matches!(self.inodes.get(&found), Some(None));
-                if !deleted {
-                    return Ok(Some(pending.map_or(found, |p| p.max(found))));
-                }
-                // A pending delete of the maximum: be conservative, it is
-                // still "used" until the transaction commits.
+                // A pending delete of the maximum still counts as used
+                // until the transaction commits (conservative).
                 return Ok(Some(pending.map_or(found, |p| p.max(found))));
             }
             if start <= range.first {
@@ -302,7 +319,7 @@ impl SoidSpace for Txn<'_> {
             let table_last = table.range.last;
             let mut candidate = table.min_free(range);
             while let Some(c) = candidate {
-                if !self.inodes.contains_key(&c) {
+                if self.pending_inode(c).is_none() {
                     return Ok(Some(c));
                 }
                 let Some(next) = c.checked_next() else { break };
