@@ -402,45 +402,44 @@ impl Inner {
         self.stats.splits.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Merges neighbouring loaded tables that are both small.
+    /// Merges one pair of neighbouring tables that are both small, loaded
+    /// or not (cold small tables are the usual case: they were emptied and
+    /// then evicted). One merge per call keeps the exclusive map lock
+    /// short; the flusher calls again on its next tick.
     fn merge_small_neighbours(&self) {
-        let small = |t: &Table| {
-            t.inode_count() < self.config.table_inode_limit / 8
-                && t.dir_count() < self.config.table_dir_limit / 8
+        let inode_small = self.config.table_inode_limit / 8;
+        let dir_small = self.config.table_dir_limit / 8;
+        // (inodes, directories); an on-disk table's directory count is not
+        // known without loading it, but it is at most its inode count.
+        let size = |slot: &Slot| match slot {
+            Slot::Loaded(t) => (t.inode_count(), t.dir_count()),
+            Slot::OnDisk(e) => (e.inodes as usize, e.inodes as usize),
         };
+        let small = |(inodes, dirs): (usize, usize)| inodes < inode_small && dirs < dir_small;
         let mut map = self.tables.write();
         let starts: Vec<Soid> = map.keys().copied().collect();
-        let mut i = 0;
-        while i + 1 < starts.len() {
-            let (a, b) = (starts[i], starts[i + 1]);
-            let (Some(sa), Some(sb)) = (map.get(&a).cloned(), map.get(&b).cloned()) else {
-                i += 1;
+        for pair in starts.windows(2) {
+            let (Some(sa), Some(sb)) = (map.get(&pair[0]).cloned(), map.get(&pair[1]).cloned())
+            else {
                 continue;
             };
             let mut ga = sa.state.lock();
             let mut gb = sb.state.lock();
-            let mergeable = match (&*ga, &*gb) {
-                (Slot::Loaded(ta), Slot::Loaded(tb)) => {
-                    small(ta)
-                        && small(tb)
-                        && ta.inode_count() + tb.inode_count() < self.config.table_inode_limit / 4
-                }
-                _ => false,
-            };
-            if !mergeable {
-                i += 1;
+            let (na, nb) = (size(&ga), size(&gb));
+            if !(small(na) && small(nb) && na.0 + nb.0 < self.config.table_inode_limit / 4) {
+                continue;
+            }
+            if self.ensure_loaded(&mut ga).is_err() || self.ensure_loaded(&mut gb).is_err() {
                 continue;
             }
             let upper = std::mem::replace(&mut *gb, Slot::OnDisk(placeholder_entry()));
-            if let (Slot::Loaded(ta), Slot::Loaded(tb)) = (&mut *ga, upper) {
-                ta.merge(*tb);
+            if let (Slot::Loaded(lower), Slot::Loaded(upper)) = (&mut *ga, upper) {
+                lower.merge(*upper);
             }
             drop(gb);
             drop(ga);
-            map.remove(&b);
+            map.remove(&pair[1]);
             self.stats.merges.fetch_add(1, Ordering::Relaxed);
-            // One merge per pass keeps the exclusive lock short; the
-            // flusher comes back on its next tick.
             return;
         }
     }
