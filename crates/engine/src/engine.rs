@@ -217,8 +217,6 @@ pub(crate) struct Inner {
     epoch: AtomicU64,
     journal_bytes_at_checkpoint: AtomicU64,
     failed: AtomicBool,
-    shutdown: Mutex<bool>,
-    shutdown_cv: parking_lot::Condvar,
     stats: Counters,
 }
 
@@ -237,7 +235,32 @@ struct Counters {
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
-    flusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// Shared by user handles only: when the last one goes, the flusher
+    /// thread is stopped and joined (it holds only a weak reference).
+    flusher: Arc<Flusher>,
+}
+
+/// The background flusher thread and its stop signal.
+#[derive(Default)]
+struct Flusher {
+    stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Flusher {
+    fn stop(&self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// Every snapshot write gets a fresh name (`seq` never repeats), so a write
@@ -801,24 +824,23 @@ impl Engine {
             epoch: AtomicU64::new(1),
             journal_bytes_at_checkpoint: AtomicU64::new(0),
             failed: AtomicBool::new(false),
-            shutdown: Mutex::new(false),
-            shutdown_cv: parking_lot::Condvar::new(),
             stats: Counters::default(),
         });
         let engine = Engine {
             inner: Arc::clone(&inner),
-            flusher: Arc::new(Mutex::new(None)),
+            flusher: Arc::new(Flusher::default()),
         };
         if let Some(interval) = flush_interval {
             let weak = Arc::downgrade(&inner);
+            let stop = Arc::clone(&engine.flusher.stop);
             let handle = std::thread::Builder::new()
                 .name("sextant-flusher".into())
-                .spawn(move || flusher_loop(weak, interval))
+                .spawn(move || flusher_loop(weak, stop, interval))
                 .map_err(|source| EngineError::Io {
                     file: "flusher thread".into(),
                     source,
                 })?;
-            *engine.flusher.lock() = Some(handle);
+            *engine.flusher.thread.lock() = Some(handle);
         }
         Ok(engine)
     }
@@ -1120,16 +1142,8 @@ impl Engine {
 
     /// Stops the flusher, writes everything back and closes the journal.
     pub fn close(self) -> Result<(), EngineError> {
-        self.stop_flusher();
+        self.flusher.stop();
         self.sync()
-    }
-
-    fn stop_flusher(&self) {
-        *self.inner.shutdown.lock() = true;
-        self.inner.shutdown_cv.notify_all();
-        if let Some(h) = self.flusher.lock().take() {
-            let _ = h.join();
-        }
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -1166,33 +1180,30 @@ impl Engine {
     }
 }
 
-fn flusher_loop(inner: Weak<Inner>, interval: Duration) {
+/// Runs flusher ticks until stopped. Holds the engine only during a tick,
+/// so dropping the last handle is never delayed by a sleeping flusher.
+fn flusher_loop(
+    inner: Weak<Inner>,
+    stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
+    interval: Duration,
+) {
     loop {
-        let Some(engine) = inner.upgrade() else {
-            return;
-        };
         {
-            let mut stop = engine.shutdown.lock();
-            if !*stop {
-                engine.shutdown_cv.wait_for(&mut stop, interval);
+            let mut stopped = stop.0.lock();
+            if !*stopped {
+                stop.1.wait_for(&mut stopped, interval);
             }
-            if *stop {
+            if *stopped {
                 return;
             }
         }
+        let Some(engine) = inner.upgrade() else {
+            return;
+        };
         if let Err(e) = engine.flush_tick() {
             eprintln!("sextant: background write-back failed, stopping: {e}");
             engine.failed.store(true, Ordering::Release);
             return;
-        }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        // The last handle stops the flusher (it holds only a weak reference).
-        if Arc::strong_count(&self.inner) == 1 {
-            self.stop_flusher();
         }
     }
 }

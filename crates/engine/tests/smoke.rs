@@ -128,3 +128,25 @@ fn recovers_after_clean_close_and_after_crash() {
     assert!(e.statfs().tables > 1);
     assert!(store.list("journal/").unwrap().len() <= 2);
 }
+
+/// Regression (found by the benchmarks): dropping the last handle without
+/// `close()` must stop the flusher at once, releasing the directory lock,
+/// so the store can be opened again right away.
+#[test]
+fn dropping_the_last_handle_releases_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        flush_interval: Some(std::time::Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    let e = Engine::open_dir(dir.path(), cfg.clone()).unwrap();
+    let e2 = e.clone();
+    e.mkdir(&Credentials::root(), Soid::ROOT, b"d", 0o755)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    drop(e);
+    drop(e2);
+    let e = Engine::open_dir(dir.path(), cfg).expect("lock released");
+    e.lookup(&Credentials::root(), Soid::ROOT, b"d").unwrap();
+}
