@@ -657,3 +657,290 @@ fn search_equals_brute_force() {
         panic!("{e}");
     }
 }
+
+// ---- freshness, leaks, pruning -------------------------------------------------
+
+fn names_found(e: &Engine, cred: &Credentials, scope: Scope<'_>, expr: &Expr) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = e
+        .search_collect(cred, scope, expr, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.path)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A search sees every mutation acknowledged before it started, while
+/// another thread keeps mutating (and splitting tables).
+#[test]
+fn search_sees_mutations_acknowledged_before_it_started() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 4, 40)).unwrap();
+    let root = Credentials::root();
+    let d = e
+        .mkdir(&root, Soid::ROOT, b"d", 0o755)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<(u32, Soid)>();
+    let writer = {
+        let e = e.clone();
+        std::thread::spawn(move || {
+            let root = Credentials::root();
+            for i in 0..150u32 {
+                let sub = e
+                    .mkdir(&root, d.soid, format!("s{i}").as_bytes(), 0o755)
+                    .unwrap()
+                    .wait(&e)
+                    .unwrap();
+                let f = e
+                    .create(&root, sub.soid, format!("f{i}.dat").as_bytes(), 0o644, true)
+                    .unwrap()
+                    .wait(&e)
+                    .unwrap();
+                tx.send((i, f.soid)).unwrap();
+            }
+        })
+    };
+    let mut renamed = 0;
+    for (i, soid) in rx {
+        // Acknowledged: the search must see it.
+        let name = format!("f{i}.dat");
+        let hits = names_found(&e, &root, Scope::Path(b"/d"), &Expr::name(name.as_bytes()));
+        assert_eq!(hits, vec![format!("/d/s{i}/{name}").into_bytes()]);
+        // A rename acknowledged just now moves it; a chmod changes it.
+        if i % 10 == 0 {
+            e.rename(
+                &root,
+                e.getattr(soid).unwrap().parent,
+                name.as_bytes(),
+                d.soid,
+                name.as_bytes(),
+                RenameFlags::default(),
+            )
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+            let hits = names_found(&e, &root, Scope::Soid(d.soid), &Expr::name(name.as_bytes()));
+            assert_eq!(hits, vec![format!("/d/{name}").into_bytes()]);
+            let set = SetAttr {
+                perm: Some(0o600),
+                ..Default::default()
+            };
+            e.setattr(&root, soid, &set).unwrap().wait(&e).unwrap();
+            let q = Expr::and(
+                Expr::name(name.as_bytes()),
+                Expr::Pred(Pred::Perm(PermMatch::Exact(0o600))),
+            );
+            assert_eq!(names_found(&e, &root, Scope::Soid(d.soid), &q).len(), 1);
+            e.unlink(&root, d.soid, name.as_bytes())
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+            assert!(
+                names_found(&e, &root, Scope::Soid(d.soid), &Expr::name(name.as_bytes()))
+                    .is_empty()
+            );
+            renamed += 1;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(renamed, 15);
+    assert!(e.statfs().tables > 10, "{} tables", e.statfs().tables);
+}
+
+/// Nothing below a directory the caller cannot list leaks: not names, not
+/// counts, not sizes; the directory itself is listed (its parent is
+/// readable), as find would.
+#[test]
+fn nothing_leaks_from_unlistable_directories() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 2, 6)).unwrap();
+    let root = Credentials::root();
+    let mk = |p: Soid, n: &[u8], perm: u32| {
+        let a = e.mkdir(&root, p, n, 0o755).unwrap().wait(&e).unwrap();
+        let set = SetAttr {
+            perm: Some(perm),
+            uid: Some(1),
+            gid: Some(10),
+            ..Default::default()
+        };
+        e.setattr(&root, a.soid, &set).unwrap().wait(&e).unwrap();
+        a.soid
+    };
+    let file = |p: Soid, n: &[u8], size: u64| {
+        let a = e
+            .create(&root, p, n, 0o644, true)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        let set = SetAttr {
+            size: Some(size),
+            ..Default::default()
+        };
+        e.setattr(&root, a.soid, &set).unwrap().wait(&e).unwrap();
+        a.soid
+    };
+    let open = mk(Soid::ROOT, b"open", 0o755);
+    file(open, b"visible.txt", 10);
+    // Owner-only; read without search; search without read.
+    let secret = mk(Soid::ROOT, b"secret", 0o700);
+    let r_only = mk(Soid::ROOT, b"r_only", 0o744);
+    let x_only = mk(open, b"x_only", 0o711);
+    for (i, d) in [secret, r_only, x_only].into_iter().enumerate() {
+        file(d, format!("hidden{i}.txt").as_bytes(), 1 << 40);
+        let sub = mk(d, b"deeper", 0o777);
+        file(sub, b"hidden_deep.txt", 1 << 41);
+    }
+    // A readable directory moved under an unreadable one stays hidden.
+    let moved = mk(Soid::ROOT, b"moved", 0o777);
+    file(moved, b"moved_file.txt", 1 << 42);
+    e.rename(
+        &root,
+        Soid::ROOT,
+        b"moved",
+        secret,
+        b"moved",
+        RenameFlags::default(),
+    )
+    .unwrap()
+    .wait(&e)
+    .unwrap();
+    // And a hard link from a hidden file into the open directory is visible
+    // through that path only.
+    let h = e.lookup(&root, secret, b"hidden0.txt").unwrap().soid;
+    e.link(&root, h, open, b"alias.txt")
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    e.sync().unwrap();
+
+    let other = Credentials::user(2, 20);
+    let all = names_found(&e, &other, Scope::Soid(Soid::ROOT), &Expr::True);
+    let want: Vec<Vec<u8>> = [
+        "/",
+        "/open",
+        "/open/alias.txt",
+        "/open/visible.txt",
+        "/open/x_only",
+        "/r_only",
+        "/secret",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    assert_eq!(all, want);
+    for q in [
+        Expr::name(b"hidden*"),
+        Expr::name(b"*deep*"),
+        Expr::name(b"moved_file.txt"),
+        Expr::Pred(Pred::Size {
+            lo: 1 << 30,
+            hi: u64::MAX,
+        }),
+        Expr::Pred(Pred::Depth { min: 2, max: 9 }),
+    ] {
+        let hits = e
+            .search_collect(&other, Scope::Soid(Soid::ROOT), &q, usize::MAX)
+            .unwrap();
+        let ok = hits.iter().all(|h| want.contains(&h.path));
+        assert!(ok, "{q:?}: {hits:?}");
+    }
+    let agg = e
+        .search_aggregate(&other, Scope::Soid(Soid::ROOT), &Expr::True, GroupBy::Uid)
+        .unwrap();
+    assert_eq!(agg.total.count, 7);
+    assert_eq!(
+        agg.total.size,
+        10 + (1 << 40)
+            + e.getattr(Soid::ROOT).unwrap().size
+            + [open, secret, r_only, x_only]
+                .iter()
+                .map(|s| e.getattr(*s).unwrap().size)
+                .sum::<u64>()
+    );
+    // Scoped inside an unlistable directory: only the directory itself.
+    assert_eq!(
+        names_found(&e, &other, Scope::Soid(secret), &Expr::True),
+        vec![b"/secret".to_vec()]
+    );
+    // The owner sees it all; a path scope through it needs search permission.
+    let owner = Credentials::user(1, 10);
+    assert!(names_found(&e, &owner, Scope::Path(b"/secret"), &Expr::True).len() >= 6);
+    assert_eq!(
+        e.search_collect(
+            &other,
+            Scope::Path(b"/secret/deeper"),
+            &Expr::True,
+            usize::MAX
+        )
+        .unwrap_err(),
+        FsError::Access
+    );
+    // Root sees everything.
+    let everything = names_found(
+        &e,
+        &Credentials::root(),
+        Scope::Soid(Soid::ROOT),
+        &Expr::True,
+    );
+    assert!(everything.contains(&b"/secret/moved/moved_file.txt".to_vec()));
+}
+
+/// Selective queries on indexed tables skip most tables by their filters.
+#[test]
+fn filters_prune_tables() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 4, 200)).unwrap();
+    let root = Credentials::root();
+    for d in 0..40u32 {
+        let dir = e
+            .mkdir(&root, Soid::ROOT, format!("u{d}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        for f in 0..12u32 {
+            let a = e
+                .create(
+                    &root,
+                    dir.soid,
+                    format!("f{f}.{}", ["c", "h", "log"][(d % 3) as usize]).as_bytes(),
+                    0o644,
+                    true,
+                )
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+            let set = SetAttr {
+                uid: Some(1000 + d),
+                size: Some(u64::from(d) * 1000 + u64::from(f)),
+                ..Default::default()
+            };
+            e.setattr(&root, a.soid, &set).unwrap().wait(&e).unwrap();
+        }
+    }
+    e.sync().unwrap();
+    let tables = e.statfs().tables;
+    assert!(tables >= 8, "{tables} tables");
+    for (q, want) in [
+        (Expr::Pred(Pred::Uid { lo: 1017, hi: 1017 }), 12),
+        (
+            Expr::and(
+                Expr::Pred(Pred::Size {
+                    lo: 30_000,
+                    hi: 30_005,
+                }),
+                Expr::name(b"*.c"),
+            ),
+            6,
+        ),
+        (Expr::name(b"no_such_name"), 0),
+    ] {
+        let (hits, stats) = search(&e, &root, Soid::ROOT, &q);
+        assert_eq!(hits.len(), want, "{q:?}");
+        assert_eq!(rows(&hits), rows(&brute(&e, &root, Soid::ROOT, &q, None)));
+        eprintln!(
+            "{q:?}: {} of {} tables pruned, {} candidates",
+            stats.tables_pruned, stats.tables, stats.candidates
+        );
+        assert!(stats.tables_pruned * 10 >= stats.tables * 7, "{stats:?}");
+    }
+}

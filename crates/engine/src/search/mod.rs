@@ -285,6 +285,9 @@ fn may_list(inode: &Inode, cred: &Credentials) -> bool {
     inode.is_dir() && check_access(inode, cred, MAY_READ | MAY_EXEC).is_ok()
 }
 
+/// A directory's (parent, name, listable by the caller).
+type DirInfo = (Soid, Box<[u8]>, bool);
+
 /// Longest parent chain followed before giving up (a chain that long, or
 /// a cycle, can only be an artefact of concurrent renames).
 const MAX_CHAIN: usize = 1 << 16;
@@ -299,7 +302,7 @@ struct Search<'a> {
 impl Search<'_> {
     /// Reads one directory's (parent, name, listable), `None` if it is gone
     /// or not a directory.
-    fn read_dir(&mut self, d: Soid) -> Result<Option<(Soid, Box<[u8]>, bool)>, FsError> {
+    fn read_dir(&mut self, d: Soid) -> Result<Option<DirInfo>, FsError> {
         self.stats.dir_reads += 1;
         let cred = self.cred;
         let (_, info) = self.engine.with_table_holding(d, |t| {
