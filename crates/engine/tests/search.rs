@@ -597,6 +597,11 @@ fn run_case(
         } else {
             dirs[q.scope % dirs.len()]
         };
+        if !ns.dirs.contains(&scope) && link_paths(&ns.e, scope).len() > 1 {
+            // A hard-linked file as the scope is named by its primary link,
+            // which the public API does not reveal.
+            continue;
+        }
         let (got, stats) = search(&ns.e, &cred, scope, &expr);
         let hint = got.iter().find(|h| h.depth == 0).map(|h| &h.path[..]);
         let want = brute(&ns.e, &cred, scope, &expr, hint);
