@@ -1207,3 +1207,66 @@ fn flusher_loop(
         }
     }
 }
+
+// ---- search (crate::search) -----------------------------------------------
+
+impl Engine {
+    /// Runs a `find`-like search from `scope` as `cred`, calling `visit` with
+    /// each hit (outside every engine lock) until it breaks or `limit` hits
+    /// were reported (`usize::MAX`: no limit). See [`crate::search`] for
+    /// semantics, permissions and consistency.
+    pub fn search(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        limit: usize,
+        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+    ) -> Result<crate::search::SearchStats, FsError> {
+        crate::search::run(self, cred, scope, expr, limit, visit)
+    }
+
+    /// [`Engine::search`], collecting up to `limit` hits.
+    pub fn search_collect(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        limit: usize,
+    ) -> Result<Vec<crate::search::SearchHit>, FsError> {
+        let mut hits = Vec::new();
+        self.search(cred, scope, expr, limit, |h| {
+            hits.push(h);
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(hits)
+    }
+
+    /// Count and total size of the matches of a search, grouped by `by`.
+    pub fn search_aggregate(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        by: crate::search::GroupBy,
+    ) -> Result<crate::search::Aggregation, FsError> {
+        crate::search::aggregate(self, cred, scope, expr, by)
+    }
+
+    /// Calls `f` on the table holding `key` (loading it), holding the table
+    /// map shared and that one table's lock, and returns the table's range
+    /// with `f`'s result.
+    pub(crate) fn with_table_holding<T>(
+        &self,
+        key: Soid,
+        f: impl FnOnce(&Table) -> T,
+    ) -> Result<(SoidRange, T), FsError> {
+        self.inner.check_alive()?;
+        let map = self.inner.tables.read();
+        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
+        slot.touch(self.inner.epoch());
+        let mut guard = slot.state.lock();
+        let table = self.inner.ensure_loaded(&mut guard)?;
+        Ok((table.range, f(table)))
+    }
+}

@@ -23,6 +23,7 @@ pub mod manifest;
 pub mod namespace;
 pub mod perm;
 pub mod record;
+pub mod search;
 pub mod soid;
 pub mod store;
 pub mod table;

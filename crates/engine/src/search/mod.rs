@@ -1,0 +1,598 @@
+//! Metadata search: `find`-like queries answered from the tables' indexes
+//! (DESIGN.md: "which files under /proj does uid 3704 own that are over
+//! 1 GB and changed this week?").
+//!
+//! - [`query`]: the expression tree ([`Expr`], [`Pred`]) and its exact
+//!   evaluator.
+//! - [`plan`]: the constraints every match satisfies ([`Plan`]), handed to
+//!   the per-table index ([`crate::index::IndexQuery`]) to prune.
+//! - this module: execution ([`Engine::search`]), hits, aggregations.
+//!
+//! # Results
+//!
+//! A search from scope root `S` reports one [`SearchHit`] per *path* below
+//! `S` (and `S` itself, at depth 0) whose entry matches the expression —
+//! exactly the paths `find S ...` would print, run by the caller, except for
+//! order (table order, not directory order). Hard-linked files appear once
+//! per link inside the scope. Paths are absolute, built from the parent
+//! chain (directory `name`/`parent` fields and each link's name), so they are
+//! canonical even when the scope was given through a symlink. The scope
+//! root's own name is the last component of that path (`/` for the root).
+//!
+//! # Scope: exact ancestry, never locality
+//!
+//! Child-closest SOIDs put a subtree in [`SoidLayout::subtree_range`] of its
+//! root, but that is not a guarantee: a directory renamed into the scope
+//! keeps its SOID (and its whole subtree keeps theirs), a file moved in
+//! keeps its SOID, hard links put one inode under several directories, and
+//! overflow (too-deep roots, too-wide buckets, the catch-all region) puts
+//! children of a directory far from it. Conversely, things moved *out* of a
+//! directory still have SOIDs inside its range. So membership is decided
+//! only by ancestry: a candidate's link `(parent, name)` is in scope iff
+//! walking `parent`, `parent.parent`, ... (directories have exactly one
+//! parent) reaches `S`. Each directory's status (out of scope, or in scope
+//! at depth d with its path and visibility) is computed once per search and
+//! memoised, so the walks cost O(directories touched), not O(depth × hits).
+//!
+//! Table pruning by SOID range is **not** done: it would need a guarantee
+//! the layout does not give (see above) and the engine maintains nothing
+//! that would supply it, so every table is visited and pruning comes from
+//! each table's Bloom filters ([`crate::index::TableIndex::may_match`]: the
+//! table is skipped without touching a row) and K-D tree (only rows in the
+//! query box are read). What would make range pruning exact is a per-table
+//! *exit set* — the directories outside the table that the parent chains of
+//! its inodes first reach (for a child-closest table, usually one or two) —
+//! kept with the index; a table whose exits do not lead into `S` and which
+//! does not contain `S` cannot hold a match. That is an engine change
+//! (maintained on every link change), proposed, not built.
+//!
+//! # Permissions
+//!
+//! The caller sees what GNU find run by the caller would list: `S` itself,
+//! and an entry below it only if the caller has read *and* search
+//! permission ([`check_access`] with `MAY_READ | MAY_EXEC`) on every
+//! directory from `S` down to the entry's parent (root passes on
+//! directories). The rule is applied before an entry is evaluated, counted
+//! or aggregated, so nothing under a directory the caller cannot list leaks:
+//! not names, not counts, not sizes. Resolving a path scope checks search
+//! permission on its components like any lookup; a SOID scope is taken as
+//! given (like an open directory handle). Attributes and extended attributes
+//! of visible entries are matched as metadata (the index reads them as the
+//! server, as `find`'s `stat` would).
+//!
+//! # Execution, locks and consistency
+//!
+//! Tables are visited by a SOID cursor: take the table holding the cursor
+//! (under the table map's shared lock and that table's lock only), collect
+//! its candidates (index pruning, then [`IndexQuery::matches`] and the
+//! expression evaluated with the path unknown), release, then resolve the
+//! candidates' ancestry with fresh single-table reads of directories, then
+//! re-read the surviving candidates' table once more and re-check each
+//! exactly (the inode still exists, still has that link, still matches),
+//! release, and only then hand the hits to the caller's callback (which may
+//! call back into the engine). Then the cursor moves past the table's range.
+//! At most one table lock is held at any time, so there is no lock-order
+//! question with transactions (which lock in SOID order), and the table map
+//! is never held across a callback (its lock is not reentrant).
+//!
+//! Because the map always partitions the SOID space, the cursor visits every
+//! SOID exactly once even while tables split or merge under it.
+//!
+//! Freshness: a mutation applies its writes to the tables *before* its
+//! transaction releases the table locks and returns ([`crate::txn`]), and the
+//! search takes each table's lock after it started; so every mutation whose
+//! call returned before the search started is seen (acknowledged ones a
+//! fortiori).
+//!
+//! Consistency under concurrent mutation is per entry, like `find`'s (which
+//! also reads each directory at a different moment): each hit's attributes
+//! and link are as of one read of its inode during the search, each
+//! directory on its path as of one read during the search (memoised, so one
+//! per directory per search). An entry whose inode and ancestors are not
+//! changed during the search is reported iff it matches; an entry changed
+//! concurrently may be reported in its old or new state or (when it moves
+//! between tables or directories while the search runs) missed or reported
+//! twice. It is not a snapshot of the namespace.
+//!
+//! Parallelism: the per-table collect step is independent per table and is
+//! where a parallel version would fan out (one worker per table range,
+//! directory memo shared behind a lock); the metadata server will fan out
+//! per table across servers the same way.
+//!
+//! [`SoidLayout::subtree_range`]: crate::soid::SoidLayout::subtree_range
+//! [`check_access`]: crate::perm::check_access
+//! [`IndexQuery::matches`]: crate::index::IndexQuery::matches
+
+pub mod plan;
+pub mod query;
+
+pub use plan::{plan, Plan};
+pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
+
+use crate::engine::Engine;
+use crate::inode::Inode;
+use crate::perm::{check_access, MAY_EXEC, MAY_READ};
+use crate::table::Table;
+use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::rc::Rc;
+
+/// Where a search starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    /// An absolute path, resolved by the caller (symlinks followed except in
+    /// the last component, as `find -P` treats its starting point).
+    Path(&'a [u8]),
+    /// A directory (or any inode) by SOID.
+    Soid(Soid),
+}
+
+/// One matching path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchHit {
+    /// Absolute path.
+    pub path: Vec<u8>,
+    pub soid: Soid,
+    pub attr: Attr,
+    /// Depth below the scope root (0: the root itself).
+    pub depth: u32,
+}
+
+impl SearchHit {
+    /// The last component (`/` for the root).
+    pub fn name(&self) -> &[u8] {
+        if self.path == b"/" {
+            return b"/";
+        }
+        match self.path.iter().rposition(|&c| c == b'/') {
+            Some(i) => &self.path[i + 1..],
+            None => &self.path,
+        }
+    }
+
+    /// The directory part of the path (`/` for entries of the root and for
+    /// the root itself).
+    pub fn dir(&self) -> &[u8] {
+        match self.path.iter().rposition(|&c| c == b'/') {
+            Some(0) | None => b"/",
+            Some(i) => &self.path[..i],
+        }
+    }
+}
+
+/// What a search did, for tests, benchmarks and `EXPLAIN`-like output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    /// Tables visited by the cursor.
+    pub tables: usize,
+    /// Tables skipped by their Bloom filters without reading a row.
+    pub tables_pruned: usize,
+    /// Rows the K-D trees (and changed-row sets) reported.
+    pub candidates: usize,
+    /// Links that passed the index query and the path-free evaluation.
+    pub links_checked: usize,
+    /// Directory inodes read to resolve ancestry.
+    pub dir_reads: usize,
+    pub hits: usize,
+}
+
+/// Grouping for [`Engine::search_aggregate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    Uid,
+    Gid,
+    Type,
+    /// Bytes after the last `.` of the name (empty without `.`).
+    Extension,
+    /// The directory part of the path.
+    Directory,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GroupKey {
+    Uid(u32),
+    Gid(u32),
+    Type(FileType),
+    Extension(Box<[u8]>),
+    Directory(Box<[u8]>),
+}
+
+/// Count and total size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub count: u64,
+    pub size: u64,
+}
+
+/// Matches grouped. Counted per path, like `find ... | wc -l` (a file with
+/// two links in scope counts twice).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aggregation {
+    pub groups: BTreeMap<GroupKey, Totals>,
+    pub total: Totals,
+}
+
+impl GroupBy {
+    pub fn key(self, hit: &SearchHit) -> GroupKey {
+        match self {
+            GroupBy::Uid => GroupKey::Uid(hit.attr.uid),
+            GroupBy::Gid => GroupKey::Gid(hit.attr.gid),
+            GroupBy::Type => GroupKey::Type(hit.attr.ftype),
+            GroupBy::Extension => {
+                let n = hit.name();
+                let ext = match n.iter().rposition(|&c| c == b'.') {
+                    Some(i) => &n[i + 1..],
+                    None => &[],
+                };
+                GroupKey::Extension(ext.into())
+            }
+            GroupBy::Directory => GroupKey::Directory(hit.dir().into()),
+        }
+    }
+}
+
+impl Aggregation {
+    pub fn add(&mut self, by: GroupBy, hit: &SearchHit) {
+        let t = self.groups.entry(by.key(hit)).or_default();
+        t.count += 1;
+        t.size += hit.attr.size;
+        self.total.count += 1;
+        self.total.size += hit.attr.size;
+    }
+}
+
+/// A directory's place relative to the scope.
+#[derive(Clone, Debug)]
+enum Status {
+    Out,
+    In {
+        depth: u32,
+        /// Entries of this directory are visible to the caller.
+        visible: bool,
+        path: Rc<[u8]>,
+    },
+}
+
+/// A candidate inode of one table and its links that may match.
+struct Cand {
+    soid: Soid,
+    inode: Inode,
+    dir_has_entries: bool,
+    links: Vec<(Soid, Box<[u8]>)>,
+}
+
+/// A link confirmed in scope and visible, matching as of the collect step.
+struct Pending {
+    soid: Soid,
+    parent: Soid,
+    name: Box<[u8]>,
+    path: Vec<u8>,
+    depth: u32,
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    p.extend_from_slice(dir);
+    if dir != b"/" {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+fn may_list(inode: &Inode, cred: &Credentials) -> bool {
+    inode.is_dir() && check_access(inode, cred, MAY_READ | MAY_EXEC).is_ok()
+}
+
+/// A directory's (parent, name, listable by the caller).
+type DirInfo = (Soid, Box<[u8]>, bool);
+
+/// Longest parent chain followed before giving up (a chain that long, or
+/// a cycle, can only be an artefact of concurrent renames).
+const MAX_CHAIN: usize = 1 << 16;
+
+struct Search<'a> {
+    engine: &'a Engine,
+    cred: &'a Credentials,
+    memo: HashMap<Soid, Status>,
+    stats: SearchStats,
+}
+
+impl Search<'_> {
+    /// Reads one directory's (parent, name, listable), `None` if it is gone
+    /// or not a directory.
+    fn read_dir(&mut self, d: Soid) -> Result<Option<DirInfo>, FsError> {
+        self.stats.dir_reads += 1;
+        let cred = self.cred;
+        let (_, info) = self.engine.with_table_holding(d, |t| {
+            t.inode(d)
+                .filter(|i| i.is_dir())
+                .map(|i| (i.parent, i.name.clone(), may_list(i, cred)))
+        })?;
+        Ok(info)
+    }
+
+    /// The status of directory `d`, walking up until a memoised directory,
+    /// the root, or a dead end.
+    fn status(&mut self, d: Soid) -> Result<Status, FsError> {
+        let mut chain: Vec<(Soid, Box<[u8]>, bool)> = Vec::new();
+        let mut seen: HashSet<Soid> = HashSet::new();
+        let mut cur = d;
+        let mut base = loop {
+            if let Some(st) = self.memo.get(&cur) {
+                break st.clone();
+            }
+            if chain.len() >= MAX_CHAIN || !seen.insert(cur) {
+                break Status::Out;
+            }
+            let Some((parent, name, ok)) = self.read_dir(cur)? else {
+                break Status::Out;
+            };
+            chain.push((cur, name, ok));
+            if cur == Soid::ROOT {
+                // The root is in scope only as the scope (memoised).
+                break Status::Out;
+            }
+            cur = parent;
+        };
+        while let Some((soid, name, ok)) = chain.pop() {
+            base = match base {
+                Status::Out => Status::Out,
+                Status::In {
+                    depth,
+                    visible,
+                    path,
+                } => Status::In {
+                    depth: depth.saturating_add(1),
+                    visible: visible && ok,
+                    path: join(&path, &name).into(),
+                },
+            };
+            self.memo.insert(soid, base.clone());
+        }
+        Ok(base)
+    }
+}
+
+/// The candidates of one table (under its lock).
+fn collect(t: &Table, plan: &Plan, expr: &Expr, scope: Soid, stats: &mut SearchStats) -> Vec<Cand> {
+    let q = &plan.query;
+    let mut out = Vec::new();
+    if !t.index.may_match(q) {
+        stats.tables_pruned += 1;
+        return out;
+    }
+    t.index.candidates(t, q, |row| {
+        let Some((soid, inode)) = t.row(row) else {
+            return;
+        };
+        stats.candidates += 1;
+        if *soid == scope || !q.matches(*soid, inode) {
+            return;
+        }
+        let has = inode.is_dir() && t.has_entries(*soid);
+        let links: Vec<(Soid, Box<[u8]>)> = q
+            .matching_links(inode)
+            .filter(|(_, n)| {
+                let e = Entry {
+                    path: None,
+                    name: n,
+                    depth: None,
+                    soid: *soid,
+                    inode,
+                    dir_has_entries: has,
+                };
+                expr.eval(&e) != Some(false)
+            })
+            .map(|(p, n)| (p, n.into()))
+            .collect();
+        stats.links_checked += links.len();
+        if !links.is_empty() {
+            out.push(Cand {
+                soid: *soid,
+                inode: inode.clone(),
+                dir_has_entries: has,
+                links,
+            });
+        }
+    });
+    out
+}
+
+/// See [`Engine::search`].
+pub(crate) fn run(
+    engine: &Engine,
+    cred: &Credentials,
+    scope: Scope<'_>,
+    expr: &Expr,
+    limit: usize,
+    mut visit: impl FnMut(SearchHit) -> ControlFlow<()>,
+) -> Result<SearchStats, FsError> {
+    let root = match scope {
+        Scope::Path(p) => engine.resolve(cred, p, false)?.soid,
+        Scope::Soid(s) => s,
+    };
+    let mut s = Search {
+        engine,
+        cred,
+        memo: HashMap::new(),
+        stats: SearchStats::default(),
+    };
+    if limit == 0 {
+        return Ok(s.stats);
+    }
+    // The scope root: its inode, then its canonical path.
+    let (_, (root_inode, root_has)) =
+        engine.with_table_holding(root, |t| (t.inode(root).cloned(), t.has_entries(root)))?;
+    let root_inode = root_inode.ok_or(FsError::NotFound)?;
+    let mut names: Vec<Box<[u8]>> = Vec::new();
+    let mut cur = root;
+    let (mut parent, mut name) = (root_inode.parent, root_inode.name.clone());
+    while cur != Soid::ROOT {
+        names.push(name);
+        if names.len() > MAX_CHAIN {
+            return Err(FsError::NotFound);
+        }
+        cur = parent;
+        let Some((p, n, _)) = s.read_dir(cur)? else {
+            return Err(FsError::NotFound);
+        };
+        (parent, name) = (p, n);
+    }
+    let mut root_path: Vec<u8> = b"/".to_vec();
+    for n in names.iter().rev() {
+        root_path = join(&root_path, n);
+    }
+    let root_name: Box<[u8]> = if root == Soid::ROOT {
+        b"/"[..].into()
+    } else {
+        names.first().cloned().unwrap_or_default()
+    };
+    s.memo.insert(
+        root,
+        Status::In {
+            depth: 0,
+            visible: may_list(&root_inode, cred),
+            path: root_path.clone().into(),
+        },
+    );
+    let root_entry = Entry {
+        path: Some(&root_path),
+        name: &root_name,
+        depth: Some(0),
+        soid: root,
+        inode: &root_inode,
+        dir_has_entries: root_has,
+    };
+    if expr.matches(&root_entry) {
+        s.stats.hits += 1;
+        let hit = SearchHit {
+            path: root_path.clone(),
+            soid: root,
+            attr: root_inode.attr(root),
+            depth: 0,
+        };
+        if visit(hit).is_break() || s.stats.hits >= limit {
+            return Ok(s.stats);
+        }
+    }
+    let plan = plan::plan(expr);
+    if !may_list(&root_inode, cred) || plan.is_empty() || plan.max_depth == 0 {
+        return Ok(s.stats);
+    }
+
+    let mut cursor = Soid::MIN;
+    loop {
+        let stats = &mut s.stats;
+        let (range, cands) =
+            engine.with_table_holding(cursor, |t| collect(t, &plan, expr, root, stats))?;
+        s.stats.tables += 1;
+
+        // Ancestry and visibility, with fresh single-table reads.
+        let mut pending: Vec<Pending> = Vec::new();
+        for c in &cands {
+            for (parent, name) in &c.links {
+                let Status::In {
+                    depth,
+                    visible: true,
+                    path,
+                } = s.status(*parent)?
+                else {
+                    continue;
+                };
+                let depth = depth.saturating_add(1);
+                if depth < plan.min_depth || depth > plan.max_depth {
+                    continue;
+                }
+                let full = join(&path, name);
+                let e = Entry {
+                    path: Some(&full),
+                    name,
+                    depth: Some(depth),
+                    soid: c.soid,
+                    inode: &c.inode,
+                    dir_has_entries: c.dir_has_entries,
+                };
+                if expr.matches(&e) {
+                    pending.push(Pending {
+                        soid: c.soid,
+                        parent: *parent,
+                        name: name.clone(),
+                        path: full,
+                        depth,
+                    });
+                }
+            }
+        }
+        drop(cands);
+
+        // Re-check against a fresh read, one lock per table, then report
+        // outside every lock.
+        pending.sort_by_key(|p| p.soid);
+        let mut i = 0;
+        while i < pending.len() {
+            let (_, hits) = engine.with_table_holding(pending[i].soid, |t| {
+                let mut hits = Vec::new();
+                while i < pending.len() && t.range.contains(pending[i].soid) {
+                    let p = &pending[i];
+                    i += 1;
+                    let Some(inode) = t.inode(p.soid) else {
+                        continue;
+                    };
+                    if !inode
+                        .all_links()
+                        .any(|(d, n)| d == p.parent && n == &*p.name)
+                    {
+                        continue;
+                    }
+                    let e = Entry {
+                        path: Some(&p.path),
+                        name: &p.name,
+                        depth: Some(p.depth),
+                        soid: p.soid,
+                        inode,
+                        dir_has_entries: inode.is_dir() && t.has_entries(p.soid),
+                    };
+                    if expr.matches(&e) {
+                        hits.push(SearchHit {
+                            path: p.path.clone(),
+                            soid: p.soid,
+                            attr: inode.attr(p.soid),
+                            depth: p.depth,
+                        });
+                    }
+                }
+                hits
+            })?;
+            for hit in hits {
+                s.stats.hits += 1;
+                if visit(hit).is_break() || s.stats.hits >= limit {
+                    return Ok(s.stats);
+                }
+            }
+        }
+
+        match range.last.checked_next() {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    Ok(s.stats)
+}
+
+/// See [`Engine::search_aggregate`].
+pub(crate) fn aggregate(
+    engine: &Engine,
+    cred: &Credentials,
+    scope: Scope<'_>,
+    expr: &Expr,
+    by: GroupBy,
+) -> Result<Aggregation, FsError> {
+    let mut agg = Aggregation::default();
+    run(engine, cred, scope, expr, usize::MAX, |hit| {
+        agg.add(by, &hit);
+        ControlFlow::Continue(())
+    })?;
+    Ok(agg)
+}

@@ -1,0 +1,651 @@
+//! The query model: a `find`-like expression tree and its exact evaluator.
+//! Pure data and pure functions; no I/O.
+//!
+//! An [`Expr`] is evaluated against one [`Entry`]: one *path* of an inode
+//! (a hard-linked file has one entry per link), with the name that path ends
+//! in, its depth below the scope root and the inode itself. Predicates that
+//! depend on the path ([`Pred::Name`], [`Pred::Path`], [`Pred::Depth`]) can
+//! also be evaluated with the path or depth unknown ([`Expr::eval`] returns
+//! `None` then, Kleene logic), which the executor uses to drop candidates
+//! before it resolves their ancestry.
+//!
+//! Semantics follow GNU find (`-P`, no symlinks followed):
+//! - globs are `fnmatch` without flags: `*`, `?`, `[...]` (ranges, `!`/`^`
+//!   negation, a leading `]` is literal, POSIX classes like `[:digit:]`),
+//!   `\` escapes; `*` and `?` match `/` and a leading `.`. Case-insensitive
+//!   variants fold ASCII only.
+//! - `-perm mode` is exact, `-perm -mode` all bits, `-perm /mode` any bit
+//!   (`/000` matches everything, as in findutils ≥ 4.5).
+//! - `-empty`: a regular file of size 0 or a directory without entries.
+//! - ranges (uid, gid, size, nlink, times, depth) are inclusive; the CLI
+//!   maps find's units and `+n`/`-n` onto them.
+
+use crate::bloom::TimeAttr;
+use crate::inode::Inode;
+use sextant_types::{FileType, Nanos, Soid};
+
+/// `-perm` flavours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermMatch {
+    /// `-perm mode`: the permission bits (`07777`) equal `mode`.
+    Exact(u16),
+    /// `-perm -mode`: every bit of `mode` is set.
+    All(u16),
+    /// `-perm /mode`: some bit of `mode` is set (`0` matches everything).
+    Any(u16),
+}
+
+/// One predicate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pred {
+    /// The entry's name (last path component): a glob, or an exact name
+    /// when `glob` is false; `ci`: ASCII case-insensitive (`-iname`).
+    Name {
+        pattern: Box<[u8]>,
+        glob: bool,
+        ci: bool,
+    },
+    /// The entry's full path against a glob (`-path`, `-ipath`).
+    Path {
+        pattern: Box<[u8]>,
+        ci: bool,
+    },
+    /// The type is one of these.
+    Type(Vec<FileType>),
+    Uid {
+        lo: u32,
+        hi: u32,
+    },
+    Gid {
+        lo: u32,
+        hi: u32,
+    },
+    /// Size in bytes, inclusive.
+    Size {
+        lo: u64,
+        hi: u64,
+    },
+    Time {
+        which: TimeAttr,
+        lo: Nanos,
+        hi: Nanos,
+    },
+    Perm(PermMatch),
+    /// Link count, inclusive (`-links`).
+    Links {
+        lo: u32,
+        hi: u32,
+    },
+    /// Empty regular file or directory without entries (`-empty`).
+    Empty,
+    /// This very inode (`-inum`, `-samefile`).
+    Soid(Soid),
+    /// Has the extended attribute `key`.
+    XattrExists(Box<[u8]>),
+    /// Has the extended attribute `key` with exactly `value`.
+    XattrEq(Box<[u8]>, Box<[u8]>),
+    /// Depth below the scope root, inclusive (`-mindepth`/`-maxdepth`;
+    /// the scope root is depth 0).
+    Depth {
+        min: u32,
+        max: u32,
+    },
+}
+
+/// An expression: predicates under and/or/not, nested arbitrarily.
+/// `And(vec![])` is true and `Or(vec![])` is false.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expr {
+    True,
+    False,
+    Pred(Pred),
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
+    Not(Box<Expr>),
+}
+
+/// What an expression is evaluated against: one path of one inode.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    /// Full path, if known.
+    pub path: Option<&'a [u8]>,
+    /// The last component of the path (`/` for the file-system root).
+    pub name: &'a [u8],
+    /// Depth below the scope root, if known.
+    pub depth: Option<u32>,
+    pub soid: Soid,
+    pub inode: &'a Inode,
+    /// For a directory: whether it has any entry (for `-empty`).
+    pub dir_has_entries: bool,
+}
+
+impl Expr {
+    pub fn pred(p: Pred) -> Expr {
+        Expr::Pred(p)
+    }
+
+    pub fn and(a: Expr, b: Expr) -> Expr {
+        Expr::And(vec![a, b])
+    }
+
+    pub fn or(a: Expr, b: Expr) -> Expr {
+        Expr::Or(vec![a, b])
+    }
+
+    #[allow(clippy::should_implement_trait)]
+    pub fn not(a: Expr) -> Expr {
+        Expr::Not(Box::new(a))
+    }
+
+    /// `-name pattern` (a glob).
+    pub fn name(pattern: &[u8]) -> Expr {
+        Expr::Pred(Pred::Name {
+            pattern: pattern.into(),
+            glob: true,
+            ci: false,
+        })
+    }
+
+    /// `-iname pattern`.
+    pub fn iname(pattern: &[u8]) -> Expr {
+        Expr::Pred(Pred::Name {
+            pattern: pattern.into(),
+            glob: true,
+            ci: true,
+        })
+    }
+
+    /// `-path pattern`.
+    pub fn path(pattern: &[u8]) -> Expr {
+        Expr::Pred(Pred::Path {
+            pattern: pattern.into(),
+            ci: false,
+        })
+    }
+
+    /// The exact answer for a fully known entry.
+    pub fn matches(&self, e: &Entry<'_>) -> bool {
+        self.eval(e) == Some(true)
+    }
+
+    /// Three-valued evaluation: `None` when the answer depends on an unknown
+    /// path or depth.
+    pub fn eval(&self, e: &Entry<'_>) -> Option<bool> {
+        match self {
+            Expr::True => Some(true),
+            Expr::False => Some(false),
+            Expr::Pred(p) => p.eval(e),
+            Expr::And(xs) => {
+                let mut unknown = false;
+                for x in xs {
+                    match x.eval(e) {
+                        Some(false) => return Some(false),
+                        None => unknown = true,
+                        Some(true) => {}
+                    }
+                }
+                (!unknown).then_some(true)
+            }
+            Expr::Or(xs) => {
+                let mut unknown = false;
+                for x in xs {
+                    match x.eval(e) {
+                        Some(true) => return Some(true),
+                        None => unknown = true,
+                        Some(false) => {}
+                    }
+                }
+                (!unknown).then_some(false)
+            }
+            Expr::Not(x) => x.eval(e).map(|b| !b),
+        }
+    }
+
+    /// Whether some predicate needs the full path (`-path`).
+    pub fn uses_path(&self) -> bool {
+        match self {
+            Expr::True | Expr::False => false,
+            Expr::Pred(p) => matches!(p, Pred::Path { .. }),
+            Expr::And(xs) | Expr::Or(xs) => xs.iter().any(Expr::uses_path),
+            Expr::Not(x) => x.uses_path(),
+        }
+    }
+}
+
+impl Pred {
+    fn eval(&self, e: &Entry<'_>) -> Option<bool> {
+        let i = e.inode;
+        Some(match self {
+            Pred::Name { pattern, glob, ci } => match (glob, ci) {
+                (true, _) => glob_match(pattern, e.name, *ci),
+                (false, false) => **pattern == *e.name,
+                (false, true) => pattern.eq_ignore_ascii_case(e.name),
+            },
+            Pred::Path { pattern, ci } => glob_match(pattern, e.path?, *ci),
+            Pred::Type(ts) => ts.contains(&i.ftype),
+            Pred::Uid { lo, hi } => (*lo..=*hi).contains(&i.uid),
+            Pred::Gid { lo, hi } => (*lo..=*hi).contains(&i.gid),
+            Pred::Size { lo, hi } => (*lo..=*hi).contains(&i.size),
+            Pred::Time { which, lo, hi } => {
+                let t = match which {
+                    TimeAttr::Atime => i.atime,
+                    TimeAttr::Mtime => i.mtime,
+                    TimeAttr::Ctime => i.ctime,
+                };
+                *lo <= t && t <= *hi
+            }
+            Pred::Perm(PermMatch::Exact(m)) => i.perm & 0o7777 == *m & 0o7777,
+            Pred::Perm(PermMatch::All(m)) => i.perm & m == *m,
+            Pred::Perm(PermMatch::Any(m)) => *m & 0o7777 == 0 || i.perm & m != 0,
+            Pred::Links { lo, hi } => (*lo..=*hi).contains(&i.nlink),
+            Pred::Empty => match i.ftype {
+                FileType::Regular => i.size == 0,
+                FileType::Directory => !e.dir_has_entries,
+                _ => false,
+            },
+            Pred::Soid(s) => e.soid == *s,
+            Pred::XattrExists(k) => i.xattrs().is_some_and(|x| x.contains_key(k)),
+            Pred::XattrEq(k, v) => i.xattrs().and_then(|x| x.get(k)).is_some_and(|x| x == v),
+            Pred::Depth { min, max } => {
+                let d = e.depth?;
+                *min <= d && d <= *max
+            }
+        })
+    }
+}
+
+// ---- globs -------------------------------------------------------------------
+
+/// A POSIX character class inside brackets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Named {
+    Alpha,
+    Digit,
+    Alnum,
+    Upper,
+    Lower,
+    Space,
+    Punct,
+    Xdigit,
+    Blank,
+    Cntrl,
+    Print,
+    Graph,
+}
+
+impl Named {
+    fn parse(s: &[u8]) -> Option<Named> {
+        Some(match s {
+            b"alpha" => Named::Alpha,
+            b"digit" => Named::Digit,
+            b"alnum" => Named::Alnum,
+            b"upper" => Named::Upper,
+            b"lower" => Named::Lower,
+            b"space" => Named::Space,
+            b"punct" => Named::Punct,
+            b"xdigit" => Named::Xdigit,
+            b"blank" => Named::Blank,
+            b"cntrl" => Named::Cntrl,
+            b"print" => Named::Print,
+            b"graph" => Named::Graph,
+            _ => return None,
+        })
+    }
+
+    fn test(self, c: u8) -> bool {
+        match self {
+            Named::Alpha => c.is_ascii_alphabetic(),
+            Named::Digit => c.is_ascii_digit(),
+            Named::Alnum => c.is_ascii_alphanumeric(),
+            Named::Upper => c.is_ascii_uppercase(),
+            Named::Lower => c.is_ascii_lowercase(),
+            Named::Space => c.is_ascii_whitespace() || c == 0x0b,
+            Named::Punct => c.is_ascii_punctuation(),
+            Named::Xdigit => c.is_ascii_hexdigit(),
+            Named::Blank => c == b' ' || c == b'\t',
+            Named::Cntrl => c.is_ascii_control(),
+            Named::Print => (0x20..0x7f).contains(&c),
+            Named::Graph => c.is_ascii_graphic(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ClassItem {
+    Range(u8, u8),
+    Named(Named),
+}
+
+/// One token of a glob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Tok {
+    Lit(u8),
+    /// `?`
+    One,
+    /// `*`
+    Star,
+    Class {
+        neg: bool,
+        items: Vec<ClassItem>,
+    },
+}
+
+/// Parses a glob. Never fails: anything malformed is literal (an
+/// unterminated `[` is a `[`, a trailing `\` is a `\`).
+pub(crate) fn parse_glob(p: &[u8]) -> Vec<Tok> {
+    let mut out = Vec::with_capacity(p.len());
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            b'\\' => {
+                if i + 1 < p.len() {
+                    out.push(Tok::Lit(p[i + 1]));
+                    i += 2;
+                } else {
+                    out.push(Tok::Lit(b'\\'));
+                    i += 1;
+                }
+            }
+            b'*' => {
+                if out.last() != Some(&Tok::Star) {
+                    out.push(Tok::Star);
+                }
+                i += 1;
+            }
+            b'?' => {
+                out.push(Tok::One);
+                i += 1;
+            }
+            b'[' => match parse_class(p, i + 1) {
+                Some((tok, next)) => {
+                    out.push(tok);
+                    i = next;
+                }
+                None => {
+                    out.push(Tok::Lit(b'['));
+                    i += 1;
+                }
+            },
+            c => {
+                out.push(Tok::Lit(c));
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Parses a bracket expression starting right after `[`; returns the token
+/// and the index after `]`, or `None` if there is no closing `]`.
+fn parse_class(p: &[u8], mut i: usize) -> Option<(Tok, usize)> {
+    let mut neg = false;
+    if i < p.len() && (p[i] == b'!' || p[i] == b'^') {
+        neg = true;
+        i += 1;
+    }
+    let mut items = Vec::new();
+    let mut first = true;
+    loop {
+        let c = *p.get(i)?;
+        if c == b']' && !first {
+            return Some((Tok::Class { neg, items }, i + 1));
+        }
+        first = false;
+        if c == b'[' && p.get(i + 1) == Some(&b':') {
+            // [:name:]
+            if let Some(end) = p[i + 2..].windows(2).position(|w| w == b":]") {
+                if let Some(n) = Named::parse(&p[i + 2..i + 2 + end]) {
+                    items.push(ClassItem::Named(n));
+                    i += 2 + end + 2;
+                    continue;
+                }
+            }
+        }
+        let (lo, next) = class_char(p, i)?;
+        i = next;
+        if p.get(i) == Some(&b'-') && p.get(i + 1).is_some_and(|&c| c != b']') {
+            let (hi, next) = class_char(p, i + 1)?;
+            items.push(ClassItem::Range(lo, hi));
+            i = next;
+        } else {
+            items.push(ClassItem::Range(lo, lo));
+        }
+    }
+}
+
+fn class_char(p: &[u8], i: usize) -> Option<(u8, usize)> {
+    match *p.get(i)? {
+        b'\\' => Some((*p.get(i + 1)?, i + 2)),
+        c => Some((c, i + 1)),
+    }
+}
+
+fn tok_matches(t: &Tok, c: u8, ci: bool) -> bool {
+    let one = |c: u8| match t {
+        Tok::Lit(l) => *l == c,
+        Tok::One => true,
+        Tok::Star => true,
+        Tok::Class { neg, items } => {
+            let hit = items.iter().any(|it| match it {
+                ClassItem::Range(lo, hi) => *lo <= c && c <= *hi,
+                ClassItem::Named(n) => n.test(c),
+            });
+            hit != *neg
+        }
+    };
+    if !ci {
+        return one(c);
+    }
+    match t {
+        Tok::Lit(l) => l.eq_ignore_ascii_case(&c),
+        Tok::Class { neg, .. } => {
+            // Folded: the class (without negation) matches either case.
+            let base = |c: u8| one(c) != *neg;
+            let hit = base(c) || base(c.to_ascii_lowercase()) || base(c.to_ascii_uppercase());
+            hit != *neg
+        }
+        _ => true,
+    }
+}
+
+/// Does `s` match the parsed glob?
+pub(crate) fn toks_match(toks: &[Tok], s: &[u8], ci: bool) -> bool {
+    let (mut p, mut i) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        if p < toks.len() && toks[p] != Tok::Star && tok_matches(&toks[p], s[i], ci) {
+            p += 1;
+            i += 1;
+        } else if p < toks.len() && toks[p] == Tok::Star {
+            star = Some((p, i));
+            p += 1;
+        } else if let Some((sp, si)) = star {
+            p = sp + 1;
+            i = si + 1;
+            star = Some((sp, si + 1));
+        } else {
+            return false;
+        }
+    }
+    toks[p..].iter().all(|t| *t == Tok::Star)
+}
+
+/// `fnmatch(pattern, s, ci ? FNM_CASEFOLD : 0)` on bytes.
+pub fn glob_match(pattern: &[u8], s: &[u8], ci: bool) -> bool {
+    toks_match(&parse_glob(pattern), s, ci)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_like_fnmatch() {
+        let yes: &[(&str, &str)] = &[
+            ("*", ""),
+            ("*", ".hidden"),
+            ("*.txt", "a.txt"),
+            ("*.txt", ".txt"),
+            ("a*b*c", "aXbYbZc"),
+            ("?", "x"),
+            ("[abc]", "b"),
+            ("[a-c]x", "cx"),
+            ("[!a-c]", "d"),
+            ("[^a-c]", "d"),
+            ("[]]", "]"),
+            ("[]a]", "a"),
+            ("[a-]", "-"),
+            ("\\*", "*"),
+            ("a\\?", "a?"),
+            ("[", "["),
+            ("x[", "x["),
+            ("[[:digit:]]*", "7up"),
+            ("[![:alpha:]]", "1"),
+            ("*/b/*", "/a/b/c/d"),
+            ("a**b", "ab"),
+            ("\\", "\\"),
+        ];
+        for (p, s) in yes {
+            assert!(glob_match(p.as_bytes(), s.as_bytes(), false), "{p} {s}");
+        }
+        let no: &[(&str, &str)] = &[
+            ("*.txt", "a.txt.gz"),
+            ("?", ""),
+            ("?", "ab"),
+            ("[abc]", "d"),
+            ("[!a-c]", "b"),
+            ("\\*", "a"),
+            ("a*b", "a"),
+            ("[[:digit:]]", "x"),
+            ("A", "a"),
+        ];
+        for (p, s) in no {
+            assert!(!glob_match(p.as_bytes(), s.as_bytes(), false), "{p} {s}");
+        }
+        assert!(glob_match(b"*.TXT", b"a.txt", true));
+        assert!(glob_match(b"[A-C]x", b"bX", true));
+        assert!(glob_match(b"[!A-C]", b"d", true));
+        assert!(!glob_match(b"[!A-C]", b"b", true));
+        assert!(!glob_match(b"[!a-c]", b"B", true));
+    }
+
+    /// Reference: exponential recursive matcher.
+    fn slow(t: &[Tok], s: &[u8], ci: bool) -> bool {
+        match t.first() {
+            None => s.is_empty(),
+            Some(Tok::Star) => (0..=s.len()).any(|k| slow(&t[1..], &s[k..], ci)),
+            Some(tok) => !s.is_empty() && tok_matches(tok, s[0], ci) && slow(&t[1..], &s[1..], ci),
+        }
+    }
+
+    #[test]
+    fn matcher_agrees_with_recursive_reference() {
+        let alphabet = b"ab.*?[]!-\\A";
+        let strs = b"ab.A-";
+        let mut seed = 1u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as usize) % n
+        };
+        for _ in 0..20_000 {
+            let pl = next(7);
+            let p: Vec<u8> = (0..pl).map(|_| alphabet[next(alphabet.len())]).collect();
+            let sl = next(6);
+            let s: Vec<u8> = (0..sl).map(|_| strs[next(strs.len())]).collect();
+            let toks = parse_glob(&p);
+            for ci in [false, true] {
+                assert_eq!(
+                    toks_match(&toks, &s, ci),
+                    slow(&toks, &s, ci),
+                    "{:?} {:?}",
+                    String::from_utf8_lossy(&p),
+                    String::from_utf8_lossy(&s)
+                );
+            }
+        }
+    }
+
+    fn ino(ftype: FileType, perm: u16, size: u64) -> Inode {
+        Inode {
+            ftype,
+            perm,
+            uid: 5,
+            gid: 6,
+            nlink: 1,
+            rdev: 0,
+            size,
+            atime: Nanos(10),
+            mtime: Nanos(20),
+            ctime: Nanos(30),
+            parent: Soid::ROOT,
+            name: Box::from(&b"f"[..]),
+            extra: None,
+        }
+    }
+
+    #[test]
+    fn predicates_and_three_valued_logic() {
+        let mut i = ino(FileType::Regular, 0o644, 0);
+        i.extra_mut()
+            .xattrs
+            .insert(b"user.k"[..].into(), b"v"[..].into());
+        let e = Entry {
+            path: Some(b"/d/f.txt"),
+            name: b"f.txt",
+            depth: Some(2),
+            soid: Soid::from_u128(9),
+            inode: &i,
+            dir_has_entries: false,
+        };
+        let p = |p: Pred| Expr::Pred(p);
+        assert!(p(Pred::Perm(PermMatch::Exact(0o644))).matches(&e));
+        assert!(p(Pred::Perm(PermMatch::All(0o604))).matches(&e));
+        assert!(!p(Pred::Perm(PermMatch::All(0o001))).matches(&e));
+        assert!(p(Pred::Perm(PermMatch::Any(0o111 | 0o040))).matches(&e));
+        assert!(!p(Pred::Perm(PermMatch::Any(0o111))).matches(&e));
+        assert!(p(Pred::Perm(PermMatch::Any(0))).matches(&e));
+        assert!(p(Pred::Empty).matches(&e));
+        assert!(p(Pred::XattrExists(b"user.k"[..].into())).matches(&e));
+        assert!(p(Pred::XattrEq(b"user.k"[..].into(), b"v"[..].into())).matches(&e));
+        assert!(!p(Pred::XattrEq(b"user.k"[..].into(), b"w"[..].into())).matches(&e));
+        assert!(p(Pred::Time {
+            which: TimeAttr::Mtime,
+            lo: Nanos(20),
+            hi: Nanos(20)
+        })
+        .matches(&e));
+        assert!(Expr::path(b"/d/*").matches(&e));
+        assert!(p(Pred::Depth { min: 2, max: 2 }).matches(&e));
+        let unknown = Entry {
+            path: None,
+            depth: None,
+            ..e
+        };
+        assert_eq!(Expr::path(b"/d/*").eval(&unknown), None);
+        assert_eq!(
+            Expr::and(Expr::path(b"/d/*"), Expr::name(b"*.c")).eval(&unknown),
+            Some(false)
+        );
+        assert_eq!(
+            Expr::or(Expr::path(b"/x"), Expr::name(b"*.txt")).eval(&unknown),
+            Some(true)
+        );
+        assert_eq!(Expr::not(Expr::path(b"/x")).eval(&unknown), None);
+        assert!(Expr::And(vec![]).matches(&e));
+        assert!(!Expr::Or(vec![]).matches(&e));
+        let d = ino(FileType::Directory, 0o755, 4096);
+        let de = Entry {
+            inode: &d,
+            dir_has_entries: true,
+            ..e
+        };
+        assert!(!p(Pred::Empty).matches(&de));
+        let de = Entry {
+            dir_has_entries: false,
+            ..de
+        };
+        assert!(p(Pred::Empty).matches(&de));
+    }
+}
