@@ -114,7 +114,7 @@ pub fn rename(a: &MutateArgs) -> Report {
         );
     }
     report.info("journal_syncs", engine.stats().journal_syncs);
-    drop(engine);
+    engine.close().expect("close");
     workload::remove_dir(&dir);
     report
 }
@@ -176,7 +176,7 @@ pub fn unlink(a: &MutateArgs) -> Report {
         "ratio",
         &ratios(&many, &one),
     );
-    drop(engine);
+    engine.close().expect("close");
     workload::remove_dir(&dir);
     report
 }

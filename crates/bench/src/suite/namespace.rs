@@ -106,9 +106,10 @@ pub fn build(a: &BuildArgs) -> Report {
                 workload::synthetic(&engine, a.inodes, a.files_per_dir, a.dir_fanout)
                     .expect("build");
             let last = files.len().saturating_sub(1);
+            let leaf = (last / a.files_per_dir.max(1)).min(tree.leaf_paths.len() - 1);
             let path = format!(
                 "{}/{}",
-                tree.leaf_paths.last().cloned().unwrap_or_default(),
+                tree.leaf_paths[leaf],
                 String::from_utf8_lossy(&workload::file_name(last))
             );
             drop(files);

@@ -66,6 +66,8 @@ pub fn recovery(a: &RecoveryArgs) -> Report {
         let engine = engine.expect("recover");
         let st = engine.stats();
         assert_eq!(st.inodes, built.inodes, "recovered every inode");
+        report.info("tables_after_recovery", st.tables);
+        report.info("loaded_tables_after_recovery", st.loaded_tables);
         eprintln!("recovery rep {rep}: {s:.2} s, {} inodes", st.inodes);
         open_s.push(s);
         rss.push(rss_bytes().saturating_sub(before) as f64 / (1 << 20) as f64);
