@@ -1,6 +1,6 @@
 //! Reads on cached tables: getattr, lookup by name, readdir.
 
-use crate::measure::{ratios, secs, Rng};
+use crate::measure::{cpu_seconds, ratios, secs, Rng};
 use crate::report::Report;
 use crate::workload::{self, file_name, Journal};
 use sextant_engine::Engine;
@@ -28,9 +28,17 @@ pub struct StatArgs {
 }
 
 /// Runs `op(i)` for `ops` random indices below `n` on `threads` threads;
-/// returns operations per second.
-fn parallel(threads: usize, ops: usize, n: usize, seed: u64, op: impl Fn(usize) + Sync) -> f64 {
+/// returns operations per second and the CPU cores the process used on
+/// average meanwhile (below `threads`: the machine was busy).
+fn parallel(
+    threads: usize,
+    ops: usize,
+    n: usize,
+    seed: u64,
+    op: impl Fn(usize) + Sync,
+) -> (f64, f64) {
     let per = ops / threads.max(1);
+    let cpu = cpu_seconds();
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads.max(1) {
@@ -43,7 +51,11 @@ fn parallel(threads: usize, ops: usize, n: usize, seed: u64, op: impl Fn(usize) 
             });
         }
     });
-    (per * threads.max(1)) as f64 / secs(start)
+    let wall = secs(start);
+    (
+        (per * threads.max(1)) as f64 / wall,
+        (cpu_seconds() - cpu) / wall,
+    )
 }
 
 pub fn stat(a: &StatArgs) -> Report {
@@ -66,15 +78,21 @@ pub fn stat(a: &StatArgs) -> Report {
     };
     let t = a.threads.max(1);
     let (mut g1, mut gt, mut l1, mut lt) = (vec![], vec![], vec![], vec![]);
+    let (mut g_cpu, mut l_cpu) = (vec![], vec![]);
     for rep in 0..a.reps {
         let seed = rep as u64;
-        g1.push(parallel(1, a.ops / 2, n, seed, getattr));
-        gt.push(parallel(t, a.ops, n, seed, getattr));
-        l1.push(parallel(1, a.ops / 2, n, seed, lookup));
-        lt.push(parallel(t, a.ops, n, seed, lookup));
+        g1.push(parallel(1, a.ops / 2, n, seed, getattr).0);
+        let (rate, cpu) = parallel(t, a.ops, n, seed, getattr);
+        gt.push(rate);
+        g_cpu.push(cpu);
+        l1.push(parallel(1, a.ops / 2, n, seed, lookup).0);
+        let (rate, cpu) = parallel(t, a.ops, n, seed, lookup);
+        lt.push(rate);
+        l_cpu.push(cpu);
         eprintln!(
-            "stat rep {rep}: getattr {:.0}/{:.0}, lookup {:.0}/{:.0} ops/s (1/{t} threads)",
-            g1[rep], gt[rep], l1[rep], lt[rep]
+            "stat rep {rep}: getattr {:.0}/{:.0}, lookup {:.0}/{:.0} ops/s (1/{t} threads), \
+             cores used {:.2}/{:.2}",
+            g1[rep], gt[rep], l1[rep], lt[rep], g_cpu[rep], l_cpu[rep]
         );
     }
     report.metric("getattr/s, 1 thread", "ops/s", &g1);
@@ -86,12 +104,22 @@ pub fn stat(a: &StatArgs) -> Report {
         "ratio",
         &ratios(&gt, &g1),
     );
+    report.metric(
+        format!("CPU cores used, getattr {t} threads"),
+        "cores",
+        &g_cpu,
+    );
     report.metric("lookup/s, 1 thread", "ops/s", &l1);
     report.metric(format!("lookup/s, {t} threads"), "ops/s", &lt);
     report.metric(
         format!("lookup scaling {t} vs 1"),
         "ratio",
         &ratios(&lt, &l1),
+    );
+    report.metric(
+        format!("CPU cores used, lookup {t} threads"),
+        "cores",
+        &l_cpu,
     );
     report.metric("lookup / getattr cost", "ratio", &ratios(&gt, &lt));
     let st = engine.stats();
