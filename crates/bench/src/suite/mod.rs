@@ -1,0 +1,7 @@
+//! The benchmarks, one module per family.
+
+pub mod create;
+pub mod mutate;
+pub mod namespace;
+pub mod reads;
+pub mod recovery;
