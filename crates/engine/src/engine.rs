@@ -425,6 +425,32 @@ impl Inner {
         self.stats.splits.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Splits every loaded table past its limits until none is (or none
+    /// can be cut at a directory boundary). Recovery calls it: splits are
+    /// persisted only by checkpoints, so a crash before the first one
+    /// brings every table back as the single table it started as.
+    fn split_oversized(&self) {
+        loop {
+            let oversized: Vec<Soid> = {
+                let map = self.tables.read();
+                map.iter()
+                    .filter(|(_, slot)| match &*slot.state.lock() {
+                        Slot::Loaded(t) => self.oversized(t),
+                        Slot::OnDisk(_) => false,
+                    })
+                    .map(|(start, _)| *start)
+                    .collect()
+            };
+            let before = self.stats.splits.load(Ordering::Relaxed);
+            for start in &oversized {
+                self.split(*start);
+            }
+            if oversized.is_empty() || self.stats.splits.load(Ordering::Relaxed) == before {
+                return;
+            }
+        }
+    }
+
     /// Merges one pair of neighbouring tables that are both small, loaded
     /// or not (cold small tables are the usual case: they were emptied and
     /// then evicted). One merge per call keeps the exclusive map lock
@@ -826,6 +852,7 @@ impl Engine {
             failed: AtomicBool::new(false),
             stats: Counters::default(),
         });
+        inner.split_oversized();
         let engine = Engine {
             inner: Arc::clone(&inner),
             flusher: Arc::new(Flusher::default()),

@@ -150,3 +150,29 @@ fn dropping_the_last_handle_releases_the_store() {
     let e = Engine::open_dir(dir.path(), cfg).expect("lock released");
     e.lookup(&Credentials::root(), Soid::ROOT, b"d").unwrap();
 }
+
+/// Found by the benchmarks: splits are persisted only by checkpoints, so a
+/// crash before the first one recovered everything as one huge table, and
+/// the next writes paid for splitting it. Recovery splits it at once.
+#[test]
+fn recovery_splits_tables_that_never_reached_a_checkpoint() {
+    let store = MemStore::new();
+    let cfg = EngineConfig {
+        table_inode_limit: 50,
+        table_dir_limit: 10,
+        ..config()
+    };
+    let e = Engine::open(Arc::new(store.clone()), cfg.clone()).unwrap();
+    populate(&e, 300);
+    let tables = e.stats().tables;
+    assert!(tables > 2);
+    drop(e);
+    store.crash(None);
+    let e = Engine::open(Arc::new(store), cfg).unwrap();
+    let after = e.stats().tables;
+    assert!(
+        after > 1 && after >= tables / 2,
+        "{after} tables after recovery, {tables} before"
+    );
+    assert_eq!(e.statfs().inodes, 301);
+}
