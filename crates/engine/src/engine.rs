@@ -1296,4 +1296,27 @@ impl Engine {
         let table = self.inner.ensure_loaded(&mut guard)?;
         Ok((table.range, f(table)))
     }
+
+    /// Like [`Engine::with_table_holding`], for a search visiting the table:
+    /// first rebuilds its index if it was never built (a table loaded from
+    /// disk) or too many rows changed since (they are scanned one by one).
+    /// The rebuild's cost lands on the search that needs it, never on
+    /// lookups or the first access after a restart.
+    pub(crate) fn with_indexed_table<T>(
+        &self,
+        key: Soid,
+        f: impl FnOnce(&Table) -> T,
+    ) -> Result<(SoidRange, T), FsError> {
+        self.inner.check_alive()?;
+        let map = self.inner.tables.read();
+        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
+        slot.touch(self.inner.epoch());
+        let mut guard = slot.state.lock();
+        let table = self.inner.ensure_loaded(&mut guard)?;
+        let stale = table.index.changed_count() > (table.inode_count() / 4).max(64);
+        if !table.index.is_built() || stale {
+            table.index = TableIndex::rebuild(table);
+        }
+        Ok((table.range, f(table)))
+    }
 }

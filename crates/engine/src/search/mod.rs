@@ -486,7 +486,7 @@ pub(crate) fn run(
     loop {
         let stats = &mut s.stats;
         let (range, cands) =
-            engine.with_table_holding(cursor, |t| collect(t, &plan, expr, root, stats))?;
+            engine.with_indexed_table(cursor, |t| collect(t, &plan, expr, root, stats))?;
         s.stats.tables += 1;
 
         // Ancestry and visibility, with fresh single-table reads.
