@@ -269,7 +269,8 @@ impl Client {
                                 conn.dead.store(true, Ordering::Release);
                                 match s.code() {
                                     Code::Unauthenticated => return Err(Error::Auth),
-                                    Code::OutOfRange | Code::ResourceExhausted
+                                    Code::OutOfRange
+                                    | Code::ResourceExhausted
                                     | Code::InvalidArgument => {
                                         // The stream died over some message;
                                         // ours may be innocent: retry.
@@ -316,7 +317,12 @@ impl Client {
         expect_attr(self.call(cred, op).await?)
     }
 
-    pub async fn resolve(&self, cred: &Credentials, path: &[u8], follow_last: bool) -> Result<Attr> {
+    pub async fn resolve(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+    ) -> Result<Attr> {
         let op = Op::Resolve(pb::ResolveRequest {
             path: path.to_vec(),
             follow_last,
@@ -441,7 +447,13 @@ impl Client {
         expect_attr(self.call(cred, op).await?)
     }
 
-    pub async fn mkdir(&self, cred: &Credentials, parent: Soid, name: &[u8], perm: u32) -> Result<Attr> {
+    pub async fn mkdir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+    ) -> Result<Attr> {
         let op = Op::Mkdir(pb::MkdirRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),

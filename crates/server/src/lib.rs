@@ -23,10 +23,10 @@ pub use service::SESSION_IN_FLIGHT;
 
 use anyhow::{Context, Result};
 use parking_lot::Mutex;
+use service::{Service, Shared};
 use sextant_engine::Engine;
 use sextant_proto::pb::sextant_server::SextantServer;
 use sextant_proto::{MAX_MESSAGE_BYTES, SECRET_METADATA};
-use service::{Service, Shared};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;

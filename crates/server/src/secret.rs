@@ -81,7 +81,10 @@ mod tests {
         let a = load_or_create(dir.path()).unwrap();
         assert_eq!(a.len(), 64);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
-        let mode = std::fs::metadata(path(dir.path())).unwrap().permissions().mode();
+        let mode = std::fs::metadata(path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(load_or_create(dir.path()).unwrap(), a);
     }

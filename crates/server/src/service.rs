@@ -104,7 +104,10 @@ impl Shared {
         resp
     }
 
-    async fn durable<T>(&self, c: Result<sextant_engine::Committed<T>, FsError>) -> Result<T, FsError> {
+    async fn durable<T>(
+        &self,
+        c: Result<sextant_engine::Committed<T>, FsError>,
+    ) -> Result<T, FsError> {
         let c = c?;
         self.engine.durable(c.lsn).await?;
         Ok(c.value)
@@ -163,14 +166,8 @@ impl Shared {
                 Res::Stats(s)
             }
             Op::Create(r) => attr(
-                self.durable(e.create(
-                    cred,
-                    soid(&r.parent)?,
-                    name(&r.name)?,
-                    r.perm,
-                    r.exclusive,
-                ))
-                .await?,
+                self.durable(e.create(cred, soid(&r.parent)?, name(&r.name)?, r.perm, r.exclusive))
+                    .await?,
             ),
             Op::Mknod(r) => attr(
                 self.durable(e.mknod(
