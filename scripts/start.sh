@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds Sextant and starts it on its embedded default: data in
+# Builds Sextant and runs a command on its embedded default: data in
 # ./sextant-data, no other service needed. Extra arguments go to `sextant`
 # (default: `status`). Example: scripts/start.sh import /usr/include /inc
 set -euo pipefail

@@ -5,28 +5,30 @@ use crate::import::import;
 use crate::session::{fs_err, Session};
 use crate::{Cli, Command};
 use anyhow::{bail, Result};
-use sextant_engine::{DirEntry, RenameFlags};
+use sextant_client::Error;
+use sextant_engine::DirEntry;
 use sextant_types::{FileType, FsError, SetAttr, Soid, TimeSet};
 
-pub fn run(cli: Cli) -> Result<()> {
-    let s = Session::open(&cli.data)?;
+/// Runs a command other than `serve`.
+pub async fn run(cli: Cli, s: Session) -> Result<()> {
     let json = cli.json;
     match cli.command {
-        Command::Status => status(&s, json)?,
-        Command::Ls { long, path } => ls(&s, &path, long, json)?,
-        Command::Stat { path, no_follow } => stat(&s, &path, !no_follow, json)?,
+        Command::Serve(_) => unreachable!("serve runs without a session"),
+        Command::Status => status(&s, json).await?,
+        Command::Ls { long, path } => ls(&s, &path, long, json).await?,
+        Command::Stat { path, no_follow } => stat(&s, &path, !no_follow, json).await?,
         Command::Mkdir {
             parents,
             mode,
             paths,
         } => {
             for p in &paths {
-                mkdir(&s, p, mode, parents)?;
+                mkdir(&s, p, mode, parents).await?;
             }
         }
         Command::Touch { paths } => {
             for p in &paths {
-                touch(&s, p)?;
+                touch(&s, p).await?;
             }
         }
         Command::Rm {
@@ -35,18 +37,19 @@ pub fn run(cli: Cli) -> Result<()> {
             paths,
         } => {
             for p in &paths {
-                rm(&s, p, recursive, force)?;
+                Box::pin(rm(&s, p, recursive, force)).await?;
             }
         }
-        Command::Mv { source, target } => mv(&s, &source, &target)?,
+        Command::Mv { source, target } => mv(&s, &source, &target).await?,
         Command::Ln {
             symbolic,
             target,
             link,
-        } => ln(&s, &target, &link, symbolic)?,
-        Command::Du { path } => du(&s, &path, json)?,
+        } => ln(&s, &target, &link, symbolic).await?,
+        Command::Du { path } => du(&s, &path, json).await?,
         Command::Import { source, dest } => {
-            let report = import(&s, &source, &dest, json)?;
+            mkdir(&s, &dest, 0o755, true).await?;
+            let report = import(&s, &source, &dest, json).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -61,16 +64,19 @@ pub fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Command::Sync => s.engine.sync()?,
+        Command::Sync => s.sync().await?,
     }
     s.close()
 }
 
-fn status(s: &Session, json: bool) -> Result<()> {
-    let st = s.engine.stats();
+async fn status(s: &Session, json: bool) -> Result<()> {
+    let st = s.stats().await?;
     if json {
         println!("{}", serde_json::to_string(&st)?);
     } else {
+        if let crate::session::Backend::Remote(c) = &s.backend {
+            println!("server          {}", c.addr());
+        }
         println!("inodes          {}", st.inodes);
         println!(
             "tables          {} ({} loaded)",
@@ -83,13 +89,13 @@ fn status(s: &Session, json: bool) -> Result<()> {
 }
 
 /// Every entry of a directory, following readdir cookies.
-fn list_all(s: &Session, dir: Soid, path: &str) -> Result<Vec<DirEntry>> {
+async fn list_all(s: &Session, dir: Soid, path: &str) -> Result<Vec<DirEntry>> {
     let mut out = Vec::new();
     let mut cookie = 0;
     loop {
         let batch = s
-            .engine
-            .readdir(&s.cred, dir, cookie, 1024)
+            .readdir(dir, cookie, 1024)
+            .await
             .map_err(|e| fs_err(e, path))?;
         let Some(last) = batch.last() else { break };
         cookie = last.cookie;
@@ -108,16 +114,15 @@ fn join(dir: &str, name: &[u8]) -> String {
     }
 }
 
-fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
-    let attr = s.resolve(path, true)?;
+async fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
+    let attr = s.resolve(path, true).await?;
     let entries: Vec<(String, sextant_types::Attr)> = if attr.ftype == FileType::Directory {
-        list_all(s, attr.soid, path)?
-            .into_iter()
-            .map(|e| {
-                let a = s.engine.getattr(e.soid).map_err(|er| fs_err(er, path))?;
-                Ok((String::from_utf8_lossy(&e.name).into_owned(), a))
-            })
-            .collect::<Result<_>>()?
+        let mut out = Vec::new();
+        for e in list_all(s, attr.soid, path).await? {
+            let a = s.getattr(e.soid).await.map_err(|er| fs_err(er, path))?;
+            out.push((String::from_utf8_lossy(&e.name).into_owned(), a));
+        }
+        out
     } else {
         vec![(path.to_string(), attr)]
     };
@@ -126,8 +131,8 @@ fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
             println!("{}", serde_json::to_string(&json_entry(name, a))?);
         } else if long {
             let target = if a.ftype == FileType::Symlink {
-                s.engine
-                    .readlink(a.soid)
+                s.readlink(a.soid)
+                    .await
                     .map(|t| format!(" -> {}", String::from_utf8_lossy(&t)))
                     .unwrap_or_default()
             } else {
@@ -149,8 +154,8 @@ fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn stat(s: &Session, path: &str, follow: bool, json: bool) -> Result<()> {
-    let a = s.resolve(path, follow)?;
+async fn stat(s: &Session, path: &str, follow: bool, json: bool) -> Result<()> {
+    let a = s.resolve(path, follow).await?;
     if json {
         println!("{}", serde_json::to_string(&json_entry(path, &a))?);
         return Ok(());
@@ -176,12 +181,11 @@ fn stat(s: &Session, path: &str, follow: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn mkdir(s: &Session, path: &str, mode: u32, parents: bool) -> Result<()> {
+async fn mkdir(s: &Session, path: &str, mode: u32, parents: bool) -> Result<()> {
     if !parents {
-        let (dir, name) = s.parent_of(path)?;
-        s.engine
-            .mkdir(&s.cred, dir, name.as_bytes(), mode)
-            .and_then(|c| c.wait(&s.engine))
+        let (dir, name) = s.parent_of(path).await?;
+        s.mkdir(dir, name.as_bytes(), mode)
+            .await
             .map_err(|e| fs_err(e, path))?;
         return Ok(());
     }
@@ -190,15 +194,21 @@ fn mkdir(s: &Session, path: &str, mode: u32, parents: bool) -> Result<()> {
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         so_far.push('/');
         so_far.push_str(comp);
-        cur = match s.engine.lookup(&s.cred, cur, comp.as_bytes()) {
+        cur = match s.lookup(cur, comp.as_bytes()).await {
             Ok(a) if a.ftype == FileType::Directory => a.soid,
-            Ok(_) => return Err(fs_err(FsError::NotDir, &so_far)),
-            Err(FsError::NotFound) => {
-                s.engine
-                    .mkdir(&s.cred, cur, comp.as_bytes(), mode)
-                    .and_then(|c| c.wait(&s.engine))
-                    .map_err(|e| fs_err(e, &so_far))?
-                    .soid
+            Ok(_) => return Err(fs_err(Error::Fs(FsError::NotDir), &so_far)),
+            Err(Error::Fs(FsError::NotFound)) => {
+                match s.mkdir(cur, comp.as_bytes(), mode).await {
+                    Ok(a) => a.soid,
+                    // Someone else made it meanwhile: fine, like mkdir -p.
+                    Err(Error::Fs(FsError::Exists)) => {
+                        s.lookup(cur, comp.as_bytes())
+                            .await
+                            .map_err(|e| fs_err(e, &so_far))?
+                            .soid
+                    }
+                    Err(e) => return Err(fs_err(e, &so_far)),
+                }
             }
             Err(e) => return Err(fs_err(e, &so_far)),
         };
@@ -206,102 +216,86 @@ fn mkdir(s: &Session, path: &str, mode: u32, parents: bool) -> Result<()> {
     Ok(())
 }
 
-fn touch(s: &Session, path: &str) -> Result<()> {
-    match s.resolve(path, true) {
+async fn touch(s: &Session, path: &str) -> Result<()> {
+    match s.resolve(path, true).await {
         Ok(a) => {
             let set = SetAttr {
                 atime: Some(TimeSet::Now),
                 mtime: Some(TimeSet::Now),
                 ..Default::default()
             };
-            s.engine
-                .setattr(&s.cred, a.soid, &set)
-                .and_then(|c| c.wait(&s.engine))
-                .map_err(|e| fs_err(e, path))?;
+            s.setattr(a.soid, &set).await.map_err(|e| fs_err(e, path))?;
         }
         Err(_) => {
-            let (dir, name) = s.parent_of(path)?;
-            s.engine
-                .create(&s.cred, dir, name.as_bytes(), 0o644, false)
-                .and_then(|c| c.wait(&s.engine))
+            let (dir, name) = s.parent_of(path).await?;
+            s.create(dir, name.as_bytes(), 0o644)
+                .await
                 .map_err(|e| fs_err(e, path))?;
         }
     }
     Ok(())
 }
 
-fn rm(s: &Session, path: &str, recursive: bool, force: bool) -> Result<()> {
-    let (dir, name) = s.parent_of(path)?;
-    let attr = match s.engine.lookup(&s.cred, dir, name.as_bytes()) {
+async fn rm(s: &Session, path: &str, recursive: bool, force: bool) -> Result<()> {
+    let (dir, name) = s.parent_of(path).await?;
+    let attr = match s.lookup(dir, name.as_bytes()).await {
         Ok(a) => a,
-        Err(FsError::NotFound) if force => return Ok(()),
+        Err(Error::Fs(FsError::NotFound)) if force => return Ok(()),
         Err(e) => return Err(fs_err(e, path)),
     };
     if attr.ftype == FileType::Directory {
         if !recursive {
             bail!("{path}: is a directory (use -r)");
         }
-        for e in list_all(s, attr.soid, path)? {
-            rm(s, &join(path, &e.name), true, force)?;
+        for e in list_all(s, attr.soid, path).await? {
+            Box::pin(rm(s, &join(path, &e.name), true, force)).await?;
         }
-        s.engine
-            .rmdir(&s.cred, dir, name.as_bytes())
-            .and_then(|c| c.wait(&s.engine))
+        s.rmdir(dir, name.as_bytes())
+            .await
             .map_err(|e| fs_err(e, path))?;
     } else {
-        s.engine
-            .unlink(&s.cred, dir, name.as_bytes())
-            .and_then(|c| c.wait(&s.engine))
+        s.unlink(dir, name.as_bytes())
+            .await
             .map_err(|e| fs_err(e, path))?;
     }
     Ok(())
 }
 
-fn mv(s: &Session, source: &str, target: &str) -> Result<()> {
-    let (sdir, sname) = s.parent_of(source)?;
+async fn mv(s: &Session, source: &str, target: &str) -> Result<()> {
+    let (sdir, sname) = s.parent_of(source).await?;
     // `mv a dir/` moves into an existing directory, like mv.
-    let (tdir, tname) = match s.resolve(target, true) {
+    let (tdir, tname) = match s.resolve(target, true).await {
         Ok(a) if a.ftype == FileType::Directory => (a.soid, sname),
-        _ => s.parent_of(target)?,
+        _ => s.parent_of(target).await?,
     };
-    s.engine
-        .rename(
-            &s.cred,
-            sdir,
-            sname.as_bytes(),
-            tdir,
-            tname.as_bytes(),
-            RenameFlags::default(),
-        )
-        .and_then(|c| c.wait(&s.engine))
+    s.rename(sdir, sname.as_bytes(), tdir, tname.as_bytes())
+        .await
         .map_err(|e| fs_err(e, source))?;
     Ok(())
 }
 
-fn ln(s: &Session, target: &str, link: &str, symbolic: bool) -> Result<()> {
-    let (dir, name) = s.parent_of(link)?;
+async fn ln(s: &Session, target: &str, link: &str, symbolic: bool) -> Result<()> {
+    let (dir, name) = s.parent_of(link).await?;
     let r = if symbolic {
-        s.engine
-            .symlink(&s.cred, dir, name.as_bytes(), target.as_bytes())
+        s.symlink(dir, name.as_bytes(), target.as_bytes()).await
     } else {
-        let t = s.resolve(target, false)?;
-        s.engine.link(&s.cred, t.soid, dir, name.as_bytes())
+        let t = s.resolve(target, false).await?;
+        s.link(t.soid, dir, name.as_bytes()).await
     };
-    r.and_then(|c| c.wait(&s.engine))
-        .map_err(|e| fs_err(e, link))?;
+    r.map_err(|e| fs_err(e, link))?;
     Ok(())
 }
 
-fn du(s: &Session, path: &str, json: bool) -> Result<()> {
-    let root = s.resolve(path, true)?;
+async fn du(s: &Session, path: &str, json: bool) -> Result<()> {
+    let root = s.resolve(path, true).await?;
     let (mut files, mut bytes) = (0u64, 0u64);
     let mut stack = vec![(root, path.to_string())];
     while let Some((a, p)) = stack.pop() {
         files += 1;
         bytes += a.size;
         if a.ftype == FileType::Directory {
-            for e in list_all(s, a.soid, &p)? {
-                let child = s.engine.getattr(e.soid).map_err(|er| fs_err(er, &p))?;
+            for e in list_all(s, a.soid, &p).await? {
+                let child = s.getattr(e.soid).await.map_err(|er| fs_err(er, &p))?;
                 stack.push((child, join(&p, &e.name)));
             }
         }

@@ -1,11 +1,14 @@
 //! `sextant import`: copy a local tree's metadata into Sextant.
+//!
+//! The tree is walked a level at a time; the entries of a level are created
+//! with up to [`IN_FLIGHT`] operations in flight, so they share journal
+//! syncs (embedded) or round trips and syncs (over the network).
 
 use crate::session::{fs_err, Session};
 use anyhow::{Context, Result};
+use futures::stream::{self, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
-use sextant_engine::Lsn;
-use sextant_types::{FileType, Nanos, SetAttr, Soid, TimeSet};
-use std::collections::VecDeque;
+use sextant_types::{Attr, FileType, Nanos, SetAttr, Soid, TimeSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,12 +24,75 @@ pub struct ImportReport {
     pub per_second: f64,
 }
 
-/// Mutations in flight before waiting for durability: imports share syncs.
+/// Operations in flight at once.
 const IN_FLIGHT: usize = 512;
 
-pub fn import(s: &Session, source: &Path, dest: &str, quiet: bool) -> Result<ImportReport> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    Symlink,
+    Other,
+}
+
+struct Item {
+    path: PathBuf,
+    parent: Soid,
+    name: Vec<u8>,
+    meta: std::fs::Metadata,
+}
+
+fn nanos(sec: i64, nsec: i64) -> Nanos {
+    Nanos::from_parts(sec, nsec.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0))
+}
+
+/// Creates one entry; for a file also sets its size, owner and times.
+async fn create_one(s: &Session, it: &Item) -> Result<(Kind, Attr, SetAttr), String> {
+    let ft = it.meta.file_type();
+    let perm = it.meta.mode() & 0o7777;
+    let show = |e| fs_err(e, &it.path.display().to_string()).to_string();
+    let (kind, created) = if ft.is_dir() {
+        (Kind::Dir, s.mkdir(it.parent, &it.name, perm).await)
+    } else if ft.is_symlink() {
+        let target = std::fs::read_link(&it.path).map_err(|e| e.to_string())?;
+        let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
+        (Kind::Symlink, s.symlink(it.parent, &it.name, &target).await)
+    } else {
+        let (ftype, rdev) = if ft.is_file() {
+            (FileType::Regular, 0)
+        } else if ft.is_fifo() {
+            (FileType::Fifo, 0)
+        } else if ft.is_socket() {
+            (FileType::Socket, 0)
+        } else if ft.is_char_device() {
+            (FileType::CharDevice, it.meta.rdev() as u32)
+        } else {
+            (FileType::BlockDevice, it.meta.rdev() as u32)
+        };
+        (
+            Kind::Other,
+            s.mknod(it.parent, &it.name, ftype, perm, rdev).await,
+        )
+    };
+    let attr = created.map_err(show)?;
+    // Size, owner (when we may) and times as in the source.
+    let m = &it.meta;
+    let set = SetAttr {
+        size: ft.is_file().then_some(m.len()),
+        uid: (s.cred.is_root()).then_some(m.uid()),
+        gid: (s.cred.is_root()).then_some(m.gid()),
+        atime: Some(TimeSet::At(nanos(m.atime(), m.atime_nsec()))),
+        mtime: Some(TimeSet::At(nanos(m.mtime(), m.mtime_nsec()))),
+        perm: None,
+    };
+    if kind == Kind::Other {
+        s.setattr(attr.soid, &set).await.map_err(show)?;
+    }
+    Ok((kind, attr, set))
+}
+
+pub async fn import(s: &Session, source: &Path, dest: &str, quiet: bool) -> Result<ImportReport> {
     let started = Instant::now();
-    let dest_dir = s.resolve(dest, true)?;
+    let dest_dir = s.resolve(dest, true).await?;
     let bar = if quiet {
         ProgressBar::hidden()
     } else {
@@ -38,109 +104,76 @@ pub fn import(s: &Session, source: &Path, dest: &str, quiet: bool) -> Result<Imp
         b
     };
     let mut report = ImportReport::default();
-    let mut pending: VecDeque<Lsn> = VecDeque::new();
+    // Directory times change while entries are created: set them last, as
+    // cp -a does.
     let mut dir_times: Vec<(Soid, SetAttr, PathBuf)> = Vec::new();
-    let mut queue: VecDeque<(PathBuf, Soid)> =
-        VecDeque::from([(source.to_path_buf(), dest_dir.soid)]);
-    while let Some((dir, parent)) = queue.pop_front() {
-        let entries =
-            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
-        for entry in entries {
-            let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
-            let path = entry.path();
-            let meta = match std::fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(_) => {
+    let mut level: Vec<(PathBuf, Soid)> = vec![(source.to_path_buf(), dest_dir.soid)];
+    while !level.is_empty() {
+        let mut items = Vec::new();
+        for (dir, parent) in &level {
+            let entries =
+                std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+            for entry in entries {
+                let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+                let path = entry.path();
+                let Ok(meta) = std::fs::symlink_metadata(&path) else {
                     report.skipped += 1;
                     continue;
-                }
-            };
-            let name = entry.file_name();
-            let name = std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()).to_vec();
-            let ft = meta.file_type();
-            let perm = meta.mode() & 0o7777;
-            let created = if ft.is_dir() {
-                report.directories += 1;
-                s.engine.mkdir(&s.cred, parent, &name, perm)
-            } else if ft.is_symlink() {
-                report.symlinks += 1;
-                let target = std::fs::read_link(&path)?;
-                let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
-                s.engine.symlink(&s.cred, parent, &name, &target)
-            } else {
-                report.files += 1;
-                let (ftype, rdev) = if ft.is_file() {
-                    (FileType::Regular, 0)
-                } else if ft.is_fifo() {
-                    (FileType::Fifo, 0)
-                } else if ft.is_socket() {
-                    (FileType::Socket, 0)
-                } else if ft.is_char_device() {
-                    (FileType::CharDevice, meta.rdev() as u32)
-                } else {
-                    (FileType::BlockDevice, meta.rdev() as u32)
                 };
-                s.engine.mknod(&s.cred, parent, &name, ftype, perm, rdev)
-            };
-            let attr = match created {
-                Ok(c) => {
-                    pending.push_back(c.lsn);
-                    c.value
-                }
-                Err(e) => {
-                    bar.suspend(|| eprintln!("{}", fs_err(e, &path.display().to_string())));
-                    report.skipped += 1;
-                    continue;
-                }
-            };
-            // Size, owner (when we may) and times as in the source.
-            let set = SetAttr {
-                size: ft.is_file().then_some(meta.len()),
-                uid: (s.cred.is_root()).then_some(meta.uid()),
-                gid: (s.cred.is_root()).then_some(meta.gid()),
-                atime: Some(TimeSet::At(nanos(meta.atime(), meta.atime_nsec()))),
-                mtime: Some(TimeSet::At(nanos(meta.mtime(), meta.mtime_nsec()))),
-                perm: None,
-            };
-            if ft.is_dir() {
-                // A directory's times change while its entries are created:
-                // set them last, as cp -a does.
-                dir_times.push((attr.soid, set, path.clone()));
-            } else if !ft.is_symlink() {
-                match s.engine.setattr(&s.cred, attr.soid, &set) {
-                    Ok(c) => pending.push_back(c.lsn),
-                    Err(e) => {
-                        bar.suspend(|| eprintln!("{}", fs_err(e, &path.display().to_string())))
+                let name =
+                    std::os::unix::ffi::OsStrExt::as_bytes(entry.file_name().as_os_str()).to_vec();
+                items.push(Item {
+                    path,
+                    parent: *parent,
+                    name,
+                    meta,
+                });
+            }
+        }
+        let mut results = stream::iter(
+            items
+                .iter()
+                .map(|it| async move { (it, create_one(s, it).await) }),
+        )
+        .buffer_unordered(IN_FLIGHT);
+        let mut next = Vec::new();
+        while let Some((it, r)) = results.next().await {
+            match r {
+                Ok((kind, attr, set)) => {
+                    match kind {
+                        Kind::Dir => {
+                            report.directories += 1;
+                            dir_times.push((attr.soid, set, it.path.clone()));
+                            next.push((it.path.clone(), attr.soid));
+                        }
+                        Kind::Symlink => report.symlinks += 1,
+                        Kind::Other => report.files += 1,
                     }
+                    bar.inc(1);
+                }
+                Err(msg) => {
+                    bar.suspend(|| eprintln!("{msg}"));
+                    report.skipped += 1;
                 }
             }
-            if ft.is_dir() {
-                queue.push_back((path, attr.soid));
-            }
-            while pending.len() > IN_FLIGHT {
-                if let Some(lsn) = pending.pop_front() {
-                    s.engine.wait(lsn)?;
-                }
-            }
-            bar.inc(1);
         }
+        level = next;
     }
-    for (soid, set, path) in dir_times.into_iter().rev() {
-        match s.engine.setattr(&s.cred, soid, &set) {
-            Ok(c) => pending.push_back(c.lsn),
-            Err(e) => eprintln!("{}", fs_err(e, &path.display().to_string())),
+    let mut times = stream::iter(
+        dir_times
+            .iter()
+            .rev()
+            .map(|(soid, set, path)| async move { (path, s.setattr(*soid, set).await) }),
+    )
+    .buffer_unordered(IN_FLIGHT);
+    while let Some((path, r)) = times.next().await {
+        if let Err(e) = r {
+            bar.suspend(|| eprintln!("{}", fs_err(e, &path.display().to_string())));
         }
-    }
-    if let Some(lsn) = pending.back() {
-        s.engine.wait(*lsn)?;
     }
     bar.finish_and_clear();
     report.seconds = started.elapsed().as_secs_f64();
     let total = report.files + report.directories + report.symlinks;
     report.per_second = total as f64 / report.seconds.max(1e-9);
     Ok(report)
-}
-
-fn nanos(sec: i64, nsec: i64) -> Nanos {
-    Nanos::from_parts(sec, nsec.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0))
 }

@@ -1,9 +1,9 @@
 //! `sextant`: the command users run.
 //!
-//! Today every command runs the engine *embedded* on a local data directory
-//! (`--data`, default `./sextant-data`): no other service is needed. The
-//! server (`sextant serve`), network client and FUSE mount build on the
-//! same commands.
+//! `sextant serve` runs the metadata server. Every other command talks to a
+//! server when one is given (`--server ADDR`) or answers at the default
+//! address (127.0.0.1:7411), and otherwise runs the engine *embedded* on a
+//! local data directory (`--data`, default `./sextant-data`).
 
 mod cmd;
 mod format;
@@ -19,14 +19,26 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None, propagate_version = true)]
 struct Cli {
-    /// Data directory of the embedded engine (created on first use).
-    #[arg(
-        long,
-        global = true,
-        env = "SEXTANT_DATA",
-        default_value = "sextant-data"
-    )]
-    data: PathBuf,
+    /// Data directory: of the embedded engine (created on first use), of
+    /// `serve`, and where the cluster secret is looked for [default:
+    /// sextant-data]
+    #[arg(long, global = true, env = "SEXTANT_DATA")]
+    data: Option<PathBuf>,
+    /// Talk to the Sextant server at this address (host:port). Without it,
+    /// a server answering at 127.0.0.1:7411 is used, else the embedded
+    /// engine.
+    #[arg(long, global = true, env = "SEXTANT_SERVER", value_name = "ADDR")]
+    server: Option<String>,
+    /// File holding the cluster secret [default: <data>/secret]
+    #[arg(long, global = true, env = "SEXTANT_SECRET_FILE", value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// The cluster secret itself (prefer --secret-file: arguments are visible
+    /// to other users).
+    #[arg(long, global = true, env = "SEXTANT_SECRET", hide_env_values = true)]
+    secret: Option<String>,
+    /// Use the embedded engine on --data even if a server answers.
+    #[arg(long, global = true, conflicts_with = "server")]
+    local: bool,
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -36,6 +48,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the metadata server (gRPC, default 127.0.0.1:7411) on --data.
+    ///
+    /// Settings come from flags and environment, then the --config TOML
+    /// file (keys: data, listen, memory, journal_sync, dedup_window,
+    /// dedup_clients), then defaults. The first start creates the cluster
+    /// secret <data>/secret (mode 0600) that clients must present. SIGINT
+    /// or SIGTERM stops it gracefully (tables written back).
+    Serve(ServeArgs),
     /// Show the store's state: inodes, tables, journal.
     Status,
     /// List a directory (like ls).
@@ -105,6 +125,24 @@ enum Command {
     Sync,
 }
 
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on (host:port; port 0 picks a free one)
+    /// [default: 127.0.0.1:7411]
+    #[arg(long, env = "SEXTANT_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
+    /// TOML config file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Memory budget of the table cache, e.g. 4GiB [default: 4GiB]
+    #[arg(long, env = "SEXTANT_MEMORY")]
+    memory: Option<String>,
+    /// Journal sync mode: fsync (durable), nosync (survives a process
+    /// crash, not power loss), off (benchmarks only) [default: fsync]
+    #[arg(long, env = "SEXTANT_JOURNAL_SYNC", value_name = "MODE")]
+    journal_sync: Option<String>,
+}
+
 fn parse_octal(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8)
         .ok()
@@ -112,9 +150,52 @@ fn parse_octal(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not an octal mode (e.g. 755)"))
 }
 
+fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
+    use sextant_server::config::{FileConfig, Overrides, ServerConfig};
+    let file = args.config.as_deref().map(FileConfig::load).transpose()?;
+    let config = ServerConfig::resolve(
+        file,
+        Overrides {
+            data: cli.data.clone(),
+            listen: args.listen.clone(),
+            memory: args.memory.clone(),
+            journal_sync: args.journal_sync.clone(),
+        },
+    )?;
+    let data = config.data.clone();
+    sextant_server::run(config, |addr| {
+        eprintln!("sextant: serving {} on {addr}", data.display());
+        // One line on stdout for scripts and tests (port 0 shows the port).
+        println!("listening on {addr}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = cmd::run(cli) {
+    let result = match &cli.command {
+        Command::Serve(args) => serve(&cli, args),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| {
+                rt.block_on(async {
+                    let data = cli.data.clone().unwrap_or_else(session::default_data);
+                    let s = session::Session::open(session::Target {
+                        data: &data,
+                        server: cli.server.as_deref(),
+                        secret: cli.secret.as_deref(),
+                        secret_file: cli.secret_file.as_deref(),
+                        local: cli.local,
+                    })
+                    .await?;
+                    cmd::run(cli, s).await
+                })
+            }),
+    };
+    if let Err(e) = result {
         eprintln!("sextant: {e:#}");
         std::process::exit(1);
     }

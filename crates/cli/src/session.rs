@@ -1,13 +1,25 @@
-//! Opening the embedded engine as the invoking user.
+//! Where commands run: on a Sextant server (over the network) or on an
+//! embedded engine over a local data directory. Both look the same to the
+//! commands: every call is async and a mutation returns once durable.
 
-use anyhow::{Context, Result};
-use sextant_engine::{Engine, EngineConfig};
-use sextant_types::{Attr, Credentials, FsError, Soid};
-use std::path::Path;
+use anyhow::{bail, Context, Result};
+use sextant_client::{Client, Error, Options};
+use sextant_engine::{DirEntry, Engine, EngineConfig, EngineStats, RenameFlags};
+use sextant_types::{Attr, Credentials, FileType, FsError, SetAttr, Soid};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// The engine plus who is asking.
+pub type OpResult<T> = std::result::Result<T, Error>;
+
+pub enum Backend {
+    Local(Engine),
+    Remote(Client),
+}
+
+/// The backend plus who is asking.
 pub struct Session {
-    pub engine: Engine,
+    pub backend: Backend,
     pub cred: Credentials,
 }
 
@@ -28,29 +40,98 @@ pub fn caller() -> Credentials {
     }
 }
 
+/// How to choose the backend (from the global flags).
+pub struct Target<'a> {
+    pub data: &'a Path,
+    pub server: Option<&'a str>,
+    pub secret: Option<&'a str>,
+    pub secret_file: Option<&'a Path>,
+    pub local: bool,
+}
+
+/// Does something accept TCP connections at `addr`?
+fn answers(addr: &str) -> bool {
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map(|a| a.collect())
+        .unwrap_or_default();
+    addrs
+        .iter()
+        .any(|a| TcpStream::connect_timeout(a, Duration::from_millis(300)).is_ok())
+}
+
+fn find_secret(t: &Target) -> Result<Option<String>> {
+    if let Some(s) = t.secret {
+        return Ok(Some(s.trim().to_string()));
+    }
+    if let Some(f) = t.secret_file {
+        return sextant_server::secret::read(f).map(Some);
+    }
+    let default = sextant_server::secret::path(t.data);
+    if default.exists() {
+        return sextant_server::secret::read(&default).map(Some);
+    }
+    Ok(None)
+}
+
 impl Session {
-    pub fn open(data: &Path) -> Result<Session> {
+    /// A server given with `--server`, else one answering at the default
+    /// address, else the embedded engine on `--data`.
+    pub async fn open(t: Target<'_>) -> Result<Session> {
         let cred = caller();
+        if !t.local {
+            let (addr, explicit) = match t.server {
+                Some(a) => (a.to_string(), true),
+                None => (sextant_proto::DEFAULT_LISTEN.to_string(), false),
+            };
+            if explicit || answers(&addr) {
+                let Some(secret) = find_secret(&t)? else {
+                    bail!(
+                        "a Sextant server answers at {addr} but no cluster secret was found: \
+                         give --secret-file FILE (the server's <data>/secret) or SEXTANT_SECRET, \
+                         or --local to use the data directory {} directly",
+                        t.data.display()
+                    );
+                };
+                let client = Client::connect(&addr, &secret, Options::default())
+                    .await
+                    .with_context(|| format!("connecting to the Sextant server at {addr}"))?;
+                return Ok(Session {
+                    backend: Backend::Remote(client),
+                    cred,
+                });
+            }
+        }
         let config = EngineConfig {
             // A new store's root belongs to whoever creates it.
             root_uid: cred.uid,
             root_gid: cred.gid,
             ..Default::default()
         };
-        let engine = Engine::open_dir(data, config)
-            .with_context(|| format!("cannot open the data directory {}", data.display()))?;
-        Ok(Session { engine, cred })
+        let engine = Engine::open_dir(t.data, config)
+            .with_context(|| format!("cannot open the data directory {}", t.data.display()))?;
+        Ok(Session {
+            backend: Backend::Local(engine),
+            cred,
+        })
     }
 
     /// Resolves `path` (following symlinks except, unless `follow`, the last).
-    pub fn resolve(&self, path: &str, follow: bool) -> Result<Attr> {
-        self.engine
-            .resolve(&self.cred, path.as_bytes(), follow)
+    pub async fn resolve(&self, path: &str, follow: bool) -> Result<Attr> {
+        self.resolve_raw(path.as_bytes(), follow)
+            .await
             .map_err(|e| fs_err(e, path))
     }
 
+    pub async fn resolve_raw(&self, path: &[u8], follow: bool) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.resolve(&self.cred, path, follow)?),
+            Backend::Remote(c) => c.resolve(&self.cred, path, follow).await,
+        }
+    }
+
     /// The directory that would hold `path`, and the last component.
-    pub fn parent_of<'p>(&self, path: &'p str) -> Result<(Soid, &'p str)> {
+    pub async fn parent_of<'p>(&self, path: &'p str) -> Result<(Soid, &'p str)> {
         let trimmed = path.trim_end_matches('/');
         let (dir, name) = match trimmed.rsplit_once('/') {
             Some((d, n)) => (if d.is_empty() { "/" } else { d }, n),
@@ -59,16 +140,172 @@ impl Session {
         if name.is_empty() {
             anyhow::bail!("{path}: not a path to an entry");
         }
-        let dir_attr = self.resolve(dir, true)?;
+        let dir_attr = self.resolve(dir, true).await?;
         Ok((dir_attr.soid, name))
     }
 
+    async fn durable<T>(
+        e: &Engine,
+        c: std::result::Result<sextant_engine::Committed<T>, FsError>,
+    ) -> OpResult<T> {
+        let c = c?;
+        e.durable(c.lsn).await?;
+        Ok(c.value)
+    }
+
+    pub async fn lookup(&self, parent: Soid, name: &[u8]) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.lookup(&self.cred, parent, name)?),
+            Backend::Remote(c) => c.lookup(&self.cred, parent, name).await,
+        }
+    }
+
+    pub async fn getattr(&self, soid: Soid) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.getattr(soid)?),
+            Backend::Remote(c) => c.getattr(&self.cred, soid).await,
+        }
+    }
+
+    pub async fn readlink(&self, soid: Soid) -> OpResult<Box<[u8]>> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.readlink(soid)?),
+            Backend::Remote(c) => c.readlink(&self.cred, soid).await,
+        }
+    }
+
+    pub async fn readdir(&self, dir: Soid, after: u64, limit: usize) -> OpResult<Vec<DirEntry>> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.readdir(&self.cred, dir, after, limit)?),
+            Backend::Remote(c) => c.readdir(&self.cred, dir, after, limit).await,
+        }
+    }
+
+    pub async fn create(&self, parent: Soid, name: &[u8], perm: u32) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => {
+                Self::durable(e, e.create(&self.cred, parent, name, perm, false)).await
+            }
+            Backend::Remote(c) => c.create(&self.cred, parent, name, perm, false).await,
+        }
+    }
+
+    pub async fn mknod(
+        &self,
+        parent: Soid,
+        name: &[u8],
+        ftype: FileType,
+        perm: u32,
+        rdev: u32,
+    ) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => {
+                Self::durable(e, e.mknod(&self.cred, parent, name, ftype, perm, rdev)).await
+            }
+            Backend::Remote(c) => c.mknod(&self.cred, parent, name, ftype, perm, rdev).await,
+        }
+    }
+
+    pub async fn mkdir(&self, parent: Soid, name: &[u8], perm: u32) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => Self::durable(e, e.mkdir(&self.cred, parent, name, perm)).await,
+            Backend::Remote(c) => c.mkdir(&self.cred, parent, name, perm).await,
+        }
+    }
+
+    pub async fn symlink(&self, parent: Soid, name: &[u8], target: &[u8]) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => {
+                Self::durable(e, e.symlink(&self.cred, parent, name, target)).await
+            }
+            Backend::Remote(c) => c.symlink(&self.cred, parent, name, target).await,
+        }
+    }
+
+    pub async fn unlink(&self, parent: Soid, name: &[u8]) -> OpResult<()> {
+        match &self.backend {
+            Backend::Local(e) => Self::durable(e, e.unlink(&self.cred, parent, name)).await,
+            Backend::Remote(c) => c.unlink(&self.cred, parent, name).await,
+        }
+    }
+
+    pub async fn rmdir(&self, parent: Soid, name: &[u8]) -> OpResult<()> {
+        match &self.backend {
+            Backend::Local(e) => Self::durable(e, e.rmdir(&self.cred, parent, name)).await,
+            Backend::Remote(c) => c.rmdir(&self.cred, parent, name).await,
+        }
+    }
+
+    pub async fn rename(
+        &self,
+        old_parent: Soid,
+        old_name: &[u8],
+        new_parent: Soid,
+        new_name: &[u8],
+    ) -> OpResult<()> {
+        let f = RenameFlags::default();
+        match &self.backend {
+            Backend::Local(e) => {
+                Self::durable(
+                    e,
+                    e.rename(&self.cred, old_parent, old_name, new_parent, new_name, f),
+                )
+                .await
+            }
+            Backend::Remote(c) => {
+                c.rename(&self.cred, old_parent, old_name, new_parent, new_name, f)
+                    .await
+            }
+        }
+    }
+
+    pub async fn link(&self, soid: Soid, new_parent: Soid, new_name: &[u8]) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => {
+                Self::durable(e, e.link(&self.cred, soid, new_parent, new_name)).await
+            }
+            Backend::Remote(c) => c.link(&self.cred, soid, new_parent, new_name).await,
+        }
+    }
+
+    pub async fn setattr(&self, soid: Soid, set: &SetAttr) -> OpResult<Attr> {
+        match &self.backend {
+            Backend::Local(e) => Self::durable(e, e.setattr(&self.cred, soid, set)).await,
+            Backend::Remote(c) => c.setattr(&self.cred, soid, set).await,
+        }
+    }
+
+    pub async fn stats(&self) -> Result<EngineStats> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.stats()),
+            Backend::Remote(c) => Ok(c.stats(&self.cred).await?.0),
+        }
+    }
+
+    pub async fn sync(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.sync()?),
+            Backend::Remote(c) => Ok(c.sync(&self.cred).await?),
+        }
+    }
+
     pub fn close(self) -> Result<()> {
-        self.engine.close().context("writing tables back")
+        match self.backend {
+            Backend::Local(e) => e.close().context("writing tables back"),
+            Backend::Remote(_) => Ok(()),
+        }
     }
 }
 
-/// An `FsError` as a message in the style of coreutils: `path: No such file…`.
-pub fn fs_err(e: FsError, path: &str) -> anyhow::Error {
-    anyhow::anyhow!("{path}: {e} (errno {})", e.errno())
+/// An error as a message in the style of coreutils: `path: No such file…`.
+pub fn fs_err(e: Error, path: &str) -> anyhow::Error {
+    match e {
+        Error::Fs(f) => anyhow::anyhow!("{path}: {f} (errno {})", f.errno()),
+        other => anyhow::anyhow!("{path}: {other}"),
+    }
+}
+
+/// The default data directory (`./sextant-data`).
+pub fn default_data() -> PathBuf {
+    PathBuf::from("sextant-data")
 }

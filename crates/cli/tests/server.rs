@@ -1,0 +1,664 @@
+//! Network tests: the real `sextant serve` binary on a free port in a temp
+//! directory, driven through the client library, raw gRPC and raw TCP.
+
+use sextant_client::{Client, Error, Options};
+use sextant_engine::{RenameFlags, XattrFlags};
+use sextant_proto::pb::{self, request::Op, response::Result as Res};
+use sextant_proto::{soid_to_pb, SECRET_METADATA};
+use sextant_types::{Credentials, FileType, FsError, SetAttr, Soid, TimeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+
+/// A running `sextant serve`; killed (SIGKILL) when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+    data: PathBuf,
+}
+
+impl Server {
+    fn start(data: &Path, listen: &str) -> Server {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--journal-sync",
+                "fsync",
+                "--listen",
+                listen,
+                "--data",
+            ])
+            .arg(data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sextant serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server did not say where it listens");
+        let addr = line
+            .strip_prefix("listening on ")
+            .expect("a 'listening on' line")
+            .to_string();
+        Server {
+            child,
+            addr,
+            data: data.to_path_buf(),
+        }
+    }
+
+    fn secret(&self) -> String {
+        std::fs::read_to_string(self.data.join("secret"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    async fn client(&self) -> Client {
+        Client::connect(&self.addr, &self.secret(), Options::default())
+            .await
+            .expect("connect")
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "graceful shutdown failed: {status}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn root() -> Credentials {
+    Credentials::root()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), "127.0.0.1:0");
+    let c = server.client().await;
+    let cr = &root();
+    let r = Soid::ROOT;
+
+    let d = c.mkdir(cr, r, b"d", 0o755).await.unwrap();
+    assert_eq!(d.ftype, FileType::Directory);
+    assert_eq!(c.lookup(cr, r, b"d").await.unwrap(), d);
+    assert_eq!(c.getattr(cr, d.soid).await.unwrap().soid, d.soid);
+    let f = c.create(cr, d.soid, b"f", 0o640, true).await.unwrap();
+    assert_eq!((f.ftype, f.perm), (FileType::Regular, 0o640));
+    assert_eq!(
+        c.create(cr, d.soid, b"f", 0o640, true).await,
+        Err(Error::Fs(FsError::Exists))
+    );
+    assert_eq!(
+        c.create(cr, d.soid, b"f", 0o600, false).await.unwrap().soid,
+        f.soid
+    );
+    let fifo = c
+        .mknod(cr, d.soid, b"p", FileType::Fifo, 0o600, 0)
+        .await
+        .unwrap();
+    assert_eq!(fifo.ftype, FileType::Fifo);
+    let s = c.symlink(cr, d.soid, b"s", b"/d/f").await.unwrap();
+    assert_eq!(&*c.readlink(cr, s.soid).await.unwrap(), b"/d/f");
+    assert_eq!(c.resolve(cr, b"/d/s", true).await.unwrap().soid, f.soid);
+    assert_eq!(c.resolve(cr, b"/d/s", false).await.unwrap().soid, s.soid);
+    let l = c.link(cr, f.soid, r, b"hard").await.unwrap();
+    assert_eq!(l.nlink, 2);
+
+    // readdir with cookies, one entry at a time
+    let mut names = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let batch = c.readdir(cr, d.soid, cookie, 1).await.unwrap();
+        let Some(e) = batch.last() else { break };
+        cookie = e.cookie;
+        names.push(e.name.to_vec());
+    }
+    names.sort();
+    assert_eq!(names, vec![b"f".to_vec(), b"p".to_vec(), b"s".to_vec()]);
+
+    let set = SetAttr {
+        perm: Some(0o600),
+        size: Some(4096),
+        mtime: Some(TimeSet::At(sextant_types::Nanos(1_000_000_000))),
+        ..Default::default()
+    };
+    let a = c.setattr(cr, f.soid, &set).await.unwrap();
+    assert_eq!((a.perm, a.size, a.mtime.0), (0o600, 4096, 1_000_000_000));
+
+    c.setxattr(cr, f.soid, b"user.k", b"v", XattrFlags::Create)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.setxattr(cr, f.soid, b"user.k", b"v", XattrFlags::Create)
+            .await,
+        Err(Error::Fs(FsError::Exists))
+    );
+    assert_eq!(&*c.getxattr(cr, f.soid, b"user.k").await.unwrap(), b"v");
+    assert_eq!(
+        c.listxattr(cr, f.soid).await.unwrap(),
+        vec![b"user.k".to_vec().into_boxed_slice()]
+    );
+    c.removexattr(cr, f.soid, b"user.k").await.unwrap();
+    assert_eq!(
+        c.getxattr(cr, f.soid, b"user.k").await,
+        Err(Error::Fs(FsError::NoData))
+    );
+    // Server-side limits.
+    let big = vec![0u8; sextant_types::XATTR_SIZE_MAX + 1];
+    assert_eq!(
+        c.setxattr(cr, f.soid, b"user.big", &big, XattrFlags::Any)
+            .await,
+        Err(Error::Fs(FsError::TooBig))
+    );
+    assert_eq!(
+        c.mkdir(cr, r, &[b'x'; 256], 0o755).await,
+        Err(Error::Fs(FsError::NameTooLong))
+    );
+
+    c.access(cr, f.soid, 4).await.unwrap();
+    let user = Credentials::user(1000, 1000);
+    assert_eq!(
+        c.access(&user, f.soid, 4).await,
+        Err(Error::Fs(FsError::Access))
+    );
+    assert_eq!(
+        c.create(&user, d.soid, b"nope", 0o644, true).await,
+        Err(Error::Fs(FsError::Access))
+    );
+
+    c.rename(cr, d.soid, b"f", r, b"moved", RenameFlags::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        c.rename(
+            cr,
+            r,
+            b"moved",
+            r,
+            b"hard",
+            RenameFlags {
+                noreplace: true,
+                exchange: false
+            }
+        )
+        .await,
+        Err(Error::Fs(FsError::Exists))
+    );
+    c.rename(
+        cr,
+        r,
+        b"moved",
+        r,
+        b"d",
+        RenameFlags {
+            noreplace: false,
+            exchange: true,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.lookup(cr, r, b"d").await.unwrap().soid, f.soid);
+    assert_eq!(c.lookup(cr, r, b"moved").await.unwrap().soid, d.soid);
+
+    c.unlink(cr, r, b"hard").await.unwrap();
+    assert_eq!(
+        c.unlink(cr, r, b"hard").await,
+        Err(Error::Fs(FsError::NotFound))
+    );
+    for n in [&b"p"[..], b"s"] {
+        c.unlink(cr, d.soid, n).await.unwrap();
+    }
+    assert_eq!(c.rmdir(cr, r, b"d").await, Err(Error::Fs(FsError::NotDir)));
+    c.rmdir(cr, r, b"moved").await.unwrap();
+
+    let fs = c.statfs(cr).await.unwrap();
+    assert_eq!(fs.inodes, 2, "root and the file");
+    let (stats, server_stats) = c.stats(cr).await.unwrap();
+    assert!(stats.durable_lsn > 0);
+    assert!(server_stats.requests > 20);
+    c.sync(cr).await.unwrap();
+    assert_eq!(
+        c.sync(&user).await,
+        Err(Error::Fs(FsError::Perm)),
+        "only root or the root directory's owner may sync"
+    );
+
+    // Graceful shutdown writes tables back; a restart sees everything.
+    server.stop();
+    let server = Server::start(dir.path(), "127.0.0.1:0");
+    let c = server.client().await;
+    assert_eq!(c.resolve(cr, b"/d", true).await.unwrap().soid, f.soid);
+    assert_eq!(
+        c.resolve(cr, b"/moved", true).await,
+        Err(Error::Fs(FsError::NotFound))
+    );
+}
+
+fn raw_request(client_id: u64, seq: u64, op: Op) -> pb::Request {
+    pb::Request {
+        id: 99,
+        cred: Some(pb::Credentials {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        }),
+        client_id,
+        seq,
+        op: Some(op),
+    }
+}
+
+/// A bare generated gRPC client (the caller adds the secret per request).
+async fn raw_client(
+    server: &Server,
+) -> pb::sextant_client::SextantClient<tonic::transport::Channel> {
+    pb::sextant_client::SextantClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap()
+}
+
+fn with_secret<T>(msg: T, secret: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(SECRET_METADATA, secret.parse().unwrap());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_mutations_run_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0");
+    let secret = server.secret();
+    let mut raw = raw_client(&server).await;
+    let mkdir = |name: &[u8]| {
+        Op::Mkdir(pb::MkdirRequest {
+            parent: Some(soid_to_pb(Soid::ROOT)),
+            name: name.to_vec(),
+            perm: 0o755,
+        })
+    };
+    // The same (client, seq) twice: one directory, the same reply twice.
+    let first = raw
+        .call(with_secret(raw_request(7, 1, mkdir(b"once")), &secret))
+        .await
+        .unwrap()
+        .into_inner();
+    let again = raw
+        .call(with_secret(raw_request(7, 1, mkdir(b"once")), &secret))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(first.error.is_none(), "{first:?}");
+    assert_eq!(first, again, "a retry returns the original reply");
+    // Without exactly-once the second run fails with EEXIST.
+    let plain = raw
+        .call(with_secret(raw_request(0, 0, mkdir(b"once")), &secret))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(plain.error.map(|e| e.errno), Some(FsError::Exists.errno()));
+    // A retried unlink does not fail with ENOENT the second time.
+    let unlink = || {
+        Op::Rmdir(pb::RmdirRequest {
+            parent: Some(soid_to_pb(Soid::ROOT)),
+            name: b"once".to_vec(),
+        })
+    };
+    for _ in 0..3 {
+        let r = raw
+            .call(with_secret(raw_request(7, 2, unlink()), &secret))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.error.is_none(), "{r:?}");
+    }
+    // The same on the Session stream, many retries in flight at once.
+    let reqs: Vec<pb::Request> = (0..20)
+        .map(|i| {
+            let mut r = raw_request(8, 1, mkdir(b"stream"));
+            r.id = i;
+            r
+        })
+        .collect();
+    let mut stream = raw
+        .session(with_secret(tokio_stream_iter(reqs), &secret))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut soids = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let r = stream.message().await.unwrap().unwrap();
+        match r.result {
+            Some(Res::Attr(a)) => soids.insert(a.soid),
+            other => panic!("{other:?} {:?}", r.error),
+        };
+    }
+    assert_eq!(soids.len(), 1, "one directory, one reply");
+    // A sequence number that fell out of the window is refused, not rerun.
+    for seq in 2..=1100u64 {
+        let name = format!("w{seq}");
+        let r = raw
+            .call(with_secret(
+                raw_request(9, seq, mkdir(name.as_bytes())),
+                &secret,
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.error.is_none());
+    }
+    let stale = raw
+        .call(with_secret(raw_request(9, 3, mkdir(b"w3")), &secret))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stale.error.map(|e| e.errno), Some(FsError::Stale.errno()));
+    let c = server.client().await;
+    let (_, st) = c.stats(&root()).await.unwrap();
+    assert!(st.replayed_replies >= 1 + 2 + 19, "{st:?}");
+}
+
+fn tokio_stream_iter(
+    reqs: Vec<pb::Request>,
+) -> impl tokio_stream::Stream<Item = pb::Request> + Send + 'static {
+    tokio_stream::iter(reqs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_is_refused_while_others_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0");
+    let good = server.client().await;
+    let busy = tokio::spawn(async move {
+        for i in 0..200 {
+            good.mkdir(&root(), Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
+                .await
+                .unwrap();
+        }
+        good
+    });
+    for bad in ["0".repeat(64), String::from("nope")] {
+        let r = Client::connect(&server.addr, &bad, Options::default()).await;
+        assert!(matches!(r, Err(Error::Auth)), "{:?}", r.err());
+        assert_eq!(
+            Error::Auth.to_string(),
+            "authentication failed: wrong cluster secret"
+        );
+    }
+    // No secret at all, on the unary RPC.
+    let mut raw = raw_client(&server).await;
+    let st = raw
+        .call(tonic::Request::new(raw_request(
+            0,
+            0,
+            Op::Statfs(pb::StatfsRequest {}),
+        )))
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unauthenticated);
+    assert_eq!(st.message(), "authentication failed: wrong cluster secret");
+    let good = busy.await.unwrap();
+    assert_eq!(good.statfs(&root()).await.unwrap().inodes, 201);
+    // The CLI with a wrong secret says so.
+    let out = Command::new(BIN)
+        .args(["--server", &server.addr, "--secret", "wrong", "status"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("authentication failed: wrong cluster secret"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0");
+    let secret = server.secret();
+    let good = server.client().await;
+    good.mkdir(&root(), Soid::ROOT, b"before", 0o755)
+        .await
+        .unwrap();
+
+    // Raw TCP garbage: the server drops that connection.
+    for garbage in [
+        &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        &[0xffu8; 4096][..],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\xff\xff\xff\x04\x00\x00\x00\x00garbage",
+    ] {
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(garbage);
+        let mut buf = [0u8; 4096];
+        let started = Instant::now();
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if started.elapsed() > Duration::from_secs(10) => {
+                    panic!("the server kept a garbage connection open")
+                }
+                Ok(_) => {}
+            }
+        }
+        good.lookup(&root(), Soid::ROOT, b"before").await.unwrap();
+    }
+
+    // A gRPC message over the 1 MiB limit: that call fails, others go on.
+    let mut raw = raw_client(&server).await;
+    let huge = Op::Setxattr(pb::SetxattrRequest {
+        soid: Some(soid_to_pb(Soid::ROOT)),
+        name: b"user.x".to_vec(),
+        value: vec![7u8; 2 << 20],
+        flags: 0,
+    });
+    let st = raw
+        .call(with_secret(raw_request(0, 0, huge.clone()), &secret))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            st.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::Internal
+        ),
+        "{st:?}"
+    );
+    // ... and on a Session stream: the stream ends with an error.
+    let mut s = raw
+        .session(with_secret(
+            tokio_stream_iter(vec![raw_request(0, 0, huge)]),
+            &secret,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(s.message().await.is_err());
+    // A field over its limit inside a message of normal size is EINVAL-like.
+    let r = raw
+        .call(with_secret(
+            raw_request(
+                0,
+                0,
+                Op::Resolve(pb::ResolveRequest {
+                    path: vec![b'a'; 5000],
+                    follow_last: true,
+                }),
+            ),
+            &secret,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.error.map(|e| e.errno), Some(FsError::NameTooLong.errno()));
+    let r = raw
+        .call(with_secret(
+            pb::Request {
+                op: None,
+                ..raw_request(0, 0, Op::Statfs(pb::StatfsRequest {}))
+            },
+            &secret,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.error.map(|e| e.errno), Some(FsError::Invalid.errno()));
+
+    // The long-lived client never noticed.
+    good.mkdir(&root(), Soid::ROOT, b"after", 0o755)
+        .await
+        .unwrap();
+    assert_eq!(good.statfs(&root()).await.unwrap().inodes, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_mutations_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), "127.0.0.1:0");
+    let addr = server.addr.clone();
+    let client = server.client().await;
+    let dirsoid = client
+        .mkdir(&root(), Soid::ROOT, b"w", 0o755)
+        .await
+        .unwrap()
+        .soid;
+    let acked = std::sync::Arc::new(parking_lot_free::Acked::default());
+    const WRITERS: usize = 8;
+    const PER_WRITER: usize = 150;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let c = client.clone();
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER_WRITER {
+                let name = format!("f{w}-{i}");
+                // Non-exclusive create: a retry that reaches the restarted
+                // server (which forgot its exactly-once table) still succeeds.
+                c.create(&root(), dirsoid, name.as_bytes(), 0o644, false)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                acked.push(name);
+            }
+        }));
+    }
+    // Kill mid-stream, then restart on the same address: clients reconnect
+    // and retry what was in flight.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.len() < WRITERS * PER_WRITER / 3 {
+        assert!(Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.kill9();
+    let at_kill = acked.snapshot();
+    let server = Server::start(dir.path(), &addr);
+    // Every mutation acknowledged before the kill is there.
+    let check = server.client().await;
+    for name in &at_kill {
+        check
+            .lookup(&root(), dirsoid, name.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("acknowledged {name} lost: {e}"));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = acked.snapshot();
+    assert_eq!(all.len(), WRITERS * PER_WRITER);
+    let mut cookie = 0;
+    let mut listed = std::collections::HashSet::new();
+    loop {
+        let batch = check.readdir(&root(), dirsoid, cookie, 1000).await.unwrap();
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        listed.extend(batch.into_iter().map(|e| e.name.to_vec()));
+    }
+    assert_eq!(listed.len(), WRITERS * PER_WRITER);
+    assert!(at_kill.len() < all.len(), "the kill happened mid-run");
+}
+
+/// A tiny thread-safe list (std only).
+mod parking_lot_free {
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    pub struct Acked(Mutex<Vec<String>>);
+
+    impl Acked {
+        pub fn push(&self, s: String) {
+            self.0.lock().unwrap().push(s);
+        }
+        pub fn len(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+        pub fn snapshot(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+}
+
+#[test]
+fn cli_uses_the_server_and_falls_back_to_embedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(&data, "127.0.0.1:0");
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["--server", &server.addr, "--data"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["mkdir", "-p", "/a/b"]);
+    run(&["touch", "/a/f"]);
+    run(&["ln", "-s", "/a/f", "/a/s"]);
+    run(&["ln", "/a/f", "/a/h"]);
+    run(&["mv", "/a/h", "/a/b/"]);
+    assert_eq!(run(&["ls", "/a"]), "b\nf\ns\n");
+    let st = run(&["--json", "stat", "/a/b/h"]);
+    assert!(st.contains("\"nlink\":2"), "{st}");
+    run(&["rm", "-r", "/a/b"]);
+    assert!(run(&["du", "/"]).contains("4 entries"));
+    assert!(run(&["status"]).contains("server "));
+    drop(server);
+    // With no server, --local (or nothing answering) means embedded.
+    let out = Command::new(BIN)
+        .args(["--local", "--data"])
+        .arg(&data)
+        .args(["ls", "/a"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "f\ns\n");
+}

@@ -1,0 +1,616 @@
+//! Sextant's client library.
+//!
+//! A [`Client`] keeps one `Session` stream to a server and multiplexes every
+//! call on it (many requests in flight on one connection; it is cheap to
+//! clone and safe to use from many tasks). When the connection breaks, calls
+//! in flight reconnect and are sent again — a mutation with the same
+//! (client id, seq), so the server runs it once and returns the original
+//! reply. Mutations return only once durable on the server.
+//!
+//! The API mirrors `sextant_engine::Engine`; errors are [`Error`], whose
+//! [`Error::Fs`] is the engine's `FsError` (one errno each).
+
+use parking_lot::Mutex;
+use sextant_engine::{DirEntry, EngineStats, RenameFlags, StatFs, XattrFlags};
+use sextant_proto::pb::{self, request::Op, response::Result as Res};
+use sextant_proto::*;
+use sextant_types::{Attr, Credentials, FileType, FsError, SetAttr, Soid};
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// What a call can fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The operation failed on the server (one errno each).
+    #[error("{0}")]
+    Fs(#[from] FsError),
+    /// The server refused the cluster secret.
+    #[error("authentication failed: wrong cluster secret")]
+    Auth,
+    /// No server answered within the retry time.
+    #[error("cannot reach the Sextant server at {addr}: {reason}")]
+    Unavailable { addr: String, reason: String },
+    /// The server and client disagree (a bug, or an incompatible version).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// The errno a file system would return for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Fs(e) => e.errno(),
+            Error::Auth => FsError::Access.errno(),
+            Error::Unavailable { .. } => 107, // ENOTCONN
+            Error::Protocol(_) => 71,         // EPROTO
+        }
+    }
+
+    /// The engine error, if the server answered with one.
+    pub fn fs(&self) -> Option<FsError> {
+        match self {
+            Error::Fs(e) => Some(*e),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Give up on a call after retrying this long without an answer.
+    pub retry_for: Duration,
+    pub connect_timeout: Duration,
+    /// Client id for exactly-once (default: random). 0 disables it.
+    pub client_id: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            retry_for: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(3),
+            client_id: None,
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<std::result::Result<pb::Response, Status>>;
+
+/// One Session stream.
+struct Conn {
+    tx: mpsc::Sender<pb::Request>,
+    pending: Arc<Mutex<HashMap<u64, Waiter>>>,
+    dead: Arc<AtomicBool>,
+}
+
+struct Inner {
+    addr: String,
+    endpoint: Endpoint,
+    secret: MetadataValue<tonic::metadata::Ascii>,
+    client_id: u64,
+    next_seq: AtomicU64,
+    next_id: AtomicU64,
+    options: Options,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+}
+
+/// A connection to one Sextant server. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+/// A random 64-bit number from the kernel (never 0).
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    let mut v = u64::from_le_bytes(b);
+    if ok.is_err() || v == 0 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        v = t ^ ((std::process::id() as u64) << 32) | 1;
+    }
+    v
+}
+
+impl Client {
+    /// Connects to `addr` (`host:port`) with the cluster `secret`; fails
+    /// at once on a wrong secret or when nothing answers.
+    pub async fn connect(addr: &str, secret: &str, options: Options) -> Result<Client> {
+        let unavailable = |reason: String| Error::Unavailable {
+            addr: addr.to_string(),
+            reason,
+        };
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| unavailable(format!("bad address: {e}")))?
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20));
+        let secret = MetadataValue::try_from(secret.trim())
+            .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?;
+        let client = Client {
+            inner: Arc::new(Inner {
+                addr: addr.to_string(),
+                endpoint,
+                secret,
+                client_id: options.client_id.unwrap_or_else(random_u64),
+                next_seq: AtomicU64::new(1),
+                next_id: AtomicU64::new(1),
+                options,
+                conn: tokio::sync::Mutex::new(None),
+            }),
+        };
+        client.conn().await?;
+        Ok(client)
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    pub fn client_id(&self) -> u64 {
+        self.inner.client_id
+    }
+
+    /// The live session, connecting if there is none.
+    async fn conn(&self) -> Result<Arc<Conn>> {
+        let mut slot = self.inner.conn.lock().await;
+        if let Some(c) = &*slot {
+            if !c.dead.load(Ordering::Acquire) {
+                return Ok(Arc::clone(c));
+            }
+        }
+        *slot = None;
+        let c = Arc::new(self.open_session().await?);
+        *slot = Some(Arc::clone(&c));
+        Ok(c)
+    }
+
+    async fn open_session(&self) -> Result<Conn> {
+        let unavailable = |reason: String| Error::Unavailable {
+            addr: self.inner.addr.clone(),
+            reason,
+        };
+        let channel: Channel = self
+            .inner
+            .endpoint
+            .connect()
+            .await
+            .map_err(|e| unavailable(error_chain(&e)))?;
+        let mut grpc = pb::sextant_client::SextantClient::new(channel)
+            .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
+        let (tx, rx) = mpsc::channel::<pb::Request>(1024);
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        request
+            .metadata_mut()
+            .insert(SECRET_METADATA, self.inner.secret.clone());
+        let mut stream = match grpc.session(request).await {
+            Ok(r) => r.into_inner(),
+            Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+            Err(s) => return Err(unavailable(s.message().to_string())),
+        };
+        let pending: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
+        let dead = Arc::new(AtomicBool::new(false));
+        let (p, d) = (Arc::clone(&pending), Arc::clone(&dead));
+        tokio::spawn(async move {
+            let end = loop {
+                match stream.message().await {
+                    Ok(Some(resp)) => {
+                        if let Some(w) = p.lock().remove(&resp.id) {
+                            let _ = w.send(Ok(resp));
+                        }
+                    }
+                    Ok(None) => break Status::unavailable("the server closed the session"),
+                    Err(s) => break s,
+                }
+            };
+            d.store(true, Ordering::Release);
+            for (_, w) in p.lock().drain() {
+                let _ = w.send(Err(end.clone()));
+            }
+        });
+        Ok(Conn { tx, pending, dead })
+    }
+
+    /// Sends one request (retrying on a new session until `retry_for`).
+    async fn call(&self, cred: &Credentials, op: Op) -> Result<Res> {
+        let mutation = op.is_mutation();
+        let (client_id, seq) = if mutation && self.inner.client_id != 0 {
+            (
+                self.inner.client_id,
+                self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
+            )
+        } else {
+            (0, 0)
+        };
+        let mut req = pb::Request {
+            id: 0,
+            cred: Some(cred_to_pb(cred)),
+            client_id,
+            seq,
+            op: Some(op),
+        };
+        if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
+            return Err(Error::Fs(FsError::TooBig));
+        }
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let failure = match self.conn().await {
+                Ok(conn) => {
+                    req.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                    let (wtx, wrx) = oneshot::channel();
+                    conn.pending.lock().insert(req.id, wtx);
+                    if conn.tx.send(req.clone()).await.is_err() {
+                        conn.pending.lock().remove(&req.id);
+                        conn.dead.store(true, Ordering::Release);
+                        Error::Unavailable {
+                            addr: self.inner.addr.clone(),
+                            reason: "the session closed".into(),
+                        }
+                    } else {
+                        match wrx.await {
+                            Ok(Ok(resp)) => return decode(resp),
+                            Ok(Err(s)) => {
+                                conn.dead.store(true, Ordering::Release);
+                                match s.code() {
+                                    Code::Unauthenticated => return Err(Error::Auth),
+                                    Code::OutOfRange
+                                    | Code::ResourceExhausted
+                                    | Code::InvalidArgument => {
+                                        // The stream died over some message;
+                                        // ours may be innocent: retry.
+                                        Error::Protocol(s.message().to_string())
+                                    }
+                                    _ => Error::Unavailable {
+                                        addr: self.inner.addr.clone(),
+                                        reason: s.message().to_string(),
+                                    },
+                                }
+                            }
+                            Err(_) => Error::Unavailable {
+                                addr: self.inner.addr.clone(),
+                                reason: "the session closed".into(),
+                            },
+                        }
+                    }
+                }
+                Err(Error::Auth) => return Err(Error::Auth),
+                Err(e) => e,
+            };
+            if started.elapsed() + backoff > self.inner.options.retry_for {
+                return Err(failure);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    pub async fn lookup(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr> {
+        let op = Op::Lookup(pb::LookupRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn getattr(&self, cred: &Credentials, soid: Soid) -> Result<Attr> {
+        let op = Op::Getattr(pb::GetattrRequest {
+            soid: Some(soid_to_pb(soid)),
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn resolve(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+    ) -> Result<Attr> {
+        let op = Op::Resolve(pb::ResolveRequest {
+            path: path.to_vec(),
+            follow_last,
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn readlink(&self, cred: &Credentials, soid: Soid) -> Result<Box<[u8]>> {
+        let op = Op::Readlink(pb::ReadlinkRequest {
+            soid: Some(soid_to_pb(soid)),
+        });
+        expect_data(self.call(cred, op).await?)
+    }
+
+    /// Up to `limit` (at most 1024) entries after cookie `after`.
+    pub async fn readdir(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
+        let op = Op::Readdir(pb::ReaddirRequest {
+            dir: Some(soid_to_pb(dir)),
+            after,
+            limit: limit.min(READDIR_MAX as usize) as u32,
+        });
+        match self.call(cred, op).await? {
+            Res::Entries(e) => e
+                .entries
+                .into_iter()
+                .map(|e| dirent_from_pb(e).map_err(|_| bad_reply("a bad directory entry")))
+                .collect(),
+            _ => Err(bad_reply("not a readdir reply")),
+        }
+    }
+
+    pub async fn getxattr(&self, cred: &Credentials, soid: Soid, name: &[u8]) -> Result<Box<[u8]>> {
+        let op = Op::Getxattr(pb::GetxattrRequest {
+            soid: Some(soid_to_pb(soid)),
+            name: name.to_vec(),
+        });
+        expect_data(self.call(cred, op).await?)
+    }
+
+    pub async fn listxattr(&self, cred: &Credentials, soid: Soid) -> Result<Vec<Box<[u8]>>> {
+        let op = Op::Listxattr(pb::ListxattrRequest {
+            soid: Some(soid_to_pb(soid)),
+        });
+        match self.call(cred, op).await? {
+            Res::Names(n) => Ok(n.names.into_iter().map(Vec::into_boxed_slice).collect()),
+            _ => Err(bad_reply("not a listxattr reply")),
+        }
+    }
+
+    pub async fn access(&self, cred: &Credentials, soid: Soid, mask: u32) -> Result<()> {
+        let op = Op::Access(pb::AccessRequest {
+            soid: Some(soid_to_pb(soid)),
+            mask,
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
+    pub async fn statfs(&self, cred: &Credentials) -> Result<StatFs> {
+        match self.call(cred, Op::Statfs(pb::StatfsRequest {})).await? {
+            Res::Statfs(s) => Ok(statfs_from_pb(&s)),
+            _ => Err(bad_reply("not a statfs reply")),
+        }
+    }
+
+    /// The engine's counters plus the server's (requests, replayed replies,
+    /// clients remembered).
+    pub async fn stats(&self, cred: &Credentials) -> Result<(EngineStats, ServerStats)> {
+        match self.call(cred, Op::Status(pb::StatusRequest {})).await? {
+            Res::Stats(s) => Ok((
+                stats_from_pb(&s),
+                ServerStats {
+                    requests: s.requests,
+                    replayed_replies: s.replayed_replies,
+                    clients_remembered: s.clients_remembered,
+                },
+            )),
+            _ => Err(bad_reply("not a status reply")),
+        }
+    }
+
+    // ---- mutations (durable when they return) ----------------------------
+
+    pub async fn create(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+        exclusive: bool,
+    ) -> Result<Attr> {
+        let op = Op::Create(pb::CreateRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+            perm,
+            exclusive,
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn mknod(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        ftype: FileType,
+        perm: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        let op = Op::Mknod(pb::MknodRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+            ftype: ftype_to_pb(ftype) as i32,
+            perm,
+            rdev,
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn mkdir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+    ) -> Result<Attr> {
+        let op = Op::Mkdir(pb::MkdirRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+            perm,
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn symlink(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Attr> {
+        let op = Op::Symlink(pb::SymlinkRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+            target: target.to_vec(),
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn unlink(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<()> {
+        let op = Op::Unlink(pb::UnlinkRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
+    pub async fn rmdir(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<()> {
+        let op = Op::Rmdir(pb::RmdirRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: name.to_vec(),
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
+    pub async fn rename(
+        &self,
+        cred: &Credentials,
+        old_parent: Soid,
+        old_name: &[u8],
+        new_parent: Soid,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let op = Op::Rename(pb::RenameRequest {
+            old_parent: Some(soid_to_pb(old_parent)),
+            old_name: old_name.to_vec(),
+            new_parent: Some(soid_to_pb(new_parent)),
+            new_name: new_name.to_vec(),
+            noreplace: flags.noreplace,
+            exchange: flags.exchange,
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
+    pub async fn link(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        new_parent: Soid,
+        new_name: &[u8],
+    ) -> Result<Attr> {
+        let op = Op::Link(pb::LinkRequest {
+            soid: Some(soid_to_pb(soid)),
+            new_parent: Some(soid_to_pb(new_parent)),
+            new_name: new_name.to_vec(),
+        });
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn setattr(&self, cred: &Credentials, soid: Soid, set: &SetAttr) -> Result<Attr> {
+        let op = Op::Setattr(setattr_to_pb(soid, set));
+        expect_attr(self.call(cred, op).await?)
+    }
+
+    pub async fn setxattr(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> Result<()> {
+        let op = Op::Setxattr(pb::SetxattrRequest {
+            soid: Some(soid_to_pb(soid)),
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags: xattr_flags_to_pb(flags) as i32,
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
+    pub async fn removexattr(&self, cred: &Credentials, soid: Soid, name: &[u8]) -> Result<()> {
+        let op = Op::Removexattr(pb::RemovexattrRequest {
+            soid: Some(soid_to_pb(soid)),
+            name: name.to_vec(),
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
+    /// Writes every dirty table back (root or the root directory's owner).
+    pub async fn sync(&self, cred: &Credentials) -> Result<()> {
+        expect_done(self.call(cred, Op::Sync(pb::SyncRequest {})).await?)
+    }
+}
+
+/// Counters of the server itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub requests: u64,
+    pub replayed_replies: u64,
+    pub clients_remembered: u64,
+}
+
+fn bad_reply(what: &str) -> Error {
+    Error::Protocol(format!("the server sent {what}"))
+}
+
+fn decode(resp: pb::Response) -> Result<Res> {
+    if let Some(e) = &resp.error {
+        return Err(Error::Fs(error_from_pb(e)));
+    }
+    resp.result.ok_or_else(|| bad_reply("an empty reply"))
+}
+
+fn expect_attr(r: Res) -> Result<Attr> {
+    match r {
+        Res::Attr(a) => attr_from_pb(&a).map_err(|_| bad_reply("bad attributes")),
+        _ => Err(bad_reply("not an attribute reply")),
+    }
+}
+
+fn expect_data(r: Res) -> Result<Box<[u8]>> {
+    match r {
+        Res::Data(d) => Ok(d.data.into_boxed_slice()),
+        _ => Err(bad_reply("not a data reply")),
+    }
+}
+
+fn expect_done(r: Res) -> Result<()> {
+    match r {
+        Res::Done(_) => Ok(()),
+        _ => Err(bad_reply("not a done reply")),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

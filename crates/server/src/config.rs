@@ -1,0 +1,169 @@
+//! `sextant serve` settings: flags and environment (`SEXTANT_DATA`,
+//! `SEXTANT_LISTEN`) over a TOML file (`--config`) over defaults.
+//!
+//! ```toml
+//! data = "/var/lib/sextant"      # default ./sextant-data
+//! listen = "0.0.0.0:7411"        # default 127.0.0.1:7411
+//! memory = "8GiB"                # table cache budget (default 4GiB)
+//! journal_sync = "fsync"         # fsync | nosync | off
+//! ```
+
+use anyhow::{bail, Context, Result};
+use sextant_engine::{EngineConfig, SyncMode};
+use std::path::{Path, PathBuf};
+
+/// What the TOML file may say; every key is optional.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub data: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub memory: Option<String>,
+    pub journal_sync: Option<String>,
+    pub dedup_window: Option<usize>,
+    pub dedup_clients: Option<usize>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<FileConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("bad config file {}", path.display()))
+    }
+}
+
+/// The settings a server runs with.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data: PathBuf,
+    pub listen: String,
+    pub cache_bytes: usize,
+    pub sync: SyncMode,
+    pub dedup_window: usize,
+    pub dedup_clients: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            data: PathBuf::from("sextant-data"),
+            listen: sextant_proto::DEFAULT_LISTEN.to_string(),
+            cache_bytes: EngineConfig::default().cache_bytes,
+            sync: SyncMode::Fsync,
+            dedup_window: sextant_proto::DEDUP_WINDOW,
+            dedup_clients: 4096,
+        }
+    }
+}
+
+/// Values given on the command line or in the environment (they win).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub data: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub memory: Option<String>,
+    pub journal_sync: Option<String>,
+}
+
+impl ServerConfig {
+    /// Defaults, then the file, then the overrides.
+    pub fn resolve(file: Option<FileConfig>, o: Overrides) -> Result<ServerConfig> {
+        let f = file.unwrap_or_default();
+        let mut c = ServerConfig::default();
+        if let Some(d) = o.data.or(f.data) {
+            c.data = d;
+        }
+        if let Some(l) = o.listen.or(f.listen) {
+            c.listen = l;
+        }
+        if let Some(m) = o.memory.or(f.memory) {
+            c.cache_bytes = parse_size(&m)?;
+        }
+        if let Some(s) = o.journal_sync.or(f.journal_sync) {
+            c.sync = parse_sync(&s)?;
+        }
+        if let Some(w) = f.dedup_window {
+            c.dedup_window = w.max(1);
+        }
+        if let Some(n) = f.dedup_clients {
+            c.dedup_clients = n.max(1);
+        }
+        Ok(c)
+    }
+
+    pub fn engine_config(&self) -> EngineConfig {
+        let mut e = EngineConfig {
+            cache_bytes: self.cache_bytes,
+            ..Default::default()
+        };
+        e.journal.mode = self.sync;
+        e
+    }
+}
+
+pub fn parse_sync(s: &str) -> Result<SyncMode> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "fsync" => SyncMode::Fsync,
+        "nosync" => SyncMode::NoSync,
+        "off" => SyncMode::Off,
+        _ => bail!("journal sync mode {s:?} is not one of fsync, nosync, off"),
+    })
+}
+
+/// `4GiB`, `512MiB`, `100M`, `1G`, `65536` (bytes).
+pub fn parse_size(s: &str) -> Result<usize> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("{s:?} is not a size (e.g. 4GiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => bail!("{s:?}: unknown size unit (use KiB, MiB, GiB, TiB)"),
+    };
+    n.checked_mul(mult)
+        .and_then(|v| usize::try_from(v).ok())
+        .with_context(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("512 MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("100").unwrap(), 100);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("4XB").is_err());
+    }
+
+    #[test]
+    fn precedence_flags_over_file_over_defaults() {
+        let file: FileConfig = toml::from_str(
+            "data = \"/f\"\nlisten = \"127.0.0.1:1\"\nmemory = \"1GiB\"\njournal_sync = \"nosync\"\n",
+        )
+        .unwrap();
+        let c = ServerConfig::resolve(
+            Some(file),
+            Overrides {
+                listen: Some("127.0.0.1:2".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.data, PathBuf::from("/f"));
+        assert_eq!(c.listen, "127.0.0.1:2");
+        assert_eq!(c.cache_bytes, 1 << 30);
+        assert_eq!(c.sync, SyncMode::NoSync);
+        let d = ServerConfig::resolve(None, Overrides::default()).unwrap();
+        assert_eq!(d.listen, "127.0.0.1:7411");
+        assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
+    }
+}

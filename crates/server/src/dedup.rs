@@ -1,0 +1,130 @@
+//! Exactly-once: the replies of recent mutations, per client.
+//!
+//! A client numbers its mutations (`seq`, increasing) under a random
+//! `client_id`. The first request for a (client, seq) creates a cell and
+//! runs; a retry of it finds the cell and waits for (or returns) the same
+//! reply, so the mutation runs once however often it is sent.
+//!
+//! Bounds: each client keeps its last `window` sequence numbers (oldest
+//! dropped first); a request for a number below the dropped ones cannot be
+//! told apart from a retry of something already run, so it is refused with
+//! `ESTALE` and never run. At most `max_clients` clients are remembered;
+//! the least recently active one is forgotten first.
+//!
+//! The table lives in memory: a retry that reaches a *restarted* server
+//! runs again (see the crate docs).
+
+use sextant_proto::pb;
+use sextant_types::FsError;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::OnceCell;
+
+/// The reply of one mutation, filled in once.
+pub type ReplyCell = Arc<OnceCell<pb::Response>>;
+
+struct ClientWindow {
+    replies: BTreeMap<u64, ReplyCell>,
+    /// Every seq below this was dropped from the window.
+    floor: u64,
+    last_used: u64,
+}
+
+pub struct Dedup {
+    clients: HashMap<u64, ClientWindow>,
+    tick: u64,
+    window: usize,
+    max_clients: usize,
+}
+
+impl Dedup {
+    pub fn new(window: usize, max_clients: usize) -> Dedup {
+        Dedup {
+            clients: HashMap::new(),
+            tick: 0,
+            window: window.max(1),
+            max_clients: max_clients.max(1),
+        }
+    }
+
+    /// The cell for (client, seq): a fresh one if this is the first time,
+    /// the existing one for a retry, `ESTALE` when it fell out of the window.
+    pub fn begin(&mut self, client: u64, seq: u64) -> Result<(ReplyCell, bool), FsError> {
+        self.tick += 1;
+        if !self.clients.contains_key(&client) && self.clients.len() >= self.max_clients {
+            if let Some(oldest) = self
+                .clients
+                .iter()
+                .min_by_key(|(_, w)| w.last_used)
+                .map(|(id, _)| *id)
+            {
+                self.clients.remove(&oldest);
+            }
+        }
+        let w = self.clients.entry(client).or_insert_with(|| ClientWindow {
+            replies: BTreeMap::new(),
+            floor: 0,
+            last_used: 0,
+        });
+        w.last_used = self.tick;
+        if let Some(cell) = w.replies.get(&seq) {
+            return Ok((Arc::clone(cell), true));
+        }
+        if seq < w.floor {
+            return Err(FsError::Stale);
+        }
+        let cell: ReplyCell = Arc::new(OnceCell::new());
+        w.replies.insert(seq, Arc::clone(&cell));
+        while w.replies.len() > self.window {
+            if let Some((dropped, _)) = w.replies.pop_first() {
+                w.floor = w.floor.max(dropped + 1);
+            }
+        }
+        Ok((cell, false))
+    }
+
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_finds_the_same_cell() {
+        let mut d = Dedup::new(4, 2);
+        let (a, retry) = d.begin(1, 10).unwrap();
+        assert!(!retry);
+        let (b, retry) = d.begin(1, 10).unwrap();
+        assert!(retry && Arc::ptr_eq(&a, &b));
+        let (c, retry) = d.begin(2, 10).unwrap();
+        assert!(!retry && !Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn window_drops_oldest_and_refuses_below_it() {
+        let mut d = Dedup::new(4, 2);
+        for seq in 1..=6 {
+            d.begin(1, seq).unwrap();
+        }
+        // 1 and 2 were dropped: a retry of them must not run again.
+        assert_eq!(d.begin(1, 1).err(), Some(FsError::Stale));
+        assert_eq!(d.begin(1, 2).err(), Some(FsError::Stale));
+        assert!(d.begin(1, 3).unwrap().1, "3 is still remembered");
+        assert!(!d.begin(1, 7).unwrap().1);
+    }
+
+    #[test]
+    fn least_recently_used_client_is_forgotten() {
+        let mut d = Dedup::new(4, 2);
+        d.begin(1, 1).unwrap();
+        d.begin(2, 1).unwrap();
+        d.begin(1, 2).unwrap(); // client 1 is now the more recent
+        d.begin(3, 1).unwrap(); // evicts client 2
+        assert_eq!(d.clients(), 2);
+        assert!(d.begin(1, 1).unwrap().1);
+        assert!(!d.begin(2, 1).unwrap().1, "client 2 was forgotten");
+    }
+}

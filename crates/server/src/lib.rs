@@ -1,0 +1,157 @@
+//! Sextant's metadata server: the engine behind the gRPC protocol of
+//! `sextant-proto`.
+//!
+//! - One [`Engine`] per server; every request runs on it inline (engine
+//!   calls are synchronous and take microseconds) in its own task, and a
+//!   mutation is answered only after `engine.durable(lsn)` resolves, so
+//!   requests in flight share journal syncs.
+//! - Exactly-once mutations by (client id, seq): see [`dedup`]. The table
+//!   is in memory only: a retry that reaches a *restarted* server runs
+//!   again (for create that means `EEXIST` instead of the original reply).
+//! - A cluster secret (`<data>/secret`, created on first start, mode 0600)
+//!   must come with every call in the `x-sextant-secret` metadata.
+//! - SIGINT/SIGTERM: stop taking requests, finish those running, close the
+//!   engine (tables written back).
+
+pub mod config;
+pub mod dedup;
+pub mod secret;
+mod service;
+
+pub use config::ServerConfig;
+pub use service::SESSION_IN_FLIGHT;
+
+use anyhow::{Context, Result};
+use parking_lot::Mutex;
+use service::{Service, Shared};
+use sextant_engine::Engine;
+use sextant_proto::pb::sextant_server::SextantServer;
+use sextant_proto::{MAX_MESSAGE_BYTES, SECRET_METADATA};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Status};
+
+/// How long a graceful shutdown waits for connections to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The message a client gets for a missing or wrong secret.
+pub const AUTH_FAILED: &str = "authentication failed: wrong cluster secret";
+
+/// Serves `engine` on `listener` until `shutdown` resolves, then stops
+/// taking requests and waits (up to 10 s) for those running. Does not close
+/// the engine.
+pub async fn serve(
+    listener: TcpListener,
+    engine: Engine,
+    secret: String,
+    dedup_window: usize,
+    dedup_clients: usize,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        engine,
+        dedup: Mutex::new(dedup::Dedup::new(dedup_window, dedup_clients)),
+        shutdown: stop_rx.clone(),
+        requests: AtomicU64::new(0),
+        replayed: AtomicU64::new(0),
+    });
+    let svc = SextantServer::new(Service { shared })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let secret = Arc::new(secret.into_bytes());
+    let auth = move |req: Request<()>| -> Result<Request<()>, Status> {
+        let ok = req
+            .metadata()
+            .get(SECRET_METADATA)
+            .is_some_and(|v| secret::equal(v.as_bytes(), &secret));
+        if ok {
+            Ok(req)
+        } else {
+            Err(Status::unauthenticated(AUTH_FAILED))
+        }
+    };
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(60)));
+    let mut stopped = stop_rx.clone();
+    let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(InterceptedService::new(svc, auth))
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        });
+    let mut server = std::pin::pin!(server);
+    tokio::select! {
+        r = &mut server => return r.context("the gRPC server failed"),
+        () = shutdown => {}
+    }
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+        Ok(r) => r.context("the gRPC server failed"),
+        Err(_) => {
+            eprintln!("sextant: connections still open after {SHUTDOWN_GRACE:?}; closing anyway");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// `sextant serve`: opens the engine, creates or reads the secret, listens,
+/// serves until SIGINT/SIGTERM, closes the engine. `on_listening` is told
+/// the bound address (useful with port 0).
+pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Result<()> {
+    std::fs::create_dir_all(&config.data)
+        .with_context(|| format!("cannot create the data directory {}", config.data.display()))?;
+    let secret = secret::load_or_create(&config.data)?;
+    let engine = Engine::open_dir(&config.data, config.engine_config())
+        .with_context(|| format!("cannot open the data directory {}", config.data.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sextant-server")
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = rt.block_on(async {
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        on_listening(addr);
+        serve(
+            listener,
+            engine.clone(),
+            secret,
+            config.dedup_window,
+            config.dedup_clients,
+            signalled(),
+        )
+        .await
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    eprintln!("sextant: writing tables back");
+    let closed = engine.close().context("closing the engine");
+    result.and(closed)
+}

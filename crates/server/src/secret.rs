@@ -1,0 +1,98 @@
+//! The cluster secret: 32 random bytes, hex, in `<data>/secret` (0600).
+
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub const FILE_NAME: &str = "secret";
+
+pub fn path(data: &Path) -> PathBuf {
+    data.join(FILE_NAME)
+}
+
+/// Reads a secret file (surrounding whitespace ignored).
+pub fn read(file: &Path) -> Result<String> {
+    let s = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the cluster secret {}", file.display()))?;
+    let s = s.trim().to_string();
+    if s.is_empty() {
+        bail!("the cluster secret file {} is empty", file.display());
+    }
+    Ok(s)
+}
+
+/// The secret of the data directory, created on first start.
+pub fn load_or_create(data: &Path) -> Result<String> {
+    let file = path(data);
+    if file.exists() {
+        let mode = std::fs::metadata(&file)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            eprintln!(
+                "sextant: warning: {} is readable by others (mode {:o}); chmod 600 it",
+                file.display(),
+                mode & 0o777
+            );
+        }
+        return read(&file);
+    }
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom")?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = data.join(".secret.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(format!("{hex}\n").as_bytes())?;
+    f.sync_all()?;
+    // A concurrent first start must not end with two secrets: link fails
+    // if another process won.
+    match std::fs::hard_link(&tmp, &file) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", file.display())),
+    }
+    let _ = std::fs::remove_file(&tmp);
+    eprintln!("sextant: created the cluster secret {}", file.display());
+    read(&file)
+}
+
+/// Constant-time comparison.
+pub fn equal(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_once_private_and_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = load_or_create(dir.path()).unwrap();
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        let mode = std::fs::metadata(path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(load_or_create(dir.path()).unwrap(), a);
+    }
+
+    #[test]
+    fn comparison() {
+        assert!(equal(b"abc", b"abc"));
+        assert!(!equal(b"abc", b"abd"));
+        assert!(!equal(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,329 @@
+//! The gRPC service: decode, validate, run on the engine, reply after the
+//! mutation is durable.
+
+use crate::dedup::Dedup;
+use parking_lot::Mutex;
+use sextant_engine::Engine;
+use sextant_proto::pb::{self, request::Op, response::Result as Res};
+use sextant_proto::*;
+use sextant_types::{
+    Credentials, FsError, Soid, NAME_MAX, SYMLINK_MAX, XATTR_NAME_MAX, XATTR_SIZE_MAX,
+};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Requests one Session stream may have running at once; beyond that the
+/// server stops reading the stream (back-pressure).
+pub const SESSION_IN_FLIGHT: usize = 4096;
+
+/// What every connection shares.
+pub struct Shared {
+    pub engine: Engine,
+    pub dedup: Mutex<Dedup>,
+    pub shutdown: watch::Receiver<bool>,
+    pub requests: AtomicU64,
+    pub replayed: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct Service {
+    pub shared: Arc<Shared>,
+}
+
+fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
+    match r {
+        Ok(result) => pb::Response {
+            id,
+            error: None,
+            result: Some(result),
+        },
+        Err(e) => pb::Response {
+            id,
+            error: Some(error_to_pb(e)),
+            result: None,
+        },
+    }
+}
+
+fn name(n: &[u8]) -> Result<&[u8], FsError> {
+    if n.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    Ok(n)
+}
+
+fn xattr_name(n: &[u8]) -> Result<&[u8], FsError> {
+    if n.len() > XATTR_NAME_MAX {
+        return Err(FsError::Range);
+    }
+    Ok(n)
+}
+
+fn soid(s: &Option<pb::Soid>) -> Result<Soid, FsError> {
+    soid_from_pb(s.as_ref())
+}
+
+fn attr(a: sextant_types::Attr) -> Res {
+    Res::Attr(attr_to_pb(&a))
+}
+
+impl Shared {
+    /// Runs one request (in its own task: a dropped connection never
+    /// cancels a mutation half-way).
+    pub async fn handle(self: Arc<Self>, r: pb::Request) -> pb::Response {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let id = r.id;
+        let Some(op) = r.op else {
+            return reply(id, Err(FsError::Invalid));
+        };
+        let cred = match cred_from_pb(r.cred) {
+            Ok(c) => c,
+            Err(e) => return reply(id, Err(e)),
+        };
+        if !op.is_mutation() || r.client_id == 0 {
+            return reply(id, self.execute(&cred, op).await);
+        }
+        let begun = self.dedup.lock().begin(r.client_id, r.seq);
+        let (cell, retry) = match begun {
+            Ok(c) => c,
+            Err(e) => return reply(id, Err(e)),
+        };
+        if retry {
+            self.replayed.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut resp = cell
+            .get_or_init(|| async { reply(0, self.execute(&cred, op).await) })
+            .await
+            .clone();
+        resp.id = id;
+        resp
+    }
+
+    async fn durable<T>(
+        &self,
+        c: Result<sextant_engine::Committed<T>, FsError>,
+    ) -> Result<T, FsError> {
+        let c = c?;
+        self.engine.durable(c.lsn).await?;
+        Ok(c.value)
+    }
+
+    async fn execute(&self, cred: &Credentials, op: Op) -> Result<Res, FsError> {
+        let e = &self.engine;
+        let done = |()| Res::Done(pb::Empty {});
+        Ok(match op {
+            Op::Lookup(r) => attr(e.lookup(cred, soid(&r.parent)?, name(&r.name)?)?),
+            Op::Getattr(r) => attr(e.getattr(soid(&r.soid)?)?),
+            Op::Resolve(r) => {
+                if r.path.len() > PATH_MAX {
+                    return Err(FsError::NameTooLong);
+                }
+                attr(e.resolve(cred, &r.path, r.follow_last)?)
+            }
+            Op::Readlink(r) => Res::Data(pb::Bytes {
+                data: e.readlink(soid(&r.soid)?)?.into_vec(),
+            }),
+            Op::Readdir(r) => {
+                let limit = match r.limit {
+                    0 => READDIR_MAX,
+                    n => n.min(READDIR_MAX),
+                };
+                let entries = e.readdir(cred, soid(&r.dir)?, r.after, limit as usize)?;
+                Res::Entries(pb::DirEntries {
+                    entries: entries.iter().map(dirent_to_pb).collect(),
+                })
+            }
+            Op::Getxattr(r) => Res::Data(pb::Bytes {
+                data: e
+                    .getxattr(cred, soid(&r.soid)?, xattr_name(&r.name)?)?
+                    .into_vec(),
+            }),
+            Op::Listxattr(r) => Res::Names(pb::Names {
+                names: e
+                    .listxattr(cred, soid(&r.soid)?)?
+                    .into_iter()
+                    .map(|n| n.into_vec())
+                    .collect(),
+            }),
+            Op::Access(r) => {
+                if r.mask > 7 {
+                    return Err(FsError::Invalid);
+                }
+                e.access(cred, soid(&r.soid)?, r.mask)?;
+                done(())
+            }
+            Op::Statfs(_) => Res::Statfs(statfs_to_pb(&e.statfs())),
+            Op::Status(_) => {
+                let mut s = stats_to_pb(&e.stats());
+                s.requests = self.requests.load(Ordering::Relaxed);
+                s.replayed_replies = self.replayed.load(Ordering::Relaxed);
+                s.clients_remembered = self.dedup.lock().clients() as u64;
+                Res::Stats(s)
+            }
+            Op::Create(r) => attr(
+                self.durable(e.create(cred, soid(&r.parent)?, name(&r.name)?, r.perm, r.exclusive))
+                    .await?,
+            ),
+            Op::Mknod(r) => attr(
+                self.durable(e.mknod(
+                    cred,
+                    soid(&r.parent)?,
+                    name(&r.name)?,
+                    ftype_from_pb(r.ftype)?,
+                    r.perm,
+                    r.rdev,
+                ))
+                .await?,
+            ),
+            Op::Mkdir(r) => attr(
+                self.durable(e.mkdir(cred, soid(&r.parent)?, name(&r.name)?, r.perm))
+                    .await?,
+            ),
+            Op::Symlink(r) => {
+                if r.target.len() > SYMLINK_MAX {
+                    return Err(FsError::NameTooLong);
+                }
+                attr(
+                    self.durable(e.symlink(cred, soid(&r.parent)?, name(&r.name)?, &r.target))
+                        .await?,
+                )
+            }
+            Op::Unlink(r) => done(
+                self.durable(e.unlink(cred, soid(&r.parent)?, name(&r.name)?))
+                    .await?,
+            ),
+            Op::Rmdir(r) => done(
+                self.durable(e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
+                    .await?,
+            ),
+            Op::Rename(r) => done(
+                self.durable(e.rename(
+                    cred,
+                    soid(&r.old_parent)?,
+                    name(&r.old_name)?,
+                    soid(&r.new_parent)?,
+                    name(&r.new_name)?,
+                    rename_flags(&r),
+                ))
+                .await?,
+            ),
+            Op::Link(r) => attr(
+                self.durable(e.link(
+                    cred,
+                    soid(&r.soid)?,
+                    soid(&r.new_parent)?,
+                    name(&r.new_name)?,
+                ))
+                .await?,
+            ),
+            Op::Setattr(r) => {
+                let (s, set) = setattr_from_pb(&r)?;
+                attr(self.durable(e.setattr(cred, s, &set)).await?)
+            }
+            Op::Setxattr(r) => {
+                if r.value.len() > XATTR_SIZE_MAX {
+                    return Err(FsError::TooBig);
+                }
+                let flags = xattr_flags_from_pb(r.flags)?;
+                done(
+                    self.durable(e.setxattr(
+                        cred,
+                        soid(&r.soid)?,
+                        xattr_name(&r.name)?,
+                        &r.value,
+                        flags,
+                    ))
+                    .await?,
+                )
+            }
+            Op::Removexattr(r) => done(
+                self.durable(e.removexattr(cred, soid(&r.soid)?, xattr_name(&r.name)?))
+                    .await?,
+            ),
+            Op::Sync(_) => {
+                if !cred.is_root() && cred.uid != self.owner_uid() {
+                    return Err(FsError::Perm);
+                }
+                let engine = e.clone();
+                tokio::task::spawn_blocking(move || engine.sync())
+                    .await
+                    .map_err(|_| FsError::Io)?
+                    .map_err(|err| {
+                        eprintln!("sextant: sync failed: {err}");
+                        FsError::Io
+                    })?;
+                done(())
+            }
+        })
+    }
+
+    /// Who may run admin operations besides root: the owner of the root
+    /// directory.
+    fn owner_uid(&self) -> u32 {
+        self.engine.getattr(Soid::ROOT).map(|a| a.uid).unwrap_or(0)
+    }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::Response, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::sextant_server::Sextant for Service {
+    type SessionStream = ResponseStream;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::Request>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel::<Result<pb::Response, Status>>(1024);
+        let shared = Arc::clone(&self.shared);
+        let mut shutdown = shared.shutdown.clone();
+        tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(SESSION_IN_FLIGHT));
+            loop {
+                let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                    break;
+                };
+                let next = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = shutdown.wait_for(|stop| *stop) => break,
+                };
+                match next {
+                    Ok(Some(req)) => {
+                        let tx = tx.clone();
+                        let shared = Arc::clone(&shared);
+                        tokio::spawn(async move {
+                            let resp = shared.handle(req).await;
+                            let _ = tx.send(Ok(resp)).await;
+                            drop(permit);
+                        });
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        // A bad frame (e.g. over the size limit) ends this
+                        // stream only; requests already running still reply.
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn call(&self, request: Request<pb::Request>) -> Result<Response<pb::Response>, Status> {
+        if *self.shared.shutdown.borrow() {
+            return Err(Status::unavailable("the server is shutting down"));
+        }
+        let shared = Arc::clone(&self.shared);
+        let resp = tokio::spawn(shared.handle(request.into_inner()))
+            .await
+            .map_err(|e| Status::internal(format!("request task failed: {e}")))?;
+        Ok(Response::new(resp))
+    }
+}
