@@ -39,6 +39,7 @@ pub struct AExtra {
     pub symlink: Option<Vec<u8>>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     pub extents: Vec<(u128, u128)>,
+    pub slots_full: bool,
     pub links: Vec<(ASoid, Vec<u8>)>,
 }
 
@@ -91,6 +92,7 @@ impl From<AInode> for Inode {
                                 last: Soid::from_u128(a.max(b)),
                             })
                             .collect(),
+                        slots_full: e.slots_full,
                     },
                     links: e
                         .links

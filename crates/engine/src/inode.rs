@@ -58,7 +58,7 @@ impl InodeExtra {
     fn is_empty(&self) -> bool {
         self.symlink.is_none()
             && self.xattrs.is_empty()
-            && self.extents.ranges.is_empty()
+            && self.extents == DirExtents::default()
             && self.links.is_empty()
     }
 }

@@ -252,9 +252,11 @@ fn allocate_soid(txn: &mut Txn, parent: Soid, dir: &Inode, ftype: FileType) -> O
     if alloc.high_water_changed {
         txn.set_high_water(hw);
     }
-    if let Some(extent) = alloc.new_extent {
+    if alloc.new_extent.is_some() || alloc.slots_now_full {
         let mut d = txn.inode_or(parent, FsError::NotFound)?;
-        d.extra_mut().extents.ranges.push(extent);
+        let extents = &mut d.extra_mut().extents;
+        extents.ranges.extend(alloc.new_extent);
+        extents.slots_full |= alloc.slots_now_full;
         txn.put_inode(parent, d)?;
     }
     Ok(alloc.soid)
@@ -360,6 +362,10 @@ pub fn rmdir(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> Op
     }
     txn.delete_dentry(parent, name)?;
     txn.delete_inode(d.child)?;
+    // A subdirectory slot is free again: let the allocator look for it.
+    if let Some(extra) = dir.extra.as_mut() {
+        extra.extents.slots_full = false;
+    }
     dir.nlink = dir.nlink.saturating_sub(1);
     dir.mtime = txn.now;
     dir.ctime = txn.now;

@@ -225,6 +225,14 @@ impl GlobalHighWater {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirExtents {
     pub ranges: Vec<SoidRange>,
+    /// Every subdirectory slot was found in use once: later subdirectories
+    /// go straight to overflow instead of searching the slots again (which
+    /// would cost a scan per mkdir in a directory with >1,023 of them).
+    /// The engine clears it on rmdir in the directory, so freed slots are
+    /// searched for again; slots freed indirectly (the last inode of an old
+    /// slot's subtree removed elsewhere) wait for that: locality degrades,
+    /// never correctness.
+    pub slots_full: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,6 +253,9 @@ pub struct Allocation {
     pub new_extent: Option<SoidRange>,
     /// Whether `hw` was modified (and must be journaled).
     pub high_water_changed: bool,
+    /// The parent's subdirectory slots turned out to be all in use; the
+    /// engine must set [`DirExtents::slots_full`] in the parent.
+    pub slots_now_full: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -495,9 +506,10 @@ pub fn allocate<S: SoidSpace>(
         space,
         hw,
         hw_changed: false,
+        slots_now_full: false,
     };
     let found = match kind {
-        ChildKind::Directory => a.directory(parent.as_u128())?,
+        ChildKind::Directory => a.directory(parent.as_u128(), parent_extents.slots_full)?,
         ChildKind::File => a.file(parent.as_u128(), parent_extents)?,
     };
     let (soid, new_extent) = found.ok_or(AllocError::Exhausted)?;
@@ -506,6 +518,7 @@ pub fn allocate<S: SoidSpace>(
         region: layout.region(soid),
         new_extent,
         high_water_changed: a.hw_changed,
+        slots_now_full: a.slots_now_full,
     })
 }
 
@@ -516,6 +529,7 @@ struct Allocator<'a, S: SoidSpace> {
     space: &'a mut S,
     hw: &'a mut GlobalHighWater,
     hw_changed: bool,
+    slots_now_full: bool,
 }
 
 impl<S: SoidSpace> Allocator<'_, S> {
@@ -533,9 +547,9 @@ impl<S: SoidSpace> Allocator<'_, S> {
         Ok(self.max_used(r)?.is_none())
     }
 
-    fn directory(&mut self, parent: u128) -> Result<Found, AllocError<S::Error>> {
+    fn directory(&mut self, parent: u128, slots_full: bool) -> Result<Found, AllocError<S::Error>> {
         if let Some(k) = self.g.tree_pos(parent) {
-            if let Some(s) = self.child_slot(parent, k)? {
+            if let Some(s) = self.child_slot(parent, k, slots_full)? {
                 return Ok(Some((Soid::from_u128(s), None)));
             }
         }
@@ -546,7 +560,12 @@ impl<S: SoidSpace> Allocator<'_, S> {
     }
 
     /// A free subdirectory slot of `parent` (which has `k` filled slots).
-    fn child_slot(&mut self, parent: u128, k: u32) -> Result<Option<u128>, AllocError<S::Error>> {
+    fn child_slot(
+        &mut self,
+        parent: u128,
+        k: u32,
+        slots_full: bool,
+    ) -> Result<Option<u128>, AllocError<S::Error>> {
         let g = self.g;
         if k >= g.l.slots {
             return Ok(None);
@@ -562,6 +581,9 @@ impl<S: SoidSpace> Allocator<'_, S> {
         if next <= g.slot_max() {
             return Ok(Some(g.with_slot(parent, k, next)));
         }
+        if slots_full {
+            return Ok(None);
+        }
         for v in 1..=g.slot_max().min(MAX_SLOT_SCAN) {
             let Some(sub) = g.slot_subtree(parent, k + 1, v) else {
                 continue;
@@ -570,21 +592,29 @@ impl<S: SoidSpace> Allocator<'_, S> {
                 return Ok(Some(sub.first.as_u128()));
             }
         }
+        self.slots_now_full = true;
         Ok(None)
     }
 
+    /// A file's SOID: `max_used + 1` in the directory's own file segment or
+    /// any of its extents first (O(log n) each); only when all of them are
+    /// full at the top, a search for a freed one (O(n), so it must not run
+    /// on every create into a big directory); then a new extent.
     fn file(&mut self, parent: u128, extents: &DirExtents) -> Result<Found, AllocError<S::Error>> {
         let pos = self.g.tree_pos(parent);
-        if pos.is_some() {
-            if let Some(own) = range(parent + 1, parent | mask(self.g.l.file_bits)) {
-                if let Some(s) = self.in_range(own)? {
-                    return Ok(Some((s, None)));
-                }
+        let own = pos.and_then(|_| range(parent + 1, parent | mask(self.g.l.file_bits)));
+        let ranges: Vec<SoidRange> = own
+            .into_iter()
+            .chain(extents.ranges.iter().copied().filter(|r| r.first <= r.last))
+            .collect();
+        for r in &ranges {
+            if let Some(s) = self.after_max(*r)? {
+                return Ok(Some((s, None)));
             }
         }
-        for r in extents.ranges.iter().filter(|r| r.first <= r.last) {
-            if let Some(s) = self.in_range(*r)? {
-                return Ok(Some((s, None)));
+        for r in &ranges {
+            if let Some(s) = self.min_free(*r)? {
+                return Ok(Some((Soid::from_u128(s), None)));
             }
         }
         if let Some(k) = pos {
@@ -598,16 +628,16 @@ impl<S: SoidSpace> Allocator<'_, S> {
         self.catch_all()
     }
 
-    /// A free SOID in `r`: `max_used + 1`, else the smallest free one.
-    fn in_range(&mut self, r: SoidRange) -> Result<Option<Soid>, AllocError<S::Error>> {
-        let next = match self.max_used(r)? {
-            None => return Ok(Some(r.first)),
-            Some(m) => m.checked_add(1).filter(|n| *n <= r.last.as_u128()),
-        };
-        match next {
-            Some(n) => Ok(Some(Soid::from_u128(n))),
-            None => Ok(self.min_free(r)?.map(Soid::from_u128)),
-        }
+    /// `max_used + 1` in `r` (its first SOID if it is empty), if that is
+    /// still inside `r`.
+    fn after_max(&mut self, r: SoidRange) -> Result<Option<Soid>, AllocError<S::Error>> {
+        Ok(match self.max_used(r)? {
+            None => Some(r.first),
+            Some(m) => m
+                .checked_add(1)
+                .filter(|n| *n <= r.last.as_u128())
+                .map(Soid::from_u128),
+        })
     }
 
     /// The subtree range of the directory's next sibling slot, if entirely
@@ -721,6 +751,8 @@ mod tests {
     struct MemSpace {
         used: BTreeSet<Soid>,
         queries: usize,
+        /// `min_free` calls: O(n) searches in a real table.
+        scans: usize,
     }
 
     impl SoidSpace for MemSpace {
@@ -731,6 +763,7 @@ mod tests {
         }
         fn min_free(&mut self, r: SoidRange) -> Result<Option<Soid>, Infallible> {
             self.queries += 1;
+            self.scans += 1;
             let mut cur = r.first;
             for s in self.used.range(r.first..=r.last) {
                 if *s != cur {
@@ -821,6 +854,10 @@ mod tests {
                     assert!(!e.overlaps(&r));
                 }
                 self.extents.entry(parent).or_default().ranges.push(r);
+            }
+            if a.slots_now_full {
+                assert_eq!(kind, ChildKind::Directory);
+                self.extents.entry(parent).or_default().slots_full = true;
             }
             Ok(a)
         }
@@ -1195,8 +1232,15 @@ mod tests {
         fs.space.used.remove(&dirs[1]);
         assert!(fs.space.used.contains(&f));
         assert_eq!(fs.mkdir(Soid::ROOT).soid, dirs[1]);
-        assert_eq!(fs.mkdir(Soid::ROOT).region, Region::TooDeep);
+        let deep = fs.mkdir(Soid::ROOT);
+        assert_eq!(deep.region, Region::TooDeep);
+        assert!(deep.slots_now_full);
         fs.space.used.remove(&f);
+        // Known to be full: no search, so the freed slot waits...
+        assert_eq!(fs.mkdir(Soid::ROOT).region, Region::TooDeep);
+        // ...until an rmdir in the directory clears the mark (the engine
+        // does that in rmdir, which rewrites the parent anyway).
+        fs.extents.entry(Soid::ROOT).or_default().slots_full = false;
         assert_eq!(fs.mkdir(Soid::ROOT).soid, dirs[0]);
     }
 
@@ -1399,6 +1443,7 @@ mod tests {
                 space.used.insert(p);
                 let extents = DirExtents {
                     ranges: ext.iter().map(|(a, b)| SoidRange { first: s(*a), last: s(*b) }).collect(),
+                    slots_full: parent % 2 == 1,
                 };
                 let mut hw = GlobalHighWater { too_deep_roots: hw.0, too_wide_buckets: hw.1, catch_all: hw.2 };
                 let kind = if dir { ChildKind::Directory } else { ChildKind::File };
@@ -1407,5 +1452,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Regression (found by the server's benchmark): once a directory's own
+    /// file segment was full, every create searched the whole segment for a
+    /// freed SOID before looking at the directory's extents — O(65,535)
+    /// per create. Extents with room must be used without any search.
+    #[test]
+    fn full_file_segment_with_room_in_an_extent_needs_no_search() {
+        let l = tiny();
+        let mut space = MemSpace::default();
+        let dir = Soid::ROOT;
+        let own = l.file_range(dir).unwrap();
+        let mut cur = own.first;
+        loop {
+            space.used.insert(cur);
+            if cur == own.last {
+                break;
+            }
+            cur = cur.checked_next().unwrap();
+        }
+        let bucket = l.layout_bucket(1).unwrap();
+        space.used.insert(bucket.first);
+        let extents = DirExtents {
+            ranges: vec![bucket],
+            slots_full: false,
+        };
+        let mut hw = GlobalHighWater::default();
+        let a = allocate(&l, dir, &extents, ChildKind::File, &mut space, &mut hw).unwrap();
+        assert!(bucket.contains(a.soid));
+        assert_eq!(space.scans, 0, "no O(n) search while an extent has room");
+    }
+
+    /// Regression: a directory whose subdirectory slots are all in use
+    /// searched every slot again on each mkdir; once it knows, it must not.
+    #[test]
+    fn full_subdirectory_slots_are_searched_once() {
+        let mut fs = Fs::new(tiny());
+        // tiny(): 2-bit slots, so 3 subdirectories fill the root.
+        for _ in 0..3 {
+            fs.mkdir(Soid::ROOT);
+        }
+        let first = fs.mkdir(Soid::ROOT);
+        assert!(first.slots_now_full, "the first overflow records it");
+        let before = fs.space.queries;
+        let second = fs.mkdir(Soid::ROOT);
+        assert!(!second.slots_now_full);
+        assert!(
+            fs.space.queries - before < 8,
+            "no slot search once the directory is known to be full ({} queries)",
+            fs.space.queries - before
+        );
     }
 }

@@ -126,7 +126,10 @@ fn extra() -> impl Strategy<Value = InodeExtra> {
         .prop_map(|(symlink, xattrs, ranges, links)| InodeExtra {
             symlink,
             xattrs,
-            extents: DirExtents { ranges },
+            extents: DirExtents {
+                ranges,
+                slots_full: false,
+            },
             links,
         })
 }
