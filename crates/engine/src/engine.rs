@@ -660,7 +660,10 @@ impl Inner {
         if journal_long || over_budget {
             self.checkpoint(&|_| true)?;
         } else {
-            self.checkpoint(&|t| t.dirty_epoch.is_some_and(|e| epoch - e >= max_age_ticks))?;
+            self.checkpoint(&|t| {
+                t.dirty_epoch
+                    .is_some_and(|e| epoch.saturating_sub(e) >= max_age_ticks)
+            })?;
         }
         self.merge_small_neighbours();
         self.evict_to_budget();
@@ -830,10 +833,14 @@ impl Engine {
                 Slot::OnDisk(e) => e.inodes as i64,
             };
         }
+        // LSNs never go back below a snapshot's: with the journal off they
+        // advance without segments, and a record numbered below a table's
+        // snapshot LSN would be skipped by the next replay.
+        let lsn_floor = manifest.tables.iter().map(|t| t.lsn + 1).max().unwrap_or(1);
         let journal = Journal::start(
             Arc::clone(&store),
             config.journal.clone(),
-            outcome.next_lsn,
+            outcome.next_lsn.max(lsn_floor).max(manifest.replay_from),
             outcome.segments.clone(),
         )?;
         let flush_interval = config.flush_interval;
@@ -1167,7 +1174,9 @@ impl Engine {
         self.inner.flush_tick()
     }
 
-    /// Stops the flusher, writes everything back and closes the journal.
+    /// Stops the background flusher (for every clone of this handle) and
+    /// writes every table back; the journal is then trimmed and closes when
+    /// the last handle goes.
     pub fn close(self) -> Result<(), EngineError> {
         self.flusher.stop();
         self.sync()

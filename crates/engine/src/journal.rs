@@ -55,9 +55,13 @@ const SEGMENT_MAGIC: &[u8; 8] = b"SXTJSEG1";
 const SEGMENT_HEADER_LEN: usize = 32;
 const BATCH_MAGIC: u32 = 0x534a_4231;
 const BATCH_HEADER_LEN: usize = 24;
-/// Largest record accepted by the decoder (a record holds one operation's
-/// mutations; 16 MiB is far above any real one).
-const MAX_RECORD_LEN: usize = 16 << 20;
+/// Largest record accepted (a record holds one operation's mutations; 16
+/// MiB is far above any real one). Enforced when a record is appended, so
+/// nothing is ever acknowledged that recovery would refuse to read back.
+pub const MAX_RECORD_LEN: usize = 16 << 20;
+/// Records are written in batches of at most this many payload bytes (the
+/// batch header holds a u32 length).
+const MAX_BATCH_PAYLOAD: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -248,13 +252,19 @@ pub fn replay(
         if seg_first == 0 {
             return Err(corrupt(0, "segment starts at lsn 0".into()));
         }
-        if let Some(exp) = expected_lsn {
-            if seg_first != exp {
-                return Err(corrupt(
-                    0,
-                    format!("segment starts at lsn {seg_first}, expected {exp}"),
-                ));
-            }
+        // Records below `from_lsn` are covered by snapshots, so a gap there
+        // is harmless (LSNs may jump when the journal was off). A segment
+        // starting above both the previous one's end and `from_lsn` means
+        // records recovery needs are missing, e.g. a deleted segment.
+        let continues = expected_lsn.map_or(seg_first <= from_lsn, |exp| seg_first == exp);
+        if !continues && seg_first > from_lsn {
+            return Err(corrupt(
+                0,
+                format!(
+                    "segment starts at lsn {seg_first} but recovery needs records from lsn {}",
+                    expected_lsn.map_or(from_lsn, |e| e.max(from_lsn))
+                ),
+            ));
         }
         expected_lsn = Some(seg_first);
         out.segments.push((*seq, seg_first));
@@ -464,6 +474,10 @@ impl Journal {
         if self.shared.failed.load(Ordering::Acquire) {
             return Err(FsError::Io);
         }
+        if record.len() > MAX_RECORD_LEN {
+            // Refused before anything is applied: the operation fails whole.
+            return Err(FsError::TooBig);
+        }
         let mut st = self.shared.state.lock();
         let lsn = st.next_lsn;
         st.next_lsn += 1;
@@ -594,9 +608,50 @@ impl Future for Durable {
         if self.shared.failed.load(Ordering::Acquire) || st.shutdown {
             return Poll::Ready(Err(FsError::Io));
         }
-        st.waiters.push((self.lsn, cx.waker().clone()));
+        // Re-polled futures must not pile up wakers.
+        let lsn = self.lsn;
+        if !st
+            .waiters
+            .iter()
+            .any(|(l, w)| *l == lsn && w.will_wake(cx.waker()))
+        {
+            st.waiters.push((lsn, cx.waker().clone()));
+        }
         Poll::Pending
     }
+}
+
+/// Takes the open batch, or — if it is over [`MAX_BATCH_PAYLOAD`] — its
+/// first records up to that size, leaving the rest open for the next sync
+/// (one batch per sync is what makes a torn tail recognisable).
+fn take_batch(open: &mut OpenBatch) -> OpenBatch {
+    let empty = OpenBatch {
+        first_lsn: 0,
+        count: 0,
+        payload: Vec::new(),
+    };
+    if open.payload.len() <= MAX_BATCH_PAYLOAD {
+        return std::mem::replace(open, empty);
+    }
+    // Whole records only; always at least one (each is ≤ MAX_RECORD_LEN).
+    let (mut cut, mut n) = (0usize, 0u32);
+    while n < open.count {
+        let len = le_u32(&open.payload, cut).unwrap_or(0) as usize;
+        if n > 0 && cut + 4 + len > MAX_BATCH_PAYLOAD {
+            break;
+        }
+        cut += 4 + len;
+        n += 1;
+    }
+    let rest = open.payload.split_off(cut);
+    let taken = OpenBatch {
+        first_lsn: open.first_lsn,
+        count: n,
+        payload: std::mem::replace(&mut open.payload, rest),
+    };
+    open.first_lsn += n as u64;
+    open.count -= n;
+    taken
 }
 
 struct Syncer {
@@ -634,14 +689,7 @@ impl Syncer {
                 if st.open.count == 0 {
                     return;
                 }
-                std::mem::replace(
-                    &mut st.open,
-                    OpenBatch {
-                        first_lsn: 0,
-                        count: 0,
-                        payload: Vec::new(),
-                    },
-                )
+                take_batch(&mut st.open)
             };
             let last_lsn = batch.first_lsn + batch.count as u64 - 1;
             buf.clear();
@@ -837,5 +885,73 @@ mod tests {
                 .collect();
             let _ = decode_batch(&bytes);
         }
+    }
+
+    #[test]
+    fn oversized_open_batches_are_taken_in_whole_records() {
+        let mut open = OpenBatch {
+            first_lsn: 7,
+            count: 0,
+            payload: Vec::new(),
+        };
+        let record = vec![0xabu8; 15 << 20];
+        for _ in 0..5 {
+            open.payload
+                .extend_from_slice(&(record.len() as u32).to_le_bytes());
+            open.payload.extend_from_slice(&record);
+            open.count += 1;
+        }
+        let first = take_batch(&mut open);
+        assert_eq!((first.first_lsn, first.count), (7, 4));
+        assert!(first.payload.len() <= MAX_BATCH_PAYLOAD);
+        assert_eq!((open.first_lsn, open.count), (11, 1));
+        let second = take_batch(&mut open);
+        assert_eq!((second.first_lsn, second.count), (11, 1));
+        assert_eq!(open.count, 0);
+        // Each taken batch decodes whole.
+        let mut buf = Vec::new();
+        encode_batch(first.first_lsn, first.count, &first.payload, &mut buf);
+        assert_eq!(decode_batch(&buf).unwrap().records.len(), 4);
+    }
+
+    #[test]
+    fn records_over_the_limit_are_refused_before_anything_is_written() {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let j = Journal::start(store, JournalConfig::default(), 1, vec![]).unwrap();
+        let big = vec![0u8; MAX_RECORD_LEN + 1];
+        assert_eq!(j.append(&big), Err(FsError::TooBig));
+        assert_eq!(j.next_lsn(), 1);
+    }
+
+    /// Regression (found in review): a deleted oldest segment went
+    /// unnoticed and recovery silently skipped the records in it.
+    #[test]
+    fn a_missing_segment_recovery_needs_is_corruption() {
+        let mem = MemStore::new();
+        let store: Arc<dyn Store> = Arc::new(mem.clone());
+        let config = JournalConfig {
+            segment_bytes: 200,
+            ..Default::default()
+        };
+        let j = Journal::start(store.clone(), config, 1, vec![]).unwrap();
+        for i in 0..40 {
+            let lsn = j.append(format!("record number {i}").as_bytes()).unwrap();
+            j.wait_durable(lsn).unwrap();
+        }
+        drop(j);
+        let first = mem.list("journal/").unwrap()[0].clone();
+        mem.delete(&first).unwrap();
+        assert!(matches!(
+            replay(&*store, 1, |_, _| Ok(())),
+            Err(JournalError::Corrupt { .. })
+        ));
+        // Records below `from_lsn` are not needed: the same gap is fine
+        // when snapshots cover everything up to the first remaining one.
+        let second_first = le_u64(
+            &mem.read_log(&mem.list("journal/").unwrap()[0]).unwrap(),
+            16,
+        )
+        .unwrap();
+        assert!(replay(&*store, second_first, |_, _| Ok(())).is_ok());
     }
 }

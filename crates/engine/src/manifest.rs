@@ -39,7 +39,7 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn encode(&self) -> Vec<u8> {
-        let body = postcard::to_stdvec(self).unwrap_or_default();
+        let body = postcard::to_stdvec(self).expect("serializing to a Vec cannot fail");
         let mut out = Vec::with_capacity(body.len() + 16);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -74,7 +74,14 @@ impl Manifest {
     /// The tables must partition the SOID space in order.
     fn check(&self) -> Result<(), String> {
         let mut expect = Some(SoidRange::ALL.first);
+        let mut ids = std::collections::BTreeSet::new();
         for t in &self.tables {
+            if t.range.first > t.range.last {
+                return Err(format!("table {} has an inverted range", t.id));
+            }
+            if !ids.insert(t.id) {
+                return Err(format!("table id {} appears twice", t.id));
+            }
             if Some(t.range.first) != expect {
                 return Err(format!(
                     "table {} does not start where the previous ended",

@@ -25,6 +25,12 @@ pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 pub const XATTR_TOTAL_MAX: usize = 64 * 1024;
 /// How many symlinks path resolution follows before `ELOOP` (Linux: 40).
 pub const MAX_SYMLINK_FOLLOWS: usize = 40;
+/// Most bytes an inode's secondary hard links (names + directory ids) may
+/// take. Every operation on the inode journals its whole link list, so an
+/// unbounded list makes each link O(n) and the total O(n²). 256 KiB is
+/// ~7,000 links with 20-byte names (~960 with 255-byte ones), `EMLINK`
+/// beyond: below ext4's 65,000. A per-table link index would lift it.
+pub const LINKS_BYTES_MAX: usize = 256 << 10;
 
 /// `renameat2` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -395,6 +401,13 @@ pub fn link(
     if inode.nlink >= LINK_MAX {
         return Err(FsError::TooManyLinks.into());
     }
+    let links_bytes: usize = inode
+        .extra
+        .as_ref()
+        .map_or(0, |e| e.links.iter().map(|(_, n)| n.len() + 16).sum());
+    if links_bytes + new_name.len() + 16 > LINKS_BYTES_MAX {
+        return Err(FsError::TooManyLinks.into());
+    }
     let now = txn.now;
     inode.nlink += 1;
     inode.ctime = now;
@@ -649,13 +662,16 @@ pub fn rename(
             return Err(FsError::NotEmpty.into());
         }
     }
-    if cross
-        && !flags.exchange
-        && src_inode.is_dir()
-        && target.is_none()
-        && new_dir.nlink >= LINK_MAX
-    {
-        return Err(FsError::TooManyLinks.into());
+    // vfs_rename: a directory moving into another directory adds a link
+    // to it (in an exchange, possibly in either direction).
+    if cross {
+        let target_is_dir = target_inode.as_ref().is_some_and(|t| t.is_dir());
+        if src_inode.is_dir() && !target_is_dir && new_dir.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks.into());
+        }
+        if flags.exchange && !src_inode.is_dir() && target_is_dir && old_dir.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks.into());
+        }
     }
 
     let now = txn.now;

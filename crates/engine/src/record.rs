@@ -50,8 +50,9 @@ impl Mutation {
 
 pub fn encode_record(mutations: &[Mutation]) -> Vec<u8> {
     let mut out = vec![RECORD_VERSION];
-    // Serializing plain data into a Vec cannot fail.
-    out.extend_from_slice(&postcard::to_stdvec(mutations).unwrap_or_default());
+    out.extend_from_slice(
+        &postcard::to_stdvec(mutations).expect("serializing to a Vec cannot fail"),
+    );
     out
 }
 

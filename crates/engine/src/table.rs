@@ -431,7 +431,7 @@ pub struct Snapshot {
 /// ```
 /// SOIDs big-endian, integers little-endian.
 pub fn encode_snapshot(id: TableId, range: SoidRange, lsn: Lsn, body: &SnapshotBody) -> Vec<u8> {
-    let body_bytes = postcard::to_stdvec(body).unwrap_or_default();
+    let body_bytes = postcard::to_stdvec(body).expect("serializing to a Vec cannot fail");
     let mut out = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body_bytes.len() + 4);
     out.extend_from_slice(SNAPSHOT_MAGIC);
     out.extend_from_slice(&id.to_le_bytes());

@@ -2,7 +2,7 @@
 //! and after a crash that loses everything not synced.
 
 use sextant_engine::store::{MemStore, Store};
-use sextant_engine::{Engine, EngineConfig, RenameFlags};
+use sextant_engine::{Engine, EngineConfig, JournalConfig, RenameFlags, SyncMode};
 use sextant_types::{Credentials, FileType, FsError, Soid};
 use std::sync::Arc;
 
@@ -175,4 +175,85 @@ fn recovery_splits_tables_that_never_reached_a_checkpoint() {
         "{after} tables after recovery, {tables} before"
     );
     assert_eq!(e.statfs().inodes, 301);
+}
+
+/// Found in review: every operation journals an inode's whole link list,
+/// and a record over the journal's limit was acknowledged and then lost.
+/// Links stop at a byte budget with EMLINK, and the inode stays usable.
+#[test]
+fn hard_links_stop_at_the_link_list_budget() {
+    let store = MemStore::new();
+    let e = Engine::open(Arc::new(store.clone()), config()).unwrap();
+    let root = Credentials::root();
+    let f = e
+        .create(&root, Soid::ROOT, b"f", 0o644, true)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let name = |i: usize| format!("{i:0>255}").into_bytes();
+    let mut made = 0;
+    loop {
+        match e.link(&root, f.soid, Soid::ROOT, &name(made)) {
+            Ok(c) => {
+                e.wait(c.lsn).unwrap();
+                made += 1;
+            }
+            Err(FsError::TooManyLinks) => break,
+            Err(other) => panic!("{other:?} after {made} links"),
+        }
+        assert!(made < 2000, "no limit reached");
+    }
+    assert!(made > 900, "only {made} links");
+    e.unlink(&root, Soid::ROOT, &name(0))
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    assert_eq!(e.getattr(f.soid).unwrap().nlink as usize, made);
+    drop(e);
+    store.crash(None);
+    let e = Engine::open(Arc::new(store), config()).unwrap();
+    assert_eq!(e.getattr(f.soid).unwrap().nlink as usize, made);
+}
+
+/// Found in review: LSNs advance without segments while the journal is
+/// off; switching back to fsync must neither reuse LSNs below a snapshot's
+/// nor leave a "gap" that a later restart calls corruption.
+#[test]
+fn switching_the_journal_off_and_on_keeps_recovery_exact() {
+    let store = MemStore::new();
+    let root = Credentials::root();
+    let with = |mode| EngineConfig {
+        journal: JournalConfig {
+            mode,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let e = Engine::open(Arc::new(store.clone()), with(SyncMode::Fsync)).unwrap();
+    e.mkdir(&root, Soid::ROOT, b"a", 0o755)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    e.close().unwrap();
+    let e = Engine::open(Arc::new(store.clone()), with(SyncMode::Off)).unwrap();
+    for i in 0..50 {
+        e.mkdir(&root, Soid::ROOT, format!("off{i}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+    }
+    e.close().unwrap();
+    for round in 0..3 {
+        let e = Engine::open(Arc::new(store.clone()), with(SyncMode::Fsync)).unwrap();
+        e.mkdir(&root, Soid::ROOT, format!("on{round}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        drop(e);
+        store.crash(None);
+    }
+    let e = Engine::open(Arc::new(store), with(SyncMode::Fsync)).unwrap();
+    for name in ["a", "off49", "on0", "on1", "on2"] {
+        e.lookup(&root, Soid::ROOT, name.as_bytes()).unwrap();
+    }
 }
