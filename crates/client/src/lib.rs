@@ -87,12 +87,28 @@ impl Default for Options {
 
 type Waiter = oneshot::Sender<std::result::Result<pb::Response, Status>>;
 
+/// Requests of one session awaiting their response.
+///
+/// Invariant: once `closed` is set (by the reader task, under the lock,
+/// before it fails every waiter) no waiter is added, so none can be left
+/// behind to wait forever.
+#[derive(Default)]
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    closed: bool,
+}
+
 /// One Session stream.
 struct Conn {
     tx: mpsc::Sender<pb::Request>,
-    pending: Arc<Mutex<HashMap<u64, Waiter>>>,
+    pending: Arc<Mutex<Pending>>,
     dead: Arc<AtomicBool>,
 }
+
+/// Mutations in flight per client, kept below the server's exactly-once
+/// window (1,024 replies per client by default) so a retried mutation's
+/// reply is always still remembered.
+const MAX_MUTATIONS_IN_FLIGHT: usize = 512;
 
 struct Inner {
     addr: String,
@@ -103,6 +119,8 @@ struct Inner {
     next_id: AtomicU64,
     options: Options,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// See [`MAX_MUTATIONS_IN_FLIGHT`].
+    mutations: tokio::sync::Semaphore,
 }
 
 /// A connection to one Sextant server. Cheap to clone.
@@ -152,6 +170,7 @@ impl Client {
                 next_id: AtomicU64::new(1),
                 options,
                 conn: tokio::sync::Mutex::new(None),
+                mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
             }),
         };
         client.conn().await?;
@@ -203,14 +222,14 @@ impl Client {
             Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
             Err(s) => return Err(unavailable(s.message().to_string())),
         };
-        let pending: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
+        let pending: Arc<Mutex<Pending>> = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
         let (p, d) = (Arc::clone(&pending), Arc::clone(&dead));
         tokio::spawn(async move {
             let end = loop {
                 match stream.message().await {
                     Ok(Some(resp)) => {
-                        if let Some(w) = p.lock().remove(&resp.id) {
+                        if let Some(w) = p.lock().waiters.remove(&resp.id) {
                             let _ = w.send(Ok(resp));
                         }
                     }
@@ -219,7 +238,12 @@ impl Client {
                 }
             };
             d.store(true, Ordering::Release);
-            for (_, w) in p.lock().drain() {
+            let waiters = {
+                let mut pending = p.lock();
+                pending.closed = true;
+                std::mem::take(&mut pending.waiters)
+            };
+            for (_, w) in waiters {
                 let _ = w.send(Err(end.clone()));
             }
         });
@@ -247,6 +271,19 @@ impl Client {
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
             return Err(Error::Fs(FsError::TooBig));
         }
+        // Held across retries, so in-flight mutations stay inside the
+        // server's exactly-once window.
+        let _permit = if mutation {
+            Some(
+                self.inner
+                    .mutations
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::Protocol("client closed".into()))?,
+            )
+        } else {
+            None
+        };
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -254,16 +291,42 @@ impl Client {
                 Ok(conn) => {
                     req.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
                     let (wtx, wrx) = oneshot::channel();
-                    conn.pending.lock().insert(req.id, wtx);
-                    if conn.tx.send(req.clone()).await.is_err() {
-                        conn.pending.lock().remove(&req.id);
+                    let registered = {
+                        let mut pending = conn.pending.lock();
+                        if !pending.closed {
+                            pending.waiters.insert(req.id, wtx);
+                        }
+                        !pending.closed
+                    };
+                    let remaining = self
+                        .inner
+                        .options
+                        .retry_for
+                        .saturating_sub(started.elapsed());
+                    if !registered || conn.tx.send(req.clone()).await.is_err() {
+                        conn.pending.lock().waiters.remove(&req.id);
                         conn.dead.store(true, Ordering::Release);
                         Error::Unavailable {
                             addr: self.inner.addr.clone(),
                             reason: "the session closed".into(),
                         }
                     } else {
-                        match wrx.await {
+                        // A server that never answers must not hang the
+                        // caller: give up after the retry budget.
+                        let reply = match tokio::time::timeout(remaining, wrx).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                conn.pending.lock().waiters.remove(&req.id);
+                                return Err(Error::Unavailable {
+                                    addr: self.inner.addr.clone(),
+                                    reason: format!(
+                                        "no reply within {:?}",
+                                        self.inner.options.retry_for
+                                    ),
+                                });
+                            }
+                        };
+                        match reply {
                             Ok(Ok(resp)) => return decode(resp),
                             Ok(Err(s)) => {
                                 conn.dead.store(true, Ordering::Release);

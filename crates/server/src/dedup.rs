@@ -11,6 +11,11 @@
 //! `ESTALE` and never run. At most `max_clients` clients are remembered;
 //! the least recently active one is forgotten first.
 //!
+//! Each remembered request keeps a digest of its operation and
+//! credentials: a (client, seq) reused for a different request (two
+//! clients sharing an id, a restarted client reusing numbers) gets
+//! `EINVAL` instead of another request's reply.
+//!
 //! The table lives in memory: a retry that reaches a *restarted* server
 //! runs again (see the crate docs).
 
@@ -24,7 +29,8 @@ use tokio::sync::OnceCell;
 pub type ReplyCell = Arc<OnceCell<pb::Response>>;
 
 struct ClientWindow {
-    replies: BTreeMap<u64, ReplyCell>,
+    /// seq → (request digest, reply)
+    replies: BTreeMap<u64, (u64, ReplyCell)>,
     /// Every seq below this was dropped from the window.
     floor: u64,
     last_used: u64,
@@ -48,8 +54,15 @@ impl Dedup {
     }
 
     /// The cell for (client, seq): a fresh one if this is the first time,
-    /// the existing one for a retry, `ESTALE` when it fell out of the window.
-    pub fn begin(&mut self, client: u64, seq: u64) -> Result<(ReplyCell, bool), FsError> {
+    /// the existing one for a retry of the same request (`digest`),
+    /// `EINVAL` for a different request under the same numbers, `ESTALE`
+    /// when it fell out of the window.
+    pub fn begin(
+        &mut self,
+        client: u64,
+        seq: u64,
+        digest: u64,
+    ) -> Result<(ReplyCell, bool), FsError> {
         self.tick += 1;
         if !self.clients.contains_key(&client) && self.clients.len() >= self.max_clients {
             if let Some(oldest) = self
@@ -67,14 +80,17 @@ impl Dedup {
             last_used: 0,
         });
         w.last_used = self.tick;
-        if let Some(cell) = w.replies.get(&seq) {
+        if let Some((known, cell)) = w.replies.get(&seq) {
+            if *known != digest {
+                return Err(FsError::Invalid);
+            }
             return Ok((Arc::clone(cell), true));
         }
         if seq < w.floor {
             return Err(FsError::Stale);
         }
         let cell: ReplyCell = Arc::new(OnceCell::new());
-        w.replies.insert(seq, Arc::clone(&cell));
+        w.replies.insert(seq, (digest, Arc::clone(&cell)));
         while w.replies.len() > self.window {
             if let Some((dropped, _)) = w.replies.pop_first() {
                 w.floor = w.floor.max(dropped + 1);
@@ -95,11 +111,11 @@ mod tests {
     #[test]
     fn retry_finds_the_same_cell() {
         let mut d = Dedup::new(4, 2);
-        let (a, retry) = d.begin(1, 10).unwrap();
+        let (a, retry) = d.begin(1, 10, 0).unwrap();
         assert!(!retry);
-        let (b, retry) = d.begin(1, 10).unwrap();
+        let (b, retry) = d.begin(1, 10, 0).unwrap();
         assert!(retry && Arc::ptr_eq(&a, &b));
-        let (c, retry) = d.begin(2, 10).unwrap();
+        let (c, retry) = d.begin(2, 10, 0).unwrap();
         assert!(!retry && !Arc::ptr_eq(&a, &c));
     }
 
@@ -107,24 +123,34 @@ mod tests {
     fn window_drops_oldest_and_refuses_below_it() {
         let mut d = Dedup::new(4, 2);
         for seq in 1..=6 {
-            d.begin(1, seq).unwrap();
+            d.begin(1, seq, 0).unwrap();
         }
         // 1 and 2 were dropped: a retry of them must not run again.
-        assert_eq!(d.begin(1, 1).err(), Some(FsError::Stale));
-        assert_eq!(d.begin(1, 2).err(), Some(FsError::Stale));
-        assert!(d.begin(1, 3).unwrap().1, "3 is still remembered");
-        assert!(!d.begin(1, 7).unwrap().1);
+        assert_eq!(d.begin(1, 1, 0).err(), Some(FsError::Stale));
+        assert_eq!(d.begin(1, 2, 0).err(), Some(FsError::Stale));
+        assert!(d.begin(1, 3, 0).unwrap().1, "3 is still remembered");
+        assert!(!d.begin(1, 7, 0).unwrap().1);
     }
 
     #[test]
     fn least_recently_used_client_is_forgotten() {
         let mut d = Dedup::new(4, 2);
-        d.begin(1, 1).unwrap();
-        d.begin(2, 1).unwrap();
-        d.begin(1, 2).unwrap(); // client 1 is now the more recent
-        d.begin(3, 1).unwrap(); // evicts client 2
+        d.begin(1, 1, 0).unwrap();
+        d.begin(2, 1, 0).unwrap();
+        d.begin(1, 2, 0).unwrap(); // client 1 is now the more recent
+        d.begin(3, 1, 0).unwrap(); // evicts client 2
         assert_eq!(d.clients(), 2);
-        assert!(d.begin(1, 1).unwrap().1);
-        assert!(!d.begin(2, 1).unwrap().1, "client 2 was forgotten");
+        assert!(d.begin(1, 1, 0).unwrap().1);
+        assert!(!d.begin(2, 1, 0).unwrap().1, "client 2 was forgotten");
+    }
+
+    /// Found in review: a (client, seq) reused for a different request got
+    /// the first request's reply and the second never ran.
+    #[test]
+    fn a_different_request_under_the_same_numbers_is_refused() {
+        let mut d = Dedup::new(4, 2);
+        d.begin(1, 5, 111).unwrap();
+        assert!(d.begin(1, 5, 111).unwrap().1, "a true retry");
+        assert_eq!(d.begin(1, 5, 222).err(), Some(FsError::Invalid));
     }
 }

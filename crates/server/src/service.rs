@@ -72,12 +72,31 @@ fn attr(a: sextant_types::Attr) -> Res {
     Res::Attr(attr_to_pb(&a))
 }
 
+/// A digest of a request's operation and credentials (not its id, which
+/// changes per attempt), so a (client, seq) reused for a different request
+/// is told apart from a retry.
+fn request_digest(r: &pb::Request) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let same = pb::Request {
+        id: 0,
+        cred: r.cred.clone(),
+        client_id: r.client_id,
+        seq: r.seq,
+        op: r.op.clone(),
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    prost::Message::encode_to_vec(&same).hash(&mut h);
+    h.finish()
+}
+
 impl Shared {
     /// Runs one request (in its own task: a dropped connection never
     /// cancels a mutation half-way).
     pub async fn handle(self: Arc<Self>, r: pb::Request) -> pb::Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let id = r.id;
+        // What a retry must repeat exactly: the operation and credentials.
+        let digest = request_digest(&r);
         let Some(op) = r.op else {
             return reply(id, Err(FsError::Invalid));
         };
@@ -88,7 +107,7 @@ impl Shared {
         if !op.is_mutation() || r.client_id == 0 {
             return reply(id, self.execute(&cred, op).await);
         }
-        let begun = self.dedup.lock().begin(r.client_id, r.seq);
+        let begun = self.dedup.lock().begin(r.client_id, r.seq, digest);
         let (cell, retry) = match begun {
             Ok(c) => c,
             Err(e) => return reply(id, Err(e)),
