@@ -509,11 +509,19 @@ impl Inner {
         let (entries, replay_from) = loop {
             let slots: Vec<Arc<TableSlot>> = self.tables.read().values().cloned().collect();
             for slot in &slots {
-                let mut guard = slot.state.lock();
-                if let Slot::Loaded(table) = &mut *guard {
-                    if table.snapshot_file.is_none() || (table.is_dirty() && pick(table)) {
-                        self.write_back(table)?;
+                let job = match &*slot.state.lock() {
+                    Slot::Loaded(t) if t.snapshot_file.is_none() || (t.is_dirty() && pick(t)) => {
+                        Some(SnapshotJob {
+                            id: t.id,
+                            range: t.range,
+                            lsn: t.last_lsn,
+                            bytes: t.encode_snapshot(),
+                        })
                     }
+                    _ => None,
+                };
+                if let Some(job) = job {
+                    self.write_back(slot, job)?;
                 }
             }
             if let Some(done) = self.manifest_entries(fallback) {
@@ -543,24 +551,43 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes one table's snapshot (under the WAL rule) and marks it clean.
-    fn write_back(&self, table: &mut Table) -> Result<(), EngineError> {
-        let lsn = table.last_lsn;
-        let bytes = table.encode_snapshot();
+    /// Writes a snapshot taken under the table's lock — without holding
+    /// the lock, so operations on the table go on during the WAL wait and
+    /// the fsync — then records it in the table if the table still has the
+    /// shape it was taken in (a split or merge meanwhile makes it useless:
+    /// the next pass writes the new shape; the file is deleted as
+    /// unreferenced).
+    fn write_back(&self, slot: &TableSlot, job: SnapshotJob) -> Result<(), EngineError> {
         // WAL rule: the journal must hold everything the snapshot holds.
         self.journal
-            .wait_durable(lsn)
+            .wait_durable(job.lsn)
             .map_err(|_| EngineError::Stopped)?;
         let file = snapshot_name(self.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
-        self.store.put_blob(&file, &bytes).map_err(self.io(&file))?;
+        self.store
+            .put_blob(&file, &job.bytes)
+            .map_err(self.io(&file))?;
+        self.stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
+        let mut guard = slot.state.lock();
+        let Slot::Loaded(table) = &mut *guard else {
+            return Ok(());
+        };
+        if table.id != job.id || table.range != job.range {
+            return Ok(());
+        }
         table.snapshot_file = Some(file);
-        table.snapshot_lsn = lsn;
-        table.first_dirty_lsn = None;
-        table.dirty_epoch = None;
+        table.snapshot_lsn = job.lsn;
+        if table.last_lsn == job.lsn {
+            table.first_dirty_lsn = None;
+            table.dirty_epoch = None;
+        } else {
+            // Changed while the snapshot was written: everything after it
+            // is still only in the journal (conservatively from lsn + 1).
+            table.first_dirty_lsn = Some(job.lsn + 1);
+            table.dirty_epoch = Some(self.epoch());
+        }
         if !table.index.is_built() || table.index.changed_count() > 0 {
             table.index = TableIndex::rebuild(table);
         }
-        self.stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -694,6 +721,14 @@ fn load_table(store: &dyn Store, entry: &TableEntry) -> Result<Table, EngineErro
     let mut table = Table::from_snapshot(snap);
     table.snapshot_file = Some(entry.file.clone());
     Ok(table)
+}
+
+/// A snapshot encoded under a table's lock, to be written without it.
+struct SnapshotJob {
+    id: u64,
+    range: SoidRange,
+    lsn: Lsn,
+    bytes: Vec<u8>,
 }
 
 fn placeholder_entry() -> TableEntry {
