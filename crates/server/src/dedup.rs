@@ -9,7 +9,11 @@
 //! dropped first); a request for a number below the dropped ones cannot be
 //! told apart from a retry of something already run, so it is refused with
 //! `ESTALE` and never run. At most `max_clients` clients are remembered;
-//! the least recently active one is forgotten first.
+//! the least recently active one is forgotten first, leaving a tombstone
+//! (the highest seq it ever began): when it comes back, anything at or
+//! below that is refused with `ESTALE` — it may have run — and only newer
+//! numbers run. Tombstones are 16 bytes; at most `16 × max_clients` are
+//! kept (oldest dropped first).
 //!
 //! Each remembered request keeps a digest of its operation and
 //! credentials: a (client, seq) reused for a different request (two
@@ -21,7 +25,7 @@
 
 use sextant_proto::pb;
 use sextant_types::FsError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::OnceCell;
 
@@ -36,8 +40,24 @@ struct ClientWindow {
     last_used: u64,
 }
 
+impl ClientWindow {
+    fn highest_seq(&self) -> u64 {
+        self.replies
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0)
+            .max(self.floor.saturating_sub(1))
+    }
+}
+
 pub struct Dedup {
     clients: HashMap<u64, ClientWindow>,
+    /// last_used → client, to find the least recently active in O(log n).
+    by_use: BTreeMap<u64, u64>,
+    /// Forgotten clients: id → highest seq they began (see module docs).
+    tombstones: HashMap<u64, u64>,
+    tombstone_order: VecDeque<u64>,
     tick: u64,
     window: usize,
     max_clients: usize,
@@ -47,6 +67,9 @@ impl Dedup {
     pub fn new(window: usize, max_clients: usize) -> Dedup {
         Dedup {
             clients: HashMap::new(),
+            by_use: BTreeMap::new(),
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
             tick: 0,
             window: window.max(1),
             max_clients: max_clients.max(1),
@@ -65,21 +88,19 @@ impl Dedup {
     ) -> Result<(ReplyCell, bool), FsError> {
         self.tick += 1;
         if !self.clients.contains_key(&client) && self.clients.len() >= self.max_clients {
-            if let Some(oldest) = self
-                .clients
-                .iter()
-                .min_by_key(|(_, w)| w.last_used)
-                .map(|(id, _)| *id)
-            {
-                self.clients.remove(&oldest);
-            }
+            self.forget_least_recent();
         }
+        let tombstone = self.tombstones.remove(&client);
         let w = self.clients.entry(client).or_insert_with(|| ClientWindow {
             replies: BTreeMap::new(),
-            floor: 0,
+            // A returning forgotten client: what it began before may have
+            // run, so those numbers are refused.
+            floor: tombstone.map_or(0, |t| t + 1),
             last_used: 0,
         });
+        self.by_use.remove(&w.last_used);
         w.last_used = self.tick;
+        self.by_use.insert(self.tick, client);
         if let Some((known, cell)) = w.replies.get(&seq) {
             if *known != digest {
                 return Err(FsError::Invalid);
@@ -97,6 +118,21 @@ impl Dedup {
             }
         }
         Ok((cell, false))
+    }
+
+    fn forget_least_recent(&mut self) {
+        let Some((_, oldest)) = self.by_use.pop_first() else {
+            return;
+        };
+        if let Some(w) = self.clients.remove(&oldest) {
+            self.tombstones.insert(oldest, w.highest_seq());
+            self.tombstone_order.push_back(oldest);
+            while self.tombstone_order.len() > 16 * self.max_clients {
+                if let Some(old) = self.tombstone_order.pop_front() {
+                    self.tombstones.remove(&old);
+                }
+            }
+        }
     }
 
     pub fn clients(&self) -> usize {
@@ -141,7 +177,10 @@ mod tests {
         d.begin(3, 1, 0).unwrap(); // evicts client 2
         assert_eq!(d.clients(), 2);
         assert!(d.begin(1, 1, 0).unwrap().1);
-        assert!(!d.begin(2, 1, 0).unwrap().1, "client 2 was forgotten");
+        // Client 2 was forgotten: its old number may have run, so it is
+        // refused rather than run again; newer numbers run.
+        assert_eq!(d.begin(2, 1, 0).err(), Some(FsError::Stale));
+        assert!(!d.begin(2, 2, 0).unwrap().1);
     }
 
     /// Found in review: a (client, seq) reused for a different request got

@@ -62,6 +62,7 @@ pub async fn serve(
         shutdown: stop_rx.clone(),
         requests: AtomicU64::new(0),
         replayed: AtomicU64::new(0),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(service::SERVER_IN_FLIGHT)),
     });
     let svc = SextantServer::new(Service { shared })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -85,6 +86,9 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        // Per connection: streams, and requests handled at once (unary).
+        .max_concurrent_streams(Some(64))
+        .concurrency_limit_per_connection(1024)
         .add_service(InterceptedService::new(svc, auth))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(|s| *s).await;

@@ -20,6 +20,10 @@ use tonic::{Request, Response, Status, Streaming};
 /// Requests one Session stream may have running at once; beyond that the
 /// server stops reading the stream (back-pressure).
 pub const SESSION_IN_FLIGHT: usize = 4096;
+/// Requests in flight over all connections: a request is read only with a
+/// permit, so what clients can make the server hold is bounded (× the 1 MiB
+/// message limit), however many connections and streams they open.
+pub const SERVER_IN_FLIGHT: usize = 8192;
 
 /// What every connection shares.
 pub struct Shared {
@@ -28,6 +32,8 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     pub requests: AtomicU64,
     pub replayed: AtomicU64,
+    /// See [`SERVER_IN_FLIGHT`].
+    pub in_flight: Arc<Semaphore>,
 }
 
 #[derive(Clone)]
@@ -308,6 +314,9 @@ impl pb::sextant_server::Sextant for Service {
                 let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
                     break;
                 };
+                let Ok(global) = Arc::clone(&shared.in_flight).acquire_owned().await else {
+                    break;
+                };
                 let next = tokio::select! {
                     m = inbound.message() => m,
                     _ = shutdown.wait_for(|stop| *stop) => break,
@@ -319,7 +328,7 @@ impl pb::sextant_server::Sextant for Service {
                         tokio::spawn(async move {
                             let resp = shared.handle(req).await;
                             let _ = tx.send(Ok(resp)).await;
-                            drop(permit);
+                            drop((permit, global));
                         });
                     }
                     Ok(None) => break,
@@ -340,6 +349,10 @@ impl pb::sextant_server::Sextant for Service {
             return Err(Status::unavailable("the server is shutting down"));
         }
         let shared = Arc::clone(&self.shared);
+        let _global = Arc::clone(&shared.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| Status::unavailable("the server is shutting down"))?;
         let resp = tokio::spawn(shared.handle(request.into_inner()))
             .await
             .map_err(|e| Status::internal(format!("request task failed: {e}")))?;
