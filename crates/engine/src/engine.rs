@@ -177,6 +177,9 @@ pub struct EngineStats {
 pub(crate) enum Slot {
     Loaded(Box<Table>),
     OnDisk(TableEntry),
+    /// Absorbed by its lower neighbour; the slot is being removed from the
+    /// map (only a holder of an old `Arc` to it can still see this).
+    Merged,
 }
 
 /// A table's place in the table map.
@@ -317,6 +320,18 @@ impl Inner {
         Ok(table)
     }
 
+    /// Runs `f` on the table holding `key` (loading it if needed), holding
+    /// the table map shared and that one table's lock. The one place that
+    /// goes from a key to a locked, loaded table outside transactions.
+    fn with_table<T>(&self, key: Soid, f: impl FnOnce(&mut Table) -> T) -> Result<T, FsError> {
+        self.check_alive()?;
+        let map = self.tables.read();
+        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
+        slot.touch(self.epoch());
+        let mut guard = slot.state.lock();
+        Ok(f(self.ensure_loaded(&mut guard)?))
+    }
+
     /// Loads the slot's table if it is only on disk.
     pub(crate) fn ensure_loaded<'g>(
         &self,
@@ -333,7 +348,7 @@ impl Inner {
         }
         match &mut **guard {
             Slot::Loaded(t) => Ok(t),
-            Slot::OnDisk(_) => Err(FsError::Io),
+            Slot::OnDisk(_) | Slot::Merged => Err(FsError::Io),
         }
     }
 
@@ -436,7 +451,7 @@ impl Inner {
                 map.iter()
                     .filter(|(_, slot)| match &*slot.state.lock() {
                         Slot::Loaded(t) => self.oversized(t),
-                        Slot::OnDisk(_) => false,
+                        Slot::OnDisk(_) | Slot::Merged => false,
                     })
                     .map(|(start, _)| *start)
                     .collect()
@@ -463,6 +478,7 @@ impl Inner {
         let size = |slot: &Slot| match slot {
             Slot::Loaded(t) => (t.inode_count(), t.dir_count()),
             Slot::OnDisk(e) => (e.inodes as usize, e.inodes as usize),
+            Slot::Merged => (usize::MAX, usize::MAX),
         };
         let small = |(inodes, dirs): (usize, usize)| inodes < inode_small && dirs < dir_small;
         let mut map = self.tables.write();
@@ -481,7 +497,7 @@ impl Inner {
             if self.ensure_loaded(&mut ga).is_err() || self.ensure_loaded(&mut gb).is_err() {
                 continue;
             }
-            let upper = std::mem::replace(&mut *gb, Slot::OnDisk(placeholder_entry()));
+            let upper = std::mem::replace(&mut *gb, Slot::Merged);
             if let (Slot::Loaded(lower), Slot::Loaded(upper)) = (&mut *ga, upper) {
                 lower.merge(*upper);
             }
@@ -601,18 +617,12 @@ impl Inner {
             match &*slot.state.lock() {
                 Slot::OnDisk(e) => entries.push(e.clone()),
                 Slot::Loaded(t) => {
-                    let file = t.snapshot_file.clone()?;
                     if let Some(f) = t.first_dirty_lsn {
                         replay_from = replay_from.min(f);
                     }
-                    entries.push(TableEntry {
-                        id: t.id,
-                        range: t.range,
-                        file,
-                        lsn: t.snapshot_lsn,
-                        inodes: t.inode_count() as u64,
-                    });
+                    entries.push(t.manifest_entry()?);
                 }
+                Slot::Merged => {}
             }
         }
         Some((entries, replay_from))
@@ -646,18 +656,10 @@ impl Inner {
             };
             let mut guard = slot.state.lock();
             let entry = match &*guard {
-                Slot::Loaded(t) if !t.is_dirty() => TableEntry {
-                    id: t.id,
-                    range: t.range,
-                    file: t.snapshot_file.clone().unwrap_or_default(),
-                    lsn: t.snapshot_lsn,
-                    inodes: t.inode_count() as u64,
-                },
-                _ => continue,
+                Slot::Loaded(t) if !t.is_dirty() => t.manifest_entry(),
+                _ => None,
             };
-            if entry.file.is_empty() {
-                continue;
-            }
+            let Some(entry) = entry else { continue };
             *guard = Slot::OnDisk(entry);
             resident = resident.saturating_sub(bytes);
             self.stats.tables_evicted.fetch_add(1, Ordering::Relaxed);
@@ -669,7 +671,7 @@ impl Inner {
         map.values()
             .map(|s| match &*s.state.lock() {
                 Slot::Loaded(t) => t.approx_bytes(),
-                Slot::OnDisk(_) => 0,
+                Slot::OnDisk(_) | Slot::Merged => 0,
             })
             .sum()
     }
@@ -729,16 +731,6 @@ struct SnapshotJob {
     range: SoidRange,
     lsn: Lsn,
     bytes: Vec<u8>,
-}
-
-fn placeholder_entry() -> TableEntry {
-    TableEntry {
-        id: 0,
-        range: SoidRange::ALL,
-        file: String::new(),
-        lsn: 0,
-        inodes: 0,
-    }
 }
 
 impl Engine {
@@ -866,6 +858,7 @@ impl Engine {
             inodes += match &*guard {
                 Slot::Loaded(t) => t.inode_count() as i64,
                 Slot::OnDisk(e) => e.inodes as i64,
+                Slot::Merged => 0,
             };
         }
         // LSNs never go back below a snapshot's: with the journal off they
@@ -974,15 +967,8 @@ impl Engine {
     }
 
     pub fn getattr(&self, soid: Soid) -> Result<Attr, FsError> {
-        self.inner.check_alive()?;
-        let map = self.inner.tables.read();
-        let (_, slot) = map.range(..=soid).next_back().ok_or(FsError::Io)?;
-        slot.touch(self.inner.epoch());
-        let mut guard = slot.state.lock();
-        let table = self.inner.ensure_loaded(&mut guard)?;
-        table
-            .inode(soid)
-            .map(|i| i.attr(soid))
+        self.inner
+            .with_table(soid, |t| t.inode(soid).map(|i| i.attr(soid)))?
             .ok_or(FsError::NotFound)
     }
 
@@ -1332,13 +1318,7 @@ impl Engine {
         key: Soid,
         f: impl FnOnce(&Table) -> T,
     ) -> Result<(SoidRange, T), FsError> {
-        self.inner.check_alive()?;
-        let map = self.inner.tables.read();
-        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
-        slot.touch(self.inner.epoch());
-        let mut guard = slot.state.lock();
-        let table = self.inner.ensure_loaded(&mut guard)?;
-        Ok((table.range, f(table)))
+        self.inner.with_table(key, |table| (table.range, f(table)))
     }
 
     /// Like [`Engine::with_table_holding`], for a search visiting the table:
@@ -1351,16 +1331,12 @@ impl Engine {
         key: Soid,
         f: impl FnOnce(&Table) -> T,
     ) -> Result<(SoidRange, T), FsError> {
-        self.inner.check_alive()?;
-        let map = self.inner.tables.read();
-        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
-        slot.touch(self.inner.epoch());
-        let mut guard = slot.state.lock();
-        let table = self.inner.ensure_loaded(&mut guard)?;
-        let stale = table.index.changed_count() > (table.inode_count() / 4).max(64);
-        if !table.index.is_built() || stale {
-            table.index = TableIndex::rebuild(table);
-        }
-        Ok((table.range, f(table)))
+        self.inner.with_table(key, |table| {
+            let stale = table.index.changed_count() > (table.inode_count() / 4).max(64);
+            if !table.index.is_built() || stale {
+                table.index = TableIndex::rebuild(table);
+            }
+            (table.range, f(table))
+        })
     }
 }

@@ -381,6 +381,18 @@ impl Table {
         }
     }
 
+    /// The manifest entry for this table's snapshot, if it has one in its
+    /// current shape.
+    pub fn manifest_entry(&self) -> Option<crate::manifest::TableEntry> {
+        Some(crate::manifest::TableEntry {
+            id: self.id,
+            range: self.range,
+            file: self.snapshot_file.clone()?,
+            lsn: self.snapshot_lsn,
+            inodes: self.inode_count() as u64,
+        })
+    }
+
     /// Encodes the table as a snapshot (see [`decode_snapshot`]).
     pub fn encode_snapshot(&self) -> Vec<u8> {
         let body = SnapshotBody {
