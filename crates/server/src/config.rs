@@ -6,7 +6,10 @@
 //! listen = "0.0.0.0:7411"        # default 127.0.0.1:7411
 //! memory = "8GiB"                # table cache budget (default 4GiB)
 //! journal_sync = "fsync"         # fsync | nosync | off
+//! metrics = "127.0.0.1:7412"     # Prometheus /metrics; "off" disables
 //! ```
+//!
+//! The metrics address also comes from `SEXTANT_METRICS` (over the file).
 
 use anyhow::{bail, Context, Result};
 use sextant_engine::{EngineConfig, SyncMode};
@@ -22,6 +25,7 @@ pub struct FileConfig {
     pub journal_sync: Option<String>,
     pub dedup_window: Option<usize>,
     pub dedup_clients: Option<usize>,
+    pub metrics: Option<String>,
 }
 
 impl FileConfig {
@@ -41,7 +45,12 @@ pub struct ServerConfig {
     pub sync: SyncMode,
     pub dedup_window: usize,
     pub dedup_clients: usize,
+    /// Where to serve Prometheus metrics (`None`: not at all).
+    pub metrics: Option<String>,
 }
+
+/// Default address of the Prometheus endpoint (the gRPC port + 1).
+pub const DEFAULT_METRICS: &str = "127.0.0.1:7412";
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -52,6 +61,7 @@ impl Default for ServerConfig {
             sync: SyncMode::Fsync,
             dedup_window: sextant_proto::DEDUP_WINDOW,
             dedup_clients: 4096,
+            metrics: Some(DEFAULT_METRICS.to_string()),
         }
     }
 }
@@ -70,6 +80,9 @@ impl ServerConfig {
     pub fn resolve(file: Option<FileConfig>, o: Overrides) -> Result<ServerConfig> {
         let f = file.unwrap_or_default();
         let mut c = ServerConfig::default();
+        if let Some(m) = std::env::var("SEXTANT_METRICS").ok().or(f.metrics.clone()) {
+            c.metrics = (m != "off").then_some(m);
+        }
         if let Some(d) = o.data.or(f.data) {
             c.data = d;
         }

@@ -139,6 +139,9 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
         .build()
         .context("cannot start the async runtime")?;
     let result = rt.block_on(async {
+        if let Some(addr) = &config.metrics {
+            start_metrics(addr, &engine);
+        }
         let listener = TcpListener::bind(&config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -158,4 +161,48 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
     eprintln!("sextant: writing tables back");
     let closed = engine.close().context("closing the engine");
     result.and(closed)
+}
+
+/// Serves Prometheus metrics on `addr` (`/metrics`): request counts and
+/// latency by operation (recorded in the service) and the engine's
+/// counters, refreshed every second. A failure to start is reported and
+/// the server goes on without metrics.
+fn start_metrics(addr: &str, engine: &Engine) {
+    let installed = addr
+        .parse::<SocketAddr>()
+        .map_err(|e| e.to_string())
+        .and_then(|a| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .with_http_listener(a)
+                .install()
+                .map_err(|e| e.to_string())
+        });
+    match installed {
+        Ok(()) => eprintln!("sextant: metrics on http://{addr}/metrics"),
+        Err(e) => {
+            eprintln!("sextant: no metrics endpoint on {addr}: {e}");
+            return;
+        }
+    }
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        loop {
+            let s = engine.stats();
+            metrics::gauge!("sextant_inodes").set(s.inodes as f64);
+            metrics::gauge!("sextant_tables").set(s.tables as f64);
+            metrics::gauge!("sextant_tables_loaded").set(s.loaded_tables as f64);
+            metrics::gauge!("sextant_resident_bytes").set(s.resident_bytes as f64);
+            metrics::gauge!("sextant_durable_lsn").set(s.durable_lsn as f64);
+            metrics::counter!("sextant_journal_syncs_total").absolute(s.journal_syncs);
+            metrics::counter!("sextant_journal_bytes_total").absolute(s.journal_bytes);
+            metrics::counter!("sextant_checkpoints_total").absolute(s.checkpoints);
+            metrics::counter!("sextant_snapshots_written_total").absolute(s.snapshots_written);
+            metrics::counter!("sextant_table_loads_total").absolute(s.tables_loaded_total);
+            metrics::counter!("sextant_table_evictions_total").absolute(s.tables_evicted_total);
+            metrics::counter!("sextant_table_splits_total").absolute(s.splits);
+            metrics::counter!("sextant_table_merges_total").absolute(s.merges);
+            metrics::counter!("sextant_lock_retries_total").absolute(s.retries);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
 }

@@ -99,6 +99,18 @@ impl Shared {
     /// Runs one request (in its own task: a dropped connection never
     /// cancels a mutation half-way).
     pub async fn handle(self: Arc<Self>, r: pb::Request) -> pb::Response {
+        let started = std::time::Instant::now();
+        let op_name = r.op.as_ref().map_or("none", |op| op.name());
+        let resp = Arc::clone(&self).handle_inner(r).await;
+        let outcome = if resp.error.is_some() { "error" } else { "ok" };
+        metrics::counter!("sextant_requests_total", "op" => op_name, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("sextant_request_seconds", "op" => op_name)
+            .record(started.elapsed().as_secs_f64());
+        resp
+    }
+
+    async fn handle_inner(self: Arc<Self>, r: pb::Request) -> pb::Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let id = r.id;
         // What a retry must repeat exactly: the operation and credentials.

@@ -1,0 +1,96 @@
+//! `sextant serve` exposes Prometheus metrics: request counts and latency
+//! by operation, and the engine's counters.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET /metrics, or `None` while nothing answers yet.
+fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+/// Kills and reaps the server however the test ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn metrics_count_requests_by_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let metrics_port = free_port();
+    let mut server = Reaped(
+        Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .env("SEXTANT_METRICS", format!("127.0.0.1:{metrics_port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(server.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    for path in ["/m1", "/m2"] {
+        let status = Command::new(BIN)
+            .args(["--server", &addr, "--data"])
+            .arg(&data)
+            .args(["mkdir", path])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    // The engine gauges refresh every second.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        if let Some(b) = scrape(metrics_port) {
+            if b.contains("sextant_inodes 3") {
+                break b;
+            }
+        }
+        assert!(Instant::now() < deadline, "no metrics with 3 inodes");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        body.lines().any(|l| l.starts_with("sextant_requests_total")
+            && l.contains("op=\"mkdir\"")
+            && l.contains("outcome=\"ok\"")
+            && l.ends_with(" 2")),
+        "{body}"
+    );
+    assert!(body.contains("sextant_request_seconds"), "{body}");
+    assert!(body.contains("sextant_journal_syncs_total"), "{body}");
+}
