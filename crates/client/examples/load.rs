@@ -1,5 +1,6 @@
 //! Throughput over the client library: creates, then stats, with many
-//! requests in flight on one connection.
+//! requests in flight on one connection; with one in flight it also reports
+//! the round-trip latency percentiles of getattr.
 //!
 //! ```text
 //! sextant serve --data /tmp/d --listen 127.0.0.1:7411 &
@@ -63,19 +64,33 @@ async fn main() {
     for soids in all {
         let (c, cred) = (c.clone(), cred.clone());
         tasks.push(tokio::spawn(async move {
+            let mut rtts = Vec::with_capacity(soids.len());
             for s in soids {
+                let one = Instant::now();
                 c.getattr(&cred, s).await.expect("getattr");
+                rtts.push(one.elapsed());
             }
+            rtts
         }));
     }
+    let mut rtts = Vec::new();
     for t in tasks {
-        t.await.unwrap();
+        rtts.extend(t.await.unwrap());
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
         "getattr: {total} in {secs:.2} s = {:.0}/s ({in_flight} in flight)",
         total as f64 / secs
     );
+    rtts.sort();
+    let pct = |p: f64| rtts[((rtts.len() - 1) as f64 * p) as usize].as_micros();
+    if !rtts.is_empty() {
+        println!(
+            "getattr round trip: p50 {} µs, p99 {} µs",
+            pct(0.50),
+            pct(0.99)
+        );
+    }
     let (stats, server) = c.stats(&cred).await.expect("stats");
     println!(
         "journal syncs {} for {} requests",
