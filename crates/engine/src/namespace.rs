@@ -334,14 +334,26 @@ fn unlink_inode(
     txn.put_inode(soid, inode)
 }
 
-pub fn unlink(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<()> {
-    let mut dir = searchable_dir(txn, cred, parent)?;
+/// The first steps of unlink and rmdir, in Linux's order: the directory
+/// (search permission), the name, the entry, then `may_delete`.
+fn removal(
+    txn: &mut Txn,
+    cred: &Credentials,
+    parent: Soid,
+    name: &[u8],
+) -> OpResult<(Inode, Dentry, Inode)> {
+    let dir = searchable_dir(txn, cred, parent)?;
     validate_lookup_name(name)?;
     let d = txn
         .dentry(parent, name)?
         .ok_or(OpError::Fs(FsError::NotFound))?;
     let victim = txn.inode_or(d.child, FsError::NotFound)?;
     may_delete(&dir, &victim, cred)?;
+    Ok((dir, d, victim))
+}
+
+pub fn unlink(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<()> {
+    let (mut dir, d, victim) = removal(txn, cred, parent, name)?;
     if victim.is_dir() {
         return Err(FsError::IsDir.into());
     }
@@ -353,13 +365,7 @@ pub fn unlink(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> O
 }
 
 pub fn rmdir(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<()> {
-    let mut dir = searchable_dir(txn, cred, parent)?;
-    validate_lookup_name(name)?;
-    let d = txn
-        .dentry(parent, name)?
-        .ok_or(OpError::Fs(FsError::NotFound))?;
-    let victim = txn.inode_or(d.child, FsError::NotFound)?;
-    may_delete(&dir, &victim, cred)?;
+    let (mut dir, d, victim) = removal(txn, cred, parent, name)?;
     if !victim.is_dir() {
         return Err(FsError::NotDir.into());
     }
