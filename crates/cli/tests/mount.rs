@@ -32,8 +32,20 @@ fn fuse_available() -> bool {
 fn is_mounted(mp: &Path) -> bool {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mp = mp.to_str().unwrap();
-    info.lines()
-        .any(|l| l.split(' ').nth(4) == Some(mp) && l.contains(" fuse.sextant "))
+    info.lines().any(|l| {
+        let (mine, theirs) = l.split_once(" - ").unwrap_or((l, ""));
+        mine.split(' ').nth(4) == Some(mp) && theirs.starts_with("fuse")
+    })
+}
+
+/// A child process killed (SIGKILL) when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A server and a mount on it; unmounted and killed when dropped, even when
@@ -135,6 +147,8 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        // Lazy: detached at once, so removing the temp dir never walks
+        // into a mount whose server is gone.
         if is_mounted(&self.mnt) {
             let _ = Command::new("fusermount3")
                 .args(["-u", "-z"])
@@ -452,4 +466,27 @@ fn errors_as_programs_see_them() {
         eprintln!("setpriv missing: EACCES as a non-root user not exercised");
     }
     m.umount();
+
+    // A foreground mount unmounts cleanly on SIGTERM.
+    let mut fg = KillOnDrop(
+        Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .args(["mount", "-f"])
+            .arg(&m.mnt)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !is_mounted(&m.mnt) && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(is_mounted(&m.mnt), "foreground mount");
+    assert_eq!(std::fs::read(m.p("d/g")).unwrap(), b"y");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(fg.0.id() as i32, libc::SIGTERM) };
+    let status = fg.0.wait().unwrap();
+    assert!(status.success(), "SIGTERM exit: {status}");
+    assert!(!is_mounted(&m.mnt), "unmounted on SIGTERM");
 }
