@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing Sextant needs when it is missing:
-# a Rust toolchain with rustfmt and clippy. Sourced by start.sh and test.sh.
+# a Rust toolchain with rustfmt and clippy, and for the FUSE mount and its
+# tests fusermount3 (fuse3), setfattr/getfattr (attr) and setpriv
+# (util-linux). Sourced by start.sh and test.sh.
 set -euo pipefail
 
 need_apt=()
@@ -13,6 +15,9 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 if ! command -v cc >/dev/null 2>&1; then need_apt+=(build-essential); fi
 if ! command -v pkg-config >/dev/null 2>&1; then need_apt+=(pkg-config); fi
+if ! command -v fusermount3 >/dev/null 2>&1; then need_apt+=(fuse3); fi
+if ! command -v setfattr >/dev/null 2>&1; then need_apt+=(attr); fi
+if ! command -v setpriv >/dev/null 2>&1; then need_apt+=(util-linux); fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "sextant: installing ${need_apt[*]} with apt-get" >&2

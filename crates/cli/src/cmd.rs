@@ -13,7 +13,9 @@ use sextant_types::{FileType, FsError, SetAttr, Soid, TimeSet};
 pub async fn run(cli: Cli, s: Session) -> Result<()> {
     let json = cli.json;
     match cli.command {
-        Command::Serve(_) => unreachable!("serve runs without a session"),
+        Command::Serve(_) | Command::Mount(_) | Command::Umount { .. } => {
+            unreachable!("serve, mount and umount run without a session")
+        }
         Command::Status => status(&s, json).await?,
         Command::Ls { long, path } => ls(&s, &path, long, json).await?,
         Command::Stat { path, no_follow } => stat(&s, &path, !no_follow, json).await?,

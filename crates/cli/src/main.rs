@@ -8,6 +8,7 @@
 mod cmd;
 mod format;
 mod import;
+mod mount;
 mod session;
 
 use clap::{Parser, Subcommand};
@@ -123,6 +124,20 @@ enum Command {
     },
     /// Write every table back and trim the journal.
     Sync,
+    /// Mount the namespace on a local directory (FUSE; needs a server).
+    ///
+    /// Every metadata operation goes to the server as the calling user;
+    /// file data is kept in --data-dir (default <data>/objects), one file
+    /// per inode. Detaches once mounted unless -f is given; `sextant
+    /// umount`, fusermount3 -u, SIGINT or SIGTERM unmount it.
+    Mount(mount::MountArgs),
+    /// Unmount a `sextant mount` (fusermount3 -u).
+    Umount {
+        mountpoint: PathBuf,
+        /// Lazy: detach now, finish when no longer busy.
+        #[arg(short = 'z', long)]
+        lazy: bool,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -176,6 +191,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Serve(args) => serve(&cli, args),
+        Command::Mount(args) => mount::mount(&cli, args),
+        Command::Umount { mountpoint, lazy } => mount::umount(mountpoint, *lazy),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -60,7 +60,7 @@ fn answers(addr: &str) -> bool {
         .any(|a| TcpStream::connect_timeout(a, Duration::from_millis(300)).is_ok())
 }
 
-fn find_secret(t: &Target) -> Result<Option<String>> {
+pub fn find_secret(t: &Target) -> Result<Option<String>> {
     if let Some(s) = t.secret {
         return Ok(Some(s.trim().to_string()));
     }

@@ -1,0 +1,175 @@
+//! `sextant mount` and `sextant umount`.
+//!
+//! Without `-f` the command re-runs itself as a detached child (its own
+//! session, stdin closed) and returns once the child reports the mount is in
+//! place, or fails with the child's error. The child then sends its output to
+//! `--log FILE` (default: nowhere) so it holds no caller's terminal or pipe.
+
+use crate::session::{find_secret, Target};
+use crate::Cli;
+use anyhow::{bail, Context, Result};
+use sextant_client::{Client, Options};
+use sextant_fuse::MountConfig;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Set in the detached child of a background mount.
+const CHILD_ENV: &str = "SEXTANT_MOUNT_CHILD";
+/// What the child says on stdout once mounted.
+const READY: &str = "mounted";
+
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// Directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Where file data is kept (one object file per inode) [default:
+    /// <data>/objects]
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Seconds the kernel may cache attributes.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub attr_timeout: f64,
+    /// Seconds the kernel may cache names (lookups).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub entry_timeout: f64,
+    /// Mount options, comma-separated: allow_other (let every user in;
+    /// also unmounts automatically if the mount process dies).
+    #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',')]
+    pub options: Vec<String>,
+    /// Stay in the foreground (default: detach once mounted).
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Threads serving kernel requests.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Where a detached mount writes its messages [default: nowhere]
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+fn seconds(s: f64, what: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(s).with_context(|| format!("--{what} {s} is not a duration"))
+}
+
+pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
+    let child = std::env::var_os(CHILD_ENV).is_some();
+    if !args.foreground && !child {
+        return detach();
+    }
+    let mut cfg = MountConfig::new(
+        &std::path::absolute(&args.mountpoint)?,
+        &std::path::absolute(match &args.data_dir {
+            Some(d) => d.clone(),
+            None => cli
+                .data
+                .clone()
+                .unwrap_or_else(crate::session::default_data)
+                .join("objects"),
+        })?,
+    );
+    cfg.attr_ttl = seconds(args.attr_timeout, "attr-timeout")?;
+    cfg.entry_ttl = seconds(args.entry_timeout, "entry-timeout")?;
+    cfg.threads = args.threads;
+    for o in &args.options {
+        match o.as_str() {
+            "allow_other" => cfg.allow_other = true,
+            "" => {}
+            other => bail!("unsupported mount option {other:?} (known: allow_other)"),
+        }
+    }
+    let addr = cli
+        .server
+        .clone()
+        .unwrap_or_else(|| sextant_proto::DEFAULT_LISTEN.to_string());
+    cfg.fsname = format!("sextant:{addr}");
+    let data = cli
+        .data
+        .clone()
+        .unwrap_or_else(crate::session::default_data);
+    let secret = find_secret(&Target {
+        data: &data,
+        server: Some(&addr),
+        secret: cli.secret.as_deref(),
+        secret_file: cli.secret_file.as_deref(),
+        local: false,
+    })?
+    .with_context(|| {
+        format!(
+            "no cluster secret found for the server at {addr}: give --secret-file FILE \
+             (the server's <data>/secret), SEXTANT_SECRET, or --data of the server"
+        )
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let client = rt
+        .block_on(Client::connect(&addr, &secret, Options::default()))
+        .with_context(|| format!("connecting to the Sextant server at {addr}"))?;
+    let log = args.log.clone();
+    let mountpoint = cfg.mountpoint.clone();
+    sextant_fuse::mount(client, rt.handle().clone(), &cfg, || {
+        if child {
+            println!("{READY}");
+            let _ = std::io::stdout().flush();
+            redirect_output(log.as_deref());
+        } else {
+            eprintln!("sextant: {} mounted from {addr}", mountpoint.display());
+        }
+    })
+    .with_context(|| format!("mounting on {}", cfg.mountpoint.display()))?;
+    Ok(())
+}
+
+/// Re-runs this command as a detached child and waits for it to mount.
+fn detach() -> Result<()> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(std::env::args_os().skip(1))
+        .env(CHILD_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // SAFETY: setsid is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the mount process")?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    let _ = BufReader::new(stdout).read_line(&mut line);
+    if line.trim() == READY {
+        return Ok(());
+    }
+    let status = child.wait()?;
+    bail!("the mount process failed ({status})")
+}
+
+/// Points stdout and stderr at `log` (appended) or /dev/null.
+fn redirect_output(log: Option<&Path>) {
+    let file = match log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p),
+        None => std::fs::OpenOptions::new().write(true).open("/dev/null"),
+    };
+    if let Ok(f) = file {
+        // SAFETY: dup2 onto the standard descriptors of our own process.
+        unsafe {
+            libc::dup2(f.as_raw_fd(), 1);
+            libc::dup2(f.as_raw_fd(), 2);
+        }
+    }
+}
+
+pub fn umount(mountpoint: &Path, lazy: bool) -> Result<()> {
+    sextant_fuse::unmount(mountpoint, lazy)
+        .with_context(|| format!("unmounting {}", mountpoint.display()))
+}

@@ -1,0 +1,492 @@
+//! FUSE tests: the real `sextant serve` on a free port in a temp directory,
+//! `sextant mount` on it, and ordinary programs (cp, tar, diff, find, ls,
+//! du, mv, ln, chmod, chown, setfattr, getfattr) run on the mount, compared
+//! with the source tree. Errors are checked as a program sees them (errno
+//! from std::fs calls, and a non-root user through setpriv).
+//!
+//! Skipped (with a message) when /dev/fuse or fusermount3 is missing.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+
+fn fuse_available() -> bool {
+    let dev = Path::new("/dev/fuse").exists();
+    let fm = Command::new("fusermount3")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !(dev && fm) {
+        eprintln!(
+            "SKIPPED: FUSE mount tests need /dev/fuse and fusermount3 (Debian package fuse3; \
+             scripts/ensure-deps.sh installs it)"
+        );
+    }
+    dev && fm
+}
+
+fn is_mounted(mp: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mp = mp.to_str().unwrap();
+    info.lines().any(|l| {
+        let (mine, theirs) = l.split_once(" - ").unwrap_or((l, ""));
+        mine.split(' ').nth(4) == Some(mp) && theirs.starts_with("fuse")
+    })
+}
+
+/// A child process killed (SIGKILL) when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A server and a mount on it; unmounted and killed when dropped, even when
+/// a test fails.
+struct Mounted {
+    server: Child,
+    addr: String,
+    dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl Mounted {
+    fn start() -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut server = Command::new(BIN)
+            .args([
+                "serve",
+                "--journal-sync",
+                "nosync",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data")
+            .arg(&data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sextant serve");
+        let stdout = server.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            for _ in lines {}
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("listening");
+        let addr = line.strip_prefix("listening on ").unwrap().to_string();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let m = Mounted {
+            server,
+            addr,
+            dir,
+            mnt,
+        };
+        m.mount();
+        m
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn mount(&self) {
+        let out = Command::new(BIN)
+            .args(["--server", &self.addr, "--data"])
+            .arg(self.data())
+            .args(["mount", "-o", "allow_other", "--log"])
+            .arg(self.dir.path().join("mount.log"))
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            is_mounted(&self.mnt),
+            "mounted once `sextant mount` returns"
+        );
+    }
+
+    fn umount(&self) {
+        let out = Command::new(BIN)
+            .arg("umount")
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "umount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = Instant::now();
+        while is_mounted(&self.mnt) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!is_mounted(&self.mnt));
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // Lazy: detached at once, so removing the temp dir never walks
+        // into a mount whose server is gone.
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mnt)
+                .status();
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// Runs a shell command line; panics with its output when it fails.
+fn sh(cwd: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Name, type, mode, size (not for directories: their size is the file
+/// system's business), owner, link target of everything under `dir`.
+fn listing(dir: &Path) -> String {
+    let mut lines: Vec<String> = sh(
+        dir,
+        r#"find . -printf '%p %y %m %s %U %G %l %T@\n' | awk '$2 == "d" { $4 = "-" } { print }'"#,
+    )
+    .lines()
+    .map(String::from)
+    .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+/// Asserts two listings are equal, showing only the lines that differ.
+fn assert_same(want: &str, got: &str, what: &str) {
+    if want != got {
+        let w: std::collections::BTreeSet<&str> = want.lines().collect();
+        let g: std::collections::BTreeSet<&str> = got.lines().collect();
+        let missing: Vec<_> = w.difference(&g).take(10).collect();
+        let extra: Vec<_> = g.difference(&w).take(10).collect();
+        panic!(
+            "{what} differs:\n  only in the source: {missing:#?}\n  only on the mount: {extra:#?}"
+        );
+    }
+}
+
+/// A source tree: a real one from the system, plus what /usr/include/linux
+/// lacks (hard links, symlinks, empty files, odd modes, xattrs).
+fn source_tree(base: &Path) -> PathBuf {
+    let src = base.join("src");
+    std::fs::create_dir(&src).unwrap();
+    let sys = ["/usr/include/linux", "/usr/share/doc/fuse3"]
+        .into_iter()
+        .find(|p| Path::new(p).is_dir());
+    if let Some(sys) = sys {
+        sh(&src, &format!("cp -a {sys} tree"));
+    } else {
+        sh(&src, "mkdir tree && seq 1 2000 > tree/numbers");
+    }
+    sh(
+        &src,
+        "mkdir -p extra/deep/er && echo data > extra/file && ln extra/file extra/hard \
+         && ln -s ../extra/file extra/deep/sym && : > extra/empty && chmod 640 extra/empty \
+         && chmod 1777 extra/deep && head -c 300000 /dev/urandom > extra/big \
+         && mkfifo extra/fifo && chown 65534:65534 extra/file \
+         && touch -d '2001-02-03 04:05:06.789' extra/deep/er",
+    );
+    src
+}
+
+#[test]
+fn ordinary_tools_copy_and_compare_a_real_tree() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    let src = source_tree(m.dir.path());
+    let want = listing(&src);
+
+    // cp -a, then compare everything a program can see.
+    sh(&m.mnt, &format!("cp -a {}/. copy", src.display()));
+    sh(
+        &m.mnt,
+        &format!("diff -r --no-dereference -x fifo {} copy", src.display()),
+    );
+    assert_same(&want, &listing(&m.p("copy")), "cp -a copy");
+    let nlink = std::fs::metadata(m.p("copy/extra/hard")).unwrap().nlink();
+    assert_eq!(nlink, 2, "cp -a keeps hard links");
+
+    // tar c of the source, tar x into the mount.
+    sh(
+        m.dir.path(),
+        &format!("tar --format=posix -C {} -cf src.tar .", src.display()),
+    );
+    sh(
+        &m.mnt,
+        &format!(
+            "mkdir untar && tar -C untar -xpf {}/src.tar",
+            m.dir.path().display()
+        ),
+    );
+    sh(
+        &m.mnt,
+        &format!("diff -r --no-dereference -x fifo {} untar", src.display()),
+    );
+    assert_same(&want, &listing(&m.p("untar")), "tar x copy");
+
+    // Walkers see the same tree.
+    let ls_src = sh(
+        &src,
+        "ls -lR --time-style=+%s . | grep -v '^total' | awk '$1 !~ /^d/' | tr -s ' '",
+    );
+    let ls_mnt = sh(
+        &m.p("copy"),
+        "ls -lR --time-style=+%s . | grep -v '^total' | awk '$1 !~ /^d/' | tr -s ' '",
+    );
+    assert_same(&ls_src, &ls_mnt, "ls -lR");
+    let du_files = |d: &Path| {
+        sh(
+            d,
+            "find . -type f -printf '%s\\n' | awk '{s+=$1} END {print s}'",
+        )
+    };
+    assert_eq!(du_files(&src), du_files(&m.p("copy")));
+    sh(
+        &m.mnt,
+        "du -s copy >/dev/null && find copy -type l | grep -q sym",
+    );
+
+    // mv across directories, ln, ln -s, chmod, chown.
+    sh(
+        &m.mnt,
+        "mkdir -p a/b c && echo moved > a/b/f && mv a/b/f c/g && test ! -e a/b/f \
+         && test \"$(cat c/g)\" = moved && mv a/b c/b2 && test -d c/b2 && test ! -e a/b \
+         && ln c/g c/g2 && ln -s g c/s && test \"$(cat c/s)\" = moved \
+         && test \"$(readlink c/s)\" = g && chmod 4711 c/g && chown 12:34 c/g2",
+    );
+    let md = std::fs::symlink_metadata(m.p("c/g")).unwrap();
+    // chown clears set-user-id, as on ext4.
+    assert_eq!(md.permissions().mode() & 0o7777, 0o711);
+    assert_eq!((md.uid(), md.gid(), md.nlink()), (12, 34, 2));
+
+    // Overwrite, append, truncate: sizes and contents stay right.
+    sh(
+        &m.mnt,
+        "printf 0123456789 > c/t && printf ab >> c/t && truncate -s 5 c/t \
+         && test \"$(cat c/t)\" = 01234 && truncate -s 8 c/t && test $(stat -c %s c/t) = 8 \
+         && dd if=/dev/zero of=c/t bs=1 count=1 seek=2 conv=notrunc 2>/dev/null \
+         && test $(od -An -c c/t | tr -d ' ') = '01\\034\\0\\0\\0'",
+    );
+
+    // Extended attributes through setfattr/getfattr.
+    if Command::new("setfattr").arg("--version").output().is_ok() {
+        sh(
+            &m.mnt,
+            "setfattr -n user.color -v blue c/g && setfattr -n user.size -v 12345 c/g \
+             && test \"$(getfattr --only-values -n user.color c/g)\" = blue \
+             && getfattr -d c/g | grep -q 'user.size=\"12345\"' \
+             && setfattr -x user.color c/g && ! getfattr -n user.color c/g 2>/dev/null",
+        );
+    } else {
+        eprintln!("setfattr missing (package attr): xattr tools not exercised");
+    }
+
+    // The data survives an unmount and a new mount.
+    m.umount();
+    m.mount();
+    sh(
+        &m.mnt,
+        &format!("diff -r --no-dereference -x fifo {} copy", src.display()),
+    );
+
+    // Removing everything removes the data objects too.
+    sh(&m.mnt, "rm -rf copy untar a c");
+    assert_eq!(sh(&m.mnt, "ls -A"), "");
+    let objects = std::fs::read_dir(m.data().join("objects")).unwrap().count();
+    assert_eq!(objects, 0, "no data left behind");
+    m.umount();
+}
+
+fn errno<T>(r: std::io::Result<T>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+fn errors_as_programs_see_them() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    let fs = std::fs::create_dir;
+    fs(m.p("d")).unwrap();
+    std::fs::write(m.p("d/f"), b"x").unwrap();
+    assert_eq!(errno(std::fs::metadata(m.p("nope"))), libc::ENOENT);
+    assert_eq!(errno(fs(m.p("d"))), libc::EEXIST);
+    assert_eq!(errno(std::fs::remove_dir(m.p("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno(std::fs::write(m.p("d"), b"")), libc::EISDIR);
+    assert_eq!(errno(std::fs::metadata(m.p("d/f/x"))), libc::ENOTDIR);
+    assert_eq!(errno(std::fs::remove_file(m.p("d"))), libc::EISDIR);
+    let long = "n".repeat(256);
+    assert_eq!(errno(std::fs::write(m.p(&long), b"")), libc::ENAMETOOLONG);
+    assert_eq!(
+        errno(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(m.p("d/f"))
+        ),
+        libc::EEXIST,
+        "O_EXCL"
+    );
+    // renameat2 flags.
+    std::fs::write(m.p("d/g"), b"y").unwrap();
+    let c = |p: &str| std::ffi::CString::new(m.p(p).to_str().unwrap()).unwrap();
+    let renameat2 = |a: &str, b: &str, flags: u32| {
+        // SAFETY: valid NUL-terminated paths; AT_FDCWD.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                c(a).as_ptr(),
+                libc::AT_FDCWD,
+                c(b).as_ptr(),
+                flags,
+            )
+        };
+        if r == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap()
+        }
+    };
+    assert_eq!(
+        renameat2("d/f", "d/g", libc::RENAME_NOREPLACE),
+        libc::EEXIST
+    );
+    assert_eq!(renameat2("d/f", "d/g", libc::RENAME_EXCHANGE), 0);
+    assert_eq!(std::fs::read(m.p("d/f")).unwrap(), b"y");
+    assert_eq!(std::fs::read(m.p("d/g")).unwrap(), b"x");
+    // Renaming over a file replaces it (and drops its data).
+    std::fs::rename(m.p("d/f"), m.p("d/g")).unwrap();
+    assert_eq!(std::fs::read(m.p("d/g")).unwrap(), b"y");
+    assert_eq!(errno(std::fs::metadata(m.p("d/f"))), libc::ENOENT);
+
+    // An open, unlinked file keeps its data until closed.
+    {
+        use std::io::{Read, Seek, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(m.p("d/tmp"))
+            .unwrap();
+        f.write_all(b"still here").unwrap();
+        std::fs::remove_file(m.p("d/tmp")).unwrap();
+        f.rewind().unwrap();
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "still here");
+    }
+
+    // EACCES for a user the modes exclude (setpriv runs as nobody).
+    let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if have_setpriv {
+        sh(
+            &m.mnt,
+            "mkdir private && chmod 700 private && echo s > private/x && chmod 644 d/g",
+        );
+        let as_nobody = |script: &str| {
+            Command::new("setpriv")
+                .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+                .args(["sh", "-c", script])
+                .current_dir(&m.mnt)
+                .output()
+                .unwrap()
+        };
+        for script in [
+            "ls private",
+            "cat private/x",
+            "echo no > d/g",
+            "mkdir d/sub",
+            "rm d/g",
+            "touch -d 2000-01-01 d/g",
+        ] {
+            let out = as_nobody(script);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success()
+                    && (err.contains("Permission denied") || err.contains("not permitted")),
+                "`{script}` as nobody: {} {err}",
+                out.status
+            );
+        }
+        let out = as_nobody("cat d/g && ls d >/dev/null");
+        assert!(out.status.success(), "reading is allowed: {out:?}");
+        // Supplementary groups count: group 4242 may write a 0770 directory.
+        sh(&m.mnt, "mkdir grp && chgrp 4242 grp && chmod 770 grp");
+        let out = Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--groups", "4242"])
+            .args(["sh", "-c", "echo ok > grp/f && cat grp/f"])
+            .current_dir(&m.mnt)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "group member writes: {out:?}");
+    } else {
+        eprintln!("setpriv missing: EACCES as a non-root user not exercised");
+    }
+    m.umount();
+
+    // A foreground mount unmounts cleanly on SIGTERM.
+    let mut fg = KillOnDrop(
+        Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .args(["mount", "-f"])
+            .arg(&m.mnt)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !is_mounted(&m.mnt) && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(is_mounted(&m.mnt), "foreground mount");
+    assert_eq!(std::fs::read(m.p("d/g")).unwrap(), b"y");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(fg.0.id() as i32, libc::SIGTERM) };
+    let status = fg.0.wait().unwrap();
+    assert!(status.success(), "SIGTERM exit: {status}");
+    assert!(!is_mounted(&m.mnt), "unmounted on SIGTERM");
+}

@@ -1,0 +1,319 @@
+//! File data: one object file per regular file's SOID in a local directory
+//! (`<dir>/<soid as 32 hex digits>`), read and written with pread/pwrite.
+//!
+//! The metadata server stays the authority on a file's size and mtime. While
+//! a file is open here, writes extend a local size and mark the file dirty;
+//! the size (and with it mtime) is sent to the server with one setattr on
+//! flush/fsync/release, or before any other setattr, and getattr replies show
+//! the local size meanwhile. On the first open in this mount the object is
+//! cut or extended to the server's size, so stale bytes past EOF (a crash
+//! between write and flush, a SOID reused) never show.
+
+use parking_lot::Mutex;
+use sextant_types::{Attr, Soid};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug)]
+struct Object {
+    file: Arc<File>,
+    /// Open handles on it.
+    handles: u32,
+    /// The size as this mount sees it (≥ the server's while dirty).
+    size: u64,
+    /// Written since the server last heard of size/mtime.
+    dirty: bool,
+    /// Its last link is gone: remove the object file on the last release.
+    doomed: bool,
+    /// Its attributes when first opened here (shown once it is doomed).
+    attr: Attr,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    objects: HashMap<Soid, Object>,
+    handles: HashMap<u64, Soid>,
+    next_fh: u64,
+}
+
+#[derive(Debug)]
+pub struct Data {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+/// What a caller must tell the server after a release or flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dirty {
+    pub soid: Soid,
+    pub size: u64,
+}
+
+impl Data {
+    pub fn open_dir(dir: &Path) -> io::Result<Data> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Data {
+            dir: dir.to_path_buf(),
+            inner: Mutex::default(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, soid: Soid) -> PathBuf {
+        self.dir.join(soid.to_string())
+    }
+
+    fn open_object(&self, soid: Soid) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.path(soid))
+    }
+
+    /// A new handle on `attr`'s file; `attr` is the server's view (its
+    /// size is used on the first open only).
+    pub fn open(&self, attr: &Attr) -> io::Result<u64> {
+        let (soid, server_size) = (attr.soid, attr.size);
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        let obj = match inner.objects.entry(soid) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let file = self.open_object(soid)?;
+                if file.metadata()?.len() != server_size {
+                    file.set_len(server_size)?;
+                }
+                v.insert(Object {
+                    file: Arc::new(file),
+                    handles: 0,
+                    size: server_size,
+                    dirty: false,
+                    doomed: false,
+                    attr: attr.clone(),
+                })
+            }
+        };
+        obj.handles += 1;
+        inner.next_fh += 1;
+        let fh = inner.next_fh;
+        inner.handles.insert(fh, soid);
+        Ok(fh)
+    }
+
+    fn object(&self, fh: u64) -> io::Result<(Soid, Arc<File>, u64)> {
+        let g = self.inner.lock();
+        let soid = *g.handles.get(&fh).ok_or_else(bad_handle)?;
+        let obj = &g.objects[&soid];
+        Ok((soid, Arc::clone(&obj.file), obj.size))
+    }
+
+    /// Up to `len` bytes at `offset`; holes and a short object read as zeros
+    /// up to the file's size.
+    pub fn read(&self, fh: u64, offset: u64, len: u32) -> io::Result<Vec<u8>> {
+        let (_, file, size) = self.object(fh)?;
+        let want = (len as u64).min(size.saturating_sub(offset)) as usize;
+        let mut buf = vec![0u8; want];
+        let mut got = 0;
+        while got < want {
+            match file.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break, // zeros from here to the size
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(buf)
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> io::Result<u32> {
+        let (soid, file, _) = self.object(fh)?;
+        file.write_all_at(data, offset)?;
+        let end = offset + data.len() as u64;
+        let mut g = self.inner.lock();
+        if let Some(obj) = g.objects.get_mut(&soid) {
+            obj.size = obj.size.max(end);
+            obj.dirty = true;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// The local size while it is ahead of the server's.
+    pub fn dirty_size(&self, soid: Soid) -> Option<u64> {
+        let g = self.inner.lock();
+        g.objects.get(&soid).and_then(|o| o.dirty.then_some(o.size))
+    }
+
+    /// The attributes of an open file whose last link is gone (the server
+    /// no longer knows it; the kernel still asks while it is open).
+    pub fn orphan(&self, soid: Soid) -> Option<Attr> {
+        let g = self.inner.lock();
+        let obj = g.objects.get(&soid).filter(|o| o.doomed)?;
+        Some(Attr {
+            nlink: 0,
+            size: obj.size,
+            ..obj.attr.clone()
+        })
+    }
+
+    /// Takes the pending size update of `soid`, if any (the caller sends it).
+    pub fn take_dirty(&self, soid: Soid) -> Option<Dirty> {
+        let mut g = self.inner.lock();
+        let obj = g.objects.get_mut(&soid)?;
+        std::mem::take(&mut obj.dirty).then_some(Dirty {
+            soid,
+            size: obj.size,
+        })
+    }
+
+    /// Puts back an update that could not be sent.
+    pub fn restore_dirty(&self, d: Dirty) {
+        if let Some(obj) = self.inner.lock().objects.get_mut(&d.soid) {
+            obj.dirty = true;
+        }
+    }
+
+    pub fn soid_of(&self, fh: u64) -> io::Result<Soid> {
+        self.inner
+            .lock()
+            .handles
+            .get(&fh)
+            .copied()
+            .ok_or_else(bad_handle)
+    }
+
+    pub fn sync(&self, fh: u64) -> io::Result<()> {
+        self.object(fh)?.1.sync_data()
+    }
+
+    /// The server accepted a new size (truncate): cut or extend the object.
+    pub fn truncate(&self, soid: Soid, size: u64) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        if let Some(obj) = g.objects.get_mut(&soid) {
+            obj.file.set_len(size)?;
+            obj.size = size;
+            return Ok(());
+        }
+        drop(g);
+        match size {
+            0 => remove_quietly(&self.path(soid)),
+            _ => self.open_object(soid)?.set_len(size),
+        }
+    }
+
+    /// Closes a handle; returns a pending size update to send first.
+    pub fn release(&self, fh: u64) -> io::Result<Option<Dirty>> {
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        let soid = inner.handles.remove(&fh).ok_or_else(bad_handle)?;
+        let obj = inner.objects.get_mut(&soid).expect("a handle's object");
+        obj.handles -= 1;
+        if obj.handles > 0 {
+            return Ok(None);
+        }
+        let obj = inner.objects.remove(&soid).expect("present");
+        if obj.doomed {
+            drop(g);
+            remove_quietly(&self.path(soid))?;
+            return Ok(None);
+        }
+        Ok(obj.dirty.then_some(Dirty {
+            soid,
+            size: obj.size,
+        }))
+    }
+
+    /// The inode is gone: drop its data now, or on its last release.
+    pub fn remove(&self, soid: Soid) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        if let Some(obj) = g.objects.get_mut(&soid) {
+            obj.doomed = true;
+            return Ok(());
+        }
+        drop(g);
+        remove_quietly(&self.path(soid))
+    }
+}
+
+fn remove_quietly(p: &Path) -> io::Result<()> {
+    match std::fs::remove_file(p) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn bad_handle() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBADF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(soid: Soid, size: u64) -> Attr {
+        Attr {
+            soid,
+            ftype: sextant_types::FileType::Regular,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size,
+            rdev: 0,
+            atime: Default::default(),
+            mtime: Default::default(),
+            ctime: Default::default(),
+            parent: Soid::ROOT,
+        }
+    }
+
+    #[test]
+    fn write_read_truncate_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Data::open_dir(dir.path()).unwrap();
+        let s = Soid::from_u128(42);
+        let fh = d.open(&attr(s, 0)).unwrap();
+        assert_eq!(d.write(fh, 3, b"abc").unwrap(), 3);
+        assert_eq!(d.dirty_size(s), Some(6));
+        assert_eq!(d.read(fh, 0, 100).unwrap(), b"\0\0\0abc");
+        assert_eq!(d.take_dirty(s), Some(Dirty { soid: s, size: 6 }));
+        assert_eq!(d.take_dirty(s), None);
+        d.truncate(s, 4).unwrap();
+        assert_eq!(d.read(fh, 2, 100).unwrap(), b"\0a");
+        assert_eq!(d.release(fh).unwrap(), None);
+        // A second open takes the server's size: a longer server size reads
+        // as zeros, a shorter one cuts the object.
+        let fh = d.open(&attr(s, 2)).unwrap();
+        assert_eq!(d.read(fh, 0, 100).unwrap(), b"\0\0");
+        d.release(fh).unwrap();
+    }
+
+    #[test]
+    fn removal_waits_for_the_last_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Data::open_dir(dir.path()).unwrap();
+        let s = Soid::from_u128(7);
+        let a = d.open(&attr(s, 0)).unwrap();
+        let b = d.open(&attr(s, 0)).unwrap();
+        d.write(b, 0, b"x").unwrap();
+        assert_eq!(d.orphan(s), None);
+        d.remove(s).unwrap();
+        assert_eq!(d.orphan(s).map(|a| (a.nlink, a.size)), Some((0, 1)));
+        assert!(dir.path().join(s.to_string()).exists());
+        assert_eq!(d.release(a).unwrap(), None);
+        assert!(
+            d.release(b).unwrap().is_none(),
+            "nothing to send for a gone file"
+        );
+        assert!(!dir.path().join(s.to_string()).exists());
+        assert!(d.release(b).is_err(), "a released handle is bad");
+    }
+}

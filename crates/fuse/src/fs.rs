@@ -1,0 +1,639 @@
+//! The `fuser::Filesystem` implementation: each operation resolves node ids
+//! to SOIDs, makes its client call(s) as the caller, and hands a `Result` to
+//! [`Respond::send`] — the only errno conversion point.
+
+use crate::data::{Data, Dirty};
+use crate::nodes::Nodes;
+use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
+use fuser::{
+    AccessFlags, FileAttr, FileHandle, Filesystem, INodeNo, LockOwner, OpenFlags,
+    RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use sextant_client::Client;
+use sextant_engine::{RenameFlags, XattrFlags};
+use sextant_types::{Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, TimeSet};
+use std::ffi::{OsStr, OsString};
+use std::future::Future;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Entries asked of the server per readdir reply (a 4 KiB reply holds ~100).
+const READDIR_BATCH: usize = 128;
+
+pub struct SextantFs {
+    pub(crate) client: Client,
+    pub(crate) rt: tokio::runtime::Handle,
+    pub(crate) nodes: Nodes,
+    pub(crate) data: Data,
+    pub(crate) attr_ttl: Duration,
+    pub(crate) entry_ttl: Duration,
+}
+
+/// The caller's uid, gid and supplementary groups (`Groups:` of
+/// /proc/<pid>/status; none when the kernel sends no pid).
+fn cred(req: &Request) -> Credentials {
+    let mut c = Credentials::user(req.uid(), req.gid());
+    if req.pid() != 0 {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
+            c.groups = parse_groups(&status);
+        }
+    }
+    c
+}
+
+pub(crate) fn parse_groups(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn name(n: &OsStr) -> &[u8] {
+    n.as_bytes()
+}
+
+fn system_time(n: Nanos) -> SystemTime {
+    let d = Duration::new(n.secs().unsigned_abs(), n.subsec_nanos());
+    if n.secs() >= 0 {
+        UNIX_EPOCH + d
+    } else {
+        // secs is floored, so subtract whole seconds then add back the nanos.
+        UNIX_EPOCH - Duration::from_secs(n.secs().unsigned_abs())
+            + Duration::new(0, n.subsec_nanos())
+    }
+}
+
+fn nanos(t: SystemTime) -> OpResult<Nanos> {
+    let n = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).ok(),
+        Err(e) => i64::try_from(e.duration().as_nanos()).ok().map(|v| -v),
+    };
+    n.map(Nanos).ok_or(Fail(libc::EINVAL))
+}
+
+fn time_set(t: TimeOrNow) -> OpResult<TimeSet> {
+    Ok(match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(nanos(t)?),
+    })
+}
+
+fn kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+    }
+}
+
+fn root() -> Credentials {
+    Credentials::root()
+}
+
+impl SextantFs {
+    /// Runs one operation and sends its reply.
+    fn run<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
+        reply.send(self.rt.block_on(op));
+    }
+
+    fn soid(&self, ino: INodeNo) -> OpResult<Soid> {
+        self.nodes.soid(ino.0).ok_or(Fail(libc::ESTALE))
+    }
+
+    fn file_attr(&self, a: &Attr, ino: u64) -> FileAttr {
+        let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: system_time(a.atime),
+            mtime: system_time(a.mtime),
+            ctime: system_time(a.ctime),
+            crtime: system_time(a.ctime),
+            kind: kind(a.ftype),
+            perm: a.perm as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// An entry reply for `a`: the kernel gains a reference to its node.
+    fn entry(&self, a: &Attr) -> Entry {
+        let ino = self.nodes.ino(a.soid, true);
+        Entry {
+            attr: self.file_attr(a, ino),
+            attr_ttl: self.attr_ttl,
+            entry_ttl: self.entry_ttl,
+        }
+    }
+
+    fn attr(&self, a: &Attr, ino: INodeNo) -> (FileAttr, Duration) {
+        (self.file_attr(a, ino.0), self.attr_ttl)
+    }
+
+    /// Sends a pending size/mtime update to the server (as the mount: the
+    /// writer's permission was checked at open).
+    async fn send_dirty(&self, d: Option<Dirty>) -> OpResult<()> {
+        let Some(d) = d else { return Ok(()) };
+        let set = SetAttr {
+            size: Some(d.size),
+            ..Default::default()
+        };
+        match self.client.setattr(&root(), d.soid, &set).await {
+            Ok(_) | Err(sextant_client::Error::Fs(FsError::NotFound)) => Ok(()),
+            Err(e) => {
+                self.data.restore_dirty(d);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// After the name `victim` was removed or replaced: when that was its
+    /// last link, its node id is retired and its data dropped.
+    fn unlinked(&self, victim: &Attr) -> OpResult<()> {
+        let last = victim.ftype == FileType::Directory || victim.nlink <= 1;
+        if last {
+            self.nodes.detach(victim.soid);
+            if victim.ftype == FileType::Regular {
+                self.data.remove(victim.soid)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn statfs_data(&self) -> Statfs {
+        let mut s = Statfs {
+            bsize: 4096,
+            namelen: sextant_types::NAME_MAX as u32,
+            ..Default::default()
+        };
+        let path = std::ffi::CString::new(self.data.dir().as_os_str().as_bytes()).ok();
+        // SAFETY: statvfs writes into the zeroed struct we own; the path is
+        // a valid NUL-terminated string.
+        unsafe {
+            let mut v: libc::statvfs = std::mem::zeroed();
+            if let Some(p) = path {
+                if libc::statvfs(p.as_ptr(), &mut v) == 0 {
+                    let scale = v.f_frsize.max(1) / s.bsize as u64;
+                    let scale = scale.max(1);
+                    s.blocks = v.f_blocks * scale;
+                    s.bfree = v.f_bfree * scale;
+                    s.bavail = v.f_bavail * scale;
+                }
+            }
+        }
+        s
+    }
+}
+
+impl Filesystem for SextantFs {
+    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        self.run(reply, async {
+            let a = self
+                .client
+                .lookup(&cred(req), self.soid(parent)?, name(n))
+                .await?;
+            Ok(self.entry(&a))
+        })
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.run(reply, async {
+            let soid = self.soid(ino)?;
+            let a = match self.client.getattr(&cred(req), soid).await {
+                Err(e) if e.fs() == Some(FsError::NotFound) => self.data.orphan(soid).ok_or(e)?,
+                r => r?,
+            };
+            Ok(self.attr(&a, ino))
+        })
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.run(reply, async {
+            let soid = self.soid(ino)?;
+            let set = SetAttr {
+                perm: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: atime.map(time_set).transpose()?,
+                mtime: mtime.map(time_set).transpose()?,
+            };
+            // Written data first, so explicit times given now win.
+            self.send_dirty(self.data.take_dirty(soid)).await?;
+            let c = cred(req);
+            let a = if set.is_empty() {
+                self.client.getattr(&c, soid).await?
+            } else {
+                self.client.setattr(&c, soid, &set).await?
+            };
+            if let Some(size) = size {
+                self.data.truncate(soid, size)?;
+            }
+            Ok(self.attr(&a, ino))
+        })
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.run(reply, async {
+            let t = self.client.readlink(&cred(req), self.soid(ino)?).await?;
+            Ok(t.into_vec())
+        })
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.run(reply, async {
+            let ftype = match mode & libc::S_IFMT {
+                0 => FileType::Regular,
+                m => FileType::from_mode(m).ok_or(Fail(libc::EINVAL))?,
+            };
+            let perm = mode & !umask & 0o7777;
+            let p = self.soid(parent)?;
+            let a = self
+                .client
+                .mknod(&cred(req), p, name(n), ftype, perm, rdev)
+                .await?;
+            Ok(self.entry(&a))
+        })
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.run(reply, async {
+            let perm = mode & !umask & 0o7777;
+            let p = self.soid(parent)?;
+            let a = self.client.mkdir(&cred(req), p, name(n), perm).await?;
+            Ok(self.entry(&a))
+        })
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.run(reply, async {
+            let (c, p) = (cred(req), self.soid(parent)?);
+            let victim = self.client.lookup(&c, p, name(n)).await?;
+            self.client.unlink(&c, p, name(n)).await?;
+            self.unlinked(&victim)
+        })
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.run(reply, async {
+            let (c, p) = (cred(req), self.soid(parent)?);
+            let victim = self.client.lookup(&c, p, name(n)).await?;
+            self.client.rmdir(&c, p, name(n)).await?;
+            self.unlinked(&victim)
+        })
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.run(reply, async {
+            let p = self.soid(parent)?;
+            let t = target.as_os_str().as_bytes();
+            let a = self
+                .client
+                .symlink(&cred(req), p, name(link_name), t)
+                .await?;
+            Ok(self.entry(&a))
+        })
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.run(reply, async {
+            if flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
+                return Err(Fail(libc::EINVAL));
+            }
+            let flags = RenameFlags {
+                noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
+                exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
+            };
+            let c = cred(req);
+            let (p, np) = (self.soid(parent)?, self.soid(newparent)?);
+            let same_name = p == np && n == newname;
+            let victim = if flags.exchange || flags.noreplace || same_name {
+                None
+            } else {
+                self.client.lookup(&c, np, name(newname)).await.ok()
+            };
+            self.client
+                .rename(&c, p, name(n), np, name(newname), flags)
+                .await?;
+            match victim {
+                Some(v) => self.unlinked(&v),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.run(reply, async {
+            let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
+            let a = self.client.link(&cred(req), s, np, name(newname)).await?;
+            Ok(self.entry(&a))
+        })
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel checked the open mode (default_permissions).
+        self.run(reply, async {
+            let a = self.client.getattr(&cred(req), self.soid(ino)?).await?;
+            Ok(self.data.open(&a)?)
+        })
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.run(reply, async { Ok(self.data.read(fh.0, offset, size)?) })
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.run(reply, async { Ok(self.data.write(fh.0, offset, data)?) })
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.run(reply, async {
+            let soid = self.data.soid_of(fh.0)?;
+            self.send_dirty(self.data.take_dirty(soid)).await
+        })
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(reply, async {
+            self.send_dirty(self.data.release(fh.0)?).await
+        })
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(reply, async {
+            self.data.sync(fh.0)?;
+            let soid = self.data.soid_of(fh.0)?;
+            self.send_dirty(self.data.take_dirty(soid)).await
+        })
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.run(reply, async {
+            let (c, soid) = (cred(req), self.soid(ino)?);
+            let mut items: Vec<DirItem> = Vec::new();
+            let dir = fuser::FileType::Directory;
+            // Cookies 1 and 2 are never a name's (the engine's start at 3).
+            if offset < 1 {
+                items.push((ino.0, 1, dir, ".".into()));
+            }
+            if offset < 2 {
+                let parent = self.client.getattr(&c, soid).await?.parent;
+                items.push((self.nodes.ino(parent, false), 2, dir, "..".into()));
+            }
+            let entries = self.client.readdir(&c, soid, offset, READDIR_BATCH).await?;
+            items.extend(entries.into_iter().map(|e| {
+                (
+                    self.nodes.ino(e.soid, false),
+                    e.cookie,
+                    kind(e.ftype),
+                    OsString::from_vec(e.name.into_vec()),
+                )
+            }));
+            Ok(items)
+        })
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.run(reply, async {
+            let s = self.client.statfs(&cred(req)).await?;
+            let mut out = self.statfs_data();
+            // Inodes are not a scarce resource: report plenty free.
+            out.ffree = u64::MAX / 2 - s.inodes;
+            out.files = u64::MAX / 2;
+            Ok(out)
+        })
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.run(reply, async {
+            let flags = match flags {
+                0 if position == 0 => XattrFlags::Any,
+                libc::XATTR_CREATE => XattrFlags::Create,
+                libc::XATTR_REPLACE => XattrFlags::Replace,
+                _ => return Err(Fail(libc::EINVAL)),
+            };
+            let s = self.soid(ino)?;
+            Ok(self
+                .client
+                .setxattr(&cred(req), s, name(n), value, flags)
+                .await?)
+        })
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        self.run(reply, async {
+            let s = self.soid(ino)?;
+            let v = self.client.getxattr(&cred(req), s, name(n)).await?;
+            Xattr::fit(v.into_vec(), size)
+        })
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.run(reply, async {
+            let names = self.client.listxattr(&cred(req), self.soid(ino)?).await?;
+            let mut list = Vec::new();
+            for n in names.iter() {
+                list.extend_from_slice(n);
+                list.push(0);
+            }
+            Xattr::fit(list, size)
+        })
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.run(reply, async {
+            let s = self.soid(ino)?;
+            Ok(self.client.removexattr(&cred(req), s, name(n)).await?)
+        })
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.run(reply, async {
+            let s = self.soid(ino)?;
+            Ok(self
+                .client
+                .access(&cred(req), s, mask.bits() as u32)
+                .await?)
+        })
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.run(reply, async {
+            let perm = mode & !umask & 0o7777;
+            let exclusive = flags & libc::O_EXCL != 0;
+            let p = self.soid(parent)?;
+            let a = self
+                .client
+                .create(&cred(req), p, name(n), perm, exclusive)
+                .await?;
+            let fh = self.data.open(&a)?;
+            Ok((self.entry(&a), fh))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_from_proc_status() {
+        let status = "Name:\tbash\nGid:\t5\t5\t5\t5\nGroups:\t4 24 27 \nNgid:\t0\n";
+        assert_eq!(parse_groups(status), vec![4, 24, 27]);
+        assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
+        assert_eq!(parse_groups("Name:\tx\n"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn times_round_trip() {
+        for n in [0i64, 1, 1_500_000_000_123_456_789, -1, -1_000_000_001] {
+            assert_eq!(nanos(system_time(Nanos(n))).unwrap(), Nanos(n), "{n}");
+        }
+    }
+}

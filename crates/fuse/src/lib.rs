@@ -1,0 +1,138 @@
+//! Sextant's FUSE mount.
+//!
+//! A thin adapter on `fuser` over the client library: every metadata
+//! operation is a client call made with the calling process's credentials,
+//! and every result becomes a reply in one place (`reply::Respond`).
+//!
+//! Permissions are checked twice: by the server, on every call, with the
+//! caller's uid, gid and groups; and by the kernel (`default_permissions`)
+//! from the attributes it caches. The kernel check is needed because a
+//! cached name is resolved without asking the server: without it a user
+//! could reach a file through a directory it may not search once anyone
+//! else had looked the name up. Opening a file is checked by the kernel
+//! only (file data is local to the mount). File
+//! data lives in a local object directory, one file per SOID (`data`).
+//!
+//! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
+//! - [`data`]: object files, open handles, size updates sent to the server.
+//! - `reply`: results → replies, errors → errno.
+//! - `fs`: the `fuser::Filesystem` implementation.
+
+pub mod data;
+mod fs;
+pub mod nodes;
+mod reply;
+
+use fuser::{Config, MountOption, SessionACL};
+use sextant_client::Client;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    pub mountpoint: PathBuf,
+    /// Where file data lives (one object file per SOID).
+    pub data_dir: PathBuf,
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    /// Let other users (not only the mounting one) use the mount. Also
+    /// turns on `auto_unmount` (fusermount3 unmounts if the process dies).
+    pub allow_other: bool,
+    /// Threads reading requests from the kernel.
+    pub threads: usize,
+    /// Shown as the mount's source (e.g. `sextant:127.0.0.1:7411`).
+    pub fsname: String,
+}
+
+impl MountConfig {
+    pub fn new(mountpoint: &Path, data_dir: &Path) -> MountConfig {
+        MountConfig {
+            mountpoint: mountpoint.to_path_buf(),
+            data_dir: data_dir.to_path_buf(),
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            allow_other: false,
+            threads: 4,
+            fsname: "sextant".into(),
+        }
+    }
+}
+
+/// Mounts, calls `ready` once the mount is in place, and serves requests
+/// until the file system is unmounted (`fusermount3 -u`, or SIGINT/SIGTERM
+/// to this process). Client calls run on `rt`.
+pub fn mount(
+    client: Client,
+    rt: tokio::runtime::Handle,
+    cfg: &MountConfig,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    let fs = fs::SextantFs {
+        client,
+        rt: rt.clone(),
+        nodes: nodes::Nodes::default(),
+        data: data::Data::open_dir(&cfg.data_dir)?,
+        attr_ttl: cfg.attr_ttl,
+        entry_ttl: cfg.entry_ttl,
+    };
+    let mut options = vec![
+        MountOption::DefaultPermissions,
+        MountOption::FSName(cfg.fsname.clone()),
+        MountOption::Subtype("sextant".into()),
+    ];
+    let mut config = Config::default();
+    if cfg.allow_other {
+        config.acl = SessionACL::All;
+        options.push(MountOption::AutoUnmount);
+    }
+    config.mount_options = options;
+    config.n_threads = Some(cfg.threads.max(1));
+    let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = cfg.mountpoint.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        let done = tokio::task::spawn_blocking(move || {
+            if unmounter.unmount().is_err() {
+                // Busy: detach it (it goes away when the last user leaves).
+                lazy_unmount(&mountpoint);
+            }
+        });
+        let _ = done.await;
+    });
+    ready();
+    session.run()
+}
+
+/// `fusermount3 -u [-z] MOUNTPOINT`.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg("--").arg(mountpoint).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
+    }
+}
+
+fn lazy_unmount(mountpoint: &Path) {
+    let _ = unmount(mountpoint, true);
+}

@@ -1,0 +1,191 @@
+//! FUSE node ids ↔ SOIDs.
+//!
+//! SOIDs are 128-bit and FUSE node ids 64-bit, so the mount keeps a map.
+//! Node ids are handed out from a counter and never reused: a node id the
+//! kernel may still hold always names the SOID it was first given for. The
+//! kernel's references are counted (each entry reply adds one, `forget`
+//! removes n); a node is dropped when its count reaches zero. Node id 1 is
+//! the root and is never dropped.
+//!
+//! When the mount learns that a SOID's inode is gone (the last link
+//! removed), it *detaches* the SOID: the node stays until the kernel forgets
+//! it, but a later inode that reuses the SOID gets a fresh node id, so the
+//! kernel never mistakes the new inode for the old one.
+
+use parking_lot::Mutex;
+use sextant_types::Soid;
+use std::collections::HashMap;
+
+/// The root directory's node id (FUSE_ROOT_ID).
+pub const ROOT_INO: u64 = 1;
+
+#[derive(Debug)]
+struct Node {
+    soid: Soid,
+    lookups: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    by_ino: HashMap<u64, Node>,
+    by_soid: HashMap<Soid, u64>,
+    next: u64,
+}
+
+#[derive(Debug)]
+pub struct Nodes {
+    inner: Mutex<Inner>,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        let mut by_ino = HashMap::new();
+        by_ino.insert(
+            ROOT_INO,
+            Node {
+                soid: Soid::ROOT,
+                lookups: 1,
+            },
+        );
+        let mut by_soid = HashMap::new();
+        by_soid.insert(Soid::ROOT, ROOT_INO);
+        Nodes {
+            inner: Mutex::new(Inner {
+                by_ino,
+                by_soid,
+                next: ROOT_INO + 1,
+            }),
+        }
+    }
+}
+
+impl Nodes {
+    /// The SOID of a node the kernel names, if it is known.
+    pub fn soid(&self, ino: u64) -> Option<Soid> {
+        self.inner.lock().by_ino.get(&ino).map(|n| n.soid)
+    }
+
+    /// The node id for `soid`, assigning one if it has none. With `lookup`
+    /// the kernel gains a reference (an entry reply); without, the id is
+    /// only shown (a readdir `d_ino`).
+    pub fn ino(&self, soid: Soid, lookup: bool) -> u64 {
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        let ino = match inner.by_soid.get(&soid) {
+            Some(&ino) => ino,
+            None => {
+                let ino = inner.next;
+                inner.next += 1;
+                inner.by_soid.insert(soid, ino);
+                inner.by_ino.insert(ino, Node { soid, lookups: 0 });
+                ino
+            }
+        };
+        if lookup && ino != ROOT_INO {
+            if let Some(n) = inner.by_ino.get_mut(&ino) {
+                n.lookups += 1;
+            }
+        }
+        ino
+    }
+
+    /// The kernel dropped `n` references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        let Some(node) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups == 0 {
+            let soid = node.soid;
+            inner.by_ino.remove(&ino);
+            if inner.by_soid.get(&soid) == Some(&ino) {
+                inner.by_soid.remove(&soid);
+            }
+        }
+    }
+
+    /// `soid`'s inode is gone: a later inode with the same SOID gets a new
+    /// node id. Nodes nobody references are dropped at once.
+    pub fn detach(&self, soid: Soid) {
+        if soid == Soid::ROOT {
+            return;
+        }
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        if let Some(ino) = inner.by_soid.remove(&soid) {
+            if inner.by_ino.get(&ino).is_some_and(|n| n.lookups == 0) {
+                inner.by_ino.remove(&ino);
+            }
+        }
+    }
+
+    /// Nodes currently known (for tests and status).
+    pub fn len(&self) -> usize {
+        self.inner.lock().by_ino.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: u128) -> Soid {
+        Soid::from_u128(v)
+    }
+
+    #[test]
+    fn root_is_one_and_never_forgotten() {
+        let n = Nodes::default();
+        assert_eq!(n.soid(ROOT_INO), Some(Soid::ROOT));
+        assert_eq!(n.ino(Soid::ROOT, true), ROOT_INO);
+        n.forget(ROOT_INO, 100);
+        n.detach(Soid::ROOT);
+        assert_eq!(n.soid(ROOT_INO), Some(Soid::ROOT));
+    }
+
+    #[test]
+    fn lookups_are_counted_and_ids_never_reused() {
+        let n = Nodes::default();
+        let big = s(u128::MAX - 7);
+        let a = n.ino(big, true);
+        assert_eq!(n.ino(big, true), a);
+        assert_eq!(n.soid(a), Some(big));
+        n.forget(a, 1);
+        assert_eq!(n.soid(a), Some(big), "one reference left");
+        n.forget(a, 1);
+        assert_eq!(n.soid(a), None);
+        let b = n.ino(big, true);
+        assert_ne!(a, b, "a forgotten id is not handed out again");
+    }
+
+    #[test]
+    fn a_detached_soid_gets_a_new_id_while_the_old_one_lives() {
+        let n = Nodes::default();
+        let a = n.ino(s(5), true);
+        n.detach(s(5));
+        assert_eq!(n.soid(a), Some(s(5)), "the kernel still holds it");
+        let b = n.ino(s(5), true);
+        assert_ne!(a, b);
+        n.forget(a, 1);
+        assert_eq!(n.soid(b), Some(s(5)), "forgetting the old id keeps the new");
+        assert_eq!(n.ino(s(5), false), b);
+    }
+
+    #[test]
+    fn readdir_ids_take_no_reference() {
+        let n = Nodes::default();
+        let a = n.ino(s(9), false);
+        n.detach(s(9));
+        assert_eq!(n.soid(a), None, "unreferenced nodes go at once");
+        assert_eq!(n.len(), 1);
+    }
+}
