@@ -219,7 +219,8 @@ async fn mkdir(s: &Session, path: &str, mode: u32, parents: bool) -> Result<()> 
 }
 
 async fn touch(s: &Session, path: &str) -> Result<()> {
-    match s.resolve(path, true).await {
+    // Only a missing file is created; any other failure is reported.
+    match s.resolve_raw(path.as_bytes(), true).await {
         Ok(a) => {
             let set = SetAttr {
                 atime: Some(TimeSet::Now),
@@ -228,37 +229,49 @@ async fn touch(s: &Session, path: &str) -> Result<()> {
             };
             s.setattr(a.soid, &set).await.map_err(|e| fs_err(e, path))?;
         }
-        Err(_) => {
+        Err(Error::Fs(FsError::NotFound)) => {
             let (dir, name) = s.parent_of(path).await?;
             s.create(dir, name.as_bytes(), 0o644)
                 .await
                 .map_err(|e| fs_err(e, path))?;
         }
+        Err(e) => return Err(fs_err(e, path)),
     }
     Ok(())
 }
 
 async fn rm(s: &Session, path: &str, recursive: bool, force: bool) -> Result<()> {
     let (dir, name) = s.parent_of(path).await?;
-    let attr = match s.lookup(dir, name.as_bytes()).await {
+    remove_entry(s, dir, name.as_bytes(), path, recursive, force).await
+}
+
+/// Removes entry `name` of `dir`, recursing by SOID and name bytes (so
+/// names that are not UTF-8 are removed exactly, never a look-alike);
+/// `shown` is the path used in messages.
+async fn remove_entry(
+    s: &Session,
+    dir: Soid,
+    name: &[u8],
+    shown: &str,
+    recursive: bool,
+    force: bool,
+) -> Result<()> {
+    let attr = match s.lookup(dir, name).await {
         Ok(a) => a,
         Err(Error::Fs(FsError::NotFound)) if force => return Ok(()),
-        Err(e) => return Err(fs_err(e, path)),
+        Err(e) => return Err(fs_err(e, shown)),
     };
     if attr.ftype == FileType::Directory {
         if !recursive {
-            bail!("{path}: is a directory (use -r)");
+            bail!("{shown}: is a directory (use -r)");
         }
-        for e in list_all(s, attr.soid, path).await? {
-            Box::pin(rm(s, &join(path, &e.name), true, force)).await?;
+        for e in list_all(s, attr.soid, shown).await? {
+            let child = join(shown, &e.name);
+            Box::pin(remove_entry(s, attr.soid, &e.name, &child, true, force)).await?;
         }
-        s.rmdir(dir, name.as_bytes())
-            .await
-            .map_err(|e| fs_err(e, path))?;
+        s.rmdir(dir, name).await.map_err(|e| fs_err(e, shown))?;
     } else {
-        s.unlink(dir, name.as_bytes())
-            .await
-            .map_err(|e| fs_err(e, path))?;
+        s.unlink(dir, name).await.map_err(|e| fs_err(e, shown))?;
     }
     Ok(())
 }

@@ -82,7 +82,9 @@ async fn create_one(s: &Session, it: &Item) -> Result<(Kind, Attr, SetAttr), Str
         gid: (s.cred.is_root()).then_some(m.gid()),
         atime: Some(TimeSet::At(nanos(m.atime(), m.atime_nsec()))),
         mtime: Some(TimeSet::At(nanos(m.mtime(), m.mtime_nsec()))),
-        perm: None,
+        // Set with owner and size: both clear set-id bits (as chown and
+        // truncate do), and setattr applies the mode last, so 4755 stays 4755.
+        perm: Some(m.mode() & 0o7777),
     };
     if kind == Kind::Other {
         s.setattr(attr.soid, &set).await.map_err(show)?;
