@@ -179,7 +179,7 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     )?;
     let data = config.data.clone();
     sextant_server::run(config, |addr| {
-        eprintln!("sextant: serving {} on {addr}", data.display());
+        tracing::info!(data = %data.display(), %addr, "serving");
         // One line on stdout for scripts and tests (port 0 shows the port).
         println!("listening on {addr}");
         use std::io::Write;
@@ -187,8 +187,27 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Logs go to stderr: text by default, one JSON object per line with
+/// `SEXTANT_LOG_FORMAT=json`; `SEXTANT_LOG` filters (e.g. `debug`,
+/// `sextant_engine=warn`), default `info` for `serve` and `warn` otherwise.
+fn init_logging(serving: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if serving { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("SEXTANT_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let json = std::env::var("SEXTANT_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.with_target(false).try_init()
+    };
+}
+
 fn main() {
     let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Serve(_) | Command::Mount(_)));
     let result = match &cli.command {
         Command::Serve(args) => serve(&cli, args),
         Command::Mount(args) => mount::mount(&cli, args),

@@ -341,7 +341,7 @@ impl Inner {
             match self.load_table(entry) {
                 Ok(t) => **guard = Slot::Loaded(Box::new(t)),
                 Err(e) => {
-                    eprintln!("sextant: cannot load a table: {e}");
+                    tracing::error!(error = %e, table = entry.id, "cannot load a table");
                     return Err(FsError::Io);
                 }
             }
@@ -847,9 +847,11 @@ impl Engine {
         }
         let outcome = outcome?;
         if let Some((file, at, len)) = &outcome.torn_tail {
-            eprintln!(
-                "sextant: discarded a torn journal tail of {len} bytes at {file} offset {at} \
-                 (never acknowledged)"
+            tracing::warn!(
+                file = %file,
+                offset = at,
+                bytes = len,
+                "discarded a torn journal tail (never acknowledged)"
             );
         }
         let mut inodes = 0i64;
@@ -1258,7 +1260,7 @@ fn flusher_loop(
             return;
         };
         if let Err(e) = engine.flush_tick() {
-            eprintln!("sextant: background write-back failed, stopping: {e}");
+            tracing::error!(error = %e, "background write-back failed; the engine stops");
             engine.failed.store(true, Ordering::Release);
             return;
         }

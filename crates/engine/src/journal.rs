@@ -711,7 +711,7 @@ impl Syncer {
             })();
             if let Err(e) = result {
                 // Fatal: stop acknowledging. The engine reports it and stops.
-                eprintln!("sextant: journal write failed, stopping: {e}");
+                tracing::error!(error = %e, "journal write failed; the engine stops");
                 self.shared.failed.store(true, Ordering::Release);
                 self.wake(true);
                 return;

@@ -102,25 +102,32 @@ pub async fn serve(
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
         Ok(r) => r.context("the gRPC server failed"),
         Err(_) => {
-            eprintln!("sextant: connections still open after {SHUTDOWN_GRACE:?}; closing anyway");
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open; closing anyway");
             Ok(())
         }
     }
 }
 
 /// Resolves on SIGINT or SIGTERM.
-pub async fn signalled() {
+/// SIGINT or SIGTERM. The handlers are installed when this is *called*
+/// (not when the future is first polled), so a signal that arrives right
+/// after the caller announced itself still means a clean shutdown.
+/// REQUIRES: a tokio runtime is entered.
+pub fn signalled() -> impl Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
+    let handlers = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = handlers else {
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }
 
@@ -146,6 +153,7 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
+        let shutdown = signalled();
         on_listening(addr);
         serve(
             listener,
@@ -153,12 +161,12 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
             secret,
             config.dedup_window,
             config.dedup_clients,
-            signalled(),
+            shutdown,
         )
         .await
     });
     rt.shutdown_timeout(Duration::from_secs(1));
-    eprintln!("sextant: writing tables back");
+    tracing::info!("writing tables back");
     let closed = engine.close().context("closing the engine");
     result.and(closed)
 }
@@ -178,9 +186,9 @@ fn start_metrics(addr: &str, engine: &Engine) {
                 .map_err(|e| e.to_string())
         });
     match installed {
-        Ok(()) => eprintln!("sextant: metrics on http://{addr}/metrics"),
+        Ok(()) => tracing::info!(url = %format!("http://{addr}/metrics"), "metrics endpoint"),
         Err(e) => {
-            eprintln!("sextant: no metrics endpoint on {addr}: {e}");
+            tracing::warn!(addr, error = %e, "no metrics endpoint");
             return;
         }
     }

@@ -28,10 +28,10 @@ pub fn load_or_create(data: &Path) -> Result<String> {
     if file.exists() {
         let mode = std::fs::metadata(&file)?.permissions().mode();
         if mode & 0o077 != 0 {
-            eprintln!(
-                "sextant: warning: {} is readable by others (mode {:o}); chmod 600 it",
-                file.display(),
-                mode & 0o777
+            tracing::warn!(
+                file = %file.display(),
+                mode = format!("{:o}", mode & 0o777),
+                "the cluster secret is readable by others; chmod 600 it"
             );
         }
         return read(&file);
@@ -59,7 +59,7 @@ pub fn load_or_create(data: &Path) -> Result<String> {
         Err(e) => return Err(e).with_context(|| format!("cannot create {}", file.display())),
     }
     let _ = std::fs::remove_file(&tmp);
-    eprintln!("sextant: created the cluster secret {}", file.display());
+    tracing::info!(file = %file.display(), "created the cluster secret");
     read(&file)
 }
 

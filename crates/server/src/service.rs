@@ -291,7 +291,7 @@ impl Shared {
                     .await
                     .map_err(|_| FsError::Io)?
                     .map_err(|err| {
-                        eprintln!("sextant: sync failed: {err}");
+                        tracing::error!(error = %err, "sync failed");
                         FsError::Io
                     })?;
                 done(())

@@ -1,5 +1,5 @@
-//! `sextant serve` exposes Prometheus metrics: request counts and latency
-//! by operation, and the engine's counters.
+//! Observability of `sextant serve`: Prometheus metrics (request counts and
+//! latency by operation, the engine's counters) and structured logs.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -93,4 +93,56 @@ fn metrics_count_requests_by_operation() {
     );
     assert!(body.contains("sextant_request_seconds"), "{body}");
     assert!(body.contains("sextant_journal_syncs_total"), "{body}");
+}
+
+#[test]
+fn serve_logs_one_json_object_per_line_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Reaped(
+        Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .env("SEXTANT_METRICS", "off")
+            .env("SEXTANT_LOG_FORMAT", "json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(server.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on"), "{line}");
+    // SIGINT: a clean shutdown logs and exits.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGINT) };
+    let _ = server.0.wait();
+    let mut logs = String::new();
+    server
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    let records: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let messages: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["fields"]["message"].as_str())
+        .collect();
+    for expected in [
+        "created the cluster secret",
+        "serving",
+        "writing tables back",
+    ] {
+        assert!(
+            messages.contains(&expected),
+            "{expected:?} missing in {messages:?}"
+        );
+    }
+    assert!(records.iter().all(|r| r["level"].is_string()), "{logs}");
 }
