@@ -6,13 +6,13 @@
 //!
 //! Skipped (with a message) when /dev/fuse or fusermount3 is missing.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+mod common;
+use common::{spawn_server, KillOnDrop, BIN};
 
 fn fuse_available() -> bool {
     let dev = Path::new("/dev/fuse").exists();
@@ -38,16 +38,6 @@ fn is_mounted(mp: &Path) -> bool {
     })
 }
 
-/// A child process killed (SIGKILL) when dropped.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A server and a mount on it; unmounted and killed when dropped, even when
 /// a test fails.
 struct Mounted {
@@ -55,31 +45,6 @@ struct Mounted {
     addr: String,
     dir: tempfile::TempDir,
     mnt: PathBuf,
-}
-
-/// Starts `sextant serve` on `data`; returns it and the address it says.
-fn spawn_server(data: &Path, journal_sync: &str, listen: &str) -> (Child, String) {
-    let mut server = Command::new(BIN)
-        .args(["serve", "--journal-sync", journal_sync, "--listen", listen])
-        .arg("--data")
-        .arg(data)
-        .env("SEXTANT_METRICS", "off")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sextant serve");
-    let stdout = server.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        if let Some(Ok(l)) = lines.next() {
-            let _ = tx.send(l);
-        }
-        for _ in lines {}
-    });
-    let line = rx.recv_timeout(Duration::from_secs(30)).expect("listening");
-    let addr = line.strip_prefix("listening on ").unwrap().to_string();
-    (server, addr)
 }
 
 impl Mounted {

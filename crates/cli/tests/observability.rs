@@ -3,10 +3,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+mod common;
+use common::{KillOnDrop, BIN};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -30,22 +31,12 @@ fn scrape(port: u16) -> Option<String> {
     Some(body)
 }
 
-/// Kills and reaps the server however the test ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn metrics_count_requests_by_operation() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let metrics_port = free_port();
-    let mut server = Reaped(
+    let mut server = KillOnDrop(
         Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(&data)
@@ -98,7 +89,7 @@ fn metrics_count_requests_by_operation() {
 #[test]
 fn serve_logs_one_json_object_per_line_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Reaped(
+    let mut server = KillOnDrop(
         Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(dir.path().join("data"))

@@ -6,12 +6,13 @@ use sextant_engine::{RenameFlags, XattrFlags};
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::{soid_to_pb, SECRET_METADATA};
 use sextant_types::{Credentials, FileType, FsError, SetAttr, Soid, TimeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+mod common;
+use common::{spawn_server, BIN};
 
 /// A running `sextant serve`; killed (SIGKILL) when dropped.
 struct Server {
@@ -22,36 +23,7 @@ struct Server {
 
 impl Server {
     fn start(data: &Path, listen: &str) -> Server {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--journal-sync",
-                "fsync",
-                "--listen",
-                listen,
-                "--data",
-            ])
-            .arg(data)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn sextant serve");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(l)) = lines.next() {
-                let _ = tx.send(l);
-            }
-            for _ in lines {}
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the server did not say where it listens");
-        let addr = line
-            .strip_prefix("listening on ")
-            .expect("a 'listening on' line")
-            .to_string();
+        let (child, addr) = spawn_server(data, "fsync", listen);
         Server {
             child,
             addr,

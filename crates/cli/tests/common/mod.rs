@@ -1,0 +1,53 @@
+//! What the CLI's integration tests share: the binary, and starting a real
+//! `sextant serve`.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+
+/// Starts `sextant serve` on `data` (metrics off, so parallel tests do not
+/// compete for its port); returns it and the address it says it listens on.
+pub fn spawn_server(data: &Path, journal_sync: &str, listen: &str) -> (Child, String) {
+    let mut server = Command::new(BIN)
+        .args(["serve", "--journal-sync", journal_sync, "--listen", listen])
+        .arg("--data")
+        .arg(data)
+        .env("SEXTANT_METRICS", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn sextant serve");
+    let stdout = server.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(l)) = lines.next() {
+            let _ = tx.send(l);
+        }
+        for _ in lines {}
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server did not say where it listens");
+    let addr = line
+        .strip_prefix("listening on ")
+        .expect("a 'listening on' line")
+        .to_string();
+    (server, addr)
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, however the
+/// test ends.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
