@@ -290,9 +290,8 @@ fn system_now() -> Nanos {
 }
 
 impl Inner {
-    fn io(&self, name: &str) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
-        let file = self.store.describe(name);
-        move |source| EngineError::Io { file, source }
+    fn io(&self, name: &str) -> impl FnOnce(std::io::Error) -> EngineError {
+        io_error(&*self.store, name)
     }
 
     pub(crate) fn now(&self) -> Nanos {
@@ -700,6 +699,138 @@ impl Inner {
     }
 }
 
+fn io_error(store: &dyn Store, name: &str) -> impl FnOnce(std::io::Error) -> EngineError {
+    let file = store.describe(name);
+    move |source| EngineError::Io { file, source }
+}
+
+/// Recovery step 1: the manifest — or a new store's first one. With no
+/// manifest and no journal nothing was ever acknowledged (`initialize`
+/// writes the first snapshot, then the manifest, and the journal starts
+/// only after that), so a lone first snapshot is an interrupted
+/// initialization: start over. Anything else without a manifest is damage.
+fn read_manifest(store: &dyn Store, config: &EngineConfig) -> Result<Manifest, EngineError> {
+    if let Some(bytes) = store
+        .get_blob(MANIFEST_NAME)
+        .map_err(io_error(store, MANIFEST_NAME))?
+    {
+        return Manifest::decode(&bytes).map_err(|what| EngineError::Corrupt {
+            file: store.describe(MANIFEST_NAME),
+            what,
+        });
+    }
+    let journal = store
+        .list("journal/")
+        .map_err(io_error(store, "journal/"))?;
+    let tables = store.list("tables/").map_err(io_error(store, "tables/"))?;
+    let interrupted_init = journal.is_empty()
+        && tables.len() == 1
+        && snapshot_seq(&tables[0]) == Some(INITIAL_SNAPSHOT_SEQ);
+    if interrupted_init {
+        store
+            .delete(&tables[0])
+            .map_err(io_error(store, &tables[0]))?;
+    } else if !journal.is_empty() || !tables.is_empty() {
+        return Err(EngineError::Corrupt {
+            file: store.describe(MANIFEST_NAME),
+            what: "the manifest is missing but tables or journal files exist".into(),
+        });
+    }
+    Engine::initialize(store, config)
+}
+
+/// Recovery step 2: every snapshot the manifest names exists (tables load
+/// lazily, so a missing one would otherwise surface much later). Returns
+/// the next snapshot sequence number.
+fn check_snapshots(store: &dyn Store, manifest: &Manifest) -> Result<u64, EngineError> {
+    let on_disk: BTreeSet<String> = store
+        .list("tables/")
+        .map_err(io_error(store, "tables/"))?
+        .into_iter()
+        .collect();
+    if let Some(t) = manifest.tables.iter().find(|t| !on_disk.contains(&t.file)) {
+        return Err(EngineError::Corrupt {
+            file: store.describe(&t.file),
+            what: format!("snapshot of table {} is missing", t.id),
+        });
+    }
+    Ok(on_disk
+        .iter()
+        .filter_map(|n| snapshot_seq(n))
+        .max()
+        .unwrap_or(0)
+        + 1)
+}
+
+/// Recovery step 3: replays the journal from the manifest's `replay_from`
+/// into the tables it touches (loading only those), applying a record to a
+/// table only above the table's snapshot LSN.
+fn replay_journal(
+    store: &dyn Store,
+    manifest: &Manifest,
+    map: &TableMap,
+    high_water: &mut GlobalHighWater,
+) -> Result<journal::ReplayOutcome, EngineError> {
+    let load_err: Mutex<Option<EngineError>> = Mutex::new(None);
+    let outcome = journal::replay(store, manifest.replay_from, |lsn, rec| {
+        for m in decode_record(rec)? {
+            let Some(key) = m.table_key() else {
+                if let Mutation::HighWater(hw) = &m {
+                    high_water.merge_max(hw);
+                }
+                continue;
+            };
+            let slot = map
+                .range(..=key)
+                .next_back()
+                .map(|(_, s)| s)
+                .ok_or("no table for key")?;
+            let mut guard = slot.state.lock();
+            if let Slot::OnDisk(entry) = &*guard {
+                match load_table(store, entry) {
+                    Ok(t) => *guard = Slot::Loaded(Box::new(t)),
+                    Err(e) => {
+                        let what = e.to_string();
+                        *load_err.lock() = Some(e);
+                        return Err(what);
+                    }
+                }
+            }
+            if let Slot::Loaded(t) = &mut *guard {
+                if lsn > t.snapshot_lsn {
+                    t.apply(m);
+                    t.mark_applied(lsn, 0);
+                }
+            }
+        }
+        Ok(())
+    });
+    if let Some(e) = load_err.into_inner() {
+        return Err(e);
+    }
+    let outcome = outcome?;
+    if let Some((file, at, len)) = &outcome.torn_tail {
+        tracing::warn!(
+            file = %file,
+            offset = at,
+            bytes = len,
+            "discarded a torn journal tail (never acknowledged)"
+        );
+    }
+    Ok(outcome)
+}
+
+/// Inodes in all tables (loaded ones counted, the rest from the manifest).
+fn count_inodes(map: &TableMap) -> i64 {
+    map.values()
+        .map(|slot| match &*slot.state.lock() {
+            Slot::Loaded(t) => t.inode_count() as i64,
+            Slot::OnDisk(e) => e.inodes as i64,
+            Slot::Merged => 0,
+        })
+        .sum()
+}
+
 /// Reads and checks the snapshot a manifest entry names.
 fn load_table(store: &dyn Store, entry: &TableEntry) -> Result<Table, EngineError> {
     let corrupt = |what: String| EngineError::Corrupt {
@@ -748,121 +879,16 @@ impl Engine {
     /// existing one is recovered (manifest, then journal replay).
     pub fn open(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Engine, EngineError> {
         config.layout.validate()?;
-        let io = |name: &str| {
-            let file = store.describe(name);
-            move |source| EngineError::Io { file, source }
-        };
-        let manifest = match store.get_blob(MANIFEST_NAME).map_err(io(MANIFEST_NAME))? {
-            Some(bytes) => Manifest::decode(&bytes).map_err(|what| EngineError::Corrupt {
-                file: store.describe(MANIFEST_NAME),
-                what,
-            })?,
-            None => {
-                // `initialize` writes the first snapshot, then the manifest;
-                // the journal starts only after that. So with no manifest
-                // and no journal, nothing was ever acknowledged, and a lone
-                // first snapshot is what a crash during initialization
-                // leaves: start over. Anything else is damage.
-                let journal = store.list("journal/").map_err(io("journal/"))?;
-                let tables = store.list("tables/").map_err(io("tables/"))?;
-                let interrupted_init = journal.is_empty()
-                    && tables.len() == 1
-                    && snapshot_seq(&tables[0]) == Some(INITIAL_SNAPSHOT_SEQ);
-                if interrupted_init {
-                    store.delete(&tables[0]).map_err(io(&tables[0]))?;
-                } else if !journal.is_empty() || !tables.is_empty() {
-                    return Err(EngineError::Corrupt {
-                        file: store.describe(MANIFEST_NAME),
-                        what: "the manifest is missing but tables or journal files exist".into(),
-                    });
-                }
-                Self::initialize(&*store, &config)?
-            }
-        };
+        let manifest = read_manifest(&*store, &config)?;
         config.layout = manifest.layout;
-        let on_disk: BTreeSet<String> = store
-            .list("tables/")
-            .map_err(io("tables/"))?
-            .into_iter()
-            .collect();
-        for t in &manifest.tables {
-            if !on_disk.contains(&t.file) {
-                return Err(EngineError::Corrupt {
-                    file: store.describe(&t.file),
-                    what: format!("snapshot of table {} is missing", t.id),
-                });
-            }
-        }
-        let next_snapshot_seq = on_disk
-            .iter()
-            .filter_map(|n| snapshot_seq(n))
-            .max()
-            .unwrap_or(0)
-            + 1;
+        let next_snapshot_seq = check_snapshots(&*store, &manifest)?;
         let map: TableMap = manifest
             .tables
             .iter()
             .map(|e| (e.range.first, TableSlot::new(Slot::OnDisk(e.clone()))))
             .collect();
         let mut high_water = manifest.high_water.clone();
-
-        // Replay the journal into the tables it touches.
-        let replay_err: Mutex<Option<EngineError>> = Mutex::new(None);
-        let outcome = journal::replay(&*store, manifest.replay_from, |lsn, rec| {
-            let muts = decode_record(rec)?;
-            for m in muts {
-                let Some(key) = m.table_key() else {
-                    if let Mutation::HighWater(hw) = &m {
-                        high_water.merge_max(hw);
-                    }
-                    continue;
-                };
-                let slot = map
-                    .range(..=key)
-                    .next_back()
-                    .map(|(_, s)| s)
-                    .ok_or("no table for key")?;
-                let mut guard = slot.state.lock();
-                if let Slot::OnDisk(entry) = &*guard {
-                    match load_table(&*store, entry) {
-                        Ok(t) => *guard = Slot::Loaded(Box::new(t)),
-                        Err(e) => {
-                            let what = e.to_string();
-                            *replay_err.lock() = Some(e);
-                            return Err(what);
-                        }
-                    }
-                }
-                if let Slot::Loaded(t) = &mut *guard {
-                    if lsn > t.snapshot_lsn {
-                        t.apply(m);
-                        t.mark_applied(lsn, 0);
-                    }
-                }
-            }
-            Ok(())
-        });
-        if let Some(e) = replay_err.into_inner() {
-            return Err(e);
-        }
-        let outcome = outcome?;
-        if let Some((file, at, len)) = &outcome.torn_tail {
-            tracing::warn!(
-                file = %file,
-                offset = at,
-                bytes = len,
-                "discarded a torn journal tail (never acknowledged)"
-            );
-        }
-        let mut inodes = 0i64;
-        for slot in map.values() {
-            let guard = slot.state.lock();
-            inodes += match &*guard {
-                Slot::Loaded(t) => t.inode_count() as i64,
-                Slot::OnDisk(e) => e.inodes as i64,
-                Slot::Merged => 0,
-            };
-        }
+        let outcome = replay_journal(&*store, &manifest, &map, &mut high_water)?;
         // LSNs never go back below a snapshot's: with the journal off they
         // advance without segments, and a record numbered below a table's
         // snapshot LSN would be skipped by the next replay.
@@ -877,12 +903,12 @@ impl Engine {
         let inner = Arc::new(Inner {
             config,
             store,
+            inode_count: AtomicI64::new(count_inodes(&map)),
             tables: RwLock::new(map),
             journal,
             high_water: Mutex::new(high_water),
             next_table_id: AtomicU64::new(manifest.next_table_id),
             next_snapshot_seq: AtomicU64::new(next_snapshot_seq),
-            inode_count: AtomicI64::new(inodes),
             checkpoint_lock: Mutex::new(()),
             epoch: AtomicU64::new(1),
             journal_bytes_at_checkpoint: AtomicU64::new(0),
@@ -895,18 +921,23 @@ impl Engine {
             flusher: Arc::new(Flusher::default()),
         };
         if let Some(interval) = flush_interval {
-            let weak = Arc::downgrade(&inner);
-            let stop = Arc::clone(&engine.flusher.stop);
-            let handle = std::thread::Builder::new()
-                .name("sextant-flusher".into())
-                .spawn(move || flusher_loop(weak, stop, interval))
-                .map_err(|source| EngineError::Io {
-                    file: "flusher thread".into(),
-                    source,
-                })?;
-            *engine.flusher.thread.lock() = Some(handle);
+            engine.start_flusher(interval)?;
         }
         Ok(engine)
+    }
+
+    fn start_flusher(&self, interval: Duration) -> Result<(), EngineError> {
+        let weak = Arc::downgrade(&self.inner);
+        let stop = Arc::clone(&self.flusher.stop);
+        let handle = std::thread::Builder::new()
+            .name("sextant-flusher".into())
+            .spawn(move || flusher_loop(weak, stop, interval))
+            .map_err(|source| EngineError::Io {
+                file: "flusher thread".into(),
+                source,
+            })?;
+        *self.flusher.thread.lock() = Some(handle);
+        Ok(())
     }
 
     fn initialize(store: &dyn Store, config: &EngineConfig) -> Result<Manifest, EngineError> {
@@ -931,10 +962,7 @@ impl Engine {
             },
         );
         let file = snapshot_name(INITIAL_SNAPSHOT_SEQ);
-        let io = |name: &str| {
-            let file = store.describe(name);
-            move |source| EngineError::Io { file, source }
-        };
+        let io = |name: &str| io_error(store, name);
         store
             .put_blob(&file, &table.encode_snapshot())
             .map_err(io(&file))?;
