@@ -74,7 +74,7 @@ impl From<AInode> for Inode {
             mtime: Nanos(a.mtime),
             ctime: Nanos(a.ctime),
             parent: a.parent.into(),
-            name: a.name.into_boxed_slice(),
+            name: a.name.into(),
             extra: a.extra.map(|e| {
                 Box::new(InodeExtra {
                     symlink: e.symlink.map(Vec::into_boxed_slice),
@@ -97,7 +97,7 @@ impl From<AInode> for Inode {
                     links: e
                         .links
                         .into_iter()
-                        .map(|(p, n)| (p.into(), n.into_boxed_slice()))
+                        .map(|(p, n)| (p.into(), n.into()))
                         .collect(),
                 })
             }),
@@ -117,7 +117,7 @@ impl From<ADentry> for Dentry {
         Dentry {
             child: d.child.into(),
             ftype: d.ftype.into(),
-            name: d.name.into_boxed_slice(),
+            name: d.name.into(),
         }
     }
 }

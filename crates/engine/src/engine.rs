@@ -957,7 +957,7 @@ impl Engine {
                 mtime: now,
                 ctime: now,
                 parent: Soid::ROOT,
-                name: Box::from(&b""[..]),
+                name: crate::inode::Name::new(b""),
                 extra: None,
             },
         );

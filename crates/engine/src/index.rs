@@ -769,7 +769,7 @@ mod tests {
                         let e: &mut InodeExtra = ino.extra_mut();
                         e.links = links
                             .iter()
-                            .map(|&l| (soid(99), Box::<[u8]>::from(NAMES[l])))
+                            .map(|&l| (soid(99), crate::inode::Name::new(NAMES[l])))
                             .collect();
                         for x in xattrs {
                             e.xattrs.insert(XATTRS[x].into(), b"v"[..].into());

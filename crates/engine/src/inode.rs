@@ -11,6 +11,7 @@
 //!   `inode.parent`/`inode.name` is one of those entries (its primary link);
 //! - a directory's `nlink` is 2 + its number of subdirectories.
 
+pub use crate::name::Name;
 use crate::soid::DirExtents;
 use serde::{Deserialize, Serialize};
 use sextant_types::{Attr, FileType, Nanos, Soid};
@@ -32,7 +33,7 @@ pub struct Inode {
     pub ctime: Nanos,
     /// Primary link: the directory and name this inode was last linked under.
     pub parent: Soid,
-    pub name: Box<[u8]>,
+    pub name: Name,
     /// Rarely used fields, boxed so that plain files pay 8 bytes for them.
     pub extra: Option<Box<InodeExtra>>,
 }
@@ -51,7 +52,7 @@ pub struct InodeExtra {
     pub extents: DirExtents,
     /// Hard links other than the primary one: (directory, name). Kept in the
     /// inode so search can report every path of a file from its own table.
-    pub links: Vec<(Soid, Box<[u8]>)>,
+    pub links: Vec<(Soid, Name)>,
 }
 
 impl InodeExtra {
@@ -127,7 +128,7 @@ impl Inode {
 pub struct Dentry {
     pub child: Soid,
     pub ftype: FileType,
-    pub name: Box<[u8]>,
+    pub name: Name,
 }
 
 /// The readdir cookie of a name: a stable 62-bit hash, never 0, 1 or 2, so

@@ -20,6 +20,7 @@ pub mod inode;
 pub mod journal;
 pub mod kdtree;
 pub mod manifest;
+pub mod name;
 pub mod namespace;
 pub mod perm;
 pub mod record;

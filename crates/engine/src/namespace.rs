@@ -183,7 +183,7 @@ pub fn make_node(
         mtime: now,
         ctime: now,
         parent,
-        name: Box::from(name),
+        name: name.into(),
         extra: None,
     };
     if let NodeKind::Symlink { target } = kind {
@@ -205,7 +205,7 @@ pub fn make_node(
         Dentry {
             child: soid,
             ftype,
-            name: Box::from(name),
+            name: name.into(),
         },
     )?;
     Ok(attr)
@@ -303,14 +303,14 @@ fn drop_link(mut inode: Inode, parent: Soid, name: &[u8]) -> Inode {
 fn move_link(mut inode: Inode, old: (Soid, &[u8]), new: (Soid, &[u8])) -> Inode {
     if inode.parent == old.0 && &*inode.name == old.1 {
         inode.parent = new.0;
-        inode.name = Box::from(new.1);
+        inode.name = new.1.into();
     } else if let Some(extra) = inode.extra.as_mut() {
         if let Some(l) = extra
             .links
             .iter_mut()
             .find(|(p, n)| *p == old.0 && &**n == old.1)
         {
-            *l = (new.0, Box::from(new.1));
+            *l = (new.0, new.1.into());
         }
     }
     inode
@@ -417,10 +417,7 @@ pub fn link(
     let now = txn.now;
     inode.nlink += 1;
     inode.ctime = now;
-    inode
-        .extra_mut()
-        .links
-        .push((new_parent, Box::from(new_name)));
+    inode.extra_mut().links.push((new_parent, new_name.into()));
     let attr = inode.attr(soid);
     let ftype = inode.ftype;
     txn.put_inode(soid, inode)?;
@@ -433,7 +430,7 @@ pub fn link(
         Dentry {
             child: soid,
             ftype,
-            name: Box::from(new_name),
+            name: new_name.into(),
         },
     )?;
     Ok(attr)
@@ -462,7 +459,7 @@ pub fn readdir(
         .into_iter()
         .map(|(cookie, e)| DirEntry {
             cookie,
-            name: e.name.clone(),
+            name: Box::from(&e.name),
             soid: e.child,
             ftype: e.ftype,
         })
@@ -698,7 +695,7 @@ pub fn rename(
             Dentry {
                 child: src.child,
                 ftype: src.ftype,
-                name: Box::from(new_name),
+                name: new_name.into(),
             },
         )?;
         txn.put_dentry(
@@ -706,7 +703,7 @@ pub fn rename(
             Dentry {
                 child: t.child,
                 ftype: t.ftype,
-                name: Box::from(old_name),
+                name: old_name.into(),
             },
         )?;
         // Subdirectories moving from old_parent to new_parent.
@@ -740,7 +737,7 @@ pub fn rename(
         Dentry {
             child: src.child,
             ftype: src.ftype,
-            name: Box::from(new_name),
+            name: new_name.into(),
         },
     )?;
     let delta = if src_is_dir && cross { 1 } else { 0 };

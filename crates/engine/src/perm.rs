@@ -81,7 +81,7 @@ mod tests {
             mtime: Nanos(0),
             ctime: Nanos(0),
             parent: Soid::ROOT,
-            name: Box::from(&b"x"[..]),
+            name: b"x".as_slice().into(),
             extra: None,
         }
     }

@@ -85,7 +85,7 @@ mod tests {
                 dentry: Dentry {
                     child: Soid::from_u128(7),
                     ftype: FileType::Regular,
-                    name: Box::from(&b"x"[..]),
+                    name: b"x".as_slice().into(),
                 },
             },
         ];

@@ -41,7 +41,7 @@ pub struct Table {
     by_soid: BTreeMap<Soid, u32>,
     dentries: BTreeMap<DentryKey, Dentry>,
     dirs: usize,
-    /// Approximate heap bytes of names (for the memory budget).
+    /// Heap bytes of names that do not fit inline (for the memory budget).
     name_bytes: usize,
     /// Newest record applied.
     pub last_lsn: Lsn,
@@ -106,7 +106,7 @@ impl Table {
         const DENTRY: usize = std::mem::size_of::<(DentryKey, Dentry)>() + 24;
         self.rows.len() * INODE_ROW
             + self.dentries.len() * DENTRY
-            + self.name_bytes * 2
+            + self.name_bytes
             + self.index.memory_bytes()
     }
 
@@ -133,10 +133,10 @@ impl Table {
 
     pub fn put_inode(&mut self, soid: Soid, inode: Inode) {
         let is_dir = inode.is_dir();
-        self.name_bytes += inode.name.len();
+        self.name_bytes += inode.name.heap_bytes();
         if let Some(&row) = self.by_soid.get(&soid) {
             if let Some((_, old)) = self.rows[row as usize].replace((soid, inode)) {
-                self.name_bytes -= old.name.len();
+                self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
             self.dirs += is_dir as usize;
@@ -161,7 +161,7 @@ impl Table {
     pub fn delete_inode(&mut self, soid: Soid) {
         if let Some(row) = self.by_soid.remove(&soid) {
             if let Some((_, old)) = self.rows[row as usize].take() {
-                self.name_bytes -= old.name.len();
+                self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
             self.free_rows.push(row);
@@ -194,14 +194,14 @@ impl Table {
             .range((parent, cookie, 0)..=(parent, cookie, u32::MAX))
             .next_back()
             .map_or(0, |((_, _, n), _)| n + 1);
-        self.name_bytes += dentry.name.len();
+        self.name_bytes += dentry.name.heap_bytes();
         self.dentries.insert((parent, cookie, n), dentry);
     }
 
     pub fn delete_dentry(&mut self, parent: Soid, name: &[u8]) {
         if let Some(k) = self.dentry_key(parent, name) {
             if let Some(d) = self.dentries.remove(&k) {
-                self.name_bytes -= d.name.len();
+                self.name_bytes -= d.name.heap_bytes();
             }
         }
     }
@@ -330,8 +330,8 @@ impl Table {
         }
         let upper_dentries = self.dentries.split_off(&(at, 0, 0));
         for d in upper_dentries.values() {
-            self.name_bytes -= d.name.len();
-            upper.name_bytes += d.name.len();
+            self.name_bytes -= d.name.heap_bytes();
+            upper.name_bytes += d.name.heap_bytes();
         }
         upper.dentries = upper_dentries;
         upper.last_lsn = self.last_lsn;
@@ -375,7 +375,7 @@ impl Table {
         self.free_rows.clear();
         self.by_soid.clear();
         self.dirs = 0;
-        self.name_bytes = self.dentries.values().map(|d| d.name.len()).sum();
+        self.name_bytes = self.dentries.values().map(|d| d.name.heap_bytes()).sum();
         for (s, i) in live {
             self.put_inode(s, i);
         }

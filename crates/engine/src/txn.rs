@@ -205,7 +205,9 @@ impl<'m> Txn<'m> {
         let table = self.table_for(dir)?;
         // Enough entries to find one this transaction did not delete.
         let listed = table.readdir(dir, 0, pending.len() + 1);
-        Ok(listed.iter().any(|(_, d)| !pending.contains(&d.name)))
+        Ok(listed
+            .iter()
+            .any(|(_, d)| !pending.iter().any(|p| **p == *d.name)))
     }
 
     /// The engine-wide SOID counters, to be changed by an allocation.

@@ -9,7 +9,7 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use sextant_engine::bloom::{AttrFilters, BloomFilter, FilterInput, TimeAttr};
-use sextant_engine::inode::{Dentry, Inode, InodeExtra};
+use sextant_engine::inode::{Dentry, Inode, InodeExtra, Name};
 use sextant_engine::journal::{decode_batch, encode_batch, replay, JournalError, Lsn};
 use sextant_engine::record::{decode_record, encode_record, Mutation};
 use sextant_engine::soid::{DirExtents, GlobalHighWater};
@@ -109,6 +109,11 @@ fn name() -> impl Strategy<Value = Box<[u8]>> {
     vec(any::<u8>(), 0..12).prop_map(Vec::into_boxed_slice)
 }
 
+/// Inode and entry names: both inline (≤ 22 bytes) and heap ones.
+fn file_name() -> impl Strategy<Value = Name> {
+    vec(any::<u8>(), 0..40).prop_map(Name::from)
+}
+
 fn soid_range() -> impl Strategy<Value = SoidRange> {
     (any::<u128>(), any::<u128>()).prop_map(|(a, b)| SoidRange {
         first: Soid::from_u128(a.min(b)),
@@ -121,7 +126,7 @@ fn extra() -> impl Strategy<Value = InodeExtra> {
         proptest::option::of(name()),
         proptest::collection::btree_map(name(), name(), 0..3),
         vec(soid_range(), 0..3),
-        vec((soid(), name()), 0..3),
+        vec((soid(), file_name()), 0..3),
     )
         .prop_map(|(symlink, xattrs, ranges, links)| InodeExtra {
             symlink,
@@ -139,7 +144,7 @@ fn inode() -> impl Strategy<Value = Inode> {
         (ftype(), any::<u16>(), any::<u32>(), any::<u32>()),
         (any::<u32>(), any::<u32>(), any::<u64>()),
         (any::<i64>(), any::<i64>(), any::<i64>()),
-        (soid(), name(), proptest::option::of(extra())),
+        (soid(), file_name(), proptest::option::of(extra())),
     )
         .prop_map(
             |(
@@ -166,7 +171,7 @@ fn inode() -> impl Strategy<Value = Inode> {
 }
 
 fn dentry() -> impl Strategy<Value = Dentry> {
-    (soid(), ftype(), name()).prop_map(|(child, ftype, name)| Dentry { child, ftype, name })
+    (soid(), ftype(), file_name()).prop_map(|(child, ftype, name)| Dentry { child, ftype, name })
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -429,7 +434,7 @@ fn sample_batches() -> Vec<Vec<Vec<u8>>> {
                 dentry: Dentry {
                     child: Soid::from_u128(i),
                     ftype: FileType::Regular,
-                    name: format!("file{i}").into_bytes().into_boxed_slice(),
+                    name: format!("file{i}").into_bytes().into(),
                 },
             },
         ])

@@ -319,7 +319,7 @@ fn inode_of(e: &Engine, soid: Soid) -> Inode {
         mtime: a.mtime,
         ctime: a.ctime,
         parent: a.parent,
-        name: Box::from(&b""[..]),
+        name: b"".as_slice().into(),
         extra: (!x.xattrs.is_empty()).then(|| Box::new(x)),
     }
 }

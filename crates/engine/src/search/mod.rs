@@ -308,7 +308,7 @@ impl Search<'_> {
         let (_, info) = self.engine.with_table_holding(d, |t| {
             t.inode(d)
                 .filter(|i| i.is_dir())
-                .map(|i| (i.parent, i.name.clone(), may_list(i, cred)))
+                .map(|i| (i.parent, Box::from(&i.name), may_list(i, cred)))
         })?;
         Ok(info)
     }
@@ -428,7 +428,8 @@ pub(crate) fn run(
     let root_inode = root_inode.ok_or(FsError::NotFound)?;
     let mut names: Vec<Box<[u8]>> = Vec::new();
     let mut cur = root;
-    let (mut parent, mut name) = (root_inode.parent, root_inode.name.clone());
+    let (mut parent, mut name): (Soid, Box<[u8]>) =
+        (root_inode.parent, Box::from(&root_inode.name));
     while cur != Soid::ROOT {
         names.push(name);
         if names.len() > MAX_CHAIN {

@@ -623,7 +623,7 @@ mod tests {
                         mtime: Nanos(m * 10 - 20),
                         ctime: Nanos(c * 10 - 20),
                         parent: Soid::ROOT,
-                        name: b(NAMES[name]),
+                        name: NAMES[name].as_bytes().into(),
                         extra: None,
                     };
                     for (k, v) in xs {

@@ -580,7 +580,7 @@ mod tests {
             mtime: Nanos(20),
             ctime: Nanos(30),
             parent: Soid::ROOT,
-            name: Box::from(&b"f"[..]),
+            name: b"f".as_slice().into(),
             extra: None,
         }
     }
