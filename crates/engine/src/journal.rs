@@ -843,8 +843,9 @@ mod tests {
         assert_eq!(recs.len(), 1600);
     }
 
-    #[test]
-    fn segments_rotate_and_trim() {
+    /// A journal with `n` durable records in 200-byte segments (many
+    /// segments), still open.
+    fn small_segments(n: usize) -> (MemStore, Arc<dyn Store>, Journal) {
         let mem = MemStore::new();
         let store: Arc<dyn Store> = Arc::new(mem.clone());
         let config = JournalConfig {
@@ -852,10 +853,16 @@ mod tests {
             ..Default::default()
         };
         let j = Journal::start(store.clone(), config, 1, vec![]).unwrap();
-        for i in 0..50 {
+        for i in 0..n {
             let lsn = j.append(format!("record number {i}").as_bytes()).unwrap();
             j.wait_durable(lsn).unwrap();
         }
+        (mem, store, j)
+    }
+
+    #[test]
+    fn segments_rotate_and_trim() {
+        let (_, store, j) = small_segments(50);
         assert!(j.stats().segments > 3);
         j.trim_below(40).unwrap();
         let (recs, _) = {
@@ -927,17 +934,7 @@ mod tests {
     /// unnoticed and recovery silently skipped the records in it.
     #[test]
     fn a_missing_segment_recovery_needs_is_corruption() {
-        let mem = MemStore::new();
-        let store: Arc<dyn Store> = Arc::new(mem.clone());
-        let config = JournalConfig {
-            segment_bytes: 200,
-            ..Default::default()
-        };
-        let j = Journal::start(store.clone(), config, 1, vec![]).unwrap();
-        for i in 0..40 {
-            let lsn = j.append(format!("record number {i}").as_bytes()).unwrap();
-            j.wait_durable(lsn).unwrap();
-        }
+        let (mem, store, j) = small_segments(40);
         drop(j);
         let first = mem.list("journal/").unwrap()[0].clone();
         mem.delete(&first).unwrap();
