@@ -628,7 +628,9 @@ impl Inner {
     }
 
     /// Evicts least recently used clean tables while over the budget.
-    fn evict_to_budget(&self) {
+    /// Returns whether the loaded tables are still over the budget (only
+    /// dirty ones remain to evict: they must be written back first).
+    fn evict_to_budget(&self) -> bool {
         let map = self.tables.read();
         let mut resident = 0usize;
         let mut clean: Vec<(u64, Soid, usize)> = Vec::new();
@@ -643,7 +645,7 @@ impl Inner {
             }
         }
         if resident <= self.config.cache_bytes {
-            return;
+            return false;
         }
         clean.sort();
         for (_, start, bytes) in clean {
@@ -663,6 +665,7 @@ impl Inner {
             resident = resident.saturating_sub(bytes);
             self.stats.tables_evicted.fetch_add(1, Ordering::Relaxed);
         }
+        resident > self.config.cache_bytes
     }
 
     fn resident_bytes(&self) -> usize {
@@ -684,7 +687,9 @@ impl Inner {
         let journal_long = self.journal.stats().bytes_written
             - self.journal_bytes_at_checkpoint.load(Ordering::Relaxed)
             > self.config.max_journal_bytes;
-        let over_budget = self.resident_bytes() > self.config.cache_bytes;
+        // Evict clean tables first; only if that is not enough, write
+        // everything back so the rest become evictable.
+        let over_budget = self.evict_to_budget();
         if journal_long || over_budget {
             self.checkpoint(&|_| true)?;
         } else {
@@ -694,7 +699,9 @@ impl Inner {
             })?;
         }
         self.merge_small_neighbours();
-        self.evict_to_budget();
+        if over_budget {
+            self.evict_to_budget();
+        }
         Ok(())
     }
 }
