@@ -44,7 +44,11 @@ fuzz_target!(|inp: Input| {
     assert_eq!(snap.body.inodes, body.inodes);
     assert_eq!(snap.body.dentries, body.dentries);
     // Through a Table: same inode set (last write per SOID wins) and entries.
-    let table = Table::from_snapshot(snap);
+    // Refused only for a directory with over 256 names of one hash.
+    let Ok(table) = Table::from_snapshot(snap) else {
+        return;
+    };
+    table.check_invariants().expect("a loaded table is consistent");
     let enc2 = table.encode_snapshot();
     let snap2 = decode_snapshot(&enc2).expect("table snapshot must decode");
     assert_eq!(snap2.body.inodes.len(), table.inode_count());

@@ -62,13 +62,12 @@ pub struct AInode {
 
 impl From<AInode> for Inode {
     fn from(a: AInode) -> Inode {
-        Inode {
+        let mut inode = Inode {
             ftype: a.ftype.into(),
             perm: a.perm,
             uid: a.uid,
             gid: a.gid,
             nlink: a.nlink,
-            rdev: a.rdev,
             size: a.size,
             atime: Nanos(a.atime),
             mtime: Nanos(a.mtime),
@@ -99,9 +98,12 @@ impl From<AInode> for Inode {
                         .into_iter()
                         .map(|(p, n)| (p.into(), n.into()))
                         .collect(),
+                    rdev: 0,
                 })
             }),
-        }
+        };
+        inode.set_rdev(a.rdev);
+        inode
     }
 }
 

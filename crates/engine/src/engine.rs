@@ -601,6 +601,9 @@ impl Inner {
             table.dirty_epoch = Some(self.epoch());
         }
         if !table.index.is_built() || table.index.changed_count() > 0 {
+            // Off the operations' path: pack the structures grown by
+            // inserts (they drop the index), then index the table.
+            table.compact_if_fragmented();
             table.index = TableIndex::rebuild(table);
         }
         Ok(())
@@ -805,7 +808,7 @@ fn replay_journal(
             }
             if let Slot::Loaded(t) = &mut *guard {
                 if lsn > t.snapshot_lsn {
-                    t.apply(m);
+                    t.apply(m).map_err(|e| e.to_string())?;
                     t.mark_applied(lsn, 0);
                 }
             }
@@ -858,7 +861,7 @@ fn load_table(store: &dyn Store, entry: &TableEntry) -> Result<Table, EngineErro
             snap.id, snap.range, snap.lsn, entry.id, entry.range, entry.lsn
         )));
     }
-    let mut table = Table::from_snapshot(snap);
+    let mut table = Table::from_snapshot(snap).map_err(|e| corrupt(e.to_string()))?;
     table.snapshot_file = Some(entry.file.clone());
     Ok(table)
 }
@@ -958,7 +961,6 @@ impl Engine {
                 uid: config.root_uid,
                 gid: config.root_gid,
                 nlink: 2,
-                rdev: 0,
                 size: 0,
                 atime: now,
                 mtime: now,

@@ -665,7 +665,6 @@ mod tests {
             uid,
             gid: 100,
             nlink: 1,
-            rdev: 0,
             size: 0,
             atime: Nanos(0),
             mtime: Nanos(0),

@@ -177,7 +177,6 @@ pub fn make_node(
         uid: cred.uid,
         gid,
         nlink: if ftype == FileType::Directory { 2 } else { 1 },
-        rdev,
         size: 0,
         atime: now,
         mtime: now,
@@ -186,6 +185,7 @@ pub fn make_node(
         name: name.into(),
         extra: None,
     };
+    inode.set_rdev(rdev);
     if let NodeKind::Symlink { target } = kind {
         inode.size = target.len() as u64;
         inode.extra_mut().symlink = Some(Box::from(target));
@@ -459,7 +459,7 @@ pub fn readdir(
         .into_iter()
         .map(|(cookie, e)| DirEntry {
             cookie,
-            name: Box::from(&e.name),
+            name: Box::from(&*e.name),
             soid: e.child,
             ftype: e.ftype,
         })

@@ -75,7 +75,6 @@ mod tests {
             uid,
             gid,
             nlink: 1,
-            rdev: 0,
             size: 0,
             atime: Nanos(0),
             mtime: Nanos(0),

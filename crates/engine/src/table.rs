@@ -5,44 +5,91 @@
 //! - the inodes whose SOIDs fall in its range, in a slab with stable row ids
 //!   (so the K-D tree can refer to rows by a `u32`) and a SOID → row map;
 //! - the directory entries whose *parent* SOID falls in its range, keyed by
-//!   `(parent, cookie, n)` where `cookie` is [`name_cookie`] of the name and
-//!   `n` disambiguates the (astronomically rare) cookie collisions, so
-//!   readdir walks a directory in cookie order and a cursor survives changes;
+//!   `(parent, cookie)`, where the cookie is a 55-bit hash of the name
+//!   followed by an 8-bit disambiguator for names whose hashes collide
+//!   ([`entry_cookie`]); readdir walks a directory in cookie order, so a
+//!   cursor survives changes;
 //! - write-back bookkeeping (which journal records it holds that are not in
 //!   its snapshot yet).
 //!
+//! Memory layout (the bulk of the engine's memory, hence hand-made): an
+//! entry is a `u32` in the entry map. Most entries are their child's
+//! *primary link* and the child lives in the same table (child-closest
+//! SOIDs put a directory's files next to it), so the entry is just the
+//! child's row: name, SOID and type are read from the inode. Every other
+//! entry (a child in another table, a secondary hard link) is a *foreign*
+//! entry holding a whole [`Dentry`] in a side slab.
+//!
 //! Invariants:
 //! - every inode key and every entry's parent lies inside `range`;
+//! - canonical entries: an entry `(parent, name) → child` is stored as the
+//!   child's row iff the child's inode is in this table and its primary link
+//!   is exactly `(parent, name)` with the entry's type; otherwise foreign.
+//!   Every change to an inode's primary link or to the set of inodes keeps
+//!   this ([`Table::check_invariants`], exercised by the tests below);
+//! - at most 256 names of one directory share a 55-bit hash (a larger
+//!   bucket is refused with ENOSPC before the mutation is journaled);
 //! - `first_dirty_lsn.is_some()` iff some applied record is newer than the
 //!   table's snapshot; then every record the table reflects with LSN >
 //!   `snapshot_lsn` is still in the journal;
 //! - a table holds no I/O handle: the engine reads and writes snapshots.
 
+mod slab;
+mod snapshot;
+
+pub use snapshot::{decode_snapshot, encode_snapshot, Snapshot, SnapshotBody};
+
 use crate::index::TableIndex;
-use crate::inode::{name_cookie, Dentry, Inode};
+use crate::inode::{Dentry, Inode, Name};
 use crate::journal::Lsn;
 use crate::record::Mutation;
-use serde::{Deserialize, Serialize};
-use sextant_types::{Soid, SoidRange};
+use sextant_types::{FileType, Soid, SoidRange};
+use slab::RowSlab;
 use std::collections::BTreeMap;
 
 pub type TableId = u64;
 
-/// `(parent, cookie, disambiguator)`.
-type DentryKey = (Soid, u64, u32);
+/// `(parent, cookie)`.
+type EntryKey = (Soid, u64);
+
+/// A table's inodes and keyed entries, taken out to be rebuilt.
+type Contents = (Vec<(Soid, Inode)>, Vec<(EntryKey, Dentry)>);
+
+/// Entry values at or above this are foreign-entry slots (`v - FOREIGN`);
+/// below it they are row ids.
+const FOREIGN: u32 = 1 << 31;
+
+/// Names of one directory that may share a hash (the cookie's low byte).
+pub const BUCKET: u64 = 256;
+
+/// The first cookie of `name`'s bucket: a stable 55-bit hash shifted past
+/// the 8-bit disambiguator. Never below 256, so FUSE can use cookies 1 and 2
+/// for `.` and `..` and 0 for "from the start", and below 2^63, so it fits
+/// the kernel's signed directory offsets.
+pub fn entry_cookie(name: &[u8]) -> u64 {
+    let h = (xxhash_rust::xxh3::xxh3_64(name) >> 9).max(1);
+    // Unit tests keep 2 bits of the hash, so buckets collide all the time.
+    #[cfg(test)]
+    let h = 1 + (h & 3);
+    h << 8
+}
 
 /// One table. See the module docs.
 #[derive(Debug)]
 pub struct Table {
     pub id: TableId,
     pub range: SoidRange,
-    rows: Vec<Option<(Soid, Inode)>>,
+    rows: RowSlab,
     free_rows: Vec<u32>,
     by_soid: BTreeMap<Soid, u32>,
-    dentries: BTreeMap<DentryKey, Dentry>,
+    entries: BTreeMap<EntryKey, u32>,
+    foreign: Vec<Option<Dentry>>,
+    free_foreign: Vec<u32>,
     dirs: usize,
     /// Heap bytes of names that do not fit inline (for the memory budget).
     name_bytes: usize,
+    /// Inserts and deletes since the structures were last built compactly.
+    churn: usize,
     /// Newest record applied.
     pub last_lsn: Lsn,
     /// Records up to this LSN are in the snapshot on disk (0: no snapshot).
@@ -63,17 +110,31 @@ pub struct Table {
     pub index: TableIndex,
 }
 
+/// Why a table cannot be built from a list of inodes and entries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("inode {0} outside the table range")]
+    InodeOutside(Soid),
+    #[error("entry of {0} outside the table range")]
+    EntryOutside(Soid),
+    #[error("more than {BUCKET} names of directory {0} share one hash")]
+    BucketFull(Soid),
+}
+
 impl Table {
     pub fn new(id: TableId, range: SoidRange) -> Table {
         Table {
             id,
             range,
-            rows: Vec::new(),
+            rows: RowSlab::default(),
             free_rows: Vec::new(),
             by_soid: BTreeMap::new(),
-            dentries: BTreeMap::new(),
+            entries: BTreeMap::new(),
+            foreign: Vec::new(),
+            free_foreign: Vec::new(),
             dirs: 0,
             name_bytes: 0,
+            churn: 0,
             last_lsn: 0,
             snapshot_lsn: 0,
             first_dirty_lsn: None,
@@ -82,6 +143,64 @@ impl Table {
             next_split_check: 0,
             index: TableIndex::default(),
         }
+    }
+
+    /// A table holding `inodes` and `entries` (later duplicates of a SOID
+    /// or of a (parent, name) win, as if applied in order), with every
+    /// structure allocated exactly and its B-trees fully packed.
+    pub fn build(
+        id: TableId,
+        range: SoidRange,
+        inodes: Vec<(Soid, Inode)>,
+        entries: Vec<(Soid, Dentry)>,
+    ) -> Result<Table, BuildError> {
+        let mut t = Table::new(id, range);
+        if let Some((s, _)) = inodes.iter().find(|(s, _)| !range.contains(*s)) {
+            return Err(BuildError::InodeOutside(*s));
+        }
+        if let Some((p, _)) = entries.iter().find(|(p, _)| !range.contains(*p)) {
+            return Err(BuildError::EntryOutside(*p));
+        }
+        let entries = assign_cookies(entries)?;
+        t.fill(inodes, entries);
+        Ok(t)
+    }
+
+    /// Replaces the contents (not the bookkeeping) with `inodes` and
+    /// `entries` (sorted by unique key), built compactly. Entries keep
+    /// their keys, so readdir cursors stay valid across a rebuild. Drops
+    /// the index (row ids change).
+    ///
+    /// REQUIRES: everything lies in `range`.
+    fn fill(&mut self, mut inodes: Vec<(Soid, Inode)>, entries: Vec<(EntryKey, Dentry)>) {
+        // Stable sort, then keep the last of equal SOIDs.
+        inodes.sort_by_key(|(s, _)| *s);
+        let mut deduped: Vec<(Soid, Inode)> = Vec::with_capacity(inodes.len());
+        for (s, i) in inodes {
+            match deduped.last_mut() {
+                Some(last) if last.0 == s => *last = (s, i),
+                _ => deduped.push((s, i)),
+            }
+        }
+        self.dirs = deduped.iter().filter(|(_, i)| i.is_dir()).count();
+        self.name_bytes = deduped.iter().map(|(_, i)| i.name.heap_bytes()).sum();
+        self.by_soid = deduped
+            .iter()
+            .enumerate()
+            .map(|(r, (s, _))| (*s, r as u32))
+            .collect();
+        self.rows = RowSlab::from_rows(deduped.into_iter());
+        self.free_rows = Vec::new();
+        self.foreign = Vec::new();
+        self.free_foreign = Vec::new();
+        let values: Vec<(EntryKey, u32)> = entries
+            .into_iter()
+            .map(|(key, d)| (key, self.value_for(key.0, d)))
+            .collect();
+        self.entries = values.into_iter().collect();
+        self.foreign.shrink_to_fit();
+        self.churn = 0;
+        self.index = TableIndex::default();
     }
 
     pub fn inode_count(&self) -> usize {
@@ -93,7 +212,7 @@ impl Table {
     }
 
     pub fn dentry_count(&self) -> usize {
-        self.dentries.len()
+        self.entries.len()
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -102,10 +221,15 @@ impl Table {
 
     /// Rough resident bytes, for the cache budget.
     pub fn approx_bytes(&self) -> usize {
-        const INODE_ROW: usize = std::mem::size_of::<Option<(Soid, Inode)>>() + 40;
-        const DENTRY: usize = std::mem::size_of::<(DentryKey, Dentry)>() + 24;
-        self.rows.len() * INODE_ROW
-            + self.dentries.len() * DENTRY
+        // A B-tree leaf holds 11 keys; built compactly it is nearly full,
+        // grown by inserts about two thirds full.
+        const TREE_SLACK: usize = 3;
+        let soid_map = self.by_soid.len() * (20 + 20 / TREE_SLACK);
+        let entry_map = self.entries.len() * (28 + 28 / TREE_SLACK);
+        self.rows.allocated_bytes()
+            + soid_map
+            + entry_map
+            + self.foreign.capacity() * std::mem::size_of::<Option<Dentry>>()
             + self.name_bytes
             + self.index.memory_bytes()
     }
@@ -117,7 +241,7 @@ impl Table {
 
     /// The inode in slab row `row`, if live.
     pub fn row(&self, row: u32) -> Option<&(Soid, Inode)> {
-        self.rows.get(row as usize).and_then(|r| r.as_ref())
+        self.rows.get(row)
     }
 
     /// Number of slab rows (live or free); row ids are below this.
@@ -135,108 +259,249 @@ impl Table {
         let is_dir = inode.is_dir();
         self.name_bytes += inode.name.heap_bytes();
         if let Some(&row) = self.by_soid.get(&soid) {
-            if let Some((_, old)) = self.rows[row as usize].replace((soid, inode)) {
+            let same_link = self.row(row).is_some_and(|(_, old)| {
+                old.parent == inode.parent && old.name == inode.name && old.ftype == inode.ftype
+            });
+            if !same_link {
+                self.demote_primary_entry(row);
+            }
+            if let Some(Some((_, old))) = self.rows.slot_mut(row).map(|s| s.replace((soid, inode)))
+            {
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
             self.dirs += is_dir as usize;
+            if !same_link {
+                self.promote_primary_entry(row);
+            }
             self.index.row_changed(row);
             return;
         }
         let row = match self.free_rows.pop() {
             Some(r) => {
-                self.rows[r as usize] = Some((soid, inode));
+                if let Some(slot) = self.rows.slot_mut(r) {
+                    *slot = Some((soid, inode));
+                }
                 r
             }
-            None => {
-                self.rows.push(Some((soid, inode)));
-                (self.rows.len() - 1) as u32
-            }
+            None => self.rows.push((soid, inode)),
         };
+        debug_assert!(row < FOREIGN, "row ids must stay below the foreign tag");
         self.dirs += is_dir as usize;
+        self.churn += 1;
         self.by_soid.insert(soid, row);
+        self.promote_primary_entry(row);
         self.index.row_changed(row);
     }
 
     pub fn delete_inode(&mut self, soid: Soid) {
         if let Some(row) = self.by_soid.remove(&soid) {
-            if let Some((_, old)) = self.rows[row as usize].take() {
+            self.demote_primary_entry(row);
+            if let Some(Some((_, old))) = self.rows.slot_mut(row).map(Option::take) {
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
             self.free_rows.push(row);
+            self.churn += 1;
             self.index.row_changed(row);
         }
     }
 
-    fn dentry_key(&self, parent: Soid, name: &[u8]) -> Option<DentryKey> {
-        let cookie = name_cookie(name);
-        self.dentries
-            .range((parent, cookie, 0)..=(parent, cookie, u32::MAX))
-            .find(|(_, d)| &*d.name == name)
-            .map(|(k, _)| *k)
-    }
-
-    pub fn dentry(&self, parent: Soid, name: &[u8]) -> Option<&Dentry> {
-        self.dentry_key(parent, name)
-            .and_then(|k| self.dentries.get(&k))
-    }
-
-    /// Inserts or replaces the entry `dentry.name` in `parent`.
-    pub fn put_dentry(&mut self, parent: Soid, dentry: Dentry) {
-        if let Some(k) = self.dentry_key(parent, &dentry.name) {
-            self.dentries.insert(k, dentry);
+    /// Turns the entry that is `row`'s primary link, if stored as the row,
+    /// into a foreign entry (the row is about to lose that link).
+    fn demote_primary_entry(&mut self, row: u32) {
+        let Some((soid, ino)) = self.row(row) else {
             return;
+        };
+        let (parent, name, ftype, soid) = (ino.parent, ino.name.clone(), ino.ftype, *soid);
+        let Some((key, value)) = self.find_entry(parent, &name) else {
+            return;
+        };
+        if value == row {
+            let d = Dentry {
+                child: soid,
+                ftype,
+                name,
+            };
+            let slot = self.alloc_foreign(d);
+            self.entries.insert(key, slot);
         }
-        let cookie = name_cookie(&dentry.name);
-        let n = self
-            .dentries
-            .range((parent, cookie, 0)..=(parent, cookie, u32::MAX))
-            .next_back()
-            .map_or(0, |((_, _, n), _)| n + 1);
-        self.name_bytes += dentry.name.heap_bytes();
-        self.dentries.insert((parent, cookie, n), dentry);
+    }
+
+    /// Turns the foreign entry that is `row`'s primary link, if any, into
+    /// the row.
+    fn promote_primary_entry(&mut self, row: u32) {
+        let Some((soid, ino)) = self.row(row) else {
+            return;
+        };
+        let (parent, soid, ftype) = (ino.parent, *soid, ino.ftype);
+        let Some((key, value)) = self.find_entry(parent, &ino.name) else {
+            return;
+        };
+        if value >= FOREIGN
+            && self
+                .foreign_entry(value)
+                .is_some_and(|d| d.child == soid && d.ftype == ftype)
+        {
+            self.free_foreign(value);
+            self.entries.insert(key, row);
+        }
+    }
+
+    fn alloc_foreign(&mut self, d: Dentry) -> u32 {
+        self.name_bytes += d.name.heap_bytes();
+        let slot = match self.free_foreign.pop() {
+            Some(s) => {
+                self.foreign[s as usize] = Some(d);
+                s
+            }
+            None => {
+                self.foreign.push(Some(d));
+                (self.foreign.len() - 1) as u32
+            }
+        };
+        FOREIGN + slot
+    }
+
+    fn free_foreign(&mut self, value: u32) {
+        let slot = value - FOREIGN;
+        if let Some(d) = self.foreign.get_mut(slot as usize).and_then(Option::take) {
+            self.name_bytes -= d.name.heap_bytes();
+            self.free_foreign.push(slot);
+        }
+    }
+
+    fn foreign_entry(&self, value: u32) -> Option<&Dentry> {
+        self.foreign.get((value - FOREIGN) as usize)?.as_ref()
+    }
+
+    /// The entry an entry-map value stands for: (child, type, name).
+    fn resolve(&self, value: u32) -> Option<(Soid, FileType, &Name)> {
+        if value >= FOREIGN {
+            self.foreign_entry(value)
+                .map(|d| (d.child, d.ftype, &d.name))
+        } else {
+            self.row(value).map(|(s, i)| (*s, i.ftype, &i.name))
+        }
+    }
+
+    fn to_dentry(&self, value: u32) -> Option<Dentry> {
+        self.resolve(value).map(|(child, ftype, name)| Dentry {
+            child,
+            ftype,
+            name: name.clone(),
+        })
+    }
+
+    /// How `dentry` in `parent` is stored: the child's row when canonical.
+    fn value_for(&mut self, parent: Soid, dentry: Dentry) -> u32 {
+        if let Some(&row) = self.by_soid.get(&dentry.child) {
+            if self.row(row).is_some_and(|(_, i)| {
+                i.parent == parent && i.name == dentry.name && i.ftype == dentry.ftype
+            }) {
+                return row;
+            }
+        }
+        self.alloc_foreign(dentry)
+    }
+
+    fn find_entry(&self, parent: Soid, name: &[u8]) -> Option<(EntryKey, u32)> {
+        let bucket = entry_cookie(name);
+        self.entries
+            .range((parent, bucket)..=(parent, bucket | (BUCKET - 1)))
+            .find(|(_, &v)| self.resolve(v).is_some_and(|(_, _, n)| **n == *name))
+            .map(|(k, v)| (*k, *v))
+    }
+
+    pub fn dentry(&self, parent: Soid, name: &[u8]) -> Option<Dentry> {
+        self.find_entry(parent, name)
+            .and_then(|(_, v)| self.to_dentry(v))
+    }
+
+    /// Can `name` be added to `parent` (false only when its hash bucket is
+    /// full)?
+    pub fn can_add_entry(&self, parent: Soid, name: &[u8]) -> bool {
+        let bucket = entry_cookie(name);
+        self.find_entry(parent, name).is_some()
+            || self
+                .entries
+                .range((parent, bucket)..=(parent, bucket | (BUCKET - 1)))
+                .count()
+                < BUCKET as usize
+    }
+
+    /// Inserts or replaces the entry `dentry.name` in `parent`. Returns
+    /// false (and changes nothing) when the name's hash bucket is full,
+    /// which [`Table::can_add_entry`] rules out beforehand.
+    pub fn put_dentry(&mut self, parent: Soid, dentry: Dentry) -> bool {
+        let existing = self.find_entry(parent, &dentry.name);
+        let key = match existing {
+            Some((key, old)) => {
+                if old >= FOREIGN {
+                    self.free_foreign(old);
+                }
+                key
+            }
+            None => {
+                let bucket = entry_cookie(&dentry.name);
+                let mut n = 0;
+                for ((_, c), _) in self
+                    .entries
+                    .range((parent, bucket)..=(parent, bucket | (BUCKET - 1)))
+                {
+                    if c & (BUCKET - 1) != n {
+                        break;
+                    }
+                    n += 1;
+                }
+                if n == BUCKET {
+                    return false;
+                }
+                self.churn += 1;
+                (parent, bucket | n)
+            }
+        };
+        let value = self.value_for(parent, dentry);
+        self.entries.insert(key, value);
+        true
     }
 
     pub fn delete_dentry(&mut self, parent: Soid, name: &[u8]) {
-        if let Some(k) = self.dentry_key(parent, name) {
-            if let Some(d) = self.dentries.remove(&k) {
-                self.name_bytes -= d.name.heap_bytes();
+        if let Some((key, value)) = self.find_entry(parent, name) {
+            self.entries.remove(&key);
+            if value >= FOREIGN {
+                self.free_foreign(value);
             }
+            self.churn += 1;
         }
     }
 
     /// Does directory `parent` have any entries here?
     pub fn has_entries(&self, parent: Soid) -> bool {
-        self.dentries
-            .range((parent, 0, 0)..=(parent, u64::MAX, u32::MAX))
+        self.entries
+            .range((parent, 0)..=(parent, u64::MAX))
             .next()
             .is_some()
     }
 
-    /// Entries of `parent` with cookie > `after`, in cookie order, at most
-    /// `limit` of them but never splitting a group of equal cookies.
-    pub fn readdir(&self, parent: Soid, after: u64, limit: usize) -> Vec<(u64, &Dentry)> {
-        let mut out: Vec<(u64, &Dentry)> = Vec::new();
-        let start = match after.checked_add(1) {
-            Some(s) => s,
-            None => return out,
+    /// Up to `limit` entries of `parent` with cookie > `after`, in cookie
+    /// order.
+    pub fn readdir(&self, parent: Soid, after: u64, limit: usize) -> Vec<(u64, Dentry)> {
+        let Some(start) = after.checked_add(1) else {
+            return Vec::new();
         };
-        for ((_, cookie, _), d) in self
-            .dentries
-            .range((parent, start, 0)..=(parent, u64::MAX, u32::MAX))
-        {
-            if out.len() >= limit && out.last().is_some_and(|(c, _)| c != cookie) {
-                break;
-            }
-            out.push((*cookie, d));
-        }
-        out
+        self.entries
+            .range((parent, start)..=(parent, u64::MAX))
+            .filter_map(|((_, cookie), &v)| self.to_dentry(v).map(|d| (*cookie, d)))
+            .take(limit)
+            .collect()
     }
 
-    /// All entries, as `(parent, dentry)`.
-    pub fn dentries(&self) -> impl Iterator<Item = (Soid, &Dentry)> + '_ {
-        self.dentries.iter().map(|((p, _, _), d)| (*p, d))
+    /// All entries, as `(parent, dentry)`, in key order.
+    pub fn dentries(&self) -> impl Iterator<Item = (Soid, Dentry)> + '_ {
+        self.entries
+            .iter()
+            .filter_map(|((p, _), &v)| self.to_dentry(v).map(|d| (*p, d)))
     }
 
     /// Highest inode SOID in `range`.
@@ -267,15 +532,22 @@ impl Table {
         Some(want)
     }
 
-    /// Applies one journaled mutation (also used by recovery).
-    pub fn apply(&mut self, m: Mutation) {
+    /// Applies one journaled mutation (also used by recovery). Fails only
+    /// when an entry's hash bucket is full, which a transaction checks
+    /// before it journals (so only a corrupt journal can fail here).
+    pub fn apply(&mut self, m: Mutation) -> Result<(), BuildError> {
         match m {
             Mutation::PutInode { soid, inode } => self.put_inode(soid, inode),
             Mutation::DeleteInode { soid } => self.delete_inode(soid),
-            Mutation::PutDentry { parent, dentry } => self.put_dentry(parent, dentry),
+            Mutation::PutDentry { parent, dentry } => {
+                if !self.put_dentry(parent, dentry) {
+                    return Err(BuildError::BucketFull(parent));
+                }
+            }
             Mutation::DeleteDentry { parent, name } => self.delete_dentry(parent, &name),
             Mutation::HighWater(_) => {}
         }
+        Ok(())
     }
 
     /// Records that the record `lsn` was applied at engine epoch `epoch`.
@@ -306,8 +578,29 @@ impl Table {
         best.map(|(_, s)| s)
     }
 
+    /// Takes every inode and entry out (in key order), leaving the table
+    /// empty.
+    fn take_contents(&mut self) -> Contents {
+        let entries: Vec<(EntryKey, Dentry)> = self
+            .entries
+            .iter()
+            .filter_map(|(k, &v)| self.to_dentry(v).map(|d| (*k, d)))
+            .collect();
+        let mut inodes: Vec<(Soid, Inode)> = self.rows.drain().collect();
+        inodes.sort_by_key(|(s, _)| *s);
+        self.by_soid = BTreeMap::new();
+        self.entries = BTreeMap::new();
+        self.free_rows = Vec::new();
+        self.foreign = Vec::new();
+        self.free_foreign = Vec::new();
+        self.dirs = 0;
+        self.name_bytes = 0;
+        (inodes, entries)
+    }
+
     /// Moves every inode with SOID ≥ `at` and every entry whose parent is ≥
-    /// `at` into a new table `new_id` covering `[at, range.last]`.
+    /// `at` into a new table `new_id` covering `[at, range.last]`. Both
+    /// halves are rebuilt compactly, without an index.
     ///
     /// REQUIRES: `self.range.first < at <= self.range.last`.
     pub fn split_off(&mut self, at: Soid, new_id: TableId) -> Table {
@@ -319,43 +612,29 @@ impl Table {
             },
         );
         self.range.last = at.checked_prev().unwrap_or(at);
-        let moved: Vec<Soid> = self.by_soid.range(at..).map(|(s, _)| *s).collect();
-        for soid in moved {
-            if let Some(row) = self.by_soid.get(&soid).copied() {
-                if let Some((_, inode)) = self.rows[row as usize].clone() {
-                    self.delete_inode(soid);
-                    upper.put_inode(soid, inode);
-                }
-            }
-        }
-        let upper_dentries = self.dentries.split_off(&(at, 0, 0));
-        for d in upper_dentries.values() {
-            self.name_bytes -= d.name.heap_bytes();
-            upper.name_bytes += d.name.heap_bytes();
-        }
-        upper.dentries = upper_dentries;
+        let (mut inodes, mut entries) = self.take_contents();
+        let upper_inodes = inodes.split_off(inodes.partition_point(|(s, _)| *s < at));
+        let upper_entries = entries.split_off(entries.partition_point(|((p, _), _)| *p < at));
+        self.fill(inodes, entries);
+        upper.fill(upper_inodes, upper_entries);
         upper.last_lsn = self.last_lsn;
         upper.snapshot_lsn = 0;
         upper.first_dirty_lsn = self.first_dirty_lsn;
         upper.dirty_epoch = self.dirty_epoch;
         self.snapshot_file = None;
-        self.compact_rows();
-        self.index = TableIndex::default();
-        upper.index = TableIndex::default();
         upper
     }
 
     /// Absorbs `upper`, the table right after this one.
     ///
     /// REQUIRES: `upper.range.first == self.range.last + 1`.
-    pub fn merge(&mut self, upper: Table) {
+    pub fn merge(&mut self, mut upper: Table) {
         self.range.last = upper.range.last;
-        for (soid, inode) in upper.rows.into_iter().flatten() {
-            self.put_inode(soid, inode);
-        }
-        for ((p, _, _), d) in upper.dentries {
-            self.put_dentry(p, d);
-        }
+        let (mut inodes, mut entries) = self.take_contents();
+        let (upper_inodes, upper_entries) = upper.take_contents();
+        inodes.extend(upper_inodes);
+        entries.extend(upper_entries);
+        self.fill(inodes, entries);
         self.last_lsn = self.last_lsn.max(upper.last_lsn);
         self.first_dirty_lsn = match (self.first_dirty_lsn, upper.first_dirty_lsn) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -366,19 +645,19 @@ impl Table {
             (a, b) => a.or(b),
         };
         self.snapshot_file = None;
-        self.index = TableIndex::default();
     }
 
-    /// Renumbers slab rows densely (after a split removed many).
-    fn compact_rows(&mut self) {
-        let live: Vec<(Soid, Inode)> = self.rows.drain(..).flatten().collect();
-        self.free_rows.clear();
-        self.by_soid.clear();
-        self.dirs = 0;
-        self.name_bytes = self.dentries.values().map(|d| d.name.heap_bytes()).sum();
-        for (s, i) in live {
-            self.put_inode(s, i);
+    /// Rebuilds the structures compactly (packed B-trees, exactly sized
+    /// slab, no free rows) when enough has changed since the last build to
+    /// be worth it. Drops the index then (row ids change); the caller
+    /// rebuilds it. Returns whether it compacted.
+    pub fn compact_if_fragmented(&mut self) -> bool {
+        if self.churn <= self.inode_count() / 8 + 64 {
+            return false;
         }
+        let (inodes, entries) = self.take_contents();
+        self.fill(inodes, entries);
+        true
     }
 
     /// The manifest entry for this table's snapshot, if it has one in its
@@ -397,115 +676,101 @@ impl Table {
     pub fn encode_snapshot(&self) -> Vec<u8> {
         let body = SnapshotBody {
             inodes: self.inodes().map(|(s, i)| (s, i.clone())).collect(),
-            dentries: self.dentries().map(|(p, d)| (p, d.clone())).collect(),
+            dentries: self.dentries().collect(),
         };
         encode_snapshot(self.id, self.range, self.last_lsn, &body)
     }
 
     /// Builds a table from a decoded snapshot.
-    pub fn from_snapshot(snap: Snapshot) -> Table {
-        let mut t = Table::new(snap.id, snap.range);
-        for (s, i) in snap.body.inodes {
-            t.put_inode(s, i);
-        }
-        for (p, d) in snap.body.dentries {
-            t.put_dentry(p, d);
-        }
+    pub fn from_snapshot(snap: Snapshot) -> Result<Table, BuildError> {
+        let mut t = Table::build(snap.id, snap.range, snap.body.inodes, snap.body.dentries)?;
         t.last_lsn = snap.lsn;
         t.snapshot_lsn = snap.lsn;
-        t
+        Ok(t)
     }
-}
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"SXTSNAP1";
-const SNAPSHOT_HEADER_LEN: usize = 8 + 8 + 16 + 16 + 8 + 8;
-
-#[derive(Serialize, Deserialize, Debug, Default)]
-pub struct SnapshotBody {
-    pub inodes: Vec<(Soid, Inode)>,
-    pub dentries: Vec<(Soid, Dentry)>,
-}
-
-/// A decoded snapshot.
-#[derive(Debug)]
-pub struct Snapshot {
-    pub id: TableId,
-    pub range: SoidRange,
-    pub lsn: Lsn,
-    pub body: SnapshotBody,
-}
-
-/// Snapshot layout:
-///
-/// ```text
-/// magic "SXTSNAP1" | table id u64 | range.first [16] | range.last [16] | lsn u64 | body_len u64
-/// body (postcard: inodes, dentries) | crc32c u32 of everything before
-/// ```
-/// SOIDs big-endian, integers little-endian.
-pub fn encode_snapshot(id: TableId, range: SoidRange, lsn: Lsn, body: &SnapshotBody) -> Vec<u8> {
-    let body_bytes = postcard::to_stdvec(body).expect("serializing to a Vec cannot fail");
-    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body_bytes.len() + 4);
-    out.extend_from_slice(SNAPSHOT_MAGIC);
-    out.extend_from_slice(&id.to_le_bytes());
-    out.extend_from_slice(&range.first.to_be_bytes());
-    out.extend_from_slice(&range.last.to_be_bytes());
-    out.extend_from_slice(&lsn.to_le_bytes());
-    out.extend_from_slice(&(body_bytes.len() as u64).to_le_bytes());
-    out.extend_from_slice(&body_bytes);
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
-/// Decodes a snapshot. Never panics; `Err` says what is wrong.
-pub fn decode_snapshot(b: &[u8]) -> Result<Snapshot, String> {
-    if b.len() < SNAPSHOT_HEADER_LEN + 4 {
-        return Err(format!("snapshot too short ({} bytes)", b.len()));
-    }
-    if &b[..8] != SNAPSHOT_MAGIC {
-        return Err("bad snapshot magic".into());
-    }
-    let (content, crc_bytes) = b.split_at(b.len() - 4);
-    let crc = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-    if crc32c::crc32c(content) != crc {
-        return Err("snapshot checksum mismatch".into());
-    }
-    let u64_at = |at: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(a)
-    };
-    let soid_at = |at: usize| {
-        let mut a = [0u8; 16];
-        a.copy_from_slice(&b[at..at + 16]);
-        Soid::from_be_bytes(a)
-    };
-    let id = u64_at(8);
-    let range = SoidRange::new(soid_at(16), soid_at(32)).ok_or("snapshot range inverted")?;
-    let lsn = u64_at(48);
-    let body_len = u64_at(56);
-    if body_len != (content.len() - SNAPSHOT_HEADER_LEN) as u64 {
-        return Err("snapshot body length mismatch".into());
-    }
-    let body: SnapshotBody = match postcard::take_from_bytes(&content[SNAPSHOT_HEADER_LEN..]) {
-        Ok((body, [])) => body,
-        Ok((_, extra)) => return Err(format!("snapshot body has {} trailing bytes", extra.len())),
-        Err(e) => return Err(format!("snapshot body: {e}")),
-    };
-    for (s, _) in &body.inodes {
-        if !range.contains(*s) {
-            return Err(format!("inode {s} outside the table range"));
+    /// Checks the structural invariants of the module docs; `Err` names
+    /// the first one broken. For tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (s, &row) in &self.by_soid {
+            match self.row(row) {
+                Some((rs, _)) if rs == s => {}
+                other => return Err(format!("by_soid {s} → row {row} holds {other:?}")),
+            }
         }
-    }
-    for (p, _) in &body.dentries {
-        if !range.contains(*p) {
-            return Err(format!("entry of {p} outside the table range"));
+        let live = self.rows.iter().count();
+        if live != self.by_soid.len() {
+            return Err(format!("{live} live rows, {} SOIDs", self.by_soid.len()));
         }
+        for (&(parent, cookie), &v) in &self.entries {
+            if !self.range.contains(parent) {
+                return Err(format!("entry of {parent} outside {:?}", self.range));
+            }
+            let Some((child, ftype, name)) = self.resolve(v) else {
+                return Err(format!("entry ({parent}, {cookie}) → dangling {v}"));
+            };
+            if entry_cookie(name) != cookie & !(BUCKET - 1) {
+                return Err(format!("entry {name:?} of {parent} in the wrong bucket"));
+            }
+            let canonical = self
+                .by_soid
+                .get(&child)
+                .and_then(|&r| self.row(r).map(|(_, i)| (r, i)))
+                .filter(|(_, i)| i.parent == parent && *i.name == **name && i.ftype == ftype)
+                .map(|(r, _)| r);
+            match (canonical, v < FOREIGN) {
+                (Some(r), true) if r == v => {}
+                (None, false) => {}
+                _ => return Err(format!(
+                    "entry {name:?} of {parent} → {child}: stored as {v}, canonical {canonical:?}"
+                )),
+            }
+        }
+        let used_foreign = self.entries.values().filter(|&&v| v >= FOREIGN).count();
+        let live_foreign = self.foreign.iter().flatten().count();
+        if used_foreign != live_foreign {
+            return Err(format!(
+                "{used_foreign} foreign entries referenced, {live_foreign} stored"
+            ));
+        }
+        Ok(())
     }
-    Ok(Snapshot {
-        id,
-        range,
-        lsn,
-        body,
-    })
 }
+
+/// Keys for entries listed without them (a snapshot): disambiguators in
+/// list order within each hash bucket; a later duplicate of a (parent,
+/// name) replaces the earlier one's entry, as applying them in order would.
+fn assign_cookies(entries: Vec<(Soid, Dentry)>) -> Result<Vec<(EntryKey, Dentry)>, BuildError> {
+    let mut keyed: Vec<(Soid, u64, Dentry)> = entries
+        .into_iter()
+        .map(|(p, d)| (p, entry_cookie(&d.name), d))
+        .collect();
+    // Stable: list order is kept within a bucket.
+    keyed.sort_by_key(|(p, bucket, _)| (*p, *bucket));
+    let mut out: Vec<(EntryKey, Dentry)> = Vec::with_capacity(keyed.len());
+    let mut group_start = 0;
+    for (parent, bucket, d) in keyed {
+        if out
+            .last()
+            .is_none_or(|((p, c), _)| *p != parent || c & !(BUCKET - 1) != bucket)
+        {
+            group_start = out.len();
+        }
+        if let Some(same) = out[group_start..]
+            .iter_mut()
+            .find(|(_, e)| e.name == d.name)
+        {
+            same.1 = d;
+            continue;
+        }
+        let n = (out.len() - group_start) as u64;
+        if n == BUCKET {
+            return Err(BuildError::BucketFull(parent));
+        }
+        out.push(((parent, bucket | n), d));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -179,11 +179,18 @@ impl<'m> Txn<'m> {
         if let Some(v) = self.pending_dentry(parent, name) {
             return Ok(v.clone());
         }
-        Ok(self.table_for(parent)?.dentry(parent, name).cloned())
+        Ok(self.table_for(parent)?.dentry(parent, name))
     }
 
+    /// Adds or replaces an entry. ENOSPC when `BUCKET` names of `parent`
+    /// already share the name's hash (checked here, before the record is
+    /// journaled, so applying it cannot fail).
+    ///
+    /// [`BUCKET`]: crate::table::BUCKET
     pub fn put_dentry(&mut self, parent: Soid, dentry: Dentry) -> OpResult<()> {
-        self.table_for(parent)?;
+        if !self.table_for(parent)?.can_add_entry(parent, &dentry.name) {
+            return Err(OpError::Fs(FsError::NoSpace));
+        }
         let name = dentry.name.clone();
         self.set_dentry(parent, &name, Some(dentry));
         Ok(())
@@ -263,7 +270,10 @@ impl<'m> Txn<'m> {
                 Mutation::DeleteInode { soid } if table.inode(*soid).is_some() => inode_delta -= 1,
                 _ => {}
             }
-            table.apply(m);
+            if let Err(e) = table.apply(m) {
+                // `put_dentry` ruled this out under the same table lock.
+                unreachable!("a checked mutation failed to apply: {e}");
+            }
             table.mark_applied(lsn, epoch);
             if !touched.contains(&start) {
                 touched.push(start);

@@ -307,13 +307,12 @@ fn inode_of(e: &Engine, soid: Soid) -> Inode {
         let v = e.getxattr(&root, soid, &k).unwrap();
         x.xattrs.insert(k, v);
     }
-    Inode {
+    let mut inode = Inode {
         ftype: a.ftype,
         perm: a.perm as u16,
         uid: a.uid,
         gid: a.gid,
         nlink: a.nlink,
-        rdev: a.rdev,
         size: a.size,
         atime: a.atime,
         mtime: a.mtime,
@@ -321,7 +320,9 @@ fn inode_of(e: &Engine, soid: Soid) -> Inode {
         parent: a.parent,
         name: b"".as_slice().into(),
         extra: (!x.xattrs.is_empty()).then(|| Box::new(x)),
-    }
+    };
+    inode.set_rdev(a.rdev);
+    inode
 }
 
 type Row = (Vec<u8>, Soid, u32);

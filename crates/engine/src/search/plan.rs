@@ -617,7 +617,6 @@ mod tests {
                         uid,
                         gid,
                         nlink,
-                        rdev: 0,
                         size: size * 50,
                         atime: Nanos(a * 10 - 20),
                         mtime: Nanos(m * 10 - 20),

@@ -574,7 +574,6 @@ mod tests {
             uid: 5,
             gid: 6,
             nlink: 1,
-            rdev: 0,
             size,
             atime: Nanos(10),
             mtime: Nanos(20),
