@@ -500,7 +500,7 @@ impl Filesystem for SextantFs {
             let (c, soid) = (cred(req), self.soid(ino)?);
             let mut items: Vec<DirItem> = Vec::new();
             let dir = fuser::FileType::Directory;
-            // Cookies 1 and 2 are never a name's (the engine's start at 3).
+            // Cookies 1 and 2 are never a name's (the engine's start at 256).
             if offset < 1 {
                 items.push((ino.0, 1, dir, ".".into()));
             }
