@@ -52,8 +52,20 @@ pub type TableId = u64;
 /// `(parent, cookie)`.
 type EntryKey = (Soid, u64);
 
-/// A table's inodes and keyed entries, taken out to be rebuilt.
-type Contents = (Vec<(Soid, Inode)>, Vec<(EntryKey, Dentry)>);
+/// An entry taken out of a table to be rebuilt.
+enum Held {
+    /// Stored as the child's row (this row id in the table taken from).
+    Row(u32),
+    /// Stored whole.
+    Whole(Dentry),
+}
+
+/// A table's contents, taken out to be rebuilt: inodes as (row id in the
+/// table taken from, SOID, inode), sorted by SOID; entries in key order.
+struct Contents {
+    inodes: Vec<(u32, Soid, Inode)>,
+    entries: Vec<(EntryKey, Held)>,
+}
 
 /// Entry values at or above this are foreign-entry slots (`v - FOREIGN`);
 /// below it they are row ids.
@@ -161,42 +173,66 @@ impl Table {
         if let Some((p, _)) = entries.iter().find(|(p, _)| !range.contains(*p)) {
             return Err(BuildError::EntryOutside(*p));
         }
-        let entries = assign_cookies(entries)?;
-        t.fill(inodes, entries);
+        // Stable sort, then keep the last of equal SOIDs.
+        let mut inodes = inodes;
+        inodes.sort_by_key(|(s, _)| *s);
+        let mut deduped: Vec<(u32, Soid, Inode)> = Vec::with_capacity(inodes.len());
+        for (s, i) in inodes {
+            match deduped.last_mut() {
+                Some(last) if last.1 == s => last.2 = i,
+                _ => deduped.push((deduped.len() as u32, s, i)),
+            }
+        }
+        let entries = assign_cookies(entries)?
+            .into_iter()
+            .map(|(k, d)| (k, Held::Whole(d)))
+            .collect();
+        t.fill(Contents {
+            inodes: deduped,
+            entries,
+        });
         Ok(t)
     }
 
-    /// Replaces the contents (not the bookkeeping) with `inodes` and
-    /// `entries` (sorted by unique key), built compactly. Entries keep
-    /// their keys, so readdir cursors stay valid across a rebuild. Drops
-    /// the index (row ids change).
+    /// Replaces the contents (not the bookkeeping) with `c`, built
+    /// compactly: rows exactly sized in SOID order, B-trees packed. Entries
+    /// keep their keys, so readdir cursors stay valid across a rebuild.
+    /// Drops the index (row ids change).
     ///
-    /// REQUIRES: everything lies in `range`.
-    fn fill(&mut self, mut inodes: Vec<(Soid, Inode)>, entries: Vec<(EntryKey, Dentry)>) {
-        // Stable sort, then keep the last of equal SOIDs.
-        inodes.sort_by_key(|(s, _)| *s);
-        let mut deduped: Vec<(Soid, Inode)> = Vec::with_capacity(inodes.len());
-        for (s, i) in inodes {
-            match deduped.last_mut() {
-                Some(last) if last.0 == s => *last = (s, i),
-                _ => deduped.push((s, i)),
-            }
+    /// REQUIRES: everything lies in `range`; SOIDs are unique; a
+    /// [`Held::Row`] names a row among `c.inodes`.
+    fn fill(&mut self, c: Contents) {
+        let old_rows = c.inodes.iter().map(|(r, _, _)| *r as usize + 1).max();
+        let mut new_row = vec![u32::MAX; old_rows.unwrap_or(0)];
+        for (new, (old, _, _)) in c.inodes.iter().enumerate() {
+            new_row[*old as usize] = new as u32;
         }
-        self.dirs = deduped.iter().filter(|(_, i)| i.is_dir()).count();
-        self.name_bytes = deduped.iter().map(|(_, i)| i.name.heap_bytes()).sum();
-        self.by_soid = deduped
+        self.dirs = c.inodes.iter().filter(|(_, _, i)| i.is_dir()).count();
+        self.name_bytes = c.inodes.iter().map(|(_, _, i)| i.name.heap_bytes()).sum();
+        self.by_soid = c
+            .inodes
             .iter()
             .enumerate()
-            .map(|(r, (s, _))| (*s, r as u32))
+            .map(|(r, (_, s, _))| (*s, r as u32))
             .collect();
-        self.rows = RowSlab::from_rows(deduped.into_iter());
+        self.rows = RowSlab::from_rows(c.inodes.into_iter().map(|(_, s, i)| (s, i)));
         self.free_rows = Vec::new();
         self.foreign = Vec::new();
         self.free_foreign = Vec::new();
-        let values: Vec<(EntryKey, u32)> = entries
-            .into_iter()
-            .map(|(key, d)| (key, self.value_for(key.0, d)))
-            .collect();
+        let mut values: Vec<(EntryKey, u32)> = Vec::with_capacity(c.entries.len());
+        for (key, held) in c.entries {
+            let value = match held {
+                Held::Row(old) => match new_row.get(old as usize) {
+                    Some(&new) if new != u32::MAX => new,
+                    _ => {
+                        debug_assert!(false, "a held row is not among the inodes");
+                        continue;
+                    }
+                },
+                Held::Whole(d) => self.value_for(key.0, d),
+            };
+            values.push((key, value));
+        }
         self.entries = values.into_iter().collect();
         self.foreign.shrink_to_fit();
         self.churn = 0;
@@ -591,16 +627,24 @@ impl Table {
         best.map(|(_, s)| s)
     }
 
-    /// Takes every inode and entry out (in key order), leaving the table
-    /// empty.
-    fn take_contents(&mut self) -> Contents {
-        let entries: Vec<(EntryKey, Dentry)> = self
+    /// Takes every inode and entry out, leaving the table empty. An entry
+    /// stays a [`Held::Row`] only if its child will be in the same table
+    /// as its parent after a split at `at` (or always, without a split).
+    fn take_contents(&mut self, at: Option<Soid>) -> Contents {
+        let upper = |s: Soid| at.is_some_and(|a| s >= a);
+        let entries: Vec<(EntryKey, Held)> = self
             .entries
             .iter()
-            .filter_map(|(k, &v)| self.to_dentry(v).map(|d| (*k, d)))
+            .filter_map(|(k, &v)| {
+                let held = match self.row(v) {
+                    Some((child, _)) if v < FOREIGN && upper(*child) == upper(k.0) => Held::Row(v),
+                    _ => Held::Whole(self.to_dentry(v)?),
+                };
+                Some((*k, held))
+            })
             .collect();
-        let mut inodes: Vec<(Soid, Inode)> = self.rows.drain().collect();
-        inodes.sort_by_key(|(s, _)| *s);
+        let mut inodes: Vec<(u32, Soid, Inode)> = self.rows.drain_with_ids().collect();
+        inodes.sort_by_key(|(_, s, _)| *s);
         self.by_soid = BTreeMap::new();
         self.entries = BTreeMap::new();
         self.free_rows = Vec::new();
@@ -608,7 +652,7 @@ impl Table {
         self.free_foreign = Vec::new();
         self.dirs = 0;
         self.name_bytes = 0;
-        (inodes, entries)
+        Contents { inodes, entries }
     }
 
     /// Moves every inode with SOID ≥ `at` and every entry whose parent is ≥
@@ -625,11 +669,18 @@ impl Table {
             },
         );
         self.range.last = at.checked_prev().unwrap_or(at);
-        let (mut inodes, mut entries) = self.take_contents();
-        let upper_inodes = inodes.split_off(inodes.partition_point(|(s, _)| *s < at));
-        let upper_entries = entries.split_off(entries.partition_point(|((p, _), _)| *p < at));
-        self.fill(inodes, entries);
-        upper.fill(upper_inodes, upper_entries);
+        let mut lower = self.take_contents(Some(at));
+        let upper_inodes = lower
+            .inodes
+            .split_off(lower.inodes.partition_point(|(_, s, _)| *s < at));
+        let upper_entries = lower
+            .entries
+            .split_off(lower.entries.partition_point(|((p, _), _)| *p < at));
+        self.fill(lower);
+        upper.fill(Contents {
+            inodes: upper_inodes,
+            entries: upper_entries,
+        });
         upper.last_lsn = self.last_lsn;
         upper.snapshot_lsn = 0;
         upper.first_dirty_lsn = self.first_dirty_lsn;
@@ -643,11 +694,23 @@ impl Table {
     /// REQUIRES: `upper.range.first == self.range.last + 1`.
     pub fn merge(&mut self, mut upper: Table) {
         self.range.last = upper.range.last;
-        let (mut inodes, mut entries) = self.take_contents();
-        let (upper_inodes, upper_entries) = upper.take_contents();
-        inodes.extend(upper_inodes);
-        entries.extend(upper_entries);
-        self.fill(inodes, entries);
+        // Upper's row ids follow lower's in the combined old-row space.
+        let offset = self.rows.len() as u32;
+        let mut lower = self.take_contents(None);
+        let higher = upper.take_contents(None);
+        lower.inodes.extend(
+            higher
+                .inodes
+                .into_iter()
+                .map(|(r, s, i)| (r + offset, s, i)),
+        );
+        lower
+            .entries
+            .extend(higher.entries.into_iter().map(|(k, held)| match held {
+                Held::Row(r) => (k, Held::Row(r + offset)),
+                whole => (k, whole),
+            }));
+        self.fill(lower);
         self.last_lsn = self.last_lsn.max(upper.last_lsn);
         self.first_dirty_lsn = match (self.first_dirty_lsn, upper.first_dirty_lsn) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -668,8 +731,8 @@ impl Table {
         if self.churn <= self.inode_count() / 8 + 64 {
             return false;
         }
-        let (inodes, entries) = self.take_contents();
-        self.fill(inodes, entries);
+        let contents = self.take_contents(None);
+        self.fill(contents);
         true
     }
 

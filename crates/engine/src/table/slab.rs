@@ -89,13 +89,15 @@ impl RowSlab {
             .filter_map(|(i, r)| r.as_ref().map(|r| (i as u32, r)))
     }
 
-    /// Takes every live row out, in id order, leaving the slab empty.
-    pub fn drain(&mut self) -> impl Iterator<Item = (Soid, Inode)> {
+    /// Takes every live row out with its id, in id order, leaving the
+    /// slab empty.
+    pub fn drain_with_ids(&mut self) -> impl Iterator<Item = (u32, Soid, Inode)> {
         self.len = 0;
         std::mem::take(&mut self.chunks)
             .into_iter()
             .flatten()
-            .flatten()
+            .enumerate()
+            .filter_map(|(i, r)| r.map(|(s, ino)| (i as u32, s, ino)))
     }
 
     /// Bytes allocated for rows.
@@ -148,7 +150,8 @@ mod tests {
             assert!(s.get((n + CHUNK + 3) as u32).is_none());
             *s.slot_mut(0).unwrap() = None;
             assert!(s.get(0).is_none());
-            assert_eq!(s.drain().count(), n + CHUNK + 3 - 1);
+            let drained: Vec<u32> = s.drain_with_ids().map(|(r, _, _)| r).collect();
+            assert_eq!(drained, (1..(n + CHUNK + 3) as u32).collect::<Vec<_>>());
             assert_eq!(s.len(), 0);
         }
     }
