@@ -1,0 +1,1098 @@
+//! `sextant find` and `sextant stats`: GNU find's command line, answered by
+//! Sextant's search instead of a crawl.
+//!
+//! - [`parse`]: the command line (pure, unit-tested);
+//! - [`plan`]: server filters and the exact client-side evaluation;
+//! - [`printf`]: `-printf` and `-ls` output;
+//! - [`mounts`]: paths under a `sextant mount` → namespace paths.
+//!
+//! Per starting point: (1) the starting point itself (depth 0) is fetched
+//! and evaluated here, as find names it as typed; (2) the truth of opaque
+//! tests (`-empty` on directories, xattrs) is fetched by extra queries;
+//! (3) when the expression can `-prune`, the directories where it would
+//! prune are fetched and evaluated, and nothing below them is reported (a
+//! pruned directory stops descent in find, so its descendants are never
+//! evaluated: dropping every hit with a pruned ancestor is exactly that);
+//! (4) the main query streams the entries that may print, and the
+//! expression runs on each, actions in order. Output order is the
+//! server's, not find's traversal order: compare sorted.
+
+mod mounts;
+pub mod parse;
+mod plan;
+pub mod printf;
+
+use crate::format::json_entry;
+use crate::session::{Session, Target};
+use crate::Cli;
+use anyhow::{bail, Context, Result};
+use parse::{Action, Command, Env, Node, Test};
+use plan::{Filters, Opaque, Subject, Tree};
+use sextant_client::Error;
+use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, Pred, SearchHit};
+use sextant_proto::search::{SearchScope, SearchSpec};
+use sextant_types::{Attr, FileType, FsError, Nanos};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Shown by `sextant find --help`.
+pub const FIND_HELP: &str = "\
+GNU find's syntax and semantics, answered from Sextant's indexes: the same
+expression prints the same set of lines as GNU find on the mounted tree
+(order aside: results come in the server's order, not traversal order).
+
+PATH is a path under a `sextant mount` mount point (results carry the prefix
+you typed, as with find) or an absolute path in the namespace. Global flags
+(--json, --server, ...) go before PATH.
+
+Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
+           -type f,d,l,b,c,p,s   -user U  -group G  -uid N  -gid N
+           -size N[bcwkMG]  -empty  -links N  -inum N  -samefile F
+           -perm MODE|-MODE|/MODE (octal or symbolic, e.g. u+x,g=w)
+           -mtime -atime -ctime N (days)   -mmin -amin -cmin N (minutes)
+           -newer F  -anewer F  -cnewer F  -true  -false
+           N is n (exactly), +n (more than) or -n (less than), with find's
+           rounding: -size rounds up to the unit (-size -1k: empty files),
+           -mtime n means n whole days old (-mtime +1: at least 2 days).
+Options:   -maxdepth N  -mindepth N  -depth  (-xdev -mount -noleaf: no-ops)
+Operators: ( EXPR )  ! EXPR  -not EXPR  EXPR -a EXPR (or just adjacent)
+           EXPR -o EXPR  EXPR , EXPR
+Actions:   -print  -print0  -ls  -prune
+           -printf FORMAT  (%p %f %h %P %H %s %m %M %u %g %U %G %n %i %y %d
+           %l %b %k %a %c %t %A@ %C@ %T@ %Ak %Ck %Tk (strftime k), width
+           and precision like %-10p %.3f; escapes \\n \\t \\0 \\\\ \\NNN \\c)
+Sextant extensions (not in GNU find):
+           -xattr KEY        has the extended attribute KEY
+           -xattr KEY=VALUE  ... with exactly that value
+Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
+-fls -quit -regex -lname -xtype -readable -writable -executable -nouser
+-nogroup -newerXY -daystart -fstype -L -H.
+Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
+%b/%k are derived from the size; -ls columns have fixed widths; a directory
+the caller cannot list is skipped silently (find also prints an error).
+Reference files (-newer F, -samefile F) are resolved like PATH; a -newer
+file that is in neither the namespace nor a mount is read locally.
+
+Examples:
+  sextant find /mnt/sextant/proj -name '*.c' -size +100k
+  sextant find /proj -user alice -mtime -7 -printf '%s %p\\n'
+  sextant find /mnt/sextant -path '*/.git' -prune -o -type f -print0 | xargs -0 ls
+  sextant --json find /proj -newer /proj/stamp -type f
+  sextant find /proj -xattr user.project=apollo
+Exit status: 0 if all went well, 1 after any error (e.g. a missing PATH).";
+
+/// Shown by `sextant stats --help`.
+pub const STATS_HELP: &str = "\
+Counts and total sizes of what `sextant find PATH... EXPRESSION` would
+print, optionally grouped (--by user|group|type|ext|dir). The expression is
+find's (tests and operators; no actions). Permission-aware: only what the
+caller could list is counted.
+
+Examples:
+  sextant stats /proj
+  sextant stats --by user /mnt/sextant/proj -type f
+  sextant --json stats --by ext /proj -size +1M";
+
+#[derive(clap::Args, Debug)]
+pub struct FindArgs {
+    /// Starting points, then the expression (see below).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PATH... EXPRESSION"
+    )]
+    pub args: Vec<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    User,
+    Group,
+    Type,
+    Ext,
+    Dir,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// Group the totals.
+    #[arg(long, value_enum)]
+    pub by: Option<By>,
+    /// Starting points (default /), then a find expression.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PATH... EXPRESSION"
+    )]
+    pub args: Vec<String>,
+}
+
+// ---- the outside world ----------------------------------------------------------
+
+/// The user and group databases (getpwnam_r & co.), cached.
+#[derive(Default)]
+struct Names {
+    users: HashMap<u32, String>,
+    groups: HashMap<u32, String>,
+}
+
+fn c_buf_call(mut f: impl FnMut(&mut [libc::c_char]) -> Option<String>) -> Option<String> {
+    let mut size = 1024;
+    while size <= 1 << 20 {
+        let mut buf = vec![0 as libc::c_char; size];
+        if let Some(s) = f(&mut buf) {
+            return Some(s);
+        }
+        size *= 4;
+    }
+    None
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    c_buf_call(|buf| {
+        // SAFETY: getpwuid_r writes into `pw` and `buf` (sized by len) only;
+        // `res` is set to &pw on success.
+        unsafe {
+            let mut pw: libc::passwd = std::mem::zeroed();
+            let mut res: *mut libc::passwd = std::ptr::null_mut();
+            let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut res);
+            if rc == 0 && !res.is_null() {
+                Some(
+                    std::ffi::CStr::from_ptr(pw.pw_name)
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            } else if rc == libc::ERANGE {
+                None
+            } else {
+                Some(String::new())
+            }
+        }
+    })
+    .filter(|s| !s.is_empty())
+}
+
+fn group_name(gid: u32) -> Option<String> {
+    c_buf_call(|buf| {
+        // SAFETY: as for getpwuid_r.
+        unsafe {
+            let mut gr: libc::group = std::mem::zeroed();
+            let mut res: *mut libc::group = std::ptr::null_mut();
+            let rc = libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut res);
+            if rc == 0 && !res.is_null() {
+                Some(
+                    std::ffi::CStr::from_ptr(gr.gr_name)
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            } else if rc == libc::ERANGE {
+                None
+            } else {
+                Some(String::new())
+            }
+        }
+    })
+    .filter(|s| !s.is_empty())
+}
+
+fn uid_of(name: &str) -> Option<u32> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut found = None;
+    c_buf_call(|buf| {
+        // SAFETY: as for getpwuid_r.
+        unsafe {
+            let mut pw: libc::passwd = std::mem::zeroed();
+            let mut res: *mut libc::passwd = std::ptr::null_mut();
+            let rc = libc::getpwnam_r(
+                cname.as_ptr(),
+                &mut pw,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut res,
+            );
+            if rc == libc::ERANGE {
+                return None;
+            }
+            if rc == 0 && !res.is_null() {
+                found = Some(pw.pw_uid);
+            }
+            Some(String::new())
+        }
+    });
+    found
+}
+
+fn gid_of(name: &str) -> Option<u32> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut found = None;
+    c_buf_call(|buf| {
+        // SAFETY: as for getpwuid_r.
+        unsafe {
+            let mut gr: libc::group = std::mem::zeroed();
+            let mut res: *mut libc::group = std::ptr::null_mut();
+            let rc = libc::getgrnam_r(
+                cname.as_ptr(),
+                &mut gr,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut res,
+            );
+            if rc == libc::ERANGE {
+                return None;
+            }
+            if rc == 0 && !res.is_null() {
+                found = Some(gr.gr_gid);
+            }
+            Some(String::new())
+        }
+    });
+    found
+}
+
+impl Names {
+    fn user(&mut self, uid: u32) -> &str {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
+    }
+
+    fn group(&mut self, gid: u32) -> &str {
+        self.groups
+            .entry(gid)
+            .or_insert_with(|| group_name(gid).unwrap_or_else(|| gid.to_string()))
+    }
+}
+
+struct RealEnv {
+    now: Nanos,
+}
+
+impl Env for RealEnv {
+    fn now(&self) -> Nanos {
+        self.now
+    }
+    fn uid_of(&self, user: &str) -> Option<u32> {
+        uid_of(user)
+    }
+    fn gid_of(&self, group: &str) -> Option<u32> {
+        gid_of(group)
+    }
+}
+
+fn now() -> Nanos {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Nanos::from_parts(d.as_secs() as i64, d.subsec_nanos()).unwrap_or(Nanos(i64::MAX))
+}
+
+/// `No such file or directory` (find's capitalisation).
+fn describe(e: &Error) -> String {
+    let s = match e {
+        Error::Fs(f) => f.to_string(),
+        other => other.to_string(),
+    };
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => s,
+    }
+}
+
+// ---- one run ---------------------------------------------------------------------
+
+/// Everything a run shares.
+struct Run<'a> {
+    s: &'a Session,
+    cwd: PathBuf,
+    mounts: Vec<mounts::Mount>,
+    cmd: &'a Command,
+    tree: Tree,
+    filters: Filters,
+    names: Names,
+    now: Nanos,
+    /// Some error was reported (exit status 1).
+    failed: bool,
+}
+
+fn report(msg: impl std::fmt::Display) {
+    eprintln!("sextant find: {msg}");
+}
+
+/// Collects every hit of `expr` under `ns`.
+async fn collect(s: &Session, ns: &[u8], expr: Expr, limit: u64) -> Result<Vec<SearchHit>, Error> {
+    if expr == Expr::False {
+        return Ok(Vec::new());
+    }
+    let mut spec = SearchSpec::new(SearchScope::Path(ns.to_vec()), expr);
+    spec.limit = limit;
+    let mut h = s.search(&spec).await?;
+    let mut all = Vec::new();
+    while let Some(b) = h.next_batch().await? {
+        all.extend(b);
+    }
+    Ok(all)
+}
+
+fn depth(min: u32, max: u32) -> Expr {
+    if min > max {
+        Expr::False
+    } else {
+        Expr::Pred(Pred::Depth { min, max })
+    }
+}
+
+/// The name `-name` sees for a typed starting point: its last component,
+/// trailing slashes removed (`/` stays `/`).
+fn typed_name(typed: &[u8]) -> &[u8] {
+    let b = printf::base_name(typed);
+    let mut end = b.len();
+    while end > 1 && b[end - 1] == b'/' {
+        end -= 1;
+    }
+    &b[..end]
+}
+
+/// The path find would print for `hit` under starting point `typed`
+/// (namespace path `root`).
+fn printed(typed: &[u8], root: &[u8], hit: &SearchHit) -> Vec<u8> {
+    if hit.depth == 0 {
+        return typed.to_vec();
+    }
+    let rel: &[u8] = if root == b"/" {
+        &hit.path
+    } else {
+        hit.path.strip_prefix(root).unwrap_or(&hit.path)
+    };
+    let mut p = typed.to_vec();
+    if p.ends_with(b"/") {
+        p.extend_from_slice(rel.strip_prefix(b"/").unwrap_or(rel));
+    } else {
+        p.extend_from_slice(rel);
+    }
+    p
+}
+
+fn has_pruned_ancestor(path: &[u8], root: &[u8], pruned: &HashSet<Vec<u8>>) -> bool {
+    if path.len() <= 1 {
+        return false;
+    }
+    let mut end = path.len();
+    while let Some(i) = path[..end].iter().rposition(|&c| c == b'/') {
+        let prefix: &[u8] = if i == 0 { b"/" } else { &path[..i] };
+        if prefix.len() < root.len() {
+            return false;
+        }
+        if pruned.contains(prefix) {
+            return true;
+        }
+        if i == 0 {
+            return false;
+        }
+        end = i;
+    }
+    false
+}
+
+impl Run<'_> {
+    /// Resolves `-newer F` and `-samefile F` as find does: F is located
+    /// like a starting point; a `-newer` file outside Sextant is read
+    /// locally.
+    async fn resolve_ref(&self, file: &str, local_ok: bool) -> Result<Attr> {
+        let loc = mounts::locate(file, &self.cwd, &self.mounts);
+        if let Ok(l) = &loc {
+            match self.s.resolve_raw(&l.ns, false).await {
+                Ok(a) => return Ok(a),
+                Err(e) if e.fs() == Some(FsError::NotFound) && l.mount.is_none() && local_ok => {}
+                Err(e) => bail!("'{file}': {}", describe(&e)),
+            }
+        }
+        if local_ok {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::symlink_metadata(file)
+                .map_err(|e| anyhow::anyhow!("'{file}': {}", describe_io(&e)))?;
+            let t = |s: i64, n: i64| {
+                Nanos::from_parts(s, n.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0))
+            };
+            return Ok(Attr {
+                soid: sextant_types::Soid::ROOT,
+                ftype: FileType::Regular,
+                perm: 0,
+                uid: m.uid(),
+                gid: m.gid(),
+                nlink: m.nlink() as u32,
+                size: m.size(),
+                rdev: 0,
+                atime: t(m.atime(), m.atime_nsec()),
+                mtime: t(m.mtime(), m.mtime_nsec()),
+                ctime: t(m.ctime(), m.ctime_nsec()),
+                parent: sextant_types::Soid::ROOT,
+            });
+        }
+        match loc {
+            Ok(_) => bail!("'{file}': No such file or directory"),
+            Err(e) => bail!("'{file}': {e}"),
+        }
+    }
+
+    /// Runs the expression on one entry and writes what its actions print.
+    async fn visit(
+        &mut self,
+        typed: &[u8],
+        root: &[u8],
+        hit: &SearchHit,
+        opaque: &Opaque,
+        sink: &mut dyn Sink,
+    ) {
+        let shown = printed(typed, root, hit);
+        let name: &[u8] = if hit.depth == 0 {
+            typed_name(typed)
+        } else {
+            hit.name()
+        };
+        let link = if sink.needs_link() && hit.attr.ftype == FileType::Symlink {
+            match self.s.readlink(hit.soid).await {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    report(format_args!(
+                        "'{}': {}",
+                        String::from_utf8_lossy(&shown),
+                        describe(&e)
+                    ));
+                    self.failed = true;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let subject = Subject {
+            hit,
+            printed: &shown,
+            name,
+        };
+        let user = self.names.user(hit.attr.uid).to_string();
+        let group = self.names.group(hit.attr.gid).to_string();
+        let facts = printf::Facts {
+            path: &shown,
+            start: typed,
+            depth: hit.depth,
+            attr: &hit.attr,
+            link: link.as_deref(),
+            user: &user,
+            group: &group,
+        };
+        let now = self.now;
+        plan::run(&self.tree, &subject, opaque, &mut |a| {
+            sink.action(a, &facts, hit, now);
+            true
+        });
+        sink.end_entry();
+    }
+
+    /// One starting point.
+    async fn start(&mut self, typed: &str, sink: &mut dyn Sink) -> Result<(), Error> {
+        let loc = match mounts::locate(typed, &self.cwd, &self.mounts) {
+            Ok(l) => l,
+            Err(e) => {
+                report(format_args!("'{typed}': {e}"));
+                self.failed = true;
+                return Ok(());
+            }
+        };
+        let (min, max) = (self.cmd.min_depth, self.cmd.max_depth);
+        let ns = loc.ns.clone();
+        // (1) The starting point.
+        let root_hit = match collect(self.s, &ns, depth(0, 0), 1).await?.pop() {
+            Some(h) => h,
+            None => return Err(Error::Fs(FsError::NotFound)),
+        };
+        let root = root_hit.path.clone();
+        let tb = typed.as_bytes();
+        // (2) Opaque tests.
+        let relevant = plan::or(self.filters.out.clone(), self.filters.prune.clone());
+        let mut opaque = Opaque::default();
+        for p in self.filters.opaque.clone() {
+            let q = plan::and(
+                depth(min, max),
+                plan::opaque_query(&p, &plan::or(depth(0, 0), relevant.clone())),
+            );
+            let paths = collect(self.s, &ns, q, 0)
+                .await?
+                .into_iter()
+                .map(|h| h.path)
+                .collect();
+            opaque.sets.push((p, paths));
+        }
+        // (3) Where -prune fires (only directories find would descend into).
+        let mut pruned: HashSet<Vec<u8>> = HashSet::new();
+        if self.filters.prune != Expr::False && max > 0 {
+            let q = plan::and(
+                plan::and(
+                    depth(min, max - 1),
+                    Expr::Pred(Pred::Type(vec![FileType::Directory])),
+                ),
+                plan::or(depth(0, 0), self.filters.prune.clone()),
+            );
+            for hit in collect(self.s, &ns, q, 0).await? {
+                let shown = printed(tb, &root, &hit);
+                let name: &[u8] = if hit.depth == 0 {
+                    typed_name(tb)
+                } else {
+                    hit.name()
+                };
+                let subject = Subject {
+                    hit: &hit,
+                    printed: &shown,
+                    name,
+                };
+                let mut fired = false;
+                plan::run(&self.tree, &subject, &opaque, &mut |a| {
+                    fired |= matches!(a, Action::Prune);
+                    true
+                });
+                if fired {
+                    pruned.insert(hit.path.clone());
+                }
+            }
+        }
+        // (4) The starting point, then everything below it.
+        if min == 0 {
+            self.visit(tb, &root, &root_hit, &opaque, sink).await;
+        }
+        if max == 0 || pruned.contains(&root) || root_hit.attr.ftype != FileType::Directory {
+            return Ok(());
+        }
+        let q = plan::and(depth(min.max(1), max), self.filters.out.clone());
+        if q == Expr::False {
+            return Ok(());
+        }
+        let spec = SearchSpec::new(SearchScope::Path(ns), q);
+        let mut hits = self.s.search(&spec).await?;
+        while let Some(batch) = hits.next_batch().await? {
+            for hit in batch {
+                if !pruned.is_empty() && has_pruned_ancestor(&hit.path, &root, &pruned) {
+                    continue;
+                }
+                self.visit(tb, &root, &hit, &opaque, sink).await;
+            }
+            sink.flush();
+        }
+        Ok(())
+    }
+}
+
+fn describe_io(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// Where the entries that print go.
+trait Sink {
+    fn needs_link(&self) -> bool;
+    fn action(&mut self, a: &Action, facts: &printf::Facts<'_>, hit: &SearchHit, now: Nanos);
+    /// After each entry.
+    fn end_entry(&mut self) {}
+    fn flush(&mut self) {}
+}
+
+/// `sextant find`'s output.
+struct Output {
+    out: std::io::BufWriter<std::io::Stdout>,
+    json: bool,
+    needs_link: bool,
+    /// --json: this entry was already printed.
+    printed: bool,
+    /// Writing failed (e.g. a closed pipe): stop quietly.
+    broken: bool,
+}
+
+impl Sink for Output {
+    fn needs_link(&self) -> bool {
+        self.needs_link
+    }
+
+    fn action(&mut self, a: &Action, x: &printf::Facts<'_>, hit: &SearchHit, now: Nanos) {
+        let mut buf = Vec::new();
+        if self.json {
+            if matches!(a, Action::Prune) || self.printed {
+                return;
+            }
+            self.printed = true;
+            let p = String::from_utf8_lossy(x.path);
+            if let Ok(s) = serde_json::to_string(&json_entry(&p, &hit.attr)) {
+                buf.extend_from_slice(s.as_bytes());
+                buf.push(b'\n');
+            }
+        } else {
+            match a {
+                Action::Print => {
+                    buf.extend_from_slice(x.path);
+                    buf.push(b'\n');
+                }
+                Action::Print0 => {
+                    buf.extend_from_slice(x.path);
+                    buf.push(0);
+                }
+                Action::Printf(f) => printf::render(f, x, &mut buf),
+                Action::Ls => {
+                    buf.extend(printf::ls_line(x, now));
+                    buf.push(b'\n');
+                }
+                Action::Prune => {}
+            }
+        }
+        if !self.broken && self.out.write_all(&buf).is_err() {
+            self.broken = true;
+        }
+    }
+
+    fn end_entry(&mut self) {
+        self.printed = false;
+    }
+
+    fn flush(&mut self) {
+        if !self.broken && self.out.flush().is_err() {
+            self.broken = true;
+        }
+    }
+}
+
+/// `sextant stats`' client-side aggregation (when the server cannot
+/// aggregate exactly).
+struct Counter {
+    by: GroupBy,
+    agg: Aggregation,
+    counted: bool,
+}
+
+impl Sink for Counter {
+    fn needs_link(&self) -> bool {
+        false
+    }
+
+    fn action(&mut self, a: &Action, _: &printf::Facts<'_>, hit: &SearchHit, _: Nanos) {
+        if !matches!(a, Action::Prune) && !self.counted {
+            self.counted = true;
+            self.agg.add(self.by, hit);
+        }
+    }
+
+    fn end_entry(&mut self) {
+        self.counted = false;
+    }
+}
+
+fn needs_link(tree: &Tree) -> bool {
+    let mut yes = false;
+    tree.for_each_leaf(&mut |n| {
+        if let Node::Action(Action::Ls) = n {
+            yes = true;
+        }
+        if let Node::Action(Action::Printf(f)) = n {
+            yes |= f.needs_link();
+        }
+    });
+    yes
+}
+
+/// Opens the session: `--server`, else the server of the mount the first
+/// mounted PATH is under, else the usual default.
+async fn open_session(
+    cli: &Cli,
+    paths: &[String],
+    mounts: &[mounts::Mount],
+    cwd: &std::path::Path,
+) -> Result<Session> {
+    let mut server = cli.server.clone();
+    if server.is_none() && !cli.local {
+        let mut found: Option<String> = None;
+        for p in paths {
+            if let Ok(mounts::Located {
+                mount:
+                    Some(mounts::Mount {
+                        server: Some(addr), ..
+                    }),
+                ..
+            }) = mounts::locate(p, cwd, mounts)
+            {
+                match &found {
+                    Some(f) if *f != addr => {
+                        bail!("the paths are under mounts of different servers ({f} and {addr}); run one sextant find per server")
+                    }
+                    _ => found = Some(addr),
+                }
+            }
+        }
+        server = found;
+    }
+    let data = cli
+        .data
+        .clone()
+        .unwrap_or_else(crate::session::default_data);
+    Session::open(Target {
+        data: &data,
+        server: server.as_deref(),
+        secret: cli.secret.as_deref(),
+        secret_file: cli.secret_file.as_deref(),
+        local: cli.local,
+    })
+    .await
+}
+
+/// Parses the command line and resolves its reference files.
+async fn prepare<'a>(
+    s: &'a Session,
+    cmd: &'a Command,
+    cwd: PathBuf,
+    mounts: Vec<mounts::Mount>,
+    now: Nanos,
+) -> Result<Run<'a>> {
+    let mut run = Run {
+        s,
+        cwd,
+        mounts,
+        cmd,
+        tree: Node::Test(Test::Const(true)),
+        filters: Filters {
+            out: Expr::False,
+            prune: Expr::False,
+            opaque: Vec::new(),
+        },
+        names: Names::default(),
+        now,
+        failed: false,
+    };
+    // Reference files, resolved once each (find stats them at parse time).
+    let mut refs: Vec<(String, bool)> = Vec::new();
+    cmd.expr.for_each_leaf(&mut |n| match n {
+        Node::Test(Test::Newer { file, .. }) => refs.push((file.clone(), true)),
+        Node::Test(Test::Samefile(file)) => refs.push((file.clone(), false)),
+        _ => {}
+    });
+    let mut resolved: HashMap<(String, bool), Attr> = HashMap::new();
+    for r in refs {
+        if let std::collections::hash_map::Entry::Vacant(v) = resolved.entry(r) {
+            let a = run.resolve_ref(&v.key().0, v.key().1).await?;
+            v.insert(a);
+        }
+    }
+    let tree = cmd.expr.clone().map_tests(&mut |t| -> Result<Test> {
+        Ok(match t {
+            Test::Newer { which, file } => {
+                let a = resolved
+                    .get(&(file.clone(), true))
+                    .with_context(|| format!("'{file}' was not resolved"))?;
+                match a.mtime.0.checked_add(1) {
+                    Some(lo) => Test::Pred(Pred::Time {
+                        which,
+                        lo: Nanos(lo),
+                        hi: Nanos(i64::MAX),
+                    }),
+                    None => Test::Const(false),
+                }
+            }
+            Test::Samefile(file) => {
+                let a = resolved
+                    .get(&(file.clone(), false))
+                    .with_context(|| format!("'{file}' was not resolved"))?;
+                Test::Pred(Pred::Soid(a.soid))
+            }
+            other => other,
+        })
+    })?;
+    run.filters = plan::filters(&tree, cmd.depth_first);
+    run.tree = tree;
+    Ok(run)
+}
+
+/// `sextant find ARGS`; returns whether everything went well.
+pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
+    let now = now();
+    let cmd = match parse::parse(args, &RealEnv { now }) {
+        Ok(c) => c,
+        Err(e) => {
+            report(e);
+            return Ok(false);
+        }
+    };
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let mounts = mounts::current();
+    let s = open_session(cli, &cmd.paths, &mounts, &cwd).await?;
+    let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
+        Ok(r) => r,
+        Err(e) => {
+            report(format_args!("{e:#}"));
+            return Ok(false);
+        }
+    };
+    let mut out = Output {
+        out: std::io::BufWriter::new(std::io::stdout()),
+        json: cli.json,
+        needs_link: needs_link(&run.tree),
+        printed: false,
+        broken: false,
+    };
+    for p in &cmd.paths {
+        if let Err(e) = run.start(p, &mut out).await {
+            out.flush();
+            report(format_args!("'{p}': {}", describe(&e)));
+            run.failed = true;
+        }
+    }
+    out.flush();
+    let ok = !run.failed;
+    drop(run);
+    s.close()?;
+    Ok(ok)
+}
+
+fn group_by(by: Option<By>) -> GroupBy {
+    match by {
+        Some(By::User) => GroupBy::Uid,
+        Some(By::Group) => GroupBy::Gid,
+        Some(By::Type) => GroupBy::Type,
+        Some(By::Ext) => GroupBy::Extension,
+        Some(By::Dir) | None => GroupBy::Directory,
+    }
+}
+
+/// Can the server aggregate this expression exactly? Yes unless it has
+/// actions (refused anyway), `-prune`, or `-path` (matched against printed
+/// paths).
+fn server_exact(tree: &Tree) -> bool {
+    let mut ok = true;
+    tree.for_each_leaf(&mut |n| match n {
+        Node::Test(Test::Pred(Pred::Path { .. })) | Node::Action(Action::Prune) => ok = false,
+        _ => {}
+    });
+    ok
+}
+
+/// `sextant stats`.
+pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
+    let now = now();
+    let mut args = a.args.clone();
+    if args
+        .first()
+        .is_none_or(|f| f.starts_with('-') || f == "(" || f == "!")
+    {
+        args.insert(0, "/".into());
+    }
+    let cmd = match parse::parse(&args, &RealEnv { now }) {
+        Ok(c) => c,
+        Err(e) => {
+            report(e);
+            return Ok(false);
+        }
+    };
+    let mut actions = false;
+    cmd.expr.for_each_leaf(&mut |n| {
+        if matches!(n, Node::Action(a) if !matches!(a, Action::Prune)) {
+            actions = true;
+        }
+    });
+    // The parser appends the implicit -print: only it may be there.
+    if actions
+        && !matches!(&cmd.expr, Node::And(_, b) if **b == Node::Action(Action::Print))
+        && cmd.expr != Node::Action(Action::Print)
+    {
+        eprintln!("sextant stats: actions (-print, -printf, ...) are not allowed; stats counts what find would print");
+        return Ok(false);
+    }
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let mounts = mounts::current();
+    let s = open_session(cli, &cmd.paths, &mounts, &cwd).await?;
+    let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
+        Ok(r) => r,
+        Err(e) => {
+            report(format_args!("{e:#}"));
+            return Ok(false);
+        }
+    };
+    let by = group_by(a.by);
+    let mut total = Aggregation::default();
+    let exact = server_exact(&run.tree) && run.filters.opaque.is_empty();
+    for p in &cmd.paths {
+        let r: Result<(), Error> = async {
+            let mut counter = Counter {
+                by,
+                agg: Aggregation::default(),
+                counted: false,
+            };
+            if exact {
+                // The starting point client-side (find names it as
+                // typed), the rest aggregated by the server.
+                let saved = run.cmd.max_depth;
+                let loc = mounts::locate(p, &run.cwd, &run.mounts)
+                    .map_err(|_| Error::Fs(FsError::NotFound))?;
+                if run.cmd.min_depth == 0 {
+                    let probe = Command {
+                        max_depth: 0,
+                        ..run.cmd.clone()
+                    };
+                    let mut sub = Run {
+                        s: run.s,
+                        cwd: run.cwd.clone(),
+                        mounts: run.mounts.clone(),
+                        cmd: &probe,
+                        tree: run.tree.clone(),
+                        filters: run.filters.clone(),
+                        names: Names::default(),
+                        now,
+                        failed: false,
+                    };
+                    sub.start(p, &mut counter).await?;
+                    run.failed |= sub.failed;
+                }
+                if saved > 0 {
+                    let q = plan::and(
+                        depth(run.cmd.min_depth.max(1), saved),
+                        run.filters.out.clone(),
+                    );
+                    if q != Expr::False {
+                        let mut spec = SearchSpec::new(SearchScope::Path(loc.ns), q);
+                        spec.group_by = Some(by);
+                        let mut h = s.search(&spec).await?;
+                        while h.next_batch().await?.is_some() {}
+                        if let Some(d) = h.done() {
+                            for (k, t) in &d.groups {
+                                let e = counter.agg.groups.entry(k.clone()).or_default();
+                                e.count += t.count;
+                                e.size += t.size;
+                            }
+                            counter.agg.total.count += d.count;
+                            counter.agg.total.size += d.total_size;
+                        }
+                    }
+                }
+            } else {
+                run.start(p, &mut counter).await?;
+            }
+            for (k, t) in counter.agg.groups {
+                let e = total.groups.entry(k).or_default();
+                e.count += t.count;
+                e.size += t.size;
+            }
+            total.total.count += counter.agg.total.count;
+            total.total.size += counter.agg.total.size;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            report(format_args!("'{p}': {}", describe(&e)));
+            run.failed = true;
+        }
+    }
+    print_stats(&total, a.by, cli.json, &mut run.names)?;
+    let ok = !run.failed;
+    drop(run);
+    s.close()?;
+    Ok(ok)
+}
+
+fn key_text(k: &GroupKey, names: &mut Names) -> String {
+    match k {
+        GroupKey::Uid(u) => names.user(*u).to_string(),
+        GroupKey::Gid(g) => names.group(*g).to_string(),
+        GroupKey::Type(t) => crate::format::type_name(*t).to_string(),
+        GroupKey::Extension(e) => String::from_utf8_lossy(e).into_owned(),
+        GroupKey::Directory(d) => String::from_utf8_lossy(d).into_owned(),
+    }
+}
+
+fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names) -> Result<()> {
+    if json {
+        let groups: Vec<serde_json::Value> = if by.is_some() {
+            agg.groups
+                .iter()
+                .map(|(k, t)| {
+                    let mut v = serde_json::json!({
+                        "key": key_text(k, names), "count": t.count, "size": t.size
+                    });
+                    match k {
+                        GroupKey::Uid(u) => v["uid"] = (*u).into(),
+                        GroupKey::Gid(g) => v["gid"] = (*g).into(),
+                        _ => {}
+                    }
+                    v
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "groups": groups,
+                "total": { "count": agg.total.count, "size": agg.total.size },
+            })
+        );
+        return Ok(());
+    }
+    if by.is_some() {
+        println!("{:>12} {:>16}  KEY", "COUNT", "SIZE");
+        for (k, t) in &agg.groups {
+            println!("{:>12} {:>16}  {}", t.count, t.size, key_text(k, names));
+        }
+    }
+    println!("{:>12} {:>16}  total", agg.total.count, agg.total.size);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_types::Soid;
+
+    fn hit(path: &str, depth: u32) -> SearchHit {
+        SearchHit {
+            path: path.as_bytes().to_vec(),
+            soid: Soid::ROOT,
+            attr: Attr {
+                soid: Soid::ROOT,
+                ftype: FileType::Regular,
+                perm: 0,
+                uid: 0,
+                gid: 0,
+                nlink: 1,
+                size: 0,
+                rdev: 0,
+                atime: Nanos(0),
+                mtime: Nanos(0),
+                ctime: Nanos(0),
+                parent: Soid::ROOT,
+            },
+            depth,
+        }
+    }
+
+    #[test]
+    fn printed_paths_keep_the_typed_prefix() {
+        assert_eq!(printed(b"mnt", b"/", &hit("/a/b", 2)), b"mnt/a/b");
+        assert_eq!(printed(b"mnt/", b"/", &hit("/a/b", 2)), b"mnt/a/b");
+        assert_eq!(printed(b"./", b"/p", &hit("/p/x", 1)), b"./x");
+        assert_eq!(printed(b".", b"/p", &hit("/p/x", 1)), b"./x");
+        assert_eq!(printed(b".", b"/p", &hit("/p", 0)), b".");
+        assert_eq!(printed(b"/", b"/", &hit("/a", 1)), b"/a");
+        assert_eq!(typed_name(b"mnt/d/"), b"d");
+        assert_eq!(typed_name(b"/"), b"/");
+        assert_eq!(typed_name(b"."), b".");
+    }
+
+    #[test]
+    fn pruned_ancestors() {
+        let pruned: HashSet<Vec<u8>> = [b"/r/a".to_vec()].into_iter().collect();
+        assert!(has_pruned_ancestor(b"/r/a/b", b"/r", &pruned));
+        assert!(has_pruned_ancestor(b"/r/a/b/c", b"/r", &pruned));
+        assert!(!has_pruned_ancestor(b"/r/a", b"/r", &pruned));
+        assert!(!has_pruned_ancestor(b"/r/ab/c", b"/r", &pruned));
+        let root: HashSet<Vec<u8>> = [b"/".to_vec()].into_iter().collect();
+        assert!(has_pruned_ancestor(b"/x", b"/", &root));
+        assert!(!has_pruned_ancestor(b"/", b"/", &root));
+    }
+}
