@@ -374,6 +374,33 @@ fn printed(typed: &[u8], root: &[u8], hit: &SearchHit) -> Vec<u8> {
     p
 }
 
+/// Directories `cred` (not root) may not list (read and search), in
+/// `check_access`'s terms: exactly one class applies (owner, else group,
+/// else other) and it must have r and x.
+fn fold_not_listable(cred: &sextant_types::Credentials) -> Expr {
+    use sextant_engine::search::PermMatch;
+    let owner = Expr::Pred(Pred::Uid {
+        lo: cred.uid,
+        hi: cred.uid,
+    });
+    let mut gids: Vec<u32> = cred.groups.clone();
+    gids.push(cred.gid);
+    gids.sort_unstable();
+    gids.dedup();
+    let group = Expr::Or(
+        gids.into_iter()
+            .map(|g| Expr::Pred(Pred::Gid { lo: g, hi: g }))
+            .collect(),
+    );
+    let all = |m: u16| Expr::Pred(Pred::Perm(PermMatch::All(m)));
+    let listable = Expr::Or(vec![
+        Expr::And(vec![owner.clone(), all(0o500)]),
+        Expr::And(vec![Expr::not(owner.clone()), group.clone(), all(0o050)]),
+        Expr::And(vec![Expr::not(owner), Expr::not(group), all(0o005)]),
+    ]);
+    Expr::not(listable)
+}
+
 fn has_pruned_ancestor(path: &[u8], root: &[u8], pruned: &HashSet<Vec<u8>>) -> bool {
     if path.len() <= 1 {
         return false;
@@ -568,7 +595,7 @@ impl Run<'_> {
         if q == Expr::False {
             return Ok(());
         }
-        let spec = SearchSpec::new(SearchScope::Path(ns), q);
+        let spec = SearchSpec::new(SearchScope::Path(ns.clone()), q);
         let mut hits = self.s.search(&spec).await?;
         while let Some(batch) = hits.next_batch().await? {
             for hit in batch {
@@ -578,6 +605,30 @@ impl Run<'_> {
                 self.visit(tb, &root, &hit, &opaque, sink).await;
             }
             sink.flush();
+        }
+        drop(hits);
+        // (5) Directories find would fail to open (it reports each and
+        // exits 1): visible, not listable by the caller, not pruned.
+        let cred = &self.s.cred;
+        if !cred.is_root() {
+            let q = plan::and(
+                plan::and(
+                    depth(0, max - 1),
+                    Expr::Pred(Pred::Type(vec![FileType::Directory])),
+                ),
+                fold_not_listable(cred),
+            );
+            for hit in collect(self.s, &ns, q, 0).await? {
+                if pruned.contains(&hit.path) || has_pruned_ancestor(&hit.path, &root, &pruned) {
+                    continue;
+                }
+                sink.flush();
+                report(format_args!(
+                    "'{}': Permission denied",
+                    String::from_utf8_lossy(&printed(tb, &root, &hit))
+                ));
+                self.failed = true;
+            }
         }
         Ok(())
     }

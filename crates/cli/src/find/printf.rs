@@ -449,12 +449,32 @@ pub fn ls_line(x: &Facts<'_>, now: Nanos) -> Vec<u8> {
         date
     )
     .into_bytes();
-    out.extend_from_slice(x.path);
+    ls_quote(x.path, &mut out);
     if a.ftype == FileType::Symlink {
         out.extend_from_slice(b" -> ");
-        out.extend_from_slice(x.link.unwrap_or_default());
+        ls_quote(x.link.unwrap_or_default(), &mut out);
     }
     out
+}
+
+/// Names in `-ls` lines are escaped as GNU find's listing does: `\ ` for a
+/// space, C escapes for control characters, `\NNN` for other bytes outside
+/// printable ASCII.
+fn ls_quote(name: &[u8], out: &mut Vec<u8>) {
+    for &c in name {
+        match c {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            8 => out.extend_from_slice(b"\\b"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            12 => out.extend_from_slice(b"\\f"),
+            b' ' => out.extend_from_slice(b"\\ "),
+            b'"' => out.extend_from_slice(b"\\\""),
+            0x21..=0x7e => out.push(c),
+            _ => out.extend_from_slice(format!("\\{c:03o}").as_bytes()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -528,6 +548,13 @@ mod tests {
         assert_eq!(base_name(b"."), b".");
         assert_eq!(dir_name(b"."), b".");
         assert_eq!(dir_name(b"./a"), b".");
+    }
+
+    #[test]
+    fn ls_names_are_escaped() {
+        let mut out = Vec::new();
+        ls_quote(b"a b\\c\n\x01\"\xc3", &mut out);
+        assert_eq!(out, b"a\\ b\\\\c\\n\\001\\\"\\303");
     }
 
     #[test]
