@@ -605,6 +605,11 @@ impl Run<'_> {
                 self.visit(tb, &root, &hit, &opaque, sink).await;
             }
             sink.flush();
+            if sink.stopped() {
+                // The reader is gone (e.g. `| head`): dropping the stream
+                // cancels the search.
+                return Ok(());
+            }
         }
         drop(hits);
         // (5) Directories find would fail to open (it reports each and
@@ -649,6 +654,10 @@ trait Sink {
     /// After each entry.
     fn end_entry(&mut self) {}
     fn flush(&mut self) {}
+    /// Nothing more can be written.
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 /// `sextant find`'s output.
@@ -704,6 +713,10 @@ impl Sink for Output {
 
     fn end_entry(&mut self) {
         self.printed = false;
+    }
+
+    fn stopped(&self) -> bool {
+        self.broken
     }
 
     fn flush(&mut self) {
@@ -913,8 +926,8 @@ fn group_by(by: Option<By>) -> GroupBy {
 }
 
 /// Can the server aggregate this expression exactly? Yes unless it has
-/// actions (refused anyway), `-prune`, or `-path` (matched against printed
-/// paths).
+/// `-prune` or `-path` (matched against printed paths); actions other than
+/// the implicit `-print` are refused before.
 fn server_exact(tree: &Tree) -> bool {
     let mut ok = true;
     tree.for_each_leaf(&mut |n| match n {
@@ -967,7 +980,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
     };
     let by = group_by(a.by);
     let mut total = Aggregation::default();
-    let exact = server_exact(&run.tree) && run.filters.opaque.is_empty();
+    let exact = server_exact(&run.tree);
     for p in &cmd.paths {
         let r: Result<(), Error> = async {
             let mut counter = Counter {
