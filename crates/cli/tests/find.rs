@@ -834,3 +834,51 @@ fn find_and_stats_on_the_embedded_engine() {
     assert_eq!(v["total"]["count"], 3);
     assert_eq!(v["groups"].as_array().map(Vec::len), Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_paths_and_many_groups_are_split_over_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = spawn_server(&data, "nosync", "127.0.0.1:0");
+    let _server = KillOnDrop(server);
+    let secret = std::fs::read_to_string(data.join("secret")).unwrap();
+    let c = Client::connect(&addr, &secret, Options::default())
+        .await
+        .unwrap();
+    let cred = root();
+    // A chain of 15 directories with 250-byte names, then 300 more such
+    // directories holding one file each: ~4 KiB paths, so 300 hits or 300
+    // groups keyed by directory are over the 1 MiB message limit together.
+    let long = |i: usize| format!("{i:0>250}").into_bytes();
+    let mut parent = Soid::ROOT;
+    for i in 0..15 {
+        parent = c.mkdir(&cred, parent, &long(i), 0o755).await.unwrap().soid;
+    }
+    let futs = (0..300).map(|i| {
+        let c = c.clone();
+        let cred = cred.clone();
+        async move {
+            let d = c
+                .mkdir(&cred, parent, &long(1000 + i), 0o755)
+                .await
+                .unwrap();
+            c.create(&cred, d.soid, b"f", 0o644, true).await.unwrap();
+        }
+    });
+    futures::future::join_all(futs).await;
+    let files = Expr::Pred(Pred::Type(vec![FileType::Regular]));
+    let spec = SearchSpec::new(SearchScope::Path(b"/".to_vec()), files.clone());
+    let (hits, done) = c.search_collect(&cred, &spec).await.unwrap();
+    assert_eq!((hits.len(), done.count), (300, 300));
+    assert!(hits.iter().all(|h| h.path.len() > 4000));
+    let agg = c
+        .aggregate(
+            &cred,
+            SearchScope::Path(b"/".to_vec()),
+            files,
+            GroupBy::Directory,
+        )
+        .await
+        .unwrap();
+    assert_eq!((agg.groups.len(), agg.total.count), (300, 300));
+}

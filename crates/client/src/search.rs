@@ -13,9 +13,9 @@
 //! it stopped).
 
 use crate::{bad_reply, error_chain, Client, Error, Result};
-use sextant_engine::search::{Aggregation, Expr, GroupBy, SearchHit};
+use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
 use sextant_proto::pb;
-use sextant_proto::search::{done_from_pb, hit_from_pb, spec_to_pb, SearchDone};
+use sextant_proto::search::{done_from_pb, group_from_pb, hit_from_pb, spec_to_pb, SearchDone};
 use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES, SECRET_METADATA};
 use sextant_types::{Credentials, FsError};
@@ -25,6 +25,7 @@ use tonic::Code;
 /// The hits of one search, batch by batch.
 pub struct SearchStream {
     inner: tonic::Streaming<pb::SearchBatch>,
+    groups: Vec<(GroupKey, Totals)>,
     done: Option<SearchDone>,
 }
 
@@ -44,8 +45,14 @@ impl SearchStream {
             if let Some(e) = msg.error {
                 return Err(batch_error(&e));
             }
+            for g in msg.groups {
+                self.groups
+                    .push(group_from_pb(g).map_err(|_| bad_reply("a bad search group"))?);
+            }
             if let Some(d) = msg.done {
-                self.done = Some(done_from_pb(d).map_err(|_| bad_reply("a bad search summary"))?);
+                let mut done = done_from_pb(d);
+                done.groups = std::mem::take(&mut self.groups);
+                self.done = Some(done);
             }
             if !msg.hits.is_empty() {
                 let hits = msg
@@ -109,6 +116,7 @@ impl Client {
                 Ok(r) => {
                     return Ok(SearchStream {
                         inner: r.into_inner(),
+                        groups: Vec::new(),
                         done: None,
                     })
                 }

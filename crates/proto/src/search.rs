@@ -28,6 +28,12 @@ pub const MAX_EXPR_NODES: usize = 10_000;
 pub const MAX_BATCH: u32 = 4096;
 /// Hits per batch when the request does not say.
 pub const DEFAULT_BATCH: u32 = 256;
+/// A batch is sent once its hits or groups take about this many bytes, so
+/// every message stays well under [`crate::MAX_MESSAGE_BYTES`] (a path is
+/// at most 4 KiB).
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Most hits a sorted search keeps (its `limit`).
+pub const MAX_SORTED: u64 = 1 << 20;
 
 /// A malformed query; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -187,6 +193,11 @@ impl SearchSpec {
             return Err(QueryError::new(format!(
                 "batch_size {} is over {MAX_BATCH}",
                 self.batch_size
+            )));
+        }
+        if self.sort.is_some() && (self.limit == 0 || self.limit > MAX_SORTED) {
+            return Err(QueryError::new(format!(
+                "sort needs a limit between 1 and {MAX_SORTED}"
             )));
         }
         if self.count_only && self.group_by.is_some() {
@@ -460,46 +471,45 @@ pub fn group_key_from_pb(k: Option<pb::search_group::Key>) -> Result<GroupKey, F
     })
 }
 
+pub fn group_to_pb(k: &GroupKey, t: &Totals) -> pb::SearchGroup {
+    pb::SearchGroup {
+        key: Some(group_key_to_pb(k)),
+        count: t.count,
+        size: t.size,
+    }
+}
+
+pub fn group_from_pb(g: pb::SearchGroup) -> Result<(GroupKey, Totals), FsError> {
+    Ok((
+        group_key_from_pb(g.key)?,
+        Totals {
+            count: g.count,
+            size: g.size,
+        },
+    ))
+}
+
+/// The summary without its groups (they travel in batches).
 pub fn done_to_pb(d: &SearchDone) -> pb::SearchDone {
     pb::SearchDone {
         count: d.count,
         total_size: d.total_size,
-        groups: d
-            .groups
-            .iter()
-            .map(|(k, t)| pb::SearchGroup {
-                key: Some(group_key_to_pb(k)),
-                count: t.count,
-                size: t.size,
-            })
-            .collect(),
         tables: d.tables,
         tables_pruned: d.tables_pruned,
         candidates: d.candidates,
     }
 }
 
-pub fn done_from_pb(d: pb::SearchDone) -> Result<SearchDone, FsError> {
-    Ok(SearchDone {
+/// The summary; `groups` are added from the batches by the receiver.
+pub fn done_from_pb(d: pb::SearchDone) -> SearchDone {
+    SearchDone {
         count: d.count,
         total_size: d.total_size,
-        groups: d
-            .groups
-            .into_iter()
-            .map(|g| {
-                Ok((
-                    group_key_from_pb(g.key)?,
-                    Totals {
-                        count: g.count,
-                        size: g.size,
-                    },
-                ))
-            })
-            .collect::<Result<_, FsError>>()?,
+        groups: Vec::new(),
         tables: d.tables,
         tables_pruned: d.tables_pruned,
         candidates: d.candidates,
-    })
+    }
 }
 
 // ---- from the wire -------------------------------------------------------------
@@ -720,6 +730,7 @@ mod tests {
         let mut spec = SearchSpec::new(SearchScope::Path(b"/x".to_vec()), everything());
         spec.limit = 7;
         spec.batch_size = 9;
+        spec.count_only = false;
         spec.sort = Some(SortSpec {
             key: SortKey::Mtime,
             descending: true,
@@ -798,6 +809,15 @@ mod tests {
             .0
             .contains("batch_size"));
         r.batch_size = 0;
+        r.sort = Some(pb::SearchSort {
+            key: 0,
+            descending: false,
+        });
+        assert!(spec_from_pb(r.clone()).unwrap_err().0.contains("limit"));
+        r.limit = MAX_SORTED + 1;
+        assert!(spec_from_pb(r.clone()).unwrap_err().0.contains("limit"));
+        r.limit = 0;
+        r.sort = None;
         r.group_by = Some(99);
         assert!(spec_from_pb(r).unwrap_err().0.contains("group_by"));
     }

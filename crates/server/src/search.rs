@@ -9,12 +9,13 @@
 //! - It stops at the next hit once `cancelled()` says so or `emit` returns
 //!   `Break` (the receiver is gone): a dropped client costs at most one
 //!   more table visit, not the rest of the search.
-//! - Hits are handed to `emit` in batches of `spec.batch()` (the last one
-//!   may be shorter); with `count_only` or `group_by` no hit is emitted.
+//! - Hits are handed to `emit` in batches of at most `spec.batch()` hits
+//!   and about [`MAX_BATCH_BYTES`] (so each fits in one wire message); with
+//!   `count_only` or `group_by` no hit is emitted.
 
 use sextant_engine::search::{Aggregation, Scope, SearchHit, SearchStats};
 use sextant_engine::Engine;
-use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN};
+use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN, MAX_BATCH_BYTES};
 use sextant_types::{Credentials, FsError};
 use std::ops::ControlFlow;
 
@@ -73,32 +74,36 @@ pub fn execute(
             ControlFlow::Continue(())
         })?;
         if !stopped {
-            let hits = top.finish();
-            for chunk in hits.chunks(spec.batch()) {
-                chunk.iter().for_each(|h| count(h, &mut done));
-                if cancelled() || emit(chunk.to_vec()).is_break() {
-                    stopped = true;
-                    break;
+            let mut batch = Batch::new(spec.batch());
+            for h in top.finish() {
+                count(&h, &mut done);
+                if let Some(full) = batch.push(h) {
+                    if cancelled() || emit(full).is_break() {
+                        stopped = true;
+                        break;
+                    }
                 }
+            }
+            let rest = batch.take();
+            if !stopped && !rest.is_empty() && emit(rest).is_break() {
+                stopped = true;
             }
         }
     } else {
-        let size = spec.batch();
-        let mut batch = Vec::with_capacity(size);
+        let mut batch = Batch::new(spec.batch());
         stats = engine.search(cred, scope, &spec.expr, limit, |h| {
             if cancelled() {
                 return stop(&mut stopped);
             }
             count(&h, &mut done);
-            batch.push(h);
-            if batch.len() >= size {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(size));
+            if let Some(full) = batch.push(h) {
                 if emit(full).is_break() {
                     return stop(&mut stopped);
                 }
             }
             ControlFlow::Continue(())
         })?;
+        let batch = batch.take();
         if !stopped && !batch.is_empty() && emit(batch).is_break() {
             stopped = true;
         }
@@ -110,4 +115,38 @@ pub fn execute(
     done.tables_pruned = stats.tables_pruned as u64;
     done.candidates = stats.candidates as u64;
     Ok(done)
+}
+
+/// Approximate encoded size of a hit (path plus attributes and framing).
+pub fn hit_bytes(h: &SearchHit) -> usize {
+    h.path.len() + 128
+}
+
+/// Hits gathered until the batch is full by count or by bytes.
+struct Batch {
+    size: usize,
+    hits: Vec<SearchHit>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn new(size: usize) -> Batch {
+        Batch {
+            size,
+            hits: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Adds a hit; returns the batch when it is full.
+    fn push(&mut self, h: SearchHit) -> Option<Vec<SearchHit>> {
+        self.bytes += hit_bytes(&h);
+        self.hits.push(h);
+        (self.hits.len() >= self.size || self.bytes >= MAX_BATCH_BYTES).then(|| self.take())
+    }
+
+    fn take(&mut self) -> Vec<SearchHit> {
+        self.bytes = 0;
+        std::mem::take(&mut self.hits)
+    }
 }

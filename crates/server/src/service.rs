@@ -315,9 +315,8 @@ const SEARCH_QUEUE: usize = 4;
 
 fn error_batch(error: pb::Error) -> pb::SearchBatch {
     pb::SearchBatch {
-        hits: Vec::new(),
-        done: None,
         error: Some(error),
+        ..Default::default()
     }
 }
 
@@ -353,8 +352,7 @@ impl Shared {
             let result = search::execute(&shared.engine, &cred, &spec, cancelled, |hits| {
                 let batch = pb::SearchBatch {
                     hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
-                    done: None,
-                    error: None,
+                    ..Default::default()
                 };
                 match tx.blocking_send(Ok(batch)) {
                     Ok(()) => std::ops::ControlFlow::Continue(()),
@@ -362,14 +360,35 @@ impl Shared {
                 }
             });
             let (last, outcome) = match result {
-                Ok(done) => (
-                    pb::SearchBatch {
-                        hits: Vec::new(),
-                        done: Some(sextant_proto::search::done_to_pb(&done)),
-                        error: None,
-                    },
-                    "ok",
-                ),
+                Ok(done) => {
+                    // Groups first, in batches that fit a message.
+                    let mut groups = Vec::new();
+                    let mut bytes = 0;
+                    for (k, t) in &done.groups {
+                        groups.push(sextant_proto::search::group_to_pb(k, t));
+                        bytes += 64
+                            + match k {
+                                sextant_engine::search::GroupKey::Extension(e)
+                                | sextant_engine::search::GroupKey::Directory(e) => e.len(),
+                                _ => 0,
+                            };
+                        if bytes >= sextant_proto::search::MAX_BATCH_BYTES {
+                            bytes = 0;
+                            let _ = tx.blocking_send(Ok(pb::SearchBatch {
+                                groups: std::mem::take(&mut groups),
+                                ..Default::default()
+                            }));
+                        }
+                    }
+                    (
+                        pb::SearchBatch {
+                            groups,
+                            done: Some(sextant_proto::search::done_to_pb(&done)),
+                            ..Default::default()
+                        },
+                        "ok",
+                    )
+                }
                 Err(e) => (error_batch(error_to_pb(e)), "error"),
             };
             let _ = tx.blocking_send(Ok(last));
