@@ -537,10 +537,18 @@ impl Run<'_> {
         };
         let root = root_hit.path.clone();
         let tb = typed.as_bytes();
+        // Printed paths are namespace paths: the server may decide -path.
+        let same = |t: &[u8]| t == root.as_slice();
+        let filters =
+            if loc.mount.is_none() && (same(tb) || tb.strip_suffix(b"/").is_some_and(same)) {
+                plan::filters(&self.tree, self.cmd.depth_first, true)
+            } else {
+                self.filters.clone()
+            };
         // (2) Opaque tests.
-        let relevant = plan::or(self.filters.out.clone(), self.filters.prune.clone());
+        let relevant = plan::or(filters.out.clone(), filters.prune.clone());
         let mut opaque = Opaque::default();
-        for p in self.filters.opaque.clone() {
+        for p in filters.opaque.clone() {
             let q = plan::and(
                 depth(min, max),
                 plan::opaque_query(&p, &plan::or(depth(0, 0), relevant.clone())),
@@ -554,13 +562,13 @@ impl Run<'_> {
         }
         // (3) Where -prune fires (only directories find would descend into).
         let mut pruned: HashSet<Vec<u8>> = HashSet::new();
-        if self.filters.prune != Expr::False && max > 0 {
+        if filters.prune != Expr::False && max > 0 {
             let q = plan::and(
                 plan::and(
                     depth(min, max - 1),
                     Expr::Pred(Pred::Type(vec![FileType::Directory])),
                 ),
-                plan::or(depth(0, 0), self.filters.prune.clone()),
+                plan::or(depth(0, 0), filters.prune.clone()),
             );
             for hit in collect(self.s, &ns, q, 0).await? {
                 let shown = printed(tb, &root, &hit);
@@ -591,7 +599,7 @@ impl Run<'_> {
         if max == 0 || pruned.contains(&root) || root_hit.attr.ftype != FileType::Directory {
             return Ok(());
         }
-        let q = plan::and(depth(min.max(1), max), self.filters.out.clone());
+        let q = plan::and(depth(min.max(1), max), filters.out.clone());
         if q == Expr::False {
             return Ok(());
         }
@@ -869,7 +877,7 @@ async fn prepare<'a>(
             other => other,
         })
     })?;
-    run.filters = plan::filters(&tree, cmd.depth_first);
+    run.filters = plan::filters(&tree, cmd.depth_first, false);
     run.tree = tree;
     Ok(run)
 }

@@ -19,7 +19,9 @@
 //! server filter (true where they occur positively, false under a
 //! negation), so the filter over-approximates and the client decides
 //! exactly: `-path` (find matches the path as printed, with the prefix the
-//! user typed; the server knows canonical namespace paths) and anything
+//! user typed; the server knows canonical namespace paths — the two agree,
+//! and `-path` goes to the server, only for a namespace starting point
+//! typed canonically) and anything
 //! about the starting point itself (find names it as typed), which is
 //! therefore evaluated apart (depth 0).
 //!
@@ -78,12 +80,13 @@ fn fold_not(a: Expr) -> Expr {
 }
 
 /// Does the server decide this predicate the way find does (at depth ≥ 1)?
-fn server_exact(p: &Pred) -> bool {
-    !matches!(p, Pred::Path { .. })
+/// `-path` only when printed paths are the namespace paths (`paths`).
+fn server_exact(p: &Pred, paths: bool) -> bool {
+    paths || !matches!(p, Pred::Path { .. })
 }
 
 /// `T(e)` with non-exact tests relaxed toward `positive`.
-fn truth(n: &Node, positive: bool) -> Expr {
+fn truth(n: &Node, positive: bool, paths: bool) -> Expr {
     match n {
         Node::Test(Test::Const(b)) => {
             if *b {
@@ -93,7 +96,7 @@ fn truth(n: &Node, positive: bool) -> Expr {
             }
         }
         Node::Test(Test::Pred(p)) => {
-            if server_exact(p) {
+            if server_exact(p, paths) {
                 Expr::Pred(p.clone())
             } else if positive {
                 Expr::True
@@ -111,16 +114,16 @@ fn truth(n: &Node, positive: bool) -> Expr {
             }
         }
         Node::Action(_) => Expr::True,
-        Node::And(a, b) => fold_and(truth(a, positive), truth(b, positive)),
-        Node::Or(a, b) => fold_or(truth(a, positive), truth(b, positive)),
-        Node::Not(a) => fold_not(truth(a, !positive)),
-        Node::Comma(_, b) => truth(b, positive),
+        Node::And(a, b) => fold_and(truth(a, positive, paths), truth(b, positive, paths)),
+        Node::Or(a, b) => fold_or(truth(a, positive, paths), truth(b, positive, paths)),
+        Node::Not(a) => fold_not(truth(a, !positive, paths)),
+        Node::Comma(_, b) => truth(b, positive, paths),
     }
 }
 
 /// The condition (relaxed upward) under which an action matching `is`
 /// runs.
-fn runs(n: &Node, is: &dyn Fn(&Action) -> bool) -> Expr {
+fn runs(n: &Node, is: &dyn Fn(&Action) -> bool, paths: bool) -> Expr {
     match n {
         Node::Test(_) => Expr::False,
         Node::Action(a) => {
@@ -130,13 +133,16 @@ fn runs(n: &Node, is: &dyn Fn(&Action) -> bool) -> Expr {
                 Expr::False
             }
         }
-        Node::And(a, b) => fold_or(runs(a, is), fold_and(truth(a, true), runs(b, is))),
-        Node::Or(a, b) => fold_or(
-            runs(a, is),
-            fold_and(fold_not(truth(a, false)), runs(b, is)),
+        Node::And(a, b) => fold_or(
+            runs(a, is, paths),
+            fold_and(truth(a, true, paths), runs(b, is, paths)),
         ),
-        Node::Not(a) => runs(a, is),
-        Node::Comma(a, b) => fold_or(runs(a, is), runs(b, is)),
+        Node::Or(a, b) => fold_or(
+            runs(a, is, paths),
+            fold_and(fold_not(truth(a, false, paths)), runs(b, is, paths)),
+        ),
+        Node::Not(a) => runs(a, is, paths),
+        Node::Comma(a, b) => fold_or(runs(a, is, paths), runs(b, is, paths)),
     }
 }
 
@@ -151,12 +157,14 @@ pub struct Filters {
     pub opaque: Vec<Pred>,
 }
 
-pub fn filters(tree: &Tree, depth_first: bool) -> Filters {
-    let out = runs(tree, &|a| !matches!(a, Action::Prune));
+/// `paths`: the printed paths are the namespace paths (a namespace
+/// starting point typed canonically), so the server may decide `-path`.
+pub fn filters(tree: &Tree, depth_first: bool, paths: bool) -> Filters {
+    let out = runs(tree, &|a| !matches!(a, Action::Prune), paths);
     let prune = if depth_first {
         Expr::False
     } else {
-        runs(tree, &|a| matches!(a, Action::Prune))
+        runs(tree, &|a| matches!(a, Action::Prune), paths)
     };
     let mut opaque = Vec::new();
     tree.for_each_leaf(&mut |n| {
@@ -310,29 +318,40 @@ mod tests {
     #[test]
     fn output_and_prune_conditions() {
         let (t, d) = tree(". -name a -prune -o -name b -print");
-        let f = filters(&t, d);
+        let f = filters(&t, d, false);
         assert_eq!(f.out, Expr::And(vec![Expr::not(name("a")), name("b")]));
         assert_eq!(f.prune, name("a"));
         // -depth disables pruning.
         let (t, _) = tree(". -name a -prune -o -print");
-        assert_eq!(filters(&t, true).prune, Expr::False);
+        assert_eq!(filters(&t, true, false).prune, Expr::False);
         // Implicit print after everything.
         let (t, d) = tree(". -name a -o -name b");
-        assert_eq!(filters(&t, d).out, Expr::Or(vec![name("a"), name("b")]));
+        assert_eq!(
+            filters(&t, d, false).out,
+            Expr::Or(vec![name("a"), name("b")])
+        );
         // -path is relaxed: true positively, false under !.
         let (t, d) = tree(". -path x -name a");
-        assert_eq!(filters(&t, d).out, name("a"));
+        assert_eq!(filters(&t, d, false).out, name("a"));
         let (t, d) = tree(". ! -path x -name a");
-        assert_eq!(filters(&t, d).out, name("a"));
+        assert_eq!(filters(&t, d, false).out, name("a"));
         let (t, d) = tree(". -path x -o -name a");
-        assert_eq!(filters(&t, d).out, Expr::True);
+        assert_eq!(filters(&t, d, false).out, Expr::True);
+        // ... unless printed paths are namespace paths.
+        assert_eq!(
+            filters(&t, d, true).out,
+            Expr::Or(vec![Expr::path(b"x"), name("a")])
+        );
         // Actions in both branches of a comma.
         let (t, d) = tree(". -name a -print , -name b -print");
-        assert_eq!(filters(&t, d).out, Expr::Or(vec![name("a"), name("b")]));
+        assert_eq!(
+            filters(&t, d, false).out,
+            Expr::Or(vec![name("a"), name("b")])
+        );
         // Opaque tests are collected once each.
         let (t, d) = tree(". -empty -o -xattr k -o -empty");
         assert_eq!(
-            filters(&t, d).opaque,
+            filters(&t, d, false).opaque,
             vec![Pred::Empty, Pred::XattrExists(b"k".as_slice().into())]
         );
     }
