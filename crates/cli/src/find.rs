@@ -26,7 +26,7 @@ use crate::format::json_entry;
 use crate::session::{Session, Target};
 use crate::Cli;
 use anyhow::{bail, Context, Result};
-use parse::{Action, Command, Env, Node, Test};
+use parse::{Action, ClientTest, Command, Env, Node, Test};
 use plan::{Filters, Opaque, Subject, Tree};
 use sextant_client::Error;
 use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, Pred, SearchHit};
@@ -51,7 +51,8 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -size N[bcwkMG]  -empty  -links N  -inum N  -samefile F
            -perm MODE|-MODE|/MODE (octal or symbolic, e.g. u+x,g=w)
            -mtime -atime -ctime N (days)   -mmin -amin -cmin N (minutes)
-           -newer F  -anewer F  -cnewer F  -true  -false
+           -newer F  -anewer F  -cnewer F  -true  -false  -nouser  -nogroup
+           -readable  -writable  -executable (by permission bits)
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
            -mtime n means n whole days old (-mtime +1: at least 2 days).
@@ -66,8 +67,7 @@ Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
 Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
--fls -quit -regex -lname -xtype -readable -writable -executable -nouser
--nogroup -newerXY -daystart -fstype -L -H.
+-fls -quit -regex -lname -xtype -newerXY -daystart -fstype -L -H.
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).
@@ -133,8 +133,8 @@ pub struct StatsArgs {
 /// The user and group databases (getpwnam_r & co.), cached.
 #[derive(Default)]
 struct Names {
-    users: HashMap<u32, String>,
-    groups: HashMap<u32, String>,
+    users: HashMap<u32, Option<String>>,
+    groups: HashMap<u32, Option<String>>,
 }
 
 fn c_buf_call(mut f: impl FnMut(&mut [libc::c_char]) -> Option<String>) -> Option<String> {
@@ -251,16 +251,49 @@ fn gid_of(name: &str) -> Option<u32> {
 }
 
 impl Names {
-    fn user(&mut self, uid: u32) -> &str {
-        self.users
-            .entry(uid)
-            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
+    /// The user name, or the number when no user has it.
+    fn user(&mut self, uid: u32) -> String {
+        let n = self.users.entry(uid).or_insert_with(|| user_name(uid));
+        n.clone().unwrap_or_else(|| uid.to_string())
     }
 
-    fn group(&mut self, gid: u32) -> &str {
+    fn group(&mut self, gid: u32) -> String {
+        let n = self.groups.entry(gid).or_insert_with(|| group_name(gid));
+        n.clone().unwrap_or_else(|| gid.to_string())
+    }
+
+    fn has_user(&mut self, uid: u32) -> bool {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| user_name(uid))
+            .is_some()
+    }
+
+    fn has_group(&mut self, gid: u32) -> bool {
         self.groups
             .entry(gid)
-            .or_insert_with(|| group_name(gid).unwrap_or_else(|| gid.to_string()))
+            .or_insert_with(|| group_name(gid))
+            .is_some()
+    }
+
+    /// Decides a client-only test for `hit` as `cred`. access(2) follows
+    /// symlinks: `target` is what a symlink hit resolves to (None: it does
+    /// not resolve, and access fails).
+    fn decide(
+        &mut self,
+        t: ClientTest,
+        hit: &SearchHit,
+        cred: &sextant_types::Credentials,
+        target: Option<&Attr>,
+    ) -> bool {
+        match t {
+            ClientTest::NoUser => !self.has_user(hit.attr.uid),
+            ClientTest::NoGroup => !self.has_group(hit.attr.gid),
+            ClientTest::Access(m) if hit.attr.ftype == FileType::Symlink => {
+                target.is_some_and(|a| plan::access(a, cred, m))
+            }
+            ClientTest::Access(m) => plan::access(&hit.attr, cred, m),
+        }
     }
 }
 
@@ -314,6 +347,9 @@ struct Run<'a> {
     now: Nanos,
     /// Some error was reported (exit status 1).
     failed: bool,
+    /// The expression has -readable/-writable/-executable (symlink hits
+    /// then need their targets).
+    uses_access: bool,
 }
 
 fn report(msg: impl std::fmt::Display) {
@@ -463,6 +499,14 @@ impl Run<'_> {
         }
     }
 
+    /// What a symlink hit points to, when access tests need it.
+    async fn link_target(&self, hit: &SearchHit) -> Option<Attr> {
+        if !self.uses_access || hit.attr.ftype != FileType::Symlink {
+            return None;
+        }
+        self.s.resolve_raw(&hit.path, true).await.ok()
+    }
+
     /// Runs the expression on one entry and writes what its actions print.
     async fn visit(
         &mut self,
@@ -499,8 +543,8 @@ impl Run<'_> {
             printed: &shown,
             name,
         };
-        let user = self.names.user(hit.attr.uid).to_string();
-        let group = self.names.group(hit.attr.gid).to_string();
+        let user = self.names.user(hit.attr.uid);
+        let group = self.names.group(hit.attr.gid);
         let facts = printf::Facts {
             path: &shown,
             start: typed,
@@ -511,10 +555,18 @@ impl Run<'_> {
             group: &group,
         };
         let now = self.now;
-        plan::run(&self.tree, &subject, opaque, &mut |a| {
-            sink.action(a, &facts, hit, now);
-            true
-        });
+        let target = self.link_target(hit).await;
+        let (names, cred) = (&mut self.names, &self.s.cred);
+        plan::run(
+            &self.tree,
+            &subject,
+            opaque,
+            &mut |t, h| names.decide(t, h, cred, target.as_ref()),
+            &mut |a| {
+                sink.action(a, &facts, hit, now);
+                true
+            },
+        );
         sink.end_entry();
     }
 
@@ -583,10 +635,18 @@ impl Run<'_> {
                     name,
                 };
                 let mut fired = false;
-                plan::run(&self.tree, &subject, &opaque, &mut |a| {
-                    fired |= matches!(a, Action::Prune);
-                    true
-                });
+                let target = self.link_target(&hit).await;
+                let (names, cred) = (&mut self.names, &self.s.cred);
+                plan::run(
+                    &self.tree,
+                    &subject,
+                    &opaque,
+                    &mut |t, h| names.decide(t, h, cred, target.as_ref()),
+                    &mut |a| {
+                        fired |= matches!(a, Action::Prune);
+                        true
+                    },
+                );
                 if fired {
                     pruned.insert(hit.path.clone());
                 }
@@ -838,7 +898,13 @@ async fn prepare<'a>(
         names: Names::default(),
         now,
         failed: false,
+        uses_access: false,
     };
+    cmd.expr.for_each_leaf(&mut |n| {
+        if let Node::Test(Test::Client(ClientTest::Access(_))) = n {
+            run.uses_access = true;
+        }
+    });
     // Reference files, resolved once each (find stats them at parse time).
     let mut refs: Vec<(String, bool)> = Vec::new();
     cmd.expr.for_each_leaf(&mut |n| match n {
@@ -934,12 +1000,13 @@ fn group_by(by: Option<By>) -> GroupBy {
 }
 
 /// Can the server aggregate this expression exactly? Yes unless it has
-/// `-prune` or `-path` (matched against printed paths); actions other than
-/// the implicit `-print` are refused before.
+/// `-prune`, `-path` (matched against printed paths) or a client-only test;
+/// actions other than the implicit `-print` are refused before.
 fn server_exact(tree: &Tree) -> bool {
     let mut ok = true;
     tree.for_each_leaf(&mut |n| match n {
-        Node::Test(Test::Pred(Pred::Path { .. })) | Node::Action(Action::Prune) => ok = false,
+        Node::Test(Test::Pred(Pred::Path { .. }) | Test::Client(_))
+        | Node::Action(Action::Prune) => ok = false,
         _ => {}
     });
     ok
@@ -1017,6 +1084,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
                         names: Names::default(),
                         now,
                         failed: false,
+                        uses_access: run.uses_access,
                     };
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;

@@ -436,6 +436,13 @@ fn same_lines_as_gnu_find_on_the_mount() {
             Cmp::Lines,
         ),
         (vec!["mnt/x", "mnt/nosuch", "-type", "f"], Cmp::Lines),
+        (vec!["mnt", "-nouser"], Cmp::Lines),
+        (vec!["mnt", "-nogroup", "-o", "-user", "nobody"], Cmp::Lines),
+        (vec!["mnt/x", "-executable", "!", "-type", "d"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-readable", "-writable", "-name", "*e*"],
+            Cmp::Lines,
+        ),
     ];
     assert!(suite.len() >= 40);
     let started = Instant::now();
@@ -456,6 +463,10 @@ fn same_lines_as_gnu_find_on_the_mount() {
             vec!["mnt/x", "-name", "secret", "-prune", "-o", "-print"],
             vec!["mnt/x/secret"],
             vec!["mnt/x/xonly/zz"],
+            vec!["mnt/x", "-readable"],
+            vec!["mnt/x", "-writable"],
+            vec!["mnt/x", "-executable"],
+            vec!["mnt/x", "!", "-readable", "-prune", "-o", "-print"],
         ];
         failures.extend(
             as_nobody

@@ -67,6 +67,21 @@ pub enum Test {
     Samefile(String),
     /// `-true`, `-false`, and global options (true).
     Const(bool),
+    /// Decided by the client only (the server's filter relaxes it).
+    Client(ClientTest),
+}
+
+/// Tests the client decides from a hit's attributes and the local user
+/// database or the caller's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientTest {
+    /// `-nouser`: no user has the file's uid.
+    NoUser,
+    /// `-nogroup`: no group has the file's gid.
+    NoGroup,
+    /// `-readable` (4), `-writable` (2), `-executable` (1): the caller's
+    /// access by the permission bits, as access(2) decides it.
+    Access(u32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,9 +198,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("-ilname", "symlink targets are not indexed"),
     ("-xtype", "following symlinks is not supported"),
     ("-follow", "following symlinks is not supported"),
-    ("-readable", "access checks per entry are not supported"),
-    ("-writable", "access checks per entry are not supported"),
-    ("-executable", "access checks per entry are not supported"),
     (
         "-nouser",
         "not supported (would need every uid of the password database)",
@@ -763,6 +775,11 @@ impl<'a> Parser<'a> {
                     None => pred(Pred::XattrExists(a.as_bytes().into())),
                 }
             }
+            "-nouser" => Ok(Node::Test(Test::Client(ClientTest::NoUser))),
+            "-nogroup" => Ok(Node::Test(Test::Client(ClientTest::NoGroup))),
+            "-readable" => Ok(Node::Test(Test::Client(ClientTest::Access(4)))),
+            "-writable" => Ok(Node::Test(Test::Client(ClientTest::Access(2)))),
+            "-executable" => Ok(Node::Test(Test::Client(ClientTest::Access(1)))),
             "-true" => Ok(Node::Test(Test::Const(true))),
             "-false" => Ok(Node::Test(Test::Const(false))),
             "-maxdepth" => {
@@ -1041,7 +1058,7 @@ mod tests {
         assert!(e(". -delete").contains("'-delete' is not supported"));
         assert!(e(". -regex x").contains("'-regex' is not supported"));
         assert!(e(". -newermt 2020").contains("'-newermt' is not supported"));
-        assert!(e(". -nouser").contains("'-nouser' is not supported"));
+        assert!(e(". -readable x").contains("paths must precede"));
         assert!(e(". -name").contains("missing argument to '-name'"));
         assert!(e(". ( -name a").contains("without a matching ')'"));
         assert!(e(". -name a )").contains("without a matching '('"));

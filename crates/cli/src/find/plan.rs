@@ -30,7 +30,7 @@
 //! and their truth comes from extra queries (`P ∧ filter`) whose hits are
 //! remembered by path.
 
-use super::parse::{Action, Node, Test};
+use super::parse::{Action, ClientTest, Node, Test};
 use sextant_engine::search::{glob_match, Expr, PermMatch, Pred, SearchHit};
 use sextant_types::FileType;
 use std::collections::HashSet;
@@ -265,25 +265,45 @@ pub fn eval_pred(p: &Pred, s: &Subject<'_>, opaque: &Opaque) -> bool {
 /// Runs the expression on one entry: `act` is called for each action
 /// reached, in order, and returns the action's value (always true for
 /// find's actions). Returns the expression's value.
+/// `client` decides the client-only tests.
 pub fn run(
     n: &Tree,
     s: &Subject<'_>,
     opaque: &Opaque,
+    client: &mut dyn FnMut(ClientTest, &SearchHit) -> bool,
     act: &mut dyn FnMut(&Action) -> bool,
 ) -> bool {
     match n {
         Node::Test(Test::Const(b)) => *b,
         Node::Test(Test::Pred(p)) => eval_pred(p, s, opaque),
+        Node::Test(Test::Client(t)) => client(*t, s.hit),
         Node::Test(_) => false,
         Node::Action(a) => act(a),
-        Node::And(a, b) => run(a, s, opaque, act) && run(b, s, opaque, act),
-        Node::Or(a, b) => run(a, s, opaque, act) || run(b, s, opaque, act),
-        Node::Not(a) => !run(a, s, opaque, act),
+        Node::And(a, b) => run(a, s, opaque, client, act) && run(b, s, opaque, client, act),
+        Node::Or(a, b) => run(a, s, opaque, client, act) || run(b, s, opaque, client, act),
+        Node::Not(a) => !run(a, s, opaque, client, act),
         Node::Comma(a, b) => {
-            run(a, s, opaque, act);
-            run(b, s, opaque, act)
+            run(a, s, opaque, client, act);
+            run(b, s, opaque, client, act)
         }
     }
+}
+
+/// access(2) by permission bits: root may read and write anything and
+/// execute what has an execute bit or is a directory; anyone else gets
+/// exactly one class (owner, else group, else other).
+pub fn access(a: &sextant_types::Attr, cred: &sextant_types::Credentials, mask: u32) -> bool {
+    if cred.is_root() {
+        return mask & 1 == 0 || a.ftype == FileType::Directory || a.perm & 0o111 != 0;
+    }
+    let bits = if cred.uid == a.uid {
+        (a.perm >> 6) & 7
+    } else if cred.in_group(a.gid) {
+        (a.perm >> 3) & 7
+    } else {
+        a.perm & 7
+    };
+    bits & mask == mask
 }
 
 #[cfg(test)]
@@ -386,7 +406,7 @@ mod tests {
                 printed: b"m/a",
                 name,
             };
-            run(&t, &s, &Opaque::default(), &mut |a| {
+            run(&t, &s, &Opaque::default(), &mut |_, _| false, &mut |a| {
                 log.push(match a {
                     Action::Printf(_) => "printf",
                     Action::Print => "print",
@@ -406,9 +426,9 @@ mod tests {
             name: b"a",
         };
         let mut o = Opaque::default();
-        assert!(!run(&t, &s, &o, &mut |_| true));
+        assert!(!run(&t, &s, &o, &mut |_, _| false, &mut |_| true));
         o.sets
             .push((Pred::Empty, [b"/x/a".to_vec()].into_iter().collect()));
-        assert!(run(&t, &s, &o, &mut |_| true));
+        assert!(run(&t, &s, &o, &mut |_, _| false, &mut |_| true));
     }
 }
