@@ -60,7 +60,7 @@ Options:   -maxdepth N  -mindepth N  -depth  (-xdev -mount -noleaf: no-ops)
 Operators: ( EXPR )  ! EXPR  -not EXPR  EXPR -a EXPR (or just adjacent)
            EXPR -o EXPR  EXPR , EXPR
 Actions:   -print  -print0  -ls  -prune
-           -printf FORMAT  (%p %f %h %P %H %s %m %M %u %g %U %G %n %i %y %d
+           -printf FORMAT  (%p %f %h %P %H %s %m %M %u %g %U %G %n %i %y %Y %d
            %l %b %k %a %c %t %A@ %C@ %T@ %Ak %Ck %Tk (strftime k), width
            and precision like %-10p %.3f; escapes \\n \\t \\0 \\\\ \\NNN \\c)
 Sextant extensions (not in GNU find):
@@ -499,12 +499,12 @@ impl Run<'_> {
         }
     }
 
-    /// What a symlink hit points to, when access tests need it.
-    async fn link_target(&self, hit: &SearchHit) -> Option<Attr> {
-        if !self.uses_access || hit.attr.ftype != FileType::Symlink {
+    /// What a symlink hit resolves to, when access tests or `%Y` need it.
+    async fn link_target(&self, hit: &SearchHit, for_printf: bool) -> Option<Result<Attr, Error>> {
+        if !(self.uses_access || for_printf) || hit.attr.ftype != FileType::Symlink {
             return None;
         }
-        self.s.resolve_raw(&hit.path, true).await.ok()
+        Some(self.s.resolve_raw(&hit.path, true).await)
     }
 
     /// Runs the expression on one entry and writes what its actions print.
@@ -543,6 +543,13 @@ impl Run<'_> {
             printed: &shown,
             name,
         };
+        let target = self.link_target(hit, sink.needs_target()).await;
+        let follow_type = target.as_ref().map(|t| match t {
+            Ok(a) => printf::type_letter(a.ftype),
+            Err(e) if e.fs() == Some(FsError::NotFound) => b'N',
+            Err(e) if e.fs() == Some(FsError::Loop) => b'L',
+            Err(_) => b'?',
+        });
         let user = self.names.user(hit.attr.uid);
         let group = self.names.group(hit.attr.gid);
         let facts = printf::Facts {
@@ -551,17 +558,18 @@ impl Run<'_> {
             depth: hit.depth,
             attr: &hit.attr,
             link: link.as_deref(),
+            follow_type,
             user: &user,
             group: &group,
         };
         let now = self.now;
-        let target = self.link_target(hit).await;
         let (names, cred) = (&mut self.names, &self.s.cred);
+        let target = target.as_ref().and_then(|t| t.as_ref().ok());
         plan::run(
             &self.tree,
             &subject,
             opaque,
-            &mut |t, h| names.decide(t, h, cred, target.as_ref()),
+            &mut |t, h| names.decide(t, h, cred, target),
             &mut |a| {
                 sink.action(a, &facts, hit, now);
                 true
@@ -635,13 +643,14 @@ impl Run<'_> {
                     name,
                 };
                 let mut fired = false;
-                let target = self.link_target(&hit).await;
+                let target = self.link_target(&hit, false).await;
+                let target = target.as_ref().and_then(|t| t.as_ref().ok());
                 let (names, cred) = (&mut self.names, &self.s.cred);
                 plan::run(
                     &self.tree,
                     &subject,
                     &opaque,
-                    &mut |t, h| names.decide(t, h, cred, target.as_ref()),
+                    &mut |t, h| names.decide(t, h, cred, target),
                     &mut |a| {
                         fired |= matches!(a, Action::Prune);
                         true
@@ -718,6 +727,10 @@ fn describe_io(e: &std::io::Error) -> String {
 /// Where the entries that print go.
 trait Sink {
     fn needs_link(&self) -> bool;
+    /// `%Y` is used.
+    fn needs_target(&self) -> bool {
+        false
+    }
     fn action(&mut self, a: &Action, facts: &printf::Facts<'_>, hit: &SearchHit, now: Nanos);
     /// After each entry.
     fn end_entry(&mut self) {}
@@ -733,6 +746,7 @@ struct Output {
     out: std::io::BufWriter<std::io::Stdout>,
     json: bool,
     needs_link: bool,
+    needs_target: bool,
     /// --json: this entry was already printed.
     printed: bool,
     /// Writing failed (e.g. a closed pipe): stop quietly.
@@ -742,6 +756,10 @@ struct Output {
 impl Sink for Output {
     fn needs_link(&self) -> bool {
         self.needs_link
+    }
+
+    fn needs_target(&self) -> bool {
+        self.needs_target
     }
 
     fn action(&mut self, a: &Action, x: &printf::Facts<'_>, hit: &SearchHit, now: Nanos) {
@@ -817,6 +835,16 @@ impl Sink for Counter {
     fn end_entry(&mut self) {
         self.counted = false;
     }
+}
+
+fn needs_target(tree: &Tree) -> bool {
+    let mut yes = false;
+    tree.for_each_leaf(&mut |n| {
+        if let Node::Action(Action::Printf(f)) = n {
+            yes |= f.needs_target();
+        }
+    });
+    yes
 }
 
 fn needs_link(tree: &Tree) -> bool {
@@ -972,6 +1000,7 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
         out: std::io::BufWriter::new(std::io::stdout()),
         json: cli.json,
         needs_link: needs_link(&run.tree),
+        needs_target: needs_target(&run.tree),
         printed: false,
         broken: false,
     };

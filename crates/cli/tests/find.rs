@@ -385,7 +385,7 @@ fn same_lines_as_gnu_find_on_the_mount() {
             Cmp::Lines,
         ),
         (
-            vec!["mnt/x/", "-printf", "%h|%f|%P|%H|%k|%b|%M|%l\\n"],
+            vec!["mnt/x/", "-printf", "%h|%f|%P|%H|%k|%b|%M|%l|%Y\\n"],
             Cmp::Lines,
         ),
         (

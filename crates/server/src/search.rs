@@ -150,3 +150,142 @@ impl Batch {
         std::mem::take(&mut self.hits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_engine::search::{Expr, GroupBy};
+    use sextant_engine::EngineConfig;
+    use sextant_proto::search::{SortKey, SortSpec};
+    use sextant_types::Soid;
+    use std::cell::Cell;
+
+    fn engine_with_files(n: usize) -> (tempfile::TempDir, Engine) {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open_dir(dir.path(), EngineConfig::default()).unwrap();
+        let root = Credentials {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        };
+        let d = e.mkdir(&root, Soid::ROOT, b"d", 0o755).unwrap().value;
+        for i in 0..n {
+            e.create(&root, d.soid, format!("f{i:05}").as_bytes(), 0o644, true)
+                .unwrap();
+        }
+        (dir, e)
+    }
+
+    fn root() -> Credentials {
+        Credentials {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        }
+    }
+
+    fn spec(batch: u32) -> SearchSpec {
+        let mut s = SearchSpec::new(SearchScope::Path(b"/d".to_vec()), Expr::True);
+        s.batch_size = batch;
+        s
+    }
+
+    #[test]
+    fn batches_and_totals() {
+        let (_d, e) = engine_with_files(1000);
+        let mut sizes = Vec::new();
+        let done = execute(
+            &e,
+            &root(),
+            &spec(64),
+            || false,
+            |b| {
+                sizes.push(b.len());
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        assert_eq!(done.count, 1001);
+        assert_eq!(sizes.iter().sum::<usize>(), 1001);
+        assert!(sizes.iter().all(|s| *s <= 64));
+        // Sorted with a limit: exactly the first names, in order.
+        let mut s = spec(0);
+        s.sort = Some(SortSpec {
+            key: SortKey::Name,
+            descending: false,
+        });
+        s.limit = 3;
+        let mut hits = Vec::new();
+        execute(
+            &e,
+            &root(),
+            &s,
+            || false,
+            |b| {
+                hits.extend(b);
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        let names: Vec<&[u8]> = hits.iter().map(|h| h.name()).collect();
+        assert_eq!(names, [b"d".as_slice(), b"f00000", b"f00001"]);
+        // Aggregation and counting emit nothing.
+        let mut s = spec(0);
+        s.group_by = Some(GroupBy::Type);
+        let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
+        assert_eq!((done.count, done.groups.len()), (1001, 2));
+        let mut s = spec(0);
+        s.count_only = true;
+        let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
+        assert_eq!(done.count, 1001);
+    }
+
+    #[test]
+    fn a_gone_reader_or_a_cancel_stops_the_search() {
+        let (_d, e) = engine_with_files(1000);
+        // The receiver is gone at the first batch: nothing more is done.
+        let calls = Cell::new(0);
+        let done = execute(
+            &e,
+            &root(),
+            &spec(10),
+            || false,
+            |_| {
+                calls.set(calls.get() + 1);
+                ControlFlow::Break(())
+            },
+        )
+        .unwrap();
+        assert_eq!((calls.get(), done.count), (1, 10));
+        // Cancelled after 25 hits.
+        let seen = Cell::new(0);
+        let done = execute(
+            &e,
+            &root(),
+            &spec(10),
+            || seen.get() >= 25,
+            |b| {
+                seen.set(seen.get() + b.len());
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        assert!(done.count <= 30, "{}", done.count);
+        // The same for aggregations.
+        let mut s = spec(0);
+        s.group_by = Some(GroupBy::Uid);
+        let n = Cell::new(0);
+        let done = execute(
+            &e,
+            &root(),
+            &s,
+            || {
+                n.set(n.get() + 1);
+                n.get() > 5
+            },
+            |_| ControlFlow::Continue(()),
+        )
+        .unwrap();
+        assert_eq!(done.count, 5);
+    }
+}

@@ -55,6 +55,9 @@ pub enum Field {
     Links,
     Inode,
     Type,
+    /// `%Y`: the type, following a symlink (`N` dangling, `L` loop, `?`
+    /// other errors).
+    TypeFollow,
     Depth,
     Link,
     Blocks,
@@ -63,6 +66,19 @@ pub enum Field {
 }
 
 impl Format {
+    /// Does rendering need what a symlink resolves to (`%Y`)?
+    pub fn needs_target(&self) -> bool {
+        self.0.iter().any(|s| {
+            matches!(
+                s,
+                Seg::Field {
+                    field: Field::TypeFollow,
+                    ..
+                }
+            )
+        })
+    }
+
     /// Does rendering need the symlink target?
     pub fn needs_link(&self) -> bool {
         self.0.iter().any(|s| {
@@ -196,6 +212,7 @@ pub fn parse(f: &[u8]) -> Result<Format, String> {
                     b'n' => Field::Links,
                     b'i' => Field::Inode,
                     b'y' => Field::Type,
+                    b'Y' => Field::TypeFollow,
                     b'd' => Field::Depth,
                     b'l' => Field::Link,
                     b'b' => Field::Blocks,
@@ -245,6 +262,8 @@ pub struct Facts<'a> {
     pub attr: &'a Attr,
     /// Symlink target, when known.
     pub link: Option<&'a [u8]>,
+    /// For a symlink, `%Y`'s letter for what it resolves to.
+    pub follow_type: Option<u8>,
     pub user: &'a str,
     pub group: &'a str,
 }
@@ -382,6 +401,7 @@ fn field(f: Field, x: &Facts<'_>) -> Vec<u8> {
         Field::Links => s(a.nlink.to_string()),
         Field::Inode => s(a.soid.as_u128().to_string()),
         Field::Type => vec![type_letter(a.ftype)],
+        Field::TypeFollow => vec![x.follow_type.unwrap_or_else(|| type_letter(a.ftype))],
         Field::Depth => s(x.depth.to_string()),
         Field::Link => x.link.unwrap_or_default().to_vec(),
         Field::Blocks => s(blocks(a).to_string()),
@@ -507,6 +527,7 @@ mod tests {
             depth: 2,
             attr: &a,
             link: None,
+            follow_type: None,
             user: "alice",
             group: "users",
         };
@@ -522,8 +543,8 @@ mod tests {
             "mnt/a/b.txt|b.txt|mnt/a|a/b.txt|mnt|2\n"
         );
         assert_eq!(
-            show("%s %m %M %u %g %U %G %n %y %i %b %k", "x", "x"),
-            "1025 4755 -rwsr-xr-x alice users 1000 100 2 f 77 3 2"
+            show("%s %m %M %u %g %U %G %n %y %Y %i %b %k", "x", "x"),
+            "1025 4755 -rwsr-xr-x alice users 1000 100 2 f f 77 3 2"
         );
         assert_eq!(
             show("%T@ %C@", "x", "x"),
@@ -561,6 +582,7 @@ mod tests {
     fn bad_formats_are_refused_by_name() {
         assert!(parse(b"%Q").unwrap_err().contains("%Q"));
         assert!(parse(b"%D").unwrap_err().contains("%D"));
+        assert!(parse(b"%Z").unwrap_err().contains("%Z"));
         assert!(parse(b"%T").unwrap_err().contains("time letter"));
         assert!(parse(b"%Tq").unwrap_err().contains("%Tq"));
         assert!(parse(b"\\q").unwrap_err().contains("\\q"));
