@@ -170,7 +170,9 @@ mod tests {
         };
         let d = e.mkdir(&root, Soid::ROOT, b"d", 0o755).unwrap().value;
         for i in 0..n {
-            e.create(&root, d.soid, format!("f{i:05}").as_bytes(), 0o644, true)
+            // Visible to searches at once; durability does not matter here.
+            let _ = e
+                .create(&root, d.soid, format!("f{i:05}").as_bytes(), 0o644, true)
                 .unwrap();
         }
         (dir, e)
