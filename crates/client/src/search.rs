@@ -121,7 +121,7 @@ impl Client {
                     })
                 }
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
-                Err(s) if s.code() == Code::Unavailable || s.code() == Code::Unknown => {
+                Err(s) if s.code() == Code::Unavailable => {
                     Error::Unavailable {
                         addr: self.inner.addr.clone(),
                         reason: match std::error::Error::source(&s) {
