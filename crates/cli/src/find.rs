@@ -4,7 +4,9 @@
 //! - [`parse`]: the command line (pure, unit-tested);
 //! - [`plan`]: server filters and the exact client-side evaluation;
 //! - [`printf`]: `-printf` and `-ls` output;
-//! - [`mounts`]: paths under a `sextant mount` → namespace paths.
+//! - [`mounts`]: paths under a `sextant mount` → namespace paths;
+//! - [`names`]: users, groups, the clock; [`sink`]: output;
+//! - [`stats`]: `sextant stats`.
 //!
 //! Per starting point: (1) the starting point itself (depth 0) is fetched
 //! and evaluated here, as find names it as typed; (2) the truth of opaque
@@ -18,22 +20,27 @@
 //! server's, not find's traversal order: compare sorted.
 
 mod mounts;
+mod names;
 pub mod parse;
 mod plan;
 pub mod printf;
+mod sink;
+mod stats;
 
-use crate::format::json_entry;
+pub use stats::{stats, StatsArgs, STATS_HELP};
+
 use crate::session::{Session, Target};
 use crate::Cli;
 use anyhow::{bail, Context, Result};
-use parse::{Action, ClientTest, Command, Env, Node, Test};
+use names::{now, Names, RealEnv};
+use parse::{Action, ClientTest, Command, Node, Test};
 use plan::{Filters, Opaque, Subject, Tree};
 use sextant_client::Error;
-use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, Pred, SearchHit};
+use sextant_engine::search::{Expr, Pred, SearchHit};
 use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_types::{Attr, FileType, FsError, Nanos};
+use sink::{needs_link, needs_target, Output, Sink};
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::PathBuf;
 
 /// Shown by `sextant find --help`.
@@ -82,18 +89,6 @@ Examples:
   sextant find /proj -xattr user.project=apollo
 Exit status: 0 if all went well, 1 after any error (e.g. a missing PATH).";
 
-/// Shown by `sextant stats --help`.
-pub const STATS_HELP: &str = "\
-Counts and total sizes of what `sextant find PATH... EXPRESSION` would
-print, optionally grouped (--by user|group|type|ext|dir). The expression is
-find's (tests and operators; no actions). Permission-aware: only what the
-caller could list is counted.
-
-Examples:
-  sextant stats /proj
-  sextant stats --by user /mnt/sextant/proj -type f
-  sextant --json stats --by ext /proj -size +1M";
-
 #[derive(clap::Args, Debug)]
 pub struct FindArgs {
     /// Starting points, then the expression (see below).
@@ -103,221 +98,6 @@ pub struct FindArgs {
         value_name = "PATH... EXPRESSION"
     )]
     pub args: Vec<String>,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum By {
-    User,
-    Group,
-    Type,
-    Ext,
-    Dir,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct StatsArgs {
-    /// Group the totals.
-    #[arg(long, value_enum)]
-    pub by: Option<By>,
-    /// Starting points (default /), then a find expression.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PATH... EXPRESSION"
-    )]
-    pub args: Vec<String>,
-}
-
-// ---- the outside world ----------------------------------------------------------
-
-/// The user and group databases (getpwnam_r & co.), cached.
-#[derive(Default)]
-struct Names {
-    users: HashMap<u32, Option<String>>,
-    groups: HashMap<u32, Option<String>>,
-}
-
-fn c_buf_call(mut f: impl FnMut(&mut [libc::c_char]) -> Option<String>) -> Option<String> {
-    let mut size = 1024;
-    while size <= 1 << 20 {
-        let mut buf = vec![0 as libc::c_char; size];
-        if let Some(s) = f(&mut buf) {
-            return Some(s);
-        }
-        size *= 4;
-    }
-    None
-}
-
-fn user_name(uid: u32) -> Option<String> {
-    c_buf_call(|buf| {
-        // SAFETY: getpwuid_r writes into `pw` and `buf` (sized by len) only;
-        // `res` is set to &pw on success.
-        unsafe {
-            let mut pw: libc::passwd = std::mem::zeroed();
-            let mut res: *mut libc::passwd = std::ptr::null_mut();
-            let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut res);
-            if rc == 0 && !res.is_null() {
-                Some(
-                    std::ffi::CStr::from_ptr(pw.pw_name)
-                        .to_string_lossy()
-                        .into_owned(),
-                )
-            } else if rc == libc::ERANGE {
-                None
-            } else {
-                Some(String::new())
-            }
-        }
-    })
-    .filter(|s| !s.is_empty())
-}
-
-fn group_name(gid: u32) -> Option<String> {
-    c_buf_call(|buf| {
-        // SAFETY: as for getpwuid_r.
-        unsafe {
-            let mut gr: libc::group = std::mem::zeroed();
-            let mut res: *mut libc::group = std::ptr::null_mut();
-            let rc = libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut res);
-            if rc == 0 && !res.is_null() {
-                Some(
-                    std::ffi::CStr::from_ptr(gr.gr_name)
-                        .to_string_lossy()
-                        .into_owned(),
-                )
-            } else if rc == libc::ERANGE {
-                None
-            } else {
-                Some(String::new())
-            }
-        }
-    })
-    .filter(|s| !s.is_empty())
-}
-
-fn uid_of(name: &str) -> Option<u32> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut found = None;
-    c_buf_call(|buf| {
-        // SAFETY: as for getpwuid_r.
-        unsafe {
-            let mut pw: libc::passwd = std::mem::zeroed();
-            let mut res: *mut libc::passwd = std::ptr::null_mut();
-            let rc = libc::getpwnam_r(
-                cname.as_ptr(),
-                &mut pw,
-                buf.as_mut_ptr(),
-                buf.len(),
-                &mut res,
-            );
-            if rc == libc::ERANGE {
-                return None;
-            }
-            if rc == 0 && !res.is_null() {
-                found = Some(pw.pw_uid);
-            }
-            Some(String::new())
-        }
-    });
-    found
-}
-
-fn gid_of(name: &str) -> Option<u32> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut found = None;
-    c_buf_call(|buf| {
-        // SAFETY: as for getpwuid_r.
-        unsafe {
-            let mut gr: libc::group = std::mem::zeroed();
-            let mut res: *mut libc::group = std::ptr::null_mut();
-            let rc = libc::getgrnam_r(
-                cname.as_ptr(),
-                &mut gr,
-                buf.as_mut_ptr(),
-                buf.len(),
-                &mut res,
-            );
-            if rc == libc::ERANGE {
-                return None;
-            }
-            if rc == 0 && !res.is_null() {
-                found = Some(gr.gr_gid);
-            }
-            Some(String::new())
-        }
-    });
-    found
-}
-
-impl Names {
-    /// The user name, or the number when no user has it.
-    fn user(&mut self, uid: u32) -> String {
-        let n = self.users.entry(uid).or_insert_with(|| user_name(uid));
-        n.clone().unwrap_or_else(|| uid.to_string())
-    }
-
-    fn group(&mut self, gid: u32) -> String {
-        let n = self.groups.entry(gid).or_insert_with(|| group_name(gid));
-        n.clone().unwrap_or_else(|| gid.to_string())
-    }
-
-    fn has_user(&mut self, uid: u32) -> bool {
-        self.users
-            .entry(uid)
-            .or_insert_with(|| user_name(uid))
-            .is_some()
-    }
-
-    fn has_group(&mut self, gid: u32) -> bool {
-        self.groups
-            .entry(gid)
-            .or_insert_with(|| group_name(gid))
-            .is_some()
-    }
-
-    /// Decides a client-only test for `hit` as `cred`. access(2) follows
-    /// symlinks: `target` is what a symlink hit resolves to (None: it does
-    /// not resolve, and access fails).
-    fn decide(
-        &mut self,
-        t: ClientTest,
-        hit: &SearchHit,
-        cred: &sextant_types::Credentials,
-        target: Option<&Attr>,
-    ) -> bool {
-        match t {
-            ClientTest::NoUser => !self.has_user(hit.attr.uid),
-            ClientTest::NoGroup => !self.has_group(hit.attr.gid),
-            ClientTest::Access(m) if hit.attr.ftype == FileType::Symlink => {
-                target.is_some_and(|a| plan::access(a, cred, m))
-            }
-            ClientTest::Access(m) => plan::access(&hit.attr, cred, m),
-        }
-    }
-}
-
-struct RealEnv {
-    now: Nanos,
-}
-
-impl Env for RealEnv {
-    fn now(&self) -> Nanos {
-        self.now
-    }
-    fn uid_of(&self, user: &str) -> Option<u32> {
-        uid_of(user)
-    }
-    fn gid_of(&self, group: &str) -> Option<u32> {
-        gid_of(group)
-    }
-}
-
-fn now() -> Nanos {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Nanos::from_parts(d.as_secs() as i64, d.subsec_nanos()).unwrap_or(Nanos(i64::MAX))
 }
 
 /// `No such file or directory` (find's capitalisation).
@@ -724,142 +504,6 @@ fn describe_io(e: &std::io::Error) -> String {
     }
 }
 
-/// Where the entries that print go.
-trait Sink {
-    fn needs_link(&self) -> bool;
-    /// `%Y` is used.
-    fn needs_target(&self) -> bool {
-        false
-    }
-    fn action(&mut self, a: &Action, facts: &printf::Facts<'_>, hit: &SearchHit, now: Nanos);
-    /// After each entry.
-    fn end_entry(&mut self) {}
-    fn flush(&mut self) {}
-    /// Nothing more can be written.
-    fn stopped(&self) -> bool {
-        false
-    }
-}
-
-/// `sextant find`'s output.
-struct Output {
-    out: std::io::BufWriter<std::io::Stdout>,
-    json: bool,
-    needs_link: bool,
-    needs_target: bool,
-    /// --json: this entry was already printed.
-    printed: bool,
-    /// Writing failed (e.g. a closed pipe): stop quietly.
-    broken: bool,
-}
-
-impl Sink for Output {
-    fn needs_link(&self) -> bool {
-        self.needs_link
-    }
-
-    fn needs_target(&self) -> bool {
-        self.needs_target
-    }
-
-    fn action(&mut self, a: &Action, x: &printf::Facts<'_>, hit: &SearchHit, now: Nanos) {
-        let mut buf = Vec::new();
-        if self.json {
-            if matches!(a, Action::Prune) || self.printed {
-                return;
-            }
-            self.printed = true;
-            let p = String::from_utf8_lossy(x.path);
-            if let Ok(s) = serde_json::to_string(&json_entry(&p, &hit.attr)) {
-                buf.extend_from_slice(s.as_bytes());
-                buf.push(b'\n');
-            }
-        } else {
-            match a {
-                Action::Print => {
-                    buf.extend_from_slice(x.path);
-                    buf.push(b'\n');
-                }
-                Action::Print0 => {
-                    buf.extend_from_slice(x.path);
-                    buf.push(0);
-                }
-                Action::Printf(f) => printf::render(f, x, &mut buf),
-                Action::Ls => {
-                    buf.extend(printf::ls_line(x, now));
-                    buf.push(b'\n');
-                }
-                Action::Prune => {}
-            }
-        }
-        if !self.broken && self.out.write_all(&buf).is_err() {
-            self.broken = true;
-        }
-    }
-
-    fn end_entry(&mut self) {
-        self.printed = false;
-    }
-
-    fn stopped(&self) -> bool {
-        self.broken
-    }
-
-    fn flush(&mut self) {
-        if !self.broken && self.out.flush().is_err() {
-            self.broken = true;
-        }
-    }
-}
-
-/// `sextant stats`' client-side aggregation (when the server cannot
-/// aggregate exactly).
-struct Counter {
-    by: GroupBy,
-    agg: Aggregation,
-    counted: bool,
-}
-
-impl Sink for Counter {
-    fn needs_link(&self) -> bool {
-        false
-    }
-
-    fn action(&mut self, a: &Action, _: &printf::Facts<'_>, hit: &SearchHit, _: Nanos) {
-        if !matches!(a, Action::Prune) && !self.counted {
-            self.counted = true;
-            self.agg.add(self.by, hit);
-        }
-    }
-
-    fn end_entry(&mut self) {
-        self.counted = false;
-    }
-}
-
-fn needs_target(tree: &Tree) -> bool {
-    let mut yes = false;
-    tree.for_each_leaf(&mut |n| {
-        if let Node::Action(Action::Printf(f)) = n {
-            yes |= f.needs_target();
-        }
-    });
-    yes
-}
-
-fn needs_link(tree: &Tree) -> bool {
-    let mut yes = false;
-    tree.for_each_leaf(&mut |n| {
-        if let Node::Action(Action::Ls) = n {
-            yes = true;
-        }
-        if let Node::Action(Action::Printf(f)) = n {
-            yes |= f.needs_link();
-        }
-    });
-    yes
-}
-
 /// Opens the session: `--server`, else the server of the mount the first
 /// mounted PATH is under, else the usual default.
 async fn open_session(
@@ -1016,201 +660,6 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     drop(run);
     s.close()?;
     Ok(ok)
-}
-
-fn group_by(by: Option<By>) -> GroupBy {
-    match by {
-        Some(By::User) => GroupBy::Uid,
-        Some(By::Group) => GroupBy::Gid,
-        Some(By::Type) => GroupBy::Type,
-        Some(By::Ext) => GroupBy::Extension,
-        Some(By::Dir) | None => GroupBy::Directory,
-    }
-}
-
-/// Can the server aggregate this expression exactly? Yes unless it has
-/// `-prune`, `-path` (matched against printed paths) or a client-only test;
-/// actions other than the implicit `-print` are refused before.
-fn server_exact(tree: &Tree) -> bool {
-    let mut ok = true;
-    tree.for_each_leaf(&mut |n| match n {
-        Node::Test(Test::Pred(Pred::Path { .. }) | Test::Client(_))
-        | Node::Action(Action::Prune) => ok = false,
-        _ => {}
-    });
-    ok
-}
-
-/// `sextant stats`.
-pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
-    let now = now();
-    let mut args = a.args.clone();
-    if args
-        .first()
-        .is_none_or(|f| f.starts_with('-') || f == "(" || f == "!")
-    {
-        args.insert(0, "/".into());
-    }
-    let cmd = match parse::parse(&args, &RealEnv { now }) {
-        Ok(c) => c,
-        Err(e) => {
-            report(e);
-            return Ok(false);
-        }
-    };
-    let mut actions = false;
-    cmd.expr.for_each_leaf(&mut |n| {
-        if matches!(n, Node::Action(a) if !matches!(a, Action::Prune)) {
-            actions = true;
-        }
-    });
-    // The parser appends the implicit -print: only it may be there.
-    if actions
-        && !matches!(&cmd.expr, Node::And(_, b) if **b == Node::Action(Action::Print))
-        && cmd.expr != Node::Action(Action::Print)
-    {
-        eprintln!("sextant stats: actions (-print, -printf, ...) are not allowed; stats counts what find would print");
-        return Ok(false);
-    }
-    let cwd = std::env::current_dir().context("reading the working directory")?;
-    let mounts = mounts::current();
-    let s = open_session(cli, &cmd.paths, &mounts, &cwd).await?;
-    let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
-        Ok(r) => r,
-        Err(e) => {
-            report(format_args!("{e:#}"));
-            return Ok(false);
-        }
-    };
-    let by = group_by(a.by);
-    let mut total = Aggregation::default();
-    let exact = server_exact(&run.tree);
-    for p in &cmd.paths {
-        let r: Result<(), Error> = async {
-            let mut counter = Counter {
-                by,
-                agg: Aggregation::default(),
-                counted: false,
-            };
-            if exact {
-                // The starting point client-side (find names it as
-                // typed), the rest aggregated by the server.
-                let saved = run.cmd.max_depth;
-                let loc = mounts::locate(p, &run.cwd, &run.mounts)
-                    .map_err(|_| Error::Fs(FsError::NotFound))?;
-                if run.cmd.min_depth == 0 {
-                    let probe = Command {
-                        max_depth: 0,
-                        ..run.cmd.clone()
-                    };
-                    let mut sub = Run {
-                        s: run.s,
-                        cwd: run.cwd.clone(),
-                        mounts: run.mounts.clone(),
-                        cmd: &probe,
-                        tree: run.tree.clone(),
-                        filters: run.filters.clone(),
-                        names: Names::default(),
-                        now,
-                        failed: false,
-                        uses_access: run.uses_access,
-                    };
-                    sub.start(p, &mut counter).await?;
-                    run.failed |= sub.failed;
-                }
-                if saved > 0 {
-                    let q = plan::and(
-                        depth(run.cmd.min_depth.max(1), saved),
-                        run.filters.out.clone(),
-                    );
-                    if q != Expr::False {
-                        let mut spec = SearchSpec::new(SearchScope::Path(loc.ns), q);
-                        spec.group_by = Some(by);
-                        let mut h = s.search(&spec).await?;
-                        while h.next_batch().await?.is_some() {}
-                        if let Some(d) = h.done() {
-                            for (k, t) in &d.groups {
-                                let e = counter.agg.groups.entry(k.clone()).or_default();
-                                e.count += t.count;
-                                e.size += t.size;
-                            }
-                            counter.agg.total.count += d.count;
-                            counter.agg.total.size += d.total_size;
-                        }
-                    }
-                }
-            } else {
-                run.start(p, &mut counter).await?;
-            }
-            for (k, t) in counter.agg.groups {
-                let e = total.groups.entry(k).or_default();
-                e.count += t.count;
-                e.size += t.size;
-            }
-            total.total.count += counter.agg.total.count;
-            total.total.size += counter.agg.total.size;
-            Ok(())
-        }
-        .await;
-        if let Err(e) = r {
-            report(format_args!("'{p}': {}", describe(&e)));
-            run.failed = true;
-        }
-    }
-    print_stats(&total, a.by, cli.json, &mut run.names)?;
-    let ok = !run.failed;
-    drop(run);
-    s.close()?;
-    Ok(ok)
-}
-
-fn key_text(k: &GroupKey, names: &mut Names) -> String {
-    match k {
-        GroupKey::Uid(u) => names.user(*u).to_string(),
-        GroupKey::Gid(g) => names.group(*g).to_string(),
-        GroupKey::Type(t) => crate::format::type_name(*t).to_string(),
-        GroupKey::Extension(e) => String::from_utf8_lossy(e).into_owned(),
-        GroupKey::Directory(d) => String::from_utf8_lossy(d).into_owned(),
-    }
-}
-
-fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names) -> Result<()> {
-    if json {
-        let groups: Vec<serde_json::Value> = if by.is_some() {
-            agg.groups
-                .iter()
-                .map(|(k, t)| {
-                    let mut v = serde_json::json!({
-                        "key": key_text(k, names), "count": t.count, "size": t.size
-                    });
-                    match k {
-                        GroupKey::Uid(u) => v["uid"] = (*u).into(),
-                        GroupKey::Gid(g) => v["gid"] = (*g).into(),
-                        _ => {}
-                    }
-                    v
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        println!(
-            "{}",
-            serde_json::json!({
-                "groups": groups,
-                "total": { "count": agg.total.count, "size": agg.total.size },
-            })
-        );
-        return Ok(());
-    }
-    if by.is_some() {
-        println!("{:>12} {:>16}  KEY", "COUNT", "SIZE");
-        for (k, t) in &agg.groups {
-            println!("{:>12} {:>16}  {}", t.count, t.size, key_text(k, names));
-        }
-    }
-    println!("{:>12} {:>16}  total", agg.total.count, agg.total.size);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -121,15 +121,13 @@ impl Client {
                     })
                 }
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
-                Err(s) if s.code() == Code::Unavailable => {
-                    Error::Unavailable {
-                        addr: self.inner.addr.clone(),
-                        reason: match std::error::Error::source(&s) {
-                            Some(src) => error_chain(src),
-                            None => s.message().to_string(),
-                        },
-                    }
-                }
+                Err(s) if s.code() == Code::Unavailable => Error::Unavailable {
+                    addr: self.inner.addr.clone(),
+                    reason: match std::error::Error::source(&s) {
+                        Some(src) => error_chain(src),
+                        None => s.message().to_string(),
+                    },
+                },
                 Err(s) => return Err(status_error(&s)),
             };
             if started.elapsed() + backoff > self.inner.options.retry_for {
