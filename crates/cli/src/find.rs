@@ -16,8 +16,16 @@
 //! pruned directory stops descent in find, so its descendants are never
 //! evaluated: dropping every hit with a pruned ancestor is exactly that);
 //! (4) the main query streams the entries that may print, and the
-//! expression runs on each, actions in order. Output order is the
-//! server's, not find's traversal order: compare sorted.
+//! expression runs on each, actions in order; (5) for a non-root caller,
+//! the visible directories it cannot list are reported `Permission
+//! denied` (exit status 1), as find reports the directories it fails to
+//! open. Output order is the server's, not find's traversal order: compare
+//! sorted.
+//!
+//! Invariants: nothing is printed for an entry GNU find would not print
+//! (the client decides every test exactly; the server's filters only
+//! over-approximate), and every entry find would print reaches the client
+//! (the filters are implied by "some output action runs").
 
 mod mounts;
 mod names;
