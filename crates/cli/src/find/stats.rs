@@ -21,7 +21,9 @@ pub const STATS_HELP: &str = "\
 Counts and total sizes of what `sextant find PATH... EXPRESSION` would
 print, optionally grouped (--by user|group|type|ext|dir). The expression is
 find's (tests and operators; no actions). Permission-aware: only what the
-caller could list is counted.
+caller could list is counted. Hard links count once per path, like
+`find | wc -l`; --by dir keys are namespace paths (also for a PATH under a
+mount); --by ext keys are what follows the last '.' of the name.
 
 Examples:
   sextant stats /proj
