@@ -71,7 +71,8 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
            -mtime n means n whole days old (-mtime +1: at least 2 days).
-Options:   -maxdepth N  -mindepth N  -depth  (-xdev -mount -noleaf: no-ops)
+Options:   -maxdepth N  -mindepth N  -depth  -daystart (-xdev -mount -noleaf:
+           no-ops)
 Operators: ( EXPR )  ! EXPR  -not EXPR  EXPR -a EXPR (or just adjacent)
            EXPR -o EXPR  EXPR , EXPR
 Actions:   -print  -print0  -ls  -prune
@@ -82,7 +83,7 @@ Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
 Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
--fls -quit -regex -lname -xtype -newerXY -daystart -fstype -L -H.
+-fls -quit -regex -lname -xtype -newerXY -fstype -L -H.
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).

@@ -436,6 +436,14 @@ fn same_lines_as_gnu_find_on_the_mount() {
             Cmp::Lines,
         ),
         (vec!["mnt/x", "mnt/nosuch", "-type", "f"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-daystart", "-mtime", "-4", "!", "-mtime", "0"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-mtime", "-1", "-daystart", "-atime", "+2"],
+            Cmp::Lines,
+        ),
         (vec!["mnt", "-nouser"], Cmp::Lines),
         (vec!["mnt", "-nogroup", "-o", "-user", "nobody"], Cmp::Lines),
         (vec!["mnt/x", "-executable", "!", "-type", "d"], Cmp::Lines),

@@ -184,6 +184,18 @@ impl Env for RealEnv {
     fn now(&self) -> Nanos {
         self.now
     }
+    fn day_start(&self) -> Nanos {
+        let secs = self.now.secs() as libc::time_t;
+        // SAFETY: localtime_r writes only into `tm`.
+        let tm = unsafe {
+            let mut tm: libc::tm = std::mem::zeroed();
+            libc::localtime_r(&secs, &mut tm);
+            tm
+        };
+        let into_day =
+            i64::from(tm.tm_hour) * 3600 + i64::from(tm.tm_min) * 60 + i64::from(tm.tm_sec);
+        Nanos::from_parts(self.now.secs() - into_day, 0).unwrap_or(self.now)
+    }
     fn uid_of(&self, user: &str) -> Option<u32> {
         uid_of(user)
     }

@@ -49,6 +49,8 @@ fn err<T>(s: impl Into<String>) -> Result<T, ParseError> {
 pub trait Env {
     /// The start time every relative time test is measured from.
     fn now(&self) -> Nanos;
+    /// The beginning of today (local time), for `-daystart`.
+    fn day_start(&self) -> Nanos;
     fn uid_of(&self, user: &str) -> Option<u32>;
     fn gid_of(&self, group: &str) -> Option<u32>;
 }
@@ -208,7 +210,6 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("-fstype", "not supported"),
     ("-used", "not supported"),
-    ("-daystart", "not supported"),
     ("-context", "SELinux contexts are not supported"),
     ("-newerXY", "not supported; use -newer/-anewer/-cnewer"),
 ];
@@ -252,6 +253,7 @@ pub fn parse(args: &[String], env: &dyn Env) -> Result<Command, ParseError> {
         max_depth: u32::MAX,
         depth_first: false,
         has_action: false,
+        origin: env.now(),
     };
     let expr = if p.args.is_empty() {
         None
@@ -287,6 +289,9 @@ struct Parser<'a> {
     max_depth: u32,
     depth_first: bool,
     has_action: bool,
+    /// What `-Xtime`/`-Xmin` measure ages from: the start time, or after
+    /// `-daystart` the end of today (so `-mtime 0` is "today").
+    origin: Nanos,
 }
 
 /// `+n`, `-n`, `n`.
@@ -615,7 +620,7 @@ impl<'a> Parser<'a> {
                 "invalid argument '{a}' to '{name}' (whole numbers only, e.g. 3, +3, -3)"
             ));
         }
-        Ok(match time_range(a, unit_ns, self.env.now()) {
+        Ok(match time_range(a, unit_ns, self.origin) {
             Some((lo, hi)) => Test::Pred(Pred::Time { which, lo, hi }),
             None => Test::Const(false),
         })
@@ -790,6 +795,11 @@ impl<'a> Parser<'a> {
                 self.min_depth = self.depth_arg(tok)?;
                 Ok(Node::Test(Test::Const(true)))
             }
+            "-daystart" => {
+                const DAY_NS: i64 = 86_400 * 1_000_000_000;
+                self.origin = Nanos(self.env.day_start().0.saturating_add(DAY_NS));
+                Ok(Node::Test(Test::Const(true)))
+            }
             "-depth" | "-d" => {
                 self.depth_first = true;
                 Ok(Node::Test(Test::Const(true)))
@@ -842,6 +852,9 @@ mod tests {
     impl Env for FakeEnv {
         fn now(&self) -> Nanos {
             Nanos(1_000_000 * 1_000_000_000)
+        }
+        fn day_start(&self) -> Nanos {
+            Nanos(999_000 * 1_000_000_000)
         }
         fn uid_of(&self, user: &str) -> Option<u32> {
             (user == "alice").then_some(1000)
@@ -979,6 +992,36 @@ mod tests {
             Some((Nanos(now.0 + 1), Nanos(i64::MAX)))
         );
         assert!(p(". -mtime 1.5").is_err());
+        // -daystart: ages from the end of today, for the tests after it.
+        let t = |s: &str| match p(s).unwrap().expr {
+            Node::And(a, _) => *a,
+            other => other,
+        };
+        let today = Nanos(999_000 * 1_000_000_000);
+        let end = Nanos(today.0 + D as i64);
+        assert_eq!(
+            t(". -daystart -mtime 0"),
+            Node::and(
+                Node::Test(Test::Const(true)),
+                Node::Test(Test::Pred(Pred::Time {
+                    which: TimeAttr::Mtime,
+                    lo: Nanos(today.0 + 1),
+                    hi: end
+                }))
+            )
+        );
+        let (lo, _) = time_range("0", D, now).unwrap();
+        assert_eq!(
+            t(". -mtime 0 -daystart"),
+            Node::and(
+                Node::Test(Test::Pred(Pred::Time {
+                    which: TimeAttr::Mtime,
+                    lo,
+                    hi: now
+                })),
+                Node::Test(Test::Const(true))
+            )
+        );
         assert!(p(". -mmin x").is_err());
     }
 

@@ -317,6 +317,9 @@ mod tests {
         fn now(&self) -> Nanos {
             Nanos(0)
         }
+        fn day_start(&self) -> Nanos {
+            Nanos(0)
+        }
         fn uid_of(&self, _: &str) -> Option<u32> {
             None
         }
