@@ -44,6 +44,7 @@ use names::{now, Names, RealEnv};
 use parse::{Action, ClientTest, Command, Node, Test};
 use plan::{Filters, Opaque, Subject, Tree};
 use sextant_client::Error;
+use sextant_engine::bloom::TimeAttr;
 use sextant_engine::search::{Expr, Pred, SearchHit};
 use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_types::{Attr, FileType, FsError, Nanos};
@@ -66,7 +67,8 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -size N[bcwkMG]  -empty  -links N  -inum N  -samefile F
            -perm MODE|-MODE|/MODE (octal or symbolic, e.g. u+x,g=w)
            -mtime -atime -ctime N (days)   -mmin -amin -cmin N (minutes)
-           -newer F  -anewer F  -cnewer F  -true  -false  -nouser  -nogroup
+           -newer F  -anewer F  -cnewer F  -newerXY F (X, Y in a, c, m)
+           -true  -false  -nouser  -nogroup
            -readable  -writable  -executable (by permission bits)
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
@@ -83,7 +85,7 @@ Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
 Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
--fls -quit -regex -lname -xtype -newerXY -fstype -L -H.
+-fls -quit -regex -lname -xtype -newerXt (dates) -fstype -L -H.
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).
@@ -602,11 +604,16 @@ async fn prepare<'a>(
     }
     let tree = cmd.expr.clone().map_tests(&mut |t| -> Result<Test> {
         Ok(match t {
-            Test::Newer { which, file } => {
+            Test::Newer { which, of, file } => {
                 let a = resolved
                     .get(&(file.clone(), true))
                     .with_context(|| format!("'{file}' was not resolved"))?;
-                match a.mtime.0.checked_add(1) {
+                let t = match of {
+                    TimeAttr::Atime => a.atime,
+                    TimeAttr::Mtime => a.mtime,
+                    TimeAttr::Ctime => a.ctime,
+                };
+                match t.0.checked_add(1) {
                     Some(lo) => Test::Pred(Pred::Time {
                         which,
                         lo: Nanos(lo),

@@ -326,6 +326,17 @@ fn same_lines_as_gnu_find_on_the_mount() {
         (vec!["mnt", "-samefile", "mnt/x/f1"], Cmp::Lines),
         (
             vec![
+                "mnt/x",
+                "-newerma",
+                "mnt/x/d1/half",
+                "!",
+                "-newermm",
+                "mnt/x/d1/half",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
                 "mnt",
                 "-path",
                 "*/netfilter*",

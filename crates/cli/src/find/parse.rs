@@ -59,10 +59,11 @@ pub trait Env {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Test {
     Pred(Pred),
-    /// `-newer F` (`Mtime`), `-anewer F` (`Atime`), `-cnewer F` (`Ctime`):
-    /// the entry's `which` time is after F's mtime.
+    /// `-newer F` (`Mtime`), `-anewer F` (`Atime`), `-cnewer F` (`Ctime`),
+    /// `-newerXY F`: the entry's `which` time is after F's `of` time.
     Newer {
         which: TimeAttr,
+        of: TimeAttr,
         file: String,
     },
     /// `-samefile F`.
@@ -211,7 +212,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("-fstype", "not supported"),
     ("-used", "not supported"),
     ("-context", "SELinux contexts are not supported"),
-    ("-newerXY", "not supported; use -newer/-anewer/-cnewer"),
 ];
 
 /// Options GNU find takes before the starting points.
@@ -762,7 +762,30 @@ impl<'a> Parser<'a> {
                     "-cnewer" => TimeAttr::Ctime,
                     _ => TimeAttr::Mtime,
                 };
-                Ok(Node::Test(Test::Newer { which, file }))
+                Ok(Node::Test(Test::Newer {
+                    which,
+                    of: TimeAttr::Mtime,
+                    file,
+                }))
+            }
+            _ if tok.len() == 8 && tok.starts_with("-newer") => {
+                let letter = |c: u8| {
+                    match c {
+                    b'a' => Ok(TimeAttr::Atime),
+                    b'c' => Ok(TimeAttr::Ctime),
+                    b'm' => Ok(TimeAttr::Mtime),
+                    b'B' => err("birth times (-newerB*, -newer*B) are not recorded by Sextant"),
+                    b't' => err(format!(
+                        "'{tok}' is not supported: -newerXt takes a date; use -newerXY with a reference file"
+                    )),
+                    _ => err(format!("unknown predicate '{tok}'")),
+                }
+                };
+                let b = tok.as_bytes();
+                let which = letter(b[6])?;
+                let of = letter(b[7])?;
+                let file = self.arg(tok)?.to_string();
+                Ok(Node::Test(Test::Newer { which, of, file }))
             }
             "-mtime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Mtime, DAY)?)),
             "-atime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Atime, DAY)?)),
@@ -821,12 +844,7 @@ impl<'a> Parser<'a> {
             }
             "-prune" => Ok(Node::Action(Action::Prune)),
             _ => {
-                let key = if tok.starts_with("-newer") && tok.len() == 8 {
-                    "-newerXY"
-                } else {
-                    tok
-                };
-                if let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == key) {
+                if let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == tok) {
                     return err(format!("'{tok}' is not supported: {why}"));
                 }
                 if tok.starts_with('-') {
@@ -1086,9 +1104,23 @@ mod tests {
             t(". -newer ref"),
             Node::Test(Test::Newer {
                 which: TimeAttr::Mtime,
+                of: TimeAttr::Mtime,
                 file: "ref".into()
             })
         );
+        assert_eq!(
+            t(". -newerca ref"),
+            Node::Test(Test::Newer {
+                which: TimeAttr::Ctime,
+                of: TimeAttr::Atime,
+                file: "ref".into()
+            })
+        );
+        assert!(p(". -newerBm ref").unwrap_err().0.contains("birth"));
+        assert!(p(". -newermx ref")
+            .unwrap_err()
+            .0
+            .contains("unknown predicate"));
         assert_eq!(t(". -inum 42"), pr(Pred::Soid(Soid::from_u128(42))));
         assert!(p(". -inum +42").is_err());
     }
@@ -1101,6 +1133,7 @@ mod tests {
         assert!(e(". -delete").contains("'-delete' is not supported"));
         assert!(e(". -regex x").contains("'-regex' is not supported"));
         assert!(e(". -newermt 2020").contains("'-newermt' is not supported"));
+        assert!(e(". -newermm").contains("missing argument"));
         assert!(e(". -readable x").contains("paths must precede"));
         assert!(e(". -name").contains("missing argument to '-name'"));
         assert!(e(". ( -name a").contains("without a matching ')'"));
