@@ -70,6 +70,7 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -newer F  -anewer F  -cnewer F  -newerXY F (X, Y in a, c, m)
            -true  -false  -nouser  -nogroup
            -readable  -writable  -executable (by permission bits)
+           -lname GLOB  -ilname GLOB
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
            -mtime n means n whole days old (-mtime +1: at least 2 days).
@@ -85,7 +86,7 @@ Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
 Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
--fls -quit -regex -lname -xtype -newerXt (dates) -fstype -L -H.
+-fls -quit -regex -xtype -newerXt (dates) -fstype -L -H.
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).
@@ -141,6 +142,9 @@ struct Run<'a> {
     /// The expression has -readable/-writable/-executable (symlink hits
     /// then need their targets).
     uses_access: bool,
+    /// The expression has -lname/-ilname (symlink hits then need their
+    /// contents).
+    uses_lname: bool,
 }
 
 fn report(msg: impl std::fmt::Display) {
@@ -313,7 +317,8 @@ impl Run<'_> {
         } else {
             hit.name()
         };
-        let link = if sink.needs_link() && hit.attr.ftype == FileType::Symlink {
+        let wants_link = sink.needs_link() || self.uses_lname;
+        let link = if wants_link && hit.attr.ftype == FileType::Symlink {
             match self.s.readlink(hit.soid).await {
                 Ok(t) => Some(t),
                 Err(e) => {
@@ -360,7 +365,7 @@ impl Run<'_> {
             &self.tree,
             &subject,
             opaque,
-            &mut |t, h| names.decide(t, h, cred, target),
+            &mut |t, h| names.decide(t, h, cred, target, link.as_deref()),
             &mut |a| {
                 sink.action(a, &facts, hit, now);
                 true
@@ -441,7 +446,7 @@ impl Run<'_> {
                     &self.tree,
                     &subject,
                     &opaque,
-                    &mut |t, h| names.decide(t, h, cred, target),
+                    &mut |t, h| names.decide(t, h, cred, target, None),
                     &mut |a| {
                         fired |= matches!(a, Action::Prune);
                         true
@@ -582,11 +587,12 @@ async fn prepare<'a>(
         now,
         failed: false,
         uses_access: false,
+        uses_lname: false,
     };
-    cmd.expr.for_each_leaf(&mut |n| {
-        if let Node::Test(Test::Client(ClientTest::Access(_))) = n {
-            run.uses_access = true;
-        }
+    cmd.expr.for_each_leaf(&mut |n| match n {
+        Node::Test(Test::Client(ClientTest::Access(_))) => run.uses_access = true,
+        Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
+        _ => {}
     });
     // Reference files, resolved once each (find stats them at parse time).
     let mut refs: Vec<(String, bool)> = Vec::new();

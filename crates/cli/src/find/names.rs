@@ -5,7 +5,7 @@
 
 use super::parse::{ClientTest, Env};
 use super::plan;
-use sextant_engine::search::SearchHit;
+use sextant_engine::search::{glob_match, SearchHit};
 use sextant_types::{Attr, FileType, Nanos};
 use std::collections::HashMap;
 
@@ -157,15 +157,20 @@ impl Names {
 
     /// Decides a client-only test for `hit` as `cred`. access(2) follows
     /// symlinks: `target` is what a symlink hit resolves to (None: it does
-    /// not resolve, and access fails).
+    /// not resolve, and access fails); `link` is a symlink hit's contents.
     pub(super) fn decide(
         &mut self,
-        t: ClientTest,
+        t: &ClientTest,
         hit: &SearchHit,
         cred: &sextant_types::Credentials,
         target: Option<&Attr>,
+        link: Option<&[u8]>,
     ) -> bool {
-        match t {
+        match *t {
+            ClientTest::LinkName { ref pattern, ci } => {
+                hit.attr.ftype == FileType::Symlink
+                    && link.is_some_and(|l| glob_match(pattern, l, ci))
+            }
             ClientTest::NoUser => !self.has_user(hit.attr.uid),
             ClientTest::NoGroup => !self.has_group(hit.attr.gid),
             ClientTest::Access(m) if hit.attr.ftype == FileType::Symlink => {

@@ -74,10 +74,12 @@ pub enum Test {
     Client(ClientTest),
 }
 
-/// Tests the client decides from a hit's attributes and the local user
-/// database or the caller's credentials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Tests the client decides from a hit's attributes, the local user
+/// database, the caller's credentials or a symlink's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientTest {
+    /// `-lname`, `-ilname`: a symlink whose target matches the glob.
+    LinkName { pattern: Box<[u8]>, ci: bool },
     /// `-nouser`: no user has the file's uid.
     NoUser,
     /// `-nogroup`: no group has the file's gid.
@@ -197,8 +199,6 @@ const REFUSED: &[(&str, &str)] = &[
         "regular expressions are not supported; use -name/-path globs",
     ),
     ("-regextype", "regular expressions are not supported"),
-    ("-lname", "symlink targets are not indexed"),
-    ("-ilname", "symlink targets are not indexed"),
     ("-xtype", "following symlinks is not supported"),
     ("-follow", "following symlinks is not supported"),
     (
@@ -802,6 +802,13 @@ impl<'a> Parser<'a> {
                     Some((k, v)) => pred(Pred::XattrEq(k.as_bytes().into(), v.as_bytes().into())),
                     None => pred(Pred::XattrExists(a.as_bytes().into())),
                 }
+            }
+            "-lname" | "-ilname" => {
+                let p = self.arg(tok)?;
+                Ok(Node::Test(Test::Client(ClientTest::LinkName {
+                    pattern: p.as_bytes().into(),
+                    ci: tok == "-ilname",
+                })))
             }
             "-nouser" => Ok(Node::Test(Test::Client(ClientTest::NoUser))),
             "-nogroup" => Ok(Node::Test(Test::Client(ClientTest::NoGroup))),

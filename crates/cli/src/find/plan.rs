@@ -104,8 +104,12 @@ fn truth(n: &Node, positive: bool, paths: bool) -> Expr {
                 Expr::False
             }
         }
-        // Unresolved reference tests never reach here (resolved first);
-        // relax them anyway.
+        // A matching -lname is at least a symlink.
+        Node::Test(Test::Client(ClientTest::LinkName { .. })) if positive => {
+            Expr::Pred(Pred::Type(vec![FileType::Symlink]))
+        }
+        // Client-only tests, and unresolved reference tests (which never
+        // reach here: they are resolved first).
         Node::Test(_) => {
             if positive {
                 Expr::True
@@ -270,13 +274,13 @@ pub fn run(
     n: &Tree,
     s: &Subject<'_>,
     opaque: &Opaque,
-    client: &mut dyn FnMut(ClientTest, &SearchHit) -> bool,
+    client: &mut dyn FnMut(&ClientTest, &SearchHit) -> bool,
     act: &mut dyn FnMut(&Action) -> bool,
 ) -> bool {
     match n {
         Node::Test(Test::Const(b)) => *b,
         Node::Test(Test::Pred(p)) => eval_pred(p, s, opaque),
-        Node::Test(Test::Client(t)) => client(*t, s.hit),
+        Node::Test(Test::Client(t)) => client(t, s.hit),
         Node::Test(_) => false,
         Node::Action(a) => act(a),
         Node::And(a, b) => run(a, s, opaque, client, act) && run(b, s, opaque, client, act),
@@ -371,6 +375,17 @@ mod tests {
             filters(&t, d, false).out,
             Expr::Or(vec![name("a"), name("b")])
         );
+        // -lname is decided by the client; the server is told "a symlink".
+        let (t, d) = tree(". -lname x -o -name a");
+        assert_eq!(
+            filters(&t, d, false).out,
+            Expr::Or(vec![
+                Expr::Pred(Pred::Type(vec![FileType::Symlink])),
+                name("a")
+            ])
+        );
+        let (t, d) = tree(". ! -lname x -name a");
+        assert_eq!(filters(&t, d, false).out, name("a"));
         // Opaque tests are collected once each.
         let (t, d) = tree(". -empty -o -xattr k -o -empty");
         assert_eq!(
@@ -409,14 +424,20 @@ mod tests {
                 printed: b"m/a",
                 name,
             };
-            run(&t, &s, &Opaque::default(), &mut |_, _| false, &mut |a| {
-                log.push(match a {
-                    Action::Printf(_) => "printf",
-                    Action::Print => "print",
-                    _ => "other",
-                });
-                true
-            });
+            run(
+                &t,
+                &s,
+                &Opaque::default(),
+                &mut |_: &ClientTest, _: &SearchHit| false,
+                &mut |a| {
+                    log.push(match a {
+                        Action::Printf(_) => "printf",
+                        Action::Print => "print",
+                        _ => "other",
+                    });
+                    true
+                },
+            );
             log.clone()
         };
         assert_eq!(run_on(b"a"), vec!["printf"]);
@@ -429,9 +450,21 @@ mod tests {
             name: b"a",
         };
         let mut o = Opaque::default();
-        assert!(!run(&t, &s, &o, &mut |_, _| false, &mut |_| true));
+        assert!(!run(
+            &t,
+            &s,
+            &o,
+            &mut |_: &ClientTest, _: &SearchHit| false,
+            &mut |_| true
+        ));
         o.sets
             .push((Pred::Empty, [b"/x/a".to_vec()].into_iter().collect()));
-        assert!(run(&t, &s, &o, &mut |_, _| false, &mut |_| true));
+        assert!(run(
+            &t,
+            &s,
+            &o,
+            &mut |_: &ClientTest, _: &SearchHit| false,
+            &mut |_| true
+        ));
     }
 }

@@ -149,6 +149,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
                         now,
                         failed: false,
                         uses_access: run.uses_access,
+                        uses_lname: run.uses_lname,
                     };
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;
