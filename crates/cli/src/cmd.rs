@@ -13,8 +13,12 @@ use sextant_types::{FileType, FsError, SetAttr, Soid, TimeSet};
 pub async fn run(cli: Cli, s: Session) -> Result<()> {
     let json = cli.json;
     match cli.command {
-        Command::Serve(_) | Command::Mount(_) | Command::Umount { .. } => {
-            unreachable!("serve, mount and umount run without a session")
+        Command::Serve(_)
+        | Command::Mount(_)
+        | Command::Umount { .. }
+        | Command::Find(_)
+        | Command::Stats(_) => {
+            unreachable!("serve, mount, umount, find and stats open their own session")
         }
         Command::Status => status(&s, json).await?,
         Command::Ls { long, path } => ls(&s, &path, long, json).await?,

@@ -6,6 +6,7 @@
 //! local data directory (`--data`, default `./sextant-data`).
 
 mod cmd;
+mod find;
 mod format;
 mod import;
 mod mount;
@@ -131,6 +132,15 @@ enum Command {
     /// per inode. Detaches once mounted unless -f is given; `sextant
     /// umount`, fusermount3 -u, SIGINT or SIGTERM unmount it.
     Mount(mount::MountArgs),
+    /// Search the namespace with GNU find's syntax: PATH... [EXPRESSION].
+    ///
+    /// PATH is a path under a `sextant mount` mount point (output keeps the
+    /// prefix as typed) or an absolute namespace path.
+    #[command(after_help = find::FIND_HELP)]
+    Find(find::FindArgs),
+    /// File counts and total sizes of what `find` would print, grouped.
+    #[command(after_help = find::STATS_HELP)]
+    Stats(find::StatsArgs),
     /// Unmount a `sextant mount` (fusermount3 -u).
     Umount {
         mountpoint: PathBuf,
@@ -212,6 +222,24 @@ fn main() {
         Command::Serve(args) => serve(&cli, args),
         Command::Mount(args) => mount::mount(&cli, args),
         Command::Umount { mountpoint, lazy } => mount::umount(mountpoint, *lazy),
+        Command::Find(_) | Command::Stats(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| {
+                rt.block_on(async {
+                    match &cli.command {
+                        Command::Find(a) => find::find(&cli, &a.args).await,
+                        Command::Stats(a) => find::stats(&cli, a).await,
+                        _ => Ok(true),
+                    }
+                })
+            })
+            .map(|ok| {
+                if !ok {
+                    std::process::exit(1);
+                }
+            }),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -3,10 +3,13 @@
 //! commands: every call is async and a mutation returns once durable.
 
 use anyhow::{bail, Context, Result};
-use sextant_client::{Client, Error, Options};
+use sextant_client::{Client, Error, Options, SearchStream};
+use sextant_engine::search::SearchHit;
 use sextant_engine::{DirEntry, Engine, EngineConfig, EngineStats, RenameFlags};
+use sextant_proto::search::{SearchDone, SearchSpec};
 use sextant_types::{Attr, Credentials, FileType, FsError, SetAttr, Soid};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -275,6 +278,38 @@ impl Session {
         }
     }
 
+    /// Starts a search; read its hits with [`Hits::next_batch`]. On the
+    /// embedded engine it runs on a blocking thread (like the server) and
+    /// stops when the [`Hits`] is dropped.
+    pub async fn search(&self, spec: &SearchSpec) -> OpResult<Hits> {
+        match &self.backend {
+            Backend::Remote(c) => Ok(Hits::Remote(Box::new(c.search(&self.cred, spec).await?))),
+            Backend::Local(e) => {
+                spec.validate()
+                    .map_err(|q| Error::BadQuery(q.to_string()))?;
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let (engine, cred, spec) = (e.clone(), self.cred.clone(), spec.clone());
+                tokio::task::spawn_blocking(move || {
+                    let r = sextant_server::search::execute(
+                        &engine,
+                        &cred,
+                        &spec,
+                        || tx.is_closed(),
+                        |hits| match tx.blocking_send(LocalMsg::Hits(hits)) {
+                            Ok(()) => ControlFlow::Continue(()),
+                            Err(_) => ControlFlow::Break(()),
+                        },
+                    );
+                    let _ = tx.blocking_send(match r {
+                        Ok(d) => LocalMsg::Done(d),
+                        Err(e) => LocalMsg::Failed(e),
+                    });
+                });
+                Ok(Hits::Local { rx, done: None })
+            }
+        }
+    }
+
     pub async fn stats(&self) -> Result<EngineStats> {
         match &self.backend {
             Backend::Local(e) => Ok(e.stats()),
@@ -293,6 +328,48 @@ impl Session {
         match self.backend {
             Backend::Local(e) => e.close().context("writing tables back"),
             Backend::Remote(_) => Ok(()),
+        }
+    }
+}
+
+pub enum LocalMsg {
+    Hits(Vec<SearchHit>),
+    Done(SearchDone),
+    Failed(FsError),
+}
+
+/// The hits of a running search, batch by batch.
+pub enum Hits {
+    Remote(Box<SearchStream>),
+    Local {
+        rx: tokio::sync::mpsc::Receiver<LocalMsg>,
+        done: Option<SearchDone>,
+    },
+}
+
+impl Hits {
+    /// The next batch; `None` at the end (then [`Hits::done`] is set).
+    pub async fn next_batch(&mut self) -> OpResult<Option<Vec<SearchHit>>> {
+        match self {
+            Hits::Remote(s) => s.next_batch().await,
+            Hits::Local { rx, done } => loop {
+                if done.is_some() {
+                    return Ok(None);
+                }
+                match rx.recv().await {
+                    Some(LocalMsg::Hits(h)) => return Ok(Some(h)),
+                    Some(LocalMsg::Done(d)) => *done = Some(d),
+                    Some(LocalMsg::Failed(e)) => return Err(Error::Fs(e)),
+                    None => return Err(Error::Protocol("the search thread ended".into())),
+                }
+            },
+        }
+    }
+
+    pub fn done(&self) -> Option<&SearchDone> {
+        match self {
+            Hits::Remote(s) => s.done(),
+            Hits::Local { done, .. } => done.as_ref(),
         }
     }
 }

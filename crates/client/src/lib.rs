@@ -10,6 +10,9 @@
 //! The API mirrors `sextant_engine::Engine`; errors are [`Error`], whose
 //! [`Error::Fs`] is the engine's `FsError` (one errno each).
 
+mod search;
+pub use search::SearchStream;
+
 use parking_lot::Mutex;
 use sextant_engine::{DirEntry, EngineStats, RenameFlags, StatFs, XattrFlags};
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
@@ -41,6 +44,10 @@ pub enum Error {
     /// The server and client disagree (a bug, or an incompatible version).
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The server refused a search query (`EINVAL`); the message names the
+    /// field.
+    #[error("{0}")]
+    BadQuery(String),
 }
 
 impl Error {
@@ -51,6 +58,7 @@ impl Error {
             Error::Auth => FsError::Access.errno(),
             Error::Unavailable { .. } => 107, // ENOTCONN
             Error::Protocol(_) => 71,         // EPROTO
+            Error::BadQuery(_) => FsError::Invalid.errno(),
         }
     }
 
@@ -121,6 +129,9 @@ struct Inner {
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// See [`MAX_MUTATIONS_IN_FLIGHT`].
     mutations: tokio::sync::Semaphore,
+    /// The channel `Search` calls use (connected lazily, reconnects by
+    /// itself); see [`search`].
+    search_channel: Mutex<Option<Channel>>,
 }
 
 /// A connection to one Sextant server. Cheap to clone.
@@ -171,6 +182,7 @@ impl Client {
                 options,
                 conn: tokio::sync::Mutex::new(None),
                 mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
+                search_channel: Mutex::new(None),
             }),
         };
         client.conn().await?;

@@ -10,6 +10,7 @@ pub mod pb {
 }
 
 mod convert;
+pub mod search;
 pub use convert::*;
 
 /// gRPC metadata key that carries the cluster secret.

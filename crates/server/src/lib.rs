@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod dedup;
+pub mod search;
 pub mod secret;
 mod service;
 

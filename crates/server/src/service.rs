@@ -2,6 +2,7 @@
 //! mutation is durable.
 
 use crate::dedup::Dedup;
+use crate::search;
 use parking_lot::Mutex;
 use sextant_engine::Engine;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
@@ -307,10 +308,117 @@ impl Shared {
 }
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::Response, Status>> + Send>>;
+type SearchStream = Pin<Box<dyn Stream<Item = Result<pb::SearchBatch, Status>> + Send>>;
+
+/// Batches a search may have queued for a slow reader before it waits.
+const SEARCH_QUEUE: usize = 4;
+
+fn error_batch(error: pb::Error) -> pb::SearchBatch {
+    pb::SearchBatch {
+        error: Some(error),
+        ..Default::default()
+    }
+}
+
+impl Shared {
+    /// The `Search` RPC: decode and validate, then run the engine search on
+    /// a blocking thread, streaming batches through a small queue (a slow
+    /// reader makes the search wait; a gone reader or shutdown stops it at
+    /// the next hit). Holds one global in-flight permit while it runs.
+    async fn search(
+        self: Arc<Self>,
+        req: pb::SearchRequest,
+    ) -> Result<mpsc::Receiver<Result<pb::SearchBatch, Status>>, Status> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let permit = Arc::clone(&self.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| Status::unavailable("the server is shutting down"))?;
+        let (tx, rx) = mpsc::channel(SEARCH_QUEUE);
+        let (cred, spec) = match sextant_proto::search::spec_from_pb(req) {
+            Ok(x) => x,
+            Err(e) => {
+                metrics::counter!("sextant_requests_total", "op" => "search", "outcome" => "error")
+                    .increment(1);
+                let _ = tx.send(Ok(error_batch(e.to_pb()))).await;
+                return Ok(rx);
+            }
+        };
+        let shared = Arc::clone(&self);
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let shutdown = shared.shutdown.clone();
+            let cancelled = || tx.is_closed() || *shutdown.borrow();
+            let result = search::execute(&shared.engine, &cred, &spec, cancelled, |hits| {
+                let batch = pb::SearchBatch {
+                    hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
+                    ..Default::default()
+                };
+                match tx.blocking_send(Ok(batch)) {
+                    Ok(()) => std::ops::ControlFlow::Continue(()),
+                    Err(_) => std::ops::ControlFlow::Break(()),
+                }
+            });
+            let (last, outcome) = match result {
+                Ok(done) => {
+                    // Groups first, in batches that fit a message.
+                    let mut groups = Vec::new();
+                    let mut bytes = 0;
+                    for (k, t) in &done.groups {
+                        groups.push(sextant_proto::search::group_to_pb(k, t));
+                        bytes += 64
+                            + match k {
+                                sextant_engine::search::GroupKey::Extension(e)
+                                | sextant_engine::search::GroupKey::Directory(e) => e.len(),
+                                _ => 0,
+                            };
+                        if bytes >= sextant_proto::search::MAX_BATCH_BYTES {
+                            bytes = 0;
+                            let _ = tx.blocking_send(Ok(pb::SearchBatch {
+                                groups: std::mem::take(&mut groups),
+                                ..Default::default()
+                            }));
+                        }
+                    }
+                    (
+                        pb::SearchBatch {
+                            groups,
+                            done: Some(sextant_proto::search::done_to_pb(&done)),
+                            ..Default::default()
+                        },
+                        "ok",
+                    )
+                }
+                Err(e) => (error_batch(error_to_pb(e)), "error"),
+            };
+            let _ = tx.blocking_send(Ok(last));
+            metrics::counter!("sextant_requests_total", "op" => "search", "outcome" => outcome)
+                .increment(1);
+            metrics::histogram!("sextant_request_seconds", "op" => "search")
+                .record(started.elapsed().as_secs_f64());
+            drop(permit);
+        });
+        Ok(rx)
+    }
+}
 
 #[tonic::async_trait]
 impl pb::sextant_server::Sextant for Service {
     type SessionStream = ResponseStream;
+    type SearchStream = SearchStream;
+
+    async fn search(
+        &self,
+        request: Request<pb::SearchRequest>,
+    ) -> Result<Response<Self::SearchStream>, Status> {
+        if *self.shared.shutdown.borrow() {
+            return Err(Status::unavailable("the server is shutting down"));
+        }
+        let rx = Arc::clone(&self.shared)
+            .search(request.into_inner())
+            .await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 
     async fn session(
         &self,

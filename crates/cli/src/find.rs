@@ -1,0 +1,738 @@
+//! `sextant find` and `sextant stats`: GNU find's command line, answered by
+//! Sextant's search instead of a crawl.
+//!
+//! - [`parse`]: the command line (pure, unit-tested);
+//! - [`plan`]: server filters and the exact client-side evaluation;
+//! - [`printf`]: `-printf` and `-ls` output;
+//! - [`mounts`]: paths under a `sextant mount` → namespace paths;
+//! - [`names`]: users, groups, the clock; [`sink`]: output;
+//! - [`stats`]: `sextant stats`.
+//!
+//! Per starting point: (1) the starting point itself (depth 0) is fetched
+//! and evaluated here, as find names it as typed; (2) the truth of opaque
+//! tests (`-empty` on directories, xattrs) is fetched by extra queries;
+//! (3) when the expression can `-prune`, the directories where it would
+//! prune are fetched and evaluated, and nothing below them is reported (a
+//! pruned directory stops descent in find, so its descendants are never
+//! evaluated: dropping every hit with a pruned ancestor is exactly that);
+//! (4) the main query streams the entries that may print, and the
+//! expression runs on each, actions in order; (5) for a non-root caller,
+//! the visible directories it cannot list are reported `Permission
+//! denied` (exit status 1), as find reports the directories it fails to
+//! open. Output order is the server's, not find's traversal order: compare
+//! sorted.
+//!
+//! Invariants: nothing is printed for an entry GNU find would not print
+//! (the client decides every test exactly; the server's filters only
+//! over-approximate), and every entry find would print reaches the client
+//! (the filters are implied by "some output action runs").
+
+mod mounts;
+mod names;
+pub mod parse;
+mod plan;
+pub mod printf;
+mod sink;
+mod stats;
+
+pub use stats::{stats, StatsArgs, STATS_HELP};
+
+use crate::session::{Session, Target};
+use crate::Cli;
+use anyhow::{bail, Context, Result};
+use names::{now, Names, RealEnv};
+use parse::{Action, ClientTest, Command, Node, Test};
+use plan::{Filters, Opaque, Subject, Tree};
+use sextant_client::Error;
+use sextant_engine::bloom::TimeAttr;
+use sextant_engine::search::{Expr, Pred, SearchHit};
+use sextant_proto::search::{SearchScope, SearchSpec};
+use sextant_types::{Attr, FileType, FsError, Nanos};
+use sink::{needs_link, needs_target, Output, Sink};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+/// Shown by `sextant find --help`.
+pub const FIND_HELP: &str = "\
+GNU find's syntax and semantics, answered from Sextant's indexes: the same
+expression prints the same set of lines as GNU find on the mounted tree
+(order aside: results come in the server's order, not traversal order).
+
+PATH is a path under a `sextant mount` mount point (results carry the prefix
+you typed, as with find) or an absolute path in the namespace. Global flags
+(--json, --server, ...) go before PATH.
+
+Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
+           -type f,d,l,b,c,p,s   -user U  -group G  -uid N  -gid N
+           -size N[bcwkMG]  -empty  -links N  -inum N  -samefile F
+           -perm MODE|-MODE|/MODE (octal or symbolic, e.g. u+x,g=w)
+           -mtime -atime -ctime N (days)   -mmin -amin -cmin N (minutes)
+           -newer F  -anewer F  -cnewer F  -newerXY F (X, Y in a, c, m)
+           -true  -false  -nouser  -nogroup
+           -readable  -writable  -executable (by permission bits)
+           -lname GLOB  -ilname GLOB
+           N is n (exactly), +n (more than) or -n (less than), with find's
+           rounding: -size rounds up to the unit (-size -1k: empty files),
+           -mtime n means n whole days old (-mtime +1: at least 2 days).
+Options:   -maxdepth N  -mindepth N  -depth  -daystart (-xdev -mount -noleaf:
+           no-ops)
+Operators: ( EXPR )  ! EXPR  -not EXPR  EXPR -a EXPR (or just adjacent)
+           EXPR -o EXPR  EXPR , EXPR
+Actions:   -print  -print0  -ls  -prune
+           -printf FORMAT  (%p %f %h %P %H %s %m %M %u %g %U %G %n %i %y %Y %d
+           %l %b %k %a %c %t %A@ %C@ %T@ %Ak %Ck %Tk (strftime k), width
+           and precision like %-10p %.3f; escapes \\n \\t \\0 \\\\ \\NNN \\c)
+Sextant extensions (not in GNU find):
+           -xattr KEY        has the extended attribute KEY
+           -xattr KEY=VALUE  ... with exactly that value
+Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
+-fls -quit -regex -xtype -newerXt (dates) -fstype -L -H.
+Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
+%b/%k are derived from the size; -ls columns have fixed widths; a directory
+the caller cannot list is skipped silently (find also prints an error).
+Reference files (-newer F, -samefile F) are resolved like PATH; a -newer
+file that is in neither the namespace nor a mount is read locally.
+
+Examples:
+  sextant find /mnt/sextant/proj -name '*.c' -size +100k
+  sextant find /proj -user alice -mtime -7 -printf '%s %p\\n'
+  sextant find /mnt/sextant -path '*/.git' -prune -o -type f -print0 | xargs -0 ls
+  sextant --json find /proj -newer /proj/stamp -type f
+  sextant find /proj -xattr user.project=apollo
+Exit status: 0 if all went well, 1 after any error (e.g. a missing PATH).";
+
+#[derive(clap::Args, Debug)]
+pub struct FindArgs {
+    /// Starting points, then the expression (see below).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PATH... EXPRESSION"
+    )]
+    pub args: Vec<String>,
+}
+
+/// `No such file or directory` (find's capitalisation).
+fn describe(e: &Error) -> String {
+    let s = match e {
+        Error::Fs(f) => f.to_string(),
+        other => other.to_string(),
+    };
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => s,
+    }
+}
+
+// ---- one run ---------------------------------------------------------------------
+
+/// Everything a run shares.
+struct Run<'a> {
+    s: &'a Session,
+    cwd: PathBuf,
+    mounts: Vec<mounts::Mount>,
+    cmd: &'a Command,
+    tree: Tree,
+    filters: Filters,
+    names: Names,
+    now: Nanos,
+    /// Some error was reported (exit status 1).
+    failed: bool,
+    /// The expression has -readable/-writable/-executable (symlink hits
+    /// then need their targets).
+    uses_access: bool,
+    /// The expression has -lname/-ilname (symlink hits then need their
+    /// contents).
+    uses_lname: bool,
+}
+
+fn report(msg: impl std::fmt::Display) {
+    eprintln!("sextant find: {msg}");
+}
+
+/// Collects every hit of `expr` under `ns`.
+async fn collect(s: &Session, ns: &[u8], expr: Expr, limit: u64) -> Result<Vec<SearchHit>, Error> {
+    if expr == Expr::False {
+        return Ok(Vec::new());
+    }
+    let mut spec = SearchSpec::new(SearchScope::Path(ns.to_vec()), expr);
+    spec.limit = limit;
+    let mut h = s.search(&spec).await?;
+    let mut all = Vec::new();
+    while let Some(b) = h.next_batch().await? {
+        all.extend(b);
+    }
+    Ok(all)
+}
+
+fn depth(min: u32, max: u32) -> Expr {
+    if min > max {
+        Expr::False
+    } else {
+        Expr::Pred(Pred::Depth { min, max })
+    }
+}
+
+/// The name `-name` sees for a typed starting point: its last component,
+/// trailing slashes removed (`/` stays `/`).
+fn typed_name(typed: &[u8]) -> &[u8] {
+    let b = printf::base_name(typed);
+    let mut end = b.len();
+    while end > 1 && b[end - 1] == b'/' {
+        end -= 1;
+    }
+    &b[..end]
+}
+
+/// The path find would print for `hit` under starting point `typed`
+/// (namespace path `root`).
+fn printed(typed: &[u8], root: &[u8], hit: &SearchHit) -> Vec<u8> {
+    if hit.depth == 0 {
+        return typed.to_vec();
+    }
+    let rel: &[u8] = if root == b"/" {
+        &hit.path
+    } else {
+        hit.path.strip_prefix(root).unwrap_or(&hit.path)
+    };
+    let mut p = typed.to_vec();
+    if p.ends_with(b"/") {
+        p.extend_from_slice(rel.strip_prefix(b"/").unwrap_or(rel));
+    } else {
+        p.extend_from_slice(rel);
+    }
+    p
+}
+
+/// Directories `cred` (not root) may not list (read and search), in
+/// `check_access`'s terms: exactly one class applies (owner, else group,
+/// else other) and it must have r and x.
+fn fold_not_listable(cred: &sextant_types::Credentials) -> Expr {
+    use sextant_engine::search::PermMatch;
+    let owner = Expr::Pred(Pred::Uid {
+        lo: cred.uid,
+        hi: cred.uid,
+    });
+    let mut gids: Vec<u32> = cred.groups.clone();
+    gids.push(cred.gid);
+    gids.sort_unstable();
+    gids.dedup();
+    let group = Expr::Or(
+        gids.into_iter()
+            .map(|g| Expr::Pred(Pred::Gid { lo: g, hi: g }))
+            .collect(),
+    );
+    let all = |m: u16| Expr::Pred(Pred::Perm(PermMatch::All(m)));
+    let listable = Expr::Or(vec![
+        Expr::And(vec![owner.clone(), all(0o500)]),
+        Expr::And(vec![Expr::not(owner.clone()), group.clone(), all(0o050)]),
+        Expr::And(vec![Expr::not(owner), Expr::not(group), all(0o005)]),
+    ]);
+    Expr::not(listable)
+}
+
+fn has_pruned_ancestor(path: &[u8], root: &[u8], pruned: &HashSet<Vec<u8>>) -> bool {
+    if path.len() <= 1 {
+        return false;
+    }
+    let mut end = path.len();
+    while let Some(i) = path[..end].iter().rposition(|&c| c == b'/') {
+        let prefix: &[u8] = if i == 0 { b"/" } else { &path[..i] };
+        if prefix.len() < root.len() {
+            return false;
+        }
+        if pruned.contains(prefix) {
+            return true;
+        }
+        if i == 0 {
+            return false;
+        }
+        end = i;
+    }
+    false
+}
+
+impl Run<'_> {
+    /// Resolves `-newer F` and `-samefile F` as find does: F is located
+    /// like a starting point; a `-newer` file outside Sextant is read
+    /// locally.
+    async fn resolve_ref(&self, file: &str, local_ok: bool) -> Result<Attr> {
+        let loc = mounts::locate(file, &self.cwd, &self.mounts);
+        if let Ok(l) = &loc {
+            match self.s.resolve_raw(&l.ns, false).await {
+                Ok(a) => return Ok(a),
+                Err(e) if e.fs() == Some(FsError::NotFound) && l.mount.is_none() && local_ok => {}
+                Err(e) => bail!("'{file}': {}", describe(&e)),
+            }
+        }
+        if local_ok {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::symlink_metadata(file)
+                .map_err(|e| anyhow::anyhow!("'{file}': {}", describe_io(&e)))?;
+            let t = |s: i64, n: i64| {
+                Nanos::from_parts(s, n.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0))
+            };
+            return Ok(Attr {
+                soid: sextant_types::Soid::ROOT,
+                ftype: FileType::Regular,
+                perm: 0,
+                uid: m.uid(),
+                gid: m.gid(),
+                nlink: m.nlink() as u32,
+                size: m.size(),
+                rdev: 0,
+                atime: t(m.atime(), m.atime_nsec()),
+                mtime: t(m.mtime(), m.mtime_nsec()),
+                ctime: t(m.ctime(), m.ctime_nsec()),
+                parent: sextant_types::Soid::ROOT,
+            });
+        }
+        match loc {
+            Ok(_) => bail!("'{file}': No such file or directory"),
+            Err(e) => bail!("'{file}': {e}"),
+        }
+    }
+
+    /// What a symlink hit resolves to, when access tests or `%Y` need it.
+    async fn link_target(&self, hit: &SearchHit, for_printf: bool) -> Option<Result<Attr, Error>> {
+        if !(self.uses_access || for_printf) || hit.attr.ftype != FileType::Symlink {
+            return None;
+        }
+        Some(self.s.resolve_raw(&hit.path, true).await)
+    }
+
+    /// Runs the expression on one entry and writes what its actions print.
+    async fn visit(
+        &mut self,
+        typed: &[u8],
+        root: &[u8],
+        hit: &SearchHit,
+        opaque: &Opaque,
+        sink: &mut dyn Sink,
+    ) {
+        let shown = printed(typed, root, hit);
+        let name: &[u8] = if hit.depth == 0 {
+            typed_name(typed)
+        } else {
+            hit.name()
+        };
+        let wants_link = sink.needs_link() || self.uses_lname;
+        let link = if wants_link && hit.attr.ftype == FileType::Symlink {
+            match self.s.readlink(hit.soid).await {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    report(format_args!(
+                        "'{}': {}",
+                        String::from_utf8_lossy(&shown),
+                        describe(&e)
+                    ));
+                    self.failed = true;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let subject = Subject {
+            hit,
+            printed: &shown,
+            name,
+        };
+        let target = self.link_target(hit, sink.needs_target()).await;
+        let follow_type = target.as_ref().map(|t| match t {
+            Ok(a) => printf::type_letter(a.ftype),
+            Err(e) if e.fs() == Some(FsError::NotFound) => b'N',
+            Err(e) if e.fs() == Some(FsError::Loop) => b'L',
+            Err(_) => b'?',
+        });
+        let user = self.names.user(hit.attr.uid);
+        let group = self.names.group(hit.attr.gid);
+        let facts = printf::Facts {
+            path: &shown,
+            start: typed,
+            depth: hit.depth,
+            attr: &hit.attr,
+            link: link.as_deref(),
+            follow_type,
+            user: &user,
+            group: &group,
+        };
+        let now = self.now;
+        let (names, cred) = (&mut self.names, &self.s.cred);
+        let target = target.as_ref().and_then(|t| t.as_ref().ok());
+        plan::run(
+            &self.tree,
+            &subject,
+            opaque,
+            &mut |t, h| names.decide(t, h, cred, target, link.as_deref()),
+            &mut |a| {
+                sink.action(a, &facts, hit, now);
+                true
+            },
+        );
+        sink.end_entry();
+    }
+
+    /// One starting point.
+    async fn start(&mut self, typed: &str, sink: &mut dyn Sink) -> Result<(), Error> {
+        let loc = match mounts::locate(typed, &self.cwd, &self.mounts) {
+            Ok(l) => l,
+            Err(e) => {
+                report(format_args!("'{typed}': {e}"));
+                self.failed = true;
+                return Ok(());
+            }
+        };
+        let (min, max) = (self.cmd.min_depth, self.cmd.max_depth);
+        let ns = loc.ns.clone();
+        // (1) The starting point.
+        let root_hit = match collect(self.s, &ns, depth(0, 0), 1).await?.pop() {
+            Some(h) => h,
+            None => return Err(Error::Fs(FsError::NotFound)),
+        };
+        let root = root_hit.path.clone();
+        let tb = typed.as_bytes();
+        // Printed paths are namespace paths: the server may decide -path.
+        let same = |t: &[u8]| t == root.as_slice();
+        let filters =
+            if loc.mount.is_none() && (same(tb) || tb.strip_suffix(b"/").is_some_and(same)) {
+                plan::filters(&self.tree, self.cmd.depth_first, true)
+            } else {
+                self.filters.clone()
+            };
+        // (2) Opaque tests.
+        let relevant = plan::or(filters.out.clone(), filters.prune.clone());
+        let mut opaque = Opaque::default();
+        for p in filters.opaque.clone() {
+            let q = plan::and(
+                depth(min, max),
+                plan::opaque_query(&p, &plan::or(depth(0, 0), relevant.clone())),
+            );
+            let paths = collect(self.s, &ns, q, 0)
+                .await?
+                .into_iter()
+                .map(|h| h.path)
+                .collect();
+            opaque.sets.push((p, paths));
+        }
+        // (3) Where -prune fires (only directories find would descend into).
+        let mut pruned: HashSet<Vec<u8>> = HashSet::new();
+        if filters.prune != Expr::False && max > 0 {
+            let q = plan::and(
+                plan::and(
+                    depth(min, max - 1),
+                    Expr::Pred(Pred::Type(vec![FileType::Directory])),
+                ),
+                plan::or(depth(0, 0), filters.prune.clone()),
+            );
+            for hit in collect(self.s, &ns, q, 0).await? {
+                let shown = printed(tb, &root, &hit);
+                let name: &[u8] = if hit.depth == 0 {
+                    typed_name(tb)
+                } else {
+                    hit.name()
+                };
+                let subject = Subject {
+                    hit: &hit,
+                    printed: &shown,
+                    name,
+                };
+                let mut fired = false;
+                let target = self.link_target(&hit, false).await;
+                let target = target.as_ref().and_then(|t| t.as_ref().ok());
+                let (names, cred) = (&mut self.names, &self.s.cred);
+                plan::run(
+                    &self.tree,
+                    &subject,
+                    &opaque,
+                    &mut |t, h| names.decide(t, h, cred, target, None),
+                    &mut |a| {
+                        fired |= matches!(a, Action::Prune);
+                        true
+                    },
+                );
+                if fired {
+                    pruned.insert(hit.path.clone());
+                }
+            }
+        }
+        // (4) The starting point, then everything below it.
+        if min == 0 {
+            self.visit(tb, &root, &root_hit, &opaque, sink).await;
+        }
+        if max == 0 || pruned.contains(&root) || root_hit.attr.ftype != FileType::Directory {
+            return Ok(());
+        }
+        let q = plan::and(depth(min.max(1), max), filters.out.clone());
+        if q == Expr::False {
+            return Ok(());
+        }
+        let spec = SearchSpec::new(SearchScope::Path(ns.clone()), q);
+        let mut hits = self.s.search(&spec).await?;
+        while let Some(batch) = hits.next_batch().await? {
+            for hit in batch {
+                if !pruned.is_empty() && has_pruned_ancestor(&hit.path, &root, &pruned) {
+                    continue;
+                }
+                self.visit(tb, &root, &hit, &opaque, sink).await;
+            }
+            sink.flush();
+            if sink.stopped() {
+                // The reader is gone (e.g. `| head`): dropping the stream
+                // cancels the search.
+                return Ok(());
+            }
+        }
+        drop(hits);
+        // (5) Directories find would fail to open (it reports each and
+        // exits 1): visible, not listable by the caller, not pruned.
+        let cred = &self.s.cred;
+        if !cred.is_root() {
+            let q = plan::and(
+                plan::and(
+                    depth(0, max - 1),
+                    Expr::Pred(Pred::Type(vec![FileType::Directory])),
+                ),
+                fold_not_listable(cred),
+            );
+            for hit in collect(self.s, &ns, q, 0).await? {
+                if pruned.contains(&hit.path) || has_pruned_ancestor(&hit.path, &root, &pruned) {
+                    continue;
+                }
+                sink.flush();
+                report(format_args!(
+                    "'{}': Permission denied",
+                    String::from_utf8_lossy(&printed(tb, &root, &hit))
+                ));
+                self.failed = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn describe_io(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// Opens the session: `--server`, else the server of the mount the first
+/// mounted PATH is under, else the usual default.
+async fn open_session(
+    cli: &Cli,
+    paths: &[String],
+    mounts: &[mounts::Mount],
+    cwd: &std::path::Path,
+) -> Result<Session> {
+    let mut server = cli.server.clone();
+    if server.is_none() && !cli.local {
+        let mut found: Option<String> = None;
+        for p in paths {
+            if let Ok(mounts::Located {
+                mount:
+                    Some(mounts::Mount {
+                        server: Some(addr), ..
+                    }),
+                ..
+            }) = mounts::locate(p, cwd, mounts)
+            {
+                match &found {
+                    Some(f) if *f != addr => {
+                        bail!("the paths are under mounts of different servers ({f} and {addr}); run one sextant find per server")
+                    }
+                    _ => found = Some(addr),
+                }
+            }
+        }
+        server = found;
+    }
+    let data = cli
+        .data
+        .clone()
+        .unwrap_or_else(crate::session::default_data);
+    Session::open(Target {
+        data: &data,
+        server: server.as_deref(),
+        secret: cli.secret.as_deref(),
+        secret_file: cli.secret_file.as_deref(),
+        local: cli.local,
+    })
+    .await
+}
+
+/// Parses the command line and resolves its reference files.
+async fn prepare<'a>(
+    s: &'a Session,
+    cmd: &'a Command,
+    cwd: PathBuf,
+    mounts: Vec<mounts::Mount>,
+    now: Nanos,
+) -> Result<Run<'a>> {
+    let mut run = Run {
+        s,
+        cwd,
+        mounts,
+        cmd,
+        tree: Node::Test(Test::Const(true)),
+        filters: Filters {
+            out: Expr::False,
+            prune: Expr::False,
+            opaque: Vec::new(),
+        },
+        names: Names::default(),
+        now,
+        failed: false,
+        uses_access: false,
+        uses_lname: false,
+    };
+    cmd.expr.for_each_leaf(&mut |n| match n {
+        Node::Test(Test::Client(ClientTest::Access(_))) => run.uses_access = true,
+        Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
+        _ => {}
+    });
+    // Reference files, resolved once each (find stats them at parse time).
+    let mut refs: Vec<(String, bool)> = Vec::new();
+    cmd.expr.for_each_leaf(&mut |n| match n {
+        Node::Test(Test::Newer { file, .. }) => refs.push((file.clone(), true)),
+        Node::Test(Test::Samefile(file)) => refs.push((file.clone(), false)),
+        _ => {}
+    });
+    let mut resolved: HashMap<(String, bool), Attr> = HashMap::new();
+    for r in refs {
+        if let std::collections::hash_map::Entry::Vacant(v) = resolved.entry(r) {
+            let a = run.resolve_ref(&v.key().0, v.key().1).await?;
+            v.insert(a);
+        }
+    }
+    let tree = cmd.expr.clone().map_tests(&mut |t| -> Result<Test> {
+        Ok(match t {
+            Test::Newer { which, of, file } => {
+                let a = resolved
+                    .get(&(file.clone(), true))
+                    .with_context(|| format!("'{file}' was not resolved"))?;
+                let t = match of {
+                    TimeAttr::Atime => a.atime,
+                    TimeAttr::Mtime => a.mtime,
+                    TimeAttr::Ctime => a.ctime,
+                };
+                match t.0.checked_add(1) {
+                    Some(lo) => Test::Pred(Pred::Time {
+                        which,
+                        lo: Nanos(lo),
+                        hi: Nanos(i64::MAX),
+                    }),
+                    None => Test::Const(false),
+                }
+            }
+            Test::Samefile(file) => {
+                let a = resolved
+                    .get(&(file.clone(), false))
+                    .with_context(|| format!("'{file}' was not resolved"))?;
+                Test::Pred(Pred::Soid(a.soid))
+            }
+            other => other,
+        })
+    })?;
+    run.filters = plan::filters(&tree, cmd.depth_first, false);
+    run.tree = tree;
+    Ok(run)
+}
+
+/// `sextant find ARGS`; returns whether everything went well.
+pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
+    let now = now();
+    let cmd = match parse::parse(args, &RealEnv { now }) {
+        Ok(c) => c,
+        Err(e) => {
+            report(e);
+            return Ok(false);
+        }
+    };
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let mounts = mounts::current();
+    let s = open_session(cli, &cmd.paths, &mounts, &cwd).await?;
+    let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
+        Ok(r) => r,
+        Err(e) => {
+            report(format_args!("{e:#}"));
+            return Ok(false);
+        }
+    };
+    let mut out = Output {
+        out: std::io::BufWriter::new(std::io::stdout()),
+        json: cli.json,
+        needs_link: needs_link(&run.tree),
+        needs_target: needs_target(&run.tree),
+        printed: false,
+        broken: false,
+    };
+    for p in &cmd.paths {
+        if let Err(e) = run.start(p, &mut out).await {
+            out.flush();
+            report(format_args!("'{p}': {}", describe(&e)));
+            run.failed = true;
+        }
+    }
+    out.flush();
+    let ok = !run.failed;
+    drop(run);
+    s.close()?;
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_types::Soid;
+
+    fn hit(path: &str, depth: u32) -> SearchHit {
+        SearchHit {
+            path: path.as_bytes().to_vec(),
+            soid: Soid::ROOT,
+            attr: Attr {
+                soid: Soid::ROOT,
+                ftype: FileType::Regular,
+                perm: 0,
+                uid: 0,
+                gid: 0,
+                nlink: 1,
+                size: 0,
+                rdev: 0,
+                atime: Nanos(0),
+                mtime: Nanos(0),
+                ctime: Nanos(0),
+                parent: Soid::ROOT,
+            },
+            depth,
+        }
+    }
+
+    #[test]
+    fn printed_paths_keep_the_typed_prefix() {
+        assert_eq!(printed(b"mnt", b"/", &hit("/a/b", 2)), b"mnt/a/b");
+        assert_eq!(printed(b"mnt/", b"/", &hit("/a/b", 2)), b"mnt/a/b");
+        assert_eq!(printed(b"./", b"/p", &hit("/p/x", 1)), b"./x");
+        assert_eq!(printed(b".", b"/p", &hit("/p/x", 1)), b"./x");
+        assert_eq!(printed(b".", b"/p", &hit("/p", 0)), b".");
+        assert_eq!(printed(b"/", b"/", &hit("/a", 1)), b"/a");
+        assert_eq!(typed_name(b"mnt/d/"), b"d");
+        assert_eq!(typed_name(b"/"), b"/");
+        assert_eq!(typed_name(b"."), b".");
+    }
+
+    #[test]
+    fn pruned_ancestors() {
+        let pruned: HashSet<Vec<u8>> = [b"/r/a".to_vec()].into_iter().collect();
+        assert!(has_pruned_ancestor(b"/r/a/b", b"/r", &pruned));
+        assert!(has_pruned_ancestor(b"/r/a/b/c", b"/r", &pruned));
+        assert!(!has_pruned_ancestor(b"/r/a", b"/r", &pruned));
+        assert!(!has_pruned_ancestor(b"/r/ab/c", b"/r", &pruned));
+        let root: HashSet<Vec<u8>> = [b"/".to_vec()].into_iter().collect();
+        assert!(has_pruned_ancestor(b"/x", b"/", &root));
+        assert!(!has_pruned_ancestor(b"/", b"/", &root));
+    }
+}

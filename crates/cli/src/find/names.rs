@@ -1,0 +1,218 @@
+//! The outside world `sextant find` consults: the user and group
+//! databases (`getpwuid_r` & co., cached per run; a uid without a name
+//! prints as its number, as find does), the clock, and the client-only
+//! tests that need them ([`Names::decide`]).
+
+use super::parse::{ClientTest, Env};
+use super::plan;
+use sextant_engine::search::{glob_match, SearchHit};
+use sextant_types::{Attr, FileType, Nanos};
+use std::collections::HashMap;
+
+/// The user and group databases (getpwnam_r & co.), cached.
+#[derive(Default)]
+pub(super) struct Names {
+    users: HashMap<u32, Option<String>>,
+    groups: HashMap<u32, Option<String>>,
+}
+
+fn c_buf_call(mut f: impl FnMut(&mut [libc::c_char]) -> Option<String>) -> Option<String> {
+    let mut size = 1024;
+    while size <= 1 << 20 {
+        let mut buf = vec![0 as libc::c_char; size];
+        if let Some(s) = f(&mut buf) {
+            return Some(s);
+        }
+        size *= 4;
+    }
+    None
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    c_buf_call(|buf| {
+        // SAFETY: getpwuid_r writes into `pw` and `buf` (sized by len) only;
+        // `res` is set to &pw on success.
+        unsafe {
+            let mut pw: libc::passwd = std::mem::zeroed();
+            let mut res: *mut libc::passwd = std::ptr::null_mut();
+            let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut res);
+            if rc == 0 && !res.is_null() {
+                Some(
+                    std::ffi::CStr::from_ptr(pw.pw_name)
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            } else if rc == libc::ERANGE {
+                None
+            } else {
+                Some(String::new())
+            }
+        }
+    })
+    .filter(|s| !s.is_empty())
+}
+
+fn group_name(gid: u32) -> Option<String> {
+    c_buf_call(|buf| {
+        // SAFETY: as for getpwuid_r.
+        unsafe {
+            let mut gr: libc::group = std::mem::zeroed();
+            let mut res: *mut libc::group = std::ptr::null_mut();
+            let rc = libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut res);
+            if rc == 0 && !res.is_null() {
+                Some(
+                    std::ffi::CStr::from_ptr(gr.gr_name)
+                        .to_string_lossy()
+                        .into_owned(),
+                )
+            } else if rc == libc::ERANGE {
+                None
+            } else {
+                Some(String::new())
+            }
+        }
+    })
+    .filter(|s| !s.is_empty())
+}
+
+fn uid_of(name: &str) -> Option<u32> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut found = None;
+    c_buf_call(|buf| {
+        // SAFETY: as for getpwuid_r.
+        unsafe {
+            let mut pw: libc::passwd = std::mem::zeroed();
+            let mut res: *mut libc::passwd = std::ptr::null_mut();
+            let rc = libc::getpwnam_r(
+                cname.as_ptr(),
+                &mut pw,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut res,
+            );
+            if rc == libc::ERANGE {
+                return None;
+            }
+            if rc == 0 && !res.is_null() {
+                found = Some(pw.pw_uid);
+            }
+            Some(String::new())
+        }
+    });
+    found
+}
+
+fn gid_of(name: &str) -> Option<u32> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut found = None;
+    c_buf_call(|buf| {
+        // SAFETY: as for getpwuid_r.
+        unsafe {
+            let mut gr: libc::group = std::mem::zeroed();
+            let mut res: *mut libc::group = std::ptr::null_mut();
+            let rc = libc::getgrnam_r(
+                cname.as_ptr(),
+                &mut gr,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut res,
+            );
+            if rc == libc::ERANGE {
+                return None;
+            }
+            if rc == 0 && !res.is_null() {
+                found = Some(gr.gr_gid);
+            }
+            Some(String::new())
+        }
+    });
+    found
+}
+
+impl Names {
+    /// The user name, or the number when no user has it.
+    pub(super) fn user(&mut self, uid: u32) -> String {
+        let n = self.users.entry(uid).or_insert_with(|| user_name(uid));
+        n.clone().unwrap_or_else(|| uid.to_string())
+    }
+
+    pub(super) fn group(&mut self, gid: u32) -> String {
+        let n = self.groups.entry(gid).or_insert_with(|| group_name(gid));
+        n.clone().unwrap_or_else(|| gid.to_string())
+    }
+
+    pub(super) fn has_user(&mut self, uid: u32) -> bool {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| user_name(uid))
+            .is_some()
+    }
+
+    pub(super) fn has_group(&mut self, gid: u32) -> bool {
+        self.groups
+            .entry(gid)
+            .or_insert_with(|| group_name(gid))
+            .is_some()
+    }
+
+    /// Decides a client-only test for `hit` as `cred`. access(2) follows
+    /// symlinks: `target` is what a symlink hit resolves to (None: it does
+    /// not resolve, and access fails); `link` is a symlink hit's contents.
+    pub(super) fn decide(
+        &mut self,
+        t: &ClientTest,
+        hit: &SearchHit,
+        cred: &sextant_types::Credentials,
+        target: Option<&Attr>,
+        link: Option<&[u8]>,
+    ) -> bool {
+        match *t {
+            ClientTest::LinkName { ref pattern, ci } => {
+                hit.attr.ftype == FileType::Symlink
+                    && link.is_some_and(|l| glob_match(pattern, l, ci))
+            }
+            ClientTest::NoUser => !self.has_user(hit.attr.uid),
+            ClientTest::NoGroup => !self.has_group(hit.attr.gid),
+            ClientTest::Access(m) if hit.attr.ftype == FileType::Symlink => {
+                target.is_some_and(|a| plan::access(a, cred, m))
+            }
+            ClientTest::Access(m) => plan::access(&hit.attr, cred, m),
+        }
+    }
+}
+
+pub(super) struct RealEnv {
+    pub(super) now: Nanos,
+}
+
+impl Env for RealEnv {
+    fn now(&self) -> Nanos {
+        self.now
+    }
+    fn day_start(&self) -> Nanos {
+        let secs = self.now.secs() as libc::time_t;
+        // SAFETY: localtime_r writes only into `tm`.
+        let tm = unsafe {
+            let mut tm: libc::tm = std::mem::zeroed();
+            libc::localtime_r(&secs, &mut tm);
+            tm
+        };
+        let into_day =
+            i64::from(tm.tm_hour) * 3600 + i64::from(tm.tm_min) * 60 + i64::from(tm.tm_sec);
+        Nanos::from_parts(self.now.secs() - into_day, 0).unwrap_or(self.now)
+    }
+    fn uid_of(&self, user: &str) -> Option<u32> {
+        uid_of(user)
+    }
+    fn gid_of(&self, group: &str) -> Option<u32> {
+        gid_of(group)
+    }
+}
+
+/// The current time.
+pub(super) fn now() -> Nanos {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Nanos::from_parts(d.as_secs() as i64, d.subsec_nanos()).unwrap_or(Nanos(i64::MAX))
+}

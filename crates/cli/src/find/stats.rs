@@ -1,0 +1,250 @@
+//! `sextant stats`: counts and total sizes of what `sextant find` would
+//! print, grouped. The server aggregates when it can decide the whole
+//! expression (no `-path`, `-prune` or client-only test: then only the
+//! starting point is evaluated here, as find names it as typed); otherwise
+//! the hits stream here and are counted after the exact evaluation.
+
+use super::names::{now, Names, RealEnv};
+use super::parse::{self, Action, Command, Node, Test};
+use super::plan::{self, Tree};
+use super::sink::Counter;
+use super::{depth, describe, mounts, open_session, prepare, report, Run};
+use crate::Cli;
+use anyhow::{Context, Result};
+use sextant_client::Error;
+use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, Pred};
+use sextant_proto::search::{SearchScope, SearchSpec};
+use sextant_types::FsError;
+
+/// Shown by `sextant stats --help`.
+pub const STATS_HELP: &str = "\
+Counts and total sizes of what `sextant find PATH... EXPRESSION` would
+print, optionally grouped (--by user|group|type|ext|dir). The expression is
+find's (tests and operators; no actions). Permission-aware: only what the
+caller could list is counted. Hard links count once per path, like
+`find | wc -l`; --by dir keys are namespace paths (also for a PATH under a
+mount); --by ext keys are what follows the last '.' of the name.
+
+Examples:
+  sextant stats /proj
+  sextant stats --by user /mnt/sextant/proj -type f
+  sextant --json stats --by ext /proj -size +1M";
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    User,
+    Group,
+    Type,
+    Ext,
+    Dir,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// Group the totals.
+    #[arg(long, value_enum)]
+    pub by: Option<By>,
+    /// Starting points (default /), then a find expression.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PATH... EXPRESSION"
+    )]
+    pub args: Vec<String>,
+}
+
+fn group_by(by: Option<By>) -> GroupBy {
+    match by {
+        Some(By::User) => GroupBy::Uid,
+        Some(By::Group) => GroupBy::Gid,
+        Some(By::Type) => GroupBy::Type,
+        Some(By::Ext) => GroupBy::Extension,
+        Some(By::Dir) | None => GroupBy::Directory,
+    }
+}
+
+/// Can the server aggregate this expression exactly? Yes unless it has
+/// `-prune`, `-path` (matched against printed paths) or a client-only test;
+/// actions other than the implicit `-print` are refused before.
+fn server_exact(tree: &Tree) -> bool {
+    let mut ok = true;
+    tree.for_each_leaf(&mut |n| match n {
+        Node::Test(Test::Pred(Pred::Path { .. }) | Test::Client(_))
+        | Node::Action(Action::Prune) => ok = false,
+        _ => {}
+    });
+    ok
+}
+
+/// `sextant stats`.
+pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
+    let now = now();
+    let mut args = a.args.clone();
+    if args
+        .first()
+        .is_none_or(|f| f.starts_with('-') || f == "(" || f == "!")
+    {
+        args.insert(0, "/".into());
+    }
+    let cmd = match parse::parse(&args, &RealEnv { now }) {
+        Ok(c) => c,
+        Err(e) => {
+            report(e);
+            return Ok(false);
+        }
+    };
+    let mut actions = false;
+    cmd.expr.for_each_leaf(&mut |n| {
+        if matches!(n, Node::Action(a) if !matches!(a, Action::Prune)) {
+            actions = true;
+        }
+    });
+    // The parser appends the implicit -print: only it may be there.
+    if actions
+        && !matches!(&cmd.expr, Node::And(_, b) if **b == Node::Action(Action::Print))
+        && cmd.expr != Node::Action(Action::Print)
+    {
+        eprintln!("sextant stats: actions (-print, -printf, ...) are not allowed; stats counts what find would print");
+        return Ok(false);
+    }
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let mounts = mounts::current();
+    let s = open_session(cli, &cmd.paths, &mounts, &cwd).await?;
+    let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
+        Ok(r) => r,
+        Err(e) => {
+            report(format_args!("{e:#}"));
+            return Ok(false);
+        }
+    };
+    let by = group_by(a.by);
+    let mut total = Aggregation::default();
+    let exact = server_exact(&run.tree);
+    for p in &cmd.paths {
+        let r: Result<(), Error> = async {
+            let mut counter = Counter {
+                by,
+                agg: Aggregation::default(),
+                counted: false,
+            };
+            if exact {
+                // The starting point client-side (find names it as
+                // typed), the rest aggregated by the server.
+                let saved = run.cmd.max_depth;
+                let loc = mounts::locate(p, &run.cwd, &run.mounts)
+                    .map_err(|_| Error::Fs(FsError::NotFound))?;
+                if run.cmd.min_depth == 0 {
+                    let probe = Command {
+                        max_depth: 0,
+                        ..run.cmd.clone()
+                    };
+                    let mut sub = Run {
+                        s: run.s,
+                        cwd: run.cwd.clone(),
+                        mounts: run.mounts.clone(),
+                        cmd: &probe,
+                        tree: run.tree.clone(),
+                        filters: run.filters.clone(),
+                        names: Names::default(),
+                        now,
+                        failed: false,
+                        uses_access: run.uses_access,
+                        uses_lname: run.uses_lname,
+                    };
+                    sub.start(p, &mut counter).await?;
+                    run.failed |= sub.failed;
+                }
+                if saved > 0 {
+                    let q = plan::and(
+                        depth(run.cmd.min_depth.max(1), saved),
+                        run.filters.out.clone(),
+                    );
+                    if q != Expr::False {
+                        let mut spec = SearchSpec::new(SearchScope::Path(loc.ns), q);
+                        spec.group_by = Some(by);
+                        let mut h = s.search(&spec).await?;
+                        while h.next_batch().await?.is_some() {}
+                        if let Some(d) = h.done() {
+                            for (k, t) in &d.groups {
+                                let e = counter.agg.groups.entry(k.clone()).or_default();
+                                e.count += t.count;
+                                e.size += t.size;
+                            }
+                            counter.agg.total.count += d.count;
+                            counter.agg.total.size += d.total_size;
+                        }
+                    }
+                }
+            } else {
+                run.start(p, &mut counter).await?;
+            }
+            for (k, t) in counter.agg.groups {
+                let e = total.groups.entry(k).or_default();
+                e.count += t.count;
+                e.size += t.size;
+            }
+            total.total.count += counter.agg.total.count;
+            total.total.size += counter.agg.total.size;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            report(format_args!("'{p}': {}", describe(&e)));
+            run.failed = true;
+        }
+    }
+    print_stats(&total, a.by, cli.json, &mut run.names)?;
+    let ok = !run.failed;
+    drop(run);
+    s.close()?;
+    Ok(ok)
+}
+
+fn key_text(k: &GroupKey, names: &mut Names) -> String {
+    match k {
+        GroupKey::Uid(u) => names.user(*u).to_string(),
+        GroupKey::Gid(g) => names.group(*g).to_string(),
+        GroupKey::Type(t) => crate::format::type_name(*t).to_string(),
+        GroupKey::Extension(e) => String::from_utf8_lossy(e).into_owned(),
+        GroupKey::Directory(d) => String::from_utf8_lossy(d).into_owned(),
+    }
+}
+
+fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names) -> Result<()> {
+    if json {
+        let groups: Vec<serde_json::Value> = if by.is_some() {
+            agg.groups
+                .iter()
+                .map(|(k, t)| {
+                    let mut v = serde_json::json!({
+                        "key": key_text(k, names), "count": t.count, "size": t.size
+                    });
+                    match k {
+                        GroupKey::Uid(u) => v["uid"] = (*u).into(),
+                        GroupKey::Gid(g) => v["gid"] = (*g).into(),
+                        _ => {}
+                    }
+                    v
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "groups": groups,
+                "total": { "count": agg.total.count, "size": agg.total.size },
+            })
+        );
+        return Ok(());
+    }
+    if by.is_some() {
+        println!("{:>12} {:>16}  KEY", "COUNT", "SIZE");
+        for (k, t) in &agg.groups {
+            println!("{:>12} {:>16}  {}", t.count, t.size, key_text(k, names));
+        }
+    }
+    println!("{:>12} {:>16}  total", agg.total.count, agg.total.size);
+    Ok(())
+}

@@ -1,0 +1,928 @@
+//! `sextant find` against GNU find, and search on the wire.
+//!
+//! - `same_lines_as_gnu_find_on_the_mount`: the real server, a real tree
+//!   imported with `sextant import` (a copy of /usr/include/linux) plus
+//!   files made through the mount (modes, owners, times, sizes, xattrs,
+//!   hard links, symlinks, a fifo, unreadable directories), mounted with
+//!   `sextant mount`; then GNU `find ARGS` and `sextant find ARGS` on the
+//!   mount for a suite of expressions must print the same set of lines
+//!   (sorted; `-ls` with whitespace collapsed and the inode column
+//!   dropped), and exit the same way — also as `nobody`, through setpriv.
+//! - `a_search_sees_the_mutation_acknowledged_before_it`: over the wire.
+//! - `malformed_searches_get_clear_errors_and_the_server_keeps_serving`:
+//!   raw gRPC.
+//!
+//! The mount test is skipped (with a message) without /dev/fuse and
+//! fusermount3.
+
+use sextant_client::{Client, Error, Options};
+use sextant_engine::search::{Expr, GroupBy, GroupKey, Pred};
+use sextant_proto::pb;
+use sextant_proto::search::{spec_to_pb, SearchScope, SearchSpec};
+use sextant_proto::SECRET_METADATA;
+use sextant_types::{Credentials, FileType, FsError, Soid};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Instant;
+
+mod common;
+use common::{spawn_server, KillOnDrop, BIN};
+
+fn fuse_available() -> bool {
+    let dev = Path::new("/dev/fuse").exists();
+    let fm = Command::new("fusermount3")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !(dev && fm) {
+        eprintln!("SKIPPED: the find comparison needs /dev/fuse and fusermount3 (package fuse3)");
+    }
+    dev && fm
+}
+
+fn is_mounted(mp: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mp = mp.to_str().unwrap();
+    info.lines().any(|l| {
+        let (mine, theirs) = l.split_once(" - ").unwrap_or((l, ""));
+        mine.split(' ').nth(4) == Some(mp) && theirs.starts_with("fuse")
+    })
+}
+
+/// A server and a mount on it; unmounted and killed when dropped.
+struct Mounted {
+    server: Child,
+    addr: String,
+    dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl Mounted {
+    fn start() -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let (server, addr) = spawn_server(&data, "nosync", "127.0.0.1:0");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let m = Mounted {
+            server,
+            addr,
+            dir,
+            mnt,
+        };
+        let out = Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .args(["mount", "-o", "allow_other"])
+            .arg(&m.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(is_mounted(&m.mnt));
+        m
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn secret(&self) -> String {
+        std::fs::read_to_string(self.data().join("secret"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mnt)
+                .status();
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+fn sh(cwd: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// How an expression's output is compared.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cmp {
+    Lines,
+    /// `-print0`: NUL-separated records.
+    Nul,
+    /// `-ls`: whitespace collapsed, the inode column dropped (the mount
+    /// shows its own node ids; Sextant prints SOIDs).
+    Ls,
+}
+
+fn records(out: &[u8], cmp: Cmp) -> Vec<String> {
+    let text = String::from_utf8_lossy(out);
+    let mut v: Vec<String> = match cmp {
+        Cmp::Nul => text
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        Cmp::Lines => text.lines().map(String::from).collect(),
+        Cmp::Ls => text
+            .lines()
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .collect(),
+    };
+    v.sort();
+    v
+}
+
+/// Runs GNU find and sextant find with the same arguments (optionally as
+/// nobody) and returns a description of any difference.
+fn compare(m: &Mounted, args: &[&str], cmp: Cmp, nobody: bool) -> Option<String> {
+    let run = |prog: &str, pre: &[&str]| -> Output {
+        let mut c = if nobody {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                prog,
+            ]);
+            c
+        } else {
+            Command::new(prog)
+        };
+        c.args(pre)
+            .args(args)
+            .current_dir(m.dir.path())
+            .env("TZ", "UTC")
+            .env("SEXTANT_SECRET", m.secret())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let gnu = run("find", &[]);
+    let ours = run(BIN, &["find"]);
+    let (g, o) = (records(&gnu.stdout, cmp), records(&ours.stdout, cmp));
+    let mut problems = Vec::new();
+    if g != o {
+        let only_g: Vec<_> = g.iter().filter(|l| !o.contains(l)).take(5).collect();
+        let only_o: Vec<_> = o.iter().filter(|l| !g.contains(l)).take(5).collect();
+        problems.push(format!(
+            "{} vs {} lines; only GNU: {only_g:?}; only sextant: {only_o:?}",
+            g.len(),
+            o.len()
+        ));
+    }
+    if gnu.status.code() != ours.status.code() {
+        problems.push(format!(
+            "exit {:?} vs {:?} ({})",
+            gnu.status.code(),
+            ours.status.code(),
+            String::from_utf8_lossy(&ours.stderr).trim()
+        ));
+    }
+    if ours.status.success() && !ours.stderr.is_empty() {
+        problems.push(format!(
+            "stderr: {}",
+            String::from_utf8_lossy(&ours.stderr).trim()
+        ));
+    }
+    if g.is_empty() && !args.contains(&"-false") && !nobody {
+        problems.push("GNU find printed nothing: a useless expression".into());
+    }
+    (!problems.is_empty()).then(|| {
+        format!(
+            "{}find {}: {}",
+            if nobody { "(nobody) " } else { "" },
+            args.join(" "),
+            problems.join("; ")
+        )
+    })
+}
+
+/// The tree under the mount: `imp/` imported from the system, `x/` made
+/// through the mount.
+fn build_tree(m: &Mounted) {
+    let src = ["/usr/include/linux", "/usr/share/doc/fuse3"]
+        .into_iter()
+        .find(|p| Path::new(p).is_dir());
+    let base = m.dir.path();
+    match src {
+        Some(s) => sh(base, &format!("cp -a {s} src")),
+        None => sh(base, "mkdir -p src/netfilter && seq 1 3000 > src/if_big.h && seq 1 9 > src/netfilter/xt.h && : > src/empty.h"),
+    };
+    let out = Command::new(BIN)
+        .args(["--server", &m.addr, "--secret-file"])
+        .arg(m.data().join("secret"))
+        .arg("import")
+        .arg(base.join("src"))
+        .arg("/imp")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "import: {out:?}");
+    sh(
+        &m.mnt,
+        "mkdir -p x/d1/d2/d3/d4 x/emptydir x/secret x/xonly x/stick \
+         && echo hi > x/f1 && ln x/f1 x/d1/hard && ln -s ../f1 x/d1/sym && ln -s /nowhere x/dangling \
+         && : > x/empty && : > 'x/with space' && chmod 4755 x/f1 && chmod 640 x/empty \
+         && chmod 1777 x/stick && chmod 2750 x/d1/d2 \
+         && head -c 5000 /dev/zero > x/d1/d2/b5k && head -c 600 /dev/zero > x/d1/half \
+         && head -c 70000 /dev/zero > x/d1/d2/d3/big \
+         && chown 65534:65534 x/d1/d2/b5k && chown 1234:4321 x/d1/half && chgrp 65534 x/d1/d2/d3 \
+         && touch -d '2000-01-01 00:00:00' x/ref \
+         && touch -d '3 days ago' x/d1/d2/b5k && touch -d '2 hours ago' x/empty \
+         && touch -d '40 days ago' x/d1/d2/d3/big && touch -d '10 minutes ago' x/d1/half \
+         && touch -a -d '5 days ago' x/d1/half \
+         && mkfifo x/fifo && echo s > x/secret/inner && chmod 700 x/secret \
+         && echo z > x/xonly/zz && chmod 711 x/xonly \
+         && setfattr -n user.tag -v blue x/f1 && setfattr -n user.tag -v red x/empty \
+         && setfattr -n user.other -v 1 x/d1",
+    );
+}
+
+#[test]
+fn same_lines_as_gnu_find_on_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    build_tree(&m);
+    let abs_x = format!("{}/x", m.mnt.display());
+    // (arguments, comparison)
+    let suite: Vec<(Vec<&str>, Cmp)> = vec![
+        (vec!["mnt"], Cmp::Lines),
+        (vec!["mnt/imp", "-name", "*.h"], Cmp::Lines),
+        (vec!["mnt", "-iname", "IF_*.H"], Cmp::Lines),
+        (vec!["mnt", "-name", "[a-c]*[0-9].h"], Cmp::Lines),
+        (vec!["mnt", "-type", "d"], Cmp::Lines),
+        (vec!["mnt", "-type", "l,p"], Cmp::Lines),
+        (vec!["mnt", "-type", "f", "-size", "+10k"], Cmp::Lines),
+        (vec!["mnt", "-size", "-1k"], Cmp::Lines),
+        (vec!["mnt/x", "-size", "5000c"], Cmp::Lines),
+        (vec!["mnt", "-size", "2"], Cmp::Lines),
+        (
+            vec!["mnt", "-size", "+3w", "-size", "-2k", "-type", "f"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-size", "+60k", "-size", "-2M"], Cmp::Lines),
+        (vec!["mnt", "-empty"], Cmp::Lines),
+        (vec!["mnt", "-links", "+1", "-type", "f"], Cmp::Lines),
+        (vec!["mnt", "-links", "2", "-type", "d"], Cmp::Lines),
+        (vec!["mnt", "-perm", "-4000"], Cmp::Lines),
+        (vec!["mnt", "-perm", "/o+w"], Cmp::Lines),
+        (vec!["mnt", "-perm", "640"], Cmp::Lines),
+        (
+            vec!["mnt", "-perm", "-u=rwx,g=rx", "-type", "d"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-perm", "/6000"], Cmp::Lines),
+        (vec!["mnt", "-perm", "-a+X"], Cmp::Lines),
+        (vec!["mnt", "-user", "nobody"], Cmp::Lines),
+        (
+            vec!["mnt", "-group", "nogroup", "-o", "-uid", "1234"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-uid", "+0"], Cmp::Lines),
+        (vec!["mnt", "-gid", "-1", "-name", "d*"], Cmp::Lines),
+        (vec!["mnt/x", "-mtime", "+2"], Cmp::Lines),
+        (vec!["mnt/x", "-mtime", "-1"], Cmp::Lines),
+        (vec!["mnt/x", "-mtime", "3"], Cmp::Lines),
+        (vec!["mnt/x", "-mmin", "-30"], Cmp::Lines),
+        (vec!["mnt/x", "-mmin", "+30", "-type", "f"], Cmp::Lines),
+        (vec!["mnt/x", "-atime", "+4"], Cmp::Lines),
+        (vec!["mnt/x", "-ctime", "-1", "-amin", "+60"], Cmp::Lines),
+        (
+            vec!["mnt", "-newer", "mnt/x/ref", "-type", "f", "-name", "*x*"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "!", "-newer", "mnt/x/d1/half"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-anewer", "mnt/x/ref", "-cnewer", "mnt/x/ref"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-samefile", "mnt/x/f1"], Cmp::Lines),
+        (
+            vec![
+                "mnt/x",
+                "-newerma",
+                "mnt/x/d1/half",
+                "!",
+                "-newermm",
+                "mnt/x/d1/half",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt",
+                "-path",
+                "*/netfilter*",
+                "-prune",
+                "-o",
+                "-type",
+                "f",
+                "-name",
+                "x*",
+                "-print",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt", "-name", "d1", "-prune", "-o", "-print"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "-type", "d", "-prune"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-depth", "-name", "d2", "-prune", "-o", "-print"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-maxdepth", "2"], Cmp::Lines),
+        (
+            vec!["mnt", "-mindepth", "3", "-maxdepth", "4", "-type", "d"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "-maxdepth", "0"], Cmp::Lines),
+        (
+            vec![
+                "mnt", "(", "-name", "f*", "-o", "-name", "e*", ")", "!", "-type", "d",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt", "-not", "-name", "*.h", "-not", "-type", "d"],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x", "-name", "*", "-a", "-type", "f", "-o", "-type", "l",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt", "-wholename", "*x/d1*", "-o", "-ipath", "*EMPTY*"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x/d1/..", "-name", "d*"], Cmp::Lines),
+        (vec![abs_x.as_str(), "-type", "f"], Cmp::Lines),
+        (
+            vec!["mnt", "-false", "-o", "-true", "-name", "*x*.h"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt", "-printf", "%p %s %m %u %g %U %G %n %y %d\\n"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x/", "-printf", "%h|%f|%P|%H|%k|%b|%M|%l|%Y\\n"],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-printf",
+                "%T@ %A@ %C@ %t|%a|%TY-%Tm-%Td %TT|%T+|%-12f|%5s|%.3f\\t%%\\n",
+            ],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "-print0"], Cmp::Nul),
+        (vec!["mnt", "-ls"], Cmp::Ls),
+        (
+            vec![
+                "mnt/x", "-name", "f1", "-printf", "A %p\\n", "-o", "-printf", "B %p\\n",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-name",
+                "*1",
+                "-printf",
+                "one %p\\n",
+                ",",
+                "-printf",
+                "%f\\n",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-empty",
+                "-type",
+                "d",
+                "-o",
+                "-size",
+                "+1",
+                "-printf",
+                "big %p\\n",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "mnt/imp/netfilter", "-name", "*t*"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "mnt/nosuch", "-type", "f"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-daystart", "-mtime", "-4", "!", "-mtime", "0"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-mtime", "-1", "-daystart", "-atime", "+2"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-lname", "*f1"], Cmp::Lines),
+        (
+            vec![
+                "mnt",
+                "-ilname",
+                "/NOWHERE",
+                "-o",
+                "-lname",
+                "../*",
+                "-printf",
+                "%p -> %l\\n",
+            ],
+            Cmp::Lines,
+        ),
+        (vec!["mnt", "-nouser"], Cmp::Lines),
+        (vec!["mnt", "-nogroup", "-o", "-user", "nobody"], Cmp::Lines),
+        (vec!["mnt/x", "-executable", "!", "-type", "d"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-readable", "-writable", "-name", "*e*"],
+            Cmp::Lines,
+        ),
+    ];
+    assert!(suite.len() >= 40);
+    let started = Instant::now();
+    let mut failures: Vec<String> = suite
+        .iter()
+        .filter_map(|(args, cmp)| compare(&m, args, *cmp, false))
+        .collect();
+
+    // As nobody: unreadable directories are skipped the same way, with
+    // the same exit status.
+    let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if have_setpriv {
+        let as_nobody: Vec<Vec<&str>> = vec![
+            vec!["mnt"],
+            vec!["mnt/x", "-type", "f", "-perm", "/o+r"],
+            vec!["mnt/x", "-empty"],
+            vec!["mnt/x", "-maxdepth", "1"],
+            vec!["mnt/x", "-name", "secret", "-prune", "-o", "-print"],
+            vec!["mnt/x/secret"],
+            vec!["mnt/x/xonly/zz"],
+            vec!["mnt/x", "-readable"],
+            vec!["mnt/x", "-writable"],
+            vec!["mnt/x", "-executable"],
+            vec!["mnt/x", "!", "-readable", "-prune", "-o", "-print"],
+        ];
+        failures.extend(
+            as_nobody
+                .iter()
+                .filter_map(|args| compare(&m, args, Cmp::Lines, true)),
+        );
+    } else {
+        eprintln!("setpriv missing: the comparison as nobody is skipped");
+    }
+    eprintln!(
+        "{} expressions compared in {:.1} s",
+        suite.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Extensions and errors GNU find has no counterpart for.
+    let ours = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("find")
+            .args(args)
+            .current_dir(m.dir.path())
+            .env("SEXTANT_SECRET", m.secret())
+            .output()
+            .unwrap()
+    };
+    let out = ours(&["mnt", "-xattr", "user.tag"]);
+    assert_eq!(
+        records(&out.stdout, Cmp::Lines),
+        ["mnt/x/d1/hard", "mnt/x/empty", "mnt/x/f1"]
+    );
+    let out = ours(&[
+        "mnt",
+        "-xattr",
+        "user.tag=red",
+        "-o",
+        "-xattr",
+        "user.other",
+    ]);
+    assert_eq!(
+        records(&out.stdout, Cmp::Lines),
+        ["mnt/x/d1", "mnt/x/empty"]
+    );
+    for (args, msg) in [
+        (vec!["mnt", "-foo"], "unknown predicate '-foo'"),
+        (
+            vec!["mnt", "-exec", "rm", "{}", ";"],
+            "'-exec' is not supported",
+        ),
+        (vec!["mnt", "-regex", ".*"], "'-regex' is not supported"),
+        (vec!["mnt", "-size", "3q"], "invalid argument '3q' to -size"),
+        (vec!["mnt", "(", "-name", "a"], "without a matching ')'"),
+        (
+            vec!["mnt", "-newer", "mnt/nope"],
+            "'mnt/nope': No such file or directory",
+        ),
+    ] {
+        let out = ours(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            err.starts_with("sextant find: ") && err.contains(msg),
+            "{args:?}: {err}"
+        );
+    }
+    // --json: one object per printed entry.
+    let out = Command::new(BIN)
+        .args(["--json", "find", "mnt/x", "-name", "f1"])
+        .current_dir(m.dir.path())
+        .env("SEXTANT_SECRET", m.secret())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["path"].as_str(), v["size"].as_u64(), v["mode"].as_str()),
+        (Some("mnt/x/f1"), Some(3), Some("4755"))
+    );
+    // stats = what find prints, grouped.
+    let out = Command::new(BIN)
+        .args(["--json", "stats", "--by", "user", "mnt/x", "-type", "f"])
+        .current_dir(m.dir.path())
+        .env("SEXTANT_SECRET", m.secret())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = sh(m.dir.path(), "find mnt/x -type f | wc -l");
+    let bytes = sh(
+        m.dir.path(),
+        "find mnt/x -type f -printf '%s\\n' | awk '{s+=$1} END {print s}'",
+    );
+    assert_eq!(v["total"]["count"].to_string(), files.trim());
+    assert_eq!(v["total"]["size"].to_string(), bytes.trim());
+    let nobody = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["uid"] == 65534)
+        .unwrap();
+    assert_eq!(
+        (nobody["count"].as_u64(), nobody["size"].as_u64()),
+        (Some(1), Some(5000))
+    );
+}
+
+fn root() -> Credentials {
+    Credentials {
+        uid: 0,
+        gid: 0,
+        groups: vec![],
+    }
+}
+
+async fn names(c: &Client, scope: &str, expr: Expr) -> Vec<Vec<u8>> {
+    let spec = SearchSpec::new(SearchScope::Path(scope.as_bytes().to_vec()), expr);
+    let (hits, _) = c.search_collect(&root(), &spec).await.unwrap();
+    let mut v: Vec<Vec<u8>> = hits.into_iter().map(|h| h.path).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_sees_the_mutation_acknowledged_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = spawn_server(&data, "nosync", "127.0.0.1:0");
+    let _server = KillOnDrop(server);
+    let secret = std::fs::read_to_string(data.join("secret")).unwrap();
+    let c = Client::connect(&addr, &secret, Options::default())
+        .await
+        .unwrap();
+    let cred = root();
+    let d = c.mkdir(&cred, Soid::ROOT, b"t", 0o755).await.unwrap();
+    for i in 0..200u32 {
+        let name = format!("f{i}");
+        // Create, then search at once: the new file is there.
+        let a = c
+            .create(&cred, d.soid, name.as_bytes(), 0o644, true)
+            .await
+            .unwrap();
+        let found = names(&c, "/t", Expr::name(name.as_bytes())).await;
+        assert_eq!(
+            found,
+            vec![format!("/t/{name}").into_bytes()],
+            "after create {i}"
+        );
+        // Change it: the search sees the new size, not the old one.
+        let set = sextant_types::SetAttr {
+            size: Some(u64::from(i) + 1),
+            ..Default::default()
+        };
+        c.setattr(&cred, a.soid, &set).await.unwrap();
+        let sized = Expr::Pred(Pred::Size {
+            lo: u64::from(i) + 1,
+            hi: u64::from(i) + 1,
+        });
+        let found = names(&c, "/t", Expr::and(Expr::name(name.as_bytes()), sized)).await;
+        assert_eq!(found.len(), 1, "after setattr {i}");
+        if i % 2 == 0 {
+            // Rename: the old name is gone, the new one is there.
+            let new = format!("g{i}");
+            c.rename(
+                &cred,
+                d.soid,
+                name.as_bytes(),
+                d.soid,
+                new.as_bytes(),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+            assert!(names(&c, "/t", Expr::name(name.as_bytes()))
+                .await
+                .is_empty());
+            assert_eq!(names(&c, "/t", Expr::name(new.as_bytes())).await.len(), 1);
+        } else {
+            c.unlink(&cred, d.soid, name.as_bytes()).await.unwrap();
+            assert!(
+                names(&c, "/t", Expr::name(name.as_bytes()))
+                    .await
+                    .is_empty(),
+                "after unlink {i}"
+            );
+        }
+    }
+    // Aggregation over the wire agrees with the hits.
+    let agg = c
+        .aggregate(
+            &cred,
+            SearchScope::Path(b"/t".to_vec()),
+            Expr::Pred(Pred::Type(vec![FileType::Regular])),
+            GroupBy::Extension,
+        )
+        .await
+        .unwrap();
+    assert_eq!(agg.total.count, 100);
+    assert_eq!(
+        agg.total.size,
+        (0..200u64).step_by(2).map(|i| i + 1).sum::<u64>()
+    );
+    assert_eq!(agg.groups.len(), 1);
+    assert!(agg
+        .groups
+        .contains_key(&GroupKey::Extension(b"".as_slice().into())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_searches_get_clear_errors_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = spawn_server(&data, "nosync", "127.0.0.1:0");
+    let _server = KillOnDrop(server);
+    let secret = std::fs::read_to_string(data.join("secret"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let c = Client::connect(&addr, &secret, Options::default())
+        .await
+        .unwrap();
+    let cred = root();
+    let d = c.mkdir(&cred, Soid::ROOT, b"d", 0o755).await.unwrap();
+    for i in 0..300 {
+        c.create(&cred, d.soid, format!("f{i}").as_bytes(), 0o644, true)
+            .await
+            .unwrap();
+    }
+
+    let mut raw = pb::sextant_client::SextantClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let send = |r: pb::SearchRequest, secret: &str| {
+        let mut req = tonic::Request::new(r);
+        req.metadata_mut()
+            .insert(SECRET_METADATA, secret.parse().unwrap());
+        req
+    };
+    let good = SearchSpec::new(SearchScope::Path(b"/d".to_vec()), Expr::True);
+    let first_error = |mut r: pb::SearchRequest, f: &dyn Fn(&mut pb::SearchRequest)| {
+        f(&mut r);
+        r
+    };
+    let cases: Vec<(pb::SearchRequest, &str)> = vec![
+        (
+            spec_to_pb(
+                &SearchSpec::new(
+                    SearchScope::Path(b"/d".to_vec()),
+                    Expr::Pred(Pred::Size { lo: 9, hi: 1 }),
+                ),
+                &cred,
+            ),
+            "size range is inverted",
+        ),
+        (
+            first_error(spec_to_pb(&good, &cred), &|r| r.scope = None),
+            "scope is unset",
+        ),
+        (
+            first_error(spec_to_pb(&good, &cred), &|r| {
+                r.scope = Some(pb::search_request::Scope::Path(b"d".to_vec()))
+            }),
+            "absolute",
+        ),
+        (
+            first_error(spec_to_pb(&good, &cred), &|r| {
+                r.expr = Some(pb::QueryExpr {
+                    node: Some(pb::query_expr::Node::Pred(pb::QueryPred {
+                        pred: Some(pb::query_pred::Pred::Type(pb::TypePred { types: vec![42] })),
+                    })),
+                })
+            }),
+            "file type 42",
+        ),
+        (
+            first_error(spec_to_pb(&good, &cred), &|r| r.cred = None),
+            "cred",
+        ),
+        (
+            first_error(spec_to_pb(&good, &cred), &|r| r.batch_size = 1 << 20),
+            "batch_size",
+        ),
+    ];
+    for (req, want) in cases {
+        let mut stream = raw.search(send(req, &secret)).await.unwrap().into_inner();
+        let msg = stream.message().await.unwrap().expect("an error batch");
+        let e = msg.error.expect("an error");
+        assert_eq!(e.errno, FsError::Invalid.errno());
+        assert!(e.message.contains(want), "{want}: {}", e.message);
+        assert!(stream.message().await.unwrap().is_none(), "the stream ends");
+    }
+    // Through the client library: a typed error.
+    let bad = SearchSpec::new(
+        SearchScope::Path(b"/d".to_vec()),
+        Expr::Pred(Pred::Uid { lo: 3, hi: 2 }),
+    );
+    match c.search_collect(&cred, &bad).await {
+        Err(Error::BadQuery(m)) => assert!(m.contains("uid"), "{m}"),
+        other => panic!("expected BadQuery, got {:?}", other.map(|x| x.0.len())),
+    }
+    // A missing scope is ENOENT; a wrong secret is refused.
+    let missing = SearchSpec::new(SearchScope::Path(b"/nope".to_vec()), Expr::True);
+    assert_eq!(
+        c.search_collect(&cred, &missing).await.err(),
+        Some(Error::Fs(FsError::NotFound))
+    );
+    let status = raw
+        .search(send(spec_to_pb(&good, &cred), &"0".repeat(64)))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+
+    // Cancel: read one batch of one hit and drop the stream, many times;
+    // the server keeps answering (searches and ordinary calls).
+    let mut small = good.clone();
+    small.batch_size = 1;
+    for _ in 0..50 {
+        let mut s = c.search(&cred, &small).await.unwrap();
+        assert_eq!(s.next_batch().await.unwrap().unwrap().len(), 1);
+        drop(s);
+    }
+    let (hits, done) = c.search_collect(&cred, &good).await.unwrap();
+    assert_eq!((hits.len(), done.count), (301, 301));
+    c.getattr(&cred, d.soid).await.unwrap();
+
+    // Sort and limit: the three largest, in order; count only.
+    let big = c.create(&cred, d.soid, b"big", 0o644, true).await.unwrap();
+    let set = sextant_types::SetAttr {
+        size: Some(10_000),
+        ..Default::default()
+    };
+    c.setattr(&cred, big.soid, &set).await.unwrap();
+    let mut top = good.clone();
+    top.sort = Some(sextant_proto::search::SortSpec {
+        key: sextant_proto::search::SortKey::Size,
+        descending: true,
+    });
+    top.limit = 3;
+    let (hits, _) = c.search_collect(&cred, &top).await.unwrap();
+    assert_eq!(hits.len(), 3);
+    assert_eq!(hits[0].path, b"/d/big");
+    let mut count = good.clone();
+    count.count_only = true;
+    let (hits, done) = c.search_collect(&cred, &count).await.unwrap();
+    assert_eq!((hits.len(), done.count, done.total_size), (0, 302, 10_000));
+}
+
+#[test]
+fn find_and_stats_on_the_embedded_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["--local", "--data"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["mkdir", "-p", "/a/b/c", "/a/e"]);
+    run(&["touch", "/a/b/f.txt", "/a/b/c/g.txt", "/a/h.rs"]);
+    let mut got: Vec<String> = run(&["find", "/a", "-name", "*.txt", "-o", "-name", "e"])
+        .lines()
+        .map(String::from)
+        .collect();
+    got.sort();
+    assert_eq!(got, ["/a/b/c/g.txt", "/a/b/f.txt", "/a/e"]);
+    let got = run(&[
+        "find", "/a", "-path", "/a/b", "-prune", "-o", "-type", "f", "-print",
+    ]);
+    assert_eq!(got, "/a/h.rs\n");
+    let v: serde_json::Value = serde_json::from_str(&run(&[
+        "--json", "stats", "--by", "ext", "/a", "-type", "f",
+    ]))
+    .unwrap();
+    assert_eq!(v["total"]["count"], 3);
+    assert_eq!(v["groups"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_paths_and_many_groups_are_split_over_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = spawn_server(&data, "nosync", "127.0.0.1:0");
+    let _server = KillOnDrop(server);
+    let secret = std::fs::read_to_string(data.join("secret")).unwrap();
+    let c = Client::connect(&addr, &secret, Options::default())
+        .await
+        .unwrap();
+    let cred = root();
+    // A chain of 15 directories with 250-byte names, then 300 more such
+    // directories holding one file each: ~4 KiB paths, so 300 hits or 300
+    // groups keyed by directory are over the 1 MiB message limit together.
+    let long = |i: usize| format!("{i:0>250}").into_bytes();
+    let mut parent = Soid::ROOT;
+    for i in 0..15 {
+        parent = c.mkdir(&cred, parent, &long(i), 0o755).await.unwrap().soid;
+    }
+    let futs = (0..300).map(|i| {
+        let c = c.clone();
+        let cred = cred.clone();
+        async move {
+            let d = c
+                .mkdir(&cred, parent, &long(1000 + i), 0o755)
+                .await
+                .unwrap();
+            c.create(&cred, d.soid, b"f", 0o644, true).await.unwrap();
+        }
+    });
+    futures::future::join_all(futs).await;
+    let files = Expr::Pred(Pred::Type(vec![FileType::Regular]));
+    let spec = SearchSpec::new(SearchScope::Path(b"/".to_vec()), files.clone());
+    let (hits, done) = c.search_collect(&cred, &spec).await.unwrap();
+    assert_eq!((hits.len(), done.count), (300, 300));
+    assert!(hits.iter().all(|h| h.path.len() > 4000));
+    let agg = c
+        .aggregate(
+            &cred,
+            SearchScope::Path(b"/".to_vec()),
+            files,
+            GroupBy::Directory,
+        )
+        .await
+        .unwrap();
+    assert_eq!((agg.groups.len(), agg.total.count), (300, 300));
+}

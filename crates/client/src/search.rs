@@ -1,0 +1,174 @@
+//! Metadata search over the wire ([`Client::search`], [`Client::aggregate`]).
+//!
+//! A search is one server-streaming `Search` call on its own HTTP/2 stream
+//! (a channel shared by every search of this client, connected lazily), not
+//! the `Session` envelope: its results are many messages. The caller pulls
+//! batches from a [`SearchStream`] as the server produces them; dropping the
+//! stream resets the HTTP/2 stream, and the server stops the search at its
+//! next hit.
+//!
+//! Retries: starting a search is retried like any read (until
+//! `Options::retry_for`) while the server cannot be reached; once batches
+//! have arrived a broken stream is an error (the search cannot resume where
+//! it stopped).
+
+use crate::{bad_reply, error_chain, Client, Error, Result};
+use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
+use sextant_proto::pb;
+use sextant_proto::search::{done_from_pb, group_from_pb, hit_from_pb, spec_to_pb, SearchDone};
+use sextant_proto::search::{SearchScope, SearchSpec};
+use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES, SECRET_METADATA};
+use sextant_types::{Credentials, FsError};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// The hits of one search, batch by batch.
+pub struct SearchStream {
+    inner: tonic::Streaming<pb::SearchBatch>,
+    groups: Vec<(GroupKey, Totals)>,
+    done: Option<SearchDone>,
+}
+
+impl SearchStream {
+    /// The next batch of hits; `None` once the search finished (then
+    /// [`SearchStream::done`] holds its summary).
+    pub async fn next_batch(&mut self) -> Result<Option<Vec<SearchHit>>> {
+        loop {
+            if self.done.is_some() {
+                return Ok(None);
+            }
+            let msg = match self.inner.message().await {
+                Ok(Some(m)) => m,
+                Ok(None) => return Err(bad_reply("a search stream without an end")),
+                Err(s) => return Err(status_error(&s)),
+            };
+            if let Some(e) = msg.error {
+                return Err(batch_error(&e));
+            }
+            for g in msg.groups {
+                self.groups
+                    .push(group_from_pb(g).map_err(|_| bad_reply("a bad search group"))?);
+            }
+            if let Some(d) = msg.done {
+                let mut done = done_from_pb(d);
+                done.groups = std::mem::take(&mut self.groups);
+                self.done = Some(done);
+            }
+            if !msg.hits.is_empty() {
+                let hits = msg
+                    .hits
+                    .into_iter()
+                    .map(hit_from_pb)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|_| bad_reply("a bad search hit"))?;
+                return Ok(Some(hits));
+            }
+        }
+    }
+
+    /// The summary, once [`SearchStream::next_batch`] returned `None`.
+    pub fn done(&self) -> Option<&SearchDone> {
+        self.done.as_ref()
+    }
+}
+
+/// A search error from the server: `EINVAL` with the validator's message
+/// is a [`Error::BadQuery`], anything else the errno.
+fn batch_error(e: &pb::Error) -> Error {
+    let fs = error_from_pb(e);
+    if fs == FsError::Invalid && !e.message.is_empty() {
+        Error::BadQuery(e.message.clone())
+    } else {
+        Error::Fs(fs)
+    }
+}
+
+fn status_error(s: &tonic::Status) -> Error {
+    match s.code() {
+        Code::Unauthenticated => Error::Auth,
+        _ => Error::Protocol(format!("the search stream failed: {}", s.message())),
+    }
+}
+
+impl Client {
+    /// Starts `spec` as `cred`; read the hits with
+    /// [`SearchStream::next_batch`].
+    pub async fn search(&self, cred: &Credentials, spec: &SearchSpec) -> Result<SearchStream> {
+        let req = spec_to_pb(spec, cred);
+        if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
+            return Err(Error::Fs(FsError::TooBig));
+        }
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let channel = {
+                let mut slot = self.inner.search_channel.lock();
+                slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
+                    .clone()
+            };
+            let mut grpc = pb::sextant_client::SextantClient::new(channel)
+                .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
+            let mut request = tonic::Request::new(req.clone());
+            request
+                .metadata_mut()
+                .insert(SECRET_METADATA, self.inner.secret.clone());
+            let failure = match grpc.search(request).await {
+                Ok(r) => {
+                    return Ok(SearchStream {
+                        inner: r.into_inner(),
+                        groups: Vec::new(),
+                        done: None,
+                    })
+                }
+                Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+                Err(s) if s.code() == Code::Unavailable => Error::Unavailable {
+                    addr: self.inner.addr.clone(),
+                    reason: match std::error::Error::source(&s) {
+                        Some(src) => error_chain(src),
+                        None => s.message().to_string(),
+                    },
+                },
+                Err(s) => return Err(status_error(&s)),
+            };
+            if started.elapsed() + backoff > self.inner.options.retry_for {
+                return Err(failure);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Every hit of `spec` and the summary (memory: all hits).
+    pub async fn search_collect(
+        &self,
+        cred: &Credentials,
+        spec: &SearchSpec,
+    ) -> Result<(Vec<SearchHit>, SearchDone)> {
+        let mut s = self.search(cred, spec).await?;
+        let mut all = Vec::new();
+        while let Some(b) = s.next_batch().await? {
+            all.extend(b);
+        }
+        let done = s.done.take().unwrap_or_default();
+        Ok((all, done))
+    }
+
+    /// Count and total size of the matches of `expr` under `scope`,
+    /// grouped `by` (the server aggregates; no hit crosses the wire).
+    pub async fn aggregate(
+        &self,
+        cred: &Credentials,
+        scope: SearchScope,
+        expr: Expr,
+        by: GroupBy,
+    ) -> Result<Aggregation> {
+        let mut spec = SearchSpec::new(scope, expr);
+        spec.group_by = Some(by);
+        let (_, done) = self.search_collect(cred, &spec).await?;
+        let mut agg = Aggregation::default();
+        agg.total.count = done.count;
+        agg.total.size = done.total_size;
+        agg.groups = done.groups.into_iter().collect();
+        Ok(agg)
+    }
+}

@@ -1,0 +1,293 @@
+//! Running a [`SearchSpec`] on the engine: batching, sorting, counting,
+//! aggregation and cancellation. Shared by the server's `Search` RPC and
+//! the CLI's embedded engine, so both answer the same query the same way.
+//!
+//! Invariants:
+//! - [`execute`] is synchronous and may take long: callers run it on a
+//!   blocking thread (`tokio::task::spawn_blocking`), never on a runtime
+//!   worker.
+//! - It stops at the next hit once `cancelled()` says so or `emit` returns
+//!   `Break` (the receiver is gone): a dropped client costs at most one
+//!   more table visit, not the rest of the search.
+//! - Hits are handed to `emit` in batches of at most `spec.batch()` hits
+//!   and about [`MAX_BATCH_BYTES`] (so each fits in one wire message); with
+//!   `count_only` or `group_by` no hit is emitted.
+
+use sextant_engine::search::{Aggregation, Scope, SearchHit, SearchStats};
+use sextant_engine::Engine;
+use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN, MAX_BATCH_BYTES};
+use sextant_types::{Credentials, FsError};
+use std::ops::ControlFlow;
+
+/// Runs `spec` as `cred`; see the module doc.
+pub fn execute(
+    engine: &Engine,
+    cred: &Credentials,
+    spec: &SearchSpec,
+    cancelled: impl Fn() -> bool,
+    mut emit: impl FnMut(Vec<SearchHit>) -> ControlFlow<()>,
+) -> Result<SearchDone, FsError> {
+    let scope = match &spec.scope {
+        SearchScope::Path(p) => Scope::Path(p),
+        SearchScope::Soid(s) => Scope::Soid(*s),
+    };
+    let limit = spec.engine_limit();
+    let mut done = SearchDone::default();
+    let count = |h: &SearchHit, done: &mut SearchDone| {
+        done.count += 1;
+        done.total_size = done.total_size.saturating_add(h.attr.size);
+    };
+    let stop = |stopped: &mut bool| {
+        *stopped = true;
+        ControlFlow::Break(())
+    };
+    let mut stopped = false;
+    let stats: SearchStats;
+    if let Some(by) = spec.group_by {
+        let mut agg = Aggregation::default();
+        stats = engine.search(cred, scope, &spec.expr, limit, |h| {
+            if cancelled() {
+                return stop(&mut stopped);
+            }
+            agg.add(by, &h);
+            ControlFlow::Continue(())
+        })?;
+        done.count = agg.total.count;
+        done.total_size = agg.total.size;
+        done.groups = agg.groups.into_iter().collect();
+    } else if spec.count_only {
+        stats = engine.search(cred, scope, &spec.expr, limit, |h| {
+            if cancelled() {
+                return stop(&mut stopped);
+            }
+            count(&h, &mut done);
+            ControlFlow::Continue(())
+        })?;
+    } else if let Some(sort) = spec.sort {
+        let mut top = TopN::new(sort, limit);
+        // The engine's limit would cut before sorting: collect all.
+        stats = engine.search(cred, scope, &spec.expr, usize::MAX, |h| {
+            if cancelled() {
+                return stop(&mut stopped);
+            }
+            top.push(h);
+            ControlFlow::Continue(())
+        })?;
+        if !stopped {
+            let mut batch = Batch::new(spec.batch());
+            for h in top.finish() {
+                count(&h, &mut done);
+                if let Some(full) = batch.push(h) {
+                    if cancelled() || emit(full).is_break() {
+                        stopped = true;
+                        break;
+                    }
+                }
+            }
+            let rest = batch.take();
+            if !stopped && !rest.is_empty() && emit(rest).is_break() {
+                stopped = true;
+            }
+        }
+    } else {
+        let mut batch = Batch::new(spec.batch());
+        stats = engine.search(cred, scope, &spec.expr, limit, |h| {
+            if cancelled() {
+                return stop(&mut stopped);
+            }
+            count(&h, &mut done);
+            if let Some(full) = batch.push(h) {
+                if emit(full).is_break() {
+                    return stop(&mut stopped);
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        let batch = batch.take();
+        if !stopped && !batch.is_empty() && emit(batch).is_break() {
+            stopped = true;
+        }
+    }
+    if stopped {
+        tracing::debug!("search cancelled");
+    }
+    done.tables = stats.tables as u64;
+    done.tables_pruned = stats.tables_pruned as u64;
+    done.candidates = stats.candidates as u64;
+    Ok(done)
+}
+
+/// Approximate encoded size of a hit (path plus attributes and framing).
+pub fn hit_bytes(h: &SearchHit) -> usize {
+    h.path.len() + 128
+}
+
+/// Hits gathered until the batch is full by count or by bytes.
+struct Batch {
+    size: usize,
+    hits: Vec<SearchHit>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn new(size: usize) -> Batch {
+        Batch {
+            size,
+            hits: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Adds a hit; returns the batch when it is full.
+    fn push(&mut self, h: SearchHit) -> Option<Vec<SearchHit>> {
+        self.bytes += hit_bytes(&h);
+        self.hits.push(h);
+        (self.hits.len() >= self.size || self.bytes >= MAX_BATCH_BYTES).then(|| self.take())
+    }
+
+    fn take(&mut self) -> Vec<SearchHit> {
+        self.bytes = 0;
+        std::mem::take(&mut self.hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_engine::search::{Expr, GroupBy};
+    use sextant_engine::EngineConfig;
+    use sextant_proto::search::{SortKey, SortSpec};
+    use sextant_types::Soid;
+    use std::cell::Cell;
+
+    fn engine_with_files(n: usize) -> (tempfile::TempDir, Engine) {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open_dir(dir.path(), EngineConfig::default()).unwrap();
+        let root = Credentials {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        };
+        let d = e.mkdir(&root, Soid::ROOT, b"d", 0o755).unwrap().value;
+        for i in 0..n {
+            // Visible to searches at once; durability does not matter here.
+            let _ = e
+                .create(&root, d.soid, format!("f{i:05}").as_bytes(), 0o644, true)
+                .unwrap();
+        }
+        (dir, e)
+    }
+
+    fn root() -> Credentials {
+        Credentials {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        }
+    }
+
+    fn spec(batch: u32) -> SearchSpec {
+        let mut s = SearchSpec::new(SearchScope::Path(b"/d".to_vec()), Expr::True);
+        s.batch_size = batch;
+        s
+    }
+
+    #[test]
+    fn batches_and_totals() {
+        let (_d, e) = engine_with_files(1000);
+        let mut sizes = Vec::new();
+        let done = execute(
+            &e,
+            &root(),
+            &spec(64),
+            || false,
+            |b| {
+                sizes.push(b.len());
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        assert_eq!(done.count, 1001);
+        assert_eq!(sizes.iter().sum::<usize>(), 1001);
+        assert!(sizes.iter().all(|s| *s <= 64));
+        // Sorted with a limit: exactly the first names, in order.
+        let mut s = spec(0);
+        s.sort = Some(SortSpec {
+            key: SortKey::Name,
+            descending: false,
+        });
+        s.limit = 3;
+        let mut hits = Vec::new();
+        execute(
+            &e,
+            &root(),
+            &s,
+            || false,
+            |b| {
+                hits.extend(b);
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        let names: Vec<&[u8]> = hits.iter().map(|h| h.name()).collect();
+        assert_eq!(names, [b"d".as_slice(), b"f00000", b"f00001"]);
+        // Aggregation and counting emit nothing.
+        let mut s = spec(0);
+        s.group_by = Some(GroupBy::Type);
+        let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
+        assert_eq!((done.count, done.groups.len()), (1001, 2));
+        let mut s = spec(0);
+        s.count_only = true;
+        let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
+        assert_eq!(done.count, 1001);
+    }
+
+    #[test]
+    fn a_gone_reader_or_a_cancel_stops_the_search() {
+        let (_d, e) = engine_with_files(1000);
+        // The receiver is gone at the first batch: nothing more is done.
+        let calls = Cell::new(0);
+        let done = execute(
+            &e,
+            &root(),
+            &spec(10),
+            || false,
+            |_| {
+                calls.set(calls.get() + 1);
+                ControlFlow::Break(())
+            },
+        )
+        .unwrap();
+        assert_eq!((calls.get(), done.count), (1, 10));
+        // Cancelled after 25 hits.
+        let seen = Cell::new(0);
+        let done = execute(
+            &e,
+            &root(),
+            &spec(10),
+            || seen.get() >= 25,
+            |b| {
+                seen.set(seen.get() + b.len());
+                ControlFlow::Continue(())
+            },
+        )
+        .unwrap();
+        assert!(done.count <= 30, "{}", done.count);
+        // The same for aggregations.
+        let mut s = spec(0);
+        s.group_by = Some(GroupBy::Uid);
+        let n = Cell::new(0);
+        let done = execute(
+            &e,
+            &root(),
+            &s,
+            || {
+                n.set(n.get() + 1);
+                n.get() > 5
+            },
+            |_| ControlFlow::Continue(()),
+        )
+        .unwrap();
+        assert_eq!(done.count, 5);
+    }
+}
