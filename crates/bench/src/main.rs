@@ -41,6 +41,10 @@ enum Command {
     Memory(suite::namespace::DirArgs),
     /// open_dir + first resolve of a deep path on a cleanly closed store.
     Restart(suite::namespace::DirArgs),
+    /// Search latency (Magellan's query sets, name globs and substrings,
+    /// aggregations) from the indexes vs a brute-force scan, on a store
+    /// made by `build`.
+    Search(suite::search::SearchArgs),
     /// Recovery time of a journal of N records after a crash.
     Recovery(suite::recovery::RecoveryArgs),
     /// (internal) Build the journal for `recovery` and exit without close.
@@ -59,6 +63,7 @@ fn main() {
         Command::Build(a) => suite::namespace::build(a),
         Command::Memory(a) => suite::namespace::memory(a),
         Command::Restart(a) => suite::namespace::restart(a),
+        Command::Search(a) => suite::search::search(a),
         Command::Recovery(a) => suite::recovery::recovery(a),
         Command::RecoveryPrepare(a) => suite::recovery::prepare(a),
     };

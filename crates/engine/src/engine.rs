@@ -1322,6 +1322,20 @@ impl Engine {
         crate::search::run(self, cred, scope, expr, limit, visit)
     }
 
+    /// [`Engine::search`] without the indexes: every table visited, every
+    /// row read and checked exactly. Same results, for benchmarks (the
+    /// brute-force baseline over the same in-memory data) and tests.
+    pub fn search_scan(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        limit: usize,
+        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+    ) -> Result<crate::search::SearchStats, FsError> {
+        crate::search::run_with(self, cred, scope, expr, limit, false, visit)
+    }
+
     /// [`Engine::search`], collecting up to `limit` hits.
     pub fn search_collect(
         &self,

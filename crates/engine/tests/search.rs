@@ -610,6 +610,14 @@ fn run_case(
         for h in &got {
             prop_assert_eq!(&h.attr, &ns.e.getattr(h.soid).unwrap());
         }
+        // The benchmarks' baseline: the same search without the indexes.
+        let mut scanned = Vec::new();
+        ns.e.search_scan(&cred, Scope::Soid(scope), &expr, usize::MAX, |h| {
+            scanned.push(h);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+        prop_assert_eq!(rows(&scanned), rows(&want), "scan of {:?}", expr);
         let by = GROUPS[q.by];
         let agg =
             ns.e.search_aggregate(&cred, Scope::Soid(scope), &expr, by)

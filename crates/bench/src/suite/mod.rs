@@ -5,3 +5,4 @@ pub mod mutate;
 pub mod namespace;
 pub mod reads;
 pub mod recovery;
+pub mod search;

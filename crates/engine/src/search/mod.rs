@@ -407,6 +407,21 @@ pub(crate) fn run(
     scope: Scope<'_>,
     expr: &Expr,
     limit: usize,
+    visit: impl FnMut(SearchHit) -> ControlFlow<()>,
+) -> Result<SearchStats, FsError> {
+    run_with(engine, cred, scope, expr, limit, true, visit)
+}
+
+/// [`run`], or with `use_index` false a brute-force scan: no table pruned,
+/// every row read and checked exactly (the baseline benchmarks compare the
+/// index with; same results).
+pub(crate) fn run_with(
+    engine: &Engine,
+    cred: &Credentials,
+    scope: Scope<'_>,
+    expr: &Expr,
+    limit: usize,
+    use_index: bool,
     mut visit: impl FnMut(SearchHit) -> ControlFlow<()>,
 ) -> Result<SearchStats, FsError> {
     let root = match scope {
@@ -478,9 +493,12 @@ pub(crate) fn run(
             return Ok(s.stats);
         }
     }
-    let plan = plan::plan(expr);
+    let mut plan = plan::plan(expr);
     if !may_list(&root_inode, cred) || plan.is_empty() || plan.max_depth == 0 {
         return Ok(s.stats);
+    }
+    if !use_index {
+        plan.query = Plan::everything().query;
     }
 
     let mut cursor = Soid::MIN;

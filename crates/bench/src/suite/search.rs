@@ -1,0 +1,332 @@
+//! Search at scale (issue 4's benchmark): Magellan's query sets and the
+//! name queries over a store made by `build`, answered from the indexes,
+//! against the same queries by a brute-force scan of the same in-memory
+//! tables (`Engine::search_scan`) in the same run.
+//!
+//! Query parameters come from files sampled uniformly from the store (one
+//! reservoir pass), so every selective query has at least one match:
+//! - set 1: exact name + owner;
+//! - set 2: set 1 within the file's grandparent directory;
+//! - set 3: owner + a 30-day mtime window around the file's + size ≥ half
+//!   the file's;
+//! - glob: `abc*xyz` from the name's first and last three bytes;
+//! - substring: `*abcd*` from four bytes in the middle of the name;
+//! - broad: size above the 90th percentile of the sample (~10% of the
+//!   files), count only;
+//! - per-owner totals over the whole namespace and per-subtree totals of a
+//!   file's grandparent (aggregations).
+
+use crate::measure::{timed, Rng};
+use crate::report::Report;
+use sextant_engine::bloom::TimeAttr;
+use sextant_engine::search::{Expr, GroupBy, Pred, Scope, SearchHit, SearchStats};
+use sextant_engine::Engine;
+use sextant_types::{Credentials, FileType, Nanos};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone, serde::Serialize)]
+pub struct SearchArgs {
+    /// A store made by `build` (the real shape has owners, sizes and times
+    /// worth querying).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Sampled files, one query of each selective kind per file.
+    #[arg(long, default_value_t = 40)]
+    pub samples: usize,
+    /// Brute-force scans per query kind (each reads every row).
+    #[arg(long, default_value_t = 3)]
+    pub scans: usize,
+}
+
+/// One query: scope, expression, and whether only a count is wanted.
+struct Query {
+    scope: Vec<u8>,
+    expr: Expr,
+    aggregate: Option<GroupBy>,
+}
+
+fn and(a: Pred, b: Pred) -> Expr {
+    Expr::and(Expr::pred(a), Expr::pred(b))
+}
+
+fn name_pred(pattern: &[u8], glob: bool) -> Pred {
+    Pred::Name {
+        pattern: pattern.into(),
+        glob,
+        ci: false,
+    }
+}
+
+fn grandparent(path: &[u8]) -> Vec<u8> {
+    let mut p = path.to_vec();
+    for _ in 0..2 {
+        match p.iter().rposition(|&c| c == b'/') {
+            Some(0) | None => return b"/".to_vec(),
+            Some(i) => p.truncate(i),
+        }
+    }
+    p
+}
+
+/// Glob metacharacters are escaped so a sampled name matches itself.
+fn escape(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    for &c in bytes {
+        if matches!(c, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn queries_for(kind: &str, f: &SearchHit, p90_size: u64) -> Option<Query> {
+    let name = f.name();
+    let uid = Pred::Uid {
+        lo: f.attr.uid,
+        hi: f.attr.uid,
+    };
+    let everywhere = b"/".to_vec();
+    let q = match kind {
+        "set1" => Query {
+            scope: everywhere,
+            expr: and(name_pred(name, false), uid),
+            aggregate: None,
+        },
+        "set2" => Query {
+            scope: grandparent(&f.path),
+            expr: and(name_pred(name, false), uid),
+            aggregate: None,
+        },
+        "set3" => {
+            const DAYS_15: i64 = 15 * 86_400 * 1_000_000_000;
+            let window = Pred::Time {
+                which: TimeAttr::Mtime,
+                lo: Nanos(f.attr.mtime.0.saturating_sub(DAYS_15)),
+                hi: Nanos(f.attr.mtime.0.saturating_add(DAYS_15)),
+            };
+            let size = Pred::Size {
+                lo: f.attr.size / 2,
+                hi: u64::MAX,
+            };
+            Query {
+                scope: everywhere,
+                expr: Expr::and(and(uid, window), Expr::pred(size)),
+                aggregate: None,
+            }
+        }
+        "glob" if name.len() >= 6 => {
+            let mut g = escape(&name[..3]);
+            g.push(b'*');
+            g.extend(escape(&name[name.len() - 3..]));
+            Query {
+                scope: everywhere,
+                expr: Expr::pred(name_pred(&g, true)),
+                aggregate: None,
+            }
+        }
+        "substring" if name.len() >= 6 => {
+            let mid = name.len() / 2 - 2;
+            let mut g = b"*".to_vec();
+            g.extend(escape(&name[mid..mid + 4]));
+            g.push(b'*');
+            Query {
+                scope: everywhere,
+                expr: Expr::pred(name_pred(&g, true)),
+                aggregate: None,
+            }
+        }
+        "broad-count" => Query {
+            scope: everywhere,
+            expr: Expr::pred(Pred::Size {
+                lo: p90_size.saturating_add(1),
+                hi: u64::MAX,
+            }),
+            aggregate: Some(GroupBy::Type),
+        },
+        "per-owner-totals" => Query {
+            scope: everywhere,
+            expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
+            aggregate: Some(GroupBy::Uid),
+        },
+        "per-subtree-totals" => Query {
+            scope: grandparent(&f.path),
+            expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
+            aggregate: Some(GroupBy::Type),
+        },
+        _ => return None,
+    };
+    Some(q)
+}
+
+/// Runs `q` (indexed or scanned); returns (seconds, matches, stats).
+fn run(engine: &Engine, q: &Query, indexed: bool) -> (f64, u64, SearchStats) {
+    let cred = Credentials::root();
+    let scope = Scope::Path(&q.scope);
+    let mut count = 0u64;
+    let mut agg = sextant_engine::search::Aggregation::default();
+    let (secs, stats) = timed(|| {
+        let visit = |h: SearchHit| {
+            count += 1;
+            if let Some(by) = q.aggregate {
+                agg.add(by, &h);
+            }
+            ControlFlow::Continue(())
+        };
+        if indexed {
+            engine.search(&cred, scope, &q.expr, usize::MAX, visit)
+        } else {
+            engine.search_scan(&cred, scope, &q.expr, usize::MAX, visit)
+        }
+    });
+    (secs, count, stats.expect("search"))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+pub fn search(a: &SearchArgs) -> Report {
+    let mut report = Report::new("search", a);
+    let engine = Engine::open_dir(
+        &a.dir,
+        crate::workload::build_config(crate::workload::Journal::Fsync),
+    )
+    .expect("open");
+    let (load_s, r) = timed(|| engine.for_each_table(|_| ()));
+    r.expect("load all tables");
+    let cred = Credentials::root();
+    // One pass: reservoir-sample regular files (and build every index).
+    let mut rng = Rng::new(42);
+    let mut sample: Vec<SearchHit> = Vec::new();
+    let mut seen = 0usize;
+    let files = Expr::pred(Pred::Type(vec![FileType::Regular]));
+    let (sample_s, r) = timed(|| {
+        engine.search(&cred, Scope::Path(b"/"), &files, usize::MAX, |h| {
+            seen += 1;
+            if sample.len() < a.samples {
+                sample.push(h);
+            } else {
+                let j = rng.below(seen);
+                if j < a.samples {
+                    sample[j] = h;
+                }
+            }
+            ControlFlow::Continue(())
+        })
+    });
+    r.expect("sample");
+    let mut sizes: Vec<u64> = sample.iter().map(|h| h.attr.size).collect();
+    sizes.sort_unstable();
+    let p90_size = sizes.get(sizes.len() * 9 / 10).copied().unwrap_or(0);
+    let (mut index_bytes, mut inodes) = (0usize, 0usize);
+    engine
+        .for_each_table(|t| {
+            index_bytes += t.index.memory_bytes();
+            inodes += t.inode_count();
+        })
+        .expect("tables");
+    report.info("regular files", seen);
+    report.info("inodes", inodes);
+    report.info("tables", engine.stats().tables);
+    report.metric("load every table", "s", &[load_s]);
+    report.metric(
+        "first search: build every index + full pass",
+        "s",
+        &[sample_s],
+    );
+    report
+        .metric(
+            "search index bytes per file (K-D trees + Bloom filters)",
+            "bytes",
+            &[index_bytes as f64 / inodes.max(1) as f64],
+        )
+        .target("<= 60 bytes/file", 60.0, false);
+
+    let kinds: [(&str, f64, f64); 8] = [
+        // (kind, p50 target ms, p99 target ms; NaN: none)
+        ("set1", 5.0, 50.0),
+        ("set2", 5.0, 50.0),
+        ("set3", 20.0, f64::NAN),
+        ("glob", 20.0, f64::NAN),
+        ("substring", 20.0, f64::NAN),
+        ("broad-count", 300.0, f64::NAN),
+        ("per-owner-totals", 5.0, f64::NAN),
+        ("per-subtree-totals", 5.0, f64::NAN),
+    ];
+    for (kind, p50_target, p99_target) in kinds {
+        let qs: Vec<Query> = sample
+            .iter()
+            .filter_map(|f| queries_for(kind, f, p90_size))
+            .take(if kind.contains("totals") || kind == "broad-count" {
+                5
+            } else {
+                a.samples
+            })
+            .collect();
+        if qs.is_empty() {
+            continue;
+        }
+        let mut ms: Vec<f64> = Vec::new();
+        let (mut pruned, mut tables, mut matches) = (0usize, 0usize, 0u64);
+        for q in &qs {
+            let (s, n, st) = run(&engine, q, true);
+            ms.push(s * 1e3);
+            pruned += st.tables_pruned;
+            tables += st.tables;
+            matches += n;
+        }
+        let mut scan_ms: Vec<f64> = Vec::new();
+        for q in qs.iter().take(a.scans) {
+            let (s, n_scan, _) = run(&engine, q, false);
+            let (_, n_index, _) = run(&engine, q, true);
+            assert_eq!(n_scan, n_index, "{kind}: scan and index disagree");
+            scan_ms.push(s * 1e3);
+        }
+        let mut sorted = ms.clone();
+        sorted.sort_by(|x, y| x.total_cmp(y));
+        let p50 = percentile(&sorted, 0.5);
+        let p99 = percentile(&sorted, 0.99);
+        eprintln!(
+            "{kind}: {} queries, p50 {p50:.3} ms, p99 {p99:.3} ms, {:.1} matches/query, {:.0}% tables pruned",
+            qs.len(),
+            matches as f64 / qs.len() as f64,
+            100.0 * pruned as f64 / tables.max(1) as f64
+        );
+        let m = report.metric(format!("{kind}: latency (index)"), "ms", &ms);
+        if p50_target.is_finite() {
+            m.target(&format!("p50 <= {p50_target} ms"), p50_target, false);
+        }
+        report.metric(format!("{kind}: p99 latency (index)"), "ms", &[p99]);
+        if p99_target.is_finite() {
+            report
+                .metric(format!("{kind}: p99 vs target"), "ms", &[p99])
+                .target(&format!("p99 <= {p99_target} ms"), p99_target, false);
+        }
+        report.metric(format!("{kind}: brute-force scan"), "ms", &scan_ms);
+        let mut scan_sorted = scan_ms.clone();
+        scan_sorted.sort_by(|x, y| x.total_cmp(y));
+        let speedup = percentile(&scan_sorted, 0.5) / p50;
+        let m = report.metric(format!("{kind}: scan p50 / index p50"), "x", &[speedup]);
+        if matches!(kind, "set1" | "set2" | "set3") {
+            m.target(">= 20x for selective queries", 20.0, true);
+        }
+        report.metric(
+            format!("{kind}: tables pruned by Bloom filters"),
+            "%",
+            &[100.0 * pruned as f64 / tables.max(1) as f64],
+        );
+        report.metric(
+            format!("{kind}: matches per query"),
+            "n",
+            &[matches as f64 / qs.len() as f64],
+        );
+    }
+    engine.close().expect("close");
+    report
+}
