@@ -13,8 +13,8 @@ use sextant_types::{FileType, FsError, SetAttr, Soid, TimeSet};
 pub async fn run(cli: Cli, s: Session) -> Result<()> {
     let json = cli.json;
     match cli.command {
-        Command::Serve(_) | Command::Mount(_) | Command::Umount { .. } => {
-            unreachable!("serve, mount and umount run without a session")
+        Command::Serve(_) | Command::Mount(_) | Command::Umount { .. } | Command::Bench(_) => {
+            unreachable!("serve, mount, umount and bench run without a session")
         }
         Command::Status => status(&s, json).await?,
         Command::Ls { long, path } => ls(&s, &path, long, json).await?,
