@@ -7,10 +7,11 @@
 #   scripts/bench-client.sh
 #
 # Environment: REPS (3), TASKS (256 in flight), ITEMS (400 per task),
-# LAT_ITEMS (20000 one at a time), JOURNAL (fsync), WORK
+# LAT_ITEMS (5000 one at a time), JOURNAL (fsync), WORK
 # (/work/bench-data/client: scratch, wiped), OUT (/work/bench-results/issue3),
 # PORT (7451), TAG (name of this set of results, default "client"),
-# SEXTANT (a built binary; default: build --release).
+# SEXTANT (a built binary; default: build --release), SERVER_BIN (the
+# server's binary, default $SEXTANT: to compare servers with one client).
 # Stops the server it started on exit, also on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 REPS=${REPS:-3}
 TASKS=${TASKS:-256}
 ITEMS=${ITEMS:-400}
-LAT_ITEMS=${LAT_ITEMS:-20000}
+LAT_ITEMS=${LAT_ITEMS:-5000}
 JOURNAL=${JOURNAL:-fsync}
 WORK=${WORK:-/work/bench-data/client}
 OUT=${OUT:-/work/bench-results/issue3}
@@ -31,6 +32,7 @@ if [ -z "${SEXTANT:-}" ]; then
   SEXTANT=${CARGO_TARGET_DIR:-target}/release/sextant
 fi
 
+SERVER_BIN=${SERVER_BIN:-$SEXTANT}
 mkdir -p "$OUT"
 rm -rf "$WORK"
 mkdir -p "$WORK"
@@ -41,17 +43,24 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/log" >&2; }
 
-SEXTANT_METRICS=off "$SEXTANT" serve --data "$WORK/data" --listen "$ADDR" \
+SEXTANT_METRICS=off "$SERVER_BIN" serve --data "$WORK/data" --listen "$ADDR" \
   --journal-sync "$JOURNAL" >"$OUT/serve-$TAG.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do grep -q "listening on" "$OUT/serve-$TAG.log" && break; sleep 0.1; done
-log "$TAG: $SEXTANT, journal $JOURNAL, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+log "$TAG: client $SEXTANT, server $SERVER_BIN, journal $JOURNAL, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 
-b() { "$SEXTANT" --server "$ADDR" --data "$WORK/data" bench -q --json "$@"; }
+# --cpu-of: CPU time of client + server per phase (ops per CPU-second).
+b() { "$SEXTANT" --server "$ADDR" --data "$WORK/data" bench -q --json --cpu-of "$SERVER_PID" "$@"; }
+# The client's runtime on the calling thread (ct1, the default) and on 2
+# worker threads (ct2, like #[tokio::main] on this machine), interleaved.
 for rep in $(seq "$REPS"); do
-  log "$TAG rep $rep: $TASKS tasks × $ITEMS files (create, stat, lookup)"
-  b --tasks "$TASKS" --items "$ITEMS" -F --phases create,stat,lookup >"$OUT/$TAG-many-$rep.json"
-  log "$TAG rep $rep: 1 task × $LAT_ITEMS files (stat, lookup, create)"
-  b --tasks 1 --items "$LAT_ITEMS" -F --phases create,stat,lookup >"$OUT/$TAG-one-$rep.json"
+  for ct in 1 2; do
+    log "$TAG rep $rep ct$ct: $TASKS tasks × $ITEMS files (create, stat, lookup)"
+    b --client-threads $ct --tasks "$TASKS" --items "$ITEMS" -F --phases create,stat,lookup \
+      >"$OUT/$TAG-many-ct$ct-$rep.json"
+    log "$TAG rep $rep ct$ct: 1 task × $LAT_ITEMS files (create, stat, lookup)"
+    b --client-threads $ct --tasks 1 --items "$LAT_ITEMS" -F --phases create,stat,lookup \
+      >"$OUT/$TAG-one-ct$ct-$rep.json"
+  done
 done
 log "$TAG done"

@@ -4,6 +4,7 @@
 //! (client library or system calls on a directory) and the statistics live
 //! in the submodules.
 
+mod cpu;
 mod local;
 mod plan;
 mod remote;
@@ -16,7 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan::{Kind, Layout, Phase};
 use serde::Serialize;
 use sextant_client::{Client, Options};
-use stats::{median, summarize, Summary};
+use stats::{median, summarize, Counts, Summary};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -108,6 +109,12 @@ pub struct BenchArgs {
     /// every repetition and the median.
     #[arg(long, default_value_t = 1, value_name = "R")]
     pub reps: usize,
+    /// Also count the CPU time of these processes (e.g. the server's and
+    /// the mount's PIDs) in each phase's cpu_seconds and ops per
+    /// CPU-second. This process is always counted (-P workers are not:
+    /// with -P, no CPU time is reported).
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub cpu_of: Vec<u32>,
     /// No progress on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -321,13 +328,14 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Times one phase: `f` runs it; journal syncs are read before and after
-/// when `syncs` can.
+/// Times one phase: `f` runs it; journal syncs and CPU time are read
+/// before and after when `syncs` and `cpu` can.
 fn timed<F>(
     phase: Phase,
     total: u64,
     quiet: bool,
     mut syncs: impl FnMut() -> Result<Option<u64>>,
+    mut cpu: impl FnMut() -> Result<Option<f64>>,
     f: F,
 ) -> Result<Summary>
 where
@@ -336,19 +344,23 @@ where
     let progress = Progress::default();
     let before = syncs()?;
     let ticker = Ticker::start(phase.to_string(), total, &progress, quiet);
+    let cpu0 = cpu()?;
     let t = Instant::now();
     let out = f(&progress)?;
     let seconds = t.elapsed().as_secs_f64();
+    let cpu1 = cpu()?;
     drop(ticker);
     let after = syncs()?;
-    let synced = before.zip(after).map(|(b, a)| a.saturating_sub(b));
-    let entries = (phase.op == plan::Op::Readdir).then_some(out.entries);
+    let counts = Counts {
+        entries: (phase.op == plan::Op::Readdir).then_some(out.entries),
+        journal_syncs: before.zip(after).map(|(b, a)| a.saturating_sub(b)),
+        cpu_seconds: cpu0.zip(cpu1).map(|(a, b)| b - a),
+    };
     Ok(summarize(
         phase.to_string(),
         out.latencies_ns,
         seconds,
-        entries,
-        synced,
+        counts,
     ))
 }
 
@@ -389,20 +401,20 @@ async fn run_remote(
             &progress,
             args.quiet || !phase.reported,
         );
+        let cpu0 = cpu::total(&args.cpu_of)?;
         let t = Instant::now();
         let o = run.phase(phase, &progress).await?;
         let seconds = t.elapsed().as_secs_f64();
+        let cpu1 = cpu::total(&args.cpu_of)?;
         drop(ticker);
         let after = remote::journal_syncs(client, &cred).await?;
         if phase.reported {
-            let entries = (phase.op == plan::Op::Readdir).then_some(o.entries);
-            let s = summarize(
-                phase.to_string(),
-                o.latencies_ns,
-                seconds,
-                entries,
-                Some(after - before),
-            );
+            let counts = Counts {
+                entries: (phase.op == plan::Op::Readdir).then_some(o.entries),
+                journal_syncs: Some(after.saturating_sub(before)),
+                cpu_seconds: Some(cpu1 - cpu0),
+            };
+            let s = summarize(phase.to_string(), o.latencies_ns, seconds, counts);
             note(args, &s);
             out.push(s);
         }
@@ -449,10 +461,23 @@ fn run_local(
     for &phase in phases {
         let quiet = args.quiet || !phase.reported;
         let total = total_ops(args, phase, workers);
-        let s = timed(phase, total, quiet, syncs, |progress| match &mut pool {
-            Some(pool) => pool.phase(phase),
-            None => local.phase(phase, progress),
-        })?;
+        let cpu = || -> Result<Option<f64>> {
+            if args.processes > 1 {
+                return Ok(None);
+            }
+            cpu::total(&args.cpu_of).map(Some)
+        };
+        let s = timed(
+            phase,
+            total,
+            quiet,
+            syncs,
+            cpu,
+            |progress| match &mut pool {
+                Some(pool) => pool.phase(phase),
+                None => local.phase(phase, progress),
+            },
+        )?;
         if phase.reported {
             note(args, &s);
             out.push(s);
@@ -504,6 +529,8 @@ fn medians(runs: &[Vec<Summary>]) -> Vec<Summary> {
                 journal_syncs: col(&|x| x.journal_syncs.map(|n| n as f64))
                     .map(|m| m.round() as u64),
                 ops_per_sync: col(&|x| x.ops_per_sync),
+                cpu_seconds: col(&|x| x.cpu_seconds),
+                ops_per_cpu_sec: col(&|x| x.ops_per_cpu_sec),
             }
         })
         .collect()
@@ -537,12 +564,21 @@ fn print_text(r: &Report) {
         }
     );
     println!(
-        "{:<14} {:>9} {:>8} {:>11} {:>9} {:>9} {:>9} {:>7} {:>8}",
-        "phase", "ops", "seconds", "ops/s", "p50 µs", "p99 µs", "max µs", "syncs", "ops/sync"
+        "{:<14} {:>9} {:>8} {:>11} {:>9} {:>9} {:>9} {:>7} {:>8} {:>10}",
+        "phase",
+        "ops",
+        "seconds",
+        "ops/s",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "syncs",
+        "ops/sync",
+        "ops/CPU-s"
     );
     for s in &r.median {
         println!(
-            "{:<14} {:>9} {:>8.3} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>8}",
+            "{:<14} {:>9} {:>8.3} {:>11.0} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>8} {:>10}",
             s.phase,
             s.ops,
             s.seconds,
@@ -552,6 +588,7 @@ fn print_text(r: &Report) {
             s.max_us,
             s.journal_syncs.map_or("-".into(), |n| n.to_string()),
             s.ops_per_sync.map_or("-".into(), |n| format!("{n:.1}")),
+            s.ops_per_cpu_sec.map_or("-".into(), |n| format!("{n:.0}")),
         );
         if let Some(e) = s.entries_per_sec {
             println!("{:<14} {:>9} entries/s {:.0}", "", "", e);

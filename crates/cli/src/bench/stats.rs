@@ -23,6 +23,14 @@ pub struct Summary {
     /// `ops / journal_syncs` when there were syncs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ops_per_sync: Option<f64>,
+    /// CPU seconds used during the phase by this process and the
+    /// `--cpu-of` processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    /// `ops / cpu_seconds`: throughput per CPU-second, independent of how
+    /// much of a shared machine the run got.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_per_cpu_sec: Option<f64>,
 }
 
 /// The `p`-quantile (0 ≤ p ≤ 1) of ascending `sorted` samples, nearest
@@ -52,16 +60,20 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     })
 }
 
+/// What was counted besides the operations' latencies.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// readdir: entries returned.
+    pub entries: Option<u64>,
+    /// The server's journal syncs during the phase.
+    pub journal_syncs: Option<u64>,
+    /// CPU seconds used during the phase.
+    pub cpu_seconds: Option<f64>,
+}
+
 /// Summarises a phase: `latencies_ns` (one per operation, any order),
-/// the wall time of the whole phase, readdir's entry count, and the
-/// journal syncs seen.
-pub fn summarize(
-    phase: String,
-    mut latencies_ns: Vec<u64>,
-    seconds: f64,
-    entries: Option<u64>,
-    journal_syncs: Option<u64>,
-) -> Summary {
+/// the wall time of the whole phase, and what else was counted.
+pub fn summarize(phase: String, mut latencies_ns: Vec<u64>, seconds: f64, c: Counts) -> Summary {
     latencies_ns.sort_unstable();
     let ops = latencies_ns.len() as u64;
     let us = |p: f64| percentile(&latencies_ns, p).map_or(0.0, |ns| ns as f64 / 1000.0);
@@ -80,11 +92,14 @@ pub fn summarize(
         p50_us: us(0.50),
         p99_us: us(0.99),
         max_us: us(1.0),
-        entries_per_sec: entries.map(rate),
-        journal_syncs,
-        ops_per_sync: journal_syncs
+        entries_per_sec: c.entries.map(rate),
+        journal_syncs: c.journal_syncs,
+        ops_per_sync: c
+            .journal_syncs
             .filter(|&s| s > 0)
             .map(|s| ops as f64 / s as f64),
+        cpu_seconds: c.cpu_seconds,
+        ops_per_cpu_sec: c.cpu_seconds.filter(|&s| s > 0.0).map(|s| ops as f64 / s),
     }
 }
 
@@ -119,7 +134,12 @@ mod tests {
     #[test]
     fn summary_rates_and_syncs() {
         let lat: Vec<u64> = (1..=1000).rev().map(|i| i * 1000).collect();
-        let s = summarize("file-create".into(), lat, 2.0, None, Some(250));
+        let c = Counts {
+            journal_syncs: Some(250),
+            cpu_seconds: Some(0.5),
+            ..Counts::default()
+        };
+        let s = summarize("file-create".into(), lat, 2.0, c);
         assert_eq!(s.ops, 1000);
         assert_eq!(s.ops_per_sec, 500.0);
         assert_eq!(s.p50_us, 500.0);
@@ -127,10 +147,17 @@ mod tests {
         assert_eq!(s.max_us, 1000.0);
         assert_eq!(s.ops_per_sync, Some(4.0));
         assert_eq!(s.entries_per_sec, None);
-        let r = summarize("file-readdir".into(), vec![10; 4], 0.5, Some(400), Some(0));
+        assert_eq!(s.ops_per_cpu_sec, Some(2000.0));
+        let c = Counts {
+            entries: Some(400),
+            journal_syncs: Some(0),
+            cpu_seconds: Some(0.0),
+        };
+        let r = summarize("file-readdir".into(), vec![10; 4], 0.5, c);
         assert_eq!(r.entries_per_sec, Some(800.0));
         assert_eq!(r.ops_per_sync, None, "no syncs: no ratio");
-        let empty = summarize("x".into(), vec![], 0.0, None, None);
+        assert_eq!(r.ops_per_cpu_sec, None);
+        let empty = summarize("x".into(), vec![], 0.0, Counts::default());
         assert_eq!((empty.ops, empty.ops_per_sec, empty.p50_us), (0, 0.0, 0.0));
     }
 }
