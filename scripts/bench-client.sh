@@ -43,10 +43,11 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/log" >&2; }
 
+rm -f "$OUT/serve-$TAG.log"
 SEXTANT_METRICS=off "$SERVER_BIN" serve --data "$WORK/data" --listen "$ADDR" \
   --journal-sync "$JOURNAL" >"$OUT/serve-$TAG.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$OUT/serve-$TAG.log" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve-$TAG.log" && break; sleep 0.1; done
 log "$TAG: client $SEXTANT, server $SERVER_BIN, journal $JOURNAL, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 
 # --cpu-of: CPU time of client + server per phase (ops per CPU-second).

@@ -13,10 +13,11 @@
 #   postmark  Postmark with Magellan's setting (bench/postmark/magellan.pmrc)
 #             on the mount, on bindfs and on the local directory
 #
-# Environment: REPS (3), ITEMS (2000 per worker, compare), PROC_ITEMS (1000
+# Environment: TAG (added to the procs result names), REPS (3), ITEMS (2000 per worker, compare), PROC_ITEMS (1000
 # per process, procs), TTL (kernel attr/entry cache seconds on both mounts,
 # 0 = every operation reaches the daemon), JOURNAL (fsync), WORK
-# (/work/bench-data/mount: scratch, wiped), OUT (/work/bench-results/issue3:
+# (/work/bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
+# directory, --data-dir; default <data>/objects), OUT (/work/bench-results/issue3:
 # raw JSON and logs), PORT (7441), SEXTANT (a built binary; default: build
 # --release into $CARGO_TARGET_DIR or target/).
 # Installs postmark and bindfs when missing (scripts/ensure-deps.sh with
@@ -59,21 +60,33 @@ trap cleanup EXIT
 
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/log" >&2; }
 
+rm -f "$OUT/serve.log"
 SEXTANT_METRICS=off "$SEXTANT" serve --data "$DATA" --listen "$ADDR" \
   --journal-sync "$JOURNAL" >"$OUT/serve.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$OUT/serve.log" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve.log" && break; sleep 0.1; done
+OBJECTS=${OBJECTS:-$DATA/objects}
+mkdir -p "$OBJECTS"
 "$SEXTANT" --server "$ADDR" --data "$DATA" mount --attr-timeout "$TTL" --entry-timeout "$TTL" \
-  --threads 16 --log "$OUT/mount.log" "$WORK/mnt"
+  --threads 16 --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
 bindfs --multithreaded -o "attr_timeout=$TTL,entry_timeout=$TTL" "$WORK/local" "$WORK/bind"
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
-log "sextant mount (journal $JOURNAL, ttl $TTL, 16 threads) at $WORK/mnt; bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD)"
+log "sextant mount (journal $JOURNAL, ttl $TTL, 16 threads, objects in $OBJECTS) at $WORK/mnt; bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD)"
 
-bench() { # bench NAME DIR ARGS... -> $OUT/NAME.json (syncs from the server for the mount)
+MOUNT_PID=$(pgrep -f -- "mount --attr-timeout $TTL --entry-timeout $TTL --threads 16 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
+BINDFS_PID=$(pgrep -f -- "bindfs --multithreaded .* $WORK/bind" | head -1)
+
+# bench NAME DIR ARGS... -> $OUT/NAME.json. On the mount: the server's
+# journal syncs, and CPU time of server + mount daemon (+ bench); on bindfs:
+# CPU time of bindfs (+ bench).
+bench() {
   local name=$1 dir=$2; shift 2
-  local server=()
-  [ "$dir" = "$WORK/mnt" ] && server=(--server "$ADDR" --data "$DATA")
-  "$SEXTANT" "${server[@]}" bench --dir "$dir" -q --json "$@" >"$OUT/$name.json"
+  local global=() cpu=()
+  case $dir in
+  "$WORK/mnt") global=(--server "$ADDR" --data "$DATA") cpu=(--cpu-of "$SERVER_PID,$MOUNT_PID") ;;
+  "$WORK/bind") cpu=(--cpu-of "$BINDFS_PID") ;;
+  esac
+  "$SEXTANT" "${global[@]}" bench "${cpu[@]}" --dir "$dir" -q --json "$@" >"$OUT/$name.json"
 }
 
 for w in "${WHAT[@]}"; do
@@ -93,7 +106,7 @@ for w in "${WHAT[@]}"; do
     for rep in $(seq "$REPS"); do
       for p in 1 2 4 8 16; do
         log "procs rep $rep: P=$p × $PROC_ITEMS creates"
-        bench "procs-$JOURNAL-p$p-$rep" "$WORK/mnt" -P "$p" --tasks 1 --items "$PROC_ITEMS" -F --phases create
+        bench "procs-$JOURNAL${TAG:+-$TAG}-p$p-$rep" "$WORK/mnt" -P "$p" --tasks 1 --items "$PROC_ITEMS" -F --phases create
       done
     done
     ;;
