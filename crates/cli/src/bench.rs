@@ -606,3 +606,44 @@ fn print_text(r: &Report) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(phase: &str, rate: f64, syncs: Option<u64>) -> Summary {
+        let c = Counts {
+            journal_syncs: syncs,
+            ..Counts::default()
+        };
+        let mut s = summarize(phase.into(), vec![1000; 10], 10.0 / rate, c);
+        s.ops_per_sec = rate;
+        s
+    }
+
+    #[test]
+    fn medians_per_phase_over_repetitions() {
+        let runs = vec![
+            vec![
+                summary("file-create", 100.0, Some(10)),
+                summary("file-stat", 7.0, None),
+            ],
+            vec![
+                summary("file-create", 300.0, Some(2)),
+                summary("file-stat", 5.0, None),
+            ],
+            vec![
+                summary("file-create", 200.0, Some(5)),
+                summary("file-stat", 9.0, None),
+            ],
+        ];
+        let m = medians(&runs);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].phase, "file-create");
+        assert_eq!(m[0].ops_per_sec, 200.0);
+        assert_eq!(m[0].journal_syncs, Some(5));
+        assert_eq!(m[0].ops_per_sync, Some(2.0));
+        assert_eq!((m[1].ops_per_sec, m[1].journal_syncs), (7.0, None));
+        assert!(medians(&[]).is_empty());
+    }
+}
