@@ -18,6 +18,12 @@ if ! command -v pkg-config >/dev/null 2>&1; then need_apt+=(pkg-config); fi
 if ! command -v fusermount3 >/dev/null 2>&1; then need_apt+=(fuse3); fi
 if ! command -v setfattr >/dev/null 2>&1; then need_apt+=(attr); fi
 if ! command -v setpriv >/dev/null 2>&1; then need_apt+=(util-linux); fi
+# Opt-in, for scripts/bench-mount.sh only (not needed by the tests).
+if [ "${SEXTANT_BENCH_DEPS:-0}" = 1 ]; then
+  if ! command -v postmark >/dev/null 2>&1; then need_apt+=(postmark); fi
+  if ! command -v bindfs >/dev/null 2>&1; then need_apt+=(bindfs); fi
+  if ! command -v bc >/dev/null 2>&1; then need_apt+=(bc); fi
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "sextant: installing ${need_apt[*]} with apt-get" >&2

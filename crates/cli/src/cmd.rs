@@ -17,8 +17,9 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         | Command::Mount(_)
         | Command::Umount { .. }
         | Command::Find(_)
-        | Command::Stats(_) => {
-            unreachable!("serve, mount, umount, find and stats open their own session")
+        | Command::Stats(_)
+        | Command::Bench(_) => {
+            unreachable!("serve, mount, umount, find, stats and bench open their own session")
         }
         Command::Status => status(&s, json).await?,
         Command::Ls { long, path } => ls(&s, &path, long, json).await?,

@@ -5,6 +5,7 @@
 //! address (127.0.0.1:7411), and otherwise runs the engine *embedded* on a
 //! local data directory (`--data`, default `./sextant-data`).
 
+mod bench;
 mod cmd;
 mod find;
 mod format;
@@ -148,6 +149,13 @@ enum Command {
         #[arg(short = 'z', long)]
         lazy: bool,
     },
+    /// Benchmark metadata operations, like mdtest: create, stat, lookup,
+    /// readdir and remove of files and directories from N workers.
+    ///
+    /// Over the client library (a server: --server, default 127.0.0.1:7411)
+    /// or, with --dir, by system calls on a directory such as a `sextant
+    /// mount` (threads, or with -P several processes).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -240,6 +248,7 @@ fn main() {
                     std::process::exit(1);
                 }
             }),
+        Command::Bench(args) => bench::run(&cli, args),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Issue 3's mount benchmarks (docs/BENCHMARKS.md, "Issue 3"): a `sextant
+# mount` against a FUSE passthrough (bindfs) of a local directory and the
+# local directory itself, measured in the same run, repetitions interleaved.
+#
+#   scripts/bench-mount.sh [compare] [procs] [postmark]   (default: all three)
+#
+#   compare   sextant bench --dir on the mount, on bindfs and on the local
+#             directory: create/stat/lookup/readdir/remove of files and
+#             directories, 1 and 4 threads
+#   procs     creates from P = 1 2 4 8 16 processes on the mount (journal
+#             fsync): creates/s and creates per fdatasync
+#   postmark  Postmark with Magellan's setting (bench/postmark/magellan.pmrc)
+#             on the mount, on bindfs and on the local directory
+#
+# Environment: TAG (added to the procs result names), REPS (3), ITEMS (2000 per worker, compare), PROC_ITEMS (1000
+# per process, procs), TTL (kernel attr/entry cache seconds on both mounts,
+# 0 = every operation reaches the daemon), JOURNAL (fsync), WORK
+# (/work/bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
+# directory, --data-dir; default <data>/objects), OUT (/work/bench-results/issue3:
+# raw JSON and logs), PORT (7441), SEXTANT (a built binary; default: build
+# --release into $CARGO_TARGET_DIR or target/).
+# Installs postmark and bindfs when missing (scripts/ensure-deps.sh with
+# SEXTANT_BENCH_DEPS=1). Needs root or fuse permissions. Unmounts and stops
+# the server it started on exit, also on failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEXTANT_BENCH_DEPS=1 source scripts/ensure-deps.sh
+
+REPS=${REPS:-3}
+ITEMS=${ITEMS:-2000}
+PROC_ITEMS=${PROC_ITEMS:-1000}
+TTL=${TTL:-0}
+JOURNAL=${JOURNAL:-fsync}
+WORK=${WORK:-/work/bench-data/mount}
+OUT=${OUT:-/work/bench-results/issue3}
+PORT=${PORT:-7441}
+ADDR=127.0.0.1:$PORT
+WHAT=("$@")
+[ ${#WHAT[@]} -eq 0 ] && WHAT=(compare procs postmark)
+
+if [ -z "${SEXTANT:-}" ]; then
+  cargo build --release --locked -p sextant-cli >&2
+  SEXTANT=${CARGO_TARGET_DIR:-target}/release/sextant
+fi
+
+mkdir -p "$OUT"
+rm -rf "$WORK"
+mkdir -p "$WORK"/{local,mnt,bind}
+DATA=$WORK/data
+SERVER_PID=
+
+cleanup() {
+  for m in "$WORK/mnt" "$WORK/bind"; do
+    if mountpoint -q "$m"; then fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" || true; fi
+  done
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/log" >&2; }
+
+rm -f "$OUT/serve.log"
+SEXTANT_METRICS=off "$SEXTANT" serve --data "$DATA" --listen "$ADDR" \
+  --journal-sync "$JOURNAL" >"$OUT/serve.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve.log" && break; sleep 0.1; done
+OBJECTS=${OBJECTS:-$DATA/objects}
+mkdir -p "$OBJECTS"
+"$SEXTANT" --server "$ADDR" --data "$DATA" mount --attr-timeout "$TTL" --entry-timeout "$TTL" \
+  --threads 16 --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
+bindfs --multithreaded -o "attr_timeout=$TTL,entry_timeout=$TTL" "$WORK/local" "$WORK/bind"
+log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
+log "sextant mount (journal $JOURNAL, ttl $TTL, 16 threads, objects in $OBJECTS) at $WORK/mnt; bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD)"
+
+MOUNT_PID=$(pgrep -f -- "mount --attr-timeout $TTL --entry-timeout $TTL --threads 16 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
+BINDFS_PID=$(pgrep -f -- "bindfs --multithreaded .* $WORK/bind" | head -1)
+
+# bench NAME DIR ARGS... -> $OUT/NAME.json. On the mount: the server's
+# journal syncs, and CPU time of server + mount daemon (+ bench); on bindfs:
+# CPU time of bindfs (+ bench).
+bench() {
+  local name=$1 dir=$2; shift 2
+  local global=() cpu=()
+  case $dir in
+  "$WORK/mnt") global=(--server "$ADDR" --data "$DATA") cpu=(--cpu-of "$SERVER_PID,$MOUNT_PID") ;;
+  "$WORK/bind") cpu=(--cpu-of "$BINDFS_PID") ;;
+  esac
+  "$SEXTANT" "${global[@]}" bench "${cpu[@]}" --dir "$dir" -q --json "$@" >"$OUT/$name.json"
+}
+
+for w in "${WHAT[@]}"; do
+  case $w in
+  compare)
+    for rep in $(seq "$REPS"); do
+      for t in 1 4; do
+        for fs in sextant bindfs local; do
+          case $fs in sextant) d=$WORK/mnt ;; bindfs) d=$WORK/bind ;; local) d=$WORK/local ;; esac
+          log "compare rep $rep: $fs, $t threads × $ITEMS items"
+          bench "compare-ttl$TTL-t$t-$fs-$rep" "$d" --tasks "$t" --items "$ITEMS"
+        done
+      done
+    done
+    ;;
+  procs)
+    for rep in $(seq "$REPS"); do
+      for p in 1 2 4 8 16; do
+        log "procs rep $rep: P=$p × $PROC_ITEMS creates"
+        bench "procs-$JOURNAL${TAG:+-$TAG}-p$p-$rep" "$WORK/mnt" -P "$p" --tasks 1 --items "$PROC_ITEMS" -F --phases create
+      done
+    done
+    ;;
+  postmark)
+    for rep in $(seq "$REPS"); do
+      for fs in local bindfs sextant; do
+        case $fs in sextant) d=$WORK/mnt ;; bindfs) d=$WORK/bind ;; local) d=$WORK/local ;; esac
+        mkdir -p "$d/pm"
+        { echo "set location $d/pm"; grep -v '^#' bench/postmark/magellan.pmrc; echo run; echo quit; } >"$WORK/pm.cfg"
+        log "postmark rep $rep: $fs"
+        s=$(date +%s.%N)
+        postmark "$WORK/pm.cfg" >"$OUT/postmark-$fs-$rep.txt"
+        e=$(date +%s.%N)
+        echo "wall_seconds $(echo "$e - $s" | bc)" >>"$OUT/postmark-$fs-$rep.txt"
+        rmdir "$d/pm"
+        log "postmark rep $rep: $fs took $(tail -1 "$OUT/postmark-$fs-$rep.txt")"
+      done
+    done
+    ;;
+  *) echo "unknown benchmark $w (compare, procs, postmark)" >&2; exit 2 ;;
+  esac
+done
+log "done; raw results in $OUT"
