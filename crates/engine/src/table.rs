@@ -36,6 +36,7 @@
 
 mod slab;
 mod snapshot;
+pub mod summary;
 
 pub use snapshot::{decode_snapshot, encode_snapshot, Snapshot, SnapshotBody};
 
@@ -100,6 +101,8 @@ pub struct Table {
     dirs: usize,
     /// Heap bytes of names that do not fit inline (for the memory budget).
     name_bytes: usize,
+    /// Paths and bytes per (owner, group, type), kept by every inode write.
+    summary: summary::Summary,
     /// Inserts and deletes since the structures were last built compactly.
     churn: usize,
     /// Newest record applied.
@@ -146,6 +149,7 @@ impl Table {
             free_foreign: Vec::new(),
             dirs: 0,
             name_bytes: 0,
+            summary: summary::Summary::default(),
             churn: 0,
             last_lsn: 0,
             snapshot_lsn: 0,
@@ -209,6 +213,10 @@ impl Table {
         }
         self.dirs = c.inodes.iter().filter(|(_, _, i)| i.is_dir()).count();
         self.name_bytes = c.inodes.iter().map(|(_, _, i)| i.name.heap_bytes()).sum();
+        self.summary = summary::Summary::default();
+        for (_, _, i) in &c.inodes {
+            self.summary.add(i);
+        }
         self.by_soid = c
             .inodes
             .iter()
@@ -249,6 +257,11 @@ impl Table {
 
     pub fn dentry_count(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The maintained totals of this table's inodes ([`summary`]).
+    pub fn summary(&self) -> &summary::Summary {
+        &self.summary
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -294,6 +307,7 @@ impl Table {
     pub fn put_inode(&mut self, soid: Soid, inode: Inode) {
         let is_dir = inode.is_dir();
         self.name_bytes += inode.name.heap_bytes();
+        self.summary.add(&inode);
         if let Some(&row) = self.by_soid.get(&soid) {
             let same_link = self.row(row).is_some_and(|(_, old)| {
                 old.parent == inode.parent && old.name == inode.name && old.ftype == inode.ftype
@@ -303,6 +317,7 @@ impl Table {
             }
             if let Some(Some((_, old))) = self.rows.slot_mut(row).map(|s| s.replace((soid, inode)))
             {
+                self.summary.remove(&old);
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
@@ -334,6 +349,7 @@ impl Table {
         if let Some(row) = self.by_soid.remove(&soid) {
             self.demote_primary_entry(row);
             if let Some(Some((_, old))) = self.rows.slot_mut(row).map(Option::take) {
+                self.summary.remove(&old);
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
@@ -652,6 +668,7 @@ impl Table {
         self.free_foreign = Vec::new();
         self.dirs = 0;
         self.name_bytes = 0;
+        self.summary = summary::Summary::default();
         Contents { inodes, entries }
     }
 
@@ -803,6 +820,16 @@ impl Table {
                 ))
                 }
             }
+        }
+        let mut recount = summary::Summary::default();
+        for (_, i) in self.inodes() {
+            recount.add(i);
+        }
+        if recount != self.summary {
+            return Err(format!(
+                "summary {:?} differs from a recount {:?}",
+                self.summary, recount
+            ));
         }
         let used_foreign = self.entries.values().filter(|&&v| v >= FOREIGN).count();
         let live_foreign = self.foreign.iter().flatten().count();

@@ -581,6 +581,22 @@ fn run_case(
     for op in ops {
         ns.apply(op);
     }
+    // Whole-namespace totals for root come from the maintained summaries:
+    // they must equal counting the brute-force walk's paths.
+    let root = Credentials::root();
+    for expr in [
+        Expr::True,
+        Expr::pred(Pred::Type(vec![FileType::Regular])),
+        Expr::pred(Pred::Type(vec![FileType::Directory, FileType::Symlink])),
+    ] {
+        let want = brute(&ns.e, &root, Soid::ROOT, &expr, Some(b"/"));
+        for by in [GroupBy::Uid, GroupBy::Gid, GroupBy::Type] {
+            let got =
+                ns.e.search_aggregate(&root, Scope::Soid(Soid::ROOT), &expr, by)
+                    .unwrap();
+            prop_assert_eq!(got, agg_of(&want, by), "summaries, {:?} by {:?}", expr, by);
+        }
+    }
     for q in queries {
         let mut expr = q.expr.clone();
         fix_soids(&mut expr, &ns.nodes);

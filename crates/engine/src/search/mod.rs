@@ -608,10 +608,62 @@ pub(crate) fn aggregate(
     expr: &Expr,
     by: GroupBy,
 ) -> Result<Aggregation, FsError> {
+    if let Some(agg) = from_summaries(engine, cred, scope, expr, by)? {
+        return Ok(agg);
+    }
     let mut agg = Aggregation::default();
     run(engine, cred, scope, expr, usize::MAX, |hit| {
         agg.add(by, &hit);
         ControlFlow::Continue(())
     })?;
     Ok(agg)
+}
+
+/// The aggregation from the tables' maintained summaries
+/// ([`crate::table::summary`]) when that gives exactly what the search
+/// would: root asking about the whole namespace (root sees every path, so
+/// nothing can leak), everything or some file types, grouped by owner,
+/// group or type. `None` otherwise (the caller searches).
+fn from_summaries(
+    engine: &Engine,
+    cred: &Credentials,
+    scope: Scope<'_>,
+    expr: &Expr,
+    by: GroupBy,
+) -> Result<Option<Aggregation>, FsError> {
+    if cred.uid != 0 || !matches!(by, GroupBy::Uid | GroupBy::Gid | GroupBy::Type) {
+        return Ok(None);
+    }
+    let whole = match scope {
+        Scope::Soid(s) => s == Soid::ROOT,
+        Scope::Path(p) => engine.resolve(cred, p, false)?.soid == Soid::ROOT,
+    };
+    let types: Option<&[FileType]> = match expr {
+        Expr::True => None,
+        Expr::And(v) if v.is_empty() => None,
+        Expr::Pred(Pred::Type(t)) => Some(t),
+        _ => return Ok(None),
+    };
+    if !whole {
+        return Ok(None);
+    }
+    let mut agg = Aggregation::default();
+    engine.for_each_table(|t| {
+        for (&(uid, gid, ftype), totals) in t.summary().groups() {
+            if types.is_some_and(|ts| !ts.contains(&ftype)) {
+                continue;
+            }
+            let key = match by {
+                GroupBy::Uid => GroupKey::Uid(uid),
+                GroupBy::Gid => GroupKey::Gid(gid),
+                _ => GroupKey::Type(ftype),
+            };
+            let g = agg.groups.entry(key).or_default();
+            g.count += totals.count;
+            g.size += totals.size;
+            agg.total.count += totals.count;
+            agg.total.size += totals.size;
+        }
+    })?;
+    Ok(Some(agg))
 }

@@ -134,7 +134,11 @@ proptest! {
             let mut keeps_cookies = true;
             match op {
                 Op::PutInode { s, parent, name, dir } => {
-                    let i = inode(parent, NAMES[name as usize], dir);
+                    let mut i = inode(parent, NAMES[name as usize], dir);
+                    // Vary what the maintained summary groups and adds.
+                    i.uid = u32::from(s % 3);
+                    i.size = u64::from(parent) * 7;
+                    i.nlink = 1 + u32::from(s % 3);
                     model.0.insert(soid(s), i.clone());
                     t.put_inode(soid(s), i);
                 }

@@ -1,0 +1,67 @@
+//! A table's maintained totals (issue 4, "maintained summaries"): paths
+//! and bytes per (owner, group, type) of the inodes the table holds,
+//! updated by every inode write, so per-owner totals of the whole
+//! namespace are a sum over tables instead of a scan.
+//!
+//! Counted like a search counts: per *path*. A non-directory is counted
+//! once per link (`nlink`, its size each time); a directory once (it has
+//! one path). Every link of an inode is attributed to the inode's table,
+//! wherever its entries live, so summing every table counts every path of
+//! the namespace exactly once.
+//!
+//! Invariant: `groups` equals the sum of [`contribution`] over the table's
+//! inodes, and holds no zero group (checked by the table's tests).
+
+use crate::inode::Inode;
+use crate::search::Totals;
+use sextant_types::FileType;
+use std::collections::BTreeMap;
+
+/// (uid, gid, type).
+pub type GroupKey = (u32, u32, FileType);
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    groups: BTreeMap<GroupKey, Totals>,
+}
+
+/// What one inode adds: (paths, bytes).
+pub fn contribution(inode: &Inode) -> (u64, u64) {
+    let paths = if inode.is_dir() {
+        1
+    } else {
+        u64::from(inode.nlink)
+    };
+    (paths, inode.size.saturating_mul(paths))
+}
+
+impl Summary {
+    pub fn add(&mut self, inode: &Inode) {
+        let (paths, bytes) = contribution(inode);
+        if paths == 0 {
+            return;
+        }
+        let t = self
+            .groups
+            .entry((inode.uid, inode.gid, inode.ftype))
+            .or_default();
+        t.count = t.count.saturating_add(paths);
+        t.size = t.size.saturating_add(bytes);
+    }
+
+    pub fn remove(&mut self, inode: &Inode) {
+        let (paths, bytes) = contribution(inode);
+        let key = (inode.uid, inode.gid, inode.ftype);
+        if let Some(t) = self.groups.get_mut(&key) {
+            t.count = t.count.saturating_sub(paths);
+            t.size = t.size.saturating_sub(bytes);
+            if t.count == 0 {
+                self.groups.remove(&key);
+            }
+        }
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = (&GroupKey, &Totals)> + '_ {
+        self.groups.iter()
+    }
+}
