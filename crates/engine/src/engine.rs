@@ -1363,6 +1363,20 @@ impl Engine {
         crate::search::aggregate(self, cred, scope, expr, by)
     }
 
+    /// [`Engine::search_aggregate`]'s answer from the tables' maintained
+    /// summaries, when they give exactly what the search would (root, the
+    /// whole namespace, at most a type predicate, grouped by uid, gid or
+    /// type); `None` when a search is needed.
+    pub fn aggregate_from_summaries(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        by: crate::search::GroupBy,
+    ) -> Result<Option<crate::search::Aggregation>, FsError> {
+        crate::search::from_summaries(self, cred, scope, expr, by)
+    }
+
     /// Calls `f` on the table holding `key` (loading it), holding the table
     /// map shared and that one table's lock, and returns the table's range
     /// with `f`'s result.

@@ -588,6 +588,14 @@ fn run_case(
         Expr::True,
         Expr::pred(Pred::Type(vec![FileType::Regular])),
         Expr::pred(Pred::Type(vec![FileType::Directory, FileType::Symlink])),
+        // What `sextant stats` sends: the starting point is counted apart.
+        Expr::and(
+            Expr::pred(Pred::Depth {
+                min: 1,
+                max: u32::MAX,
+            }),
+            Expr::pred(Pred::Type(vec![FileType::Directory])),
+        ),
     ] {
         let want = brute(&ns.e, &root, Soid::ROOT, &expr, Some(b"/"));
         for by in [GroupBy::Uid, GroupBy::Gid, GroupBy::Type] {

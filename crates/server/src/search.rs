@@ -43,7 +43,19 @@ pub fn execute(
     };
     let mut stopped = false;
     let stats: SearchStats;
-    if let Some(by) = spec.group_by {
+    let summarized = match spec.group_by {
+        // Root's whole-namespace totals: from the maintained summaries.
+        Some(by) if limit == usize::MAX => {
+            engine.aggregate_from_summaries(cred, scope, &spec.expr, by)?
+        }
+        _ => None,
+    };
+    if let Some(agg) = summarized {
+        stats = SearchStats::default();
+        done.count = agg.total.count;
+        done.total_size = agg.total.size;
+        done.groups = agg.groups.into_iter().collect();
+    } else if let Some(by) = spec.group_by {
         let mut agg = Aggregation::default();
         stats = engine.search(cred, scope, &spec.expr, limit, |h| {
             if cancelled() {

@@ -624,7 +624,7 @@ pub(crate) fn aggregate(
 /// would: root asking about the whole namespace (root sees every path, so
 /// nothing can leak), everything or some file types, grouped by owner,
 /// group or type. `None` otherwise (the caller searches).
-fn from_summaries(
+pub(crate) fn from_summaries(
     engine: &Engine,
     cred: &Credentials,
     scope: Scope<'_>,
@@ -638,15 +638,30 @@ fn from_summaries(
         Scope::Soid(s) => s == Soid::ROOT,
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid == Soid::ROOT,
     };
-    let types: Option<&[FileType]> = match expr {
-        Expr::True => None,
-        Expr::And(v) if v.is_empty() => None,
-        Expr::Pred(Pred::Type(t)) => Some(t),
-        _ => return Ok(None),
-    };
+    // A conjunction of type tests and "depth ≥ 0 or 1" is all they answer.
+    let mut conjuncts: Vec<&Expr> = vec![expr];
+    let mut types: Option<Vec<FileType>> = None;
+    let mut skip_root = false;
+    while let Some(e) = conjuncts.pop() {
+        match e {
+            Expr::True => {}
+            Expr::And(v) => conjuncts.extend(v),
+            Expr::Pred(Pred::Type(t)) => {
+                types = Some(match types {
+                    None => t.clone(),
+                    Some(prev) => prev.into_iter().filter(|x| t.contains(x)).collect(),
+                });
+            }
+            Expr::Pred(Pred::Depth { min, max }) if *min <= 1 && *max == u32::MAX => {
+                skip_root |= *min == 1;
+            }
+            _ => return Ok(None),
+        }
+    }
     if !whole {
         return Ok(None);
     }
+    let types = types.as_deref();
     let mut agg = Aggregation::default();
     engine.for_each_table(|t| {
         for (&(uid, gid, ftype), totals) in t.summary().groups() {
@@ -665,5 +680,25 @@ fn from_summaries(
             agg.total.size += totals.size;
         }
     })?;
+    if skip_root {
+        // The summaries count the root directory; depth ≥ 1 does not.
+        let r = engine.getattr(Soid::ROOT)?;
+        if types.is_none_or(|ts| ts.contains(&r.ftype)) {
+            let key = match by {
+                GroupBy::Uid => GroupKey::Uid(r.uid),
+                GroupBy::Gid => GroupKey::Gid(r.gid),
+                _ => GroupKey::Type(r.ftype),
+            };
+            if let Some(g) = agg.groups.get_mut(&key) {
+                g.count = g.count.saturating_sub(1);
+                g.size = g.size.saturating_sub(r.size);
+                if g.count == 0 {
+                    agg.groups.remove(&key);
+                }
+            }
+            agg.total.count = agg.total.count.saturating_sub(1);
+            agg.total.size = agg.total.size.saturating_sub(r.size);
+        }
+    }
     Ok(Some(agg))
 }
