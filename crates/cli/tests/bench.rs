@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{spawn_server, KillOnDrop, BIN};
+use common::{fuse_available, is_mounted, spawn_server, KillOnDrop, BIN};
 
 /// Runs `sextant <args> --json` and returns the report.
 fn bench_json(args: &[&str]) -> serde_json::Value {
@@ -94,25 +94,6 @@ fn bench_over_the_client_library() {
         .unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
-}
-
-fn fuse_available() -> bool {
-    let ok = Path::new("/dev/fuse").exists()
-        && Command::new("fusermount3")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: needs /dev/fuse and fusermount3");
-    }
-    ok
-}
-
-fn is_mounted(mp: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mp = mp.to_str().unwrap();
-    info.lines()
-        .any(|l| l.split(' ').nth(4) == Some(mp) && l.contains(" - fuse"))
 }
 
 /// Unmounts (lazily) when dropped, however the test ends.

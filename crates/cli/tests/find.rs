@@ -26,28 +26,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 mod common;
-use common::{spawn_server, KillOnDrop, BIN};
-
-fn fuse_available() -> bool {
-    let dev = Path::new("/dev/fuse").exists();
-    let fm = Command::new("fusermount3")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !(dev && fm) {
-        eprintln!("SKIPPED: the find comparison needs /dev/fuse and fusermount3 (package fuse3)");
-    }
-    dev && fm
-}
-
-fn is_mounted(mp: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mp = mp.to_str().unwrap();
-    info.lines().any(|l| {
-        let (mine, theirs) = l.split_once(" - ").unwrap_or((l, ""));
-        mine.split(' ').nth(4) == Some(mp) && theirs.starts_with("fuse")
-    })
-}
+use common::{fuse_available, is_mounted, sh, spawn_server, KillOnDrop, BIN};
 
 /// A server and a mount on it; unmounted and killed when dropped.
 struct Mounted {
@@ -109,22 +88,6 @@ impl Drop for Mounted {
         let _ = self.server.kill();
         let _ = self.server.wait();
     }
-}
-
-fn sh(cwd: &Path, script: &str) -> String {
-    let out = Command::new("sh")
-        .args(["-c", script])
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "`{script}` failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// How an expression's output is compared.

@@ -51,3 +51,46 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Can this machine mount FUSE file systems? Says why not when it cannot.
+pub fn fuse_available() -> bool {
+    let dev = Path::new("/dev/fuse").exists();
+    let fm = Command::new("fusermount3")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !(dev && fm) {
+        eprintln!(
+            "SKIPPED: FUSE mount tests need /dev/fuse and fusermount3 (Debian package fuse3; \
+             scripts/ensure-deps.sh installs it)"
+        );
+    }
+    dev && fm
+}
+
+/// Is a FUSE file system mounted at `mp`?
+pub fn is_mounted(mp: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mp = mp.to_str().unwrap();
+    info.lines().any(|l| {
+        let (mine, theirs) = l.split_once(" - ").unwrap_or((l, ""));
+        mine.split(' ').nth(4) == Some(mp) && theirs.starts_with("fuse")
+    })
+}
+
+/// Runs a shell command line; panics with its output when it fails.
+pub fn sh(cwd: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
