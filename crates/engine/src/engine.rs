@@ -1333,7 +1333,7 @@ impl Engine {
         limit: usize,
         visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
-        crate::search::run_with(self, cred, scope, expr, limit, false, visit)
+        crate::search::run_with(self, cred, scope, expr, limit, false, None, visit)
     }
 
     /// [`Engine::search`], collecting up to `limit` hits.

@@ -219,26 +219,32 @@ impl GroupBy {
             GroupBy::Uid => GroupKey::Uid(hit.attr.uid),
             GroupBy::Gid => GroupKey::Gid(hit.attr.gid),
             GroupBy::Type => GroupKey::Type(hit.attr.ftype),
-            GroupBy::Extension => {
-                let n = hit.name();
-                let ext = match n.iter().rposition(|&c| c == b'.') {
-                    Some(i) => &n[i + 1..],
-                    None => &[],
-                };
-                GroupKey::Extension(ext.into())
-            }
+            GroupBy::Extension => GroupKey::Extension(extension(hit.name()).into()),
             GroupBy::Directory => GroupKey::Directory(hit.dir().into()),
         }
     }
 }
 
+/// Bytes after the last `.` of a name (empty without `.`).
+fn extension(name: &[u8]) -> &[u8] {
+    match name.iter().rposition(|&c| c == b'.') {
+        Some(i) => &name[i + 1..],
+        None => &[],
+    }
+}
+
 impl Aggregation {
     pub fn add(&mut self, by: GroupBy, hit: &SearchHit) {
-        let t = self.groups.entry(by.key(hit)).or_default();
+        self.add_key(by.key(hit), hit.attr.size);
+    }
+
+    /// Counts one path of `size` bytes in group `key`.
+    pub fn add_key(&mut self, key: GroupKey, size: u64) {
+        let t = self.groups.entry(key).or_default();
         t.count += 1;
-        t.size += hit.attr.size;
+        t.size += size;
         self.total.count += 1;
-        self.total.size += hit.attr.size;
+        self.total.size += size;
     }
 }
 
@@ -409,12 +415,23 @@ pub(crate) fn run(
     limit: usize,
     visit: impl FnMut(SearchHit) -> ControlFlow<()>,
 ) -> Result<SearchStats, FsError> {
-    run_with(engine, cred, scope, expr, limit, true, visit)
+    run_with(engine, cred, scope, expr, limit, true, None, visit)
 }
+
+/// Receives each matching link below the scope root (inode and link name)
+/// instead of a [`SearchHit`]: no path built, no second read. For counts.
+type LinkSink<'a> = &'a mut dyn FnMut(&Inode, &[u8]);
 
 /// [`run`], or with `use_index` false a brute-force scan: no table pruned,
 /// every row read and checked exactly (the baseline benchmarks compare the
 /// index with; same results).
+///
+/// With a `lean` sink (only for expressions that do not use the path, and
+/// no limit), matches below the scope root go to the sink as of the
+/// collect step — no path, no re-check: a concurrently changed entry is
+/// counted in its old or new state, as the module docs allow. The scope
+/// root itself still goes to `visit`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_with(
     engine: &Engine,
     cred: &Credentials,
@@ -422,8 +439,12 @@ pub(crate) fn run_with(
     expr: &Expr,
     limit: usize,
     use_index: bool,
+    mut lean: Option<LinkSink<'_>>,
     mut visit: impl FnMut(SearchHit) -> ControlFlow<()>,
 ) -> Result<SearchStats, FsError> {
+    if expr.uses_path() {
+        lean = None;
+    }
     let root = match scope {
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid,
         Scope::Soid(s) => s,
@@ -524,6 +545,21 @@ pub(crate) fn run_with(
                 if depth < plan.min_depth || depth > plan.max_depth {
                     continue;
                 }
+                if let Some(sink) = lean.as_mut() {
+                    let e = Entry {
+                        path: None,
+                        name,
+                        depth: Some(depth),
+                        soid: c.soid,
+                        inode: &c.inode,
+                        dir_has_entries: c.dir_has_entries,
+                    };
+                    if expr.eval(&e) == Some(true) {
+                        s.stats.hits += 1;
+                        sink(&c.inode, name);
+                    }
+                    continue;
+                }
                 let full = join(&path, name);
                 let e = Entry {
                     path: Some(&full),
@@ -612,10 +648,45 @@ pub(crate) fn aggregate(
         return Ok(agg);
     }
     let mut agg = Aggregation::default();
-    run(engine, cred, scope, expr, usize::MAX, |hit| {
-        agg.add(by, &hit);
-        ControlFlow::Continue(())
-    })?;
+    if by == GroupBy::Directory || expr.uses_path() {
+        run(engine, cred, scope, expr, usize::MAX, |hit| {
+            agg.add(by, &hit);
+            ControlFlow::Continue(())
+        })?;
+        return Ok(agg);
+    }
+    // Grouped by something of the inode or the link's name: no paths.
+    let mut below = Aggregation::default();
+    let mut sink = |inode: &Inode, name: &[u8]| {
+        let key = match by {
+            GroupBy::Uid => GroupKey::Uid(inode.uid),
+            GroupBy::Gid => GroupKey::Gid(inode.gid),
+            GroupBy::Type => GroupKey::Type(inode.ftype),
+            GroupBy::Extension | GroupBy::Directory => GroupKey::Extension(extension(name).into()),
+        };
+        below.add_key(key, inode.size);
+    };
+    // Only the scope root itself comes as a hit.
+    run_with(
+        engine,
+        cred,
+        scope,
+        expr,
+        usize::MAX,
+        true,
+        Some(&mut sink),
+        |hit| {
+            agg.add(by, &hit);
+            ControlFlow::Continue(())
+        },
+    )?;
+    for (key, t) in below.groups {
+        let g = agg.groups.entry(key).or_default();
+        g.count += t.count;
+        g.size += t.size;
+    }
+    agg.total.count += below.total.count;
+    agg.total.size += below.total.size;
     Ok(agg)
 }
 
