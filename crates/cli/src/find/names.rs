@@ -1,132 +1,45 @@
 //! The outside world `sextant find` consults: the user and group
-//! databases (`getpwuid_r` & co., cached per run; a uid without a name
+//! databases (through `nix`'s `getpwuid_r` & co., cached per run; a uid without a name
 //! prints as its number, as find does), the clock, and the client-only
 //! tests that need them ([`Names::decide`]).
 
 use super::parse::{ClientTest, Env};
 use super::plan;
+use nix::unistd::{Gid, Group, Uid, User};
 use sextant_engine::search::{glob_match, SearchHit};
 use sextant_types::{Attr, FileType, Nanos};
 use std::collections::HashMap;
 
-/// The user and group databases (getpwnam_r & co.), cached.
+/// The user and group databases, cached.
 #[derive(Default)]
 pub(super) struct Names {
     users: HashMap<u32, Option<String>>,
     groups: HashMap<u32, Option<String>>,
 }
 
-fn c_buf_call(mut f: impl FnMut(&mut [libc::c_char]) -> Option<String>) -> Option<String> {
-    let mut size = 1024;
-    while size <= 1 << 20 {
-        let mut buf = vec![0 as libc::c_char; size];
-        if let Some(s) = f(&mut buf) {
-            return Some(s);
-        }
-        size *= 4;
-    }
-    None
-}
-
 fn user_name(uid: u32) -> Option<String> {
-    c_buf_call(|buf| {
-        // SAFETY: getpwuid_r writes into `pw` and `buf` (sized by len) only;
-        // `res` is set to &pw on success.
-        unsafe {
-            let mut pw: libc::passwd = std::mem::zeroed();
-            let mut res: *mut libc::passwd = std::ptr::null_mut();
-            let rc = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut res);
-            if rc == 0 && !res.is_null() {
-                Some(
-                    std::ffi::CStr::from_ptr(pw.pw_name)
-                        .to_string_lossy()
-                        .into_owned(),
-                )
-            } else if rc == libc::ERANGE {
-                None
-            } else {
-                Some(String::new())
-            }
-        }
-    })
-    .filter(|s| !s.is_empty())
+    User::from_uid(Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
 }
 
 fn group_name(gid: u32) -> Option<String> {
-    c_buf_call(|buf| {
-        // SAFETY: as for getpwuid_r.
-        unsafe {
-            let mut gr: libc::group = std::mem::zeroed();
-            let mut res: *mut libc::group = std::ptr::null_mut();
-            let rc = libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut res);
-            if rc == 0 && !res.is_null() {
-                Some(
-                    std::ffi::CStr::from_ptr(gr.gr_name)
-                        .to_string_lossy()
-                        .into_owned(),
-                )
-            } else if rc == libc::ERANGE {
-                None
-            } else {
-                Some(String::new())
-            }
-        }
-    })
-    .filter(|s| !s.is_empty())
+    Group::from_gid(Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map(|g| g.name)
 }
 
 fn uid_of(name: &str) -> Option<u32> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut found = None;
-    c_buf_call(|buf| {
-        // SAFETY: as for getpwuid_r.
-        unsafe {
-            let mut pw: libc::passwd = std::mem::zeroed();
-            let mut res: *mut libc::passwd = std::ptr::null_mut();
-            let rc = libc::getpwnam_r(
-                cname.as_ptr(),
-                &mut pw,
-                buf.as_mut_ptr(),
-                buf.len(),
-                &mut res,
-            );
-            if rc == libc::ERANGE {
-                return None;
-            }
-            if rc == 0 && !res.is_null() {
-                found = Some(pw.pw_uid);
-            }
-            Some(String::new())
-        }
-    });
-    found
+    User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
 }
 
 fn gid_of(name: &str) -> Option<u32> {
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut found = None;
-    c_buf_call(|buf| {
-        // SAFETY: as for getpwuid_r.
-        unsafe {
-            let mut gr: libc::group = std::mem::zeroed();
-            let mut res: *mut libc::group = std::ptr::null_mut();
-            let rc = libc::getgrnam_r(
-                cname.as_ptr(),
-                &mut gr,
-                buf.as_mut_ptr(),
-                buf.len(),
-                &mut res,
-            );
-            if rc == libc::ERANGE {
-                return None;
-            }
-            if rc == 0 && !res.is_null() {
-                found = Some(gr.gr_gid);
-            }
-            Some(String::new())
-        }
-    });
-    found
+    Group::from_name(name)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
 }
 
 impl Names {
