@@ -21,74 +21,12 @@ use sextant_proto::pb;
 use sextant_proto::search::{spec_to_pb, SearchScope, SearchSpec};
 use sextant_proto::SECRET_METADATA;
 use sextant_types::{Credentials, FileType, FsError, Soid};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 mod common;
-use common::{fuse_available, is_mounted, sh, spawn_server, KillOnDrop, BIN};
-
-/// A server and a mount on it; unmounted and killed when dropped.
-struct Mounted {
-    server: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-    mnt: PathBuf,
-}
-
-impl Mounted {
-    fn start() -> Mounted {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        let (server, addr) = spawn_server(&data, "nosync", "127.0.0.1:0");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let m = Mounted {
-            server,
-            addr,
-            dir,
-            mnt,
-        };
-        let out = Command::new(BIN)
-            .args(["--server", &m.addr, "--data"])
-            .arg(m.data())
-            .args(["mount", "-o", "allow_other"])
-            .arg(&m.mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(is_mounted(&m.mnt));
-        m
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn secret(&self) -> String {
-        std::fs::read_to_string(self.data().join("secret"))
-            .unwrap()
-            .trim()
-            .to_string()
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(&self.mnt)
-                .status();
-        }
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-    }
-}
+use common::{fuse_available, sh, spawn_server, KillOnDrop, Mounted, BIN};
 
 /// How an expression's output is compared.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -8,103 +8,11 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{fuse_available, is_mounted, sh, spawn_server, KillOnDrop, BIN};
-
-/// A server and a mount on it; unmounted and killed when dropped, even when
-/// a test fails.
-struct Mounted {
-    server: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-    mnt: PathBuf,
-}
-
-impl Mounted {
-    fn start() -> Mounted {
-        Mounted::start_with("nosync")
-    }
-
-    fn start_with(journal_sync: &str) -> Mounted {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        let (server, addr) = spawn_server(&data, journal_sync, "127.0.0.1:0");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let m = Mounted {
-            server,
-            addr,
-            dir,
-            mnt,
-        };
-        m.mount();
-        m
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn mount(&self) {
-        let out = Command::new(BIN)
-            .args(["--server", &self.addr, "--data"])
-            .arg(self.data())
-            .args(["mount", "-o", "allow_other", "--log"])
-            .arg(self.dir.path().join("mount.log"))
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            is_mounted(&self.mnt),
-            "mounted once `sextant mount` returns"
-        );
-    }
-
-    fn umount(&self) {
-        let out = Command::new(BIN)
-            .arg("umount")
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "umount failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let t = Instant::now();
-        while is_mounted(&self.mnt) && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(!is_mounted(&self.mnt));
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.mnt.join(rel)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        // Lazy: detached at once, so removing the temp dir never walks
-        // into a mount whose server is gone.
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(&self.mnt)
-                .status();
-        }
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-    }
-}
+use common::{fuse_available, is_mounted, sh, spawn_server, KillOnDrop, Mounted, BIN};
 
 /// Name, type, mode, size (not for directories: their size is the file
 /// system's business), owner, link target of everything under `dir`.

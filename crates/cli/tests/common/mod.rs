@@ -4,9 +4,9 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sextant");
 
@@ -93,4 +93,104 @@ pub fn sh(cwd: &Path, script: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A server and a mount on it; unmounted and killed when dropped, even when
+/// a test fails.
+pub struct Mounted {
+    pub server: Child,
+    pub addr: String,
+    pub dir: tempfile::TempDir,
+    pub mnt: PathBuf,
+}
+
+impl Mounted {
+    pub fn start() -> Mounted {
+        Mounted::start_with("nosync")
+    }
+
+    pub fn start_with(journal_sync: &str) -> Mounted {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let (server, addr) = spawn_server(&data, journal_sync, "127.0.0.1:0");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let m = Mounted {
+            server,
+            addr,
+            dir,
+            mnt,
+        };
+        m.mount();
+        m
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The cluster secret the server created.
+    pub fn secret(&self) -> String {
+        std::fs::read_to_string(self.data().join("secret"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    pub fn mount(&self) {
+        let out = Command::new(BIN)
+            .args(["--server", &self.addr, "--data"])
+            .arg(self.data())
+            .args(["mount", "-o", "allow_other", "--log"])
+            .arg(self.dir.path().join("mount.log"))
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            is_mounted(&self.mnt),
+            "mounted once `sextant mount` returns"
+        );
+    }
+
+    pub fn umount(&self) {
+        let out = Command::new(BIN)
+            .arg("umount")
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "umount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = Instant::now();
+        while is_mounted(&self.mnt) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!is_mounted(&self.mnt));
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // Lazy: detached at once, so removing the temp dir never walks
+        // into a mount whose server is gone.
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.mnt)
+                .status();
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
 }
