@@ -418,15 +418,7 @@ fn same_lines_as_gnu_find_on_the_mount() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 
     // Extensions and errors GNU find has no counterpart for.
-    let ours = |args: &[&str]| {
-        Command::new(BIN)
-            .arg("find")
-            .args(args)
-            .current_dir(m.dir.path())
-            .env("SEXTANT_SECRET", m.secret())
-            .output()
-            .unwrap()
-    };
+    let ours = |args: &[&str]| m.sextant(&[&["find"], args].concat());
     let out = ours(&["mnt", "-xattr", "user.tag"]);
     assert_eq!(
         records(&out.stdout, Cmp::Lines),
@@ -467,52 +459,37 @@ fn same_lines_as_gnu_find_on_the_mount() {
         );
     }
     // --json: one object per printed entry.
-    let out = Command::new(BIN)
-        .args(["--json", "find", "mnt/x", "-name", "f1"])
-        .current_dir(m.dir.path())
-        .env("SEXTANT_SECRET", m.secret())
-        .output()
-        .unwrap();
+    let out = m.sextant(&["--json", "find", "mnt/x", "-name", "f1"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (v["path"].as_str(), v["size"].as_u64(), v["mode"].as_str()),
         (Some("mnt/x/f1"), Some(3), Some("4755"))
     );
-    // stats = what find prints, grouped.
-    let out = Command::new(BIN)
-        .args(["--json", "stats", "--by", "user", "mnt/x", "-type", "f"])
-        .current_dir(m.dir.path())
-        .env("SEXTANT_SECRET", m.secret())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let files = sh(m.dir.path(), "find mnt/x -type f | wc -l");
-    let bytes = sh(
-        m.dir.path(),
-        "find mnt/x -type f -printf '%s\\n' | awk '{s+=$1} END {print s}'",
-    );
-    assert_eq!(v["total"]["count"].to_string(), files.trim());
-    assert_eq!(v["total"]["size"].to_string(), bytes.trim());
-    // The whole namespace (the mount root), for root: answered from the
-    // maintained summaries, must still equal what find counts.
-    for ty in ["f", "d"] {
-        let out = Command::new(BIN)
-            .args(["--json", "stats", "--by", "user", "mnt", "-type", ty])
-            .current_dir(m.dir.path())
-            .env("SEXTANT_SECRET", m.secret())
-            .output()
-            .unwrap();
+    // stats = what find prints, grouped; for the whole namespace (the
+    // mount root) root's totals come from the maintained summaries and
+    // must still equal what find counts.
+    for (scope, ty) in [("mnt", "f"), ("mnt", "d"), ("mnt/x", "f")] {
+        let out = m.sextant(&["--json", "stats", "--by", "user", scope, "-type", ty]);
         assert!(out.status.success(), "{out:?}");
         let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let n = sh(m.dir.path(), &format!("find mnt -type {ty} | wc -l"));
+        let n = sh(m.dir.path(), &format!("find {scope} -type {ty} | wc -l"));
         let b = sh(
             m.dir.path(),
-            &format!("find mnt -type {ty} -printf '%s\\n' | awk '{{s+=$1}} END {{print s+0}}'"),
+            &format!("find {scope} -type {ty} -printf '%s\\n' | awk '{{s+=$1}} END {{print s+0}}'"),
         );
-        assert_eq!(w["total"]["count"].to_string(), n.trim(), "-type {ty}");
-        assert_eq!(w["total"]["size"].to_string(), b.trim(), "-type {ty}");
+        assert_eq!(
+            w["total"]["count"].to_string(),
+            n.trim(),
+            "{scope} -type {ty}"
+        );
+        assert_eq!(
+            w["total"]["size"].to_string(),
+            b.trim(),
+            "{scope} -type {ty}"
+        );
     }
+    let out = m.sextant(&["--json", "stats", "--by", "user", "mnt/x", "-type", "f"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let nobody = v["groups"]
         .as_array()
         .unwrap()

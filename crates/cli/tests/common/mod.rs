@@ -129,6 +129,16 @@ impl Mounted {
         self.dir.path().join("data")
     }
 
+    /// Runs `sextant ARGS` in the test directory with the cluster secret.
+    pub fn sextant(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("SEXTANT_SECRET", self.secret())
+            .output()
+            .unwrap()
+    }
+
     /// The cluster secret the server created.
     pub fn secret(&self) -> String {
         std::fs::read_to_string(self.data().join("secret"))
