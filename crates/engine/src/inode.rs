@@ -148,8 +148,11 @@ impl Inode {
 /// this order, `rdev` among them, and `extra` only when it holds more than
 /// `rdev` — the layout from before `rdev` moved into `extra`, so the
 /// formats did not change (docs/formats/journal.md).
-#[derive(Serialize)]
-struct InodeOnDiskRef<'a> {
+///
+/// One struct for both directions: serialized borrowing (`N = &Name`,
+/// `X = &InodeExtra`), decoded owning (`Name`, `Box<InodeExtra>`).
+#[derive(Serialize, Deserialize)]
+struct InodeOnDisk<N, X> {
     ftype: FileType,
     perm: u16,
     uid: u32,
@@ -161,31 +164,13 @@ struct InodeOnDiskRef<'a> {
     mtime: Nanos,
     ctime: Nanos,
     parent: Soid,
-    name: &'a Name,
-    extra: Option<&'a InodeExtra>,
-}
-
-/// [`InodeOnDiskRef`], owned, for decoding.
-#[derive(Deserialize)]
-struct InodeOnDisk {
-    ftype: FileType,
-    perm: u16,
-    uid: u32,
-    gid: u32,
-    nlink: u32,
-    rdev: u32,
-    size: u64,
-    atime: Nanos,
-    mtime: Nanos,
-    ctime: Nanos,
-    parent: Soid,
-    name: Name,
-    extra: Option<Box<InodeExtra>>,
+    name: N,
+    extra: Option<X>,
 }
 
 impl Serialize for Inode {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        InodeOnDiskRef {
+        InodeOnDisk {
             ftype: self.ftype,
             perm: self.perm,
             uid: self.uid,
@@ -210,7 +195,7 @@ impl Serialize for Inode {
 
 impl<'de> Deserialize<'de> for Inode {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Inode, D::Error> {
-        let o = InodeOnDisk::deserialize(d)?;
+        let o = InodeOnDisk::<Name, Box<InodeExtra>>::deserialize(d)?;
         let mut inode = Inode {
             ftype: o.ftype,
             perm: o.perm,
