@@ -25,9 +25,11 @@
 //! - Recovery replays a record into a table only if its LSN is above the
 //!   table's snapshot LSN.
 
+use crate::durability::{Logless, LoglessConfig};
 use crate::index::TableIndex;
 use crate::inode::Inode;
-use crate::journal::{self, Durable, Journal, JournalConfig, JournalError, Lsn};
+use crate::journal::{self, Durable, Journal, JournalConfig, JournalError, Lsn, SyncMode};
+use crate::logless::{self, Decision, Redo};
 use crate::manifest::{Manifest, TableEntry, MANIFEST_NAME};
 use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
 use crate::perm::check_access;
@@ -74,6 +76,11 @@ pub struct EngineConfig {
     pub root_perm: u32,
     /// Timestamp source; `None` is the system clock.
     pub clock: Option<Clock>,
+    /// Log-less durability ([`crate::logless`]): no journal is written;
+    /// each commit yields a redo entry ([`Committed::redo`]) for the
+    /// clients to keep, and a restart after a crash must be given their
+    /// backups ([`Engine::recover_logless`]). `None`: the journal.
+    pub logless: Option<LoglessConfig>,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +98,7 @@ impl Default for EngineConfig {
             root_gid: 0,
             root_perm: 0o755,
             clock: None,
+            logless: None,
         }
     }
 }
@@ -105,6 +113,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("cache_bytes", &self.cache_bytes)
             .field("max_dirty_age", &self.max_dirty_age)
             .field("flush_interval", &self.flush_interval)
+            .field("logless", &self.logless)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +135,12 @@ pub enum EngineError {
     Layout(#[from] LayoutError),
     #[error("the engine stopped after a fatal error (see the log); restart to recover")]
     Stopped,
+    #[error(
+        "the last run used log-less durability and did not shut down cleanly: its \
+         acknowledged operations are held by its clients; start with log-less \
+         durability to recover them"
+    )]
+    LoglessNotRecovered,
 }
 
 /// The value of a mutation that has been applied; it is durable (may be
@@ -136,6 +151,9 @@ pub struct Committed<T> {
     pub value: T,
     /// Journal record of the mutation (0: nothing was written).
     pub lsn: Lsn,
+    /// With log-less durability: the operation's redo entry, which must
+    /// reach the client with the reply (it is durable only there).
+    pub redo: Option<Redo>,
 }
 
 impl<T> Committed<T> {
@@ -143,6 +161,39 @@ impl<T> Committed<T> {
     pub fn wait(self, engine: &Engine) -> Result<T, FsError> {
         engine.wait(self.lsn)?;
         Ok(self.value)
+    }
+}
+
+/// What log-less recovery found and did ([`Engine::recover_logless`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoglessRecovery {
+    /// Backups received (with duplicates: several clients hold each).
+    pub received: usize,
+    /// Distinct, authentic entries among them.
+    pub distinct: usize,
+    /// Entries replayed.
+    pub applied: usize,
+    /// Entries whose every part was already written back.
+    pub durable: usize,
+    /// Entries thrown away by the stamp rule (a predecessor on some inode
+    /// is missing), by LSN.
+    pub discarded: Vec<Lsn>,
+    /// Of those, the ones some of whose parts were already written back.
+    pub partial: Vec<Lsn>,
+    /// LSN ranges at or above the last manifest's `replay_from` that no
+    /// client sent back: operations whose every holder is gone, or whose
+    /// reply was never sent (not acknowledged).
+    pub missing: Vec<(Lsn, Lsn)>,
+    /// Entries not issued by this store's key, and undecodable ones.
+    pub forged: usize,
+    pub malformed: usize,
+}
+
+impl LoglessRecovery {
+    /// Could an acknowledged operation have been lost? (Entries missing in
+    /// the middle of what was collected, or thrown away.)
+    pub fn maybe_lost(&self) -> bool {
+        !self.discarded.is_empty() || !self.missing.is_empty()
     }
 }
 
@@ -221,6 +272,8 @@ pub(crate) struct Inner {
     journal_bytes_at_checkpoint: AtomicU64,
     failed: AtomicBool,
     stats: Counters,
+    /// Log-less durability's state (`None`: journal).
+    pub(crate) logless: Option<Logless>,
 }
 
 #[derive(Default)]
@@ -378,7 +431,7 @@ impl Inner {
             let outcome = result.and_then(|()| op(&mut txn));
             match outcome {
                 Ok(value) => {
-                    let (lsn, oversized) = match txn.commit() {
+                    let (lsn, redo, oversized) = match txn.commit() {
                         Ok(r) => r,
                         Err(OpError::Fs(e)) => return Err(e),
                         Err(OpError::Retry(_)) => return Err(FsError::Io),
@@ -387,7 +440,7 @@ impl Inner {
                     for start in oversized {
                         self.split(start);
                     }
-                    return Ok(Committed { value, lsn });
+                    return Ok(Committed { value, lsn, redo });
                 }
                 Err(OpError::Fs(e)) => return Err(e),
                 Err(OpError::Retry(key)) => {
@@ -560,6 +613,9 @@ impl Inner {
             }
         }
         self.journal.trim_below(replay_from)?;
+        if let Some(ll) = &self.logless {
+            ll.manifest_written(replay_from);
+        }
         self.journal_bytes_at_checkpoint
             .store(journal_bytes, Ordering::Relaxed);
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -689,11 +745,15 @@ impl Inner {
             (self.config.max_dirty_age.as_millis() / interval.as_millis().max(1)).max(1) as u64;
         let journal_long = self.journal.stats().bytes_written
             - self.journal_bytes_at_checkpoint.load(Ordering::Relaxed)
-            > self.config.max_journal_bytes;
+            > self.config.max_journal_bytes
+            || self.logless.as_ref().is_some_and(Logless::backlog_long);
         // Evict clean tables first; only if that is not enough, write
         // everything back so the rest become evictable.
         let over_budget = self.evict_to_budget();
         if journal_long || over_budget {
+            if let Some(ll) = &self.logless {
+                ll.checkpoint_started();
+            }
             self.checkpoint(&|_| true)?;
         } else {
             self.checkpoint(&|t| {
@@ -889,6 +949,12 @@ impl Engine {
     /// existing one is recovered (manifest, then journal replay).
     pub fn open(store: Arc<dyn Store>, mut config: EngineConfig) -> Result<Engine, EngineError> {
         config.layout.validate()?;
+        if config.logless.is_some() {
+            // Log-less: nothing is journaled; the clients keep the redo.
+            config.journal.mode = SyncMode::Off;
+        } else if crate::durability::read_run_state(&*store)?.is_some_and(|s| !s.clean) {
+            return Err(EngineError::LoglessNotRecovered);
+        }
         let manifest = read_manifest(&*store, &config)?;
         config.layout = manifest.layout;
         let next_snapshot_seq = check_snapshots(&*store, &manifest)?;
@@ -909,6 +975,27 @@ impl Engine {
             outcome.next_lsn.max(lsn_floor).max(manifest.replay_from),
             outcome.segments.clone(),
         )?;
+        let logless = match &config.logless {
+            Some(c) => {
+                // Everything below replay_from is in the snapshots, and the
+                // journal just replayed (if the last run journaled) holds
+                // everything up to its end.
+                let base = (manifest.replay_from.max(outcome.next_lsn)).saturating_sub(1);
+                let floors = manifest
+                    .tables
+                    .iter()
+                    .map(|t| (t.range.first, t.lsn.max(base)))
+                    .collect();
+                Some(Logless::open(
+                    &*store,
+                    c.clone(),
+                    floors,
+                    manifest.replay_from,
+                    manifest.replay_from.saturating_sub(1),
+                )?)
+            }
+            None => None,
+        };
         let flush_interval = config.flush_interval;
         let inner = Arc::new(Inner {
             config,
@@ -924,6 +1011,7 @@ impl Engine {
             journal_bytes_at_checkpoint: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             stats: Counters::default(),
+            logless,
         });
         inner.split_oversized();
         let engine = Engine {
@@ -1224,9 +1312,144 @@ impl Engine {
         if self.inner.failed.load(Ordering::Acquire) {
             return Err(EngineError::Stopped);
         }
+        if let Some(ll) = &self.inner.logless {
+            ll.checkpoint_started();
+        }
         self.inner.checkpoint(&|_| true).inspect_err(|_| {
             self.inner.failed.store(true, Ordering::Release);
         })
+    }
+
+    // ---- log-less durability ---------------------------------------------
+
+    /// Is this engine in log-less mode?
+    pub fn is_logless(&self) -> bool {
+        self.inner.logless.is_some()
+    }
+
+    /// Log-less: the ARL entries with an LSN above `lsn`, oldest first
+    /// (empty with the journal).
+    pub fn arl_since(&self, lsn: Lsn) -> Vec<Redo> {
+        self.inner
+            .logless
+            .as_ref()
+            .map_or_else(Vec::new, |ll| ll.arl_since(lsn))
+    }
+
+    /// Log-less: every operation with an LSN at or below this is written
+    /// back (clients may drop those backups). 0 with the journal.
+    pub fn written_back_lsn(&self) -> Lsn {
+        self.inner.logless.as_ref().map_or(0, Logless::written_back)
+    }
+
+    /// Log-less: this run's id (0 with the journal).
+    pub fn incarnation(&self) -> u64 {
+        self.inner.logless.as_ref().map_or(0, |ll| ll.incarnation)
+    }
+
+    /// Log-less: the id of the crashed run whose clients' backups must be
+    /// given to [`Engine::recover_logless`] before anything else is done.
+    pub fn crashed_incarnation(&self) -> Option<u64> {
+        self.inner.logless.as_ref().and_then(Logless::crashed)
+    }
+
+    /// Log-less: (stamped keys, redo bytes handed out so far, ARL size).
+    pub fn logless_stats(&self) -> Option<(usize, u64, usize)> {
+        self.inner
+            .logless
+            .as_ref()
+            .map(|ll| (ll.stamps_len(), ll.handed_out_bytes(), ll.config.arl_size))
+    }
+
+    /// Log-less recovery: replays the redo entries the crashed run's
+    /// clients sent back (any order, duplicates welcome) by the stamp rule
+    /// ([`crate::logless`]), writes everything back, and marks the crash
+    /// recovered. Entries not authenticated by this store's key are
+    /// refused (counted in the report). Call it before serving anything.
+    pub fn recover_logless(
+        &self,
+        backups: impl IntoIterator<Item = Vec<u8>>,
+    ) -> Result<LoglessRecovery, EngineError> {
+        let inner = &*self.inner;
+        let Some(ll) = &inner.logless else {
+            return Ok(LoglessRecovery::default());
+        };
+        let mut report = LoglessRecovery::default();
+        let mut entries: BTreeMap<Lsn, logless::RedoEntry> = BTreeMap::new();
+        for b in backups {
+            report.received += 1;
+            match logless::decode_redo(ll.key(), &b) {
+                Ok(e) => {
+                    entries.entry(e.lsn).or_insert(e);
+                }
+                Err(logless::RedoError::Forged) => report.forged += 1,
+                Err(_) => report.malformed += 1,
+            }
+        }
+        let lsns: Vec<Lsn> = entries.keys().copied().collect();
+        report.distinct = lsns.len();
+        report.missing = logless::missing_ranges(&lsns, ll.recovery_from);
+        if let Some(max) = lsns.last() {
+            inner.journal.advance_to(max + 1);
+        }
+        let list: Vec<(Lsn, &[(Soid, Lsn)])> =
+            entries.values().map(|e| (e.lsn, &e.prev[..])).collect();
+        let decisions = logless::plan_recovery(&list, |k| ll.floor(k));
+        {
+            let _no_checkpoint = inner.checkpoint_lock.lock();
+            let map = inner.tables.read();
+            let epoch = inner.epoch();
+            for (e, d) in entries.values().zip(&decisions) {
+                match d {
+                    Decision::Durable => report.durable += 1,
+                    Decision::Discard { partial, .. } => {
+                        report.discarded.push(e.lsn);
+                        if *partial {
+                            report.partial.push(e.lsn);
+                        }
+                    }
+                    Decision::Apply => {
+                        report.applied += 1;
+                        for m in &e.mutations {
+                            let Some(key) = m.table_key() else {
+                                if let Mutation::HighWater(hw) = m {
+                                    inner.high_water.lock().merge_max(hw);
+                                }
+                                continue;
+                            };
+                            if e.lsn <= ll.floor(key) {
+                                continue;
+                            }
+                            let (_, slot) = map.range(..=key).next_back().ok_or_else(|| {
+                                EngineError::Corrupt {
+                                    file: "log-less recovery".into(),
+                                    what: "the table map does not cover a key".into(),
+                                }
+                            })?;
+                            let mut guard = slot.state.lock();
+                            let table = inner.ensure_loaded(&mut guard).map_err(|_| {
+                                EngineError::Corrupt {
+                                    file: "log-less recovery".into(),
+                                    what: "a table to replay into cannot be loaded".into(),
+                                }
+                            })?;
+                            table.apply(m.clone()).map_err(|e| EngineError::Corrupt {
+                                file: "log-less recovery".into(),
+                                what: format!("a redo entry does not apply: {e}"),
+                            })?;
+                            table.mark_applied(e.lsn, epoch);
+                        }
+                    }
+                }
+            }
+            inner
+                .inode_count
+                .store(count_inodes(&map), Ordering::Relaxed);
+        }
+        inner.split_oversized();
+        self.sync()?;
+        ll.recovered(&*inner.store)?;
+        Ok(report)
     }
 
     /// Runs one background-flusher tick now (tests and benchmarks).
@@ -1239,7 +1462,12 @@ impl Engine {
     /// the last handle goes.
     pub fn close(self) -> Result<(), EngineError> {
         self.flusher.stop();
-        self.sync()
+        self.sync()?;
+        match &self.inner.logless {
+            // A crashed run not yet recovered stays marked as such.
+            Some(ll) if ll.crashed().is_none() => ll.closed_cleanly(&*self.inner.store),
+            _ => Ok(()),
+        }
     }
 
     pub fn stats(&self) -> EngineStats {

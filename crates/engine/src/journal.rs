@@ -498,6 +498,33 @@ impl Journal {
         Ok(lsn)
     }
 
+    /// With the journal [`SyncMode::Off`] (log-less durability): takes the
+    /// next LSN and runs `f` with it under the lock that orders LSNs, so
+    /// whatever `f` records (the log-less stamps and ARL) is in LSN order.
+    /// Nothing is written; the LSN is "durable" at once.
+    pub fn assign_lsn<T>(&self, f: impl FnOnce(Lsn) -> T) -> Result<(Lsn, T), FsError> {
+        if config_writes(&self.shared.config) || self.shared.failed.load(Ordering::Acquire) {
+            return Err(FsError::Io);
+        }
+        let mut st = self.shared.state.lock();
+        let lsn = st.next_lsn;
+        st.next_lsn += 1;
+        let out = f(lsn);
+        self.shared.durable_lsn.store(lsn, Ordering::Release);
+        Ok((lsn, out))
+    }
+
+    /// With the journal off: makes the next LSN at least `next` (log-less
+    /// recovery learns of LSNs the clients hold).
+    pub fn advance_to(&self, next: Lsn) {
+        let mut st = self.shared.state.lock();
+        if !config_writes(&self.shared.config) && next > st.next_lsn {
+            st.next_lsn = next;
+            st.open.first_lsn = next;
+            self.shared.durable_lsn.store(next - 1, Ordering::Release);
+        }
+    }
+
     /// The LSN the next record will get.
     pub fn next_lsn(&self) -> Lsn {
         self.shared.state.lock().next_lsn

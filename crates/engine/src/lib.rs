@@ -8,17 +8,21 @@
 //! - [`table`], [`index`], [`inode`]: what a table holds and how it is searched.
 //! - [`soid`], [`kdtree`], [`bloom`], [`perm`]: pure algorithms.
 //! - [`journal`], [`record`], [`manifest`]: the on-disk formats.
+//! - [`logless`]: log-less durability (redo entries, stamps, the ARL,
+//!   the recovery rule).
 //! - [`store`]: the I/O seam (local directory, or memory for tests).
 //!
 //! Where new code goes: pure logic in its own module with tests beside it;
 //! anything that touches the disk goes through [`store::Store`].
 
 pub mod bloom;
+mod durability;
 pub mod engine;
 pub mod index;
 pub mod inode;
 pub mod journal;
 pub mod kdtree;
+pub mod logless;
 pub mod manifest;
 pub mod name;
 pub mod namespace;
@@ -30,6 +34,9 @@ pub mod store;
 pub mod table;
 pub mod txn;
 
-pub use engine::{Committed, Engine, EngineConfig, EngineError, EngineStats, StatFs};
+pub use durability::LoglessConfig;
+pub use engine::{
+    Committed, Engine, EngineConfig, EngineError, EngineStats, LoglessRecovery, StatFs,
+};
 pub use journal::{JournalConfig, Lsn, SyncMode};
 pub use namespace::{DirEntry, RenameFlags, XattrFlags};

@@ -18,7 +18,8 @@
 
 use crate::engine::{Inner, Slot, TableSlot};
 use crate::inode::{Dentry, Inode};
-use crate::journal::Lsn;
+use crate::journal::{Lsn, MAX_RECORD_LEN};
+use crate::logless::{encode_mutations, stamp_keys, Redo};
 use crate::record::{encode_record, Mutation};
 use crate::soid::{GlobalHighWater, SoidSpace};
 use crate::table::Table;
@@ -229,12 +230,13 @@ impl<'m> Txn<'m> {
         self.high_water = Some(hw);
     }
 
-    /// Writes the write set as one journal record and applies it. Returns
-    /// the record's LSN (0 if the transaction wrote nothing) and the starts
-    /// of tables that grew past their limits and should split.
-    pub(crate) fn commit(mut self) -> OpResult<(Lsn, Vec<Soid>)> {
+    /// Writes the write set as one journal record (or, log-less, one redo
+    /// entry) and applies it. Returns the record's LSN (0 if the
+    /// transaction wrote nothing), the redo entry, and the starts of tables
+    /// that grew past their limits and should split.
+    pub(crate) fn commit(mut self) -> OpResult<(Lsn, Option<Redo>, Vec<Soid>)> {
         if self.inodes.is_empty() && self.dentries.is_empty() && self.high_water.is_none() {
-            return Ok((0, Vec::new()));
+            return Ok((0, None, Vec::new()));
         }
         let mut mutations = Vec::with_capacity(self.inodes.len() + self.dentries.len() + 1);
         if let Some(hw) = self.high_water.take() {
@@ -256,8 +258,30 @@ impl<'m> Txn<'m> {
         }
         // Every key's table was locked when it was written, so nothing
         // below can ask for a retry once the record is in the journal.
-        let record = encode_record(&mutations);
-        let lsn = self.inner.journal.append(&record).map_err(OpError::Fs)?;
+        let (lsn, redo) = match &self.inner.logless {
+            None => {
+                let record = encode_record(&mutations);
+                (
+                    self.inner.journal.append(&record).map_err(OpError::Fs)?,
+                    None,
+                )
+            }
+            Some(ll) => {
+                // Log-less: the redo entry is built under the LSN lock (its
+                // stamps and ARL place are in LSN order); nothing is written.
+                let body = encode_mutations(&mutations);
+                if body.len() > MAX_RECORD_LEN {
+                    return Err(OpError::Fs(FsError::TooBig));
+                }
+                let keys = stamp_keys(&mutations);
+                let (lsn, redo) = self
+                    .inner
+                    .journal
+                    .assign_lsn(|lsn| ll.commit(lsn, &keys, &body))
+                    .map_err(OpError::Fs)?;
+                (lsn, Some(redo))
+            }
+        };
         let mut touched: Vec<Soid> = Vec::new();
         let mut inode_delta = 0i64;
         let epoch = self.inner.epoch();
@@ -288,7 +312,7 @@ impl<'m> Txn<'m> {
                 }
             }
         }
-        Ok((lsn, oversized))
+        Ok((lsn, redo, oversized))
     }
 }
 

@@ -52,7 +52,9 @@
 //! Timing only affects coverage, never the verdict.
 
 use sextant_engine::store::MemStore;
-use sextant_engine::{Engine, EngineConfig, JournalConfig, Lsn, RenameFlags, SyncMode, XattrFlags};
+use sextant_engine::{
+    Engine, EngineConfig, JournalConfig, LoglessConfig, Lsn, RenameFlags, SyncMode, XattrFlags,
+};
 use sextant_types::{Credentials, FileType, FsError, SetAttr, Soid};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -69,6 +71,8 @@ const DEFAULT_KILLS: usize = 30;
 
 const ENV_DIR: &str = "SEXTANT_CRASH_CHILD_DIR";
 const ENV_SEED: &str = "SEXTANT_CRASH_CHILD_SEED";
+/// Set (to anything) for a child with log-less durability.
+const ENV_LOGLESS: &str = "SEXTANT_CRASH_CHILD_LOGLESS";
 /// Test-the-test knob: `early-ack` makes the child acknowledge before the
 /// journal says the operation is durable; the test must then fail.
 const ENV_SABOTAGE: &str = "SEXTANT_CRASH_SABOTAGE";
@@ -472,12 +476,39 @@ fn child_config(seed: u64) -> EngineConfig {
     }
 }
 
+/// The child's engine with log-less durability: the same, but no journal;
+/// every redo entry goes to the parent (the "client") before the ack.
+fn child_config_logless(seed: u64) -> EngineConfig {
+    EngineConfig {
+        logless: Some(LoglessConfig {
+            arl_size: 4,
+            max_backup_bytes: 96 << 10,
+        }),
+        ..child_config(seed)
+    }
+}
+
 /// The parent's recovery check: same limits, no flusher.
-fn verify_config() -> EngineConfig {
+fn verify_config(logless: bool) -> EngineConfig {
     EngineConfig {
         flush_interval: None,
-        ..child_config(1)
+        ..if logless {
+            child_config_logless(1)
+        } else {
+            child_config(1)
+        }
     }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// The reference: semantics only, no durability.
@@ -527,8 +558,13 @@ fn child_entry() {
     };
     let seed: u64 = seed.parse().expect("seed");
     let early_ack = std::env::var(ENV_SABOTAGE).is_ok_and(|s| s == "early-ack");
-    let e = Engine::open_dir(&dir, child_config(seed))
-        .unwrap_or_else(|err| fatal(&format!("open: {err}")));
+    let logless = std::env::var(ENV_LOGLESS).is_ok();
+    let config = if logless {
+        child_config_logless(seed)
+    } else {
+        child_config(seed)
+    };
+    let e = Engine::open_dir(&dir, config).unwrap_or_else(|err| fatal(&format!("open: {err}")));
     emit("\n@ready\n");
 
     let shared = Arc::new((
@@ -571,6 +607,7 @@ fn child_entry() {
 
     let (lock, cv) = &*shared;
     let mut lsn_through: Lsn = 0;
+    let mut redo_through: Lsn = 0;
     for (i, op) in OpStream::new(seed).take(MAX_OPS).enumerate() {
         {
             let mut g = lock.lock().unwrap();
@@ -582,6 +619,13 @@ fn child_entry() {
             Ok(lsn) => lsn_through = lsn_through.max(lsn),
             Err(FsError::Io) => fatal(&format!("op {i} {op:?}: EIO")),
             Err(_) => {}
+        }
+        // Log-less: hand the operation's redo entry (and any other new ARL
+        // entry) to the parent before the acknowledgement. Operations run
+        // one at a time, so the ARL holds this one's.
+        for r in e.arl_since(redo_through) {
+            emit(&format!("\n@redo {} {}\n", r.lsn, hex(&r.bytes)));
+            redo_through = r.lsn;
         }
         if early_ack {
             // Sabotage: acknowledge before the journal is even written.
@@ -768,6 +812,8 @@ struct ChildReport {
     fatal: Vec<String>,
     done: bool,
     last_stats: Option<String>,
+    /// Log-less: the redo entries the child handed over.
+    redo: Vec<Vec<u8>>,
 }
 
 enum Event {
@@ -775,10 +821,16 @@ enum Event {
     Ack(usize),
     Stats(String),
     Fatal(String),
+    Redo(Vec<u8>),
     Done,
 }
 
-fn spawn_child(dir: &Path, seed: u64, stderr: &Path) -> (Child, mpsc::Receiver<Event>) {
+fn spawn_child(
+    dir: &Path,
+    seed: u64,
+    logless: bool,
+    stderr: &Path,
+) -> (Child, mpsc::Receiver<Event>) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -793,6 +845,9 @@ fn spawn_child(dir: &Path, seed: u64, stderr: &Path) -> (Child, mpsc::Receiver<E
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(std::fs::File::create(stderr).expect("stderr file"));
+    if logless {
+        cmd.env(ENV_LOGLESS, "1");
+    }
     let mut child = cmd.spawn().expect("spawn child");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -815,6 +870,9 @@ fn spawn_child(dir: &Path, seed: u64, stderr: &Path) -> (Child, mpsc::Receiver<E
                 Event::Stats(s.to_string())
             } else if let Some(s) = line.strip_prefix("@fatal ") {
                 Event::Fatal(s.to_string())
+            } else if let Some(r) = line.strip_prefix("@redo ") {
+                let bytes = r.split_once(' ').and_then(|(_, h)| unhex(h));
+                Event::Redo(bytes.expect("a @redo line"))
             } else if line == "@done" {
                 Event::Done
             } else {
@@ -834,6 +892,7 @@ fn note(report: &mut ChildReport, ev: Event) {
         Event::Ack(i) => report.acked = report.acked.max(Some(i)),
         Event::Stats(s) => report.last_stats = Some(s),
         Event::Fatal(s) => report.fatal.push(s),
+        Event::Redo(b) => report.redo.push(b),
         Event::Done => report.done = true,
     }
 }
@@ -878,6 +937,17 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[test]
 fn crash_recovery() {
+    run_crash_test(false);
+}
+
+/// The same with log-less durability: no journal; the parent plays the
+/// client that keeps the redo entries and hands them back to recovery.
+#[test]
+fn crash_recovery_logless() {
+    run_crash_test(true);
+}
+
+fn run_crash_test(logless: bool) {
     let kills = env_u64("SEXTANT_CRASH_KILLS").map_or(DEFAULT_KILLS, |k| k as usize);
     let master = env_u64("SEXTANT_CRASH_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -885,7 +955,7 @@ fn crash_recovery() {
             .unwrap()
             .as_nanos() as u64
     });
-    eprintln!("crash test: {kills} kills, SEXTANT_CRASH_SEED={master}");
+    eprintln!("crash test (log-less: {logless}): {kills} kills, SEXTANT_CRASH_SEED={master}");
     let started = Instant::now();
     let mut rng = Rng::new(master);
 
@@ -921,7 +991,7 @@ fn crash_recovery() {
         } else {
             rng.range(5, 300)
         });
-        let (mut child, rx) = spawn_child(&dir, seed, &stderr_path);
+        let (mut child, rx) = spawn_child(&dir, seed, logless, &stderr_path);
         let mut report = ChildReport::default();
         if early {
             early_kills += 1;
@@ -958,7 +1028,7 @@ fn crash_recovery() {
 
         // Recover in-process, twice (the second recovers a recovered store).
         let recovered = {
-            let e = Engine::open_dir(&dir, verify_config()).unwrap_or_else(|err| {
+            let e = Engine::open_dir(&dir, verify_config(logless)).unwrap_or_else(|err| {
                 panic!(
                     "round {round}: recovery failed (seed {seed}, kill delay {delay:?}, early: \
                      {early}, last ack {:?}, earlier rounds on this directory: {history:?}): \
@@ -967,11 +1037,27 @@ fn crash_recovery() {
                     list_files(&dir)
                 )
             });
+            if e.crashed_incarnation().is_some() {
+                let rep = e
+                    .recover_logless(std::mem::take(&mut report.redo))
+                    .unwrap_or_else(|err| panic!("round {round}: log-less recovery: {err}"));
+                assert!(
+                    !rep.maybe_lost() && rep.forged == 0 && rep.malformed == 0,
+                    "round {round}: log-less recovery lost something with every backup \
+                     present (seed {seed}): {rep:?}"
+                );
+            }
             max_tables = max_tables.max(e.statfs().tables);
             dump(&e)
         };
         let again = {
-            let e = Engine::open_dir(&dir, verify_config()).unwrap();
+            let e = Engine::open_dir(&dir, verify_config(logless)).unwrap();
+            if e.crashed_incarnation().is_some() {
+                // The first check's engine was dropped, not closed: a crash
+                // with nothing handed out since its recovery.
+                let rep = e.recover_logless(Vec::new()).unwrap();
+                assert!(!rep.maybe_lost(), "round {round}: {rep:?}");
+            }
             let d = dump(&e);
             if rng.chance(20) {
                 e.close().unwrap(); // sometimes the next child starts from a checkpoint
