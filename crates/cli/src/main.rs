@@ -174,6 +174,23 @@ struct ServeArgs {
     /// crash, not power loss), off (benchmarks only) [default: fsync]
     #[arg(long, env = "SEXTANT_JOURNAL_SYNC", value_name = "MODE")]
     journal_sync: Option<String>,
+    /// How acknowledged operations survive a crash: `journal` (written and
+    /// synced to the local journal before the reply) or `logless` (no
+    /// journal: each reply carries redo backups that the clients keep
+    /// until the tables are written back and hand back after a crash;
+    /// see docs/ARCHITECTURE.md) [default: journal]
+    #[arg(long, env = "SEXTANT_DURABILITY", value_name = "MODE")]
+    durability: Option<String>,
+    /// Log-less: the Active Request List size K — each operation is sent
+    /// to the clients of up to K later operations, so it survives the loss
+    /// of fewer than K of them [default: 4]
+    #[arg(long, value_name = "K")]
+    arl_size: Option<usize>,
+    /// Log-less: after a crash, how long to wait for clients to hand back
+    /// their backups before recovering and serving, e.g. 5s, 500ms
+    /// [default: 5s]
+    #[arg(long, value_name = "DURATION")]
+    recovery_grace: Option<String>,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -193,6 +210,9 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             listen: args.listen.clone(),
             memory: args.memory.clone(),
             journal_sync: args.journal_sync.clone(),
+            durability: args.durability.clone(),
+            arl_size: args.arl_size,
+            recovery_grace: args.recovery_grace.clone(),
         },
     )?;
     let data = config.data.clone();

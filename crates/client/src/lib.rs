@@ -9,8 +9,15 @@
 //!
 //! The API mirrors `sextant_engine::Engine`; errors are [`Error`], whose
 //! [`Error::Fs`] is the engine's `FsError` (one errno each).
+//!
+//! With a log-less server the client also keeps the redo backups that
+//! replies carry, hands them back when it reconnects to a restarted server
+//! (by itself, even when idle), and drops them once written back: see
+//! [`backup`] and [`Client::backup_stats`].
 
+pub mod backup;
 mod search;
+pub use backup::BackupStats;
 pub use search::SearchStream;
 
 use parking_lot::Mutex;
@@ -21,7 +28,7 @@ use sextant_types::{Attr, Credentials, FileType, FsError, SetAttr, Soid};
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
@@ -132,12 +139,40 @@ struct Inner {
     /// The channel `Search` calls use (connected lazily, reconnects by
     /// itself); see [`search`].
     search_channel: Mutex<Option<Channel>>,
+    /// Log-less redo backups (empty with a journaling server).
+    backups: Arc<Mutex<backup::Backups>>,
+    /// Woken when a session breaks while backups are held (see
+    /// [`keep_backups`]).
+    session_broke: Arc<tokio::sync::Notify>,
 }
 
 /// A connection to one Sextant server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+}
+
+/// One per client: whenever a session broke while log-less backups are
+/// held, reconnect (which hands them back) even if nobody calls, until
+/// that worked or the backups are gone. Ends when the client is dropped.
+async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
+    loop {
+        broke.notified().await;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(backoff).await;
+            let Some(inner) = client.upgrade() else {
+                return;
+            };
+            if inner.backups.lock().is_empty() {
+                break;
+            }
+            match (Client { inner }).conn().await {
+                Ok(_) | Err(Error::Auth) => break,
+                Err(_) => backoff = (backoff * 2).min(Duration::from_millis(500)),
+            }
+        }
+    }
 }
 
 /// A random 64-bit number from the kernel (never 0).
@@ -183,8 +218,14 @@ impl Client {
                 conn: tokio::sync::Mutex::new(None),
                 mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
                 search_channel: Mutex::new(None),
+                backups: Arc::default(),
+                session_broke: Arc::default(),
             }),
         };
+        tokio::spawn(keep_backups(
+            Arc::downgrade(&client.inner),
+            Arc::clone(&client.inner.session_broke),
+        ));
         client.conn().await?;
         Ok(client)
     }
@@ -195,6 +236,11 @@ impl Client {
 
     pub fn client_id(&self) -> u64 {
         self.inner.client_id
+    }
+
+    /// What this client holds for a log-less server's recovery.
+    pub fn backup_stats(&self) -> BackupStats {
+        self.inner.backups.lock().stats()
     }
 
     /// The live session, connecting if there is none.
@@ -234,13 +280,23 @@ impl Client {
             Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
             Err(s) => return Err(unavailable(s.message().to_string())),
         };
+        // A restarted log-less server first gets back what we hold of its
+        // previous run (it answers nothing else until it has recovered).
+        self.hand_back_backups(&mut grpc).await?;
         let pending: Arc<Mutex<Pending>> = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
         let (p, d) = (Arc::clone(&pending), Arc::clone(&dead));
+        let backups = Arc::clone(&self.inner.backups);
+        let broke = Arc::clone(&self.inner.session_broke);
         tokio::spawn(async move {
             let end = loop {
                 match stream.message().await {
-                    Ok(Some(resp)) => {
+                    Ok(Some(mut resp)) => {
+                        // Kept before the caller sees the reply: an
+                        // acknowledged log-less mutation is backed up here.
+                        if resp.incarnation != 0 {
+                            backups.lock().absorb(&mut resp);
+                        }
                         if let Some(w) = p.lock().waiters.remove(&resp.id) {
                             let _ = w.send(Ok(resp));
                         }
@@ -258,8 +314,55 @@ impl Client {
             for (_, w) in waiters {
                 let _ = w.send(Err(end.clone()));
             }
+            if !backups.lock().is_empty() {
+                broke.notify_one();
+            }
         });
         Ok(Conn { tx, pending, dead })
+    }
+
+    /// Sends every backup to the server (`Recover`), in messages under the
+    /// size limit; drops them if the server says they are of no more use.
+    async fn hand_back_backups(
+        &self,
+        grpc: &mut pb::sextant_client::SextantClient<Channel>,
+    ) -> Result<()> {
+        let requests = self
+            .inner
+            .backups
+            .lock()
+            .recover_requests(self.inner.client_id);
+        for req in requests {
+            let incarnation = req.incarnation;
+            let mut request = tonic::Request::new(req);
+            request
+                .metadata_mut()
+                .insert(SECRET_METADATA, self.inner.secret.clone());
+            let reply = match grpc.recover(request).await {
+                Ok(r) => r.into_inner(),
+                Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+                Err(s) => {
+                    return Err(Error::Unavailable {
+                        addr: self.inner.addr.clone(),
+                        reason: format!("handing back log-less backups: {}", s.message()),
+                    })
+                }
+            };
+            match pb::RecoverOutcome::try_from(reply.outcome) {
+                Ok(pb::RecoverOutcome::RecoverAccepted) => continue,
+                Ok(pb::RecoverOutcome::RecoverTooLate) => {
+                    tracing::warn!(
+                        incarnation,
+                        "the server recovered without this client's backups (it came back \
+                         after the grace period); dropping them"
+                    );
+                    self.inner.backups.lock().drop_run(incarnation);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        Ok(())
     }
 
     /// Sends one request (retrying on a new session until `retry_for`).

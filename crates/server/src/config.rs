@@ -7,13 +7,18 @@
 //! memory = "8GiB"                # table cache budget (default 4GiB)
 //! journal_sync = "fsync"         # fsync | nosync | off
 //! metrics = "127.0.0.1:7412"     # Prometheus /metrics; "off" disables
+//! durability = "journal"         # journal | logless
+//! arl_size = 4                   # logless: Active Request List size K
+//! recovery_grace = "5s"          # logless: wait for clients' backups
 //! ```
 //!
-//! The metrics address also comes from `SEXTANT_METRICS` (over the file).
+//! The metrics address also comes from `SEXTANT_METRICS`, the durability
+//! from `SEXTANT_DURABILITY` (both over the file).
 
 use anyhow::{bail, Context, Result};
-use sextant_engine::{EngineConfig, SyncMode};
+use sextant_engine::{EngineConfig, LoglessConfig, SyncMode};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What the TOML file may say; every key is optional.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -26,6 +31,9 @@ pub struct FileConfig {
     pub dedup_window: Option<usize>,
     pub dedup_clients: Option<usize>,
     pub metrics: Option<String>,
+    pub durability: Option<String>,
+    pub arl_size: Option<usize>,
+    pub recovery_grace: Option<String>,
 }
 
 impl FileConfig {
@@ -47,7 +55,16 @@ pub struct ServerConfig {
     pub dedup_clients: usize,
     /// Where to serve Prometheus metrics (`None`: not at all).
     pub metrics: Option<String>,
+    /// Log-less durability (`None`: the journal).
+    pub logless: Option<LoglessConfig>,
+    /// Log-less: how long a restarted server waits for clients to hand back
+    /// their backups before it recovers and serves.
+    pub recovery_grace: Duration,
 }
+
+/// Default [`ServerConfig::recovery_grace`]: clients reconnect within a
+/// second or two (their backoff is at most 500 ms).
+pub const DEFAULT_RECOVERY_GRACE: Duration = Duration::from_secs(5);
 
 /// Default address of the Prometheus endpoint (the gRPC port + 1).
 pub const DEFAULT_METRICS: &str = "127.0.0.1:7412";
@@ -62,6 +79,8 @@ impl Default for ServerConfig {
             dedup_window: sextant_proto::DEDUP_WINDOW,
             dedup_clients: 4096,
             metrics: Some(DEFAULT_METRICS.to_string()),
+            logless: None,
+            recovery_grace: DEFAULT_RECOVERY_GRACE,
         }
     }
 }
@@ -73,6 +92,9 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub memory: Option<String>,
     pub journal_sync: Option<String>,
+    pub durability: Option<String>,
+    pub arl_size: Option<usize>,
+    pub recovery_grace: Option<String>,
 }
 
 impl ServerConfig {
@@ -101,6 +123,27 @@ impl ServerConfig {
         if let Some(n) = f.dedup_clients {
             c.dedup_clients = n.max(1);
         }
+        let durability = o
+            .durability
+            .or_else(|| std::env::var("SEXTANT_DURABILITY").ok())
+            .or(f.durability);
+        if let Some(d) = durability {
+            c.logless = parse_durability(&d)?;
+        }
+        if let Some(k) = o.arl_size.or(f.arl_size) {
+            if k == 0 {
+                bail!("arl_size must be at least 1");
+            }
+            match &mut c.logless {
+                Some(l) => l.arl_size = k,
+                None => {
+                    bail!("arl_size is a setting of log-less durability (--durability logless)")
+                }
+            }
+        }
+        if let Some(g) = o.recovery_grace.or(f.recovery_grace) {
+            c.recovery_grace = parse_duration(&g)?;
+        }
         Ok(c)
     }
 
@@ -110,8 +153,40 @@ impl ServerConfig {
             ..Default::default()
         };
         e.journal.mode = self.sync;
+        e.logless = self.logless.clone();
         e
     }
+}
+
+/// `journal` (the default) or `logless`.
+pub fn parse_durability(s: &str) -> Result<Option<LoglessConfig>> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "journal" => None,
+        "logless" | "log-less" => Some(LoglessConfig::default()),
+        _ => bail!("durability {s:?} is not one of journal, logless"),
+    })
+}
+
+/// `5s`, `500ms`, `2m`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .with_context(|| format!("{s:?} is not a duration (e.g. 5s, 500ms)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        _ => bail!("{s:?}: unknown duration unit (use ms, s, m)"),
+    };
+    if !(0.0..=86_400.0).contains(&secs) {
+        bail!("{s:?} is out of range (0 to 24 hours)");
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 pub fn parse_sync(s: &str) -> Result<SyncMode> {
@@ -147,6 +222,33 @@ pub fn parse_size(s: &str) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durability_settings() {
+        assert_eq!(parse_durability("journal").unwrap(), None);
+        assert_eq!(
+            parse_durability("LogLess").unwrap(),
+            Some(LoglessConfig::default())
+        );
+        assert!(parse_durability("paper").is_err());
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+        let file: FileConfig =
+            toml::from_str("durability = \"logless\"\narl_size = 8\nrecovery_grace = \"1s\"\n")
+                .unwrap();
+        let c = ServerConfig::resolve(Some(file), Overrides::default()).unwrap();
+        assert_eq!(c.logless.map(|l| l.arl_size), Some(8));
+        assert_eq!(c.recovery_grace, Duration::from_secs(1));
+        let journal_with_arl = Overrides {
+            arl_size: Some(3),
+            durability: Some("journal".into()),
+            ..Default::default()
+        };
+        assert!(ServerConfig::resolve(None, journal_with_arl).is_err());
+    }
 
     #[test]
     fn sizes() {

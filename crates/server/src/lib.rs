@@ -12,9 +12,13 @@
 //!   must come with every call in the `x-sextant-secret` metadata.
 //! - SIGINT/SIGTERM: stop taking requests, finish those running, close the
 //!   engine (tables written back).
+//! - Log-less durability (`--durability logless`): replies carry redo
+//!   backups for the clients; a restart after a crash collects them before
+//!   serving. See [`logless`].
 
 pub mod config;
 pub mod dedup;
+pub mod logless;
 pub mod search;
 pub mod secret;
 mod service;
@@ -45,19 +49,33 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The message a client gets for a missing or wrong secret.
 pub const AUTH_FAILED: &str = "authentication failed: wrong cluster secret";
 
+/// How a server serves, besides its engine and secret.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub dedup_window: usize,
+    pub dedup_clients: usize,
+    /// Log-less: how long to collect clients' backups after a crash.
+    pub recovery_grace: Duration,
+}
+
 /// Serves `engine` on `listener` until `shutdown` resolves, then stops
 /// taking requests and waits (up to 10 s) for those running. Does not close
-/// the engine.
+/// the engine. Fails if a log-less recovery fails (nothing is served then).
 pub async fn serve(
     listener: TcpListener,
     engine: Engine,
     secret: String,
-    dedup_window: usize,
-    dedup_clients: usize,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let ServeOptions {
+        dedup_window,
+        dedup_clients,
+        recovery_grace,
+    } = options;
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
+        logless: logless::LoglessServer::new(&engine),
         engine,
         dedup: Mutex::new(dedup::Dedup::new(dedup_window, dedup_clients)),
         shutdown: stop_rx.clone(),
@@ -65,6 +83,7 @@ pub async fn serve(
         replayed: AtomicU64::new(0),
         in_flight: Arc::new(tokio::sync::Semaphore::new(service::SERVER_IN_FLIGHT)),
     });
+    let recovery_shared = Arc::clone(&shared);
     let svc = SextantServer::new(Service { shared })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -95,9 +114,24 @@ pub async fn serve(
             let _ = stopped.wait_for(|s| *s).await;
         });
     let mut server = std::pin::pin!(server);
-    tokio::select! {
+    let recovery = async {
+        match &recovery_shared.logless {
+            Some(ll) => {
+                ll.run_recovery(recovery_shared.engine.clone(), recovery_grace)
+                    .await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let failed = tokio::select! {
         r = &mut server => return r.context("the gRPC server failed"),
-        () = shutdown => {}
+        () = shutdown => None,
+        e = recovery => Some(e),
+    };
+    let _ = stop_tx.send(true);
+    if let Some(e) = failed {
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+        return Err(e);
     }
     let _ = stop_tx.send(true);
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
@@ -160,8 +194,11 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
             listener,
             engine.clone(),
             secret,
-            config.dedup_window,
-            config.dedup_clients,
+            ServeOptions {
+                dedup_window: config.dedup_window,
+                dedup_clients: config.dedup_clients,
+                recovery_grace: config.recovery_grace,
+            },
             shutdown,
         )
         .await

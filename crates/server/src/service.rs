@@ -2,8 +2,10 @@
 //! mutation is durable.
 
 use crate::dedup::Dedup;
+use crate::logless::{backup_to_pb, LoglessServer};
 use crate::search;
 use parking_lot::Mutex;
+use sextant_engine::logless::Redo;
 use sextant_engine::Engine;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::*;
@@ -35,6 +37,8 @@ pub struct Shared {
     pub replayed: AtomicU64,
     /// See [`SERVER_IN_FLIGHT`].
     pub in_flight: Arc<Semaphore>,
+    /// Log-less durability (`None`: the journal).
+    pub logless: Option<LoglessServer>,
 }
 
 #[derive(Clone)]
@@ -46,13 +50,13 @@ fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
     match r {
         Ok(result) => pb::Response {
             id,
-            error: None,
             result: Some(result),
+            ..Default::default()
         },
         Err(e) => pb::Response {
             id,
             error: Some(error_to_pb(e)),
-            result: None,
+            ..Default::default()
         },
     }
 }
@@ -112,6 +116,23 @@ impl Shared {
     }
 
     async fn handle_inner(self: Arc<Self>, r: pb::Request) -> pb::Response {
+        if let Some(ll) = &self.logless {
+            ll.wait_ready().await;
+        }
+        // Backups go to mutating clients only (reads carry no client id).
+        let client = match &r.op {
+            Some(op) if op.is_mutation() => r.client_id,
+            _ => 0,
+        };
+        let mut resp = Arc::clone(&self).run_once(r).await;
+        if let Some(ll) = &self.logless {
+            ll.attach(&self.engine, client, &mut resp);
+        }
+        resp
+    }
+
+    /// Runs a request, exactly once for a mutation with a client id.
+    async fn run_once(self: Arc<Self>, r: pb::Request) -> pb::Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let id = r.id;
         // What a retry must repeat exactly: the operation and credentials.
@@ -124,7 +145,7 @@ impl Shared {
             Err(e) => return reply(id, Err(e)),
         };
         if !op.is_mutation() || r.client_id == 0 {
-            return reply(id, self.execute(&cred, op).await);
+            return self.execute_with_redo(&cred, op, id).await;
         }
         let begun = self.dedup.lock().begin(r.client_id, r.seq, digest);
         let (cell, retry) = match begun {
@@ -135,23 +156,41 @@ impl Shared {
             self.replayed.fetch_add(1, Ordering::Relaxed);
         }
         let mut resp = cell
-            .get_or_init(|| async { reply(0, self.execute(&cred, op).await) })
+            .get_or_init(|| self.execute_with_redo(&cred, op, 0))
             .await
             .clone();
         resp.id = id;
         resp
     }
 
+    /// Runs `op` into a reply with `id`; a log-less mutation's own redo
+    /// entry goes into it (it is durable only once the client has it).
+    async fn execute_with_redo(&self, cred: &Credentials, op: Op, id: u64) -> pb::Response {
+        let mut redo = None;
+        let mut resp = reply(id, self.execute(cred, op, &mut redo).await);
+        if let Some(r) = redo {
+            resp.backups.push(backup_to_pb(&r));
+        }
+        resp
+    }
+
     async fn durable<T>(
         &self,
+        redo: &mut Option<Redo>,
         c: Result<sextant_engine::Committed<T>, FsError>,
     ) -> Result<T, FsError> {
         let c = c?;
         self.engine.durable(c.lsn).await?;
+        *redo = c.redo;
         Ok(c.value)
     }
 
-    async fn execute(&self, cred: &Credentials, op: Op) -> Result<Res, FsError> {
+    async fn execute(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        redo: &mut Option<Redo>,
+    ) -> Result<Res, FsError> {
         let e = &self.engine;
         let done = |()| Res::Done(pb::Empty {});
         Ok(match op {
@@ -201,67 +240,92 @@ impl Shared {
                 s.requests = self.requests.load(Ordering::Relaxed);
                 s.replayed_replies = self.replayed.load(Ordering::Relaxed);
                 s.clients_remembered = self.dedup.lock().clients() as u64;
+                s.incarnation = e.incarnation();
+                s.written_back_lsn = e.written_back_lsn();
+                if let Some((stamped, issued, arl)) = e.logless_stats() {
+                    s.stamped_inodes = stamped as u64;
+                    s.backup_bytes_issued = issued;
+                    s.arl_size = arl as u64;
+                }
                 Res::Stats(s)
             }
             Op::Create(r) => attr(
-                self.durable(e.create(cred, soid(&r.parent)?, name(&r.name)?, r.perm, r.exclusive))
-                    .await?,
+                self.durable(
+                    redo,
+                    e.create(cred, soid(&r.parent)?, name(&r.name)?, r.perm, r.exclusive),
+                )
+                .await?,
             ),
             Op::Mknod(r) => attr(
-                self.durable(e.mknod(
-                    cred,
-                    soid(&r.parent)?,
-                    name(&r.name)?,
-                    ftype_from_pb(r.ftype)?,
-                    r.perm,
-                    r.rdev,
-                ))
+                self.durable(
+                    redo,
+                    e.mknod(
+                        cred,
+                        soid(&r.parent)?,
+                        name(&r.name)?,
+                        ftype_from_pb(r.ftype)?,
+                        r.perm,
+                        r.rdev,
+                    ),
+                )
                 .await?,
             ),
             Op::Mkdir(r) => attr(
-                self.durable(e.mkdir(cred, soid(&r.parent)?, name(&r.name)?, r.perm))
-                    .await?,
+                self.durable(
+                    redo,
+                    e.mkdir(cred, soid(&r.parent)?, name(&r.name)?, r.perm),
+                )
+                .await?,
             ),
             Op::Symlink(r) => {
                 if r.target.len() > SYMLINK_MAX {
                     return Err(FsError::NameTooLong);
                 }
                 attr(
-                    self.durable(e.symlink(cred, soid(&r.parent)?, name(&r.name)?, &r.target))
-                        .await?,
+                    self.durable(
+                        redo,
+                        e.symlink(cred, soid(&r.parent)?, name(&r.name)?, &r.target),
+                    )
+                    .await?,
                 )
             }
             Op::Unlink(r) => done(
-                self.durable(e.unlink(cred, soid(&r.parent)?, name(&r.name)?))
+                self.durable(redo, e.unlink(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),
             Op::Rmdir(r) => done(
-                self.durable(e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
+                self.durable(redo, e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),
             Op::Rename(r) => done(
-                self.durable(e.rename(
-                    cred,
-                    soid(&r.old_parent)?,
-                    name(&r.old_name)?,
-                    soid(&r.new_parent)?,
-                    name(&r.new_name)?,
-                    rename_flags(&r),
-                ))
+                self.durable(
+                    redo,
+                    e.rename(
+                        cred,
+                        soid(&r.old_parent)?,
+                        name(&r.old_name)?,
+                        soid(&r.new_parent)?,
+                        name(&r.new_name)?,
+                        rename_flags(&r),
+                    ),
+                )
                 .await?,
             ),
             Op::Link(r) => attr(
-                self.durable(e.link(
-                    cred,
-                    soid(&r.soid)?,
-                    soid(&r.new_parent)?,
-                    name(&r.new_name)?,
-                ))
+                self.durable(
+                    redo,
+                    e.link(
+                        cred,
+                        soid(&r.soid)?,
+                        soid(&r.new_parent)?,
+                        name(&r.new_name)?,
+                    ),
+                )
                 .await?,
             ),
             Op::Setattr(r) => {
                 let (s, set) = setattr_from_pb(&r)?;
-                attr(self.durable(e.setattr(cred, s, &set)).await?)
+                attr(self.durable(redo, e.setattr(cred, s, &set)).await?)
             }
             Op::Setxattr(r) => {
                 if r.value.len() > XATTR_SIZE_MAX {
@@ -269,19 +333,19 @@ impl Shared {
                 }
                 let flags = xattr_flags_from_pb(r.flags)?;
                 done(
-                    self.durable(e.setxattr(
-                        cred,
-                        soid(&r.soid)?,
-                        xattr_name(&r.name)?,
-                        &r.value,
-                        flags,
-                    ))
+                    self.durable(
+                        redo,
+                        e.setxattr(cred, soid(&r.soid)?, xattr_name(&r.name)?, &r.value, flags),
+                    )
                     .await?,
                 )
             }
             Op::Removexattr(r) => done(
-                self.durable(e.removexattr(cred, soid(&r.soid)?, xattr_name(&r.name)?))
-                    .await?,
+                self.durable(
+                    redo,
+                    e.removexattr(cred, soid(&r.soid)?, xattr_name(&r.name)?),
+                )
+                .await?,
             ),
             Op::Sync(_) => {
                 if !cred.is_root() && cred.uid != self.owner_uid() {
@@ -332,6 +396,9 @@ fn answers_inline(r: &pb::Request) -> bool {
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::Response, Status>> + Send>>;
 type SearchStream = Pin<Box<dyn Stream<Item = Result<pb::SearchBatch, Status>> + Send>>;
 
+/// How often a Session stream checks whether to send a log-less notice.
+const NOTICE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Batches a search may have queued for a slow reader before it waits.
 const SEARCH_QUEUE: usize = 4;
 
@@ -352,6 +419,9 @@ impl Shared {
         req: pb::SearchRequest,
     ) -> Result<mpsc::Receiver<Result<pb::SearchBatch, Status>>, Status> {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(ll) = &self.logless {
+            ll.wait_ready().await;
+        }
         let permit = Arc::clone(&self.in_flight)
             .acquire_owned()
             .await
@@ -442,6 +512,21 @@ impl pb::sextant_server::Sextant for Service {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    async fn recover(
+        &self,
+        request: Request<pb::RecoverRequest>,
+    ) -> Result<Response<pb::RecoverReply>, Status> {
+        let shared = &self.shared;
+        let reply = match &shared.logless {
+            Some(ll) => ll.recover(&shared.engine, request.into_inner())?,
+            None => pb::RecoverReply {
+                outcome: pb::RecoverOutcome::RecoverNotNeeded as i32,
+                incarnation: 0,
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
     async fn session(
         &self,
         request: Request<Streaming<pb::Request>>,
@@ -452,6 +537,9 @@ impl pb::sextant_server::Sextant for Service {
         let mut shutdown = shared.shutdown.clone();
         tokio::spawn(async move {
             let slots = Arc::new(Semaphore::new(SESSION_IN_FLIGHT));
+            // Log-less: a notice when the written-back watermark moves.
+            let mut notices = tokio::time::interval(NOTICE_INTERVAL);
+            let mut noticed = 0;
             loop {
                 let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
                     break;
@@ -460,8 +548,25 @@ impl pb::sextant_server::Sextant for Service {
                     break;
                 };
                 let next = tokio::select! {
-                    m = inbound.message() => m,
+                    m = inbound.message() => Some(m),
                     _ = shutdown.wait_for(|stop| *stop) => break,
+                    _ = notices.tick(), if shared.logless.is_some() => None,
+                };
+                let Some(next) = next else {
+                    let w = shared.engine.written_back_lsn();
+                    let notice = match &shared.logless {
+                        Some(ll) if w != noticed => ll.notice(&shared.engine),
+                        _ => None,
+                    };
+                    if notice.is_some() {
+                        noticed = w;
+                    }
+                    if let Some(n) = notice {
+                        if tx.send(Ok(n)).await.is_err() {
+                            break;
+                        }
+                    }
+                    continue;
                 };
                 match next {
                     Ok(Some(req)) if answers_inline(&req) => {

@@ -13,13 +13,30 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sextant");
 /// Starts `sextant serve` on `data` (metrics off, so parallel tests do not
 /// compete for its port); returns it and the address it says it listens on.
 pub fn spawn_server(data: &Path, journal_sync: &str, listen: &str) -> (Child, String) {
+    spawn_server_with(
+        data,
+        listen,
+        &["--journal-sync", journal_sync],
+        Stdio::inherit(),
+    )
+}
+
+/// [`spawn_server`] with more `serve` arguments and stderr going to
+/// `stderr`.
+pub fn spawn_server_with(
+    data: &Path,
+    listen: &str,
+    args: &[&str],
+    stderr: Stdio,
+) -> (Child, String) {
     let mut server = Command::new(BIN)
-        .args(["serve", "--journal-sync", journal_sync, "--listen", listen])
+        .args(["serve", "--listen", listen])
+        .args(args)
         .arg("--data")
         .arg(data)
         .env("SEXTANT_METRICS", "off")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawn sextant serve");
     let stdout = server.stdout.take().expect("piped stdout");

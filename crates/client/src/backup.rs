@@ -1,0 +1,180 @@
+//! The client's backups for a log-less server (see the protocol header in
+//! `sextant.proto` and `sextant_engine::logless`): redo entries received
+//! with replies, kept until the server reports them written back, and
+//! handed back with `Recover` after the server restarts.
+//!
+//! Invariants:
+//! - every entry held has an LSN above `written_back` and belongs to run
+//!   `incarnation`;
+//! - a reply of another run (non-zero incarnation) means that run's
+//!   recovery is over — a restarted server answers nothing but `Recover`
+//!   until then — so the old run's entries are dropped when it arrives.
+//!
+//! Memory: what a client holds is bounded by what the server hands out
+//! between write-backs (`LoglessConfig::max_backup_bytes`, 64 MiB by
+//! default, and the 30 s dirty age), times the share of the ARL this
+//! client sees; [`BackupStats`] reports it.
+
+use sextant_proto::pb;
+use std::collections::BTreeMap;
+
+/// What a client holds for recovery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackupStats {
+    /// The server run the backups belong to (0: none seen; a journaling
+    /// server).
+    pub incarnation: u64,
+    pub entries: usize,
+    pub bytes: usize,
+    /// The most bytes held at once.
+    pub peak_bytes: usize,
+    /// Entries received in all (with duplicates).
+    pub received: u64,
+    /// The server's written-back watermark, as last reported.
+    pub written_back: u64,
+}
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct Backups {
+    entries: BTreeMap<u64, Vec<u8>>,
+    stats: BackupStats,
+}
+
+/// Largest payload of one `Recover` message (the limit is 1 MiB).
+pub const RECOVER_CHUNK_BYTES: usize = 512 << 10;
+
+impl Backups {
+    /// Takes in the log-less fields of a reply or notice.
+    pub fn absorb(&mut self, resp: &mut pb::Response) {
+        if resp.incarnation == 0 {
+            return;
+        }
+        if resp.incarnation != self.stats.incarnation {
+            self.entries.clear();
+            self.stats.incarnation = resp.incarnation;
+            self.stats.written_back = 0;
+        }
+        self.stats.written_back = self.stats.written_back.max(resp.written_back);
+        for b in std::mem::take(&mut resp.backups) {
+            self.stats.received += 1;
+            if b.lsn > self.stats.written_back {
+                self.entries.entry(b.lsn).or_insert(b.entry);
+            }
+        }
+        let keep = self.entries.split_off(&(self.stats.written_back + 1));
+        self.entries = keep;
+        self.stats.entries = self.entries.len();
+        self.stats.bytes = self.entries.values().map(Vec::len).sum();
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn stats(&self) -> BackupStats {
+        self.stats
+    }
+
+    /// The `Recover` messages that hand everything back, each under the
+    /// message limit.
+    pub fn recover_requests(&self, client_id: u64) -> Vec<pb::RecoverRequest> {
+        let mut out: Vec<pb::RecoverRequest> = Vec::new();
+        let mut bytes = 0;
+        for (lsn, entry) in &self.entries {
+            if out.is_empty() || bytes + entry.len() > RECOVER_CHUNK_BYTES {
+                out.push(pb::RecoverRequest {
+                    client_id,
+                    incarnation: self.stats.incarnation,
+                    backups: Vec::new(),
+                });
+                bytes = 0;
+            }
+            bytes += entry.len() + 16;
+            if let Some(last) = out.last_mut() {
+                last.backups.push(pb::RedoBackup {
+                    lsn: *lsn,
+                    entry: entry.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The server said these backups are of no more use.
+    pub fn drop_run(&mut self, incarnation: u64) {
+        if self.stats.incarnation == incarnation {
+            self.entries.clear();
+            self.stats.entries = 0;
+            self.stats.bytes = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(incarnation: u64, written_back: u64, lsns: &[u64]) -> pb::Response {
+        pb::Response {
+            incarnation,
+            written_back,
+            backups: lsns
+                .iter()
+                .map(|l| pb::RedoBackup {
+                    lsn: *l,
+                    entry: vec![*l as u8; 100],
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keeps_until_written_back_and_drops_on_a_new_run() {
+        let mut b = Backups::default();
+        b.absorb(&mut resp(0, 0, &[1]));
+        assert!(b.is_empty(), "a journaling server sends nothing to keep");
+        b.absorb(&mut resp(7, 0, &[1, 2]));
+        b.absorb(&mut resp(7, 1, &[2, 3]));
+        assert_eq!(b.stats().entries, 2);
+        assert_eq!(b.stats().received, 4);
+        assert_eq!(b.stats().bytes, 200);
+        let reqs = b.recover_requests(9);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            reqs[0].backups.iter().map(|x| x.lsn).collect::<Vec<_>>(),
+            [2, 3]
+        );
+        assert_eq!(reqs[0].incarnation, 7);
+        b.absorb(&mut resp(7, 3, &[]));
+        assert!(b.is_empty());
+        b.absorb(&mut resp(7, 3, &[4]));
+        b.absorb(&mut resp(8, 0, &[]));
+        assert!(b.is_empty(), "the old run's recovery is over");
+        assert_eq!(b.stats().peak_bytes, 200);
+    }
+
+    #[test]
+    fn recover_requests_stay_under_the_message_limit() {
+        let mut b = Backups::default();
+        let mut r = resp(1, 0, &[]);
+        for lsn in 1..=100 {
+            r.backups.push(pb::RedoBackup {
+                lsn,
+                entry: vec![0; 20_000],
+            });
+        }
+        b.absorb(&mut r);
+        let reqs = b.recover_requests(1);
+        assert!(reqs.len() > 1);
+        let total: usize = reqs.iter().map(|q| q.backups.len()).sum();
+        assert_eq!(total, 100);
+        for q in reqs {
+            assert!(prost::Message::encoded_len(&q) < sextant_proto::MAX_MESSAGE_BYTES);
+        }
+        b.drop_run(1);
+        assert!(b.is_empty());
+    }
+}
