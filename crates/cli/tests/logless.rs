@@ -256,3 +256,42 @@ async fn k_or_more_dead_clients_are_reported_never_silent() {
         a.lookup(&root(), dir, n.as_bytes()).await.unwrap();
     }
 }
+
+/// The mount process is the client of the programs on its machine: it
+/// keeps their backups and hands them back after the server's crash.
+#[test]
+fn the_mount_keeps_the_backups_of_its_programs() {
+    if !common::fuse_available() {
+        return;
+    }
+    let args = ["--durability", "logless", "--recovery-grace", "1500ms"];
+    let log0 = tempfile::NamedTempFile::new().unwrap();
+    let mut m = common::Mounted::start_args(&args, Stdio::from(log0.reopen().unwrap()));
+    let script = "mkdir -p d/sub && for i in $(seq 1 150); do touch d/f$i; done && \
+                  mv d/f1 d/sub/g1 && rm d/f2 && ln -s f3 d/link && chmod 600 d/f4 && \
+                  ls -l d | wc -l";
+    assert_eq!(common::sh(&m.mnt, script).trim(), "151"); // total line + 150 entries
+    let _ = m.server.kill();
+    let _ = m.server.wait();
+    let log1 = m.dir.path().join("server-restart.log");
+    let (server, _) = spawn_server_with(
+        &m.data(),
+        &m.addr,
+        &args,
+        Stdio::from(std::fs::File::create(&log1).unwrap()),
+    );
+    m.server = server;
+    // The first operation waits for the recovery the mount fed.
+    let listing = common::sh(
+        &m.mnt,
+        "ls d | wc -l; ls d/sub; readlink d/link; stat -c %a d/f4; test -e d/f2 || echo gone",
+    );
+    assert_eq!(
+        listing.split_whitespace().collect::<Vec<_>>(),
+        ["150", "g1", "f3", "600", "gone"],
+        "server log:\n{}",
+        std::fs::read_to_string(&log1).unwrap_or_default()
+    );
+    let log = std::fs::read_to_string(&log1).unwrap_or_default();
+    assert!(log.contains("no gap among the backups"), "{log}");
+}

@@ -127,9 +127,14 @@ impl Mounted {
     }
 
     pub fn start_with(journal_sync: &str) -> Mounted {
+        Mounted::start_args(&["--journal-sync", journal_sync], Stdio::inherit())
+    }
+
+    /// A mount on a server started with `args`, its stderr to `stderr`.
+    pub fn start_args(args: &[&str], stderr: Stdio) -> Mounted {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let (server, addr) = spawn_server(&data, journal_sync, "127.0.0.1:0");
+        let (server, addr) = spawn_server_with(&data, "127.0.0.1:0", args, stderr);
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         let m = Mounted {
