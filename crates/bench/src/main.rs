@@ -50,6 +50,12 @@ enum Command {
     /// (internal) Build the journal for `recovery` and exit without close.
     #[command(hide = true)]
     RecoveryPrepare(suite::recovery::RecoveryArgs),
+    /// Log-less recovery of N backed-up operations after a crash (open,
+    /// replay by the stamp rule, write-back); compare with `recovery`.
+    LoglessRecovery(suite::recovery::RecoveryArgs),
+    /// (internal) Build the store and backups for `logless-recovery`.
+    #[command(hide = true)]
+    LoglessRecoveryPrepare(suite::recovery::RecoveryArgs),
 }
 
 fn main() {
@@ -66,6 +72,8 @@ fn main() {
         Command::Search(a) => suite::search::search(a),
         Command::Recovery(a) => suite::recovery::recovery(a),
         Command::RecoveryPrepare(a) => suite::recovery::prepare(a),
+        Command::LoglessRecovery(a) => suite::logless::recovery(a),
+        Command::LoglessRecoveryPrepare(a) => suite::logless::prepare(a),
     };
     report.print(cli.json);
 }
