@@ -295,8 +295,14 @@ impl Logless {
         *self.crashed.lock()
     }
 
-    /// Recovery is over (its results are written back): this run's own id
-    /// goes into the state file.
+    /// The crashed run's backups are applied in memory: checkpoints may
+    /// run again.
+    pub fn recovery_applied(&self) {
+        *self.crashed.lock() = None;
+    }
+
+    /// Recovery is over and written back: this run's own id goes into the
+    /// state file.
     pub fn recovered(&self, store: &dyn Store) -> Result<(), EngineError> {
         write_run_state(
             store,
@@ -304,9 +310,7 @@ impl Logless {
                 clean: false,
                 incarnation: self.incarnation,
             },
-        )?;
-        *self.crashed.lock() = None;
-        Ok(())
+        )
     }
 
     /// A clean shutdown: everything is written back.

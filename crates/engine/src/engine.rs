@@ -571,6 +571,16 @@ impl Inner {
     /// yet, so the pass repeats for it.
     fn checkpoint(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
         let _one_at_a_time = self.checkpoint_lock.lock();
+        if self
+            .logless
+            .as_ref()
+            .is_some_and(|ll| ll.crashed().is_some())
+        {
+            // A crashed log-less run is not recovered yet: the manifest
+            // must keep describing what its clients' backups build on (a
+            // new one would move `replay_from` past entries they hold).
+            return Ok(());
+        }
         let journal_bytes = self.journal.stats().bytes_written;
         // Tables dirtied after this point have first_dirty_lsn >= fallback.
         let fallback = self.journal.next_lsn();
@@ -1447,6 +1457,10 @@ impl Engine {
                 .store(count_inodes(&map), Ordering::Relaxed);
         }
         inner.split_oversized();
+        // Checkpoints are allowed again (see `checkpoint`); if this one
+        // fails, the state file still names the crashed run, so the next
+        // start recovers from the same backups over whatever got written.
+        ll.recovery_applied();
         self.sync()?;
         ll.recovered(&*inner.store)?;
         Ok(report)

@@ -947,7 +947,13 @@ fn crash_recovery_logless() {
     run_crash_test(true);
 }
 
+/// The two crash tests run one at a time: a child spawned by one test
+/// inherits (until its exec) the other's store LOCK descriptor, and that
+/// test's immediate re-open would find the lock held.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 fn run_crash_test(logless: bool) {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let kills = env_u64("SEXTANT_CRASH_KILLS").map_or(DEFAULT_KILLS, |k| k as usize);
     let master = env_u64("SEXTANT_CRASH_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()

@@ -144,9 +144,13 @@ fn the_journal_refuses_a_crashed_logless_store_until_it_is_recovered() {
         Engine::open_dir(dir.path(), journal.clone()),
         Err(EngineError::LoglessNotRecovered)
     ));
-    // A crash during recovery keeps asking for the same backups.
+    // A crash during recovery keeps asking for the same backups, and so
+    // does a clean close before recovery (it writes nothing back).
     let crashed = open(dir.path()).crashed_incarnation();
     assert!(crashed.is_some());
+    let before = open(dir.path());
+    assert_eq!(before.crashed_incarnation(), crashed);
+    before.close().unwrap();
     let e = open(dir.path());
     assert_eq!(e.crashed_incarnation(), crashed);
     let rep = e

@@ -248,6 +248,12 @@ fn start_metrics(addr: &str, engine: &Engine) {
             metrics::counter!("sextant_table_splits_total").absolute(s.splits);
             metrics::counter!("sextant_table_merges_total").absolute(s.merges);
             metrics::counter!("sextant_lock_retries_total").absolute(s.retries);
+            if let Some((stamped, issued, _)) = engine.logless_stats() {
+                metrics::gauge!("sextant_logless_written_back_lsn")
+                    .set(engine.written_back_lsn() as f64);
+                metrics::gauge!("sextant_logless_stamped_inodes").set(stamped as f64);
+                metrics::counter!("sextant_logless_backup_bytes_issued_total").absolute(issued);
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
