@@ -105,9 +105,15 @@ pub fn encode_redo(
         &postcard::to_stdvec(&(lsn, prev)).expect("serializing to a Vec cannot fail"),
     );
     out.extend_from_slice(mutations);
-    let mac = blake3::keyed_hash(key, &out);
-    out.extend_from_slice(mac.as_bytes());
-    out
+    seal(key, out)
+}
+
+/// Appends the keyed hash of `body` under `key` (what [`decode_redo`]
+/// checks first).
+pub fn seal(key: &[u8; KEY_LEN], mut body: Vec<u8>) -> Vec<u8> {
+    let mac = blake3::keyed_hash(key, &body);
+    body.extend_from_slice(mac.as_bytes());
+    body
 }
 
 /// Why a collected entry was refused.
