@@ -22,6 +22,11 @@
 //!   retry back-off on the next request.
 //! - When a lane cannot be made (server unreachable), the thread uses the
 //!   shared client and runtime, and tries again after [`RETRY_AFTER`].
+//!
+//! Cost: each lane is a client of its own for the server's exactly-once
+//! table (4,096 clients remembered by default, the least recently active
+//! forgotten first): a mount uses up to one per FUSE thread at a time, and
+//! a new one each time an idle lane is replaced.
 
 use sextant_client::Client;
 use std::cell::{Cell, RefCell};
