@@ -13,7 +13,9 @@
 #   postmark  Postmark with Magellan's setting (bench/postmark/magellan.pmrc)
 #             on the mount, on bindfs and on the local directory
 #
-# Environment: TAG (added to the procs result names), REPS (3), ITEMS (2000 per worker, compare), PROC_ITEMS (1000
+# Environment: TAG (added to the compare and procs result names, e.g. to
+# interleave two builds), REPS (3), ITEMS (2000 per worker, compare),
+# THREADS ("1 4", compare), PROCS ("1 2 4 8 16", procs), PROC_ITEMS (1000
 # per process, procs), TTL (kernel attr/entry cache seconds on both mounts,
 # 0 = every operation reaches the daemon), JOURNAL (fsync), WORK
 # (/work/bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
@@ -29,6 +31,8 @@ SEXTANT_BENCH_DEPS=1 source scripts/ensure-deps.sh
 
 REPS=${REPS:-3}
 ITEMS=${ITEMS:-2000}
+THREADS=${THREADS:-1 4}
+PROCS=${PROCS:-1 2 4 8 16}
 PROC_ITEMS=${PROC_ITEMS:-1000}
 TTL=${TTL:-0}
 JOURNAL=${JOURNAL:-fsync}
@@ -71,7 +75,7 @@ mkdir -p "$OBJECTS"
   --threads 16 --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
 bindfs --multithreaded -o "attr_timeout=$TTL,entry_timeout=$TTL" "$WORK/local" "$WORK/bind"
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
-log "sextant mount (journal $JOURNAL, ttl $TTL, 16 threads, objects in $OBJECTS) at $WORK/mnt; bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD)"
+log "sextant mount (journal $JOURNAL, ttl $TTL, 16 threads, objects in $OBJECTS) at $WORK/mnt; bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD); binary $SEXTANT${TAG:+; tag $TAG}"
 
 MOUNT_PID=$(pgrep -f -- "mount --attr-timeout $TTL --entry-timeout $TTL --threads 16 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
 BINDFS_PID=$(pgrep -f -- "bindfs --multithreaded .* $WORK/bind" | head -1)
@@ -93,18 +97,18 @@ for w in "${WHAT[@]}"; do
   case $w in
   compare)
     for rep in $(seq "$REPS"); do
-      for t in 1 4; do
+      for t in $THREADS; do
         for fs in sextant bindfs local; do
           case $fs in sextant) d=$WORK/mnt ;; bindfs) d=$WORK/bind ;; local) d=$WORK/local ;; esac
           log "compare rep $rep: $fs, $t threads × $ITEMS items"
-          bench "compare-ttl$TTL-t$t-$fs-$rep" "$d" --tasks "$t" --items "$ITEMS"
+          bench "compare-ttl$TTL${TAG:+-$TAG}-t$t-$fs-$rep" "$d" --tasks "$t" --items "$ITEMS"
         done
       done
     done
     ;;
   procs)
     for rep in $(seq "$REPS"); do
-      for p in 1 2 4 8 16; do
+      for p in $PROCS; do
         log "procs rep $rep: P=$p × $PROC_ITEMS creates"
         bench "procs-$JOURNAL${TAG:+-$TAG}-p$p-$rep" "$WORK/mnt" -P "$p" --tasks 1 --items "$PROC_ITEMS" -F --phases create
       done

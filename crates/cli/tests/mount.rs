@@ -414,3 +414,53 @@ fn server_kill9_under_the_mount_loses_nothing_acknowledged() {
         acked.len()
     );
 }
+
+/// A listing longer than one server batch (1,024 entries) and than many
+/// kernel buffers, read through directory handles that keep a batch: every
+/// name once, `..` naming the parent, a rewind starting over, and `rm -r`
+/// (which unlinks while it reads) leaving nothing behind.
+#[test]
+fn long_listings_are_complete_and_dotdot_is_the_parent() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    let n = 2_600;
+    sh(
+        &m.mnt,
+        &format!("mkdir -p top/big && cd top/big && seq 1 {n} | sed 's/^/file-with-a-longish-name-/' | xargs touch"),
+    );
+    let mut names: Vec<String> = std::fs::read_dir(m.p("top/big"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (1..=n)
+        .map(|i| format!("file-with-a-longish-name-{i}"))
+        .collect();
+    want.sort();
+    assert_eq!(names, want, "every name exactly once");
+    // `..` in the listing (d_ino) is the parent's inode number; also for a
+    // directory the mount has not seen the attributes of since it started.
+    for (dir, parent) in [("top/big", "top"), ("top", ".")] {
+        let out = sh(
+            &m.mnt,
+            &format!("ls -ai {dir} | awk '$2 == \"..\" {{ print $1 }}'"),
+        );
+        let ino = std::fs::metadata(m.p(parent)).unwrap().ino();
+        assert_eq!(out.trim(), ino.to_string(), "`..` of {dir}");
+    }
+    // Rewinding re-reads from the server: a name added after the first
+    // pass shows in the second pass of the same open directory.
+    let out = sh(
+        &m.mnt,
+        "python3 -c 'import os,sys; fd=os.open(\"top/big\", os.O_RDONLY); \
+         a=len(os.listdir(fd)); open(\"top/big/late\",\"w\").close(); \
+         b=len(os.listdir(fd)); print(a, b)' 2>/dev/null || echo skip",
+    );
+    if out.trim() != "skip" {
+        assert_eq!(out.trim(), format!("{n} {}", n + 1), "rewind re-reads");
+    }
+    sh(&m.mnt, "rm -r top/big");
+    assert_eq!(std::fs::read_dir(m.p("top")).unwrap().count(), 0);
+}

@@ -230,6 +230,46 @@ impl Client {
         Ok(client)
     }
 
+    /// Another connection to the same server, with the same secret and
+    /// options but its own session and its own client id (exactly-once
+    /// sequences are per client id, so two clients never share one; a
+    /// client with exactly-once disabled gives one with it disabled).
+    ///
+    /// The session's tasks run on the runtime this is awaited on. On a
+    /// calling-thread (`current_thread`) runtime, a call made with
+    /// `block_on` then never leaves the calling thread — what the FUSE
+    /// mount does, one sibling per FUSE thread. Such a session is driven
+    /// only while someone is blocked on that runtime: it cannot answer the
+    /// server's keep-alive pings while idle, so its owner should replace it
+    /// after a long idle spell (the server drops it ~50 s after its last
+    /// unanswered ping; a call on a dropped session reconnects and retries,
+    /// so this costs time, not correctness).
+    pub async fn sibling(&self) -> Result<Client> {
+        let options = Options {
+            client_id: match self.inner.options.client_id {
+                Some(0) => Some(0),
+                _ => None,
+            },
+            ..self.inner.options.clone()
+        };
+        let client = Client {
+            inner: Arc::new(Inner {
+                addr: self.inner.addr.clone(),
+                endpoint: self.inner.endpoint.clone(),
+                secret: self.inner.secret.clone(),
+                client_id: options.client_id.unwrap_or_else(random_u64),
+                next_seq: AtomicU64::new(1),
+                next_id: AtomicU64::new(1),
+                options,
+                conn: tokio::sync::Mutex::new(None),
+                mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
+                search_channel: Mutex::new(None),
+            }),
+        };
+        client.conn().await?;
+        Ok(client)
+    }
+
     pub fn addr(&self) -> &str {
         &self.inner.addr
     }

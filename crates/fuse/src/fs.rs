@@ -3,6 +3,9 @@
 //! [`Respond::send`] — the only errno conversion point.
 
 use crate::data::{Data, Dirty};
+use crate::dirs::{DirHandles, BATCH};
+use crate::groups::GroupCache;
+use crate::lane::Lanes;
 use crate::nodes::Nodes;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
 use fuser::{
@@ -19,40 +22,15 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Entries asked of the server per readdir reply (a 4 KiB reply holds ~100).
-const READDIR_BATCH: usize = 128;
-
 pub struct SextantFs {
-    pub(crate) client: Client,
-    pub(crate) rt: tokio::runtime::Handle,
+    /// Per-thread connections (and the shared one).
+    pub(crate) lanes: Lanes,
+    pub(crate) groups: GroupCache,
+    pub(crate) dirs: DirHandles,
     pub(crate) nodes: Nodes,
     pub(crate) data: Data,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
-}
-
-/// The caller's uid, gid and supplementary groups (`Groups:` of
-/// /proc/<pid>/status; none when the kernel sends no pid).
-fn cred(req: &Request) -> Credentials {
-    let mut c = Credentials::user(req.uid(), req.gid());
-    if req.pid() != 0 {
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
-            c.groups = parse_groups(&status);
-        }
-    }
-    c
-}
-
-pub(crate) fn parse_groups(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn name(n: &OsStr) -> &[u8] {
@@ -102,9 +80,22 @@ fn root() -> Credentials {
 }
 
 impl SextantFs {
-    /// Runs one operation and sends its reply.
+    /// Runs one operation on this thread's lane and sends its reply.
     fn run<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
-        reply.send(self.rt.block_on(op));
+        reply.send(self.lanes.block_on(op));
+    }
+
+    /// The client to call: this thread's lane inside [`SextantFs::run`].
+    fn client(&self) -> Client {
+        self.lanes.client()
+    }
+
+    /// The caller's uid, gid and supplementary groups (cached briefly per
+    /// pid, see [`crate::groups`]; none when the kernel sends no pid).
+    fn cred(&self, req: &Request) -> Credentials {
+        let mut c = Credentials::user(req.uid(), req.gid());
+        c.groups = self.groups.groups(req.pid(), req.uid(), req.gid());
+        c
     }
 
     fn soid(&self, ino: INodeNo) -> OpResult<Soid> {
@@ -112,6 +103,9 @@ impl SextantFs {
     }
 
     fn file_attr(&self, a: &Attr, ino: u64) -> FileAttr {
+        if a.ftype == FileType::Directory {
+            self.nodes.set_parent(ino, a.parent);
+        }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {
             ino: INodeNo(ino),
@@ -154,7 +148,7 @@ impl SextantFs {
             size: Some(d.size),
             ..Default::default()
         };
-        match self.client.setattr(&root(), d.soid, &set).await {
+        match self.client().setattr(&root(), d.soid, &set).await {
             Ok(_) | Err(sextant_client::Error::Fs(FsError::NotFound)) => Ok(()),
             Err(e) => {
                 self.data.restore_dirty(d);
@@ -205,8 +199,8 @@ impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run(reply, async {
             let a = self
-                .client
-                .lookup(&cred(req), self.soid(parent)?, name(n))
+                .client()
+                .lookup(&self.cred(req), self.soid(parent)?, name(n))
                 .await?;
             Ok(self.entry(&a))
         })
@@ -219,7 +213,7 @@ impl Filesystem for SextantFs {
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.run(reply, async {
             let soid = self.soid(ino)?;
-            let a = match self.client.getattr(&cred(req), soid).await {
+            let a = match self.client().getattr(&self.cred(req), soid).await {
                 Err(e) if e.fs() == Some(FsError::NotFound) => self.data.orphan(soid).ok_or(e)?,
                 r => r?,
             };
@@ -257,11 +251,11 @@ impl Filesystem for SextantFs {
             };
             // Written data first, so explicit times given now win.
             self.send_dirty(self.data.take_dirty(soid)).await?;
-            let c = cred(req);
+            let c = self.cred(req);
             let a = if set.is_empty() {
-                self.client.getattr(&c, soid).await?
+                self.client().getattr(&c, soid).await?
             } else {
-                self.client.setattr(&c, soid, &set).await?
+                self.client().setattr(&c, soid, &set).await?
             };
             if let Some(size) = size {
                 self.data.truncate(soid, size)?;
@@ -272,7 +266,10 @@ impl Filesystem for SextantFs {
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         self.run(reply, async {
-            let t = self.client.readlink(&cred(req), self.soid(ino)?).await?;
+            let t = self
+                .client()
+                .readlink(&self.cred(req), self.soid(ino)?)
+                .await?;
             Ok(t.into_vec())
         })
     }
@@ -295,8 +292,8 @@ impl Filesystem for SextantFs {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
             let a = self
-                .client
-                .mknod(&cred(req), p, name(n), ftype, perm, rdev)
+                .client()
+                .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
                 .await?;
             Ok(self.entry(&a))
         })
@@ -314,25 +311,28 @@ impl Filesystem for SextantFs {
         self.run(reply, async {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
-            let a = self.client.mkdir(&cred(req), p, name(n), perm).await?;
+            let a = self
+                .client()
+                .mkdir(&self.cred(req), p, name(n), perm)
+                .await?;
             Ok(self.entry(&a))
         })
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
-            let (c, p) = (cred(req), self.soid(parent)?);
-            let victim = self.client.lookup(&c, p, name(n)).await?;
-            self.client.unlink(&c, p, name(n)).await?;
+            let (c, p) = (self.cred(req), self.soid(parent)?);
+            let victim = self.client().lookup(&c, p, name(n)).await?;
+            self.client().unlink(&c, p, name(n)).await?;
             self.unlinked(&victim)
         })
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
-            let (c, p) = (cred(req), self.soid(parent)?);
-            let victim = self.client.lookup(&c, p, name(n)).await?;
-            self.client.rmdir(&c, p, name(n)).await?;
+            let (c, p) = (self.cred(req), self.soid(parent)?);
+            let victim = self.client().lookup(&c, p, name(n)).await?;
+            self.client().rmdir(&c, p, name(n)).await?;
             self.unlinked(&victim)
         })
     }
@@ -349,8 +349,8 @@ impl Filesystem for SextantFs {
             let p = self.soid(parent)?;
             let t = target.as_os_str().as_bytes();
             let a = self
-                .client
-                .symlink(&cred(req), p, name(link_name), t)
+                .client()
+                .symlink(&self.cred(req), p, name(link_name), t)
                 .await?;
             Ok(self.entry(&a))
         })
@@ -374,15 +374,15 @@ impl Filesystem for SextantFs {
                 noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
             };
-            let c = cred(req);
+            let c = self.cred(req);
             let (p, np) = (self.soid(parent)?, self.soid(newparent)?);
             let same_name = p == np && n == newname;
             let victim = if flags.exchange || flags.noreplace || same_name {
                 None
             } else {
-                self.client.lookup(&c, np, name(newname)).await.ok()
+                self.client().lookup(&c, np, name(newname)).await.ok()
             };
-            self.client
+            self.client()
                 .rename(&c, p, name(n), np, name(newname), flags)
                 .await?;
             match victim {
@@ -402,7 +402,10 @@ impl Filesystem for SextantFs {
     ) {
         self.run(reply, async {
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
-            let a = self.client.link(&cred(req), s, np, name(newname)).await?;
+            let a = self
+                .client()
+                .link(&self.cred(req), s, np, name(newname))
+                .await?;
             Ok(self.entry(&a))
         })
     }
@@ -410,7 +413,10 @@ impl Filesystem for SextantFs {
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // The kernel checked the open mode (default_permissions).
         self.run(reply, async {
-            let a = self.client.getattr(&cred(req), self.soid(ino)?).await?;
+            let a = self
+                .client()
+                .getattr(&self.cred(req), self.soid(ino)?)
+                .await?;
             Ok(self.data.open(&a)?)
         })
     }
@@ -488,16 +494,34 @@ impl Filesystem for SextantFs {
         })
     }
 
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Permission to read it is the kernel's check (default_permissions);
+        // the server checks again on every batch.
+        reply.send(Ok(self.dirs.open()));
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.release(fh.0);
+        reply.send(Ok(()));
+    }
+
     fn readdir(
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
         self.run(reply, async {
-            let (c, soid) = (cred(req), self.soid(ino)?);
+            let soid = self.soid(ino)?;
             let mut items: Vec<DirItem> = Vec::new();
             let dir = fuser::FileType::Directory;
             // Cookies 1 and 2 are never a name's (the engine's start at 256).
@@ -505,10 +529,21 @@ impl Filesystem for SextantFs {
                 items.push((ino.0, 1, dir, ".".into()));
             }
             if offset < 2 {
-                let parent = self.client.getattr(&c, soid).await?.parent;
+                let parent = match self.nodes.parent(ino.0) {
+                    Some(p) => p,
+                    None => self.client().getattr(&self.cred(req), soid).await?.parent,
+                };
                 items.push((self.nodes.ino(parent, false), 2, dir, "..".into()));
             }
-            let entries = self.client.readdir(&c, soid, offset, READDIR_BATCH).await?;
+            let after = if offset < 2 { 0 } else { offset };
+            let entries = match self.dirs.cached(fh.0, after) {
+                Some(e) => e,
+                None => {
+                    let c = self.cred(req);
+                    let batch = self.client().readdir(&c, soid, after, BATCH).await?;
+                    self.dirs.fill(fh.0, after, batch)
+                }
+            };
             items.extend(entries.into_iter().map(|e| {
                 (
                     self.nodes.ino(e.soid, false),
@@ -523,7 +558,7 @@ impl Filesystem for SextantFs {
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         self.run(reply, async {
-            let s = self.client.statfs(&cred(req)).await?;
+            let s = self.client().statfs(&self.cred(req)).await?;
             let mut out = self.statfs_data();
             // Inodes are not a scarce resource: report plenty free.
             out.ffree = u64::MAX / 2 - s.inodes;
@@ -551,8 +586,8 @@ impl Filesystem for SextantFs {
             };
             let s = self.soid(ino)?;
             Ok(self
-                .client
-                .setxattr(&cred(req), s, name(n), value, flags)
+                .client()
+                .setxattr(&self.cred(req), s, name(n), value, flags)
                 .await?)
         })
     }
@@ -560,14 +595,17 @@ impl Filesystem for SextantFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
         self.run(reply, async {
             let s = self.soid(ino)?;
-            let v = self.client.getxattr(&cred(req), s, name(n)).await?;
+            let v = self.client().getxattr(&self.cred(req), s, name(n)).await?;
             Xattr::fit(v.into_vec(), size)
         })
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         self.run(reply, async {
-            let names = self.client.listxattr(&cred(req), self.soid(ino)?).await?;
+            let names = self
+                .client()
+                .listxattr(&self.cred(req), self.soid(ino)?)
+                .await?;
             let mut list = Vec::new();
             for n in names.iter() {
                 list.extend_from_slice(n);
@@ -580,7 +618,10 @@ impl Filesystem for SextantFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
             let s = self.soid(ino)?;
-            Ok(self.client.removexattr(&cred(req), s, name(n)).await?)
+            Ok(self
+                .client()
+                .removexattr(&self.cred(req), s, name(n))
+                .await?)
         })
     }
 
@@ -588,8 +629,8 @@ impl Filesystem for SextantFs {
         self.run(reply, async {
             let s = self.soid(ino)?;
             Ok(self
-                .client
-                .access(&cred(req), s, mask.bits() as u32)
+                .client()
+                .access(&self.cred(req), s, mask.bits() as u32)
                 .await?)
         })
     }
@@ -609,8 +650,8 @@ impl Filesystem for SextantFs {
             let exclusive = flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
             let a = self
-                .client
-                .create(&cred(req), p, name(n), perm, exclusive)
+                .client()
+                .create(&self.cred(req), p, name(n), perm, exclusive)
                 .await?;
             let fh = self.data.open(&a)?;
             Ok((self.entry(&a), fh))
@@ -621,14 +662,6 @@ impl Filesystem for SextantFs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn groups_from_proc_status() {
-        let status = "Name:\tbash\nGid:\t5\t5\t5\t5\nGroups:\t4 24 27 \nNgid:\t0\n";
-        assert_eq!(parse_groups(status), vec![4, 24, 27]);
-        assert_eq!(parse_groups("Groups:\t\n"), Vec::<u32>::new());
-        assert_eq!(parse_groups("Name:\tx\n"), Vec::<u32>::new());
-    }
 
     #[test]
     fn times_round_trip() {

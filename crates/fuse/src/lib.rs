@@ -13,13 +13,20 @@
 //! only (file data is local to the mount). File
 //! data lives in a local object directory, one file per SOID (`data`).
 //!
+//! - [`lane`]: a server connection per FUSE thread, driven by that thread
+//!   (a request is answered without hopping threads).
+//! - [`groups`]: the caller's supplementary groups, cached 1 s per pid.
+//! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
 
 pub mod data;
+pub mod dirs;
 mod fs;
+pub mod groups;
+pub mod lane;
 pub mod nodes;
 mod reply;
 
@@ -62,7 +69,9 @@ impl MountConfig {
 
 /// Mounts, calls `ready` once the mount is in place, and serves requests
 /// until the file system is unmounted (`fusermount3 -u`, or SIGINT/SIGTERM
-/// to this process). Client calls run on `rt`.
+/// to this process). Each FUSE thread makes its own connection from
+/// `client` (see [`lane`]); `rt` (a multi-thread runtime, which `client`
+/// runs on) handles signals and serves threads that could not connect.
 pub fn mount(
     client: Client,
     rt: tokio::runtime::Handle,
@@ -70,8 +79,9 @@ pub fn mount(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     let fs = fs::SextantFs {
-        client,
-        rt: rt.clone(),
+        lanes: lane::Lanes::new(client, rt.clone()),
+        groups: groups::GroupCache::new(groups::DEFAULT_TTL),
+        dirs: dirs::DirHandles::default(),
         nodes: nodes::Nodes::default(),
         data: data::Data::open_dir(&cfg.data_dir)?,
         attr_ttl: cfg.attr_ttl,

@@ -11,6 +11,12 @@
 //! removed), it *detaches* the SOID: the node stays until the kernel forgets
 //! it, but a later inode that reuses the SOID gets a fresh node id, so the
 //! kernel never mistakes the new inode for the old one.
+//!
+//! For directories the map also keeps the parent SOID last seen in their
+//! attributes, for the `..` entry of a listing. It is as fresh as the last
+//! attributes the mount received for the directory (a directory moved by
+//! another client shows its old parent's node id until then); only the
+//! `d_ino` of `..` depends on it.
 
 use parking_lot::Mutex;
 use sextant_types::Soid;
@@ -23,6 +29,8 @@ pub const ROOT_INO: u64 = 1;
 struct Node {
     soid: Soid,
     lookups: u64,
+    /// A directory's parent, as last seen in its attributes.
+    parent: Option<Soid>,
 }
 
 #[derive(Debug)]
@@ -45,6 +53,7 @@ impl Default for Nodes {
             Node {
                 soid: Soid::ROOT,
                 lookups: 1,
+                parent: Some(Soid::ROOT),
             },
         );
         let mut by_soid = HashMap::new();
@@ -77,7 +86,14 @@ impl Nodes {
                 let ino = inner.next;
                 inner.next += 1;
                 inner.by_soid.insert(soid, ino);
-                inner.by_ino.insert(ino, Node { soid, lookups: 0 });
+                inner.by_ino.insert(
+                    ino,
+                    Node {
+                        soid,
+                        lookups: 0,
+                        parent: None,
+                    },
+                );
                 ino
             }
         };
@@ -87,6 +103,18 @@ impl Nodes {
             }
         }
         ino
+    }
+
+    /// Records the parent of directory `ino` (from its attributes).
+    pub fn set_parent(&self, ino: u64, parent: Soid) {
+        if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
+            n.parent = Some(parent);
+        }
+    }
+
+    /// The parent of directory `ino` as last recorded, if any.
+    pub fn parent(&self, ino: u64) -> Option<Soid> {
+        self.inner.lock().by_ino.get(&ino).and_then(|n| n.parent)
     }
 
     /// The kernel dropped `n` references to `ino`.
@@ -178,6 +206,20 @@ mod tests {
         n.forget(a, 1);
         assert_eq!(n.soid(b), Some(s(5)), "forgetting the old id keeps the new");
         assert_eq!(n.ino(s(5), false), b);
+    }
+
+    #[test]
+    fn parents_are_remembered_per_node() {
+        let n = Nodes::default();
+        assert_eq!(n.parent(ROOT_INO), Some(Soid::ROOT));
+        let a = n.ino(s(5), true);
+        assert_eq!(n.parent(a), None);
+        n.set_parent(a, s(3));
+        assert_eq!(n.parent(a), Some(s(3)));
+        n.set_parent(a, s(4));
+        assert_eq!(n.parent(a), Some(s(4)), "the last one seen wins");
+        n.forget(a, 1);
+        assert_eq!(n.parent(a), None, "gone with its node");
     }
 
     #[test]

@@ -1,0 +1,172 @@
+//! Open directory handles and the entries read ahead for each.
+//!
+//! A kernel READDIR buffer holds ~100 names (4 KiB), so a listing is many
+//! READDIR requests. Each handle keeps the last batch it fetched from the
+//! server (up to [`BATCH`] entries, one round trip), and answers the
+//! following READDIRs from it while the kernel asks for the offsets it
+//! holds.
+//!
+//! Invariants:
+//! - A buffer holds the entries after cookie `after`, in cookie order, as
+//!   the server returned them. It never says where the directory ends: past
+//!   its last entry the server is asked again (an empty answer is the end),
+//!   so a server that returns short batches mid-directory is still read
+//!   whole.
+//! - Offset 0 (a fresh listing or `rewinddir`) is never answered from the
+//!   buffer, so every listing starts with what the server has now. Later
+//!   offsets may be answered from entries read earlier in the same listing:
+//!   POSIX leaves unspecified whether names added or removed since
+//!   `opendir`/`rewinddir` are seen.
+
+use parking_lot::Mutex;
+use sextant_engine::DirEntry;
+use std::collections::HashMap;
+
+/// Entries asked of the server per round trip (the protocol's maximum,
+/// `READDIR_MAX`; a server may return fewer).
+pub const BATCH: usize = 1024;
+
+/// Entries handed to one READDIR reply at most (a reply stops when the
+/// kernel's buffer is full; this bounds the copying).
+pub const REPLY_MAX: usize = 512;
+
+#[derive(Debug)]
+struct Buffer {
+    after: u64,
+    entries: Vec<DirEntry>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next_fh: u64,
+    open: HashMap<u64, Option<Buffer>>,
+}
+
+/// The open directory handles of a mount.
+#[derive(Debug, Default)]
+pub struct DirHandles {
+    inner: Mutex<Inner>,
+}
+
+impl DirHandles {
+    /// A new handle (never 0, never reused).
+    pub fn open(&self) -> u64 {
+        let mut g = self.inner.lock();
+        g.next_fh += 1;
+        let fh = g.next_fh;
+        g.open.insert(fh, None);
+        fh
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.inner.lock().open.remove(&fh);
+    }
+
+    /// The entries after `offset` from `fh`'s buffer (at most
+    /// [`REPLY_MAX`]), or `None` when the buffer holds nothing after
+    /// `offset` and the server must be asked.
+    pub fn cached(&self, fh: u64, offset: u64) -> Option<Vec<DirEntry>> {
+        if offset == 0 {
+            return None;
+        }
+        let g = self.inner.lock();
+        let b = g.open.get(&fh)?.as_ref()?;
+        let start = if offset == b.after {
+            0
+        } else {
+            b.entries.iter().position(|e| e.cookie == offset)? + 1
+        };
+        if start == b.entries.len() {
+            return None;
+        }
+        let end = b.entries.len().min(start + REPLY_MAX);
+        Some(b.entries[start..end].to_vec())
+    }
+
+    /// Keeps a batch fetched for `fh` (the entries after `after`) and
+    /// returns the part for one reply.
+    pub fn fill(&self, fh: u64, after: u64, entries: Vec<DirEntry>) -> Vec<DirEntry> {
+        let reply = entries[..entries.len().min(REPLY_MAX)].to_vec();
+        let mut g = self.inner.lock();
+        if let Some(slot) = g.open.get_mut(&fh) {
+            *slot = Some(Buffer { after, entries });
+        }
+        reply
+    }
+
+    /// Open handles (for tests).
+    pub fn len(&self) -> usize {
+        self.inner.lock().open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_types::{FileType, Soid};
+
+    fn entries(cookies: impl IntoIterator<Item = u64>) -> Vec<DirEntry> {
+        cookies
+            .into_iter()
+            .map(|c| DirEntry {
+                name: format!("f{c}").into_bytes().into_boxed_slice(),
+                soid: Soid::from_u128(c as u128),
+                ftype: FileType::Regular,
+                cookie: c,
+            })
+            .collect()
+    }
+
+    fn cookies(e: &[DirEntry]) -> Vec<u64> {
+        e.iter().map(|e| e.cookie).collect()
+    }
+
+    #[test]
+    fn a_full_batch_is_served_in_pieces_then_refetched() {
+        let d = DirHandles::default();
+        let fh = d.open();
+        assert!(d.cached(fh, 0).is_none(), "offset 0 always asks the server");
+        let batch = entries(256..256 + BATCH as u64);
+        let first = d.fill(fh, 0, batch);
+        assert_eq!(first.len(), REPLY_MAX);
+        assert_eq!(cookies(&d.cached(fh, 355).unwrap())[0], 356);
+        let last = 256 + BATCH as u64 - 1;
+        assert!(
+            d.cached(fh, last).is_none(),
+            "past the buffer: ask the server"
+        );
+        assert!(d.cached(fh, 7).is_none(), "an offset not in the buffer");
+        let tail = d.fill(fh, last, entries([last + 1, last + 2]));
+        assert_eq!(cookies(&tail), vec![last + 1, last + 2]);
+        assert_eq!(
+            cookies(&d.cached(fh, last).unwrap()),
+            vec![last + 1, last + 2]
+        );
+        assert_eq!(cookies(&d.cached(fh, last + 1).unwrap()), vec![last + 2]);
+        assert!(
+            d.cached(fh, last + 2).is_none(),
+            "the end is the server's to say"
+        );
+    }
+
+    #[test]
+    fn released_and_unknown_handles_cache_nothing() {
+        let d = DirHandles::default();
+        let fh = d.open();
+        d.fill(fh, 0, entries([256, 257]));
+        assert_eq!(cookies(&d.cached(fh, 256).unwrap()), vec![257]);
+        d.release(fh);
+        assert!(d.cached(fh, 256).is_none());
+        assert_eq!(cookies(&d.fill(fh, 0, entries([256]))), vec![256]);
+        assert!(
+            d.cached(fh, 256).is_none(),
+            "a released handle keeps nothing"
+        );
+        assert!(d.is_empty());
+        assert_ne!(d.open(), fh, "handles are not reused");
+    }
+}
