@@ -52,20 +52,27 @@ impl Backups {
         }
         if resp.incarnation != self.stats.incarnation {
             self.entries.clear();
+            self.stats.bytes = 0;
             self.stats.incarnation = resp.incarnation;
             self.stats.written_back = 0;
         }
-        self.stats.written_back = self.stats.written_back.max(resp.written_back);
+        if resp.written_back > self.stats.written_back {
+            self.stats.written_back = resp.written_back;
+            // Drop what is written back; each entry is counted out once.
+            let keep = self.entries.split_off(&(self.stats.written_back + 1));
+            let dropped = std::mem::replace(&mut self.entries, keep);
+            self.stats.bytes -= dropped.values().map(Vec::len).sum::<usize>();
+        }
         for b in std::mem::take(&mut resp.backups) {
             self.stats.received += 1;
             if b.lsn > self.stats.written_back {
-                self.entries.entry(b.lsn).or_insert(b.entry);
+                if let std::collections::btree_map::Entry::Vacant(v) = self.entries.entry(b.lsn) {
+                    self.stats.bytes += b.entry.len();
+                    v.insert(b.entry);
+                }
             }
         }
-        let keep = self.entries.split_off(&(self.stats.written_back + 1));
-        self.entries = keep;
         self.stats.entries = self.entries.len();
-        self.stats.bytes = self.entries.values().map(Vec::len).sum();
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes);
     }
 

@@ -264,6 +264,13 @@ impl Client {
                 conn: tokio::sync::Mutex::new(None),
                 mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
                 search_channel: Mutex::new(None),
+                // Log-less backups are the family's, not the sibling's: a
+                // sibling dropped (or replaced) keeps nothing to itself, and
+                // the first client to reconnect hands back everything. The
+                // original's task (on the runtime it was connected on)
+                // reconnects when a session breaks.
+                backups: Arc::clone(&self.inner.backups),
+                session_broke: Arc::clone(&self.inner.session_broke),
             }),
         };
         client.conn().await?;
