@@ -1410,6 +1410,15 @@ impl Engine {
             let map = inner.tables.read();
             let epoch = inner.epoch();
             for (e, d) in entries.values().zip(&decisions) {
+                if !matches!(d, Decision::Discard { .. }) {
+                    // The SOID counters only grow: merged for every entry
+                    // that is not thrown away (durable ones included).
+                    for m in &e.mutations {
+                        if let Mutation::HighWater(hw) = m {
+                            inner.high_water.lock().merge_max(hw);
+                        }
+                    }
+                }
                 match d {
                     Decision::Durable => report.durable += 1,
                     Decision::Discard { partial, .. } => {
@@ -1422,10 +1431,7 @@ impl Engine {
                         report.applied += 1;
                         for m in &e.mutations {
                             let Some(key) = m.table_key() else {
-                                if let Mutation::HighWater(hw) = m {
-                                    inner.high_water.lock().merge_max(hw);
-                                }
-                                continue;
+                                continue; // HighWater: merged above
                             };
                             if e.lsn <= ll.floor(key) {
                                 continue;

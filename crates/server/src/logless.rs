@@ -46,7 +46,8 @@ pub fn backup_to_pb(r: &Redo) -> pb::RedoBackup {
 struct Collecting {
     backups: Vec<Vec<u8>>,
     bytes: usize,
-    clients: usize,
+    /// `Recover` messages taken (a client sends one per 512 KiB).
+    uploads: usize,
 }
 
 pub struct LoglessServer {
@@ -71,7 +72,7 @@ impl LoglessServer {
             collecting: Mutex::new(crashed.map(|_| Collecting {
                 backups: Vec::new(),
                 bytes: 0,
-                clients: 0,
+                uploads: 0,
             })),
             crashed,
             ready,
@@ -150,7 +151,7 @@ impl LoglessServer {
             ));
         }
         c.bytes += bytes;
-        c.clients += 1;
+        c.uploads += 1;
         c.backups.extend(req.backups.into_iter().map(|b| b.entry));
         Ok(answer(pb::RecoverOutcome::RecoverAccepted))
     }
@@ -182,7 +183,7 @@ impl LoglessServer {
         if report.maybe_lost() {
             tracing::error!(
                 backups = count,
-                uploads = c.clients,
+                uploads = c.uploads,
                 applied = report.applied,
                 already_written_back = report.durable,
                 missing = ?report.missing,
@@ -198,7 +199,7 @@ impl LoglessServer {
         } else {
             tracing::info!(
                 backups = count,
-                uploads = c.clients,
+                uploads = c.uploads,
                 applied = report.applied,
                 already_written_back = report.durable,
                 forged = report.forged,
