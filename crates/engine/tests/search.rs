@@ -656,6 +656,7 @@ fn run_case(
         }
         totals.tables += stats.tables;
         totals.tables_pruned += stats.tables_pruned;
+        totals.tables_out_of_scope += stats.tables_out_of_scope;
         totals.candidates += stats.candidates;
         totals.hits += stats.hits;
     }
@@ -684,15 +685,20 @@ fn search_equals_brute_force() {
     });
     let totals = totals.into_inner();
     eprintln!(
-        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} candidates, {} hits",
+        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} out of scope by exits, {} candidates, {} hits",
         totals.tables,
         totals.tables_pruned,
         100.0 * totals.tables_pruned as f64 / totals.tables.max(1) as f64,
+        totals.tables_out_of_scope,
         totals.candidates,
         totals.hits
     );
     if let Err(e) = result {
         panic!("{e}");
+    }
+    // The exit-set pruning is exercised, not just present.
+    if cases >= 50 {
+        assert!(totals.tables_out_of_scope > 0, "{totals:?}");
     }
 }
 
