@@ -583,6 +583,14 @@ impl Table {
     }
 
     /// All entries, as `(parent, dentry)`, in key order.
+    /// The entries of directory `parent` in this table, as (child, type,
+    /// name), in cookie order, without copying names.
+    pub fn entries_of(&self, parent: Soid) -> impl Iterator<Item = (Soid, FileType, &[u8])> + '_ {
+        self.entries
+            .range((parent, 0)..=(parent, u64::MAX))
+            .filter_map(|(_, &v)| self.resolve(v).map(|(c, t, n)| (c, t, &**n)))
+    }
+
     pub fn dentries(&self) -> impl Iterator<Item = (Soid, Dentry)> + '_ {
         self.entries
             .iter()

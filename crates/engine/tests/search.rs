@@ -1034,8 +1034,11 @@ fn subtree_scopes_prune_by_exits_and_follow_moves() {
                     .unwrap();
                 assert_eq!(agg, agg_of(&want, by));
             }
+            eprintln!("{scope} {expr:?}: {stats:?}");
             if expect_pruning {
-                assert!(stats.tables_out_of_scope * 2 >= stats.tables, "{stats:?}");
+                // Tables the filters keep, the exits skip (most of them).
+                let kept = stats.tables - stats.tables_pruned;
+                assert!(stats.tables_out_of_scope * 3 >= kept * 2, "{stats:?}");
             }
         }
     };

@@ -348,6 +348,8 @@ struct Collect<'a, 'b> {
     root: Soid,
     cred: &'a Credentials,
     memo: &'a mut Memo,
+    /// The memo holds every directory that matters ([`scope::walk_down`]).
+    complete: bool,
     stats: &'a mut SearchStats,
     lean: Option<&'a mut LinkSink<'b>>,
     /// Hits wanted at most (the rest of the limit).
@@ -395,7 +397,8 @@ impl Collect<'_, '_> {
                     continue;
                 }
                 self.stats.links_checked += 1;
-                let Some(st) = scope::status_local(t, self.cred, self.memo, parent) else {
+                let Some(st) = scope::status_local(t, self.cred, self.memo, self.complete, parent)
+                else {
                     self.fallback.push(Cand {
                         soid: *soid,
                         inode: inode.clone(),
@@ -557,16 +560,51 @@ pub(crate) fn run_with(
         plan.query = Plan::everything().query;
     }
 
+    // Below a directory other than the root, list the directories that
+    // matter top-down when there are not too many: then every table's
+    // exits are decided from the memo without a read.
+    let complete = use_index
+        && root != Soid::ROOT
+        && scope::walk_down(
+            engine,
+            cred,
+            &mut s.memo,
+            root,
+            plan.max_depth,
+            &mut s.stats.dir_reads,
+        )?;
+
     let mut cursor = Soid::MIN;
     let mut attempts = 0;
     loop {
-        // Decide from the exits (cheap, no index rebuild); resolve unknown
-        // exits outside every lock and decide again.
-        let max_depth = plan.max_depth;
+        // Decide from the filters and exits (cheap, no index rebuild);
+        // resolve unknown exits outside every lock and decide again.
         let (range, decision) = engine.with_table_holding(cursor, |t| {
-            scope::decide(t, root, max_depth, &s.memo, use_index)
+            if use_index && !t.index.may_match(&plan.query) {
+                return None;
+            }
+            Some(scope::decide(
+                t,
+                root,
+                plan.max_depth,
+                &s.memo,
+                use_index,
+                complete,
+            ))
         })?;
         let next = range.last.checked_next();
+        let Some(decision) = decision else {
+            s.stats.tables += 1;
+            s.stats.tables_pruned += 1;
+            attempts = 0;
+            match next {
+                Some(n) => {
+                    cursor = n;
+                    continue;
+                }
+                None => break,
+            }
+        };
         match decision {
             Decision::Resolve(exits) if attempts < DECIDE_ATTEMPTS => {
                 attempts += 1;
@@ -601,6 +639,7 @@ pub(crate) fn run_with(
             root,
             cred,
             memo: &mut s.memo,
+            complete,
             stats: &mut s.stats,
             lean: lean.as_mut(),
             want,
@@ -608,8 +647,10 @@ pub(crate) fn run_with(
             fallback: Vec::new(),
         };
         let (range, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
-        let (hits, fallback) = (c.hits, c.fallback);
+        let (mut hits, fallback) = (c.hits, c.fallback);
         s.stats.tables += 1;
+        // Within a table, in SOID order (the K-D tree's order is arbitrary).
+        hits.sort_by_key(|h| h.soid);
 
         for hit in hits {
             s.stats.hits += 1;

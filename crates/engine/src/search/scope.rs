@@ -161,15 +161,20 @@ pub(super) fn status_remote(
 }
 
 /// The status of directory `d` from table `t` alone (under its lock):
-/// `None` when the chain leaves `t` at a directory not in the memo.
+/// `None` when the chain leaves `t` at a directory not in the memo. With a
+/// `complete` memo ([`walk_down`]) a directory not in it is out.
 pub(super) fn status_local(
     t: &Table,
     cred: &Credentials,
     memo: &mut Memo,
+    complete: bool,
     d: Soid,
 ) -> Option<Status> {
     if let Some(st) = memo.get(&d) {
         return Some(st.clone());
+    }
+    if complete {
+        return Some(Status::Out);
     }
     let mut chain: Vec<(Soid, &[u8], bool)> = Vec::new();
     let mut cur = d;
@@ -208,12 +213,21 @@ pub(super) enum Decision {
     Resolve(Vec<Soid>),
 }
 
-/// See the module docs. `prune` false (brute-force scans) never skips.
-pub(super) fn decide(t: &Table, root: Soid, max_depth: u32, memo: &Memo, prune: bool) -> Decision {
+/// See the module docs. `prune` false (brute-force scans) never skips;
+/// with a `complete` memo ([`walk_down`]) an exit not in it is out.
+pub(super) fn decide(
+    t: &Table,
+    root: Soid,
+    max_depth: u32,
+    memo: &Memo,
+    prune: bool,
+    complete: bool,
+) -> Decision {
     let mut unknown = Vec::new();
     let mut relevant = !prune || t.range.contains(root);
     for e in t.exits().dirs() {
         match memo.get(&e) {
+            None if complete => {}
             None => unknown.push(e),
             Some(Status::In {
                 depth,
@@ -230,4 +244,95 @@ pub(super) fn decide(t: &Table, root: Soid, max_depth: u32, memo: &Memo, prune: 
     } else {
         Decision::Skip
     }
+}
+
+/// Entries listed by [`walk_down`] before it gives up (the scope is then
+/// too large for a walk to pay off; exits are resolved bottom-up instead).
+pub(super) const WALK_BUDGET: usize = 1 << 16;
+
+/// Lists the directories below the scope root `root` (whose status is in
+/// the memo) top-down, through their entries, and memoises every one that
+/// can be the parent of a reportable entry: reached through listable
+/// directories, at depth below `max_depth`. Unlistable directories are
+/// memoised (not visible) but not entered. Returns whether it finished
+/// within [`WALK_BUDGET`] entries: then the memo is *complete* — a
+/// directory not in it has no visible entry below the scope within the
+/// depth limit, because every directory that has one was listed in its
+/// parent's entries during the walk. (A directory moved into the scope
+/// after its new parent was listed is missed, like any entry whose
+/// ancestors change during the search.) Statuses memoised by an
+/// unfinished walk are still exact.
+///
+/// REQUIRES: no engine lock held by the caller.
+pub(super) fn walk_down(
+    engine: &Engine,
+    cred: &Credentials,
+    memo: &mut Memo,
+    root: Soid,
+    max_depth: u32,
+    reads: &mut usize,
+) -> Result<bool, FsError> {
+    let Some(Status::In {
+        visible: true,
+        path,
+        ..
+    }) = memo.get(&root).cloned()
+    else {
+        return Ok(true);
+    };
+    // Directories at depth ≤ max_depth − 1 can hold reportable entries.
+    let last = max_depth.saturating_sub(1);
+    let mut stack: Vec<(Soid, Rc<[u8]>, u32)> = vec![(root, path, 0)];
+    let mut listed = 0usize;
+    while let Some((d, path, depth)) = stack.pop() {
+        if depth >= last {
+            continue;
+        }
+        *reads += 1;
+        let (_, (local, remote, n)) = engine.with_table_holding(d, |t| {
+            let (mut local, mut remote, mut n) = (Vec::new(), Vec::new(), 0usize);
+            for (child, ftype, name) in t.entries_of(d) {
+                n += 1;
+                if ftype != sextant_types::FileType::Directory {
+                    continue;
+                }
+                match t.inode(child) {
+                    Some(i) if i.is_dir() && i.parent == d => {
+                        local.push((child, Box::<[u8]>::from(name), may_list(i, cred)))
+                    }
+                    Some(_) => {}
+                    None if !t.range.contains(child) => remote.push(child),
+                    None => {}
+                }
+            }
+            (local, remote, n)
+        })?;
+        listed += n;
+        if listed > WALK_BUDGET {
+            return Ok(false);
+        }
+        let mut subs = local;
+        for child in remote {
+            if let Some((parent, name, ok)) = read_dir(engine, cred, child, reads)? {
+                if parent == d {
+                    subs.push((child, name, ok));
+                }
+            }
+        }
+        for (child, name, ok) in subs {
+            let p: Rc<[u8]> = join(&path, &name).into();
+            memo.insert(
+                child,
+                Status::In {
+                    depth: depth + 1,
+                    visible: ok,
+                    path: p.clone(),
+                },
+            );
+            if ok {
+                stack.push((child, p, depth + 1));
+            }
+        }
+    }
+    Ok(true)
 }
