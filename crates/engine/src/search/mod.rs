@@ -268,6 +268,15 @@ impl Aggregation {
         self.add_key(by.key(hit), hit.attr.size);
     }
 
+    /// Adds `t` to group `key`.
+    pub fn add_totals(&mut self, key: GroupKey, t: Totals) {
+        let g = self.groups.entry(key).or_default();
+        g.count += t.count;
+        g.size += t.size;
+        self.total.count += t.count;
+        self.total.size += t.size;
+    }
+
     /// Counts one path of `size` bytes in group `key`.
     pub fn add_key(&mut self, key: GroupKey, size: u64) {
         let t = self.groups.entry(key).or_default();
@@ -380,12 +389,21 @@ impl Collect<'_, '_> {
                 return;
             };
             self.stats.candidates += 1;
+            // With a complete memo, scope first: one lookup per link
+            // rejects a row outside the scope before anything else.
+            if self.complete
+                && !inode.all_links().any(|(p, _)| {
+                    matches!(self.memo.get(&p), Some(Status::In { visible: true, .. }))
+                })
+            {
+                return;
+            }
             if *soid == self.root || !q.matches(*soid, inode) {
                 return;
             }
             let has = inode.is_dir() && t.has_entries(*soid);
             for (parent, name) in q.matching_links(inode) {
-                let mut e = Entry {
+                let e = Entry {
                     path: None,
                     name,
                     depth: None,
@@ -397,8 +415,26 @@ impl Collect<'_, '_> {
                     continue;
                 }
                 self.stats.links_checked += 1;
-                let Some(st) = scope::status_local(t, self.cred, self.memo, self.complete, parent)
-                else {
+                if self.complete {
+                    // By reference: no status cloned.
+                    let Some(Status::In {
+                        depth,
+                        visible: true,
+                        path,
+                    }) = self.memo.get(&parent)
+                    else {
+                        continue;
+                    };
+                    let out = Out {
+                        expr: self.expr,
+                        stats: self.stats,
+                        lean: self.lean.as_deref_mut(),
+                        hits: &mut self.hits,
+                    };
+                    out.emit(plan, e, depth.saturating_add(1), path);
+                    continue;
+                }
+                let Some(st) = scope::status_local(t, self.cred, self.memo, false, parent) else {
                     self.fallback.push(Cand {
                         soid: *soid,
                         inode: inode.clone(),
@@ -416,30 +452,56 @@ impl Collect<'_, '_> {
                 else {
                     continue;
                 };
-                let depth = depth.saturating_add(1);
-                if depth < self.plan.min_depth || depth > self.plan.max_depth {
-                    continue;
-                }
-                e.depth = Some(depth);
-                if let Some(sink) = self.lean.as_mut() {
-                    if self.expr.eval(&e) == Some(true) {
-                        self.stats.hits += 1;
-                        sink(inode, name);
-                    }
-                    continue;
-                }
-                let full = join(&path, name);
-                e.path = Some(&full);
-                if self.expr.matches(&e) {
-                    self.hits.push(SearchHit {
-                        attr: inode.attr(*soid),
-                        path: full,
-                        soid: *soid,
-                        depth,
-                    });
-                }
+                let out = Out {
+                    expr: self.expr,
+                    stats: self.stats,
+                    lean: self.lean.as_deref_mut(),
+                    hits: &mut self.hits,
+                };
+                out.emit(plan, e, depth.saturating_add(1), &path);
             }
         });
+    }
+}
+
+/// Where [`Collect`] puts a link known to be in scope and visible.
+struct Out<'a, 'b, 'c> {
+    expr: &'a Expr,
+    stats: &'a mut SearchStats,
+    lean: Option<&'a mut LinkSink<'b>>,
+    hits: &'c mut Vec<SearchHit>,
+}
+
+impl Out<'_, '_, '_> {
+    /// The link `e` at `depth` below the scope root, its directory at
+    /// `dir_path`: checked exactly, then counted or made a hit (the path
+    /// built only then).
+    fn emit(self, plan: &Plan, mut e: Entry<'_>, depth: u32, dir_path: &[u8]) {
+        if depth < plan.min_depth || depth > plan.max_depth {
+            return;
+        }
+        e.depth = Some(depth);
+        if let Some(sink) = self.lean {
+            if self.expr.eval(&e) == Some(true) {
+                self.stats.hits += 1;
+                sink(e.inode, e.name);
+            }
+            return;
+        }
+        let full = join(dir_path, e.name);
+        let (inode, soid) = (e.inode, e.soid);
+        let with_path = Entry {
+            path: Some(&full),
+            ..e
+        };
+        if self.expr.matches(&with_path) {
+            self.hits.push(SearchHit {
+                attr: inode.attr(soid),
+                path: full,
+                soid,
+                depth,
+            });
+        }
     }
 }
 
@@ -580,17 +642,13 @@ pub(crate) fn run_with(
         // Decide from the filters and exits (cheap, no index rebuild);
         // resolve unknown exits outside every lock and decide again.
         let (range, decision) = engine.with_table_holding(cursor, |t| {
-            if use_index && !t.index.may_match(&plan.query) {
-                return None;
+            // Exits first: with a complete memo they are a few lookups,
+            // and they rule out most tables of a small scope.
+            match scope::decide(t, root, plan.max_depth, &s.memo, use_index, complete) {
+                Decision::Skip => Some(Decision::Skip),
+                _ if use_index && !t.index.may_match(&plan.query) => None,
+                d => Some(d),
             }
-            Some(scope::decide(
-                t,
-                root,
-                plan.max_depth,
-                &s.memo,
-                use_index,
-                complete,
-            ))
         })?;
         let next = range.last.checked_next();
         let Some(decision) = decision else {
@@ -811,7 +869,10 @@ pub(crate) fn aggregate(
         return Ok(agg);
     }
     // Grouped by something of the inode or the link's name: no paths.
+    // Runs of equal keys (common: most matches are regular files of a
+    // few owners) are summed before they touch the map.
     let mut below = Aggregation::default();
+    let mut current: Option<(GroupKey, Totals)> = None;
     let mut sink = |inode: &Inode, name: &[u8]| {
         let key = match by {
             GroupBy::Uid => GroupKey::Uid(inode.uid),
@@ -819,7 +880,24 @@ pub(crate) fn aggregate(
             GroupBy::Type => GroupKey::Type(inode.ftype),
             GroupBy::Extension | GroupBy::Directory => GroupKey::Extension(extension(name).into()),
         };
-        below.add_key(key, inode.size);
+        match &mut current {
+            Some((k, t)) if *k == key => {
+                t.count += 1;
+                t.size += inode.size;
+            }
+            _ => {
+                if let Some((k, t)) = current.take() {
+                    below.add_totals(k, t);
+                }
+                current = Some((
+                    key,
+                    Totals {
+                        count: 1,
+                        size: inode.size,
+                    },
+                ));
+            }
+        }
     };
     // Only the scope root itself comes as a hit.
     run_with(
@@ -835,6 +913,9 @@ pub(crate) fn aggregate(
             ControlFlow::Continue(())
         },
     )?;
+    if let Some((k, t)) = current {
+        below.add_totals(k, t);
+    }
     for (key, t) in below.groups {
         let g = agg.groups.entry(key).or_default();
         g.count += t.count;
