@@ -80,24 +80,35 @@
 //!
 //! # Execution, locks and consistency
 //!
-//! Tables are visited by a SOID cursor. For each table: under the table
-//! map's shared lock and that table's lock only, read its exits and decide
-//! ([`scope::decide`]) — skip, visit, or first resolve exits whose ancestry
-//! is not memoised yet (with single-table reads of directories, no lock
-//! held, then decide again). A visited table is then locked once more and
-//! evaluated entirely under that lock: index pruning, then
-//! [`IndexQuery::matches`], each link's ancestry from the memo plus the
-//! table's own directories ([`scope::status_local`]; every chain leaves the
-//! table at a resolved exit), the exact expression; paths are built only
-//! for hits, and counts (the lean sink) build none and clone nothing. Only
-//! if an exit appeared concurrently, links whose chains leave through it
-//! are cloned and resolved afterwards with fresh reads and re-checked
-//! against a fresh read of their table ([`fall_back`]). Hits are handed to
-//! the caller's callback after the lock is released (the callback may
-//! call back into the engine). At most one table lock is held at any time,
-//! so there is no lock-order question with transactions (which lock in
-//! SOID order), and the table map is never held across a callback (its
-//! lock is not reentrant).
+//! First, below a scope root other than `/`, the directories that can
+//! hold a reportable entry are listed top-down through their entries
+//! ([`scope::walk_down`], listable ones within the depth limit, at most
+//! [`scope::WALK_BUDGET`] entries, one table lock at a time). When the
+//! walk finishes the memo is *complete*: a directory not in it is out of
+//! scope (or invisible, or too deep), so every exit and every row's parent
+//! is decided by a hash lookup. For `/` (where nothing is out of scope)
+//! and scopes too large to list, exits are resolved bottom-up instead,
+//! each once, and only for tables the Bloom filters keep.
+//!
+//! Tables are then visited by a SOID cursor. For each table: under the
+//! table map's shared lock and that table's lock only, read its exits and
+//! decide ([`scope::decide`]) — skip; or, if its Bloom filters allow a
+//! match, visit, or first resolve exits whose ancestry is not memoised yet
+//! (with single-table reads of directories, no lock held, then decide
+//! again). A visited table is then locked once more and evaluated entirely
+//! under that lock: index pruning, then [`IndexQuery::matches`], each
+//! link's ancestry from the memo plus the table's own directories
+//! ([`scope::status_local`]; every chain leaves the table at a resolved
+//! exit), the exact expression; paths are built only for hits, and counts
+//! (the lean sink) build none and clone nothing. Only if an exit appeared
+//! concurrently, links whose chains leave through it are cloned and
+//! resolved afterwards with fresh reads and re-checked against a fresh
+//! read of their table ([`fall_back`]). Hits are handed to the caller's
+//! callback after the lock is released (the callback may call back into
+//! the engine). At most one table lock is held at any time, so there is no
+//! lock-order question with transactions (which lock in SOID order), and
+//! the table map is never held across a callback (its lock is not
+//! reentrant).
 //!
 //! Because the map always partitions the SOID space, the cursor visits every
 //! SOID exactly once even while tables split or merge under it.
@@ -119,10 +130,14 @@
 //! between tables or directories while the search runs) missed or reported
 //! twice. It is not a snapshot of the namespace.
 //!
-//! Parallelism: the per-table collect step is independent per table and is
-//! where a parallel version would fan out (one worker per table range,
-//! directory memo shared behind a lock); the metadata server will fan out
-//! per table across servers the same way.
+//! Parallelism (not built): the per-table collect step is independent per
+//! table; a parallel version would give each worker a SOID half (the
+//! index query's `soids` bound keeps a table that straddles the boundary
+//! from being counted twice) and its own memo (statuses are per search
+//! anyway; `Rc` paths become `Arc`), then merge counts, or hand hits to the
+//! caller in cursor order. On 2 cores it can gain at most 2×, which meets
+//! none of the targets still missed (see docs/BENCHMARKS.md §8); the
+//! metadata server will fan out per table across servers the same way.
 //!
 //! [`SoidLayout::subtree_range`]: crate::soid::SoidLayout::subtree_range
 //! [`check_access`]: crate::perm::check_access
@@ -642,11 +657,16 @@ pub(crate) fn run_with(
         // Decide from the filters and exits (cheap, no index rebuild);
         // resolve unknown exits outside every lock and decide again.
         let (range, decision) = engine.with_table_holding(cursor, |t| {
-            // Exits first: with a complete memo they are a few lookups,
-            // and they rule out most tables of a small scope.
+            // With a complete memo exits are a few lookups that rule out
+            // most tables of a small scope: first. Otherwise the filters
+            // first, so exits are resolved only for tables they keep.
+            let filtered = |t: &Table| use_index && !t.index.may_match(&plan.query);
+            if !complete && filtered(t) {
+                return None;
+            }
             match scope::decide(t, root, plan.max_depth, &s.memo, use_index, complete) {
                 Decision::Skip => Some(Decision::Skip),
-                _ if use_index && !t.index.may_match(&plan.query) => None,
+                _ if complete && filtered(t) => None,
                 d => Some(d),
             }
         })?;
