@@ -153,11 +153,7 @@ pub(super) fn status_remote(
         }
         cur = parent;
     };
-    Ok(unwind(
-        memo,
-        base,
-        chain.into_iter().map(|(s, n, ok)| (s, n, ok)).collect(),
-    ))
+    Ok(unwind(memo, base, chain))
 }
 
 /// The status of directory `d` from table `t` alone (under its lock):
