@@ -9,6 +9,9 @@
 //!   followed by an 8-bit disambiguator for names whose hashes collide
 //!   ([`entry_cookie`]); readdir walks a directory in cookie order, so a
 //!   cursor survives changes;
+//! - maintained summaries of its inodes: totals per (owner, group, type)
+//!   ([`summary`]) and the directories outside the table its inodes' links
+//!   name ([`exits`], which lets a subtree search skip the table);
 //! - write-back bookkeeping (which journal records it holds that are not in
 //!   its snapshot yet).
 //!
@@ -34,6 +37,7 @@
 //!   `snapshot_lsn` is still in the journal;
 //! - a table holds no I/O handle: the engine reads and writes snapshots.
 
+pub mod exits;
 mod slab;
 mod snapshot;
 pub mod summary;
@@ -103,6 +107,9 @@ pub struct Table {
     name_bytes: usize,
     /// Paths and bytes per (owner, group, type), kept by every inode write.
     summary: summary::Summary,
+    /// Directories outside `range` that links of the table's inodes name,
+    /// kept by every inode write ([`exits`]).
+    exits: exits::Exits,
     /// Inserts and deletes since the structures were last built compactly.
     churn: usize,
     /// Newest record applied.
@@ -150,6 +157,7 @@ impl Table {
             dirs: 0,
             name_bytes: 0,
             summary: summary::Summary::default(),
+            exits: exits::Exits::default(),
             churn: 0,
             last_lsn: 0,
             snapshot_lsn: 0,
@@ -214,8 +222,10 @@ impl Table {
         self.dirs = c.inodes.iter().filter(|(_, _, i)| i.is_dir()).count();
         self.name_bytes = c.inodes.iter().map(|(_, _, i)| i.name.heap_bytes()).sum();
         self.summary = summary::Summary::default();
+        self.exits = exits::Exits::default();
         for (_, _, i) in &c.inodes {
             self.summary.add(i);
+            self.exits.add(self.range, i);
         }
         self.by_soid = c
             .inodes
@@ -264,6 +274,12 @@ impl Table {
         &self.summary
     }
 
+    /// The directories outside the table its inodes' links name
+    /// ([`exits`]).
+    pub fn exits(&self) -> &exits::Exits {
+        &self.exits
+    }
+
     pub fn is_dirty(&self) -> bool {
         self.first_dirty_lsn.is_some()
     }
@@ -281,6 +297,7 @@ impl Table {
             + self.foreign.capacity() * std::mem::size_of::<Option<Dentry>>()
             + self.name_bytes
             + self.index.memory_bytes()
+            + self.exits.memory_bytes()
     }
 
     pub fn inode(&self, soid: Soid) -> Option<&Inode> {
@@ -308,6 +325,7 @@ impl Table {
         let is_dir = inode.is_dir();
         self.name_bytes += inode.name.heap_bytes();
         self.summary.add(&inode);
+        self.exits.add(self.range, &inode);
         if let Some(&row) = self.by_soid.get(&soid) {
             let same_link = self.row(row).is_some_and(|(_, old)| {
                 old.parent == inode.parent && old.name == inode.name && old.ftype == inode.ftype
@@ -318,6 +336,7 @@ impl Table {
             if let Some(Some((_, old))) = self.rows.slot_mut(row).map(|s| s.replace((soid, inode)))
             {
                 self.summary.remove(&old);
+                self.exits.remove(self.range, &old);
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
@@ -350,6 +369,7 @@ impl Table {
             self.demote_primary_entry(row);
             if let Some(Some((_, old))) = self.rows.slot_mut(row).map(Option::take) {
                 self.summary.remove(&old);
+                self.exits.remove(self.range, &old);
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
             }
@@ -563,6 +583,14 @@ impl Table {
     }
 
     /// All entries, as `(parent, dentry)`, in key order.
+    /// The entries of directory `parent` in this table, as (child, type,
+    /// name), in cookie order, without copying names.
+    pub fn entries_of(&self, parent: Soid) -> impl Iterator<Item = (Soid, FileType, &[u8])> + '_ {
+        self.entries
+            .range((parent, 0)..=(parent, u64::MAX))
+            .filter_map(|(_, &v)| self.resolve(v).map(|(c, t, n)| (c, t, &**n)))
+    }
+
     pub fn dentries(&self) -> impl Iterator<Item = (Soid, Dentry)> + '_ {
         self.entries
             .iter()
@@ -669,6 +697,7 @@ impl Table {
         self.dirs = 0;
         self.name_bytes = 0;
         self.summary = summary::Summary::default();
+        self.exits = exits::Exits::default();
         Contents { inodes, entries }
     }
 
@@ -829,6 +858,16 @@ impl Table {
             return Err(format!(
                 "summary {:?} differs from a recount {:?}",
                 self.summary, recount
+            ));
+        }
+        let mut exits = exits::Exits::default();
+        for (_, i) in self.inodes() {
+            exits.add(self.range, i);
+        }
+        if exits != self.exits {
+            return Err(format!(
+                "exits {:?} differ from a recount {:?}",
+                self.exits, exits
             ));
         }
         let used_foreign = self.entries.values().filter(|&&v| v >= FOREIGN).count();

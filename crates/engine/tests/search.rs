@@ -656,6 +656,7 @@ fn run_case(
         }
         totals.tables += stats.tables;
         totals.tables_pruned += stats.tables_pruned;
+        totals.tables_out_of_scope += stats.tables_out_of_scope;
         totals.candidates += stats.candidates;
         totals.hits += stats.hits;
     }
@@ -684,15 +685,20 @@ fn search_equals_brute_force() {
     });
     let totals = totals.into_inner();
     eprintln!(
-        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} candidates, {} hits",
+        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} out of scope by exits, {} candidates, {} hits",
         totals.tables,
         totals.tables_pruned,
         100.0 * totals.tables_pruned as f64 / totals.tables.max(1) as f64,
+        totals.tables_out_of_scope,
         totals.candidates,
         totals.hits
     );
     if let Err(e) = result {
         panic!("{e}");
+    }
+    // The exit-set pruning is exercised, not just present.
+    if cases >= 50 {
+        assert!(totals.tables_out_of_scope > 0, "{totals:?}");
     }
 }
 
@@ -981,4 +987,105 @@ fn filters_prune_tables() {
         );
         assert!(stats.tables_pruned * 10 >= stats.tables * 7, "{stats:?}");
     }
+}
+
+/// Subtree scopes skip the tables their exit sets show to be outside, and
+/// stay exact while subtrees move in and out of the scope, files are hard
+/// linked into it from far away, and the tiny layout puts children in
+/// overflow regions far from their directories.
+#[test]
+fn subtree_scopes_prune_by_exits_and_follow_moves() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(true, 2, 8)).unwrap();
+    let root = Credentials::root();
+    let user = Credentials::user(1, 10);
+    let mk = |p: Soid, n: &str| {
+        e.mkdir(&root, p, n.as_bytes(), 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap()
+            .soid
+    };
+    let mut tops = Vec::new();
+    let mut files = Vec::new();
+    for d in 0..12 {
+        let top = mk(Soid::ROOT, &format!("t{d}"));
+        let sub = mk(top, "sub");
+        for f in 0..6 {
+            let a = e
+                .create(&root, sub, format!("f{f}").as_bytes(), 0o644, true)
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+            files.push(a.soid);
+        }
+        tops.push((top, sub));
+    }
+    e.sync().unwrap();
+    assert!(e.statfs().tables >= 8, "{} tables", e.statfs().tables);
+    let regular = Expr::pred(Pred::Type(vec![FileType::Regular]));
+    let check = |scope: Soid, cred: &Credentials, expect_pruning: bool| {
+        for expr in [Expr::True, regular.clone()] {
+            let (got, stats) = search(&e, cred, scope, &expr);
+            let want = brute(&e, cred, scope, &expr, None);
+            assert_eq!(rows(&got), rows(&want), "scope {scope} {expr:?}");
+            for by in [GroupBy::Type, GroupBy::Uid] {
+                let agg = e
+                    .search_aggregate(cred, Scope::Soid(scope), &expr, by)
+                    .unwrap();
+                assert_eq!(agg, agg_of(&want, by));
+            }
+            eprintln!("{scope} {expr:?}: {stats:?}");
+            if expect_pruning {
+                // Tables the filters keep, the exits skip (most of them).
+                let kept = stats.tables - stats.tables_pruned;
+                assert!(stats.tables_out_of_scope * 3 >= kept * 2, "{stats:?}");
+            }
+        }
+    };
+    let (t3, s3) = tops[3];
+    check(t3, &root, true);
+    // A subtree moves into t3, another moves out of it.
+    let (t7, s7) = tops[7];
+    e.rename(&root, t7, b"sub", t3, b"moved_in", RenameFlags::default())
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    e.rename(
+        &root,
+        t3,
+        b"sub",
+        tops[9].0,
+        b"moved_out",
+        RenameFlags::default(),
+    )
+    .unwrap()
+    .wait(&e)
+    .unwrap();
+    check(t3, &root, true);
+    check(t7, &root, true);
+    check(tops[9].0, &root, true);
+    // Files from far away hard linked into the scope, and one moved in.
+    for (i, f) in files.iter().enumerate().step_by(13) {
+        e.link(&root, *f, s7, format!("l{i}").as_bytes())
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+    }
+    e.rename(&root, tops[11].1, b"f2", s7, b"far", RenameFlags::default())
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    check(t3, &root, false);
+    check(s3, &root, false);
+    e.sync().unwrap();
+    check(t3, &root, false);
+    // An unlistable directory inside the scope: nothing under it leaks.
+    let set = SetAttr {
+        perm: Some(0o700),
+        ..Default::default()
+    };
+    e.setattr(&root, s7, &set).unwrap().wait(&e).unwrap();
+    check(t3, &user, false);
+    check(Soid::ROOT, &user, false);
+    check(Soid::ROOT, &root, false);
 }

@@ -42,6 +42,10 @@ pub struct SearchArgs {
     /// Brute-force scans per query kind (each reads every row).
     #[arg(long, default_value_t = 3)]
     pub scans: usize,
+    /// Times each indexed query this many times (more samples for the
+    /// kinds with few queries; the first run of a query is not set apart).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// Run only these query kinds (comma-separated; default all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -243,13 +247,20 @@ pub fn search(a: &SearchArgs) -> Report {
     let mut sizes: Vec<u64> = sample.iter().map(|h| h.attr.size).collect();
     sizes.sort_unstable();
     let p90_size = sizes.get(sizes.len() * 9 / 10).copied().unwrap_or(0);
-    let (mut index_bytes, mut inodes) = (0usize, 0usize);
+    let (mut index_bytes, mut inodes, mut exits) = (0usize, 0usize, Vec::new());
     engine
         .for_each_table(|t| {
             index_bytes += t.index.memory_bytes();
             inodes += t.inode_count();
+            exits.push(t.exits().len());
         })
         .expect("tables");
+    exits.sort_unstable();
+    report.info("table exits (sum)", exits.iter().sum::<usize>());
+    report.info(
+        "table exits (median, max)",
+        format!("{:?}", (exits.get(exits.len() / 2), exits.last())),
+    );
     report.info("regular files", seen);
     report.info("inodes", inodes);
     report.info("tables", engine.stats().tables);
@@ -299,11 +310,13 @@ pub fn search(a: &SearchArgs) -> Report {
         let mut ms: Vec<f64> = Vec::new();
         let (mut pruned, mut tables, mut matches) = (0usize, 0usize, 0u64);
         for q in &qs {
-            let (s, n, st) = run(&engine, q, true);
-            ms.push(s * 1e3);
-            pruned += st.tables_pruned;
-            tables += st.tables;
-            matches += n;
+            for _ in 0..a.repeat.max(1) {
+                let (s, n, st) = run(&engine, q, true);
+                ms.push(s * 1e3);
+                pruned += st.tables_pruned;
+                tables += st.tables;
+                matches += n;
+            }
         }
         let mut scan_ms: Vec<f64> = Vec::new();
         for q in qs.iter().take(a.scans) {
@@ -319,7 +332,7 @@ pub fn search(a: &SearchArgs) -> Report {
         eprintln!(
             "{kind}: {} queries, p50 {p50:.3} ms, p99 {p99:.3} ms, {:.1} matches/query, {:.0}% tables pruned",
             qs.len(),
-            matches as f64 / qs.len() as f64,
+            matches as f64 / ms.len() as f64,
             100.0 * pruned as f64 / tables.max(1) as f64
         );
         let m = report.metric(format!("{kind}: latency (index)"), "ms", &ms);
@@ -348,7 +361,7 @@ pub fn search(a: &SearchArgs) -> Report {
         report.metric(
             format!("{kind}: matches per query"),
             "n",
-            &[matches as f64 / qs.len() as f64],
+            &[matches as f64 / ms.len() as f64],
         );
     }
     engine.close().expect("close");

@@ -34,17 +34,35 @@
 //! at depth d with its path and visibility) is computed once per search and
 //! memoised, so the walks cost O(directories touched), not O(depth × hits).
 //!
-//! Table pruning by SOID range is **not** done: it would need a guarantee
-//! the layout does not give (see above) and the engine maintains nothing
-//! that would supply it, so every table is visited and pruning comes from
-//! each table's Bloom filters ([`crate::index::TableIndex::may_match`]: the
-//! table is skipped without touching a row) and K-D tree (only rows in the
-//! query box are read). What would make range pruning exact is a per-table
-//! *exit set* — the directories outside the table that the parent chains of
-//! its inodes first reach (for a child-closest table, usually one or two) —
-//! kept with the index; a table whose exits do not lead into `S` and which
-//! does not contain `S` cannot hold a match. That is an engine change
-//! (maintained on every link change), proposed, not built.
+//! Table pruning by SOID range alone would need a guarantee the layout
+//! does not give (see above). What the engine maintains instead is each
+//! table's *exit set* ([`crate::table::exits`]): the directories outside
+//! the table that links of its inodes name as their parent. Any chain from
+//! an inode of a table to a scope root outside it leaves the table at an
+//! exit, so a table that does not contain `S` and none of whose exits is a
+//! listable directory at or below `S` (within the depth limit) holds
+//! nothing the search could report, and is skipped without touching a row
+//! ([`scope::decide`], [`SearchStats::tables_out_of_scope`]). Exits only
+//! prune; every candidate's ancestry is still decided by its parent chain.
+//! Tables that survive are then pruned by their Bloom filters
+//! ([`crate::index::TableIndex::may_match`]) and K-D trees (only rows in
+//! the query box are read).
+//!
+//! Why exit sets and not recursive per-directory sums (file count and size
+//! per subtree, updated on every mutation): a sum kept per directory
+//! changes on every create, unlink, size change and rename in *every*
+//! ancestor, so a transaction would have to lock the tables of all
+//! ancestors — tables above the ones it mutates, against the ascending
+//! SOID lock order of [`crate::txn`], on a hot path (the root's sum would
+//! be written by every mutation), and across servers once tables are
+//! distributed. It would also answer only root's unfiltered totals: any
+//! other caller must not see counts under directories it cannot list, and
+//! any predicate needs the rows. An exit set depends only on the table's
+//! own inodes and range, is kept by the table's inode writes under the lock
+//! the mutation already holds, and serves every caller and predicate (the
+//! pruned tables' rows are still evaluated exactly). Its cost: reading each
+//! table's exits (a few per table) once per search, and resolving each
+//! exit's ancestry once (memoised).
 //!
 //! # Permissions
 //!
@@ -62,18 +80,35 @@
 //!
 //! # Execution, locks and consistency
 //!
-//! Tables are visited by a SOID cursor: take the table holding the cursor
-//! (under the table map's shared lock and that table's lock only), collect
-//! its candidates (index pruning, then [`IndexQuery::matches`] and the
-//! expression evaluated with the path unknown), release, then resolve the
-//! candidates' ancestry with fresh single-table reads of directories, then
-//! re-read the surviving candidates' table once more and re-check each
-//! exactly (the inode still exists, still has that link, still matches),
-//! release, and only then hand the hits to the caller's callback (which may
-//! call back into the engine). Then the cursor moves past the table's range.
-//! At most one table lock is held at any time, so there is no lock-order
-//! question with transactions (which lock in SOID order), and the table map
-//! is never held across a callback (its lock is not reentrant).
+//! First, below a scope root other than `/`, the directories that can
+//! hold a reportable entry are listed top-down through their entries
+//! ([`scope::walk_down`], listable ones within the depth limit, at most
+//! [`scope::WALK_BUDGET`] entries, one table lock at a time). When the
+//! walk finishes the memo is *complete*: a directory not in it is out of
+//! scope (or invisible, or too deep), so every exit and every row's parent
+//! is decided by a hash lookup. For `/` (where nothing is out of scope)
+//! and scopes too large to list, exits are resolved bottom-up instead,
+//! each once, and only for tables the Bloom filters keep.
+//!
+//! Tables are then visited by a SOID cursor. For each table: under the
+//! table map's shared lock and that table's lock only, read its exits and
+//! decide ([`scope::decide`]) — skip; or, if its Bloom filters allow a
+//! match, visit, or first resolve exits whose ancestry is not memoised yet
+//! (with single-table reads of directories, no lock held, then decide
+//! again). A visited table is then locked once more and evaluated entirely
+//! under that lock: index pruning, then [`IndexQuery::matches`], each
+//! link's ancestry from the memo plus the table's own directories
+//! ([`scope::status_local`]; every chain leaves the table at a resolved
+//! exit), the exact expression; paths are built only for hits, and counts
+//! (the lean sink) build none and clone nothing. Only if an exit appeared
+//! concurrently, links whose chains leave through it are cloned and
+//! resolved afterwards with fresh reads and re-checked against a fresh
+//! read of their table ([`fall_back`]). Hits are handed to the caller's
+//! callback after the lock is released (the callback may call back into
+//! the engine). At most one table lock is held at any time, so there is no
+//! lock-order question with transactions (which lock in SOID order), and
+//! the table map is never held across a callback (its lock is not
+//! reentrant).
 //!
 //! Because the map always partitions the SOID space, the cursor visits every
 //! SOID exactly once even while tables split or merge under it.
@@ -86,7 +121,8 @@
 //!
 //! Consistency under concurrent mutation is per entry, like `find`'s (which
 //! also reads each directory at a different moment): each hit's attributes
-//! and link are as of one read of its inode during the search, each
+//! and link are as of one read of its inode during the search (the same
+//! read that decided it matches), each
 //! directory on its path as of one read during the search (memoised, so one
 //! per directory per search). An entry whose inode and ancestors are not
 //! changed during the search is reported iff it matches; an entry changed
@@ -94,10 +130,14 @@
 //! between tables or directories while the search runs) missed or reported
 //! twice. It is not a snapshot of the namespace.
 //!
-//! Parallelism: the per-table collect step is independent per table and is
-//! where a parallel version would fan out (one worker per table range,
-//! directory memo shared behind a lock); the metadata server will fan out
-//! per table across servers the same way.
+//! Parallelism (not built): the per-table collect step is independent per
+//! table; a parallel version would give each worker a SOID half (the
+//! index query's `soids` bound keeps a table that straddles the boundary
+//! from being counted twice) and its own memo (statuses are per search
+//! anyway; `Rc` paths become `Arc`), then merge counts, or hand hits to the
+//! caller in cursor order. On 2 cores it can gain at most 2×, which meets
+//! none of the targets still missed (see docs/BENCHMARKS.md §8); the
+//! metadata server will fan out per table across servers the same way.
 //!
 //! [`SoidLayout::subtree_range`]: crate::soid::SoidLayout::subtree_range
 //! [`check_access`]: crate::perm::check_access
@@ -105,6 +145,7 @@
 
 pub mod plan;
 pub mod query;
+mod scope;
 
 pub use plan::{plan, Plan};
 pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
@@ -113,10 +154,10 @@ use crate::engine::Engine;
 use crate::inode::Inode;
 use crate::perm::{check_access, MAY_EXEC, MAY_READ};
 use crate::table::Table;
+use scope::{Decision, Memo, Status, MAX_CHAIN};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::rc::Rc;
 
 /// Where a search starts.
 #[derive(Clone, Copy, Debug)]
@@ -168,6 +209,10 @@ pub struct SearchStats {
     pub tables: usize,
     /// Tables skipped by their Bloom filters without reading a row.
     pub tables_pruned: usize,
+    /// Tables skipped because their exit sets show they hold nothing
+    /// visible below the scope root ([`crate::table::exits`]); counted in
+    /// `tables` too.
+    pub tables_out_of_scope: usize,
     /// Rows the K-D trees (and changed-row sets) reported.
     pub candidates: usize,
     /// Links that passed the index query and the path-free evaluation.
@@ -238,6 +283,15 @@ impl Aggregation {
         self.add_key(by.key(hit), hit.attr.size);
     }
 
+    /// Adds `t` to group `key`.
+    pub fn add_totals(&mut self, key: GroupKey, t: Totals) {
+        let g = self.groups.entry(key).or_default();
+        g.count += t.count;
+        g.size += t.size;
+        self.total.count += t.count;
+        self.total.size += t.size;
+    }
+
     /// Counts one path of `size` bytes in group `key`.
     pub fn add_key(&mut self, key: GroupKey, size: u64) {
         let t = self.groups.entry(key).or_default();
@@ -248,24 +302,16 @@ impl Aggregation {
     }
 }
 
-/// A directory's place relative to the scope.
-#[derive(Clone, Debug)]
-enum Status {
-    Out,
-    In {
-        depth: u32,
-        /// Entries of this directory are visible to the caller.
-        visible: bool,
-        path: Rc<[u8]>,
-    },
-}
-
-/// A candidate inode of one table and its links that may match.
+/// A candidate inode whose link's ancestry could not be decided under its
+/// table's lock (the chain left the table at a directory not yet memoised:
+/// only when exits changed concurrently). Resolved with engine reads and
+/// re-checked, as every hit was before exit sets.
 struct Cand {
     soid: Soid,
     inode: Inode,
     dir_has_entries: bool,
-    links: Vec<(Soid, Box<[u8]>)>,
+    parent: Soid,
+    name: Box<[u8]>,
 }
 
 /// A link confirmed in scope and visible, matching as of the collect step.
@@ -291,119 +337,187 @@ fn may_list(inode: &Inode, cred: &Credentials) -> bool {
     inode.is_dir() && check_access(inode, cred, MAY_READ | MAY_EXEC).is_ok()
 }
 
-/// A directory's (parent, name, listable by the caller).
-type DirInfo = (Soid, Box<[u8]>, bool);
+/// Receives each matching link below the scope root (inode and link name)
+/// instead of a [`SearchHit`]: no path built, no second read. For counts.
+type LinkSink<'a> = &'a mut dyn FnMut(&Inode, &[u8]);
 
-/// Longest parent chain followed before giving up (a chain that long, or
-/// a cycle, can only be an artefact of concurrent renames).
-const MAX_CHAIN: usize = 1 << 16;
-
+/// What one search carries from table to table.
 struct Search<'a> {
     engine: &'a Engine,
     cred: &'a Credentials,
-    memo: HashMap<Soid, Status>,
+    memo: Memo,
     stats: SearchStats,
 }
 
 impl Search<'_> {
-    /// Reads one directory's (parent, name, listable), `None` if it is gone
-    /// or not a directory.
-    fn read_dir(&mut self, d: Soid) -> Result<Option<DirInfo>, FsError> {
-        self.stats.dir_reads += 1;
-        let cred = self.cred;
-        let (_, info) = self.engine.with_table_holding(d, |t| {
-            t.inode(d)
-                .filter(|i| i.is_dir())
-                .map(|i| (i.parent, Box::from(&i.name), may_list(i, cred)))
-        })?;
-        Ok(info)
+    fn status(&mut self, d: Soid) -> Result<Status, FsError> {
+        scope::status_remote(
+            self.engine,
+            self.cred,
+            &mut self.memo,
+            d,
+            &mut self.stats.dir_reads,
+        )
     }
 
-    /// The status of directory `d`, walking up until a memoised directory,
-    /// the root, or a dead end.
-    fn status(&mut self, d: Soid) -> Result<Status, FsError> {
-        let mut chain: Vec<(Soid, Box<[u8]>, bool)> = Vec::new();
-        let mut seen: HashSet<Soid> = HashSet::new();
-        let mut cur = d;
-        let mut base = loop {
-            if let Some(st) = self.memo.get(&cur) {
-                break st.clone();
-            }
-            if chain.len() >= MAX_CHAIN || !seen.insert(cur) {
-                break Status::Out;
-            }
-            let Some((parent, name, ok)) = self.read_dir(cur)? else {
-                break Status::Out;
-            };
-            chain.push((cur, name, ok));
-            if cur == Soid::ROOT {
-                // The root is in scope only as the scope (memoised).
-                break Status::Out;
-            }
-            cur = parent;
-        };
-        while let Some((soid, name, ok)) = chain.pop() {
-            base = match base {
-                Status::Out => Status::Out,
-                Status::In {
-                    depth,
-                    visible,
-                    path,
-                } => Status::In {
-                    depth: depth.saturating_add(1),
-                    visible: visible && ok,
-                    path: join(&path, &name).into(),
-                },
-            };
-            self.memo.insert(soid, base.clone());
-        }
-        Ok(base)
+    fn read_dir(&mut self, d: Soid) -> Result<Option<scope::DirInfo>, FsError> {
+        scope::read_dir(self.engine, self.cred, d, &mut self.stats.dir_reads)
     }
 }
 
-/// The candidates of one table (under its lock).
-fn collect(t: &Table, plan: &Plan, expr: &Expr, scope: Soid, stats: &mut SearchStats) -> Vec<Cand> {
-    let q = &plan.query;
-    let mut out = Vec::new();
-    if !t.index.may_match(q) {
-        stats.tables_pruned += 1;
-        return out;
-    }
-    t.index.candidates(t, q, |row| {
-        let Some((soid, inode)) = t.row(row) else {
-            return;
-        };
-        stats.candidates += 1;
-        if *soid == scope || !q.matches(*soid, inode) {
+/// Everything the collect step of one table needs besides the table.
+struct Collect<'a, 'b> {
+    plan: &'a Plan,
+    expr: &'a Expr,
+    root: Soid,
+    cred: &'a Credentials,
+    memo: &'a mut Memo,
+    /// The memo holds every directory that matters ([`scope::walk_down`]).
+    complete: bool,
+    stats: &'a mut SearchStats,
+    lean: Option<&'a mut LinkSink<'b>>,
+    /// Hits wanted at most (the rest of the limit).
+    want: usize,
+    hits: Vec<SearchHit>,
+    fallback: Vec<Cand>,
+}
+
+impl Collect<'_, '_> {
+    /// Evaluates the table's candidates under its lock: index pruning,
+    /// [`IndexQuery::matches`], ancestry from the memo and the table's own
+    /// directories ([`scope::status_local`]), the exact expression. Hits
+    /// go to `hits` (paths built only for these) or the lean sink; links
+    /// whose ancestry needs other tables go to `fallback`. No inode is
+    /// cloned except for a fallback.
+    fn table(&mut self, t: &Table) {
+        let plan = self.plan;
+        let q = &plan.query;
+        if !t.index.may_match(q) {
+            self.stats.tables_pruned += 1;
             return;
         }
-        let has = inode.is_dir() && t.has_entries(*soid);
-        let links: Vec<(Soid, Box<[u8]>)> = q
-            .matching_links(inode)
-            .filter(|(_, n)| {
+        t.index.candidates(t, q, |row| {
+            if self.hits.len() >= self.want {
+                return;
+            }
+            let Some((soid, inode)) = t.row(row) else {
+                return;
+            };
+            self.stats.candidates += 1;
+            // With a complete memo, scope first: one lookup per link
+            // rejects a row outside the scope before anything else.
+            if self.complete
+                && !inode.all_links().any(|(p, _)| {
+                    matches!(self.memo.get(&p), Some(Status::In { visible: true, .. }))
+                })
+            {
+                return;
+            }
+            if *soid == self.root || !q.matches(*soid, inode) {
+                return;
+            }
+            let has = inode.is_dir() && t.has_entries(*soid);
+            for (parent, name) in q.matching_links(inode) {
                 let e = Entry {
                     path: None,
-                    name: n,
+                    name,
                     depth: None,
                     soid: *soid,
                     inode,
                     dir_has_entries: has,
                 };
-                expr.eval(&e) != Some(false)
-            })
-            .map(|(p, n)| (p, n.into()))
-            .collect();
-        stats.links_checked += links.len();
-        if !links.is_empty() {
-            out.push(Cand {
-                soid: *soid,
-                inode: inode.clone(),
-                dir_has_entries: has,
-                links,
+                if self.expr.eval(&e) == Some(false) {
+                    continue;
+                }
+                self.stats.links_checked += 1;
+                if self.complete {
+                    // By reference: no status cloned.
+                    let Some(Status::In {
+                        depth,
+                        visible: true,
+                        path,
+                    }) = self.memo.get(&parent)
+                    else {
+                        continue;
+                    };
+                    let out = Out {
+                        expr: self.expr,
+                        stats: self.stats,
+                        lean: self.lean.as_deref_mut(),
+                        hits: &mut self.hits,
+                    };
+                    out.emit(plan, e, depth.saturating_add(1), path);
+                    continue;
+                }
+                let Some(st) = scope::status_local(t, self.cred, self.memo, false, parent) else {
+                    self.fallback.push(Cand {
+                        soid: *soid,
+                        inode: inode.clone(),
+                        dir_has_entries: has,
+                        parent,
+                        name: name.into(),
+                    });
+                    continue;
+                };
+                let Status::In {
+                    depth,
+                    visible: true,
+                    path,
+                } = st
+                else {
+                    continue;
+                };
+                let out = Out {
+                    expr: self.expr,
+                    stats: self.stats,
+                    lean: self.lean.as_deref_mut(),
+                    hits: &mut self.hits,
+                };
+                out.emit(plan, e, depth.saturating_add(1), &path);
+            }
+        });
+    }
+}
+
+/// Where [`Collect`] puts a link known to be in scope and visible.
+struct Out<'a, 'b, 'c> {
+    expr: &'a Expr,
+    stats: &'a mut SearchStats,
+    lean: Option<&'a mut LinkSink<'b>>,
+    hits: &'c mut Vec<SearchHit>,
+}
+
+impl Out<'_, '_, '_> {
+    /// The link `e` at `depth` below the scope root, its directory at
+    /// `dir_path`: checked exactly, then counted or made a hit (the path
+    /// built only then).
+    fn emit(self, plan: &Plan, mut e: Entry<'_>, depth: u32, dir_path: &[u8]) {
+        if depth < plan.min_depth || depth > plan.max_depth {
+            return;
+        }
+        e.depth = Some(depth);
+        if let Some(sink) = self.lean {
+            if self.expr.eval(&e) == Some(true) {
+                self.stats.hits += 1;
+                sink(e.inode, e.name);
+            }
+            return;
+        }
+        let full = join(dir_path, e.name);
+        let (inode, soid) = (e.inode, e.soid);
+        let with_path = Entry {
+            path: Some(&full),
+            ..e
+        };
+        if self.expr.matches(&with_path) {
+            self.hits.push(SearchHit {
+                attr: inode.attr(soid),
+                path: full,
+                soid,
+                depth,
             });
         }
-    });
-    out
+    }
 }
 
 /// See [`Engine::search`].
@@ -418,9 +532,10 @@ pub(crate) fn run(
     run_with(engine, cred, scope, expr, limit, true, None, visit)
 }
 
-/// Receives each matching link below the scope root (inode and link name)
-/// instead of a [`SearchHit`]: no path built, no second read. For counts.
-type LinkSink<'a> = &'a mut dyn FnMut(&Inode, &[u8]);
+/// Attempts at deciding one table before it is visited regardless of
+/// exits that keep appearing (concurrent renames); links whose ancestry
+/// is then unknown take the fallback path.
+const DECIDE_ATTEMPTS: usize = 4;
 
 /// [`run`], or with `use_index` false a brute-force scan: no table pruned,
 /// every row read and checked exactly (the baseline benchmarks compare the
@@ -428,9 +543,9 @@ type LinkSink<'a> = &'a mut dyn FnMut(&Inode, &[u8]);
 ///
 /// With a `lean` sink (only for expressions that do not use the path, and
 /// no limit), matches below the scope root go to the sink as of the
-/// collect step — no path, no re-check: a concurrently changed entry is
-/// counted in its old or new state, as the module docs allow. The scope
-/// root itself still goes to `visit`.
+/// collect step — no path: a concurrently changed entry is counted in its
+/// old or new state, as the module docs allow. The scope root itself
+/// still goes to `visit`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_with(
     engine: &Engine,
@@ -452,7 +567,7 @@ pub(crate) fn run_with(
     let mut s = Search {
         engine,
         cred,
-        memo: HashMap::new(),
+        memo: Memo::default(),
         stats: SearchStats::default(),
     };
     if limit == 0 {
@@ -522,110 +637,117 @@ pub(crate) fn run_with(
         plan.query = Plan::everything().query;
     }
 
-    let mut cursor = Soid::MIN;
-    loop {
-        let stats = &mut s.stats;
-        let (range, cands) =
-            engine.with_indexed_table(cursor, |t| collect(t, &plan, expr, root, stats))?;
-        s.stats.tables += 1;
+    // Below a directory other than the root, list the directories that
+    // matter top-down when there are not too many: then every table's
+    // exits are decided from the memo without a read.
+    let complete = use_index
+        && root != Soid::ROOT
+        && scope::walk_down(
+            engine,
+            cred,
+            &mut s.memo,
+            root,
+            plan.max_depth,
+            &mut s.stats.dir_reads,
+        )?;
 
-        // Ancestry and visibility, with fresh single-table reads.
-        let mut pending: Vec<Pending> = Vec::new();
-        for c in &cands {
-            for (parent, name) in &c.links {
-                let Status::In {
-                    depth,
-                    visible: true,
-                    path,
-                } = s.status(*parent)?
-                else {
-                    continue;
-                };
-                let depth = depth.saturating_add(1);
-                if depth < plan.min_depth || depth > plan.max_depth {
+    let mut cursor = Soid::MIN;
+    let mut attempts = 0;
+    loop {
+        // Decide from the filters and exits (cheap, no index rebuild);
+        // resolve unknown exits outside every lock and decide again.
+        let (range, decision) = engine.with_table_holding(cursor, |t| {
+            // With a complete memo exits are a few lookups that rule out
+            // most tables of a small scope: first. Otherwise the filters
+            // first, so exits are resolved only for tables they keep.
+            let filtered = |t: &Table| use_index && !t.index.may_match(&plan.query);
+            if !complete && filtered(t) {
+                return None;
+            }
+            match scope::decide(t, root, plan.max_depth, &s.memo, use_index, complete) {
+                Decision::Skip => Some(Decision::Skip),
+                _ if complete && filtered(t) => None,
+                d => Some(d),
+            }
+        })?;
+        let next = range.last.checked_next();
+        let Some(decision) = decision else {
+            s.stats.tables += 1;
+            s.stats.tables_pruned += 1;
+            attempts = 0;
+            match next {
+                Some(n) => {
+                    cursor = n;
                     continue;
                 }
-                if let Some(sink) = lean.as_mut() {
-                    let e = Entry {
-                        path: None,
-                        name,
-                        depth: Some(depth),
-                        soid: c.soid,
-                        inode: &c.inode,
-                        dir_has_entries: c.dir_has_entries,
-                    };
-                    if expr.eval(&e) == Some(true) {
-                        s.stats.hits += 1;
-                        sink(&c.inode, name);
+                None => break,
+            }
+        };
+        match decision {
+            Decision::Resolve(exits) if attempts < DECIDE_ATTEMPTS => {
+                attempts += 1;
+                for e in exits {
+                    s.status(e)?;
+                }
+                continue;
+            }
+            Decision::Skip => {
+                s.stats.tables += 1;
+                s.stats.tables_out_of_scope += 1;
+                attempts = 0;
+                match next {
+                    Some(n) => {
+                        cursor = n;
+                        continue;
                     }
-                    continue;
+                    None => break,
                 }
-                let full = join(&path, name);
-                let e = Entry {
-                    path: Some(&full),
-                    name,
-                    depth: Some(depth),
-                    soid: c.soid,
-                    inode: &c.inode,
-                    dir_has_entries: c.dir_has_entries,
-                };
-                if expr.matches(&e) {
-                    pending.push(Pending {
-                        soid: c.soid,
-                        parent: *parent,
-                        name: name.clone(),
-                        path: full,
-                        depth,
-                    });
-                }
+            }
+            Decision::Visit | Decision::Resolve(_) => {}
+        }
+        attempts = 0;
+
+        // Collect under the table's lock (the table at the cursor may have
+        // changed since the decision: the collect step needs no decision,
+        // only the memo, and falls back where it is incomplete).
+        let want = limit.saturating_sub(s.stats.hits);
+        let mut c = Collect {
+            plan: &plan,
+            expr,
+            root,
+            cred,
+            memo: &mut s.memo,
+            complete,
+            stats: &mut s.stats,
+            lean: lean.as_mut(),
+            want,
+            hits: Vec::new(),
+            fallback: Vec::new(),
+        };
+        let (range, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
+        let (mut hits, fallback) = (c.hits, c.fallback);
+        s.stats.tables += 1;
+        // Within a table, in SOID order (the K-D tree's order is arbitrary).
+        hits.sort_by_key(|h| h.soid);
+
+        for hit in hits {
+            s.stats.hits += 1;
+            if visit(hit).is_break() || s.stats.hits >= limit {
+                return Ok(s.stats);
             }
         }
-        drop(cands);
-
-        // Re-check against a fresh read, one lock per table, then report
-        // outside every lock.
-        pending.sort_by_key(|p| p.soid);
-        let mut i = 0;
-        while i < pending.len() {
-            let (_, hits) = engine.with_table_holding(pending[i].soid, |t| {
-                let mut hits = Vec::new();
-                while i < pending.len() && t.range.contains(pending[i].soid) {
-                    let p = &pending[i];
-                    i += 1;
-                    let Some(inode) = t.inode(p.soid) else {
-                        continue;
-                    };
-                    if !inode
-                        .all_links()
-                        .any(|(d, n)| d == p.parent && n == &*p.name)
-                    {
-                        continue;
-                    }
-                    let e = Entry {
-                        path: Some(&p.path),
-                        name: &p.name,
-                        depth: Some(p.depth),
-                        soid: p.soid,
-                        inode,
-                        dir_has_entries: inode.is_dir() && t.has_entries(p.soid),
-                    };
-                    if expr.matches(&e) {
-                        hits.push(SearchHit {
-                            path: p.path.clone(),
-                            soid: p.soid,
-                            attr: inode.attr(p.soid),
-                            depth: p.depth,
-                        });
-                    }
-                }
-                hits
-            })?;
-            for hit in hits {
-                s.stats.hits += 1;
-                if visit(hit).is_break() || s.stats.hits >= limit {
-                    return Ok(s.stats);
-                }
-            }
+        if !fallback.is_empty()
+            && fall_back(
+                &mut s,
+                fallback,
+                &plan,
+                expr,
+                lean.as_mut(),
+                limit,
+                &mut visit,
+            )?
+        {
+            return Ok(s.stats);
         }
 
         match range.last.checked_next() {
@@ -634,6 +756,117 @@ pub(crate) fn run_with(
         }
     }
     Ok(s.stats)
+}
+
+/// The links whose ancestry [`Collect`] could not decide: ancestry with
+/// engine reads, then a re-check of each against a fresh read of its
+/// table, then the hits to `visit` outside every lock. Returns true when
+/// the search is to stop (visit broke, or the limit was reached).
+fn fall_back(
+    s: &mut Search<'_>,
+    cands: Vec<Cand>,
+    plan: &Plan,
+    expr: &Expr,
+    mut lean: Option<&mut LinkSink<'_>>,
+    limit: usize,
+    visit: &mut impl FnMut(SearchHit) -> ControlFlow<()>,
+) -> Result<bool, FsError> {
+    let engine = s.engine;
+    let mut pending: Vec<Pending> = Vec::new();
+    for c in cands {
+        let Status::In {
+            depth,
+            visible: true,
+            path,
+        } = s.status(c.parent)?
+        else {
+            continue;
+        };
+        let depth = depth.saturating_add(1);
+        if depth < plan.min_depth || depth > plan.max_depth {
+            continue;
+        }
+        if let Some(sink) = lean.as_mut() {
+            let e = Entry {
+                path: None,
+                name: &c.name,
+                depth: Some(depth),
+                soid: c.soid,
+                inode: &c.inode,
+                dir_has_entries: c.dir_has_entries,
+            };
+            if expr.eval(&e) == Some(true) {
+                s.stats.hits += 1;
+                sink(&c.inode, &c.name);
+            }
+            continue;
+        }
+        let full = join(&path, &c.name);
+        let e = Entry {
+            path: Some(&full),
+            name: &c.name,
+            depth: Some(depth),
+            soid: c.soid,
+            inode: &c.inode,
+            dir_has_entries: c.dir_has_entries,
+        };
+        if expr.matches(&e) {
+            pending.push(Pending {
+                soid: c.soid,
+                parent: c.parent,
+                name: c.name,
+                path: full,
+                depth,
+            });
+        }
+    }
+
+    // Re-check against a fresh read, one lock per table, then report
+    // outside every lock.
+    pending.sort_by_key(|p| p.soid);
+    let mut i = 0;
+    while i < pending.len() {
+        let (_, hits) = engine.with_table_holding(pending[i].soid, |t| {
+            let mut hits = Vec::new();
+            while i < pending.len() && t.range.contains(pending[i].soid) {
+                let p = &pending[i];
+                i += 1;
+                let Some(inode) = t.inode(p.soid) else {
+                    continue;
+                };
+                if !inode
+                    .all_links()
+                    .any(|(d, n)| d == p.parent && n == &*p.name)
+                {
+                    continue;
+                }
+                let e = Entry {
+                    path: Some(&p.path),
+                    name: &p.name,
+                    depth: Some(p.depth),
+                    soid: p.soid,
+                    inode,
+                    dir_has_entries: inode.is_dir() && t.has_entries(p.soid),
+                };
+                if expr.matches(&e) {
+                    hits.push(SearchHit {
+                        path: p.path.clone(),
+                        soid: p.soid,
+                        attr: inode.attr(p.soid),
+                        depth: p.depth,
+                    });
+                }
+            }
+            hits
+        })?;
+        for hit in hits {
+            s.stats.hits += 1;
+            if visit(hit).is_break() || s.stats.hits >= limit {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// See [`Engine::search_aggregate`].
@@ -656,7 +889,10 @@ pub(crate) fn aggregate(
         return Ok(agg);
     }
     // Grouped by something of the inode or the link's name: no paths.
+    // Runs of equal keys (common: most matches are regular files of a
+    // few owners) are summed before they touch the map.
     let mut below = Aggregation::default();
+    let mut current: Option<(GroupKey, Totals)> = None;
     let mut sink = |inode: &Inode, name: &[u8]| {
         let key = match by {
             GroupBy::Uid => GroupKey::Uid(inode.uid),
@@ -664,7 +900,24 @@ pub(crate) fn aggregate(
             GroupBy::Type => GroupKey::Type(inode.ftype),
             GroupBy::Extension | GroupBy::Directory => GroupKey::Extension(extension(name).into()),
         };
-        below.add_key(key, inode.size);
+        match &mut current {
+            Some((k, t)) if *k == key => {
+                t.count += 1;
+                t.size += inode.size;
+            }
+            _ => {
+                if let Some((k, t)) = current.take() {
+                    below.add_totals(k, t);
+                }
+                current = Some((
+                    key,
+                    Totals {
+                        count: 1,
+                        size: inode.size,
+                    },
+                ));
+            }
+        }
     };
     // Only the scope root itself comes as a hit.
     run_with(
@@ -680,6 +933,9 @@ pub(crate) fn aggregate(
             ControlFlow::Continue(())
         },
     )?;
+    if let Some((k, t)) = current {
+        below.add_totals(k, t);
+    }
     for (key, t) in below.groups {
         let g = agg.groups.entry(key).or_default();
         g.count += t.count;

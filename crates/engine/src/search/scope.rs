@@ -1,0 +1,334 @@
+//! Scope membership for one search: which directories lie below the scope
+//! root `S` (at what depth, with what path, listable all the way down), and
+//! which tables can hold anything below `S` at all.
+//!
+//! - [`Memo`]: each directory's [`Status`], computed once per search from
+//!   its parent chain and memoised (every directory on the way too).
+//! - [`status_remote`] walks a chain with single-table engine reads (no lock
+//!   held by the caller); [`status_local`] walks it inside one locked table
+//!   and stops, without an answer, where the chain leaves that table at a
+//!   directory not memoised yet.
+//! - [`decide`]: a table is visited only if it contains `S` or one of its
+//!   exits ([`crate::table::exits`]) is a listable directory at or below `S`
+//!   from which entries within the depth limit can hang. Exits not yet
+//!   memoised are returned for resolution first, so that, once they are
+//!   resolved, every chain of the table's inodes ends in the memo and the
+//!   whole table can be evaluated under its one lock ([`status_local`]).
+//!
+//! Exactness: a table is skipped only when every exit is memoised as out of
+//! scope, invisible, or too deep; by the exit-set argument
+//! ([`crate::table::exits`]) such a table holds no visible entry below `S`
+//! within the depth limit, as of the moment its lock is held. Each memoised
+//! status is as of one read of each directory during the search, which is
+//! the per-entry consistency the search promises (module docs of
+//! [`crate::search`]).
+
+use super::{join, may_list};
+use crate::engine::Engine;
+use crate::table::Table;
+use sextant_types::{Credentials, FsError, Soid};
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
+
+/// A directory's place relative to the scope.
+#[derive(Clone, Debug)]
+pub(super) enum Status {
+    Out,
+    In {
+        depth: u32,
+        /// Entries of this directory are visible to the caller.
+        visible: bool,
+        path: Rc<[u8]>,
+    },
+}
+
+/// A multiply-rotate hasher for SOID keys (server-assigned ids in a map
+/// that lives for one search: no need for a keyed hash).
+#[derive(Default, Clone, Copy)]
+pub(super) struct SoidHasher(u64);
+
+impl Hasher for SoidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// Directory statuses of one search.
+pub(super) type Memo = HashMap<Soid, Status, BuildHasherDefault<SoidHasher>>;
+
+/// A directory's (parent, name, listable by the caller).
+pub(super) type DirInfo = (Soid, Box<[u8]>, bool);
+
+/// Longest parent chain followed before giving up (a chain that long, or
+/// a cycle, can only be an artefact of concurrent renames).
+pub(super) const MAX_CHAIN: usize = 1 << 16;
+
+/// The status of a child directory named `name` (listable: `ok`) of a
+/// directory with status `base`.
+fn below(base: &Status, name: &[u8], ok: bool) -> Status {
+    match base {
+        Status::Out => Status::Out,
+        Status::In {
+            depth,
+            visible,
+            path,
+        } => Status::In {
+            depth: depth.saturating_add(1),
+            visible: *visible && ok,
+            path: join(path, name).into(),
+        },
+    }
+}
+
+/// Memoises `chain` (child last) below `base`; returns the last status.
+fn unwind<N: AsRef<[u8]>>(
+    memo: &mut Memo,
+    mut base: Status,
+    mut chain: Vec<(Soid, N, bool)>,
+) -> Status {
+    while let Some((soid, name, ok)) = chain.pop() {
+        base = below(&base, name.as_ref(), ok);
+        memo.insert(soid, base.clone());
+    }
+    base
+}
+
+/// Reads one directory's (parent, name, listable), `None` if it is gone
+/// or not a directory.
+pub(super) fn read_dir(
+    engine: &Engine,
+    cred: &Credentials,
+    d: Soid,
+    reads: &mut usize,
+) -> Result<Option<DirInfo>, FsError> {
+    *reads += 1;
+    let (_, info) = engine.with_table_holding(d, |t| {
+        t.inode(d)
+            .filter(|i| i.is_dir())
+            .map(|i| (i.parent, Box::from(&i.name), may_list(i, cred)))
+    })?;
+    Ok(info)
+}
+
+/// The status of directory `d`, walking up with engine reads until a
+/// memoised directory, the root, or a dead end. REQUIRES: no engine lock
+/// held by the caller.
+pub(super) fn status_remote(
+    engine: &Engine,
+    cred: &Credentials,
+    memo: &mut Memo,
+    d: Soid,
+    reads: &mut usize,
+) -> Result<Status, FsError> {
+    let mut chain: Vec<DirInfo> = Vec::new();
+    let mut seen: HashSet<Soid> = HashSet::new();
+    let mut cur = d;
+    let base = loop {
+        if let Some(st) = memo.get(&cur) {
+            break st.clone();
+        }
+        if chain.len() >= MAX_CHAIN || !seen.insert(cur) {
+            break Status::Out;
+        }
+        let Some((parent, name, ok)) = read_dir(engine, cred, cur, reads)? else {
+            break Status::Out;
+        };
+        chain.push((cur, name, ok));
+        if cur == Soid::ROOT {
+            // The root is in scope only as the scope (memoised).
+            break Status::Out;
+        }
+        cur = parent;
+    };
+    Ok(unwind(memo, base, chain))
+}
+
+/// The status of directory `d` from table `t` alone (under its lock):
+/// `None` when the chain leaves `t` at a directory not in the memo. With a
+/// `complete` memo ([`walk_down`]) a directory not in it is out.
+pub(super) fn status_local(
+    t: &Table,
+    cred: &Credentials,
+    memo: &mut Memo,
+    complete: bool,
+    d: Soid,
+) -> Option<Status> {
+    if let Some(st) = memo.get(&d) {
+        return Some(st.clone());
+    }
+    if complete {
+        return Some(Status::Out);
+    }
+    let mut chain: Vec<(Soid, &[u8], bool)> = Vec::new();
+    let mut cur = d;
+    let base = loop {
+        if let Some(st) = memo.get(&cur) {
+            break st.clone();
+        }
+        if !t.range.contains(cur) {
+            return None;
+        }
+        // A chain inside one locked table is consistent: longer than the
+        // table's directories only through a cycle, which cannot exist.
+        if chain.len() > t.dir_count() {
+            break Status::Out;
+        }
+        let Some(ino) = t.inode(cur).filter(|i| i.is_dir()) else {
+            break Status::Out;
+        };
+        chain.push((cur, &ino.name, may_list(ino, cred)));
+        if cur == Soid::ROOT {
+            break Status::Out;
+        }
+        cur = ino.parent;
+    };
+    Some(unwind(memo, base, chain))
+}
+
+/// What to do with one table.
+pub(super) enum Decision {
+    /// Every exit is memoised and some lead into the scope (or the table
+    /// holds the scope root, or pruning is off): collect.
+    Visit,
+    /// Nothing below the scope can be in this table.
+    Skip,
+    /// These exits must be resolved ([`status_remote`]) before deciding.
+    Resolve(Vec<Soid>),
+}
+
+/// See the module docs. `prune` false (brute-force scans) never skips;
+/// with a `complete` memo ([`walk_down`]) an exit not in it is out.
+pub(super) fn decide(
+    t: &Table,
+    root: Soid,
+    max_depth: u32,
+    memo: &Memo,
+    prune: bool,
+    complete: bool,
+) -> Decision {
+    let mut unknown = Vec::new();
+    let mut relevant = !prune || t.range.contains(root);
+    for e in t.exits().dirs() {
+        match memo.get(&e) {
+            None if complete => {}
+            None => unknown.push(e),
+            Some(Status::In {
+                depth,
+                visible: true,
+                ..
+            }) if *depth < max_depth => relevant = true,
+            Some(_) => {}
+        }
+    }
+    if !unknown.is_empty() {
+        Decision::Resolve(unknown)
+    } else if relevant {
+        Decision::Visit
+    } else {
+        Decision::Skip
+    }
+}
+
+/// Entries listed by [`walk_down`] before it gives up (the scope is then
+/// too large for a walk to pay off; exits are resolved bottom-up instead).
+pub(super) const WALK_BUDGET: usize = 1 << 16;
+
+/// Lists the directories below the scope root `root` (whose status is in
+/// the memo) top-down, through their entries, and memoises every one that
+/// can be the parent of a reportable entry: reached through listable
+/// directories, at depth below `max_depth`. Unlistable directories are
+/// memoised (not visible) but not entered. Returns whether it finished
+/// within [`WALK_BUDGET`] entries: then the memo is *complete* — a
+/// directory not in it has no visible entry below the scope within the
+/// depth limit, because every directory that has one was listed in its
+/// parent's entries during the walk. (A directory moved into the scope
+/// after its new parent was listed is missed, like any entry whose
+/// ancestors change during the search.) Statuses memoised by an
+/// unfinished walk are still exact.
+///
+/// REQUIRES: no engine lock held by the caller.
+pub(super) fn walk_down(
+    engine: &Engine,
+    cred: &Credentials,
+    memo: &mut Memo,
+    root: Soid,
+    max_depth: u32,
+    reads: &mut usize,
+) -> Result<bool, FsError> {
+    let Some(Status::In {
+        visible: true,
+        path,
+        ..
+    }) = memo.get(&root).cloned()
+    else {
+        return Ok(true);
+    };
+    // Directories at depth ≤ max_depth − 1 can hold reportable entries.
+    let last = max_depth.saturating_sub(1);
+    let mut stack: Vec<(Soid, Rc<[u8]>, u32)> = vec![(root, path, 0)];
+    let mut listed = 0usize;
+    while let Some((d, path, depth)) = stack.pop() {
+        if depth >= last {
+            continue;
+        }
+        *reads += 1;
+        let (_, (local, remote, n)) = engine.with_table_holding(d, |t| {
+            let (mut local, mut remote, mut n) = (Vec::new(), Vec::new(), 0usize);
+            for (child, ftype, name) in t.entries_of(d) {
+                n += 1;
+                if ftype != sextant_types::FileType::Directory {
+                    continue;
+                }
+                match t.inode(child) {
+                    Some(i) if i.is_dir() && i.parent == d => {
+                        local.push((child, Box::<[u8]>::from(name), may_list(i, cred)))
+                    }
+                    Some(_) => {}
+                    None if !t.range.contains(child) => remote.push(child),
+                    None => {}
+                }
+            }
+            (local, remote, n)
+        })?;
+        listed += n;
+        if listed > WALK_BUDGET {
+            return Ok(false);
+        }
+        let mut subs = local;
+        for child in remote {
+            if let Some((parent, name, ok)) = read_dir(engine, cred, child, reads)? {
+                if parent == d {
+                    subs.push((child, name, ok));
+                }
+            }
+        }
+        for (child, name, ok) in subs {
+            let p: Rc<[u8]> = join(&path, &name).into();
+            memo.insert(
+                child,
+                Status::In {
+                    depth: depth + 1,
+                    visible: ok,
+                    path: p.clone(),
+                },
+            );
+            if ok {
+                stack.push((child, p, depth + 1));
+            }
+        }
+    }
+    Ok(true)
+}
