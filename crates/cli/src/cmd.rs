@@ -90,7 +90,23 @@ async fn status(s: &Session, json: bool) -> Result<()> {
             st.tables, st.loaded_tables
         );
         println!("resident bytes  {}", st.resident_bytes);
-        println!("journal         lsn {} durable", st.durable_lsn);
+        let remote = match &s.backend {
+            crate::session::Backend::Remote(c) => Some(c.stats(&s.cred).await?.1),
+            crate::session::Backend::Local(_) => None,
+        };
+        match remote.filter(|r| r.arl_size > 0) {
+            Some(r) => {
+                println!(
+                    "durability      log-less (ARL {}), written back through lsn {}, lsn {} issued",
+                    r.arl_size, r.written_back_lsn, st.durable_lsn
+                );
+                println!(
+                    "redo handed out {} bytes, {} inodes stamped",
+                    r.backup_bytes_issued, r.stamped_inodes
+                );
+            }
+            None => println!("journal         lsn {} durable", st.durable_lsn),
+        }
     }
     Ok(())
 }

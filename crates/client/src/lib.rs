@@ -628,6 +628,11 @@ impl Client {
                     requests: s.requests,
                     replayed_replies: s.replayed_replies,
                     clients_remembered: s.clients_remembered,
+                    arl_size: s.arl_size,
+                    incarnation: s.incarnation,
+                    written_back_lsn: s.written_back_lsn,
+                    backup_bytes_issued: s.backup_bytes_issued,
+                    stamped_inodes: s.stamped_inodes,
                 },
             )),
             _ => Err(bad_reply("not a status reply")),
@@ -795,6 +800,14 @@ pub struct ServerStats {
     pub requests: u64,
     pub replayed_replies: u64,
     pub clients_remembered: u64,
+    /// Log-less durability: the ARL size K (0: the server journals), the
+    /// run's id, the written-back watermark, redo bytes handed out so far,
+    /// and inodes with an explicit stamp.
+    pub arl_size: u64,
+    pub incarnation: u64,
+    pub written_back_lsn: u64,
+    pub backup_bytes_issued: u64,
+    pub stamped_inodes: u64,
 }
 
 fn bad_reply(what: &str) -> Error {
