@@ -5,7 +5,7 @@
 //! backups back by themselves. Then client deaths around the crash: fewer
 //! than K lose nothing, K or more make the server report the loss.
 
-use sextant_client::{Client, Error, Options};
+use sextant_client::{Client, Error};
 use sextant_types::{Credentials, FsError, Soid};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -50,22 +50,12 @@ impl Server {
         }
     }
 
-    fn secret(&self) -> String {
-        std::fs::read_to_string(self.data.join("secret"))
-            .unwrap()
-            .trim()
-            .to_string()
-    }
-
     async fn client(&self) -> Client {
-        Client::connect(&self.addr, &self.secret(), Options::default())
-            .await
-            .expect("connect")
+        common::connect(&self.addr, &self.data).await
     }
 
     fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::kill9(&mut self.child);
     }
 
     fn log(&self) -> String {

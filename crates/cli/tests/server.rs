@@ -32,21 +32,15 @@ impl Server {
     }
 
     fn secret(&self) -> String {
-        std::fs::read_to_string(self.data.join("secret"))
-            .unwrap()
-            .trim()
-            .to_string()
+        common::secret_of(&self.data)
     }
 
     async fn client(&self) -> Client {
-        Client::connect(&self.addr, &self.secret(), Options::default())
-            .await
-            .expect("connect")
+        common::connect(&self.addr, &self.data).await
     }
 
     fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::kill9(&mut self.child);
     }
 
     /// SIGTERM and wait for a clean exit.

@@ -146,6 +146,32 @@ struct Inner {
     session_broke: Arc<tokio::sync::Notify>,
 }
 
+impl Inner {
+    fn new(
+        addr: String,
+        endpoint: Endpoint,
+        secret: MetadataValue<tonic::metadata::Ascii>,
+        options: Options,
+        backups: Arc<Mutex<backup::Backups>>,
+        session_broke: Arc<tokio::sync::Notify>,
+    ) -> Inner {
+        Inner {
+            addr,
+            endpoint,
+            secret,
+            client_id: options.client_id.unwrap_or_else(random_u64),
+            next_seq: AtomicU64::new(1),
+            next_id: AtomicU64::new(1),
+            options,
+            conn: tokio::sync::Mutex::new(None),
+            mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
+            search_channel: Mutex::new(None),
+            backups,
+            session_broke,
+        }
+    }
+}
+
 /// A connection to one Sextant server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -207,20 +233,14 @@ impl Client {
         let secret = MetadataValue::try_from(secret.trim())
             .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?;
         let client = Client {
-            inner: Arc::new(Inner {
-                addr: addr.to_string(),
+            inner: Arc::new(Inner::new(
+                addr.to_string(),
                 endpoint,
                 secret,
-                client_id: options.client_id.unwrap_or_else(random_u64),
-                next_seq: AtomicU64::new(1),
-                next_id: AtomicU64::new(1),
                 options,
-                conn: tokio::sync::Mutex::new(None),
-                mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
-                search_channel: Mutex::new(None),
-                backups: Arc::default(),
-                session_broke: Arc::default(),
-            }),
+                Arc::default(),
+                Arc::default(),
+            )),
         };
         tokio::spawn(keep_backups(
             Arc::downgrade(&client.inner),
@@ -252,26 +272,20 @@ impl Client {
             },
             ..self.inner.options.clone()
         };
+        // Log-less backups are the family's, not the sibling's: a sibling
+        // dropped (or replaced) keeps nothing to itself, and the first
+        // client to reconnect hands back everything. The original's task
+        // (on the runtime it was connected on) reconnects when a session
+        // breaks.
         let client = Client {
-            inner: Arc::new(Inner {
-                addr: self.inner.addr.clone(),
-                endpoint: self.inner.endpoint.clone(),
-                secret: self.inner.secret.clone(),
-                client_id: options.client_id.unwrap_or_else(random_u64),
-                next_seq: AtomicU64::new(1),
-                next_id: AtomicU64::new(1),
+            inner: Arc::new(Inner::new(
+                self.inner.addr.clone(),
+                self.inner.endpoint.clone(),
+                self.inner.secret.clone(),
                 options,
-                conn: tokio::sync::Mutex::new(None),
-                mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
-                search_channel: Mutex::new(None),
-                // Log-less backups are the family's, not the sibling's: a
-                // sibling dropped (or replaced) keeps nothing to itself, and
-                // the first client to reconnect hands back everything. The
-                // original's task (on the runtime it was connected on)
-                // reconnects when a session breaks.
-                backups: Arc::clone(&self.inner.backups),
-                session_broke: Arc::clone(&self.inner.session_broke),
-            }),
+                Arc::clone(&self.inner.backups),
+                Arc::clone(&self.inner.session_broke),
+            )),
         };
         client.conn().await?;
         Ok(client)

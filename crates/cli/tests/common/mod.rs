@@ -58,6 +58,27 @@ pub fn spawn_server_with(
     (server, addr)
 }
 
+/// The cluster secret a server made in `data`.
+pub fn secret_of(data: &Path) -> String {
+    std::fs::read_to_string(data.join("secret"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A client of the server at `addr` whose data directory is `data`.
+pub async fn connect(addr: &str, data: &Path) -> sextant_client::Client {
+    sextant_client::Client::connect(addr, &secret_of(data), Default::default())
+        .await
+        .expect("connect")
+}
+
+/// SIGKILL and reap (a no-op for a process already gone).
+pub fn kill9(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// A child process killed (SIGKILL) and reaped when dropped, however the
 /// test ends.
 pub struct KillOnDrop(pub Child);
@@ -163,10 +184,7 @@ impl Mounted {
 
     /// The cluster secret the server created.
     pub fn secret(&self) -> String {
-        std::fs::read_to_string(self.data().join("secret"))
-            .unwrap()
-            .trim()
-            .to_string()
+        secret_of(&self.data())
     }
 
     pub fn mount(&self) {
