@@ -38,6 +38,7 @@ pub struct BackupStats {
 #[derive(Debug, Default)]
 pub struct Backups {
     entries: BTreeMap<u64, Vec<u8>>,
+    /// Everything but `entries`, which [`Backups::stats`] reads off the map.
     stats: BackupStats,
 }
 
@@ -72,7 +73,6 @@ impl Backups {
                 }
             }
         }
-        self.stats.entries = self.entries.len();
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes);
     }
 
@@ -81,7 +81,10 @@ impl Backups {
     }
 
     pub fn stats(&self) -> BackupStats {
-        self.stats
+        BackupStats {
+            entries: self.entries.len(),
+            ..self.stats
+        }
     }
 
     /// The `Recover` messages that hand everything back, each under the
@@ -113,7 +116,6 @@ impl Backups {
     pub fn drop_run(&mut self, incarnation: u64) {
         if self.stats.incarnation == incarnation {
             self.entries.clear();
-            self.stats.entries = 0;
             self.stats.bytes = 0;
         }
     }

@@ -194,27 +194,7 @@ impl Logless {
                 incarnation: crashed.unwrap_or(incarnation),
             },
         )?;
-        Ok(Logless::build(
-            config,
-            key,
-            incarnation,
-            crashed,
-            floors,
-            recovery_from,
-            written_back,
-        ))
-    }
-
-    fn build(
-        config: LoglessConfig,
-        key: [u8; KEY_LEN],
-        incarnation: u64,
-        crashed: Option<u64>,
-        floors: Vec<(Soid, Lsn)>,
-        recovery_from: Lsn,
-        written_back: Lsn,
-    ) -> Logless {
-        Logless {
+        Ok(Logless {
             ordered: Mutex::new(Ordered {
                 stamps: Stamps::default(),
                 arl: Arl::new(config.arl_size),
@@ -228,7 +208,7 @@ impl Logless {
             crashed: Mutex::new(crashed),
             floors,
             recovery_from,
-        }
+        })
     }
 
     pub fn key(&self) -> &[u8; KEY_LEN] {

@@ -860,22 +860,14 @@ fn replay_journal(
                 }
                 continue;
             };
-            let slot = map
-                .range(..=key)
-                .next_back()
-                .map(|(_, s)| s)
-                .ok_or("no table for key")?;
-            let mut guard = slot.state.lock();
-            if let Slot::OnDisk(entry) = &*guard {
-                match load_table(store, entry) {
-                    Ok(t) => *guard = Slot::Loaded(Box::new(t)),
-                    Err(e) => {
-                        let what = e.to_string();
-                        *load_err.lock() = Some(e);
-                        return Err(what);
-                    }
+            let mut guard = match lock_loaded(store, map, key) {
+                Ok(g) => g,
+                Err(e) => {
+                    let what = e.to_string();
+                    *load_err.lock() = Some(e);
+                    return Err(what);
                 }
-            }
+            };
             if let Slot::Loaded(t) = &mut *guard {
                 if lsn > t.snapshot_lsn {
                     t.apply(m).map_err(|e| e.to_string())?;
@@ -898,6 +890,28 @@ fn replay_journal(
         );
     }
     Ok(outcome)
+}
+
+/// Locks the table holding `key`, loading it from its snapshot if it is
+/// only on disk. Recovery's way to a table (journal replay and log-less
+/// recovery), before or outside the engine's own cache policy.
+fn lock_loaded<'m>(
+    store: &dyn Store,
+    map: &'m TableMap,
+    key: Soid,
+) -> Result<MutexGuard<'m, Slot>, EngineError> {
+    let (_, slot) = map
+        .range(..=key)
+        .next_back()
+        .ok_or_else(|| EngineError::Corrupt {
+            file: store.describe(MANIFEST_NAME),
+            what: "the table map does not cover a key".into(),
+        })?;
+    let mut guard = slot.state.lock();
+    if let Slot::OnDisk(entry) = &*guard {
+        *guard = Slot::Loaded(Box::new(load_table(store, entry)?));
+    }
+    Ok(guard)
 }
 
 /// Inodes in all tables (loaded ones counted, the rest from the manifest).
@@ -1436,24 +1450,14 @@ impl Engine {
                             if e.lsn <= ll.floor(key) {
                                 continue;
                             }
-                            let (_, slot) = map.range(..=key).next_back().ok_or_else(|| {
-                                EngineError::Corrupt {
+                            let mut guard = lock_loaded(&*inner.store, &map, key)?;
+                            if let Slot::Loaded(table) = &mut *guard {
+                                table.apply(m.clone()).map_err(|e| EngineError::Corrupt {
                                     file: "log-less recovery".into(),
-                                    what: "the table map does not cover a key".into(),
-                                }
-                            })?;
-                            let mut guard = slot.state.lock();
-                            let table = inner.ensure_loaded(&mut guard).map_err(|_| {
-                                EngineError::Corrupt {
-                                    file: "log-less recovery".into(),
-                                    what: "a table to replay into cannot be loaded".into(),
-                                }
-                            })?;
-                            table.apply(m.clone()).map_err(|e| EngineError::Corrupt {
-                                file: "log-less recovery".into(),
-                                what: format!("a redo entry does not apply: {e}"),
-                            })?;
-                            table.mark_applied(e.lsn, epoch);
+                                    what: format!("a redo entry does not apply: {e}"),
+                                })?;
+                                table.mark_applied(e.lsn, epoch);
+                            }
                         }
                     }
                 }

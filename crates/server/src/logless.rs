@@ -79,8 +79,12 @@ impl LoglessServer {
         })
     }
 
-    /// Waits until recovery (if any) is over.
+    /// Waits until recovery (if any) is over. Once it is, this costs one
+    /// read of the flag (it is on every request's path).
     pub async fn wait_ready(&self) {
+        if *self.ready.borrow() {
+            return;
+        }
         let mut rx = self.ready.subscribe();
         let _ = rx.wait_for(|r| *r).await;
     }
