@@ -1561,8 +1561,9 @@ fn flusher_loop(
 impl Engine {
     /// Runs a `find`-like search from `scope` as `cred`, calling `visit` with
     /// each hit (outside every engine lock) until it breaks or `limit` hits
-    /// were reported (`usize::MAX`: no limit). See [`crate::search`] for
-    /// semantics, permissions and consistency.
+    /// were reported (`usize::MAX`: no limit), on the default number of
+    /// threads. See [`crate::search`] for semantics, permissions and
+    /// consistency.
     pub fn search(
         &self,
         cred: &Credentials,
@@ -1571,7 +1572,20 @@ impl Engine {
         limit: usize,
         visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
-        crate::search::run(self, cred, scope, expr, limit, visit)
+        let opts = crate::search::SearchOptions::limit(limit);
+        crate::search::run(self, cred, scope, expr, &opts, visit)
+    }
+
+    /// [`Engine::search`] with its limit, threads and stop check given.
+    pub fn search_with(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        opts: &crate::search::SearchOptions<'_>,
+        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+    ) -> Result<crate::search::SearchStats, FsError> {
+        crate::search::run(self, cred, scope, expr, opts, visit)
     }
 
     /// [`Engine::search`] without the indexes: every table visited, every
@@ -1585,7 +1599,43 @@ impl Engine {
         limit: usize,
         visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
-        crate::search::run_with(self, cred, scope, expr, limit, false, None, visit)
+        let opts = crate::search::SearchOptions::limit(limit);
+        self.search_scan_with(cred, scope, expr, &opts, visit)
+    }
+
+    /// [`Engine::search_scan`] with its limit, threads and stop check given
+    /// (a benchmark compares index and scan on the same threads).
+    pub fn search_scan_with(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        opts: &crate::search::SearchOptions<'_>,
+        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+    ) -> Result<crate::search::SearchStats, FsError> {
+        crate::search::run_with(self, cred, scope, expr, opts, false, None, visit)
+    }
+
+    /// Count and total size of the matches of a search (`by`: grouped;
+    /// `None`: the total only), added up without building paths unless the
+    /// expression or the grouping needs them. For `find -count`, `du`,
+    /// `stats`. Never from the maintained summaries (see
+    /// [`Engine::search_aggregate`]).
+    pub fn search_tally(
+        &self,
+        cred: &Credentials,
+        scope: crate::search::Scope<'_>,
+        expr: &crate::search::Expr,
+        by: Option<crate::search::GroupBy>,
+        opts: &crate::search::SearchOptions<'_>,
+    ) -> Result<(crate::search::Aggregation, crate::search::SearchStats), FsError> {
+        crate::search::tally(self, cred, scope, expr, by, opts)
+    }
+
+    /// The first SOID of every table, in order (a parallel search cuts its
+    /// work items there).
+    pub(crate) fn table_starts(&self) -> Vec<Soid> {
+        self.inner.tables.read().keys().copied().collect()
     }
 
     /// [`Engine::search`], collecting up to `limit` hits.

@@ -15,7 +15,8 @@ use sextant_engine::bloom::TimeAttr;
 use sextant_engine::inode::{Inode, InodeExtra};
 use sextant_engine::perm::{MAY_EXEC, MAY_READ};
 use sextant_engine::search::{
-    Aggregation, Entry, Expr, GroupBy, PermMatch, Pred, Scope, SearchHit, SearchStats,
+    Aggregation, Entry, Expr, GroupBy, PermMatch, Pred, Scope, SearchHit, SearchOptions,
+    SearchStats,
 };
 use sextant_engine::soid::SoidLayout;
 use sextant_engine::store::MemStore;
@@ -647,6 +648,30 @@ fn run_case(
             ns.e.search_aggregate(&cred, Scope::Soid(scope), &expr, by)
                 .unwrap();
         prop_assert_eq!(agg, agg_of(&want, by));
+        // Any number of threads: the same hits in the same order, and the
+        // same tallies without paths.
+        for threads in [1, 3] {
+            let opts = SearchOptions {
+                threads,
+                ..SearchOptions::default()
+            };
+            let mut again = Vec::new();
+            ns.e.search_with(&cred, Scope::Soid(scope), &expr, &opts, |h| {
+                again.push(h);
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            prop_assert_eq!(&again, &got, "{} threads", threads);
+            let (total, _) =
+                ns.e.search_tally(&cred, Scope::Soid(scope), &expr, None, &opts)
+                    .unwrap();
+            prop_assert_eq!(total.total, agg_of(&want, by).total);
+            prop_assert!(total.groups.is_empty());
+            let (grouped, _) =
+                ns.e.search_tally(&cred, Scope::Soid(scope), &expr, Some(by), &opts)
+                    .unwrap();
+            prop_assert_eq!(grouped, agg_of(&want, by), "{} threads", threads);
+        }
         // A limit stops early with a prefix of the full answer.
         if got.len() > 1 {
             let some =
@@ -791,6 +816,124 @@ fn search_sees_mutations_acknowledged_before_it_started() {
     writer.join().unwrap();
     assert_eq!(renamed, 15);
     assert!(e.statfs().tables > 10, "{} tables", e.statfs().tables);
+}
+
+/// A parallel search while another thread creates and removes files
+/// (splitting tables under the workers' cursors) reports every entry that
+/// did not change exactly once, in the order of a sequential search.
+#[test]
+fn parallel_search_under_splits_reports_stable_entries_once() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 4, 24)).unwrap();
+    let root = Credentials::root();
+    let mk = |parent: Soid, name: &str| {
+        e.mkdir(&root, parent, name.as_bytes(), 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap()
+            .soid
+    };
+    let stable = mk(Soid::ROOT, "stable");
+    let churn = mk(Soid::ROOT, "churn");
+    let mut want = Vec::new();
+    for i in 0..40 {
+        let d = mk(stable, &format!("d{i}"));
+        for j in 0..5 {
+            let name = format!("keep{i}.{j}");
+            e.create(&root, d, name.as_bytes(), 0o644, true)
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+            want.push(format!("/stable/d{i}/{name}").into_bytes());
+        }
+    }
+    want.sort();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let keep = Expr::name(b"keep*");
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..300u32 {
+                let name = format!("tmp{i}");
+                e.create(&root, churn, name.as_bytes(), 0o644, true)
+                    .unwrap()
+                    .wait(&e)
+                    .unwrap();
+                if i % 3 == 0 {
+                    e.unlink(&root, churn, name.as_bytes())
+                        .unwrap()
+                        .wait(&e)
+                        .unwrap();
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        let mut rounds = 0;
+        while !done.load(Ordering::Relaxed) || rounds < 3 {
+            rounds += 1;
+            for threads in [2, 4] {
+                let opts = SearchOptions {
+                    threads,
+                    ..SearchOptions::default()
+                };
+                let mut got = Vec::new();
+                e.search_with(&root, Scope::Soid(Soid::ROOT), &keep, &opts, |h| {
+                    got.push(h.path);
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+                got.sort();
+                assert_eq!(got, want, "{threads} threads, round {rounds}");
+                let (t, _) = e
+                    .search_tally(&root, Scope::Soid(Soid::ROOT), &keep, None, &opts)
+                    .unwrap();
+                assert_eq!(t.total.count, want.len() as u64);
+            }
+        }
+    });
+    assert!(e.statfs().tables > 10, "{} tables", e.statfs().tables);
+}
+
+/// A stop check ends a search between tables: fewer hits, no error.
+#[test]
+fn a_stop_check_ends_the_search_between_tables() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 4, 12)).unwrap();
+    let root = Credentials::root();
+    for i in 0..30 {
+        let d = e
+            .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        for j in 0..4 {
+            e.create(&root, d.soid, format!("f{j}").as_bytes(), 0o644, true)
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+        }
+    }
+    let all = e
+        .search_collect(&root, Scope::Soid(Soid::ROOT), &Expr::True, usize::MAX)
+        .unwrap()
+        .len();
+    assert_eq!(all, 1 + 30 * 5);
+    for threads in [1, 2] {
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        let stop = || seen.load(Ordering::Relaxed) > 0;
+        let opts = SearchOptions {
+            threads,
+            stop: Some(&stop),
+            ..SearchOptions::default()
+        };
+        let mut n = 0;
+        let stats = e
+            .search_with(&root, Scope::Soid(Soid::ROOT), &Expr::True, &opts, |_| {
+                n += 1;
+                seen.fetch_add(1, Ordering::Relaxed);
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert!(n < all, "{threads} threads: {n} of {all}");
+        assert!(stats.tables < e.statfs().tables, "{threads} threads");
+    }
 }
 
 /// Nothing below a directory the caller cannot list leaks: not names, not

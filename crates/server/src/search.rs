@@ -6,14 +6,17 @@
 //! - [`execute`] is synchronous and may take long: callers run it on a
 //!   blocking thread (`tokio::task::spawn_blocking`), never on a runtime
 //!   worker.
-//! - It stops at the next hit once `cancelled()` says so or `emit` returns
-//!   `Break` (the receiver is gone): a dropped client costs at most one
-//!   more table visit, not the rest of the search.
+//! - Tables are searched on every core ([`SearchOptions::default`]);
+//!   counts and aggregations build no paths ([`Engine::search_tally`]).
+//! - It stops before the next table (in every worker) and at the next hit
+//!   once `cancelled()` says so, or when `emit` returns `Break` (the
+//!   receiver is gone): a dropped client costs at most one more table
+//!   visit per worker, not the rest of the search.
 //! - Hits are handed to `emit` in batches of at most `spec.batch()` hits
 //!   and about [`MAX_BATCH_BYTES`] (so each fits in one wire message); with
 //!   `count_only` or `group_by` no hit is emitted.
 
-use sextant_engine::search::{Aggregation, Scope, SearchHit, SearchStats};
+use sextant_engine::search::{Aggregation, Scope, SearchHit, SearchOptions, SearchStats};
 use sextant_engine::Engine;
 use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN, MAX_BATCH_BYTES};
 use sextant_types::{Credentials, FsError};
@@ -24,7 +27,7 @@ pub fn execute(
     engine: &Engine,
     cred: &Credentials,
     spec: &SearchSpec,
-    cancelled: impl Fn() -> bool,
+    cancelled: impl Fn() -> bool + Sync,
     mut emit: impl FnMut(Vec<SearchHit>) -> ControlFlow<()>,
 ) -> Result<SearchDone, FsError> {
     let scope = match &spec.scope {
@@ -32,6 +35,13 @@ pub fn execute(
         SearchScope::Soid(s) => Scope::Soid(*s),
     };
     let limit = spec.engine_limit();
+    // Tables are visited on every core; `cancelled` is asked between tables
+    // (by every worker) as well as at every hit below.
+    let opts = SearchOptions {
+        limit,
+        stop: Some(&cancelled),
+        ..SearchOptions::default()
+    };
     let mut done = SearchDone::default();
     let count = |h: &SearchHit, done: &mut SearchDone| {
         done.count += 1;
@@ -50,35 +60,51 @@ pub fn execute(
         }
         _ => None,
     };
+    let tally_by = match (spec.group_by, spec.count_only) {
+        (Some(by), _) => Some(Some(by)),
+        (None, true) => Some(None),
+        (None, false) => None,
+    };
     if let Some(agg) = summarized {
         stats = SearchStats::default();
         done.count = agg.total.count;
         done.total_size = agg.total.size;
         done.groups = agg.groups.into_iter().collect();
-    } else if let Some(by) = spec.group_by {
-        let mut agg = Aggregation::default();
-        stats = engine.search(cred, scope, &spec.expr, limit, |h| {
-            if cancelled() {
-                return stop(&mut stopped);
-            }
-            agg.add(by, &h);
-            ControlFlow::Continue(())
-        })?;
+    } else if let (Some(by), usize::MAX) = (tally_by, limit) {
+        // Counted and grouped without building paths (unless the
+        // expression or the grouping needs them).
+        let (agg, s) = engine.search_tally(cred, scope, &spec.expr, by, &opts)?;
+        stats = s;
+        stopped = cancelled();
         done.count = agg.total.count;
         done.total_size = agg.total.size;
         done.groups = agg.groups.into_iter().collect();
-    } else if spec.count_only {
-        stats = engine.search(cred, scope, &spec.expr, limit, |h| {
+    } else if let Some(by) = tally_by {
+        // The first `limit` matches only: one cursor, hit by hit.
+        let mut agg = Aggregation::default();
+        stats = engine.search_with(cred, scope, &spec.expr, &opts, |h| {
             if cancelled() {
                 return stop(&mut stopped);
             }
-            count(&h, &mut done);
+            match by {
+                Some(by) => agg.add(by, &h),
+                None => count(&h, &mut done),
+            }
             ControlFlow::Continue(())
         })?;
+        if by.is_some() {
+            done.count = agg.total.count;
+            done.total_size = agg.total.size;
+            done.groups = agg.groups.into_iter().collect();
+        }
     } else if let Some(sort) = spec.sort {
         let mut top = TopN::new(sort, limit);
         // The engine's limit would cut before sorting: collect all.
-        stats = engine.search(cred, scope, &spec.expr, usize::MAX, |h| {
+        let all = SearchOptions {
+            limit: usize::MAX,
+            ..opts
+        };
+        stats = engine.search_with(cred, scope, &spec.expr, &all, |h| {
             if cancelled() {
                 return stop(&mut stopped);
             }
@@ -103,7 +129,7 @@ pub fn execute(
         }
     } else {
         let mut batch = Batch::new(spec.batch());
-        stats = engine.search(cred, scope, &spec.expr, limit, |h| {
+        stats = engine.search_with(cred, scope, &spec.expr, &opts, |h| {
             if cancelled() {
                 return stop(&mut stopped);
             }
@@ -171,6 +197,7 @@ mod tests {
     use sextant_proto::search::{SortKey, SortSpec};
     use sextant_types::Soid;
     use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn engine_with_files(n: usize) -> (tempfile::TempDir, Engine) {
         let dir = tempfile::tempdir().unwrap();
@@ -272,34 +299,28 @@ mod tests {
         .unwrap();
         assert_eq!((calls.get(), done.count), (1, 10));
         // Cancelled after 25 hits.
-        let seen = Cell::new(0);
+        let seen = AtomicUsize::new(0);
         let done = execute(
             &e,
             &root(),
             &spec(10),
-            || seen.get() >= 25,
+            || seen.load(Ordering::Relaxed) >= 25,
             |b| {
-                seen.set(seen.get() + b.len());
+                seen.fetch_add(b.len(), Ordering::Relaxed);
                 ControlFlow::Continue(())
             },
         )
         .unwrap();
         assert!(done.count <= 30, "{}", done.count);
-        // The same for aggregations.
-        let mut s = spec(0);
-        s.group_by = Some(GroupBy::Uid);
-        let n = Cell::new(0);
-        let done = execute(
-            &e,
-            &root(),
-            &s,
-            || {
-                n.set(n.get() + 1);
-                n.get() > 5
-            },
-            |_| ControlFlow::Continue(()),
-        )
-        .unwrap();
-        assert_eq!(done.count, 5);
+        // Aggregations and counts stop between tables: cancelled from the
+        // start, only the scope root (reported before any table) counts.
+        for (group_by, count_only) in [(Some(GroupBy::Uid), false), (None, true)] {
+            let mut s = spec(0);
+            s.group_by = group_by;
+            s.count_only = count_only;
+            let done = execute(&e, &root(), &s, || true, |_| ControlFlow::Continue(())).unwrap();
+            assert!(done.count <= 1, "{group_by:?}: {}", done.count);
+            assert_eq!(done.tables, 0);
+        }
     }
 }

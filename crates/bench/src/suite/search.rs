@@ -15,16 +15,19 @@
 //! - substring: `*abcdef*`, six bytes from the middle of the name (names
 //!   of at least 10 bytes); `substring4`: four bytes (broad);
 //! - broad: size above the 90th percentile of the sample (~10% of the
-//!   files), count only;
+//!   files), count only (`Engine::search_tally`, as `find -count`);
 //! - per-owner totals over the whole namespace and per-subtree totals of a
-//!   file's grandparent (aggregations, through `Engine::search_aggregate`,
-//!   which answers root's whole-namespace totals from the maintained
-//!   summaries).
+//!   file's grandparent (aggregations: root's whole-namespace totals from
+//!   the maintained summaries, others by `Engine::search_tally`).
+//!
+//! `--threads` sets the threads per search for the indexed queries and the
+//! scans alike (run it with 1 and with the core count to see what parallel
+//! table visits give).
 
 use crate::measure::{timed, Rng};
 use crate::report::Report;
 use sextant_engine::bloom::TimeAttr;
-use sextant_engine::search::{Expr, GroupBy, Pred, Scope, SearchHit, SearchStats};
+use sextant_engine::search::{Expr, GroupBy, Pred, Scope, SearchHit, SearchOptions, SearchStats};
 use sextant_engine::Engine;
 use sextant_types::{Credentials, FileType, Nanos};
 use std::ops::ControlFlow;
@@ -49,13 +52,18 @@ pub struct SearchArgs {
     /// Run only these query kinds (comma-separated; default all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Threads per search, for the indexed queries and the scans alike
+    /// (0: one per core, the engine's default).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
 }
 
-/// One query: scope, expression, and whether only a count is wanted.
+/// One query: scope, expression, and whether only totals are wanted
+/// (`Some(None)`: the count, `Some(Some(by))`: grouped).
 struct Query {
     scope: Vec<u8>,
     expr: Expr,
-    aggregate: Option<GroupBy>,
+    aggregate: Option<Option<GroupBy>>,
 }
 
 fn and(a: Pred, b: Pred) -> Expr {
@@ -159,48 +167,57 @@ fn queries_for(kind: &str, f: &SearchHit, p90_size: u64) -> Option<Query> {
                 lo: p90_size.saturating_add(1),
                 hi: u64::MAX,
             }),
-            aggregate: Some(GroupBy::Type),
+            aggregate: Some(None),
         },
         "per-owner-totals" => Query {
             scope: everywhere,
             expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
-            aggregate: Some(GroupBy::Uid),
+            aggregate: Some(Some(GroupBy::Uid)),
         },
         "per-subtree-totals" => Query {
             scope: grandparent(&f.path),
             expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
-            aggregate: Some(GroupBy::Type),
+            aggregate: Some(Some(GroupBy::Type)),
         },
         _ => return None,
     };
     Some(q)
 }
 
-/// Runs `q` (indexed or scanned); returns (seconds, matches, stats).
-fn run(engine: &Engine, q: &Query, indexed: bool) -> (f64, u64, SearchStats) {
+/// Runs `q` (indexed or scanned) on `threads` threads; returns (seconds,
+/// matches, stats).
+fn run(engine: &Engine, q: &Query, indexed: bool, threads: usize) -> (f64, u64, SearchStats) {
     let cred = Credentials::root();
     let scope = Scope::Path(&q.scope);
+    let opts = SearchOptions {
+        threads,
+        ..SearchOptions::default()
+    };
     let mut count = 0u64;
-    let mut agg = sextant_engine::search::Aggregation::default();
     if let (Some(by), true) = (q.aggregate, indexed) {
-        // What `sextant stats` calls: maintained summaries where they
-        // answer exactly (root, whole namespace), else a search.
-        let (secs, agg) = timed(|| engine.search_aggregate(&cred, scope, &q.expr, by));
-        let agg = agg.expect("aggregate");
-        return (secs, agg.total.count, SearchStats::default());
+        // What `sextant find -count` and `sextant stats` do: maintained
+        // summaries where they answer exactly (root, whole namespace),
+        // else a search that adds up without building paths.
+        let (secs, r) = timed(|| {
+            if let Some(by) = by {
+                if let Some(agg) = engine.aggregate_from_summaries(&cred, scope, &q.expr, by)? {
+                    return Ok((agg, SearchStats::default()));
+                }
+            }
+            engine.search_tally(&cred, scope, &q.expr, by, &opts)
+        });
+        let (agg, stats) = r.expect("aggregate");
+        return (secs, agg.total.count, stats);
     }
     let (secs, stats) = timed(|| {
-        let visit = |h: SearchHit| {
+        let visit = |_: SearchHit| {
             count += 1;
-            if let Some(by) = q.aggregate {
-                agg.add(by, &h);
-            }
             ControlFlow::Continue(())
         };
         if indexed {
-            engine.search(&cred, scope, &q.expr, usize::MAX, visit)
+            engine.search_with(&cred, scope, &q.expr, &opts, visit)
         } else {
-            engine.search_scan(&cred, scope, &q.expr, usize::MAX, visit)
+            engine.search_scan_with(&cred, scope, &q.expr, &opts, visit)
         }
     });
     (secs, count, stats.expect("search"))
@@ -216,6 +233,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn search(a: &SearchArgs) -> Report {
     let mut report = Report::new("search", a);
+    let threads = match a.threads {
+        0 => sextant_engine::search::default_threads(),
+        n => n,
+    };
+    report.info("threads per search", threads);
     let engine = Engine::open_dir(
         &a.dir,
         crate::workload::build_config(crate::workload::Journal::Fsync),
@@ -311,7 +333,7 @@ pub fn search(a: &SearchArgs) -> Report {
         let (mut pruned, mut tables, mut matches) = (0usize, 0usize, 0u64);
         for q in &qs {
             for _ in 0..a.repeat.max(1) {
-                let (s, n, st) = run(&engine, q, true);
+                let (s, n, st) = run(&engine, q, true, threads);
                 ms.push(s * 1e3);
                 pruned += st.tables_pruned;
                 tables += st.tables;
@@ -320,8 +342,8 @@ pub fn search(a: &SearchArgs) -> Report {
         }
         let mut scan_ms: Vec<f64> = Vec::new();
         for q in qs.iter().take(a.scans) {
-            let (s, n_scan, _) = run(&engine, q, false);
-            let (_, n_index, _) = run(&engine, q, true);
+            let (s, n_scan, _) = run(&engine, q, false, threads);
+            let (_, n_index, _) = run(&engine, q, true, threads);
             assert_eq!(n_scan, n_index, "{kind}: scan and index disagree");
             scan_ms.push(s * 1e3);
         }

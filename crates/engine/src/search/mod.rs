@@ -130,19 +130,26 @@
 //! between tables or directories while the search runs) missed or reported
 //! twice. It is not a snapshot of the namespace.
 //!
-//! Parallelism (not built): the per-table collect step is independent per
-//! table; a parallel version would give each worker a SOID half (the
-//! index query's `soids` bound keeps a table that straddles the boundary
-//! from being counted twice) and its own memo (statuses are per search
-//! anyway; `Rc` paths become `Arc`), then merge counts, or hand hits to the
-//! caller in cursor order. On 2 cores it can gain at most 2×, which meets
-//! none of the targets still missed (see docs/BENCHMARKS.md §8); the
-//! metadata server will fan out per table across servers the same way.
+//! Parallelism ([`parallel`]): an unlimited search cuts the SOID space at
+//! the tables' first SOIDs as the map was when it started and visits the
+//! pieces on [`SearchOptions::threads`] workers, each with its own copy of
+//! the memo; every piece is visited by the same cursor loop as a
+//! sequential search ([`visit_range`]), restricted to the rows of its
+//! piece (the index query's SOID bound), so tables splitting or merging
+//! meanwhile are neither missed nor reported twice. Hits reach the caller
+//! in the sequential order; counts and tallies ([`Engine::search_tally`])
+//! are summed. A limited search runs on one cursor (its answer is the
+//! first hits in table order).
+//!
+//! Cancellation: [`SearchOptions::stop`] is asked before every table (by
+//! every worker); a true answer ends the search with what it reported so
+//! far.
 //!
 //! [`SoidLayout::subtree_range`]: crate::soid::SoidLayout::subtree_range
 //! [`check_access`]: crate::perm::check_access
 //! [`IndexQuery::matches`]: crate::index::IndexQuery::matches
 
+mod parallel;
 pub mod plan;
 pub mod query;
 mod scope;
@@ -155,7 +162,7 @@ use crate::inode::Inode;
 use crate::perm::{check_access, MAY_EXEC, MAY_READ};
 use crate::table::Table;
 use scope::{Decision, Memo, Status, MAX_CHAIN};
-use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
+use sextant_types::{Attr, Credentials, FileType, FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
@@ -292,6 +299,17 @@ impl Aggregation {
         self.total.size += t.size;
     }
 
+    /// Adds every group and the total of `other`.
+    pub fn merge(&mut self, other: Aggregation) {
+        for (key, t) in other.groups {
+            let g = self.groups.entry(key).or_default();
+            g.count += t.count;
+            g.size = g.size.saturating_add(t.size);
+        }
+        self.total.count += other.total.count;
+        self.total.size = self.total.size.saturating_add(other.total.size);
+    }
+
     /// Counts one path of `size` bytes in group `key`.
     pub fn add_key(&mut self, key: GroupKey, size: u64) {
         let t = self.groups.entry(key).or_default();
@@ -337,10 +355,6 @@ fn may_list(inode: &Inode, cred: &Credentials) -> bool {
     inode.is_dir() && check_access(inode, cred, MAY_READ | MAY_EXEC).is_ok()
 }
 
-/// Receives each matching link below the scope root (inode and link name)
-/// instead of a [`SearchHit`]: no path built, no second read. For counts.
-type LinkSink<'a> = &'a mut dyn FnMut(&Inode, &[u8]);
-
 /// What one search carries from table to table.
 struct Search<'a> {
     engine: &'a Engine,
@@ -366,7 +380,7 @@ impl Search<'_> {
 }
 
 /// Everything the collect step of one table needs besides the table.
-struct Collect<'a, 'b> {
+struct Collect<'a> {
     plan: &'a Plan,
     expr: &'a Expr,
     root: Soid,
@@ -375,14 +389,15 @@ struct Collect<'a, 'b> {
     /// The memo holds every directory that matters ([`scope::walk_down`]).
     complete: bool,
     stats: &'a mut SearchStats,
-    lean: Option<&'a mut LinkSink<'b>>,
+    /// Matches are added up here instead of becoming hits.
+    lean: Option<&'a mut Tallies>,
     /// Hits wanted at most (the rest of the limit).
     want: usize,
     hits: Vec<SearchHit>,
     fallback: Vec<Cand>,
 }
 
-impl Collect<'_, '_> {
+impl Collect<'_> {
     /// Evaluates the table's candidates under its lock: index pruning,
     /// [`IndexQuery::matches`], ancestry from the memo and the table's own
     /// directories ([`scope::status_local`]), the exact expression. Hits
@@ -480,14 +495,14 @@ impl Collect<'_, '_> {
 }
 
 /// Where [`Collect`] puts a link known to be in scope and visible.
-struct Out<'a, 'b, 'c> {
+struct Out<'a, 'c> {
     expr: &'a Expr,
     stats: &'a mut SearchStats,
-    lean: Option<&'a mut LinkSink<'b>>,
+    lean: Option<&'a mut Tallies>,
     hits: &'c mut Vec<SearchHit>,
 }
 
-impl Out<'_, '_, '_> {
+impl Out<'_, '_> {
     /// The link `e` at `depth` below the scope root, its directory at
     /// `dir_path`: checked exactly, then counted or made a hit (the path
     /// built only then).
@@ -496,10 +511,10 @@ impl Out<'_, '_, '_> {
             return;
         }
         e.depth = Some(depth);
-        if let Some(sink) = self.lean {
+        if let Some(tallies) = self.lean {
             if self.expr.eval(&e) == Some(true) {
                 self.stats.hits += 1;
-                sink(e.inode, e.name);
+                tallies.add(e.inode, e.name);
             }
             return;
         }
@@ -520,16 +535,67 @@ impl Out<'_, '_, '_> {
     }
 }
 
+/// How a search runs, besides what it asks for.
+#[derive(Clone, Copy)]
+pub struct SearchOptions<'a> {
+    /// Hits reported at most (`usize::MAX`: all).
+    pub limit: usize,
+    /// Threads visiting tables at once (1: the caller's thread only).
+    /// Only unlimited searches run in parallel: a limited one reports the
+    /// first hits in table order, which needs one cursor.
+    pub threads: usize,
+    /// Asked between tables: `true` stops the search (the call returns
+    /// what it reported so far, `Ok`). A cancelled client costs at most one
+    /// more table visit per thread.
+    pub stop: Option<&'a (dyn Fn() -> bool + Sync)>,
+}
+
+impl Default for SearchOptions<'_> {
+    fn default() -> Self {
+        SearchOptions {
+            limit: usize::MAX,
+            threads: default_threads(),
+            stop: None,
+        }
+    }
+}
+
+impl SearchOptions<'_> {
+    /// All hits, on the default number of threads.
+    pub fn unlimited() -> Self {
+        SearchOptions::default()
+    }
+
+    /// At most `limit` hits.
+    pub fn limit(limit: usize) -> Self {
+        SearchOptions {
+            limit,
+            ..SearchOptions::default()
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.is_some_and(|f| f())
+    }
+}
+
+/// The machine's cores, at most [`parallel::MAX_THREADS`].
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, parallel::MAX_THREADS)
+}
+
 /// See [`Engine::search`].
 pub(crate) fn run(
     engine: &Engine,
     cred: &Credentials,
     scope: Scope<'_>,
     expr: &Expr,
-    limit: usize,
+    opts: &SearchOptions<'_>,
     visit: impl FnMut(SearchHit) -> ControlFlow<()>,
 ) -> Result<SearchStats, FsError> {
-    run_with(engine, cred, scope, expr, limit, true, None, visit)
+    run_with(engine, cred, scope, expr, opts, true, None, visit)
 }
 
 /// Attempts at deciding one table before it is visited regardless of
@@ -537,27 +603,46 @@ pub(crate) fn run(
 /// is then unknown take the fallback path.
 const DECIDE_ATTEMPTS: usize = 4;
 
+/// What every table visit of one search shares (read-only, so the
+/// workers of a parallel search share it too).
+struct Job<'a> {
+    engine: &'a Engine,
+    cred: &'a Credentials,
+    plan: &'a Plan,
+    expr: &'a Expr,
+    root: Soid,
+    /// The memo holds every directory that matters ([`scope::walk_down`]).
+    complete: bool,
+    use_index: bool,
+}
+
+/// Where one table's hits go (sorted by SOID), with the stats of the
+/// search visiting it: to the caller (a sequential search, which counts
+/// them and stops at the limit) or into a worker's batch.
+type Deliver<'a> = &'a mut dyn FnMut(&mut SearchStats, Vec<SearchHit>) -> ControlFlow<()>;
+
 /// [`run`], or with `use_index` false a brute-force scan: no table pruned,
 /// every row read and checked exactly (the baseline benchmarks compare the
 /// index with; same results).
 ///
-/// With a `lean` sink (only for expressions that do not use the path, and
-/// no limit), matches below the scope root go to the sink as of the
-/// collect step — no path: a concurrently changed entry is counted in its
-/// old or new state, as the module docs allow. The scope root itself
-/// still goes to `visit`.
+/// With `lean` tallies (only for expressions that do not use the path, and
+/// no limit), matches below the scope root are added up as of the collect
+/// step — no path: a concurrently changed entry is counted in its old or
+/// new state, as the module docs allow. The scope root itself still goes
+/// to `visit`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_with(
     engine: &Engine,
     cred: &Credentials,
     scope: Scope<'_>,
     expr: &Expr,
-    limit: usize,
+    opts: &SearchOptions<'_>,
     use_index: bool,
-    mut lean: Option<LinkSink<'_>>,
+    mut lean: Option<&mut Tallies>,
     mut visit: impl FnMut(SearchHit) -> ControlFlow<()>,
 ) -> Result<SearchStats, FsError> {
-    if expr.uses_path() {
+    let limit = opts.limit;
+    if expr.uses_path() || limit != usize::MAX {
         lean = None;
     }
     let root = match scope {
@@ -650,13 +735,78 @@ pub(crate) fn run_with(
             plan.max_depth,
             &mut s.stats.dir_reads,
         )?;
+    let job = Job {
+        engine,
+        cred,
+        plan: &plan,
+        expr,
+        root,
+        complete,
+        use_index,
+    };
 
-    let mut cursor = Soid::MIN;
+    if opts.threads > 1 && limit == usize::MAX {
+        let items = parallel::work_items(&engine.table_starts());
+        if items.len() > 1 {
+            parallel::run(&job, &mut s, items, opts, lean, &mut visit)?;
+            return Ok(s.stats);
+        }
+    }
+    let halted = || opts.stopped();
+    // Finished or stopped: either way the stats so far are the answer.
+    let _finished_or_stopped = visit_range(
+        &job,
+        &mut s,
+        SoidRange::ALL,
+        lean,
+        limit,
+        &halted,
+        &mut |stats, hits| {
+            for hit in hits {
+                stats.hits += 1;
+                if visit(hit).is_break() || stats.hits >= limit {
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        },
+    )?;
+    Ok(s.stats)
+}
+
+/// Visits the tables overlapping `range` by a SOID cursor, for the rows of
+/// `range` only (so that work items of a parallel search never report a
+/// row twice, even when tables merged since the items were cut), and hands
+/// each table's hits to `deliver`. Returns `Break` when `deliver` or
+/// `halted` stopped it.
+fn visit_range(
+    job: &Job<'_>,
+    s: &mut Search<'_>,
+    range: SoidRange,
+    mut lean: Option<&mut Tallies>,
+    limit: usize,
+    halted: &dyn Fn() -> bool,
+    deliver: Deliver<'_>,
+) -> Result<ControlFlow<()>, FsError> {
+    let narrowed;
+    let plan = if range == SoidRange::ALL {
+        job.plan
+    } else {
+        let mut p = job.plan.clone();
+        p.query = p.query.soid_range(range);
+        narrowed = p;
+        &narrowed
+    };
+    let (engine, use_index, complete) = (job.engine, job.use_index, job.complete);
+    let mut cursor = range.first;
     let mut attempts = 0;
     loop {
+        if halted() {
+            return Ok(ControlFlow::Break(()));
+        }
         // Decide from the filters and exits (cheap, no index rebuild);
         // resolve unknown exits outside every lock and decide again.
-        let (range, decision) = engine.with_table_holding(cursor, |t| {
+        let (table_range, decision) = engine.with_table_holding(cursor, |t| {
             // With a complete memo exits are a few lookups that rule out
             // most tables of a small scope: first. Otherwise the filters
             // first, so exits are resolved only for tables they keep.
@@ -664,113 +814,91 @@ pub(crate) fn run_with(
             if !complete && filtered(t) {
                 return None;
             }
-            match scope::decide(t, root, plan.max_depth, &s.memo, use_index, complete) {
+            match scope::decide(t, job.root, plan.max_depth, &s.memo, use_index, complete) {
                 Decision::Skip => Some(Decision::Skip),
                 _ if complete && filtered(t) => None,
                 d => Some(d),
             }
         })?;
-        let next = range.last.checked_next();
-        let Some(decision) = decision else {
-            s.stats.tables += 1;
-            s.stats.tables_pruned += 1;
-            attempts = 0;
-            match next {
-                Some(n) => {
-                    cursor = n;
-                    continue;
-                }
-                None => break,
-            }
-        };
+        let next = table_range.last.checked_next().filter(|n| *n <= range.last);
         match decision {
-            Decision::Resolve(exits) if attempts < DECIDE_ATTEMPTS => {
+            None => {
+                s.stats.tables += 1;
+                s.stats.tables_pruned += 1;
+            }
+            Some(Decision::Resolve(exits)) if attempts < DECIDE_ATTEMPTS => {
                 attempts += 1;
                 for e in exits {
                     s.status(e)?;
                 }
                 continue;
             }
-            Decision::Skip => {
+            Some(Decision::Skip) => {
                 s.stats.tables += 1;
                 s.stats.tables_out_of_scope += 1;
-                attempts = 0;
-                match next {
-                    Some(n) => {
-                        cursor = n;
-                        continue;
-                    }
-                    None => break,
-                }
             }
-            Decision::Visit | Decision::Resolve(_) => {}
+            Some(Decision::Visit | Decision::Resolve(_)) => {
+                // Collect under the table's lock (the table at the cursor
+                // may have changed since the decision: the collect step
+                // needs no decision, only the memo, and falls back where
+                // it is incomplete).
+                let want = limit.saturating_sub(s.stats.hits);
+                let mut c = Collect {
+                    plan,
+                    expr: job.expr,
+                    root: job.root,
+                    cred: job.cred,
+                    memo: &mut s.memo,
+                    complete,
+                    stats: &mut s.stats,
+                    lean: lean.as_deref_mut(),
+                    want,
+                    hits: Vec::new(),
+                    fallback: Vec::new(),
+                };
+                let (visited, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
+                let (mut hits, fallback) = (c.hits, c.fallback);
+                s.stats.tables += 1;
+                // Within a table, in SOID order (the K-D tree's order is
+                // arbitrary).
+                hits.sort_by_key(|h| h.soid);
+                if deliver(&mut s.stats, hits).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+                if !fallback.is_empty() {
+                    let hits = fall_back(s, fallback, plan, job.expr, lean.as_deref_mut())?;
+                    if deliver(&mut s.stats, hits).is_break() {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                }
+                // The table may have grown since the decision.
+                attempts = 0;
+                match visited.last.checked_next().filter(|n| *n <= range.last) {
+                    Some(n) => cursor = n,
+                    None => return Ok(ControlFlow::Continue(())),
+                }
+                continue;
+            }
         }
         attempts = 0;
-
-        // Collect under the table's lock (the table at the cursor may have
-        // changed since the decision: the collect step needs no decision,
-        // only the memo, and falls back where it is incomplete).
-        let want = limit.saturating_sub(s.stats.hits);
-        let mut c = Collect {
-            plan: &plan,
-            expr,
-            root,
-            cred,
-            memo: &mut s.memo,
-            complete,
-            stats: &mut s.stats,
-            lean: lean.as_mut(),
-            want,
-            hits: Vec::new(),
-            fallback: Vec::new(),
-        };
-        let (range, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
-        let (mut hits, fallback) = (c.hits, c.fallback);
-        s.stats.tables += 1;
-        // Within a table, in SOID order (the K-D tree's order is arbitrary).
-        hits.sort_by_key(|h| h.soid);
-
-        for hit in hits {
-            s.stats.hits += 1;
-            if visit(hit).is_break() || s.stats.hits >= limit {
-                return Ok(s.stats);
-            }
-        }
-        if !fallback.is_empty()
-            && fall_back(
-                &mut s,
-                fallback,
-                &plan,
-                expr,
-                lean.as_mut(),
-                limit,
-                &mut visit,
-            )?
-        {
-            return Ok(s.stats);
-        }
-
-        match range.last.checked_next() {
-            Some(next) => cursor = next,
-            None => break,
+        match next {
+            Some(n) => cursor = n,
+            None => return Ok(ControlFlow::Continue(())),
         }
     }
-    Ok(s.stats)
 }
 
 /// The links whose ancestry [`Collect`] could not decide: ancestry with
 /// engine reads, then a re-check of each against a fresh read of its
-/// table, then the hits to `visit` outside every lock. Returns true when
-/// the search is to stop (visit broke, or the limit was reached).
+/// table. Returns the hits (reported by the caller outside every lock);
+/// with `lean` tallies, adds to them instead.
 fn fall_back(
     s: &mut Search<'_>,
     cands: Vec<Cand>,
     plan: &Plan,
     expr: &Expr,
-    mut lean: Option<&mut LinkSink<'_>>,
-    limit: usize,
-    visit: &mut impl FnMut(SearchHit) -> ControlFlow<()>,
-) -> Result<bool, FsError> {
+    mut lean: Option<&mut Tallies>,
+) -> Result<Vec<SearchHit>, FsError> {
     let engine = s.engine;
     let mut pending: Vec<Pending> = Vec::new();
     for c in cands {
@@ -786,7 +914,7 @@ fn fall_back(
         if depth < plan.min_depth || depth > plan.max_depth {
             continue;
         }
-        if let Some(sink) = lean.as_mut() {
+        if let Some(t) = lean.as_deref_mut() {
             let e = Entry {
                 path: None,
                 name: &c.name,
@@ -797,7 +925,7 @@ fn fall_back(
             };
             if expr.eval(&e) == Some(true) {
                 s.stats.hits += 1;
-                sink(&c.inode, &c.name);
+                t.add(&c.inode, &c.name);
             }
             continue;
         }
@@ -821,9 +949,9 @@ fn fall_back(
         }
     }
 
-    // Re-check against a fresh read, one lock per table, then report
-    // outside every lock.
+    // Re-check against a fresh read, one lock per table.
     pending.sort_by_key(|p| p.soid);
+    let mut out = Vec::new();
     let mut i = 0;
     while i < pending.len() {
         let (_, hits) = engine.with_table_holding(pending[i].soid, |t| {
@@ -859,14 +987,59 @@ fn fall_back(
             }
             hits
         })?;
-        for hit in hits {
-            s.stats.hits += 1;
-            if visit(hit).is_break() || s.stats.hits >= limit {
-                return Ok(true);
-            }
-        }
+        out.extend(hits);
     }
-    Ok(false)
+    Ok(out)
+}
+
+/// See [`Engine::search_tally`]: count and size of the matches, grouped
+/// by `by` (or only the total), without building a path where the
+/// grouping and the expression need none.
+pub(crate) fn tally(
+    engine: &Engine,
+    cred: &Credentials,
+    scope: Scope<'_>,
+    expr: &Expr,
+    by: Option<GroupBy>,
+    opts: &SearchOptions<'_>,
+) -> Result<(Aggregation, SearchStats), FsError> {
+    let opts = SearchOptions {
+        limit: usize::MAX,
+        ..*opts
+    };
+    let mut agg = Aggregation::default();
+    let add = |agg: &mut Aggregation, hit: &SearchHit| match by {
+        Some(by) => agg.add(by, hit),
+        None => {
+            agg.total.count += 1;
+            agg.total.size = agg.total.size.saturating_add(hit.attr.size);
+        }
+    };
+    if by == Some(GroupBy::Directory) || expr.uses_path() {
+        let stats = run(engine, cred, scope, expr, &opts, |hit| {
+            add(&mut agg, &hit);
+            ControlFlow::Continue(())
+        })?;
+        return Ok((agg, stats));
+    }
+    // Grouped by something of the inode or the link's name: no paths.
+    // Only the scope root itself comes as a hit.
+    let mut below = Tallies::new(by);
+    let stats = run_with(
+        engine,
+        cred,
+        scope,
+        expr,
+        &opts,
+        true,
+        Some(&mut below),
+        |hit| {
+            add(&mut agg, &hit);
+            ControlFlow::Continue(())
+        },
+    )?;
+    agg.merge(below.finish());
+    Ok((agg, stats))
 }
 
 /// See [`Engine::search_aggregate`].
@@ -880,36 +1053,56 @@ pub(crate) fn aggregate(
     if let Some(agg) = from_summaries(engine, cred, scope, expr, by)? {
         return Ok(agg);
     }
-    let mut agg = Aggregation::default();
-    if by == GroupBy::Directory || expr.uses_path() {
-        run(engine, cred, scope, expr, usize::MAX, |hit| {
-            agg.add(by, &hit);
-            ControlFlow::Continue(())
-        })?;
-        return Ok(agg);
+    let opts = SearchOptions::default();
+    Ok(tally(engine, cred, scope, expr, Some(by), &opts)?.0)
+}
+
+/// Count and size of matching links, added up per group without a path
+/// (one per worker of a parallel search, merged at the end). Runs of
+/// equal keys (common: most matches are regular files of a few owners)
+/// are summed before they touch the map.
+pub(crate) struct Tallies {
+    by: Option<GroupBy>,
+    agg: Aggregation,
+    run: Option<(GroupKey, Totals)>,
+}
+
+impl Tallies {
+    /// `by` must not be [`GroupBy::Directory`] (that needs the path);
+    /// `None` keeps only the total.
+    pub(crate) fn new(by: Option<GroupBy>) -> Tallies {
+        Tallies {
+            by,
+            agg: Aggregation::default(),
+            run: None,
+        }
     }
-    // Grouped by something of the inode or the link's name: no paths.
-    // Runs of equal keys (common: most matches are regular files of a
-    // few owners) are summed before they touch the map.
-    let mut below = Aggregation::default();
-    let mut current: Option<(GroupKey, Totals)> = None;
-    let mut sink = |inode: &Inode, name: &[u8]| {
-        let key = match by {
-            GroupBy::Uid => GroupKey::Uid(inode.uid),
-            GroupBy::Gid => GroupKey::Gid(inode.gid),
-            GroupBy::Type => GroupKey::Type(inode.ftype),
-            GroupBy::Extension | GroupBy::Directory => GroupKey::Extension(extension(name).into()),
+
+    /// Counts the link `name` of `inode`.
+    fn add(&mut self, inode: &Inode, name: &[u8]) {
+        let key = match self.by {
+            None => {
+                self.agg.total.count += 1;
+                self.agg.total.size = self.agg.total.size.saturating_add(inode.size);
+                return;
+            }
+            Some(GroupBy::Uid) => GroupKey::Uid(inode.uid),
+            Some(GroupBy::Gid) => GroupKey::Gid(inode.gid),
+            Some(GroupBy::Type) => GroupKey::Type(inode.ftype),
+            Some(GroupBy::Extension | GroupBy::Directory) => {
+                GroupKey::Extension(extension(name).into())
+            }
         };
-        match &mut current {
+        match &mut self.run {
             Some((k, t)) if *k == key => {
                 t.count += 1;
-                t.size += inode.size;
+                t.size = t.size.saturating_add(inode.size);
             }
             _ => {
-                if let Some((k, t)) = current.take() {
-                    below.add_totals(k, t);
+                if let Some((k, t)) = self.run.take() {
+                    self.agg.add_totals(k, t);
                 }
-                current = Some((
+                self.run = Some((
                     key,
                     Totals {
                         count: 1,
@@ -918,32 +1111,14 @@ pub(crate) fn aggregate(
                 ));
             }
         }
-    };
-    // Only the scope root itself comes as a hit.
-    run_with(
-        engine,
-        cred,
-        scope,
-        expr,
-        usize::MAX,
-        true,
-        Some(&mut sink),
-        |hit| {
-            agg.add(by, &hit);
-            ControlFlow::Continue(())
-        },
-    )?;
-    if let Some((k, t)) = current {
-        below.add_totals(k, t);
     }
-    for (key, t) in below.groups {
-        let g = agg.groups.entry(key).or_default();
-        g.count += t.count;
-        g.size += t.size;
+
+    pub(crate) fn finish(mut self) -> Aggregation {
+        if let Some((k, t)) = self.run.take() {
+            self.agg.add_totals(k, t);
+        }
+        self.agg
     }
-    agg.total.count += below.total.count;
-    agg.total.size += below.total.size;
-    Ok(agg)
 }
 
 /// The aggregation from the tables' maintained summaries

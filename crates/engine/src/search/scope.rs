@@ -29,7 +29,7 @@ use crate::table::Table;
 use sextant_types::{Credentials, FsError, Soid};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// A directory's place relative to the scope.
 #[derive(Clone, Debug)]
@@ -39,7 +39,7 @@ pub(super) enum Status {
         depth: u32,
         /// Entries of this directory are visible to the caller.
         visible: bool,
-        path: Rc<[u8]>,
+        path: Arc<[u8]>,
     },
 }
 
@@ -278,7 +278,7 @@ pub(super) fn walk_down(
     };
     // Directories at depth ≤ max_depth − 1 can hold reportable entries.
     let last = max_depth.saturating_sub(1);
-    let mut stack: Vec<(Soid, Rc<[u8]>, u32)> = vec![(root, path, 0)];
+    let mut stack: Vec<(Soid, Arc<[u8]>, u32)> = vec![(root, path, 0)];
     let mut listed = 0usize;
     while let Some((d, path, depth)) = stack.pop() {
         if depth >= last {
@@ -316,7 +316,7 @@ pub(super) fn walk_down(
             }
         }
         for (child, name, ok) in subs {
-            let p: Rc<[u8]> = join(&path, &name).into();
+            let p: Arc<[u8]> = join(&path, &name).into();
             memo.insert(
                 child,
                 Status::In {
