@@ -1,22 +1,26 @@
-//! Parallel execution of one search: worker threads visit the tables in
-//! SOID order, each with its own [`Search`] (memo and stats), and the
-//! caller's thread reports their hits in table order.
+//! Parallel execution of one search: the caller's thread and worker
+//! threads visit the tables in SOID order, each with its own [`Search`]
+//! (memo and stats), and the caller's thread reports the hits in table
+//! order.
 //!
 //! - Work items are the SOID ranges of the tables as the table map was when
 //!   the search started ([`work_items`]); each worker visits the rows of its
 //!   item only ([`visit_range`]), so a table split or merged meanwhile is
 //!   neither missed nor reported twice.
-//! - Workers claim items in order from one counter; a worker does not start
-//!   an item more than [`WINDOW`] items ahead of the last one reported, so
-//!   the hits waiting to be reported stay bounded however slow the caller's
+//! - Threads claim items in order from one counter and leave each outcome
+//!   in a shared map (no message, no wake-up per item: most items of a
+//!   selective search are pruned in microseconds). The caller's thread
+//!   reports finished items in order between its own items, and waits
+//!   only when nothing is left to claim. A worker does not start an item
+//!   more than [`WINDOW`] items ahead of the last one reported, so the
+//!   hits waiting to be reported stay bounded however slow the caller's
 //!   `visit` is (lean searches report no hits and have no window).
 //! - Hits reach `visit` in item order and, within an item, in SOID order:
 //!   the same order as the sequential cursor. Counts and tallies are
 //!   summed at the end.
 //! - Stopping (`visit` breaks, an error, or [`SearchOptions::stop`]) sets
-//!   one flag that every worker reads before each table and while it waits
-//!   for the window; the caller's thread drops the channel so no worker
-//!   blocks on a send.
+//!   one flag that every thread reads before each table and while it
+//!   waits.
 //!
 //! Each worker starts from a copy of the memo as it is after the top-down
 //! walk (complete or not) and resolves further directories itself: two
@@ -31,7 +35,6 @@ use sextant_types::{FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
 
 /// Threads per search at most (beyond that the table map's shared lock and
@@ -41,8 +44,7 @@ pub(crate) const MAX_THREADS: usize = 16;
 /// Items a worker may run ahead of the last item reported.
 const WINDOW: usize = 8;
 
-/// How often the caller's thread asks [`SearchOptions::stop`] while it
-/// waits for a worker.
+/// How often a waiting thread looks at the stop check again.
 const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// The SOID range of each table whose first SOID is in `starts` (sorted,
@@ -63,127 +65,156 @@ pub(crate) fn work_items(starts: &[Soid]) -> Vec<SoidRange> {
     items
 }
 
-/// One finished item: its index and hits, or the error that ended it.
-type Done = (usize, Result<Vec<SearchHit>, FsError>);
+/// What the workers and the caller's thread share.
+struct Shared {
+    /// The next item to claim.
+    next: AtomicUsize,
+    /// Set to stop every worker (an error, `visit` broke, a stop check).
+    halt: AtomicBool,
+    state: parking_lot::Mutex<Progress>,
+    /// Signalled when an item is finished or reported.
+    changed: parking_lot::Condvar,
+}
 
-/// Runs `job` over `items` on `opts.threads` workers; see the module docs.
-/// `main` receives the summed stats; `lean` the summed tallies.
+/// Finished items not yet reported, and the first item not reported.
+#[derive(Default)]
+struct Progress {
+    finished: BTreeMap<usize, Result<Vec<SearchHit>, FsError>>,
+    reported: usize,
+}
+
+/// Runs `job` over `items` on `opts.threads` threads — the caller's and
+/// `threads - 1` workers; see the module docs. `main`'s stats receive
+/// everyone's counters; `lean` everyone's tallies.
 pub(super) fn run(
     job: &Job<'_>,
     main: &mut Search<'_>,
     items: Vec<SoidRange>,
     opts: &SearchOptions<'_>,
-    lean: Option<&mut Tallies>,
+    mut lean: Option<&mut Tallies>,
     visit: &mut dyn FnMut(SearchHit) -> ControlFlow<()>,
 ) -> Result<(), FsError> {
     let threads = opts.threads.min(items.len()).max(1);
-    let by = lean.as_ref().map(|t| t.by);
+    let lean_by = lean.as_ref().map(|t| t.by);
     let window = if lean.is_some() { usize::MAX } else { WINDOW };
-    let next = AtomicUsize::new(0);
-    let halt = AtomicBool::new(false);
-    // The first item not yet reported, and a condition to wait on it.
-    let reported = parking_lot::Mutex::new(0usize);
-    let advanced = parking_lot::Condvar::new();
-    let halted = || halt.load(Ordering::Relaxed) || opts.stopped();
+    let shared = Shared {
+        next: AtomicUsize::new(0),
+        halt: AtomicBool::new(false),
+        state: parking_lot::Mutex::new(Progress::default()),
+        changed: parking_lot::Condvar::new(),
+    };
+    let halted = || shared.halt.load(Ordering::Relaxed) || opts.stopped();
+    // Visits item `i` with `search`; records the outcome. False when the
+    // item failed (the worker stops).
+    let work = |i: usize, search: &mut Search<'_>, tallies: Option<&mut Tallies>| -> bool {
+        let mut hits = Vec::new();
+        let done = visit_range(
+            job,
+            search,
+            items[i],
+            tallies,
+            usize::MAX,
+            &halted,
+            &mut |_, h| {
+                hits.extend(h);
+                ControlFlow::Continue(())
+            },
+        );
+        let ok = done.is_ok();
+        let mut st = shared.state.lock();
+        st.finished.insert(i, done.map(|_| hits));
+        if i == st.reported {
+            shared.changed.notify_all();
+        }
+        ok
+    };
 
     std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::sync_channel::<Done>(threads * 2);
-        let mut workers = Vec::with_capacity(threads);
-        for _ in 0..threads {
-            let tx = tx.clone();
+        let mut workers = Vec::with_capacity(threads - 1);
+        for _ in 1..threads {
             let mut search = Search {
                 engine: main.engine,
                 cred: main.cred,
                 memo: main.memo.clone(),
                 stats: SearchStats::default(),
             };
-            let (items, next, reported, advanced, halted) =
-                (&items, &next, &reported, &advanced, &halted);
+            let (shared, work, halted, items) = (&shared, &work, &halted, &items);
             workers.push(scope.spawn(move || {
-                let mut tallies = by.map(Tallies::new);
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&range) = items.get(i) else {
+                let mut tallies = lean_by.map(Tallies::new);
+                while !halted() {
+                    let i = shared.next.fetch_add(1, Ordering::Relaxed);
+                    if i >= items.len() {
                         break;
-                    };
+                    }
                     {
-                        let mut r = reported.lock();
-                        while i >= r.saturating_add(window) && !halted() {
-                            advanced.wait_for(&mut r, STOP_POLL);
+                        let mut st = shared.state.lock();
+                        while i >= st.reported.saturating_add(window) && !halted() {
+                            shared.changed.wait_for(&mut st, STOP_POLL);
                         }
                     }
-                    if halted() {
-                        break;
-                    }
-                    let mut hits = Vec::new();
-                    let done = visit_range(
-                        job,
-                        &mut search,
-                        range,
-                        tallies.as_mut(),
-                        usize::MAX,
-                        halted,
-                        &mut |_, h| {
-                            hits.extend(h);
-                            ControlFlow::Continue(())
-                        },
-                    );
-                    let failed = done.is_err();
-                    if tx.send((i, done.map(|_| hits))).is_err() || failed {
+                    if halted() || !work(i, &mut search, tallies.as_mut()) {
                         break;
                     }
                 }
                 (search.stats, tallies.map(Tallies::finish))
             }));
         }
-        drop(tx);
 
-        // Report in item order.
-        let mut waiting: BTreeMap<usize, Vec<SearchHit>> = BTreeMap::new();
-        let mut first_unreported = 0;
+        // The caller's thread reports finished items in order and, when
+        // none is ready, visits the next unclaimed item itself.
         let mut result = Ok(());
-        let mut stopped = false;
-        loop {
-            let (i, done) = match rx.recv_timeout(STOP_POLL) {
-                Ok(d) => d,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if opts.stopped() {
-                        halt.store(true, Ordering::Relaxed);
+        'report: loop {
+            let ready = {
+                let mut st = shared.state.lock();
+                let mut ready = Vec::new();
+                loop {
+                    let next = st.reported;
+                    let Some(done) = st.finished.remove(&next) else {
                         break;
-                    }
-                    continue;
+                    };
+                    st.reported = next + 1;
+                    ready.push(done);
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                if !ready.is_empty() {
+                    shared.changed.notify_all();
+                }
+                ready
             };
-            match done {
-                Ok(hits) => {
-                    waiting.insert(i, hits);
-                }
-                Err(e) => {
-                    result = Err(e);
-                    halt.store(true, Ordering::Relaxed);
-                    break;
-                }
-            }
-            while let Some(hits) = waiting.remove(&first_unreported) {
-                first_unreported += 1;
-                for hit in hits {
-                    if stopped {
-                        break;
+            for done in ready {
+                match done {
+                    Ok(hits) => {
+                        for hit in hits {
+                            main.stats.hits += 1;
+                            if visit(hit).is_break() {
+                                break 'report;
+                            }
+                        }
                     }
-                    main.stats.hits += 1;
-                    stopped = visit(hit).is_break();
+                    Err(e) => {
+                        result = Err(e);
+                        break 'report;
+                    }
                 }
             }
-            *reported.lock() = first_unreported;
-            advanced.notify_all();
-            if stopped {
-                halt.store(true, Ordering::Relaxed);
+            if opts.stopped() {
                 break;
             }
+            let i = shared.next.fetch_add(1, Ordering::Relaxed);
+            if i < items.len() {
+                work(i, main, lean.as_deref_mut());
+                continue;
+            }
+            // Nothing left to claim: wait for the next item to report.
+            let mut st = shared.state.lock();
+            if st.reported >= items.len() {
+                break;
+            }
+            if !st.finished.contains_key(&st.reported) {
+                shared.changed.wait_for(&mut st, STOP_POLL);
+            }
         }
-        drop(rx);
-        advanced.notify_all();
+        shared.halt.store(true, Ordering::Relaxed);
+        shared.changed.notify_all();
         let mut total = Aggregation::default();
         for w in workers {
             // A worker that panicked is a bug in the engine: re-raise it.
