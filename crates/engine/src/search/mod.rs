@@ -388,6 +388,9 @@ struct Collect<'a> {
     memo: &'a mut Memo,
     /// The memo holds every directory that matters ([`scope::walk_down`]).
     complete: bool,
+    /// Every link is in scope and visible, and the expression needs neither
+    /// path nor depth ([`Job::everything_visible`]): tallies skip ancestry.
+    everything_visible: bool,
     stats: &'a mut SearchStats,
     /// Matches are added up here instead of becoming hits.
     lean: Option<&'a mut Tallies>,
@@ -441,10 +444,18 @@ impl Collect<'_> {
                     inode,
                     dir_has_entries: has,
                 };
-                if self.expr.eval(&e) == Some(false) {
+                let decided = self.expr.eval(&e);
+                if decided == Some(false) {
                     continue;
                 }
                 self.stats.links_checked += 1;
+                if let (true, Some(tallies)) = (self.everything_visible, self.lean.as_deref_mut()) {
+                    if decided == Some(true) {
+                        self.stats.hits += 1;
+                        tallies.add(inode, name);
+                    }
+                    continue;
+                }
                 if self.complete {
                     // By reference: no status cloned.
                     let Some(Status::In {
@@ -518,13 +529,19 @@ impl Out<'_, '_> {
             }
             return;
         }
+        // Decided without the path (the common case: no -path/-wholename
+        // test): no second evaluation, and no path built for a miss.
+        let decided = self.expr.eval(&e);
+        if decided == Some(false) {
+            return;
+        }
         let full = join(dir_path, e.name);
         let (inode, soid) = (e.inode, e.soid);
         let with_path = Entry {
             path: Some(&full),
             ..e
         };
-        if self.expr.matches(&with_path) {
+        if decided == Some(true) || self.expr.matches(&with_path) {
             self.hits.push(SearchHit {
                 attr: inode.attr(soid),
                 path: full,
@@ -613,6 +630,12 @@ struct Job<'a> {
     root: Soid,
     /// The memo holds every directory that matters ([`scope::walk_down`]).
     complete: bool,
+    /// Root searching from `/` with no depth limit and an expression that
+    /// needs neither path nor depth: every link below `/` is in scope
+    /// (every directory's chain reaches `/`) and visible (root may list
+    /// every directory), so a tally needs no ancestry at all — as the
+    /// maintained summaries, which answer the same caller without a search.
+    everything_visible: bool,
     use_index: bool,
 }
 
@@ -742,6 +765,12 @@ pub(crate) fn run_with(
         expr,
         root,
         complete,
+        everything_visible: root == Soid::ROOT
+            && cred.is_root()
+            && plan.min_depth <= 1
+            && plan.max_depth == u32::MAX
+            && !expr.uses_depth()
+            && !expr.uses_path(),
         use_index,
     };
 
@@ -850,6 +879,7 @@ fn visit_range(
                     cred: job.cred,
                     memo: &mut s.memo,
                     complete,
+                    everything_visible: job.everything_visible,
                     stats: &mut s.stats,
                     lean: lean.as_deref_mut(),
                     want,
@@ -857,11 +887,9 @@ fn visit_range(
                     fallback: Vec::new(),
                 };
                 let (visited, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
-                let (mut hits, fallback) = (c.hits, c.fallback);
+                let (hits, fallback) = (c.hits, c.fallback);
                 s.stats.tables += 1;
-                // Within a table, in SOID order (the K-D tree's order is
-                // arbitrary).
-                hits.sort_by_key(|h| h.soid);
+                let hits = in_soid_order(hits);
                 if deliver(&mut s.stats, hits).is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
@@ -886,6 +914,23 @@ fn visit_range(
             None => return Ok(ControlFlow::Continue(())),
         }
     }
+}
+
+/// `hits` of one table in SOID order (the K-D tree's order is arbitrary),
+/// links of one inode in the order they were found. Sorts keys, then
+/// moves each hit once: hits are large, and a comparison sort moves each
+/// of them many times.
+fn in_soid_order(hits: Vec<SearchHit>) -> Vec<SearchHit> {
+    if hits.is_sorted_by_key(|h| h.soid) {
+        return hits;
+    }
+    let mut order: Vec<(Soid, usize)> = hits.iter().map(|h| h.soid).zip(0..).collect();
+    order.sort_unstable();
+    let mut slots: Vec<Option<SearchHit>> = hits.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, i)| slots.get_mut(i).and_then(Option::take))
+        .collect()
 }
 
 /// The links whose ancestry [`Collect`] could not decide: ancestry with

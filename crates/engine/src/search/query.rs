@@ -201,6 +201,16 @@ impl Expr {
         }
     }
 
+    /// Whether some predicate needs the depth (`-mindepth`, `-maxdepth`).
+    pub fn uses_depth(&self) -> bool {
+        match self {
+            Expr::True | Expr::False => false,
+            Expr::Pred(p) => matches!(p, Pred::Depth { .. }),
+            Expr::And(xs) | Expr::Or(xs) => xs.iter().any(Expr::uses_depth),
+            Expr::Not(x) => x.uses_depth(),
+        }
+    }
+
     /// Whether some predicate needs the full path (`-path`).
     pub fn uses_path(&self) -> bool {
         match self {
