@@ -650,9 +650,10 @@ fn run_case(
         prop_assert_eq!(agg, agg_of(&want, by));
         // Any number of threads: the same hits in the same order, and the
         // same tallies without paths.
-        for threads in [1, 3] {
+        for (threads, buffered_hits) in [(1, usize::MAX), (3, usize::MAX), (3, 1)] {
             let opts = SearchOptions {
                 threads,
+                buffered_hits,
                 ..SearchOptions::default()
             };
             let mut again = Vec::new();
@@ -869,9 +870,10 @@ fn parallel_search_under_splits_reports_stable_entries_once() {
         let mut rounds = 0;
         while !done.load(Ordering::Relaxed) || rounds < 3 {
             rounds += 1;
-            for threads in [2, 4] {
+            for (threads, buffered_hits) in [(2, usize::MAX), (4, 1)] {
                 let opts = SearchOptions {
                     threads,
+                    buffered_hits,
                     ..SearchOptions::default()
                 };
                 let mut got = Vec::new();

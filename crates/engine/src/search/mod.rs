@@ -472,7 +472,7 @@ impl Collect<'_> {
                         lean: self.lean.as_deref_mut(),
                         hits: &mut self.hits,
                     };
-                    out.emit(plan, e, depth.saturating_add(1), path);
+                    out.emit(plan, e, decided, depth.saturating_add(1), path);
                     continue;
                 }
                 let Some(st) = scope::status_local(t, self.cred, self.memo, false, parent) else {
@@ -499,7 +499,7 @@ impl Collect<'_> {
                     lean: self.lean.as_deref_mut(),
                     hits: &mut self.hits,
                 };
-                out.emit(plan, e, depth.saturating_add(1), &path);
+                out.emit(plan, e, decided, depth.saturating_add(1), &path);
             }
         });
     }
@@ -517,21 +517,34 @@ impl Out<'_, '_> {
     /// The link `e` at `depth` below the scope root, its directory at
     /// `dir_path`: checked exactly, then counted or made a hit (the path
     /// built only then).
-    fn emit(self, plan: &Plan, mut e: Entry<'_>, depth: u32, dir_path: &[u8]) {
+    ///
+    /// `decided` is the expression's value without path and depth (from
+    /// the collect step): `Some(true)` needs no second evaluation.
+    fn emit(
+        self,
+        plan: &Plan,
+        mut e: Entry<'_>,
+        decided: Option<bool>,
+        depth: u32,
+        dir_path: &[u8],
+    ) {
         if depth < plan.min_depth || depth > plan.max_depth {
             return;
         }
         e.depth = Some(depth);
+        // Decided without the path (the common case: no -path/-wholename
+        // test): no second evaluation, and no path built for a miss.
+        let decided = match decided {
+            Some(true) => Some(true),
+            _ => self.expr.eval(&e),
+        };
         if let Some(tallies) = self.lean {
-            if self.expr.eval(&e) == Some(true) {
+            if decided == Some(true) {
                 self.stats.hits += 1;
                 tallies.add(e.inode, e.name);
             }
             return;
         }
-        // Decided without the path (the common case: no -path/-wholename
-        // test): no second evaluation, and no path built for a miss.
-        let decided = self.expr.eval(&e);
         if decided == Some(false) {
             return;
         }
@@ -565,6 +578,9 @@ pub struct SearchOptions<'a> {
     /// what it reported so far, `Ok`). A cancelled client costs at most one
     /// more table visit per thread.
     pub stop: Option<&'a (dyn Fn() -> bool + Sync)>,
+    /// Hits a parallel search holds for the caller at most before its
+    /// workers pause (they wait while the caller's `visit` is slow).
+    pub buffered_hits: usize,
 }
 
 impl Default for SearchOptions<'_> {
@@ -573,6 +589,7 @@ impl Default for SearchOptions<'_> {
             limit: usize::MAX,
             threads: default_threads(),
             stop: None,
+            buffered_hits: parallel::MAX_BUFFERED_HITS,
         }
     }
 }

@@ -11,10 +11,12 @@
 //!   in a shared map (no message, no wake-up per item: most items of a
 //!   selective search are pruned in microseconds). The caller's thread
 //!   reports finished items in order between its own items, and waits
-//!   only when nothing is left to claim. A worker does not start an item
-//!   more than [`WINDOW`] items ahead of the last one reported, so the
-//!   hits waiting to be reported stay bounded however slow the caller's
-//!   `visit` is (lean searches report no hits and have no window).
+//!   only when nothing is left to claim. While finished items hold more
+//!   than [`SearchOptions::buffered_hits`] hits, a worker starts no item but the
+//!   first unreported one (whose thread never waits, so the caller's
+//!   thread can always drain), so the hits waiting to be reported stay
+//!   bounded however slow the caller's `visit` is; empty items (pruned
+//!   tables, tallies) never make anyone wait.
 //! - Hits reach `visit` in item order and, within an item, in SOID order:
 //!   the same order as the sequential cursor. Counts and tallies are
 //!   summed at the end.
@@ -41,8 +43,8 @@ use std::time::Duration;
 /// memory bandwidth, not cores, bound a search).
 pub(crate) const MAX_THREADS: usize = 16;
 
-/// Items a worker may run ahead of the last item reported.
-const WINDOW: usize = 8;
+/// The default of [`SearchOptions::buffered_hits`] (tens of MB at most).
+pub(crate) const MAX_BUFFERED_HITS: usize = 1 << 16;
 
 /// How often a waiting thread looks at the stop check again.
 const STOP_POLL: Duration = Duration::from_millis(10);
@@ -76,11 +78,13 @@ struct Shared {
     changed: parking_lot::Condvar,
 }
 
-/// Finished items not yet reported, and the first item not reported.
+/// Finished items not yet reported, the first item not reported, and the
+/// hits the finished items hold.
 #[derive(Default)]
 struct Progress {
     finished: BTreeMap<usize, Result<Vec<SearchHit>, FsError>>,
     reported: usize,
+    buffered: usize,
 }
 
 /// Runs `job` over `items` on `opts.threads` threads — the caller's and
@@ -96,7 +100,6 @@ pub(super) fn run(
 ) -> Result<(), FsError> {
     let threads = opts.threads.min(items.len()).max(1);
     let lean_by = lean.as_ref().map(|t| t.by);
-    let window = if lean.is_some() { usize::MAX } else { WINDOW };
     let shared = Shared {
         next: AtomicUsize::new(0),
         halt: AtomicBool::new(false),
@@ -122,6 +125,9 @@ pub(super) fn run(
         );
         let ok = done.is_ok();
         let mut st = shared.state.lock();
+        if ok {
+            st.buffered += hits.len();
+        }
         st.finished.insert(i, done.map(|_| hits));
         if i == st.reported {
             shared.changed.notify_all();
@@ -148,7 +154,9 @@ pub(super) fn run(
                     }
                     {
                         let mut st = shared.state.lock();
-                        while i >= st.reported.saturating_add(window) && !halted() {
+                        // Never for the first unreported item: the caller's
+                        // thread waits for it to drain the others.
+                        while i > st.reported && st.buffered >= opts.buffered_hits && !halted() {
                             shared.changed.wait_for(&mut st, STOP_POLL);
                         }
                     }
@@ -173,6 +181,9 @@ pub(super) fn run(
                         break;
                     };
                     st.reported = next + 1;
+                    if let Ok(hits) = &done {
+                        st.buffered -= hits.len();
+                    }
                     ready.push(done);
                 }
                 if !ready.is_empty() {
