@@ -27,6 +27,7 @@ pub mod manifest;
 pub mod name;
 pub mod namespace;
 pub mod perm;
+pub mod postings;
 pub mod record;
 pub mod search;
 pub mod soid;

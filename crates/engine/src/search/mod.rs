@@ -100,7 +100,7 @@
 //! link's ancestry from the memo plus the table's own directories
 //! ([`scope::status_local`]; every chain leaves the table at a resolved
 //! exit), the exact expression; paths are built only for hits, and counts
-//! (the lean sink) build none and clone nothing. Only if an exit appeared
+//! (tallies, [`Engine::search_tally`]) build none and clone nothing. Only if an exit appeared
 //! concurrently, links whose chains leave through it are cloned and
 //! resolved afterwards with fresh reads and re-checked against a fresh
 //! read of their table ([`fall_back`]). Hits are handed to the caller's
@@ -404,7 +404,7 @@ impl Collect<'_> {
     /// Evaluates the table's candidates under its lock: index pruning,
     /// [`IndexQuery::matches`], ancestry from the memo and the table's own
     /// directories ([`scope::status_local`]), the exact expression. Hits
-    /// go to `hits` (paths built only for these) or the lean sink; links
+    /// go to `hits` (paths built only for these) or the tallies; links
     /// whose ancestry needs other tables go to `fallback`. No inode is
     /// cloned except for a fallback.
     fn table(&mut self, t: &Table) {
