@@ -294,7 +294,7 @@ pub fn search(a: &SearchArgs) -> Report {
     );
     report
         .metric(
-            "search index bytes per file (K-D trees + Bloom filters)",
+            "search index bytes per file (K-D trees, Bloom filters, trigram lists)",
             "bytes",
             &[index_bytes as f64 / inodes.max(1) as f64],
         )
