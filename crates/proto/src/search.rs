@@ -220,6 +220,8 @@ pub struct SearchDone {
     pub tables: u64,
     pub tables_pruned: u64,
     pub candidates: u64,
+    /// Tables skipped by their exit sets (counted in `tables`).
+    pub tables_out_of_scope: u64,
 }
 
 fn bytes_field(b: &[u8], max: usize, what: &str) -> Result<(), QueryError> {
@@ -497,6 +499,7 @@ pub fn done_to_pb(d: &SearchDone) -> pb::SearchDone {
         tables: d.tables,
         tables_pruned: d.tables_pruned,
         candidates: d.candidates,
+        tables_out_of_scope: d.tables_out_of_scope,
     }
 }
 
@@ -509,6 +512,7 @@ pub fn done_from_pb(d: pb::SearchDone) -> SearchDone {
         tables: d.tables,
         tables_pruned: d.tables_pruned,
         candidates: d.candidates,
+        tables_out_of_scope: d.tables_out_of_scope,
     }
 }
 
@@ -681,6 +685,22 @@ pub fn spec_from_pb(r: pb::SearchRequest) -> Result<(Credentials, SearchSpec), Q
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every counter of the summary survives the wire (groups travel in
+    /// batches of their own).
+    #[test]
+    fn search_done_round_trips() {
+        let d = SearchDone {
+            count: 1,
+            total_size: 2,
+            groups: Vec::new(),
+            tables: 3,
+            tables_pruned: 4,
+            candidates: 5,
+            tables_out_of_scope: 6,
+        };
+        assert_eq!(done_from_pb(done_to_pb(&d)), d);
+    }
     use sextant_types::FileType;
 
     fn everything() -> Expr {
