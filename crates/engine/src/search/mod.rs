@@ -100,10 +100,10 @@
 //! link's ancestry from the memo plus the table's own directories
 //! ([`scope::status_local`]; every chain leaves the table at a resolved
 //! exit), the exact expression; paths are built only for hits, and counts
-//! (tallies, [`Engine::search_tally`]) build none and clone nothing. Only if an exit appeared
-//! concurrently, links whose chains leave through it are cloned and
-//! resolved afterwards with fresh reads and re-checked against a fresh
-//! read of their table ([`fall_back`]). Hits are handed to the caller's
+//! (tallies, [`Engine::search_tally`]) build none and clone nothing. Only
+//! if an exit appeared concurrently, links whose chains leave through it
+//! are cloned and resolved afterwards with fresh reads and re-checked
+//! against a fresh read of their table ([`fall_back`]). Hits are handed to the caller's
 //! callback after the lock is released (the callback may call back into
 //! the engine). At most one table lock is held at any time, so there is no
 //! lock-order question with transactions (which lock in SOID order), and
@@ -130,11 +130,11 @@
 //! between tables or directories while the search runs) missed or reported
 //! twice. It is not a snapshot of the namespace.
 //!
-//! Parallelism ([`parallel`]): an unlimited search cuts the SOID space at
+//! Parallelism (`parallel.rs`): an unlimited search cuts the SOID space at
 //! the tables' first SOIDs as the map was when it started and visits the
-//! pieces on [`SearchOptions::threads`] workers, each with its own copy of
-//! the memo; every piece is visited by the same cursor loop as a
-//! sequential search ([`visit_range`]), restricted to the rows of its
+//! pieces on [`SearchOptions::threads`] threads (the caller's and
+//! workers), each with its own copy of the memo; every piece is visited by the same cursor loop as a
+//! sequential search (`visit_range`), restricted to the rows of its
 //! piece (the index query's SOID bound), so tables splitting or merging
 //! meanwhile are neither missed nor reported twice. Hits reach the caller
 //! in the sequential order; counts and tallies ([`Engine::search_tally`])
@@ -613,7 +613,7 @@ impl SearchOptions<'_> {
     }
 }
 
-/// The machine's cores, at most [`parallel::MAX_THREADS`].
+/// The machine's cores, at most `parallel::MAX_THREADS` (16).
 pub fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, usize::from)
