@@ -192,7 +192,7 @@ pub struct BloomFilter {
 
 /// MurmurHash3's 64-bit finalizer.
 #[inline]
-fn fmix64(mut x: u64) -> u64 {
+pub(crate) fn fmix64(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;

@@ -156,7 +156,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 
-fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty()
         || hay
             .windows(needle.len())
@@ -634,9 +634,9 @@ impl TableIndex {
             let needles = name_needles(q);
             let by_name = b
                 .names
-                .estimate(&needles)
-                .filter(|&n| !box_constrains(q) || n.saturating_mul(4) < b.tree.len())
-                .and_then(|_| b.names.rows_containing(&needles));
+                .lists(&needles)
+                .filter(|l| !box_constrains(q) || l.shortest().saturating_mul(4) < b.tree.len())
+                .map(|l| l.rows());
             if let Some(rows) = by_name {
                 for row in rows {
                     if !(any_changed && self.marked(row)) && table.row(row).is_some() {

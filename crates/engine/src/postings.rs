@@ -87,52 +87,43 @@ impl TrigramPostings {
         p
     }
 
-    /// The rows whose names may contain every needle (ignoring ASCII case),
-    /// in increasing order; `None` when no needle has 3 bytes (the lists
+    /// The lists of the needles' trigrams, shortest first (looked up once,
+    /// then measured with [`Lists::shortest`] and read with
+    /// [`Lists::rows`]); `None` when no needle has 3 bytes (the lists
     /// cannot narrow anything: read every row).
-    pub fn rows_containing(&self, needles: &[&[u8]]) -> Option<Vec<u32>> {
-        // Every trigram of every needle must be present; the two shortest
-        // lists narrow the most for the least decoding.
-        let mut lists: Vec<usize> = Vec::new();
+    pub fn lists(&self, needles: &[&[u8]]) -> Option<Lists<'_>> {
+        let mut ids: Vec<usize> = Vec::new();
+        let mut any = false;
         for n in needles {
             for w in n.windows(3) {
+                any = true;
                 match self.keys.binary_search(&pack(w)) {
-                    Ok(i) => lists.push(i),
-                    Err(_) => return Some(Vec::new()),
+                    Ok(i) => ids.push(i),
+                    // A trigram no name has: nothing can match.
+                    Err(_) => {
+                        return Some(Lists {
+                            postings: self,
+                            ids: Vec::new(),
+                        })
+                    }
                 }
             }
         }
-        lists.sort_unstable_by_key(|&i| (self.lens[i], i));
-        lists.dedup();
-        let (&first, rest) = lists.split_first()?;
-        let mut rows = self.decode(first);
-        if let Some(&second) = rest.first() {
-            let other = self.decode(second);
-            let mut j = 0;
-            rows.retain(|r| {
-                while j < other.len() && other[j] < *r {
-                    j += 1;
-                }
-                other.get(j) == Some(r)
-            });
+        if !any {
+            return None;
         }
-        Some(rows)
+        ids.sort_unstable_by_key(|&i| (self.lens[i], i));
+        ids.dedup();
+        Some(Lists {
+            postings: self,
+            ids,
+        })
     }
 
-    /// The number of rows in the shortest list among the needles'
-    /// trigrams (0 when one is absent); `None` when no needle has 3 bytes.
-    pub fn estimate(&self, needles: &[&[u8]]) -> Option<usize> {
-        let mut best: Option<usize> = None;
-        for n in needles {
-            for w in n.windows(3) {
-                let len = match self.keys.binary_search(&pack(w)) {
-                    Ok(i) => self.lens[i] as usize,
-                    Err(_) => 0,
-                };
-                best = Some(best.map_or(len, |b| b.min(len)));
-            }
-        }
-        best
+    /// The rows whose names may contain every needle (ignoring ASCII case),
+    /// in increasing order; `None` when no needle has 3 bytes.
+    pub fn rows_containing(&self, needles: &[&[u8]]) -> Option<Vec<u32>> {
+        self.lists(needles).map(|l| l.rows())
     }
 
     fn decode(&self, i: usize) -> Vec<u32> {
@@ -161,18 +152,47 @@ impl TrigramPostings {
     }
 }
 
+/// The posting lists one query needs, shortest first; empty when some
+/// trigram is in no name.
+pub struct Lists<'a> {
+    postings: &'a TrigramPostings,
+    ids: Vec<usize>,
+}
+
+impl Lists<'_> {
+    /// Rows in the shortest list: an upper bound on the rows matched.
+    pub fn shortest(&self) -> usize {
+        self.ids
+            .first()
+            .map_or(0, |&i| self.postings.lens[i] as usize)
+    }
+
+    /// The intersection of the two shortest lists (they narrow the most
+    /// for the least decoding), in increasing order.
+    pub fn rows(&self) -> Vec<u32> {
+        let Some((&first, rest)) = self.ids.split_first() else {
+            return Vec::new();
+        };
+        let mut rows = self.postings.decode(first);
+        if let Some(&second) = rest.first() {
+            let other = self.postings.decode(second);
+            let mut j = 0;
+            rows.retain(|r| {
+                while j < other.len() && other[j] < *r {
+                    j += 1;
+                }
+                other.get(j) == Some(r)
+            });
+        }
+        rows
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::contains_ci;
     use proptest::prelude::*;
-
-    fn contains_ci(name: &[u8], needle: &[u8]) -> bool {
-        if needle.is_empty() {
-            return true;
-        }
-        let (n, h) = (needle.to_ascii_lowercase(), name.to_ascii_lowercase());
-        h.windows(n.len()).any(|w| w == n)
-    }
 
     proptest! {
         /// Every row whose name holds every needle is returned, in order,
@@ -206,7 +226,7 @@ mod tests {
             for r in &got {
                 prop_assert!(names.iter().any(|(row, _)| row == r));
             }
-            let est = p.estimate(&needles).unwrap();
+            let est = p.lists(&needles).unwrap().shortest();
             prop_assert!(got.len() <= est);
         }
     }

@@ -730,6 +730,22 @@ fn search_equals_brute_force() {
 
 // ---- freshness, leaks, pruning -------------------------------------------------
 
+/// `mkdir name` in `parent` as root, acknowledged; its SOID.
+fn mkdir_as_root(e: &Engine, parent: Soid, name: &str) -> Soid {
+    let root = Credentials::root();
+    let r = e.mkdir(&root, parent, name.as_bytes(), 0o755).unwrap();
+    r.wait(e).unwrap().soid
+}
+
+/// Creates the file `name` in `parent` as root, acknowledged; its SOID.
+fn create_as_root(e: &Engine, parent: Soid, name: &str) -> Soid {
+    let root = Credentials::root();
+    let r = e
+        .create(&root, parent, name.as_bytes(), 0o644, true)
+        .unwrap();
+    r.wait(e).unwrap().soid
+}
+
 fn names_found(e: &Engine, cred: &Credentials, scope: Scope<'_>, expr: &Expr) -> Vec<Vec<u8>> {
     let mut v: Vec<Vec<u8>> = e
         .search_collect(cred, scope, expr, usize::MAX)
@@ -826,24 +842,14 @@ fn search_sees_mutations_acknowledged_before_it_started() {
 fn parallel_search_under_splits_reports_stable_entries_once() {
     let e = Engine::open(Arc::new(MemStore::new()), config(false, 4, 24)).unwrap();
     let root = Credentials::root();
-    let mk = |parent: Soid, name: &str| {
-        e.mkdir(&root, parent, name.as_bytes(), 0o755)
-            .unwrap()
-            .wait(&e)
-            .unwrap()
-            .soid
-    };
-    let stable = mk(Soid::ROOT, "stable");
-    let churn = mk(Soid::ROOT, "churn");
+    let stable = mkdir_as_root(&e, Soid::ROOT, "stable");
+    let churn = mkdir_as_root(&e, Soid::ROOT, "churn");
     let mut want = Vec::new();
     for i in 0..40 {
-        let d = mk(stable, &format!("d{i}"));
+        let d = mkdir_as_root(&e, stable, &format!("d{i}"));
         for j in 0..5 {
             let name = format!("keep{i}.{j}");
-            e.create(&root, d, name.as_bytes(), 0o644, true)
-                .unwrap()
-                .wait(&e)
-                .unwrap();
+            create_as_root(&e, d, &name);
             want.push(format!("/stable/d{i}/{name}").into_bytes());
         }
     }
@@ -854,10 +860,7 @@ fn parallel_search_under_splits_reports_stable_entries_once() {
         sc.spawn(|| {
             for i in 0..300u32 {
                 let name = format!("tmp{i}");
-                e.create(&root, churn, name.as_bytes(), 0o644, true)
-                    .unwrap()
-                    .wait(&e)
-                    .unwrap();
+                create_as_root(&e, churn, &name);
                 if i % 3 == 0 {
                     e.unlink(&root, churn, name.as_bytes())
                         .unwrap()
@@ -900,16 +903,9 @@ fn a_stop_check_ends_the_search_between_tables() {
     let e = Engine::open(Arc::new(MemStore::new()), config(false, 4, 12)).unwrap();
     let root = Credentials::root();
     for i in 0..30 {
-        let d = e
-            .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
-            .unwrap()
-            .wait(&e)
-            .unwrap();
+        let d = mkdir_as_root(&e, Soid::ROOT, &format!("d{i}"));
         for j in 0..4 {
-            e.create(&root, d.soid, format!("f{j}").as_bytes(), 0o644, true)
-                .unwrap()
-                .wait(&e)
-                .unwrap();
+            create_as_root(&e, d, &format!("f{j}"));
         }
     }
     let all = e
@@ -1143,13 +1139,7 @@ fn subtree_scopes_prune_by_exits_and_follow_moves() {
     let e = Engine::open(Arc::new(MemStore::new()), config(true, 2, 8)).unwrap();
     let root = Credentials::root();
     let user = Credentials::user(1, 10);
-    let mk = |p: Soid, n: &str| {
-        e.mkdir(&root, p, n.as_bytes(), 0o755)
-            .unwrap()
-            .wait(&e)
-            .unwrap()
-            .soid
-    };
+    let mk = |p: Soid, n: &str| mkdir_as_root(&e, p, n);
     let mut tops = Vec::new();
     let mut files = Vec::new();
     for d in 0..12 {

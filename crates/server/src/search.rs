@@ -43,6 +43,11 @@ pub fn execute(
         ..SearchOptions::default()
     };
     let mut done = SearchDone::default();
+    let fill = |done: &mut SearchDone, agg: Aggregation| {
+        done.count = agg.total.count;
+        done.total_size = agg.total.size;
+        done.groups = agg.groups.into_iter().collect();
+    };
     let count = |h: &SearchHit, done: &mut SearchDone| {
         done.count += 1;
         done.total_size = done.total_size.saturating_add(h.attr.size);
@@ -67,18 +72,14 @@ pub fn execute(
     };
     if let Some(agg) = summarized {
         stats = SearchStats::default();
-        done.count = agg.total.count;
-        done.total_size = agg.total.size;
-        done.groups = agg.groups.into_iter().collect();
+        fill(&mut done, agg);
     } else if let (Some(by), usize::MAX) = (tally_by, limit) {
         // Counted and grouped without building paths (unless the
         // expression or the grouping needs them).
         let (agg, s) = engine.search_tally(cred, scope, &spec.expr, by, &opts)?;
         stats = s;
         stopped = cancelled();
-        done.count = agg.total.count;
-        done.total_size = agg.total.size;
-        done.groups = agg.groups.into_iter().collect();
+        fill(&mut done, agg);
     } else if let Some(by) = tally_by {
         // The first `limit` matches only: one cursor, hit by hit.
         let mut agg = Aggregation::default();
@@ -86,17 +87,10 @@ pub fn execute(
             if cancelled() {
                 return stop(&mut stopped);
             }
-            match by {
-                Some(by) => agg.add(by, &h),
-                None => count(&h, &mut done),
-            }
+            agg.add_hit(by, &h);
             ControlFlow::Continue(())
         })?;
-        if by.is_some() {
-            done.count = agg.total.count;
-            done.total_size = agg.total.size;
-            done.groups = agg.groups.into_iter().collect();
-        }
+        fill(&mut done, agg);
     } else if let Some(sort) = spec.sort {
         let mut top = TopN::new(sort, limit);
         // The engine's limit would cut before sorting: collect all.

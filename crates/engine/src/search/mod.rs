@@ -257,6 +257,14 @@ pub struct Totals {
     pub size: u64,
 }
 
+impl Totals {
+    /// Counts one path of `size` bytes.
+    pub fn add(&mut self, size: u64) {
+        self.count += 1;
+        self.size = self.size.saturating_add(size);
+    }
+}
+
 /// Matches grouped. Counted per path, like `find ... | wc -l` (a file with
 /// two links in scope counts twice).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -288,6 +296,14 @@ fn extension(name: &[u8]) -> &[u8] {
 impl Aggregation {
     pub fn add(&mut self, by: GroupBy, hit: &SearchHit) {
         self.add_key(by.key(hit), hit.attr.size);
+    }
+
+    /// Counts `hit` in its group by `by`, or only in the total (`None`).
+    pub fn add_hit(&mut self, by: Option<GroupBy>, hit: &SearchHit) {
+        match by {
+            Some(by) => self.add(by, hit),
+            None => self.total.add(hit.attr.size),
+        }
     }
 
     /// Adds `t` to group `key`.
@@ -381,16 +397,10 @@ impl Search<'_> {
 
 /// Everything the collect step of one table needs besides the table.
 struct Collect<'a> {
+    job: &'a Job<'a>,
+    /// The job's plan, narrowed to the work item's SOID range.
     plan: &'a Plan,
-    expr: &'a Expr,
-    root: Soid,
-    cred: &'a Credentials,
     memo: &'a mut Memo,
-    /// The memo holds every directory that matters ([`scope::walk_down`]).
-    complete: bool,
-    /// Every link is in scope and visible, and the expression needs neither
-    /// path nor depth ([`Job::everything_visible`]): tallies skip ancestry.
-    everything_visible: bool,
     stats: &'a mut SearchStats,
     /// Matches are added up here instead of becoming hits.
     lean: Option<&'a mut Tallies>,
@@ -424,14 +434,14 @@ impl Collect<'_> {
             self.stats.candidates += 1;
             // With a complete memo, scope first: one lookup per link
             // rejects a row outside the scope before anything else.
-            if self.complete
+            if self.job.complete
                 && !inode.all_links().any(|(p, _)| {
                     matches!(self.memo.get(&p), Some(Status::In { visible: true, .. }))
                 })
             {
                 return;
             }
-            if *soid == self.root || !q.matches(*soid, inode) {
+            if *soid == self.job.root || !q.matches(*soid, inode) {
                 return;
             }
             let has = inode.is_dir() && t.has_entries(*soid);
@@ -444,19 +454,21 @@ impl Collect<'_> {
                     inode,
                     dir_has_entries: has,
                 };
-                let decided = self.expr.eval(&e);
+                let decided = self.job.expr.eval(&e);
                 if decided == Some(false) {
                     continue;
                 }
                 self.stats.links_checked += 1;
-                if let (true, Some(tallies)) = (self.everything_visible, self.lean.as_deref_mut()) {
+                if let (true, Some(tallies)) =
+                    (self.job.everything_visible, self.lean.as_deref_mut())
+                {
                     if decided == Some(true) {
                         self.stats.hits += 1;
                         tallies.add(inode, name);
                     }
                     continue;
                 }
-                if self.complete {
+                if self.job.complete {
                     // By reference: no status cloned.
                     let Some(Status::In {
                         depth,
@@ -467,7 +479,7 @@ impl Collect<'_> {
                         continue;
                     };
                     let out = Out {
-                        expr: self.expr,
+                        expr: self.job.expr,
                         stats: self.stats,
                         lean: self.lean.as_deref_mut(),
                         hits: &mut self.hits,
@@ -475,7 +487,8 @@ impl Collect<'_> {
                     out.emit(plan, e, decided, depth.saturating_add(1), path);
                     continue;
                 }
-                let Some(st) = scope::status_local(t, self.cred, self.memo, false, parent) else {
+                let Some(st) = scope::status_local(t, self.job.cred, self.memo, false, parent)
+                else {
                     self.fallback.push(Cand {
                         soid: *soid,
                         inode: inode.clone(),
@@ -494,7 +507,7 @@ impl Collect<'_> {
                     continue;
                 };
                 let out = Out {
-                    expr: self.expr,
+                    expr: self.job.expr,
                     stats: self.stats,
                     lean: self.lean.as_deref_mut(),
                     hits: &mut self.hits,
@@ -595,11 +608,6 @@ impl Default for SearchOptions<'_> {
 }
 
 impl SearchOptions<'_> {
-    /// All hits, on the default number of threads.
-    pub fn unlimited() -> Self {
-        SearchOptions::default()
-    }
-
     /// At most `limit` hits.
     pub fn limit(limit: usize) -> Self {
         SearchOptions {
@@ -613,11 +621,16 @@ impl SearchOptions<'_> {
     }
 }
 
-/// The machine's cores, at most `parallel::MAX_THREADS` (16).
+/// The machine's cores, at most `parallel::MAX_THREADS` (16). Asked once
+/// per process: on Linux the standard library reads cgroup files to
+/// answer, which is not for every search.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .clamp(1, parallel::MAX_THREADS)
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, parallel::MAX_THREADS)
+    })
 }
 
 /// See [`Engine::search`].
@@ -890,13 +903,9 @@ fn visit_range(
                 // it is incomplete).
                 let want = limit.saturating_sub(s.stats.hits);
                 let mut c = Collect {
+                    job,
                     plan,
-                    expr: job.expr,
-                    root: job.root,
-                    cred: job.cred,
                     memo: &mut s.memo,
-                    complete,
-                    everything_visible: job.everything_visible,
                     stats: &mut s.stats,
                     lean: lean.as_deref_mut(),
                     want,
@@ -1070,16 +1079,9 @@ pub(crate) fn tally(
         ..*opts
     };
     let mut agg = Aggregation::default();
-    let add = |agg: &mut Aggregation, hit: &SearchHit| match by {
-        Some(by) => agg.add(by, hit),
-        None => {
-            agg.total.count += 1;
-            agg.total.size = agg.total.size.saturating_add(hit.attr.size);
-        }
-    };
     if by == Some(GroupBy::Directory) || expr.uses_path() {
         let stats = run(engine, cred, scope, expr, &opts, |hit| {
-            add(&mut agg, &hit);
+            agg.add_hit(by, &hit);
             ControlFlow::Continue(())
         })?;
         return Ok((agg, stats));
@@ -1096,7 +1098,7 @@ pub(crate) fn tally(
         true,
         Some(&mut below),
         |hit| {
-            add(&mut agg, &hit);
+            agg.add_hit(by, &hit);
             ControlFlow::Continue(())
         },
     )?;
@@ -1144,8 +1146,7 @@ impl Tallies {
     fn add(&mut self, inode: &Inode, name: &[u8]) {
         let key = match self.by {
             None => {
-                self.agg.total.count += 1;
-                self.agg.total.size = self.agg.total.size.saturating_add(inode.size);
+                self.agg.total.add(inode.size);
                 return;
             }
             Some(GroupBy::Uid) => GroupKey::Uid(inode.uid),
@@ -1156,10 +1157,7 @@ impl Tallies {
             }
         };
         match &mut self.run {
-            Some((k, t)) if *k == key => {
-                t.count += 1;
-                t.size = t.size.saturating_add(inode.size);
-            }
+            Some((k, t)) if *k == key => t.add(inode.size),
             _ => {
                 if let Some((k, t)) = self.run.take() {
                     self.agg.add_totals(k, t);

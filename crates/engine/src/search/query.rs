@@ -201,24 +201,24 @@ impl Expr {
         }
     }
 
-    /// Whether some predicate needs the depth (`-mindepth`, `-maxdepth`).
-    pub fn uses_depth(&self) -> bool {
+    /// Whether some predicate of the tree satisfies `f`.
+    pub fn any_pred(&self, f: &impl Fn(&Pred) -> bool) -> bool {
         match self {
             Expr::True | Expr::False => false,
-            Expr::Pred(p) => matches!(p, Pred::Depth { .. }),
-            Expr::And(xs) | Expr::Or(xs) => xs.iter().any(Expr::uses_depth),
-            Expr::Not(x) => x.uses_depth(),
+            Expr::Pred(p) => f(p),
+            Expr::And(xs) | Expr::Or(xs) => xs.iter().any(|x| x.any_pred(f)),
+            Expr::Not(x) => x.any_pred(f),
         }
+    }
+
+    /// Whether some predicate needs the depth (`-mindepth`, `-maxdepth`).
+    pub fn uses_depth(&self) -> bool {
+        self.any_pred(&|p| matches!(p, Pred::Depth { .. }))
     }
 
     /// Whether some predicate needs the full path (`-path`).
     pub fn uses_path(&self) -> bool {
-        match self {
-            Expr::True | Expr::False => false,
-            Expr::Pred(p) => matches!(p, Pred::Path { .. }),
-            Expr::And(xs) | Expr::Or(xs) => xs.iter().any(Expr::uses_path),
-            Expr::Not(x) => x.uses_path(),
-        }
+        self.any_pred(&|p| matches!(p, Pred::Path { .. }))
     }
 }
 

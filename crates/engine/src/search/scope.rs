@@ -55,12 +55,7 @@ impl Hasher for SoidHasher {
     /// their high bits (a directory's low bits are often all zero). Without
     /// it, a memo of many directories probes long chains of one bucket.
     fn finish(&self) -> u64 {
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
+        crate::bloom::fmix64(self.0)
     }
 
     fn write(&mut self, bytes: &[u8]) {
