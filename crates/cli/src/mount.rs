@@ -30,12 +30,20 @@ pub struct MountArgs {
     /// <data>/objects]
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Seconds the kernel may cache attributes.
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    /// Seconds the kernel may cache attributes. The mount watches the
+    /// server and drops cached attributes as soon as another client changes
+    /// them, so a long timeout stays exact; it bounds staleness only while
+    /// the server cannot be reached (or with --no-watch).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub attr_timeout: f64,
-    /// Seconds the kernel may cache names (lookups).
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    /// Seconds the kernel may cache names (lookups); see --attr-timeout.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub entry_timeout: f64,
+    /// Do not watch the server for other clients' changes: cached names
+    /// and attributes then expire only by their timeouts (set them short,
+    /// e.g. 1, when other clients change the same files).
+    #[arg(long)]
+    pub no_watch: bool,
     /// Mount options, comma-separated: allow_other (let every user in;
     /// also unmounts automatically if the mount process dies).
     #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',')]
@@ -74,6 +82,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
     cfg.attr_ttl = seconds(args.attr_timeout, "attr-timeout")?;
     cfg.entry_ttl = seconds(args.entry_timeout, "entry-timeout")?;
     cfg.threads = args.threads;
+    cfg.watch = !args.no_watch;
     for o in &args.options {
         match o.as_str() {
             "allow_other" => cfg.allow_other = true,
@@ -108,7 +117,15 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let client = rt
-        .block_on(Client::connect(&addr, &secret, Options::default()))
+        .block_on(Client::connect(
+            &addr,
+            &secret,
+            Options {
+                // The watcher skips this mount's own changes.
+                origin: sextant_client::new_origin(),
+                ..Options::default()
+            },
+        ))
         .with_context(|| format!("connecting to the Sextant server at {addr}"))?;
     let log = args.log.clone();
     let mountpoint = cfg.mountpoint.clone();

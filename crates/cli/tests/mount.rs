@@ -464,3 +464,101 @@ fn long_listings_are_complete_and_dotdot_is_the_parent() {
     sh(&m.mnt, "rm -r top/big");
     assert_eq!(std::fs::read_dir(m.p("top")).unwrap().count(), 0);
 }
+
+/// Polls `f` until it returns true or 5 s pass.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(5), "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// With long kernel cache timeouts (the default, 30 s), a mount still sees
+/// what other clients change at once: the server streams the changed keys
+/// and the mount drops them from the kernel's caches. A mount started with
+/// --no-watch keeps the stale values, which shows the caches are real.
+#[test]
+fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    let (b, stale) = (m.dir.path().join("b"), m.dir.path().join("stale"));
+    std::fs::create_dir(&b).unwrap();
+    std::fs::create_dir(&stale).unwrap();
+    m.mount_at(&b, &[]);
+    m.mount_at(&stale, &["--no-watch"]);
+    struct Unmount(Vec<PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for mp in &self.0 {
+                let _ = Command::new("fusermount3")
+                    .args(["-u", "-z"])
+                    .arg(mp)
+                    .status();
+            }
+        }
+    }
+    let _unmount = Unmount(vec![b.clone(), stale.clone()]);
+    let mode = |p: &Path| std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok();
+
+    std::fs::create_dir(m.p("d")).unwrap();
+    std::fs::write(m.p("d/f"), b"x").unwrap();
+    // Both other mounts look it up, so their kernels cache it.
+    assert_eq!(mode(&b.join("d/f")), Some(0o644));
+    assert_eq!(mode(&stale.join("d/f")), Some(0o644));
+    assert!(mode(&b.join("d/new")).is_none());
+
+    // Attributes: chmod and a write (size) through the first mount.
+    std::fs::set_permissions(m.p("d/f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    eventually("the chmod shows in mount b", || {
+        mode(&b.join("d/f")) == Some(0o600)
+    });
+    assert_eq!(
+        mode(&stale.join("d/f")),
+        Some(0o644),
+        "without watching, the kernel's cached mode is what --no-watch shows"
+    );
+    std::fs::write(m.p("d/f"), b"longer").unwrap();
+    eventually("the new size shows in mount b", || {
+        std::fs::metadata(b.join("d/f")).map(|md| md.len()).ok() == Some(6)
+    });
+
+    // Names: a rename and a create through the first mount.
+    std::fs::rename(m.p("d/f"), m.p("d/g")).unwrap();
+    eventually("the old name is gone from mount b", || {
+        !b.join("d/f").exists()
+    });
+    assert!(b.join("d/g").exists());
+    assert!(
+        stale.join("d/f").exists(),
+        "--no-watch: the stale name stays"
+    );
+    std::fs::write(m.p("d/new"), b"").unwrap();
+    eventually("the new name shows in mount b", || b.join("d/new").exists());
+
+    // A client that is not a mount (the CLI): removes and a new directory.
+    let out = m.sextant(&["--server", &m.addr, "rm", "/d/g"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("the CLI's rm shows in both watching mounts", || {
+        !b.join("d/g").exists() && !m.p("d/g").exists()
+    });
+    let out = m.sextant(&["--server", &m.addr, "mkdir", "/d/sub"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("the CLI's mkdir shows in mount b", || {
+        b.join("d/sub").is_dir()
+    });
+    // The parent's attributes (link count, times) follow too.
+    eventually("the parent's link count follows", || {
+        std::fs::metadata(b.join("d")).map(|md| md.nlink()).ok() == Some(3)
+    });
+}

@@ -17,8 +17,10 @@
 
 pub mod backup;
 mod search;
+mod watch;
 pub use backup::BackupStats;
 pub use search::SearchStream;
+pub use watch::{new_origin, ChangeBatch, ChangeStream};
 
 use parking_lot::Mutex;
 use sextant_engine::{DirEntry, EngineStats, RenameFlags, StatFs, XattrFlags};
@@ -88,6 +90,10 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// Client id for exactly-once (default: random). 0 disables it.
     pub client_id: Option<u64>,
+    /// Cache-watch origin sent with every request: a [`Client::watch`]
+    /// stream of a client with the same origin leaves out the changes of
+    /// these requests (0: none; siblings keep it).
+    pub origin: u64,
 }
 
 impl Default for Options {
@@ -96,6 +102,7 @@ impl Default for Options {
             retry_for: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(3),
             client_id: None,
+            origin: 0,
         }
     }
 }
@@ -442,6 +449,7 @@ impl Client {
             cred: Some(cred_to_pb(cred)),
             client_id,
             seq,
+            origin: self.inner.options.origin,
             op: Some(op),
         };
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {

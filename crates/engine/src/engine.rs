@@ -25,6 +25,7 @@
 //! - Recovery replays a record into a table only if its LSN is above the
 //!   table's snapshot LSN.
 
+use crate::changes::Changes;
 use crate::durability::{Logless, LoglessConfig};
 use crate::index::TableIndex;
 use crate::inode::Inode;
@@ -154,6 +155,9 @@ pub struct Committed<T> {
     /// With log-less durability: the operation's redo entry, which must
     /// reach the client with the reply (it is durable only there).
     pub redo: Option<Redo>,
+    /// With change tracking on ([`Engine::track_changes`]): the keys the
+    /// operation changed (`None` when off, or when nothing was written).
+    pub changes: Option<Changes>,
 }
 
 impl<T> Committed<T> {
@@ -274,6 +278,8 @@ pub(crate) struct Inner {
     stats: Counters,
     /// Log-less durability's state (`None`: journal).
     pub(crate) logless: Option<Logless>,
+    /// Whether commits report their [`Changes`].
+    pub(crate) track_changes: AtomicBool,
 }
 
 #[derive(Default)]
@@ -431,7 +437,7 @@ impl Inner {
             let outcome = result.and_then(|()| op(&mut txn));
             match outcome {
                 Ok(value) => {
-                    let (lsn, redo, oversized) = match txn.commit() {
+                    let (lsn, redo, changes, oversized) = match txn.commit() {
                         Ok(r) => r,
                         Err(OpError::Fs(e)) => return Err(e),
                         Err(OpError::Retry(_)) => return Err(FsError::Io),
@@ -440,7 +446,12 @@ impl Inner {
                     for start in oversized {
                         self.split(start);
                     }
-                    return Ok(Committed { value, lsn, redo });
+                    return Ok(Committed {
+                        value,
+                        lsn,
+                        redo,
+                        changes,
+                    });
                 }
                 Err(OpError::Fs(e)) => return Err(e),
                 Err(OpError::Retry(key)) => {
@@ -1036,6 +1047,7 @@ impl Engine {
             failed: AtomicBool::new(false),
             stats: Counters::default(),
             logless,
+            track_changes: AtomicBool::new(false),
         });
         inner.split_oversized();
         let engine = Engine {
@@ -1358,6 +1370,14 @@ impl Engine {
             .logless
             .as_ref()
             .map_or_else(Vec::new, |ll| ll.arl_since(lsn))
+    }
+
+    /// Turns on (or off) change reports: from now on every commit that
+    /// writes something carries its [`Changes`] in
+    /// [`Committed::changes`]. Off by default (it costs an allocation per
+    /// commit); a server turns it on for its cache watchers.
+    pub fn track_changes(&self, on: bool) {
+        self.inner.track_changes.store(on, Ordering::Relaxed);
     }
 
     /// Log-less: every operation with an LSN at or below this is written

@@ -16,6 +16,7 @@
 //! anything that touches the disk goes through [`store::Store`].
 
 pub mod bloom;
+pub mod changes;
 mod durability;
 pub mod engine;
 pub mod index;
@@ -35,6 +36,7 @@ pub mod store;
 pub mod table;
 pub mod txn;
 
+pub use changes::Changes;
 pub use durability::LoglessConfig;
 pub use engine::{
     Committed, Engine, EngineConfig, EngineError, EngineStats, LoglessRecovery, StatFs,

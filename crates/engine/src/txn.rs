@@ -16,6 +16,7 @@
 //! Nothing has been written at that point (writes are buffered), so a retry
 //! is invisible.
 
+use crate::changes::Changes;
 use crate::engine::{Inner, Slot, TableSlot};
 use crate::inode::{Dentry, Inode};
 use crate::journal::{Lsn, MAX_RECORD_LEN};
@@ -234,9 +235,12 @@ impl<'m> Txn<'m> {
     /// entry) and applies it. Returns the record's LSN (0 if the
     /// transaction wrote nothing), the redo entry, and the starts of tables
     /// that grew past their limits and should split.
-    pub(crate) fn commit(mut self) -> OpResult<(Lsn, Option<Redo>, Vec<Soid>)> {
+    /// Returns the record's LSN, the log-less redo entry, the changed keys
+    /// (when tracked) and the tables now past their limits.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn commit(mut self) -> OpResult<(Lsn, Option<Redo>, Option<Changes>, Vec<Soid>)> {
         if self.inodes.is_empty() && self.dentries.is_empty() && self.high_water.is_none() {
-            return Ok((0, None, Vec::new()));
+            return Ok((0, None, None, Vec::new()));
         }
         let mut mutations = Vec::with_capacity(self.inodes.len() + self.dentries.len() + 1);
         if let Some(hw) = self.high_water.take() {
@@ -256,6 +260,12 @@ impl<'m> Txn<'m> {
                 None => Mutation::DeleteDentry { parent, name },
             });
         }
+        let changes = self
+            .inner
+            .track_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| Changes::of(&mutations))
+            .filter(|c| !c.is_empty());
         // Every key's table was locked when it was written, so nothing
         // below can ask for a retry once the record is in the journal.
         let (lsn, redo) = match &self.inner.logless {
@@ -312,7 +322,7 @@ impl<'m> Txn<'m> {
                 }
             }
         }
-        Ok((lsn, redo, oversized))
+        Ok((lsn, redo, changes, oversized))
     }
 }
 

@@ -257,3 +257,48 @@ fn switching_the_journal_off_and_on_keeps_recovery_exact() {
         e.lookup(&root, Soid::ROOT, name.as_bytes()).unwrap();
     }
 }
+
+/// Change tracking reports exactly the keys an operation wrote: what a
+/// mount must drop from its kernel cache when another client changes them.
+#[test]
+fn commits_report_their_changes_when_tracked() {
+    let e = Engine::open(Arc::new(MemStore::new()), config()).unwrap();
+    let root = Credentials::root();
+    let d = e.mkdir(&root, Soid::ROOT, b"d", 0o755).unwrap();
+    assert_eq!(d.changes, None, "off by default");
+    let d = d.wait(&e).unwrap();
+    e.track_changes(true);
+    let f = e.create(&root, d.soid, b"f", 0o644, true).unwrap();
+    let changes = f.changes.clone().expect("tracked");
+    let f = f.wait(&e).unwrap();
+    // The new inode, the parent (mtime, ctime) and the new name.
+    assert!(changes.inodes.contains(&f.soid));
+    assert!(changes.inodes.contains(&d.soid));
+    assert_eq!(changes.entries, vec![(d.soid, b"f".to_vec().into())]);
+
+    let r = e
+        .rename(
+            &root,
+            d.soid,
+            b"f",
+            Soid::ROOT,
+            b"g",
+            RenameFlags::default(),
+        )
+        .unwrap();
+    let changes = r.changes.clone().expect("tracked");
+    r.wait(&e).unwrap();
+    assert!(changes.entries.contains(&(d.soid, b"f".to_vec().into())));
+    assert!(changes
+        .entries
+        .contains(&(Soid::ROOT, b"g".to_vec().into())));
+    assert!(changes.inodes.contains(&d.soid));
+    assert!(changes.inodes.contains(&Soid::ROOT));
+
+    // A failed operation, and a read, change nothing.
+    assert!(e.unlink(&root, d.soid, b"missing").is_err());
+    e.track_changes(false);
+    let u = e.unlink(&root, Soid::ROOT, b"g").unwrap();
+    assert_eq!(u.changes, None);
+    u.wait(&e).unwrap();
+}

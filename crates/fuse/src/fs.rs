@@ -9,7 +9,7 @@ use crate::lane::Lanes;
 use crate::nodes::Nodes;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
 use fuser::{
-    AccessFlags, FileAttr, FileHandle, Filesystem, INodeNo, LockOwner, OpenFlags,
+    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
     RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -20,6 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub struct SextantFs {
@@ -27,10 +28,13 @@ pub struct SextantFs {
     pub(crate) lanes: Lanes,
     pub(crate) groups: GroupCache,
     pub(crate) dirs: DirHandles,
-    pub(crate) nodes: Nodes,
+    pub(crate) nodes: Arc<Nodes>,
     pub(crate) data: Data,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
+    /// The kernel's caches are kept coherent by [`crate::watch`]: absent
+    /// names and directory listings may be cached too.
+    pub(crate) coherent: bool,
 }
 
 fn name(n: &OsStr) -> &[u8] {
@@ -126,12 +130,39 @@ impl SextantFs {
         }
     }
 
-    /// An entry reply for `a`: the kernel gains a reference to its node.
-    fn entry(&self, a: &Attr) -> Entry {
+    /// An entry reply for `a`, named `name` in `parent`: the kernel gains a
+    /// reference to its node (and may cache the name, see [`crate::watch`]).
+    fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr) -> Entry {
         let ino = self.nodes.ino(a.soid, true);
+        self.nodes.named(ino, parent.0, name.as_bytes());
         Entry {
             attr: self.file_attr(a, ino),
             attr_ttl: self.attr_ttl,
+            entry_ttl: self.entry_ttl,
+        }
+    }
+
+    /// "No such name", cacheable for the entry timeout (node id 0).
+    fn negative_entry(&self) -> Entry {
+        Entry {
+            attr: FileAttr {
+                ino: INodeNo(0),
+                size: 0,
+                blocks: 0,
+                atime: UNIX_EPOCH,
+                mtime: UNIX_EPOCH,
+                ctime: UNIX_EPOCH,
+                crtime: UNIX_EPOCH,
+                kind: fuser::FileType::RegularFile,
+                perm: 0,
+                nlink: 0,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: 4096,
+                flags: 0,
+            },
+            attr_ttl: Duration::ZERO,
             entry_ttl: self.entry_ttl,
         }
     }
@@ -198,11 +229,18 @@ impl SextantFs {
 impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run(reply, async {
-            let a = self
+            let found = self
                 .client()
                 .lookup(&self.cred(req), self.soid(parent)?, name(n))
-                .await?;
-            Ok(self.entry(&a))
+                .await;
+            match found {
+                // A name that does not exist may be cached too (a negative
+                // entry) when a creation elsewhere will invalidate it.
+                Err(e) if e.fs() == Some(FsError::NotFound) && self.coherent => {
+                    Ok(self.negative_entry())
+                }
+                found => Ok(self.entry(parent, n, &found?)),
+            }
         })
     }
 
@@ -295,7 +333,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
                 .await?;
-            Ok(self.entry(&a))
+            Ok(self.entry(parent, n, &a))
         })
     }
 
@@ -315,7 +353,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .mkdir(&self.cred(req), p, name(n), perm)
                 .await?;
-            Ok(self.entry(&a))
+            Ok(self.entry(parent, n, &a))
         })
     }
 
@@ -352,7 +390,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .symlink(&self.cred(req), p, name(link_name), t)
                 .await?;
-            Ok(self.entry(&a))
+            Ok(self.entry(parent, link_name, &a))
         })
     }
 
@@ -406,7 +444,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
                 .await?;
-            Ok(self.entry(&a))
+            Ok(self.entry(newparent, newname, &a))
         })
     }
 
@@ -497,7 +535,19 @@ impl Filesystem for SextantFs {
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // Permission to read it is the kernel's check (default_permissions);
         // the server checks again on every batch.
-        reply.send(Ok(self.dirs.open()));
+        let fh = FileHandle(self.dirs.open());
+        if self.coherent {
+            // The kernel keeps the listing in the directory's page cache
+            // across opens; a change to the directory (here: the kernel
+            // itself; elsewhere: the watcher's invalidation of the
+            // directory's inode) drops it.
+            reply.opened(
+                fh,
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            );
+        } else {
+            reply.opened(fh, FopenFlags::empty());
+        }
     }
 
     fn releasedir(
@@ -654,7 +704,7 @@ impl Filesystem for SextantFs {
                 .create(&self.cred(req), p, name(n), perm, exclusive)
                 .await?;
             let fh = self.data.open(&a)?;
-            Ok((self.entry(&a), fh))
+            Ok((self.entry(parent, n, &a), fh))
         })
     }
 }

@@ -18,6 +18,8 @@
 //! - [`groups`]: the caller's supplementary groups, cached 1 s per pid.
 //! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
+//! - `watch`: drops the kernel's cached names and attributes when another
+//!   client changes them (so long cache timeouts stay exact).
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
@@ -29,11 +31,13 @@ pub mod groups;
 pub mod lane;
 pub mod nodes;
 mod reply;
+mod watch;
 
 use fuser::{Config, MountOption, SessionACL};
 use sextant_client::Client;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to mount.
@@ -51,6 +55,11 @@ pub struct MountConfig {
     pub threads: usize,
     /// Shown as the mount's source (e.g. `sextant:127.0.0.1:7411`).
     pub fsname: String,
+    /// Watch the server for other clients' changes and drop them from the
+    /// kernel's caches (see `watch`). The client given to [`mount`] should
+    /// have an origin (`Options::origin`), or the mount also drops what
+    /// its own requests changed.
+    pub watch: bool,
 }
 
 impl MountConfig {
@@ -63,6 +72,7 @@ impl MountConfig {
             allow_other: false,
             threads: 4,
             fsname: "sextant".into(),
+            watch: true,
         }
     }
 }
@@ -78,14 +88,17 @@ pub fn mount(
     cfg: &MountConfig,
     ready: impl FnOnce(),
 ) -> io::Result<()> {
+    let nodes = Arc::new(nodes::Nodes::default());
+    let watcher_client = client.clone();
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
         dirs: dirs::DirHandles::default(),
-        nodes: nodes::Nodes::default(),
+        nodes: Arc::clone(&nodes),
         data: data::Data::open_dir(&cfg.data_dir)?,
         attr_ttl: cfg.attr_ttl,
         entry_ttl: cfg.entry_ttl,
+        coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
     };
     let mut options = vec![
         MountOption::DefaultPermissions,
@@ -100,6 +113,14 @@ pub fn mount(
     config.mount_options = options;
     config.n_threads = Some(cfg.threads.max(1));
     let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
+    let (stop_watch, stopped) = tokio::sync::watch::channel(false);
+    let caching = !(cfg.attr_ttl.is_zero() && cfg.entry_ttl.is_zero());
+    if cfg.watch && caching {
+        let (notifier, rt) = (session.notifier(), rt.clone());
+        std::thread::Builder::new()
+            .name("sextant-watch".into())
+            .spawn(move || watch::run(watcher_client, rt, nodes, notifier, stopped))?;
+    }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();
     rt.spawn(async move {
@@ -123,7 +144,9 @@ pub fn mount(
         let _ = done.await;
     });
     ready();
-    session.run()
+    let served = session.run();
+    let _ = stop_watch.send(true);
+    served
 }
 
 /// `fusermount3 -u [-z] MOUNTPOINT`.

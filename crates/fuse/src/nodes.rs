@@ -17,6 +17,13 @@
 //! attributes the mount received for the directory (a directory moved by
 //! another client shows its old parent's node id until then); only the
 //! `d_ino` of `..` depends on it.
+//!
+//! For cache invalidation ([`crate::watch`]) each node also keeps the names
+//! `(parent node, name)` under which the kernel was given it (entry
+//! replies), so that when invalidation notices were lost every name the
+//! kernel may hold can be dropped. Names go with their node; a name the
+//! node no longer has (unlinked, renamed) may stay listed, which costs only
+//! a useless invalidation.
 
 use parking_lot::Mutex;
 use sextant_types::Soid;
@@ -31,7 +38,16 @@ struct Node {
     lookups: u64,
     /// A directory's parent, as last seen in its attributes.
     parent: Option<Soid>,
+    /// Names the kernel got this node under (see the module docs).
+    names: Vec<NodeName>,
 }
+
+/// A name the kernel may cache: (parent node id, name).
+pub type NodeName = (u64, Box<[u8]>);
+
+/// Most names remembered per node (hard links beyond it are not tracked:
+/// a lost-notice reset leaves those to the entry timeout).
+const NAMES_PER_NODE: usize = 8;
 
 #[derive(Debug)]
 struct Inner {
@@ -54,6 +70,7 @@ impl Default for Nodes {
                 soid: Soid::ROOT,
                 lookups: 1,
                 parent: Some(Soid::ROOT),
+                names: Vec::new(),
             },
         );
         let mut by_soid = HashMap::new();
@@ -92,6 +109,7 @@ impl Nodes {
                         soid,
                         lookups: 0,
                         parent: None,
+                        names: Vec::new(),
                     },
                 );
                 ino
@@ -103,6 +121,31 @@ impl Nodes {
             }
         }
         ino
+    }
+
+    /// The node id `soid` has now, if the kernel may know it.
+    pub fn find(&self, soid: Soid) -> Option<u64> {
+        self.inner.lock().by_soid.get(&soid).copied()
+    }
+
+    /// The kernel was given `ino` as `name` in directory `parent`.
+    pub fn named(&self, ino: u64, parent: u64, name: &[u8]) {
+        if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
+            if n.names.len() < NAMES_PER_NODE
+                && !n.names.iter().any(|(p, m)| *p == parent && **m == *name)
+            {
+                n.names.push((parent, name.into()));
+            }
+        }
+    }
+
+    /// Every node the kernel may hold, and every name it may cache for
+    /// them (what to invalidate when notices were lost).
+    pub fn cached(&self) -> (Vec<u64>, Vec<NodeName>) {
+        let g = self.inner.lock();
+        let inos = g.by_ino.keys().copied().collect();
+        let names = g.by_ino.values().flat_map(|n| n.names.clone()).collect();
+        (inos, names)
     }
 
     /// Records the parent of directory `ino` (from its attributes).
@@ -168,6 +211,26 @@ mod tests {
 
     fn s(v: u128) -> Soid {
         Soid::from_u128(v)
+    }
+
+    #[test]
+    fn names_are_remembered_once_and_go_with_their_node() {
+        let n = Nodes::default();
+        let a = n.ino(s(5), true);
+        n.named(a, ROOT_INO, b"a");
+        n.named(a, ROOT_INO, b"a");
+        n.named(a, ROOT_INO, b"b");
+        assert_eq!(n.find(s(5)), Some(a));
+        let (inos, names) = n.cached();
+        assert!(inos.contains(&a) && inos.contains(&ROOT_INO));
+        assert_eq!(names.len(), 2);
+        for i in 0..20u8 {
+            n.named(a, ROOT_INO, &[b'x', i]);
+        }
+        assert_eq!(n.cached().1.len(), NAMES_PER_NODE, "bounded per node");
+        n.forget(a, 1);
+        assert_eq!(n.find(s(5)), None);
+        assert!(n.cached().1.is_empty());
     }
 
     #[test]

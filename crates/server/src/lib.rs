@@ -22,6 +22,7 @@ pub mod logless;
 pub mod search;
 pub mod secret;
 mod service;
+pub mod watchers;
 
 pub use config::ServerConfig;
 pub use service::SESSION_IN_FLIGHT;
@@ -82,6 +83,7 @@ pub async fn serve(
         requests: AtomicU64::new(0),
         replayed: AtomicU64::new(0),
         in_flight: Arc::new(tokio::sync::Semaphore::new(service::SERVER_IN_FLIGHT)),
+        watchers: watchers::Watchers::default(),
     });
     let recovery_shared = Arc::clone(&shared);
     let svc = SextantServer::new(Service { shared })

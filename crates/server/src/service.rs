@@ -4,8 +4,10 @@
 use crate::dedup::Dedup;
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::search;
+use crate::watchers::Watchers;
 use parking_lot::Mutex;
 use sextant_engine::logless::Redo;
+use sextant_engine::Changes;
 use sextant_engine::Engine;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::*;
@@ -39,6 +41,17 @@ pub struct Shared {
     pub in_flight: Arc<Semaphore>,
     /// Log-less durability (`None`: the journal).
     pub logless: Option<LoglessServer>,
+    /// Cache watchers (the `Watch` RPC).
+    pub watchers: Watchers,
+}
+
+/// What a mutation leaves besides its reply.
+#[derive(Default)]
+struct Effects {
+    /// Log-less: the operation's redo entry.
+    redo: Option<Redo>,
+    /// The keys it changed, for the cache watchers.
+    changes: Option<Changes>,
 }
 
 #[derive(Clone)]
@@ -93,6 +106,7 @@ fn request_digest(r: &pb::Request) -> u64 {
         cred: r.cred.clone(),
         client_id: r.client_id,
         seq: r.seq,
+        origin: r.origin,
         op: r.op.clone(),
     };
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -145,7 +159,7 @@ impl Shared {
             Err(e) => return reply(id, Err(e)),
         };
         if !op.is_mutation() || r.client_id == 0 {
-            return self.execute_with_redo(&cred, op, id).await;
+            return self.execute_with_redo(&cred, op, id, r.origin).await;
         }
         let begun = self.dedup.lock().begin(r.client_id, r.seq, digest);
         let (cell, retry) = match begun {
@@ -156,7 +170,7 @@ impl Shared {
             self.replayed.fetch_add(1, Ordering::Relaxed);
         }
         let mut resp = cell
-            .get_or_init(|| self.execute_with_redo(&cred, op, 0))
+            .get_or_init(|| self.execute_with_redo(&cred, op, 0, r.origin))
             .await
             .clone();
         resp.id = id;
@@ -164,33 +178,39 @@ impl Shared {
     }
 
     /// Runs `op` into a reply with `id`; a log-less mutation's own redo
-    /// entry goes into it (it is durable only once the client has it).
-    async fn execute_with_redo(&self, cred: &Credentials, op: Op, id: u64) -> pb::Response {
-        let mut redo = None;
-        let mut resp = reply(id, self.execute(cred, op, &mut redo).await);
-        if let Some(r) = redo {
+    /// entry goes into it (it is durable only once the client has it), and
+    /// what it changed goes to the cache watchers (see [`crate::watchers`]).
+    async fn execute_with_redo(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        id: u64,
+        origin: u64,
+    ) -> pb::Response {
+        let mut fx = Effects::default();
+        let mut resp = reply(id, self.execute(cred, op, &mut fx).await);
+        if let Some(r) = fx.redo {
             resp.backups.push(backup_to_pb(&r));
+        }
+        if let Some(changes) = fx.changes {
+            self.watchers.publish(origin, changes);
         }
         resp
     }
 
     async fn durable<T>(
         &self,
-        redo: &mut Option<Redo>,
+        fx: &mut Effects,
         c: Result<sextant_engine::Committed<T>, FsError>,
     ) -> Result<T, FsError> {
         let c = c?;
         self.engine.durable(c.lsn).await?;
-        *redo = c.redo;
+        fx.redo = c.redo;
+        fx.changes = c.changes;
         Ok(c.value)
     }
 
-    async fn execute(
-        &self,
-        cred: &Credentials,
-        op: Op,
-        redo: &mut Option<Redo>,
-    ) -> Result<Res, FsError> {
+    async fn execute(&self, cred: &Credentials, op: Op, fx: &mut Effects) -> Result<Res, FsError> {
         let e = &self.engine;
         let done = |()| Res::Done(pb::Empty {});
         Ok(match op {
@@ -251,14 +271,14 @@ impl Shared {
             }
             Op::Create(r) => attr(
                 self.durable(
-                    redo,
+                    fx,
                     e.create(cred, soid(&r.parent)?, name(&r.name)?, r.perm, r.exclusive),
                 )
                 .await?,
             ),
             Op::Mknod(r) => attr(
                 self.durable(
-                    redo,
+                    fx,
                     e.mknod(
                         cred,
                         soid(&r.parent)?,
@@ -271,11 +291,8 @@ impl Shared {
                 .await?,
             ),
             Op::Mkdir(r) => attr(
-                self.durable(
-                    redo,
-                    e.mkdir(cred, soid(&r.parent)?, name(&r.name)?, r.perm),
-                )
-                .await?,
+                self.durable(fx, e.mkdir(cred, soid(&r.parent)?, name(&r.name)?, r.perm))
+                    .await?,
             ),
             Op::Symlink(r) => {
                 if r.target.len() > SYMLINK_MAX {
@@ -283,23 +300,23 @@ impl Shared {
                 }
                 attr(
                     self.durable(
-                        redo,
+                        fx,
                         e.symlink(cred, soid(&r.parent)?, name(&r.name)?, &r.target),
                     )
                     .await?,
                 )
             }
             Op::Unlink(r) => done(
-                self.durable(redo, e.unlink(cred, soid(&r.parent)?, name(&r.name)?))
+                self.durable(fx, e.unlink(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),
             Op::Rmdir(r) => done(
-                self.durable(redo, e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
+                self.durable(fx, e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),
             Op::Rename(r) => done(
                 self.durable(
-                    redo,
+                    fx,
                     e.rename(
                         cred,
                         soid(&r.old_parent)?,
@@ -313,7 +330,7 @@ impl Shared {
             ),
             Op::Link(r) => attr(
                 self.durable(
-                    redo,
+                    fx,
                     e.link(
                         cred,
                         soid(&r.soid)?,
@@ -325,7 +342,7 @@ impl Shared {
             ),
             Op::Setattr(r) => {
                 let (s, set) = setattr_from_pb(&r)?;
-                attr(self.durable(redo, e.setattr(cred, s, &set)).await?)
+                attr(self.durable(fx, e.setattr(cred, s, &set)).await?)
             }
             Op::Setxattr(r) => {
                 if r.value.len() > XATTR_SIZE_MAX {
@@ -334,7 +351,7 @@ impl Shared {
                 let flags = xattr_flags_from_pb(r.flags)?;
                 done(
                     self.durable(
-                        redo,
+                        fx,
                         e.setxattr(cred, soid(&r.soid)?, xattr_name(&r.name)?, &r.value, flags),
                     )
                     .await?,
@@ -342,7 +359,7 @@ impl Shared {
             }
             Op::Removexattr(r) => done(
                 self.durable(
-                    redo,
+                    fx,
                     e.removexattr(cred, soid(&r.soid)?, xattr_name(&r.name)?),
                 )
                 .await?,
@@ -395,6 +412,7 @@ fn answers_inline(r: &pb::Request) -> bool {
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::Response, Status>> + Send>>;
 type SearchStream = Pin<Box<dyn Stream<Item = Result<pb::SearchBatch, Status>> + Send>>;
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchBatch, Status>> + Send>>;
 
 /// How often a Session stream checks whether to send a log-less notice.
 const NOTICE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -498,6 +516,23 @@ impl Shared {
 impl pb::sextant_server::Sextant for Service {
     type SessionStream = ResponseStream;
     type SearchStream = SearchStream;
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let shared = &self.shared;
+        if *shared.shutdown.borrow() {
+            return Err(Status::unavailable("the server is shutting down"));
+        }
+        let rx = shared.watchers.watch(
+            &shared.engine,
+            request.into_inner().origin,
+            shared.shutdown.clone(),
+        );
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 
     async fn search(
         &self,

@@ -188,12 +188,20 @@ impl Mounted {
     }
 
     pub fn mount(&self) {
+        self.mount_at(&self.mnt, &[]);
+    }
+
+    /// Another mount of the same server on `mp` (a directory under the
+    /// test directory, unmounted by the caller), with extra `mount` args.
+    pub fn mount_at(&self, mp: &Path, args: &[&str]) {
+        let log = format!("mount-{}.log", mp.file_name().unwrap().to_string_lossy());
         let out = Command::new(BIN)
             .args(["--server", &self.addr, "--data"])
             .arg(self.data())
             .args(["mount", "-o", "allow_other", "--log"])
-            .arg(self.dir.path().join("mount.log"))
-            .arg(&self.mnt)
+            .arg(self.dir.path().join(log))
+            .args(args)
+            .arg(mp)
             .output()
             .unwrap();
         assert!(
@@ -201,10 +209,7 @@ impl Mounted {
             "mount failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            is_mounted(&self.mnt),
-            "mounted once `sextant mount` returns"
-        );
+        assert!(is_mounted(mp), "mounted once `sextant mount` returns");
     }
 
     pub fn umount(&self) {

@@ -1,0 +1,133 @@
+//! Kernel cache coherence: the kernel's cached names and attributes are
+//! dropped when another client changes them.
+//!
+//! The kernel caches what entry and attribute replies carry, for
+//! `--entry-timeout` / `--attr-timeout`. Without more, a change made by
+//! another client (a CLI, another mount) is invisible here until then. So
+//! the mount watches the server (`Client::watch`): after each mutation of
+//! another origin is durable, the server names the inodes and entries it
+//! changed, and a thread of this module tells the kernel to drop them
+//! (FUSE_NOTIFY_INVAL_INODE / _ENTRY). The mount's own requests carry its
+//! origin and are left out: the kernel updates its cache from their
+//! replies, as for any local file system.
+//!
+//! Why this is exact, and not only "usually quick": a reply read before a
+//! change but handed to the kernel after its invalidation cannot stay
+//! cached. For attributes the kernel itself discards a reply to a request
+//! sent before the inode's last invalidation (`fuse_inode.attr_version`);
+//! for names, an invalidation takes the directory's lock, which a lookup
+//! in flight holds until its reply is in, so the invalidation lands after
+//! the reply. What remains is the notice's own delay (microseconds on one
+//! machine).
+//!
+//! Invariants:
+//! - Every stream the watcher opens starts with a reset (every cached
+//!   attribute and every remembered name invalidated): changes made while
+//!   no stream was open are unknown. The same on a batch marked `lost`.
+//! - Only nodes the kernel may hold are invalidated (a SOID without a
+//!   node id was never given to the kernel).
+//! - The watcher never blocks a FUSE thread: it has its own thread, and
+//!   invalidating a name waits only for requests in flight to finish.
+
+use crate::nodes::Nodes;
+use fuser::{INodeNo, Notifier};
+use sextant_client::{ChangeBatch, Client, Error};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Longest wait between attempts to (re)open the stream.
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Tells the kernel to drop what it caches of these changes.
+pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, batch: &ChangeBatch) {
+    if batch.lost {
+        reset(nodes, notifier);
+    }
+    for soid in &batch.inodes {
+        if let Some(ino) = nodes.find(*soid) {
+            // Offset 0, length 0: attributes and all cached pages.
+            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+        }
+    }
+    for (parent, name) in &batch.entries {
+        if let Some(p) = nodes.find(*parent) {
+            let _ = notifier.inval_entry(INodeNo(p), OsStr::from_bytes(name));
+        }
+    }
+}
+
+/// Drops every attribute and every name the kernel may cache.
+fn reset(nodes: &Nodes, notifier: &Notifier) {
+    let (inos, names) = nodes.cached();
+    for ino in inos {
+        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+    }
+    for (parent, name) in names {
+        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+    }
+}
+
+/// Runs the watcher until `stop` turns true (on its own thread: the
+/// kernel notifications are blocking writes).
+pub(crate) fn run(
+    client: Client,
+    rt: tokio::runtime::Handle,
+    nodes: Arc<Nodes>,
+    notifier: Notifier,
+    mut stop: watch::Receiver<bool>,
+) {
+    rt.block_on(async {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let opened = tokio::select! {
+                r = client.watch() => r,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let mut stream = match opened {
+                Ok(s) => s,
+                Err(e @ Error::Auth) => {
+                    tracing::error!(error = %e, "cannot watch the server for changes; \
+                        the kernel caches expire only by their timeouts");
+                    return;
+                }
+                Err(Error::Protocol(reason)) => {
+                    tracing::warn!(%reason, "the server cannot stream changes; \
+                        the kernel caches expire only by their timeouts");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot open the change stream yet");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            };
+            backoff = Duration::from_millis(20);
+            reset(&nodes, &notifier);
+            loop {
+                let next = tokio::select! {
+                    b = stream.next_batch() => b,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                match next {
+                    Ok(batch) => {
+                        if batch.lost {
+                            tracing::warn!("change notices were lost; dropped every kernel cache");
+                        }
+                        apply(&nodes, &notifier, &batch);
+                    }
+                    Err(e) => {
+                        tracing::info!(error = %e, "the change stream broke; reopening it");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
