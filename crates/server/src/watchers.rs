@@ -50,13 +50,18 @@ pub struct Watchers {
 
 impl Default for Watchers {
     fn default() -> Self {
-        Watchers {
-            tx: broadcast::channel(WATCH_QUEUE).0,
-        }
+        Watchers::with_queue(WATCH_QUEUE)
     }
 }
 
 impl Watchers {
+    /// Watchers that may fall `queue` changes behind.
+    pub fn with_queue(queue: usize) -> Watchers {
+        Watchers {
+            tx: broadcast::channel(queue.max(1)).0,
+        }
+    }
+
     /// Publishes one mutation's changes (dropped when nobody watches).
     pub fn publish(&self, origin: u64, changes: Changes) {
         if self.tx.receiver_count() > 0 {
@@ -129,5 +134,72 @@ fn changed_to_pb(c: &Changes) -> pb::Changed {
                 name: name.to_vec(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_engine::store::MemStore;
+    use sextant_engine::EngineConfig;
+    use sextant_types::Soid;
+
+    fn engine() -> Engine {
+        let config = EngineConfig {
+            flush_interval: None,
+            ..Default::default()
+        };
+        Engine::open(Arc::new(MemStore::new()), config).unwrap()
+    }
+
+    fn change(n: u128) -> Changes {
+        Changes {
+            inodes: vec![Soid::from_u128(n)],
+            entries: vec![(Soid::ROOT, format!("f{n}").into_bytes().into())],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_gets_other_origins_changes_in_order_and_turns_tracking_on() {
+        let (e, w) = (engine(), Watchers::default());
+        w.publish(7, change(1)); // nobody watches yet: dropped
+        let (_stop, stopped) = watch::channel(false);
+        let mut rx = w.watch(&e, 7, stopped);
+        let mkdir = e.mkdir(&sextant_types::Credentials::root(), Soid::ROOT, b"d", 0o755);
+        assert!(mkdir.unwrap().changes.is_some(), "tracking is on");
+        w.publish(7, change(2)); // its own origin: left out
+        w.publish(8, change(3));
+        w.publish(0, change(4));
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let batch = rx.recv().await.unwrap().unwrap();
+            assert!(!batch.lost);
+            got.extend(batch.changes);
+        }
+        assert_eq!(got, vec![changed_to_pb(&change(3)), changed_to_pb(&change(4))]);
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_falls_behind_is_told_it_lost_changes() {
+        let (e, w) = (engine(), Watchers::with_queue(4));
+        let (_stop, stopped) = watch::channel(false);
+        // Subscribed, but the forwarding task cannot run before all are
+        // published (one thread, no await in between).
+        let mut rx = w.watch(&e, 0, stopped);
+        for n in 0..10 {
+            w.publish(1, change(n));
+        }
+        let batch = rx.recv().await.unwrap().unwrap();
+        assert!(batch.lost, "overflow is reported, never silent");
+        assert!(batch.changes.len() <= 4);
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_the_stream() {
+        let (e, w) = (engine(), Watchers::default());
+        let (stop, stopped) = watch::channel(false);
+        let mut rx = w.watch(&e, 0, stopped);
+        stop.send(true).unwrap();
+        assert!(rx.recv().await.is_none());
     }
 }
