@@ -30,18 +30,21 @@ pub struct MountArgs {
     /// <data>/objects]
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Seconds the kernel may cache attributes. The mount watches the
-    /// server and drops cached attributes as soon as another client changes
-    /// them, so a long timeout stays exact; it bounds staleness only while
-    /// the server cannot be reached (or with --no-watch).
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    pub attr_timeout: f64,
-    /// Seconds the kernel may cache names (lookups); see --attr-timeout.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    pub entry_timeout: f64,
+    /// Seconds the kernel may cache attributes [default: 30, or 1 with
+    /// --no-watch]. The mount watches the server and drops cached
+    /// attributes as soon as another client changes them, so a long
+    /// timeout stays exact; it bounds staleness only while the server
+    /// cannot be reached, or with --no-watch. 0 sends every operation to
+    /// the server.
+    #[arg(long, value_name = "SECS")]
+    pub attr_timeout: Option<f64>,
+    /// Seconds the kernel may cache names, absent names and directory
+    /// listings [default: 30, or 1 with --no-watch]; see --attr-timeout.
+    #[arg(long, value_name = "SECS")]
+    pub entry_timeout: Option<f64>,
     /// Do not watch the server for other clients' changes: cached names
-    /// and attributes then expire only by their timeouts (set them short,
-    /// e.g. 1, when other clients change the same files).
+    /// and attributes then expire only by their timeouts (1 s unless
+    /// given), and absent names and listings are not cached.
     #[arg(long)]
     pub no_watch: bool,
     /// Mount options, comma-separated: allow_other (let every user in;
@@ -79,8 +82,9 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
                 .join("objects"),
         })?,
     );
-    cfg.attr_ttl = seconds(args.attr_timeout, "attr-timeout")?;
-    cfg.entry_ttl = seconds(args.entry_timeout, "entry-timeout")?;
+    let default_ttl = if args.no_watch { 1.0 } else { 30.0 };
+    cfg.attr_ttl = seconds(args.attr_timeout.unwrap_or(default_ttl), "attr-timeout")?;
+    cfg.entry_ttl = seconds(args.entry_timeout.unwrap_or(default_ttl), "entry-timeout")?;
     cfg.threads = args.threads;
     cfg.watch = !args.no_watch;
     for o in &args.options {

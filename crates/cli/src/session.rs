@@ -225,14 +225,16 @@ impl Session {
         }
     }
 
-    pub async fn unlink(&self, parent: Soid, name: &[u8]) -> OpResult<()> {
+    /// Removes a link; the value is the inode's attributes as they were.
+    pub async fn unlink(&self, parent: Soid, name: &[u8]) -> OpResult<Attr> {
         match &self.backend {
             Backend::Local(e) => Self::durable(e, e.unlink(&self.cred, parent, name)).await,
             Backend::Remote(c) => c.unlink(&self.cred, parent, name).await,
         }
     }
 
-    pub async fn rmdir(&self, parent: Soid, name: &[u8]) -> OpResult<()> {
+    /// Removes an empty directory; the value is its attributes as they were.
+    pub async fn rmdir(&self, parent: Soid, name: &[u8]) -> OpResult<Attr> {
         match &self.backend {
             Backend::Local(e) => Self::durable(e, e.rmdir(&self.cred, parent, name)).await,
             Backend::Remote(c) => c.rmdir(&self.cred, parent, name).await,

@@ -117,7 +117,7 @@ async fn writer(c: Client, dir: Soid, ops: usize, progress: Arc<Mutex<usize>>) -
         if i >= 2 && i % 3 == 0 {
             let gone = format!("f{}", i - 2);
             match c.unlink(&root(), dir, gone.as_bytes()).await {
-                Ok(()) | Err(Error::Fs(FsError::NotFound)) => {}
+                Ok(_) | Err(Error::Fs(FsError::NotFound)) => {}
                 Err(e) => panic!("unlink {gone}: {e}"),
             }
             expect.remove(&gone);

@@ -477,7 +477,8 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 /// With long kernel cache timeouts (the default, 30 s), a mount still sees
 /// what other clients change at once: the server streams the changed keys
 /// and the mount drops them from the kernel's caches. A mount started with
-/// --no-watch keeps the stale values, which shows the caches are real.
+/// --no-watch (and the same long timeouts) keeps the stale values, which
+/// shows the caches are real.
 #[test]
 fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
     if !fuse_available() {
@@ -488,7 +489,14 @@ fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
     std::fs::create_dir(&b).unwrap();
     std::fs::create_dir(&stale).unwrap();
     m.mount_at(&b, &[]);
-    m.mount_at(&stale, &["--no-watch"]);
+    let long = [
+        "--no-watch",
+        "--attr-timeout",
+        "60",
+        "--entry-timeout",
+        "60",
+    ];
+    m.mount_at(&stale, &long);
     struct Unmount(Vec<PathBuf>);
     impl Drop for Unmount {
         fn drop(&mut self) {

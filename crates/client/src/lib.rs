@@ -729,20 +729,23 @@ impl Client {
         expect_attr(self.call(cred, op).await?)
     }
 
-    pub async fn unlink(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<()> {
+    /// Removes a link; returns the inode's attributes as they were
+    /// (`nlink` 1 for a file: it is gone).
+    pub async fn unlink(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr> {
         let op = Op::Unlink(pb::UnlinkRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        expect_done(self.call(cred, op).await?)
+        expect_attr(self.call(cred, op).await?)
     }
 
-    pub async fn rmdir(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<()> {
+    /// Removes an empty directory; returns its attributes as they were.
+    pub async fn rmdir(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr> {
         let op = Op::Rmdir(pb::RmdirRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        expect_done(self.call(cred, op).await?)
+        expect_attr(self.call(cred, op).await?)
     }
 
     pub async fn rename(

@@ -1254,21 +1254,23 @@ impl Engine {
         })
     }
 
+    /// Removes a link; the value is the inode's attributes as they were.
     pub fn unlink(
         &self,
         cred: &Credentials,
         parent: Soid,
         name: &[u8],
-    ) -> Result<Committed<()>, FsError> {
+    ) -> Result<Committed<Attr>, FsError> {
         self.inner.run(|t| namespace::unlink(t, cred, parent, name))
     }
 
+    /// Removes an empty directory; the value is its attributes as they were.
     pub fn rmdir(
         &self,
         cred: &Credentials,
         parent: Soid,
         name: &[u8],
-    ) -> Result<Committed<()>, FsError> {
+    ) -> Result<Committed<Attr>, FsError> {
         self.inner.run(|t| namespace::rmdir(t, cred, parent, name))
     }
 

@@ -352,20 +352,26 @@ fn removal(
     Ok((dir, d, victim))
 }
 
-pub fn unlink(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<()> {
+/// Removes a link to a non-directory; returns what was removed: the
+/// inode's attributes as they were (`nlink` 1: it is gone).
+pub fn unlink(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<Attr> {
     let (mut dir, d, victim) = removal(txn, cred, parent, name)?;
     if victim.is_dir() {
         return Err(FsError::IsDir.into());
     }
+    let removed = victim.attr(d.child);
     txn.delete_dentry(parent, name)?;
     unlink_inode(txn, d.child, victim, parent, name)?;
     dir.mtime = txn.now;
     dir.ctime = txn.now;
-    txn.put_inode(parent, dir)
+    txn.put_inode(parent, dir)?;
+    Ok(removed)
 }
 
-pub fn rmdir(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<()> {
+/// Removes an empty directory; returns its attributes as they were.
+pub fn rmdir(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> OpResult<Attr> {
     let (mut dir, d, victim) = removal(txn, cred, parent, name)?;
+    let removed = victim.attr(d.child);
     if !victim.is_dir() {
         return Err(FsError::NotDir.into());
     }
@@ -381,7 +387,8 @@ pub fn rmdir(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> Op
     dir.nlink = dir.nlink.saturating_sub(1);
     dir.mtime = txn.now;
     dir.ctime = txn.now;
-    txn.put_inode(parent, dir)
+    txn.put_inode(parent, dir)?;
+    Ok(removed)
 }
 
 pub fn link(

@@ -302,3 +302,36 @@ fn commits_report_their_changes_when_tracked() {
     assert_eq!(u.changes, None);
     u.wait(&e).unwrap();
 }
+
+/// unlink and rmdir say what they removed, as it was: a caller (the mount)
+/// learns whether the inode is gone without asking again.
+#[test]
+fn removals_return_what_they_removed() {
+    let e = Engine::open(Arc::new(MemStore::new()), config()).unwrap();
+    let root = Credentials::root();
+    let f = e
+        .create(&root, Soid::ROOT, b"f", 0o644, true)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    e.link(&root, f.soid, Soid::ROOT, b"g")
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let first = e.unlink(&root, Soid::ROOT, b"f").unwrap().wait(&e).unwrap();
+    assert_eq!(
+        (first.soid, first.nlink),
+        (f.soid, 2),
+        "another link is left"
+    );
+    let last = e.unlink(&root, Soid::ROOT, b"g").unwrap().wait(&e).unwrap();
+    assert_eq!((last.soid, last.nlink), (f.soid, 1), "the last link");
+    assert_eq!(e.getattr(f.soid).unwrap_err(), FsError::NotFound);
+    let d = e
+        .mkdir(&root, Soid::ROOT, b"d", 0o755)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let gone = e.rmdir(&root, Soid::ROOT, b"d").unwrap().wait(&e).unwrap();
+    assert_eq!((gone.soid, gone.ftype), (d.soid, FileType::Directory));
+}

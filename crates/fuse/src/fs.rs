@@ -360,8 +360,8 @@ impl Filesystem for SextantFs {
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
             let (c, p) = (self.cred(req), self.soid(parent)?);
-            let victim = self.client().lookup(&c, p, name(n)).await?;
-            self.client().unlink(&c, p, name(n)).await?;
+            // One round trip: the reply says what was removed.
+            let victim = self.client().unlink(&c, p, name(n)).await?;
             self.unlinked(&victim)
         })
     }
@@ -369,8 +369,7 @@ impl Filesystem for SextantFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
             let (c, p) = (self.cred(req), self.soid(parent)?);
-            let victim = self.client().lookup(&c, p, name(n)).await?;
-            self.client().rmdir(&c, p, name(n)).await?;
+            let victim = self.client().rmdir(&c, p, name(n)).await?;
             self.unlinked(&victim)
         })
     }

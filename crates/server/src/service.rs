@@ -306,11 +306,11 @@ impl Shared {
                     .await?,
                 )
             }
-            Op::Unlink(r) => done(
+            Op::Unlink(r) => attr(
                 self.durable(fx, e.unlink(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),
-            Op::Rmdir(r) => done(
+            Op::Rmdir(r) => attr(
                 self.durable(fx, e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),

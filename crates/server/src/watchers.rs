@@ -81,7 +81,9 @@ impl Watchers {
         let mut rx = self.tx.subscribe();
         engine.track_changes(true);
         let (tx, out) = mpsc::channel(STREAM_QUEUE);
+        metrics::gauge!("sextant_watchers").increment(1.0);
         tokio::spawn(async move {
+            let _gone = Gone;
             loop {
                 let first = tokio::select! {
                     r = rx.recv() => r,
@@ -100,7 +102,10 @@ impl Watchers {
                                 batch.changes.push(c);
                             }
                         }
-                        Err(broadcast::error::RecvError::Lagged(_)) => batch.lost = true,
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            metrics::counter!("sextant_watch_lost_total").increment(n);
+                            batch.lost = true;
+                        }
                         Err(broadcast::error::RecvError::Closed) => return,
                     }
                     if bytes >= BATCH_BYTES {
@@ -120,6 +125,15 @@ impl Watchers {
             }
         });
         out
+    }
+}
+
+/// Counts a watcher out when its forwarding task ends, however it ends.
+struct Gone;
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        metrics::gauge!("sextant_watchers").decrement(1.0);
     }
 }
 
@@ -176,7 +190,10 @@ mod tests {
             assert!(!batch.lost);
             got.extend(batch.changes);
         }
-        assert_eq!(got, vec![changed_to_pb(&change(3)), changed_to_pb(&change(4))]);
+        assert_eq!(
+            got,
+            vec![changed_to_pb(&change(3)), changed_to_pb(&change(4))]
+        );
     }
 
     #[tokio::test]
