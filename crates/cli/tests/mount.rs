@@ -569,4 +569,35 @@ fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
     eventually("the parent's link count follows", || {
         std::fs::metadata(b.join("d")).map(|md| md.nlink()).ok() == Some(3)
     });
+
+    // The directory attributes a mount keeps from its own changes' replies
+    // (answering the kernel's next GETATTR) are the server's.
+    for step in [
+        "mkdir d/x",
+        "touch d/y",
+        "ln -s y d/z",
+        "rm d/y",
+        "rmdir d/x",
+        "mv d/z d/w",
+    ] {
+        sh(&m.mnt, step);
+        let md = std::fs::metadata(m.p("d")).unwrap();
+        let out = m.sextant(&["--server", &m.addr, "--json", "stat", "/d"]);
+        let server = String::from_utf8_lossy(&out.stdout).to_string();
+        let field = |k: &str| -> i128 {
+            let at = server.find(&format!("\"{k}\":")).unwrap() + k.len() + 3;
+            let digits: String = server[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
+            digits.parse().unwrap()
+        };
+        let mtime = md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128;
+        let ctime = md.ctime() as i128 * 1_000_000_000 + md.ctime_nsec() as i128;
+        assert_eq!(
+            (md.nlink() as i128, mtime, ctime),
+            (field("nlink"), field("mtime_ns"), field("ctime_ns")),
+            "after `{step}` the mount shows the server's attributes of d"
+        );
+    }
 }

@@ -237,6 +237,7 @@ fn raw_request(client_id: u64, seq: u64, op: Op) -> pb::Request {
         client_id,
         seq,
         origin: 0,
+        want_dir: false,
         op: Some(op),
     }
 }

@@ -179,6 +179,16 @@ impl Inner {
     }
 }
 
+/// A mutation's value and, when asked for, its directory's attributes
+/// right after it (read after the operation, not atomically with it: a
+/// cache of them must be dropped when a change elsewhere may have come
+/// between, see the mount's `dirattrs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithDir<T> {
+    pub value: T,
+    pub dir: Option<Attr>,
+}
+
 /// A connection to one Sextant server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -435,6 +445,16 @@ impl Client {
 
     /// Sends one request (retrying on a new session until `retry_for`).
     async fn call(&self, cred: &Credentials, op: Op) -> Result<Res> {
+        Ok(self.call_with(cred, op, false).await?.0)
+    }
+
+    /// [`Client::call`], also returning `Response.dir` when `want_dir`.
+    async fn call_with(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        want_dir: bool,
+    ) -> Result<(Res, Option<Attr>)> {
         let mutation = op.is_mutation();
         let (client_id, seq) = if mutation && self.inner.client_id != 0 {
             (
@@ -450,6 +470,7 @@ impl Client {
             client_id,
             seq,
             origin: self.inner.options.origin,
+            want_dir,
             op: Some(op),
         };
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
@@ -511,7 +532,10 @@ impl Client {
                             }
                         };
                         match reply {
-                            Ok(Ok(resp)) => return decode(resp),
+                            Ok(Ok(mut resp)) => {
+                                let dir = resp.dir.take().and_then(|a| attr_from_pb(&a).ok());
+                                return Ok((decode(resp)?, dir));
+                            }
                             Ok(Err(s)) => {
                                 conn.dead.store(true, Ordering::Release);
                                 match s.code() {
@@ -671,13 +695,34 @@ impl Client {
         perm: u32,
         exclusive: bool,
     ) -> Result<Attr> {
+        Ok(self
+            .create_with_dir(cred, parent, name, perm, exclusive, false)
+            .await?
+            .value)
+    }
+
+    /// [`Client::create`], with the directory's attributes after it when
+    /// `want_dir` (see [`WithDir`]).
+    pub async fn create_with_dir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+        exclusive: bool,
+        want_dir: bool,
+    ) -> Result<WithDir<Attr>> {
         let op = Op::Create(pb::CreateRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
             perm,
             exclusive,
         });
-        expect_attr(self.call(cred, op).await?)
+        let (r, dir) = self.call_with(cred, op, want_dir).await?;
+        Ok(WithDir {
+            value: expect_attr(r)?,
+            dir,
+        })
     }
 
     pub async fn mknod(
@@ -706,12 +751,32 @@ impl Client {
         name: &[u8],
         perm: u32,
     ) -> Result<Attr> {
+        Ok(self
+            .mkdir_with_dir(cred, parent, name, perm, false)
+            .await?
+            .value)
+    }
+
+    /// [`Client::mkdir`], with the directory's attributes after it when
+    /// `want_dir`.
+    pub async fn mkdir_with_dir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        perm: u32,
+        want_dir: bool,
+    ) -> Result<WithDir<Attr>> {
         let op = Op::Mkdir(pb::MkdirRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
             perm,
         });
-        expect_attr(self.call(cred, op).await?)
+        let (r, dir) = self.call_with(cred, op, want_dir).await?;
+        Ok(WithDir {
+            value: expect_attr(r)?,
+            dir,
+        })
     }
 
     pub async fn symlink(
@@ -732,20 +797,52 @@ impl Client {
     /// Removes a link; returns the inode's attributes as they were
     /// (`nlink` 1 for a file: it is gone).
     pub async fn unlink(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr> {
+        Ok(self.unlink_with_dir(cred, parent, name, false).await?.value)
+    }
+
+    /// [`Client::unlink`], with the directory's attributes after it when
+    /// `want_dir` (see [`WithDir`]).
+    pub async fn unlink_with_dir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        want_dir: bool,
+    ) -> Result<WithDir<Attr>> {
         let op = Op::Unlink(pb::UnlinkRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        expect_attr(self.call(cred, op).await?)
+        let (r, dir) = self.call_with(cred, op, want_dir).await?;
+        Ok(WithDir {
+            value: expect_attr(r)?,
+            dir,
+        })
     }
 
     /// Removes an empty directory; returns its attributes as they were.
     pub async fn rmdir(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr> {
+        Ok(self.rmdir_with_dir(cred, parent, name, false).await?.value)
+    }
+
+    /// [`Client::rmdir`], with the directory's attributes after it when
+    /// `want_dir`.
+    pub async fn rmdir_with_dir(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+        want_dir: bool,
+    ) -> Result<WithDir<Attr>> {
         let op = Op::Rmdir(pb::RmdirRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        expect_attr(self.call(cred, op).await?)
+        let (r, dir) = self.call_with(cred, op, want_dir).await?;
+        Ok(WithDir {
+            value: expect_attr(r)?,
+            dir,
+        })
     }
 
     pub async fn rename(

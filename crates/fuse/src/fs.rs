@@ -3,6 +3,7 @@
 //! [`Respond::send`] — the only errno conversion point.
 
 use crate::data::{Data, Dirty};
+use crate::dirattrs::{Change, DirAttrs};
 use crate::dirs::{DirHandles, BATCH};
 use crate::groups::GroupCache;
 use crate::lane::Lanes;
@@ -20,6 +21,7 @@ use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,8 +35,52 @@ pub struct SextantFs {
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
     /// The kernel's caches are kept coherent by [`crate::watch`]: absent
-    /// names and directory listings may be cached too.
+    /// names and directory listings may be cached too, and directory
+    /// attributes from the replies to our own changes ([`DirAttrs`]).
     pub(crate) coherent: bool,
+    pub(crate) dir_attrs: DirAttrs,
+    /// Moved by the watcher before it applies other clients' changes.
+    pub(crate) cache_epoch: Arc<AtomicU64>,
+}
+
+/// Moves the cache epoch now and again when dropped: nothing kept before
+/// or during the operation is used after it.
+struct EpochBump<'a>(&'a AtomicU64);
+
+impl<'a> EpochBump<'a> {
+    fn new(epoch: &'a AtomicU64) -> Self {
+        epoch.fetch_add(1, Ordering::AcqRel);
+        EpochBump(epoch)
+    }
+}
+
+impl Drop for EpochBump<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Ends a [`DirAttrs`] change however the operation ends (a failed one
+/// keeps nothing).
+struct DirChange<'a> {
+    fs: &'a SextantFs,
+    change: Option<Change>,
+}
+
+impl DirChange<'_> {
+    fn end(mut self, dir: Option<Attr>) {
+        if let Some(c) = self.change.take() {
+            self.fs.dir_attrs.end(c, dir, self.fs.epoch());
+        }
+    }
+}
+
+impl Drop for DirChange<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.change.take() {
+            self.fs.dir_attrs.end(c, None, self.fs.epoch());
+        }
+    }
 }
 
 fn name(n: &OsStr) -> &[u8] {
@@ -87,6 +133,20 @@ impl SextantFs {
     /// Runs one operation on this thread's lane and sends its reply.
     fn run<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
         reply.send(self.lanes.block_on(op));
+    }
+
+    fn epoch(&self) -> u64 {
+        self.cache_epoch.load(Ordering::Acquire)
+    }
+
+    /// A change of directory `parent` starts (see [`DirAttrs`]); returns
+    /// whether to ask for the directory's attributes.
+    fn dir_change(&self, parent: INodeNo) -> (DirChange<'_>, bool) {
+        let change = self
+            .coherent
+            .then(|| self.dir_attrs.begin(parent.0, self.epoch()));
+        let want = change.is_some();
+        (DirChange { fs: self, change }, want)
     }
 
     /// The client to call: this thread's lane inside [`SextantFs::run`].
@@ -192,6 +252,11 @@ impl SextantFs {
     /// last link, its node id is retired and its data dropped.
     fn unlinked(&self, victim: &Attr) -> OpResult<()> {
         let last = victim.ftype == FileType::Directory || victim.nlink <= 1;
+        if victim.ftype == FileType::Directory {
+            if let Some(ino) = self.nodes.find(victim.soid) {
+                self.dir_attrs.forget(ino);
+            }
+        }
         if last {
             self.nodes.detach(victim.soid);
             if victim.ftype == FileType::Regular {
@@ -250,6 +315,10 @@ impl Filesystem for SextantFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.run(reply, async {
+            // A directory this mount just changed: the reply told us.
+            if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
+                return Ok(self.attr(&a, ino));
+            }
             let soid = self.soid(ino)?;
             let a = match self.client().getattr(&self.cred(req), soid).await {
                 Err(e) if e.fs() == Some(FsError::NotFound) => self.data.orphan(soid).ok_or(e)?,
@@ -278,6 +347,8 @@ impl Filesystem for SextantFs {
         reply: ReplyAttr,
     ) {
         self.run(reply, async {
+            // Any kept attributes of the directories it changes are old now.
+            let _changing0 = self.dir_change(ino).0;
             let soid = self.soid(ino)?;
             let set = SetAttr {
                 perm: mode.map(|m| m & 0o7777),
@@ -323,6 +394,8 @@ impl Filesystem for SextantFs {
         reply: ReplyEntry,
     ) {
         self.run(reply, async {
+            // Any kept attributes of the directories it changes are old now.
+            let _changing0 = self.dir_change(parent).0;
             let ftype = match mode & libc::S_IFMT {
                 0 => FileType::Regular,
                 m => FileType::from_mode(m).ok_or(Fail(libc::EINVAL))?,
@@ -349,11 +422,13 @@ impl Filesystem for SextantFs {
         self.run(reply, async {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
-            let a = self
+            let (change, want_dir) = self.dir_change(parent);
+            let made = self
                 .client()
-                .mkdir(&self.cred(req), p, name(n), perm)
+                .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
                 .await?;
-            Ok(self.entry(parent, n, &a))
+            change.end(made.dir);
+            Ok(self.entry(parent, n, &made.value))
         })
     }
 
@@ -361,16 +436,26 @@ impl Filesystem for SextantFs {
         self.run(reply, async {
             let (c, p) = (self.cred(req), self.soid(parent)?);
             // One round trip: the reply says what was removed.
-            let victim = self.client().unlink(&c, p, name(n)).await?;
-            self.unlinked(&victim)
+            let (change, want_dir) = self.dir_change(parent);
+            let gone = self
+                .client()
+                .unlink_with_dir(&c, p, name(n), want_dir)
+                .await?;
+            change.end(gone.dir);
+            self.unlinked(&gone.value)
         })
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
             let (c, p) = (self.cred(req), self.soid(parent)?);
-            let victim = self.client().rmdir(&c, p, name(n)).await?;
-            self.unlinked(&victim)
+            let (change, want_dir) = self.dir_change(parent);
+            let gone = self
+                .client()
+                .rmdir_with_dir(&c, p, name(n), want_dir)
+                .await?;
+            change.end(gone.dir);
+            self.unlinked(&gone.value)
         })
     }
 
@@ -383,6 +468,8 @@ impl Filesystem for SextantFs {
         reply: ReplyEntry,
     ) {
         self.run(reply, async {
+            // Any kept attributes of the directories it changes are old now.
+            let _changing0 = self.dir_change(parent).0;
             let p = self.soid(parent)?;
             let t = target.as_os_str().as_bytes();
             let a = self
@@ -404,6 +491,10 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(reply, async {
+            // A rename also changes the moved directory (its `..`), whose
+            // node id we do not know here: everything kept is old, before
+            // and after.
+            let _bump = EpochBump::new(&self.cache_epoch);
             if flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
                 return Err(Fail(libc::EINVAL));
             }
@@ -438,6 +529,8 @@ impl Filesystem for SextantFs {
         reply: ReplyEntry,
     ) {
         self.run(reply, async {
+            // Any kept attributes of the directories it changes are old now.
+            let _changing0 = self.dir_change(newparent).0;
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
             let a = self
                 .client()
@@ -627,6 +720,8 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(reply, async {
+            // Any kept attributes of the directories it changes are old now.
+            let _changing0 = self.dir_change(ino).0;
             let flags = match flags {
                 0 if position == 0 => XattrFlags::Any,
                 libc::XATTR_CREATE => XattrFlags::Create,
@@ -666,6 +761,8 @@ impl Filesystem for SextantFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(reply, async {
+            // Any kept attributes of the directories it changes are old now.
+            let _changing0 = self.dir_change(ino).0;
             let s = self.soid(ino)?;
             Ok(self
                 .client()
@@ -698,12 +795,14 @@ impl Filesystem for SextantFs {
             let perm = mode & !umask & 0o7777;
             let exclusive = flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
-            let a = self
+            let (change, want_dir) = self.dir_change(parent);
+            let made = self
                 .client()
-                .create(&self.cred(req), p, name(n), perm, exclusive)
+                .create_with_dir(&self.cred(req), p, name(n), perm, exclusive, want_dir)
                 .await?;
-            let fh = self.data.open(&a)?;
-            Ok((self.entry(parent, n, &a), fh))
+            change.end(made.dir);
+            let fh = self.data.open(&made.value)?;
+            Ok((self.entry(parent, n, &made.value), fh))
         })
     }
 }

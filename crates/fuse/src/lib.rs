@@ -20,11 +20,14 @@
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
+//! - [`dirattrs`]: a directory's attributes from the replies to this
+//!   mount's own changes, for the GETATTR the kernel sends next.
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
 
 pub mod data;
+pub mod dirattrs;
 pub mod dirs;
 mod fs;
 pub mod groups;
@@ -89,6 +92,7 @@ pub fn mount(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     let nodes = Arc::new(nodes::Nodes::default());
+    let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
@@ -99,6 +103,8 @@ pub fn mount(
         attr_ttl: cfg.attr_ttl,
         entry_ttl: cfg.entry_ttl,
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
+        dir_attrs: dirattrs::DirAttrs::default(),
+        cache_epoch: Arc::clone(&epoch),
     };
     let mut options = vec![
         MountOption::DefaultPermissions,
@@ -119,7 +125,7 @@ pub fn mount(
         let (notifier, rt) = (session.notifier(), rt.clone());
         std::thread::Builder::new()
             .name("sextant-watch".into())
-            .spawn(move || watch::run(watcher_client, rt, nodes, notifier, stopped))?;
+            .spawn(move || watch::run(watcher_client, rt, nodes, notifier, epoch, stopped))?;
     }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();

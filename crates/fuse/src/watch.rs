@@ -26,6 +26,9 @@
 //!   no stream was open are unknown. The same on a batch marked `lost`.
 //! - Only nodes the kernel may hold are invalidated (a SOID without a
 //!   node id was never given to the kernel).
+//! - The cache epoch moves before each batch and each reset is applied:
+//!   what the mount keeps itself ([`crate::dirattrs`]) is good only
+//!   within one epoch.
 //! - The watcher never blocks a FUSE thread: it has its own thread, and
 //!   invalidating a name waits only for requests in flight to finish.
 
@@ -34,6 +37,7 @@ use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -41,10 +45,12 @@ use tokio::sync::watch;
 /// Longest wait between attempts to (re)open the stream.
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// Tells the kernel to drop what it caches of these changes.
-pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, batch: &ChangeBatch) {
+/// Tells the kernel to drop what it caches of these changes, after moving
+/// the cache epoch (see [`crate::dirattrs`]).
+pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64, batch: &ChangeBatch) {
+    epoch.fetch_add(1, Ordering::AcqRel);
     if batch.lost {
-        reset(nodes, notifier);
+        reset(nodes, notifier, epoch);
     }
     for soid in &batch.inodes {
         if let Some(ino) = nodes.find(*soid) {
@@ -60,7 +66,8 @@ pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, batch: &ChangeBatch) {
 }
 
 /// Drops every attribute and every name the kernel may cache.
-fn reset(nodes: &Nodes, notifier: &Notifier) {
+fn reset(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64) {
+    epoch.fetch_add(1, Ordering::AcqRel);
     let (inos, names) = nodes.cached();
     for ino in inos {
         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
@@ -77,6 +84,7 @@ pub(crate) fn run(
     rt: tokio::runtime::Handle,
     nodes: Arc<Nodes>,
     notifier: Notifier,
+    epoch: Arc<AtomicU64>,
     mut stop: watch::Receiver<bool>,
 ) {
     rt.block_on(async {
@@ -109,7 +117,7 @@ pub(crate) fn run(
                 }
             };
             backoff = Duration::from_millis(20);
-            reset(&nodes, &notifier);
+            reset(&nodes, &notifier, &epoch);
             loop {
                 let next = tokio::select! {
                     b = stream.next_batch() => b,
@@ -120,7 +128,7 @@ pub(crate) fn run(
                         if batch.lost {
                             tracing::warn!("change notices were lost; dropped every kernel cache");
                         }
-                        apply(&nodes, &notifier, &batch);
+                        apply(&nodes, &notifier, &epoch, &batch);
                     }
                     Err(e) => {
                         tracing::info!(error = %e, "the change stream broke; reopening it");

@@ -52,6 +52,8 @@ struct Effects {
     redo: Option<Redo>,
     /// The keys it changed, for the cache watchers.
     changes: Option<Changes>,
+    /// The directory it changed, for `Response.dir`.
+    dir: Option<Soid>,
 }
 
 #[derive(Clone)]
@@ -107,6 +109,7 @@ fn request_digest(r: &pb::Request) -> u64 {
         client_id: r.client_id,
         seq: r.seq,
         origin: r.origin,
+        want_dir: r.want_dir,
         op: r.op.clone(),
     };
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -159,7 +162,9 @@ impl Shared {
             Err(e) => return reply(id, Err(e)),
         };
         if !op.is_mutation() || r.client_id == 0 {
-            return self.execute_with_redo(&cred, op, id, r.origin).await;
+            return self
+                .execute_with_redo(&cred, op, id, r.origin, r.want_dir)
+                .await;
         }
         let begun = self.dedup.lock().begin(r.client_id, r.seq, digest);
         let (cell, retry) = match begun {
@@ -170,10 +175,14 @@ impl Shared {
             self.replayed.fetch_add(1, Ordering::Relaxed);
         }
         let mut resp = cell
-            .get_or_init(|| self.execute_with_redo(&cred, op, 0, r.origin))
+            .get_or_init(|| self.execute_with_redo(&cred, op, 0, r.origin, r.want_dir))
             .await
             .clone();
         resp.id = id;
+        if retry {
+            // The directory may have changed since the original reply.
+            resp.dir = None;
+        }
         resp
     }
 
@@ -186,9 +195,13 @@ impl Shared {
         op: Op,
         id: u64,
         origin: u64,
+        want_dir: bool,
     ) -> pb::Response {
         let mut fx = Effects::default();
         let mut resp = reply(id, self.execute(cred, op, &mut fx).await);
+        if let (true, Some(dir), None) = (want_dir, fx.dir, &resp.error) {
+            resp.dir = self.engine.getattr(dir).ok().map(|a| attr_to_pb(&a));
+        }
         if let Some(r) = fx.redo {
             resp.backups.push(backup_to_pb(&r));
         }
@@ -213,6 +226,13 @@ impl Shared {
     async fn execute(&self, cred: &Credentials, op: Op, fx: &mut Effects) -> Result<Res, FsError> {
         let e = &self.engine;
         let done = |()| Res::Done(pb::Empty {});
+        fx.dir = match &op {
+            Op::Create(pb::CreateRequest { parent, .. })
+            | Op::Mkdir(pb::MkdirRequest { parent, .. })
+            | Op::Unlink(pb::UnlinkRequest { parent, .. })
+            | Op::Rmdir(pb::RmdirRequest { parent, .. }) => soid(parent).ok(),
+            _ => None,
+        };
         Ok(match op {
             Op::Lookup(r) => attr(e.lookup(cred, soid(&r.parent)?, name(&r.name)?)?),
             Op::Getattr(r) => attr(e.getattr(soid(&r.soid)?)?),

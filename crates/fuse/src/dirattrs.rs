@@ -1,0 +1,217 @@
+//! Directory attributes learned from this mount's own changes.
+//!
+//! Each create or removal changes its directory's times (and, for
+//! directories, its link count), so the kernel drops the directory's cached
+//! attributes, and with `default_permissions` it needs them again for the
+//! next permission check: one GETATTR round trip per create or removal.
+//! The server's reply to a create, mkdir, unlink or rmdir carries the
+//! directory's attributes right after the operation; this module keeps
+//! them so that the GETATTR that follows is answered without the server.
+//!
+//! Invariants (what keeps a kept value from being stale):
+//! - A value is used only while the cache epoch is the one it was stored
+//!   under. The watcher ([`crate::watch`]) bumps the epoch for every batch
+//!   of other clients' changes it applies, so a value can never outlive a
+//!   change made elsewhere; and a value is stored only if the epoch did not
+//!   move while its request was out (a change elsewhere may have come
+//!   between the operation and the read of the directory).
+//! - Values are stored only for a directory with one change of this mount
+//!   in flight from start to end: when two overlap, the later reply may
+//!   carry the older value, so neither is stored and the kept one is
+//!   dropped.
+//! - A value is used once (the kernel caches it from then on), and at most
+//!   [`MAX_KEPT`] directories have state: past that, kept values are
+//!   dropped (the kernel then asks the server, as without this module).
+//! - Pure bookkeeping: no I/O.
+
+use parking_lot::Mutex;
+use sextant_types::Attr;
+use std::collections::HashMap;
+
+/// Most directories with state at once.
+pub const MAX_KEPT: usize = 4096;
+
+#[derive(Default)]
+struct Dir {
+    in_flight: u32,
+    /// Another change of this directory started while one was in flight.
+    overlapped: bool,
+    /// Attributes and the epoch they belong to.
+    kept: Option<(Attr, u64)>,
+}
+
+/// See the module docs.
+#[derive(Default)]
+pub struct DirAttrs {
+    dirs: Mutex<HashMap<u64, Dir>>,
+}
+
+/// One change of a directory in flight (from [`DirAttrs::begin`]).
+#[must_use = "end the change with DirAttrs::end"]
+pub struct Change {
+    ino: u64,
+    epoch: u64,
+}
+
+impl DirAttrs {
+    /// A change of directory `ino` is about to be sent; `epoch` is the
+    /// cache epoch now.
+    pub fn begin(&self, ino: u64, epoch: u64) -> Change {
+        let mut dirs = self.dirs.lock();
+        let d = dirs.entry(ino).or_default();
+        if d.in_flight > 0 {
+            d.overlapped = true;
+        }
+        d.in_flight += 1;
+        d.kept = None;
+        Change { ino, epoch }
+    }
+
+    /// The change ended; `dir` is the directory's attributes from the reply
+    /// (`None`: it failed, or the reply had none), `epoch` the epoch now.
+    pub fn end(&self, change: Change, dir: Option<Attr>, epoch: u64) {
+        let mut dirs = self.dirs.lock();
+        let Some(d) = dirs.get_mut(&change.ino) else {
+            return;
+        };
+        d.in_flight = d.in_flight.saturating_sub(1);
+        d.kept = match dir {
+            Some(a) if !d.overlapped && epoch == change.epoch => Some((a, epoch)),
+            _ => None,
+        };
+        if d.in_flight == 0 {
+            d.overlapped = false;
+            if d.kept.is_none() {
+                dirs.remove(&change.ino);
+            }
+        }
+        if dirs.len() > MAX_KEPT {
+            dirs.retain(|_, d| d.in_flight > 0);
+        }
+    }
+
+    /// Directory `ino` is gone (or changed in a way not announced with
+    /// [`DirAttrs::begin`]): drop what is kept for it.
+    pub fn forget(&self, ino: u64) {
+        let mut dirs = self.dirs.lock();
+        if let Some(d) = dirs.get_mut(&ino) {
+            d.kept = None;
+            if d.in_flight == 0 {
+                dirs.remove(&ino);
+            }
+        }
+    }
+
+    /// The kept attributes of directory `ino`, if still good at `epoch`
+    /// (used once).
+    pub fn take(&self, ino: u64, epoch: u64) -> Option<Attr> {
+        let mut dirs = self.dirs.lock();
+        let d = dirs.get_mut(&ino)?;
+        let kept = d.kept.take();
+        if d.in_flight == 0 {
+            dirs.remove(&ino);
+        }
+        kept.filter(|(_, e)| *e == epoch).map(|(a, _)| a)
+    }
+
+    /// Directories with state (for tests).
+    pub fn len(&self) -> usize {
+        self.dirs.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_types::{FileType, Nanos, Soid};
+
+    fn attr(nlink: u32) -> Attr {
+        Attr {
+            soid: Soid::ROOT,
+            ftype: FileType::Directory,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            nlink,
+            size: 0,
+            rdev: 0,
+            atime: Nanos(0),
+            mtime: Nanos(0),
+            ctime: Nanos(0),
+            parent: Soid::ROOT,
+        }
+    }
+
+    #[test]
+    fn a_lone_change_keeps_the_reply_for_one_use() {
+        let d = DirAttrs::default();
+        let c = d.begin(5, 1);
+        d.end(c, Some(attr(3)), 1);
+        assert_eq!(d.take(5, 1).map(|a| a.nlink), Some(3));
+        assert_eq!(d.take(5, 1), None, "used once");
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_change_elsewhere_during_or_after_the_request_discards_it() {
+        let d = DirAttrs::default();
+        let c = d.begin(5, 1);
+        d.end(c, Some(attr(3)), 2); // the epoch moved while it was out
+        assert_eq!(d.take(5, 2), None);
+        let c = d.begin(5, 2);
+        d.end(c, Some(attr(3)), 2);
+        assert_eq!(d.take(5, 3), None, "the epoch moved after");
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn overlapping_changes_keep_nothing_in_either_order() {
+        for first_ends_first in [true, false] {
+            let d = DirAttrs::default();
+            let a = d.begin(5, 1);
+            let b = d.begin(5, 1);
+            if first_ends_first {
+                d.end(a, Some(attr(3)), 1);
+                d.end(b, Some(attr(4)), 1);
+            } else {
+                d.end(b, Some(attr(4)), 1);
+                d.end(a, Some(attr(3)), 1);
+            }
+            assert_eq!(d.take(5, 1), None);
+            assert!(d.is_empty());
+            // Afterwards a lone change keeps again.
+            let c = d.begin(5, 1);
+            d.end(c, Some(attr(5)), 1);
+            assert_eq!(d.take(5, 1).map(|a| a.nlink), Some(5));
+        }
+    }
+
+    #[test]
+    fn state_is_bounded() {
+        let d = DirAttrs::default();
+        for ino in 0..(MAX_KEPT as u64 + 10) {
+            let c = d.begin(ino, 1);
+            d.end(c, Some(attr(2)), 1);
+        }
+        assert!(d.len() <= MAX_KEPT);
+        let c = d.begin(1, 1);
+        d.forget(1);
+        d.end(c, None, 1);
+        assert_eq!(d.take(1, 1), None);
+    }
+
+    #[test]
+    fn a_failed_change_or_a_new_one_drops_what_was_kept() {
+        let d = DirAttrs::default();
+        let c = d.begin(5, 1);
+        d.end(c, Some(attr(3)), 1);
+        let c = d.begin(5, 1); // the kept value is now old
+        assert_eq!(d.take(5, 1), None);
+        d.end(c, None, 1);
+        assert!(d.is_empty());
+    }
+}
