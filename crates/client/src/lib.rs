@@ -143,9 +143,9 @@ struct Inner {
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// See [`MAX_MUTATIONS_IN_FLIGHT`].
     mutations: tokio::sync::Semaphore,
-    /// The channel `Search` calls use (connected lazily, reconnects by
-    /// itself); see [`search`].
-    search_channel: Mutex<Option<Channel>>,
+    /// The channel the server-streaming calls (`Search`, `Watch`) use
+    /// (connected lazily, reconnects by itself); see [`search`], [`watch`].
+    stream_channel: Mutex<Option<Channel>>,
     /// Log-less redo backups (empty with a journaling server).
     backups: Arc<Mutex<backup::Backups>>,
     /// Woken when a session breaks while backups are held (see
@@ -172,7 +172,7 @@ impl Inner {
             options,
             conn: tokio::sync::Mutex::new(None),
             mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
-            search_channel: Mutex::new(None),
+            stream_channel: Mutex::new(None),
             backups,
             session_broke,
         }

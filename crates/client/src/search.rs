@@ -102,7 +102,7 @@ impl Client {
         let mut backoff = Duration::from_millis(20);
         loop {
             let channel = {
-                let mut slot = self.inner.search_channel.lock();
+                let mut slot = self.inner.stream_channel.lock();
                 slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
                     .clone()
             };

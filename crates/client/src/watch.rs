@@ -79,7 +79,7 @@ impl Client {
     /// caller decides how to wait).
     pub async fn watch(&self) -> Result<ChangeStream> {
         let channel = {
-            let mut slot = self.inner.search_channel.lock();
+            let mut slot = self.inner.stream_channel.lock();
             slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
                 .clone()
         };
