@@ -103,8 +103,16 @@ async fn names(c: &Client, dir: Soid) -> BTreeSet<String> {
 }
 
 /// One writer's history: creates f0, f1, ... and unlinks every third file
-/// two steps later. Returns the names that must exist at the end.
-async fn writer(c: Client, dir: Soid, ops: usize, progress: Arc<Mutex<usize>>) -> BTreeSet<String> {
+/// two steps later. Returns the names that must exist at the end, and the
+/// client: it holds backups until the server writes them back, so it must
+/// outlive the last kill (a client that is gone takes its backups with it,
+/// which the paper allows to lose once K clients are gone).
+async fn writer(
+    c: Client,
+    dir: Soid,
+    ops: usize,
+    progress: Arc<Mutex<usize>>,
+) -> (BTreeSet<String>, Client) {
     let mut expect = BTreeSet::new();
     for i in 0..ops {
         let name = format!("f{i}");
@@ -124,7 +132,7 @@ async fn writer(c: Client, dir: Soid, ops: usize, progress: Arc<Mutex<usize>>) -
         }
         *progress.lock().unwrap() += 1;
     }
-    expect
+    (expect, c)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,8 +193,11 @@ async fn acknowledged_operations_survive_kill_9_with_backups_on_clients() {
         );
     }
     let mut expected = Vec::new();
+    let mut alive = Vec::new();
     for t in tasks {
-        expected.push(t.await.unwrap());
+        let (want, client) = t.await.unwrap();
+        expected.push(want);
+        alive.push(client);
     }
     let check = server.client().await;
     for (w, (dir, want)) in dirs.iter().zip(&expected).enumerate() {

@@ -414,20 +414,37 @@ impl Shared {
 /// and lookup throughput of one connection with 256 in flight, see
 /// docs/BENCHMARKS.md). Reads that can take long (readdir, resolve,
 /// listxattr) keep their task, so they run beside the session's other
-/// requests; mutations too: they wait for the journal sync, and a dropped
-/// connection must never cancel one half-way.
-fn answers_inline(r: &pb::Request) -> bool {
-    matches!(
-        r.op,
+/// requests; with the journal, mutations too: they wait for the journal
+/// sync, which the session's other mutations must be able to share.
+/// Log-less mutations do not wait (durable once the client has the reply),
+/// so namespace mutations are answered inline too (`sync` is not: it
+/// writes everything back). Inline is safe for a mutation: the session
+/// loop is a task of its own, which a dropped connection does not cancel.
+fn answers_inline(r: &pb::Request, logless: bool) -> bool {
+    match &r.op {
         Some(
             Op::Getattr(_)
-                | Op::Lookup(_)
-                | Op::Access(_)
-                | Op::Readlink(_)
-                | Op::Getxattr(_)
-                | Op::Statfs(_)
-        )
-    )
+            | Op::Lookup(_)
+            | Op::Access(_)
+            | Op::Readlink(_)
+            | Op::Getxattr(_)
+            | Op::Statfs(_),
+        ) => true,
+        Some(
+            Op::Create(_)
+            | Op::Mknod(_)
+            | Op::Mkdir(_)
+            | Op::Symlink(_)
+            | Op::Unlink(_)
+            | Op::Rmdir(_)
+            | Op::Rename(_)
+            | Op::Link(_)
+            | Op::Setattr(_)
+            | Op::Setxattr(_)
+            | Op::Removexattr(_),
+        ) => logless,
+        _ => false,
+    }
 }
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<pb::Response, Status>> + Send>>;
@@ -624,7 +641,7 @@ impl pb::sextant_server::Sextant for Service {
                     continue;
                 };
                 match next {
-                    Ok(Some(req)) if answers_inline(&req) => {
+                    Ok(Some(req)) if answers_inline(&req, shared.logless.is_some()) => {
                         // See answers_inline: microseconds, no waiting.
                         let resp = Arc::clone(&shared).handle(req).await;
                         drop((permit, global));
