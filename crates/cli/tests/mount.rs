@@ -413,6 +413,32 @@ fn server_kill9_under_the_mount_loses_nothing_acknowledged() {
         "{} of {OPS} operations acknowledged across the kill, all present",
         acked.len()
     );
+    // The mount's change stream broke with the server; it reopens by
+    // itself, so the kernel's caches (30 s) still follow other clients.
+    let name = acked.iter().find(|n| n.starts_with('f')).unwrap();
+    assert!(
+        m.p(&format!("w/{name}")).exists(),
+        "cached by the kernel now"
+    );
+    let out = Command::new(BIN)
+        .args(["--server", &m.addr, "--data"])
+        .arg(m.data())
+        .args(["rm", &format!("/w/{name}")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = Instant::now();
+    while m.p(&format!("w/{name}")).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the mount never saw a removal made after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A listing longer than one server batch (1,024 entries) and than many
