@@ -13,6 +13,8 @@
 //! - Nothing is dropped silently: a watcher that falls more than
 //!   [`WATCH_QUEUE`] changes behind gets a batch with `lost` set, and must
 //!   forget everything it cached.
+//! - A watcher is not woken for changes of its own origin: they are
+//!   filtered when published, not when forwarded.
 //! - Change tracking in the engine costs an allocation per commit, so it
 //!   is turned on only when the first watcher subscribes (and stays on).
 //!   A watcher cannot have cached anything from before its stream opened
@@ -23,11 +25,13 @@
 //! already act as any user (requests carry their credentials), so the
 //! names of changed entries tell it nothing it could not read.
 
+use parking_lot::Mutex;
 use sextant_engine::{Changes, Engine};
 use sextant_proto::pb;
 use sextant_proto::soid_to_pb;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 /// Changes a watcher may fall behind by before it is told it lost some.
@@ -39,13 +43,19 @@ const BATCH_BYTES: usize = 256 * 1024;
 /// Batches queued for a slow stream before the forwarding task waits.
 const STREAM_QUEUE: usize = 16;
 
-struct Event {
+/// One watcher as the publishers see it.
+struct Subscriber {
     origin: u64,
-    changes: Changes,
+    tx: mpsc::Sender<Arc<Changes>>,
+    /// Set when a change could not be queued (the watcher is behind).
+    lost: Arc<AtomicBool>,
 }
 
 pub struct Watchers {
-    tx: broadcast::Sender<Arc<Event>>,
+    queue: usize,
+    subscribers: Mutex<Vec<Subscriber>>,
+    /// `subscribers.len()`, read without the lock on every mutation.
+    count: AtomicUsize,
 }
 
 impl Default for Watchers {
@@ -58,15 +68,35 @@ impl Watchers {
     /// Watchers that may fall `queue` changes behind.
     pub fn with_queue(queue: usize) -> Watchers {
         Watchers {
-            tx: broadcast::channel(queue.max(1)).0,
+            queue: queue.max(1),
+            subscribers: Mutex::new(Vec::new()),
+            count: AtomicUsize::new(0),
         }
     }
 
-    /// Publishes one mutation's changes (dropped when nobody watches).
+    /// Publishes one mutation's changes to every watcher of another origin
+    /// (nothing is woken for its own changes; dropped when nobody watches).
     pub fn publish(&self, origin: u64, changes: Changes) {
-        if self.tx.receiver_count() > 0 {
-            let _ = self.tx.send(Arc::new(Event { origin, changes }));
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
         }
+        let event = Arc::new(changes);
+        let mut subs = self.subscribers.lock();
+        subs.retain(|s| {
+            if s.origin != 0 && s.origin == origin {
+                return true;
+            }
+            match s.tx.try_send(Arc::clone(&event)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    s.lost.store(true, Ordering::Release);
+                    metrics::counter!("sextant_watch_lost_total").increment(1);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+        self.count.store(subs.len(), Ordering::Release);
     }
 
     /// A stream of batches for the `Watch` RPC: every change from now on
@@ -78,7 +108,17 @@ impl Watchers {
         origin: u64,
         mut shutdown: watch::Receiver<bool>,
     ) -> mpsc::Receiver<Result<pb::WatchBatch, Status>> {
-        let mut rx = self.tx.subscribe();
+        let (events, mut rx) = mpsc::channel(self.queue);
+        let lost = Arc::new(AtomicBool::new(false));
+        {
+            let mut subs = self.subscribers.lock();
+            subs.push(Subscriber {
+                origin,
+                tx: events,
+                lost: Arc::clone(&lost),
+            });
+            self.count.store(subs.len(), Ordering::Release);
+        }
         engine.track_changes(true);
         let (tx, out) = mpsc::channel(STREAM_QUEUE);
         metrics::gauge!("sextant_watchers").increment(1.0);
@@ -90,39 +130,29 @@ impl Watchers {
                     _ = shutdown.wait_for(|stop| *stop) => break,
                     _ = tx.closed() => break,
                 };
+                let Some(first) = first else { break };
                 let mut batch = pb::WatchBatch::default();
                 let mut bytes = 0;
-                let mut next = first;
-                loop {
-                    match next {
-                        Ok(event) => {
-                            if origin == 0 || event.origin != origin {
-                                let c = changed_to_pb(&event.changes);
-                                bytes += prost::Message::encoded_len(&c);
-                                batch.changes.push(c);
-                            }
-                        }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            metrics::counter!("sextant_watch_lost_total").increment(n);
-                            batch.lost = true;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    }
+                let mut next = Some(first);
+                while let Some(event) = next {
+                    let c = changed_to_pb(&event);
+                    bytes += prost::Message::encoded_len(&c);
+                    batch.changes.push(c);
                     if bytes >= BATCH_BYTES {
                         break;
                     }
-                    next = match rx.try_recv() {
-                        Ok(e) => Ok(e),
-                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                            Err(broadcast::error::RecvError::Lagged(n))
-                        }
-                        Err(_) => break,
-                    };
+                    next = rx.try_recv().ok();
                 }
-                if (batch.lost || !batch.changes.is_empty()) && tx.send(Ok(batch)).await.is_err() {
+                // Read after draining: a change dropped for want of room
+                // came after everything queued, so it is reported with (or
+                // before) the batch that follows it.
+                batch.lost = lost.swap(false, Ordering::AcqRel);
+                if tx.send(Ok(batch)).await.is_err() {
                     break;
                 }
             }
+            // The publishers drop this watcher at their next send.
+            rx.close();
         });
         out
     }
