@@ -316,6 +316,18 @@ impl Client {
         self.inner.client_id
     }
 
+    /// A gRPC client on the channel of the server-streaming calls (`Search`,
+    /// `Watch`), connected lazily.
+    fn stream_client(&self) -> pb::sextant_client::SextantClient<Channel> {
+        let channel = {
+            let mut slot = self.inner.stream_channel.lock();
+            slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
+                .clone()
+        };
+        pb::sextant_client::SextantClient::new(channel)
+            .max_decoding_message_size(4 * MAX_MESSAGE_BYTES)
+    }
+
     /// What this client holds for a log-less server's recovery.
     pub fn backup_stats(&self) -> BackupStats {
         self.inner.backups.lock().stats()
@@ -446,6 +458,21 @@ impl Client {
     /// Sends one request (retrying on a new session until `retry_for`).
     async fn call(&self, cred: &Credentials, op: Op) -> Result<Res> {
         Ok(self.call_with(cred, op, false).await?.0)
+    }
+
+    /// A mutation whose value is an inode's attributes, with its
+    /// directory's attributes when `want_dir`.
+    async fn attr_with_dir(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        want_dir: bool,
+    ) -> Result<WithDir<Attr>> {
+        let (r, dir) = self.call_with(cred, op, want_dir).await?;
+        Ok(WithDir {
+            value: expect_attr(r)?,
+            dir,
+        })
     }
 
     /// [`Client::call`], also returning `Response.dir` when `want_dir`.
@@ -718,11 +745,7 @@ impl Client {
             perm,
             exclusive,
         });
-        let (r, dir) = self.call_with(cred, op, want_dir).await?;
-        Ok(WithDir {
-            value: expect_attr(r)?,
-            dir,
-        })
+        self.attr_with_dir(cred, op, want_dir).await
     }
 
     pub async fn mknod(
@@ -772,11 +795,7 @@ impl Client {
             name: name.to_vec(),
             perm,
         });
-        let (r, dir) = self.call_with(cred, op, want_dir).await?;
-        Ok(WithDir {
-            value: expect_attr(r)?,
-            dir,
-        })
+        self.attr_with_dir(cred, op, want_dir).await
     }
 
     pub async fn symlink(
@@ -813,11 +832,7 @@ impl Client {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        let (r, dir) = self.call_with(cred, op, want_dir).await?;
-        Ok(WithDir {
-            value: expect_attr(r)?,
-            dir,
-        })
+        self.attr_with_dir(cred, op, want_dir).await
     }
 
     /// Removes an empty directory; returns its attributes as they were.
@@ -838,11 +853,7 @@ impl Client {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        let (r, dir) = self.call_with(cred, op, want_dir).await?;
-        Ok(WithDir {
-            value: expect_attr(r)?,
-            dir,
-        })
+        self.attr_with_dir(cred, op, want_dir).await
     }
 
     pub async fn rename(

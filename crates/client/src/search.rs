@@ -101,13 +101,7 @@ impl Client {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
-            let channel = {
-                let mut slot = self.inner.stream_channel.lock();
-                slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
-                    .clone()
-            };
-            let mut grpc = pb::sextant_client::SextantClient::new(channel)
-                .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
+            let mut grpc = self.stream_client();
             let mut request = tonic::Request::new(req.clone());
             request
                 .metadata_mut()

@@ -11,7 +11,7 @@
 
 use crate::{bad_reply, Client, Error, Result};
 use sextant_proto::pb;
-use sextant_proto::{soid_from_pb, MAX_MESSAGE_BYTES, SECRET_METADATA};
+use sextant_proto::{soid_from_pb, SECRET_METADATA};
 use sextant_types::Soid;
 use tonic::Code;
 
@@ -78,13 +78,7 @@ impl Client {
     /// Fails at once when the server cannot be reached (no retries: the
     /// caller decides how to wait).
     pub async fn watch(&self) -> Result<ChangeStream> {
-        let channel = {
-            let mut slot = self.inner.stream_channel.lock();
-            slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
-                .clone()
-        };
-        let mut grpc = pb::sextant_client::SextantClient::new(channel)
-            .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
+        let mut grpc = self.stream_client();
         let mut request = tonic::Request::new(pb::WatchRequest {
             origin: self.inner.options.origin,
         });
