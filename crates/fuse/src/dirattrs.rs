@@ -214,4 +214,100 @@ mod tests {
         d.end(c, None, 1);
         assert!(d.is_empty());
     }
+
+    /// What a random history of concurrent changes, uses and epoch moves
+    /// may do: `begin(k)` starts change k (of directory `k % 2`),
+    /// `end(k, ok)` ends it, `take(d)` asks for directory d, `bump` moves
+    /// the epoch (a change elsewhere).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Begin(usize),
+        End(usize, bool),
+        Take(u64),
+        Bump,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..6usize).prop_map(Step::Begin),
+            (0..6usize, any::<bool>()).prop_map(|(k, ok)| Step::End(k, ok)),
+            (0..2u64).prop_map(Step::Take),
+            Just(Step::Bump),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Soundness against a reference model: whatever `take` returns
+        /// is the value of a change of that directory that ended after
+        /// every other change of it began, overlapped none, and saw no
+        /// epoch move from its start until now; and it is returned once.
+        #[test]
+        fn take_returns_only_values_the_model_allows(
+            steps in proptest::collection::vec(step(), 0..60)
+        ) {
+            struct Run {
+                dir: u64,
+                begun_at: usize,
+                epoch: u64,
+                change: Option<Change>,
+                ended_at: Option<usize>,
+            }
+            let d = DirAttrs::default();
+            let mut epoch = 0u64;
+            let mut runs: Vec<Run> = Vec::new();
+            let mut used: Vec<usize> = Vec::new();
+            for (t, s) in steps.iter().enumerate() {
+                match s {
+                    Step::Begin(k) => {
+                        let dir = (*k % 2) as u64;
+                        runs.push(Run {
+                            dir,
+                            begun_at: t,
+                            epoch,
+                            change: Some(d.begin(dir, epoch)),
+                            ended_at: None,
+                        });
+                    }
+                    Step::End(k, ok) => {
+                        let open: Vec<usize> =
+                            (0..runs.len()).filter(|i| runs[*i].ended_at.is_none()).collect();
+                        if open.is_empty() {
+                            continue;
+                        }
+                        let i = open[k % open.len()];
+                        let value = ok.then(|| attr(i as u32));
+                        let c = runs[i].change.take().unwrap();
+                        d.end(c, value, epoch);
+                        runs[i].ended_at = Some(t);
+                    }
+                    Step::Take(dir) => {
+                        let Some(a) = d.take(*dir, epoch) else { continue };
+                        let i = a.nlink as usize;
+                        let r = &runs[i];
+                        let ended = r.ended_at.expect("a value from a change that ended");
+                        proptest::prop_assert_eq!(r.dir, *dir, "the value of another directory");
+                        proptest::prop_assert_eq!(r.epoch, epoch, "the epoch moved since it began");
+                        for (j, o) in runs.iter().enumerate() {
+                            if j == i || o.dir != *dir {
+                                continue;
+                            }
+                            let o_end = o.ended_at.unwrap_or(usize::MAX);
+                            proptest::prop_assert!(
+                                o_end < r.begun_at || o.begun_at > ended,
+                                "change {} overlapped change {}", j, i
+                            );
+                            proptest::prop_assert!(
+                                o.begun_at < r.begun_at,
+                                "change {} began after change {} ended", j, i
+                            );
+                        }
+                        proptest::prop_assert!(!used.contains(&i), "used twice");
+                        used.push(i);
+                    }
+                    Step::Bump => epoch += 1,
+                }
+            }
+        }
+    }
 }
