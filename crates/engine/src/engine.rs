@@ -437,7 +437,7 @@ impl Inner {
             let outcome = result.and_then(|()| op(&mut txn));
             match outcome {
                 Ok(value) => {
-                    let (lsn, redo, changes, oversized) = match txn.commit() {
+                    let (c, oversized) = match txn.commit() {
                         Ok(r) => r,
                         Err(OpError::Fs(e)) => return Err(e),
                         Err(OpError::Retry(_)) => return Err(FsError::Io),
@@ -448,9 +448,9 @@ impl Inner {
                     }
                     return Ok(Committed {
                         value,
-                        lsn,
-                        redo,
-                        changes,
+                        lsn: c.lsn,
+                        redo: c.redo,
+                        changes: c.changes,
                     });
                 }
                 Err(OpError::Fs(e)) => return Err(e),

@@ -17,10 +17,10 @@
 //! is invisible.
 
 use crate::changes::Changes;
-use crate::engine::{Inner, Slot, TableSlot};
+use crate::engine::{Committed, Inner, Slot, TableSlot};
 use crate::inode::{Dentry, Inode};
-use crate::journal::{Lsn, MAX_RECORD_LEN};
-use crate::logless::{encode_mutations, stamp_keys, Redo};
+use crate::journal::MAX_RECORD_LEN;
+use crate::logless::{encode_mutations, stamp_keys};
 use crate::record::{encode_record, Mutation};
 use crate::soid::{GlobalHighWater, SoidSpace};
 use crate::table::Table;
@@ -232,15 +232,19 @@ impl<'m> Txn<'m> {
     }
 
     /// Writes the write set as one journal record (or, log-less, one redo
-    /// entry) and applies it. Returns the record's LSN (0 if the
-    /// transaction wrote nothing), the redo entry, and the starts of tables
+    /// entry) and applies it. Returns what was committed (LSN, 0 if the
+    /// transaction wrote nothing; the log-less redo entry; the changed keys
+    /// when tracked; the caller puts in the value) and the starts of tables
     /// that grew past their limits and should split.
-    /// Returns the record's LSN, the log-less redo entry, the changed keys
-    /// (when tracked) and the tables now past their limits.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn commit(mut self) -> OpResult<(Lsn, Option<Redo>, Option<Changes>, Vec<Soid>)> {
+    pub(crate) fn commit(mut self) -> OpResult<(Committed<()>, Vec<Soid>)> {
+        let nothing = Committed {
+            value: (),
+            lsn: 0,
+            redo: None,
+            changes: None,
+        };
         if self.inodes.is_empty() && self.dentries.is_empty() && self.high_water.is_none() {
-            return Ok((0, None, None, Vec::new()));
+            return Ok((nothing, Vec::new()));
         }
         let mut mutations = Vec::with_capacity(self.inodes.len() + self.dentries.len() + 1);
         if let Some(hw) = self.high_water.take() {
@@ -322,7 +326,13 @@ impl<'m> Txn<'m> {
                 }
             }
         }
-        Ok((lsn, redo, changes, oversized))
+        let committed = Committed {
+            lsn,
+            redo,
+            changes,
+            ..nothing
+        };
+        Ok((committed, oversized))
     }
 }
 

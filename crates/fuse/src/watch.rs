@@ -52,16 +52,27 @@ pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64, batch
     if batch.lost {
         reset(nodes, notifier, epoch);
     }
-    for soid in &batch.inodes {
-        if let Some(ino) = nodes.find(*soid) {
-            // Offset 0, length 0: attributes and all cached pages.
-            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
-        }
+    let inos = batch.inodes.iter().filter_map(|s| nodes.find(*s));
+    let names = batch
+        .entries
+        .iter()
+        .filter_map(|(parent, name)| Some((nodes.find(*parent)?, &name[..])));
+    invalidate(notifier, inos, names);
+}
+
+/// Tells the kernel to drop these nodes' attributes and cached pages and
+/// these names. A node or name it does not hold is no error.
+fn invalidate<'a>(
+    notifier: &Notifier,
+    inos: impl Iterator<Item = u64>,
+    names: impl Iterator<Item = (u64, &'a [u8])>,
+) {
+    for ino in inos {
+        // Offset 0, length 0: attributes and all cached pages.
+        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
     }
-    for (parent, name) in &batch.entries {
-        if let Some(p) = nodes.find(*parent) {
-            let _ = notifier.inval_entry(INodeNo(p), OsStr::from_bytes(name));
-        }
+    for (parent, name) in names {
+        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
     }
 }
 
@@ -69,12 +80,11 @@ pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64, batch
 fn reset(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64) {
     epoch.fetch_add(1, Ordering::AcqRel);
     let (inos, names) = nodes.cached();
-    for ino in inos {
-        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
-    }
-    for (parent, name) in names {
-        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
-    }
+    invalidate(
+        notifier,
+        inos.into_iter(),
+        names.iter().map(|(parent, name)| (*parent, &name[..])),
+    );
 }
 
 /// Runs the watcher until `stop` turns true (on its own thread: the

@@ -52,8 +52,17 @@ struct Effects {
     redo: Option<Redo>,
     /// The keys it changed, for the cache watchers.
     changes: Option<Changes>,
-    /// The directory it changed, for `Response.dir`.
-    dir: Option<Soid>,
+}
+
+/// The directory whose attributes `Response.dir` reports for `op`.
+fn changed_dir(op: &Op) -> Option<Soid> {
+    match op {
+        Op::Create(pb::CreateRequest { parent, .. })
+        | Op::Mkdir(pb::MkdirRequest { parent, .. })
+        | Op::Unlink(pb::UnlinkRequest { parent, .. })
+        | Op::Rmdir(pb::RmdirRequest { parent, .. }) => soid(parent).ok(),
+        _ => None,
+    }
 }
 
 #[derive(Clone)]
@@ -197,9 +206,10 @@ impl Shared {
         origin: u64,
         want_dir: bool,
     ) -> pb::Response {
+        let dir = want_dir.then(|| changed_dir(&op)).flatten();
         let mut fx = Effects::default();
         let mut resp = reply(id, self.execute(cred, op, &mut fx).await);
-        if let (true, Some(dir), None) = (want_dir, fx.dir, &resp.error) {
+        if let (Some(dir), None) = (dir, &resp.error) {
             resp.dir = self.engine.getattr(dir).ok().map(|a| attr_to_pb(&a));
         }
         if let Some(r) = fx.redo {
@@ -226,13 +236,6 @@ impl Shared {
     async fn execute(&self, cred: &Credentials, op: Op, fx: &mut Effects) -> Result<Res, FsError> {
         let e = &self.engine;
         let done = |()| Res::Done(pb::Empty {});
-        fx.dir = match &op {
-            Op::Create(pb::CreateRequest { parent, .. })
-            | Op::Mkdir(pb::MkdirRequest { parent, .. })
-            | Op::Unlink(pb::UnlinkRequest { parent, .. })
-            | Op::Rmdir(pb::RmdirRequest { parent, .. }) => soid(parent).ok(),
-            _ => None,
-        };
         Ok(match op {
             Op::Lookup(r) => attr(e.lookup(cred, soid(&r.parent)?, name(&r.name)?)?),
             Op::Getattr(r) => attr(e.getattr(soid(&r.soid)?)?),

@@ -182,6 +182,17 @@ impl Mounted {
             .unwrap()
     }
 
+    /// `sextant --server ADDR ARGS`, which must succeed; its stdout.
+    pub fn sextant_ok(&self, args: &[&str]) -> String {
+        let out = self.sextant(&[&["--server", &self.addr], args].concat());
+        assert!(
+            out.status.success(),
+            "sextant {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// The cluster secret the server created.
     pub fn secret(&self) -> String {
         secret_of(&self.data())
