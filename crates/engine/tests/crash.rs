@@ -461,6 +461,7 @@ fn child_config(seed: u64) -> EngineConfig {
         journal: JournalConfig {
             mode: SyncMode::Fsync,
             segment_bytes: 32 << 10,
+            sync_floor: None,
         },
         // Two shapes: splits mostly for directory count (many small tables),
         // or mostly for inode count (tables that merge after a sweep).

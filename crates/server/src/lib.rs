@@ -175,6 +175,12 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create the data directory {}", config.data.display()))?;
     let secret = secret::load_or_create(&config.data)?;
+    if let Some(floor) = config.bench_sync_floor {
+        tracing::warn!(
+            ?floor,
+            "bench_sync_floor is set: every journal sync is slowed to emulate a slower disk"
+        );
+    }
     let engine = Engine::open_dir(&config.data, config.engine_config())
         .with_context(|| format!("cannot open the data directory {}", config.data.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -62,6 +62,8 @@ struct Sample {
     backup_peak_bytes: usize,
     /// Most backup entries one client held at the end of the creates.
     backup_entries_max: usize,
+    /// Creates per journal sync (`None`: no syncs — log-less or off).
+    creates_per_sync: Option<f64>,
 }
 
 fn cpu_seconds() -> f64 {
@@ -169,19 +171,27 @@ async fn run_one(args: &Args, mode: &str, clients: usize, rep: usize) -> Sample 
         }
     };
     let ops = (clients * items) as f64;
+    let journal_syncs = || async {
+        let (stats, _) = cs[0].stats(&cred).await.expect("status");
+        stats.journal_syncs
+    };
+    let syncs0 = journal_syncs().await;
     let cpu0 = cpu_seconds();
     let t = Instant::now();
     phase(false).await;
     let create_s = t.elapsed().as_secs_f64();
+    let cpu_creates = cpu_seconds() - cpu0;
+    let create_syncs = journal_syncs().await - syncs0;
     let backup_entries_max = cs
         .iter()
         .map(|c| c.backup_stats().entries)
         .max()
         .unwrap_or(0);
+    let cpu0 = cpu_seconds();
     let t = Instant::now();
     phase(true).await;
     let remove_s = t.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = cpu_creates + (cpu_seconds() - cpu0);
     let backup_peak_bytes = cs.iter().map(|c| c.backup_stats().peak_bytes).sum();
     drop(cs);
     drop(server);
@@ -195,6 +205,7 @@ async fn run_one(args: &Args, mode: &str, clients: usize, rep: usize) -> Sample 
         client_cpu_us_per_op: cpu / (2.0 * ops) * 1e6,
         backup_peak_bytes,
         backup_entries_max,
+        creates_per_sync: (create_syncs > 0).then(|| ops / create_syncs as f64),
     }
 }
 
@@ -221,11 +232,13 @@ fn main() {
                 let s = rt.block_on(run_one(&args, mode, clients, rep));
                 eprintln!(
                     "rep {rep} {mode:>11} x{clients:<2}: {:>9.0} creates/s {:>9.0} removes/s, \
-                     client {:.1} µs/op, backups peak {:.1} MiB",
+                     client {:.1} µs/op, backups peak {:.1} MiB{}",
                     s.creates_per_s,
                     s.removes_per_s,
                     s.client_cpu_us_per_op,
-                    s.backup_peak_bytes as f64 / (1 << 20) as f64
+                    s.backup_peak_bytes as f64 / (1 << 20) as f64,
+                    s.creates_per_sync
+                        .map_or(String::new(), |n| format!(", {n:.1} creates per sync"))
                 );
                 if args.json {
                     println!("{}", serde_json::to_string(&s).expect("json"));
@@ -237,9 +250,9 @@ fn main() {
     }
     // Medians, and per-repetition ratios against the journal.
     println!(
-        "\n| clients | mode | creates/s | removes/s | creates vs journal | removes vs journal | client CPU µs/op | backups peak (all clients) |"
+        "\n| clients | mode | creates/s | removes/s | creates vs journal | removes vs journal | client CPU µs/op | backups peak (all clients) | creates per sync |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for &clients in &args.clients {
         for mode in &args.modes {
             let of = |m: &str| -> Vec<&Sample> {
@@ -262,7 +275,7 @@ fn main() {
                 )
             };
             println!(
-                "| {clients} | {mode} | {:.0} | {:.0} | {:.1}× | {:.1}× | {:.1} | {:.2} MiB |",
+                "| {clients} | {mode} | {:.0} | {:.0} | {:.1}× | {:.1}× | {:.1} | {:.2} MiB | {} |",
                 median(mine.iter().map(|s| s.creates_per_s).collect()),
                 median(mine.iter().map(|s| s.removes_per_s).collect()),
                 ratio(&|s| s.creates_per_s),
@@ -270,6 +283,14 @@ fn main() {
                 median(mine.iter().map(|s| s.client_cpu_us_per_op).collect()),
                 median(mine.iter().map(|s| s.backup_peak_bytes as f64).collect())
                     / (1 << 20) as f64,
+                match mine
+                    .iter()
+                    .filter_map(|s| s.creates_per_sync)
+                    .collect::<Vec<_>>()
+                {
+                    v if v.is_empty() => "-".to_string(),
+                    v => format!("{:.1}", median(v)),
+                },
             );
         }
     }
