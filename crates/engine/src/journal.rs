@@ -33,11 +33,15 @@
 //! and syncs it, then publishes the durable LSN. While one sync runs, new
 //! records gather in the next batch, so N concurrent committers share one
 //! sync. Callers wait with [`Journal::wait_durable`] (blocking) or
-//! [`Journal::durable`] (a `Future`).
+//! [`Journal::durable`] (a `Future`). Right after a sync the syncer may
+//! hold the open batch briefly, until the committers of the last batch are
+//! back ([`crate::group_commit`]: at most half a sync, never for a lone
+//! committer), so that closed-loop committers share syncs.
 //!
 //! A failed write or sync is fatal: the journal stops, every waiter gets
 //! `FsError::Io`, and nothing after it is acknowledged.
 
+use crate::group_commit::GroupCommit;
 use crate::store::{LogWriter, Store};
 use parking_lot::{Condvar, Mutex};
 use sextant_types::FsError;
@@ -47,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Log sequence number of a journal record. Dense, starting at 1.
 pub type Lsn = u64;
@@ -363,7 +367,7 @@ pub struct JournalConfig {
     /// lets a benchmark show how group commit and log-less durability
     /// behave under the premise, beside the real disk. `None`: as fast as
     /// the disk. Only [`SyncMode::Fsync`] syncs, so only it is slowed.
-    pub sync_floor: Option<std::time::Duration>,
+    pub sync_floor: Option<Duration>,
 }
 
 impl Default for JournalConfig {
@@ -716,17 +720,37 @@ impl Syncer {
     fn run(mut self) {
         let mut segment_len = SEGMENT_HEADER_LEN as u64;
         let mut buf = Vec::new();
+        let mut policy = GroupCommit::default();
+        let mut last_sync_end = Instant::now();
+        // The last sync's record count and duration, told to the policy
+        // with what was pending when it ended.
+        let mut last_sync: Option<(u32, Duration)> = None;
         loop {
             let batch = {
                 let mut st = self.shared.state.lock();
-                while st.open.count == 0 && !st.shutdown {
-                    self.shared.syncer_wake.wait(&mut st);
+                if let Some((count, took)) = last_sync.take() {
+                    policy.synced(count, took, st.open.count);
                 }
-                if st.open.count == 0 {
-                    return;
+                loop {
+                    while st.open.count == 0 && !st.shutdown {
+                        self.shared.syncer_wake.wait(&mut st);
+                    }
+                    if st.open.count == 0 {
+                        return;
+                    }
+                    if st.shutdown {
+                        break;
+                    }
+                    // Every append wakes us: re-decide with the new count.
+                    let hold = policy.hold(st.open.count, last_sync_end.elapsed());
+                    if hold.is_zero() {
+                        break;
+                    }
+                    self.shared.syncer_wake.wait_for(&mut st, hold);
                 }
                 take_batch(&mut st.open)
             };
+            let started = Instant::now();
             let last_lsn = batch.first_lsn + batch.count as u64 - 1;
             buf.clear();
             encode_batch(batch.first_lsn, batch.count, &batch.payload, &mut buf);
@@ -757,6 +781,8 @@ impl Syncer {
                 return;
             }
             segment_len += buf.len() as u64;
+            last_sync = Some((batch.count, started.elapsed()));
+            last_sync_end = Instant::now();
             self.shared.syncs.fetch_add(1, Ordering::Relaxed);
             self.shared
                 .bytes_written
@@ -903,13 +929,13 @@ mod tests {
     #[test]
     fn a_sync_floor_makes_every_sync_last_at_least_that_long() {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
-        let floor = std::time::Duration::from_millis(15);
+        let floor = Duration::from_millis(15);
         let config = JournalConfig {
             sync_floor: Some(floor),
             ..Default::default()
         };
         let j = Journal::start(store, config, 1, vec![]).unwrap();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         for i in 0..3 {
             let lsn = j.append(format!("record {i}").as_bytes()).unwrap();
             j.wait_durable(lsn).unwrap();
@@ -917,6 +943,37 @@ mod tests {
         // Three records waited for one by one: three syncs, each ≥ floor.
         assert!(started.elapsed() >= 3 * floor);
         assert_eq!(j.stats().syncs, 3);
+    }
+
+    #[test]
+    fn closed_loop_committers_share_syncs() {
+        // 8 threads, each appending and waiting 10 times, syncs of ≥ 20 ms.
+        // Syncing as soon as anything is pending alternates batches of ~1
+        // and ~7 (about 20 syncs); holding the batch until the last
+        // batch's committers are back gives about 10.
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let config = JournalConfig {
+            sync_floor: Some(Duration::from_millis(20)),
+            ..Default::default()
+        };
+        let j = Journal::start(store, config, 1, vec![]).unwrap();
+        let (threads, rounds) = (8, 10);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let j = &j;
+                s.spawn(move || {
+                    for r in 0..rounds {
+                        let lsn = j.append(format!("{t}/{r}").as_bytes()).unwrap();
+                        j.wait_durable(lsn).unwrap();
+                    }
+                });
+            }
+        });
+        let syncs = j.stats().syncs;
+        assert!(
+            syncs <= 14,
+            "{syncs} syncs for {rounds} rounds of {threads}"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod bloom;
 pub mod changes;
 mod durability;
 pub mod engine;
+pub mod group_commit;
 pub mod index;
 pub mod inode;
 pub mod journal;
