@@ -73,7 +73,7 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         }
         Command::Sync => s.sync().await?,
     }
-    s.close()
+    s.close().await
 }
 
 async fn status(s: &Session, json: bool) -> Result<()> {

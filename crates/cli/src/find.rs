@@ -680,7 +680,7 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     out.flush();
     let ok = !run.failed;
     drop(run);
-    s.close()?;
+    s.close().await?;
     Ok(ok)
 }
 

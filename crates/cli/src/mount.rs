@@ -133,6 +133,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
         .with_context(|| format!("connecting to the Sextant server at {addr}"))?;
     let log = args.log.clone();
     let mountpoint = cfg.mountpoint.clone();
+    let releaser = client.clone();
     sextant_fuse::mount(client, rt.handle().clone(), &cfg, || {
         if child {
             println!("{READY}");
@@ -143,8 +144,38 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
         }
     })
     .with_context(|| format!("mounting on {}", cfg.mountpoint.display()))?;
+    release_backups(&rt, &releaser);
     Ok(())
 }
+
+/// Log-less: the mount held its programs' backups; before it goes, the
+/// server writes back what they cover. Bounded: a server that is down
+/// cannot be waited for forever (it is then as if the mount had died).
+fn release_backups(rt: &tokio::runtime::Runtime, client: &Client) {
+    let held = client.backup_stats().entries;
+    if held == 0 {
+        return;
+    }
+    let cred = crate::session::caller();
+    let released = rt.block_on(async {
+        tokio::time::timeout(RELEASE_TIMEOUT, client.release_backups(&cred)).await
+    });
+    match released {
+        Ok(Ok(_)) => tracing::info!(
+            entries = held,
+            "the server wrote back what the mount's backups held"
+        ),
+        Ok(Err(e)) => tracing::warn!(entries = held, error = %e, "backups dropped unreleased"),
+        Err(_) => tracing::warn!(
+            entries = held,
+            timeout = ?RELEASE_TIMEOUT,
+            "backups dropped unreleased: no answer from the server"
+        ),
+    }
+}
+
+/// How long an unmounting mount waits for the server to take its backups.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Re-runs this command as a detached child and waits for it to mount.
 fn detach() -> Result<()> {

@@ -326,10 +326,18 @@ impl Session {
         }
     }
 
-    pub fn close(self) -> Result<()> {
+    /// Ends the session: a local engine writes its tables back; a client
+    /// of a log-less server has it write back what the client's backups
+    /// hold, since they go away with this process.
+    pub async fn close(self) -> Result<()> {
         match self.backend {
             Backend::Local(e) => e.close().context("writing tables back"),
-            Backend::Remote(_) => Ok(()),
+            Backend::Remote(c) => {
+                c.release_backups(&self.cred)
+                    .await
+                    .context("asking the log-less server to write back this command's changes")?;
+                Ok(())
+            }
         }
     }
 }

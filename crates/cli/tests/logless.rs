@@ -316,3 +316,74 @@ fn the_mount_keeps_the_backups_of_its_programs() {
     let log = std::fs::read_to_string(&log1).unwrap_or_default();
     assert!(log.contains("no gap among the backups"), "{log}");
 }
+
+/// A CLI command is a client that exits right after its reply: before it
+/// goes, it has the server write back what its backups hold, so a crash
+/// the moment after loses nothing (it would otherwise have taken the only
+/// copy with it). No other client is connected to hold a copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_commands_release_their_backups_before_they_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut server = Server::start(&data, "127.0.0.1:0", 4, 0);
+    let addr = server.addr.clone();
+    let sextant = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args([&["--server", addr.as_str()], args].concat())
+            .env("SEXTANT_SECRET", common::secret_of(&data))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sextant {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sextant(&["mkdir", "/d"]);
+    sextant(&["touch", "/d/a", "/d/b"]);
+    sextant(&["mv", "/d/a", "/d/c"]);
+    server.kill9();
+    let server = Server::start(&data, &addr, 4, 1);
+    let log = server.recovered().await;
+    let c = server.client().await;
+    let d = c.lookup(&root(), Soid::ROOT, b"d").await;
+    let d = d.unwrap_or_else(|e| panic!("/d lost ({e}); server log:\n{log}"));
+    assert_eq!(
+        names(&c, d.soid).await,
+        BTreeSet::from(["b".to_string(), "c".to_string()]),
+        "{log}"
+    );
+}
+
+/// A mount that is unmounted on purpose has the server write back what
+/// its programs' backups held before its process ends: a server crash
+/// right after loses nothing, although no client is left to hand back.
+#[test]
+fn an_unmounted_mount_releases_its_backups_first() {
+    if !common::fuse_available() {
+        return;
+    }
+    let args = ["--durability", "logless", "--recovery-grace", "1500ms"];
+    let mut m = common::Mounted::start_args(&args, Stdio::null());
+    common::sh(&m.mnt, "mkdir d && touch d/a d/b && mv d/a d/c");
+    m.umount();
+    let mount_log = m.dir.path().join("mount-mnt.log");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !std::fs::read_to_string(&mount_log)
+        .unwrap_or_default()
+        .contains("the server wrote back what the mount's backups held")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no release in the mount's log:\n{}",
+            std::fs::read_to_string(&mount_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = m.server.kill();
+    let _ = m.server.wait();
+    let (server, _) = spawn_server_with(&m.data(), &m.addr, &args, Stdio::null());
+    m.server = server;
+    let listing = m.sextant_ok(&["ls", "/d"]);
+    assert_eq!(listing.split_whitespace().collect::<Vec<_>>(), ["b", "c"]);
+}

@@ -80,6 +80,11 @@ impl Backups {
         self.entries.is_empty()
     }
 
+    /// The highest LSN held.
+    pub fn newest(&self) -> Option<u64> {
+        self.entries.keys().next_back().copied()
+    }
+
     pub fn stats(&self) -> BackupStats {
         BackupStats {
             entries: self.entries.len(),

@@ -923,7 +923,28 @@ impl Client {
 
     /// Writes every dirty table back (root or the root directory's owner).
     pub async fn sync(&self, cred: &Credentials) -> Result<()> {
-        expect_done(self.call(cred, Op::Sync(pb::SyncRequest {})).await?)
+        expect_done(
+            self.call(cred, Op::Sync(pb::SyncRequest::default()))
+                .await?,
+        )
+    }
+
+    /// Log-less: before this client goes away on purpose, has the server
+    /// write back what its backups hold, so that nothing acknowledged to
+    /// it depends on it any more; then they are dropped. Returns the
+    /// entries still held (newer ones that arrived with the reply, which
+    /// other clients hold too). Any client may; a no-op without backups.
+    /// A client dropped without this is a client death (which the stamp
+    /// rule tolerates only while fewer than K holders of an entry die).
+    pub async fn release_backups(&self, cred: &Credentials) -> Result<usize> {
+        let Some(through) = self.inner.backups.lock().newest() else {
+            return Ok(0);
+        };
+        let op = Op::Sync(pb::SyncRequest {
+            release_through: through,
+        });
+        expect_done(self.call(cred, op).await?)?;
+        Ok(self.backup_stats().entries)
     }
 }
 

@@ -196,7 +196,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
     print_stats(&total, a.by, cli.json, &mut run.names)?;
     let ok = !run.failed;
     drop(run);
-    s.close()?;
+    s.close().await?;
     Ok(ok)
 }
 
