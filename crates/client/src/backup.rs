@@ -10,13 +10,19 @@
 //!   recovery is over — a restarted server answers nothing but `Recover`
 //!   until then — so the old run's entries are dropped when it arrives.
 //!
+//! Entries are kept in a deque sorted by LSN: sorted per reply, they
+//! arrive in increasing order (an append) and leave from the front (the
+//! watermark), where a search tree paid a descent per entry — 3.5 % of a
+//! 16-client benchmark's client CPU (perf). Out-of-order arrivals (after
+//! a reconnect) are inserted in place; duplicates are ignored.
+//!
 //! Memory: what a client holds is bounded by what the server hands out
 //! between write-backs (`LoglessConfig::max_backup_bytes`, 64 MiB by
 //! default, and the 30 s dirty age), times the share of the ARL this
 //! client sees; [`BackupStats`] reports it.
 
 use sextant_proto::pb;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 /// What a client holds for recovery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,7 +43,8 @@ pub struct BackupStats {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Backups {
-    entries: BTreeMap<u64, Vec<u8>>,
+    /// Sorted by LSN, no duplicates.
+    entries: VecDeque<(u64, Vec<u8>)>,
     /// Everything but `entries`, which [`Backups::stats`] reads off the map.
     stats: BackupStats,
 }
@@ -60,20 +67,43 @@ impl Backups {
         if resp.written_back > self.stats.written_back {
             self.stats.written_back = resp.written_back;
             // Drop what is written back; each entry is counted out once.
-            let keep = self.entries.split_off(&(self.stats.written_back + 1));
-            let dropped = std::mem::replace(&mut self.entries, keep);
-            self.stats.bytes -= dropped.values().map(Vec::len).sum::<usize>();
+            while let Some((lsn, entry)) = self.entries.front() {
+                if *lsn > self.stats.written_back {
+                    break;
+                }
+                self.stats.bytes -= entry.len();
+                self.entries.pop_front();
+            }
         }
-        for b in std::mem::take(&mut resp.backups) {
+        // A reply lists its own entry first, then the older ones its client
+        // had not been sent: in LSN order, every one is an append.
+        let mut received = std::mem::take(&mut resp.backups);
+        received.sort_unstable_by_key(|b| b.lsn);
+        for b in received {
             self.stats.received += 1;
             if b.lsn > self.stats.written_back {
-                if let std::collections::btree_map::Entry::Vacant(v) = self.entries.entry(b.lsn) {
-                    self.stats.bytes += b.entry.len();
-                    v.insert(b.entry);
-                }
+                self.insert(b.lsn, b.entry);
             }
         }
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes);
+    }
+
+    /// Keeps `entry` at its place by LSN, unless that LSN is held.
+    fn insert(&mut self, lsn: u64, entry: Vec<u8>) {
+        let at = match self.entries.back() {
+            None => 0,
+            Some((last, _)) if *last < lsn => self.entries.len(),
+            Some(_) => match self.entries.binary_search_by_key(&lsn, |(l, _)| *l) {
+                Ok(_) => return,
+                Err(i) => i,
+            },
+        };
+        self.stats.bytes += entry.len();
+        if at == self.entries.len() {
+            self.entries.push_back((lsn, entry));
+        } else {
+            self.entries.insert(at, (lsn, entry));
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -82,7 +112,7 @@ impl Backups {
 
     /// The highest LSN held.
     pub fn newest(&self) -> Option<u64> {
-        self.entries.keys().next_back().copied()
+        self.entries.back().map(|(lsn, _)| *lsn)
     }
 
     pub fn stats(&self) -> BackupStats {
@@ -168,6 +198,37 @@ mod tests {
         b.absorb(&mut resp(8, 0, &[]));
         assert!(b.is_empty(), "the old run's recovery is over");
         assert_eq!(b.stats().peak_bytes, 200);
+    }
+
+    proptest::proptest! {
+        /// Against a map model: whatever order entries and watermarks
+        /// arrive in, the held entries are those above the watermark, once
+        /// each, in LSN order, and the byte count is theirs.
+        #[test]
+        fn holds_what_a_map_model_holds(
+            steps in proptest::collection::vec(
+                (proptest::collection::vec(1u64..60, 0..6), 0u64..8), 1..40)
+        ) {
+            let mut b = Backups::default();
+            let mut model = std::collections::BTreeMap::new();
+            let mut wb = 0;
+            for (lsns, advance) in steps {
+                wb += advance / 6; // watermark moves now and then
+                let mut r = resp(1, wb, &[]);
+                for l in lsns {
+                    r.backups.push(pb::RedoBackup { lsn: l, entry: vec![0; l as usize] });
+                    if l > wb {
+                        model.entry(l).or_insert(l as usize);
+                    }
+                }
+                model.retain(|l, _| *l > wb);
+                b.absorb(&mut r);
+                let held: Vec<u64> = b.entries.iter().map(|(l, _)| *l).collect();
+                proptest::prop_assert_eq!(&held, &model.keys().copied().collect::<Vec<_>>());
+                proptest::prop_assert_eq!(b.stats().bytes, model.values().sum::<usize>());
+                proptest::prop_assert_eq!(b.newest(), model.keys().next_back().copied());
+            }
+        }
     }
 
     #[test]
