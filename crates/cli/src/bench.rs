@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan::{Kind, Layout, Phase};
 use serde::Serialize;
-use sextant_client::{Client, Options};
+use sextant_client::Client;
 use stats::{median, summarize, Counts, Summary};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -213,6 +213,7 @@ fn connect(cli: &Cli, addr: &str, rt: &tokio::runtime::Runtime) -> Result<Client
         server: Some(addr),
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
+        tls_ca: cli.tls_ca.as_deref(),
         local: false,
     })?
     .with_context(|| {
@@ -221,8 +222,9 @@ fn connect(cli: &Cli, addr: &str, rt: &tokio::runtime::Runtime) -> Result<Client
              (the server's <data>/secret), SEXTANT_SECRET, or --data of the server"
         )
     })?;
-    rt.block_on(Client::connect(addr, &secret, Options::default()))
-        .with_context(|| format!("connecting to the Sextant server at {addr}"))
+    let options = crate::session::client_options(cli.tls_ca.as_deref())?;
+    rt.block_on(Client::connect(addr, &secret, options))
+        .with_context(|| crate::session::connecting_to(addr, cli.tls_ca.as_deref()))
 }
 
 /// `sextant bench`.

@@ -559,6 +559,7 @@ async fn open_session(
         server: server.as_deref(),
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
+        tls_ca: cli.tls_ca.as_deref(),
         local: cli.local,
     })
     .await

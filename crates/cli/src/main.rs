@@ -39,6 +39,12 @@ struct Cli {
     /// to other users).
     #[arg(long, global = true, env = "SEXTANT_SECRET", hide_env_values = true)]
     secret: Option<String>,
+    /// Connect with TLS, trusting the server's certificate if this
+    /// authority (a PEM file) signed it; a self-signed server certificate
+    /// is its own authority (it must be a leaf: not marked as a CA). The
+    /// server's name or IP is checked against the host of --server.
+    #[arg(long, global = true, env = "SEXTANT_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Use the embedded engine on --data even if a server answers.
     #[arg(long, global = true, conflicts_with = "server")]
     local: bool,
@@ -55,7 +61,8 @@ enum Command {
     ///
     /// Settings come from flags and environment, then the --config TOML
     /// file (keys: data, listen, memory, journal_sync, dedup_window,
-    /// dedup_clients), then defaults. The first start creates the cluster
+    /// dedup_clients, metrics, durability, arl_size, recovery_grace,
+    /// tls_cert, tls_key), then defaults. The first start creates the cluster
     /// secret <data>/secret (mode 0600) that clients must present. SIGINT
     /// or SIGTERM stops it gracefully (tables written back).
     Serve(ServeArgs),
@@ -191,6 +198,24 @@ struct ServeArgs {
     /// [default: 5s]
     #[arg(long, value_name = "DURATION")]
     recovery_grace: Option<String>,
+    /// TLS: the server's certificate chain, a PEM file (with --tls-key;
+    /// clients then connect with --tls-ca). Without it, plain TCP: the
+    /// cluster secret still authenticates, but travels in clear.
+    #[arg(
+        long,
+        env = "SEXTANT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the private key of --tls-cert, a PEM file.
+    #[arg(
+        long,
+        env = "SEXTANT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -213,6 +238,8 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             durability: args.durability.clone(),
             arl_size: args.arl_size,
             recovery_grace: args.recovery_grace.clone(),
+            tls_cert: args.tls_cert.clone(),
+            tls_key: args.tls_key.clone(),
         },
     )?;
     let data = config.data.clone();
@@ -281,6 +308,7 @@ fn main() {
                         server: cli.server.as_deref(),
                         secret: cli.secret.as_deref(),
                         secret_file: cli.secret_file.as_deref(),
+                        tls_ca: cli.tls_ca.as_deref(),
                         local: cli.local,
                     })
                     .await?;

@@ -108,6 +108,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
         server: Some(&addr),
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
+        tls_ca: cli.tls_ca.as_deref(),
         local: false,
     })?
     .with_context(|| {
@@ -127,10 +128,10 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
             Options {
                 // The watcher skips this mount's own changes.
                 origin: sextant_client::new_origin(),
-                ..Options::default()
+                ..crate::session::client_options(cli.tls_ca.as_deref())?
             },
         ))
-        .with_context(|| format!("connecting to the Sextant server at {addr}"))?;
+        .with_context(|| crate::session::connecting_to(&addr, cli.tls_ca.as_deref()))?;
     let log = args.log.clone();
     let mountpoint = cfg.mountpoint.clone();
     let releaser = client.clone();

@@ -49,7 +49,31 @@ pub struct Target<'a> {
     pub server: Option<&'a str>,
     pub secret: Option<&'a str>,
     pub secret_file: Option<&'a Path>,
+    /// TLS: the authority that signed the server's certificate (PEM file).
+    pub tls_ca: Option<&'a Path>,
     pub local: bool,
+}
+
+/// The context of a failed connection, with a hint about TLS when none
+/// was asked for (a TLS server answers plain HTTP/2 with a protocol error).
+pub fn connecting_to(addr: &str, tls_ca: Option<&Path>) -> String {
+    match tls_ca {
+        Some(_) => format!("connecting to the Sextant server at {addr} with TLS"),
+        None => format!(
+            "connecting to the Sextant server at {addr} (if it serves TLS, give --tls-ca FILE)"
+        ),
+    }
+}
+
+/// Client settings for the CLI's connections: TLS when `tls_ca` is given.
+pub fn client_options(tls_ca: Option<&Path>) -> Result<Options> {
+    let mut o = Options::default();
+    if let Some(path) = tls_ca {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("cannot read the TLS CA certificate {}", path.display()))?;
+        o.tls_ca = Some(pem);
+    }
+    Ok(o)
 }
 
 /// Does something accept TCP connections at `addr`?
@@ -96,9 +120,9 @@ impl Session {
                         t.data.display()
                     );
                 };
-                let client = Client::connect(&addr, &secret, Options::default())
+                let client = Client::connect(&addr, &secret, client_options(t.tls_ca)?)
                     .await
-                    .with_context(|| format!("connecting to the Sextant server at {addr}"))?;
+                    .with_context(|| connecting_to(&addr, t.tls_ca))?;
                 return Ok(Session {
                     backend: Backend::Remote(client),
                     cred,

@@ -630,3 +630,64 @@ fn cli_uses_the_server_and_falls_back_to_embedded() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "f\ns\n");
 }
+
+/// TLS: a server with a certificate serves clients that trust it (the
+/// library and the CLI), and a plain-TCP client gets a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serves_clients_that_trust_the_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let made =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let (mut child, addr) = common::spawn_server_with(
+        &data,
+        "127.0.0.1:0",
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        std::process::Stdio::inherit(),
+    );
+    let secret = common::secret_of(&data);
+    let tls = Options {
+        tls_ca: Some(made.cert.pem().into_bytes()),
+        ..Options::default()
+    };
+    let c = Client::connect(&addr, &secret, tls).await.unwrap();
+    c.mkdir(&root(), Soid::ROOT, b"over-tls", 0o755)
+        .await
+        .unwrap();
+    // Plain TCP to a TLS server: refused with an error, not a hang.
+    let plain = Options {
+        connect_timeout: Duration::from_secs(2),
+        retry_for: Duration::from_secs(2),
+        ..Options::default()
+    };
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        Client::connect(&addr, &secret, plain),
+    )
+    .await
+    .expect("a plain client must fail, not hang");
+    assert!(r.is_err());
+    // The CLI with --tls-ca.
+    let out = Command::new(BIN)
+        .args(["--server", &addr, "--tls-ca"])
+        .arg(&cert)
+        .args(["ls", "/"])
+        .env("SEXTANT_SECRET", &secret)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "over-tls");
+    common::kill9(&mut child);
+}

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 /// What a call can fail with.
@@ -94,6 +94,11 @@ pub struct Options {
     /// stream of a client with the same origin leaves out the changes of
     /// these requests (0: none; siblings keep it).
     pub origin: u64,
+    /// TLS: the PEM certificate of the authority that signed the server's
+    /// certificate (`None`: plain TCP). The name checked is the host part
+    /// of the address unless [`Options::tls_domain`] says otherwise.
+    pub tls_ca: Option<Vec<u8>>,
+    pub tls_domain: Option<String>,
 }
 
 impl Default for Options {
@@ -103,6 +108,8 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(3),
             client_id: None,
             origin: 0,
+            tls_ca: None,
+            tls_domain: None,
         }
     }
 }
@@ -218,6 +225,14 @@ async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
     }
 }
 
+/// The host part of `host:port` (`[v6]:port` gives `v6`).
+fn host_of(addr: &str) -> String {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
+}
+
 /// A random 64-bit number from the kernel (never 0).
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -241,12 +256,26 @@ impl Client {
             addr: addr.to_string(),
             reason,
         };
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if options.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| unavailable(format!("bad address: {e}")))?
             .connect_timeout(options.connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(20));
+        if let Some(ca) = &options.tls_ca {
+            let domain = options.tls_domain.clone().unwrap_or_else(|| host_of(addr));
+            let tls = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca))
+                .domain_name(domain);
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| unavailable(format!("TLS settings: {e}")))?;
+        }
         let secret = MetadataValue::try_from(secret.trim())
             .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?;
         let client = Client {

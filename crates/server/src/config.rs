@@ -11,6 +11,8 @@
 //! arl_size = 4                   # logless: Active Request List size K
 //! recovery_grace = "5s"          # logless: wait for clients' backups
 //! bench_sync_floor = "7ms"       # benchmarks only: see below
+//! tls_cert = "/etc/sextant/cert.pem"  # TLS: certificate chain (PEM)
+//! tls_key = "/etc/sextant/key.pem"    #      and its private key
 //! ```
 //!
 //! The metrics address also comes from `SEXTANT_METRICS`, the durability
@@ -42,6 +44,8 @@ pub struct FileConfig {
     pub arl_size: Option<usize>,
     pub recovery_grace: Option<String>,
     pub bench_sync_floor: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -70,6 +74,16 @@ pub struct ServerConfig {
     pub recovery_grace: Duration,
     /// Benchmarks: the least time a journal sync takes (see the module doc).
     pub bench_sync_floor: Option<Duration>,
+    /// TLS: the server's certificate chain and private key, PEM files
+    /// (`None`: plain TCP; the cluster secret still authenticates).
+    pub tls: Option<TlsFiles>,
+}
+
+/// Where the server's TLS certificate and key are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// Default [`ServerConfig::recovery_grace`]: clients reconnect within a
@@ -92,6 +106,7 @@ impl Default for ServerConfig {
             logless: None,
             recovery_grace: DEFAULT_RECOVERY_GRACE,
             bench_sync_floor: None,
+            tls: None,
         }
     }
 }
@@ -106,6 +121,8 @@ pub struct Overrides {
     pub durability: Option<String>,
     pub arl_size: Option<usize>,
     pub recovery_grace: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -155,6 +172,11 @@ impl ServerConfig {
         if let Some(g) = o.recovery_grace.or(f.recovery_grace) {
             c.recovery_grace = parse_duration(&g)?;
         }
+        c.tls = match (o.tls_cert.or(f.tls_cert), o.tls_key.or(f.tls_key)) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            _ => bail!("TLS needs both a certificate (tls_cert) and its key (tls_key)"),
+        };
         let floor = std::env::var("SEXTANT_BENCH_SYNC_FLOOR")
             .ok()
             .or(f.bench_sync_floor);
@@ -261,6 +283,13 @@ mod tests {
             c.engine_config().journal.sync_floor,
             Some(Duration::from_millis(7))
         );
+        let half: FileConfig = toml::from_str("tls_cert = \"/c.pem\"\n").unwrap();
+        let err = ServerConfig::resolve(Some(half), Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("tls_key"), "{err}");
+        let both: FileConfig =
+            toml::from_str("tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n").unwrap();
+        let c = ServerConfig::resolve(Some(both), Overrides::default()).unwrap();
+        assert_eq!(c.tls.map(|t| t.key), Some(PathBuf::from("/k.pem")));
         let file: FileConfig =
             toml::from_str("durability = \"logless\"\narl_size = 8\nrecovery_grace = \"1s\"\n")
                 .unwrap();

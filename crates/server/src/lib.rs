@@ -57,6 +57,8 @@ pub struct ServeOptions {
     pub dedup_clients: usize,
     /// Log-less: how long to collect clients' backups after a crash.
     pub recovery_grace: Duration,
+    /// TLS on every connection (`None`: plain TCP).
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 /// Serves `engine` on `listener` until `shutdown` resolves, then stops
@@ -73,6 +75,7 @@ pub async fn serve(
         dedup_window,
         dedup_clients,
         recovery_grace,
+        tls,
     } = options;
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
@@ -105,7 +108,11 @@ pub async fn serve(
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)));
     let mut stopped = stop_rx.clone();
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).context("TLS settings")?;
+    }
+    let server = builder
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         // Per connection: streams, and requests handled at once (unary).
@@ -168,6 +175,18 @@ pub fn signalled() -> impl Future<Output = ()> {
     }
 }
 
+/// Reads the certificate chain and key named in the config.
+fn load_tls(files: &config::TlsFiles) -> Result<tonic::transport::ServerTlsConfig> {
+    let read = |p: &std::path::Path, what: &str| {
+        std::fs::read(p).with_context(|| format!("cannot read the TLS {what} {}", p.display()))
+    };
+    let identity = tonic::transport::Identity::from_pem(
+        read(&files.cert, "certificate")?,
+        read(&files.key, "key")?,
+    );
+    Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
+}
+
 /// `sextant serve`: opens the engine, creates or reads the secret, listens,
 /// serves until SIGINT/SIGTERM, closes the engine. `on_listening` is told
 /// the bound address (useful with port 0).
@@ -180,6 +199,10 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
             ?floor,
             "bench_sync_floor is set: every journal sync is slowed to emulate a slower disk"
         );
+    }
+    let tls = config.tls.as_ref().map(load_tls).transpose()?;
+    if let Some(files) = &config.tls {
+        tracing::info!(cert = %files.cert.display(), "TLS on every connection");
     }
     let engine = Engine::open_dir(&config.data, config.engine_config())
         .with_context(|| format!("cannot open the data directory {}", config.data.display()))?;
@@ -206,6 +229,7 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
                 dedup_window: config.dedup_window,
                 dedup_clients: config.dedup_clients,
                 recovery_grace: config.recovery_grace,
+                tls,
             },
             shutdown,
         )
