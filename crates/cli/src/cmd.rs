@@ -54,9 +54,24 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
             link,
         } => ln(&s, &target, &link, symbolic).await?,
         Command::Du { path } => du(&s, &path, json).await?,
-        Command::Import { source, dest } => {
+        Command::Import {
+            source,
+            dest,
+            with_data,
+            data_dir,
+        } => {
             mkdir(&s, &dest, 0o755, true).await?;
-            let report = import(&s, &source, &dest, json).await?;
+            // The file contents go where the mount of this data directory
+            // reads them.
+            let objects = with_data.then(|| {
+                data_dir.unwrap_or_else(|| {
+                    cli.data
+                        .clone()
+                        .unwrap_or_else(crate::session::default_data)
+                        .join("objects")
+                })
+            });
+            let report = import(&s, &source, &dest, objects.as_deref(), json).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -69,6 +84,13 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
                     report.per_second,
                     report.skipped
                 );
+                if let Some(dir) = &objects {
+                    println!(
+                        "copied {} bytes of file data into {}",
+                        report.data_bytes,
+                        dir.display()
+                    );
+                }
             }
         }
         Command::Sync => s.sync().await?,

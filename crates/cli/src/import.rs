@@ -1,4 +1,8 @@
-//! `sextant import`: copy a local tree's metadata into Sextant.
+//! `sextant import`: copy a local tree's metadata into Sextant, and with
+//! an object directory the regular files' contents too (where `sextant
+//! mount` reads them: [`sextant_fuse::data::object_path`]). A file's
+//! content is copied before its size is recorded, so a file never shows a
+//! size its object does not have.
 //!
 //! The tree is walked a level at a time; the entries of a level are created
 //! with up to [`IN_FLIGHT`] operations in flight, so they share journal
@@ -20,6 +24,8 @@ pub struct ImportReport {
     pub directories: u64,
     pub symlinks: u64,
     pub skipped: u64,
+    /// Content bytes copied (with an object directory).
+    pub data_bytes: u64,
     pub seconds: f64,
     pub per_second: f64,
 }
@@ -45,8 +51,13 @@ fn nanos(sec: i64, nsec: i64) -> Nanos {
     Nanos::from_parts(sec, nsec.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0))
 }
 
-/// Creates one entry; for a file also sets its size, owner and times.
-async fn create_one(s: &Session, it: &Item) -> Result<(Kind, Attr, SetAttr), String> {
+/// Creates one entry; for a file also copies its content into `objects`
+/// (when given) and sets its size, owner and times.
+async fn create_one(
+    s: &Session,
+    it: &Item,
+    objects: Option<&Path>,
+) -> Result<(Kind, Attr, SetAttr), String> {
     let ft = it.meta.file_type();
     let perm = it.meta.mode() & 0o7777;
     let show = |e| fs_err(e, &it.path.display().to_string()).to_string();
@@ -87,13 +98,41 @@ async fn create_one(s: &Session, it: &Item) -> Result<(Kind, Attr, SetAttr), Str
         perm: Some(m.mode() & 0o7777),
     };
     if kind == Kind::Other {
+        if let (Some(dir), true) = (objects, ft.is_file()) {
+            let (from, to) = (
+                it.path.clone(),
+                sextant_fuse::data::object_path(dir, attr.soid),
+            );
+            let copied = tokio::task::spawn_blocking(move || std::fs::copy(&from, &to))
+                .await
+                .map_err(|e| e.to_string())?;
+            let bytes = copied.map_err(|e| format!("copying {}: {e}", it.path.display()))?;
+            // The size recorded is what was copied (the source may have
+            // changed since it was listed).
+            let set = SetAttr {
+                size: Some(bytes),
+                ..set
+            };
+            s.setattr(attr.soid, &set).await.map_err(show)?;
+            return Ok((kind, attr, set));
+        }
         s.setattr(attr.soid, &set).await.map_err(show)?;
     }
     Ok((kind, attr, set))
 }
 
-pub async fn import(s: &Session, source: &Path, dest: &str, quiet: bool) -> Result<ImportReport> {
+pub async fn import(
+    s: &Session,
+    source: &Path,
+    dest: &str,
+    objects: Option<&Path>,
+    quiet: bool,
+) -> Result<ImportReport> {
     let started = Instant::now();
+    if let Some(dir) = objects {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    }
     let dest_dir = s.resolve(dest, true).await?;
     let bar = if quiet {
         ProgressBar::hidden()
@@ -135,7 +174,7 @@ pub async fn import(s: &Session, source: &Path, dest: &str, quiet: bool) -> Resu
         let mut results = stream::iter(
             items
                 .iter()
-                .map(|it| async move { (it, create_one(s, it).await) }),
+                .map(|it| async move { (it, create_one(s, it, objects).await) }),
         )
         .buffer_unordered(IN_FLIGHT);
         let mut next = Vec::new();
@@ -149,7 +188,12 @@ pub async fn import(s: &Session, source: &Path, dest: &str, quiet: bool) -> Resu
                             next.push((it.path.clone(), attr.soid));
                         }
                         Kind::Symlink => report.symlinks += 1,
-                        Kind::Other => report.files += 1,
+                        Kind::Other => {
+                            report.files += 1;
+                            if objects.is_some() {
+                                report.data_bytes += set.size.unwrap_or(0);
+                            }
+                        }
                     }
                     bar.inc(1);
                 }

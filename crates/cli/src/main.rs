@@ -123,13 +123,26 @@ enum Command {
         #[arg(default_value = "/")]
         path: String,
     },
-    /// Copy a local directory tree's metadata into Sextant.
+    /// Copy a local directory tree's metadata, and with --with-data its
+    /// file contents, into Sextant.
+    ///
+    /// Shows a progress bar with entries per second; prints a summary
+    /// (--json for scripts). Entries that cannot be read or created are
+    /// reported and skipped.
     Import {
         /// Local directory to read.
         source: PathBuf,
         /// Destination directory in Sextant (created if missing).
         #[arg(default_value = "/")]
         dest: String,
+        /// Also copy regular files' contents into the data directory that
+        /// `sextant mount` reads (--data-dir), so the files open with
+        /// their data on the mount.
+        #[arg(long)]
+        with_data: bool,
+        /// The mount's file-data directory [default: <data>/objects]
+        #[arg(long, value_name = "DIR", requires = "with_data")]
+        data_dir: Option<PathBuf>,
     },
     /// Write every table back and trim the journal.
     Sync,

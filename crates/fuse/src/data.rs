@@ -62,6 +62,12 @@ pub struct Dirty {
     pub size: u64,
 }
 
+/// Where the content of the file `soid` lives in the data directory `dir`
+/// (`sextant import --with-data` writes there too).
+pub fn object_path(dir: &Path, soid: Soid) -> PathBuf {
+    dir.join(soid.to_string())
+}
+
 impl Data {
     pub fn open_dir(dir: &Path) -> io::Result<Data> {
         std::fs::create_dir_all(dir)?;
@@ -76,7 +82,7 @@ impl Data {
     }
 
     fn path(&self, soid: Soid) -> PathBuf {
-        self.dir.join(soid.to_string())
+        object_path(&self.dir, soid)
     }
 
     fn open_object(&self, soid: Soid) -> io::Result<File> {
