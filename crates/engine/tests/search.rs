@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 const NAMES: &[&str] = &[
     "a",
@@ -648,12 +649,20 @@ fn run_case(
             ns.e.search_aggregate(&cred, Scope::Soid(scope), &expr, by)
                 .unwrap();
         prop_assert_eq!(agg, agg_of(&want, by));
-        // Any number of threads: the same hits in the same order, and the
-        // same tallies without paths.
-        for (threads, buffered_hits) in [(1, usize::MAX), (3, usize::MAX), (3, 1)] {
+        // Any number of threads, started at once or once the caller's
+        // thread has run a while (with the memo it has by then): the same
+        // hits in the same order, and the same tallies without paths.
+        let (now, soon) = (Duration::ZERO, Duration::from_micros(20));
+        for (threads, buffered_hits, spawn_after) in [
+            (1, usize::MAX, now),
+            (3, usize::MAX, now),
+            (3, 1, now),
+            (3, usize::MAX, soon),
+        ] {
             let opts = SearchOptions {
                 threads,
                 buffered_hits,
+                spawn_after,
                 ..SearchOptions::default()
             };
             let mut again = Vec::new();
@@ -877,6 +886,7 @@ fn parallel_search_under_splits_reports_stable_entries_once() {
                 let opts = SearchOptions {
                     threads,
                     buffered_hits,
+                    spawn_after: Duration::ZERO,
                     ..SearchOptions::default()
                 };
                 let mut got = Vec::new();

@@ -24,8 +24,13 @@
 //!   one flag that every thread reads before each table and while it
 //!   waits.
 //!
-//! Each worker starts from a copy of the memo as it is after the top-down
-//! walk (complete or not) and resolves further directories itself: two
+//! Workers start only once the search has run [`SearchOptions::spawn_after`]
+//! on the caller's thread alone (and items are left to claim): a selective
+//! search is over before a thread would have started.
+//!
+//! Each worker starts from a copy of the caller's memo as it is when the
+//! worker starts (complete or not; the memo only ever gains directories
+//! resolved by this search) and resolves further directories itself: two
 //! workers may read the same directory once each, which costs a few reads
 //! and keeps every lock short (no shared memo, no lock held across a
 //! table visit).
@@ -45,6 +50,9 @@ pub(crate) const MAX_THREADS: usize = 16;
 
 /// The default of [`SearchOptions::buffered_hits`] (tens of MB at most).
 pub(crate) const MAX_BUFFERED_HITS: usize = 1 << 16;
+
+/// The default of [`SearchOptions::spawn_after`].
+pub(crate) const SPAWN_AFTER: Duration = Duration::from_millis(2);
 
 /// How often a waiting thread looks at the stop check again.
 const STOP_POLL: Duration = Duration::from_millis(10);
@@ -135,38 +143,44 @@ pub(super) fn run(
         ok
     };
 
+    let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         let mut workers = Vec::with_capacity(threads - 1);
-        for _ in 1..threads {
-            let mut search = Search {
-                engine: main.engine,
-                cred: main.cred,
-                memo: main.memo.clone(),
-                stats: SearchStats::default(),
-            };
-            let (shared, work, halted, items) = (&shared, &work, &halted, &items);
-            workers.push(scope.spawn(move || {
-                let mut tallies = lean_by.map(Tallies::new);
-                while !halted() {
-                    let i = shared.next.fetch_add(1, Ordering::Relaxed);
-                    if i >= items.len() {
-                        break;
-                    }
-                    {
-                        let mut st = shared.state.lock();
-                        // Never for the first unreported item: the caller's
-                        // thread waits for it to drain the others.
-                        while i > st.reported && st.buffered >= opts.buffered_hits && !halted() {
-                            shared.changed.wait_for(&mut st, STOP_POLL);
+        let (engine, cred) = (main.engine, main.cred);
+        let spawn_workers = |workers: &mut Vec<_>, memo: &super::scope::Memo| {
+            for _ in 1..threads {
+                let mut search = Search {
+                    engine,
+                    cred,
+                    memo: memo.clone(),
+                    stats: SearchStats::default(),
+                };
+                let (shared, work, halted, items) = (&shared, &work, &halted, &items);
+                workers.push(scope.spawn(move || {
+                    let mut tallies = lean_by.map(Tallies::new);
+                    while !halted() {
+                        let i = shared.next.fetch_add(1, Ordering::Relaxed);
+                        if i >= items.len() {
+                            break;
+                        }
+                        {
+                            let mut st = shared.state.lock();
+                            // Never for the first unreported item: the caller's
+                            // thread waits for it to drain the others.
+                            while i > st.reported && st.buffered >= opts.buffered_hits && !halted()
+                            {
+                                shared.changed.wait_for(&mut st, STOP_POLL);
+                            }
+                        }
+                        if halted() || !work(i, &mut search, tallies.as_mut()) {
+                            break;
                         }
                     }
-                    if halted() || !work(i, &mut search, tallies.as_mut()) {
-                        break;
-                    }
-                }
-                (search.stats, tallies.map(Tallies::finish))
-            }));
-        }
+                    (search.stats, tallies.map(Tallies::finish))
+                }));
+            }
+        };
+        let mut spawned = threads <= 1;
 
         // The caller's thread reports finished items in order and, when
         // none is ready, visits the next unclaimed item itself.
@@ -210,7 +224,47 @@ pub(super) fn run(
             if opts.stopped() {
                 break;
             }
+            if !spawned
+                && started.elapsed() >= opts.spawn_after
+                && shared.next.load(Ordering::Relaxed) + 1 < items.len()
+            {
+                spawn_workers(&mut workers, &main.memo);
+                spawned = true;
+            }
             let i = shared.next.fetch_add(1, Ordering::Relaxed);
+            if i < items.len() && !spawned {
+                // Alone: every item before `i` is reported, so this one's
+                // hits go straight to `visit` (no map, no lock), as in a
+                // sequential search.
+                let mut stop = false;
+                let done = visit_range(
+                    job,
+                    main,
+                    items[i],
+                    lean.as_deref_mut(),
+                    usize::MAX,
+                    &halted,
+                    &mut |stats, hits| {
+                        for hit in hits {
+                            stats.hits += 1;
+                            if visit(hit).is_break() {
+                                stop = true;
+                                return ControlFlow::Break(());
+                            }
+                        }
+                        ControlFlow::Continue(())
+                    },
+                );
+                shared.state.lock().reported = i + 1;
+                match done {
+                    Err(e) => {
+                        result = Err(e);
+                        break 'report;
+                    }
+                    Ok(_) if stop => break 'report,
+                    Ok(_) => continue,
+                }
+            }
             if i < items.len() {
                 work(i, main, lean.as_deref_mut());
                 continue;
