@@ -722,15 +722,9 @@ impl Syncer {
         let mut buf = Vec::new();
         let mut policy = GroupCommit::default();
         let mut last_sync_end = Instant::now();
-        // The last sync's record count and duration, told to the policy
-        // with what was pending when it ended.
-        let mut last_sync: Option<(u32, Duration)> = None;
         loop {
             let batch = {
                 let mut st = self.shared.state.lock();
-                if let Some((count, took)) = last_sync.take() {
-                    policy.synced(count, took, st.open.count);
-                }
                 loop {
                     while st.open.count == 0 && !st.shutdown {
                         self.shared.syncer_wake.wait(&mut st);
@@ -781,7 +775,11 @@ impl Syncer {
                 return;
             }
             segment_len += buf.len() as u64;
-            last_sync = Some((batch.count, started.elapsed()));
+            // What was pending when the sync ended, read before its
+            // committers are woken: any of them back already would be
+            // counted twice (as acknowledged and as pending).
+            let pending = self.shared.state.lock().open.count;
+            policy.synced(batch.count, started.elapsed(), pending);
             last_sync_end = Instant::now();
             self.shared.syncs.fetch_add(1, Ordering::Relaxed);
             self.shared
