@@ -97,8 +97,11 @@ async fn create_one(
         // truncate do), and setattr applies the mode last, so 4755 stays 4755.
         perm: Some(m.mode() & 0o7777),
     };
-    if kind == Kind::Other {
-        if let (Some(dir), true) = (objects, ft.is_file()) {
+    if kind != Kind::Other {
+        return Ok((kind, attr, set));
+    }
+    let set = match objects {
+        Some(dir) if ft.is_file() => {
             let (from, to) = (
                 it.path.clone(),
                 sextant_fuse::data::object_path(dir, attr.soid),
@@ -109,15 +112,14 @@ async fn create_one(
             let bytes = copied.map_err(|e| format!("copying {}: {e}", it.path.display()))?;
             // The size recorded is what was copied (the source may have
             // changed since it was listed).
-            let set = SetAttr {
+            SetAttr {
                 size: Some(bytes),
                 ..set
-            };
-            s.setattr(attr.soid, &set).await.map_err(show)?;
-            return Ok((kind, attr, set));
+            }
         }
-        s.setattr(attr.soid, &set).await.map_err(show)?;
-    }
+        _ => set,
+    };
+    s.setattr(attr.soid, &set).await.map_err(show)?;
     Ok((kind, attr, set))
 }
 

@@ -327,21 +327,9 @@ async fn cli_commands_release_their_backups_before_they_exit() {
     let data = tmp.path().join("data");
     let mut server = Server::start(&data, "127.0.0.1:0", 4, 0);
     let addr = server.addr.clone();
-    let sextant = |args: &[&str]| {
-        let out = std::process::Command::new(common::BIN)
-            .args([&["--server", addr.as_str()], args].concat())
-            .env("SEXTANT_SECRET", common::secret_of(&data))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "sextant {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    sextant(&["mkdir", "/d"]);
-    sextant(&["touch", "/d/a", "/d/b"]);
-    sextant(&["mv", "/d/a", "/d/c"]);
+    common::cli_ok(&addr, &data, &["mkdir", "/d"]);
+    common::cli_ok(&addr, &data, &["touch", "/d/a", "/d/b"]);
+    common::cli_ok(&addr, &data, &["mv", "/d/a", "/d/c"]);
     server.kill9();
     let server = Server::start(&data, &addr, 4, 1);
     let log = server.recovered().await;

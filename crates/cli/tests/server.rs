@@ -595,20 +595,7 @@ fn cli_uses_the_server_and_falls_back_to_embedded() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let server = Server::start(&data, "127.0.0.1:0");
-    let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args(["--server", &server.addr, "--data"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| common::cli_ok(&server.addr, &data, args);
     run(&["mkdir", "-p", "/a/b"]);
     run(&["touch", "/a/f"]);
     run(&["ln", "-s", "/a/f", "/a/s"]);
@@ -676,18 +663,11 @@ async fn tls_serves_clients_that_trust_the_certificate() {
     .expect("a plain client must fail, not hang");
     assert!(r.is_err());
     // The CLI with --tls-ca.
-    let out = Command::new(BIN)
-        .args(["--server", &addr, "--tls-ca"])
-        .arg(&cert)
-        .args(["ls", "/"])
-        .env("SEXTANT_SECRET", &secret)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let ls = common::cli_ok(
+        &addr,
+        &data,
+        &["--tls-ca", cert.to_str().unwrap(), "ls", "/"],
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "over-tls");
+    assert_eq!(ls.trim(), "over-tls");
     common::kill9(&mut child);
 }

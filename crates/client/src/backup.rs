@@ -12,8 +12,9 @@
 //!
 //! Entries are kept in a deque sorted by LSN: sorted per reply, they
 //! arrive in increasing order (an append) and leave from the front (the
-//! watermark), where a search tree paid a descent per entry — 3.5 % of a
-//! 16-client benchmark's client CPU (perf). Out-of-order arrivals (after
+//! watermark), where a search tree paid a descent per entry — 4.0 % of a
+//! 16-client benchmark's client CPU, 1.3 % now (perf; docs/BENCHMARKS.md,
+//! "What keeping backups costs the client"). Out-of-order arrivals (after
 //! a reconnect) are inserted in place; duplicates are ignored.
 //!
 //! Memory: what a client holds is bounded by what the server hands out

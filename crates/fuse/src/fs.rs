@@ -266,6 +266,23 @@ impl SextantFs {
         Ok(())
     }
 
+    /// unlink, or rmdir when `dir`, in one round trip: the reply says what
+    /// was removed (and, when asked, the directory's attributes after it).
+    fn remove(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty, dir: bool) {
+        self.run(reply, async {
+            let (c, p) = (self.cred(req), self.soid(parent)?);
+            let (change, want_dir) = self.dir_change(parent);
+            let client = self.client();
+            let gone = if dir {
+                client.rmdir_with_dir(&c, p, name(n), want_dir).await?
+            } else {
+                client.unlink_with_dir(&c, p, name(n), want_dir).await?
+            };
+            change.end(gone.dir);
+            self.unlinked(&gone.value)
+        })
+    }
+
     fn statfs_data(&self) -> Statfs {
         let mut s = Statfs {
             bsize: 4096,
@@ -433,30 +450,11 @@ impl Filesystem for SextantFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        self.run(reply, async {
-            let (c, p) = (self.cred(req), self.soid(parent)?);
-            // One round trip: the reply says what was removed.
-            let (change, want_dir) = self.dir_change(parent);
-            let gone = self
-                .client()
-                .unlink_with_dir(&c, p, name(n), want_dir)
-                .await?;
-            change.end(gone.dir);
-            self.unlinked(&gone.value)
-        })
+        self.remove(req, parent, n, reply, false);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        self.run(reply, async {
-            let (c, p) = (self.cred(req), self.soid(parent)?);
-            let (change, want_dir) = self.dir_change(parent);
-            let gone = self
-                .client()
-                .rmdir_with_dir(&c, p, name(n), want_dir)
-                .await?;
-            change.end(gone.dir);
-            self.unlinked(&gone.value)
-        })
+        self.remove(req, parent, n, reply, true);
     }
 
     fn symlink(

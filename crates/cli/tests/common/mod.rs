@@ -58,6 +58,23 @@ pub fn spawn_server_with(
     (server, addr)
 }
 
+/// `sextant --server ADDR --data DATA ARGS` (the secret found in DATA),
+/// which must succeed; its stdout.
+pub fn cli_ok(addr: &str, data: &Path, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(["--server", addr, "--data"])
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sextant {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The cluster secret a server made in `data`.
 pub fn secret_of(data: &Path) -> String {
     std::fs::read_to_string(data.join("secret"))

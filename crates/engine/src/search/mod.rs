@@ -828,17 +828,29 @@ pub(crate) fn run_with(
         lean,
         limit,
         &halted,
-        &mut |stats, hits| {
-            for hit in hits {
-                stats.hits += 1;
-                if visit(hit).is_break() || stats.hits >= limit {
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
-        },
+        &mut |stats, hits| report(stats, hits, limit, &mut visit),
     )?;
     Ok(s.stats)
+}
+
+/// Hands `hits` to `visit` in order, counting them in `stats`; breaks when
+/// `visit` does or the count reaches `limit`.
+fn report<F>(
+    stats: &mut SearchStats,
+    hits: Vec<SearchHit>,
+    limit: usize,
+    visit: &mut F,
+) -> ControlFlow<()>
+where
+    F: FnMut(SearchHit) -> ControlFlow<()> + ?Sized,
+{
+    for hit in hits {
+        stats.hits += 1;
+        if visit(hit).is_break() || stats.hits >= limit {
+            return ControlFlow::Break(());
+        }
+    }
+    ControlFlow::Continue(())
 }
 
 /// Visits the tables overlapping `range` by a SOID cursor, for the rows of

@@ -36,7 +36,7 @@
 //! table visit).
 
 use super::{
-    visit_range, Aggregation, Job, Search, SearchHit, SearchOptions, SearchStats, Tallies,
+    report, visit_range, Aggregation, Job, Search, SearchHit, SearchOptions, SearchStats, Tallies,
 };
 use sextant_types::{FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
@@ -208,11 +208,8 @@ pub(super) fn run(
             for done in ready {
                 match done {
                     Ok(hits) => {
-                        for hit in hits {
-                            main.stats.hits += 1;
-                            if visit(hit).is_break() {
-                                break 'report;
-                            }
+                        if report(&mut main.stats, hits, usize::MAX, visit).is_break() {
+                            break 'report;
                         }
                     }
                     Err(e) => {
@@ -235,8 +232,8 @@ pub(super) fn run(
             if i < items.len() && !spawned {
                 // Alone: every item before `i` is reported, so this one's
                 // hits go straight to `visit` (no map, no lock), as in a
-                // sequential search.
-                let mut stop = false;
+                // sequential search. A break is `visit`'s or a stop check's:
+                // the search ends either way.
                 let done = visit_range(
                     job,
                     main,
@@ -244,16 +241,7 @@ pub(super) fn run(
                     lean.as_deref_mut(),
                     usize::MAX,
                     &halted,
-                    &mut |stats, hits| {
-                        for hit in hits {
-                            stats.hits += 1;
-                            if visit(hit).is_break() {
-                                stop = true;
-                                return ControlFlow::Break(());
-                            }
-                        }
-                        ControlFlow::Continue(())
-                    },
+                    &mut |stats, hits| report(stats, hits, usize::MAX, visit),
                 );
                 shared.state.lock().reported = i + 1;
                 match done {
@@ -261,8 +249,8 @@ pub(super) fn run(
                         result = Err(e);
                         break 'report;
                     }
-                    Ok(_) if stop => break 'report,
-                    Ok(_) => continue,
+                    Ok(ControlFlow::Break(())) => break 'report,
+                    Ok(ControlFlow::Continue(())) => continue,
                 }
             }
             if i < items.len() {
