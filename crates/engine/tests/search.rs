@@ -682,6 +682,50 @@ fn run_case(
                     .unwrap();
             prop_assert_eq!(grouped, agg_of(&want, by), "{} threads", threads);
         }
+        // Root's subtree totals with expressions of owner, group and type
+        // only: tables wholly below the scope are added up from their
+        // maintained summaries, the rest searched; the same totals.
+        if ns.dirs.contains(&scope) {
+            for group_only in [
+                Expr::pred(Pred::Type(vec![FileType::Regular])),
+                Expr::and(
+                    Expr::pred(Pred::Uid { lo: 1, hi: 2 }),
+                    Expr::not(Expr::pred(Pred::Type(vec![FileType::Directory]))),
+                ),
+                Expr::or(
+                    Expr::pred(Pred::Gid { lo: 20, hi: 20 }),
+                    Expr::pred(Pred::Depth {
+                        min: 1,
+                        max: u32::MAX,
+                    }),
+                ),
+            ] {
+                let want = brute(&ns.e, &root, scope, &group_only, hint);
+                for by in [
+                    None,
+                    Some(GroupBy::Uid),
+                    Some(GroupBy::Gid),
+                    Some(GroupBy::Type),
+                ] {
+                    for threads in [1, 3] {
+                        let opts = SearchOptions {
+                            threads,
+                            spawn_after: Duration::ZERO,
+                            ..SearchOptions::default()
+                        };
+                        let (got, stats) =
+                            ns.e.search_tally(&root, Scope::Soid(scope), &group_only, by, &opts)
+                                .unwrap();
+                        let mut want = agg_of(&want, by.unwrap_or(GroupBy::Uid));
+                        if by.is_none() {
+                            want.groups.clear();
+                        }
+                        prop_assert_eq!(got, want, "{:?} by {:?}", group_only, by);
+                        totals.tables_summarized += stats.tables_summarized;
+                    }
+                }
+            }
+        }
         // A limit stops early with a prefix of the full answer.
         if got.len() > 1 {
             let some =
@@ -720,20 +764,22 @@ fn search_equals_brute_force() {
     });
     let totals = totals.into_inner();
     eprintln!(
-        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} out of scope by exits, {} candidates, {} hits",
+        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} out of scope by exits, {} summarized, {} candidates, {} hits",
         totals.tables,
         totals.tables_pruned,
         100.0 * totals.tables_pruned as f64 / totals.tables.max(1) as f64,
         totals.tables_out_of_scope,
+        totals.tables_summarized,
         totals.candidates,
         totals.hits
     );
     if let Err(e) = result {
         panic!("{e}");
     }
-    // The exit-set pruning is exercised, not just present.
+    // The exit-set pruning and the summaries are exercised, not just present.
     if cases >= 50 {
         assert!(totals.tables_out_of_scope > 0, "{totals:?}");
+        assert!(totals.tables_summarized > 0, "{totals:?}");
     }
 }
 
@@ -865,6 +911,8 @@ fn parallel_search_under_splits_reports_stable_entries_once() {
     want.sort();
     let done = std::sync::atomic::AtomicBool::new(false);
     let keep = Expr::name(b"keep*");
+    let files = Expr::pred(Pred::Type(vec![FileType::Regular]));
+    let mut summarized = 0;
     std::thread::scope(|sc| {
         sc.spawn(|| {
             for i in 0..300u32 {
@@ -901,9 +949,23 @@ fn parallel_search_under_splits_reports_stable_entries_once() {
                     .search_tally(&root, Scope::Soid(Soid::ROOT), &keep, None, &opts)
                     .unwrap();
                 assert_eq!(t.total.count, want.len() as u64);
+                // The subtree's totals, from the summaries of the tables
+                // wholly inside it and a search of the rest.
+                let (t, stats) = e
+                    .search_tally(
+                        &root,
+                        Scope::Soid(stable),
+                        &files,
+                        Some(GroupBy::Uid),
+                        &opts,
+                    )
+                    .unwrap();
+                assert_eq!(t.total.count, want.len() as u64);
+                summarized += stats.tables_summarized;
             }
         }
     });
+    assert!(summarized > 0);
     assert!(e.statfs().tables > 10, "{} tables", e.statfs().tables);
 }
 

@@ -222,6 +222,9 @@ pub struct SearchDone {
     pub candidates: u64,
     /// Tables skipped by their exit sets (counted in `tables`).
     pub tables_out_of_scope: u64,
+    /// Tables added up from their maintained summaries (counted in
+    /// `tables`).
+    pub tables_summarized: u64,
 }
 
 fn bytes_field(b: &[u8], max: usize, what: &str) -> Result<(), QueryError> {
@@ -500,6 +503,7 @@ pub fn done_to_pb(d: &SearchDone) -> pb::SearchDone {
         tables_pruned: d.tables_pruned,
         candidates: d.candidates,
         tables_out_of_scope: d.tables_out_of_scope,
+        tables_summarized: d.tables_summarized,
     }
 }
 
@@ -513,6 +517,7 @@ pub fn done_from_pb(d: pb::SearchDone) -> SearchDone {
         tables_pruned: d.tables_pruned,
         candidates: d.candidates,
         tables_out_of_scope: d.tables_out_of_scope,
+        tables_summarized: d.tables_summarized,
     }
 }
 
@@ -698,6 +703,7 @@ mod tests {
             tables_pruned: 4,
             candidates: 5,
             tables_out_of_scope: 6,
+            tables_summarized: 7,
         };
         assert_eq!(done_from_pb(done_to_pb(&d)), d);
     }

@@ -147,6 +147,7 @@ pub fn execute(
     done.tables_pruned = stats.tables_pruned as u64;
     done.candidates = stats.candidates as u64;
     done.tables_out_of_scope = stats.tables_out_of_scope as u64;
+    done.tables_summarized = stats.tables_summarized as u64;
     Ok(done)
 }
 

@@ -18,7 +18,11 @@
 //!   files), count only (`Engine::search_tally`, as `find -count`);
 //! - per-owner totals over the whole namespace and per-subtree totals of a
 //!   file's grandparent (aggregations: root's whole-namespace totals from
-//!   the maintained summaries, others by `Engine::search_tally`).
+//!   the maintained summaries, others by `Engine::search_tally`);
+//!   `per-top-dir-totals`: per-owner totals of the file's top-level
+//!   directory (a large subtree: 1/36 of the real shape), where tables
+//!   wholly inside are added up from their summaries — also timed with
+//!   summaries off (`SearchOptions::summaries`) in the same run.
 //!
 //! `--threads` sets the threads per search for the indexed queries and the
 //! scans alike (run it with 1 and with the core count to see what parallel
@@ -87,6 +91,14 @@ fn grandparent(path: &[u8]) -> Vec<u8> {
         }
     }
     p
+}
+
+/// The first component of `path` (`/a` of `/a/b/c`).
+fn top_dir(path: &[u8]) -> Vec<u8> {
+    match path.iter().skip(1).position(|&c| c == b'/') {
+        Some(i) => path[..i + 1].to_vec(),
+        None => b"/".to_vec(),
+    }
 }
 
 /// Glob metacharacters are escaped so a sampled name matches itself.
@@ -174,6 +186,11 @@ fn queries_for(kind: &str, f: &SearchHit, p90_size: u64) -> Option<Query> {
             expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
             aggregate: Some(Some(GroupBy::Uid)),
         },
+        "per-top-dir-totals" => Query {
+            scope: top_dir(&f.path),
+            expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
+            aggregate: Some(Some(GroupBy::Uid)),
+        },
         "per-subtree-totals" => Query {
             scope: grandparent(&f.path),
             expr: Expr::pred(Pred::Type(vec![FileType::Regular])),
@@ -186,11 +203,18 @@ fn queries_for(kind: &str, f: &SearchHit, p90_size: u64) -> Option<Query> {
 
 /// Runs `q` (indexed or scanned) on `threads` threads; returns (seconds,
 /// matches, stats).
-fn run(engine: &Engine, q: &Query, indexed: bool, threads: usize) -> (f64, u64, SearchStats) {
+fn run(
+    engine: &Engine,
+    q: &Query,
+    indexed: bool,
+    threads: usize,
+    summaries: bool,
+) -> (f64, u64, SearchStats) {
     let cred = Credentials::root();
     let scope = Scope::Path(&q.scope);
     let opts = SearchOptions {
         threads,
+        summaries,
         ..SearchOptions::default()
     };
     let mut count = 0u64;
@@ -199,7 +223,7 @@ fn run(engine: &Engine, q: &Query, indexed: bool, threads: usize) -> (f64, u64, 
         // summaries where they answer exactly (root, whole namespace),
         // else a search that adds up without building paths.
         let (secs, r) = timed(|| {
-            if let Some(by) = by {
+            if let (Some(by), true) = (by, summaries) {
                 if let Some(agg) = engine.aggregate_from_summaries(&cred, scope, &q.expr, by)? {
                     return Ok((agg, SearchStats::default()));
                 }
@@ -300,7 +324,7 @@ pub fn search(a: &SearchArgs) -> Report {
         )
         .target("<= 60 bytes/file", 60.0, false);
 
-    let kinds: [(&str, f64, f64); 10] = [
+    let kinds: [(&str, f64, f64); 11] = [
         // (kind, p50 target ms, p99 target ms; NaN: none)
         ("set1", 5.0, 50.0),
         ("set2", 5.0, 50.0),
@@ -312,6 +336,7 @@ pub fn search(a: &SearchArgs) -> Report {
         ("broad-count", 300.0, f64::NAN),
         ("per-owner-totals", 5.0, f64::NAN),
         ("per-subtree-totals", 5.0, f64::NAN),
+        ("per-top-dir-totals", 5.0, f64::NAN),
     ];
     for (kind, p50_target, p99_target) in kinds {
         if !a.only.is_empty() && !a.only.iter().any(|k| k == kind) {
@@ -331,21 +356,45 @@ pub fn search(a: &SearchArgs) -> Report {
         }
         let mut ms: Vec<f64> = Vec::new();
         let (mut pruned, mut tables, mut matches) = (0usize, 0usize, 0u64);
+        let (mut summarized, mut dir_reads, mut candidates) = (0usize, 0usize, 0usize);
+        // Aggregations are also timed without the per-table summaries
+        // (interleaved, same queries).
+        let mut unsummarized_ms: Vec<f64> = Vec::new();
         for q in &qs {
             for _ in 0..a.repeat.max(1) {
-                let (s, n, st) = run(&engine, q, true, threads);
+                let (s, n, st) = run(&engine, q, true, threads, true);
                 ms.push(s * 1e3);
                 pruned += st.tables_pruned;
                 tables += st.tables;
+                summarized += st.tables_summarized;
+                dir_reads += st.dir_reads;
+                candidates += st.candidates;
                 matches += n;
+                if q.aggregate.is_some() {
+                    let (s, n_off, _) = run(&engine, q, true, threads, false);
+                    assert_eq!(n, n_off, "{kind}: with and without summaries disagree");
+                    unsummarized_ms.push(s * 1e3);
+                }
             }
         }
         let mut scan_ms: Vec<f64> = Vec::new();
         for q in qs.iter().take(a.scans) {
-            let (s, n_scan, _) = run(&engine, q, false, threads);
-            let (_, n_index, _) = run(&engine, q, true, threads);
+            let (s, n_scan, _) = run(&engine, q, false, threads, false);
+            let (_, n_index, _) = run(&engine, q, true, threads, true);
             assert_eq!(n_scan, n_index, "{kind}: scan and index disagree");
             scan_ms.push(s * 1e3);
+        }
+        if !unsummarized_ms.is_empty() {
+            report.metric(
+                format!("{kind}: latency (index, summaries off)"),
+                "ms",
+                &unsummarized_ms,
+            );
+            report.metric(
+                format!("{kind}: tables summarized per query"),
+                "n",
+                &[summarized as f64 / ms.len() as f64],
+            );
         }
         let mut sorted = ms.clone();
         sorted.sort_by(|x, y| x.total_cmp(y));
@@ -379,6 +428,16 @@ pub fn search(a: &SearchArgs) -> Report {
             format!("{kind}: tables pruned by Bloom filters"),
             "%",
             &[100.0 * pruned as f64 / tables.max(1) as f64],
+        );
+        report.metric(
+            format!("{kind}: directory reads per query"),
+            "n",
+            &[dir_reads as f64 / ms.len() as f64],
+        );
+        report.metric(
+            format!("{kind}: candidate rows per query"),
+            "n",
+            &[candidates as f64 / ms.len() as f64],
         );
         report.metric(
             format!("{kind}: matches per query"),

@@ -64,6 +64,17 @@
 //! table's exits (a few per table) once per search, and resolving each
 //! exit's ancestry once (memoised).
 //!
+//! Recursive statistics are kept per *table* instead
+//! ([`crate::table::summary`]: paths and bytes per owner, group and type,
+//! updated by the table's inode writes like the exits). Whole-namespace
+//! totals for root are their sum; a subtree's totals for root add up every
+//! table whose exits all lie in the scope ([`scope::whole`]: then every
+//! path in it is below the scope root) from its summary without reading a
+//! row, and search only the tables the scope covers partly — when the
+//! expression depends only on owner, group and type, with no depth limit
+//! ([`Expr::is_group_only`], [`SearchStats::tables_summarized`]). Other
+//! callers and predicates visit every table, as above.
+//!
 //! # Permissions
 //!
 //! The caller sees what GNU find run by the caller would list: `S` itself,
@@ -216,6 +227,10 @@ pub struct SearchStats {
     pub tables: usize,
     /// Tables skipped by their Bloom filters without reading a row.
     pub tables_pruned: usize,
+    /// Tables added up from their maintained summaries without reading a
+    /// row (every path in them is in scope, [`scope::whole`]); counted in
+    /// `tables` too.
+    pub tables_summarized: usize,
     /// Tables skipped because their exit sets show they hold nothing
     /// visible below the scope root ([`crate::table::exits`]); counted in
     /// `tables` too.
@@ -601,6 +616,10 @@ pub struct SearchOptions<'a> {
     /// ms on one thread (thread start, memo copy, the shared map per
     /// table); started lazily it is 0.37 – 0.39 ms (docs/BENCHMARKS.md).
     pub spawn_after: std::time::Duration,
+    /// Tallies of root over a subtree may add up tables that lie wholly in
+    /// it from their maintained summaries (default true; false visits
+    /// every such table, for benchmarks to compare).
+    pub summaries: bool,
 }
 
 impl Default for SearchOptions<'_> {
@@ -611,6 +630,7 @@ impl Default for SearchOptions<'_> {
             stop: None,
             buffered_hits: parallel::MAX_BUFFERED_HITS,
             spawn_after: parallel::SPAWN_AFTER,
+            summaries: true,
         }
     }
 }
@@ -674,6 +694,12 @@ struct Job<'a> {
     /// every directory), so a tally needs no ancestry at all — as the
     /// maintained summaries, which answer the same caller without a search.
     everything_visible: bool,
+    /// Root tallying with a group-only expression ([`Expr::is_group_only`])
+    /// and no depth limit, into tallies that take summaries: a table whose
+    /// every path is below the scope root ([`scope::whole`]) is added up
+    /// from its maintained summary instead of being visited — the
+    /// per-subtree recursive statistics of issue 4, kept per table.
+    summarize: bool,
     use_index: bool,
 }
 
@@ -809,6 +835,13 @@ pub(crate) fn run_with(
             && plan.max_depth == u32::MAX
             && !expr.uses_depth()
             && !expr.uses_path(),
+        summarize: use_index
+            && opts.summaries
+            && cred.is_root()
+            && lean.as_deref().is_some_and(Tallies::takes_summaries)
+            && expr.is_group_only()
+            && plan.min_depth <= 1
+            && plan.max_depth == u32::MAX,
         use_index,
     };
 
@@ -904,6 +937,15 @@ fn visit_range(
             match scope::decide(t, job.root, plan.max_depth, &s.memo, use_index, complete) {
                 Decision::Skip => Some(Decision::Skip),
                 _ if complete && filtered(t) => None,
+                Decision::Visit if job.summarize && scope::whole(t, &s.memo) => {
+                    // Under the same lock as the decision: the summary
+                    // and the exits are of one state of the table.
+                    if let Some(tallies) = lean.as_deref_mut() {
+                        let added = tallies.add_summary(t.summary(), job.expr);
+                        s.stats.hits = s.stats.hits.saturating_add(added as usize);
+                    }
+                    Some(Decision::Summarized)
+                }
                 d => Some(d),
             }
         })?;
@@ -923,6 +965,10 @@ fn visit_range(
             Some(Decision::Skip) => {
                 s.stats.tables += 1;
                 s.stats.tables_out_of_scope += 1;
+            }
+            Some(Decision::Summarized) => {
+                s.stats.tables += 1;
+                s.stats.tables_summarized += 1;
             }
             Some(Decision::Visit | Decision::Resolve(_)) => {
                 // Collect under the table's lock (the table at the cursor
@@ -1212,6 +1258,40 @@ impl Tallies {
                 ));
             }
         }
+    }
+
+    /// Whether [`Tallies::add_summary`] can add to these (the grouping is
+    /// one the summaries keep).
+    fn takes_summaries(&self) -> bool {
+        matches!(
+            self.by,
+            None | Some(GroupBy::Uid | GroupBy::Gid | GroupBy::Type)
+        )
+    }
+
+    /// Adds the groups of a whole table's maintained summary for which the
+    /// group-only `expr` holds ([`Expr::eval_group`]); returns the paths
+    /// added. REQUIRES: [`Tallies::takes_summaries`].
+    fn add_summary(&mut self, summary: &crate::table::summary::Summary, expr: &Expr) -> u64 {
+        let mut added = 0u64;
+        for (&(uid, gid, ftype), totals) in summary.groups() {
+            if !expr.eval_group(uid, gid, ftype) {
+                continue;
+            }
+            added = added.saturating_add(totals.count);
+            let key = match self.by {
+                None => {
+                    self.agg.total.count = self.agg.total.count.saturating_add(totals.count);
+                    self.agg.total.size = self.agg.total.size.saturating_add(totals.size);
+                    continue;
+                }
+                Some(GroupBy::Uid) => GroupKey::Uid(uid),
+                Some(GroupBy::Gid) => GroupKey::Gid(gid),
+                Some(_) => GroupKey::Type(ftype),
+            };
+            self.agg.add_totals(key, *totals);
+        }
+        added
     }
 
     pub(crate) fn finish(mut self) -> Aggregation {

@@ -292,6 +292,7 @@ fn add_stats(into: &mut SearchStats, w: &SearchStats) {
     into.tables += w.tables;
     into.tables_pruned += w.tables_pruned;
     into.tables_out_of_scope += w.tables_out_of_scope;
+    into.tables_summarized += w.tables_summarized;
     into.candidates += w.candidates;
     into.links_checked += w.links_checked;
     into.dir_reads += w.dir_reads;

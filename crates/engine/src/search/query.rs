@@ -220,6 +220,47 @@ impl Expr {
     pub fn uses_path(&self) -> bool {
         self.any_pred(&|p| matches!(p, Pred::Path { .. }))
     }
+
+    /// Whether the expression's value, for every entry at depth ≥ 1, is a
+    /// function of the inode's owner, group and type alone: its predicates
+    /// are type, uid and gid tests, and depth limits that every depth ≥ 1
+    /// satisfies. Such an expression can be answered from a table's
+    /// maintained summary ([`crate::table::summary`]) with
+    /// [`Expr::eval_group`].
+    pub fn is_group_only(&self) -> bool {
+        !self.any_pred(&|p| {
+            !matches!(
+                p,
+                Pred::Type(_)
+                    | Pred::Uid { .. }
+                    | Pred::Gid { .. }
+                    | Pred::Depth {
+                        min: 0 | 1,
+                        max: u32::MAX
+                    }
+            )
+        })
+    }
+
+    /// The value for an entry at depth ≥ 1 of an inode with this owner,
+    /// group and type. REQUIRES: [`Expr::is_group_only`] (other predicates
+    /// count as false).
+    pub fn eval_group(&self, uid: u32, gid: u32, ftype: FileType) -> bool {
+        match self {
+            Expr::True => true,
+            Expr::False => false,
+            Expr::Pred(p) => match p {
+                Pred::Type(ts) => ts.contains(&ftype),
+                Pred::Uid { lo, hi } => (*lo..=*hi).contains(&uid),
+                Pred::Gid { lo, hi } => (*lo..=*hi).contains(&gid),
+                Pred::Depth { min, max } => *min <= 1 && *max == u32::MAX,
+                _ => false,
+            },
+            Expr::And(xs) => xs.iter().all(|x| x.eval_group(uid, gid, ftype)),
+            Expr::Or(xs) => xs.iter().any(|x| x.eval_group(uid, gid, ftype)),
+            Expr::Not(x) => !x.eval_group(uid, gid, ftype),
+        }
+    }
 }
 
 impl Pred {
@@ -656,5 +697,67 @@ mod tests {
             ..de
         };
         assert!(p(Pred::Empty).matches(&de));
+    }
+
+    /// A group-only expression evaluated from (uid, gid, type) equals the
+    /// exact evaluation of any entry at depth ≥ 1 with them; other
+    /// predicates make an expression not group-only.
+    #[test]
+    fn group_only_expressions_depend_on_owner_group_and_type_alone() {
+        use proptest::prelude::*;
+        let types = [FileType::Regular, FileType::Directory, FileType::Symlink];
+        let leaf = prop_oneof![
+            prop::collection::vec(0..3usize, 1..3)
+                .prop_map(move |v| Pred::Type(v.into_iter().map(|i| types[i]).collect())),
+            (0..4u32, 0..4u32).prop_map(|(a, b)| Pred::Uid {
+                lo: a.min(b),
+                hi: a.max(b)
+            }),
+            (0..4u32, 0..4u32).prop_map(|(a, b)| Pred::Gid {
+                lo: a.min(b),
+                hi: a.max(b)
+            }),
+            (0..3u32, prop::sample::select(vec![2, 5, u32::MAX]))
+                .prop_map(|(min, max)| Pred::Depth { min, max }),
+            Just(Pred::Size { lo: 1, hi: 9 }),
+        ]
+        .prop_map(Expr::Pred);
+        let expr = leaf.prop_recursive(3, 12, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Expr::And),
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Expr::Or),
+                inner.prop_map(|e| Expr::Not(Box::new(e))),
+            ]
+        });
+        let mut runner = proptest::test_runner::TestRunner::default();
+        runner
+            .run(
+                &(expr, 0..4u32, 0..4u32, 0..3usize, 1..9u32, 0..20u64),
+                |(expr, uid, gid, t, depth, size)| {
+                    let only = expr.is_group_only();
+                    let has_other = expr.any_pred(&|p| match p {
+                        Pred::Size { .. } => true,
+                        Pred::Depth { min, max } => *min > 1 || *max != u32::MAX,
+                        _ => false,
+                    });
+                    prop_assert_eq!(only, !has_other);
+                    if !only {
+                        return Ok(());
+                    }
+                    let mut i = ino(types[t], 0o644, size);
+                    (i.uid, i.gid) = (uid, gid);
+                    let e = Entry {
+                        path: Some(b"/d/f"),
+                        name: b"f",
+                        depth: Some(depth),
+                        soid: Soid::from_u128(9),
+                        inode: &i,
+                        dir_has_entries: true,
+                    };
+                    prop_assert_eq!(expr.eval(&e), Some(expr.eval_group(uid, gid, types[t])));
+                    Ok(())
+                },
+            )
+            .unwrap();
     }
 }

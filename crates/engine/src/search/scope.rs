@@ -212,6 +212,9 @@ pub(super) enum Decision {
     Skip,
     /// These exits must be resolved ([`status_remote`]) before deciding.
     Resolve(Vec<Soid>),
+    /// Added up from the table's maintained summary (made by the caller
+    /// from `Visit` when the table is [`whole`]; never by [`decide`]).
+    Summarized,
 }
 
 /// See the module docs. `prune` false (brute-force scans) never skips;
@@ -245,6 +248,33 @@ pub(super) fn decide(
     } else {
         Decision::Skip
     }
+}
+
+/// Whether every path of every inode of table `t` lies strictly below the
+/// scope root and is visible: then the table's maintained summary
+/// ([`crate::table::summary`]) is exactly its share of a tally of the
+/// scope, with no row read.
+///
+/// Why: by the exit-set argument ([`crate::table::exits`]) each link of an
+/// inode of `t` has a parent chain that either stays in `t` up to the
+/// file-system root or leaves `t` at an exit. If `t` does not hold the
+/// file-system root and every exit is memoised in scope with visible
+/// entries, every chain passes through the scope: every link is below the
+/// scope root, at depth ≥ 1. (Then `t` cannot hold the scope root either:
+/// its own chain would leave `t` at an exit above it, never in scope.)
+/// Visible means the exit and its ancestors up to the scope root are
+/// listable; directories inside `t` are not checked, so the caller must be
+/// one who may list every directory (root).
+///
+/// A table with no exit holds nothing reachable from outside it (it does
+/// not hold the root), which a search would also find nothing in: it is
+/// not whole (the caller then decides as before).
+pub(super) fn whole(t: &Table, memo: &Memo) -> bool {
+    !t.range.contains(Soid::ROOT)
+        && !t.exits().is_empty()
+        && t.exits()
+            .dirs()
+            .all(|e| matches!(memo.get(&e), Some(Status::In { visible: true, .. })))
 }
 
 /// Entries listed by [`walk_down`] before it gives up (the scope is then

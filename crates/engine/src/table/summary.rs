@@ -1,7 +1,14 @@
 //! A table's maintained totals (issue 4, "maintained summaries"): paths
 //! and bytes per (owner, group, type) of the inodes the table holds,
 //! updated by every inode write, so per-owner totals of the whole
-//! namespace are a sum over tables instead of a scan.
+//! namespace are a sum over tables instead of a scan, and a subtree's
+//! totals add up the tables that lie wholly inside it without reading
+//! their rows ([`crate::search`], `scope::whole`): recursive statistics
+//! kept per table rather than per directory, so a mutation updates one
+//! summary (its inode's table) and never its ancestors' — no write to the
+//! root directory on every create, and no cross-table or cross-server
+//! propagation (Ceph propagates its per-directory rstats lazily for the
+//! same reason). The tables a subtree only partly covers are searched.
 //!
 //! Counted like a search counts: per *path*. A non-directory is counted
 //! once per link (`nlink`, its size each time); a directory once (it has
