@@ -226,6 +226,10 @@ pub struct EngineStats {
     pub splits: u64,
     pub merges: u64,
     pub retries: u64,
+    /// Directory paths remembered for root's searches, and their
+    /// approximate heap bytes ([`crate::search::dir_cache`]).
+    pub dir_cache_paths: usize,
+    pub dir_cache_bytes: usize,
 }
 
 /// What a slot holds.
@@ -280,6 +284,12 @@ pub(crate) struct Inner {
     pub(crate) logless: Option<Logless>,
     /// Whether commits report their [`Changes`].
     pub(crate) track_changes: AtomicBool,
+    /// Advanced by every transaction that moves or removes a directory,
+    /// after its writes are applied ([`crate::search::dir_cache`]).
+    pub(crate) dir_epoch: AtomicU64,
+    /// Directory paths root's searches resolved, valid at one directory
+    /// epoch. A leaf lock: nothing else is locked while it is held.
+    pub(crate) dir_cache: Mutex<crate::search::dir_cache::DirCache>,
 }
 
 #[derive(Default)]
@@ -1048,6 +1058,8 @@ impl Engine {
             stats: Counters::default(),
             logless,
             track_changes: AtomicBool::new(false),
+            dir_epoch: AtomicU64::new(1),
+            dir_cache: Mutex::new(Default::default()),
         });
         inner.split_oversized();
         let engine = Engine {
@@ -1489,6 +1501,9 @@ impl Engine {
                 .store(count_inodes(&map), Ordering::Relaxed);
         }
         inner.split_oversized();
+        // Replayed renames and removals bypass transactions: no directory
+        // path remembered before recovery is trusted after it.
+        inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
         // Checkpoints are allowed again (see `checkpoint`); if this one
         // fails, the state file still names the crashed run, so the next
         // start recovers from the same backups over whatever got written.
@@ -1520,6 +1535,10 @@ impl Engine {
         let fs = self.statfs();
         let js = self.inner.journal.stats();
         let c = &self.inner.stats;
+        let (dir_cache_paths, dir_cache_bytes) = {
+            let cache = self.inner.dir_cache.lock();
+            (cache.len(), cache.memory_bytes())
+        };
         EngineStats {
             inodes: fs.inodes,
             tables: fs.tables,
@@ -1535,6 +1554,8 @@ impl Engine {
             splits: c.splits.load(Ordering::Relaxed),
             merges: c.merges.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
+            dir_cache_paths,
+            dir_cache_bytes,
         }
     }
 
@@ -1699,6 +1720,30 @@ impl Engine {
         by: crate::search::GroupBy,
     ) -> Result<Option<crate::search::Aggregation>, FsError> {
         crate::search::from_summaries(self, cred, scope, expr, by)
+    }
+
+    /// A search by root starts: the directory epoch it remembers paths
+    /// under ([`crate::search::dir_cache`]).
+    pub(crate) fn dir_cache_begin(&self) -> u64 {
+        let epoch = self.inner.dir_epoch.load(Ordering::Acquire);
+        self.inner.dir_cache.lock().begin(epoch);
+        epoch
+    }
+
+    /// The remembered absolute path of directory `d` at `epoch`.
+    pub(crate) fn dir_cache_get(&self, epoch: u64, d: Soid) -> Option<Arc<[u8]>> {
+        self.inner.dir_cache.lock().get(epoch, d)
+    }
+
+    /// Offers absolute directory paths read by a search that began at
+    /// `epoch` (kept only if no directory moved since).
+    pub(crate) fn dir_cache_offer(&self, epoch: u64, paths: Vec<(Soid, Arc<[u8]>)>) {
+        if paths.is_empty() {
+            return;
+        }
+        let mut cache = self.inner.dir_cache.lock();
+        let current = self.inner.dir_epoch.load(Ordering::Acquire);
+        cache.offer(epoch, current, paths);
     }
 
     /// Calls `f` on the table holding `key` (loading it), holding the table

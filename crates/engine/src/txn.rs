@@ -27,6 +27,7 @@ use crate::table::Table;
 use parking_lot::MutexGuard;
 use sextant_types::{FsError, Nanos, Soid, SoidRange};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Why an operation stopped.
@@ -298,6 +299,7 @@ impl<'m> Txn<'m> {
         };
         let mut touched: Vec<Soid> = Vec::new();
         let mut inode_delta = 0i64;
+        let mut directory_moved = false;
         let epoch = self.inner.epoch();
         for m in mutations {
             let Some(key) = m.table_key() else { continue };
@@ -308,6 +310,13 @@ impl<'m> Txn<'m> {
                 Mutation::DeleteInode { soid } if table.inode(*soid).is_some() => inode_delta -= 1,
                 _ => {}
             }
+            directory_moved |= match &m {
+                Mutation::PutInode { soid, inode } => table.inode(*soid).is_some_and(|old| {
+                    old.is_dir() && (old.parent != inode.parent || old.name != inode.name)
+                }),
+                Mutation::DeleteInode { soid } => table.inode(*soid).is_some_and(Inode::is_dir),
+                _ => false,
+            };
             if let Err(e) = table.apply(m) {
                 // `put_dentry` ruled this out under the same table lock.
                 unreachable!("a checked mutation failed to apply: {e}");
@@ -318,6 +327,13 @@ impl<'m> Txn<'m> {
             }
         }
         self.inner.note_inode_delta(inode_delta);
+        if directory_moved {
+            // After the writes, before the caller is answered: a search
+            // that starts once this returns sees the new epoch and no
+            // directory path remembered from before
+            // ([`crate::search::dir_cache`]).
+            self.inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
+        }
         let mut oversized = Vec::new();
         for start in touched {
             if let Some(Slot::Loaded(t)) = self.locked.get(&start).map(|g| &**g) {

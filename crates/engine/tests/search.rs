@@ -111,7 +111,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (i(), n()).prop_map(|(d, n)| Op::Symlink(d, n)),
         2 => (i(), i(), n()).prop_map(|(f, d, n)| Op::Link(f, d, n)),
         4 => (i(), i(), n()).prop_map(|(l, d, n)| Op::Rename(l, d, n)),
-        1 => i().prop_map(Op::Unlink),
+        2 => i().prop_map(Op::Unlink),
         3 => (i(), 0..PERMS.len()).prop_map(|(x, p)| Op::Chmod(x, p)),
         2 => (i(), 0..UIDS.len(), 0..GIDS.len()).prop_map(|(x, u, g)| Op::Chown(x, u, g)),
         2 => (i(), 0..SIZES.len()).prop_map(|(x, s)| Op::Size(x, s)),
@@ -208,7 +208,13 @@ impl Ns {
                     return;
                 }
                 let (p, n, _) = self.links[l % self.links.len()].clone();
-                if e.unlink(&root, p, &n).and_then(|c| c.wait(&e)).is_ok() {
+                // An empty directory is removed (rmdir), any other link
+                // unlinked.
+                let removed = e
+                    .unlink(&root, p, &n)
+                    .or_else(|_| e.rmdir(&root, p, &n))
+                    .and_then(|c| c.wait(&e));
+                if removed.is_ok() {
                     self.links.retain(|(q, m, _)| !(*q == p && *m == n));
                 }
             }
@@ -580,12 +586,33 @@ fn run_case(
     totals: &mut SearchStats,
 ) -> Result<(), TestCaseError> {
     let mut ns = Ns::new(config(tiny_layout, 2, 6));
-    for op in ops {
+    let root = Credentials::root();
+    let bottom_up = SearchOptions {
+        walk_budget: 0,
+        ..SearchOptions::default()
+    };
+    for (k, op) in ops.iter().enumerate() {
         ns.apply(op);
+        // Root's searches between the mutations fill the directory paths
+        // remembered across searches (from `/`, and from a directory with
+        // exits resolved bottom-up); a path kept past a rename or removal
+        // of a directory would show in the comparisons below.
+        let dirs: Vec<Soid> = ns
+            .dirs
+            .iter()
+            .copied()
+            .filter(|s| ns.e.getattr(*s).is_ok())
+            .collect();
+        let scope = dirs[k % dirs.len()];
+        for (scope, opts) in [(Soid::ROOT, SearchOptions::default()), (scope, bottom_up)] {
+            ns.e.search_with(&root, Scope::Soid(scope), &Expr::True, &opts, |_| {
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        }
     }
     // Whole-namespace totals for root come from the maintained summaries:
     // they must equal counting the brute-force walk's paths.
-    let root = Credentials::root();
     for expr in [
         Expr::True,
         Expr::pred(Pred::Type(vec![FileType::Regular])),
@@ -653,16 +680,22 @@ fn run_case(
         // thread has run a while (with the memo it has by then): the same
         // hits in the same order, and the same tallies without paths.
         let (now, soon) = (Duration::ZERO, Duration::from_micros(20));
-        for (threads, buffered_hits, spawn_after) in [
-            (1, usize::MAX, now),
-            (3, usize::MAX, now),
-            (3, 1, now),
-            (3, usize::MAX, soon),
+        // Exits resolved bottom-up (no top-down walk), and without the
+        // directory paths remembered for root: the same again.
+        for (threads, buffered_hits, spawn_after, walk_budget, dir_cache) in [
+            (1, usize::MAX, now, usize::MAX, true),
+            (3, usize::MAX, now, usize::MAX, true),
+            (3, 1, now, usize::MAX, true),
+            (3, usize::MAX, soon, usize::MAX, true),
+            (1, usize::MAX, now, 0, true),
+            (3, usize::MAX, now, 0, false),
         ] {
             let opts = SearchOptions {
                 threads,
                 buffered_hits,
                 spawn_after,
+                walk_budget,
+                dir_cache,
                 ..SearchOptions::default()
             };
             let mut again = Vec::new();
@@ -810,6 +843,153 @@ fn names_found(e: &Engine, cred: &Credentials, scope: Scope<'_>, expr: &Expr) ->
         .collect();
     v.sort();
     v
+}
+
+/// Root's searches remember directory paths across searches; a directory
+/// removed and its SOID given to a new directory elsewhere, or a directory
+/// renamed, shows its new path in the next search.
+#[test]
+fn remembered_directory_paths_follow_renames_and_removals() {
+    // Tiny slots (3 subdirectories per directory) reuse a removed
+    // directory's SOID at once; small tables make directories exits.
+    let e = Engine::open(Arc::new(MemStore::new()), config(true, 2, 6)).unwrap();
+    let root = Credentials::root();
+    let files = Expr::name(b"f*");
+    let bottom_up = SearchOptions {
+        walk_budget: 0,
+        ..SearchOptions::default()
+    };
+    let found = |scope: Soid, opts: &SearchOptions<'_>| -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        e.search_with(&root, Scope::Soid(scope), &files, opts, |h| {
+            v.push(h.path);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        v.sort();
+        v
+    };
+    let p = mkdir_as_root(&e, Soid::ROOT, "p");
+    let q = mkdir_as_root(&e, Soid::ROOT, "q");
+    let mut reused = 0;
+    for round in 0..12 {
+        let (old, new) = (format!("d{round}"), format!("e{round}"));
+        let d = mkdir_as_root(&e, p, &old);
+        let sub = mkdir_as_root(&e, d, "s");
+        for j in 0..4 {
+            create_as_root(&e, sub, &format!("f{j}"));
+        }
+        // Remember `d`'s path, then remove it (and what it holds).
+        assert_eq!(
+            found(Soid::ROOT, &SearchOptions::default()).len(),
+            4 * round + 4
+        );
+        assert_eq!(found(p, &bottom_up).len(), 4);
+        for j in 0..4 {
+            e.unlink(&root, sub, format!("f{j}").as_bytes())
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+        }
+        e.rmdir(&root, d, b"s").unwrap().wait(&e).unwrap();
+        e.rmdir(&root, p, old.as_bytes()).unwrap().wait(&e).unwrap();
+        // A new directory, likely with `d`'s SOID, at another name.
+        let d2 = mkdir_as_root(&e, p, &new);
+        reused += usize::from(d2 == d);
+        let sub = mkdir_as_root(&e, d2, "s");
+        for j in 0..4 {
+            create_as_root(&e, sub, &format!("f{j}"));
+        }
+        let want: Vec<Vec<u8>> = (0..4)
+            .map(|j| format!("/p/{new}/s/f{j}").into_bytes())
+            .collect();
+        assert_eq!(found(p, &bottom_up), want, "round {round}");
+        let all = found(Soid::ROOT, &SearchOptions::default());
+        assert!(
+            want.iter().all(|w| all.contains(w)),
+            "round {round}: {all:?}"
+        );
+        // Moved to another parent: the new path again.
+        e.rename(
+            &root,
+            p,
+            new.as_bytes(),
+            q,
+            new.as_bytes(),
+            RenameFlags::default(),
+        )
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+        let moved: Vec<Vec<u8>> = (0..4)
+            .map(|j| format!("/q/{new}/s/f{j}").into_bytes())
+            .collect();
+        let in_q = found(q, &bottom_up);
+        assert_eq!(in_q.len(), 4 * round + 4);
+        assert!(
+            moved.iter().all(|m| in_q.contains(m)),
+            "round {round}: {in_q:?}"
+        );
+        assert!(found(p, &bottom_up).is_empty());
+    }
+    assert!(reused > 0, "no SOID was reused");
+    assert!(e.stats().dir_cache_paths > 0);
+}
+
+/// While other searches keep filling the remembered directory paths, a
+/// search started after a directory rename was acknowledged reports the
+/// new paths only.
+#[test]
+fn remembered_paths_are_fresh_under_concurrent_searches() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 2, 8)).unwrap();
+    let root = Credentials::root();
+    let parents = [
+        mkdir_as_root(&e, Soid::ROOT, "a"),
+        mkdir_as_root(&e, Soid::ROOT, "b"),
+    ];
+    let x = mkdir_as_root(&e, parents[0], "x");
+    for i in 0..6 {
+        let d = mkdir_as_root(&e, x, &format!("d{i}"));
+        for j in 0..4 {
+            create_as_root(&e, d, &format!("f{j}"));
+        }
+    }
+    let files = Expr::name(b"f*");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the searching thread however the main one leaves the scope
+    /// (a failed assertion included).
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                e.search(&root, Scope::Soid(Soid::ROOT), &files, usize::MAX, |_| {
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            }
+        });
+        let _stop = Stop(&done);
+        for round in 0..200 {
+            let (from, to) = (parents[round % 2], parents[(round + 1) % 2]);
+            e.rename(&root, from, b"x", to, b"x", RenameFlags::default())
+                .unwrap()
+                .wait(&e)
+                .unwrap();
+            let prefix: &[u8] = if round % 2 == 0 { b"/b/x/" } else { b"/a/x/" };
+            let found = names_found(&e, &root, Scope::Soid(Soid::ROOT), &files);
+            assert_eq!(found.len(), 24, "round {round}");
+            assert!(
+                found.iter().all(|p| p.starts_with(prefix)),
+                "round {round}: {:?}",
+                String::from_utf8_lossy(&found[0])
+            );
+        }
+    });
 }
 
 /// A search sees every mutation acknowledged before it started, while

@@ -229,6 +229,8 @@ pub fn stats_to_pb(s: &EngineStats) -> pb::Stats {
         splits: s.splits,
         merges: s.merges,
         retries: s.retries,
+        dir_cache_paths: s.dir_cache_paths as u64,
+        dir_cache_bytes: s.dir_cache_bytes as u64,
         ..Default::default()
     }
 }
@@ -249,6 +251,8 @@ pub fn stats_from_pb(s: &pb::Stats) -> EngineStats {
         splits: s.splits,
         merges: s.merges,
         retries: s.retries,
+        dir_cache_paths: s.dir_cache_paths as usize,
+        dir_cache_bytes: s.dir_cache_bytes as usize,
     }
 }
 

@@ -60,6 +60,11 @@ pub struct SearchArgs {
     /// (0: one per core, the engine's default).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Root's searches use the directory paths remembered across searches
+    /// (`SearchOptions::dir_cache`; the sampling pass fills them). `false`
+    /// resolves every directory afresh in every search.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub dir_cache: bool,
 }
 
 /// One query: scope, expression, and whether only totals are wanted
@@ -207,7 +212,7 @@ fn run(
     engine: &Engine,
     q: &Query,
     indexed: bool,
-    threads: usize,
+    (threads, dir_cache): (usize, bool),
     summaries: bool,
 ) -> (f64, u64, SearchStats) {
     let cred = Credentials::root();
@@ -215,6 +220,7 @@ fn run(
     let opts = SearchOptions {
         threads,
         summaries,
+        dir_cache,
         ..SearchOptions::default()
     };
     let mut count = 0u64;
@@ -362,7 +368,7 @@ pub fn search(a: &SearchArgs) -> Report {
         let mut unsummarized_ms: Vec<f64> = Vec::new();
         for q in &qs {
             for _ in 0..a.repeat.max(1) {
-                let (s, n, st) = run(&engine, q, true, threads, true);
+                let (s, n, st) = run(&engine, q, true, (threads, a.dir_cache), true);
                 ms.push(s * 1e3);
                 pruned += st.tables_pruned;
                 tables += st.tables;
@@ -371,7 +377,7 @@ pub fn search(a: &SearchArgs) -> Report {
                 candidates += st.candidates;
                 matches += n;
                 if q.aggregate.is_some() {
-                    let (s, n_off, _) = run(&engine, q, true, threads, false);
+                    let (s, n_off, _) = run(&engine, q, true, (threads, a.dir_cache), false);
                     assert_eq!(n, n_off, "{kind}: with and without summaries disagree");
                     unsummarized_ms.push(s * 1e3);
                 }
@@ -379,8 +385,8 @@ pub fn search(a: &SearchArgs) -> Report {
         }
         let mut scan_ms: Vec<f64> = Vec::new();
         for q in qs.iter().take(a.scans) {
-            let (s, n_scan, _) = run(&engine, q, false, threads, false);
-            let (_, n_index, _) = run(&engine, q, true, threads, true);
+            let (s, n_scan, _) = run(&engine, q, false, (threads, a.dir_cache), false);
+            let (_, n_index, _) = run(&engine, q, true, (threads, a.dir_cache), true);
             assert_eq!(n_scan, n_index, "{kind}: scan and index disagree");
             scan_ms.push(s * 1e3);
         }

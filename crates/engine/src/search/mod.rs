@@ -121,6 +121,11 @@
 //! the table map is never held across a callback (its lock is not
 //! reentrant).
 //!
+//! Root's searches resolve exits through the directory paths remembered
+//! across searches ([`dir_cache`]): a directory's absolute path, read by
+//! an earlier search and valid until a directory is moved or removed
+//! (the directory epoch), gives its status for any scope without a read.
+//!
 //! Because the map always partitions the SOID space, the cursor visits every
 //! SOID exactly once even while tables split or merge under it.
 //!
@@ -160,6 +165,7 @@
 //! [`check_access`]: crate::perm::check_access
 //! [`IndexQuery::matches`]: crate::index::IndexQuery::matches
 
+pub(crate) mod dir_cache;
 mod parallel;
 pub mod plan;
 pub mod query;
@@ -176,6 +182,7 @@ use scope::{Decision, Memo, Status, MAX_CHAIN};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 /// Where a search starts.
 #[derive(Clone, Copy, Debug)]
@@ -392,10 +399,23 @@ struct Search<'a> {
     cred: &'a Credentials,
     memo: Memo,
     stats: SearchStats,
+    /// For root: the directory epoch the search began at and the scope
+    /// root's absolute path ([`dir_cache`], [`scope::status_cached`]).
+    dir_cache: Option<(u64, Arc<[u8]>)>,
 }
 
 impl Search<'_> {
     fn status(&mut self, d: Soid) -> Result<Status, FsError> {
+        if let Some((epoch, scope_path)) = &self.dir_cache {
+            return scope::status_cached(
+                self.engine,
+                self.cred,
+                &mut self.memo,
+                (*epoch, scope_path),
+                d,
+                &mut self.stats.dir_reads,
+            );
+        }
         scope::status_remote(
             self.engine,
             self.cred,
@@ -620,6 +640,14 @@ pub struct SearchOptions<'a> {
     /// it from their maintained summaries (default true; false visits
     /// every such table, for benchmarks to compare).
     pub summaries: bool,
+    /// Root's searches may use and fill the directory paths remembered
+    /// across searches ([`dir_cache`]; default true; false resolves every
+    /// directory afresh, for benchmarks to compare).
+    pub dir_cache: bool,
+    /// Entries a search below a directory other than `/` lists top-down
+    /// to find the directories in scope before it resolves the tables'
+    /// exits bottom-up instead (default [`scope::WALK_BUDGET`]).
+    pub walk_budget: usize,
 }
 
 impl Default for SearchOptions<'_> {
@@ -631,6 +659,8 @@ impl Default for SearchOptions<'_> {
             buffered_hits: parallel::MAX_BUFFERED_HITS,
             spawn_after: parallel::SPAWN_AFTER,
             summaries: true,
+            dir_cache: true,
+            walk_budget: scope::WALK_BUDGET,
         }
     }
 }
@@ -736,11 +766,15 @@ pub(crate) fn run_with(
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid,
         Scope::Soid(s) => s,
     };
+    // Root's searches remember directory paths across searches: the
+    // epoch is taken first, before any directory is read.
+    let epoch = (use_index && opts.dir_cache && cred.is_root()).then(|| engine.dir_cache_begin());
     let mut s = Search {
         engine,
         cred,
         memo: Memo::default(),
         stats: SearchStats::default(),
+        dir_cache: None,
     };
     if limit == 0 {
         return Ok(s.stats);
@@ -773,12 +807,14 @@ pub(crate) fn run_with(
     } else {
         names.first().cloned().unwrap_or_default()
     };
+    let root_path_shared: Arc<[u8]> = root_path.clone().into();
+    s.dir_cache = epoch.map(|e| (e, Arc::clone(&root_path_shared)));
     s.memo.insert(
         root,
         Status::In {
             depth: 0,
             visible: may_list(&root_inode, cred),
-            path: root_path.clone().into(),
+            path: root_path_shared,
         },
     );
     let root_entry = Entry {
@@ -820,6 +856,7 @@ pub(crate) fn run_with(
             &mut s.memo,
             root,
             plan.max_depth,
+            opts.walk_budget,
             &mut s.stats.dir_reads,
         )?;
     let job = Job {

@@ -147,6 +147,7 @@ pub(super) fn run(
     std::thread::scope(|scope| {
         let mut workers = Vec::with_capacity(threads - 1);
         let (engine, cred) = (main.engine, main.cred);
+        let dir_cache = main.dir_cache.clone();
         let spawn_workers = |workers: &mut Vec<_>, memo: &super::scope::Memo| {
             for _ in 1..threads {
                 let mut search = Search {
@@ -154,6 +155,7 @@ pub(super) fn run(
                     cred,
                     memo: memo.clone(),
                     stats: SearchStats::default(),
+                    dir_cache: dir_cache.clone(),
                 };
                 let (shared, work, halted, items) = (&shared, &work, &halted, &items);
                 workers.push(scope.spawn(move || {

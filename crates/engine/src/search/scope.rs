@@ -23,6 +23,7 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
+use super::dir_cache::relative;
 use super::{join, may_list};
 use crate::engine::Engine;
 use crate::table::Table;
@@ -93,9 +94,20 @@ fn below(base: &Status, name: &[u8], ok: bool) -> Status {
         } => Status::In {
             depth: depth.saturating_add(1),
             visible: *visible && ok,
-            path: join(path, name).into(),
+            path: joined(path, name),
         },
     }
+}
+
+/// `join(dir, name)` built in its shared allocation directly (one
+/// allocation, not a vector and a copy).
+fn joined(dir: &[u8], name: &[u8]) -> Arc<[u8]> {
+    let slash: &[u8] = if dir == b"/" { b"" } else { b"/" };
+    dir.iter()
+        .chain(slash)
+        .chain(name)
+        .copied()
+        .collect::<Arc<[u8]>>()
 }
 
 /// Memoises `chain` (child last) below `base`; returns the last status.
@@ -128,9 +140,85 @@ pub(super) fn read_dir(
     Ok(info)
 }
 
+/// A parent chain being read: (directory, where its name ends in
+/// `names`, listable), child first.
+#[derive(Default)]
+struct Chain {
+    dirs: Vec<(Soid, usize, bool)>,
+    names: Vec<u8>,
+    /// Filled once the chain is long enough to be suspect of a cycle.
+    seen: HashSet<Soid>,
+}
+
+/// Chains longer than this are checked for cycles (which only concurrent
+/// renames can make).
+const SUSPECT: usize = 256;
+
+impl Chain {
+    /// Whether the walk must stop at `cur` (too long, or a cycle).
+    fn stop_at(&mut self, cur: Soid) -> bool {
+        if self.dirs.len() >= MAX_CHAIN {
+            return true;
+        }
+        if self.dirs.len() >= SUSPECT {
+            if self.seen.is_empty() {
+                self.seen.extend(self.dirs.iter().map(|(d, _, _)| *d));
+            }
+            return !self.seen.insert(cur);
+        }
+        false
+    }
+
+    /// Reads up from `cur` within the table holding it (one lock), to the
+    /// first directory that is outside the table or `known`: returns it,
+    /// or `None` when the chain ended at the root (pushed) or at a gone
+    /// directory (not pushed).
+    fn read_up(
+        &mut self,
+        engine: &Engine,
+        cred: &Credentials,
+        cur: Soid,
+        known: impl Fn(Soid) -> bool,
+        reads: &mut usize,
+    ) -> Result<Option<Soid>, FsError> {
+        let start = self.dirs.len();
+        let (_, next) = engine.with_table_holding(cur, |t| {
+            let mut at = cur;
+            loop {
+                let i = t.inode(at).filter(|i| i.is_dir())?;
+                self.names.extend_from_slice(&i.name);
+                self.dirs.push((at, self.names.len(), may_list(i, cred)));
+                if at == Soid::ROOT {
+                    return None;
+                }
+                at = i.parent;
+                if !t.range.contains(at) || known(at) || self.dirs.len() - start > t.dir_count() {
+                    return Some(at);
+                }
+            }
+        })?;
+        *reads += (self.dirs.len() - start).max(1);
+        if !self.seen.is_empty() {
+            let new = self.dirs[start..].iter().map(|(d, _, _)| *d);
+            self.seen.extend(new);
+        }
+        Ok(next)
+    }
+
+    /// Pops the topmost directory with its name.
+    fn pop(&mut self) -> Option<(Soid, &[u8], bool)> {
+        let (d, end, ok) = self.dirs.pop()?;
+        let begin = self.dirs.last().map_or(0, |(_, e, _)| *e);
+        Some((d, &self.names[begin..end], ok))
+    }
+}
+
 /// The status of directory `d`, walking up with engine reads until a
-/// memoised directory, the root, or a dead end. REQUIRES: no engine lock
-/// held by the caller.
+/// memoised directory, the root, or a dead end. Each read takes one
+/// table's lock and follows the chain as far as it stays in that table
+/// (child-closest SOIDs keep most of a chain in few tables), so a chain
+/// costs one lock per table it crosses, not one per directory; `reads`
+/// counts directories read. REQUIRES: no engine lock held by the caller.
 pub(super) fn status_remote(
     engine: &Engine,
     cred: &Credentials,
@@ -138,27 +226,94 @@ pub(super) fn status_remote(
     d: Soid,
     reads: &mut usize,
 ) -> Result<Status, FsError> {
-    let mut chain: Vec<DirInfo> = Vec::new();
-    let mut seen: HashSet<Soid> = HashSet::new();
+    let mut chain = Chain::default();
     let mut cur = d;
     let base = loop {
         if let Some(st) = memo.get(&cur) {
             break st.clone();
         }
-        if chain.len() >= MAX_CHAIN || !seen.insert(cur) {
+        if chain.stop_at(cur) {
             break Status::Out;
         }
-        let Some((parent, name, ok)) = read_dir(engine, cred, cur, reads)? else {
-            break Status::Out;
-        };
-        chain.push((cur, name, ok));
-        if cur == Soid::ROOT {
-            // The root is in scope only as the scope (memoised).
-            break Status::Out;
+        let memo_now = &*memo;
+        match chain.read_up(engine, cred, cur, |s| memo_now.contains_key(&s), reads)? {
+            // The root is in scope only as the scope (memoised); a chain
+            // that reaches it, or a gone directory, ends out of scope.
+            None => break Status::Out,
+            Some(n) => cur = n,
         }
-        cur = parent;
     };
-    Ok(unwind(memo, base, chain))
+    let mut status = base;
+    while let Some((soid, name, ok)) = chain.pop() {
+        status = below(&status, name, ok);
+        memo.insert(soid, status.clone());
+    }
+    Ok(status)
+}
+
+/// [`status_remote`] for root, with the directory paths remembered across
+/// searches ([`super::dir_cache`], epoch `epoch`; `scope_path` is the scope
+/// root's absolute path). The chain is followed up to a directory whose
+/// *absolute* path is known — remembered, memoised in scope, or the root —
+/// so every directory read gets its absolute path, is remembered, and is
+/// memoised relative to the scope. REQUIRES: `cred` is root (every
+/// directory listable); no engine lock held.
+pub(super) fn status_cached(
+    engine: &Engine,
+    cred: &Credentials,
+    memo: &mut Memo,
+    (epoch, scope_path): (u64, &[u8]),
+    d: Soid,
+    reads: &mut usize,
+) -> Result<Status, FsError> {
+    let mut chain = Chain::default();
+    let mut cur = d;
+    // The absolute path at the top of the chain, if one is known.
+    let top: Option<Arc<[u8]>> = loop {
+        match memo.get(&cur) {
+            Some(Status::In { path, .. }) => break Some(path.clone()),
+            Some(Status::Out) => break engine.dir_cache_get(epoch, cur),
+            None => {}
+        }
+        if let Some(path) = engine.dir_cache_get(epoch, cur) {
+            memo.insert(cur, relative(&path, scope_path));
+            break Some(path);
+        }
+        if chain.stop_at(cur) {
+            break None;
+        }
+        let memo_now = &*memo;
+        match chain.read_up(engine, cred, cur, |s| memo_now.contains_key(&s), reads)? {
+            Some(n) => cur = n,
+            None if chain.dirs.last().is_some_and(|(s, _, _)| *s == Soid::ROOT) => {
+                chain.pop();
+                let root: Arc<[u8]> = Arc::from(&b"/"[..]);
+                memo.insert(Soid::ROOT, relative(&root, scope_path));
+                break Some(root);
+            }
+            None => break None,
+        }
+    };
+    let Some(mut path) = top else {
+        // Out of scope without a known place (a gone directory, a cycle,
+        // or an out-of-scope directory not remembered): as without cache.
+        let mut status = Status::Out;
+        while let Some((soid, _, _)) = chain.pop() {
+            memo.insert(soid, Status::Out);
+            status = Status::Out;
+        }
+        return Ok(status);
+    };
+    let mut learned = Vec::with_capacity(chain.dirs.len());
+    let mut status = relative(&path, scope_path);
+    while let Some((soid, name, _)) = chain.pop() {
+        path = joined(&path, name);
+        status = relative(&path, scope_path);
+        memo.insert(soid, status.clone());
+        learned.push((soid, path.clone()));
+    }
+    engine.dir_cache_offer(epoch, learned);
+    Ok(status)
 }
 
 /// The status of directory `d` from table `t` alone (under its lock):
@@ -286,7 +441,7 @@ pub(super) const WALK_BUDGET: usize = 1 << 16;
 /// can be the parent of a reportable entry: reached through listable
 /// directories, at depth below `max_depth`. Unlistable directories are
 /// memoised (not visible) but not entered. Returns whether it finished
-/// within [`WALK_BUDGET`] entries: then the memo is *complete* — a
+/// within `budget` entries: then the memo is *complete* — a
 /// directory not in it has no visible entry below the scope within the
 /// depth limit, because every directory that has one was listed in its
 /// parent's entries during the walk. (A directory moved into the scope
@@ -301,6 +456,7 @@ pub(super) fn walk_down(
     memo: &mut Memo,
     root: Soid,
     max_depth: u32,
+    budget: usize,
     reads: &mut usize,
 ) -> Result<bool, FsError> {
     let Some(Status::In {
@@ -339,7 +495,7 @@ pub(super) fn walk_down(
             (local, remote, n)
         })?;
         listed += n;
-        if listed > WALK_BUDGET {
+        if listed > budget {
             return Ok(false);
         }
         let mut subs = local;

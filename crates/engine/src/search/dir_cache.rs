@@ -1,0 +1,190 @@
+//! Directory paths remembered across searches, for root's searches.
+//!
+//! Resolving a table's exits ([`super::scope`]) reads each directory on
+//! their parent chains, one table lookup each: at 10M files a root search
+//! by name reads 15 – 40 thousand directories, most of its time. A
+//! directory's absolute path changes only when it or an ancestor is renamed
+//! or removed, which is rare next to searches; so the paths the searches
+//! resolve are kept here, tagged with the engine's *directory epoch*, which
+//! every transaction that moves or removes a directory advances after its
+//! writes are applied and before it returns ([`crate::txn`]).
+//!
+//! Invariant (freshness): every path held was read while the epoch had the
+//! value the cache is tagged with. A search takes the epoch when it starts
+//! ([`DirCache::begin`], which empties a cache of an older epoch) and
+//! offers and looks up paths under that epoch only; an offer is refused
+//! unless the engine's epoch still equals it. A directory moved or removed
+//! by a transaction acknowledged before a search started has advanced the
+//! epoch, so that search never sees the paths from before the move.
+//! Searches running while a directory moves may see its old or new path,
+//! as they may without the cache (the per-entry consistency of
+//! [`crate::search`]).
+//!
+//! Only root's searches use it: root may list every directory, so a
+//! directory's status relative to any scope follows from its absolute path
+//! alone ([`relative`]). Other callers' visibility depends on the modes of
+//! every ancestor; they resolve as before.
+//!
+//! Bounded: at most [`MAX_ENTRIES`] paths (then offers are dropped until
+//! the next epoch).
+
+use super::scope::{SoidHasher, Status};
+use sextant_types::Soid;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::Arc;
+
+/// Paths kept at most (~130 bytes each with a 100-byte path: ~34 MB).
+pub(crate) const MAX_ENTRIES: usize = 1 << 18;
+
+#[derive(Default)]
+pub(crate) struct DirCache {
+    epoch: u64,
+    paths: HashMap<Soid, Arc<[u8]>, BuildHasherDefault<SoidHasher>>,
+    /// Bytes of the paths held.
+    path_bytes: usize,
+}
+
+impl DirCache {
+    /// A search starts at directory epoch `current`: a cache of an older
+    /// epoch is emptied and retagged.
+    pub(crate) fn begin(&mut self, current: u64) {
+        if self.epoch != current {
+            self.paths = HashMap::default();
+            self.path_bytes = 0;
+            self.epoch = current;
+        }
+    }
+
+    /// The absolute path of directory `d`, if held at `epoch`.
+    pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<Arc<[u8]>> {
+        if self.epoch != epoch {
+            return None;
+        }
+        self.paths.get(&d).cloned()
+    }
+
+    /// Keeps `paths`, read by a search that started at `epoch`, if the
+    /// engine is still at that epoch (`current`) and the cache too.
+    pub(crate) fn offer(
+        &mut self,
+        epoch: u64,
+        current: u64,
+        paths: impl IntoIterator<Item = (Soid, Arc<[u8]>)>,
+    ) {
+        if self.epoch != epoch || current != epoch {
+            return;
+        }
+        for (d, p) in paths {
+            if self.paths.len() >= MAX_ENTRIES {
+                return;
+            }
+            self.path_bytes += p.len();
+            if let Some(old) = self.paths.insert(d, p) {
+                self.path_bytes -= old.len();
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Approximate heap bytes: the map's slots and the paths (with the
+    /// shared allocation's two counters).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.paths.capacity() * (std::mem::size_of::<(Soid, Arc<[u8]>)>() + 1)
+            + self.path_bytes
+            + self.paths.len() * 16
+    }
+}
+
+/// Number of components of an absolute path (`/` has none).
+fn components(path: &[u8]) -> u32 {
+    if path == b"/" {
+        0
+    } else {
+        path.iter().filter(|&&c| c == b'/').count() as u32
+    }
+}
+
+/// The status, for root searching below the directory at `scope_path`, of
+/// a directory whose absolute path is `abs`: in scope at the difference of
+/// depths when `abs` is `scope_path` or below it, else out.
+pub(super) fn relative(abs: &Arc<[u8]>, scope_path: &[u8]) -> Status {
+    let below = if scope_path == b"/" {
+        true
+    } else {
+        abs.starts_with(scope_path)
+            && (abs.len() == scope_path.len() || abs.get(scope_path.len()) == Some(&b'/'))
+    };
+    if !below {
+        return Status::Out;
+    }
+    Status::In {
+        depth: components(abs) - components(scope_path),
+        visible: true,
+        path: Arc::clone(abs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Arc<[u8]> {
+        s.as_bytes().into()
+    }
+
+    fn depth(st: Status) -> Option<u32> {
+        match st {
+            Status::In { depth, .. } => Some(depth),
+            Status::Out => None,
+        }
+    }
+
+    #[test]
+    fn relative_status_from_absolute_paths() {
+        assert_eq!(depth(relative(&p("/"), b"/")), Some(0));
+        assert_eq!(depth(relative(&p("/a/b"), b"/")), Some(2));
+        assert_eq!(depth(relative(&p("/a/b"), b"/a")), Some(1));
+        assert_eq!(depth(relative(&p("/a"), b"/a")), Some(0));
+        assert_eq!(depth(relative(&p("/ab/c"), b"/a")), None);
+        assert_eq!(depth(relative(&p("/a"), b"/a/b")), None);
+        assert_eq!(depth(relative(&p("/"), b"/a")), None);
+        assert_eq!(depth(relative(&p("/x/a/b"), b"/a")), None);
+    }
+
+    #[test]
+    fn paths_are_kept_and_found_only_within_one_epoch() {
+        let d = Soid::from_u128(7);
+        let mut c = DirCache::default();
+        c.begin(3);
+        c.offer(3, 3, [(d, p("/a"))]);
+        assert_eq!(c.get(3, d), Some(p("/a")));
+        // A search of another epoch finds nothing.
+        assert_eq!(c.get(2, d), None);
+        // An offer after the engine moved on is refused...
+        c.offer(3, 4, [(Soid::from_u128(8), p("/b"))]);
+        assert_eq!(c.len(), 1);
+        // ... and so is one from a search that started earlier.
+        c.offer(2, 2, [(Soid::from_u128(8), p("/b"))]);
+        assert_eq!(c.len(), 1);
+        // The next search at a newer epoch starts empty.
+        c.begin(4);
+        assert_eq!(c.get(4, d), None);
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn offers_stop_at_the_bound() {
+        let mut c = DirCache::default();
+        c.begin(1);
+        c.offer(
+            1,
+            1,
+            (0..MAX_ENTRIES as u128 + 10).map(|i| (Soid::from_u128(i), p("/x"))),
+        );
+        assert_eq!(c.len(), MAX_ENTRIES);
+    }
+}
