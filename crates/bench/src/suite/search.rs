@@ -451,6 +451,13 @@ pub fn search(a: &SearchArgs) -> Report {
             &[matches as f64 / ms.len() as f64],
         );
     }
+    let st = engine.stats();
+    report.info("remembered directory paths (end of run)", st.dir_cache_paths);
+    report.metric(
+        "remembered directory paths: bytes per file (end of run)",
+        "bytes",
+        &[st.dir_cache_bytes as f64 / inodes.max(1) as f64],
+    );
     engine.close().expect("close");
     report
 }
