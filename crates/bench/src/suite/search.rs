@@ -452,7 +452,10 @@ pub fn search(a: &SearchArgs) -> Report {
         );
     }
     let st = engine.stats();
-    report.info("remembered directory paths (end of run)", st.dir_cache_paths);
+    report.info(
+        "remembered directory paths (end of run)",
+        st.dir_cache_paths,
+    );
     report.metric(
         "remembered directory paths: bytes per file (end of run)",
         "bytes",
