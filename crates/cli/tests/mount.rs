@@ -436,6 +436,56 @@ fn server_kill9_under_the_mount_loses_nothing_acknowledged() {
     });
 }
 
+/// A mount whose server died while a program waits on it exits promptly on
+/// SIGTERM: the request stops retrying (it would for the client's whole
+/// 30 s budget) and the program gets an error.
+#[test]
+fn sigterm_ends_a_mount_whose_server_is_gone_promptly() {
+    if !fuse_available() {
+        eprintln!("SKIPPED: /dev/fuse or fusermount3 is not available");
+        return;
+    }
+    let mut m = Mounted::start();
+    m.umount();
+    let mut fg = KillOnDrop(
+        Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .args(["mount", "-f"])
+            .arg(&m.mnt)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !is_mounted(&m.mnt) && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(is_mounted(&m.mnt), "foreground mount");
+    let _ = m.server.kill();
+    let _ = m.server.wait();
+    // A program's mkdir now waits on a server that is gone.
+    let target = m.p("made-while-down");
+    let program = std::thread::spawn(move || std::fs::create_dir(target));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!program.is_finished(), "the mkdir waits for the server");
+    let t = Instant::now();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(fg.0.id() as i32, libc::SIGTERM) };
+    let status = fg.0.wait().unwrap();
+    let took = t.elapsed();
+    assert!(status.success(), "SIGTERM exit: {status}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the mount took {took:?} to exit"
+    );
+    assert!(
+        program.join().unwrap().is_err(),
+        "the mkdir fails once the mount stops"
+    );
+    assert!(!is_mounted(&m.mnt), "unmounted on SIGTERM");
+}
+
 /// A listing longer than one server batch (1,024 entries) and than many
 /// kernel buffers, read through directory handles that keep a batch: every
 /// name once, `..` naming the parent, a rewind starting over, and `rm -r`

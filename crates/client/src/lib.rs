@@ -158,6 +158,8 @@ struct Inner {
     /// Woken when a session breaks while backups are held (see
     /// [`keep_backups`]).
     session_broke: Arc<tokio::sync::Notify>,
+    /// Set by [`Client::stop_retrying`]: a failed attempt is the last.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Inner {
@@ -182,6 +184,7 @@ impl Inner {
             stream_channel: Mutex::new(None),
             backups,
             session_broke,
+            stopping: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -622,9 +625,23 @@ impl Client {
             if started.elapsed() + backoff > self.inner.options.retry_for {
                 return Err(failure);
             }
-            tokio::time::sleep(backoff).await;
+            let mut stopping = self.inner.stopping.subscribe();
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = stopping.wait_for(|stop| *stop) => return Err(failure),
+            }
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
+    }
+
+    /// From now on a request that fails (the server is unreachable, its
+    /// session broke) is not retried: it returns its error at once, and
+    /// requests waiting to retry return theirs now. For a process about to
+    /// exit (the mount on SIGTERM), which must not wait out the retry budget
+    /// ([`Options::retry_for`]) for a server that is gone. Replies already
+    /// on their way are still awaited; a new request still gets one attempt.
+    pub fn stop_retrying(&self) {
+        self.inner.stopping.send_replace(true);
     }
 
     // ---- reads ----------------------------------------------------------

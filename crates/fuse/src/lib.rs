@@ -94,6 +94,7 @@ pub fn mount(
     let nodes = Arc::new(nodes::Nodes::default());
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
+    let stopper = client.clone();
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
@@ -141,6 +142,10 @@ pub fn mount(
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
+        // Requests in flight to a server that is gone fail now instead of
+        // retrying for the client's whole budget (which would keep the
+        // FUSE threads, and so this process, busy after the unmount).
+        stopper.stop_retrying();
         let done = tokio::task::spawn_blocking(move || {
             if unmounter.unmount().is_err() {
                 // Busy: detach it (it goes away when the last user leaves).
