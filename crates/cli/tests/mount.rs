@@ -451,7 +451,9 @@ fn sigterm_ends_a_mount_whose_server_is_gone_promptly() {
         Command::new(BIN)
             .args(["--server", &m.addr, "--data"])
             .arg(m.data())
-            .args(["mount", "-f"])
+            // One FUSE thread: the mkdir below goes over the lane (the
+            // thread's own connection) that the write before it made.
+            .args(["mount", "-f", "--threads", "1"])
             .arg(&m.mnt)
             .stderr(Stdio::null())
             .spawn()
@@ -462,6 +464,7 @@ fn sigterm_ends_a_mount_whose_server_is_gone_promptly() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(is_mounted(&m.mnt), "foreground mount");
+    std::fs::write(m.p("made-while-up"), b"x").unwrap();
     let _ = m.server.kill();
     let _ = m.server.wait();
     // A program's mkdir now waits on a server that is gone.

@@ -159,7 +159,8 @@ struct Inner {
     /// [`keep_backups`]).
     session_broke: Arc<tokio::sync::Notify>,
     /// Set by [`Client::stop_retrying`]: a failed attempt is the last.
-    stopping: tokio::sync::watch::Sender<bool>,
+    /// Shared by a client and its siblings (the mount's lanes).
+    stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Inner {
@@ -170,6 +171,7 @@ impl Inner {
         options: Options,
         backups: Arc<Mutex<backup::Backups>>,
         session_broke: Arc<tokio::sync::Notify>,
+        stopping: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> Inner {
         Inner {
             addr,
@@ -184,7 +186,7 @@ impl Inner {
             stream_channel: Mutex::new(None),
             backups,
             session_broke,
-            stopping: tokio::sync::watch::Sender::new(false),
+            stopping,
         }
     }
 }
@@ -289,6 +291,7 @@ impl Client {
                 options,
                 Arc::default(),
                 Arc::default(),
+                Arc::new(tokio::sync::watch::Sender::new(false)),
             )),
         };
         tokio::spawn(keep_backups(
@@ -334,6 +337,7 @@ impl Client {
                 options,
                 Arc::clone(&self.inner.backups),
                 Arc::clone(&self.inner.session_broke),
+                Arc::clone(&self.inner.stopping),
             )),
         };
         client.conn().await?;
@@ -640,6 +644,7 @@ impl Client {
     /// exit (the mount on SIGTERM), which must not wait out the retry budget
     /// ([`Options::retry_for`]) for a server that is gone. Replies already
     /// on their way are still awaited; a new request still gets one attempt.
+    /// Applies to this client's siblings ([`Client::sibling`]) too.
     pub fn stop_retrying(&self) {
         self.inner.stopping.send_replace(true);
     }
