@@ -284,8 +284,9 @@ pub(crate) struct Inner {
     pub(crate) logless: Option<Logless>,
     /// Whether commits report their [`Changes`].
     pub(crate) track_changes: AtomicBool,
-    /// Advanced by every transaction that moves or removes a directory,
-    /// after its writes are applied ([`crate::search::dir_cache`]).
+    /// Advanced by every transaction that moves, removes or changes the
+    /// mode of a directory, after its writes are applied
+    /// ([`crate::search::dir_cache`]).
     pub(crate) dir_epoch: AtomicU64,
     /// Directory paths root's searches resolved, valid at one directory
     /// epoch. A leaf lock: nothing else is locked while it is held.
@@ -1730,14 +1731,15 @@ impl Engine {
         epoch
     }
 
-    /// The remembered absolute path of directory `d` at `epoch`.
-    pub(crate) fn dir_cache_get(&self, epoch: u64, d: Soid) -> Option<Arc<[u8]>> {
+    /// The remembered absolute path of directory `d` at `epoch`, and
+    /// whether it and its ancestors are open to all.
+    pub(crate) fn dir_cache_get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
         self.inner.dir_cache.lock().get(epoch, d)
     }
 
     /// Offers absolute directory paths read by a search that began at
     /// `epoch` (kept only if no directory moved since).
-    pub(crate) fn dir_cache_offer(&self, epoch: u64, paths: Vec<(Soid, Arc<[u8]>)>) {
+    pub(crate) fn dir_cache_offer(&self, epoch: u64, paths: Vec<(Soid, Arc<[u8]>, bool)>) {
         if paths.is_empty() {
             return;
         }

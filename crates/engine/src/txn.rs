@@ -299,7 +299,7 @@ impl<'m> Txn<'m> {
         };
         let mut touched: Vec<Soid> = Vec::new();
         let mut inode_delta = 0i64;
-        let mut directory_moved = false;
+        let mut directory_changed = false;
         let epoch = self.inner.epoch();
         for m in mutations {
             let Some(key) = m.table_key() else { continue };
@@ -310,9 +310,13 @@ impl<'m> Txn<'m> {
                 Mutation::DeleteInode { soid } if table.inode(*soid).is_some() => inode_delta -= 1,
                 _ => {}
             }
-            directory_moved |= match &m {
+            directory_changed |= match &m {
+                // A directory's place, or who may list it, changed.
                 Mutation::PutInode { soid, inode } => table.inode(*soid).is_some_and(|old| {
-                    old.is_dir() && (old.parent != inode.parent || old.name != inode.name)
+                    old.is_dir()
+                        && (old.parent != inode.parent
+                            || old.name != inode.name
+                            || old.perm != inode.perm)
                 }),
                 Mutation::DeleteInode { soid } => table.inode(*soid).is_some_and(Inode::is_dir),
                 _ => false,
@@ -327,7 +331,7 @@ impl<'m> Txn<'m> {
             }
         }
         self.inner.note_inode_delta(inode_delta);
-        if directory_moved {
+        if directory_changed {
             // After the writes, before the caller is answered: a search
             // that starts once this returns sees the new epoch and no
             // directory path remembered from before

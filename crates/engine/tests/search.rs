@@ -593,10 +593,11 @@ fn run_case(
     };
     for (k, op) in ops.iter().enumerate() {
         ns.apply(op);
-        // Root's searches between the mutations fill the directory paths
-        // remembered across searches (from `/`, and from a directory with
-        // exits resolved bottom-up); a path kept past a rename or removal
-        // of a directory would show in the comparisons below.
+        // Searches between the mutations fill the directory paths
+        // remembered across searches (root's and others', from `/`, and
+        // from a directory with exits resolved bottom-up); a path or an
+        // openness kept past a rename, removal or chmod of a directory
+        // would show in the comparisons below.
         let dirs: Vec<Soid> = ns
             .dirs
             .iter()
@@ -604,8 +605,13 @@ fn run_case(
             .filter(|s| ns.e.getattr(*s).is_ok())
             .collect();
         let scope = dirs[k % dirs.len()];
-        for (scope, opts) in [(Soid::ROOT, SearchOptions::default()), (scope, bottom_up)] {
-            ns.e.search_with(&root, Scope::Soid(scope), &Expr::True, &opts, |_| {
+        let (other, another) = (creds(k), creds(k + 1));
+        for (cred, scope, opts) in [
+            (&root, Soid::ROOT, SearchOptions::default()),
+            (&other, scope, bottom_up),
+            (&another, Soid::ROOT, SearchOptions::default()),
+        ] {
+            ns.e.search_with(cred, Scope::Soid(scope), &Expr::True, &opts, |_| {
                 ControlFlow::Continue(())
             })
             .unwrap();
@@ -990,6 +996,57 @@ fn remembered_paths_are_fresh_under_concurrent_searches() {
             );
         }
     });
+}
+
+/// A remembered directory is "open to all" only if every class may list
+/// it: a directory other users may list but its group may not (0705)
+/// stays closed to a group member, however the paths were remembered.
+#[test]
+fn remembered_paths_never_open_a_directory_to_a_class_it_excludes() {
+    let e = Engine::open(Arc::new(MemStore::new()), config(false, 2, 6)).unwrap();
+    let root = Credentials::root();
+    let g = mkdir_as_root(&e, Soid::ROOT, "g");
+    let set = SetAttr {
+        perm: Some(0o705),
+        uid: Some(1),
+        gid: Some(10),
+        ..Default::default()
+    };
+    e.setattr(&root, g, &set).unwrap().wait(&e).unwrap();
+    // Enough directories for /g's subtree to span tables, so that /g and
+    // its subdirectories are exits decided from the remembered paths.
+    for i in 0..10 {
+        let d = mkdir_as_root(&e, g, &format!("d{i}"));
+        let d = mkdir_as_root(&e, d, "s");
+        for j in 0..3 {
+            create_as_root(&e, d, &format!("f{j}"));
+        }
+    }
+    assert!(e.statfs().tables > 3, "{} tables", e.statfs().tables);
+    let files = Expr::name(b"f*");
+    for opts in [
+        SearchOptions::default(),
+        SearchOptions {
+            walk_budget: 0,
+            ..SearchOptions::default()
+        },
+    ] {
+        let found = |cred: &Credentials| {
+            let mut n = 0;
+            e.search_with(cred, Scope::Soid(Soid::ROOT), &files, &opts, |_| {
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            n
+        };
+        // Root and the other class fill the remembered paths...
+        assert_eq!(found(&root), 30);
+        assert_eq!(found(&Credentials::user(2, 20)), 30);
+        // ... which must not open /g to its group (no r-x for the group).
+        assert_eq!(found(&Credentials::user(4, 10)), 0);
+        assert_eq!(found(&Credentials::user(2, 20)), 30);
+    }
 }
 
 /// A search sees every mutation acknowledged before it started, while

@@ -65,6 +65,19 @@ pub struct SearchArgs {
     /// resolves every directory afresh in every search.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub dir_cache: bool,
+    /// Search as this user (UID:GID) instead of root: what that user may
+    /// list decides what is found, and the maintained summaries (root's
+    /// only) are not used. Queries are still sampled by root.
+    #[arg(long, value_name = "UID:GID", value_parser = parse_user)]
+    pub user: Option<(u32, u32)>,
+}
+
+fn parse_user(s: &str) -> Result<(u32, u32), String> {
+    let (u, g) = s.split_once(':').ok_or("expected UID:GID")?;
+    Ok((
+        u.parse().map_err(|e| format!("uid: {e}"))?,
+        g.parse().map_err(|e| format!("gid: {e}"))?,
+    ))
 }
 
 /// One query: scope, expression, and whether only totals are wanted
@@ -212,10 +225,10 @@ fn run(
     engine: &Engine,
     q: &Query,
     indexed: bool,
-    (threads, dir_cache): (usize, bool),
+    (threads, dir_cache, user): (usize, bool, Option<(u32, u32)>),
     summaries: bool,
 ) -> (f64, u64, SearchStats) {
-    let cred = Credentials::root();
+    let cred = user.map_or_else(Credentials::root, |(u, g)| Credentials::user(u, g));
     let scope = Scope::Path(&q.scope);
     let opts = SearchOptions {
         threads,
@@ -368,7 +381,7 @@ pub fn search(a: &SearchArgs) -> Report {
         let mut unsummarized_ms: Vec<f64> = Vec::new();
         for q in &qs {
             for _ in 0..a.repeat.max(1) {
-                let (s, n, st) = run(&engine, q, true, (threads, a.dir_cache), true);
+                let (s, n, st) = run(&engine, q, true, (threads, a.dir_cache, a.user), true);
                 ms.push(s * 1e3);
                 pruned += st.tables_pruned;
                 tables += st.tables;
@@ -377,7 +390,8 @@ pub fn search(a: &SearchArgs) -> Report {
                 candidates += st.candidates;
                 matches += n;
                 if q.aggregate.is_some() {
-                    let (s, n_off, _) = run(&engine, q, true, (threads, a.dir_cache), false);
+                    let (s, n_off, _) =
+                        run(&engine, q, true, (threads, a.dir_cache, a.user), false);
                     assert_eq!(n, n_off, "{kind}: with and without summaries disagree");
                     unsummarized_ms.push(s * 1e3);
                 }
@@ -385,8 +399,8 @@ pub fn search(a: &SearchArgs) -> Report {
         }
         let mut scan_ms: Vec<f64> = Vec::new();
         for q in qs.iter().take(a.scans) {
-            let (s, n_scan, _) = run(&engine, q, false, (threads, a.dir_cache), false);
-            let (_, n_index, _) = run(&engine, q, true, (threads, a.dir_cache), true);
+            let (s, n_scan, _) = run(&engine, q, false, (threads, a.dir_cache, a.user), false);
+            let (_, n_index, _) = run(&engine, q, true, (threads, a.dir_cache, a.user), true);
             assert_eq!(n_scan, n_index, "{kind}: scan and index disagree");
             scan_ms.push(s * 1e3);
         }

@@ -1,4 +1,4 @@
-//! Directory paths remembered across searches, for root's searches.
+//! Directory paths remembered across searches.
 //!
 //! Resolving a table's exits ([`super::scope`]) reads each directory on
 //! their parent chains, one table lookup each: at 10M files a root search
@@ -6,8 +6,9 @@
 //! directory's absolute path changes only when it or an ancestor is renamed
 //! or removed, which is rare next to searches; so the paths the searches
 //! resolve are kept here, tagged with the engine's *directory epoch*, which
-//! every transaction that moves or removes a directory advances after its
-//! writes are applied and before it returns ([`crate::txn`]).
+//! every transaction that moves, removes or changes the mode of a
+//! directory advances after its writes are applied and before it returns
+//! ([`crate::txn`]).
 //!
 //! Invariant (freshness): every path held was read while the epoch had the
 //! value the cache is tagged with. A search takes the epoch when it starts
@@ -20,10 +21,13 @@
 //! as they may without the cache (the per-entry consistency of
 //! [`crate::search`]).
 //!
-//! Only root's searches use it: root may list every directory, so a
-//! directory's status relative to any scope follows from its absolute path
-//! alone ([`relative`]). Other callers' visibility depends on the modes of
-//! every ancestor; they resolve as before.
+//! Each path comes with whether the directory and every ancestor is open
+//! to all callers (r-x for owner, group and other): then any caller may
+//! list it and everything above it, and its status relative to any scope
+//! follows from its absolute path alone ([`relative`]); for root, every
+//! directory is so. Another caller's status under a directory that is not
+//! open to all depends on who it is, and is read as without the cache.
+//! Changing a directory's mode therefore advances the epoch too.
 //!
 //! Bounded: at most [`MAX_ENTRIES`] paths (then offers are dropped until
 //! the next epoch).
@@ -40,7 +44,8 @@ pub(crate) const MAX_ENTRIES: usize = 1 << 18;
 #[derive(Default)]
 pub(crate) struct DirCache {
     epoch: u64,
-    paths: HashMap<Soid, Arc<[u8]>, BuildHasherDefault<SoidHasher>>,
+    /// Absolute path, and whether it and all its ancestors are open to all.
+    paths: HashMap<Soid, (Arc<[u8]>, bool), BuildHasherDefault<SoidHasher>>,
     /// Bytes of the paths held.
     path_bytes: usize,
 }
@@ -56,8 +61,9 @@ impl DirCache {
         }
     }
 
-    /// The absolute path of directory `d`, if held at `epoch`.
-    pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<Arc<[u8]>> {
+    /// The absolute path of directory `d` and whether it and all its
+    /// ancestors are open to all, if held at `epoch`.
+    pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
         if self.epoch != epoch {
             return None;
         }
@@ -70,17 +76,17 @@ impl DirCache {
         &mut self,
         epoch: u64,
         current: u64,
-        paths: impl IntoIterator<Item = (Soid, Arc<[u8]>)>,
+        paths: impl IntoIterator<Item = (Soid, Arc<[u8]>, bool)>,
     ) {
         if self.epoch != epoch || current != epoch {
             return;
         }
-        for (d, p) in paths {
+        for (d, p, open) in paths {
             if self.paths.len() >= MAX_ENTRIES {
                 return;
             }
             self.path_bytes += p.len();
-            if let Some(old) = self.paths.insert(d, p) {
+            if let Some((old, _)) = self.paths.insert(d, (p, open)) {
                 self.path_bytes -= old.len();
             }
         }
@@ -93,7 +99,7 @@ impl DirCache {
     /// Approximate heap bytes: the map's slots and the paths (with the
     /// shared allocation's two counters).
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.paths.capacity() * (std::mem::size_of::<(Soid, Arc<[u8]>)>() + 1)
+        self.paths.capacity() * (std::mem::size_of::<(Soid, (Arc<[u8]>, bool))>() + 1)
             + self.path_bytes
             + self.paths.len() * 16
     }
@@ -108,10 +114,19 @@ fn components(path: &[u8]) -> u32 {
     }
 }
 
-/// The status, for root searching below the directory at `scope_path`, of
-/// a directory whose absolute path is `abs`: in scope at the difference of
-/// depths when `abs` is `scope_path` or below it, else out.
-pub(super) fn relative(abs: &Arc<[u8]>, scope_path: &[u8]) -> Status {
+/// The status, for a caller searching below the directory at
+/// `scope_path`, of a directory whose absolute path is `abs` (`open`: it
+/// and all its ancestors are open to all; `root`: the caller is root):
+/// out when `abs` is not `scope_path` or below it; in scope at the
+/// difference of depths, visible, when the caller may list every
+/// directory on the way (root, or all open); `None` when that depends on
+/// the caller (it must be read).
+pub(super) fn relative(
+    abs: &Arc<[u8]>,
+    open: bool,
+    root: bool,
+    scope_path: &[u8],
+) -> Option<Status> {
     let below = if scope_path == b"/" {
         true
     } else {
@@ -119,13 +134,13 @@ pub(super) fn relative(abs: &Arc<[u8]>, scope_path: &[u8]) -> Status {
             && (abs.len() == scope_path.len() || abs.get(scope_path.len()) == Some(&b'/'))
     };
     if !below {
-        return Status::Out;
+        return Some(Status::Out);
     }
-    Status::In {
+    (root || open).then(|| Status::In {
         depth: components(abs) - components(scope_path),
         visible: true,
         path: Arc::clone(abs),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -136,23 +151,30 @@ mod tests {
         s.as_bytes().into()
     }
 
-    fn depth(st: Status) -> Option<u32> {
-        match st {
+    /// The depth when in scope, `Some(None)` when out, `None` when unknown.
+    fn depth(abs: &str, open: bool, root: bool, scope: &str) -> Option<Option<u32>> {
+        relative(&p(abs), open, root, scope.as_bytes()).map(|st| match st {
             Status::In { depth, .. } => Some(depth),
             Status::Out => None,
-        }
+        })
     }
 
     #[test]
     fn relative_status_from_absolute_paths() {
-        assert_eq!(depth(relative(&p("/"), b"/")), Some(0));
-        assert_eq!(depth(relative(&p("/a/b"), b"/")), Some(2));
-        assert_eq!(depth(relative(&p("/a/b"), b"/a")), Some(1));
-        assert_eq!(depth(relative(&p("/a"), b"/a")), Some(0));
-        assert_eq!(depth(relative(&p("/ab/c"), b"/a")), None);
-        assert_eq!(depth(relative(&p("/a"), b"/a/b")), None);
-        assert_eq!(depth(relative(&p("/"), b"/a")), None);
-        assert_eq!(depth(relative(&p("/x/a/b"), b"/a")), None);
+        for (open, root) in [(true, false), (false, true), (true, true)] {
+            let d = |abs, scope| depth(abs, open, root, scope);
+            assert_eq!(d("/", "/"), Some(Some(0)));
+            assert_eq!(d("/a/b", "/"), Some(Some(2)));
+            assert_eq!(d("/a/b", "/a"), Some(Some(1)));
+            assert_eq!(d("/a", "/a"), Some(Some(0)));
+            assert_eq!(d("/ab/c", "/a"), Some(None));
+            assert_eq!(d("/a", "/a/b"), Some(None));
+            assert_eq!(d("/", "/a"), Some(None));
+            assert_eq!(d("/x/a/b", "/a"), Some(None));
+        }
+        // Not open to all, another caller: out is still out, in is unknown.
+        assert_eq!(depth("/a/b", false, false, "/a"), None);
+        assert_eq!(depth("/x/b", false, false, "/a"), Some(None));
     }
 
     #[test]
@@ -160,15 +182,15 @@ mod tests {
         let d = Soid::from_u128(7);
         let mut c = DirCache::default();
         c.begin(3);
-        c.offer(3, 3, [(d, p("/a"))]);
-        assert_eq!(c.get(3, d), Some(p("/a")));
+        c.offer(3, 3, [(d, p("/a"), true)]);
+        assert_eq!(c.get(3, d), Some((p("/a"), true)));
         // A search of another epoch finds nothing.
         assert_eq!(c.get(2, d), None);
         // An offer after the engine moved on is refused...
-        c.offer(3, 4, [(Soid::from_u128(8), p("/b"))]);
+        c.offer(3, 4, [(Soid::from_u128(8), p("/b"), true)]);
         assert_eq!(c.len(), 1);
         // ... and so is one from a search that started earlier.
-        c.offer(2, 2, [(Soid::from_u128(8), p("/b"))]);
+        c.offer(2, 2, [(Soid::from_u128(8), p("/b"), true)]);
         assert_eq!(c.len(), 1);
         // The next search at a newer epoch starts empty.
         c.begin(4);
@@ -183,7 +205,7 @@ mod tests {
         c.offer(
             1,
             1,
-            (0..MAX_ENTRIES as u128 + 10).map(|i| (Soid::from_u128(i), p("/x"))),
+            (0..MAX_ENTRIES as u128 + 10).map(|i| (Soid::from_u128(i), p("/x"), false)),
         );
         assert_eq!(c.len(), MAX_ENTRIES);
     }

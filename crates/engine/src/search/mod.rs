@@ -121,10 +121,12 @@
 //! the table map is never held across a callback (its lock is not
 //! reentrant).
 //!
-//! Root's searches resolve exits through the directory paths remembered
-//! across searches ([`dir_cache`]): a directory's absolute path, read by
-//! an earlier search and valid until a directory is moved or removed
-//! (the directory epoch), gives its status for any scope without a read.
+//! Exits are resolved through the directory paths remembered across
+//! searches ([`dir_cache`]): a directory's absolute path, read by an
+//! earlier search and valid until a directory is moved, removed or
+//! changes mode (the directory epoch), gives its status for any scope
+//! without a read — for root always, for other callers when the directory
+//! and its ancestors are open to all (r-x for every class).
 //!
 //! Because the map always partitions the SOID space, the cursor visits every
 //! SOID exactly once even while tables split or merge under it.
@@ -399,8 +401,8 @@ struct Search<'a> {
     cred: &'a Credentials,
     memo: Memo,
     stats: SearchStats,
-    /// For root: the directory epoch the search began at and the scope
-    /// root's absolute path ([`dir_cache`], [`scope::status_cached`]).
+    /// The directory epoch the search began at and the scope root's
+    /// absolute path ([`dir_cache`], [`scope::status_cached`]).
     dir_cache: Option<(u64, Arc<[u8]>)>,
 }
 
@@ -640,8 +642,8 @@ pub struct SearchOptions<'a> {
     /// it from their maintained summaries (default true; false visits
     /// every such table, for benchmarks to compare).
     pub summaries: bool,
-    /// Root's searches may use and fill the directory paths remembered
-    /// across searches ([`dir_cache`]; default true; false resolves every
+    /// The search may use and fill the directory paths remembered across
+    /// searches ([`dir_cache`]; default true; false resolves every
     /// directory afresh, for benchmarks to compare).
     pub dir_cache: bool,
     /// Entries a search below a directory other than `/` lists top-down
@@ -766,9 +768,9 @@ pub(crate) fn run_with(
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid,
         Scope::Soid(s) => s,
     };
-    // Root's searches remember directory paths across searches: the
-    // epoch is taken first, before any directory is read.
-    let epoch = (use_index && opts.dir_cache && cred.is_root()).then(|| engine.dir_cache_begin());
+    // Directory paths are remembered across searches: the epoch is taken
+    // first, before any directory is read.
+    let epoch = (use_index && opts.dir_cache).then(|| engine.dir_cache_begin());
     let mut s = Search {
         engine,
         cred,
@@ -787,16 +789,19 @@ pub(crate) fn run_with(
     let mut cur = root;
     let (mut parent, mut name): (Soid, Box<[u8]>) =
         (root_inode.parent, Box::from(&root_inode.name));
+    // Whether the scope root and every ancestor are open to all.
+    let mut all_open = scope::open_to_all(root_inode.perm);
     while cur != Soid::ROOT {
         names.push(name);
         if names.len() > MAX_CHAIN {
             return Err(FsError::NotFound);
         }
         cur = parent;
-        let Some((p, n, _)) = s.read_dir(cur)? else {
+        let Some((p, n, _, open)) = s.read_dir(cur)? else {
             return Err(FsError::NotFound);
         };
         (parent, name) = (p, n);
+        all_open &= open;
     }
     let mut root_path: Vec<u8> = b"/".to_vec();
     for n in names.iter().rev() {
@@ -809,6 +814,12 @@ pub(crate) fn run_with(
     };
     let root_path_shared: Arc<[u8]> = root_path.clone().into();
     s.dir_cache = epoch.map(|e| (e, Arc::clone(&root_path_shared)));
+    if let (Some(e), true) = (epoch, root_inode.is_dir()) {
+        // The scope root is memoised, so chains read up to it learn their
+        // openness from its remembered entry.
+        let entry = (root, Arc::clone(&root_path_shared), all_open);
+        engine.dir_cache_offer(e, vec![entry]);
+    }
     s.memo.insert(
         root,
         Status::In {

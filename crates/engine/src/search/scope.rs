@@ -75,8 +75,9 @@ impl Hasher for SoidHasher {
 /// Directory statuses of one search.
 pub(super) type Memo = HashMap<Soid, Status, BuildHasherDefault<SoidHasher>>;
 
-/// A directory's (parent, name, listable by the caller).
-pub(super) type DirInfo = (Soid, Box<[u8]>, bool);
+/// A directory's (parent, name, listable by the caller, listable by
+/// everyone ([`open_to_all`])).
+pub(super) type DirInfo = (Soid, Box<[u8]>, bool, bool);
 
 /// Longest parent chain followed before giving up (a chain that long, or
 /// a cycle, can only be an artefact of concurrent renames).
@@ -123,8 +124,8 @@ fn unwind<N: AsRef<[u8]>>(
     base
 }
 
-/// Reads one directory's (parent, name, listable), `None` if it is gone
-/// or not a directory.
+/// Reads one directory's [`DirInfo`], `None` if it is gone or not a
+/// directory.
 pub(super) fn read_dir(
     engine: &Engine,
     cred: &Credentials,
@@ -133,9 +134,10 @@ pub(super) fn read_dir(
 ) -> Result<Option<DirInfo>, FsError> {
     *reads += 1;
     let (_, info) = engine.with_table_holding(d, |t| {
-        t.inode(d)
-            .filter(|i| i.is_dir())
-            .map(|i| (i.parent, Box::from(&i.name), may_list(i, cred)))
+        t.inode(d).filter(|i| i.is_dir()).map(|i| {
+            let open = open_to_all(i.perm);
+            (i.parent, Box::from(&i.name), may_list(i, cred), open)
+        })
     })?;
     Ok(info)
 }
@@ -144,7 +146,9 @@ pub(super) fn read_dir(
 /// `names`, listable), child first.
 #[derive(Default)]
 struct Chain {
-    dirs: Vec<(Soid, usize, bool)>,
+    /// (directory, where its name ends in `names`, listable by the
+    /// caller, listable by everyone ([`open_to_all`])), child first.
+    dirs: Vec<(Soid, usize, bool, bool)>,
     names: Vec<u8>,
     /// Filled once the chain is long enough to be suspect of a cycle.
     seen: HashSet<Soid>,
@@ -162,7 +166,7 @@ impl Chain {
         }
         if self.dirs.len() >= SUSPECT {
             if self.seen.is_empty() {
-                self.seen.extend(self.dirs.iter().map(|(d, _, _)| *d));
+                self.seen.extend(self.dirs.iter().map(|(d, ..)| *d));
             }
             return !self.seen.insert(cur);
         }
@@ -187,7 +191,9 @@ impl Chain {
             loop {
                 let i = t.inode(at).filter(|i| i.is_dir())?;
                 self.names.extend_from_slice(&i.name);
-                self.dirs.push((at, self.names.len(), may_list(i, cred)));
+                let open = open_to_all(i.perm);
+                self.dirs
+                    .push((at, self.names.len(), may_list(i, cred), open));
                 if at == Soid::ROOT {
                     return None;
                 }
@@ -199,17 +205,18 @@ impl Chain {
         })?;
         *reads += (self.dirs.len() - start).max(1);
         if !self.seen.is_empty() {
-            let new = self.dirs[start..].iter().map(|(d, _, _)| *d);
+            let new = self.dirs[start..].iter().map(|(d, ..)| *d);
             self.seen.extend(new);
         }
         Ok(next)
     }
 
-    /// Pops the topmost directory with its name.
-    fn pop(&mut self) -> Option<(Soid, &[u8], bool)> {
-        let (d, end, ok) = self.dirs.pop()?;
-        let begin = self.dirs.last().map_or(0, |(_, e, _)| *e);
-        Some((d, &self.names[begin..end], ok))
+    /// Pops the topmost directory with its name, listable by the caller,
+    /// listable by everyone.
+    fn pop(&mut self) -> Option<(Soid, &[u8], bool, bool)> {
+        let (d, end, ok, open) = self.dirs.pop()?;
+        let begin = self.dirs.last().map_or(0, |(_, e, ..)| *e);
+        Some((d, &self.names[begin..end], ok, open))
     }
 }
 
@@ -244,20 +251,35 @@ pub(super) fn status_remote(
         }
     };
     let mut status = base;
-    while let Some((soid, name, ok)) = chain.pop() {
+    while let Some((soid, name, ok, _)) = chain.pop() {
         status = below(&status, name, ok);
         memo.insert(soid, status.clone());
     }
     Ok(status)
 }
 
-/// [`status_remote`] for root, with the directory paths remembered across
-/// searches ([`super::dir_cache`], epoch `epoch`; `scope_path` is the scope
-/// root's absolute path). The chain is followed up to a directory whose
-/// *absolute* path is known — remembered, memoised in scope, or the root —
-/// so every directory read gets its absolute path, is remembered, and is
-/// memoised relative to the scope. REQUIRES: `cred` is root (every
-/// directory listable); no engine lock held.
+/// Whether a directory with mode `perm` may be listed (read and searched)
+/// by every caller: owner, group and other classes all have r-x (the
+/// class that applies to a caller is the only one checked, so all three
+/// must allow it). Root may list every directory anyway.
+pub(super) fn open_to_all(perm: u16) -> bool {
+    u32::from(perm) & 0o555 == 0o555
+}
+
+/// A directory's absolute path, and whether it and its ancestors are open
+/// to all ([`open_to_all`]).
+type Place = (Arc<[u8]>, bool);
+
+/// [`status_remote`] with the directory paths remembered across searches
+/// ([`super::dir_cache`], epoch `epoch`; `scope_path` is the scope root's
+/// absolute path). A remembered directory answers without a read when its
+/// remembered place decides the caller's status ([`relative`]: out of
+/// scope, or in scope and root or open to all the way from `/`). The
+/// chain is followed up to such a directory, a memoised one, or the root;
+/// every directory read is then remembered with its absolute path and
+/// whether it and all its ancestors are open to all (independent of the
+/// caller), and memoised with the caller's status, computed level by
+/// level as [`status_remote`] does. REQUIRES: no engine lock held.
 pub(super) fn status_cached(
     engine: &Engine,
     cred: &Credentials,
@@ -266,51 +288,56 @@ pub(super) fn status_cached(
     d: Soid,
     reads: &mut usize,
 ) -> Result<Status, FsError> {
+    let root = cred.is_root();
     let mut chain = Chain::default();
     let mut cur = d;
-    // The absolute path at the top of the chain, if one is known.
-    let top: Option<Arc<[u8]>> = loop {
-        match memo.get(&cur) {
-            Some(Status::In { path, .. }) => break Some(path.clone()),
-            Some(Status::Out) => break engine.dir_cache_get(epoch, cur),
-            None => {}
+    // The top of the chain: the caller's status there, and its absolute
+    // path and openness when known.
+    let (mut status, mut place): (Status, Option<Place>) = loop {
+        let remembered = engine.dir_cache_get(epoch, cur);
+        if let Some(st) = memo.get(&cur) {
+            let place = match (st, remembered) {
+                (_, Some(r)) => Some(r),
+                // In scope (the path is absolute) but openness unknown:
+                // what is read below is remembered as not open.
+                (Status::In { path, .. }, None) => Some((path.clone(), false)),
+                (Status::Out, None) => None,
+            };
+            break (st.clone(), place);
         }
-        if let Some(path) = engine.dir_cache_get(epoch, cur) {
-            memo.insert(cur, relative(&path, scope_path));
-            break Some(path);
+        if let Some((path, open)) = remembered {
+            if let Some(st) = relative(&path, open, root, scope_path) {
+                memo.insert(cur, st.clone());
+                break (st, Some((path, open)));
+            }
         }
         if chain.stop_at(cur) {
-            break None;
+            break (Status::Out, None);
         }
         let memo_now = &*memo;
         match chain.read_up(engine, cred, cur, |s| memo_now.contains_key(&s), reads)? {
             Some(n) => cur = n,
-            None if chain.dirs.last().is_some_and(|(s, _, _)| *s == Soid::ROOT) => {
-                chain.pop();
-                let root: Arc<[u8]> = Arc::from(&b"/"[..]);
-                memo.insert(Soid::ROOT, relative(&root, scope_path));
-                break Some(root);
+            None if chain.dirs.last().is_some_and(|(s, ..)| *s == Soid::ROOT) => {
+                // The root is in scope only as the scope (memoised).
+                let open = chain.pop().is_some_and(|(.., open)| open);
+                memo.insert(Soid::ROOT, Status::Out);
+                let path: Arc<[u8]> = Arc::from(&b"/"[..]);
+                engine.dir_cache_offer(epoch, vec![(Soid::ROOT, path.clone(), open)]);
+                break (Status::Out, Some((path, open)));
             }
-            None => break None,
+            // A gone directory, or a cycle: out, and nothing remembered.
+            None => break (Status::Out, None),
         }
-    };
-    let Some(mut path) = top else {
-        // Out of scope without a known place (a gone directory, a cycle,
-        // or an out-of-scope directory not remembered): as without cache.
-        let mut status = Status::Out;
-        while let Some((soid, _, _)) = chain.pop() {
-            memo.insert(soid, Status::Out);
-            status = Status::Out;
-        }
-        return Ok(status);
     };
     let mut learned = Vec::with_capacity(chain.dirs.len());
-    let mut status = relative(&path, scope_path);
-    while let Some((soid, name, _)) = chain.pop() {
-        path = joined(&path, name);
-        status = relative(&path, scope_path);
+    while let Some((soid, name, ok, open)) = chain.pop() {
+        status = below(&status, name, ok);
         memo.insert(soid, status.clone());
-        learned.push((soid, path.clone()));
+        if let Some((path, all_open)) = &mut place {
+            *path = joined(path, name);
+            *all_open &= open;
+            learned.push((soid, path.clone(), *all_open));
+        }
     }
     engine.dir_cache_offer(epoch, learned);
     Ok(status)
@@ -500,7 +527,7 @@ pub(super) fn walk_down(
         }
         let mut subs = local;
         for child in remote {
-            if let Some((parent, name, ok)) = read_dir(engine, cred, child, reads)? {
+            if let Some((parent, name, ok, _)) = read_dir(engine, cred, child, reads)? {
                 if parent == d {
                     subs.push((child, name, ok));
                 }
