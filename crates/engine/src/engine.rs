@@ -226,8 +226,8 @@ pub struct EngineStats {
     pub splits: u64,
     pub merges: u64,
     pub retries: u64,
-    /// Directory paths remembered for root's searches, and their
-    /// approximate heap bytes ([`crate::search::dir_cache`]).
+    /// Directory paths remembered across searches, and their approximate
+    /// heap bytes ([`crate::search::dir_cache`]).
     pub dir_cache_paths: usize,
     pub dir_cache_bytes: usize,
 }
@@ -288,8 +288,8 @@ pub(crate) struct Inner {
     /// mode of a directory, after its writes are applied
     /// ([`crate::search::dir_cache`]).
     pub(crate) dir_epoch: AtomicU64,
-    /// Directory paths root's searches resolved, valid at one directory
-    /// epoch. A leaf lock: nothing else is locked while it is held.
+    /// Directory paths searches resolved, valid at one directory epoch. A
+    /// leaf lock: nothing else is locked while it is held.
     pub(crate) dir_cache: Mutex<crate::search::dir_cache::DirCache>,
 }
 
@@ -1502,8 +1502,8 @@ impl Engine {
                 .store(count_inodes(&map), Ordering::Relaxed);
         }
         inner.split_oversized();
-        // Replayed renames and removals bypass transactions: no directory
-        // path remembered before recovery is trusted after it.
+        // Replayed renames, removals and mode changes bypass transactions:
+        // no directory path remembered before recovery is trusted after it.
         inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
         // Checkpoints are allowed again (see `checkpoint`); if this one
         // fails, the state file still names the crashed run, so the next
@@ -1723,8 +1723,8 @@ impl Engine {
         crate::search::from_summaries(self, cred, scope, expr, by)
     }
 
-    /// A search by root starts: the directory epoch it remembers paths
-    /// under ([`crate::search::dir_cache`]).
+    /// A search starts: the directory epoch it remembers paths under
+    /// ([`crate::search::dir_cache`]).
     pub(crate) fn dir_cache_begin(&self) -> u64 {
         let epoch = self.inner.dir_epoch.load(Ordering::Acquire);
         self.inner.dir_cache.lock().begin(epoch);
@@ -1738,7 +1738,8 @@ impl Engine {
     }
 
     /// Offers absolute directory paths read by a search that began at
-    /// `epoch` (kept only if no directory moved since).
+    /// `epoch` (kept only if no directory moved, went or changed mode
+    /// since).
     pub(crate) fn dir_cache_offer(&self, epoch: u64, paths: Vec<(Soid, Arc<[u8]>, bool)>) {
         if paths.is_empty() {
             return;

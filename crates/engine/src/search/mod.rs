@@ -985,7 +985,16 @@ fn visit_range(
             match scope::decide(t, job.root, plan.max_depth, &s.memo, use_index, complete) {
                 Decision::Skip => Some(Decision::Skip),
                 _ if complete && filtered(t) => None,
-                Decision::Visit if job.summarize && scope::whole(t, &s.memo) => {
+                // Only a table inside this piece of the SOID space: one
+                // merged since a parallel search cut its pieces is visited
+                // (row by row, within the piece), so that no piece adds a
+                // summary another piece also covers.
+                Decision::Visit
+                    if job.summarize
+                        && range.first <= t.range.first
+                        && t.range.last <= range.last
+                        && scope::whole(t, &s.memo) =>
+                {
                     // Under the same lock as the decision: the summary
                     // and the exits are of one state of the table.
                     if let Some(tallies) = lean.as_deref_mut() {

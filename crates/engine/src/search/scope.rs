@@ -142,8 +142,7 @@ pub(super) fn read_dir(
     Ok(info)
 }
 
-/// A parent chain being read: (directory, where its name ends in
-/// `names`, listable), child first.
+/// A parent chain being read, its names in one buffer.
 #[derive(Default)]
 struct Chain {
     /// (directory, where its name ends in `names`, listable by the
