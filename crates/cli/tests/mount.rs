@@ -315,11 +315,24 @@ fn errors_as_programs_see_them() {
     m.umount();
 
     // A foreground mount unmounts cleanly on SIGTERM.
-    let mut fg = KillOnDrop(
+    let mut fg = foreground_mount(&m, &[]);
+    assert_eq!(std::fs::read(m.p("d/g")).unwrap(), b"y");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(fg.0.id() as i32, libc::SIGTERM) };
+    let status = fg.0.wait().unwrap();
+    assert!(status.success(), "SIGTERM exit: {status}");
+    assert!(!is_mounted(&m.mnt), "unmounted on SIGTERM");
+}
+
+/// `sextant mount -f ARGS` of `m`'s server on `m.mnt` (unmounted), once
+/// it is mounted.
+fn foreground_mount(m: &Mounted, args: &[&str]) -> KillOnDrop {
+    let fg = KillOnDrop(
         Command::new(BIN)
             .args(["--server", &m.addr, "--data"])
             .arg(m.data())
             .args(["mount", "-f"])
+            .args(args)
             .arg(&m.mnt)
             .stderr(Stdio::null())
             .spawn()
@@ -330,12 +343,7 @@ fn errors_as_programs_see_them() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(is_mounted(&m.mnt), "foreground mount");
-    assert_eq!(std::fs::read(m.p("d/g")).unwrap(), b"y");
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(fg.0.id() as i32, libc::SIGTERM) };
-    let status = fg.0.wait().unwrap();
-    assert!(status.success(), "SIGTERM exit: {status}");
-    assert!(!is_mounted(&m.mnt), "unmounted on SIGTERM");
+    fg
 }
 
 /// kill -9 of the server while a program mutates through the mount: the
@@ -447,23 +455,9 @@ fn sigterm_ends_a_mount_whose_server_is_gone_promptly() {
     }
     let mut m = Mounted::start();
     m.umount();
-    let mut fg = KillOnDrop(
-        Command::new(BIN)
-            .args(["--server", &m.addr, "--data"])
-            .arg(m.data())
-            // One FUSE thread: the mkdir below goes over the lane (the
-            // thread's own connection) that the write before it made.
-            .args(["mount", "-f", "--threads", "1"])
-            .arg(&m.mnt)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t = Instant::now();
-    while !is_mounted(&m.mnt) && t.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(is_mounted(&m.mnt), "foreground mount");
+    // One FUSE thread: the mkdir below goes over the lane (the thread's
+    // own connection) that the write before it made.
+    let mut fg = foreground_mount(&m, &["--threads", "1"]);
     std::fs::write(m.p("made-while-up"), b"x").unwrap();
     let _ = m.server.kill();
     let _ = m.server.wait();
