@@ -687,7 +687,7 @@ fn run_case(
         // hits in the same order, and the same tallies without paths.
         let (now, soon) = (Duration::ZERO, Duration::from_micros(20));
         // Exits resolved bottom-up (no top-down walk), and without the
-        // directory paths remembered for root: the same again.
+        // remembered directory paths: the same again.
         for (threads, buffered_hits, spawn_after, walk_budget, dir_cache) in [
             (1, usize::MAX, now, usize::MAX, true),
             (3, usize::MAX, now, usize::MAX, true),

@@ -60,7 +60,7 @@ pub struct SearchArgs {
     /// (0: one per core, the engine's default).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Root's searches use the directory paths remembered across searches
+    /// Searches use the directory paths remembered across searches
     /// (`SearchOptions::dir_cache`; the sampling pass fills them). `false`
     /// resolves every directory afresh in every search.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
