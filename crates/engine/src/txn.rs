@@ -305,22 +305,27 @@ impl<'m> Txn<'m> {
             let Some(key) = m.table_key() else { continue };
             let (start, _) = self.slot_for(key);
             let table = self.table_for(key)?;
+            // One lookup of the inode a mutation replaces serves the inode
+            // count and the directory epoch.
             match &m {
-                Mutation::PutInode { soid, .. } if table.inode(*soid).is_none() => inode_delta += 1,
-                Mutation::DeleteInode { soid } if table.inode(*soid).is_some() => inode_delta -= 1,
+                Mutation::PutInode { soid, inode } => match table.inode(*soid) {
+                    None => inode_delta += 1,
+                    // A directory's place, or who may list it, changed.
+                    Some(old) => {
+                        directory_changed |= old.is_dir()
+                            && (old.parent != inode.parent
+                                || old.name != inode.name
+                                || old.perm != inode.perm);
+                    }
+                },
+                Mutation::DeleteInode { soid } => {
+                    if let Some(old) = table.inode(*soid) {
+                        inode_delta -= 1;
+                        directory_changed |= old.is_dir();
+                    }
+                }
                 _ => {}
             }
-            directory_changed |= match &m {
-                // A directory's place, or who may list it, changed.
-                Mutation::PutInode { soid, inode } => table.inode(*soid).is_some_and(|old| {
-                    old.is_dir()
-                        && (old.parent != inode.parent
-                            || old.name != inode.name
-                            || old.perm != inode.perm)
-                }),
-                Mutation::DeleteInode { soid } => table.inode(*soid).is_some_and(Inode::is_dir),
-                _ => false,
-            };
             if let Err(e) = table.apply(m) {
                 // `put_dentry` ruled this out under the same table lock.
                 unreachable!("a checked mutation failed to apply: {e}");
