@@ -149,31 +149,19 @@ struct Chain {
     /// caller, listable by everyone ([`open_to_all`])), child first.
     dirs: Vec<(Soid, usize, bool, bool)>,
     names: Vec<u8>,
-    /// Filled once the chain is long enough to be suspect of a cycle.
+    /// Every directory read, to stop at a cycle (which only concurrent
+    /// renames can make).
     seen: HashSet<Soid>,
 }
-
-/// Chains longer than this are checked for cycles (which only concurrent
-/// renames can make).
-const SUSPECT: usize = 256;
 
 impl Chain {
     /// Whether the walk must stop at `cur` (too long, or a cycle).
     fn stop_at(&mut self, cur: Soid) -> bool {
-        if self.dirs.len() >= MAX_CHAIN {
-            return true;
-        }
-        if self.dirs.len() >= SUSPECT {
-            if self.seen.is_empty() {
-                self.seen.extend(self.dirs.iter().map(|(d, ..)| *d));
-            }
-            return !self.seen.insert(cur);
-        }
-        false
+        self.dirs.len() >= MAX_CHAIN || !self.seen.insert(cur)
     }
 
     /// Reads up from `cur` within the table holding it (one lock), to the
-    /// first directory that is outside the table or `known`: returns it,
+    /// first directory that is outside the table or memoised: returns it,
     /// or `None` when the chain ended at the root (pushed) or at a gone
     /// directory (not pushed).
     fn read_up(
@@ -181,7 +169,7 @@ impl Chain {
         engine: &Engine,
         cred: &Credentials,
         cur: Soid,
-        known: impl Fn(Soid) -> bool,
+        memo: &Memo,
         reads: &mut usize,
     ) -> Result<Option<Soid>, FsError> {
         let start = self.dirs.len();
@@ -197,16 +185,18 @@ impl Chain {
                     return None;
                 }
                 at = i.parent;
-                if !t.range.contains(at) || known(at) || self.dirs.len() - start > t.dir_count() {
+                if !t.range.contains(at)
+                    || memo.contains_key(&at)
+                    || self.dirs.len() - start > t.dir_count()
+                {
                     return Some(at);
                 }
             }
         })?;
         *reads += (self.dirs.len() - start).max(1);
-        if !self.seen.is_empty() {
-            let new = self.dirs[start..].iter().map(|(d, ..)| *d);
-            self.seen.extend(new);
-        }
+        // (`cur` itself was inserted by `stop_at`.)
+        let above = self.dirs[start..].iter().skip(1).map(|(d, ..)| *d);
+        self.seen.extend(above);
         Ok(next)
     }
 
@@ -241,8 +231,7 @@ pub(super) fn status_remote(
         if chain.stop_at(cur) {
             break Status::Out;
         }
-        let memo_now = &*memo;
-        match chain.read_up(engine, cred, cur, |s| memo_now.contains_key(&s), reads)? {
+        match chain.read_up(engine, cred, cur, memo, reads)? {
             // The root is in scope only as the scope (memoised); a chain
             // that reaches it, or a gone directory, ends out of scope.
             None => break Status::Out,
@@ -313,8 +302,7 @@ pub(super) fn status_cached(
         if chain.stop_at(cur) {
             break (Status::Out, None);
         }
-        let memo_now = &*memo;
-        match chain.read_up(engine, cred, cur, |s| memo_now.contains_key(&s), reads)? {
+        match chain.read_up(engine, cred, cur, memo, reads)? {
             Some(n) => cur = n,
             None if chain.dirs.last().is_some_and(|(s, ..)| *s == Soid::ROOT) => {
                 // The root is in scope only as the scope (memoised).
