@@ -631,6 +631,16 @@ fn run_case(
             }),
             Expr::pred(Pred::Type(vec![FileType::Directory])),
         ),
+        // Any expression of owner, group and type; the root directory
+        // alone (depth 0), which the summaries count as any other entry.
+        Expr::or(
+            Expr::pred(Pred::Uid { lo: 1, hi: 2 }),
+            Expr::pred(Pred::Type(vec![FileType::Symlink])),
+        ),
+        Expr::not(Expr::pred(Pred::Depth {
+            min: 1,
+            max: u32::MAX,
+        })),
     ] {
         let want = brute(&ns.e, &root, Soid::ROOT, &expr, Some(b"/"));
         for by in [GroupBy::Uid, GroupBy::Gid, GroupBy::Type] {

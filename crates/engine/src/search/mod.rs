@@ -1362,8 +1362,9 @@ impl Tallies {
 /// The aggregation from the tables' maintained summaries
 /// ([`crate::table::summary`]) when that gives exactly what the search
 /// would: root asking about the whole namespace (root sees every path, so
-/// nothing can leak), everything or some file types, grouped by owner,
-/// group or type. `None` otherwise (the caller searches).
+/// nothing can leak), an expression of owner, group and type only
+/// ([`Expr::is_group_only`]), grouped by owner, group or type. `None`
+/// otherwise (the caller searches).
 pub(crate) fn from_summaries(
     engine: &Engine,
     cred: &Credentials,
@@ -1374,70 +1375,55 @@ pub(crate) fn from_summaries(
     if cred.uid != 0 || !matches!(by, GroupBy::Uid | GroupBy::Gid | GroupBy::Type) {
         return Ok(None);
     }
+    if !expr.is_group_only() {
+        return Ok(None);
+    }
     let whole = match scope {
         Scope::Soid(s) => s == Soid::ROOT,
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid == Soid::ROOT,
     };
-    // A conjunction of type tests and "depth ≥ 0 or 1" is all they answer.
-    let mut conjuncts: Vec<&Expr> = vec![expr];
-    let mut types: Option<Vec<FileType>> = None;
-    let mut skip_root = false;
-    while let Some(e) = conjuncts.pop() {
-        match e {
-            Expr::True => {}
-            Expr::And(v) => conjuncts.extend(v),
-            Expr::Pred(Pred::Type(t)) => {
-                types = Some(match types {
-                    None => t.clone(),
-                    Some(prev) => prev.into_iter().filter(|x| t.contains(x)).collect(),
-                });
-            }
-            Expr::Pred(Pred::Depth { min, max }) if *min <= 1 && *max == u32::MAX => {
-                skip_root |= *min == 1;
-            }
-            _ => return Ok(None),
-        }
-    }
     if !whole {
         return Ok(None);
     }
-    let types = types.as_deref();
-    let mut agg = Aggregation::default();
+    let mut tallies = Tallies::new(Some(by));
     engine.for_each_table(|t| {
-        for (&(uid, gid, ftype), totals) in t.summary().groups() {
-            if types.is_some_and(|ts| !ts.contains(&ftype)) {
-                continue;
-            }
-            let key = match by {
-                GroupBy::Uid => GroupKey::Uid(uid),
-                GroupBy::Gid => GroupKey::Gid(gid),
-                _ => GroupKey::Type(ftype),
-            };
-            let g = agg.groups.entry(key).or_default();
-            g.count += totals.count;
-            g.size += totals.size;
-            agg.total.count += totals.count;
-            agg.total.size += totals.size;
-        }
+        tallies.add_summary(t.summary(), expr);
     })?;
-    if skip_root {
-        // The summaries count the root directory; depth ≥ 1 does not.
-        let r = engine.getattr(Soid::ROOT)?;
-        if types.is_none_or(|ts| ts.contains(&r.ftype)) {
-            let key = match by {
-                GroupBy::Uid => GroupKey::Uid(r.uid),
-                GroupBy::Gid => GroupKey::Gid(r.gid),
-                _ => GroupKey::Type(r.ftype),
-            };
+    let mut agg = tallies.finish();
+    // The summaries count the root directory as any entry below the scope
+    // ([`Expr::eval_group`]); the search evaluates it at depth 0.
+    let (_, root) = engine.with_table_holding(Soid::ROOT, |t| t.inode(Soid::ROOT).cloned())?;
+    let root = root.ok_or(FsError::NotFound)?;
+    let entry = Entry {
+        path: Some(b"/"),
+        name: b"/",
+        depth: Some(0),
+        soid: Soid::ROOT,
+        inode: &root,
+        dir_has_entries: false,
+    };
+    let (counted, wanted) = (
+        expr.eval_group(root.uid, root.gid, root.ftype),
+        expr.matches(&entry),
+    );
+    if counted != wanted {
+        let key = match by {
+            GroupBy::Uid => GroupKey::Uid(root.uid),
+            GroupBy::Gid => GroupKey::Gid(root.gid),
+            _ => GroupKey::Type(root.ftype),
+        };
+        if wanted {
+            agg.add_key(key, root.size);
+        } else {
             if let Some(g) = agg.groups.get_mut(&key) {
                 g.count = g.count.saturating_sub(1);
-                g.size = g.size.saturating_sub(r.size);
+                g.size = g.size.saturating_sub(root.size);
                 if g.count == 0 {
                     agg.groups.remove(&key);
                 }
             }
             agg.total.count = agg.total.count.saturating_sub(1);
-            agg.total.size = agg.total.size.saturating_sub(r.size);
+            agg.total.size = agg.total.size.saturating_sub(root.size);
         }
     }
     Ok(Some(agg))
