@@ -410,21 +410,8 @@ fn server_kill9_under_the_mount_loses_nothing_acknowledged() {
         acked.len()
     );
     // Ground truth from the server itself, not the mount's caches.
-    let out = Command::new(BIN)
-        .args(["--server", &m.addr, "--data"])
-        .arg(m.data())
-        .args(["ls", "/w"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let present: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let listing = common::cli_ok(&m.addr, &m.data(), &["ls", "/w"]);
+    let present: std::collections::BTreeSet<String> = listing.lines().map(str::to_string).collect();
     let missing: Vec<&String> = acked.iter().filter(|n| !present.contains(*n)).collect();
     assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
     eprintln!(
