@@ -289,8 +289,10 @@ pub(crate) struct Inner {
     /// ([`crate::search::dir_cache`]).
     pub(crate) dir_epoch: AtomicU64,
     /// Directory paths searches resolved, valid at one directory epoch. A
-    /// leaf lock: nothing else is locked while it is held.
-    pub(crate) dir_cache: Mutex<crate::search::dir_cache::DirCache>,
+    /// leaf lock: nothing else is locked while it is held. Read-locked by
+    /// lookups, so the threads of a search (and concurrent searches) do
+    /// not queue behind each other.
+    pub(crate) dir_cache: RwLock<crate::search::dir_cache::DirCache>,
 }
 
 #[derive(Default)]
@@ -1060,7 +1062,7 @@ impl Engine {
             logless,
             track_changes: AtomicBool::new(false),
             dir_epoch: AtomicU64::new(1),
-            dir_cache: Mutex::new(Default::default()),
+            dir_cache: RwLock::new(Default::default()),
         });
         inner.split_oversized();
         let engine = Engine {
@@ -1537,7 +1539,7 @@ impl Engine {
         let js = self.inner.journal.stats();
         let c = &self.inner.stats;
         let (dir_cache_paths, dir_cache_bytes) = {
-            let cache = self.inner.dir_cache.lock();
+            let cache = self.inner.dir_cache.read();
             (cache.len(), cache.memory_bytes())
         };
         EngineStats {
@@ -1727,14 +1729,25 @@ impl Engine {
     /// ([`crate::search::dir_cache`]).
     pub(crate) fn dir_cache_begin(&self) -> u64 {
         let epoch = self.inner.dir_epoch.load(Ordering::Acquire);
-        self.inner.dir_cache.lock().begin(epoch);
+        if self.inner.dir_cache.read().epoch() != epoch {
+            self.inner.dir_cache.write().begin(epoch);
+        }
         epoch
     }
 
     /// The remembered absolute path of directory `d` at `epoch`, and
     /// whether it and its ancestors are open to all.
     pub(crate) fn dir_cache_get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
-        self.inner.dir_cache.lock().get(epoch, d)
+        self.inner.dir_cache.read().get(epoch, d)
+    }
+
+    /// Calls `f` with the remembered directory paths read-locked (many
+    /// lookups for one lock; `f` must not lock anything else).
+    pub(crate) fn dir_cache_read<T>(
+        &self,
+        f: impl FnOnce(&crate::search::dir_cache::DirCache) -> T,
+    ) -> T {
+        f(&self.inner.dir_cache.read())
     }
 
     /// Offers absolute directory paths read by a search that began at
@@ -1744,9 +1757,22 @@ impl Engine {
         if paths.is_empty() {
             return;
         }
-        let mut cache = self.inner.dir_cache.lock();
+        let mut cache = self.inner.dir_cache.write();
         let current = self.inner.dir_epoch.load(Ordering::Acquire);
         cache.offer(epoch, current, paths);
+    }
+
+    /// Offers the place of the exits of version `version`, made from paths
+    /// remembered at `epoch` ([`crate::search::dir_cache::ExitPlace`]).
+    pub(crate) fn dir_cache_offer_place(
+        &self,
+        epoch: u64,
+        version: u64,
+        place: crate::search::dir_cache::ExitPlace,
+    ) {
+        let mut cache = self.inner.dir_cache.write();
+        let current = self.inner.dir_epoch.load(Ordering::Acquire);
+        cache.offer_place(epoch, current, version, place);
     }
 
     /// Calls `f` on the table holding `key` (loading it), holding the table

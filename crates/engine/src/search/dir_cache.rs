@@ -31,6 +31,15 @@
 //!
 //! Bounded: at most [`MAX_ENTRIES`] paths (then offers are dropped until
 //! the next epoch).
+//!
+//! Beside the paths, the *place* of each table's exits ([`ExitPlace`]):
+//! the deepest directory all of them lie at or below, from their
+//! remembered paths, keyed by the version of the table's exit set
+//! ([`crate::table::exits::Exits::version`], which names one set of
+//! directories). It holds as long as the paths it came from, so it is kept
+//! under the same epoch; a search below a directory then skips a table
+//! whose exits all lie elsewhere, or adds up the summary of one whose
+//! exits all lie inside, with one comparison instead of one per exit.
 
 use super::scope::{SoidHasher, Status};
 use sextant_types::Soid;
@@ -41,6 +50,9 @@ use std::sync::Arc;
 /// Paths kept at most (~130 bytes each with a 100-byte path: ~34 MB).
 pub(crate) const MAX_ENTRIES: usize = 1 << 18;
 
+/// Exit places kept at most (one per table: far more than tables exist).
+pub(crate) const MAX_PLACES: usize = 1 << 16;
+
 #[derive(Default)]
 pub(crate) struct DirCache {
     epoch: u64,
@@ -48,6 +60,72 @@ pub(crate) struct DirCache {
     paths: HashMap<Soid, (Arc<[u8]>, bool), BuildHasherDefault<SoidHasher>>,
     /// Bytes of the paths held.
     path_bytes: usize,
+    /// Exit places by exit-set version.
+    places: HashMap<u64, ExitPlace>,
+}
+
+/// Where the exits of one table lie: every one of them is `dir` or below
+/// it (`dir` the deepest such directory). Pure: made from absolute paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExitPlace {
+    dir: Arc<[u8]>,
+}
+
+/// How a table's exits lie relative to a scope ([`ExitPlace::relation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Relation {
+    /// Every exit is the scope root or below it.
+    AllIn,
+    /// No exit is.
+    AllOut,
+    /// Some may be: each must be looked at.
+    Mixed,
+}
+
+/// Whether absolute path `p` is `dir` or below it.
+fn at_or_below(p: &[u8], dir: &[u8]) -> bool {
+    dir == b"/" || (p.starts_with(dir) && (p.len() == dir.len() || p.get(dir.len()) == Some(&b'/')))
+}
+
+impl ExitPlace {
+    /// The place of the exits at absolute paths `paths`; `None` when there
+    /// are none.
+    pub(crate) fn of<'a>(paths: impl IntoIterator<Item = &'a Arc<[u8]>>) -> Option<ExitPlace> {
+        let mut paths = paths.into_iter();
+        let mut dir: Arc<[u8]> = Arc::clone(paths.next()?);
+        for p in paths {
+            if at_or_below(p, &dir) {
+                continue;
+            }
+            if at_or_below(&dir, p) {
+                dir = Arc::clone(p);
+                continue;
+            }
+            // Neither below the other: cut at the last `/` of the common
+            // prefix (both have one there, the root's at the latest).
+            let common = dir.iter().zip(p.iter()).take_while(|(a, b)| a == b).count();
+            let cut = dir[..common].iter().rposition(|&c| c == b'/').unwrap_or(0);
+            dir = if cut == 0 {
+                Arc::from(&b"/"[..])
+            } else {
+                Arc::from(&dir[..cut])
+            };
+        }
+        Some(ExitPlace { dir })
+    }
+
+    /// How the exits lie relative to the scope root at absolute path
+    /// `scope_path`. All out when neither `dir` nor the scope root is at or
+    /// below the other: an exit below both would make them comparable.
+    pub(crate) fn relation(&self, scope_path: &[u8]) -> Relation {
+        if at_or_below(&self.dir, scope_path) {
+            Relation::AllIn
+        } else if at_or_below(scope_path, &self.dir) {
+            Relation::Mixed
+        } else {
+            Relation::AllOut
+        }
+    }
 }
 
 impl DirCache {
@@ -57,17 +135,28 @@ impl DirCache {
         if self.epoch != current {
             self.paths = HashMap::default();
             self.path_bytes = 0;
+            self.places = HashMap::default();
             self.epoch = current;
         }
+    }
+
+    /// The epoch the paths held were read at.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The absolute path of directory `d` and whether it and all its
     /// ancestors are open to all, if held at `epoch`.
     pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
+        self.peek(epoch, d).cloned()
+    }
+
+    /// [`Self::get`] by reference.
+    pub(crate) fn peek(&self, epoch: u64, d: Soid) -> Option<&(Arc<[u8]>, bool)> {
         if self.epoch != epoch {
             return None;
         }
-        self.paths.get(&d).cloned()
+        self.paths.get(&d)
     }
 
     /// Keeps `paths`, read by a search that started at `epoch`, if the
@@ -92,6 +181,24 @@ impl DirCache {
         }
     }
 
+    /// The place of the exits of version `version`, if held at `epoch`.
+    pub(crate) fn place(&self, epoch: u64, version: u64) -> Option<&ExitPlace> {
+        if self.epoch != epoch {
+            return None;
+        }
+        self.places.get(&version)
+    }
+
+    /// Keeps `place` of the exits of version `version`, made from paths
+    /// held at `epoch`, if the engine (`current`) and the cache are still
+    /// at that epoch.
+    pub(crate) fn offer_place(&mut self, epoch: u64, current: u64, version: u64, place: ExitPlace) {
+        if self.epoch != epoch || current != epoch || self.places.len() >= MAX_PLACES {
+            return;
+        }
+        self.places.insert(version, place);
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.paths.len()
     }
@@ -102,6 +209,7 @@ impl DirCache {
         self.paths.capacity() * (std::mem::size_of::<(Soid, (Arc<[u8]>, bool))>() + 1)
             + self.path_bytes
             + self.paths.len() * 16
+            + self.places.capacity() * (std::mem::size_of::<(u64, ExitPlace)>() + 1)
     }
 }
 
@@ -196,6 +304,67 @@ mod tests {
         c.begin(4);
         assert_eq!(c.get(4, d), None);
         assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn exit_places_and_their_relation_to_scopes() {
+        let place = |ps: &[&str]| {
+            let ps: Vec<Arc<[u8]>> = ps.iter().map(|s| p(s)).collect();
+            ExitPlace::of(&ps).map(|e| String::from_utf8(e.dir.to_vec()).unwrap())
+        };
+        assert_eq!(place(&[]), None);
+        assert_eq!(place(&["/a/b"]).as_deref(), Some("/a/b"));
+        assert_eq!(place(&["/a/b", "/a/b/c"]).as_deref(), Some("/a/b"));
+        assert_eq!(place(&["/a/b/c", "/a/b"]).as_deref(), Some("/a/b"));
+        assert_eq!(place(&["/a/bc", "/a/bd"]).as_deref(), Some("/a"));
+        assert_eq!(place(&["/a/b", "/a/bc"]).as_deref(), Some("/a"));
+        assert_eq!(place(&["/ab", "/a"]).as_deref(), Some("/"));
+        assert_eq!(place(&["/a", "/b"]).as_deref(), Some("/"));
+        assert_eq!(place(&["/a", "/"]).as_deref(), Some("/"));
+        let rel = |ps: &[&str], scope: &str| {
+            let ps: Vec<Arc<[u8]>> = ps.iter().map(|s| p(s)).collect();
+            ExitPlace::of(&ps).unwrap().relation(scope.as_bytes())
+        };
+        assert_eq!(rel(&["/a/b", "/a/c"], "/a"), Relation::AllIn);
+        assert_eq!(rel(&["/a/b", "/a/c"], "/"), Relation::AllIn);
+        assert_eq!(rel(&["/a/b", "/a/c"], "/a/b"), Relation::Mixed);
+        assert_eq!(rel(&["/a/b", "/a/c"], "/ab"), Relation::AllOut);
+        assert_eq!(rel(&["/a/b", "/a/c"], "/x"), Relation::AllOut);
+        assert_eq!(rel(&["/a"], "/a"), Relation::AllIn);
+    }
+
+    proptest::proptest! {
+        /// Against brute force over paths of a small alphabet (so that
+        /// names share prefixes): the place is the deepest directory every
+        /// path is at or below, and a relation of `AllIn` or `AllOut`
+        /// holds for every path.
+        #[test]
+        fn exit_places_agree_with_brute_force(
+            paths in proptest::collection::vec(proptest::collection::vec("[ab]{1,2}", 0..4), 1..6),
+            scope in proptest::collection::vec("[ab]{1,2}", 0..4),
+        ) {
+            let abs = |names: &Vec<String>| -> Arc<[u8]> {
+                if names.is_empty() { p("/") } else { p(&format!("/{}", names.join("/"))) }
+            };
+            let ps: Vec<Arc<[u8]>> = paths.iter().map(abs).collect();
+            let place = ExitPlace::of(&ps).unwrap();
+            // Every path at or below the place, and no child of the place
+            // (a longer prefix of components) has them all.
+            let comps = |a: &Arc<[u8]>| -> Vec<Vec<u8>> {
+                a.split(|&c| c == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect()
+            };
+            let lca = ps.iter().map(comps).reduce(|a, b| {
+                a.iter().zip(b.iter()).take_while(|(x, y)| x == y).map(|(x, _)| x.clone()).collect()
+            }).unwrap();
+            proptest::prop_assert_eq!(comps(&place.dir), lca);
+            let scope = abs(&scope);
+            let inside: Vec<bool> = ps.iter().map(|q| at_or_below(q, &scope)).collect();
+            match place.relation(&scope) {
+                Relation::AllIn => proptest::prop_assert!(inside.iter().all(|&x| x)),
+                Relation::AllOut => proptest::prop_assert!(inside.iter().all(|&x| !x)),
+                Relation::Mixed => {}
+            }
+        }
     }
 
     #[test]

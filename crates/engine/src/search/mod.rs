@@ -126,7 +126,13 @@
 //! earlier search and valid until a directory is moved, removed or
 //! changes mode (the directory epoch), gives its status for any scope
 //! without a read — for root always, for other callers when the directory
-//! and its ancestors are open to all (r-x for every class).
+//! and its ancestors are open to all (r-x for every class). The exits of
+//! one table are looked up under one read lock of the remembered paths.
+//! Below a directory, a table whose exits' remembered *place* (the deepest
+//! directory all of them lie at or below, kept per version of the table's
+//! exit set) lies outside the scope is skipped, and one whose place lies
+//! inside is added up from its summary (root's totals), each with one
+//! comparison instead of one per exit.
 //!
 //! Because the map always partitions the SOID space, the cursor visits every
 //! SOID exactly once even while tables split or merge under it.
@@ -180,6 +186,7 @@ use crate::engine::Engine;
 use crate::inode::Inode;
 use crate::perm::{check_access, MAY_EXEC, MAY_READ};
 use crate::table::Table;
+use dir_cache::{ExitPlace, Relation};
 use scope::{Decision, Memo, Status, MAX_CHAIN};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
@@ -427,6 +434,24 @@ impl Search<'_> {
         )
     }
 
+    /// [`Self::status`] of each of `dirs`, memoised.
+    fn resolve(&mut self, dirs: &[Soid]) -> Result<(), FsError> {
+        if let Some((epoch, scope_path)) = &self.dir_cache {
+            return scope::statuses_cached(
+                self.engine,
+                self.cred,
+                &mut self.memo,
+                (*epoch, scope_path),
+                dirs,
+                &mut self.stats.dir_reads,
+            );
+        }
+        for &d in dirs {
+            self.status(d)?;
+        }
+        Ok(())
+    }
+
     fn read_dir(&mut self, d: Soid) -> Result<Option<scope::DirInfo>, FsError> {
         scope::read_dir(self.engine, self.cred, d, &mut self.stats.dir_reads)
     }
@@ -522,6 +547,25 @@ impl Collect<'_> {
                         hits: &mut self.hits,
                     };
                     out.emit(plan, e, decided, depth.saturating_add(1), path);
+                    continue;
+                }
+                // A memoised parent by reference (most rows: no status
+                // cloned), else read up the chain within the table.
+                if let Some(st) = self.memo.get(&parent) {
+                    if let Status::In {
+                        depth,
+                        visible: true,
+                        path,
+                    } = st
+                    {
+                        let out = Out {
+                            expr: self.job.expr,
+                            stats: self.stats,
+                            lean: self.lean.as_deref_mut(),
+                            hits: &mut self.hits,
+                        };
+                        out.emit(plan, e, decided, depth.saturating_add(1), path);
+                    }
                     continue;
                 }
                 let Some(st) = scope::status_local(t, self.job.cred, self.memo, false, parent)
@@ -966,6 +1010,14 @@ fn visit_range(
         }
     };
     let (engine, use_index, complete) = (job.engine, job.use_index, job.complete);
+    // Exit places ([`dir_cache::ExitPlace`]) decide most tables of a
+    // subtree search whose memo is not complete with one comparison each.
+    let places = match &s.dir_cache {
+        Some((epoch, scope_path)) if use_index && !complete && job.root != Soid::ROOT => {
+            Some((*epoch, Arc::clone(scope_path)))
+        }
+        _ => None,
+    };
     let mut cursor = range.first;
     let mut attempts = 0;
     loop {
@@ -982,27 +1034,70 @@ fn visit_range(
             if !complete && filtered(t) {
                 return None;
             }
-            match scope::decide(t, job.root, plan.max_depth, &s.memo, use_index, complete) {
+            // Only a table inside this piece of the SOID space: one merged
+            // since a parallel search cut its pieces is visited (row by
+            // row, within the piece), so that no piece adds a summary
+            // another piece also covers.
+            let summarizable = |t: &Table| {
+                job.summarize && range.first <= t.range.first && t.range.last <= range.last
+            };
+            // Under the same lock as the decision: the summary and the
+            // exits are of one state of the table.
+            let mut summarize = |t: &Table| {
+                if let Some(tallies) = lean.as_deref_mut() {
+                    let added = tallies.add_summary(t.summary(), job.expr);
+                    s.stats.hits = s.stats.hits.saturating_add(added as usize);
+                }
+                Some(Decision::Summarized)
+            };
+            let version = t.exits().version();
+            let mut place_known = false;
+            if let Some((epoch, scope_path)) = &places {
+                let relation = engine
+                    .dir_cache_read(|c| c.place(*epoch, version).map(|p| p.relation(scope_path)));
+                place_known = relation.is_some();
+                match relation {
+                    // No exit at or below the scope root: nothing in the
+                    // table is below it unless it holds the root itself.
+                    Some(Relation::AllOut) if !t.range.contains(job.root) => {
+                        return Some(Decision::Skip)
+                    }
+                    // Every exit in scope, for root: what `whole` decides
+                    // from the memo (see there).
+                    Some(Relation::AllIn)
+                        if summarizable(t)
+                            && !t.range.contains(Soid::ROOT)
+                            && !t.exits().is_empty() =>
+                    {
+                        return summarize(t)
+                    }
+                    _ => {}
+                }
+            }
+            let decision = scope::decide(t, job.root, plan.max_depth, &s.memo, use_index, complete);
+            if let (Some((epoch, _)), false, false) = (
+                &places,
+                place_known,
+                matches!(decision, Decision::Resolve(_)),
+            ) {
+                // Every exit has been resolved: their paths are remembered
+                // (unless the cache was full or moved on).
+                let place = engine.dir_cache_read(|c| {
+                    let paths: Option<Vec<&Arc<[u8]>>> = t
+                        .exits()
+                        .dirs()
+                        .map(|e| c.peek(*epoch, e).map(|(path, _)| path))
+                        .collect();
+                    paths.and_then(ExitPlace::of)
+                });
+                if let Some(place) = place {
+                    engine.dir_cache_offer_place(*epoch, version, place);
+                }
+            }
+            match decision {
                 Decision::Skip => Some(Decision::Skip),
                 _ if complete && filtered(t) => None,
-                // Only a table inside this piece of the SOID space: one
-                // merged since a parallel search cut its pieces is visited
-                // (row by row, within the piece), so that no piece adds a
-                // summary another piece also covers.
-                Decision::Visit
-                    if job.summarize
-                        && range.first <= t.range.first
-                        && t.range.last <= range.last
-                        && scope::whole(t, &s.memo) =>
-                {
-                    // Under the same lock as the decision: the summary
-                    // and the exits are of one state of the table.
-                    if let Some(tallies) = lean.as_deref_mut() {
-                        let added = tallies.add_summary(t.summary(), job.expr);
-                        s.stats.hits = s.stats.hits.saturating_add(added as usize);
-                    }
-                    Some(Decision::Summarized)
-                }
+                Decision::Visit if summarizable(t) && scope::whole(t, &s.memo) => summarize(t),
                 d => Some(d),
             }
         })?;
@@ -1014,9 +1109,7 @@ fn visit_range(
             }
             Some(Decision::Resolve(exits)) if attempts < DECIDE_ATTEMPTS => {
                 attempts += 1;
-                for e in exits {
-                    s.status(e)?;
-                }
+                s.resolve(&exits)?;
                 continue;
             }
             Some(Decision::Skip) => {

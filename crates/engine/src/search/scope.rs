@@ -330,6 +330,51 @@ pub(super) fn status_cached(
     Ok(status)
 }
 
+/// [`status_cached`] for several directories (a table's unknown exits):
+/// those whose remembered place decides the caller's status are memoised
+/// under one read lock of the remembered paths, the rest resolved one by
+/// one. REQUIRES: no engine lock held.
+pub(super) fn statuses_cached(
+    engine: &Engine,
+    cred: &Credentials,
+    memo: &mut Memo,
+    (epoch, scope_path): (u64, &[u8]),
+    dirs: &[Soid],
+    reads: &mut usize,
+) -> Result<(), FsError> {
+    let root = cred.is_root();
+    let mut rest = Vec::new();
+    memo.reserve(dirs.len());
+    engine.dir_cache_read(|cache| {
+        // Two passes: the lookups first, then the paths, so that the
+        // memory reads of different directories overlap (each path is its
+        // own allocation: reading it is a cache miss, the larger part of
+        // a decision).
+        let mut found = Vec::with_capacity(dirs.len());
+        for &d in dirs {
+            if memo.contains_key(&d) {
+                continue;
+            }
+            match cache.peek(epoch, d) {
+                Some(place) => found.push((d, place)),
+                None => rest.push(d),
+            }
+        }
+        for (d, (path, open)) in found {
+            match relative(path, *open, root, scope_path) {
+                Some(st) => {
+                    memo.insert(d, st);
+                }
+                None => rest.push(d),
+            }
+        }
+    });
+    for d in rest {
+        status_cached(engine, cred, memo, (epoch, scope_path), d, reads)?;
+    }
+    Ok(())
+}
+
 /// The status of directory `d` from table `t` alone (under its lock):
 /// `None` when the chain leaves `t` at a directory not in the memo. With a
 /// `complete` memo ([`walk_down`]) a directory not in it is out.
@@ -448,7 +493,15 @@ pub(super) fn whole(t: &Table, memo: &Memo) -> bool {
 
 /// Entries listed by [`walk_down`] before it gives up (the scope is then
 /// too large for a walk to pay off; exits are resolved bottom-up instead).
-pub(super) const WALK_BUDGET: usize = 1 << 16;
+///
+/// Small: the walk lists every entry of the scope, files included, while
+/// the remembered directory paths ([`super::dir_cache`]) decide an exit
+/// bottom-up for a fraction of a microsecond. Measured at 10M files
+/// (BENCHMARKS, "Exit places"): 512 against 4,096 and 65,536 entries, set 2
+/// 0.38 ms against 0.67 and 0.71, a top-level directory's totals 4.7 ms
+/// against 5.2 and 8.5, a grandparent's totals the same; without the
+/// remembered paths no worse within the spread.
+pub(super) const WALK_BUDGET: usize = 1 << 9;
 
 /// Lists the directories below the scope root `root` (whose status is in
 /// the memo) top-down, through their entries, and memoises every one that

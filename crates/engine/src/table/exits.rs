@@ -26,18 +26,41 @@
 use crate::inode::Inode;
 use sextant_types::{Soid, SoidRange};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// Source of [`Exits::version`]s: unique across every table of the process.
+static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Debug, Default, Clone)]
 pub struct Exits {
     links: HashMap<Soid, u32>,
+    /// Names the set of exit directories (the keys of `links`): taken
+    /// afresh from [`NEXT_VERSION`] whenever a directory joins or leaves
+    /// the set, so two sets with one version — in any tables — hold the
+    /// same directories (a clone shares its original's). 0: empty since
+    /// made. Lets what is derived from the directories alone be kept
+    /// across searches ([`crate::search::dir_cache`]).
+    version: u64,
 }
+
+/// Equal when they count the same links (whatever their versions).
+impl PartialEq for Exits {
+    fn eq(&self, other: &Self) -> bool {
+        self.links == other.links
+    }
+}
+
+impl Eq for Exits {}
 
 impl Exits {
     /// Counts the links of `inode` that leave `range`.
     pub fn add(&mut self, range: SoidRange, inode: &Inode) {
         for (p, _) in inode.all_links() {
             if !range.contains(p) {
-                let n = self.links.entry(p).or_default();
+                let n = self.links.entry(p).or_insert_with(|| {
+                    self.version = NEXT_VERSION.fetch_add(1, Ordering::Relaxed);
+                    0
+                });
                 *n = n.saturating_add(1);
             }
         }
@@ -54,6 +77,7 @@ impl Exits {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     self.links.remove(&p);
+                    self.version = NEXT_VERSION.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -62,6 +86,11 @@ impl Exits {
     /// The exit directories (each once, in no particular order).
     pub fn dirs(&self) -> impl Iterator<Item = Soid> + '_ {
         self.links.keys().copied()
+    }
+
+    /// The version of the set of exit directories (see the field).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     pub fn len(&self) -> usize {
