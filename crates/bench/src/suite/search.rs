@@ -70,6 +70,15 @@ pub struct SearchArgs {
     /// only) are not used. Queries are still sampled by root.
     #[arg(long, value_name = "UID:GID", value_parser = parse_user)]
     pub user: Option<(u32, u32)>,
+    /// Entries a search below a directory lists top-down before it gives
+    /// up and resolves exits bottom-up (`SearchOptions::walk_budget`;
+    /// default the engine's).
+    #[arg(long)]
+    pub walk_budget: Option<usize>,
+    /// Also time each aggregation with the maintained summaries off,
+    /// interleaved (`false`: only with them, e.g. under a profiler).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub summaries_off_too: bool,
 }
 
 fn parse_user(s: &str) -> Result<(u32, u32), String> {
@@ -219,22 +228,35 @@ fn queries_for(kind: &str, f: &SearchHit, p90_size: u64) -> Option<Query> {
     Some(q)
 }
 
-/// Runs `q` (indexed or scanned) on `threads` threads; returns (seconds,
+/// How every query of a run is searched (the command line's choices).
+#[derive(Clone, Copy)]
+struct How {
+    threads: usize,
+    dir_cache: bool,
+    user: Option<(u32, u32)>,
+    walk_budget: Option<usize>,
+}
+
+/// Runs `q` (indexed or scanned) as `how` says; returns (seconds,
 /// matches, stats).
 fn run(
     engine: &Engine,
     q: &Query,
     indexed: bool,
-    (threads, dir_cache, user): (usize, bool, Option<(u32, u32)>),
+    how: How,
     summaries: bool,
 ) -> (f64, u64, SearchStats) {
-    let cred = user.map_or_else(Credentials::root, |(u, g)| Credentials::user(u, g));
+    let cred = how
+        .user
+        .map_or_else(Credentials::root, |(u, g)| Credentials::user(u, g));
     let scope = Scope::Path(&q.scope);
+    let defaults = SearchOptions::default();
     let opts = SearchOptions {
-        threads,
+        threads: how.threads,
         summaries,
-        dir_cache,
-        ..SearchOptions::default()
+        dir_cache: how.dir_cache,
+        walk_budget: how.walk_budget.unwrap_or(defaults.walk_budget),
+        ..defaults
     };
     let mut count = 0u64;
     if let (Some(by), true) = (q.aggregate, indexed) {
@@ -281,6 +303,12 @@ pub fn search(a: &SearchArgs) -> Report {
         n => n,
     };
     report.info("threads per search", threads);
+    let how = How {
+        threads,
+        dir_cache: a.dir_cache,
+        user: a.user,
+        walk_budget: a.walk_budget,
+    };
     let engine = Engine::open_dir(
         &a.dir,
         crate::workload::build_config(crate::workload::Journal::Fsync),
@@ -381,7 +409,7 @@ pub fn search(a: &SearchArgs) -> Report {
         let mut unsummarized_ms: Vec<f64> = Vec::new();
         for q in &qs {
             for _ in 0..a.repeat.max(1) {
-                let (s, n, st) = run(&engine, q, true, (threads, a.dir_cache, a.user), true);
+                let (s, n, st) = run(&engine, q, true, how, true);
                 ms.push(s * 1e3);
                 pruned += st.tables_pruned;
                 tables += st.tables;
@@ -389,9 +417,8 @@ pub fn search(a: &SearchArgs) -> Report {
                 dir_reads += st.dir_reads;
                 candidates += st.candidates;
                 matches += n;
-                if q.aggregate.is_some() {
-                    let (s, n_off, _) =
-                        run(&engine, q, true, (threads, a.dir_cache, a.user), false);
+                if q.aggregate.is_some() && a.summaries_off_too {
+                    let (s, n_off, _) = run(&engine, q, true, how, false);
                     assert_eq!(n, n_off, "{kind}: with and without summaries disagree");
                     unsummarized_ms.push(s * 1e3);
                 }
@@ -399,8 +426,8 @@ pub fn search(a: &SearchArgs) -> Report {
         }
         let mut scan_ms: Vec<f64> = Vec::new();
         for q in qs.iter().take(a.scans) {
-            let (s, n_scan, _) = run(&engine, q, false, (threads, a.dir_cache, a.user), false);
-            let (_, n_index, _) = run(&engine, q, true, (threads, a.dir_cache, a.user), true);
+            let (s, n_scan, _) = run(&engine, q, false, how, false);
+            let (_, n_index, _) = run(&engine, q, true, how, true);
             assert_eq!(n_scan, n_index, "{kind}: scan and index disagree");
             scan_ms.push(s * 1e3);
         }
