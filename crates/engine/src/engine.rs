@@ -1712,9 +1712,10 @@ impl Engine {
     }
 
     /// [`Engine::search_aggregate`]'s answer from the tables' maintained
-    /// summaries, when they give exactly what the search would (root, the
-    /// whole namespace, at most a type predicate, grouped by uid, gid or
-    /// type); `None` when a search is needed.
+    /// summaries, when they give exactly what the search would (the whole
+    /// namespace, for root or — with no directory closed to anyone — any
+    /// caller; an expression of owner, group and type; grouped by uid, gid
+    /// or type); `None` when a search is needed.
     pub fn aggregate_from_summaries(
         &self,
         cred: &Credentials,

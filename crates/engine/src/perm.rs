@@ -38,6 +38,14 @@ pub fn check_access(inode: &Inode, cred: &Credentials, mask: u32) -> Result<(), 
     }
 }
 
+/// Whether a directory with mode `perm` may be listed (read and searched)
+/// by every caller: owner, group and other classes all have r-x (the
+/// class that applies to a caller is the only one checked, so all three
+/// must allow it). Root may list every directory anyway.
+pub fn open_to_all(perm: u16) -> bool {
+    u32::from(perm) & 0o555 == 0o555
+}
+
 /// May the caller remove or rename away `victim` from directory `dir`?
 /// (The caller already holds write+search permission on `dir`.) With the
 /// sticky bit set only the owner of the victim or of the directory, or root,

@@ -643,12 +643,15 @@ fn run_case(
             max: u32::MAX,
         })),
     ] {
-        let want = brute(&ns.e, &root, Soid::ROOT, &expr, Some(b"/"));
-        for by in [GroupBy::Uid, GroupBy::Gid, GroupBy::Type] {
-            let got =
-                ns.e.search_aggregate(&root, Scope::Soid(Soid::ROOT), &expr, by)
-                    .unwrap();
-            prop_assert_eq!(got, agg_of(&want, by), "summaries, {:?} by {:?}", expr, by);
+        // Other callers' too where no directory is closed to anyone.
+        for cred in [root.clone(), creds(ops.len()), creds(ops.len() + 1)] {
+            let want = brute(&ns.e, &cred, Soid::ROOT, &expr, Some(b"/"));
+            for by in [GroupBy::Uid, GroupBy::Gid, GroupBy::Type] {
+                let got =
+                    ns.e.search_aggregate(&cred, Scope::Soid(Soid::ROOT), &expr, by)
+                        .unwrap();
+                prop_assert_eq!(got, agg_of(&want, by), "summaries, {:?} by {:?}", expr, by);
+            }
         }
     }
     for q in queries {
@@ -732,10 +735,14 @@ fn run_case(
                     .unwrap();
             prop_assert_eq!(grouped, agg_of(&want, by), "{} threads", threads);
         }
-        // Root's subtree totals with expressions of owner, group and type
-        // only: tables wholly below the scope are added up from their
+        // Subtree totals with expressions of owner, group and type only:
+        // tables wholly below the scope (for callers other than root: and
+        // holding no directory closed to anyone) are added up from their
         // maintained summaries, the rest searched; the same totals.
-        if ns.dirs.contains(&scope) {
+        for who in [&root, &cred] {
+            if !ns.dirs.contains(&scope) {
+                break;
+            }
             for group_only in [
                 Expr::pred(Pred::Type(vec![FileType::Regular])),
                 Expr::and(
@@ -750,7 +757,7 @@ fn run_case(
                     }),
                 ),
             ] {
-                let want = brute(&ns.e, &root, scope, &group_only, hint);
+                let want = brute(&ns.e, who, scope, &group_only, hint);
                 for by in [
                     None,
                     Some(GroupBy::Uid),
@@ -770,7 +777,7 @@ fn run_case(
                             ..SearchOptions::default()
                         };
                         let (got, stats) =
-                            ns.e.search_tally(&root, Scope::Soid(scope), &group_only, by, &opts)
+                            ns.e.search_tally(who, Scope::Soid(scope), &group_only, by, &opts)
                                 .unwrap();
                         let mut want = agg_of(&want, by.unwrap_or(GroupBy::Uid));
                         if by.is_none() {

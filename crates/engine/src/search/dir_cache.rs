@@ -47,6 +47,10 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
+/// A directory's absolute path, and whether it and its ancestors are open
+/// to all ([`crate::perm::open_to_all`]).
+pub(crate) type Place = (Arc<[u8]>, bool);
+
 /// Paths kept at most (~130 bytes each with a 100-byte path: ~34 MB).
 pub(crate) const MAX_ENTRIES: usize = 1 << 18;
 
@@ -57,7 +61,7 @@ pub(crate) const MAX_PLACES: usize = 1 << 16;
 pub(crate) struct DirCache {
     epoch: u64,
     /// Absolute path, and whether it and all its ancestors are open to all.
-    paths: HashMap<Soid, (Arc<[u8]>, bool), BuildHasherDefault<SoidHasher>>,
+    paths: HashMap<Soid, Place, BuildHasherDefault<SoidHasher>>,
     /// Bytes of the paths held.
     path_bytes: usize,
     /// Exit places by exit-set version.
@@ -65,10 +69,12 @@ pub(crate) struct DirCache {
 }
 
 /// Where the exits of one table lie: every one of them is `dir` or below
-/// it (`dir` the deepest such directory). Pure: made from absolute paths.
+/// it (`dir` the deepest such directory); `all_open`: every exit and all
+/// its ancestors are open to all. Pure: made from remembered places.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExitPlace {
     dir: Arc<[u8]>,
+    pub(crate) all_open: bool,
 }
 
 /// How a table's exits lie relative to a scope ([`ExitPlace::relation`]).
@@ -88,12 +94,14 @@ fn at_or_below(p: &[u8], dir: &[u8]) -> bool {
 }
 
 impl ExitPlace {
-    /// The place of the exits at absolute paths `paths`; `None` when there
-    /// are none.
-    pub(crate) fn of<'a>(paths: impl IntoIterator<Item = &'a Arc<[u8]>>) -> Option<ExitPlace> {
-        let mut paths = paths.into_iter();
-        let mut dir: Arc<[u8]> = Arc::clone(paths.next()?);
-        for p in paths {
+    /// The place of the exits at `places` (absolute path, whether it and
+    /// its ancestors are open to all); `None` when there are none.
+    pub(crate) fn of<'a>(places: impl IntoIterator<Item = &'a Place>) -> Option<ExitPlace> {
+        let mut places = places.into_iter();
+        let (first, mut all_open) = places.next()?;
+        let mut dir: Arc<[u8]> = Arc::clone(first);
+        for (p, open) in places {
+            all_open &= open;
             if at_or_below(p, &dir) {
                 continue;
             }
@@ -111,7 +119,7 @@ impl ExitPlace {
                 Arc::from(&dir[..cut])
             };
         }
-        Some(ExitPlace { dir })
+        Some(ExitPlace { dir, all_open })
     }
 
     /// How the exits lie relative to the scope root at absolute path
@@ -309,7 +317,7 @@ mod tests {
     #[test]
     fn exit_places_and_their_relation_to_scopes() {
         let place = |ps: &[&str]| {
-            let ps: Vec<Arc<[u8]>> = ps.iter().map(|s| p(s)).collect();
+            let ps: Vec<(Arc<[u8]>, bool)> = ps.iter().map(|s| (p(s), true)).collect();
             ExitPlace::of(&ps).map(|e| String::from_utf8(e.dir.to_vec()).unwrap())
         };
         assert_eq!(place(&[]), None);
@@ -322,9 +330,13 @@ mod tests {
         assert_eq!(place(&["/a", "/b"]).as_deref(), Some("/"));
         assert_eq!(place(&["/a", "/"]).as_deref(), Some("/"));
         let rel = |ps: &[&str], scope: &str| {
-            let ps: Vec<Arc<[u8]>> = ps.iter().map(|s| p(s)).collect();
+            let ps: Vec<(Arc<[u8]>, bool)> = ps.iter().map(|s| (p(s), true)).collect();
             ExitPlace::of(&ps).unwrap().relation(scope.as_bytes())
         };
+        // Open to all only if every exit is.
+        let opens = [(p("/a"), true), (p("/b"), false)];
+        assert!(!ExitPlace::of(&opens).unwrap().all_open);
+        assert!(ExitPlace::of(&opens[..1]).unwrap().all_open);
         assert_eq!(rel(&["/a/b", "/a/c"], "/a"), Relation::AllIn);
         assert_eq!(rel(&["/a/b", "/a/c"], "/"), Relation::AllIn);
         assert_eq!(rel(&["/a/b", "/a/c"], "/a/b"), Relation::Mixed);
@@ -347,7 +359,8 @@ mod tests {
                 if names.is_empty() { p("/") } else { p(&format!("/{}", names.join("/"))) }
             };
             let ps: Vec<Arc<[u8]>> = paths.iter().map(abs).collect();
-            let place = ExitPlace::of(&ps).unwrap();
+            let with_open: Vec<(Arc<[u8]>, bool)> = ps.iter().map(|q| (q.clone(), true)).collect();
+            let place = ExitPlace::of(&with_open).unwrap();
             // Every path at or below the place, and no child of the place
             // (a longer prefix of components) has them all.
             let comps = |a: &Arc<[u8]>| -> Vec<Vec<u8>> {

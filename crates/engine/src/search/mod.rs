@@ -72,8 +72,11 @@
 //! path in it is below the scope root) from its summary without reading a
 //! row, and search only the tables the scope covers partly — when the
 //! expression depends only on owner, group and type, with no depth limit
-//! ([`Expr::is_group_only`], [`SearchStats::tables_summarized`]). Other
-//! callers and predicates visit every table, as above.
+//! ([`Expr::is_group_only`], [`SearchStats::tables_summarized`]). Another
+//! caller's totals are added up the same way from the tables that hold no
+//! directory closed to anyone (each summary counts those, [`crate::perm::open_to_all`])
+//! and whose exits that caller may list; every other table is visited.
+//! Other predicates visit every table, as above.
 //!
 //! # Permissions
 //!
@@ -131,7 +134,7 @@
 //! Below a directory, a table whose exits' remembered *place* (the deepest
 //! directory all of them lie at or below, kept per version of the table's
 //! exit set) lies outside the scope is skipped, and one whose place lies
-//! inside is added up from its summary (root's totals), each with one
+//! inside is added up from its summary (totals), each with one
 //! comparison instead of one per exit.
 //!
 //! Because the map always partitions the SOID space, the cursor visits every
@@ -770,11 +773,13 @@ struct Job<'a> {
     /// every directory), so a tally needs no ancestry at all — as the
     /// maintained summaries, which answer the same caller without a search.
     everything_visible: bool,
-    /// Root tallying with a group-only expression ([`Expr::is_group_only`])
+    /// Tallying with a group-only expression ([`Expr::is_group_only`])
     /// and no depth limit, into tallies that take summaries: a table whose
-    /// every path is below the scope root ([`scope::whole`]) is added up
-    /// from its maintained summary instead of being visited — the
-    /// per-subtree recursive statistics of issue 4, kept per table.
+    /// every path is below the scope root and visible ([`scope::whole`];
+    /// for a caller other than root, only a table without directories
+    /// closed to anyone) is added up from its maintained summary instead of
+    /// being visited — the per-subtree recursive statistics of issue 4,
+    /// kept per table.
     summarize: bool,
     use_index: bool,
 }
@@ -929,7 +934,6 @@ pub(crate) fn run_with(
             && !expr.uses_path(),
         summarize: use_index
             && opts.summaries
-            && cred.is_root()
             && lean.as_deref().is_some_and(Tallies::takes_summaries)
             && expr.is_group_only()
             && plan.min_depth <= 1
@@ -1038,8 +1042,14 @@ fn visit_range(
             // since a parallel search cut its pieces is visited (row by
             // row, within the piece), so that no piece adds a summary
             // another piece also covers.
+            // And, for a caller other than root, only a table whose
+            // directories every caller may list (then what may be listed
+            // in it depends only on its exits, as for root).
             let summarizable = |t: &Table| {
-                job.summarize && range.first <= t.range.first && t.range.last <= range.last
+                job.summarize
+                    && range.first <= t.range.first
+                    && t.range.last <= range.last
+                    && (job.cred.is_root() || t.summary().closed_dirs() == 0)
             };
             // Under the same lock as the decision: the summary and the
             // exits are of one state of the table.
@@ -1053,18 +1063,22 @@ fn visit_range(
             let version = t.exits().version();
             let mut place_known = false;
             if let Some((epoch, scope_path)) = &places {
-                let relation = engine
-                    .dir_cache_read(|c| c.place(*epoch, version).map(|p| p.relation(scope_path)));
+                // (With whether every exit is visible to the caller, for
+                // the summaries: root, or every exit open to all.)
+                let relation = engine.dir_cache_read(|c| {
+                    c.place(*epoch, version)
+                        .map(|p| (p.relation(scope_path), job.cred.is_root() || p.all_open))
+                });
                 place_known = relation.is_some();
                 match relation {
                     // No exit at or below the scope root: nothing in the
                     // table is below it unless it holds the root itself.
-                    Some(Relation::AllOut) if !t.range.contains(job.root) => {
+                    Some((Relation::AllOut, _)) if !t.range.contains(job.root) => {
                         return Some(Decision::Skip)
                     }
-                    // Every exit in scope, for root: what `whole` decides
-                    // from the memo (see there).
-                    Some(Relation::AllIn)
+                    // Every exit in scope and visible: what `whole`
+                    // decides from the memo (see there).
+                    Some((Relation::AllIn, true))
                         if summarizable(t)
                             && !t.range.contains(Soid::ROOT)
                             && !t.exits().is_empty() =>
@@ -1083,11 +1097,8 @@ fn visit_range(
                 // Every exit has been resolved: their paths are remembered
                 // (unless the cache was full or moved on).
                 let place = engine.dir_cache_read(|c| {
-                    let paths: Option<Vec<&Arc<[u8]>>> = t
-                        .exits()
-                        .dirs()
-                        .map(|e| c.peek(*epoch, e).map(|(path, _)| path))
-                        .collect();
+                    let paths: Option<Vec<&dir_cache::Place>> =
+                        t.exits().dirs().map(|e| c.peek(*epoch, e)).collect();
                     paths.and_then(ExitPlace::of)
                 });
                 if let Some(place) = place {
@@ -1454,7 +1465,8 @@ impl Tallies {
 
 /// The aggregation from the tables' maintained summaries
 /// ([`crate::table::summary`]) when that gives exactly what the search
-/// would: root asking about the whole namespace (root sees every path, so
+/// would: the whole namespace asked about by root, or by another caller
+/// when no directory is closed to anyone (either sees every path, so
 /// nothing can leak), an expression of owner, group and type only
 /// ([`Expr::is_group_only`]), grouped by owner, group or type. `None`
 /// otherwise (the caller searches).
@@ -1465,7 +1477,7 @@ pub(crate) fn from_summaries(
     expr: &Expr,
     by: GroupBy,
 ) -> Result<Option<Aggregation>, FsError> {
-    if cred.uid != 0 || !matches!(by, GroupBy::Uid | GroupBy::Gid | GroupBy::Type) {
+    if !matches!(by, GroupBy::Uid | GroupBy::Gid | GroupBy::Type) {
         return Ok(None);
     }
     if !expr.is_group_only() {
@@ -1478,10 +1490,19 @@ pub(crate) fn from_summaries(
     if !whole {
         return Ok(None);
     }
+    // Another caller sees every path only where no directory is closed to
+    // anyone (the root directory among them); else it searches.
     let mut tallies = Tallies::new(Some(by));
+    let mut closed = false;
     engine.for_each_table(|t| {
-        tallies.add_summary(t.summary(), expr);
+        closed |= t.summary().closed_dirs() > 0;
+        if cred.is_root() || !closed {
+            tallies.add_summary(t.summary(), expr);
+        }
     })?;
+    if closed && !cred.is_root() {
+        return Ok(None);
+    }
     let mut agg = tallies.finish();
     // The summaries count the root directory as any entry below the scope
     // ([`Expr::eval_group`]); the search evaluates it at depth 0.

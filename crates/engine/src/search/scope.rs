@@ -246,17 +246,9 @@ pub(super) fn status_remote(
     Ok(status)
 }
 
-/// Whether a directory with mode `perm` may be listed (read and searched)
-/// by every caller: owner, group and other classes all have r-x (the
-/// class that applies to a caller is the only one checked, so all three
-/// must allow it). Root may list every directory anyway.
-pub(super) fn open_to_all(perm: u16) -> bool {
-    u32::from(perm) & 0o555 == 0o555
-}
+pub(super) use crate::perm::open_to_all;
 
-/// A directory's absolute path, and whether it and its ancestors are open
-/// to all ([`open_to_all`]).
-type Place = (Arc<[u8]>, bool);
+use super::dir_cache::Place;
 
 /// [`status_remote`] with the directory paths remembered across searches
 /// ([`super::dir_cache`], epoch `epoch`; `scope_path` is the scope root's
@@ -478,7 +470,8 @@ pub(super) fn decide(
 /// its own chain would leave `t` at an exit above it, never in scope.)
 /// Visible means the exit and its ancestors up to the scope root are
 /// listable; directories inside `t` are not checked, so the caller must be
-/// one who may list every directory (root).
+/// one who may list every directory (root), or the table must hold no
+/// directory closed to anyone ([`crate::table::summary::Summary::closed_dirs`]).
 ///
 /// A table with no exit holds nothing reachable from outside it (it does
 /// not hold the root), which a search would also find nothing in: it is

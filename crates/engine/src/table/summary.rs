@@ -16,8 +16,15 @@
 //! wherever its entries live, so summing every table counts every path of
 //! the namespace exactly once.
 //!
+//! Beside the totals, the number of the table's directories that are not
+//! open to all ([`crate::perm::open_to_all`]): when it is zero, any
+//! caller who may list the directories through which the table is
+//! reached may list every directory in it, so the totals answer that
+//! caller too ([`crate::search`]).
+//!
 //! Invariant: `groups` equals the sum of [`contribution`] over the table's
-//! inodes, and holds no zero group (checked by the table's tests).
+//! inodes, and holds no zero group; `closed_dirs` counts its directories
+//! not open to all (checked by the table's tests).
 
 use crate::inode::Inode;
 use crate::search::Totals;
@@ -30,6 +37,12 @@ pub type GroupKey = (u32, u32, FileType);
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Summary {
     groups: BTreeMap<GroupKey, Totals>,
+    closed_dirs: u64,
+}
+
+/// Whether `inode` is a directory some caller may not list.
+fn closed(inode: &Inode) -> bool {
+    inode.is_dir() && !crate::perm::open_to_all(inode.perm)
 }
 
 /// What one inode adds: (paths, bytes).
@@ -44,6 +57,9 @@ pub fn contribution(inode: &Inode) -> (u64, u64) {
 
 impl Summary {
     pub fn add(&mut self, inode: &Inode) {
+        if closed(inode) {
+            self.closed_dirs = self.closed_dirs.saturating_add(1);
+        }
         let (paths, bytes) = contribution(inode);
         if paths == 0 {
             return;
@@ -57,6 +73,9 @@ impl Summary {
     }
 
     pub fn remove(&mut self, inode: &Inode) {
+        if closed(inode) {
+            self.closed_dirs = self.closed_dirs.saturating_sub(1);
+        }
         let (paths, bytes) = contribution(inode);
         let key = (inode.uid, inode.gid, inode.ftype);
         if let Some(t) = self.groups.get_mut(&key) {
@@ -66,6 +85,11 @@ impl Summary {
                 self.groups.remove(&key);
             }
         }
+    }
+
+    /// Directories of the table not open to all.
+    pub fn closed_dirs(&self) -> u64 {
+        self.closed_dirs
     }
 
     pub fn groups(&self) -> impl Iterator<Item = (&GroupKey, &Totals)> + '_ {
