@@ -66,8 +66,9 @@ pub struct SearchArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub dir_cache: bool,
     /// Search as this user (UID:GID) instead of root: what that user may
-    /// list decides what is found, and the maintained summaries (root's
-    /// only) are not used. Queries are still sampled by root.
+    /// list decides what is found, and the maintained summaries answer
+    /// only for tables holding no directory closed to anyone. Queries are
+    /// still sampled by root.
     #[arg(long, value_name = "UID:GID", value_parser = parse_user)]
     pub user: Option<(u32, u32)>,
     /// Entries a search below a directory lists top-down before it gives

@@ -488,12 +488,14 @@ pub(super) fn whole(t: &Table, memo: &Memo) -> bool {
 /// too large for a walk to pay off; exits are resolved bottom-up instead).
 ///
 /// Small: the walk lists every entry of the scope, files included, while
-/// the remembered directory paths ([`super::dir_cache`]) decide an exit
-/// bottom-up for a fraction of a microsecond. Measured at 10M files
-/// (BENCHMARKS, "Exit places"): 512 against 4,096 and 65,536 entries, set 2
-/// 0.38 ms against 0.67 and 0.71, a top-level directory's totals 4.7 ms
-/// against 5.2 and 8.5, a grandparent's totals the same; without the
-/// remembered paths no worse within the spread.
+/// the remembered directory paths ([`super::dir_cache`]) and exit places
+/// decide a table bottom-up with a lookup or two. Measured at 10M files
+/// (BENCHMARKS, "Exit places"), 512 against 8,192 – 65,536 entries: set 2
+/// 0.38 – 0.6 ms against 0.7 – 0.94, a top-level directory's totals (walk
+/// given up) 4.3 – 6.4 ms against 5.2 – 9.9; a grandparent's totals the
+/// same at the median, but a medium scope of ~10 – 60k entries, which a
+/// larger budget walks completely, takes 3.3 – 4.4 ms instead of
+/// 1.6 – 2.2.
 pub(super) const WALK_BUDGET: usize = 1 << 9;
 
 /// Lists the directories below the scope root `root` (whose status is in
