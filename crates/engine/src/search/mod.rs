@@ -533,34 +533,15 @@ impl Collect<'_> {
                     }
                     continue;
                 }
-                if self.job.complete {
-                    // By reference: no status cloned.
-                    let Some(Status::In {
-                        depth,
-                        visible: true,
-                        path,
-                    }) = self.memo.get(&parent)
-                    else {
-                        continue;
-                    };
-                    let out = Out {
-                        expr: self.job.expr,
-                        stats: self.stats,
-                        lean: self.lean.as_deref_mut(),
-                        hits: &mut self.hits,
-                    };
-                    out.emit(plan, e, decided, depth.saturating_add(1), path);
-                    continue;
-                }
                 // A memoised parent by reference (most rows: no status
-                // cloned), else read up the chain within the table.
-                if let Some(st) = self.memo.get(&parent) {
-                    if let Status::In {
+                // cloned); with a complete memo, one not in it is out;
+                // else read up the chain within the table.
+                match self.memo.get(&parent) {
+                    Some(Status::In {
                         depth,
                         visible: true,
                         path,
-                    } = st
-                    {
+                    }) => {
                         let out = Out {
                             expr: self.job.expr,
                             stats: self.stats,
@@ -568,8 +549,11 @@ impl Collect<'_> {
                             hits: &mut self.hits,
                         };
                         out.emit(plan, e, decided, depth.saturating_add(1), path);
+                        continue;
                     }
-                    continue;
+                    Some(_) => continue,
+                    None if self.job.complete => continue,
+                    None => {}
                 }
                 let Some(st) = scope::status_local(t, self.job.cred, self.memo, false, parent)
                 else {
