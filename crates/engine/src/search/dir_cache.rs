@@ -199,10 +199,15 @@ impl DirCache {
 
     /// Keeps `place` of the exits of version `version`, made from paths
     /// held at `epoch`, if the engine (`current`) and the cache are still
-    /// at that epoch.
+    /// at that epoch. At the bound every place is dropped first: versions
+    /// of exit sets that have changed since are never asked for again, and
+    /// the places still wanted are made again by the next searches.
     pub(crate) fn offer_place(&mut self, epoch: u64, current: u64, version: u64, place: ExitPlace) {
-        if self.epoch != epoch || current != epoch || self.places.len() >= MAX_PLACES {
+        if self.epoch != epoch || current != epoch {
             return;
+        }
+        if self.places.len() >= MAX_PLACES {
+            self.places.clear();
         }
         self.places.insert(version, place);
     }
@@ -378,6 +383,31 @@ mod tests {
                 Relation::Mixed => {}
             }
         }
+    }
+
+    #[test]
+    fn places_are_kept_per_epoch_and_start_over_at_the_bound() {
+        let mut c = DirCache::default();
+        c.begin(1);
+        let place = ExitPlace::of(&[(p("/a"), true)]).unwrap();
+        c.offer_place(1, 1, 7, place.clone());
+        assert_eq!(c.place(1, 7), Some(&place));
+        assert_eq!(c.place(2, 7), None);
+        // Refused once the engine moved on.
+        c.offer_place(1, 2, 8, place.clone());
+        assert_eq!(c.place(1, 8), None);
+        // Version 7 and MAX_PLACES − 1 more: full.
+        for v in 100..100 + MAX_PLACES as u64 - 1 {
+            c.offer_place(1, 1, v, place.clone());
+        }
+        assert_eq!(c.places.len(), MAX_PLACES);
+        // One more: the old ones go, the new one stays.
+        c.offer_place(1, 1, 1, place.clone());
+        assert_eq!(c.places.len(), 1);
+        assert_eq!(c.place(1, 1), Some(&place));
+        // A new epoch starts with none.
+        c.begin(2);
+        assert_eq!(c.place(2, 1), None);
     }
 
     #[test]

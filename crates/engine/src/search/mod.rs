@@ -669,9 +669,10 @@ pub struct SearchOptions<'a> {
     /// ms on one thread (thread start, memo copy, the shared map per
     /// table); started lazily it is 0.37 – 0.39 ms (docs/BENCHMARKS.md).
     pub spawn_after: std::time::Duration,
-    /// Tallies of root over a subtree may add up tables that lie wholly in
-    /// it from their maintained summaries (default true; false visits
-    /// every such table, for benchmarks to compare).
+    /// Tallies over a subtree may add up tables that lie wholly in it (and,
+    /// for a caller other than root, hold no directory closed to anyone)
+    /// from their maintained summaries (default true; false visits every
+    /// such table, for benchmarks to compare).
     pub summaries: bool,
     /// The search may use and fill the directory paths remembered across
     /// searches ([`dir_cache`]; default true; false resolves every
