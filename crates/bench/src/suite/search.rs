@@ -403,6 +403,8 @@ pub fn search(a: &SearchArgs) -> Report {
             continue;
         }
         let mut ms: Vec<f64> = Vec::new();
+        // Matches of each timed run, in the order of `ms`.
+        let mut each_matches: Vec<f64> = Vec::new();
         let (mut pruned, mut tables, mut matches) = (0usize, 0usize, 0u64);
         let (mut summarized, mut dir_reads, mut candidates) = (0usize, 0usize, 0usize);
         // Aggregations are also timed without the per-table summaries
@@ -418,6 +420,7 @@ pub fn search(a: &SearchArgs) -> Report {
                 dir_reads += st.dir_reads;
                 candidates += st.candidates;
                 matches += n;
+                each_matches.push(n as f64);
                 if q.aggregate.is_some() && a.summaries_off_too {
                     let (s, n_off, _) = run(&engine, q, true, how, false);
                     assert_eq!(n, n_off, "{kind}: with and without summaries disagree");
@@ -492,6 +495,9 @@ pub fn search(a: &SearchArgs) -> Report {
             "n",
             &[matches as f64 / ms.len() as f64],
         );
+        // Latency against result volume: the samples of this metric line
+        // up with those of "latency (index)".
+        report.metric(format!("{kind}: matches of each query"), "n", &each_matches);
     }
     let st = engine.stats();
     report.info(
