@@ -412,47 +412,29 @@ struct Search<'a> {
     memo: Memo,
     stats: SearchStats,
     /// The directory epoch the search began at and the scope root's
-    /// absolute path ([`dir_cache`], [`scope::status_cached`]).
+    /// absolute path ([`dir_cache`], [`scope::status_remote`]).
     dir_cache: Option<(u64, Arc<[u8]>)>,
 }
 
 impl Search<'_> {
     fn status(&mut self, d: Soid) -> Result<Status, FsError> {
-        if let Some((epoch, scope_path)) = &self.dir_cache {
-            return scope::status_cached(
-                self.engine,
-                self.cred,
-                &mut self.memo,
-                (*epoch, scope_path),
-                d,
-                &mut self.stats.dir_reads,
-            );
-        }
-        scope::status_remote(
-            self.engine,
-            self.cred,
-            &mut self.memo,
-            d,
-            &mut self.stats.dir_reads,
-        )
+        let remembered = self.dir_cache.as_ref().map(|(e, p)| (*e, &p[..]));
+        let reads = &mut self.stats.dir_reads;
+        scope::status_remote(self.engine, self.cred, &mut self.memo, remembered, d, reads)
     }
 
     /// [`Self::status`] of each of `dirs`, memoised.
     fn resolve(&mut self, dirs: &[Soid]) -> Result<(), FsError> {
-        if let Some((epoch, scope_path)) = &self.dir_cache {
-            return scope::statuses_cached(
-                self.engine,
-                self.cred,
-                &mut self.memo,
-                (*epoch, scope_path),
-                dirs,
-                &mut self.stats.dir_reads,
-            );
-        }
-        for &d in dirs {
-            self.status(d)?;
-        }
-        Ok(())
+        let remembered = self.dir_cache.as_ref().map(|(e, p)| (*e, &p[..]));
+        let reads = &mut self.stats.dir_reads;
+        scope::statuses(
+            self.engine,
+            self.cred,
+            &mut self.memo,
+            remembered,
+            dirs,
+            reads,
+        )
     }
 
     fn read_dir(&mut self, d: Soid) -> Result<Option<scope::DirInfo>, FsError> {

@@ -23,7 +23,7 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
-use super::dir_cache::relative;
+use super::dir_cache::{relative, Place};
 use super::{join, may_list};
 use crate::engine::Engine;
 use crate::table::Table;
@@ -31,6 +31,8 @@ use sextant_types::{Credentials, FsError, Soid};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+pub(super) use crate::perm::open_to_all;
 
 /// A directory's place relative to the scope.
 #[derive(Clone, Debug)]
@@ -209,83 +211,54 @@ impl Chain {
     }
 }
 
+/// The directory paths remembered across searches a search may use: the
+/// epoch it began at and its scope root's absolute path ([`super::dir_cache`]);
+/// `None`: every directory is read.
+pub(super) type Remembered<'a> = Option<(u64, &'a [u8])>;
+
 /// The status of directory `d`, walking up with engine reads until a
 /// memoised directory, the root, or a dead end. Each read takes one
 /// table's lock and follows the chain as far as it stays in that table
 /// (child-closest SOIDs keep most of a chain in few tables), so a chain
 /// costs one lock per table it crosses, not one per directory; `reads`
-/// counts directories read. REQUIRES: no engine lock held by the caller.
+/// counts directories read.
+///
+/// With `remembered` paths, a remembered directory answers without a read
+/// when its remembered place decides the caller's status ([`relative`]:
+/// out of scope, or in scope and root or open to all the way from `/`):
+/// the chain stops there too; every directory read is then remembered
+/// with its absolute path and whether it and all its ancestors are open to
+/// all (independent of the caller). Either way every directory on the
+/// chain is memoised with the caller's status, computed level by level.
+/// REQUIRES: no engine lock held by the caller.
 pub(super) fn status_remote(
     engine: &Engine,
     cred: &Credentials,
     memo: &mut Memo,
-    d: Soid,
-    reads: &mut usize,
-) -> Result<Status, FsError> {
-    let mut chain = Chain::default();
-    let mut cur = d;
-    let base = loop {
-        if let Some(st) = memo.get(&cur) {
-            break st.clone();
-        }
-        if chain.stop_at(cur) {
-            break Status::Out;
-        }
-        match chain.read_up(engine, cred, cur, memo, reads)? {
-            // The root is in scope only as the scope (memoised); a chain
-            // that reaches it, or a gone directory, ends out of scope.
-            None => break Status::Out,
-            Some(n) => cur = n,
-        }
-    };
-    let mut status = base;
-    while let Some((soid, name, ok, _)) = chain.pop() {
-        status = below(&status, name, ok);
-        memo.insert(soid, status.clone());
-    }
-    Ok(status)
-}
-
-pub(super) use crate::perm::open_to_all;
-
-use super::dir_cache::Place;
-
-/// [`status_remote`] with the directory paths remembered across searches
-/// ([`super::dir_cache`], epoch `epoch`; `scope_path` is the scope root's
-/// absolute path). A remembered directory answers without a read when its
-/// remembered place decides the caller's status ([`relative`]: out of
-/// scope, or in scope and root or open to all the way from `/`). The
-/// chain is followed up to such a directory, a memoised one, or the root;
-/// every directory read is then remembered with its absolute path and
-/// whether it and all its ancestors are open to all (independent of the
-/// caller), and memoised with the caller's status, computed level by
-/// level as [`status_remote`] does. REQUIRES: no engine lock held.
-pub(super) fn status_cached(
-    engine: &Engine,
-    cred: &Credentials,
-    memo: &mut Memo,
-    (epoch, scope_path): (u64, &[u8]),
+    remembered: Remembered<'_>,
     d: Soid,
     reads: &mut usize,
 ) -> Result<Status, FsError> {
     let root = cred.is_root();
     let mut chain = Chain::default();
     let mut cur = d;
-    // The top of the chain: the caller's status there, and its absolute
-    // path and openness when known.
+    // The top of the chain: the caller's status there, and (with
+    // remembered paths) its absolute path and openness when known.
     let (mut status, mut place): (Status, Option<Place>) = loop {
-        let remembered = engine.dir_cache_get(epoch, cur);
+        let kept = remembered.and_then(|(epoch, _)| engine.dir_cache_get(epoch, cur));
         if let Some(st) = memo.get(&cur) {
-            let place = match (st, remembered) {
+            let place = match (st, kept) {
                 (_, Some(r)) => Some(r),
                 // In scope (the path is absolute) but openness unknown:
                 // what is read below is remembered as not open.
-                (Status::In { path, .. }, None) => Some((path.clone(), false)),
-                (Status::Out, None) => None,
+                (Status::In { path, .. }, None) if remembered.is_some() => {
+                    Some((path.clone(), false))
+                }
+                _ => None,
             };
             break (st.clone(), place);
         }
-        if let Some((path, open)) = remembered {
+        if let (Some((path, open)), Some((_, scope_path))) = (kept, remembered) {
             if let Some(st) = relative(&path, open, root, scope_path) {
                 memo.insert(cur, st.clone());
                 break (st, Some((path, open)));
@@ -300,6 +273,9 @@ pub(super) fn status_cached(
                 // The root is in scope only as the scope (memoised).
                 let open = chain.pop().is_some_and(|(.., open)| open);
                 memo.insert(Soid::ROOT, Status::Out);
+                let Some((epoch, _)) = remembered else {
+                    break (Status::Out, None);
+                };
                 let path: Arc<[u8]> = Arc::from(&b"/"[..]);
                 engine.dir_cache_offer(epoch, vec![(Soid::ROOT, path.clone(), open)]);
                 break (Status::Out, Some((path, open)));
@@ -308,7 +284,7 @@ pub(super) fn status_cached(
             None => break (Status::Out, None),
         }
     };
-    let mut learned = Vec::with_capacity(chain.dirs.len());
+    let mut learned = Vec::new();
     while let Some((soid, name, ok, open)) = chain.pop() {
         status = below(&status, name, ok);
         memo.insert(soid, status.clone());
@@ -318,22 +294,30 @@ pub(super) fn status_cached(
             learned.push((soid, path.clone(), *all_open));
         }
     }
-    engine.dir_cache_offer(epoch, learned);
+    if let Some((epoch, _)) = remembered {
+        engine.dir_cache_offer(epoch, learned);
+    }
     Ok(status)
 }
 
-/// [`status_cached`] for several directories (a table's unknown exits):
-/// those whose remembered place decides the caller's status are memoised
-/// under one read lock of the remembered paths, the rest resolved one by
-/// one. REQUIRES: no engine lock held.
-pub(super) fn statuses_cached(
+/// [`status_remote`] for several directories (a table's unknown exits).
+/// With `remembered` paths, those whose remembered place decides the
+/// caller's status are memoised under one read lock of the remembered
+/// paths first. REQUIRES: no engine lock held.
+pub(super) fn statuses(
     engine: &Engine,
     cred: &Credentials,
     memo: &mut Memo,
-    (epoch, scope_path): (u64, &[u8]),
+    remembered: Remembered<'_>,
     dirs: &[Soid],
     reads: &mut usize,
 ) -> Result<(), FsError> {
+    let Some((epoch, scope_path)) = remembered else {
+        for &d in dirs {
+            status_remote(engine, cred, memo, None, d, reads)?;
+        }
+        return Ok(());
+    };
     let root = cred.is_root();
     let mut rest = Vec::new();
     memo.reserve(dirs.len());
@@ -362,7 +346,7 @@ pub(super) fn statuses_cached(
         }
     });
     for d in rest {
-        status_cached(engine, cred, memo, (epoch, scope_path), d, reads)?;
+        status_remote(engine, cred, memo, remembered, d, reads)?;
     }
     Ok(())
 }
