@@ -1046,9 +1046,7 @@ fn visit_range(
                     // Every exit in scope and visible: what `whole`
                     // decides from the memo (see there).
                     Some((Relation::AllIn, true))
-                        if summarizable(t)
-                            && !t.range.contains(Soid::ROOT)
-                            && !t.exits().is_empty() =>
+                        if summarizable(t) && scope::could_be_whole(t) =>
                     {
                         return summarize(t)
                     }

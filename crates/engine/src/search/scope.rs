@@ -461,11 +461,17 @@ pub(super) fn decide(
 /// not hold the root), which a search would also find nothing in: it is
 /// not whole (the caller then decides as before).
 pub(super) fn whole(t: &Table, memo: &Memo) -> bool {
-    !t.range.contains(Soid::ROOT)
-        && !t.exits().is_empty()
+    could_be_whole(t)
         && t.exits()
             .dirs()
             .all(|e| matches!(memo.get(&e), Some(Status::In { visible: true, .. })))
+}
+
+/// What [`whole`] asks of `t` itself, before its exits: it does not hold
+/// the file-system root, and it has exits (a remembered exit place that
+/// lies in scope stands for the rest, [`super::dir_cache::ExitPlace`]).
+pub(super) fn could_be_whole(t: &Table) -> bool {
+    !t.range.contains(Soid::ROOT) && !t.exits().is_empty()
 }
 
 /// Entries listed by [`walk_down`] before it gives up (the scope is then
