@@ -7,6 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // A hit's path is a slice of the engine's per-table path buffer
+        // (`sextant_engine::search::SearchHit::path`): as `Bytes` it goes
+        // into the reply without a copy of its own.
+        .bytes(".sextant.v1.SearchHit.path")
         .compile_fds(fds)?;
     Ok(())
 }

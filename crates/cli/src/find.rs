@@ -391,7 +391,7 @@ impl Run<'_> {
             Some(h) => h,
             None => return Err(Error::Fs(FsError::NotFound)),
         };
-        let root = root_hit.path.clone();
+        let root = root_hit.path.to_vec();
         let tb = typed.as_bytes();
         // Printed paths are namespace paths: the server may decide -path.
         let same = |t: &[u8]| t == root.as_slice();
@@ -412,7 +412,7 @@ impl Run<'_> {
             let paths = collect(self.s, &ns, q, 0)
                 .await?
                 .into_iter()
-                .map(|h| h.path)
+                .map(|h| h.path.to_vec())
                 .collect();
             opaque.sets.push((p, paths));
         }
@@ -453,7 +453,7 @@ impl Run<'_> {
                     },
                 );
                 if fired {
-                    pruned.insert(hit.path.clone());
+                    pruned.insert(hit.path.to_vec());
                 }
             }
         }
@@ -497,7 +497,8 @@ impl Run<'_> {
                 fold_not_listable(cred),
             );
             for hit in collect(self.s, &ns, q, 0).await? {
-                if pruned.contains(&hit.path) || has_pruned_ancestor(&hit.path, &root, &pruned) {
+                if pruned.contains(&hit.path[..]) || has_pruned_ancestor(&hit.path, &root, &pruned)
+                {
                     continue;
                 }
                 sink.flush();
@@ -692,7 +693,7 @@ mod tests {
 
     fn hit(path: &str, depth: u32) -> SearchHit {
         SearchHit {
-            path: path.as_bytes().to_vec(),
+            path: path.as_bytes().to_vec().into(),
             soid: Soid::ROOT,
             attr: Attr {
                 soid: Soid::ROOT,

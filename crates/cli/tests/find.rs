@@ -513,7 +513,7 @@ fn root() -> Credentials {
 async fn names(c: &Client, scope: &str, expr: Expr) -> Vec<Vec<u8>> {
     let spec = SearchSpec::new(SearchScope::Path(scope.as_bytes().to_vec()), expr);
     let (hits, _) = c.search_collect(&root(), &spec).await.unwrap();
-    let mut v: Vec<Vec<u8>> = hits.into_iter().map(|h| h.path).collect();
+    let mut v: Vec<Vec<u8>> = hits.into_iter().map(|h| h.path.to_vec()).collect();
     v.sort();
     v
 }
@@ -735,7 +735,7 @@ async fn malformed_searches_get_clear_errors_and_the_server_keeps_serving() {
     top.limit = 3;
     let (hits, _) = c.search_collect(&cred, &top).await.unwrap();
     assert_eq!(hits.len(), 3);
-    assert_eq!(hits[0].path, b"/d/big");
+    assert_eq!(hits[0].path, b"/d/big"[..]);
     let mut count = good.clone();
     count.count_only = true;
     let (hits, done) = c.search_collect(&cred, &count).await.unwrap();

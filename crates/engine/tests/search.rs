@@ -393,7 +393,7 @@ fn brute(
         };
         if expr.matches(&entry) {
             out.push(SearchHit {
-                path: path.clone(),
+                path: path.clone().into(),
                 soid,
                 attr: e.getattr(soid).unwrap(),
                 depth,
@@ -411,7 +411,7 @@ fn brute(
 fn rows(hits: &[SearchHit]) -> Vec<Row> {
     let mut v: Vec<Row> = hits
         .iter()
-        .map(|h| (h.path.clone(), h.soid, h.depth))
+        .map(|h| (h.path.to_vec(), h.soid, h.depth))
         .collect();
     v.sort();
     v
@@ -421,7 +421,7 @@ fn agg_of(hits: &[SearchHit], by: GroupBy) -> Aggregation {
     // Written independently of Aggregation::add.
     let mut a = Aggregation::default();
     for h in hits {
-        let name: &[u8] = if h.path == b"/" {
+        let name: &[u8] = if h.path == b"/"[..] {
             b"/"
         } else {
             &h.path[h.path.iter().rposition(|&c| c == b'/').unwrap() + 1..]
@@ -869,7 +869,7 @@ fn names_found(e: &Engine, cred: &Credentials, scope: Scope<'_>, expr: &Expr) ->
         .search_collect(cred, scope, expr, usize::MAX)
         .unwrap()
         .into_iter()
-        .map(|h| h.path)
+        .map(|h| h.path.to_vec())
         .collect();
     v.sort();
     v
@@ -892,7 +892,7 @@ fn remembered_directory_paths_follow_renames_and_removals() {
     let found = |scope: Soid, opts: &SearchOptions<'_>| -> Vec<Vec<u8>> {
         let mut v = Vec::new();
         e.search_with(&root, Scope::Soid(scope), &files, opts, |h| {
-            v.push(h.path);
+            v.push(h.path.to_vec());
             ControlFlow::Continue(())
         })
         .unwrap();
@@ -1360,7 +1360,7 @@ fn nothing_leaks_from_unlistable_directories() {
         let hits = e
             .search_collect(&other, Scope::Soid(Soid::ROOT), &q, usize::MAX)
             .unwrap();
-        let ok = hits.iter().all(|h| want.contains(&h.path));
+        let ok = hits.iter().all(|h| want.contains(&h.path.to_vec()));
         assert!(ok, "{q:?}: {hits:?}");
     }
     let agg = e

@@ -100,6 +100,8 @@ impl SortSpec {
 
 /// Keeps the first `limit` hits in `sort` order seen so far, in memory
 /// O(limit) (amortised: it sorts and truncates when it holds 2 × limit).
+/// The hits it keeps get paths of their own: an engine hit's path is a
+/// slice of its table's path buffer, which one kept hit would keep alive.
 pub struct TopN {
     sort: SortSpec,
     limit: usize,
@@ -126,6 +128,9 @@ impl TopN {
         let s = self.sort;
         self.hits.sort_by(|a, b| s.cmp(a, b));
         self.hits.truncate(self.limit);
+        if self.limit != usize::MAX {
+            self.hits.iter_mut().for_each(SearchHit::detach);
+        }
     }
 
     /// The kept hits, in order.
@@ -851,7 +856,7 @@ mod tests {
     #[test]
     fn top_n_keeps_the_first_in_order() {
         let hit = |p: &str, size: u64| SearchHit {
-            path: p.as_bytes().to_vec(),
+            path: p.as_bytes().to_vec().into(),
             soid: Soid::ROOT,
             attr: sextant_types::Attr {
                 soid: Soid::ROOT,

@@ -324,13 +324,17 @@ pub fn search(a: &SearchArgs) -> Report {
     let mut seen = 0usize;
     let files = Expr::pred(Pred::Type(vec![FileType::Regular]));
     let (sample_s, r) = timed(|| {
-        engine.search(&cred, Scope::Path(b"/"), &files, usize::MAX, |h| {
+        // (A kept hit gets a path of its own: it outlives its table's
+        // path buffer.)
+        engine.search(&cred, Scope::Path(b"/"), &files, usize::MAX, |mut h| {
             seen += 1;
             if sample.len() < a.samples {
+                h.detach();
                 sample.push(h);
             } else {
                 let j = rng.below(seen);
                 if j < a.samples {
+                    h.detach();
                     sample[j] = h;
                 }
             }

@@ -398,7 +398,7 @@ mod tests {
     fn client_evaluation_runs_actions_in_order() {
         let (t, _) = tree(". -name a -printf A -o -printf B -false -o -print");
         let hit = SearchHit {
-            path: b"/x/a".to_vec(),
+            path: b"/x/a".to_vec().into(),
             soid: Soid::from_u128(5),
             attr: Attr {
                 soid: Soid::from_u128(5),

@@ -177,6 +177,7 @@
 //! [`IndexQuery::matches`]: crate::index::IndexQuery::matches
 
 pub(crate) mod dir_cache;
+mod hits;
 mod parallel;
 pub mod plan;
 pub mod query;
@@ -189,7 +190,9 @@ use crate::engine::Engine;
 use crate::inode::Inode;
 use crate::perm::{check_access, MAY_EXEC, MAY_READ};
 use crate::table::Table;
+use bytes::Bytes;
 use dir_cache::{ExitPlace, Relation};
+use hits::HitBatch;
 use scope::{Decision, Memo, Status, MAX_CHAIN};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
@@ -209,8 +212,9 @@ pub enum Scope<'a> {
 /// One matching path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SearchHit {
-    /// Absolute path.
-    pub path: Vec<u8>,
+    /// Absolute path: a slice of its table's path buffer ([`hits`]), so
+    /// a hit costs no allocation of its own.
+    pub path: Bytes,
     pub soid: Soid,
     pub attr: Attr,
     /// Depth below the scope root (0: the root itself).
@@ -218,9 +222,16 @@ pub struct SearchHit {
 }
 
 impl SearchHit {
+    /// Gives the hit a path of its own, so that keeping it does not keep
+    /// its table's path buffer alive (for consumers that keep a few hits
+    /// long, as a top-N or a sample).
+    pub fn detach(&mut self) {
+        self.path = Bytes::copy_from_slice(&self.path);
+    }
+
     /// The last component (`/` for the root).
     pub fn name(&self) -> &[u8] {
-        if self.path == b"/" {
+        if self.path == b"/"[..] {
             return b"/";
         }
         match self.path.iter().rposition(|&c| c == b'/') {
@@ -453,7 +464,7 @@ struct Collect<'a> {
     lean: Option<&'a mut Tallies>,
     /// Hits wanted at most (the rest of the limit).
     want: usize,
-    hits: Vec<SearchHit>,
+    hits: HitBatch,
     fallback: Vec<Cand>,
 }
 
@@ -573,7 +584,7 @@ struct Out<'a, 'c> {
     expr: &'a Expr,
     stats: &'a mut SearchStats,
     lean: Option<&'a mut Tallies>,
-    hits: &'c mut Vec<SearchHit>,
+    hits: &'c mut HitBatch,
 }
 
 impl Out<'_, '_> {
@@ -611,19 +622,14 @@ impl Out<'_, '_> {
         if decided == Some(false) {
             return;
         }
-        let full = join(dir_path, e.name);
         let (inode, soid) = (e.inode, e.soid);
+        let full = self.hits.stage(dir_path, e.name);
         let with_path = Entry {
-            path: Some(&full),
+            path: Some(full),
             ..e
         };
         if decided == Some(true) || self.expr.matches(&with_path) {
-            self.hits.push(SearchHit {
-                attr: inode.attr(soid),
-                path: full,
-                soid,
-                depth,
-            });
+            self.hits.keep(soid, inode.attr(soid), depth);
         }
     }
 }
@@ -855,7 +861,7 @@ pub(crate) fn run_with(
     if expr.matches(&root_entry) {
         s.stats.hits += 1;
         let hit = SearchHit {
-            path: root_path.clone(),
+            path: Bytes::from(root_path.clone()),
             soid: root,
             attr: root_inode.attr(root),
             depth: 0,
@@ -1110,13 +1116,13 @@ fn visit_range(
                     stats: &mut s.stats,
                     lean: lean.as_deref_mut(),
                     want,
-                    hits: Vec::new(),
+                    hits: HitBatch::default(),
                     fallback: Vec::new(),
                 };
                 let (visited, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
                 let (hits, fallback) = (c.hits, c.fallback);
                 s.stats.tables += 1;
-                let hits = in_soid_order(hits);
+                let hits = hits.finish();
                 if deliver(&mut s.stats, hits).is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
@@ -1141,35 +1147,6 @@ fn visit_range(
             None => return Ok(ControlFlow::Continue(())),
         }
     }
-}
-
-/// `hits` of one table in SOID order (the K-D tree's order is arbitrary),
-/// links of one inode in the order they were found. Sorts keys, then
-/// permutes the hits in place, one cycle at a time: hits are large, a
-/// comparison sort moves each of them many times, and building a second
-/// vector of them cost two allocations of the whole batch (with set 3's
-/// 50k hits a query, large enough for glibc to map and unmap them).
-fn in_soid_order(mut hits: Vec<SearchHit>) -> Vec<SearchHit> {
-    if hits.is_sorted_by_key(|h| h.soid) {
-        return hits;
-    }
-    // order[k] = the index of the hit that belongs at position k.
-    let mut order: Vec<(Soid, usize)> = hits.iter().map(|h| h.soid).zip(0..).collect();
-    order.sort_unstable();
-    let mut from: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
-    for start in 0..from.len() {
-        // Follow the cycle through `start`, swapping each position's hit
-        // into place; a placed position points at itself.
-        let mut at = start;
-        while from[at] != start {
-            let next = from[at];
-            hits.swap(at, next);
-            from[at] = at;
-            at = next;
-        }
-        from[at] = at;
-    }
-    hits
 }
 
 /// The links whose ancestry [`Collect`] could not decide: ancestry with
@@ -1262,7 +1239,7 @@ fn fall_back(
                 };
                 if expr.matches(&e) {
                     hits.push(SearchHit {
-                        path: p.path.clone(),
+                        path: Bytes::copy_from_slice(&p.path),
                         soid: p.soid,
                         attr: inode.attr(p.soid),
                         depth: p.depth,
@@ -1506,43 +1483,4 @@ pub(crate) fn from_summaries(
         }
     }
     Ok(Some(agg))
-}
-
-#[cfg(test)]
-mod order_tests {
-    use super::*;
-    use crate::store::MemStore;
-    use proptest::prelude::*;
-
-    /// The in-place permutation is a stable sort by SOID (links of one
-    /// inode stay in the order found).
-    #[test]
-    fn in_soid_order_is_a_stable_sort_by_soid() {
-        let engine = Engine::open(
-            std::sync::Arc::new(MemStore::new()),
-            crate::engine::EngineConfig::default(),
-        )
-        .unwrap();
-        let attr = engine.getattr(Soid::ROOT).unwrap();
-        let mut runner = proptest::test_runner::TestRunner::default();
-        runner
-            .run(&proptest::collection::vec(0u8..12, 0..80), |keys| {
-                let hits: Vec<SearchHit> = keys
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| SearchHit {
-                        path: i.to_string().into_bytes(),
-                        soid: Soid::from_u128(u128::from(*k)),
-                        attr: attr.clone(),
-                        depth: 0,
-                    })
-                    .collect();
-                let mut want = hits.clone();
-                want.sort_by_key(|h| h.soid);
-                prop_assert_eq!(in_soid_order(hits), want);
-                Ok(())
-            })
-            .unwrap();
-        engine.close().unwrap();
-    }
 }
