@@ -499,7 +499,8 @@ impl Collect<'_> {
             {
                 return;
             }
-            if *soid == self.job.root || !q.matches(*soid, inode) {
+            // The names are checked link by link below (`matching_links`).
+            if *soid == self.job.root || !q.matches_attrs(*soid, inode) {
                 return;
             }
             let has = inode.is_dir() && t.has_entries(*soid);
