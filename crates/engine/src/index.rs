@@ -57,6 +57,7 @@ use crate::bloom::{AttrFilters, FilterInput, TimeAttr};
 use crate::inode::Inode;
 use crate::kdtree::KdTree;
 use crate::postings::TrigramPostings;
+use crate::table::summary::{self, Summary};
 use crate::table::Table;
 use sextant_types::{FileType, Nanos, Soid, SoidRange};
 
@@ -465,6 +466,9 @@ struct Built {
     tree: KdTree,
     filters: AttrFilters,
     names: TrigramPostings,
+    /// The table's totals per exit ([`summary::by_exit`]); empty for a
+    /// table with fewer than two exits (its whole summary says as much).
+    by_exit: Box<[(Soid, Summary)]>,
 }
 
 /// The name needles of `q` the trigram lists can use (every name, exact
@@ -500,6 +504,8 @@ pub struct IndexStats {
     pub filter_bytes: usize,
     /// The trigram posting lists ([`TrigramPostings`]).
     pub name_list_bytes: usize,
+    /// The totals per exit ([`TableIndex::summaries_by_exit`]).
+    pub by_exit_bytes: usize,
     pub changed_bytes: usize,
 }
 
@@ -558,11 +564,17 @@ impl TableIndex {
         let tree = KdTree::build(rows, DIMS, |r, d| {
             table.row(r).map_or(0, |(_, i)| coord(i, d))
         });
+        let by_exit = if table.exits().len() >= 2 {
+            summary::by_exit(table).into_boxed_slice()
+        } else {
+            Box::default()
+        };
         TableIndex {
             built: Some(Box::new(Built {
                 tree,
                 filters,
                 names,
+                by_exit,
             })),
             changed: Vec::new(),
             changed_count: 0,
@@ -595,6 +607,14 @@ impl TableIndex {
     /// Rows marked changed since the last rebuild (live or freed).
     pub fn changed_count(&self) -> usize {
         self.changed_count
+    }
+
+    /// The table's totals per exit ([`summary::by_exit`]) as of the last
+    /// rebuild, while no row has changed since; `None` otherwise, and for
+    /// a table with fewer than two exits.
+    pub fn summaries_by_exit(&self) -> Option<&[(Soid, Summary)]> {
+        let b = self.built.as_ref()?;
+        (self.changed_count == 0 && !b.by_exit.is_empty()).then_some(&b.by_exit[..])
     }
 
     /// False for an index never built.
@@ -715,15 +735,17 @@ impl TableIndex {
                 tree_bytes: std::mem::size_of::<KdTree>() + b.tree.memory_bytes(),
                 filter_bytes: b.filters.memory_bytes(),
                 name_list_bytes: b.names.memory_bytes(),
+                by_exit_bytes: b.by_exit.iter().map(|(_, s)| 16 + s.memory_bytes()).sum(),
                 changed_bytes,
             },
         }
     }
 
-    /// Heap bytes: tree, filters, name lists and changed bitset.
+    /// Heap bytes: tree, filters, name lists, totals per exit and changed
+    /// bitset.
     pub fn memory_bytes(&self) -> usize {
         let s = self.stats();
-        s.tree_bytes + s.filter_bytes + s.name_list_bytes + s.changed_bytes
+        s.tree_bytes + s.filter_bytes + s.name_list_bytes + s.by_exit_bytes + s.changed_bytes
     }
 }
 

@@ -785,6 +785,7 @@ fn run_case(
                         }
                         prop_assert_eq!(got, want, "{:?} by {:?}", group_only, by);
                         totals.tables_summarized += stats.tables_summarized;
+                        totals.tables_summarized_by_exit += stats.tables_summarized_by_exit;
                     }
                 }
             }
@@ -827,12 +828,13 @@ fn search_equals_brute_force() {
     });
     let totals = totals.into_inner();
     eprintln!(
-        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} out of scope by exits, {} summarized, {} candidates, {} hits",
+        "random searches: {} table visits, {} pruned by filters ({:.0}%), {} out of scope by exits, {} summarized ({} per exit), {} candidates, {} hits",
         totals.tables,
         totals.tables_pruned,
         100.0 * totals.tables_pruned as f64 / totals.tables.max(1) as f64,
         totals.tables_out_of_scope,
         totals.tables_summarized,
+        totals.tables_summarized_by_exit,
         totals.candidates,
         totals.hits
     );
@@ -843,6 +845,7 @@ fn search_equals_brute_force() {
     if cases >= 50 {
         assert!(totals.tables_out_of_scope > 0, "{totals:?}");
         assert!(totals.tables_summarized > 0, "{totals:?}");
+        assert!(totals.tables_summarized_by_exit > 0, "{totals:?}");
     }
 }
 

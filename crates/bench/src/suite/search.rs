@@ -411,6 +411,7 @@ pub fn search(a: &SearchArgs) -> Report {
         let mut each_matches: Vec<f64> = Vec::new();
         let (mut pruned, mut tables, mut matches) = (0usize, 0usize, 0u64);
         let (mut summarized, mut dir_reads, mut candidates) = (0usize, 0usize, 0usize);
+        let mut by_exit = 0usize;
         // Aggregations are also timed without the per-table summaries
         // (interleaved, same queries).
         let mut unsummarized_ms: Vec<f64> = Vec::new();
@@ -421,6 +422,7 @@ pub fn search(a: &SearchArgs) -> Report {
                 pruned += st.tables_pruned;
                 tables += st.tables;
                 summarized += st.tables_summarized;
+                by_exit += st.tables_summarized_by_exit;
                 dir_reads += st.dir_reads;
                 candidates += st.candidates;
                 matches += n;
@@ -449,6 +451,11 @@ pub fn search(a: &SearchArgs) -> Report {
                 format!("{kind}: tables summarized per query"),
                 "n",
                 &[summarized as f64 / ms.len() as f64],
+            );
+            report.metric(
+                format!("{kind}: of them, covered partly and added up per exit"),
+                "n",
+                &[by_exit as f64 / ms.len() as f64],
             );
         }
         let mut sorted = ms.clone();

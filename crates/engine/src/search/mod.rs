@@ -70,7 +70,10 @@
 //! totals for root are their sum; a subtree's totals for root add up every
 //! table whose exits all lie in the scope ([`scope::whole`]: then every
 //! path in it is below the scope root) from its summary without reading a
-//! row, and search only the tables the scope covers partly — when the
+//! row; a table the scope covers partly (not holding the scope root) is
+//! added up from its totals per exit ([`crate::table::summary::by_exit`],
+//! kept by its index while no row changed since it was made), the exits
+//! in scope only, and searched otherwise — when the
 //! expression depends only on owner, group and type, with no depth limit
 //! ([`Expr::is_group_only`], [`SearchStats::tables_summarized`]). Another
 //! caller's totals are added up the same way from the tables that hold no
@@ -189,6 +192,7 @@ pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
 use crate::engine::Engine;
 use crate::inode::Inode;
 use crate::perm::{check_access, MAY_EXEC, MAY_READ};
+use crate::table::summary::Summary;
 use crate::table::Table;
 use bytes::Bytes;
 use dir_cache::{ExitPlace, Relation};
@@ -261,6 +265,9 @@ pub struct SearchStats {
     /// row (every path in them is in scope, [`scope::whole`]); counted in
     /// `tables` too.
     pub tables_summarized: usize,
+    /// Of `tables_summarized`, the tables the scope covers partly, added
+    /// up from their totals per exit ([`crate::table::summary::by_exit`]).
+    pub tables_summarized_by_exit: usize,
     /// Tables skipped because their exit sets show they hold nothing
     /// visible below the scope root ([`crate::table::exits`]); counted in
     /// `tables` too.
@@ -1027,11 +1034,16 @@ fn visit_range(
             };
             // Under the same lock as the decision: the summary and the
             // exits are of one state of the table.
-            let mut summarize = |t: &Table| {
+            let mut add_up = |parts: &mut dyn Iterator<Item = &Summary>| {
                 if let Some(tallies) = lean.as_deref_mut() {
-                    let added = tallies.add_summary(t.summary(), job.expr);
-                    s.stats.hits = s.stats.hits.saturating_add(added as usize);
+                    for part in parts {
+                        let added = tallies.add_summary(part, job.expr);
+                        s.stats.hits = s.stats.hits.saturating_add(added as usize);
+                    }
                 }
+            };
+            let mut summarize = |t: &Table| {
+                add_up(&mut std::iter::once(t.summary()));
                 Some(Decision::Summarized)
             };
             let version = t.exits().version();
@@ -1081,6 +1093,19 @@ fn visit_range(
                 Decision::Skip => Some(Decision::Skip),
                 _ if complete && filtered(t) => None,
                 Decision::Visit if summarizable(t) && scope::whole(t, &s.memo) => summarize(t),
+                // Covered partly: the exits in scope, when the index has
+                // the totals per exit (see `exits_in_scope`) and the table
+                // does not hold the scope root (paths below it would leave
+                // the table through exits above it).
+                Decision::Visit if summarizable(t) && !t.range.contains(job.root) => {
+                    match exits_in_scope(t, &s.memo, complete, plan.max_depth) {
+                        Some(parts) => {
+                            add_up(&mut parts.into_iter());
+                            Some(Decision::SummarizedByExit)
+                        }
+                        None => Some(Decision::Visit),
+                    }
+                }
                 d => Some(d),
             }
         })?;
@@ -1102,6 +1127,11 @@ fn visit_range(
             Some(Decision::Summarized) => {
                 s.stats.tables += 1;
                 s.stats.tables_summarized += 1;
+            }
+            Some(Decision::SummarizedByExit) => {
+                s.stats.tables += 1;
+                s.stats.tables_summarized += 1;
+                s.stats.tables_summarized_by_exit += 1;
             }
             Some(Decision::Visit | Decision::Resolve(_)) => {
                 // Collect under the table's lock (the table at the cursor
@@ -1148,6 +1178,36 @@ fn visit_range(
             None => return Ok(ControlFlow::Continue(())),
         }
     }
+}
+
+/// The totals per exit of `t` ([`TableIndex::summaries_by_exit`]) whose
+/// exit is in scope and visible, by the memo: every path under such an
+/// exit is below the scope root and, for a table of directories open to
+/// all, visible to whoever may list the exit. `None` when the index has
+/// no totals per exit (fewer than two exits, or rows changed since it was
+/// made) or an exit is not memoised (then the table is visited).
+///
+/// [`TableIndex::summaries_by_exit`]: crate::index::TableIndex::summaries_by_exit
+fn exits_in_scope<'t>(
+    t: &'t Table,
+    memo: &Memo,
+    complete: bool,
+    max_depth: u32,
+) -> Option<Vec<&'t Summary>> {
+    let mut parts = Vec::new();
+    for (exit, totals) in t.index.summaries_by_exit()? {
+        match memo.get(exit) {
+            Some(Status::In {
+                depth,
+                visible: true,
+                ..
+            }) if *depth < max_depth => parts.push(totals),
+            Some(_) => {}
+            None if complete => {}
+            None => return None,
+        }
+    }
+    Some(parts)
 }
 
 /// The links whose ancestry [`Collect`] could not decide: ancestry with

@@ -295,6 +295,7 @@ fn add_stats(into: &mut SearchStats, w: &SearchStats) {
     into.tables_pruned += w.tables_pruned;
     into.tables_out_of_scope += w.tables_out_of_scope;
     into.tables_summarized += w.tables_summarized;
+    into.tables_summarized_by_exit += w.tables_summarized_by_exit;
     into.candidates += w.candidates;
     into.links_checked += w.links_checked;
     into.dir_reads += w.dir_reads;

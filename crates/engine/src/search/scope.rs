@@ -405,6 +405,9 @@ pub(super) enum Decision {
     /// Added up from the table's maintained summary (made by the caller
     /// from `Visit` when the table is [`whole`]; never by [`decide`]).
     Summarized,
+    /// Added up from the table's totals per exit, the exits in scope only
+    /// (made by the caller from `Visit`; never by [`decide`]).
+    SummarizedByExit,
 }
 
 /// See the module docs. `prune` false (brute-force scans) never skips;

@@ -28,8 +28,9 @@
 
 use crate::inode::Inode;
 use crate::search::Totals;
-use sextant_types::FileType;
-use std::collections::BTreeMap;
+use crate::table::Table;
+use sextant_types::{FileType, Soid};
+use std::collections::{BTreeMap, HashMap};
 
 /// (uid, gid, type).
 pub type GroupKey = (u32, u32, FileType);
@@ -87,6 +88,23 @@ impl Summary {
         }
     }
 
+    /// Adds one path of `inode` (a link of it: its size once).
+    pub(crate) fn add_path(&mut self, inode: &Inode) {
+        let t = self
+            .groups
+            .entry((inode.uid, inode.gid, inode.ftype))
+            .or_default();
+        t.count = t.count.saturating_add(1);
+        t.size = t.size.saturating_add(inode.size);
+    }
+
+    /// Heap and inline bytes, roughly (B-tree nodes hold their entries
+    /// with some slack).
+    pub fn memory_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<GroupKey>() + std::mem::size_of::<Totals>();
+        std::mem::size_of::<Self>() + self.groups.len() * entry * 3 / 2
+    }
+
     /// Directories of the table not open to all.
     pub fn closed_dirs(&self) -> u64 {
         self.closed_dirs
@@ -95,4 +113,52 @@ impl Summary {
     pub fn groups(&self) -> impl Iterator<Item = (&GroupKey, &Totals)> + '_ {
         self.groups.iter()
     }
+}
+
+/// The table's paths split by the exit they leave it through: for each
+/// directory outside the table that is the first ancestor outside it of
+/// some link (an exit, `crate::table::exits`), the totals of those links,
+/// counted per link as a search counts them. A search below a directory
+/// that covers a table partly adds up the exits in its scope instead of
+/// reading the rows (`crate::search`). Paths whose chain ends inside the
+/// table (at `/`, or at a broken chain) are under no exit. Sorted by exit;
+/// `closed_dirs` is left at zero (the table's own count applies).
+///
+/// Pure function of the rows: the table's index keeps it, made with the
+/// index and used only while no row has changed since.
+pub fn by_exit(table: &Table) -> Vec<(Soid, Summary)> {
+    // The exit of each directory of the table met on a chain (memoised,
+    // so a chain is read once).
+    let mut exit_of: HashMap<Soid, Option<Soid>> = HashMap::new();
+    let mut chain: Vec<Soid> = Vec::new();
+    let mut out: BTreeMap<Soid, Summary> = BTreeMap::new();
+    let cap = u32::try_from(table.row_capacity()).unwrap_or(u32::MAX);
+    for (_, inode) in (0..cap).filter_map(|r| table.row(r)) {
+        for (parent, _) in inode.all_links() {
+            chain.clear();
+            let mut cur = parent;
+            let exit = loop {
+                if let Some(&e) = exit_of.get(&cur) {
+                    break e;
+                }
+                let Some(dir) = table.inode(cur) else {
+                    break Some(cur);
+                };
+                // `/` has no exit; a chain longer than the table's
+                // directories has a cycle (not made by consistent rows).
+                if !dir.is_dir() || cur == Soid::ROOT || chain.len() > table.dir_count() {
+                    break None;
+                }
+                chain.push(cur);
+                cur = dir.parent;
+            };
+            for d in &chain {
+                exit_of.insert(*d, exit);
+            }
+            if let Some(e) = exit {
+                out.entry(e).or_default().add_path(inode);
+            }
+        }
+    }
+    out.into_iter().collect()
 }

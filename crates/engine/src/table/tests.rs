@@ -277,3 +277,46 @@ fn primary_entries_are_stored_as_rows() {
     assert_eq!(t.foreign.iter().flatten().count(), 2);
     assert_eq!(t.dentry_count(), 12);
 }
+
+/// The exit a link leaves the table through, by plain recursion (no
+/// memo): its parent if outside the table, else its parent's. A chain
+/// longer than the table's directories is a cycle: no exit.
+fn naive_exit(t: &Table, d: Soid, steps: usize) -> Option<Soid> {
+    match t.inode(d) {
+        None => Some(d),
+        Some(_) if steps > t.dir_count() || d == Soid::ROOT => None,
+        Some(i) if i.is_dir() => naive_exit(t, i.parent, steps + 1),
+        Some(_) => None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// `summary::by_exit` (chains memoised) against the plain recursion,
+    /// over random tables whose parents lie inside and outside the range
+    /// (cycles included).
+    #[test]
+    fn totals_per_exit_match_plain_recursion(
+        puts in prop::collection::vec((0u8..6, 0u8..12, any::<bool>(), 0u8..6, 0u64..50), 1..40),
+    ) {
+        let range = SoidRange::new(soid(0), soid(5)).unwrap();
+        let mut t = Table::new(1, range);
+        for (s, parent, dir, name, size) in puts {
+            let mut i = inode(parent, NAMES[name as usize], dir);
+            i.uid = u32::from(s % 2);
+            i.size = size;
+            t.put_inode(soid(s), i);
+        }
+        let mut want: BTreeMap<Soid, summary::Summary> = BTreeMap::new();
+        for (_, i) in t.inodes() {
+            for (parent, _) in i.all_links() {
+                if let Some(e) = naive_exit(&t, parent, 0) {
+                    want.entry(e).or_default().add_path(i);
+                }
+            }
+        }
+        let got: BTreeMap<Soid, summary::Summary> = summary::by_exit(&t).into_iter().collect();
+        prop_assert_eq!(got, want);
+    }
+}
