@@ -31,9 +31,24 @@ pub(crate) struct HitBatch {
     hits: Vec<SearchHit>,
     paths: Vec<u8>,
     ends: Vec<usize>,
+    /// Hits the table is expected to give at most (its inodes: more only
+    /// through hard links, and then the vectors grow as usual; 0:
+    /// unknown), for [`HitBatch::keep`]'s growth.
+    bound: usize,
 }
 
+/// Hits kept before a batch grows straight to its bound.
+const SMALL: usize = 64;
+
 impl HitBatch {
+    /// A batch for a table of `inodes` inodes.
+    pub(crate) fn for_table(inodes: usize) -> Self {
+        HitBatch {
+            bound: inodes,
+            ..HitBatch::default()
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.hits.len()
     }
@@ -53,7 +68,22 @@ impl HitBatch {
     }
 
     /// Keeps the staged path as the path of a hit for `soid`.
+    ///
+    /// Growth: doubling while small, then (a table with many hits) once
+    /// to the table's bound, with path room at the average path so far —
+    /// instead of a dozen reallocations that copy every hit of a large
+    /// table (a tenth of a broad name query). A large reservation costs
+    /// little beyond what it holds: the allocator maps it and the pages
+    /// no hit reaches are never touched.
     pub(crate) fn keep(&mut self, soid: Soid, attr: Attr, depth: u32) {
+        let n = self.hits.len();
+        if n == self.hits.capacity() && n >= SMALL && self.bound > n {
+            let more = self.bound - n;
+            self.hits.reserve_exact(more);
+            self.ends.reserve_exact(more);
+            let average = self.paths.len() / n.max(1) + 1;
+            self.paths.reserve(more.saturating_mul(average));
+        }
         self.ends.push(self.paths.len());
         self.hits.push(SearchHit {
             path: Bytes::new(),
@@ -69,11 +99,21 @@ impl HitBatch {
             mut hits,
             mut paths,
             ends,
+            ..
         } = self;
         if hits.is_empty() {
             return hits;
         }
         paths.truncate(ends.last().copied().unwrap_or(0));
+        // A table that gave far fewer hits than its bound: give back the
+        // room (a copy of the few hits) rather than hold it while the
+        // hits wait to be reported.
+        if hits.capacity() > 2 * hits.len() + SMALL {
+            hits.shrink_to_fit();
+        }
+        if paths.capacity() > 2 * paths.len() + SMALL {
+            paths.shrink_to_fit();
+        }
         let buffer = Bytes::from(paths);
         let mut start = 0;
         for (hit, end) in hits.iter_mut().zip(ends) {

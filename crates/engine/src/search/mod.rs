@@ -489,6 +489,7 @@ impl Collect<'_> {
             self.stats.tables_pruned += 1;
             return;
         }
+        self.hits = HitBatch::for_table(t.inode_count());
         t.index.candidates(t, q, |row| {
             if self.hits.len() >= self.want {
                 return;
