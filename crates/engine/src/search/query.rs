@@ -681,6 +681,35 @@ mod tests {
         }
     }
 
+    /// A linear congruential generator: the random patterns and names of
+    /// the matcher tests, the same on every run.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) as usize) % n
+        }
+    }
+
+    /// `matcher` agrees with the reference on `p` against `s`, with and
+    /// without case folding.
+    fn agrees(matcher: fn(&[u8], &[u8], bool) -> bool, p: &[u8], s: &[u8]) {
+        let toks = parse_glob(p);
+        for ci in [false, true] {
+            assert_eq!(
+                matcher(p, s, ci),
+                slow(&toks, s, ci),
+                "{:?} {:?} ci {ci}",
+                String::from_utf8_lossy(p),
+                String::from_utf8_lossy(s)
+            );
+        }
+    }
+
     /// The allocation-free matcher (tokens read from the pattern as it
     /// goes) against the reference over the parsed tokens: random
     /// patterns of fragments that make every token kind, malformed
@@ -708,30 +737,15 @@ mod tests {
             b"[:bogus:]",
         ];
         let strs = b"abA1.-:[]";
-        let mut seed = 1u64;
-        let mut next = |n: usize| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 33) as usize) % n
-        };
+        let mut rng = Lcg(1);
         for _ in 0..40_000 {
-            let pl = next(8);
-            let p: Vec<u8> = (0..pl)
-                .flat_map(|_| fragments[next(fragments.len())].iter().copied())
+            let p: Vec<u8> = (0..rng.below(8))
+                .flat_map(|_| fragments[rng.below(fragments.len())].iter().copied())
                 .collect();
-            let sl = next(6);
-            let s: Vec<u8> = (0..sl).map(|_| strs[next(strs.len())]).collect();
-            let toks = parse_glob(&p);
-            for ci in [false, true] {
-                assert_eq!(
-                    tokens_match(&p, &s, ci),
-                    slow(&toks, &s, ci),
-                    "{:?} {:?}",
-                    String::from_utf8_lossy(&p),
-                    String::from_utf8_lossy(&s)
-                );
-            }
+            let s: Vec<u8> = (0..rng.below(6))
+                .map(|_| strs[rng.below(strs.len())])
+                .collect();
+            agrees(tokens_match, &p, &s);
         }
     }
 
@@ -740,28 +754,13 @@ mod tests {
     #[test]
     fn stars_only_patterns_agree_with_reference() {
         let alphabet = b"abA.*";
-        let mut seed = 3u64;
-        let mut next = |n: usize| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 33) as usize) % n
-        };
+        let mut rng = Lcg(3);
         for _ in 0..40_000 {
-            let p: Vec<u8> = (0..next(8))
-                .map(|_| alphabet[next(alphabet.len())])
+            let p: Vec<u8> = (0..rng.below(8))
+                .map(|_| alphabet[rng.below(alphabet.len())])
                 .collect();
-            let s: Vec<u8> = (0..next(9)).map(|_| alphabet[next(4)]).collect();
-            let toks = parse_glob(&p);
-            for ci in [false, true] {
-                assert_eq!(
-                    glob_match(&p, &s, ci),
-                    slow(&toks, &s, ci),
-                    "{:?} {:?}",
-                    String::from_utf8_lossy(&p),
-                    String::from_utf8_lossy(&s)
-                );
-            }
+            let s: Vec<u8> = (0..rng.below(9)).map(|_| alphabet[rng.below(4)]).collect();
+            agrees(glob_match, &p, &s);
         }
     }
 
