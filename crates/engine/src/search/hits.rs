@@ -19,7 +19,7 @@
 //!
 //! Cost: a consumer that keeps one hit keeps its table's whole buffer
 //! alive; one that keeps a few hits of many tables for long (a top-N)
-//! should copy their paths ([`Bytes::copy_from_slice`]).
+//! should give them paths of their own ([`SearchHit::detach`]).
 
 use super::SearchHit;
 use bytes::Bytes;
@@ -192,6 +192,27 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// Past the small size a batch grows to its bound at once, and on
+    /// past it as usual (hard links); a batch far below its bound gives
+    /// the room back. Either way every hit keeps its own path.
+    #[test]
+    fn batches_grow_past_their_bound_and_shrink_below_it() {
+        let attr = any_attr();
+        for (bound, kept) in [(100, 150), (10_000, 70), (0, 300), (64, 64)] {
+            let mut batch = HitBatch::for_table(bound);
+            for i in 0..kept {
+                batch.stage(b"/d", format!("f{i}").as_bytes());
+                batch.keep(Soid::from_u128(i as u128), attr.clone(), 1);
+            }
+            let hits = batch.finish();
+            assert_eq!(hits.len(), kept);
+            assert!(hits.capacity() <= 2 * kept + SMALL, "{bound} {kept}");
+            for (i, h) in hits.iter().enumerate() {
+                assert_eq!(&h.path[..], format!("/d/f{i}").as_bytes());
+            }
+        }
     }
 
     /// A batch gives each kept hit the path staged last before it (staged
