@@ -57,7 +57,7 @@ use crate::bloom::{AttrFilters, FilterInput, TimeAttr};
 use crate::inode::Inode;
 use crate::kdtree::KdTree;
 use crate::postings::TrigramPostings;
-use crate::table::summary::{self, Summary};
+use crate::table::summary::{self, ByExit};
 use crate::table::Table;
 use sextant_types::{FileType, Nanos, Soid, SoidRange};
 
@@ -466,9 +466,10 @@ struct Built {
     tree: KdTree,
     filters: AttrFilters,
     names: TrigramPostings,
-    /// The table's totals per exit ([`summary::by_exit`]); empty for a
-    /// table with fewer than two exits (its whole summary says as much).
-    by_exit: Box<[(Soid, Summary)]>,
+    /// The table's totals per exit ([`summary::by_exit`]); `None` for a
+    /// table with fewer than two exits and no directory closed to anyone
+    /// (its whole summary says as much).
+    by_exit: Option<Box<ByExit>>,
 }
 
 /// The name needles of `q` the trigram lists can use (every name, exact
@@ -564,11 +565,9 @@ impl TableIndex {
         let tree = KdTree::build(rows, DIMS, |r, d| {
             table.row(r).map_or(0, |(_, i)| coord(i, d))
         });
-        let by_exit = if table.exits().len() >= 2 {
-            summary::by_exit(table).into_boxed_slice()
-        } else {
-            Box::default()
-        };
+        let exits = table.exits().len();
+        let by_exit = (exits >= 2 || (exits == 1 && table.summary().closed_dirs() > 0))
+            .then(|| Box::new(summary::by_exit(table)));
         TableIndex {
             built: Some(Box::new(Built {
                 tree,
@@ -611,10 +610,13 @@ impl TableIndex {
 
     /// The table's totals per exit ([`summary::by_exit`]) as of the last
     /// rebuild, while no row has changed since; `None` otherwise, and for
-    /// a table with fewer than two exits.
-    pub fn summaries_by_exit(&self) -> Option<&[(Soid, Summary)]> {
+    /// a table with fewer than two exits and no directory closed to anyone.
+    pub fn summaries_by_exit(&self) -> Option<&ByExit> {
         let b = self.built.as_ref()?;
-        (self.changed_count == 0 && !b.by_exit.is_empty()).then_some(&b.by_exit[..])
+        if self.changed_count > 0 {
+            return None;
+        }
+        b.by_exit.as_deref()
     }
 
     /// False for an index never built.
@@ -735,7 +737,7 @@ impl TableIndex {
                 tree_bytes: std::mem::size_of::<KdTree>() + b.tree.memory_bytes(),
                 filter_bytes: b.filters.memory_bytes(),
                 name_list_bytes: b.names.memory_bytes(),
-                by_exit_bytes: b.by_exit.iter().map(|(_, s)| 16 + s.memory_bytes()).sum(),
+                by_exit_bytes: b.by_exit.as_ref().map_or(0, |x| x.memory_bytes()),
                 changed_bytes,
             },
         }

@@ -24,18 +24,26 @@ pub fn check_access(inode: &Inode, cred: &Credentials, mask: u32) -> Result<(), 
         }
         return Ok(());
     }
-    let class_bits = if cred.uid == inode.uid {
-        (perm >> 6) & 7
-    } else if cred.in_group(inode.gid) {
-        (perm >> 3) & 7
-    } else {
-        perm & 7
-    };
-    if class_bits & mask == mask {
+    if class_allows(inode.uid, inode.gid, inode.perm, cred, mask) {
         Ok(())
     } else {
         Err(FsError::Access)
     }
+}
+
+/// Whether the class of `cred` (owner, group or other of an inode owned by
+/// `uid`:`gid` with mode `perm`) has every bit of `mask` — the check of
+/// [`check_access`] for a caller other than root.
+pub fn class_allows(uid: u32, gid: u32, perm: u16, cred: &Credentials, mask: u32) -> bool {
+    let perm = u32::from(perm);
+    let class_bits = if cred.uid == uid {
+        (perm >> 6) & 7
+    } else if cred.in_group(gid) {
+        (perm >> 3) & 7
+    } else {
+        perm & 7
+    };
+    class_bits & mask == mask
 }
 
 /// Whether a directory with mode `perm` may be listed (read and searched)

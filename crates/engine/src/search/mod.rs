@@ -78,7 +78,10 @@
 //! ([`Expr::is_group_only`], [`SearchStats::tables_summarized`]). Another
 //! caller's totals are added up the same way from the tables that hold no
 //! directory closed to anyone (each summary counts those, [`crate::perm::open_to_all`])
-//! and whose exits that caller may list; every other table is visited.
+//! and whose exits that caller may list, and from the totals per exit of
+//! a table whose closed directories that caller may list none of (then
+//! it sees exactly the links whose chain inside the table is open, which
+//! the totals per exit count apart); every other table is visited.
 //! Other predicates visit every table, as above.
 //!
 //! # Permissions
@@ -191,7 +194,7 @@ pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
 
 use crate::engine::Engine;
 use crate::inode::Inode;
-use crate::perm::{check_access, MAY_EXEC, MAY_READ};
+use crate::perm::{check_access, class_allows, MAY_EXEC, MAY_READ};
 use crate::table::summary::Summary;
 use crate::table::Table;
 use bytes::Bytes;
@@ -1034,15 +1037,16 @@ fn visit_range(
             // since a parallel search cut its pieces is visited (row by
             // row, within the piece), so that no piece adds a summary
             // another piece also covers.
-            // And, for a caller other than root, only a table whose
-            // directories every caller may list (then what may be listed
-            // in it depends only on its exits, as for root).
-            let summarizable = |t: &Table| {
-                job.summarize
-                    && range.first <= t.range.first
-                    && t.range.last <= range.last
-                    && (job.cred.is_root() || t.summary().closed_dirs() == 0)
+            let in_item = |t: &Table| {
+                job.summarize && range.first <= t.range.first && t.range.last <= range.last
             };
+            // The whole summary: for a caller other than root, only of a
+            // table whose directories every caller may list (then what may
+            // be listed in it depends only on its exits, as for root). The
+            // totals per exit judge closed directories themselves
+            // (`exits_in_scope`).
+            let summarizable =
+                |t: &Table| in_item(t) && (job.cred.is_root() || t.summary().closed_dirs() == 0);
             // Under the same lock as the decision: the summary and the
             // exits are of one state of the table.
             let mut add_up = |parts: &mut dyn Iterator<Item = &Summary>| {
@@ -1108,8 +1112,8 @@ fn visit_range(
                 // the totals per exit (see `exits_in_scope`) and the table
                 // does not hold the scope root (paths below it would leave
                 // the table through exits above it).
-                Decision::Visit if summarizable(t) && !t.range.contains(job.root) => {
-                    match exits_in_scope(t, &s.memo, complete, plan.max_depth) {
+                Decision::Visit if in_item(t) && !t.range.contains(job.root) => {
+                    match exits_in_scope(t, job.cred, &s.memo, complete, plan.max_depth) {
                         Some(parts) => {
                             add_up(&mut parts.into_iter());
                             Some(Decision::SummarizedByExit)
@@ -1193,26 +1197,40 @@ fn visit_range(
 
 /// The totals per exit of `t` ([`TableIndex::summaries_by_exit`]) whose
 /// exit is in scope and visible, by the memo: every path under such an
-/// exit is below the scope root and, for a table of directories open to
-/// all, visible to whoever may list the exit. `None` when the index has
-/// no totals per exit (fewer than two exits, or rows changed since it was
-/// made) or an exit is not memoised (then the table is visited).
+/// exit is below the scope root. For root, or a table of directories open
+/// to all, all of them are visible to whoever may list the exit; for
+/// another caller, when it may list none of the table's closed
+/// directories, exactly those whose chain inside the table is open. `None`
+/// when the index has no totals per exit (or rows changed since it was
+/// made), an exit is not memoised, or the caller may list a closed
+/// directory of the table (then the table is visited).
 ///
 /// [`TableIndex::summaries_by_exit`]: crate::index::TableIndex::summaries_by_exit
 fn exits_in_scope<'t>(
     t: &'t Table,
+    cred: &Credentials,
     memo: &Memo,
     complete: bool,
     max_depth: u32,
 ) -> Option<Vec<&'t Summary>> {
+    let by_exit = t.index.summaries_by_exit()?;
+    let open_only = !cred.is_root() && t.summary().closed_dirs() > 0;
+    if open_only
+        && by_exit
+            .closed
+            .iter()
+            .any(|&(uid, gid, perm)| class_allows(uid, gid, perm, cred, MAY_READ | MAY_EXEC))
+    {
+        return None;
+    }
     let mut parts = Vec::new();
-    for (exit, totals) in t.index.summaries_by_exit()? {
+    for (exit, all, open) in by_exit.exits.iter() {
         match memo.get(exit) {
             Some(Status::In {
                 depth,
                 visible: true,
                 ..
-            }) if *depth < max_depth => parts.push(totals),
+            }) if *depth < max_depth => parts.push(if open_only { open } else { all }),
             Some(_) => {}
             None if complete => {}
             None => return None,

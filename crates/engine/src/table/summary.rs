@@ -115,50 +115,99 @@ impl Summary {
     }
 }
 
+/// A table's paths split by the exit they leave it through
+/// ([`by_exit`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ByExit {
+    /// Per exit, sorted by exit: the totals of the links leaving the table
+    /// through it, and of those whose parent and every directory above it
+    /// inside the table are open to all ([`crate::perm::open_to_all`]).
+    pub exits: Box<[(Soid, Summary, Summary)]>,
+    /// (owner, group, mode) of the table's directories not open to all,
+    /// without repeats: a caller who may list none of them sees exactly
+    /// the open links below the exits it may list.
+    pub closed: Box<[(u32, u32, u16)]>,
+}
+
+impl ByExit {
+    pub fn memory_bytes(&self) -> usize {
+        let closed = self.closed.len() * std::mem::size_of::<(u32, u32, u16)>();
+        let exits: usize = self
+            .exits
+            .iter()
+            .map(|(_, all, open)| 16 + all.memory_bytes() + open.memory_bytes())
+            .sum();
+        std::mem::size_of::<Self>() + exits + closed
+    }
+}
+
 /// The table's paths split by the exit they leave it through: for each
 /// directory outside the table that is the first ancestor outside it of
 /// some link (an exit, `crate::table::exits`), the totals of those links,
-/// counted per link as a search counts them. A search below a directory
-/// that covers a table partly adds up the exits in its scope instead of
-/// reading the rows (`crate::search`). Paths whose chain ends inside the
-/// table (at `/`, or at a broken chain) are under no exit. Sorted by exit;
-/// `closed_dirs` is left at zero (the table's own count applies).
+/// counted per link as a search counts them — all of them, and those
+/// whose chain inside the table is open to all. A search below a
+/// directory that covers a table partly adds up the exits in its scope
+/// instead of reading the rows (`crate::search`). Paths whose chain ends
+/// inside the table (at `/`, or at a broken chain) are under no exit.
+/// `closed_dirs` of each summary is left at zero (the table's own count
+/// applies).
 ///
 /// Pure function of the rows: the table's index keeps it, made with the
 /// index and used only while no row has changed since.
-pub fn by_exit(table: &Table) -> Vec<(Soid, Summary)> {
-    // The exit of each directory of the table met on a chain (memoised,
-    // so a chain is read once).
-    let mut exit_of: HashMap<Soid, Option<Soid>> = HashMap::new();
-    let mut chain: Vec<Soid> = Vec::new();
-    let mut out: BTreeMap<Soid, Summary> = BTreeMap::new();
+pub fn by_exit(table: &Table) -> ByExit {
+    // The exit of each directory of the table met on a chain, and whether
+    // it and every directory above it inside the table are open to all
+    // (memoised, so a chain is read once).
+    let mut exit_of: HashMap<Soid, Option<(Soid, bool)>> = HashMap::new();
+    let mut chain: Vec<(Soid, bool)> = Vec::new();
+    let mut out: BTreeMap<Soid, (Summary, Summary)> = BTreeMap::new();
+    let mut closed_modes = std::collections::BTreeSet::new();
     let cap = u32::try_from(table.row_capacity()).unwrap_or(u32::MAX);
     for (_, inode) in (0..cap).filter_map(|r| table.row(r)) {
+        if closed(inode) {
+            closed_modes.insert((inode.uid, inode.gid, inode.perm));
+        }
         for (parent, _) in inode.all_links() {
             chain.clear();
             let mut cur = parent;
-            let exit = loop {
+            let base = loop {
                 if let Some(&e) = exit_of.get(&cur) {
                     break e;
                 }
                 let Some(dir) = table.inode(cur) else {
-                    break Some(cur);
+                    // Left the table: `cur` is the exit; the chain above
+                    // it is the search's to judge.
+                    break Some((cur, true));
                 };
                 // `/` has no exit; a chain longer than the table's
                 // directories has a cycle (not made by consistent rows).
                 if !dir.is_dir() || cur == Soid::ROOT || chain.len() > table.dir_count() {
                     break None;
                 }
-                chain.push(cur);
+                chain.push((cur, crate::perm::open_to_all(dir.perm)));
                 cur = dir.parent;
             };
-            for d in &chain {
-                exit_of.insert(*d, exit);
+            // Unwind from the top: a directory is open when it and all
+            // above it (inside the table) are.
+            let mut found = base;
+            for &(d, open) in chain.iter().rev() {
+                found = found.map(|(e, above)| (e, above && open));
+                exit_of.insert(d, found);
             }
-            if let Some(e) = exit {
-                out.entry(e).or_default().add_path(inode);
+            if let Some((e, open)) = found {
+                let (all, open_only) = out.entry(e).or_default();
+                all.add_path(inode);
+                if open {
+                    open_only.add_path(inode);
+                }
             }
         }
     }
-    out.into_iter().collect()
+    ByExit {
+        exits: out
+            .into_iter()
+            .map(|(e, (all, open))| (e, all, open))
+            .collect(),
+        closed: closed_modes.into_iter().collect(),
+    }
 }

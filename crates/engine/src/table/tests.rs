@@ -279,13 +279,15 @@ fn primary_entries_are_stored_as_rows() {
 }
 
 /// The exit a link leaves the table through, by plain recursion (no
-/// memo): its parent if outside the table, else its parent's. A chain
-/// longer than the table's directories is a cycle: no exit.
-fn naive_exit(t: &Table, d: Soid, steps: usize) -> Option<Soid> {
+/// memo): its parent if outside the table, else its parent's; with
+/// whether every directory on the way (inside the table) is open to all.
+/// A chain longer than the table's directories is a cycle: no exit.
+fn naive_exit(t: &Table, d: Soid, steps: usize) -> Option<(Soid, bool)> {
     match t.inode(d) {
-        None => Some(d),
+        None => Some((d, true)),
         Some(_) if steps > t.dir_count() || d == Soid::ROOT => None,
-        Some(i) if i.is_dir() => naive_exit(t, i.parent, steps + 1),
+        Some(i) if i.is_dir() => naive_exit(t, i.parent, steps + 1)
+            .map(|(e, open)| (e, open && crate::perm::open_to_all(i.perm))),
         Some(_) => None,
     }
 }
@@ -295,28 +297,42 @@ proptest! {
 
     /// `summary::by_exit` (chains memoised) against the plain recursion,
     /// over random tables whose parents lie inside and outside the range
-    /// (cycles included).
+    /// (cycles included) and whose directories are open or closed.
     #[test]
     fn totals_per_exit_match_plain_recursion(
-        puts in prop::collection::vec((0u8..6, 0u8..12, any::<bool>(), 0u8..6, 0u64..50), 1..40),
+        puts in prop::collection::vec(
+            (0u8..6, 0u8..12, any::<bool>(), 0u8..6, 0u64..50, any::<bool>()),
+            1..40,
+        ),
     ) {
         let range = SoidRange::new(soid(0), soid(5)).unwrap();
         let mut t = Table::new(1, range);
-        for (s, parent, dir, name, size) in puts {
+        for (s, parent, dir, name, size, closed) in puts {
             let mut i = inode(parent, NAMES[name as usize], dir);
             i.uid = u32::from(s % 2);
             i.size = size;
+            i.perm = if closed { 0o750 } else { 0o755 };
             t.put_inode(soid(s), i);
         }
-        let mut want: BTreeMap<Soid, summary::Summary> = BTreeMap::new();
+        let mut want: BTreeMap<Soid, (summary::Summary, summary::Summary)> = BTreeMap::new();
+        let mut closed = std::collections::BTreeSet::new();
         for (_, i) in t.inodes() {
+            if i.is_dir() && !crate::perm::open_to_all(i.perm) {
+                closed.insert((i.uid, i.gid, i.perm));
+            }
             for (parent, _) in i.all_links() {
-                if let Some(e) = naive_exit(&t, parent, 0) {
-                    want.entry(e).or_default().add_path(i);
+                if let Some((e, open)) = naive_exit(&t, parent, 0) {
+                    let (all, open_only) = want.entry(e).or_default();
+                    all.add_path(i);
+                    if open {
+                        open_only.add_path(i);
+                    }
                 }
             }
         }
-        let got: BTreeMap<Soid, summary::Summary> = summary::by_exit(&t).into_iter().collect();
-        prop_assert_eq!(got, want);
+        let got = summary::by_exit(&t);
+        let want_exits: Vec<_> = want.into_iter().map(|(e, (a, o))| (e, a, o)).collect();
+        prop_assert_eq!(&got.exits[..], &want_exits[..]);
+        prop_assert_eq!(&got.closed[..], &closed.into_iter().collect::<Vec<_>>()[..]);
     }
 }
