@@ -219,7 +219,7 @@ pub enum Scope<'a> {
 /// One matching path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SearchHit {
-    /// Absolute path: a slice of its table's path buffer ([`hits`]), so
+    /// Absolute path: a slice of its table's path buffer (`search::hits`), so
     /// a hit costs no allocation of its own.
     pub path: Bytes,
     pub soid: Soid,

@@ -509,8 +509,8 @@ pub(crate) fn parse_glob(p: &[u8]) -> Vec<Tok> {
 /// `fnmatch(pattern, s, ci ? FNM_CASEFOLD : 0)` on bytes. It runs once
 /// per candidate name, so it allocates nothing (parsing the pattern into
 /// a vector per call was a tenth of a broad glob query's time): patterns
-/// of literals and stars take [`stars_match`], the others the iterative
-/// matcher over tokens read straight from the pattern ([`tokens_match`]).
+/// of literals and stars take `stars_match`, the others the iterative
+/// matcher over tokens read straight from the pattern (`tokens_match`).
 pub fn glob_match(pattern: &[u8], s: &[u8], ci: bool) -> bool {
     if pattern.iter().any(|c| matches!(c, b'?' | b'[' | b'\\')) {
         tokens_match(pattern, s, ci)
