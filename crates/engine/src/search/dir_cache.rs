@@ -60,8 +60,11 @@ pub(crate) const MAX_PLACES: usize = 1 << 16;
 #[derive(Default)]
 pub(crate) struct DirCache {
     epoch: u64,
-    /// Absolute path, and whether it and all its ancestors are open to all.
-    paths: HashMap<Soid, Place, BuildHasherDefault<SoidHasher>>,
+    /// Absolute path, and whether it and all its ancestors are open to
+    /// all; with the path's number of components (its depth below `/`),
+    /// so that a status relative to `/` needs no read of the path (each
+    /// its own allocation: a cache miss).
+    paths: HashMap<Soid, (Place, u32), BuildHasherDefault<SoidHasher>>,
     /// Bytes of the paths held.
     path_bytes: usize,
     /// Exit places by exit-set version.
@@ -156,15 +159,15 @@ impl DirCache {
     /// The absolute path of directory `d` and whether it and all its
     /// ancestors are open to all, if held at `epoch`.
     pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
-        self.peek(epoch, d).cloned()
+        self.peek(epoch, d).map(|(place, _)| place.clone())
     }
 
-    /// [`Self::get`] by reference.
-    pub(crate) fn peek(&self, epoch: u64, d: Soid) -> Option<&(Arc<[u8]>, bool)> {
+    /// [`Self::get`] by reference, with the path's number of components.
+    pub(crate) fn peek(&self, epoch: u64, d: Soid) -> Option<(&Place, u32)> {
         if self.epoch != epoch {
             return None;
         }
-        self.paths.get(&d)
+        self.paths.get(&d).map(|(place, depth)| (place, *depth))
     }
 
     /// Keeps `paths`, read by a search that started at `epoch`, if the
@@ -183,7 +186,8 @@ impl DirCache {
                 return;
             }
             self.path_bytes += p.len();
-            if let Some((old, _)) = self.paths.insert(d, (p, open)) {
+            let depth = components(&p);
+            if let Some(((old, _), _)) = self.paths.insert(d, ((p, open), depth)) {
                 self.path_bytes -= old.len();
             }
         }
@@ -219,7 +223,7 @@ impl DirCache {
     /// Approximate heap bytes: the map's slots and the paths (with the
     /// shared allocation's two counters).
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.paths.capacity() * (std::mem::size_of::<(Soid, (Arc<[u8]>, bool))>() + 1)
+        self.paths.capacity() * (std::mem::size_of::<(Soid, (Place, u32))>() + 1)
             + self.path_bytes
             + self.paths.len() * 16
             + self.places.capacity() * (std::mem::size_of::<(u64, ExitPlace)>() + 1)
@@ -227,7 +231,7 @@ impl DirCache {
 }
 
 /// Number of components of an absolute path (`/` has none).
-fn components(path: &[u8]) -> u32 {
+pub(super) fn components(path: &[u8]) -> u32 {
     if path == b"/" {
         0
     } else {
@@ -236,14 +240,16 @@ fn components(path: &[u8]) -> u32 {
 }
 
 /// The status, for a caller searching below the directory at
-/// `scope_path`, of a directory whose absolute path is `abs` (`open`: it
-/// and all its ancestors are open to all; `root`: the caller is root):
+/// `scope_path`, of a directory whose absolute path is `abs` of
+/// `abs_depth` components ([`components`]; `open`: it and all its
+/// ancestors are open to all; `root`: the caller is root):
 /// out when `abs` is not `scope_path` or below it; in scope at the
 /// difference of depths, visible, when the caller may list every
 /// directory on the way (root, or all open); `None` when that depends on
 /// the caller (it must be read).
 pub(super) fn relative(
     abs: &Arc<[u8]>,
+    abs_depth: u32,
     open: bool,
     root: bool,
     scope_path: &[u8],
@@ -258,7 +264,7 @@ pub(super) fn relative(
         return Some(Status::Out);
     }
     (root || open).then(|| Status::In {
-        depth: components(abs) - components(scope_path),
+        depth: abs_depth.saturating_sub(components(scope_path)),
         visible: true,
         path: Arc::clone(abs),
     })
@@ -274,7 +280,8 @@ mod tests {
 
     /// The depth when in scope, `Some(None)` when out, `None` when unknown.
     fn depth(abs: &str, open: bool, root: bool, scope: &str) -> Option<Option<u32>> {
-        relative(&p(abs), open, root, scope.as_bytes()).map(|st| match st {
+        let path = p(abs);
+        relative(&path, components(&path), open, root, scope.as_bytes()).map(|st| match st {
             Status::In { depth, .. } => Some(depth),
             Status::Out => None,
         })

@@ -1096,8 +1096,11 @@ fn visit_range(
                 // Every exit has been resolved: their paths are remembered
                 // (unless the cache was full or moved on).
                 let place = engine.dir_cache_read(|c| {
-                    let paths: Option<Vec<&dir_cache::Place>> =
-                        t.exits().dirs().map(|e| c.peek(*epoch, e)).collect();
+                    let paths: Option<Vec<&dir_cache::Place>> = t
+                        .exits()
+                        .dirs()
+                        .map(|e| c.peek(*epoch, e).map(|(p, _)| p))
+                        .collect();
                     paths.and_then(ExitPlace::of)
                 });
                 if let Some(place) = place {

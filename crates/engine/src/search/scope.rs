@@ -23,7 +23,7 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
-use super::dir_cache::{relative, Place};
+use super::dir_cache::{components, relative, Place};
 use super::{join, may_list};
 use crate::engine::Engine;
 use crate::table::Table;
@@ -259,7 +259,7 @@ pub(super) fn status_remote(
             break (st.clone(), place);
         }
         if let (Some((path, open)), Some((_, scope_path))) = (kept, remembered) {
-            if let Some(st) = relative(&path, open, root, scope_path) {
+            if let Some(st) = relative(&path, components(&path), open, root, scope_path) {
                 memo.insert(cur, st.clone());
                 break (st, Some((path, open)));
             }
@@ -336,8 +336,8 @@ pub(super) fn statuses(
                 None => rest.push(d),
             }
         }
-        for (d, (path, open)) in found {
-            match relative(path, *open, root, scope_path) {
+        for (d, ((path, open), depth)) in found {
+            match relative(path, depth, *open, root, scope_path) {
                 Some(st) => {
                     memo.insert(d, st);
                 }
