@@ -1736,9 +1736,14 @@ impl Engine {
         epoch
     }
 
-    /// The remembered absolute path of directory `d` at `epoch`, and
-    /// whether it and its ancestors are open to all.
-    pub(crate) fn dir_cache_get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
+    /// The remembered absolute path of directory `d` at `epoch`, whether it
+    /// and its ancestors are open to all, and the path's number of
+    /// components.
+    pub(crate) fn dir_cache_get(
+        &self,
+        epoch: u64,
+        d: Soid,
+    ) -> Option<(crate::search::dir_cache::Place, u32)> {
         self.inner.dir_cache.read().get(epoch, d)
     }
 

@@ -157,9 +157,11 @@ impl DirCache {
     }
 
     /// The absolute path of directory `d` and whether it and all its
-    /// ancestors are open to all, if held at `epoch`.
-    pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<(Arc<[u8]>, bool)> {
-        self.peek(epoch, d).map(|(place, _)| place.clone())
+    /// ancestors are open to all, with the path's number of components, if
+    /// held at `epoch`.
+    pub(crate) fn get(&self, epoch: u64, d: Soid) -> Option<(Place, u32)> {
+        self.peek(epoch, d)
+            .map(|(place, depth)| (place.clone(), depth))
     }
 
     /// [`Self::get`] by reference, with the path's number of components.
@@ -231,7 +233,7 @@ impl DirCache {
 }
 
 /// Number of components of an absolute path (`/` has none).
-pub(super) fn components(path: &[u8]) -> u32 {
+fn components(path: &[u8]) -> u32 {
     if path == b"/" {
         0
     } else {
@@ -254,13 +256,7 @@ pub(super) fn relative(
     root: bool,
     scope_path: &[u8],
 ) -> Option<Status> {
-    let below = if scope_path == b"/" {
-        true
-    } else {
-        abs.starts_with(scope_path)
-            && (abs.len() == scope_path.len() || abs.get(scope_path.len()) == Some(&b'/'))
-    };
-    if !below {
+    if !at_or_below(abs, scope_path) {
         return Some(Status::Out);
     }
     (root || open).then(|| Status::In {
@@ -311,7 +307,7 @@ mod tests {
         let mut c = DirCache::default();
         c.begin(3);
         c.offer(3, 3, [(d, p("/a"), true)]);
-        assert_eq!(c.get(3, d), Some((p("/a"), true)));
+        assert_eq!(c.get(3, d), Some(((p("/a"), true), 1)));
         // A search of another epoch finds nothing.
         assert_eq!(c.get(2, d), None);
         // An offer after the engine moved on is refused...

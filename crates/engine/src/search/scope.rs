@@ -23,7 +23,7 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
-use super::dir_cache::{components, relative, Place};
+use super::dir_cache::{relative, Place};
 use super::{join, may_list};
 use crate::engine::Engine;
 use crate::table::Table;
@@ -248,7 +248,7 @@ pub(super) fn status_remote(
         let kept = remembered.and_then(|(epoch, _)| engine.dir_cache_get(epoch, cur));
         if let Some(st) = memo.get(&cur) {
             let place = match (st, kept) {
-                (_, Some(r)) => Some(r),
+                (_, Some((r, _))) => Some(r),
                 // In scope (the path is absolute) but openness unknown:
                 // what is read below is remembered as not open.
                 (Status::In { path, .. }, None) if remembered.is_some() => {
@@ -258,8 +258,8 @@ pub(super) fn status_remote(
             };
             break (st.clone(), place);
         }
-        if let (Some((path, open)), Some((_, scope_path))) = (kept, remembered) {
-            if let Some(st) = relative(&path, components(&path), open, root, scope_path) {
+        if let (Some(((path, open), depth)), Some((_, scope_path))) = (kept, remembered) {
+            if let Some(st) = relative(&path, depth, open, root, scope_path) {
                 memo.insert(cur, st.clone());
                 break (st, Some((path, open)));
             }
