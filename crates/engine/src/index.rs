@@ -60,6 +60,7 @@ use crate::postings::TrigramPostings;
 use crate::table::summary::{self, ByExit};
 use crate::table::Table;
 use sextant_types::{FileType, Nanos, Soid, SoidRange};
+use std::sync::OnceLock;
 
 /// Number of indexed dimensions.
 pub const DIMS: usize = 9;
@@ -466,10 +467,13 @@ struct Built {
     tree: KdTree,
     filters: AttrFilters,
     names: TrigramPostings,
-    /// The table's totals per exit ([`summary::by_exit`]); `None` for a
+    /// The table's totals per exit ([`summary::by_exit`]), made by the
+    /// first search that asks ([`TableIndex::summaries_by_exit`]) rather
+    /// than with the index: most tables are never covered partly by a
+    /// tally, and the index is rebuilt at every write-back. `None` for a
     /// table with fewer than two exits and no directory closed to anyone
     /// (its whole summary says as much).
-    by_exit: Option<Box<ByExit>>,
+    by_exit: OnceLock<Option<Box<ByExit>>>,
 }
 
 /// The name needles of `q` the trigram lists can use (every name, exact
@@ -505,7 +509,7 @@ pub struct IndexStats {
     pub filter_bytes: usize,
     /// The trigram posting lists ([`TrigramPostings`]).
     pub name_list_bytes: usize,
-    /// The totals per exit ([`TableIndex::summaries_by_exit`]).
+    /// The totals per exit ([`TableIndex::summaries_by_exit`]), once made.
     pub by_exit_bytes: usize,
     pub changed_bytes: usize,
 }
@@ -565,15 +569,12 @@ impl TableIndex {
         let tree = KdTree::build(rows, DIMS, |r, d| {
             table.row(r).map_or(0, |(_, i)| coord(i, d))
         });
-        let exits = table.exits().len();
-        let by_exit = (exits >= 2 || (exits == 1 && table.summary().closed_dirs() > 0))
-            .then(|| Box::new(summary::by_exit(table)));
         TableIndex {
             built: Some(Box::new(Built {
                 tree,
                 filters,
                 names,
-                by_exit,
+                by_exit: OnceLock::new(),
             })),
             changed: Vec::new(),
             changed_count: 0,
@@ -608,15 +609,23 @@ impl TableIndex {
         self.changed_count
     }
 
-    /// The table's totals per exit ([`summary::by_exit`]) as of the last
-    /// rebuild, while no row has changed since; `None` otherwise, and for
-    /// a table with fewer than two exits and no directory closed to anyone.
-    pub fn summaries_by_exit(&self) -> Option<&ByExit> {
+    /// The totals per exit ([`summary::by_exit`]) of `table`, whose index
+    /// this is, made on the first call after a rebuild; `None` once a row
+    /// has changed since the rebuild (they would be of other rows than the
+    /// rest of the index), for an index never built, and for a table with
+    /// fewer than two exits and no directory closed to anyone.
+    pub fn summaries_by_exit(&self, table: &Table) -> Option<&ByExit> {
         let b = self.built.as_ref()?;
         if self.changed_count > 0 {
             return None;
         }
-        b.by_exit.as_deref()
+        b.by_exit
+            .get_or_init(|| {
+                let exits = table.exits().len();
+                (exits >= 2 || (exits == 1 && table.summary().closed_dirs() > 0))
+                    .then(|| Box::new(summary::by_exit(table)))
+            })
+            .as_deref()
     }
 
     /// False for an index never built.
@@ -737,7 +746,11 @@ impl TableIndex {
                 tree_bytes: std::mem::size_of::<KdTree>() + b.tree.memory_bytes(),
                 filter_bytes: b.filters.memory_bytes(),
                 name_list_bytes: b.names.memory_bytes(),
-                by_exit_bytes: b.by_exit.as_ref().map_or(0, |x| x.memory_bytes()),
+                by_exit_bytes: b
+                    .by_exit
+                    .get()
+                    .and_then(Option::as_ref)
+                    .map_or(0, |x| x.memory_bytes()),
                 changed_bytes,
             },
         }

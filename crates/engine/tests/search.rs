@@ -617,6 +617,26 @@ fn run_case(
             })
             .unwrap();
         }
+        // A subtree tally between the mutations makes tables' totals per
+        // exit, which the mutations after it must not leave in use (the
+        // comparisons below would count rows as they were).
+        let files = Expr::pred(Pred::Type(vec![FileType::Regular]));
+        ns.e.search_tally(
+            &other,
+            Scope::Soid(scope),
+            &files,
+            Some(GroupBy::Uid),
+            &bottom_up,
+        )
+        .unwrap();
+        ns.e.search_tally(
+            &root,
+            Scope::Soid(scope),
+            &files,
+            Some(GroupBy::Uid),
+            &bottom_up,
+        )
+        .unwrap();
     }
     // Whole-namespace totals for root come from the maintained summaries:
     // they must equal counting the brute-force walk's paths.

@@ -1216,7 +1216,7 @@ fn exits_in_scope<'t>(
     complete: bool,
     max_depth: u32,
 ) -> Option<Vec<&'t Summary>> {
-    let by_exit = t.index.summaries_by_exit()?;
+    let by_exit = t.index.summaries_by_exit(t)?;
     let open_only = !cred.is_root() && t.summary().closed_dirs() > 0;
     if open_only
         && by_exit

@@ -152,8 +152,8 @@ impl ByExit {
 /// `closed_dirs` of each summary is left at zero (the table's own count
 /// applies).
 ///
-/// Pure function of the rows: the table's index keeps it, made with the
-/// index and used only while no row has changed since.
+/// Pure function of the rows: the table's index keeps it, made on first
+/// use after a rebuild and used only while no row has changed since.
 pub fn by_exit(table: &Table) -> ByExit {
     // The exit of each directory of the table met on a chain, and whether
     // it and every directory above it inside the table are open to all
