@@ -502,6 +502,48 @@ fn same_lines_as_gnu_find_on_the_mount() {
     );
 }
 
+/// A mount made the way `sextant mount DIR` makes it by default: without
+/// `-o allow_other`, which for root means mount(2) called directly, so the
+/// kernel records the type as plain `fuse`. `sextant find`, `du` and
+/// `stats` must still know a path under it (they once said "No such file
+/// or directory": they looked for type `fuse.sextant` only).
+#[test]
+fn paths_under_a_mount_made_without_fusermount() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    std::fs::create_dir_all(m.p("d/e")).unwrap();
+    std::fs::write(m.p("d/e/f.txt"), b"abc").unwrap();
+    std::fs::write(m.p("d/g.txt"), b"").unwrap();
+    let own = m.dir.path().join("own");
+    std::fs::create_dir(&own).unwrap();
+    m.mount_private_at(&own);
+    let unmount = || {
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&own)
+            .status();
+    };
+    let problems: Vec<String> = [
+        vec!["own"],
+        vec!["own/d", "-name", "*.txt"],
+        vec!["own/d/e", "-type", "f", "-size", "-2k"],
+    ]
+    .iter()
+    .filter_map(|args| compare(&m, args, Cmp::Lines, false))
+    .collect();
+    let out = m.sextant(&["--json", "stats", "own/d", "-type", "f"]);
+    unmount();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["total"]["count"].as_u64(), v["total"]["size"].as_u64()),
+        (Some(2), Some(3))
+    );
+}
+
 fn root() -> Credentials {
     Credentials {
         uid: 0,

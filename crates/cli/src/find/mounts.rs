@@ -2,9 +2,12 @@
 //! namespace path is what follows the mount point) or directly into the
 //! namespace (an absolute path not under a mount).
 //!
-//! Mounts come from `/proc/self/mountinfo`: a `sextant mount` has file
-//! system type `fuse.sextant` and source `sextant:ADDR` (the server it
-//! talks to). Paths are made absolute against the working directory and
+//! Mounts come from `/proc/self/mountinfo`: a `sextant mount` has source
+//! `sextant:ADDR` (the server it talks to) and file system type
+//! `fuse.sextant` when `fusermount3` mounted it (a user, or `-o
+//! allow_other`), plain `fuse` when root's mount called mount(2) itself
+//! (the kernel records a subtype only from `fusermount3`); a `fuse` mount
+//! counts only with that source. Paths are made absolute against the working directory and
 //! normalised lexically (`.`, `..`, repeated slashes) only to find the mount
 //! and the namespace path; what is printed keeps the prefix as typed.
 
@@ -50,7 +53,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
             let mut t = theirs.split(' ');
             let fstype = t.next()?;
             let source = t.next().unwrap_or("");
-            if fstype != "fuse.sextant" {
+            let ours = match fstype {
+                "fuse.sextant" => true,
+                "fuse" => source == "sextant" || source.starts_with("sextant:"),
+                _ => false,
+            };
+            if !ours {
                 return None;
             }
             Some(Mount {
@@ -139,14 +147,20 @@ mod tests {
 80 25 0:45 / /tmp/a\\040b/mnt rw,nosuid,nodev,relatime - fuse.sextant sextant:127.0.0.1:7411 rw,user_id=0,group_id=0
 81 25 0:46 / /srv/other rw - fuse.sshfs host:/x rw
 82 80 0:47 / /tmp/a\\040b/mnt/inner rw - fuse.sextant sextant:10.0.0.1:1 rw
+83 25 0:48 / /mnt/root rw,nosuid,nodev,relatime - fuse sextant:127.0.0.1:7461 rw,user_id=0
+84 25 0:49 / /mnt/other rw - fuse otherfs rw
+85 25 0:50 / /mnt/lookalike rw - fuse sextantish:1 rw
 ";
 
     #[test]
     fn finds_sextant_mounts() {
         let m = parse_mountinfo(INFO);
-        assert_eq!(m.len(), 2);
+        assert_eq!(m.len(), 3);
         assert_eq!(m[0].point, PathBuf::from("/tmp/a b/mnt"));
         assert_eq!(m[0].server.as_deref(), Some("127.0.0.1:7411"));
+        // Mounted by root through mount(2): type `fuse`, known by its source.
+        assert_eq!(m[2].point, PathBuf::from("/mnt/root"));
+        assert_eq!(m[2].server.as_deref(), Some("127.0.0.1:7461"));
     }
 
     #[test]

@@ -222,11 +222,25 @@ impl Mounted {
     /// Another mount of the same server on `mp` (a directory under the
     /// test directory, unmounted by the caller), with extra `mount` args.
     pub fn mount_at(&self, mp: &Path, args: &[&str]) {
+        self.mount_with(mp, &["-o", "allow_other"], args);
+    }
+
+    /// Like [`Mounted::mount_at`], but without `-o allow_other`: as root,
+    /// the mount then calls mount(2) itself instead of `fusermount3`
+    /// (file system type `fuse`, not `fuse.sextant`), and nothing unmounts
+    /// it if the test dies.
+    pub fn mount_private_at(&self, mp: &Path) {
+        self.mount_with(mp, &[], &[]);
+    }
+
+    fn mount_with(&self, mp: &Path, options: &[&str], args: &[&str]) {
         let log = format!("mount-{}.log", mp.file_name().unwrap().to_string_lossy());
         let out = Command::new(BIN)
             .args(["--server", &self.addr, "--data"])
             .arg(self.data())
-            .args(["mount", "-o", "allow_other", "--log"])
+            .arg("mount")
+            .args(options)
+            .arg("--log")
             .arg(self.dir.path().join(log))
             .args(args)
             .arg(mp)
