@@ -18,8 +18,9 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         | Command::Umount { .. }
         | Command::Find(_)
         | Command::Stats(_)
+        | Command::Du { .. }
         | Command::Bench(_) => {
-            unreachable!("serve, mount, umount, find, stats and bench open their own session")
+            unreachable!("serve, mount, umount, find, stats, du and bench open their own session")
         }
         Command::Status => status(&s, json).await?,
         Command::Ls { long, path } => ls(&s, &path, long, json).await?,
@@ -53,7 +54,6 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
             target,
             link,
         } => ln(&s, &target, &link, symbolic).await?,
-        Command::Du { path } => du(&s, &path, json).await?,
         Command::Import {
             source,
             dest,
@@ -341,30 +341,5 @@ async fn ln(s: &Session, target: &str, link: &str, symbolic: bool) -> Result<()>
         s.link(t.soid, dir, name.as_bytes()).await
     };
     r.map_err(|e| fs_err(e, link))?;
-    Ok(())
-}
-
-async fn du(s: &Session, path: &str, json: bool) -> Result<()> {
-    let root = s.resolve(path, true).await?;
-    let (mut files, mut bytes) = (0u64, 0u64);
-    let mut stack = vec![(root, path.to_string())];
-    while let Some((a, p)) = stack.pop() {
-        files += 1;
-        bytes += a.size;
-        if a.ftype == FileType::Directory {
-            for e in list_all(s, a.soid, &p).await? {
-                let child = s.getattr(e.soid).await.map_err(|er| fs_err(er, &p))?;
-                stack.push((child, join(&p, &e.name)));
-            }
-        }
-    }
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({ "path": path, "entries": files, "bytes": bytes })
-        );
-    } else {
-        println!("{bytes}\t{files} entries\t{path}");
-    }
     Ok(())
 }

@@ -35,7 +35,7 @@ pub mod printf;
 mod sink;
 mod stats;
 
-pub use stats::{stats, StatsArgs, STATS_HELP};
+pub use stats::{du, stats, StatsArgs, STATS_HELP};
 
 use crate::session::{Session, Target};
 use crate::Cli;
@@ -147,8 +147,13 @@ struct Run<'a> {
     uses_lname: bool,
 }
 
+/// The command whose messages these are (`find`, `stats` or `du`; set
+/// once by the command that runs).
+static COMMAND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
 fn report(msg: impl std::fmt::Display) {
-    eprintln!("sextant find: {msg}");
+    let command = COMMAND.get().copied().unwrap_or("find");
+    eprintln!("sextant {command}: {msg}");
 }
 
 /// Collects every hit of `expr` under `ns`.

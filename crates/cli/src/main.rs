@@ -118,7 +118,10 @@ enum Command {
         target: String,
         link: String,
     },
-    /// Disk usage: file count and total size under a path.
+    /// Disk usage: the entries under a path (itself included) and their
+    /// total size, from the search index's totals (no crawl). PATH is a
+    /// namespace path or a path under a `sextant mount`; `sextant stats`
+    /// groups and filters the same totals.
     Du {
         #[arg(default_value = "/")]
         path: String,
@@ -290,24 +293,27 @@ fn main() {
         Command::Serve(args) => serve(&cli, args),
         Command::Mount(args) => mount::mount(&cli, args),
         Command::Umount { mountpoint, lazy } => mount::umount(mountpoint, *lazy),
-        Command::Find(_) | Command::Stats(_) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| {
-                rt.block_on(async {
-                    match &cli.command {
-                        Command::Find(a) => find::find(&cli, &a.args).await,
-                        Command::Stats(a) => find::stats(&cli, a).await,
-                        _ => Ok(true),
+        Command::Find(_) | Command::Stats(_) | Command::Du { .. } => {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        match &cli.command {
+                            Command::Find(a) => find::find(&cli, &a.args).await,
+                            Command::Stats(a) => find::stats(&cli, a).await,
+                            Command::Du { path } => find::du(&cli, path).await,
+                            _ => Ok(true),
+                        }
+                    })
+                })
+                .map(|ok| {
+                    if !ok {
+                        std::process::exit(1);
                     }
                 })
-            })
-            .map(|ok| {
-                if !ok {
-                    std::process::exit(1);
-                }
-            }),
+        }
         Command::Bench(args) => bench::run(&cli, args),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()

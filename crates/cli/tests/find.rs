@@ -534,6 +534,14 @@ fn paths_under_a_mount_made_without_fusermount() {
     .filter_map(|args| compare(&m, args, Cmp::Lines, false))
     .collect();
     let out = m.sextant(&["--json", "stats", "own/d", "-type", "f"]);
+    // du: what find lists under the path, and the sum of their sizes.
+    let du = m.sextant(&["--json", "du", "own/d"]);
+    let n = sh(m.dir.path(), "find own/d | wc -l");
+    let b = sh(
+        m.dir.path(),
+        "find own/d -printf '%s\\n' | awk '{s+=$1} END {print s+0}'",
+    );
+    let missing = m.sextant(&["du", "own/nope"]);
     unmount();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(out.status.success(), "{out:?}");
@@ -541,6 +549,19 @@ fn paths_under_a_mount_made_without_fusermount() {
     assert_eq!(
         (v["total"]["count"].as_u64(), v["total"]["size"].as_u64()),
         (Some(2), Some(3))
+    );
+    assert!(du.status.success(), "{du:?}");
+    let v: serde_json::Value = serde_json::from_slice(&du.stdout).unwrap();
+    assert_eq!(
+        (v["entries"].to_string(), v["bytes"].to_string(), v["path"].as_str()),
+        (n.trim().to_string(), b.trim().to_string(), Some("own/d"))
+    );
+    assert_eq!(n.trim(), "4");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(missing.stdout.is_empty(), "{missing:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr).trim(),
+        "sextant du: 'own/nope': No such file or directory"
     );
 }
 

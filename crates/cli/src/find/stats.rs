@@ -78,8 +78,51 @@ fn server_exact(tree: &Tree) -> bool {
 
 /// `sextant stats`.
 pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
+    let _ = super::COMMAND.set("stats");
+    // Totals of what could be read, also when a starting point failed
+    // (reported, exit 1), as find prints what it could.
+    totals(cli, a.args.clone(), a.by, |total, names, _| {
+        print_stats(total, a.by, cli.json, names)
+    })
+    .await
+}
+
+/// `sextant du PATH`: the entries under PATH (itself included) and their
+/// total size — `sextant stats PATH` in du's words, so from the same
+/// search aggregation (and root's maintained summaries), not a crawl, and
+/// PATH may be under a mount.
+pub async fn du(cli: &Cli, path: &str) -> Result<bool> {
+    let _ = super::COMMAND.set("du");
+    totals(cli, vec![path.to_string()], None, |total, _, failed| {
+        if failed {
+            // Reported already; a total of nothing would read as "empty".
+            return Ok(());
+        }
+        let (entries, bytes) = (total.total.count, total.total.size);
+        if cli.json {
+            println!(
+                "{}",
+                serde_json::json!({ "path": path, "entries": entries, "bytes": bytes })
+            );
+        } else {
+            println!("{bytes}\t{entries} entries\t{path}");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// What `stats` and `du` share: `args` are starting points (default `/`)
+/// and a find expression; the totals of what find would print go to
+/// `finish` (with the names of owners and groups, and whether something
+/// was reported as failed). False when something failed.
+async fn totals(
+    cli: &Cli,
+    mut args: Vec<String>,
+    by: Option<By>,
+    finish: impl FnOnce(&Aggregation, &mut Names, bool) -> Result<()>,
+) -> Result<bool> {
     let now = now();
-    let mut args = a.args.clone();
     if args
         .first()
         .is_none_or(|f| f.starts_with('-') || f == "(" || f == "!")
@@ -104,7 +147,9 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
         && !matches!(&cmd.expr, Node::And(_, b) if **b == Node::Action(Action::Print))
         && cmd.expr != Node::Action(Action::Print)
     {
-        eprintln!("sextant stats: actions (-print, -printf, ...) are not allowed; stats counts what find would print");
+        report(
+            "actions (-print, -printf, ...) are not allowed; stats counts what find would print",
+        );
         return Ok(false);
     }
     let cwd = std::env::current_dir().context("reading the working directory")?;
@@ -117,7 +162,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
             return Ok(false);
         }
     };
-    let by = group_by(a.by);
+    let by = group_by(by);
     let mut total = Aggregation::default();
     let exact = server_exact(&run.tree);
     for p in &cmd.paths {
@@ -193,7 +238,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
             run.failed = true;
         }
     }
-    print_stats(&total, a.by, cli.json, &mut run.names)?;
+    finish(&total, &mut run.names, run.failed)?;
     let ok = !run.failed;
     drop(run);
     s.close().await?;
