@@ -106,6 +106,17 @@ async fn status(s: &Session, json: bool) -> Result<()> {
         if let crate::session::Backend::Remote(c) = &s.backend {
             println!("server          {}", c.addr());
         }
+        match st.stopped {
+            None => println!("state           running"),
+            Some(FsError::NoSpace) => println!(
+                "state           STOPPED: the disk is full; every request fails with ENOSPC \
+                 until the server restarts (free space first; nothing acknowledged is lost)"
+            ),
+            Some(e) => println!(
+                "state           STOPPED after a failed write; every request fails ({e}) until \
+                 the server restarts (see its log; nothing acknowledged is lost)"
+            ),
+        }
         println!("inodes          {}", st.inodes);
         println!(
             "tables          {} ({} loaded)",

@@ -553,7 +553,11 @@ fn paths_under_a_mount_made_without_fusermount() {
     assert!(du.status.success(), "{du:?}");
     let v: serde_json::Value = serde_json::from_slice(&du.stdout).unwrap();
     assert_eq!(
-        (v["entries"].to_string(), v["bytes"].to_string(), v["path"].as_str()),
+        (
+            v["entries"].to_string(),
+            v["bytes"].to_string(),
+            v["path"].as_str()
+        ),
         (n.trim().to_string(), b.trim().to_string(), Some("own/d"))
     );
     assert_eq!(n.trim(), "4");

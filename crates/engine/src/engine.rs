@@ -36,6 +36,7 @@ use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
 use crate::perm::check_access;
 use crate::record::{decode_record, Mutation};
 use crate::soid::{GlobalHighWater, LayoutError, SoidLayout};
+use crate::stop::{Cause, StopState};
 use crate::store::{LocalDirStore, Store};
 use crate::table::{decode_snapshot, Table};
 use crate::txn::{OpError, OpResult, Txn};
@@ -230,6 +231,9 @@ pub struct EngineStats {
     /// heap bytes ([`crate::search::dir_cache`]).
     pub dir_cache_paths: usize,
     pub dir_cache_bytes: usize,
+    /// `Some` once the engine stopped after a failed write: what every
+    /// request fails with until a restart ([`crate::stop`]).
+    pub stopped: Option<FsError>,
 }
 
 /// What a slot holds.
@@ -278,7 +282,9 @@ pub(crate) struct Inner {
     /// Coarse clock for dirty ages and LRU: incremented by the flusher.
     epoch: AtomicU64,
     journal_bytes_at_checkpoint: AtomicU64,
-    failed: AtomicBool,
+    /// Set when a write-back fails (the journal keeps its own, for failed
+    /// journal writes): see [`crate::stop`].
+    stop: StopState,
     stats: Counters,
     /// Log-less durability's state (`None`: journal).
     pub(crate) logless: Option<Logless>,
@@ -424,11 +430,23 @@ impl Inner {
     }
 
     fn check_alive(&self) -> Result<(), FsError> {
-        if self.failed.load(Ordering::Acquire) || self.journal.has_failed() {
-            Err(FsError::Io)
-        } else {
-            Ok(())
+        match self.stop.error().or_else(|| self.journal.failure()) {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
+    }
+
+    /// Stops the engine after the failed write-back `e` (see
+    /// [`crate::stop`]).
+    fn stop_after(&self, e: &EngineError, what: &str) {
+        let cause = Cause::of_chain(e);
+        tracing::error!(
+            error = %e,
+            "{what} failed; the engine stops (nothing acknowledged is lost: restart the \
+             server{} to recover it)",
+            if cause == Cause::NoSpace { " after freeing space" } else { "" }
+        );
+        self.stop.stop(cause);
     }
 
     /// Runs `op` as a transaction, retrying with a larger lock set when
@@ -1057,7 +1075,7 @@ impl Engine {
             checkpoint_lock: Mutex::new(()),
             epoch: AtomicU64::new(1),
             journal_bytes_at_checkpoint: AtomicU64::new(0),
-            failed: AtomicBool::new(false),
+            stop: StopState::default(),
             stats: Counters::default(),
             logless,
             track_changes: AtomicBool::new(false),
@@ -1362,15 +1380,15 @@ impl Engine {
 
     /// Writes every dirty table back and trims the journal.
     pub fn sync(&self) -> Result<(), EngineError> {
-        if self.inner.failed.load(Ordering::Acquire) {
+        if self.inner.stop.stopped() {
             return Err(EngineError::Stopped);
         }
         if let Some(ll) = &self.inner.logless {
             ll.checkpoint_started();
         }
-        self.inner.checkpoint(&|_| true).inspect_err(|_| {
-            self.inner.failed.store(true, Ordering::Release);
-        })
+        self.inner
+            .checkpoint(&|_| true)
+            .inspect_err(|e| self.inner.stop_after(e, "writing every table back"))
     }
 
     // ---- log-less durability ---------------------------------------------
@@ -1559,6 +1577,7 @@ impl Engine {
             retries: c.retries.load(Ordering::Relaxed),
             dir_cache_paths,
             dir_cache_bytes,
+            stopped: self.inner.check_alive().err(),
         }
     }
 
@@ -1595,8 +1614,7 @@ fn flusher_loop(
             return;
         };
         if let Err(e) = engine.flush_tick() {
-            tracing::error!(error = %e, "background write-back failed; the engine stops");
-            engine.failed.store(true, Ordering::Release);
+            engine.stop_after(&e, "background write-back");
             return;
         }
     }

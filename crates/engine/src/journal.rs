@@ -39,15 +39,17 @@
 //! committer), so that closed-loop committers share syncs.
 //!
 //! A failed write or sync is fatal: the journal stops, every waiter gets
-//! `FsError::Io`, and nothing after it is acknowledged.
+//! the error of [`crate::stop`] (`FsError::NoSpace` for a full disk, else
+//! `FsError::Io`), and nothing after it is acknowledged.
 
 use crate::group_commit::GroupCommit;
+use crate::stop::{Cause, StopState};
 use crate::store::{LogWriter, Store};
 use parking_lot::{Condvar, Mutex};
 use sextant_types::FsError;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
@@ -405,7 +407,7 @@ struct Shared {
     syncer_wake: Condvar,
     durable_cv: Condvar,
     durable_lsn: AtomicU64,
-    failed: AtomicBool,
+    stop: StopState,
     /// Segments on disk, oldest first; the last is being appended to.
     segments: Mutex<Vec<Segment>>,
     syncs: AtomicU64,
@@ -457,7 +459,7 @@ impl Journal {
             syncer_wake: Condvar::new(),
             durable_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(next_lsn - 1),
-            failed: AtomicBool::new(false),
+            stop: StopState::default(),
             segments: Mutex::new(segments),
             syncs: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
@@ -484,8 +486,8 @@ impl Journal {
     /// holding the locks that ordered the operation, so LSN order agrees
     /// with the order in which conflicting operations applied.
     pub fn append(&self, record: &[u8]) -> Result<Lsn, FsError> {
-        if self.shared.failed.load(Ordering::Acquire) {
-            return Err(FsError::Io);
+        if let Some(e) = self.shared.stop.error() {
+            return Err(e);
         }
         if record.len() > MAX_RECORD_LEN {
             // Refused before anything is applied: the operation fails whole.
@@ -516,8 +518,11 @@ impl Journal {
     /// whatever `f` records (the log-less stamps and ARL) is in LSN order.
     /// Nothing is written; the LSN is "durable" at once.
     pub fn assign_lsn<T>(&self, f: impl FnOnce(Lsn) -> T) -> Result<(Lsn, T), FsError> {
-        if config_writes(&self.shared.config) || self.shared.failed.load(Ordering::Acquire) {
+        if config_writes(&self.shared.config) {
             return Err(FsError::Io);
+        }
+        if let Some(e) = self.shared.stop.error() {
+            return Err(e);
         }
         let mut st = self.shared.state.lock();
         let lsn = st.next_lsn;
@@ -557,7 +562,10 @@ impl Journal {
             if self.durable_lsn() >= lsn {
                 return Ok(());
             }
-            if self.shared.failed.load(Ordering::Acquire) || st.shutdown {
+            if let Some(e) = self.shared.stop.error() {
+                return Err(e);
+            }
+            if st.shutdown {
                 return Err(FsError::Io);
             }
             self.shared.durable_cv.wait(&mut st);
@@ -572,9 +580,10 @@ impl Journal {
         }
     }
 
-    /// True once a write or sync failed; the engine must stop.
-    pub fn has_failed(&self) -> bool {
-        self.shared.failed.load(Ordering::Acquire)
+    /// `Some` once a write or sync failed (the engine must stop): what
+    /// requests fail with from then on.
+    pub fn failure(&self) -> Option<FsError> {
+        self.shared.stop.error()
     }
 
     pub fn stats(&self) -> JournalStats {
@@ -627,7 +636,8 @@ fn config_writes(config: &JournalConfig) -> bool {
     config.mode != SyncMode::Off
 }
 
-/// Resolves when its LSN is durable (or the journal failed: `Err(Io)`).
+/// Resolves when its LSN is durable (or the journal failed: `Err` of
+/// [`Journal::failure`]).
 pub struct Durable {
     shared: Arc<Shared>,
     lsn: Lsn,
@@ -645,7 +655,10 @@ impl Future for Durable {
         if done(&self.shared) {
             return Poll::Ready(Ok(()));
         }
-        if self.shared.failed.load(Ordering::Acquire) || st.shutdown {
+        if let Some(e) = self.shared.stop.error() {
+            return Poll::Ready(Err(e));
+        }
+        if st.shutdown {
             return Poll::Ready(Err(FsError::Io));
         }
         // Re-polled futures must not pile up wakers.
@@ -769,8 +782,14 @@ impl Syncer {
             })();
             if let Err(e) = result {
                 // Fatal: stop acknowledging. The engine reports it and stops.
-                tracing::error!(error = %e, "journal write failed; the engine stops");
-                self.shared.failed.store(true, Ordering::Release);
+                let cause = Cause::of_chain(&e);
+                tracing::error!(
+                    error = %e,
+                    "journal write failed; the engine stops (nothing after it is acknowledged; \
+                     restart the server{} to recover)",
+                    if cause == Cause::NoSpace { " after freeing space" } else { "" }
+                );
+                self.shared.stop.stop(cause);
                 self.wake(true);
                 return;
             }

@@ -33,6 +33,7 @@ pub mod postings;
 pub mod record;
 pub mod search;
 pub mod soid;
+pub mod stop;
 pub mod store;
 pub mod table;
 pub mod txn;

@@ -242,6 +242,8 @@ struct MemInner {
     logs: BTreeMap<String, (usize, Vec<u8>)>,
     /// Fail every write once this many more writes have happened.
     writes_until_failure: Option<u64>,
+    /// The errno injected failures carry (`None`: an error without one).
+    failure_errno: Option<i32>,
 }
 
 impl MemStore {
@@ -266,6 +268,14 @@ impl MemStore {
         self.inner.lock().writes_until_failure = Some(n);
     }
 
+    /// [`MemStore::fail_after`] with failures that carry `errno` (e.g. 28,
+    /// `ENOSPC`: a full disk).
+    pub fn fail_after_with_errno(&self, n: u64, errno: i32) {
+        let mut inner = self.inner.lock();
+        inner.writes_until_failure = Some(n);
+        inner.failure_errno = Some(errno);
+    }
+
     /// Direct access for corruption tests.
     pub fn with_bytes<R>(&self, name: &str, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
         let mut inner = self.inner.lock();
@@ -281,7 +291,10 @@ impl MemStore {
 
     fn charge_write(inner: &mut MemInner) -> io::Result<()> {
         match &mut inner.writes_until_failure {
-            Some(0) => Err(io::Error::other("injected write failure")),
+            Some(0) => Err(match inner.failure_errno {
+                Some(errno) => io::Error::from_raw_os_error(errno),
+                None => io::Error::other("injected write failure"),
+            }),
             Some(n) => {
                 *n -= 1;
                 Ok(())

@@ -4,7 +4,7 @@
 
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::{Engine, EngineConfig, EngineError};
-use sextant_types::{Credentials, Soid};
+use sextant_types::{Credentials, FsError, Soid};
 use std::sync::Arc;
 
 fn config() -> EngineConfig {
@@ -180,6 +180,70 @@ fn write_failure_stops_the_engine_without_acknowledging() {
     store.crash(None);
     let e = Engine::open(Arc::new(store), config()).unwrap();
     e.lookup(&root, Soid::ROOT, b"ok").unwrap();
+}
+
+/// A full disk stops the engine like any failed write, but says so:
+/// everything after it fails with `ENOSPC` (what programs and users know
+/// what to do about), not `EIO`, whether the journal write or a write-back
+/// hit it; and a restart (space freed) has everything acknowledged.
+#[test]
+fn a_full_disk_stops_the_engine_with_no_space() {
+    let root = Credentials::root();
+    for (errno, want) in [
+        (28, FsError::NoSpace),
+        (122, FsError::NoSpace),
+        (5, FsError::Io),
+    ] {
+        // The journal write fails.
+        let store = MemStore::new();
+        let e = Engine::open(Arc::new(store.clone()), config()).unwrap();
+        e.mkdir(&root, Soid::ROOT, b"ok", 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        store.fail_after_with_errno(0, errno);
+        let r = e
+            .mkdir(&root, Soid::ROOT, b"lost", 0o755)
+            .and_then(|c| c.wait(&e));
+        assert_eq!(r.err(), Some(want), "errno {errno}: the failed mutation");
+        assert_eq!(
+            e.getattr(Soid::ROOT).err(),
+            Some(want),
+            "errno {errno}: later reads"
+        );
+        assert_eq!(
+            e.create(&root, Soid::ROOT, b"later", 0o644, true).err(),
+            Some(want),
+            "errno {errno}: later mutations"
+        );
+        drop(e);
+        store.crash(None);
+        let e = Engine::open(Arc::new(store), config()).unwrap();
+        e.lookup(&root, Soid::ROOT, b"ok").unwrap();
+        assert_eq!(
+            e.lookup(&root, Soid::ROOT, b"lost").err(),
+            Some(FsError::NotFound)
+        );
+
+        // A write-back fails (the journal write before it went through).
+        let store = MemStore::new();
+        let e = Engine::open(Arc::new(store.clone()), config()).unwrap();
+        e.mkdir(&root, Soid::ROOT, b"kept", 0o755)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        store.fail_after_with_errno(0, errno);
+        assert!(e.sync().is_err());
+        assert_eq!(
+            e.getattr(Soid::ROOT).err(),
+            Some(want),
+            "errno {errno}: after write-back"
+        );
+        drop(e);
+        store.crash(None);
+        let e = Engine::open(Arc::new(store), config()).unwrap();
+        e.lookup(&root, Soid::ROOT, b"kept").unwrap();
+    }
 }
 
 /// Regression (found by the crash test): a kill between the first snapshot

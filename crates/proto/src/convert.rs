@@ -231,6 +231,7 @@ pub fn stats_to_pb(s: &EngineStats) -> pb::Stats {
         retries: s.retries,
         dir_cache_paths: s.dir_cache_paths as u64,
         dir_cache_bytes: s.dir_cache_bytes as u64,
+        stopped_errno: s.stopped.map_or(0, |e| e.errno() as u32),
         ..Default::default()
     }
 }
@@ -253,6 +254,10 @@ pub fn stats_from_pb(s: &pb::Stats) -> EngineStats {
         retries: s.retries,
         dir_cache_paths: s.dir_cache_paths as usize,
         dir_cache_bytes: s.dir_cache_bytes as usize,
+        stopped: match s.stopped_errno {
+            0 => None,
+            errno => Some(FsError::from_errno(errno as i32).unwrap_or(FsError::Io)),
+        },
     }
 }
 

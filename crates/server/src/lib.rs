@@ -267,6 +267,8 @@ fn start_metrics(addr: &str, engine: &Engine) {
         loop {
             let s = engine.stats();
             metrics::gauge!("sextant_inodes").set(s.inodes as f64);
+            // 1 once the engine stopped after a failed write (see `status`).
+            metrics::gauge!("sextant_engine_stopped").set(f64::from(u8::from(s.stopped.is_some())));
             metrics::gauge!("sextant_tables").set(s.tables as f64);
             metrics::gauge!("sextant_tables_loaded").set(s.loaded_tables as f64);
             metrics::gauge!("sextant_resident_bytes").set(s.resident_bytes as f64);

@@ -2,7 +2,8 @@
 //!
 //! Fatal conditions (a failed journal write, detected corruption) are not
 //! here: they stop the engine (see `sextant_engine::EngineError`). Requests
-//! that reach a stopped engine get [`FsError::Io`].
+//! that reach a stopped engine get [`FsError::NoSpace`] if it stopped on a
+//! full disk, else [`FsError::Io`] (`sextant_engine::stop`).
 
 use serde::{Deserialize, Serialize};
 
