@@ -671,3 +671,54 @@ async fn tls_serves_clients_that_trust_the_certificate() {
     assert_eq!(ls.trim(), "over-tls");
     common::kill9(&mut child);
 }
+
+/// A server that stays down costs the first call the retry budget, and
+/// every later call one connection attempt (it fails at once), until the
+/// server answers again: a mount whose server is gone answers "not
+/// connected" at once instead of after the budget per operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_fast_once_the_server_was_found_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), "127.0.0.1:0");
+    let addr = server.addr.clone();
+    let budget = Duration::from_secs(2);
+    let options = Options {
+        retry_for: budget,
+        ..Options::default()
+    };
+    let c = Client::connect(&addr, &server.secret(), options)
+        .await
+        .unwrap();
+    c.mkdir(&root(), Soid::ROOT, b"before", 0o755)
+        .await
+        .unwrap();
+    server.kill9();
+    let t = Instant::now();
+    let first = c.getattr(&root(), Soid::ROOT).await;
+    assert!(
+        matches!(first, Err(sextant_client::Error::Unavailable { .. })),
+        "{first:?}"
+    );
+    assert!(
+        t.elapsed() >= budget / 2,
+        "the first call retries: {:?}",
+        t.elapsed()
+    );
+    for _ in 0..3 {
+        let t = Instant::now();
+        let later = c.lookup(&root(), Soid::ROOT, b"before").await;
+        assert!(
+            matches!(later, Err(sextant_client::Error::Unavailable { .. })),
+            "{later:?}"
+        );
+        assert!(
+            t.elapsed() < budget / 2,
+            "later calls fail after one attempt: {:?}",
+            t.elapsed()
+        );
+    }
+    // Back: calls answer (and retry through a restart) again.
+    let _server = Server::start(dir.path(), &addr);
+    c.lookup(&root(), Soid::ROOT, b"before").await.unwrap();
+    c.mkdir(&root(), Soid::ROOT, b"after", 0o755).await.unwrap();
+}

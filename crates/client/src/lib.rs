@@ -158,9 +158,24 @@ struct Inner {
     /// Woken when a session breaks while backups are held (see
     /// [`keep_backups`]).
     session_broke: Arc<tokio::sync::Notify>,
+    /// When a failed attempt is the last (shared by a client and its
+    /// siblings, the mount's lanes).
+    retries: Arc<Retries>,
+}
+
+/// Whether failed attempts are retried; see [`Client::call_with`].
+#[derive(Default)]
+struct Retries {
     /// Set by [`Client::stop_retrying`]: a failed attempt is the last.
-    /// Shared by a client and its siblings (the mount's lanes).
-    stopping: Arc<tokio::sync::watch::Sender<bool>>,
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// Set when a call gave up after retrying for [`Options::retry_for`]
+    /// because the server could not be reached; cleared by the next
+    /// answer. While set, a call that cannot reach the server fails after
+    /// its first attempt: a server that is down costs each call one
+    /// connection attempt, not the whole retry budget — `ls` on a mount
+    /// whose server is gone answers "not connected" at once instead of
+    /// after 30 s per operation.
+    unreachable: AtomicBool,
 }
 
 impl Inner {
@@ -171,7 +186,7 @@ impl Inner {
         options: Options,
         backups: Arc<Mutex<backup::Backups>>,
         session_broke: Arc<tokio::sync::Notify>,
-        stopping: Arc<tokio::sync::watch::Sender<bool>>,
+        retries: Arc<Retries>,
     ) -> Inner {
         Inner {
             addr,
@@ -186,7 +201,7 @@ impl Inner {
             stream_channel: Mutex::new(None),
             backups,
             session_broke,
-            stopping,
+            retries,
         }
     }
 }
@@ -291,7 +306,7 @@ impl Client {
                 options,
                 Arc::default(),
                 Arc::default(),
-                Arc::new(tokio::sync::watch::Sender::new(false)),
+                Arc::default(),
             )),
         };
         tokio::spawn(keep_backups(
@@ -337,7 +352,7 @@ impl Client {
                 options,
                 Arc::clone(&self.inner.backups),
                 Arc::clone(&self.inner.session_broke),
-                Arc::clone(&self.inner.stopping),
+                Arc::clone(&self.inner.retries),
             )),
         };
         client.conn().await?;
@@ -596,6 +611,10 @@ impl Client {
                         };
                         match reply {
                             Ok(Ok(mut resp)) => {
+                                self.inner
+                                    .retries
+                                    .unreachable
+                                    .store(false, Ordering::Release);
                                 let dir = resp.dir.take().and_then(|a| attr_from_pb(&a).ok());
                                 return Ok((decode(resp)?, dir));
                             }
@@ -627,9 +646,20 @@ impl Client {
                 Err(e) => e,
             };
             if started.elapsed() + backoff > self.inner.options.retry_for {
+                if matches!(failure, Error::Unavailable { .. }) {
+                    self.inner
+                        .retries
+                        .unreachable
+                        .store(true, Ordering::Release);
+                }
                 return Err(failure);
             }
-            let mut stopping = self.inner.stopping.subscribe();
+            if self.inner.retries.unreachable.load(Ordering::Acquire)
+                && matches!(failure, Error::Unavailable { .. })
+            {
+                return Err(failure);
+            }
+            let mut stopping = self.inner.retries.stopping.subscribe();
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
                 _ = stopping.wait_for(|stop| *stop) => return Err(failure),
@@ -646,7 +676,7 @@ impl Client {
     /// on their way are still awaited; a new request still gets one attempt.
     /// Applies to this client's siblings ([`Client::sibling`]) too.
     pub fn stop_retrying(&self) {
-        self.inner.stopping.send_replace(true);
+        self.inner.retries.stopping.send_replace(true);
     }
 
     // ---- reads ----------------------------------------------------------
