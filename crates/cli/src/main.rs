@@ -118,10 +118,13 @@ enum Command {
         target: String,
         link: String,
     },
-    /// Disk usage: the entries under a path (itself included) and their
-    /// total size, from the search index's totals (no crawl). PATH is a
-    /// namespace path or a path under a `sextant mount`; `sextant stats`
-    /// groups and filters the same totals.
+    /// Disk usage: the entries under a path and their total size
+    ///
+    /// Counts PATH itself and everything below it, from the servers'
+    /// search totals (no crawl; root's whole namespace from the maintained
+    /// summaries), as the caller may see it. PATH is a namespace path or a
+    /// path under a `sextant mount`. `sextant stats` groups and filters
+    /// the same totals.
     Du {
         #[arg(default_value = "/")]
         path: String,
