@@ -171,41 +171,46 @@ fn join(dir: &str, name: &[u8]) -> String {
 }
 
 async fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
+    use std::io::Write;
     let attr = s.resolve(path, true).await?;
-    let entries: Vec<(String, sextant_types::Attr)> = if attr.ftype == FileType::Directory {
+    // Names as bytes: printed as they are (like ls to a pipe), and exactly
+    // in --json (see `JsonEntry`).
+    let entries: Vec<(Vec<u8>, sextant_types::Attr)> = if attr.ftype == FileType::Directory {
         let mut out = Vec::new();
         for e in list_all(s, attr.soid, path).await? {
             let a = s.getattr(e.soid).await.map_err(|er| fs_err(er, path))?;
-            out.push((String::from_utf8_lossy(&e.name).into_owned(), a));
+            out.push((e.name.to_vec(), a));
         }
         out
     } else {
-        vec![(path.to_string(), attr)]
+        vec![(path.as_bytes().to_vec(), attr)]
     };
+    let mut out = std::io::stdout().lock();
     for (name, a) in &entries {
         if json {
-            println!("{}", serde_json::to_string(&json_entry(name, a))?);
-        } else if long {
-            let target = if a.ftype == FileType::Symlink {
-                s.readlink(a.soid)
-                    .await
-                    .map(|t| format!(" -> {}", String::from_utf8_lossy(&t)))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
-            println!(
-                "{} {:>3} {:>6} {:>6} {:>10} {} {name}{target}",
+            writeln!(out, "{}", serde_json::to_string(&json_entry(name, a))?)?;
+            continue;
+        }
+        if long {
+            write!(
+                out,
+                "{} {:>3} {:>6} {:>6} {:>10} {} ",
                 mode_string(a),
                 a.nlink,
                 a.uid,
                 a.gid,
                 a.size,
                 time_string(a.mtime)
-            );
-        } else {
-            println!("{name}");
+            )?;
         }
+        out.write_all(name)?;
+        if long && a.ftype == FileType::Symlink {
+            if let Ok(t) = s.readlink(a.soid).await {
+                out.write_all(b" -> ")?;
+                out.write_all(&t)?;
+            }
+        }
+        out.write_all(b"\n")?;
     }
     Ok(())
 }
@@ -213,7 +218,10 @@ async fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
 async fn stat(s: &Session, path: &str, follow: bool, json: bool) -> Result<()> {
     let a = s.resolve(path, follow).await?;
     if json {
-        println!("{}", serde_json::to_string(&json_entry(path, &a))?);
+        println!(
+            "{}",
+            serde_json::to_string(&json_entry(path.as_bytes(), &a))?
+        );
         return Ok(());
     }
     println!("  File: {path}");

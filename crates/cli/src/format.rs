@@ -4,9 +4,15 @@ use serde::Serialize;
 use sextant_types::{Attr, FileType, Nanos};
 
 /// An entry as `--json` prints it.
+///
+/// `path` is text: a path that is not UTF-8 shows U+FFFD for its bad bytes
+/// there, and then `path_hex` holds the exact bytes (hex), so a script can
+/// still name the file (names are bytes in POSIX, JSON strings are not).
 #[derive(Serialize)]
 pub struct JsonEntry<'a> {
-    pub path: &'a str,
+    pub path: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_hex: Option<String>,
     pub soid: String,
     #[serde(rename = "type")]
     pub ftype: &'static str,
@@ -32,9 +38,12 @@ pub fn type_name(t: FileType) -> &'static str {
     }
 }
 
-pub fn json_entry<'a>(path: &'a str, a: &Attr) -> JsonEntry<'a> {
+pub fn json_entry<'a>(path: &'a [u8], a: &Attr) -> JsonEntry<'a> {
+    let text = String::from_utf8_lossy(path);
+    let path_hex = matches!(text, std::borrow::Cow::Owned(_)).then(|| hex(path));
     JsonEntry {
-        path,
+        path: text,
+        path_hex,
         soid: a.soid.to_string(),
         ftype: type_name(a.ftype),
         mode: format!("{:04o}", a.perm),
@@ -46,6 +55,17 @@ pub fn json_entry<'a>(path: &'a str, a: &Attr) -> JsonEntry<'a> {
         mtime_ns: a.mtime.0,
         ctime_ns: a.ctime.0,
     }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(2 * bytes.len()), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// `drwxr-xr-x`.
@@ -107,6 +127,7 @@ pub fn time_string(t: Nanos) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sextant_types::Soid;
 
     #[test]
     fn civil_time() {
@@ -116,5 +137,36 @@ mod tests {
             "2023-11-14 22:13:20"
         );
         assert_eq!(time_string(Nanos(-1_000_000_000)), "1969-12-31 23:59:59");
+    }
+
+    fn attr() -> Attr {
+        Attr {
+            soid: Soid::ROOT,
+            ftype: FileType::Regular,
+            perm: 0o644,
+            uid: 1,
+            gid: 2,
+            nlink: 1,
+            size: 3,
+            atime: Nanos(4),
+            mtime: Nanos(5),
+            ctime: Nanos(6),
+            rdev: 0,
+            parent: Soid::ROOT,
+        }
+    }
+
+    /// A UTF-8 path is the `path` string alone; any other keeps its exact
+    /// bytes in `path_hex` (and shows U+FFFD in `path`).
+    #[test]
+    fn non_utf8_paths_keep_their_bytes() {
+        let v = serde_json::to_value(json_entry("/a/ü b".as_bytes(), &attr())).unwrap();
+        assert_eq!(v["path"], "/a/ü b");
+        assert!(v.get("path_hex").is_none());
+        let raw = b"/a/bad\xff\xfe";
+        let v = serde_json::to_value(json_entry(raw, &attr())).unwrap();
+        assert_eq!(v["path"], "/a/bad\u{fffd}\u{fffd}");
+        assert_eq!(v["path_hex"], "2f612f626164fffe");
+        assert_eq!(hex(&[0, 0x0f, 0xf0, 0xff]), "000ff0ff");
     }
 }

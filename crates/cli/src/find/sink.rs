@@ -56,8 +56,7 @@ impl Sink for Output {
                 return;
             }
             self.printed = true;
-            let p = String::from_utf8_lossy(x.path);
-            if let Ok(s) = serde_json::to_string(&json_entry(&p, &hit.attr)) {
+            if let Ok(s) = serde_json::to_string(&json_entry(x.path, &hit.attr)) {
                 buf.extend_from_slice(s.as_bytes());
                 buf.push(b'\n');
             }
