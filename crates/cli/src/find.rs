@@ -665,7 +665,7 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
         Ok(r) => r,
         Err(e) => {
-            report(format_args!("{e:#}"));
+            report(crate::error_chain(&e));
             return Ok(false);
         }
     };

@@ -339,7 +339,44 @@ fn main() {
             }),
     };
     if let Err(e) = result {
-        eprintln!("sextant: {e:#}");
+        eprintln!("sextant: {}", error_chain(&e));
         std::process::exit(1);
+    }
+}
+
+/// `e` and its causes, `: `-separated, like anyhow's `{:#}` — but a cause
+/// its parent's message already ends with is not repeated (the engine's
+/// I/O errors name their cause in their own message, and also chain it).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_chain_says_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(13);
+        let engine = sextant_engine::EngineError::Io {
+            file: "/d".into(),
+            source: io,
+        };
+        let e = anyhow::Error::new(engine).context("cannot open the data directory /d");
+        assert_eq!(
+            super::error_chain(&e),
+            "cannot open the data directory /d: I/O error on /d: Permission denied (os error 13)"
+        );
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(super::error_chain(&e), "outer: middle: inner");
     }
 }

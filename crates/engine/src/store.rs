@@ -78,7 +78,8 @@ impl LocalDirStore {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
-                    "{} is in use by another Sextant process (LOCK is held)",
+                    "{} is in use by another Sextant process (its LOCK file is held): stop \
+                     that process, or use another data directory",
                     root.display()
                 ),
             ));
