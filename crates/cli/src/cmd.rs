@@ -4,7 +4,7 @@ use crate::format::{json_entry, mode_string, time_string, type_name};
 use crate::import::import;
 use crate::session::{fs_err, Session};
 use crate::{Cli, Command};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use sextant_client::Error;
 use sextant_engine::DirEntry;
 use sextant_types::{FileType, FsError, SetAttr, Soid, TimeSet};
@@ -60,6 +60,8 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
             with_data,
             data_dir,
         } => {
+            // The source first: a failed import leaves no empty destination.
+            std::fs::read_dir(&source).with_context(|| format!("reading {}", source.display()))?;
             mkdir(&s, &dest, 0o755, true).await?;
             // The file contents go where the mount of this data directory
             // reads them.

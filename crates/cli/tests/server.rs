@@ -722,3 +722,31 @@ async fn calls_fail_fast_once_the_server_was_found_gone() {
     c.lookup(&root(), Soid::ROOT, b"before").await.unwrap();
     c.mkdir(&root(), Soid::ROOT, b"after", 0o755).await.unwrap();
 }
+
+/// An import whose source cannot be read fails before it makes anything:
+/// no empty destination directory is left behind.
+#[test]
+fn a_failed_import_leaves_no_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["--local", "--data"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let missing = dir.path().join("missing");
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    for (source, why) in [(&missing, "No such file"), (&file, "Not a directory")] {
+        let out = run(&["import", source.to_str().unwrap(), "/dest"]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{err}");
+    }
+    let ls = run(&["ls", "/"]);
+    assert!(ls.status.success());
+    assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "nothing was made");
+}
