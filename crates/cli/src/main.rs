@@ -291,6 +291,19 @@ fn init_logging(serving: bool) {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(
+        cli.command,
+        Command::Serve(_) | Command::Mount(_) | Command::Bench(_)
+    ) {
+        // Commands that print end quietly when their reader goes away
+        // (`sextant find / | head`), as find and ls do, instead of failing
+        // on EPIPE (println! would panic). Not for the server, the mount
+        // or bench, which outlive their terminal and write to sockets.
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     init_logging(matches!(cli.command, Command::Serve(_) | Command::Mount(_)));
     let result = match &cli.command {
         Command::Serve(args) => serve(&cli, args),

@@ -750,3 +750,27 @@ fn a_failed_import_leaves_no_destination() {
     assert!(ls.status.success());
     assert_eq!(String::from_utf8_lossy(&ls.stdout), "", "nothing was made");
 }
+
+/// A command whose reader is gone (`sextant ls / | head -0`) ends quietly
+/// by SIGPIPE, as ls does, instead of panicking on EPIPE.
+#[test]
+fn a_closed_stdout_ends_commands_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for args in [&["status"][..], &["--json", "status"], &["find", "/"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(BIN)
+            .args(["--local", "--data"])
+            .arg(&data)
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{args:?}: {err}");
+    }
+}
