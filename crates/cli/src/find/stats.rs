@@ -25,6 +25,8 @@ caller could list is counted. Hard links count once per path, like
 `find | wc -l`; --by dir keys are namespace paths (also for a PATH under a
 mount); --by ext keys are what follows the last '.' of the name.
 
+In --json, a key that is not UTF-8 also comes exactly, as key_hex.
+
 Examples:
   sextant stats /proj
   sextant stats --by user /mnt/sextant/proj -type f
@@ -255,22 +257,29 @@ fn key_text(k: &GroupKey, names: &mut Names) -> String {
     }
 }
 
+/// One group of `--json` output: its key as text (owner and group names
+/// resolved, with the numeric id beside), count and size; a key of bytes
+/// that are not UTF-8 (an extension, a directory) also exactly, as
+/// `key_hex` (as paths have `path_hex`, see `format::JsonEntry`).
+fn group_json(k: &GroupKey, count: u64, size: u64, names: &mut Names) -> serde_json::Value {
+    let mut v = serde_json::json!({ "key": key_text(k, names), "count": count, "size": size });
+    match k {
+        GroupKey::Uid(u) => v["uid"] = (*u).into(),
+        GroupKey::Gid(g) => v["gid"] = (*g).into(),
+        GroupKey::Extension(b) | GroupKey::Directory(b) if std::str::from_utf8(b).is_err() => {
+            v["key_hex"] = crate::format::hex(b).into()
+        }
+        _ => {}
+    }
+    v
+}
+
 fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names) -> Result<()> {
     if json {
         let groups: Vec<serde_json::Value> = if by.is_some() {
             agg.groups
                 .iter()
-                .map(|(k, t)| {
-                    let mut v = serde_json::json!({
-                        "key": key_text(k, names), "count": t.count, "size": t.size
-                    });
-                    match k {
-                        GroupKey::Uid(u) => v["uid"] = (*u).into(),
-                        GroupKey::Gid(g) => v["gid"] = (*g).into(),
-                        _ => {}
-                    }
-                    v
-                })
+                .map(|(k, t)| group_json(k, t.count, t.size, names))
                 .collect()
         } else {
             Vec::new()
@@ -292,4 +301,35 @@ fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names)
     }
     println!("{:>12} {:>16}  total", agg.total.count, agg.total.size);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_keys_in_json() {
+        let mut names = Names::default();
+        let v = group_json(&GroupKey::Uid(0), 2, 30, &mut names);
+        assert_eq!(
+            (v["uid"].as_u64(), v["count"].as_u64(), v["size"].as_u64()),
+            (Some(0), Some(2), Some(30))
+        );
+        let v = group_json(
+            &GroupKey::Extension(b"txt".to_vec().into()),
+            1,
+            1,
+            &mut names,
+        );
+        assert_eq!(v["key"], "txt");
+        assert!(v.get("key_hex").is_none());
+        let v = group_json(
+            &GroupKey::Directory(b"/d\xff".to_vec().into()),
+            1,
+            1,
+            &mut names,
+        );
+        assert_eq!(v["key"], "/d\u{fffd}");
+        assert_eq!(v["key_hex"], "2f64ff");
+    }
 }
