@@ -429,6 +429,8 @@ impl Inner {
         }
     }
 
+    /// The engine's own stop is set only while the journal has not failed
+    /// (see [`Inner::stop_after`]), so whichever is set came first.
     fn check_alive(&self) -> Result<(), FsError> {
         match self.stop.error().or_else(|| self.journal.failure()) {
             Some(e) => Err(e),
@@ -437,8 +439,13 @@ impl Inner {
     }
 
     /// Stops the engine after the failed write-back `e` (see
-    /// [`crate::stop`]).
+    /// [`crate::stop`]) — unless the journal failed first (a write-back
+    /// waiting for it then fails too): its cause is the one clients get.
     fn stop_after(&self, e: &EngineError, what: &str) {
+        if self.journal.failure().is_some() {
+            tracing::error!(error = %e, "{what} failed after the journal did");
+            return;
+        }
         let cause = Cause::of_chain(e);
         tracing::error!(
             error = %e,

@@ -182,6 +182,17 @@ fn write_failure_stops_the_engine_without_acknowledging() {
     e.lookup(&root, Soid::ROOT, b"ok").unwrap();
 }
 
+/// A fresh engine on a memory store, with directory `/name` made.
+fn store_with_dir(name: &[u8]) -> (MemStore, Engine) {
+    let store = MemStore::new();
+    let e = Engine::open(Arc::new(store.clone()), config()).unwrap();
+    e.mkdir(&Credentials::root(), Soid::ROOT, name, 0o755)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    (store, e)
+}
+
 /// A full disk stops the engine like any failed write, but says so:
 /// everything after it fails with `ENOSPC` (what programs and users know
 /// what to do about), not `EIO`, whether the journal write or a write-back
@@ -195,12 +206,7 @@ fn a_full_disk_stops_the_engine_with_no_space() {
         (5, FsError::Io),
     ] {
         // The journal write fails.
-        let store = MemStore::new();
-        let e = Engine::open(Arc::new(store.clone()), config()).unwrap();
-        e.mkdir(&root, Soid::ROOT, b"ok", 0o755)
-            .unwrap()
-            .wait(&e)
-            .unwrap();
+        let (store, e) = store_with_dir(b"ok");
         store.fail_after_with_errno(0, errno);
         let r = e
             .mkdir(&root, Soid::ROOT, b"lost", 0o755)
@@ -216,6 +222,13 @@ fn a_full_disk_stops_the_engine_with_no_space() {
             Some(want),
             "errno {errno}: later mutations"
         );
+        // A write-back after it fails too, and must not hide the cause.
+        assert!(e.sync().is_err());
+        assert_eq!(
+            e.getattr(Soid::ROOT).err(),
+            Some(want),
+            "errno {errno}: after sync"
+        );
         drop(e);
         store.crash(None);
         let e = Engine::open(Arc::new(store), config()).unwrap();
@@ -226,12 +239,7 @@ fn a_full_disk_stops_the_engine_with_no_space() {
         );
 
         // A write-back fails (the journal write before it went through).
-        let store = MemStore::new();
-        let e = Engine::open(Arc::new(store.clone()), config()).unwrap();
-        e.mkdir(&root, Soid::ROOT, b"kept", 0o755)
-            .unwrap()
-            .wait(&e)
-            .unwrap();
+        let (store, e) = store_with_dir(b"kept");
         store.fail_after_with_errno(0, errno);
         assert!(e.sync().is_err());
         assert_eq!(
