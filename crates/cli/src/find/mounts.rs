@@ -7,9 +7,10 @@
 //! `fuse.sextant` when `fusermount3` mounted it (a user, or `-o
 //! allow_other`), plain `fuse` when root's mount called mount(2) itself
 //! (the kernel records a subtype only from `fusermount3`); a `fuse` mount
-//! counts only with that source. Paths are made absolute against the working directory and
-//! normalised lexically (`.`, `..`, repeated slashes) only to find the mount
-//! and the namespace path; what is printed keeps the prefix as typed.
+//! counts only with that source. Paths are made absolute against the
+//! working directory and normalised lexically (`.`, `..`, repeated
+//! slashes) only to find the mount and the namespace path; what is printed
+//! keeps the prefix as typed.
 
 use std::path::{Component, Path, PathBuf};
 
