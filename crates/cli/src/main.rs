@@ -126,8 +126,9 @@ enum Command {
     /// path under a `sextant mount`. `sextant stats` groups and filters
     /// the same totals.
     Du {
+        /// Paths to add up, one line each.
         #[arg(default_value = "/")]
-        path: String,
+        paths: Vec<String>,
     },
     /// Copy a local directory tree's metadata, and with --with-data its
     /// file contents, into Sextant.
@@ -319,7 +320,7 @@ fn main() {
                         match &cli.command {
                             Command::Find(a) => find::find(&cli, &a.args).await,
                             Command::Stats(a) => find::stats(&cli, a).await,
-                            Command::Du { path } => find::du(&cli, path).await,
+                            Command::Du { paths } => find::du(&cli, paths).await,
                             _ => Ok(true),
                         }
                     })

@@ -542,6 +542,7 @@ fn paths_under_a_mount_made_without_fusermount() {
         "find own/d -printf '%s\\n' | awk '{s+=$1} END {print s+0}'",
     );
     let missing = m.sextant(&["du", "own/nope"]);
+    let several = m.sextant(&["du", "own/d", "own/nope", "own/d/e"]);
     unmount();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(out.status.success(), "{out:?}");
@@ -567,6 +568,13 @@ fn paths_under_a_mount_made_without_fusermount() {
         String::from_utf8_lossy(&missing.stderr).trim(),
         "sextant du: 'own/nope': No such file or directory"
     );
+    // Several paths: a line for each that can be read, exit 1 for the rest.
+    assert_eq!(several.status.code(), Some(1));
+    let lines: Vec<String> = String::from_utf8_lossy(&several.stdout)
+        .lines()
+        .map(|l| l.split('\t').skip(1).collect::<Vec<_>>().join("\t"))
+        .collect();
+    assert_eq!(lines, ["4 entries\town/d", "2 entries\town/d/e"]);
 }
 
 fn root() -> Credentials {

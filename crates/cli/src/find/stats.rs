@@ -89,29 +89,34 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
     .await
 }
 
-/// `sextant du PATH`: the entries under PATH (itself included) and their
-/// total size — `sextant stats PATH` in du's words, so from the same
-/// search aggregation (and root's maintained summaries), not a crawl, and
-/// PATH may be under a mount.
-pub async fn du(cli: &Cli, path: &str) -> Result<bool> {
+/// `sextant du PATH...`: for each PATH, the entries under it (itself
+/// included) and their total size, one line each — `sextant stats PATH` in
+/// du's words, so from the same search aggregation (and root's maintained
+/// summaries), not a crawl, and PATH may be under a mount. A PATH that
+/// cannot be read is reported and prints nothing; the others still do.
+pub async fn du(cli: &Cli, paths: &[String]) -> Result<bool> {
     let _ = super::COMMAND.set("du");
-    totals(cli, vec![path.to_string()], None, |total, _, failed| {
-        if failed {
-            // Reported already; a total of nothing would read as "empty".
-            return Ok(());
-        }
-        let (entries, bytes) = (total.total.count, total.total.size);
-        if cli.json {
-            println!(
-                "{}",
-                serde_json::json!({ "path": path, "entries": entries, "bytes": bytes })
-            );
-        } else {
-            println!("{bytes}\t{entries} entries\t{path}");
-        }
-        Ok(())
-    })
-    .await
+    let mut ok = true;
+    for path in paths {
+        ok &= totals(cli, vec![path.clone()], None, |total, _, failed| {
+            if failed {
+                // Reported already; a total of nothing would read as "empty".
+                return Ok(());
+            }
+            let (entries, bytes) = (total.total.count, total.total.size);
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "path": path, "entries": entries, "bytes": bytes })
+                );
+            } else {
+                println!("{bytes}\t{entries} entries\t{path}");
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(ok)
 }
 
 /// What `stats` and `du` share: `args` are starting points (default `/`)
