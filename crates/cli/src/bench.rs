@@ -10,7 +10,7 @@ mod plan;
 mod remote;
 mod stats;
 
-use crate::session::{caller, find_secret, Target};
+use crate::session::caller;
 use crate::Cli;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -204,24 +204,7 @@ enum Backend {
 }
 
 fn connect(cli: &Cli, addr: &str, rt: &tokio::runtime::Runtime) -> Result<Client> {
-    let data = cli
-        .data
-        .clone()
-        .unwrap_or_else(crate::session::default_data);
-    let secret = find_secret(&Target {
-        data: &data,
-        server: Some(addr),
-        secret: cli.secret.as_deref(),
-        secret_file: cli.secret_file.as_deref(),
-        tls_ca: cli.tls_ca.as_deref(),
-        local: false,
-    })?
-    .with_context(|| {
-        format!(
-            "no cluster secret found for the server at {addr}: give --secret-file FILE \
-             (the server's <data>/secret), SEXTANT_SECRET, or --data of the server"
-        )
-    })?;
+    let secret = crate::session::secret_for_server(cli, addr)?;
     let options = crate::session::client_options(cli.tls_ca.as_deref())?;
     rt.block_on(Client::connect(addr, &secret, options))
         .with_context(|| crate::session::connecting_to(addr, cli.tls_ca.as_deref()))

@@ -5,7 +5,6 @@
 //! place, or fails with the child's error. The child then sends its output to
 //! `--log FILE` (default: nowhere) so it holds no caller's terminal or pipe.
 
-use crate::session::{find_secret, Target};
 use crate::Cli;
 use anyhow::{bail, Context, Result};
 use sextant_client::{Client, Options};
@@ -99,24 +98,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| sextant_proto::DEFAULT_LISTEN.to_string());
     cfg.fsname = format!("sextant:{addr}");
-    let data = cli
-        .data
-        .clone()
-        .unwrap_or_else(crate::session::default_data);
-    let secret = find_secret(&Target {
-        data: &data,
-        server: Some(&addr),
-        secret: cli.secret.as_deref(),
-        secret_file: cli.secret_file.as_deref(),
-        tls_ca: cli.tls_ca.as_deref(),
-        local: false,
-    })?
-    .with_context(|| {
-        format!(
-            "no cluster secret found for the server at {addr}: give --secret-file FILE \
-             (the server's <data>/secret), SEXTANT_SECRET, or --data of the server"
-        )
-    })?;
+    let secret = crate::session::secret_for_server(cli, &addr)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

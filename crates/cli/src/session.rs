@@ -101,6 +101,27 @@ pub fn find_secret(t: &Target) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// The cluster secret for talking to the server at `addr` (commands that
+/// need a server: the mount, bench): `--secret`, `--secret-file`, or
+/// `<data>/secret`; an error that says where to find it if none is there.
+pub fn secret_for_server(cli: &crate::Cli, addr: &str) -> Result<String> {
+    let data = cli.data.clone().unwrap_or_else(default_data);
+    find_secret(&Target {
+        data: &data,
+        server: Some(addr),
+        secret: cli.secret.as_deref(),
+        secret_file: cli.secret_file.as_deref(),
+        tls_ca: cli.tls_ca.as_deref(),
+        local: false,
+    })?
+    .with_context(|| {
+        format!(
+            "no cluster secret found for the server at {addr}: give --secret-file FILE \
+             (the server's <data>/secret), SEXTANT_SECRET, or --data of the server"
+        )
+    })
+}
+
 impl Session {
     /// A server given with `--server`, else one answering at the default
     /// address, else the embedded engine on `--data`.
