@@ -567,6 +567,7 @@ async fn open_session(
         secret_file: cli.secret_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
         local: cli.local,
+        writes: false,
     })
     .await
 }

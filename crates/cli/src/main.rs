@@ -3,7 +3,10 @@
 //! `sextant serve` runs the metadata server. Every other command talks to a
 //! server when one is given (`--server ADDR`) or answers at the default
 //! address (127.0.0.1:7411), and otherwise runs the engine *embedded* on a
-//! local data directory (`--data`, default `./sextant-data`).
+//! local data directory (`--data`, default `./sextant-data`) — one that
+//! holds a store, or, for a command that writes, a new one (a command that
+//! only reads says that no server answered rather than read an empty
+//! store; `--local` uses the directory in any case).
 
 mod bench;
 mod cmd;
@@ -346,6 +349,10 @@ fn main() {
                         secret_file: cli.secret_file.as_deref(),
                         tls_ca: cli.tls_ca.as_deref(),
                         local: cli.local,
+                        writes: !matches!(
+                            cli.command,
+                            Command::Status | Command::Ls { .. } | Command::Stat { .. }
+                        ),
                     })
                     .await?;
                     cmd::run(cli, s).await

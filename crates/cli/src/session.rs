@@ -52,6 +52,10 @@ pub struct Target<'a> {
     /// TLS: the authority that signed the server's certificate (PEM file).
     pub tls_ca: Option<&'a Path>,
     pub local: bool,
+    /// The command changes the namespace: without a server (and without
+    /// `--local`) it may make a new embedded store in `data`; a command
+    /// that only reads refuses to, and says that no server answered.
+    pub writes: bool,
 }
 
 /// The context of a failed connection, with a hint about TLS when none
@@ -113,6 +117,7 @@ pub fn secret_for_server(cli: &crate::Cli, addr: &str) -> Result<String> {
         secret_file: cli.secret_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
         local: false,
+        writes: false,
     })?
     .with_context(|| {
         format!(
@@ -149,6 +154,28 @@ impl Session {
                     cred,
                 });
             }
+        }
+        let is_store = t
+            .data
+            .join(sextant_engine::manifest::MANIFEST_NAME)
+            .exists();
+        if !t.local && !is_store {
+            let addr = t.server.unwrap_or(sextant_proto::DEFAULT_LISTEN);
+            if !t.writes {
+                // An empty store made here would only hide that the server
+                // is not there (and leave a stray directory behind).
+                bail!(
+                    "no Sextant server answers at {addr}, and {} holds no store: start one \
+                     (`sextant serve`), or give --server ADDR, or --data DIR of an existing \
+                     store (--local to use it without a server)",
+                    t.data.display()
+                );
+            }
+            eprintln!(
+                "sextant: no server answers at {addr}: making a new store in {} (embedded; \
+                 `sextant serve` serves it)",
+                t.data.display()
+            );
         }
         let config = EngineConfig {
             // A new store's root belongs to whoever creates it.

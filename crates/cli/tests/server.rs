@@ -774,3 +774,45 @@ fn a_closed_stdout_ends_commands_quietly() {
         assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{args:?}: {err}");
     }
 }
+
+/// Without a server (none answering at the default address, no --server,
+/// no --local), a command that only reads does not make an empty store to
+/// answer from: it says that no server answered. A command that writes
+/// makes the store (first use) and says so; then reads use it.
+#[test]
+fn without_a_server_reads_do_not_make_an_empty_store() {
+    if std::net::TcpStream::connect(sextant_proto::DEFAULT_LISTEN).is_ok() {
+        eprintln!("SKIPPED: a server answers at the default address");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        std::process::Command::new(BIN)
+            .arg("--data")
+            .arg(&data)
+            .args(args)
+            .env_remove("SEXTANT_SERVER")
+            .env_remove("SEXTANT_DATA")
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    for args in [&["ls", "/"][..], &["status"], &["find", "/"], &["du", "/"]] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("no Sextant server answers at"),
+            "{args:?}: {err}"
+        );
+        assert!(!data.exists(), "{args:?} made a store");
+    }
+    let out = run(&["mkdir", "/a"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("making a new store"));
+    let out = run(&["ls", "/"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
+    assert!(out.stderr.is_empty(), "{out:?}");
+}
