@@ -24,7 +24,7 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         }
         Command::Status => status(&s, json).await?,
         Command::Ls { long, path } => ls(&s, &path, long, json).await?,
-        Command::Stat { path, no_follow } => stat(&s, &path, !no_follow, json).await?,
+        Command::Stat { path, follow } => stat(&s, &path, follow, json).await?,
         Command::Mkdir {
             parents,
             mode,

@@ -25,9 +25,9 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None, propagate_version = true)]
 struct Cli {
-    /// Data directory: of the embedded engine (created on first use), of
-    /// `serve`, and where the cluster secret is looked for [default:
-    /// sextant-data]
+    /// Data directory: of the embedded engine (made by the first command
+    /// that writes), of `serve`, and where the cluster secret is looked
+    /// for [default: sextant-data]
     #[arg(long, global = true, env = "SEXTANT_DATA")]
     data: Option<PathBuf>,
     /// Talk to the Sextant server at this address (host:port). Without it,
@@ -79,12 +79,13 @@ enum Command {
         #[arg(default_value = "/")]
         path: String,
     },
-    /// Show an inode's attributes (like stat).
+    /// Show an inode's attributes (like stat: a final symlink is shown
+    /// itself unless -L).
     Stat {
         path: String,
-        /// Do not follow a final symlink.
-        #[arg(short = 'L', long = "no-dereference")]
-        no_follow: bool,
+        /// Follow a final symlink (show what it points to), as GNU stat -L.
+        #[arg(short = 'L', long = "dereference")]
+        follow: bool,
     },
     /// Create directories.
     Mkdir {

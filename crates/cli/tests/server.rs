@@ -816,3 +816,30 @@ fn without_a_server_reads_do_not_make_an_empty_store() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");
     assert!(out.stderr.is_empty(), "{out:?}");
 }
+
+/// `sextant stat` is GNU stat's: a final symlink is shown itself, and
+/// with -L (--dereference) what it points to.
+#[test]
+fn stat_shows_a_symlink_itself_unless_dereferenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(["--local", "--data"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["touch", "/f"]);
+    run(&["ln", "-s", "/f", "/s"]);
+    let ty = |args: &[&str]| {
+        let v: serde_json::Value = serde_json::from_str(&run(args)).unwrap();
+        v["type"].as_str().unwrap().to_string()
+    };
+    assert_eq!(ty(&["--json", "stat", "/s"]), "symlink");
+    assert_eq!(ty(&["--json", "stat", "-L", "/s"]), "file");
+    assert_eq!(ty(&["--json", "stat", "--dereference", "/s"]), "file");
+}
