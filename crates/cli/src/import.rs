@@ -97,6 +97,17 @@ async fn create_one(
         // truncate do), and setattr applies the mode last, so 4755 stays 4755.
         perm: Some(m.mode() & 0o7777),
     };
+    if kind == Kind::Symlink {
+        // A symlink's own owner and times (lchown, lutimes), as cp -a
+        // keeps them; its mode is always 0777.
+        let own = SetAttr {
+            size: None,
+            perm: None,
+            ..set
+        };
+        s.setattr(attr.soid, &own).await.map_err(show)?;
+        return Ok((kind, attr, own));
+    }
     if kind != Kind::Other {
         return Ok((kind, attr, set));
     }

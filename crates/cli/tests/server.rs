@@ -843,3 +843,45 @@ fn stat_shows_a_symlink_itself_unless_dereferenced() {
     assert_eq!(ty(&["--json", "stat", "-L", "/s"]), "file");
     assert_eq!(ty(&["--json", "stat", "--dereference", "/s"]), "file");
 }
+
+/// Import keeps a symlink's own times (and, as root, owner), as cp -a.
+#[test]
+fn import_keeps_symlink_times_and_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let link = src.join("lnk");
+    std::os::unix::fs::symlink("target", &link).unwrap();
+    let ok = std::process::Command::new("touch")
+        .args(["-h", "-d", "@1577934245"])
+        .arg(&link)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    if root {
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(["--local", "--data"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["import", src.to_str().unwrap(), "/dst"]);
+    let v: serde_json::Value = serde_json::from_str(&run(&["--json", "stat", "/dst/lnk"])).unwrap();
+    assert_eq!(v["type"], "symlink");
+    assert_eq!(v["mtime_ns"].as_i64(), Some(1_577_934_245_000_000_000));
+    if root {
+        assert_eq!(
+            (v["uid"].as_u64(), v["gid"].as_u64()),
+            (Some(65534), Some(65534))
+        );
+    }
+}
