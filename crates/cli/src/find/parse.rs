@@ -855,9 +855,20 @@ impl<'a> Parser<'a> {
                     return err(format!("'{tok}' is not supported: {why}"));
                 }
                 if tok.starts_with('-') {
-                    err(format!("unknown predicate '{tok}'"))
-                } else {
-                    err(format!("paths must precede expression: '{tok}'"))
+                    return err(format!("unknown predicate '{tok}'"));
+                }
+                // `-name *.h` unquoted: the shell expanded the pattern into
+                // several names, and the second one lands here.
+                let before = self.pos.checked_sub(3).and_then(|i| self.args.get(i));
+                match before.map(String::as_str) {
+                    Some(
+                        p @ ("-name" | "-iname" | "-path" | "-ipath" | "-wholename" | "-iwholename"
+                        | "-lname" | "-ilname"),
+                    ) => err(format!(
+                        "paths must precede expression: '{tok}' (possible unquoted pattern \
+                         after '{p}'?)"
+                    )),
+                    _ => err(format!("paths must precede expression: '{tok}'")),
                 }
             }
         }
@@ -1149,7 +1160,11 @@ mod tests {
         assert!(e(". -o -name a").contains("'-o' with nothing before it"));
         assert!(e(". -name a -o").contains("after '-o'"));
         assert!(e(". !").contains("after '!'"));
-        assert!(e(". -name a b").contains("paths must precede expression: 'b'"));
+        assert_eq!(
+            e(". -name a b"),
+            "paths must precede expression: 'b' (possible unquoted pattern after '-name'?)"
+        );
+        assert_eq!(e(". -type f b"), "paths must precede expression: 'b'");
         assert!(e("-L .").contains("'-L' is not supported"));
         assert!(e(". -printf %Q").contains("%Q"));
     }
