@@ -370,18 +370,7 @@ fn main() {
 /// its parent's message already ends with is not repeated (the engine's
 /// I/O errors name their cause in their own message, and also chain it).
 fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.ends_with(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
+    sextant_client::error_chain(e.as_ref())
 }
 
 #[cfg(test)]

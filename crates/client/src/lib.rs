@@ -1077,12 +1077,19 @@ fn expect_done(r: Res) -> Result<()> {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// `e` and its sources, `: `-separated — a source that the text so far
+/// already ends with is not repeated (errors that name their cause in
+/// their own message and also chain it: the engine's I/O errors, tonic's
+/// transport errors).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let text = c.to_string();
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         cur = c.source();
     }
     s
