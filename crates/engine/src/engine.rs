@@ -138,6 +138,11 @@ pub enum EngineError {
     #[error("the engine stopped after a fatal error (see the log); restart to recover")]
     Stopped,
     #[error(
+        "{dir} is in use by another Sextant process (its LOCK file is held): stop that \
+         process, or use another data directory"
+    )]
+    InUse { dir: String },
+    #[error(
         "the last run used log-less durability and did not shut down cleanly: its \
          acknowledged operations are held by its clients; start with log-less \
          durability to recover them"
@@ -1011,9 +1016,17 @@ impl Engine {
     /// Opens the engine on a local directory (created if missing).
     pub fn open_dir(path: impl AsRef<Path>, config: EngineConfig) -> Result<Engine, EngineError> {
         let path = path.as_ref();
-        let store = LocalDirStore::open(path).map_err(|source| EngineError::Io {
-            file: path.display().to_string(),
-            source,
+        let store = LocalDirStore::open(path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::WouldBlock {
+                EngineError::InUse {
+                    dir: path.display().to_string(),
+                }
+            } else {
+                EngineError::Io {
+                    file: path.display().to_string(),
+                    source,
+                }
+            }
         })?;
         Engine::open(Arc::new(store), config)
     }

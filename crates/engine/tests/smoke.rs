@@ -145,6 +145,14 @@ fn dropping_the_last_handle_releases_the_store() {
         .unwrap()
         .wait(&e)
         .unwrap();
+    // While held, a second open is refused as "in use", not an I/O error.
+    match Engine::open_dir(dir.path(), cfg.clone()) {
+        Err(sextant_engine::EngineError::InUse { dir: d }) => {
+            assert_eq!(d, dir.path().display().to_string())
+        }
+        Err(other) => panic!("a held store must be InUse, got {other}"),
+        Ok(_) => panic!("a held store opened twice"),
+    }
     drop(e);
     drop(e2);
     let e = Engine::open_dir(dir.path(), cfg).expect("lock released");
