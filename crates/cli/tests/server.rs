@@ -885,3 +885,46 @@ fn import_keeps_symlink_times_and_owner() {
         );
     }
 }
+
+/// `rm -r` removes a whole tree (many entries at once now), names that are
+/// not UTF-8 included, and leaves the rest alone; `rm` of a directory
+/// without -r refuses.
+#[test]
+fn rm_r_removes_a_tree_concurrently() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    for d in 0..8 {
+        let sub = src.join(format!("d{d}")).join("deeper");
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..40 {
+            std::fs::write(sub.join(format!("f{f}")), b"").unwrap();
+        }
+    }
+    std::fs::write(src.join(std::ffi::OsStr::from_bytes(b"bad\xff")), b"").unwrap();
+    let data = dir.path().join("data");
+    let run = |args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["--local", "--data"])
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["import", src.to_str().unwrap(), "/t"])
+        .status
+        .success());
+    assert!(run(&["mkdir", "/keep"]).status.success());
+    let out = run(&["rm", "/t"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory (use -r)"));
+    let out = run(&["rm", "-r", "/t"]);
+    assert!(out.status.success(), "{out:?}");
+    let ls = run(&["ls", "/"]);
+    assert_eq!(String::from_utf8_lossy(&ls.stdout), "keep\n");
+    let du = run(&["du", "/"]);
+    assert!(
+        String::from_utf8_lossy(&du.stdout).contains("\t2 entries\t/"),
+        "{du:?}"
+    );
+}
