@@ -156,6 +156,23 @@ fn report(msg: impl std::fmt::Display) {
     eprintln!("sextant {command}: {msg}");
 }
 
+/// True (and reported) when `typed` is under a mount the caller may not
+/// enter (made without allow_other, by another user): GNU find on it is
+/// refused at the starting point, so `sextant find`, `stats` and `du` are
+/// too — the server would answer by namespace permissions alone.
+fn refused_by_mount(typed: &str, loc: &mounts::Located) -> bool {
+    if loc.mount.is_none() {
+        return false;
+    }
+    match std::fs::symlink_metadata(typed) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            report(format_args!("'{typed}': Permission denied"));
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Collects every hit of `expr` under `ns`.
 async fn collect(s: &Session, ns: &[u8], expr: Expr, limit: u64) -> Result<Vec<SearchHit>, Error> {
     if expr == Expr::False {
@@ -389,6 +406,10 @@ impl Run<'_> {
                 return Ok(());
             }
         };
+        if refused_by_mount(typed, &loc) {
+            self.failed = true;
+            return Ok(());
+        }
         let (min, max) = (self.cmd.min_depth, self.cmd.max_depth);
         let ns = loc.ns.clone();
         // (1) The starting point.

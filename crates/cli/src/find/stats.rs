@@ -185,6 +185,10 @@ async fn totals(
                 let saved = run.cmd.max_depth;
                 let loc = mounts::locate(p, &run.cwd, &run.mounts)
                     .map_err(|_| Error::Fs(FsError::NotFound))?;
+                if super::refused_by_mount(p, &loc) {
+                    run.failed = true;
+                    return Ok(());
+                }
                 if run.cmd.min_depth == 0 {
                     let probe = Command {
                         max_depth: 0,
