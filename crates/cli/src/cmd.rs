@@ -188,6 +188,9 @@ async fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
     } else {
         vec![(path.as_bytes().to_vec(), attr)]
     };
+    // Owners and groups by name, as ls shows them (a number when the
+    // local databases have none).
+    let mut names = crate::find::names::Names::default();
     let mut out = std::io::stdout().lock();
     for (name, a) in &entries {
         if json {
@@ -197,11 +200,11 @@ async fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
         if long {
             write!(
                 out,
-                "{} {:>3} {:>6} {:>6} {:>10} {} ",
+                "{} {:>3} {:<8} {:<8} {:>10} {} ",
                 mode_string(a),
                 a.nlink,
-                a.uid,
-                a.gid,
+                names.user(a.uid),
+                names.group(a.gid),
                 a.size,
                 time_string(a.mtime)
             )?;

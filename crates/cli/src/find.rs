@@ -28,7 +28,7 @@
 //! (the filters are implied by "some output action runs").
 
 mod mounts;
-mod names;
+pub(crate) mod names;
 pub mod parse;
 mod plan;
 pub mod printf;

@@ -839,6 +839,19 @@ fn stat_shows_a_symlink_itself_unless_dereferenced() {
         let v: serde_json::Value = serde_json::from_str(&run(args)).unwrap();
         v["type"].as_str().unwrap().to_string()
     };
+    // ls -l names owner and group, as ls does.
+    let id = |flag: &str| {
+        let out = std::process::Command::new("id").arg(flag).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let long = run(&["ls", "-l", "/"]);
+    let line = long.lines().find(|l| l.ends_with(" f")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        (fields[2], fields[3]),
+        (id("-un").as_str(), id("-gn").as_str()),
+        "{line}"
+    );
     assert_eq!(ty(&["--json", "stat", "/s"]), "symlink");
     assert_eq!(ty(&["--json", "stat", "-L", "/s"]), "file");
     assert_eq!(ty(&["--json", "stat", "--dereference", "/s"]), "file");

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 /// The user and group databases, cached.
 #[derive(Default)]
-pub(super) struct Names {
+pub(crate) struct Names {
     users: HashMap<u32, Option<String>>,
     groups: HashMap<u32, Option<String>>,
 }
@@ -44,12 +44,12 @@ fn gid_of(name: &str) -> Option<u32> {
 
 impl Names {
     /// The user name, or the number when no user has it.
-    pub(super) fn user(&mut self, uid: u32) -> String {
+    pub(crate) fn user(&mut self, uid: u32) -> String {
         let n = self.users.entry(uid).or_insert_with(|| user_name(uid));
         n.clone().unwrap_or_else(|| uid.to_string())
     }
 
-    pub(super) fn group(&mut self, gid: u32) -> String {
+    pub(crate) fn group(&mut self, gid: u32) -> String {
         let n = self.groups.entry(gid).or_insert_with(|| group_name(gid));
         n.clone().unwrap_or_else(|| gid.to_string())
     }
