@@ -857,16 +857,7 @@ async fn malformed_searches_get_clear_errors_and_the_server_keeps_serving() {
 fn find_and_stats_on_the_embedded_engine() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args(["--local", "--data"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| common::local_ok(&data, args);
     run(&["mkdir", "-p", "/a/b/c", "/a/e"]);
     run(&["touch", "/a/b/f.txt", "/a/b/c/g.txt", "/a/h.rs"]);
     let mut got: Vec<String> = run(&["find", "/a", "-name", "*.txt", "-o", "-name", "e"])

@@ -609,12 +609,7 @@ fn cli_uses_the_server_and_falls_back_to_embedded() {
     assert!(run(&["status"]).contains("server "));
     drop(server);
     // With no server, --local (or nothing answering) means embedded.
-    let out = Command::new(BIN)
-        .args(["--local", "--data"])
-        .arg(&data)
-        .args(["ls", "/a"])
-        .output()
-        .unwrap();
+    let out = common::local(&data, &["ls", "/a"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "f\ns\n");
 }
 
@@ -729,14 +724,7 @@ async fn calls_fail_fast_once_the_server_was_found_gone() {
 fn a_failed_import_leaves_no_destination() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let run = |args: &[&str]| {
-        std::process::Command::new(BIN)
-            .args(["--local", "--data"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| common::local(&data, args);
     let missing = dir.path().join("missing");
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
@@ -823,16 +811,7 @@ fn without_a_server_reads_do_not_make_an_empty_store() {
 fn stat_shows_a_symlink_itself_unless_dereferenced() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .args(["--local", "--data"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| common::local_ok(&data, args);
     run(&["touch", "/f"]);
     run(&["ln", "-s", "/f", "/s"]);
     let ty = |args: &[&str]| {
@@ -877,16 +856,7 @@ fn import_keeps_symlink_times_and_owner() {
         std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
     }
     let data = dir.path().join("data");
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .args(["--local", "--data"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| common::local_ok(&data, args);
     run(&["import", src.to_str().unwrap(), "/dst"]);
     let v: serde_json::Value = serde_json::from_str(&run(&["--json", "stat", "/dst/lnk"])).unwrap();
     assert_eq!(v["type"], "symlink");
@@ -916,14 +886,7 @@ fn rm_r_removes_a_tree_concurrently() {
     }
     std::fs::write(src.join(std::ffi::OsStr::from_bytes(b"bad\xff")), b"").unwrap();
     let data = dir.path().join("data");
-    let run = |args: &[&str]| {
-        std::process::Command::new(BIN)
-            .args(["--local", "--data"])
-            .arg(&data)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| common::local(&data, args);
     assert!(run(&["import", src.to_str().unwrap(), "/t"])
         .status
         .success());

@@ -75,6 +75,23 @@ pub fn cli_ok(addr: &str, data: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `sextant --local --data DATA ARGS`: the embedded engine, no server.
+pub fn local(data: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["--local", "--data"])
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// [`local`], which must succeed; its stdout.
+pub fn local_ok(data: &Path, args: &[&str]) -> String {
+    let out = local(data, args);
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The cluster secret a server made in `data`.
 pub fn secret_of(data: &Path) -> String {
     std::fs::read_to_string(data.join("secret"))
