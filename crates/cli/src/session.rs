@@ -155,11 +155,7 @@ impl Session {
                 });
             }
         }
-        let is_store = t
-            .data
-            .join(sextant_engine::manifest::MANIFEST_NAME)
-            .exists();
-        if !t.local && !is_store {
+        if !t.local && !Engine::dir_holds_store(t.data) {
             let addr = t.server.unwrap_or(sextant_proto::DEFAULT_LISTEN);
             if !t.writes {
                 // An empty store made here would only hide that the server

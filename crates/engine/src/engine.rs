@@ -1013,6 +1013,12 @@ struct SnapshotJob {
 }
 
 impl Engine {
+    /// Does directory `path` hold a store ([`Engine::open_dir`] would open
+    /// one, not make one)? A store is made once its first manifest exists.
+    pub fn dir_holds_store(path: impl AsRef<Path>) -> bool {
+        path.as_ref().join(MANIFEST_NAME).exists()
+    }
+
     /// Opens the engine on a local directory (created if missing).
     pub fn open_dir(path: impl AsRef<Path>, config: EngineConfig) -> Result<Engine, EngineError> {
         let path = path.as_ref();
