@@ -27,6 +27,7 @@
 //! over-approximate), and every entry find would print reaches the client
 //! (the filters are implied by "some output action runs").
 
+mod exec;
 mod mounts;
 pub(crate) mod names;
 pub mod parse;
@@ -50,6 +51,7 @@ use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_types::{Attr, FileType, FsError, Nanos};
 use sink::{needs_link, needs_target, Output, Sink};
 use std::collections::{HashMap, HashSet};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// Shown by `sextant find --help`.
@@ -82,11 +84,17 @@ Actions:   -print  -print0  -ls  -prune
            -printf FORMAT  (%p %f %h %P %H %s %m %M %u %g %U %G %n %i %y %Y %d
            %l %b %k %a %c %t %A@ %C@ %T@ %Ak %Ck %Tk (strftime k), width
            and precision like %-10p %.3f; escapes \\n \\t \\0 \\\\ \\NNN \\c)
+           -exec CMD {} ;   -exec CMD {} +   -ok CMD {} ;
+           -execdir / -okdir (the same, in the entry's directory on ./NAME:
+           starting points under a mount only)
+           -delete (turns on -depth; entries are removed deepest first,
+           under a mount through the mount, else by requests to the server)
 Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
-Refused (with a message, never ignored): -exec -execdir -ok -delete -fprint*
--fls -quit -regex -xtype -newerXt (dates) -fstype -L -H.
+Refused (with a message, never ignored): -fprint* -fls -quit -regex -xtype
+-newerXt (dates) -fstype -L -H, and a -prune that depends on the exit status
+of -exec ... ; or -ok (the pruned directories are found before commands run).
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).
@@ -99,6 +107,8 @@ Examples:
   sextant find /mnt/sextant -path '*/.git' -prune -o -type f -print0 | xargs -0 ls
   sextant --json find /proj -newer /proj/stamp -type f
   sextant find /proj -xattr user.project=apollo
+  sextant find /mnt/sextant/src -name '*.c' -exec grep -l TODO {} +
+  sextant find /proj/build -name '*.o' -mtime +30 -delete
 Exit status: 0 if all went well, 1 after any error (e.g. a missing PATH).";
 
 #[derive(clap::Args, Debug)]
@@ -133,7 +143,9 @@ struct Run<'a> {
     cwd: PathBuf,
     mounts: Vec<mounts::Mount>,
     cmd: &'a Command,
-    tree: Tree,
+    /// Shared, so that an entry's evaluation can hold it while actions
+    /// change the rest of the run.
+    tree: std::rc::Rc<Tree>,
     filters: Filters,
     names: Names,
     now: Nanos,
@@ -145,6 +157,21 @@ struct Run<'a> {
     /// The expression has -lname/-ilname (symlink hits then need their
     /// contents).
     uses_lname: bool,
+    /// `-exec` and its kin: their batches and failures.
+    commands: exec::Commands,
+    /// The expression has `-execdir` or `-okdir` (local paths only).
+    runs_in_dirs: bool,
+    /// The expression has `-delete`: entries are visited deepest first.
+    deletes: bool,
+    /// The current starting point is under a mount: printed paths are
+    /// local paths.
+    local: bool,
+    /// Namespace directories by path, for `-delete` of hard-linked files
+    /// (whose primary parent may be another directory).
+    parents: HashMap<Vec<u8>, sextant_types::Soid>,
+    /// Namespace directories `-delete` removed something from, not yet
+    /// visited: `-empty` is decided afresh for them.
+    emptied: HashSet<Vec<u8>>,
 }
 
 /// The command whose messages these are (`find`, `stats` or `du`; set
@@ -330,9 +357,17 @@ impl Run<'_> {
         typed: &[u8],
         root: &[u8],
         hit: &SearchHit,
-        opaque: &Opaque,
+        opaque: &mut Opaque,
         sink: &mut dyn Sink,
     ) {
+        // Visited after its contents: emptied by -delete, it is empty now.
+        if self.emptied.remove(&hit.path[..])
+            && opaque.tests_empty()
+            && matches!(self.s.readdir(hit.soid, 0, 1).await, Ok(v) if v.is_empty())
+        {
+            opaque.mark_empty(&hit.path);
+        }
+        let opaque = &*opaque;
         let shown = printed(typed, root, hit);
         let name: &[u8] = if hit.depth == 0 {
             typed_name(typed)
@@ -381,19 +416,99 @@ impl Run<'_> {
             group: &group,
         };
         let now = self.now;
-        let (names, cred) = (&mut self.names, &self.s.cred);
         let target = target.as_ref().and_then(|t| t.as_ref().ok());
-        plan::run(
-            &self.tree,
-            &subject,
-            opaque,
-            &mut |t, h| names.decide(t, h, cred, target, link.as_deref()),
-            &mut |a| {
-                sink.action(a, &facts, hit, now);
-                true
-            },
-        );
+        let tree = std::rc::Rc::clone(&self.tree);
+        let mut eval = plan::Eval::new(&tree);
+        loop {
+            let (names, cred) = (&mut self.names, &self.s.cred);
+            let Some(a) = eval.next_action(&subject, opaque, &mut |t, h| {
+                names.decide(t, h, cred, target, link.as_deref())
+            }) else {
+                break;
+            };
+            let value = match a {
+                Action::Exec(e) => {
+                    sink.flush();
+                    self.commands.run(e, &shown, &|m| report(m))
+                }
+                Action::Delete => self.delete(hit, &shown).await,
+                _ => {
+                    sink.action(a, &facts, hit, now);
+                    true
+                }
+            };
+            eval.resume(value);
+        }
         sink.end_entry();
+    }
+
+    /// `-delete` of `hit`, printed as `shown`: through the local path
+    /// under a mount, else by a request to the server. Failures are
+    /// reported as find reports them (exit status 1).
+    async fn delete(&mut self, hit: &SearchHit, shown: &[u8]) -> bool {
+        // As find: the starting point `.` is never removed.
+        if shown == b"." {
+            return true;
+        }
+        let dir = hit.attr.ftype == FileType::Directory;
+        let outcome = if self.local {
+            let p = std::path::Path::new(std::ffi::OsStr::from_bytes(shown));
+            let r = if dir {
+                std::fs::remove_dir(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            r.map_err(|e| describe_io(&e))
+        } else if hit.soid == sextant_types::Soid::ROOT {
+            Err("Device or resource busy".to_string())
+        } else {
+            self.remove_in_namespace(hit, dir)
+                .await
+                .map_err(|e| describe(&e))
+        };
+        match outcome {
+            Ok(()) => {
+                let cut = hit.path.iter().rposition(|&c| c == b'/').unwrap_or(0);
+                let parent: &[u8] = if cut == 0 { b"/" } else { &hit.path[..cut] };
+                self.emptied.insert(parent.to_vec());
+                true
+            }
+            Err(why) => {
+                report(format_args!(
+                    "cannot delete '{}': {why}",
+                    String::from_utf8_lossy(shown)
+                ));
+                self.failed = true;
+                false
+            }
+        }
+    }
+
+    /// Unlinks (rmdir for a directory) the namespace entry of `hit`.
+    async fn remove_in_namespace(&mut self, hit: &SearchHit, dir: bool) -> Result<(), Error> {
+        let cut = hit.path.iter().rposition(|&c| c == b'/').unwrap_or(0);
+        let name = &hit.path[cut + 1..];
+        // The primary link's directory is this path's unless the file has
+        // other links.
+        let parent = if dir || hit.attr.nlink <= 1 {
+            hit.attr.parent
+        } else {
+            let parent_path: &[u8] = if cut == 0 { b"/" } else { &hit.path[..cut] };
+            match self.parents.get(parent_path) {
+                Some(&p) => p,
+                None => {
+                    let p = self.s.resolve_raw(parent_path, false).await?.soid;
+                    self.parents.insert(parent_path.to_vec(), p);
+                    p
+                }
+            }
+        };
+        if dir {
+            self.s.rmdir(parent, name).await?;
+        } else {
+            self.s.unlink(parent, name).await?;
+        }
+        Ok(())
     }
 
     /// One starting point.
@@ -410,6 +525,15 @@ impl Run<'_> {
             self.failed = true;
             return Ok(());
         }
+        self.local = loc.mount.is_some();
+        if self.runs_in_dirs && !self.local {
+            report(format_args!(
+                "'{typed}': -execdir and -okdir need a starting point under a Sextant \
+                 mount (they run the command in the entry's directory)"
+            ));
+            self.failed = true;
+            return Ok(());
+        }
         let (min, max) = (self.cmd.min_depth, self.cmd.max_depth);
         let ns = loc.ns.clone();
         // (1) The starting point.
@@ -423,7 +547,14 @@ impl Run<'_> {
         let same = |t: &[u8]| t == root.as_slice();
         let filters =
             if loc.mount.is_none() && (same(tb) || tb.strip_suffix(b"/").is_some_and(same)) {
-                plan::filters(&self.tree, self.cmd.depth_first, true)
+                plan::filters(
+                    &self.tree,
+                    self.cmd.depth_first,
+                    plan::Exact {
+                        paths: true,
+                        empty: !self.deletes,
+                    },
+                )
             } else {
                 self.filters.clone()
             };
@@ -483,34 +614,48 @@ impl Run<'_> {
                 }
             }
         }
-        // (4) The starting point, then everything below it.
-        if min == 0 {
-            self.visit(tb, &root, &root_hit, &opaque, sink).await;
+        // (4) The starting point, then everything below it; with -delete,
+        // everything below it first, deepest first (a directory is
+        // removed after its contents, as find's -depth does).
+        if min == 0 && !self.deletes {
+            self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
         }
-        if max == 0 || pruned.contains(&root) || root_hit.attr.ftype != FileType::Directory {
-            return Ok(());
-        }
+        let descend =
+            max > 0 && !pruned.contains(&root) && root_hit.attr.ftype == FileType::Directory;
         let q = plan::and(depth(min.max(1), max), filters.out.clone());
-        if q == Expr::False {
+        if descend && q != Expr::False && self.deletes {
+            let mut all = collect(self.s, &ns, q, 0).await?;
+            all.sort_by_key(|h| std::cmp::Reverse(h.depth));
+            for hit in all {
+                self.visit(tb, &root, &hit, &mut opaque, sink).await;
+                if sink.stopped() {
+                    return Ok(());
+                }
+            }
+        } else if descend && q != Expr::False {
+            let spec = SearchSpec::new(SearchScope::Path(ns.clone()), q);
+            let mut hits = self.s.search(&spec).await?;
+            while let Some(batch) = hits.next_batch().await? {
+                for hit in batch {
+                    if !pruned.is_empty() && has_pruned_ancestor(&hit.path, &root, &pruned) {
+                        continue;
+                    }
+                    self.visit(tb, &root, &hit, &mut opaque, sink).await;
+                }
+                sink.flush();
+                if sink.stopped() {
+                    // The reader is gone (e.g. `| head`): dropping the
+                    // stream cancels the search.
+                    return Ok(());
+                }
+            }
+        }
+        if min == 0 && self.deletes {
+            self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
+        }
+        if !descend {
             return Ok(());
         }
-        let spec = SearchSpec::new(SearchScope::Path(ns.clone()), q);
-        let mut hits = self.s.search(&spec).await?;
-        while let Some(batch) = hits.next_batch().await? {
-            for hit in batch {
-                if !pruned.is_empty() && has_pruned_ancestor(&hit.path, &root, &pruned) {
-                    continue;
-                }
-                self.visit(tb, &root, &hit, &opaque, sink).await;
-            }
-            sink.flush();
-            if sink.stopped() {
-                // The reader is gone (e.g. `| head`): dropping the stream
-                // cancels the search.
-                return Ok(());
-            }
-        }
-        drop(hits);
         // (5) Directories find would fail to open (it reports each and
         // exits 1): visible, not listable by the caller, not pruned.
         let cred = &self.s.cred;
@@ -606,7 +751,7 @@ async fn prepare<'a>(
         cwd,
         mounts,
         cmd,
-        tree: Node::Test(Test::Const(true)),
+        tree: std::rc::Rc::new(Node::Test(Test::Const(true))),
         filters: Filters {
             out: Expr::False,
             prune: Expr::False,
@@ -617,12 +762,29 @@ async fn prepare<'a>(
         failed: false,
         uses_access: false,
         uses_lname: false,
+        commands: exec::Commands::default(),
+        runs_in_dirs: false,
+        deletes: false,
+        local: false,
+        parents: HashMap::new(),
+        emptied: HashSet::new(),
     };
     cmd.expr.for_each_leaf(&mut |n| match n {
         Node::Test(Test::Client(ClientTest::Access(_))) => run.uses_access = true,
         Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
+        Node::Action(Action::Exec(e)) if e.in_dir => run.runs_in_dirs = true,
+        Node::Action(Action::Delete) => run.deletes = true,
         _ => {}
     });
+    if plan::prune_needs_command(&cmd.expr) {
+        bail!(
+            "-prune whose outcome depends on the exit status of -exec ... ; or -ok is not \
+             supported (the pruned directories are found before the commands run)"
+        );
+    }
+    if run.runs_in_dirs {
+        exec::check_path_env(std::env::var_os("PATH").as_deref()).map_err(anyhow::Error::msg)?;
+    }
     // Reference files, resolved once each (find stats them at parse time).
     let mut refs: Vec<(String, bool)> = Vec::new();
     cmd.expr.for_each_leaf(&mut |n| match n {
@@ -666,8 +828,15 @@ async fn prepare<'a>(
             other => other,
         })
     })?;
-    run.filters = plan::filters(&tree, cmd.depth_first, false);
-    run.tree = tree;
+    run.filters = plan::filters(
+        &tree,
+        cmd.depth_first,
+        plan::Exact {
+            paths: false,
+            empty: !run.deletes,
+        },
+    );
+    run.tree = std::rc::Rc::new(tree);
     Ok(run)
 }
 
@@ -707,7 +876,8 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
         }
     }
     out.flush();
-    let ok = !run.failed;
+    run.commands.finish(&|m| report(m));
+    let ok = !run.failed && !run.commands.failed;
     drop(run);
     s.close().await?;
     Ok(ok)

@@ -37,6 +37,9 @@ enum Cmp {
     /// `-ls`: whitespace collapsed, the inode column dropped (the mount
     /// shows its own node ids; Sextant prints SOIDs).
     Ls,
+    /// Words, sorted: `-exec ... +` batches hold the same paths in another
+    /// order (the server's, not the traversal's).
+    Words,
 }
 
 fn records(out: &[u8], cmp: Cmp) -> Vec<String> {
@@ -48,6 +51,7 @@ fn records(out: &[u8], cmp: Cmp) -> Vec<String> {
             .map(String::from)
             .collect(),
         Cmp::Lines => text.lines().map(String::from).collect(),
+        Cmp::Words => text.split_whitespace().map(String::from).collect(),
         Cmp::Ls => text
             .lines()
             .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
@@ -377,6 +381,72 @@ fn same_lines_as_gnu_find_on_the_mount() {
             vec!["mnt/x", "-readable", "-writable", "-name", "*e*"],
             Cmp::Lines,
         ),
+        (vec!["mnt/x", "-exec", "echo", "<{}>", ";"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-type", "f", "-exec", "echo", "f:", "{}", "+"],
+            Cmp::Words,
+        ),
+        (
+            vec!["mnt/x", "-name", "*1*", "-execdir", "echo", "{}", ";"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-type", "l", "-execdir", "echo", "{}", "+"],
+            Cmp::Words,
+        ),
+        (
+            vec!["mnt/x", "-exec", "test", "-d", "{}", ";", "-print"],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x", "-name", "d2", "-prune", "-o", "-exec", "echo", "{}", ";",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-exec",
+                "test",
+                "-s",
+                "{}",
+                ";",
+                "-o",
+                "-printf",
+                "empty %p\\n",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-maxdepth",
+                "1",
+                "-exec",
+                "sh",
+                "-c",
+                "exit 3",
+                ";",
+                "-o",
+                "-print",
+            ],
+            Cmp::Lines,
+        ),
+        // A failed `+` run: exit status 1, every path printed.
+        (
+            vec![
+                "mnt/x",
+                "-maxdepth",
+                "1",
+                "-exec",
+                "false",
+                "{}",
+                "+",
+                "-print",
+            ],
+            Cmp::Lines,
+        ),
     ];
     assert!(suite.len() >= 40);
     let started = Instant::now();
@@ -401,6 +471,7 @@ fn same_lines_as_gnu_find_on_the_mount() {
             vec!["mnt/x", "-writable"],
             vec!["mnt/x", "-executable"],
             vec!["mnt/x", "!", "-readable", "-prune", "-o", "-print"],
+            vec!["mnt/x", "-exec", "test", "-r", "{}", ";", "-print"],
         ];
         failures.extend(
             as_nobody
@@ -439,9 +510,14 @@ fn same_lines_as_gnu_find_on_the_mount() {
     for (args, msg) in [
         (vec!["mnt", "-foo"], "unknown predicate '-foo'"),
         (
-            vec!["mnt", "-exec", "rm", "{}", ";"],
-            "'-exec' is not supported",
+            vec!["mnt", "-exec", "rm", "{}", "{}", "+"],
+            "only one instance of {}",
         ),
+        (
+            vec!["mnt", "-exec", "test", "-d", "{}", ";", "-prune"],
+            "-prune whose outcome depends on the exit status",
+        ),
+        (vec!["mnt", "-fprint", "f"], "'-fprint' is not supported"),
         (vec!["mnt", "-regex", ".*"], "'-regex' is not supported"),
         (vec!["mnt", "-size", "3q"], "invalid argument '3q' to -size"),
         (vec!["mnt", "(", "-name", "a"], "without a matching ')'"),
@@ -500,6 +576,149 @@ fn same_lines_as_gnu_find_on_the_mount() {
         (nobody["count"].as_u64(), nobody["size"].as_u64()),
         (Some(1), Some(5000))
     );
+}
+
+/// The lines of `out`, sorted, with the leading `root` of each renamed `R`.
+fn renamed(out: &[u8], root: &str) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| match l.strip_prefix(root) {
+            Some(rest) => format!("R{rest}"),
+            None => l.to_string(),
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `-delete` (and `-exec rm`) change what GNU find changes: the same tree
+/// made in a local directory and under the mount, GNU find on the one and
+/// `sextant find` on the other must print the same, exit the same way and
+/// leave the same tree behind. Then `-delete` on a namespace path (no
+/// mount: requests to the server), hard links included.
+#[test]
+fn delete_and_exec_change_the_tree_as_gnu_find_does() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    let local = m.dir.path().join("local");
+    let make = |root: &Path| {
+        let _ = std::fs::remove_dir_all(root);
+        sh(
+            root.parent().unwrap(),
+            &format!(
+                "mkdir -p {r}/a/b {r}/c {r}/e/e2/e3 {r}/n/m && touch {r}/a/f1 {r}/a/b/f2 \
+                 {r}/c/f3 {r}/top {r}/a/x.o {r}/c/y.o && echo data > {r}/a/b/full.o \
+                 && ln {r}/a/f1 {r}/c/hl",
+                r = root.file_name().unwrap().to_string_lossy()
+            ),
+        );
+    };
+    let listing = |cwd: &Path, root: &str| -> Vec<String> {
+        let out = Command::new("find")
+            .arg(root)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        renamed(&out.stdout, root)
+    };
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["-name", "*.o", "-delete"],
+        vec!["-type", "d", "-empty", "-delete", "-print"],
+        vec!["-empty", "-delete"],
+        vec!["-type", "d", "-delete"],
+        vec!["-delete", "-print"],
+        vec!["-name", "f*", "-delete", "-o", "-name", "*.o", "-print"],
+        vec!["-depth", "-name", "b", "-prune", "-o", "-delete"],
+        vec!["-type", "f", "-exec", "rm", "{}", "+"],
+        vec!["-name", "*.o", "-exec", "rm", "{}", ";", "-print"],
+        // Answered yes (stdin) every time.
+        vec!["-name", "*.o", "-ok", "rm", "{}", ";"],
+    ];
+    let answer = |mut c: Command| -> Output {
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(mut input) = child.stdin.take() {
+            use std::io::Write;
+            let _ = input.write_all("y\n".repeat(100).as_bytes());
+        }
+        child.wait_with_output().unwrap()
+    };
+    let mut failures = Vec::new();
+    for args in &cases {
+        make(&local);
+        make(&m.p("t"));
+        let mut gnu = Command::new("find");
+        gnu.arg("local").args(args).current_dir(m.dir.path());
+        let gnu = answer(gnu);
+        let mut ours = Command::new(BIN);
+        ours.arg("find")
+            .arg("t")
+            .args(args)
+            .current_dir(&m.mnt)
+            .env("SEXTANT_SECRET", m.secret());
+        let ours = answer(ours);
+        let (g, o) = (renamed(&gnu.stdout, "local"), renamed(&ours.stdout, "t"));
+        let (gt, ot) = (listing(m.dir.path(), "local"), listing(&m.mnt, "t"));
+        // GNU's messages use typographic quotes: compare their count.
+        let (ge, oe) = (
+            String::from_utf8_lossy(&gnu.stderr).lines().count(),
+            String::from_utf8_lossy(&ours.stderr).lines().count(),
+        );
+        if g != o || gt != ot || gnu.status.code() != ours.status.code() || ge != oe {
+            failures.push(format!(
+                "find {}: output {g:?} vs {o:?}; left {gt:?} vs {ot:?}; exit {:?} vs {:?}; \
+                 stderr {:?} vs {:?}",
+                args.join(" "),
+                gnu.status.code(),
+                ours.status.code(),
+                String::from_utf8_lossy(&gnu.stderr),
+                String::from_utf8_lossy(&ours.stderr),
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // A namespace path: each removal is a request to the server.
+    make(&m.p("ns"));
+    let out = m.sextant(&[
+        "--server", &m.addr, "find", "/ns", "-name", "f1", "-delete", "-print",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/ns/a/f1\n");
+    assert!(m.p("ns/c/hl").exists(), "the other link stays");
+    let out = m.sextant(&[
+        "--server", &m.addr, "find", "/ns", "-type", "d", "-name", "c", "-delete",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot delete '/ns/c': Directory not empty"),
+        "{out:?}"
+    );
+    let out = m.sextant(&["--server", &m.addr, "find", "/ns", "-delete"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!m.p("ns").exists(), "all gone, the starting point last");
+
+    // -execdir needs a local directory; a relative $PATH entry is refused.
+    let out = m.sextant(&[
+        "--server", &m.addr, "find", "/", "-execdir", "echo", "{}", ";",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("under a Sextant mount"));
+    let out = Command::new(BIN)
+        .args(["find", "t", "-execdir", "echo", "{}", ";"])
+        .current_dir(&m.mnt)
+        .env("SEXTANT_SECRET", m.secret())
+        .env("PATH", "/usr/bin:bin")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("relative path 'bin'"));
 }
 
 /// A mount made the way `sextant mount DIR` makes it by default: without

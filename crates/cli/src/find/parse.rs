@@ -96,6 +96,49 @@ pub enum Action {
     Printf(super::printf::Format),
     Ls,
     Prune,
+    /// `-exec`, `-execdir`, `-ok`, `-okdir`.
+    Exec(Exec),
+    /// `-delete` (turns on `-depth`).
+    Delete,
+}
+
+impl Action {
+    /// It writes to the output (`-print`, `-print0`, `-printf`, `-ls`).
+    pub fn prints(&self) -> bool {
+        matches!(
+            self,
+            Action::Print | Action::Print0 | Action::Printf(_) | Action::Ls
+        )
+    }
+
+    /// Its value is not always true (the command's exit status, whether
+    /// the deletion worked): the server's filter must not assume it.
+    pub fn may_be_false(&self) -> bool {
+        match self {
+            Action::Exec(e) => !e.batch,
+            Action::Delete => true,
+            _ => false,
+        }
+    }
+}
+
+/// A command to run per entry (`-exec CMD ... ;`) or for many entries at
+/// once (`-exec CMD ... {} +`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exec {
+    /// The command and its arguments; `{}` stands for the entry's path
+    /// (anywhere in an argument with `;`, the last argument with `+`).
+    pub argv: Vec<String>,
+    /// The `+` form: the paths are appended in batches, and the action is
+    /// always true.
+    pub batch: bool,
+    /// `-execdir`/`-okdir`: run in the entry's directory, on `./NAME`.
+    pub in_dir: bool,
+    /// `-ok`/`-okdir`: ask on stderr first, run only on a yes from stdin.
+    pub ask: bool,
+    /// Which `-exec` of the expression this is (numbered from 0 as
+    /// parsed), to keep the batches of two `+` actions apart.
+    pub id: usize,
 }
 
 /// The expression tree (binary operators, as find evaluates them: left
@@ -156,20 +199,6 @@ pub struct Command {
 
 /// Predicates, actions and options refused, with the reason shown.
 const REFUSED: &[(&str, &str)] = &[
-    (
-        "-exec",
-        "running commands is not supported; pipe -print0 into xargs -0",
-    ),
-    (
-        "-execdir",
-        "running commands is not supported; pipe -print0 into xargs -0",
-    ),
-    ("-ok", "running commands is not supported"),
-    ("-okdir", "running commands is not supported"),
-    (
-        "-delete",
-        "sextant find never changes the namespace; use sextant rm",
-    ),
     (
         "-fprint",
         "writing to files is not supported; redirect the output",
@@ -253,6 +282,9 @@ pub fn parse(args: &[String], env: &dyn Env) -> Result<Command, ParseError> {
         max_depth: u32::MAX,
         depth_first: false,
         has_action: false,
+        execs: 0,
+        prunes: false,
+        deletes: false,
         origin: env.now(),
     };
     let expr = if p.args.is_empty() {
@@ -267,6 +299,13 @@ pub fn parse(args: &[String], env: &dyn Env) -> Result<Command, ParseError> {
         }
         Some(e)
     };
+    if p.deletes && p.prunes && !p.depth_first {
+        // As find: -delete would silently turn -prune off.
+        return err(
+            "the -delete action turns on -depth, but -prune does nothing when -depth is in \
+             effect; to carry on anyway, give -depth explicitly",
+        );
+    }
     let expr = match (expr, p.has_action) {
         (None, _) => Node::Action(Action::Print),
         (Some(e), true) => e,
@@ -277,7 +316,7 @@ pub fn parse(args: &[String], env: &dyn Env) -> Result<Command, ParseError> {
         expr,
         min_depth: p.min_depth,
         max_depth: p.max_depth,
-        depth_first: p.depth_first,
+        depth_first: p.depth_first || p.deletes,
     })
 }
 
@@ -289,6 +328,10 @@ struct Parser<'a> {
     max_depth: u32,
     depth_first: bool,
     has_action: bool,
+    /// `-exec`s and the like so far.
+    execs: usize,
+    prunes: bool,
+    deletes: bool,
     /// What `-Xtime`/`-Xmin` measure ages from: the start time, or after
     /// `-daystart` the end of today (so `-mtime 0` is "today").
     origin: Nanos,
@@ -849,7 +892,18 @@ impl<'a> Parser<'a> {
                 let fmt = super::printf::parse(f.as_bytes()).map_err(ParseError)?;
                 self.action(Action::Printf(fmt))
             }
-            "-prune" => Ok(Node::Action(Action::Prune)),
+            "-prune" => {
+                self.prunes = true;
+                Ok(Node::Action(Action::Prune))
+            }
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                let e = self.exec(tok)?;
+                self.action(Action::Exec(e))
+            }
+            "-delete" => {
+                self.deletes = true;
+                self.action(Action::Delete)
+            }
             _ => {
                 if let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == tok) {
                     return err(format!("'{tok}' is not supported: {why}"));
@@ -872,6 +926,45 @@ impl<'a> Parser<'a> {
                 }
             }
         }
+    }
+
+    /// The command of `-exec` and its kin, up to `;` or `{} +`.
+    fn exec(&mut self, pred: &str) -> Result<Exec, ParseError> {
+        let mut argv: Vec<String> = Vec::new();
+        let batch = loop {
+            let Some(a) = self.next() else {
+                return err(format!("missing argument to '{pred}'"));
+            };
+            match a {
+                ";" => break false,
+                // `+` ends the command only right after a lone `{}`.
+                "+" if argv.last().is_some_and(|l| l == "{}") => break true,
+                _ => argv.push(a.to_string()),
+            }
+        };
+        if argv.is_empty() || (batch && argv.len() == 1) {
+            return err(format!("missing argument to '{pred}'"));
+        }
+        if batch && argv[..argv.len() - 1].iter().any(|a| a.contains("{}")) {
+            return err(format!(
+                "only one instance of {{}} is supported with {pred} ... +"
+            ));
+        }
+        let (in_dir, ask) = (pred.ends_with("dir"), pred.starts_with("-ok"));
+        if ask && batch {
+            return err(format!(
+                "{pred} ... + is not supported (find has only {pred} ... ;)"
+            ));
+        }
+        let id = self.execs;
+        self.execs += 1;
+        Ok(Exec {
+            argv,
+            batch,
+            in_dir,
+            ask,
+            id,
+        })
     }
 
     fn action(&mut self, a: Action) -> Result<Node, ParseError> {
@@ -1143,12 +1236,60 @@ mod tests {
         assert!(p(". -inum +42").is_err());
     }
 
+    fn exec(argv: &[&str], batch: bool, in_dir: bool, ask: bool, id: usize) -> Node {
+        Node::Action(Action::Exec(Exec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            batch,
+            in_dir,
+            ask,
+            id,
+        }))
+    }
+
+    #[test]
+    fn commands_end_at_a_semicolon_or_at_braces_plus() {
+        let c = p(". -exec echo a{}b ;").unwrap();
+        assert_eq!(c.expr, exec(&["echo", "a{}b"], false, false, false, 0));
+        // `+` ends the command only right after `{}`; an action: no -print.
+        let c = p(". -name x -exec ls + {} + -execdir wc {} ;").unwrap();
+        assert_eq!(
+            c.expr,
+            and(
+                and(name("x"), exec(&["ls", "+", "{}"], true, false, false, 0)),
+                exec(&["wc", "{}"], false, true, false, 1)
+            )
+        );
+        let c = p(". -ok rm {} ; -o -okdir rm {} ;").unwrap();
+        assert_eq!(
+            c.expr,
+            or(
+                exec(&["rm", "{}"], false, false, true, 0),
+                exec(&["rm", "{}"], false, true, true, 1)
+            )
+        );
+        let e = |s: &str| p(s).unwrap_err().0;
+        assert!(e(". -exec echo {}").contains("missing argument to '-exec'"));
+        assert!(e(". -exec ;").contains("missing argument to '-exec'"));
+        assert!(e(". -execdir {} +").contains("missing argument to '-execdir'"));
+        assert!(e(". -exec echo {} {} +").contains("only one instance of {}"));
+        assert!(e(". -ok echo {} +").contains("not supported"));
+    }
+
+    #[test]
+    fn delete_turns_on_depth_and_refuses_prune_without_it() {
+        let c = p(". -name x -delete").unwrap();
+        assert!(c.depth_first);
+        assert_eq!(c.expr, and(name("x"), Node::Action(Action::Delete)));
+        let e = p(". -name x -prune -o -delete").unwrap_err().0;
+        assert!(e.contains("-prune does nothing"), "{e}");
+        assert!(p(". -depth -name x -prune -o -delete").is_ok());
+    }
+
     #[test]
     fn errors_name_the_culprit() {
         let e = |s: &str| p(s).unwrap_err().0;
         assert_eq!(e(". -foo"), "unknown predicate '-foo'");
-        assert!(e(". -exec rm {} ;").contains("'-exec' is not supported"));
-        assert!(e(". -delete").contains("'-delete' is not supported"));
+        assert!(e(". -fprint f").contains("'-fprint' is not supported"));
         assert!(e(". -regex x").contains("'-regex' is not supported"));
         assert!(e(". -newermt 2020").contains("'-newermt' is not supported"));
         assert!(e(". -newermm").contains("missing argument"));

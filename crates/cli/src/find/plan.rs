@@ -79,14 +79,29 @@ fn fold_not(a: Expr) -> Expr {
     }
 }
 
+/// Which predicates the server decides the way find does, beside those it
+/// always does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exact {
+    /// `-path`: the printed paths are the namespace paths (a namespace
+    /// starting point typed canonically).
+    pub paths: bool,
+    /// `-empty`: not when `-delete` runs, since a directory emptied by it
+    /// is empty when find reaches it, after its contents.
+    pub empty: bool,
+}
+
 /// Does the server decide this predicate the way find does (at depth ≥ 1)?
-/// `-path` only when printed paths are the namespace paths (`paths`).
-fn server_exact(p: &Pred, paths: bool) -> bool {
-    paths || !matches!(p, Pred::Path { .. })
+fn server_exact(p: &Pred, exact: Exact) -> bool {
+    match p {
+        Pred::Path { .. } => exact.paths,
+        Pred::Empty => exact.empty,
+        _ => true,
+    }
 }
 
 /// `T(e)` with non-exact tests relaxed toward `positive`.
-fn truth(n: &Node, positive: bool, paths: bool) -> Expr {
+fn truth(n: &Node, positive: bool, exact: Exact) -> Expr {
     match n {
         Node::Test(Test::Const(b)) => {
             if *b {
@@ -96,7 +111,7 @@ fn truth(n: &Node, positive: bool, paths: bool) -> Expr {
             }
         }
         Node::Test(Test::Pred(p)) => {
-            if server_exact(p, paths) {
+            if server_exact(p, exact) {
                 Expr::Pred(p.clone())
             } else if positive {
                 Expr::True
@@ -117,17 +132,25 @@ fn truth(n: &Node, positive: bool, paths: bool) -> Expr {
                 Expr::False
             }
         }
+        // A command's exit status, a deletion's success: unknown here.
+        Node::Action(a) if a.may_be_false() => {
+            if positive {
+                Expr::True
+            } else {
+                Expr::False
+            }
+        }
         Node::Action(_) => Expr::True,
-        Node::And(a, b) => fold_and(truth(a, positive, paths), truth(b, positive, paths)),
-        Node::Or(a, b) => fold_or(truth(a, positive, paths), truth(b, positive, paths)),
-        Node::Not(a) => fold_not(truth(a, !positive, paths)),
-        Node::Comma(_, b) => truth(b, positive, paths),
+        Node::And(a, b) => fold_and(truth(a, positive, exact), truth(b, positive, exact)),
+        Node::Or(a, b) => fold_or(truth(a, positive, exact), truth(b, positive, exact)),
+        Node::Not(a) => fold_not(truth(a, !positive, exact)),
+        Node::Comma(_, b) => truth(b, positive, exact),
     }
 }
 
 /// The condition (relaxed upward) under which an action matching `is`
 /// runs.
-fn runs(n: &Node, is: &dyn Fn(&Action) -> bool, paths: bool) -> Expr {
+fn runs(n: &Node, is: &dyn Fn(&Action) -> bool, exact: Exact) -> Expr {
     match n {
         Node::Test(_) => Expr::False,
         Node::Action(a) => {
@@ -138,15 +161,15 @@ fn runs(n: &Node, is: &dyn Fn(&Action) -> bool, paths: bool) -> Expr {
             }
         }
         Node::And(a, b) => fold_or(
-            runs(a, is, paths),
-            fold_and(truth(a, true, paths), runs(b, is, paths)),
+            runs(a, is, exact),
+            fold_and(truth(a, true, exact), runs(b, is, exact)),
         ),
         Node::Or(a, b) => fold_or(
-            runs(a, is, paths),
-            fold_and(fold_not(truth(a, false, paths)), runs(b, is, paths)),
+            runs(a, is, exact),
+            fold_and(fold_not(truth(a, false, exact)), runs(b, is, exact)),
         ),
-        Node::Not(a) => runs(a, is, paths),
-        Node::Comma(a, b) => fold_or(runs(a, is, paths), runs(b, is, paths)),
+        Node::Not(a) => runs(a, is, exact),
+        Node::Comma(a, b) => fold_or(runs(a, is, exact), runs(b, is, exact)),
     }
 }
 
@@ -161,14 +184,13 @@ pub struct Filters {
     pub opaque: Vec<Pred>,
 }
 
-/// `paths`: the printed paths are the namespace paths (a namespace
-/// starting point typed canonically), so the server may decide `-path`.
-pub fn filters(tree: &Tree, depth_first: bool, paths: bool) -> Filters {
-    let out = runs(tree, &|a| !matches!(a, Action::Prune), paths);
+/// `exact`: what the server may decide besides what it always does.
+pub fn filters(tree: &Tree, depth_first: bool, exact: Exact) -> Filters {
+    let out = runs(tree, &|a| !matches!(a, Action::Prune), exact);
     let prune = if depth_first {
         Expr::False
     } else {
-        runs(tree, &|a| matches!(a, Action::Prune), paths)
+        runs(tree, &|a| matches!(a, Action::Prune), exact)
     };
     let mut opaque = Vec::new();
     tree.for_each_leaf(&mut |n| {
@@ -227,6 +249,22 @@ impl Opaque {
     fn holds(&self, p: &Pred, path: &[u8]) -> bool {
         self.sets.iter().any(|(q, s)| q == p && s.contains(path))
     }
+
+    /// The directory at `path` is empty now (`-delete` emptied it after
+    /// the opaque queries ran; find, visiting it after its contents,
+    /// would find it empty).
+    pub fn mark_empty(&mut self, path: &[u8]) {
+        for (q, s) in &mut self.sets {
+            if *q == Pred::Empty {
+                s.insert(path.to_vec());
+            }
+        }
+    }
+
+    /// Does the expression test `-empty` (on directories: opaque)?
+    pub fn tests_empty(&self) -> bool {
+        self.sets.iter().any(|(q, _)| *q == Pred::Empty)
+    }
 }
 
 /// Decides one predicate exactly, as find would, for `s`.
@@ -267,9 +305,8 @@ pub fn eval_pred(p: &Pred, s: &Subject<'_>, opaque: &Opaque) -> bool {
 }
 
 /// Runs the expression on one entry: `act` is called for each action
-/// reached, in order, and returns the action's value (always true for
-/// find's actions). Returns the expression's value.
-/// `client` decides the client-only tests.
+/// reached, in order, and returns the action's value. Returns the
+/// expression's value. `client` decides the client-only tests.
 pub fn run(
     n: &Tree,
     s: &Subject<'_>,
@@ -277,20 +314,113 @@ pub fn run(
     client: &mut dyn FnMut(&ClientTest, &SearchHit) -> bool,
     act: &mut dyn FnMut(&Action) -> bool,
 ) -> bool {
-    match n {
-        Node::Test(Test::Const(b)) => *b,
-        Node::Test(Test::Pred(p)) => eval_pred(p, s, opaque),
-        Node::Test(Test::Client(t)) => client(t, s.hit),
-        Node::Test(_) => false,
-        Node::Action(a) => act(a),
-        Node::And(a, b) => run(a, s, opaque, client, act) && run(b, s, opaque, client, act),
-        Node::Or(a, b) => run(a, s, opaque, client, act) || run(b, s, opaque, client, act),
-        Node::Not(a) => !run(a, s, opaque, client, act),
-        Node::Comma(a, b) => {
-            run(a, s, opaque, client, act);
-            run(b, s, opaque, client, act)
+    let mut e = Eval::new(n);
+    while let Some(a) = e.next_action(s, opaque, client) {
+        e.resume(act(a));
+    }
+    e.value()
+}
+
+/// One evaluation of an expression on one entry, stopped at each action,
+/// so that the caller may perform it however it must (a deletion is a
+/// request to the server) and pass its value on: find's left-to-right
+/// short-circuit order, with an explicit stack instead of recursion.
+pub struct Eval<'t> {
+    todo: Vec<Step<'t>>,
+    value: bool,
+}
+
+enum Step<'t> {
+    Node(&'t Node),
+    /// The right side of `-a`, if the left one was true.
+    AndThen(&'t Node),
+    /// The right side of `-o`, if the left one was false.
+    OrElse(&'t Node),
+    Negate,
+}
+
+impl<'t> Eval<'t> {
+    pub fn new(tree: &'t Tree) -> Self {
+        Eval {
+            todo: vec![Step::Node(tree)],
+            value: false,
         }
     }
+
+    /// Evaluates up to the next action and returns it (perform it, then
+    /// [`Eval::resume`] with its value), or `None` at the end.
+    pub fn next_action(
+        &mut self,
+        s: &Subject<'_>,
+        opaque: &Opaque,
+        client: &mut dyn FnMut(&ClientTest, &SearchHit) -> bool,
+    ) -> Option<&'t Action> {
+        while let Some(step) = self.todo.pop() {
+            match step {
+                Step::Node(n) => match n {
+                    Node::Test(Test::Const(b)) => self.value = *b,
+                    Node::Test(Test::Pred(p)) => self.value = eval_pred(p, s, opaque),
+                    Node::Test(Test::Client(t)) => self.value = client(t, s.hit),
+                    Node::Test(_) => self.value = false,
+                    Node::Action(a) => return Some(a),
+                    Node::And(a, b) => {
+                        self.todo.push(Step::AndThen(b));
+                        self.todo.push(Step::Node(a));
+                    }
+                    Node::Or(a, b) => {
+                        self.todo.push(Step::OrElse(b));
+                        self.todo.push(Step::Node(a));
+                    }
+                    Node::Not(a) => {
+                        self.todo.push(Step::Negate);
+                        self.todo.push(Step::Node(a));
+                    }
+                    // Both sides, in order; the value is the right one's.
+                    Node::Comma(a, b) => {
+                        self.todo.push(Step::Node(b));
+                        self.todo.push(Step::Node(a));
+                    }
+                },
+                Step::AndThen(b) if self.value => self.todo.push(Step::Node(b)),
+                Step::OrElse(b) if !self.value => self.todo.push(Step::Node(b)),
+                Step::AndThen(_) | Step::OrElse(_) => {}
+                Step::Negate => self.value = !self.value,
+            }
+        }
+        None
+    }
+
+    /// The value of the action [`Eval::next_action`] returned.
+    pub fn resume(&mut self, value: bool) {
+        self.value = value;
+    }
+
+    /// The expression's value, once [`Eval::next_action`] returned `None`.
+    pub fn value(&self) -> bool {
+        self.value
+    }
+}
+
+/// Does whether `-prune` runs depend on a command's exit status (`-exec
+/// ... ;` or `-ok` before it)? Then finding the pruned directories would
+/// mean running commands twice, once ahead: refused.
+pub fn prune_needs_command(tree: &Tree) -> bool {
+    fn fixed(n: &Node, value: bool) -> Node {
+        match n {
+            Node::Action(Action::Exec(e)) if !e.batch => Node::Test(Test::Const(value)),
+            Node::And(a, b) => Node::And(Box::new(fixed(a, value)), Box::new(fixed(b, value))),
+            Node::Or(a, b) => Node::Or(Box::new(fixed(a, value)), Box::new(fixed(b, value))),
+            Node::Comma(a, b) => Node::Comma(Box::new(fixed(a, value)), Box::new(fixed(b, value))),
+            Node::Not(a) => Node::Not(Box::new(fixed(a, value))),
+            other => other.clone(),
+        }
+    }
+    let exact = Exact {
+        paths: true,
+        empty: true,
+    };
+    let prunes = |t: &Tree| runs(t, &|a| matches!(a, Action::Prune), exact);
+    prunes(&fixed(tree, true)) != prunes(&fixed(tree, false))
 }
 
 /// access(2) by permission bits: root may read and write anything and
@@ -314,6 +444,11 @@ pub fn access(a: &sextant_types::Attr, cred: &sextant_types::Credentials, mask: 
 mod tests {
     use super::super::parse::{parse, Env};
     use super::*;
+
+    /// The server decides -empty, and -path when `paths`.
+    fn exact(paths: bool) -> Exact {
+        Exact { paths, empty: true }
+    }
     use sextant_types::{Attr, Nanos, Soid};
 
     struct E;
@@ -345,51 +480,51 @@ mod tests {
     #[test]
     fn output_and_prune_conditions() {
         let (t, d) = tree(". -name a -prune -o -name b -print");
-        let f = filters(&t, d, false);
+        let f = filters(&t, d, exact(false));
         assert_eq!(f.out, Expr::And(vec![Expr::not(name("a")), name("b")]));
         assert_eq!(f.prune, name("a"));
         // -depth disables pruning.
         let (t, _) = tree(". -name a -prune -o -print");
-        assert_eq!(filters(&t, true, false).prune, Expr::False);
+        assert_eq!(filters(&t, true, exact(false)).prune, Expr::False);
         // Implicit print after everything.
         let (t, d) = tree(". -name a -o -name b");
         assert_eq!(
-            filters(&t, d, false).out,
+            filters(&t, d, exact(false)).out,
             Expr::Or(vec![name("a"), name("b")])
         );
         // -path is relaxed: true positively, false under !.
         let (t, d) = tree(". -path x -name a");
-        assert_eq!(filters(&t, d, false).out, name("a"));
+        assert_eq!(filters(&t, d, exact(false)).out, name("a"));
         let (t, d) = tree(". ! -path x -name a");
-        assert_eq!(filters(&t, d, false).out, name("a"));
+        assert_eq!(filters(&t, d, exact(false)).out, name("a"));
         let (t, d) = tree(". -path x -o -name a");
-        assert_eq!(filters(&t, d, false).out, Expr::True);
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::True);
         // ... unless printed paths are namespace paths.
         assert_eq!(
-            filters(&t, d, true).out,
+            filters(&t, d, exact(true)).out,
             Expr::Or(vec![Expr::path(b"x"), name("a")])
         );
         // Actions in both branches of a comma.
         let (t, d) = tree(". -name a -print , -name b -print");
         assert_eq!(
-            filters(&t, d, false).out,
+            filters(&t, d, exact(false)).out,
             Expr::Or(vec![name("a"), name("b")])
         );
         // -lname is decided by the client; the server is told "a symlink".
         let (t, d) = tree(". -lname x -o -name a");
         assert_eq!(
-            filters(&t, d, false).out,
+            filters(&t, d, exact(false)).out,
             Expr::Or(vec![
                 Expr::Pred(Pred::Type(vec![FileType::Symlink])),
                 name("a")
             ])
         );
         let (t, d) = tree(". ! -lname x -name a");
-        assert_eq!(filters(&t, d, false).out, name("a"));
+        assert_eq!(filters(&t, d, exact(false)).out, name("a"));
         // Opaque tests are collected once each.
         let (t, d) = tree(". -empty -o -xattr k -o -empty");
         assert_eq!(
-            filters(&t, d, false).opaque,
+            filters(&t, d, exact(false)).opaque,
             vec![Pred::Empty, Pred::XattrExists(b"k".as_slice().into())]
         );
     }
@@ -466,5 +601,119 @@ mod tests {
             &mut |_: &ClientTest, _: &SearchHit| false,
             &mut |_| true
         ));
+    }
+
+    /// find's evaluation, written the obvious recursive way: the reference
+    /// for [`Eval`]. Leaves `Const(v)` are tests; actions are numbered by
+    /// their `Exec::id`, and the `k`-th action reached gets `values[k]`.
+    fn reference(n: &Node, values: &[bool], reached: &mut Vec<usize>) -> bool {
+        match n {
+            Node::Test(Test::Const(b)) => *b,
+            Node::Action(Action::Exec(e)) => {
+                reached.push(e.id);
+                values.get(reached.len() - 1).copied().unwrap_or(true)
+            }
+            Node::And(a, b) => reference(a, values, reached) && reference(b, values, reached),
+            Node::Or(a, b) => reference(a, values, reached) || reference(b, values, reached),
+            Node::Not(a) => !reference(a, values, reached),
+            Node::Comma(a, b) => {
+                reference(a, values, reached);
+                reference(b, values, reached)
+            }
+            _ => unreachable!("generated trees hold constants and commands only"),
+        }
+    }
+
+    fn arb_tree() -> impl proptest::strategy::Strategy<Value = Node> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            any::<bool>().prop_map(|b| Node::Test(Test::Const(b))),
+            (0usize..1000).prop_map(|id| Node::Action(Action::Exec(crate::find::parse::Exec {
+                argv: vec!["true".into()],
+                batch: false,
+                in_dir: false,
+                ask: false,
+                id,
+            }))),
+        ];
+        leaf.prop_recursive(6, 64, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| Node::And(Box::new(a), Box::new(b))),
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| Node::Or(Box::new(a), Box::new(b))),
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| Node::Comma(Box::new(a), Box::new(b))),
+                inner.prop_map(|a| Node::Not(Box::new(a))),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The stepwise evaluation reaches the same actions in the same
+        /// order, and gives the same value, as the recursive one, whatever
+        /// the actions answer.
+        #[test]
+        fn stepwise_evaluation_is_finds_evaluation(
+            t in arb_tree(),
+            values in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..40),
+        ) {
+            let mut want_reached = Vec::new();
+            let want = reference(&t, &values, &mut want_reached);
+            let hit = SearchHit {
+                path: b"/a".to_vec().into(),
+                soid: Soid::ROOT,
+                attr: Attr {
+                    soid: Soid::ROOT,
+                    ftype: FileType::Regular,
+                    perm: 0,
+                    uid: 0,
+                    gid: 0,
+                    nlink: 1,
+                    size: 0,
+                    rdev: 0,
+                    atime: Nanos(0),
+                    mtime: Nanos(0),
+                    ctime: Nanos(0),
+                    parent: Soid::ROOT,
+                },
+                depth: 1,
+            };
+            let s = Subject { hit: &hit, printed: b"/a", name: b"a" };
+            let mut reached = Vec::new();
+            let got = run(&t, &s, &Opaque::default(), &mut |_, _| false, &mut |a| {
+                let Action::Exec(e) = a else { return true };
+                reached.push(e.id);
+                values.get(reached.len() - 1).copied().unwrap_or(true)
+            });
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(reached, want_reached);
+        }
+    }
+
+    #[test]
+    fn prune_depending_on_a_commands_status_is_found() {
+        let needs = |s: &str| prune_needs_command(&tree(s).0);
+        assert!(needs(". -exec test -d {} ; -prune"));
+        assert!(needs(". ! -exec test {} ; -prune -o -print"));
+        assert!(!needs(". -name .git -prune -o -exec echo {} ;"));
+        assert!(!needs(". -exec echo {} + -prune"));
+        assert!(!needs(". -exec echo {} ;"));
+    }
+
+    #[test]
+    fn commands_and_deletions_are_not_assumed_true_by_the_filter() {
+        // `-exec ... ; -o -print`: whatever the command says, an entry
+        // may print, so the server may not drop any.
+        let (t, d) = tree(". -name a -exec false ; -o -print");
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::True);
+        // With -delete, -empty is decided when the directory is reached.
+        let (t, d) = tree(". -empty -delete");
+        let deleting = Exact {
+            paths: false,
+            empty: false,
+        };
+        assert_eq!(filters(&t, d, deleting).out, Expr::True);
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::Pred(Pred::Empty));
     }
 }

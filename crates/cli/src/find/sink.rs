@@ -52,7 +52,7 @@ impl Sink for Output {
     fn action(&mut self, a: &Action, x: &printf::Facts<'_>, hit: &SearchHit, now: Nanos) {
         let mut buf = Vec::new();
         if self.json {
-            if matches!(a, Action::Prune) || self.printed {
+            if !a.prints() || self.printed {
                 return;
             }
             self.printed = true;
@@ -75,7 +75,7 @@ impl Sink for Output {
                     buf.extend(printf::ls_line(x, now));
                     buf.push(b'\n');
                 }
-                Action::Prune => {}
+                Action::Prune | Action::Exec(_) | Action::Delete => {}
             }
         }
         if !self.broken && self.out.write_all(&buf).is_err() {
@@ -112,7 +112,7 @@ impl Sink for Counter {
     }
 
     fn action(&mut self, a: &Action, _: &printf::Facts<'_>, hit: &SearchHit, _: Nanos) {
-        if !matches!(a, Action::Prune) && !self.counted {
+        if a.prints() && !self.counted {
             self.counted = true;
             self.agg.add(self.by, hit);
         }

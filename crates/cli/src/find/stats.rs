@@ -206,6 +206,13 @@ async fn totals(
                         failed: false,
                         uses_access: run.uses_access,
                         uses_lname: run.uses_lname,
+                        // stats refuses every action but the implicit -print.
+                        commands: Default::default(),
+                        runs_in_dirs: false,
+                        deletes: false,
+                        local: false,
+                        parents: Default::default(),
+                        emptied: Default::default(),
                     };
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;
