@@ -27,6 +27,7 @@
 //! over-approximate), and every entry find would print reaches the client
 //! (the filters are implied by "some output action runs").
 
+mod date;
 mod exec;
 mod mounts;
 pub(crate) mod names;
@@ -70,6 +71,8 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -perm MODE|-MODE|/MODE (octal or symbolic, e.g. u+x,g=w)
            -mtime -atime -ctime N (days)   -mmin -amin -cmin N (minutes)
            -newer F  -anewer F  -cnewer F  -newerXY F (X, Y in a, c, m)
+           -newerXt DATE (X in a, c, m; DATE: YYYY-MM-DD[ HH:MM[:SS[.F]]]
+           local time, or with Z / UTC / +HH:MM, or @SECONDS)
            -true  -false  -nouser  -nogroup
            -readable  -writable  -executable (by permission bits)
            -lname GLOB  -ilname GLOB
@@ -89,12 +92,15 @@ Actions:   -print  -print0  -ls  -prune
            starting points under a mount only)
            -delete (turns on -depth; entries are removed deepest first,
            under a mount through the mount, else by requests to the server)
+           -quit (stop at the first entry that reaches it, in the server's
+           order)
 Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
-Refused (with a message, never ignored): -fprint* -fls -quit -regex -xtype
--newerXt (dates) -fstype -L -H, and a -prune that depends on the exit status
-of -exec ... ; or -ok (the pruned directories are found before commands run).
+Refused (with a message, never ignored): -fprint* -fls -regex -xtype -fstype
+-L -H, dates other than the forms above (\"2 days ago\"), and a -prune that
+depends on the exit status of -exec ... ; or -ok (the pruned directories are
+found before the commands run).
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).
@@ -172,6 +178,8 @@ struct Run<'a> {
     /// Namespace directories `-delete` removed something from, not yet
     /// visited: `-empty` is decided afresh for them.
     emptied: HashSet<Vec<u8>>,
+    /// `-quit` ran: nothing more is visited.
+    quit: bool,
 }
 
 /// The command whose messages these are (`find`, `stats` or `du`; set
@@ -432,6 +440,10 @@ impl Run<'_> {
                     self.commands.run(e, &shown, &|m| report(m))
                 }
                 Action::Delete => self.delete(hit, &shown).await,
+                Action::Quit => {
+                    self.quit = true;
+                    break;
+                }
                 _ => {
                     sink.action(a, &facts, hit, now);
                     true
@@ -620,6 +632,9 @@ impl Run<'_> {
         if min == 0 && !self.deletes {
             self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
         }
+        if self.quit {
+            return Ok(());
+        }
         let descend =
             max > 0 && !pruned.contains(&root) && root_hit.attr.ftype == FileType::Directory;
         let q = plan::and(depth(min.max(1), max), filters.out.clone());
@@ -628,7 +643,7 @@ impl Run<'_> {
             all.sort_by_key(|h| std::cmp::Reverse(h.depth));
             for hit in all {
                 self.visit(tb, &root, &hit, &mut opaque, sink).await;
-                if sink.stopped() {
+                if sink.stopped() || self.quit {
                     return Ok(());
                 }
             }
@@ -641,6 +656,9 @@ impl Run<'_> {
                         continue;
                     }
                     self.visit(tb, &root, &hit, &mut opaque, sink).await;
+                    if self.quit {
+                        return Ok(());
+                    }
                 }
                 sink.flush();
                 if sink.stopped() {
@@ -653,7 +671,7 @@ impl Run<'_> {
         if min == 0 && self.deletes {
             self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
         }
-        if !descend {
+        if !descend || self.quit {
             return Ok(());
         }
         // (5) Directories find would fail to open (it reports each and
@@ -768,6 +786,7 @@ async fn prepare<'a>(
         local: false,
         parents: HashMap::new(),
         emptied: HashSet::new(),
+        quit: false,
     };
     cmd.expr.for_each_leaf(&mut |n| match n {
         Node::Test(Test::Client(ClientTest::Access(_))) => run.uses_access = true,
@@ -869,6 +888,9 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
         broken: false,
     };
     for p in &cmd.paths {
+        if run.quit {
+            break;
+        }
         if let Err(e) = run.start(p, &mut out).await {
             out.flush();
             report(format_args!("'{p}': {}", describe(&e)));

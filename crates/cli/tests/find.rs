@@ -381,6 +381,40 @@ fn same_lines_as_gnu_find_on_the_mount() {
             vec!["mnt/x", "-readable", "-writable", "-name", "*e*"],
             Cmp::Lines,
         ),
+        (vec!["mnt/x", "-newermt", "2000-01-02"], Cmp::Lines),
+        (
+            vec![
+                "mnt/x",
+                "!",
+                "-newermt",
+                "2000-01-01 00:00:00",
+                "-type",
+                "f",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-type", "f", "!", "-newermt", "@946684801"],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-newerat",
+                "1999-12-31T23:00:00-01:00",
+                "-newerct",
+                "@0",
+                "-type",
+                "f",
+            ],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "-name", "f1", "-print", "-quit"], Cmp::Lines),
+        (
+            vec!["mnt/imp", "mnt/x", "-name", "zz", "-print", "-quit"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "-print", "-quit"], Cmp::Lines),
         (vec!["mnt/x", "-exec", "echo", "<{}>", ";"], Cmp::Lines),
         (
             vec!["mnt/x", "-type", "f", "-exec", "echo", "f:", "{}", "+"],

@@ -114,6 +114,24 @@ impl Env for RealEnv {
             i64::from(tm.tm_hour) * 3600 + i64::from(tm.tm_min) * 60 + i64::from(tm.tm_sec);
         Nanos::from_parts(self.now.secs() - into_day, 0).unwrap_or(self.now)
     }
+    fn local_seconds(&self, c: &super::date::Civil) -> Option<i64> {
+        // SAFETY: mktime reads and normalises only the `tm` we own.
+        let t = unsafe {
+            let mut tm: libc::tm = std::mem::zeroed();
+            tm.tm_year = i32::try_from(c.year - 1900).ok()?;
+            tm.tm_mon = c.month as i32 - 1;
+            tm.tm_mday = c.day as i32;
+            tm.tm_hour = c.hour as i32;
+            tm.tm_min = c.minute as i32;
+            tm.tm_sec = c.second as i32;
+            tm.tm_isdst = -1;
+            libc::mktime(&mut tm)
+        };
+        // -1 is also a valid instant (1969-12-31 23:59:59 UTC), but only
+        // in a zone at UTC; elsewhere it is mktime's error.
+        #[allow(clippy::useless_conversion)] // time_t is i32 on some targets
+        (t != -1 || c.utc_seconds() == -1).then_some(i64::from(t))
+    }
     fn uid_of(&self, user: &str) -> Option<u32> {
         uid_of(user)
     }

@@ -53,6 +53,11 @@ pub trait Env {
     fn day_start(&self) -> Nanos;
     fn uid_of(&self, user: &str) -> Option<u32>;
     fn gid_of(&self, group: &str) -> Option<u32>;
+    /// Seconds since the epoch of a local civil time (for `-newerXt`);
+    /// `None` when it does not exist there. The default reads it as UTC.
+    fn local_seconds(&self, c: &super::date::Civil) -> Option<i64> {
+        Some(c.utc_seconds())
+    }
 }
 
 /// A test that is not yet a wire predicate.
@@ -100,6 +105,9 @@ pub enum Action {
     Exec(Exec),
     /// `-delete` (turns on `-depth`).
     Delete,
+    /// `-quit`: stop at the first entry that reaches it (the first in the
+    /// server's order, which stands for find's traversal order).
+    Quit,
 }
 
 impl Action {
@@ -214,10 +222,6 @@ const REFUSED: &[(&str, &str)] = &[
     (
         "-fls",
         "writing to files is not supported; redirect the output",
-    ),
-    (
-        "-quit",
-        "not supported (results do not arrive in traversal order)",
     ),
     (
         "-regex",
@@ -812,24 +816,33 @@ impl<'a> Parser<'a> {
                 }))
             }
             _ if tok.len() == 8 && tok.starts_with("-newer") => {
-                let letter = |c: u8| {
-                    match c {
+                let letter = |c: u8| match c {
                     b'a' => Ok(TimeAttr::Atime),
                     b'c' => Ok(TimeAttr::Ctime),
                     b'm' => Ok(TimeAttr::Mtime),
                     b'B' => err("birth times (-newerB*, -newer*B) are not recorded by Sextant"),
-                    b't' => err(format!(
-                        "'{tok}' is not supported: -newerXt takes a date; use -newerXY with a reference file"
-                    )),
                     _ => err(format!("unknown predicate '{tok}'")),
-                }
                 };
                 let b = tok.as_bytes();
                 let which = letter(b[6])?;
+                if b[7] == b't' {
+                    // -newerXt DATE: X newer than the date itself.
+                    let date = self.arg(tok)?;
+                    let at = self.date(tok, date)?;
+                    return Ok(match at.0.checked_add(1) {
+                        Some(lo) => Node::Test(Test::Pred(Pred::Time {
+                            which,
+                            lo: Nanos(lo),
+                            hi: Nanos(i64::MAX),
+                        })),
+                        None => Node::Test(Test::Const(false)),
+                    });
+                }
                 let of = letter(b[7])?;
                 let file = self.arg(tok)?.to_string();
                 Ok(Node::Test(Test::Newer { which, of, file }))
             }
+            "-quit" => self.action(Action::Quit),
             "-mtime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Mtime, DAY)?)),
             "-atime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Atime, DAY)?)),
             "-ctime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Ctime, DAY)?)),
@@ -925,6 +938,20 @@ impl<'a> Parser<'a> {
                     _ => err(format!("paths must precede expression: '{tok}'")),
                 }
             }
+        }
+    }
+
+    /// The instant DATE names (`-newerXt DATE`; see [`super::date`]).
+    fn date(&self, pred: &str, date: &str) -> Result<Nanos, ParseError> {
+        use super::date::Date;
+        match super::date::parse(date) {
+            Ok(Date::At(n)) => Ok(n),
+            Ok(Date::Local(c, nanos)) => self
+                .env
+                .local_seconds(&c)
+                .and_then(|s| Nanos::from_parts(s, nanos))
+                .ok_or_else(|| ParseError(format!("{pred}: '{date}' is not a local time here"))),
+            Err(e) => err(format!("{pred}: {e}")),
         }
     }
 
@@ -1276,6 +1303,43 @@ mod tests {
     }
 
     #[test]
+    fn dates_and_quit() {
+        let c = p(". -newerat @10").unwrap();
+        assert_eq!(
+            c.expr,
+            and(
+                Node::Test(Test::Pred(Pred::Time {
+                    which: TimeAttr::Atime,
+                    lo: Nanos(10_000_000_001),
+                    hi: Nanos(i64::MAX),
+                })),
+                print()
+            )
+        );
+        // FakeEnv reads local times as UTC.
+        let c = p(". -newermt 1970-01-02").unwrap();
+        assert_eq!(
+            c.expr,
+            and(
+                Node::Test(Test::Pred(Pred::Time {
+                    which: TimeAttr::Mtime,
+                    lo: Nanos(86_400_000_000_001),
+                    hi: Nanos(i64::MAX),
+                })),
+                print()
+            )
+        );
+        let e = p(". -newermt yesterday").unwrap_err().0;
+        assert!(
+            e.starts_with("-newermt: unrecognised date 'yesterday'"),
+            "{e}"
+        );
+        // -quit is an action: no implicit -print.
+        let c = p(". -name a -quit").unwrap();
+        assert_eq!(c.expr, and(name("a"), Node::Action(Action::Quit)));
+    }
+
+    #[test]
     fn delete_turns_on_depth_and_refuses_prune_without_it() {
         let c = p(". -name x -delete").unwrap();
         assert!(c.depth_first);
@@ -1291,7 +1355,8 @@ mod tests {
         assert_eq!(e(". -foo"), "unknown predicate '-foo'");
         assert!(e(". -fprint f").contains("'-fprint' is not supported"));
         assert!(e(". -regex x").contains("'-regex' is not supported"));
-        assert!(e(". -newermt 2020").contains("'-newermt' is not supported"));
+        assert!(e(". -newermt 2020").contains("unrecognised date '2020'"));
+        assert!(e(". -newertm f").contains("unknown predicate '-newertm'"));
         assert!(e(". -newermm").contains("missing argument"));
         assert!(e(". -readable x").contains("paths must precede"));
         assert!(e(". -name").contains("missing argument to '-name'"));

@@ -75,7 +75,7 @@ impl Sink for Output {
                     buf.extend(printf::ls_line(x, now));
                     buf.push(b'\n');
                 }
-                Action::Prune | Action::Exec(_) | Action::Delete => {}
+                Action::Prune | Action::Exec(_) | Action::Delete | Action::Quit => {}
             }
         }
         if !self.broken && self.out.write_all(&buf).is_err() {

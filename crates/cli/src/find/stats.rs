@@ -213,6 +213,7 @@ async fn totals(
                         local: false,
                         parents: Default::default(),
                         emptied: Default::default(),
+                        quit: false,
                     };
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;
