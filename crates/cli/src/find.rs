@@ -34,6 +34,7 @@ pub(crate) mod names;
 pub mod parse;
 mod plan;
 pub mod printf;
+mod regex;
 mod sink;
 mod stats;
 
@@ -76,6 +77,9 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -true  -false  -nouser  -nogroup
            -readable  -writable  -executable (by permission bits)
            -lname GLOB  -ilname GLOB
+           -regex RE  -iregex RE (the whole path; -regextype emacs (default),
+           posix-basic, posix-extended, egrep, ...; decided by the client, so
+           every entry the other tests leave is fetched: add -name to narrow)
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
            -mtime n means n whole days old (-mtime +1: at least 2 days).
@@ -97,10 +101,10 @@ Actions:   -print  -print0  -ls  -prune
 Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
-Refused (with a message, never ignored): -fprint* -fls -regex -xtype -fstype
--L -H, dates other than the forms above (\"2 days ago\"), and a -prune that
-depends on the exit status of -exec ... ; or -ok (the pruned directories are
-found before the commands run).
+Refused (with a message, never ignored): -fprint* -fls -xtype -fstype -L -H,
+back-references in -regex, dates other than the forms above (\"2 days
+ago\"), and a -prune that depends on the exit status of -exec ... ; or -ok
+(the pruned directories are found before the commands run).
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
 %b/%k are derived from the size; -ls columns have fixed widths; a directory
 the caller cannot list is skipped silently (find also prints an error).

@@ -409,6 +409,32 @@ fn same_lines_as_gnu_find_on_the_mount() {
             ],
             Cmp::Lines,
         ),
+        (vec!["mnt", "-regex", r".*/if_[a-c].*\.h"], Cmp::Lines),
+        (
+            vec!["mnt", "-regex", r".*\(f1\|zz\|with space\)"],
+            Cmp::Lines,
+        ),
+        (vec!["mnt/x", "-iregex", r"MNT/X/D1.*"], Cmp::Lines),
+        (
+            vec![
+                "mnt",
+                "-regextype",
+                "posix-extended",
+                "-regex",
+                r".*/(d[0-9]|[[:upper:]]+[^/]*)",
+            ],
+            Cmp::Lines,
+        ),
+        (
+            vec![
+                "mnt/x",
+                "-regextype",
+                "posix-basic",
+                "-regex",
+                r"mnt/x/d1/d2\(/d3\)\{0,1\}",
+            ],
+            Cmp::Lines,
+        ),
         (vec!["mnt/x", "-name", "f1", "-print", "-quit"], Cmp::Lines),
         (
             vec!["mnt/imp", "mnt/x", "-name", "zz", "-print", "-quit"],
@@ -552,7 +578,14 @@ fn same_lines_as_gnu_find_on_the_mount() {
             "-prune whose outcome depends on the exit status",
         ),
         (vec!["mnt", "-fprint", "f"], "'-fprint' is not supported"),
-        (vec!["mnt", "-regex", ".*"], "'-regex' is not supported"),
+        (
+            vec!["mnt", "-regex", r"\(a\)\1"],
+            "back-references (\\1) are not supported",
+        ),
+        (
+            vec!["mnt", "-regextype", "perl"],
+            "unknown regular expression type 'perl'",
+        ),
         (vec!["mnt", "-size", "3q"], "invalid argument '3q' to -size"),
         (vec!["mnt", "(", "-name", "a"], "without a matching ')'"),
         (

@@ -266,4 +266,34 @@ mod tests {
         }
         assert_eq!(days_from_civil(1970, 1, 1), 0);
     }
+
+    proptest::proptest! {
+        /// Any text is a date or refused, never a panic; a printed UTC
+        /// date reads back as the same instant.
+        #[test]
+        fn any_text_is_read_or_refused(s in "\\PC{0,40}", secs in -5_000_000_000i64..5_000_000_000) {
+            let _ = parse(&s);
+            let days = secs.div_euclid(86_400);
+            let in_day = secs.rem_euclid(86_400);
+            // Civil date of `days` (the inverse of days_from_civil), by search.
+            let mut year = 1970 + days / 366 - 2;
+            while days_from_civil(year + 1, 1, 1) <= days {
+                year += 1;
+            }
+            let mut month = 1;
+            while month < 12 && days_from_civil(year, month + 1, 1) <= days {
+                month += 1;
+            }
+            let day = (days - days_from_civil(year, month, 1) + 1) as u32;
+            if (1000..=9999).contains(&year) {
+                let text = format!(
+                    "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+                    in_day / 3600,
+                    in_day % 3600 / 60,
+                    in_day % 60
+                );
+                proptest::prop_assert_eq!(parse(&text), Ok(Date::At(Nanos(secs * 1_000_000_000))));
+            }
+        }
+    }
 }

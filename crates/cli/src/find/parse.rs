@@ -75,6 +75,9 @@ pub enum Test {
     Samefile(String),
     /// `-true`, `-false`, and global options (true).
     Const(bool),
+    /// `-regex`, `-iregex`: the whole printed path matches (decided by
+    /// the client, like the other tests of the printed path).
+    Regex(super::regex::PathRegex),
     /// Decided by the client only (the server's filter relaxes it).
     Client(ClientTest),
 }
@@ -223,15 +226,6 @@ const REFUSED: &[(&str, &str)] = &[
         "-fls",
         "writing to files is not supported; redirect the output",
     ),
-    (
-        "-regex",
-        "regular expressions are not supported; use -name/-path globs",
-    ),
-    (
-        "-iregex",
-        "regular expressions are not supported; use -name/-path globs",
-    ),
-    ("-regextype", "regular expressions are not supported"),
     ("-xtype", "following symlinks is not supported"),
     ("-follow", "following symlinks is not supported"),
     (
@@ -287,6 +281,7 @@ pub fn parse(args: &[String], env: &dyn Env) -> Result<Command, ParseError> {
         depth_first: false,
         has_action: false,
         execs: 0,
+        regex_syntax: super::regex::Syntax::Emacs,
         prunes: false,
         deletes: false,
         origin: env.now(),
@@ -334,6 +329,8 @@ struct Parser<'a> {
     has_action: bool,
     /// `-exec`s and the like so far.
     execs: usize,
+    /// The syntax of later `-regex`es (`-regextype`).
+    regex_syntax: super::regex::Syntax,
     prunes: bool,
     deletes: bool,
     /// What `-Xtime`/`-Xmin` measure ages from: the start time, or after
@@ -843,6 +840,17 @@ impl<'a> Parser<'a> {
                 Ok(Node::Test(Test::Newer { which, of, file }))
             }
             "-quit" => self.action(Action::Quit),
+            "-regextype" => {
+                self.regex_syntax =
+                    super::regex::Syntax::named(self.arg(tok)?).map_err(ParseError)?;
+                Ok(Node::Test(Test::Const(true)))
+            }
+            "-regex" | "-iregex" => {
+                let pattern = self.arg(tok)?;
+                let re = super::regex::PathRegex::new(pattern, self.regex_syntax, tok == "-iregex")
+                    .map_err(ParseError)?;
+                Ok(Node::Test(Test::Regex(re)))
+            }
             "-mtime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Mtime, DAY)?)),
             "-atime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Atime, DAY)?)),
             "-ctime" => Ok(Node::Test(self.time_test(tok, TimeAttr::Ctime, DAY)?)),
@@ -1354,7 +1362,8 @@ mod tests {
         let e = |s: &str| p(s).unwrap_err().0;
         assert_eq!(e(". -foo"), "unknown predicate '-foo'");
         assert!(e(". -fprint f").contains("'-fprint' is not supported"));
-        assert!(e(". -regex x").contains("'-regex' is not supported"));
+        assert!(e(". -regextype perl").contains("unknown regular expression type 'perl'"));
+        assert!(e(". -regex \\(a\\)\\1").contains("back-references"));
         assert!(e(". -newermt 2020").contains("unrecognised date '2020'"));
         assert!(e(". -newertm f").contains("unknown predicate '-newertm'"));
         assert!(e(". -newermm").contains("missing argument"));

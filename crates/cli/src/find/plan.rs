@@ -361,6 +361,7 @@ impl<'t> Eval<'t> {
                     Node::Test(Test::Const(b)) => self.value = *b,
                     Node::Test(Test::Pred(p)) => self.value = eval_pred(p, s, opaque),
                     Node::Test(Test::Client(t)) => self.value = client(t, s.hit),
+                    Node::Test(Test::Regex(r)) => self.value = r.matches(s.printed),
                     Node::Test(_) => self.value = false,
                     Node::Action(a) => return Some(a),
                     Node::And(a, b) => {

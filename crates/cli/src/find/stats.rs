@@ -66,12 +66,13 @@ fn group_by(by: Option<By>) -> GroupBy {
 }
 
 /// Can the server aggregate this expression exactly? Yes unless it has
-/// `-prune`, `-path` (matched against printed paths) or a client-only test;
+/// `-prune`, `-path` or `-regex` (matched against printed paths) or a
+/// client-only test;
 /// actions other than the implicit `-print` are refused before.
 fn server_exact(tree: &Tree) -> bool {
     let mut ok = true;
     tree.for_each_leaf(&mut |n| match n {
-        Node::Test(Test::Pred(Pred::Path { .. }) | Test::Client(_))
+        Node::Test(Test::Pred(Pred::Path { .. }) | Test::Client(_) | Test::Regex(_))
         | Node::Action(Action::Prune) => ok = false,
         _ => {}
     });
