@@ -76,7 +76,7 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            local time, or with Z / UTC / +HH:MM, or @SECONDS)
            -true  -false  -nouser  -nogroup
            -readable  -writable  -executable (by permission bits)
-           -lname GLOB  -ilname GLOB
+           -lname GLOB  -ilname GLOB  -xtype C (the type a symlink leads to)
            -regex RE  -iregex RE (the whole path; -regextype emacs (default),
            posix-basic, posix-extended, egrep, ...; decided by the client, so
            every entry the other tests leave is fetched: add -name to narrow)
@@ -101,7 +101,7 @@ Actions:   -print  -print0  -ls  -prune
 Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
-Refused (with a message, never ignored): -fprint* -fls -xtype -fstype -L -H,
+Refused (with a message, never ignored): -fprint* -fls -fstype -L -H,
 back-references in -regex, dates other than the forms above (\"2 days
 ago\"), and a -prune that depends on the exit status of -exec ... ; or -ok
 (the pruned directories are found before the commands run).
@@ -161,9 +161,9 @@ struct Run<'a> {
     now: Nanos,
     /// Some error was reported (exit status 1).
     failed: bool,
-    /// The expression has -readable/-writable/-executable (symlink hits
-    /// then need their targets).
-    uses_access: bool,
+    /// The expression has -readable/-writable/-executable or -xtype
+    /// (symlink hits then need their targets).
+    follows_links: bool,
     /// The expression has -lname/-ilname (symlink hits then need their
     /// contents).
     uses_lname: bool,
@@ -355,9 +355,10 @@ impl Run<'_> {
         }
     }
 
-    /// What a symlink hit resolves to, when access tests or `%Y` need it.
+    /// What a symlink hit resolves to, when access tests, -xtype or `%Y`
+    /// need it.
     async fn link_target(&self, hit: &SearchHit, for_printf: bool) -> Option<Result<Attr, Error>> {
-        if !(self.uses_access || for_printf) || hit.attr.ftype != FileType::Symlink {
+        if !(self.follows_links || for_printf) || hit.attr.ftype != FileType::Symlink {
             return None;
         }
         Some(self.s.resolve_raw(&hit.path, true).await)
@@ -782,7 +783,7 @@ async fn prepare<'a>(
         names: Names::default(),
         now,
         failed: false,
-        uses_access: false,
+        follows_links: false,
         uses_lname: false,
         commands: exec::Commands::default(),
         runs_in_dirs: false,
@@ -793,7 +794,9 @@ async fn prepare<'a>(
         quit: false,
     };
     cmd.expr.for_each_leaf(&mut |n| match n {
-        Node::Test(Test::Client(ClientTest::Access(_))) => run.uses_access = true,
+        Node::Test(Test::Client(ClientTest::Access(_) | ClientTest::XType(_))) => {
+            run.follows_links = true
+        }
         Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
         Node::Action(Action::Exec(e)) if e.in_dir => run.runs_in_dirs = true,
         Node::Action(Action::Delete) => run.deletes = true,

@@ -361,6 +361,9 @@ fn same_lines_as_gnu_find_on_the_mount() {
             Cmp::Lines,
         ),
         (vec!["mnt", "-lname", "*f1"], Cmp::Lines),
+        (vec!["mnt/x", "-xtype", "l"], Cmp::Lines),
+        (vec!["mnt/x", "-xtype", "f", "-type", "l"], Cmp::Lines),
+        (vec!["mnt/x", "-xtype", "d,f", "-name", "*d*"], Cmp::Lines),
         (
             vec![
                 "mnt",

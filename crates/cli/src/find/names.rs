@@ -90,6 +90,10 @@ impl Names {
                 target.is_some_and(|a| plan::access(a, cred, m))
             }
             ClientTest::Access(m) => plan::access(&hit.attr, cred, m),
+            ClientTest::XType(ref ts) if hit.attr.ftype == FileType::Symlink => {
+                ts.contains(&target.map_or(FileType::Symlink, |a| a.ftype))
+            }
+            ClientTest::XType(ref ts) => ts.contains(&hit.attr.ftype),
         }
     }
 }

@@ -95,6 +95,9 @@ pub enum ClientTest {
     /// `-readable` (4), `-writable` (2), `-executable` (1): the caller's
     /// access by the permission bits, as access(2) decides it.
     Access(u32),
+    /// `-xtype`: the type a symlink leads to (`l` when it leads nowhere);
+    /// for anything else, its own type.
+    XType(Vec<FileType>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,7 +229,6 @@ const REFUSED: &[(&str, &str)] = &[
         "-fls",
         "writing to files is not supported; redirect the output",
     ),
-    ("-xtype", "following symlinks is not supported"),
     ("-follow", "following symlinks is not supported"),
     (
         "-nouser",
@@ -693,32 +695,10 @@ impl<'a> Parser<'a> {
                     ci: tok.starts_with("-i"),
                 })
             }
-            "-type" => {
-                let a = self.arg(tok)?;
-                let mut ts = Vec::new();
-                for part in a.split(',') {
-                    let mut cs = part.chars();
-                    match (cs.next(), cs.next()) {
-                        (Some(c), None) => match type_letter(c) {
-                            Some(t) => {
-                                if !ts.contains(&t) {
-                                    ts.push(t)
-                                }
-                            }
-                            None if c == 'D' => {
-                                return err("-type D (door) does not exist in Sextant")
-                            }
-                            None => return err(format!("unknown argument to -type: {c}")),
-                        },
-                        _ => {
-                            return err(format!(
-                                "invalid argument '{a}' to -type: use letters f,d,l,b,c,p,s separated by commas"
-                            ))
-                        }
-                    }
-                }
-                pred(Pred::Type(ts))
-            }
+            "-type" => pred(Pred::Type(self.types(tok)?)),
+            "-xtype" => Ok(Node::Test(Test::Client(ClientTest::XType(
+                self.types(tok)?,
+            )))),
             "-user" | "-group" => {
                 let a = self.arg(tok)?;
                 let id = if tok == "-user" {
@@ -947,6 +927,34 @@ impl<'a> Parser<'a> {
                 }
             }
         }
+    }
+
+    /// The type letters of `-type`/`-xtype` (`f,d,l`).
+    fn types(&mut self, tok: &str) -> Result<Vec<FileType>, ParseError> {
+        let a = self.arg(tok)?;
+        let mut ts = Vec::new();
+        for part in a.split(',') {
+            let mut cs = part.chars();
+            match (cs.next(), cs.next()) {
+                (Some(c), None) => match type_letter(c) {
+                    Some(t) => {
+                        if !ts.contains(&t) {
+                            ts.push(t)
+                        }
+                    }
+                    None if c == 'D' => {
+                        return err(format!("{tok} D (door) does not exist in Sextant"))
+                    }
+                    None => return err(format!("unknown argument to {tok}: {c}")),
+                },
+                _ => {
+                    return err(format!(
+                        "invalid argument '{a}' to {tok}: use letters f,d,l,b,c,p,s separated by commas"
+                    ))
+                }
+            }
+        }
+        Ok(ts)
     }
 
     /// The instant DATE names (`-newerXt DATE`; see [`super::date`]).

@@ -123,6 +123,14 @@ fn truth(n: &Node, positive: bool, exact: Exact) -> Expr {
         Node::Test(Test::Client(ClientTest::LinkName { .. })) if positive => {
             Expr::Pred(Pred::Type(vec![FileType::Symlink]))
         }
+        // A matching -xtype is of one of its types, or a symlink.
+        Node::Test(Test::Client(ClientTest::XType(ts))) if positive => {
+            let mut ts = ts.clone();
+            if !ts.contains(&FileType::Symlink) {
+                ts.push(FileType::Symlink);
+            }
+            Expr::Pred(Pred::Type(ts))
+        }
         // Client-only tests, and unresolved reference tests (which never
         // reach here: they are resolved first).
         Node::Test(_) => {

@@ -205,7 +205,7 @@ async fn totals(
                         names: Names::default(),
                         now,
                         failed: false,
-                        uses_access: run.uses_access,
+                        follows_links: run.follows_links,
                         uses_lname: run.uses_lname,
                         // stats refuses every action but the implicit -print.
                         commands: Default::default(),
