@@ -98,10 +98,11 @@ Actions:   -print  -print0  -ls  -prune
            under a mount through the mount, else by requests to the server)
            -quit (stop at the first entry that reaches it, in the server's
            order)
+           -fprint FILE  -fprint0 FILE  -fprintf FILE FORMAT  -fls FILE
 Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
-Refused (with a message, never ignored): -fprint* -fls -fstype -L -H,
+Refused (with a message, never ignored): -fstype -L -H -follow,
 back-references in -regex, dates other than the forms above (\"2 days
 ago\"), and a -prune that depends on the exit status of -exec ... ; or -ok
 (the pruned directories are found before the commands run).
@@ -886,8 +887,17 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
             return Ok(false);
         }
     };
+    let files = match sink::open_files(&run.tree) {
+        Ok(f) => f,
+        Err(e) => {
+            report(e);
+            return Ok(false);
+        }
+    };
     let mut out = Output {
         out: std::io::BufWriter::new(std::io::stdout()),
+        files,
+        file_failed: false,
         json: cli.json,
         needs_link: needs_link(&run.tree),
         needs_target: needs_target(&run.tree),
@@ -906,7 +916,8 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     }
     out.flush();
     run.commands.finish(&|m| report(m));
-    let ok = !run.failed && !run.commands.failed;
+    out.flush();
+    let ok = !run.failed && !run.commands.failed && !out.file_failed;
     drop(run);
     s.close().await?;
     Ok(ok)

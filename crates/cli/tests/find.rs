@@ -551,6 +551,50 @@ fn same_lines_as_gnu_find_on_the_mount() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 
+    // -fprint and its kin: the same files, and the same stdout beside.
+    for (args, cmp) in [
+        (vec!["mnt/x", "-type", "f", "-fprint", "OUT"], Cmp::Lines),
+        (vec!["mnt/x", "-fprint0", "OUT"], Cmp::Nul),
+        (vec!["mnt/x", "-fprintf", "OUT", "%p %s %m\\n"], Cmp::Lines),
+        (vec!["mnt/x", "-fls", "OUT"], Cmp::Ls),
+        (
+            vec!["mnt/x", "-name", "*1", "-fprint", "OUT", "-o", "-print"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-name", "nothing", "-fprint", "OUT"],
+            Cmp::Lines,
+        ),
+    ] {
+        let mut outs = Vec::new();
+        for (prog, pre, file) in [("find", None, "gnu.out"), (BIN, Some("find"), "ours.out")] {
+            let path = m.dir.path().join(file);
+            let _ = std::fs::remove_file(&path);
+            let argv: Vec<String> = args
+                .iter()
+                .map(|a| match *a {
+                    "OUT" => path.display().to_string(),
+                    other => other.to_string(),
+                })
+                .collect();
+            let out = Command::new(prog)
+                .args(pre)
+                .args(&argv)
+                .current_dir(m.dir.path())
+                .env("TZ", "UTC")
+                .env("SEXTANT_SECRET", m.secret())
+                .output()
+                .unwrap();
+            let written = std::fs::read(&path).expect("the file is made, even when empty");
+            outs.push((
+                records(&out.stdout, Cmp::Lines),
+                records(&written, cmp),
+                out.status.code(),
+            ));
+        }
+        assert_eq!(outs[0], outs[1], "{args:?}");
+    }
+
     // Extensions and errors GNU find has no counterpart for.
     let ours = |args: &[&str]| m.sextant(&[&["find"], args].concat());
     let out = ours(&["mnt", "-xattr", "user.tag"]);
@@ -580,7 +624,10 @@ fn same_lines_as_gnu_find_on_the_mount() {
             vec!["mnt", "-exec", "test", "-d", "{}", ";", "-prune"],
             "-prune whose outcome depends on the exit status",
         ),
-        (vec!["mnt", "-fprint", "f"], "'-fprint' is not supported"),
+        (
+            vec!["mnt", "-fprint", "/nonexistent/f"],
+            "'/nonexistent/f': No such file or directory",
+        ),
         (
             vec!["mnt", "-regex", r"\(a\)\1"],
             "back-references (\\1) are not supported",

@@ -114,6 +114,13 @@ pub enum Action {
     /// `-quit`: stop at the first entry that reaches it (the first in the
     /// server's order, which stands for find's traversal order).
     Quit,
+    /// `-fprint FILE`, `-fprint0`, `-fprintf`, `-fls`: what the inner
+    /// action (`Print`, `Print0`, `Printf`, `Ls`) prints goes to FILE
+    /// (created or truncated before the search, as find does).
+    ToFile {
+        file: String,
+        what: Box<Action>,
+    },
 }
 
 impl Action {
@@ -213,22 +220,6 @@ pub struct Command {
 
 /// Predicates, actions and options refused, with the reason shown.
 const REFUSED: &[(&str, &str)] = &[
-    (
-        "-fprint",
-        "writing to files is not supported; redirect the output",
-    ),
-    (
-        "-fprint0",
-        "writing to files is not supported; redirect the output",
-    ),
-    (
-        "-fprintf",
-        "writing to files is not supported; redirect the output",
-    ),
-    (
-        "-fls",
-        "writing to files is not supported; redirect the output",
-    ),
     ("-follow", "following symlinks is not supported"),
     (
         "-nouser",
@@ -893,6 +884,22 @@ impl<'a> Parser<'a> {
                 let fmt = super::printf::parse(f.as_bytes()).map_err(ParseError)?;
                 self.action(Action::Printf(fmt))
             }
+            "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
+                let file = self.arg(tok)?.to_string();
+                let what = match tok {
+                    "-fprint" => Action::Print,
+                    "-fprint0" => Action::Print0,
+                    "-fls" => Action::Ls,
+                    _ => {
+                        let f = self.arg(tok)?;
+                        Action::Printf(super::printf::parse(f.as_bytes()).map_err(ParseError)?)
+                    }
+                };
+                self.action(Action::ToFile {
+                    file,
+                    what: Box::new(what),
+                })
+            }
             "-prune" => {
                 self.prunes = true;
                 Ok(Node::Action(Action::Prune))
@@ -1369,7 +1376,8 @@ mod tests {
     fn errors_name_the_culprit() {
         let e = |s: &str| p(s).unwrap_err().0;
         assert_eq!(e(". -foo"), "unknown predicate '-foo'");
-        assert!(e(". -fprint f").contains("'-fprint' is not supported"));
+        assert!(e(". -fprint").contains("missing argument to '-fprint'"));
+        assert!(e(". -fprintf f").contains("missing argument to '-fprintf'"));
         assert!(e(". -regextype perl").contains("unknown regular expression type 'perl'"));
         assert!(e(". -regex \\(a\\)\\1").contains("back-references"));
         assert!(e(". -newermt 2020").contains("unrecognised date '2020'"));

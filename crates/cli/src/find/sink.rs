@@ -9,6 +9,7 @@ use super::printf;
 use crate::format::json_entry;
 use sextant_engine::search::{Aggregation, GroupBy, SearchHit};
 use sextant_types::Nanos;
+use std::collections::HashMap;
 use std::io::Write;
 
 /// Where the entries that print go.
@@ -31,6 +32,10 @@ pub(super) trait Sink {
 /// `sextant find`'s output.
 pub(super) struct Output {
     pub(super) out: std::io::BufWriter<std::io::Stdout>,
+    /// The files of `-fprint` and its kin, by name as typed.
+    pub(super) files: HashMap<String, std::io::BufWriter<std::fs::File>>,
+    /// Writing a file failed (reported once each; exit status 1).
+    pub(super) file_failed: bool,
     pub(super) json: bool,
     pub(super) needs_link: bool,
     pub(super) needs_target: bool,
@@ -51,6 +56,17 @@ impl Sink for Output {
 
     fn action(&mut self, a: &Action, x: &printf::Facts<'_>, hit: &SearchHit, now: Nanos) {
         let mut buf = Vec::new();
+        if let Action::ToFile { file, what } = a {
+            render(what, x, now, &mut buf);
+            if let Some(w) = self.files.get_mut(file) {
+                if let Err(e) = w.write_all(&buf) {
+                    self.files.remove(file);
+                    super::report(format_args!("'{file}': {}", super::describe_io(&e)));
+                    self.file_failed = true;
+                }
+            }
+            return;
+        }
         if self.json {
             if !a.prints() || self.printed {
                 return;
@@ -61,22 +77,7 @@ impl Sink for Output {
                 buf.push(b'\n');
             }
         } else {
-            match a {
-                Action::Print => {
-                    buf.extend_from_slice(x.path);
-                    buf.push(b'\n');
-                }
-                Action::Print0 => {
-                    buf.extend_from_slice(x.path);
-                    buf.push(0);
-                }
-                Action::Printf(f) => printf::render(f, x, &mut buf),
-                Action::Ls => {
-                    buf.extend(printf::ls_line(x, now));
-                    buf.push(b'\n');
-                }
-                Action::Prune | Action::Exec(_) | Action::Delete | Action::Quit => {}
-            }
+            render(a, x, now, &mut buf);
         }
         if !self.broken && self.out.write_all(&buf).is_err() {
             self.broken = true;
@@ -95,7 +96,63 @@ impl Sink for Output {
         if !self.broken && self.out.flush().is_err() {
             self.broken = true;
         }
+        let mut failed = Vec::new();
+        for (name, w) in &mut self.files {
+            if let Err(e) = w.flush() {
+                super::report(format_args!("'{name}': {}", super::describe_io(&e)));
+                failed.push(name.clone());
+            }
+        }
+        for name in failed {
+            self.files.remove(&name);
+            self.file_failed = true;
+        }
     }
+}
+
+/// What a printing action writes for an entry.
+fn render(a: &Action, x: &printf::Facts<'_>, now: Nanos, buf: &mut Vec<u8>) {
+    match a {
+        Action::Print => {
+            buf.extend_from_slice(x.path);
+            buf.push(b'\n');
+        }
+        Action::Print0 => {
+            buf.extend_from_slice(x.path);
+            buf.push(0);
+        }
+        Action::Printf(f) => printf::render(f, x, buf),
+        Action::Ls => {
+            buf.extend(printf::ls_line(x, now));
+            buf.push(b'\n');
+        }
+        Action::Prune | Action::Exec(_) | Action::Delete | Action::Quit | Action::ToFile { .. } => {
+        }
+    }
+}
+
+/// Creates (or truncates) the file of every `-fprint` and its kin, as
+/// find does before it starts; `/dev/stdout` and `/dev/stderr` are opened
+/// like any file. The first that cannot be made is the error.
+pub(super) fn open_files(
+    tree: &Tree,
+) -> Result<HashMap<String, std::io::BufWriter<std::fs::File>>, String> {
+    let mut names = Vec::new();
+    tree.for_each_leaf(&mut |n| {
+        if let Node::Action(Action::ToFile { file, .. }) = n {
+            names.push(file.clone());
+        }
+    });
+    let mut files = HashMap::new();
+    for name in names {
+        if files.contains_key(&name) {
+            continue;
+        }
+        let f = std::fs::File::create(&name)
+            .map_err(|e| format!("'{name}': {}", super::describe_io(&e)))?;
+        files.insert(name, std::io::BufWriter::new(f));
+    }
+    Ok(files)
 }
 
 /// `sextant stats`' client-side aggregation (when the server cannot
@@ -126,8 +183,10 @@ impl Sink for Counter {
 pub(super) fn needs_target(tree: &Tree) -> bool {
     let mut yes = false;
     tree.for_each_leaf(&mut |n| {
-        if let Node::Action(Action::Printf(f)) = n {
-            yes |= f.needs_target();
+        if let Node::Action(a) = n {
+            if let Action::Printf(f) = inner(a) {
+                yes |= f.needs_target();
+            }
         }
     });
     yes
@@ -136,12 +195,22 @@ pub(super) fn needs_target(tree: &Tree) -> bool {
 pub(super) fn needs_link(tree: &Tree) -> bool {
     let mut yes = false;
     tree.for_each_leaf(&mut |n| {
-        if let Node::Action(Action::Ls) = n {
-            yes = true;
-        }
-        if let Node::Action(Action::Printf(f)) = n {
-            yes |= f.needs_link();
+        if let Node::Action(a) = n {
+            match inner(a) {
+                Action::Ls => yes = true,
+                Action::Printf(f) => yes |= f.needs_link(),
+                _ => {}
+            }
         }
     });
     yes
+}
+
+/// The printing action `a` stands for (itself, or what it writes to a
+/// file).
+fn inner(a: &Action) -> &Action {
+    match a {
+        Action::ToFile { what, .. } => what,
+        other => other,
+    }
 }
