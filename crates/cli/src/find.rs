@@ -923,31 +923,37 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     Ok(ok)
 }
 
+/// A plain file's hit at `path`, for tests.
+#[cfg(test)]
+fn test_hit(path: &str, depth: u32) -> SearchHit {
+    use sextant_types::Soid;
+    SearchHit {
+        path: path.as_bytes().to_vec().into(),
+        soid: Soid::ROOT,
+        attr: Attr {
+            soid: Soid::ROOT,
+            ftype: FileType::Regular,
+            perm: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            rdev: 0,
+            atime: Nanos(0),
+            mtime: Nanos(0),
+            ctime: Nanos(0),
+            parent: Soid::ROOT,
+        },
+        depth,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_types::Soid;
 
     fn hit(path: &str, depth: u32) -> SearchHit {
-        SearchHit {
-            path: path.as_bytes().to_vec().into(),
-            soid: Soid::ROOT,
-            attr: Attr {
-                soid: Soid::ROOT,
-                ftype: FileType::Regular,
-                perm: 0,
-                uid: 0,
-                gid: 0,
-                nlink: 1,
-                size: 0,
-                rdev: 0,
-                atime: Nanos(0),
-                mtime: Nanos(0),
-                ctime: Nanos(0),
-                parent: Soid::ROOT,
-            },
-            depth,
-        }
+        test_hit(path, depth)
     }
 
     #[test]

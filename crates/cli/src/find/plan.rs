@@ -669,25 +669,7 @@ mod tests {
         ) {
             let mut want_reached = Vec::new();
             let want = reference(&t, &values, &mut want_reached);
-            let hit = SearchHit {
-                path: b"/a".to_vec().into(),
-                soid: Soid::ROOT,
-                attr: Attr {
-                    soid: Soid::ROOT,
-                    ftype: FileType::Regular,
-                    perm: 0,
-                    uid: 0,
-                    gid: 0,
-                    nlink: 1,
-                    size: 0,
-                    rdev: 0,
-                    atime: Nanos(0),
-                    mtime: Nanos(0),
-                    ctime: Nanos(0),
-                    parent: Soid::ROOT,
-                },
-                depth: 1,
-            };
+            let hit = crate::find::test_hit("/a", 1);
             let s = Subject { hit: &hit, printed: b"/a", name: b"a" };
             let mut reached = Vec::new();
             let got = run(&t, &s, &Opaque::default(), &mut |_, _| false, &mut |a| {
