@@ -633,8 +633,9 @@ impl Run<'_> {
             }
         }
         // (4) The starting point, then everything below it; with -delete,
-        // everything below it first, deepest first (a directory is
-        // removed after its contents, as find's -depth does).
+        // directories after everything else, deepest first, and the
+        // starting point last (a directory is removed after its contents,
+        // as find's -depth does; only directories wait, in memory).
         if min == 0 && !self.deletes {
             self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
         }
@@ -644,21 +645,17 @@ impl Run<'_> {
         let descend =
             max > 0 && !pruned.contains(&root) && root_hit.attr.ftype == FileType::Directory;
         let q = plan::and(depth(min.max(1), max), filters.out.clone());
-        if descend && q != Expr::False && self.deletes {
-            let mut all = collect(self.s, &ns, q, 0).await?;
-            all.sort_by_key(|h| std::cmp::Reverse(h.depth));
-            for hit in all {
-                self.visit(tb, &root, &hit, &mut opaque, sink).await;
-                if sink.stopped() || self.quit {
-                    return Ok(());
-                }
-            }
-        } else if descend && q != Expr::False {
+        let mut dirs = Vec::new();
+        if descend && q != Expr::False {
             let spec = SearchSpec::new(SearchScope::Path(ns.clone()), q);
             let mut hits = self.s.search(&spec).await?;
             while let Some(batch) = hits.next_batch().await? {
                 for hit in batch {
                     if !pruned.is_empty() && has_pruned_ancestor(&hit.path, &root, &pruned) {
+                        continue;
+                    }
+                    if self.deletes && hit.attr.ftype == FileType::Directory {
+                        dirs.push(hit);
                         continue;
                     }
                     self.visit(tb, &root, &hit, &mut opaque, sink).await;
@@ -672,6 +669,13 @@ impl Run<'_> {
                     // stream cancels the search.
                     return Ok(());
                 }
+            }
+        }
+        dirs.sort_by_key(|h| std::cmp::Reverse(h.depth));
+        for hit in dirs {
+            self.visit(tb, &root, &hit, &mut opaque, sink).await;
+            if sink.stopped() || self.quit {
+                return Ok(());
             }
         }
         if min == 0 && self.deletes {
