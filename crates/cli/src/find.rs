@@ -43,6 +43,7 @@ pub use stats::{du, stats, StatsArgs, STATS_HELP};
 use crate::session::{Session, Target};
 use crate::Cli;
 use anyhow::{bail, Context, Result};
+use futures::StreamExt;
 use names::{now, Names, RealEnv};
 use parse::{Action, ClientTest, Command, Node, Test};
 use plan::{Filters, Opaque, Subject, Tree};
@@ -183,9 +184,24 @@ struct Run<'a> {
     /// Namespace directories `-delete` removed something from, not yet
     /// visited: `-empty` is decided afresh for them.
     emptied: HashSet<Vec<u8>>,
+    /// No action follows `-delete` (its value is never used), so removals
+    /// in the namespace may be in flight together, [`DELETES_IN_FLIGHT`]
+    /// at most (one at a time each waits for its own journal sync).
+    pipelined: bool,
+    /// Removals in flight: (printed path, namespace parent, outcome).
+    removing: futures::stream::FuturesUnordered<Removing<'a>>,
     /// `-quit` ran: nothing more is visited.
     quit: bool,
 }
+
+/// A removal in flight: (printed path, namespace parent path, outcome).
+type Removing<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (Vec<u8>, Vec<u8>, Result<(), String>)> + 'a>,
+>;
+
+/// Namespace removals of one `find -delete` in flight at most (as `sextant
+/// rm -r`'s: enough to fill the server's group commits).
+const DELETES_IN_FLIGHT: usize = 64;
 
 /// The command whose messages these are (`find`, `stats` or `du`; set
 /// once by the command that runs).
@@ -315,7 +331,7 @@ fn has_pruned_ancestor(path: &[u8], root: &[u8], pruned: &HashSet<Vec<u8>>) -> b
     false
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
     /// Resolves `-newer F` and `-samefile F` as find does: F is located
     /// like a starting point; a `-newer` file outside Sextant is read
     /// locally.
@@ -461,34 +477,86 @@ impl Run<'_> {
     }
 
     /// `-delete` of `hit`, printed as `shown`: through the local path
-    /// under a mount, else by a request to the server. Failures are
-    /// reported as find reports them (exit status 1).
+    /// under a mount, else by a request to the server — in flight beside
+    /// others when its value is not used ([`Run::pipelined`]; then it
+    /// counts as true, and a failure is reported when it ends). Failures
+    /// are reported as find reports them (exit status 1).
     async fn delete(&mut self, hit: &SearchHit, shown: &[u8]) -> bool {
         // As find: the starting point `.` is never removed.
         if shown == b"." {
             return true;
         }
+        let cut = hit.path.iter().rposition(|&c| c == b'/').unwrap_or(0);
+        let parent_path = if cut == 0 { b"/" } else { &hit.path[..cut] }.to_vec();
         let dir = hit.attr.ftype == FileType::Directory;
-        let outcome = if self.local {
-            let p = std::path::Path::new(std::ffi::OsStr::from_bytes(shown));
-            let r = if dir {
-                std::fs::remove_dir(p)
-            } else {
-                std::fs::remove_file(p)
+        let removal: std::pin::Pin<Box<dyn std::future::Future<Output = _> + 'a>> = if self.local {
+            // Through the mount (which also removes a file's data), on a
+            // blocking thread when in flight beside others.
+            let p = PathBuf::from(std::ffi::OsStr::from_bytes(shown));
+            let remove = move || {
+                let r = if dir {
+                    std::fs::remove_dir(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+                r.map_err(|e| describe_io(&e))
             };
-            r.map_err(|e| describe_io(&e))
+            if !self.pipelined {
+                return self.deleted(shown, parent_path, remove());
+            }
+            Box::pin(async move {
+                match tokio::task::spawn_blocking(remove).await {
+                    Ok(r) => r,
+                    Err(e) => Err(e.to_string()),
+                }
+            })
         } else if hit.soid == sextant_types::Soid::ROOT {
-            Err("Device or resource busy".to_string())
+            return self.deleted(shown, parent_path, Err("Device or resource busy".into()));
         } else {
-            self.remove_in_namespace(hit, dir)
-                .await
-                .map_err(|e| describe(&e))
+            // The primary link's directory is this path's unless the file
+            // has other links.
+            let parent = if dir || hit.attr.nlink <= 1 {
+                hit.attr.parent
+            } else if let Some(&p) = self.parents.get(&parent_path) {
+                p
+            } else {
+                match self.s.resolve_raw(&parent_path, false).await {
+                    Ok(a) => {
+                        self.parents.insert(parent_path.clone(), a.soid);
+                        a.soid
+                    }
+                    Err(e) => return self.deleted(shown, parent_path, Err(describe(&e))),
+                }
+            };
+            let (s, name) = (self.s, hit.name().to_vec());
+            Box::pin(async move {
+                let r = if dir {
+                    s.rmdir(parent, &name).await
+                } else {
+                    s.unlink(parent, &name).await
+                };
+                r.map(|_| ()).map_err(|e| describe(&e))
+            })
         };
-        match outcome {
+        if !self.pipelined {
+            let r = removal.await;
+            return self.deleted(shown, parent_path, r);
+        }
+        let shown = shown.to_vec();
+        self.removing
+            .push(Box::pin(async move { (shown, parent_path, removal.await) }));
+        while self.removing.len() >= DELETES_IN_FLIGHT {
+            self.settle_one().await;
+        }
+        true
+    }
+
+    /// The outcome of a removal of the entry printed as `shown` from the
+    /// namespace directory `parent_path`; the action's value.
+    fn deleted(&mut self, shown: &[u8], parent_path: Vec<u8>, r: Result<(), String>) -> bool {
+        match r {
             Ok(()) => {
-                let cut = hit.path.iter().rposition(|&c| c == b'/').unwrap_or(0);
-                let parent: &[u8] = if cut == 0 { b"/" } else { &hit.path[..cut] };
-                self.emptied.insert(parent.to_vec());
+                self.emptied.insert(parent_path);
                 true
             }
             Err(why) => {
@@ -502,31 +570,19 @@ impl Run<'_> {
         }
     }
 
-    /// Unlinks (rmdir for a directory) the namespace entry of `hit`.
-    async fn remove_in_namespace(&mut self, hit: &SearchHit, dir: bool) -> Result<(), Error> {
-        let cut = hit.path.iter().rposition(|&c| c == b'/').unwrap_or(0);
-        let name = &hit.path[cut + 1..];
-        // The primary link's directory is this path's unless the file has
-        // other links.
-        let parent = if dir || hit.attr.nlink <= 1 {
-            hit.attr.parent
-        } else {
-            let parent_path: &[u8] = if cut == 0 { b"/" } else { &hit.path[..cut] };
-            match self.parents.get(parent_path) {
-                Some(&p) => p,
-                None => {
-                    let p = self.s.resolve_raw(parent_path, false).await?.soid;
-                    self.parents.insert(parent_path.to_vec(), p);
-                    p
-                }
-            }
-        };
-        if dir {
-            self.s.rmdir(parent, name).await?;
-        } else {
-            self.s.unlink(parent, name).await?;
+    /// Waits for one removal in flight.
+    async fn settle_one(&mut self) {
+        if let Some((shown, parent_path, r)) = self.removing.next().await {
+            self.deleted(&shown, parent_path, r);
         }
-        Ok(())
+    }
+
+    /// Waits for every removal in flight (before a directory above them
+    /// is visited).
+    async fn settle_all(&mut self) {
+        while !self.removing.is_empty() {
+            self.settle_one().await;
+        }
     }
 
     /// One starting point.
@@ -672,14 +728,23 @@ impl Run<'_> {
             }
         }
         dirs.sort_by_key(|h| std::cmp::Reverse(h.depth));
+        let mut level = None;
         for hit in dirs {
+            // A directory's contents are all deeper: gone before it.
+            if level != Some(hit.depth) {
+                self.settle_all().await;
+                level = Some(hit.depth);
+            }
             self.visit(tb, &root, &hit, &mut opaque, sink).await;
             if sink.stopped() || self.quit {
+                self.settle_all().await;
                 return Ok(());
             }
         }
+        self.settle_all().await;
         if min == 0 && self.deletes {
             self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
+            self.settle_all().await;
         }
         if !descend || self.quit {
             return Ok(());
@@ -797,6 +862,8 @@ async fn prepare<'a>(
         parents: HashMap::new(),
         emptied: HashSet::new(),
         quit: false,
+        pipelined: false,
+        removing: Default::default(),
     };
     cmd.expr.for_each_leaf(&mut |n| match n {
         Node::Test(Test::Client(ClientTest::Access(_) | ClientTest::XType(_))) => {
@@ -807,6 +874,7 @@ async fn prepare<'a>(
         Node::Action(Action::Delete) => run.deletes = true,
         _ => {}
     });
+    run.pipelined = run.deletes && plan::nothing_follows_delete(&cmd.expr);
     if plan::prune_needs_command(&cmd.expr) {
         bail!(
             "-prune whose outcome depends on the exit status of -exec ... ; or -ok is not \
@@ -918,6 +986,7 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
             run.failed = true;
         }
     }
+    run.settle_all().await;
     out.flush();
     run.commands.finish(&|m| report(m));
     out.flush();

@@ -410,6 +410,20 @@ impl<'t> Eval<'t> {
     }
 }
 
+/// No action comes after a `-delete` (in find's left-to-right order), so
+/// no deletion's value decides whether anything else runs.
+pub fn nothing_follows_delete(tree: &Tree) -> bool {
+    let mut seen_delete = false;
+    let mut after = false;
+    tree.for_each_leaf(&mut |n| {
+        if let Node::Action(a) = n {
+            after |= seen_delete;
+            seen_delete |= matches!(a, Action::Delete);
+        }
+    });
+    !after
+}
+
 /// Does whether `-prune` runs depend on a command's exit status (`-exec
 /// ... ;` or `-ok` before it)? Then finding the pruned directories would
 /// mean running commands twice, once ahead: refused.
@@ -680,6 +694,18 @@ mod tests {
             proptest::prop_assert_eq!(got, want);
             proptest::prop_assert_eq!(reached, want_reached);
         }
+    }
+
+    #[test]
+    fn actions_after_delete_are_found() {
+        let free = |s: &str| nothing_follows_delete(&tree(s).0);
+        assert!(free(". -name a -delete"));
+        assert!(free(". -print -type f -delete"));
+        assert!(free(". -name a -prune -o -depth -delete"));
+        assert!(!free(". -delete -print"));
+        assert!(!free(". -name a -delete -o -print"));
+        assert!(!free(". -delete , -exec echo {} ;"));
+        assert!(!free(". -delete -delete"));
     }
 
     #[test]

@@ -215,6 +215,8 @@ async fn totals(
                         parents: Default::default(),
                         emptied: Default::default(),
                         quit: false,
+                        pipelined: false,
+                        removing: Default::default(),
                     };
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;
