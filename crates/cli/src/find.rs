@@ -108,8 +108,11 @@ back-references in -regex, dates other than the forms above (\"2 days
 ago\"), and a -prune that depends on the exit status of -exec ... ; or -ok
 (the pruned directories are found before the commands run).
 Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
-%b/%k are derived from the size; -ls columns have fixed widths; a directory
-the caller cannot list is skipped silently (find also prints an error).
+%b/%k are derived from the size; -ls columns have fixed widths; output
+comes in the server's order, not find's traversal order (so -quit stops at
+another first entry, and -exec ... + batches hold the same paths in
+another order). A directory the caller cannot list is reported
+'Permission denied' (exit status 1), as find reports it.
 Reference files (-newer F, -samefile F) are resolved like PATH; a -newer
 file that is in neither the namespace nor a mount is read locally.
 
