@@ -79,8 +79,9 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -readable  -writable  -executable (by permission bits)
            -lname GLOB  -ilname GLOB  -xtype C (the type a symlink leads to)
            -regex RE  -iregex RE (the whole path; -regextype emacs (default),
-           posix-basic, posix-extended, egrep, ...; decided by the client, so
-           every entry the other tests leave is fetched: add -name to narrow)
+           posix-basic, posix-extended, egrep, ...; decided by the client:
+           the server narrows only by the literal text a -regex ends with,
+           as in '.*\\.c', so add -name where it does not)
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
            -mtime n means n whole days old (-mtime +1: at least 2 days).

@@ -123,6 +123,25 @@ fn truth(n: &Node, positive: bool, exact: Exact) -> Expr {
         Node::Test(Test::Client(ClientTest::LinkName { .. })) if positive => {
             Expr::Pred(Pred::Type(vec![FileType::Symlink]))
         }
+        // A matching -regex ends its name with the text the expression
+        // requires there, if any: the server narrows by name.
+        Node::Test(Test::Regex(r)) if positive => match r.name_suffix() {
+            Some(suffix) => {
+                let mut glob = b"*".to_vec();
+                for &c in suffix.as_bytes() {
+                    if matches!(c, b'*' | b'?' | b'[' | b']' | b'\\') {
+                        glob.push(b'\\');
+                    }
+                    glob.push(c);
+                }
+                Expr::Pred(Pred::Name {
+                    pattern: glob.into(),
+                    glob: true,
+                    ci: false,
+                })
+            }
+            None => Expr::True,
+        },
         // A matching -xtype is of one of its types, or a symlink.
         Node::Test(Test::Client(ClientTest::XType(ts))) if positive => {
             let mut ts = ts.clone();
@@ -716,6 +735,18 @@ mod tests {
         assert!(!needs(". -name .git -prune -o -exec echo {} ;"));
         assert!(!needs(". -exec echo {} + -prune"));
         assert!(!needs(". -exec echo {} ;"));
+    }
+
+    #[test]
+    fn a_regex_narrows_by_the_name_it_requires() {
+        let (t, d) = tree(". -regex .*\\.c");
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::name(b"*.c"));
+        let (t, d) = tree(". -regex .*a[*]");
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::True);
+        let (t, d) = tree(". -regex .*x\\* -o -print");
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::True);
+        let (t, d) = tree(". ! -regex .*\\.c");
+        assert_eq!(filters(&t, d, exact(false)).out, Expr::True);
     }
 
     #[test]

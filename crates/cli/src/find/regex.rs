@@ -55,6 +55,9 @@ pub struct PathRegex {
     /// As typed, with its syntax and case flag (what equality compares).
     source: (String, Syntax, bool),
     re: Regex,
+    /// Text every matching path's last component ends with, if the
+    /// expression requires one ([`name_suffix`]).
+    suffix: Option<String>,
 }
 
 impl PathRegex {
@@ -66,6 +69,13 @@ impl PathRegex {
         Ok(PathRegex {
             source: (pattern.to_string(), syntax, ci),
             re,
+            // Case-blind matching folds more than ASCII (the Kelvin sign
+            // matches k): no suffix is promised then.
+            suffix: if ci {
+                None
+            } else {
+                name_suffix(pattern, syntax)
+            },
         })
     }
 
@@ -73,6 +83,77 @@ impl PathRegex {
     pub fn matches(&self, path: &[u8]) -> bool {
         self.re.is_match(path)
     }
+
+    /// Text the name (last path component) of every match ends with, so
+    /// that the server can narrow by name (`-name '*SUFFIX'`).
+    pub fn name_suffix(&self) -> Option<&str> {
+        self.suffix.as_deref()
+    }
+}
+
+/// The literal text a whole-path match of `pat` must end with, cut after
+/// its last `/` (so it is a suffix of the last component): the trailing
+/// run of literal characters, before any final `$`. `None` when there is
+/// none, or when the expression has an alternation anywhere (a branch
+/// may end otherwise).
+pub fn name_suffix(pat: &str, syntax: Syntax) -> Option<String> {
+    enum Tok {
+        Lit(char),
+        Other,
+    }
+    let chars: Vec<char> = pat.chars().collect();
+    let mut toks = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        i += 1;
+        let tok = match c {
+            '\\' => {
+                let &e = chars.get(i)?;
+                i += 1;
+                let operator = match syntax {
+                    Syntax::Extended => false,
+                    Syntax::Basic => matches!(e, '(' | ')' | '{' | '}' | '|' | '+' | '?'),
+                    Syntax::Emacs => matches!(e, '(' | ')' | '{' | '}' | '|'),
+                };
+                if e == '|' && syntax != Syntax::Extended {
+                    return None;
+                }
+                if operator || e.is_ascii_alphanumeric() || matches!(e, '<' | '>' | '`' | '\'') {
+                    Tok::Other
+                } else {
+                    Tok::Lit(e)
+                }
+            }
+            '|' if syntax == Syntax::Extended => return None,
+            '[' => {
+                // One token, whatever it holds.
+                i = bracket(&chars, i, &mut String::new()).ok()?;
+                Tok::Other
+            }
+            '.' | '*' | '^' | '$' => Tok::Other,
+            '+' | '?' if syntax != Syntax::Basic => Tok::Other,
+            '(' | ')' | '{' | '}' if syntax == Syntax::Extended => Tok::Other,
+            other => Tok::Lit(other),
+        };
+        toks.push(tok);
+    }
+    // A final `$` anchors what is anchored anyway.
+    if pat.ends_with('$') && !pat.ends_with("\\$") {
+        toks.pop();
+    }
+    let mut suffix: Vec<char> = toks
+        .iter()
+        .rev()
+        .map_while(|t| match t {
+            Tok::Lit(c) => Some(*c),
+            Tok::Other => None,
+        })
+        .collect();
+    suffix.reverse();
+    let text: String = suffix.into_iter().collect();
+    let name_part = text.rsplit('/').next().unwrap_or("");
+    (!name_part.is_empty()).then(|| name_part.to_string())
 }
 
 impl PartialEq for PathRegex {
@@ -293,6 +374,35 @@ mod tests {
     }
 
     #[test]
+    fn required_name_suffixes() {
+        let suf = |p: &str, x: Syntax| name_suffix(p, x);
+        assert_eq!(suf(r".*\.c", Syntax::Emacs).as_deref(), Some(".c"));
+        assert_eq!(
+            suf(r".*/Makefile", Syntax::Basic).as_deref(),
+            Some("Makefile")
+        );
+        assert_eq!(suf(r".*\.txt$", Syntax::Extended).as_deref(), Some(".txt"));
+        assert_eq!(suf(r"./a/b/c\.h", Syntax::Emacs).as_deref(), Some("c.h"));
+        assert_eq!(suf(r".*ab*", Syntax::Emacs), None, "b is repeated");
+        assert_eq!(suf(r".*abc?", Syntax::Extended), None);
+        assert_eq!(
+            suf(r".*ab+", Syntax::Basic).as_deref(),
+            Some("ab+"),
+            "+ is literal in BRE"
+        );
+        assert_eq!(suf(r".*\.\(c\|h\)", Syntax::Emacs), None, "alternation");
+        assert_eq!(suf(r".*(c|h)", Syntax::Extended), None);
+        assert_eq!(suf(r".*(c)", Syntax::Emacs).as_deref(), Some("(c)"));
+        assert_eq!(suf(r".*[ch]", Syntax::Emacs), None);
+        assert_eq!(suf(r".*/", Syntax::Emacs), None);
+        assert_eq!(suf(r".*\w", Syntax::Extended), None);
+        assert!(PathRegex::new(r".*\.c", Syntax::Emacs, true)
+            .unwrap()
+            .name_suffix()
+            .is_none());
+    }
+
+    #[test]
     fn case_and_refusals() {
         let r = PathRegex::new(r".*\.C", Syntax::Emacs, true).unwrap();
         assert!(r.matches(b"./x.c"));
@@ -314,6 +424,35 @@ mod tests {
             PathRegex::new("a", Syntax::Emacs, false),
             PathRegex::new("a", Syntax::Emacs, false)
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        /// The promised suffix never rules out a match: whenever a path
+        /// matches, its last component ends with the suffix.
+        #[test]
+        fn the_name_suffix_holds_for_every_match(
+            atoms in proptest::collection::vec(proptest::sample::select(vec![
+                ".*", ".", "a", "b", "/", "[ab]", "[^a]", "[]a]", "\\.", "\\/", "a*", "b+",
+                "a?", "(a|b)", "\\(a\\|b\\)", "\\(b\\)", "(b)", "a\\{2\\}", "b{2}",
+                "$", "\\$", "+", "?", "|", "\\w",
+            ]), 0..6),
+            path in "[ab./$+?|()]{0,8}",
+        ) {
+            let pat: String = atoms.concat();
+            for syntax in [Syntax::Emacs, Syntax::Basic, Syntax::Extended] {
+                let Ok(r) = PathRegex::new(&pat, syntax, false) else { continue };
+                let Some(suffix) = r.name_suffix() else { continue };
+                if r.matches(path.as_bytes()) {
+                    let name = path.rsplit('/').next().unwrap_or("");
+                    proptest::prop_assert!(
+                        name.ends_with(suffix),
+                        "{:?} ({:?}) matched {:?}, whose name does not end with {:?}",
+                        pat, syntax, path, suffix
+                    );
+                }
+            }
+        }
     }
 
     proptest::proptest! {
