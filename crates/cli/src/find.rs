@@ -349,26 +349,9 @@ impl<'a> Run<'a> {
             }
         }
         if local_ok {
-            use std::os::unix::fs::MetadataExt;
             let m = std::fs::symlink_metadata(file)
                 .map_err(|e| anyhow::anyhow!("'{file}': {}", describe_io(&e)))?;
-            let t = |s: i64, n: i64| {
-                Nanos::from_parts(s, n.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0))
-            };
-            return Ok(Attr {
-                soid: sextant_types::Soid::ROOT,
-                ftype: FileType::Regular,
-                perm: 0,
-                uid: m.uid(),
-                gid: m.gid(),
-                nlink: m.nlink() as u32,
-                size: m.size(),
-                rdev: 0,
-                atime: t(m.atime(), m.atime_nsec()),
-                mtime: t(m.mtime(), m.mtime_nsec()),
-                ctime: t(m.ctime(), m.ctime_nsec()),
-                parent: sextant_types::Soid::ROOT,
-            });
+            return Ok(local_attr(&m));
         }
         match loc {
             Ok(_) => bail!("'{file}': No such file or directory"),
@@ -377,10 +360,24 @@ impl<'a> Run<'a> {
     }
 
     /// What a symlink hit resolves to, when access tests, -xtype or `%Y`
-    /// need it.
-    async fn link_target(&self, hit: &SearchHit, for_printf: bool) -> Option<Result<Attr, Error>> {
+    /// need it: under a mount as the kernel follows it from the printed
+    /// path `shown` (an absolute target may leave the mount, as for
+    /// find), else in the namespace.
+    async fn link_target(
+        &self,
+        hit: &SearchHit,
+        shown: &[u8],
+        for_printf: bool,
+    ) -> Option<Result<Attr, Error>> {
         if !(self.follows_links || for_printf) || hit.attr.ftype != FileType::Symlink {
             return None;
+        }
+        if self.local {
+            let followed = std::fs::metadata(std::ffi::OsStr::from_bytes(shown));
+            return Some(followed.map(|m| local_attr(&m)).map_err(|e| {
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                Error::Fs(FsError::from_errno(errno).unwrap_or(FsError::Io))
+            }));
         }
         Some(self.s.resolve_raw(&hit.path, true).await)
     }
@@ -430,7 +427,7 @@ impl<'a> Run<'a> {
             printed: &shown,
             name,
         };
-        let target = self.link_target(hit, sink.needs_target()).await;
+        let target = self.link_target(hit, &shown, sink.needs_target()).await;
         let follow_type = target.as_ref().map(|t| match t {
             Ok(a) => printf::type_letter(a.ftype),
             Err(e) if e.fs() == Some(FsError::NotFound) => b'N',
@@ -674,7 +671,7 @@ impl<'a> Run<'a> {
                     name,
                 };
                 let mut fired = false;
-                let target = self.link_target(&hit, false).await;
+                let target = self.link_target(&hit, &shown, false).await;
                 let target = target.as_ref().and_then(|t| t.as_ref().ok());
                 let (names, cred) = (&mut self.names, &self.s.cred);
                 plan::run(
@@ -778,6 +775,44 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// The attributes of a local file (a reference file, or the target of a
+/// symlink under a mount, followed by the kernel).
+fn local_attr(m: &std::fs::Metadata) -> Attr {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let t =
+        |s: i64, n: i64| Nanos::from_parts(s, n.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0));
+    let ft = m.file_type();
+    let ftype = if ft.is_dir() {
+        FileType::Directory
+    } else if ft.is_symlink() {
+        FileType::Symlink
+    } else if ft.is_fifo() {
+        FileType::Fifo
+    } else if ft.is_socket() {
+        FileType::Socket
+    } else if ft.is_block_device() {
+        FileType::BlockDevice
+    } else if ft.is_char_device() {
+        FileType::CharDevice
+    } else {
+        FileType::Regular
+    };
+    Attr {
+        soid: sextant_types::Soid::ROOT,
+        ftype,
+        perm: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        nlink: m.nlink() as u32,
+        size: m.size(),
+        rdev: 0,
+        atime: t(m.atime(), m.atime_nsec()),
+        mtime: t(m.mtime(), m.mtime_nsec()),
+        ctime: t(m.ctime(), m.ctime_nsec()),
+        parent: sextant_types::Soid::ROOT,
     }
 }
 

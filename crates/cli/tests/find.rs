@@ -164,7 +164,7 @@ fn build_tree(m: &Mounted) {
          && mkfifo x/fifo && echo s > x/secret/inner && chmod 700 x/secret \
          && echo z > x/xonly/zz && chmod 711 x/xonly \
          && setfattr -n user.tag -v blue x/f1 && setfattr -n user.tag -v red x/empty \
-         && setfattr -n user.other -v 1 x/d1",
+         && setfattr -n user.other -v 1 x/d1 && ln -s /etc/passwd x/abs",
     );
 }
 
