@@ -26,7 +26,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 mod common;
-use common::{fuse_available, sh, spawn_server, KillOnDrop, Mounted, BIN};
+use common::{eventually, fuse_available, sh, spawn_server, KillOnDrop, Mounted, BIN};
 
 /// How an expression's output is compared.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -819,7 +819,8 @@ fn delete_and_exec_change_the_tree_as_gnu_find_does() {
     );
     let out = m.sextant(&["--server", &m.addr, "find", "/ns", "-delete"]);
     assert!(out.status.success(), "{out:?}");
-    assert!(!m.p("ns").exists(), "all gone, the starting point last");
+    // The mount learns of the server's removals by its watch.
+    eventually("all gone, the starting point last", || !m.p("ns").exists());
 
     // -execdir needs a local directory; a relative $PATH entry is refused.
     let out = m.sextant(&[

@@ -13,16 +13,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-/// Polls `f` until it returns true or 10 s pass (changes made elsewhere
-/// reach a mount's caches in milliseconds; a reconnect within 2 s).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(10), "never: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-use common::{fuse_available, is_mounted, sh, spawn_server, KillOnDrop, Mounted, BIN};
+use common::{eventually, fuse_available, is_mounted, sh, spawn_server, KillOnDrop, Mounted, BIN};
 
 /// Name, type, mode, size (not for directories: their size is the file
 /// system's business), owner, link target of everything under `dir`.

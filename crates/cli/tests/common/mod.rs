@@ -308,3 +308,16 @@ impl Drop for Mounted {
         let _ = self.server.wait();
     }
 }
+
+/// Polls `f` until it returns true or 10 s pass (changes made elsewhere
+/// reach a mount's caches in milliseconds; a reconnect within 2 s).
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "never: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
