@@ -6,7 +6,7 @@
 //!
 //! Skipped (with a message) when /dev/fuse or fusermount3 is missing.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -625,6 +625,78 @@ fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
 /// `sextant import --with-data` copies file contents where the mount reads
 /// them: the imported tree reads back on the mount byte for byte, with the
 /// source's sizes, modes and times.
+/// A file with data here, removed by another client (the CLI): its SOID
+/// comes back for the next file, and the old content must not (found by
+/// hand: `truncate -s 16` of the new empty file showed 16 bytes of the old
+/// one — the object file was left behind and a truncate of a file not
+/// open here extended it as it was).
+#[test]
+fn a_reused_soid_never_shows_the_old_files_bytes() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    let secret = vec![0xA5u8; 64 * 1024];
+    std::fs::write(m.p("old"), &secret).unwrap();
+    let old_soid = m.sextant_ok(&["--json", "stat", "/old"]);
+    m.sextant_ok(&["rm", "/old"]);
+    eventually("the removal shows on the mount", || !m.p("old").exists());
+    // New files until one gets the old SOID back.
+    let mut reused = None;
+    for i in 0..50 {
+        let name = format!("new{i}");
+        std::fs::write(m.p(&name), b"").unwrap();
+        let st = m.sextant_ok(&["--json", "stat", &format!("/{name}")]);
+        let soid = |j: &str| serde_json::from_str::<serde_json::Value>(j).unwrap()["soid"].clone();
+        if soid(&st) == soid(&old_soid) {
+            reused = Some(name);
+            break;
+        }
+    }
+    let Some(name) = reused else {
+        eprintln!("no SOID reused in 50 creates: nothing to check");
+        return;
+    };
+    // Grown by truncate(2) of the path (not open), by truncate(1) (an
+    // ftruncate of an open file), then by a write past the end.
+    nix::unistd::truncate(&m.p(&name), 2048).unwrap();
+    let grown = std::fs::read(m.p(&name)).unwrap();
+    assert!(
+        grown.len() == 2048 && grown.iter().all(|&b| b == 0),
+        "grown by truncate(2): {} bytes, {} not zero",
+        grown.len(),
+        grown.iter().filter(|&&b| b != 0).count()
+    );
+    Command::new("truncate")
+        .args(["-s", "4096"])
+        .arg(m.p(&name))
+        .status()
+        .unwrap();
+    let grown = std::fs::read(m.p(&name)).unwrap();
+    assert!(
+        grown.len() == 4096 && grown.iter().all(|&b| b == 0),
+        "grown by truncate: {} bytes, {} not zero",
+        grown.len(),
+        grown.iter().filter(|&&b| b != 0).count()
+    );
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.p(&name))
+        .unwrap();
+    f.write_all_at(b"z", 8191).unwrap();
+    drop(f);
+    // A closed file's own bytes stay when truncate(2) grows it.
+    std::fs::write(m.p("kept"), b"hello").unwrap();
+    nix::unistd::truncate(&m.p("kept"), 8).unwrap();
+    assert_eq!(std::fs::read(m.p("kept")).unwrap(), b"hello\0\0\0");
+    let mut want = vec![0u8; 8192];
+    want[8191] = b'z';
+    assert!(
+        std::fs::read(m.p(&name)).unwrap() == want,
+        "grown by a write past the end: not zeros then 'z'"
+    );
+}
+
 #[test]
 fn import_with_data_reads_back_on_the_mount() {
     if !fuse_available() {

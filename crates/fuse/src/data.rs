@@ -10,12 +10,15 @@
 //! between write and flush, a SOID reused) never show.
 //!
 //! A file the server says is empty gets no object file until its first
-//! write (a create through the mount makes no local file: an ext4 create
-//! costs ~0.4 ms on our disks, more than the metadata create). Until then
-//! the object is *unmaterialized*: its content is zeros up to its size.
-//! Invariant: materializing creates the object file truncated, then
-//! extends it to the size, so stale bytes of an old object file with the
-//! same name never show.
+//! write or growth by truncate (a create through the mount makes no local
+//! file: an ext4 create costs ~0.4 ms on our disks, more than the metadata
+//! create). Until then the object is *unmaterialized*: its content is
+//! zeros up to its size. Invariants: materializing creates the object file
+//! truncated, then extends it to the size, so stale bytes of an old object
+//! file with the same name never show; a file that grows here is
+//! materialized (or its object cut to the size it had) before the server
+//! hears of the new size, since a later first open takes an existing
+//! object file as the file's content up to the server's size.
 
 use parking_lot::Mutex;
 use sextant_types::{Attr, Soid};
@@ -253,21 +256,45 @@ impl Data {
         }
     }
 
+    /// Is the file open here (its size then is this mount's)?
+    pub fn is_open(&self, soid: Soid) -> bool {
+        self.inner.lock().objects.contains_key(&soid)
+    }
+
     /// The server accepted a new size (truncate): cut or extend the object.
-    pub fn truncate(&self, soid: Soid, size: u64) -> io::Result<()> {
+    /// `before` is the server's size before the truncate, for a file not
+    /// open here (`None` when unknown: it is open). The object's bytes past
+    /// `before` are not the file's — an object left by a file that another
+    /// client removed, whose SOID was then reused, or a tail another
+    /// client truncated away — and must read as zeros when the file grows.
+    pub fn truncate(&self, soid: Soid, before: Option<u64>, size: u64) -> io::Result<()> {
         let mut g = self.inner.lock();
         if let Some(obj) = g.objects.get_mut(&soid) {
-            if let Some(f) = &obj.file {
-                f.set_len(size)?;
+            match &obj.file {
+                Some(f) => f.set_len(size)?,
+                // Unmaterialized and growing: materialize now (an object
+                // file left from an earlier life of the SOID would
+                // otherwise be taken as this file's by its next open).
+                None if size > 0 => obj.file = Some(Arc::new(self.materialize(soid, size)?)),
+                None => {}
             }
             obj.size = size;
             return Ok(());
         }
         drop(g);
-        match size {
-            0 => remove_quietly(&self.path(soid)),
-            _ => self.open_object(soid)?.set_len(size),
+        let valid = before.unwrap_or(0);
+        if size == 0 || valid == 0 {
+            // Nothing of the object is the file's: start afresh.
+            remove_quietly(&self.path(soid))?;
+            return match size {
+                0 => Ok(()),
+                _ => self.materialize(soid, size).map(drop),
+            };
         }
+        let f = self.open_object(soid)?;
+        let len = f.metadata()?.len();
+        f.set_len(len.min(valid))?;
+        f.set_len(size)
     }
 
     /// Closes a handle; returns a pending size update to send first.
@@ -347,7 +374,7 @@ mod tests {
         assert_eq!(d.read(fh, 0, 100).unwrap(), b"\0\0\0abc");
         assert_eq!(d.take_dirty(s), Some(Dirty { soid: s, size: 6 }));
         assert_eq!(d.take_dirty(s), None);
-        d.truncate(s, 4).unwrap();
+        d.truncate(s, None, 4).unwrap();
         assert_eq!(d.read(fh, 2, 100).unwrap(), b"\0a");
         assert_eq!(d.release(fh).unwrap(), None);
         // A second open takes the server's size: a longer server size reads
@@ -368,12 +395,12 @@ mod tests {
         let fh = d.open(&attr(s, 0)).unwrap();
         assert_eq!(d.read(fh, 0, 100).unwrap(), b"", "server size 0");
         d.sync(fh).unwrap();
-        d.truncate(s, 4).unwrap();
+        d.truncate(s, None, 4).unwrap();
         assert_eq!(d.read(fh, 0, 100).unwrap(), b"\0\0\0\0", "zeros, not stale");
         assert_eq!(
             std::fs::read(&obj).unwrap(),
-            b"stale bytes",
-            "not touched yet"
+            b"\0\0\0\0",
+            "grown: materialized, the stale bytes gone (a later open would take the file for its own)"
         );
         d.write(fh, 6, b"x").unwrap();
         assert_eq!(d.read(fh, 0, 100).unwrap(), b"\0\0\0\0\0\0x");
@@ -385,6 +412,43 @@ mod tests {
         assert_eq!(d.release(fh).unwrap(), None);
         assert!(!dir.path().join(t.to_string()).exists());
         d.remove(t).unwrap();
+    }
+
+    /// A truncate of a file not open here keeps only the object's bytes
+    /// the file had (its server size before): a stale object (its SOID
+    /// reused after another client removed the file, or a tail another
+    /// client cut) never shows when the file grows.
+    #[test]
+    fn truncating_a_closed_file_drops_what_was_not_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Data::open_dir(dir.path()).unwrap();
+        let s = Soid::from_u128(11);
+        let obj = dir.path().join(s.to_string());
+        let read_all = |size: u64| {
+            let fh = d.open(&attr(s, size)).unwrap();
+            let v = d.read(fh, 0, 100).unwrap();
+            d.release(fh).unwrap();
+            v
+        };
+        // An empty new file with a stale object: grown to 4, zeros.
+        std::fs::write(&obj, b"secret bytes").unwrap();
+        d.truncate(s, Some(0), 4).unwrap();
+        assert_eq!(read_all(4), b"\0\0\0\0");
+        // A 3-byte file whose object still holds 12 (cut elsewhere to 3):
+        // grown to 6, its 3 bytes then zeros.
+        std::fs::write(&obj, b"abcSTALEXXXX").unwrap();
+        d.truncate(s, Some(3), 6).unwrap();
+        assert_eq!(read_all(6), b"abc\0\0\0");
+        // Cut to 0: no object left.
+        d.truncate(s, Some(6), 0).unwrap();
+        assert!(!obj.exists());
+        // Open (empty, so unmaterialized) and grown by ftruncate: the next
+        // open, which takes the server's size, finds no stale object.
+        std::fs::write(&obj, b"secret bytes").unwrap();
+        let fh = d.open(&attr(s, 0)).unwrap();
+        d.truncate(s, None, 5).unwrap();
+        d.release(fh).unwrap();
+        assert_eq!(read_all(5), b"\0\0\0\0\0");
     }
 
     #[test]

@@ -378,13 +378,21 @@ impl Filesystem for SextantFs {
             // Written data first, so explicit times given now win.
             self.send_dirty(self.data.take_dirty(soid)).await?;
             let c = self.cred(req);
+            // A file not open here: its size before the truncate tells
+            // which bytes of the object are its own (data::Data::truncate).
+            let before = match size {
+                Some(_) if !self.data.is_open(soid) => {
+                    Some(self.client().getattr(&c, soid).await?.size)
+                }
+                _ => None,
+            };
             let a = if set.is_empty() {
                 self.client().getattr(&c, soid).await?
             } else {
                 self.client().setattr(&c, soid, &set).await?
             };
             if let Some(size) = size {
-                self.data.truncate(soid, size)?;
+                self.data.truncate(soid, before, size)?;
             }
             Ok(self.attr(&a, ino))
         })
