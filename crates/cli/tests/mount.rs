@@ -622,81 +622,109 @@ fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
     }
 }
 
-/// `sextant import --with-data` copies file contents where the mount reads
-/// them: the imported tree reads back on the mount byte for byte, with the
-/// source's sizes, modes and times.
-/// A file with data here, removed by another client (the CLI): its SOID
-/// comes back for the next file, and the old content must not (found by
-/// hand: `truncate -s 16` of the new empty file showed 16 bytes of the old
-/// one — the object file was left behind and a truncate of a file not
-/// open here extended it as it was).
+/// A file with data here, removed by another client (the CLI): the
+/// watching mount drops its object file at once; a mount that does not
+/// watch keeps it, the SOID comes back for the next file, and the old
+/// content must still never show (found by hand: `truncate -s 16` of the
+/// new empty file showed 16 bytes of the old one).
 #[test]
-fn a_reused_soid_never_shows_the_old_files_bytes() {
+fn a_file_removed_elsewhere_leaves_no_data_behind() {
     if !fuse_available() {
         return;
     }
     let m = Mounted::start();
-    let secret = vec![0xA5u8; 64 * 1024];
-    std::fs::write(m.p("old"), &secret).unwrap();
-    let old_soid = m.sextant_ok(&["--json", "stat", "/old"]);
-    m.sextant_ok(&["rm", "/old"]);
-    eventually("the removal shows on the mount", || !m.p("old").exists());
-    // New files until one gets the old SOID back.
-    let mut reused = None;
-    for i in 0..50 {
-        let name = format!("new{i}");
-        std::fs::write(m.p(&name), b"").unwrap();
-        let st = m.sextant_ok(&["--json", "stat", &format!("/{name}")]);
-        let soid = |j: &str| serde_json::from_str::<serde_json::Value>(j).unwrap()["soid"].clone();
-        if soid(&st) == soid(&old_soid) {
-            reused = Some(name);
-            break;
+    let soid_of = |path: &str| {
+        let st = m.sextant_ok(&["--json", "stat", path]);
+        let v: serde_json::Value = serde_json::from_str(&st).unwrap();
+        v["soid"].as_str().unwrap().to_string()
+    };
+    // The watching mount: the object goes when the server says so.
+    std::fs::write(m.p("watched"), vec![0x5Au8; 4096]).unwrap();
+    let object = m.data().join("objects").join(soid_of("/watched"));
+    assert!(object.exists(), "{object:?}");
+    m.sextant_ok(&["rm", "/watched"]);
+    eventually("the object of a file removed elsewhere is dropped", || {
+        !object.exists()
+    });
+
+    // A mount that does not watch, with a store of its own.
+    let (nw, store) = (m.dir.path().join("nw"), m.dir.path().join("nw-objects"));
+    std::fs::create_dir(&nw).unwrap();
+    let store_arg = store.to_string_lossy().to_string();
+    m.mount_at(
+        &nw,
+        &[
+            "--no-watch",
+            "--attr-timeout",
+            "0",
+            "--entry-timeout",
+            "0",
+            "--data-dir",
+            &store_arg,
+        ],
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.0)
+                .status();
         }
     }
+    let _unmount = Unmount(nw.clone());
+    std::fs::write(nw.join("old"), vec![0xA5u8; 64 * 1024]).unwrap();
+    let old_soid = soid_of("/old");
+    m.sextant_ok(&["rm", "/old"]);
+    assert!(store.join(&old_soid).exists(), "left over without a watch");
+    // New files until one gets the old SOID back.
+    let reused = (0..50).map(|i| format!("new{i}")).find(|name| {
+        std::fs::write(nw.join(name), b"").unwrap();
+        soid_of(&format!("/{name}")) == old_soid
+    });
     let Some(name) = reused else {
         eprintln!("no SOID reused in 50 creates: nothing to check");
         return;
     };
+    let path = nw.join(&name);
+    let all_zero = |what: &str, len: usize| {
+        let got = std::fs::read(&path).unwrap();
+        assert!(
+            got.len() == len && got.iter().all(|&b| b == 0),
+            "grown by {what}: {} bytes, {} not zero",
+            got.len(),
+            got.iter().filter(|&&b| b != 0).count()
+        );
+    };
     // Grown by truncate(2) of the path (not open), by truncate(1) (an
     // ftruncate of an open file), then by a write past the end.
-    nix::unistd::truncate(&m.p(&name), 2048).unwrap();
-    let grown = std::fs::read(m.p(&name)).unwrap();
-    assert!(
-        grown.len() == 2048 && grown.iter().all(|&b| b == 0),
-        "grown by truncate(2): {} bytes, {} not zero",
-        grown.len(),
-        grown.iter().filter(|&&b| b != 0).count()
-    );
-    Command::new("truncate")
+    nix::unistd::truncate(&path, 2048).unwrap();
+    all_zero("truncate(2)", 2048);
+    let status = Command::new("truncate")
         .args(["-s", "4096"])
-        .arg(m.p(&name))
+        .arg(&path)
         .status()
         .unwrap();
-    let grown = std::fs::read(m.p(&name)).unwrap();
-    assert!(
-        grown.len() == 4096 && grown.iter().all(|&b| b == 0),
-        "grown by truncate: {} bytes, {} not zero",
-        grown.len(),
-        grown.iter().filter(|&&b| b != 0).count()
-    );
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(m.p(&name))
-        .unwrap();
+    assert!(status.success());
+    all_zero("truncate(1)", 4096);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.write_all_at(b"z", 8191).unwrap();
     drop(f);
-    // A closed file's own bytes stay when truncate(2) grows it.
-    std::fs::write(m.p("kept"), b"hello").unwrap();
-    nix::unistd::truncate(&m.p("kept"), 8).unwrap();
-    assert_eq!(std::fs::read(m.p("kept")).unwrap(), b"hello\0\0\0");
     let mut want = vec![0u8; 8192];
     want[8191] = b'z';
     assert!(
-        std::fs::read(m.p(&name)).unwrap() == want,
+        std::fs::read(&path).unwrap() == want,
         "grown by a write past the end: not zeros then 'z'"
     );
+    // A closed file's own bytes stay when truncate(2) grows it.
+    std::fs::write(nw.join("kept"), b"hello").unwrap();
+    nix::unistd::truncate(&nw.join("kept"), 8).unwrap();
+    assert_eq!(std::fs::read(nw.join("kept")).unwrap(), b"hello\0\0\0");
 }
 
+/// `sextant import --with-data` copies file contents where the mount reads
+/// them: the imported tree reads back on the mount byte for byte, with the
+/// source's sizes, modes and times.
 #[test]
 fn import_with_data_reads_back_on_the_mount() {
     if !fuse_available() {

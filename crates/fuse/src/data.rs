@@ -256,6 +256,31 @@ impl Data {
         }
     }
 
+    /// The identity of `soid`'s object file, if there is one and the file
+    /// is not open here: a leftover candidate ([`Data::remove_leftover`]).
+    pub fn leftover(&self, soid: Soid) -> Option<ObjectStamp> {
+        let g = self.inner.lock();
+        if g.objects.contains_key(&soid) {
+            return None;
+        }
+        stamp(&self.path(soid))
+    }
+
+    /// Removes `soid`'s object file — the server said its inode is gone —
+    /// if the file is still not open here and the object file is the one
+    /// `stamp` saw (a new file with the SOID, created and written here
+    /// meanwhile, changed it). Under the lock, so no open can slip in.
+    /// Returns whether it was removed.
+    pub fn remove_leftover(&self, soid: Soid, seen: ObjectStamp) -> io::Result<bool> {
+        let g = self.inner.lock();
+        let path = self.path(soid);
+        if g.objects.contains_key(&soid) || stamp(&path) != Some(seen) {
+            return Ok(false);
+        }
+        remove_quietly(&path)?;
+        Ok(true)
+    }
+
     /// Is the file open here (its size then is this mount's)?
     pub fn is_open(&self, soid: Soid) -> bool {
         self.inner.lock().objects.contains_key(&soid)
@@ -329,6 +354,25 @@ impl Data {
         drop(g);
         remove_quietly(&self.path(soid))
     }
+}
+
+/// What tells one object file from another at the same path: its inode,
+/// length and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectStamp {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+fn stamp(p: &Path) -> Option<ObjectStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).ok()?;
+    Some(ObjectStamp {
+        ino: m.ino(),
+        len: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    })
 }
 
 fn remove_quietly(p: &Path) -> io::Result<()> {
@@ -449,6 +493,30 @@ mod tests {
         d.truncate(s, None, 5).unwrap();
         d.release(fh).unwrap();
         assert_eq!(read_all(5), b"\0\0\0\0\0");
+    }
+
+    #[test]
+    fn leftovers_go_only_while_unopened_and_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Data::open_dir(dir.path()).unwrap();
+        let s = Soid::from_u128(12);
+        let obj = dir.path().join(s.to_string());
+        assert_eq!(d.leftover(s), None, "no object file");
+        std::fs::write(&obj, b"old").unwrap();
+        let seen = d.leftover(s).unwrap();
+        // Opened meanwhile (a new file with the SOID): kept.
+        let fh = d.open(&attr(s, 0)).unwrap();
+        assert_eq!(d.leftover(s), None);
+        assert!(!d.remove_leftover(s, seen).unwrap());
+        // Written and closed meanwhile: a different object, kept.
+        d.write(fh, 0, b"new!").unwrap();
+        d.release(fh).unwrap();
+        assert!(!d.remove_leftover(s, seen).unwrap());
+        assert_eq!(std::fs::read(&obj).unwrap(), b"new!");
+        // Unchanged and unopened: removed.
+        let seen = d.leftover(s).unwrap();
+        assert!(d.remove_leftover(s, seen).unwrap());
+        assert!(!obj.exists());
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub struct SextantFs {
     pub(crate) groups: GroupCache,
     pub(crate) dirs: DirHandles,
     pub(crate) nodes: Arc<Nodes>,
-    pub(crate) data: Data,
+    pub(crate) data: Arc<Data>,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
     /// The kernel's caches are kept coherent by [`crate::watch`]: absent

@@ -94,13 +94,14 @@ pub fn mount(
     let nodes = Arc::new(nodes::Nodes::default());
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
+    let data = Arc::new(data::Data::open_dir(&cfg.data_dir)?);
     let stopper = client.clone();
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
         dirs: dirs::DirHandles::default(),
         nodes: Arc::clone(&nodes),
-        data: data::Data::open_dir(&cfg.data_dir)?,
+        data: Arc::clone(&data),
         attr_ttl: cfg.attr_ttl,
         entry_ttl: cfg.entry_ttl,
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
@@ -126,7 +127,7 @@ pub fn mount(
         let (notifier, rt) = (session.notifier(), rt.clone());
         std::thread::Builder::new()
             .name("sextant-watch".into())
-            .spawn(move || watch::run(watcher_client, rt, nodes, notifier, epoch, stopped))?;
+            .spawn(move || watch::run(watcher_client, rt, nodes, data, notifier, epoch, stopped))?;
     }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();

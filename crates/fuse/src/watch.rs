@@ -1,5 +1,7 @@
 //! Kernel cache coherence: the kernel's cached names and attributes are
-//! dropped when another client changes them.
+//! dropped when another client changes them. And leftover data: the
+//! object file of a file another client removed is dropped
+//! ([`drop_leftovers`]), since only this mount knows it holds it.
 //!
 //! The kernel caches what entry and attribute replies carry, for
 //! `--entry-timeout` / `--attr-timeout`. Without more, a change made by
@@ -32,9 +34,11 @@
 //! - The watcher never blocks a FUSE thread: it has its own thread, and
 //!   invalidating a name waits only for requests in flight to finish.
 
+use crate::data::Data;
 use crate::nodes::Nodes;
 use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error};
+use sextant_types::{Credentials, FsError, Soid};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,12 +91,36 @@ fn reset(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64) {
     );
 }
 
+/// Removes the object files of changed inodes that the server says are
+/// gone (removed by another client: this mount's own removals drop their
+/// objects themselves), so they neither take space nor wait for their
+/// SOID to come back ([`Data::remove_leftover`] keeps one that was opened
+/// or rewritten meanwhile). One getattr per changed SOID that has an
+/// object file here and is not open.
+async fn drop_leftovers(client: &Client, data: &Data, changed: &[Soid]) {
+    let root = Credentials::root();
+    for &soid in changed {
+        let Some(seen) = data.leftover(soid) else {
+            continue;
+        };
+        // Gone on the server: drop it (still there, or unknown now: keep).
+        if let Err(Error::Fs(FsError::NotFound)) = client.getattr(&root, soid).await {
+            match data.remove_leftover(soid, seen) {
+                Ok(true) => tracing::debug!(%soid, "removed the data of a file removed elsewhere"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(%soid, error = %e, "cannot remove a leftover object"),
+            }
+        }
+    }
+}
+
 /// Runs the watcher until `stop` turns true (on its own thread: the
 /// kernel notifications are blocking writes).
 pub(crate) fn run(
     client: Client,
     rt: tokio::runtime::Handle,
     nodes: Arc<Nodes>,
+    data: Arc<Data>,
     notifier: Notifier,
     epoch: Arc<AtomicU64>,
     mut stop: watch::Receiver<bool>,
@@ -139,6 +167,7 @@ pub(crate) fn run(
                             tracing::warn!("change notices were lost; dropped every kernel cache");
                         }
                         apply(&nodes, &notifier, &epoch, &batch);
+                        drop_leftovers(&client, &data, &batch.inodes).await;
                     }
                     Err(e) => {
                         tracing::info!(error = %e, "the change stream broke; reopening it");
