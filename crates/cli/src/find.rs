@@ -781,25 +781,10 @@ impl<'a> Run<'a> {
 /// The attributes of a local file (a reference file, or the target of a
 /// symlink under a mount, followed by the kernel).
 fn local_attr(m: &std::fs::Metadata) -> Attr {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::os::unix::fs::MetadataExt;
     let t =
         |s: i64, n: i64| Nanos::from_parts(s, n.clamp(0, 999_999_999) as u32).unwrap_or(Nanos(0));
-    let ft = m.file_type();
-    let ftype = if ft.is_dir() {
-        FileType::Directory
-    } else if ft.is_symlink() {
-        FileType::Symlink
-    } else if ft.is_fifo() {
-        FileType::Fifo
-    } else if ft.is_socket() {
-        FileType::Socket
-    } else if ft.is_block_device() {
-        FileType::BlockDevice
-    } else if ft.is_char_device() {
-        FileType::CharDevice
-    } else {
-        FileType::Regular
-    };
+    let ftype = FileType::of_local(m.file_type());
     Attr {
         soid: sextant_types::Soid::ROOT,
         ftype,

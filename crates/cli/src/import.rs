@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use futures::stream::{self, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 use sextant_types::{Attr, FileType, Nanos, SetAttr, Soid, TimeSet};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -68,16 +68,10 @@ async fn create_one(
         let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()).to_vec();
         (Kind::Symlink, s.symlink(it.parent, &it.name, &target).await)
     } else {
-        let (ftype, rdev) = if ft.is_file() {
-            (FileType::Regular, 0)
-        } else if ft.is_fifo() {
-            (FileType::Fifo, 0)
-        } else if ft.is_socket() {
-            (FileType::Socket, 0)
-        } else if ft.is_char_device() {
-            (FileType::CharDevice, it.meta.rdev() as u32)
-        } else {
-            (FileType::BlockDevice, it.meta.rdev() as u32)
+        let ftype = FileType::of_local(ft);
+        let rdev = match ftype {
+            FileType::CharDevice | FileType::BlockDevice => it.meta.rdev() as u32,
+            _ => 0,
         };
         (
             Kind::Other,

@@ -63,6 +63,26 @@ impl FileType {
         FileType::Socket,
     ];
 
+    /// The type of a local file, as the standard library reports it.
+    pub fn of_local(ft: std::fs::FileType) -> FileType {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_dir() {
+            FileType::Directory
+        } else if ft.is_symlink() {
+            FileType::Symlink
+        } else if ft.is_fifo() {
+            FileType::Fifo
+        } else if ft.is_socket() {
+            FileType::Socket
+        } else if ft.is_block_device() {
+            FileType::BlockDevice
+        } else if ft.is_char_device() {
+            FileType::CharDevice
+        } else {
+            FileType::Regular
+        }
+    }
+
     /// The `S_IFMT` bits of this type.
     pub fn mode_bits(self) -> u32 {
         match self {
