@@ -622,6 +622,39 @@ fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
     }
 }
 
+/// `path`, an empty file whose SOID had a file with data before, grown by
+/// truncate(2) of the path (not open), by truncate(1) (an ftruncate of
+/// an open file), then by a write past the end: zeros every time.
+fn grown_files_show_zeros(path: &Path) {
+    let all_zero = |what: &str, len: usize| {
+        let got = std::fs::read(path).unwrap();
+        assert!(
+            got.len() == len && got.iter().all(|&b| b == 0),
+            "grown by {what}: {} bytes, {} not zero",
+            got.len(),
+            got.iter().filter(|&&b| b != 0).count()
+        );
+    };
+    nix::unistd::truncate(path, 2048).unwrap();
+    all_zero("truncate(2)", 2048);
+    let status = Command::new("truncate")
+        .args(["-s", "4096"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    all_zero("truncate(1)", 4096);
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(b"z", 8191).unwrap();
+    drop(f);
+    let mut want = vec![0u8; 8192];
+    want[8191] = b'z';
+    assert!(
+        std::fs::read(path).unwrap() == want,
+        "grown by a write past the end: not zeros then 'z'"
+    );
+}
+
 /// A file with data here, removed by another client (the CLI): the
 /// watching mount drops its object file at once; a mount that does not
 /// watch keeps it, the SOID comes back for the next file, and the old
@@ -682,44 +715,30 @@ fn a_file_removed_elsewhere_leaves_no_data_behind() {
         std::fs::write(nw.join(name), b"").unwrap();
         soid_of(&format!("/{name}")) == old_soid
     });
-    let Some(name) = reused else {
-        eprintln!("no SOID reused in 50 creates: nothing to check");
-        return;
-    };
-    let path = nw.join(&name);
-    let all_zero = |what: &str, len: usize| {
-        let got = std::fs::read(&path).unwrap();
-        assert!(
-            got.len() == len && got.iter().all(|&b| b == 0),
-            "grown by {what}: {} bytes, {} not zero",
-            got.len(),
-            got.iter().filter(|&&b| b != 0).count()
-        );
-    };
-    // Grown by truncate(2) of the path (not open), by truncate(1) (an
-    // ftruncate of an open file), then by a write past the end.
-    nix::unistd::truncate(&path, 2048).unwrap();
-    all_zero("truncate(2)", 2048);
-    let status = Command::new("truncate")
-        .args(["-s", "4096"])
-        .arg(&path)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    all_zero("truncate(1)", 4096);
-    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_all_at(b"z", 8191).unwrap();
-    drop(f);
-    let mut want = vec![0u8; 8192];
-    want[8191] = b'z';
-    assert!(
-        std::fs::read(&path).unwrap() == want,
-        "grown by a write past the end: not zeros then 'z'"
-    );
+    match reused {
+        Some(name) => grown_files_show_zeros(&nw.join(name)),
+        None => eprintln!("no SOID reused in 50 creates: nothing to check"),
+    }
     // A closed file's own bytes stay when truncate(2) grows it.
     std::fs::write(nw.join("kept"), b"hello").unwrap();
     nix::unistd::truncate(&nw.join("kept"), 8).unwrap();
     assert_eq!(std::fs::read(nw.join("kept")).unwrap(), b"hello\0\0\0");
+
+    // A file removed while no watching mount used the store: the next
+    // watching mount of that store sweeps it away when its stream opens,
+    // and keeps the objects of files that still exist.
+    std::fs::write(nw.join("gone"), b"old data").unwrap();
+    let gone = store.join(soid_of("/gone"));
+    let kept = store.join(soid_of("/kept"));
+    m.sextant_ok(&["rm", "/gone"]);
+    drop(_unmount);
+    let sweeper = m.dir.path().join("sweeper");
+    std::fs::create_dir(&sweeper).unwrap();
+    m.mount_at(&sweeper, &["--data-dir", &store_arg]);
+    let _unmount = Unmount(sweeper.clone());
+    eventually("the sweep drops the leftover object", || !gone.exists());
+    assert!(kept.exists(), "an existing file's object stays");
+    assert_eq!(std::fs::read(sweeper.join("kept")).unwrap(), b"hello\0\0\0");
 }
 
 /// `sextant import --with-data` copies file contents where the mount reads

@@ -281,6 +281,23 @@ impl Data {
         Ok(true)
     }
 
+    /// The SOIDs of the object files in the store (names that are not 32
+    /// hex digits are not objects, and are left alone).
+    pub fn stored(&self) -> io::Result<Vec<Soid>> {
+        let mut soids = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.len() != 32 {
+                continue;
+            }
+            if let Ok(v) = u128::from_str_radix(name, 16) {
+                soids.push(Soid::from_u128(v));
+            }
+        }
+        Ok(soids)
+    }
+
     /// Is the file open here (its size then is this mount's)?
     pub fn is_open(&self, soid: Soid) -> bool {
         self.inner.lock().objects.contains_key(&soid)
@@ -517,6 +534,11 @@ mod tests {
         let seen = d.leftover(s).unwrap();
         assert!(d.remove_leftover(s, seen).unwrap());
         assert!(!obj.exists());
+        // What the store holds: object names only.
+        std::fs::write(&obj, b"x").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
+        std::fs::write(dir.path().join("z".repeat(32)), b"").unwrap();
+        assert_eq!(d.stored().unwrap(), vec![s]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Kernel cache coherence: the kernel's cached names and attributes are
 //! dropped when another client changes them. And leftover data: the
 //! object file of a file another client removed is dropped
-//! ([`drop_leftovers`]), since only this mount knows it holds it.
+//! ([`drop_leftovers`]; and [`sweep_store`] checks the whole store each
+//! time the stream opens), since only this mount knows it holds it.
 //!
 //! The kernel caches what entry and attribute replies carry, for
 //! `--entry-timeout` / `--attr-timeout`. Without more, a change made by
@@ -114,6 +115,21 @@ async fn drop_leftovers(client: &Client, data: &Data, changed: &[Soid]) {
     }
 }
 
+/// Checks every object file of the store against the server, as
+/// [`drop_leftovers`] does for changed ones: a file removed while this
+/// mount was down or not watching leaves its object behind. Run when the
+/// change stream (re)opens, in the background, one SOID at a time.
+async fn sweep_store(client: Client, data: Arc<Data>) {
+    let soids = match data.stored() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the data store");
+            return;
+        }
+    };
+    drop_leftovers(&client, &data, &soids).await;
+}
+
 /// Runs the watcher until `stop` turns true (on its own thread: the
 /// kernel notifications are blocking writes).
 pub(crate) fn run(
@@ -156,6 +172,9 @@ pub(crate) fn run(
             };
             backoff = Duration::from_millis(20);
             reset(&nodes, &notifier, &epoch);
+            // Changes made while no stream was open are unknown: removals
+            // among them left objects here.
+            let sweeping = tokio::spawn(sweep_store(client.clone(), Arc::clone(&data)));
             loop {
                 let next = tokio::select! {
                     b = stream.next_batch() => b,
@@ -171,6 +190,7 @@ pub(crate) fn run(
                     }
                     Err(e) => {
                         tracing::info!(error = %e, "the change stream broke; reopening it");
+                        sweeping.abort();
                         break;
                     }
                 }
