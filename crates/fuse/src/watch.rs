@@ -98,9 +98,9 @@ fn reset(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64) {
 /// SOID to come back ([`Data::remove_leftover`] keeps one that was opened
 /// or rewritten meanwhile). One getattr per changed SOID that has an
 /// object file here and is not open.
-async fn drop_leftovers(client: &Client, data: &Data, changed: &[Soid]) {
+async fn drop_leftovers(client: Client, data: Arc<Data>, changed: Vec<Soid>) {
     let root = Credentials::root();
-    for &soid in changed {
+    for soid in changed {
         let Some(seen) = data.leftover(soid) else {
             continue;
         };
@@ -127,7 +127,7 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
             return;
         }
     };
-    drop_leftovers(&client, &data, &soids).await;
+    drop_leftovers(client, data, soids).await;
 }
 
 /// Runs the watcher until `stop` turns true (on its own thread: the
@@ -186,7 +186,17 @@ pub(crate) fn run(
                             tracing::warn!("change notices were lost; dropped every kernel cache");
                         }
                         apply(&nodes, &notifier, &epoch, &batch);
-                        drop_leftovers(&client, &data, &batch.inodes).await;
+                        // Beside the stream, so that asking the server
+                        // never delays the next batch's invalidations.
+                        let held: Vec<Soid> = batch
+                            .inodes
+                            .iter()
+                            .copied()
+                            .filter(|s| data.leftover(*s).is_some())
+                            .collect();
+                        if !held.is_empty() {
+                            tokio::spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
+                        }
                     }
                     Err(e) => {
                         tracing::info!(error = %e, "the change stream broke; reopening it");
