@@ -78,6 +78,8 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -true  -false  -nouser  -nogroup
            -readable  -writable  -executable (by permission bits)
            -lname GLOB  -ilname GLOB  -xtype C (the type a symlink leads to)
+           -fstype TYPE (a mount's type as the kernel records it: fuse.sextant,
+           or fuse for root's own mount; sextant for a namespace path)
            -regex RE  -iregex RE (the whole path; -regextype emacs (default),
            posix-basic, posix-extended, egrep, ...; decided by the client:
            the server narrows only by the literal text a -regex ends with,
@@ -91,7 +93,7 @@ Operators: ( EXPR )  ! EXPR  -not EXPR  EXPR -a EXPR (or just adjacent)
            EXPR -o EXPR  EXPR , EXPR
 Actions:   -print  -print0  -ls  -prune
            -printf FORMAT  (%p %f %h %P %H %s %m %M %u %g %U %G %n %i %y %Y %d
-           %l %b %k %a %c %t %A@ %C@ %T@ %Ak %Ck %Tk (strftime k), width
+           %l %b %k %F %a %c %t %A@ %C@ %T@ %Ak %Ck %Tk (strftime k), width
            and precision like %-10p %.3f; escapes \\n \\t \\0 \\\\ \\NNN \\c)
            -exec CMD {} ;   -exec CMD {} +   -ok CMD {} ;
            -execdir / -okdir (the same, in the entry's directory on ./NAME:
@@ -104,7 +106,7 @@ Actions:   -print  -print0  -ls  -prune
 Sextant extensions (not in GNU find):
            -xattr KEY        has the extended attribute KEY
            -xattr KEY=VALUE  ... with exactly that value
-Refused (with a message, never ignored): -fstype -L -H -follow,
+Refused (with a message, never ignored): -L -H -follow,
 back-references in -regex, dates other than the forms above (\"2 days
 ago\"), and a -prune that depends on the exit status of -exec ... ; or -ok
 (the pruned directories are found before the commands run).
@@ -196,6 +198,9 @@ struct Run<'a> {
     removing: futures::stream::FuturesUnordered<Removing<'a>>,
     /// `-quit` ran: nothing more is visited.
     quit: bool,
+    /// The current starting point's file system type (`-fstype`, `%F`):
+    /// its mount's, else `sextant`.
+    fstype: std::rc::Rc<str>,
 }
 
 /// A removal in flight: (printed path, namespace parent path, outcome).
@@ -436,6 +441,7 @@ impl<'a> Run<'a> {
         });
         let user = self.names.user(hit.attr.uid);
         let group = self.names.group(hit.attr.gid);
+        let fstype = std::rc::Rc::clone(&self.fstype);
         let facts = printf::Facts {
             path: &shown,
             start: typed,
@@ -445,15 +451,16 @@ impl<'a> Run<'a> {
             follow_type,
             user: &user,
             group: &group,
+            fstype: &fstype,
         };
         let now = self.now;
         let target = target.as_ref().and_then(|t| t.as_ref().ok());
         let tree = std::rc::Rc::clone(&self.tree);
         let mut eval = plan::Eval::new(&tree);
         loop {
-            let (names, cred) = (&mut self.names, &self.s.cred);
+            let (names, cred, fstype) = (&mut self.names, &self.s.cred, &self.fstype);
             let Some(a) = eval.next_action(&subject, opaque, &mut |t, h| {
-                names.decide(t, h, cred, target, link.as_deref())
+                names.decide(t, h, cred, target, link.as_deref(), fstype)
             }) else {
                 break;
             };
@@ -601,6 +608,10 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         self.local = loc.mount.is_some();
+        self.fstype = loc
+            .mount
+            .as_ref()
+            .map_or_else(|| "sextant".into(), |m| m.fstype.as_str().into());
         if self.runs_in_dirs && !self.local {
             report(format_args!(
                 "'{typed}': -execdir and -okdir need a starting point under a Sextant \
@@ -673,12 +684,12 @@ impl<'a> Run<'a> {
                 let mut fired = false;
                 let target = self.link_target(&hit, &shown, false).await;
                 let target = target.as_ref().and_then(|t| t.as_ref().ok());
-                let (names, cred) = (&mut self.names, &self.s.cred);
+                let (names, cred, fstype) = (&mut self.names, &self.s.cred, &self.fstype);
                 plan::run(
                     &self.tree,
                     &subject,
                     &opaque,
-                    &mut |t, h| names.decide(t, h, cred, target, None),
+                    &mut |t, h| names.decide(t, h, cred, target, None, fstype),
                     &mut |a| {
                         fired |= matches!(a, Action::Prune);
                         true
@@ -886,6 +897,7 @@ async fn prepare<'a>(
         parents: HashMap::new(),
         emptied: HashSet::new(),
         quit: false,
+        fstype: "sextant".into(),
         pipelined: false,
         removing: Default::default(),
     };

@@ -362,6 +362,18 @@ fn same_lines_as_gnu_find_on_the_mount() {
         ),
         (vec!["mnt", "-lname", "*f1"], Cmp::Lines),
         (vec!["mnt/x", "-xtype", "l"], Cmp::Lines),
+        (
+            vec!["mnt/x", "-fstype", "fuse.sextant", "-name", "f*"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-fstype", "fuse", "-o", "-name", "f1"],
+            Cmp::Lines,
+        ),
+        (
+            vec!["mnt/x", "-maxdepth", "1", "-printf", "%F %p\\n"],
+            Cmp::Lines,
+        ),
         (vec!["mnt/x", "-xtype", "f", "-type", "l"], Cmp::Lines),
         (vec!["mnt/x", "-xtype", "d,f", "-name", "*d*"], Cmp::Lines),
         (
@@ -866,6 +878,8 @@ fn paths_under_a_mount_made_without_fusermount() {
         vec!["own"],
         vec!["own/d", "-name", "*.txt"],
         vec!["own/d/e", "-type", "f", "-size", "-2k"],
+        // The kernel records type `fuse` for this mount.
+        vec!["own/d", "-fstype", "fuse", "-printf", "%F %p\\n"],
     ]
     .iter()
     .filter_map(|args| compare(&m, args, Cmp::Lines, false))

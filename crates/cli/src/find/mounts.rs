@@ -20,6 +20,9 @@ pub struct Mount {
     pub point: PathBuf,
     /// The server address from the source `sextant:ADDR`, if given.
     pub server: Option<String>,
+    /// The file system type the kernel records (`fuse.sextant` through
+    /// fusermount3, `fuse` for root's own mount): find's `-fstype`, `%F`.
+    pub fstype: String,
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, ...).
@@ -68,6 +71,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
                     .strip_prefix("sextant:")
                     .filter(|a| !a.is_empty())
                     .map(unescape),
+                fstype: fstype.to_string(),
             })
         })
         .collect()
@@ -162,6 +166,10 @@ mod tests {
         // Mounted by root through mount(2): type `fuse`, known by its source.
         assert_eq!(m[2].point, PathBuf::from("/mnt/root"));
         assert_eq!(m[2].server.as_deref(), Some("127.0.0.1:7461"));
+        assert_eq!(
+            (m[0].fstype.as_str(), m[2].fstype.as_str()),
+            ("fuse.sextant", "fuse")
+        );
     }
 
     #[test]

@@ -70,7 +70,8 @@ impl Names {
 
     /// Decides a client-only test for `hit` as `cred`. access(2) follows
     /// symlinks: `target` is what a symlink hit resolves to (None: it does
-    /// not resolve, and access fails); `link` is a symlink hit's contents.
+    /// not resolve, and access fails); `link` is a symlink hit's contents;
+    /// `fstype` the starting point's file system type.
     pub(super) fn decide(
         &mut self,
         t: &ClientTest,
@@ -78,6 +79,7 @@ impl Names {
         cred: &sextant_types::Credentials,
         target: Option<&Attr>,
         link: Option<&[u8]>,
+        fstype: &str,
     ) -> bool {
         match *t {
             ClientTest::LinkName { ref pattern, ci } => {
@@ -94,6 +96,7 @@ impl Names {
                 ts.contains(&target.map_or(FileType::Symlink, |a| a.ftype))
             }
             ClientTest::XType(ref ts) => ts.contains(&hit.attr.ftype),
+            ClientTest::FsType(ref want) => *want == fstype,
         }
     }
 }

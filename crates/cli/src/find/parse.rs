@@ -98,6 +98,10 @@ pub enum ClientTest {
     /// `-xtype`: the type a symlink leads to (`l` when it leads nowhere);
     /// for anything else, its own type.
     XType(Vec<FileType>),
+    /// `-fstype TYPE`: the starting point's file system is of this type
+    /// (its mount's, as the kernel records it; `sextant` for a namespace
+    /// path).
+    FsType(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,7 +233,6 @@ const REFUSED: &[(&str, &str)] = &[
         "-nogroup",
         "not supported (would need every gid of the group database)",
     ),
-    ("-fstype", "not supported"),
     ("-used", "not supported"),
     ("-context", "SELinux contexts are not supported"),
 ];
@@ -811,6 +814,9 @@ impl<'a> Parser<'a> {
                 Ok(Node::Test(Test::Newer { which, of, file }))
             }
             "-quit" => self.action(Action::Quit),
+            "-fstype" => Ok(Node::Test(Test::Client(ClientTest::FsType(
+                self.arg(tok)?.to_string(),
+            )))),
             "-regextype" => {
                 self.regex_syntax =
                     super::regex::Syntax::named(self.arg(tok)?).map_err(ParseError)?;

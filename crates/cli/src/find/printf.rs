@@ -62,6 +62,8 @@ pub enum Field {
     Link,
     Blocks,
     KBlocks,
+    /// `%F`: the file system type (see [`Facts::fstype`]).
+    FsType,
     Time(TimeAttr, TimeFmt),
 }
 
@@ -217,6 +219,7 @@ pub fn parse(f: &[u8]) -> Result<Format, String> {
                     b'l' => Field::Link,
                     b'b' => Field::Blocks,
                     b'k' => Field::KBlocks,
+                    b'F' => Field::FsType,
                     b'a' => Field::Time(TimeAttr::Atime, TimeFmt::Ctime),
                     b'c' => Field::Time(TimeAttr::Ctime, TimeFmt::Ctime),
                     b't' => Field::Time(TimeAttr::Mtime, TimeFmt::Ctime),
@@ -266,6 +269,8 @@ pub struct Facts<'a> {
     pub follow_type: Option<u8>,
     pub user: &'a str,
     pub group: &'a str,
+    /// The starting point's file system type (`%F`, `-fstype`).
+    pub fstype: &'a str,
 }
 
 /// The index where the last component starts, ignoring trailing slashes
@@ -406,6 +411,7 @@ fn field(f: Field, x: &Facts<'_>) -> Vec<u8> {
         Field::Link => x.link.unwrap_or_default().to_vec(),
         Field::Blocks => s(blocks(a).to_string()),
         Field::KBlocks => s(blocks(a).div_ceil(2).to_string()),
+        Field::FsType => x.fstype.as_bytes().to_vec(),
         Field::Time(which, tf) => s(time_field(time_of(a, which), tf)),
     }
 }
@@ -530,6 +536,7 @@ mod tests {
             follow_type: None,
             user: "alice",
             group: "users",
+            fstype: "fuse.sextant",
         };
         let mut out = Vec::new();
         render(&parse(fmt.as_bytes()).unwrap(), &x, &mut out);

@@ -215,6 +215,7 @@ async fn totals(
                         parents: Default::default(),
                         emptied: Default::default(),
                         quit: false,
+                        fstype: "sextant".into(),
                         pipelined: false,
                         removing: Default::default(),
                     };
