@@ -341,6 +341,55 @@ fn has_pruned_ancestor(path: &[u8], root: &[u8], pruned: &HashSet<Vec<u8>>) -> b
 }
 
 impl<'a> Run<'a> {
+    /// A run of `cmd` with nothing resolved yet (the expression as parsed,
+    /// no filters): what the expression needs is read off it here.
+    fn new(
+        s: &'a Session,
+        cwd: PathBuf,
+        mounts: Vec<mounts::Mount>,
+        cmd: &'a Command,
+        now: Nanos,
+    ) -> Run<'a> {
+        let mut run = Run {
+            s,
+            cwd,
+            mounts,
+            cmd,
+            tree: std::rc::Rc::new(cmd.expr.clone()),
+            filters: Filters {
+                out: Expr::False,
+                prune: Expr::False,
+                opaque: Vec::new(),
+            },
+            names: Names::default(),
+            now,
+            failed: false,
+            follows_links: false,
+            uses_lname: false,
+            commands: exec::Commands::default(),
+            runs_in_dirs: false,
+            deletes: false,
+            local: false,
+            parents: HashMap::new(),
+            emptied: HashSet::new(),
+            quit: false,
+            fstype: "sextant".into(),
+            pipelined: false,
+            removing: Default::default(),
+        };
+        cmd.expr.for_each_leaf(&mut |n| match n {
+            Node::Test(Test::Client(ClientTest::Access(_) | ClientTest::XType(_))) => {
+                run.follows_links = true
+            }
+            Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
+            Node::Action(Action::Exec(e)) if e.in_dir => run.runs_in_dirs = true,
+            Node::Action(Action::Delete) => run.deletes = true,
+            _ => {}
+        });
+        run.pipelined = run.deletes && plan::nothing_follows_delete(&cmd.expr);
+        run
+    }
+
     /// Resolves `-newer F` and `-samefile F` as find does: F is located
     /// like a starting point; a `-newer` file outside Sextant is read
     /// locally.
@@ -397,7 +446,8 @@ impl<'a> Run<'a> {
         sink: &mut dyn Sink,
     ) {
         // Visited after its contents: emptied by -delete, it is empty now.
-        if self.emptied.remove(&hit.path[..])
+        if self.deletes
+            && self.emptied.remove(&hit.path[..])
             && opaque.tests_empty()
             && matches!(self.s.readdir(hit.soid, 0, 1).await, Ok(v) if v.is_empty())
         {
@@ -494,8 +544,7 @@ impl<'a> Run<'a> {
         if shown == b"." {
             return true;
         }
-        let cut = hit.path.iter().rposition(|&c| c == b'/').unwrap_or(0);
-        let parent_path = if cut == 0 { b"/" } else { &hit.path[..cut] }.to_vec();
+        let parent_path = hit.dir().to_vec();
         let dir = hit.attr.ftype == FileType::Directory;
         let removal: std::pin::Pin<Box<dyn std::future::Future<Output = _> + 'a>> = if self.local {
             // Through the mount (which also removes a file's data), on a
@@ -874,43 +923,7 @@ async fn prepare<'a>(
     mounts: Vec<mounts::Mount>,
     now: Nanos,
 ) -> Result<Run<'a>> {
-    let mut run = Run {
-        s,
-        cwd,
-        mounts,
-        cmd,
-        tree: std::rc::Rc::new(Node::Test(Test::Const(true))),
-        filters: Filters {
-            out: Expr::False,
-            prune: Expr::False,
-            opaque: Vec::new(),
-        },
-        names: Names::default(),
-        now,
-        failed: false,
-        follows_links: false,
-        uses_lname: false,
-        commands: exec::Commands::default(),
-        runs_in_dirs: false,
-        deletes: false,
-        local: false,
-        parents: HashMap::new(),
-        emptied: HashSet::new(),
-        quit: false,
-        fstype: "sextant".into(),
-        pipelined: false,
-        removing: Default::default(),
-    };
-    cmd.expr.for_each_leaf(&mut |n| match n {
-        Node::Test(Test::Client(ClientTest::Access(_) | ClientTest::XType(_))) => {
-            run.follows_links = true
-        }
-        Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
-        Node::Action(Action::Exec(e)) if e.in_dir => run.runs_in_dirs = true,
-        Node::Action(Action::Delete) => run.deletes = true,
-        _ => {}
-    });
-    run.pipelined = run.deletes && plan::nothing_follows_delete(&cmd.expr);
+    let mut run = Run::new(s, cwd, mounts, cmd, now);
     if plan::prune_needs_command(&cmd.expr) {
         bail!(
             "-prune whose outcome depends on the exit status of -exec ... ; or -ok is not \

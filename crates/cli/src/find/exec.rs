@@ -55,18 +55,12 @@ struct Batch {
 /// Where `-execdir` runs for an entry printed as `path`, and the argument
 /// that names the entry there (`./NAME`).
 fn split_for_dir(path: &[u8]) -> (PathBuf, Vec<u8>) {
-    let mut end = path.len();
-    while end > 1 && path[end - 1] == b'/' {
-        end -= 1;
-    }
-    let path = &path[..end];
-    let (dir, name): (&[u8], &[u8]) = match path.iter().rposition(|&c| c == b'/') {
-        Some(0) => (b"/", &path[1..]),
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (b".", path),
+    let dir = match super::printf::dir_name(path) {
+        b"" => b"/",
+        d => d,
     };
     let mut arg = b"./".to_vec();
-    arg.extend_from_slice(name);
+    arg.extend_from_slice(super::typed_name(path));
     (PathBuf::from(OsStr::from_bytes(dir)), arg)
 }
 

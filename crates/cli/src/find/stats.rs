@@ -195,30 +195,9 @@ async fn totals(
                         max_depth: 0,
                         ..run.cmd.clone()
                     };
-                    let mut sub = Run {
-                        s: run.s,
-                        cwd: run.cwd.clone(),
-                        mounts: run.mounts.clone(),
-                        cmd: &probe,
-                        tree: run.tree.clone(),
-                        filters: run.filters.clone(),
-                        names: Names::default(),
-                        now,
-                        failed: false,
-                        follows_links: run.follows_links,
-                        uses_lname: run.uses_lname,
-                        // stats refuses every action but the implicit -print.
-                        commands: Default::default(),
-                        runs_in_dirs: false,
-                        deletes: false,
-                        local: false,
-                        parents: Default::default(),
-                        emptied: Default::default(),
-                        quit: false,
-                        fstype: "sextant".into(),
-                        pipelined: false,
-                        removing: Default::default(),
-                    };
+                    let mut sub = Run::new(run.s, run.cwd.clone(), run.mounts.clone(), &probe, now);
+                    sub.tree = run.tree.clone();
+                    sub.filters = run.filters.clone();
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;
                 }
