@@ -35,7 +35,7 @@
 //! - The watcher never blocks a FUSE thread: it has its own thread, and
 //!   invalidating a name waits only for requests in flight to finish.
 
-use crate::data::Data;
+use crate::data::{Data, ObjectStamp};
 use crate::nodes::Nodes;
 use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error};
@@ -92,18 +92,14 @@ fn reset(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64) {
     );
 }
 
-/// Removes the object files of changed inodes that the server says are
-/// gone (removed by another client: this mount's own removals drop their
-/// objects themselves), so they neither take space nor wait for their
-/// SOID to come back ([`Data::remove_leftover`] keeps one that was opened
-/// or rewritten meanwhile). One getattr per changed SOID that has an
-/// object file here and is not open.
-async fn drop_leftovers(client: Client, data: Arc<Data>, changed: Vec<Soid>) {
+/// Removes the object files `held` (see [`leftovers`]) whose inodes the
+/// server says are gone (removed by another client: this mount's own
+/// removals drop their objects themselves), so they neither take space
+/// nor wait for their SOID to come back ([`Data::remove_leftover`] keeps
+/// one that was opened or rewritten since it was seen). One getattr each.
+async fn drop_leftovers(client: Client, data: Arc<Data>, held: Vec<(Soid, ObjectStamp)>) {
     let root = Credentials::root();
-    for soid in changed {
-        let Some(seen) = data.leftover(soid) else {
-            continue;
-        };
+    for (soid, seen) in held {
         // Gone on the server: drop it (still there, or unknown now: keep).
         if let Err(Error::Fs(FsError::NotFound)) = client.getattr(&root, soid).await {
             match data.remove_leftover(soid, seen) {
@@ -113,6 +109,14 @@ async fn drop_leftovers(client: Client, data: Arc<Data>, changed: Vec<Soid>) {
             }
         }
     }
+}
+
+/// Those of `soids` with an object file here and not open, with what
+/// their object file is now (see [`Data::remove_leftover`]).
+fn leftovers(data: &Data, soids: impl Iterator<Item = Soid>) -> Vec<(Soid, ObjectStamp)> {
+    soids
+        .filter_map(|s| data.leftover(s).map(|seen| (s, seen)))
+        .collect()
 }
 
 /// Checks every object file of the store against the server, as
@@ -127,7 +131,8 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
             return;
         }
     };
-    drop_leftovers(client, data, soids).await;
+    let held = leftovers(&data, soids.into_iter());
+    drop_leftovers(client, data, held).await;
 }
 
 /// Runs the watcher until `stop` turns true (on its own thread: the
@@ -188,12 +193,7 @@ pub(crate) fn run(
                         apply(&nodes, &notifier, &epoch, &batch);
                         // Beside the stream, so that asking the server
                         // never delays the next batch's invalidations.
-                        let held: Vec<Soid> = batch
-                            .inodes
-                            .iter()
-                            .copied()
-                            .filter(|s| data.leftover(*s).is_some())
-                            .collect();
+                        let held = leftovers(&data, batch.inodes.iter().copied());
                         if !held.is_empty() {
                             tokio::spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
                         }
