@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{eventually, fuse_available, is_mounted, sh, spawn_server, KillOnDrop, Mounted, BIN};
+use common::{
+    eventually, fuse_available, is_mounted, sh, spawn_server, KillOnDrop, Mounted, Unmount, BIN,
+};
 
 /// Name, type, mode, size (not for directories: their size is the file
 /// system's business), owner, link target of everything under `dir`.
@@ -534,18 +536,7 @@ fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
         "60",
     ];
     m.mount_at(&stale, &long);
-    struct Unmount(Vec<PathBuf>);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            for mp in &self.0 {
-                let _ = Command::new("fusermount3")
-                    .args(["-u", "-z"])
-                    .arg(mp)
-                    .status();
-            }
-        }
-    }
-    let _unmount = Unmount(vec![b.clone(), stale.clone()]);
+    let _unmount = (Unmount(b.clone()), Unmount(stale.clone()));
     let mode = |p: &Path| std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok();
 
     std::fs::create_dir(m.p("d")).unwrap();
@@ -696,15 +687,6 @@ fn a_file_removed_elsewhere_leaves_no_data_behind() {
             &store_arg,
         ],
     );
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(&self.0)
-                .status();
-        }
-    }
     let _unmount = Unmount(nw.clone());
     std::fs::write(nw.join("old"), vec![0xA5u8; 64 * 1024]).unwrap();
     let old_soid = soid_of("/old");

@@ -491,7 +491,7 @@ mod tests {
     fn exact(paths: bool) -> Exact {
         Exact { paths, empty: true }
     }
-    use sextant_types::{Attr, Nanos, Soid};
+    use sextant_types::{Nanos, Soid};
 
     struct E;
     impl Env for E {
@@ -574,25 +574,13 @@ mod tests {
     #[test]
     fn client_evaluation_runs_actions_in_order() {
         let (t, _) = tree(". -name a -printf A -o -printf B -false -o -print");
-        let hit = SearchHit {
-            path: b"/x/a".to_vec().into(),
-            soid: Soid::from_u128(5),
-            attr: Attr {
-                soid: Soid::from_u128(5),
-                ftype: FileType::Directory,
-                perm: 0o755,
-                uid: 0,
-                gid: 0,
-                nlink: 2,
-                size: 0,
-                rdev: 0,
-                atime: Nanos(0),
-                mtime: Nanos(0),
-                ctime: Nanos(0),
-                parent: Soid::ROOT,
-            },
-            depth: 1,
-        };
+        // A directory, /x/a.
+        let mut hit = crate::find::test_hit("/x/a", 1);
+        hit.soid = Soid::from_u128(5);
+        hit.attr.soid = hit.soid;
+        hit.attr.ftype = FileType::Directory;
+        hit.attr.perm = 0o755;
+        hit.attr.nlink = 2;
         let mut log = Vec::new();
         let mut run_on = |name: &[u8]| {
             log.clear();

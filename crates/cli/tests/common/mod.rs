@@ -321,3 +321,15 @@ pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// Unmounts a mount point (lazily) when dropped, however the test ends.
+pub struct Unmount(pub PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&self.0)
+            .status();
+    }
+}
