@@ -1652,15 +1652,16 @@ impl Engine {
     /// Runs a `find`-like search from `scope` as `cred`, calling `visit` with
     /// each hit (outside every engine lock) until it breaks or `limit` hits
     /// were reported (`usize::MAX`: no limit), on the default number of
-    /// threads. See [`crate::search`] for semantics, permissions and
-    /// consistency.
+    /// threads. A hit is lent to `visit` ([`crate::search::HitRef`]);
+    /// `to_hit` makes one to keep. See [`crate::search`] for semantics,
+    /// permissions and consistency.
     pub fn search(
         &self,
         cred: &Credentials,
         scope: crate::search::Scope<'_>,
         expr: &crate::search::Expr,
         limit: usize,
-        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
         let opts = crate::search::SearchOptions::limit(limit);
         crate::search::run(self, cred, scope, expr, &opts, visit)
@@ -1673,7 +1674,7 @@ impl Engine {
         scope: crate::search::Scope<'_>,
         expr: &crate::search::Expr,
         opts: &crate::search::SearchOptions<'_>,
-        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
         crate::search::run(self, cred, scope, expr, opts, visit)
     }
@@ -1687,7 +1688,7 @@ impl Engine {
         scope: crate::search::Scope<'_>,
         expr: &crate::search::Expr,
         limit: usize,
-        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
         let opts = crate::search::SearchOptions::limit(limit);
         self.search_scan_with(cred, scope, expr, &opts, visit)
@@ -1701,9 +1702,10 @@ impl Engine {
         scope: crate::search::Scope<'_>,
         expr: &crate::search::Expr,
         opts: &crate::search::SearchOptions<'_>,
-        visit: impl FnMut(crate::search::SearchHit) -> std::ops::ControlFlow<()>,
+        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
-        crate::search::run_with(self, cred, scope, expr, opts, false, None, visit)
+        let mut visit = visit;
+        crate::search::run_with(self, cred, scope, expr, opts, false, None, &mut visit)
     }
 
     /// Count and total size of the matches of a search (`by`: grouped;
@@ -1738,7 +1740,7 @@ impl Engine {
     ) -> Result<Vec<crate::search::SearchHit>, FsError> {
         let mut hits = Vec::new();
         self.search(cred, scope, expr, limit, |h| {
-            hits.push(h);
+            hits.push(h.to_hit());
             std::ops::ControlFlow::Continue(())
         })?;
         Ok(hits)

@@ -572,7 +572,7 @@ fn search(
     let mut hits = Vec::new();
     let stats = e
         .search(cred, Scope::Soid(scope), expr, usize::MAX, |h| {
-            hits.push(h);
+            hits.push(h.to_hit());
             ControlFlow::Continue(())
         })
         .unwrap();
@@ -706,7 +706,7 @@ fn run_case(
         // The benchmarks' baseline: the same search without the indexes.
         let mut scanned = Vec::new();
         ns.e.search_scan(&cred, Scope::Soid(scope), &expr, usize::MAX, |h| {
-            scanned.push(h);
+            scanned.push(h.to_hit());
             std::ops::ControlFlow::Continue(())
         })
         .unwrap();
@@ -740,7 +740,7 @@ fn run_case(
             };
             let mut again = Vec::new();
             ns.e.search_with(&cred, Scope::Soid(scope), &expr, &opts, |h| {
-                again.push(h);
+                again.push(h.to_hit());
                 ControlFlow::Continue(())
             })
             .unwrap();
@@ -1223,7 +1223,7 @@ fn parallel_search_under_splits_reports_stable_entries_once() {
                 };
                 let mut got = Vec::new();
                 e.search_with(&root, Scope::Soid(Soid::ROOT), &keep, &opts, |h| {
-                    got.push(h.path);
+                    got.push(h.path.to_vec());
                     ControlFlow::Continue(())
                 })
                 .unwrap();

@@ -87,7 +87,7 @@ pub fn execute(
             if cancelled() {
                 return stop(&mut stopped);
             }
-            agg.add_hit(by, &h);
+            agg.add_hit(by, h);
             ControlFlow::Continue(())
         })?;
         fill(&mut done, agg);
@@ -102,7 +102,7 @@ pub fn execute(
             if cancelled() {
                 return stop(&mut stopped);
             }
-            top.push(h);
+            top.push(h.to_hit());
             ControlFlow::Continue(())
         })?;
         if !stopped {
@@ -127,6 +127,7 @@ pub fn execute(
             if cancelled() {
                 return stop(&mut stopped);
             }
+            let h = h.to_hit();
             count(&h, &mut done);
             if let Some(full) = batch.push(h) {
                 if emit(full).is_break() {

@@ -31,7 +31,9 @@
 use crate::measure::{timed, Rng};
 use crate::report::Report;
 use sextant_engine::bloom::TimeAttr;
-use sextant_engine::search::{Expr, GroupBy, Pred, Scope, SearchHit, SearchOptions, SearchStats};
+use sextant_engine::search::{
+    Expr, GroupBy, HitRef, Pred, Scope, SearchHit, SearchOptions, SearchStats,
+};
 use sextant_engine::Engine;
 use sextant_types::{Credentials, FileType, Nanos};
 use std::ops::ControlFlow;
@@ -275,9 +277,13 @@ fn run(
         let (agg, stats) = r.expect("aggregate");
         return (secs, agg.total.count, stats);
     }
+    // The visitor reads each hit's path (its length), as a consumer that
+    // prints or sends it would, and keeps none.
+    let mut path_bytes = 0usize;
     let (secs, stats) = timed(|| {
-        let visit = |_: SearchHit| {
+        let visit = |h: HitRef<'_>| {
             count += 1;
+            path_bytes += h.path.len();
             ControlFlow::Continue(())
         };
         if indexed {
@@ -286,6 +292,7 @@ fn run(
             engine.search_scan_with(&cred, scope, &q.expr, &opts, visit)
         }
     });
+    std::hint::black_box(path_bytes);
     (secs, count, stats.expect("search"))
 }
 
@@ -326,16 +333,19 @@ pub fn search(a: &SearchArgs) -> Report {
     let (sample_s, r) = timed(|| {
         // (A kept hit gets a path of its own: it outlives its table's
         // path buffer.)
-        engine.search(&cred, Scope::Path(b"/"), &files, usize::MAX, |mut h| {
+        engine.search(&cred, Scope::Path(b"/"), &files, usize::MAX, |h| {
             seen += 1;
-            if sample.len() < a.samples {
+            let kept = || {
+                let mut h = h.to_hit();
                 h.detach();
-                sample.push(h);
+                h
+            };
+            if sample.len() < a.samples {
+                sample.push(kept());
             } else {
                 let j = rng.below(seen);
                 if j < a.samples {
-                    h.detach();
-                    sample[j] = h;
+                    sample[j] = kept();
                 }
             }
             ControlFlow::Continue(())

@@ -171,7 +171,7 @@ impl Sink for Counter {
     fn action(&mut self, a: &Action, _: &printf::Facts<'_>, hit: &SearchHit, _: Nanos) {
         if a.prints() && !self.counted {
             self.counted = true;
-            self.agg.add(self.by, hit);
+            self.agg.add(self.by, hit.as_ref());
         }
     }
 

@@ -1,38 +1,51 @@
-//! One table's hits as the collect step makes them: every path in one
-//! buffer per table, handed out as slices of it ([`Bytes`]).
+//! One table's hits as the collect step makes them ([`HitBatch`]) and
+//! hands them on ([`Hits`]): every path in one buffer per table, every
+//! hit's attributes in one vector, reported in SOID order by reference
+//! ([`HitRef`]).
 //!
-//! A hit's path used to be a heap object of its own: allocated by the
-//! thread that visited the table and freed by whoever dropped the hit —
-//! in a parallel search the caller's thread, so glibc's `free` took the
-//! worker's arena lock and the two threads queued on it. With result
-//! volumes of 10⁵ – 10⁶ paths a query that was the largest single cost
-//! (docs/BENCHMARKS.md, "One path buffer per table"). A [`HitBatch`]
-//! allocates a few buffers per table instead, and a hit's path is a
-//! reference-counted slice: cloning and dropping it are one atomic each,
-//! and the buffer goes when the last hit of its table is dropped.
+//! A hit's path used to be a heap object of its own, then a
+//! reference-counted slice of its table's buffer (`Bytes`): one atomic
+//! increment to make it and one decrement to drop it, the decrement on
+//! the caller's thread while the worker that made the buffer touched the
+//! same counter — at 10⁵ – 10⁶ hits a query about a fifth of a broad name
+//! query (docs/BENCHMARKS.md, "Hits reported by reference"). Now the
+//! caller is handed [`HitRef`]s, which borrow path and attributes from
+//! the table's [`Hits`]: nothing is counted, copied or freed per hit, and
+//! the table's two buffers go when its last hit was reported. A consumer
+//! that keeps a hit takes a [`SearchHit`] of it ([`HitRef::to_hit`]: one
+//! counted slice of the same buffer, as before).
 //!
 //! Invariants:
-//! - `paths[ends[i-1]..ends[i]]` (from 0 for the first) is the path of
-//!   `hits[i]`; bytes past the last end are a staged path not (yet) kept.
-//! - Until [`HitBatch::finish`] every hit's `path` is empty; after it each
-//!   is its slice of the frozen buffer, and the hits are in SOID order.
+//! - `paths[row.start..row.end]` is the path of `row`; bytes past the
+//!   last row's end are a staged path not (yet) kept.
+//! - [`Hits`] reports its rows in SOID order (`order`, when the rows were
+//!   found in another order), links of one inode in the order found.
 //!
-//! Cost: a consumer that keeps one hit keeps its table's whole buffer
-//! alive; one that keeps a few hits of many tables for long (a top-N)
-//! should give them paths of their own ([`SearchHit::detach`]).
+//! Cost: a consumer that keeps one [`SearchHit`] keeps its table's whole
+//! path buffer alive; one that keeps a few hits of many tables for long
+//! (a top-N) should give them paths of their own ([`SearchHit::detach`]).
 
 use super::SearchHit;
 use bytes::Bytes;
 use sextant_types::{Attr, Soid};
 
+/// One hit as kept: attributes (with the SOID), depth, and where its path
+/// lies in the table's path buffer.
+#[derive(Debug)]
+struct Row {
+    attr: Attr,
+    depth: u32,
+    start: usize,
+    end: usize,
+}
+
 /// Hits of one table being made (see the module docs).
 #[derive(Default)]
 pub(crate) struct HitBatch {
-    hits: Vec<SearchHit>,
+    rows: Vec<Row>,
     paths: Vec<u8>,
-    ends: Vec<usize>,
     /// Hits the table is expected to give at most (its inodes: more only
-    /// through hard links, and then the vectors grow as usual; 0:
+    /// through hard links, and then the vector grows as usual; 0:
     /// unknown), for [`HitBatch::keep`]'s growth.
     bound: usize,
 }
@@ -50,14 +63,19 @@ impl HitBatch {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.hits.len()
+        self.rows.len()
+    }
+
+    /// Where the next staged path starts: after the last kept one.
+    fn kept_end(&self) -> usize {
+        self.rows.last().map_or(0, |r| r.end)
     }
 
     /// Writes `dir`/`name` after the kept paths (replacing any path staged
     /// before) and returns it: the path a hit would have, for the checks
     /// that need it before the hit is kept.
     pub(crate) fn stage(&mut self, dir: &[u8], name: &[u8]) -> &[u8] {
-        let start = self.ends.last().copied().unwrap_or(0);
+        let start = self.kept_end();
         self.paths.truncate(start);
         self.paths.extend_from_slice(dir);
         if dir != b"/" {
@@ -67,7 +85,8 @@ impl HitBatch {
         &self.paths[start..]
     }
 
-    /// Keeps the staged path as the path of a hit for `soid`.
+    /// Keeps the staged path as the path of a hit with `attr` (whose
+    /// `soid` is the hit's).
     ///
     /// Growth: doubling while small, then (a table with many hits) once
     /// to the table's bound, with path room at the average path so far —
@@ -75,82 +94,179 @@ impl HitBatch {
     /// table (a tenth of a broad name query). A large reservation costs
     /// little beyond what it holds: the allocator maps it and the pages
     /// no hit reaches are never touched.
-    pub(crate) fn keep(&mut self, soid: Soid, attr: Attr, depth: u32) {
-        let n = self.hits.len();
-        if n == self.hits.capacity() && n >= SMALL && self.bound > n {
+    pub(crate) fn keep(&mut self, attr: Attr, depth: u32) {
+        let n = self.rows.len();
+        if n == self.rows.capacity() && n >= SMALL && self.bound > n {
             let more = self.bound - n;
-            self.hits.reserve_exact(more);
-            self.ends.reserve_exact(more);
+            self.rows.reserve_exact(more);
             let average = self.paths.len() / n.max(1) + 1;
             self.paths.reserve(more.saturating_mul(average));
         }
-        self.ends.push(self.paths.len());
-        self.hits.push(SearchHit {
-            path: Bytes::new(),
-            soid,
+        let start = self.kept_end();
+        self.rows.push(Row {
             attr,
             depth,
+            start,
+            end: self.paths.len(),
         });
     }
 
-    /// The hits, each with its path, in SOID order.
-    pub(crate) fn finish(self) -> Vec<SearchHit> {
+    /// Stages `path` whole and keeps it (the fallback path, which built
+    /// its paths itself).
+    pub(crate) fn push(&mut self, path: &[u8], attr: Attr, depth: u32) {
+        let start = self.kept_end();
+        self.paths.truncate(start);
+        self.paths.extend_from_slice(path);
+        self.keep(attr, depth);
+    }
+
+    /// The hits, to be reported in SOID order.
+    pub(crate) fn finish(self) -> Hits {
         let HitBatch {
-            mut hits,
+            mut rows,
             mut paths,
-            ends,
             ..
         } = self;
-        if hits.is_empty() {
-            return hits;
+        if rows.is_empty() {
+            return Hits::default();
         }
-        paths.truncate(ends.last().copied().unwrap_or(0));
+        paths.truncate(rows.last().map_or(0, |r| r.end));
         // A table that gave far fewer hits than its bound: give back the
-        // room (a copy of the few hits) rather than hold it while the
-        // hits wait to be reported.
-        if hits.capacity() > 2 * hits.len() + SMALL {
-            hits.shrink_to_fit();
+        // room rather than hold it while the hits wait to be reported.
+        if rows.capacity() > 2 * rows.len() + SMALL {
+            rows.shrink_to_fit();
         }
         if paths.capacity() > 2 * paths.len() + SMALL {
             paths.shrink_to_fit();
         }
-        let buffer = Bytes::from(paths);
-        let mut start = 0;
-        for (hit, end) in hits.iter_mut().zip(ends) {
-            hit.path = buffer.slice(start..end);
-            start = end;
+        let order = soid_order(&rows);
+        Hits {
+            rows,
+            order,
+            paths: Bytes::from(paths),
         }
-        in_soid_order(hits)
     }
 }
 
-/// `hits` of one table in SOID order (the K-D tree's order is arbitrary),
-/// links of one inode in the order they were found. Sorts keys, then
-/// permutes the hits in place, one cycle at a time: hits are large, a
-/// comparison sort moves each of them many times, and building a second
-/// vector of them cost two allocations of the whole batch (with set 3's
-/// 50k hits a query, large enough for glibc to map and unmap them).
-pub(crate) fn in_soid_order(mut hits: Vec<SearchHit>) -> Vec<SearchHit> {
-    if hits.is_sorted_by_key(|h| h.soid) {
-        return hits;
+/// The positions of `rows` in SOID order, stably (links of one inode in
+/// the order found); empty when they are in that order already (the K-D
+/// tree's order is arbitrary, a name query's posting lists are in row
+/// order). Rows are large: they are not moved, only visited in this order.
+fn soid_order(rows: &[Row]) -> Vec<u32> {
+    if rows.is_sorted_by_key(|r| r.attr.soid) {
+        return Vec::new();
     }
-    // order[k] = the index of the hit that belongs at position k.
-    let mut order: Vec<(Soid, usize)> = hits.iter().map(|h| h.soid).zip(0..).collect();
-    order.sort_unstable();
-    let mut from: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
-    for start in 0..from.len() {
-        // Follow the cycle through `start`, swapping each position's hit
-        // into place; a placed position points at itself.
-        let mut at = start;
-        while from[at] != start {
-            let next = from[at];
-            hits.swap(at, next);
-            from[at] = at;
-            at = next;
+    let mut keys: Vec<(Soid, u32)> = rows.iter().map(|r| r.attr.soid).zip(0..).collect();
+    keys.sort_unstable();
+    keys.into_iter().map(|(_, i)| i).collect()
+}
+
+/// One table's finished hits (see the module docs). Dropping it frees
+/// every hit's path and attributes at once.
+#[derive(Default)]
+pub(crate) struct Hits {
+    rows: Vec<Row>,
+    /// Positions of `rows` in SOID order; empty: `rows` is in that order.
+    order: Vec<u32>,
+    paths: Bytes,
+}
+
+impl Hits {
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The hits in SOID order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = HitRef<'_>> {
+        let sorted = self.order.is_empty();
+        let positions =
+            (0..self.rows.len()).map(move |k| if sorted { k } else { self.order[k] as usize });
+        positions.map(move |i| {
+            let row = &self.rows[i];
+            HitRef {
+                path: &self.paths[row.start..row.end],
+                attr: &row.attr,
+                depth: row.depth,
+                buffer: &self.paths,
+            }
+        })
+    }
+}
+
+/// One matching path, borrowed from its table's hits for as long as the
+/// search's visitor holds it: the path, the attributes as of the read
+/// that matched them, the depth below the scope root (0: the root
+/// itself). [`HitRef::to_hit`] makes a [`SearchHit`] to keep.
+#[derive(Clone, Copy, Debug)]
+pub struct HitRef<'a> {
+    /// Absolute path.
+    pub path: &'a [u8],
+    pub attr: &'a Attr,
+    pub depth: u32,
+    /// The buffer `path` lies in, for [`HitRef::to_hit`].
+    buffer: &'a Bytes,
+}
+
+impl<'a> HitRef<'a> {
+    /// A hit of `path`, which must lie in `buffer` (a [`SearchHit`]'s own).
+    pub(crate) fn new(buffer: &'a Bytes, attr: &'a Attr, depth: u32) -> Self {
+        HitRef {
+            path: buffer,
+            attr,
+            depth,
+            buffer,
         }
-        from[at] = at;
     }
-    hits
+
+    pub fn soid(&self) -> Soid {
+        self.attr.soid
+    }
+
+    /// The last component (`/` for the root).
+    pub fn name(&self) -> &'a [u8] {
+        name_of(self.path)
+    }
+
+    /// The directory part of the path (`/` for entries of the root and for
+    /// the root itself).
+    pub fn dir(&self) -> &'a [u8] {
+        dir_of(self.path)
+    }
+
+    /// The hit to keep: its path a counted slice of the table's buffer
+    /// (no copy; see the module docs for what keeping it holds).
+    pub fn to_hit(&self) -> SearchHit {
+        SearchHit {
+            path: self.buffer.slice_ref(self.path),
+            soid: self.attr.soid,
+            attr: self.attr.clone(),
+            depth: self.depth,
+        }
+    }
+}
+
+/// The last component of an absolute path (`/` for the root).
+pub(crate) fn name_of(path: &[u8]) -> &[u8] {
+    if path == b"/" {
+        return b"/";
+    }
+    match path.iter().rposition(|&c| c == b'/') {
+        Some(i) => &path[i + 1..],
+        None => path,
+    }
+}
+
+/// The directory part of an absolute path (`/` for entries of the root
+/// and for the root itself).
+pub(crate) fn dir_of(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&c| c == b'/') {
+        Some(0) | None => b"/",
+        Some(i) => &path[..i],
+    }
 }
 
 #[cfg(test)]
@@ -168,27 +284,45 @@ mod tests {
         attr
     }
 
-    /// The in-place permutation is a stable sort by SOID (links of one
-    /// inode stay in the order found).
+    fn attr_of(base: &Attr, soid: u128) -> Attr {
+        Attr {
+            soid: Soid::from_u128(soid),
+            ..base.clone()
+        }
+    }
+
+    /// What a batch reports: (path, soid, depth) in report order.
+    fn reported(hits: &Hits) -> Vec<(Vec<u8>, Soid, u32)> {
+        hits.iter()
+            .map(|h| (h.path.to_vec(), h.soid(), h.depth))
+            .collect()
+    }
+
+    /// Hits are reported as a stable sort by SOID (links of one inode in
+    /// the order found), each with its own path, and `to_hit` keeps them.
     #[test]
-    fn in_soid_order_is_a_stable_sort_by_soid() {
+    fn hits_are_reported_as_a_stable_sort_by_soid() {
         let attr = any_attr();
         let mut runner = proptest::test_runner::TestRunner::default();
         runner
             .run(&proptest::collection::vec(0u8..12, 0..80), |keys| {
-                let hits: Vec<SearchHit> = keys
+                let mut batch = HitBatch::default();
+                let mut want = Vec::new();
+                for (i, k) in keys.iter().enumerate() {
+                    let name = i.to_string();
+                    let path = batch.stage(b"/d", name.as_bytes()).to_vec();
+                    batch.keep(attr_of(&attr, u128::from(*k)), 1);
+                    want.push((path, Soid::from_u128(u128::from(*k)), 1));
+                }
+                want.sort_by_key(|w| w.1);
+                let hits = batch.finish();
+                prop_assert_eq!(reported(&hits), want.clone());
+                let kept: Vec<(Vec<u8>, Soid, u32)> = hits
                     .iter()
-                    .enumerate()
-                    .map(|(i, k)| SearchHit {
-                        path: i.to_string().into_bytes().into(),
-                        soid: Soid::from_u128(u128::from(*k)),
-                        attr: attr.clone(),
-                        depth: 0,
-                    })
+                    .map(|h| h.to_hit())
+                    .map(|h| (h.path.to_vec(), h.soid, h.depth))
                     .collect();
-                let mut want = hits.clone();
-                want.sort_by_key(|h| h.soid);
-                prop_assert_eq!(in_soid_order(hits), want);
+                prop_assert_eq!(kept, want);
                 Ok(())
             })
             .unwrap();
@@ -204,19 +338,19 @@ mod tests {
             let mut batch = HitBatch::for_table(bound);
             for i in 0..kept {
                 batch.stage(b"/d", format!("f{i}").as_bytes());
-                batch.keep(Soid::from_u128(i as u128), attr.clone(), 1);
+                batch.keep(attr_of(&attr, i as u128), 1);
             }
             let hits = batch.finish();
             assert_eq!(hits.len(), kept);
-            assert!(hits.capacity() <= 2 * kept + SMALL, "{bound} {kept}");
+            assert!(hits.rows.capacity() <= 2 * kept + SMALL, "{bound} {kept}");
             for (i, h) in hits.iter().enumerate() {
-                assert_eq!(&h.path[..], format!("/d/f{i}").as_bytes());
+                assert_eq!(h.path, format!("/d/f{i}").as_bytes());
             }
         }
     }
 
     /// A batch gives each kept hit the path staged last before it (staged
-    /// paths not kept leave no trace), sorted by SOID as `in_soid_order`.
+    /// paths not kept leave no trace), or the path pushed whole.
     #[test]
     fn kept_hits_have_the_paths_staged_for_them() {
         let attr = any_attr();
@@ -226,41 +360,56 @@ mod tests {
             "[a-z]{1,4}",
             proptest::bool::ANY,
             0u8..6,
-            proptest::bool::ANY,
+            0u8..3,
         );
         runner
             .run(&proptest::collection::vec(step, 0..40), |steps| {
                 let mut batch = HitBatch::default();
                 let mut want = Vec::new();
-                for (dir, name, root, soid, keep) in steps {
+                for (dir, name, root, soid, how) in steps {
                     let dir = if root {
                         "/".to_string()
                     } else {
                         format!("/{dir}")
                     };
-                    let staged = batch.stage(dir.as_bytes(), name.as_bytes()).to_vec();
                     let expected = if dir == "/" {
                         format!("/{name}")
                     } else {
                         format!("{dir}/{name}")
                     };
-                    prop_assert_eq!(&staged, expected.as_bytes());
-                    if keep {
-                        let soid = Soid::from_u128(u128::from(soid));
-                        batch.keep(soid, attr.clone(), 1);
-                        want.push(SearchHit {
-                            path: Bytes::from(staged),
-                            soid,
-                            attr: attr.clone(),
-                            depth: 1,
-                        });
+                    let soid = u128::from(soid);
+                    match how {
+                        // Staged and dropped.
+                        0 => {
+                            batch.stage(dir.as_bytes(), name.as_bytes());
+                        }
+                        1 => {
+                            let staged = batch.stage(dir.as_bytes(), name.as_bytes()).to_vec();
+                            prop_assert_eq!(&staged, expected.as_bytes());
+                            batch.keep(attr_of(&attr, soid), 2);
+                            want.push((staged, Soid::from_u128(soid), 2));
+                        }
+                        _ => {
+                            batch.push(expected.as_bytes(), attr_of(&attr, soid), 3);
+                            want.push((expected.into_bytes(), Soid::from_u128(soid), 3));
+                        }
                     }
                 }
                 prop_assert_eq!(batch.len(), want.len());
-                want.sort_by_key(|h| h.soid);
-                prop_assert_eq!(batch.finish(), want);
+                want.sort_by_key(|w| w.1);
+                prop_assert_eq!(reported(&batch.finish()), want);
                 Ok(())
             })
             .unwrap();
+    }
+
+    #[test]
+    fn names_and_directories_of_paths() {
+        assert_eq!(name_of(b"/"), b"/");
+        assert_eq!(dir_of(b"/"), b"/");
+        assert_eq!(name_of(b"/a"), b"a");
+        assert_eq!(dir_of(b"/a"), b"/");
+        assert_eq!(name_of(b"/a/b.c"), b"b.c");
+        assert_eq!(dir_of(b"/a/b.c"), b"/a");
     }
 }

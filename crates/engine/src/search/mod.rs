@@ -189,6 +189,7 @@ pub mod plan;
 pub mod query;
 mod scope;
 
+pub use hits::HitRef;
 pub use plan::{plan, Plan};
 pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
 
@@ -199,7 +200,7 @@ use crate::table::summary::Summary;
 use crate::table::Table;
 use bytes::Bytes;
 use dir_cache::{ExitPlace, Relation};
-use hits::HitBatch;
+use hits::{HitBatch, Hits};
 use scope::{Decision, Memo, Status, MAX_CHAIN};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
@@ -238,22 +239,18 @@ impl SearchHit {
 
     /// The last component (`/` for the root).
     pub fn name(&self) -> &[u8] {
-        if self.path == b"/"[..] {
-            return b"/";
-        }
-        match self.path.iter().rposition(|&c| c == b'/') {
-            Some(i) => &self.path[i + 1..],
-            None => &self.path,
-        }
+        hits::name_of(&self.path)
     }
 
     /// The directory part of the path (`/` for entries of the root and for
     /// the root itself).
     pub fn dir(&self) -> &[u8] {
-        match self.path.iter().rposition(|&c| c == b'/') {
-            Some(0) | None => b"/",
-            Some(i) => &self.path[..i],
-        }
+        hits::dir_of(&self.path)
+    }
+
+    /// The hit by reference, as a search reports it.
+    pub fn as_ref(&self) -> HitRef<'_> {
+        HitRef::new(&self.path, &self.attr, self.depth)
     }
 }
 
@@ -329,7 +326,7 @@ pub struct Aggregation {
 }
 
 impl GroupBy {
-    pub fn key(self, hit: &SearchHit) -> GroupKey {
+    pub fn key(self, hit: HitRef<'_>) -> GroupKey {
         match self {
             GroupBy::Uid => GroupKey::Uid(hit.attr.uid),
             GroupBy::Gid => GroupKey::Gid(hit.attr.gid),
@@ -349,12 +346,12 @@ fn extension(name: &[u8]) -> &[u8] {
 }
 
 impl Aggregation {
-    pub fn add(&mut self, by: GroupBy, hit: &SearchHit) {
+    pub fn add(&mut self, by: GroupBy, hit: HitRef<'_>) {
         self.add_key(by.key(hit), hit.attr.size);
     }
 
     /// Counts `hit` in its group by `by`, or only in the total (`None`).
-    pub fn add_hit(&mut self, by: Option<GroupBy>, hit: &SearchHit) {
+    pub fn add_hit(&mut self, by: Option<GroupBy>, hit: HitRef<'_>) {
         match by {
             Some(by) => self.add(by, hit),
             None => self.total.add(hit.attr.size),
@@ -648,7 +645,7 @@ impl Out<'_, '_> {
             ..e
         };
         if decided == Some(true) || self.expr.matches(&with_path) {
-            self.hits.keep(soid, inode.attr(soid), depth);
+            self.hits.keep(inode.attr(soid), depth);
         }
     }
 }
@@ -739,9 +736,9 @@ pub(crate) fn run(
     scope: Scope<'_>,
     expr: &Expr,
     opts: &SearchOptions<'_>,
-    visit: impl FnMut(SearchHit) -> ControlFlow<()>,
+    mut visit: impl FnMut(HitRef<'_>) -> ControlFlow<()>,
 ) -> Result<SearchStats, FsError> {
-    run_with(engine, cred, scope, expr, opts, true, None, visit)
+    run_with(engine, cred, scope, expr, opts, true, None, &mut visit)
 }
 
 /// Attempts at deciding one table before it is visited regardless of
@@ -781,7 +778,11 @@ struct Job<'a> {
 /// Where one table's hits go (sorted by SOID), with the stats of the
 /// search visiting it: to the caller (a sequential search, which counts
 /// them and stops at the limit) or into a worker's batch.
-type Deliver<'a> = &'a mut dyn FnMut(&mut SearchStats, Vec<SearchHit>) -> ControlFlow<()>;
+type Deliver<'a> = &'a mut dyn FnMut(&mut SearchStats, Hits) -> ControlFlow<()>;
+
+/// Where a search's hits go, one by reference at a time (see
+/// [`HitRef`]).
+pub(crate) type Visit<'a> = &'a mut dyn FnMut(HitRef<'_>) -> ControlFlow<()>;
 
 /// [`run`], or with `use_index` false a brute-force scan: no table pruned,
 /// every row read and checked exactly (the baseline benchmarks compare the
@@ -801,7 +802,7 @@ pub(crate) fn run_with(
     opts: &SearchOptions<'_>,
     use_index: bool,
     mut lean: Option<&mut Tallies>,
-    mut visit: impl FnMut(SearchHit) -> ControlFlow<()>,
+    visit: Visit<'_>,
 ) -> Result<SearchStats, FsError> {
     let limit = opts.limit;
     if expr.uses_path() || limit != usize::MAX {
@@ -881,13 +882,8 @@ pub(crate) fn run_with(
     };
     if expr.matches(&root_entry) {
         s.stats.hits += 1;
-        let hit = SearchHit {
-            path: Bytes::from(root_path.clone()),
-            soid: root,
-            attr: root_inode.attr(root),
-            depth: 0,
-        };
-        if visit(hit).is_break() || s.stats.hits >= limit {
+        let (path, attr) = (Bytes::from(root_path.clone()), root_inode.attr(root));
+        if visit(HitRef::new(&path, &attr, 0)).is_break() || s.stats.hits >= limit {
             return Ok(s.stats);
         }
     }
@@ -939,7 +935,7 @@ pub(crate) fn run_with(
     if opts.threads > 1 && limit == usize::MAX {
         let items = parallel::work_items(&engine.table_starts());
         if items.len() > 1 {
-            parallel::run(&job, &mut s, items, opts, lean, &mut visit)?;
+            parallel::run(&job, &mut s, items, opts, lean, visit)?;
             return Ok(s.stats);
         }
     }
@@ -952,23 +948,15 @@ pub(crate) fn run_with(
         lean,
         limit,
         &halted,
-        &mut |stats, hits| report(stats, hits, limit, &mut visit),
+        &mut |stats, hits| report(stats, hits, limit, visit),
     )?;
     Ok(s.stats)
 }
 
 /// Hands `hits` to `visit` in order, counting them in `stats`; breaks when
 /// `visit` does or the count reaches `limit`.
-fn report<F>(
-    stats: &mut SearchStats,
-    hits: Vec<SearchHit>,
-    limit: usize,
-    visit: &mut F,
-) -> ControlFlow<()>
-where
-    F: FnMut(SearchHit) -> ControlFlow<()> + ?Sized,
-{
-    for hit in hits {
+fn report(stats: &mut SearchStats, hits: Hits, limit: usize, visit: Visit<'_>) -> ControlFlow<()> {
+    for hit in hits.iter() {
         stats.hits += 1;
         if visit(hit).is_break() || stats.hits >= limit {
             return ControlFlow::Break(());
@@ -1252,7 +1240,7 @@ fn fall_back(
     plan: &Plan,
     expr: &Expr,
     mut lean: Option<&mut Tallies>,
-) -> Result<Vec<SearchHit>, FsError> {
+) -> Result<Hits, FsError> {
     let engine = s.engine;
     let mut pending: Vec<Pending> = Vec::new();
     for c in cands {
@@ -1305,11 +1293,10 @@ fn fall_back(
 
     // Re-check against a fresh read, one lock per table.
     pending.sort_by_key(|p| p.soid);
-    let mut out = Vec::new();
+    let mut out = HitBatch::default();
     let mut i = 0;
     while i < pending.len() {
-        let (_, hits) = engine.with_table_holding(pending[i].soid, |t| {
-            let mut hits = Vec::new();
+        engine.with_table_holding(pending[i].soid, |t| {
             while i < pending.len() && t.range.contains(pending[i].soid) {
                 let p = &pending[i];
                 i += 1;
@@ -1331,19 +1318,12 @@ fn fall_back(
                     dir_has_entries: inode.is_dir() && t.has_entries(p.soid),
                 };
                 if expr.matches(&e) {
-                    hits.push(SearchHit {
-                        path: Bytes::copy_from_slice(&p.path),
-                        soid: p.soid,
-                        attr: inode.attr(p.soid),
-                        depth: p.depth,
-                    });
+                    out.push(&p.path, inode.attr(p.soid), p.depth);
                 }
             }
-            hits
         })?;
-        out.extend(hits);
     }
-    Ok(out)
+    Ok(out.finish())
 }
 
 /// See [`Engine::search_tally`]: count and size of the matches, grouped
@@ -1364,7 +1344,7 @@ pub(crate) fn tally(
     let mut agg = Aggregation::default();
     if by == Some(GroupBy::Directory) || expr.uses_path() {
         let stats = run(engine, cred, scope, expr, &opts, |hit| {
-            agg.add_hit(by, &hit);
+            agg.add_hit(by, hit);
             ControlFlow::Continue(())
         })?;
         return Ok((agg, stats));
@@ -1380,8 +1360,8 @@ pub(crate) fn tally(
         &opts,
         true,
         Some(&mut below),
-        |hit| {
-            agg.add_hit(by, &hit);
+        &mut |hit| {
+            agg.add_hit(by, hit);
             ControlFlow::Continue(())
         },
     )?;

@@ -36,7 +36,7 @@
 //! table visit).
 
 use super::{
-    report, visit_range, Aggregation, Job, Search, SearchHit, SearchOptions, SearchStats, Tallies,
+    report, visit_range, Aggregation, Hits, Job, Search, SearchOptions, SearchStats, Tallies, Visit,
 };
 use sextant_types::{FsError, Soid, SoidRange};
 use std::collections::BTreeMap;
@@ -90,7 +90,7 @@ struct Shared {
 /// hits the finished items hold.
 #[derive(Default)]
 struct Progress {
-    finished: BTreeMap<usize, Result<Vec<SearchHit>, FsError>>,
+    finished: BTreeMap<usize, Result<Vec<Hits>, FsError>>,
     reported: usize,
     buffered: usize,
 }
@@ -104,7 +104,7 @@ pub(super) fn run(
     items: Vec<SoidRange>,
     opts: &SearchOptions<'_>,
     mut lean: Option<&mut Tallies>,
-    visit: &mut dyn FnMut(SearchHit) -> ControlFlow<()>,
+    visit: Visit<'_>,
 ) -> Result<(), FsError> {
     let threads = opts.threads.min(items.len()).max(1);
     let lean_by = lean.as_ref().map(|t| t.by);
@@ -127,14 +127,16 @@ pub(super) fn run(
             usize::MAX,
             &halted,
             &mut |_, h| {
-                hits.extend(h);
+                if !h.is_empty() {
+                    hits.push(h);
+                }
                 ControlFlow::Continue(())
             },
         );
         let ok = done.is_ok();
         let mut st = shared.state.lock();
         if ok {
-            st.buffered += hits.len();
+            st.buffered += count(&hits);
         }
         st.finished.insert(i, done.map(|_| hits));
         if i == st.reported {
@@ -198,7 +200,7 @@ pub(super) fn run(
                     };
                     st.reported = next + 1;
                     if let Ok(hits) = &done {
-                        st.buffered -= hits.len();
+                        st.buffered -= count(hits);
                     }
                     ready.push(done);
                 }
@@ -209,9 +211,11 @@ pub(super) fn run(
             };
             for done in ready {
                 match done {
-                    Ok(hits) => {
-                        if report(&mut main.stats, hits, usize::MAX, visit).is_break() {
-                            break 'report;
+                    Ok(batches) => {
+                        for hits in batches {
+                            if report(&mut main.stats, hits, usize::MAX, visit).is_break() {
+                                break 'report;
+                            }
                         }
                     }
                     Err(e) => {
@@ -287,6 +291,11 @@ pub(super) fn run(
         }
         result
     })
+}
+
+/// Hits in `batches`.
+fn count(batches: &[Hits]) -> usize {
+    batches.iter().map(Hits::len).sum()
 }
 
 /// Adds `w`'s counters to `into`.
