@@ -490,6 +490,15 @@ impl Collect<'_> {
             return;
         }
         self.hits = HitBatch::for_table(t.inode_count());
+        // The last parent found in the memo and what it said (its depth,
+        // its path in `last_path`; `None`: out of scope or not visible): a
+        // directory's files are neighbouring rows, so most candidates of a
+        // broad query need no hash lookup. The path is copied, not shared:
+        // memoised paths are shared by the threads of a search, and
+        // counting references to them from both cores cost more than the
+        // lookups saved.
+        let mut last: Option<(Soid, Option<u32>)> = None;
+        let mut last_path: Vec<u8> = Vec::new();
         t.index.candidates(t, q, |row| {
             if self.hits.len() >= self.want {
                 return;
@@ -542,27 +551,38 @@ impl Collect<'_> {
                     }
                     continue;
                 }
-                // A memoised parent by reference (most rows: no status
-                // cloned); with a complete memo, one not in it is out;
+                // A memoised parent (the last one again, or by one hash
+                // lookup); with a complete memo, one not in it is out;
                 // else read up the chain within the table.
-                match self.memo.get(&parent) {
-                    Some(Status::In {
-                        depth,
-                        visible: true,
-                        path,
-                    }) => {
+                if last.as_ref().is_none_or(|(p, _)| *p != parent) {
+                    match self.memo.get(&parent) {
+                        Some(Status::In {
+                            depth,
+                            visible: true,
+                            path,
+                        }) => {
+                            last_path.clear();
+                            last_path.extend_from_slice(path);
+                            last = Some((parent, Some(*depth)));
+                        }
+                        Some(_) => last = Some((parent, None)),
+                        None if self.job.complete => continue,
+                        None => {}
+                    }
+                }
+                match &last {
+                    Some((p, Some(depth))) if *p == parent => {
                         let out = Out {
                             expr: self.job.expr,
                             stats: self.stats,
                             lean: self.lean.as_deref_mut(),
                             hits: &mut self.hits,
                         };
-                        out.emit(plan, e, decided, depth.saturating_add(1), path);
+                        out.emit(plan, e, decided, depth.saturating_add(1), &last_path);
                         continue;
                     }
-                    Some(_) => continue,
-                    None if self.job.complete => continue,
-                    None => {}
+                    Some((p, None)) if *p == parent => continue,
+                    _ => {}
                 }
                 let Some(st) = scope::status_local(t, self.job.cred, self.memo, false, parent)
                 else {

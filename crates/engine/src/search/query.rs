@@ -511,12 +511,23 @@ pub(crate) fn parse_glob(p: &[u8]) -> Vec<Tok> {
 /// a vector per call was a tenth of a broad glob query's time): patterns
 /// of literals and stars take `stars_match`, the others the iterative
 /// matcher over tokens read straight from the pattern (`tokens_match`).
+/// The pattern is read once to tell which (and where its stars are).
 pub fn glob_match(pattern: &[u8], s: &[u8], ci: bool) -> bool {
-    if pattern.iter().any(|c| matches!(c, b'?' | b'[' | b'\\')) {
-        tokens_match(pattern, s, ci)
-    } else {
-        stars_match(pattern, s, ci)
+    let mut stars: Option<(usize, usize)> = None;
+    for (i, &c) in pattern.iter().enumerate() {
+        match c {
+            b'?' | b'[' | b'\\' => return tokens_match(pattern, s, ci),
+            b'*' => stars = Some(stars.map_or((i, i), |(first, _)| (first, i))),
+            _ => {}
+        }
     }
+    stars_match(pattern, stars, s, ci)
+}
+
+/// `a == b` for the short literals of a glob, inline: a call to the C
+/// library's `memcmp` for four bytes cost more than the comparison.
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// [`glob_match`] for any pattern: back to the last star on a mismatch.
@@ -570,21 +581,18 @@ fn tokens_match(pattern: &[u8], s: &[u8], ci: bool) -> bool {
 /// globs people type: `abc*`, `*.rs`, `lib*.so*`): the part before the
 /// first star is a prefix, the part after the last a suffix, and the
 /// parts between are found leftmost in order — no token is read twice.
-fn stars_match(pattern: &[u8], s: &[u8], ci: bool) -> bool {
+/// `stars`: the positions of the first and the last star, if any.
+fn stars_match(pattern: &[u8], stars: Option<(usize, usize)>, s: &[u8], ci: bool) -> bool {
     let eq = |a: &[u8], b: &[u8]| {
         if ci {
             a.eq_ignore_ascii_case(b)
         } else {
-            a == b
+            short_eq(a, b)
         }
     };
-    let Some(first_star) = pattern.iter().position(|&c| c == b'*') else {
+    let Some((first_star, last_star)) = stars else {
         return eq(pattern, s);
     };
-    let last_star = pattern
-        .iter()
-        .rposition(|&c| c == b'*')
-        .unwrap_or(first_star);
     let (prefix, suffix) = (&pattern[..first_star], &pattern[last_star + 1..]);
     if s.len() < prefix.len() + suffix.len()
         || !eq(&s[..prefix.len()], prefix)
