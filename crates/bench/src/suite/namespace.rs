@@ -15,6 +15,10 @@ pub enum Shape {
     Synthetic,
     /// Imported from local trees (`--roots`) and copied until N inodes.
     Real,
+    /// The synthetic tree with names, owners, sizes, times and modes drawn
+    /// from fixed distributions (`workload::varied_file`): the synthetic
+    /// namespace of the search benchmark.
+    Varied,
 }
 
 #[derive(clap::Args, Debug, Clone, serde::Serialize)]
@@ -65,7 +69,7 @@ pub fn build(a: &BuildArgs) -> Report {
     let mut report = Report::new("build", a);
     let rss_start = rss_bytes();
     let template = match a.shape {
-        Shape::Synthetic => None,
+        Shape::Synthetic | Shape::Varied => None,
         Shape::Real => {
             let roots = if a.roots.is_empty() {
                 default_roots()
@@ -100,22 +104,31 @@ pub fn build(a: &BuildArgs) -> Report {
     std::fs::create_dir_all(&a.dir).expect("create store dir");
     let engine = Engine::open_dir(&a.dir, workload::build_config(Journal::Off)).expect("open");
     let rss_base = rss_bytes();
-    let (seconds, deep_path) = match &template {
-        None => timed(|| {
+    // The path of the last file of a synthetic tree (the deepest SOID).
+    let last_path = |tree: &workload::Tree, files: usize, name: &[u8]| {
+        let last = files.saturating_sub(1);
+        let leaf = (last / a.files_per_dir.max(1)).min(tree.leaf_paths.len() - 1);
+        format!(
+            "{}/{}",
+            tree.leaf_paths[leaf],
+            String::from_utf8_lossy(name)
+        )
+    };
+    let (seconds, deep_path) = match (&template, a.shape) {
+        (None, Shape::Varied) => timed(|| {
+            let (tree, files) =
+                workload::varied(&engine, a.inodes, a.files_per_dir, a.dir_fanout).expect("build");
+            let name = workload::varied_file(files.saturating_sub(1)).name;
+            last_path(&tree, files, &name)
+        }),
+        (None, _) => timed(|| {
             let (tree, files) =
                 workload::synthetic(&engine, a.inodes, a.files_per_dir, a.dir_fanout)
                     .expect("build");
             let last = files.len().saturating_sub(1);
-            let leaf = (last / a.files_per_dir.max(1)).min(tree.leaf_paths.len() - 1);
-            let path = format!(
-                "{}/{}",
-                tree.leaf_paths[leaf],
-                String::from_utf8_lossy(&workload::file_name(last))
-            );
-            drop(files);
-            path
+            last_path(&tree, files.len(), &workload::file_name(last))
         }),
-        Some(t) => timed(|| {
+        (Some(t), _) => timed(|| {
             let copies = import::import(&engine, t, a.inodes).expect("import");
             eprintln!("imported {copies} copies");
             t.path_of(t.deepest, &format!("/{}", import::copy_dir_name(0)))
