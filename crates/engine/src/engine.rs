@@ -304,6 +304,10 @@ pub(crate) struct Inner {
     /// lookups, so the threads of a search (and concurrent searches) do
     /// not queue behind each other.
     pub(crate) dir_cache: RwLock<crate::search::dir_cache::DirCache>,
+    /// The last sum of every table's summary (root's whole-namespace
+    /// totals), valid while `table::summary::changes()` equals its own.
+    /// A leaf lock, held only to take or replace it.
+    pub(crate) summed: Mutex<Option<Arc<crate::table::summary::Sum>>>,
 }
 
 #[derive(Default)]
@@ -1107,6 +1111,7 @@ impl Engine {
             track_changes: AtomicBool::new(false),
             dir_epoch: AtomicU64::new(1),
             dir_cache: RwLock::new(Default::default()),
+            summed: Mutex::new(None),
         });
         inner.split_oversized();
         let engine = Engine {
@@ -1608,6 +1613,24 @@ impl Engine {
     }
 
     /// Calls `f` on every table, loading those on disk (search, scrubbing).
+    /// The sum of every table's summary: the one kept if no summary
+    /// changed since it was made, else made now (every table read) and
+    /// kept. See [`crate::table::summary::Sum`].
+    pub(crate) fn summed_summaries(&self) -> Result<Arc<crate::table::summary::Sum>, FsError> {
+        use crate::table::summary;
+        let now = summary::changes();
+        if let Some(kept) = self.inner.summed.lock().as_ref() {
+            if kept.changes == now {
+                return Ok(Arc::clone(kept));
+            }
+        }
+        let mut sum = summary::Sum::new(now);
+        self.for_each_table(|t| sum.add(t.summary()))?;
+        let sum = Arc::new(sum);
+        *self.inner.summed.lock() = Some(Arc::clone(&sum));
+        Ok(sum)
+    }
+
     pub fn for_each_table(&self, mut f: impl FnMut(&Table)) -> Result<(), FsError> {
         let map = self.inner.tables.read();
         for slot in map.values() {

@@ -326,6 +326,7 @@ impl Table {
         self.name_bytes += inode.name.heap_bytes();
         self.summary.add(&inode);
         self.exits.add(self.range, &inode);
+        summary::changed();
         if let Some(&row) = self.by_soid.get(&soid) {
             let same_link = self.row(row).is_some_and(|(_, old)| {
                 old.parent == inode.parent && old.name == inode.name && old.ftype == inode.ftype
@@ -365,6 +366,7 @@ impl Table {
     }
 
     pub fn delete_inode(&mut self, soid: Soid) {
+        summary::changed();
         if let Some(row) = self.by_soid.remove(&soid) {
             self.demote_primary_entry(row);
             if let Some(Some((_, old))) = self.rows.slot_mut(row).map(Option::take) {

@@ -1580,3 +1580,60 @@ fn subtree_scopes_prune_by_exits_and_follow_moves() {
     check(Soid::ROOT, &user, false);
     check(Soid::ROOT, &root, false);
 }
+
+/// Root's whole-namespace totals come from a sum of the tables' summaries
+/// that is kept between queries (`table::summary::Sum`). Every mutation
+/// acknowledged before a query must show in it: after each kind, the
+/// totals equal a row-by-row tally (summaries off).
+#[test]
+fn kept_summary_sums_see_every_acknowledged_mutation() {
+    let e = Engine::open(Arc::new(MemStore::new()), EngineConfig::default()).unwrap();
+    let root = Credentials::root();
+    let files = Expr::pred(Pred::Type(vec![FileType::Regular]));
+    let rows = SearchOptions {
+        summaries: false,
+        ..SearchOptions::default()
+    };
+    let check = |what: &str| {
+        for by in [GroupBy::Uid, GroupBy::Gid, GroupBy::Type] {
+            let kept = e
+                .aggregate_from_summaries(&root, Scope::Soid(Soid::ROOT), &files, by)
+                .unwrap()
+                .expect("root's whole namespace comes from the summaries");
+            let (counted, _) = e
+                .search_tally(&root, Scope::Soid(Soid::ROOT), &files, Some(by), &rows)
+                .unwrap();
+            assert_eq!(kept, counted, "after {what}, by {by:?}");
+        }
+    };
+    check("nothing");
+    let d = mkdir_as_root(&e, Soid::ROOT, "d");
+    let f = create_as_root(&e, d, "f");
+    check("a create");
+    let owner = SetAttr {
+        uid: Some(7),
+        gid: Some(8),
+        size: Some(4096),
+        ..SetAttr::default()
+    };
+    e.setattr(&root, f, &owner).unwrap().wait(&e).unwrap();
+    check("a chown and a resize");
+    e.link(&root, f, Soid::ROOT, b"g")
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    check("a link");
+    e.rename(&root, d, b"f", Soid::ROOT, b"h", RenameFlags::default())
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    check("a rename");
+    e.unlink(&root, Soid::ROOT, b"g").unwrap().wait(&e).unwrap();
+    check("an unlink");
+    for i in 0..300 {
+        create_as_root(&e, d, &format!("many{i}"));
+    }
+    check("many creates");
+    e.unlink(&root, Soid::ROOT, b"h").unwrap().wait(&e).unwrap();
+    check("the last link's unlink");
+}

@@ -47,9 +47,10 @@ pub(super) enum Status {
 }
 
 /// A multiply-rotate hasher for SOID keys (server-assigned ids in a map
-/// that lives for one search: no need for a keyed hash).
+/// that lives for one search: no need for a keyed hash), also used for
+/// the small integer keys of tallies.
 #[derive(Default, Clone, Copy)]
-pub(super) struct SoidHasher(u64);
+pub(crate) struct SoidHasher(u64);
 
 impl Hasher for SoidHasher {
     /// Mixes the high bits down (MurmurHash3's 64-bit finalizer): a
@@ -71,6 +72,10 @@ impl Hasher for SoidHasher {
 
     fn write_u64(&mut self, x: u64) {
         self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
     }
 }
 

@@ -25,12 +25,70 @@
 //! Invariant: `groups` equals the sum of [`contribution`] over the table's
 //! inodes, and holds no zero group; `closed_dirs` counts its directories
 //! not open to all (checked by the table's tests).
+//!
+//! The sum over every table ([`Sum`]) answers root's whole-namespace
+//! totals. It is kept once made, valid while no table's summary changed
+//! since ([`changes`]): summing a namespace whose every table holds files
+//! of a thousand owners is a million groups, tens of milliseconds, and
+//! those totals are asked for all the time.
 
 use crate::inode::Inode;
 use crate::search::Totals;
 use crate::table::Table;
 use sextant_types::{FileType, Soid};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Content changes of table summaries in this process: advanced by every
+/// inode write of a table ([`Table::put_inode`], [`Table::delete_inode`]),
+/// under the table's lock, after its summary changed. Loading, splitting
+/// and merging tables do not change the sum over all tables (splits and
+/// merges hold the table map exclusively, a [`Sum`] is made under its
+/// shared lock) and do not advance it. One counter for every engine of the
+/// process: another engine's writes only make a kept sum be made again.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// Records that a table's summary changed (see [`CHANGES`]).
+pub(crate) fn changed() {
+    CHANGES.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The count of summary changes so far (see [`CHANGES`]).
+pub(crate) fn changes() -> u64 {
+    CHANGES.load(Ordering::SeqCst)
+}
+
+/// The summaries of every table added up, as of [`Sum::changes`].
+///
+/// Invariant: made from every table under the table map's shared lock,
+/// with `changes` read before the first table: if no summary changed
+/// since (`changes()` still equals it), it is the sum of the summaries now.
+/// A mutation changes its table's summary before it is acknowledged, so a
+/// query that starts after the acknowledgement finds the counter moved.
+#[derive(Debug, Default)]
+pub(crate) struct Sum {
+    pub(crate) changes: u64,
+    pub(crate) groups: HashMap<GroupKey, Totals, crate::search::FastHash>,
+    pub(crate) closed_dirs: u64,
+}
+
+impl Sum {
+    pub(crate) fn new(changes: u64) -> Sum {
+        Sum {
+            changes,
+            ..Sum::default()
+        }
+    }
+
+    pub(crate) fn add(&mut self, s: &Summary) {
+        self.closed_dirs = self.closed_dirs.saturating_add(s.closed_dirs);
+        for (k, t) in &s.groups {
+            let g = self.groups.entry(*k).or_default();
+            g.count = g.count.saturating_add(t.count);
+            g.size = g.size.saturating_add(t.size);
+        }
+    }
+}
 
 /// (uid, gid, type).
 pub type GroupKey = (u32, u32, FileType);
