@@ -1253,8 +1253,8 @@ mod tests {
         assert_eq!(s.tree_rows, n as usize);
         // Issue 4 allows 60 B per file for all search indexes; the
         // trigram lists take most of it (~12 trigrams per name here, about
-        // 1.2 B each).
-        assert!(per <= 40.0, "{per} bytes/inode");
+        // 1.2 B each), the K-D tree's codes 2 B per varying dimension.
+        assert!(per <= 50.0, "{per} bytes/inode");
         assert!(s.name_list_bytes as f64 / n as f64 <= 20.0, "{s:?}");
         // Marking every row changed costs one bit per row.
         for k in 0..n {

@@ -22,9 +22,28 @@
 //!         split dimension of the node stored at rows[m] is nibble m.
 //! ```
 //!
-//! Memory: `4` bytes (row id) + `0.5` byte (split nibble) = **4.5 bytes per row**, no
-//! pointers, no coordinates, no per-node bounding boxes; plus a constant `16 · dims` bytes
-//! for the whole-tree min/max of each dimension. The depth is `⌈log2(n+1)⌉`.
+//! Memory: `4` bytes (row id) + `0.5` byte (split nibble) + `2` bytes per varying
+//! dimension (its code, below) per row; no pointers, no per-node bounding boxes; plus a
+//! constant `16 · dims` bytes for the whole-tree min/max of each dimension. The depth is
+//! `⌈log2(n+1)⌉`.
+//!
+//! # Codes: coordinates in the tree, 16 bits each
+//!
+//! Reading a coordinate through `coord` reads the row it belongs to, somewhere in the
+//! table's memory: on a 10M-file namespace whose every table holds every owner and the
+//! whole time span, a selective box visits thousands of nodes per table and two thirds of
+//! the query's time went to those reads (docs/BENCHMARKS.md, "K-D tree codes"). So the tree
+//! also keeps, in tree order beside the row ids, a 16-bit *code* of every row's coordinate
+//! in every dimension that varies in the table: [`code`] of its offset above the
+//! dimension's minimum, a small float (10-bit mantissa, exact below 2048) — monotone, and
+//! relative in precision, so sizes and times spanning orders of magnitude keep it. Because
+//! it is monotone, `code(c) < code(b)` implies `c < b`: a row's code that differs from the
+//! code of a query bound decides that bound exactly, and only a code *equal* to the bound's
+//! code leaves it open — then, and only then, the coordinate is read. The traversal makes
+//! exactly the decisions it would make on the coordinates (the codes never decide alone
+//! what they cannot), so the result is the same, with a fraction of the reads; and a
+//! traversal moves through the codes in array order, which the implicit layout keeps
+//! close together.
 //!
 //! # Invariants
 //!
@@ -60,6 +79,11 @@
 //! * the guarded rule was within 7% of the best rule on both sets (metadata-like 3.43M vs
 //!   cycle 3.27M / normalized 3.79M; low-cardinality 115k vs 108k / cycle 300k).
 //!
+//! Since the codes (below) a query reads few coordinates, so the test now counts nodes
+//! visited: the guarded rule is within 2% of the best on the metadata-like set (2.04M vs
+//! cycle 2.01M, raw spread 4.36M) and within 6% on the low-cardinality one (84k vs
+//! normalized 79k, cycle 202k).
+//!
 //! The rule only affects build time and query speed, never correctness.
 //!
 //! # Query
@@ -81,8 +105,8 @@
 //!   nibble array;
 //! * orthogonal range query: `O(n^(1-1/k) + m)` for `m` reported rows on a balanced tree
 //!   (fewer when the box leaves dimensions unbounded — those are never checked);
-//! * memory: `4.5 n + 16 k` bytes (+ struct header); 4.51 bytes/row measured at n = 20,000,
-//!   k = 7.
+//! * memory: `(4.5 + 2 k') n + 16 k` bytes for `k'` varying dimensions (+ struct header);
+//!   18.5 bytes/row measured at n = 20,000, k = k' = 7.
 
 /// Maximum number of dimensions (split dimension is stored in a 4-bit nibble).
 const MAX_DIMS: usize = 16;
@@ -100,6 +124,47 @@ pub struct KdTree {
     bounds: Vec<u64>,
     /// Number of indexed dimensions (0..=16). 0 means a plain list.
     dims: u8,
+    /// Codes of the varying dimensions, `coded` per array slot in tree order: slot `i`,
+    /// dimension `d` is `codes[i * coded + code_slot[d]]`.
+    codes: Vec<u16>,
+    /// Dimensions with codes (those not constant over the tree).
+    coded: u8,
+    /// Position of dimension `d` among the coded ones; [`NOT_CODED`] for a dimension
+    /// constant over the tree (its coordinate is its minimum, known without a read).
+    code_slot: [u8; MAX_DIMS],
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Nodes a query examined on this thread (tests measure traversal work with it).
+    static NODES_VISITED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// [`KdTree::code_slot`] of a dimension constant over the tree.
+const NOT_CODED: u8 = u8::MAX;
+
+/// The code of `x` (a coordinate's offset above its dimension's minimum): `x` itself
+/// below 2048, else a float with an 11-bit mantissa (leading one included) and the shift
+/// as exponent, laid out so that codes grow with `x` (at most 56,319). Monotone:
+/// `x <= y` implies `code(x) <= code(y)`; so `code(x) < code(y)` implies `x < y`.
+fn code(x: u64) -> u16 {
+    let bits = 64 - x.leading_zeros();
+    if bits <= 11 {
+        return x as u16;
+    }
+    let shift = bits - 11;
+    (u64::from(shift) * 1024 + (x >> shift)) as u16
+}
+
+/// What a row's code says of one query bound.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Says {
+    /// The coordinate satisfies the bound (strictly, or the bound holds for the tree).
+    Holds,
+    /// The coordinate violates the bound.
+    Fails,
+    /// The code equals the bound's code: only the coordinate can tell.
+    Open,
 }
 
 /// How a node's split dimension is chosen (only `Guarded` is used in production; the
@@ -146,6 +211,9 @@ impl KdTree {
                 split: Vec::new(),
                 bounds: Vec::new(),
                 dims: dims as u8,
+                codes: Vec::new(),
+                coded: 0,
+                code_slot: [NOT_CODED; MAX_DIMS],
             };
         }
         let mut split = vec![0u8; n.div_ceil(2)];
@@ -217,11 +285,25 @@ impl KdTree {
             stack.push((m + 1, e, next, age2));
         }
 
+        // Codes of the varying dimensions, in tree order.
+        let mut code_slot = [NOT_CODED; MAX_DIMS];
+        let varying: Vec<usize> = (0..dims).filter(|&d| gmax[d] > gmin[d]).collect();
+        for (j, &d) in varying.iter().enumerate() {
+            code_slot[d] = j as u8;
+        }
+        let mut codes = Vec::with_capacity(n * varying.len());
+        for &r in &rows {
+            codes.extend(varying.iter().map(|&d| code(coord(r, d) - gmin[d])));
+        }
+
         KdTree {
             rows,
             split,
             bounds,
             dims: dims as u8,
+            codes,
+            coded: varying.len() as u8,
+            code_slot,
         }
     }
 
@@ -280,17 +362,62 @@ impl KdTree {
             }
         }
         let full: u16 = ((1u32 << dims) - 1) as u16;
+        // The codes of the query bounds (only those the tree does not already satisfy
+        // are ever consulted).
+        let mut code_lo = [0u16; MAX_DIMS];
+        let mut code_hi = [0u16; MAX_DIMS];
+        for d in 0..dims {
+            let (gmin, gmax) = (self.bounds[2 * d], self.bounds[2 * d + 1]);
+            code_lo[d] = code(qlo[d].max(gmin) - gmin);
+            code_hi[d] = code(qhi[d].min(gmax) - gmin);
+        }
+        let coded = self.coded as usize;
+        // What the code of the row at array slot `i` says of dimension `d`'s lower and
+        // upper bound; `None` for a dimension constant over the tree (its bounds hold,
+        // or the query returned above).
+        let says = |i: usize, d: usize| -> Option<(Says, Says)> {
+            let j = self.code_slot[d];
+            if j == NOT_CODED {
+                return None;
+            }
+            let c = self.codes[i * coded + j as usize];
+            let bit = 1u16 << d;
+            let lo = if lo_ok & bit != 0 || c > code_lo[d] {
+                Says::Holds
+            } else if c < code_lo[d] {
+                Says::Fails
+            } else {
+                Says::Open
+            };
+            let hi = if hi_ok & bit != 0 || c < code_hi[d] {
+                Says::Holds
+            } else if c > code_hi[d] {
+                Says::Fails
+            } else {
+                Says::Open
+            };
+            Some((lo, hi))
+        };
+        let inside = |c: u64, d: usize| qlo[d] <= c && c <= qhi[d];
 
-        let in_box = |row: u32, need: u16, known: Option<(usize, u64)>| -> bool {
+        // Whether the row `row` at array slot `i` lies in the box on the dimensions of
+        // `need`; `known`: its coordinate in one dimension, when already read.
+        let in_box = |i: usize, row: u32, need: u16, known: Option<(usize, u64)>| -> bool {
             let mut need = need;
             while need != 0 {
                 let d = need.trailing_zeros() as usize;
                 need &= need - 1;
-                let c = match known {
+                let exact = |d: usize| match known {
                     Some((kd, kc)) if kd == d => kc,
                     _ => coord(row, d),
                 };
-                if c < qlo[d] || c > qhi[d] {
+                let ok = match says(i, d) {
+                    Some((Says::Fails, _) | (_, Says::Fails)) => false,
+                    Some((Says::Holds, Says::Holds)) => true,
+                    Some(_) => inside(exact(d), d),
+                    None => inside(self.bounds[2 * d], d),
+                };
+                if !ok {
                     return false;
                 }
             }
@@ -303,6 +430,8 @@ impl KdTree {
             if s >= e {
                 continue;
             }
+            #[cfg(test)]
+            NODES_VISITED.with(|v| v.set(v.get() + 1));
             let contained = lo_ok & hi_ok;
             if contained == full {
                 for &r in &self.rows[s..e] {
@@ -314,34 +443,69 @@ impl KdTree {
             let m = s + (e - s) / 2;
             let row = self.rows[m];
             if e - s == 1 {
-                if in_box(row, need, None) {
+                if in_box(m, row, need, None) {
                     visit(row);
                 }
                 continue;
             }
             let d = get_nibble(&self.split, m) as usize;
-            let k = coord(row, d);
-            if in_box(row, need, Some((d, k))) {
+            let bit = 1u16 << d;
+            // The split key against the bounds of `d`: `k >= lo` and `k <= hi`, from its
+            // code where that decides, else from the key itself (read once).
+            let (k_ge_lo, k_le_hi, known) = match says(m, d) {
+                Some((lo, hi)) if lo != Says::Open && hi != Says::Open => {
+                    (lo == Says::Holds, hi == Says::Holds, None)
+                }
+                Some(_) => {
+                    let k = coord(row, d);
+                    (k >= qlo[d], k <= qhi[d], Some((d, k)))
+                }
+                None => {
+                    let k = self.bounds[2 * d];
+                    (k >= qlo[d], k <= qhi[d], Some((d, k)))
+                }
+            };
+            if in_box(m, row, need, known) {
                 visit(row);
             }
-            let bit = 1u16 << d;
-            // Right subtree: coords on d are >= k.
-            if qhi[d] >= k && m + 1 < e {
-                let lo2 = if k >= qlo[d] { lo_ok | bit } else { lo_ok };
+            // Right subtree: coords on d are >= k (it can hold a match iff k <= hi).
+            if k_le_hi && m + 1 < e {
+                let lo2 = if k_ge_lo { lo_ok | bit } else { lo_ok };
                 stack.push((m + 1, e, lo2, hi_ok));
+                self.prefetch_codes(m + 1 + (e - m - 1) / 2);
             }
             // Left subtree: coords on d are <= k. Pushed last so it is explored first.
-            if qlo[d] <= k && s < m {
-                let hi2 = if k <= qhi[d] { hi_ok | bit } else { hi_ok };
+            if k_ge_lo && s < m {
+                let hi2 = if k_le_hi { hi_ok | bit } else { hi_ok };
                 stack.push((s, m, lo_ok, hi2));
+                self.prefetch_codes(s + (m - s) / 2);
             }
         }
+    }
+
+    /// Asks the CPU to bring the codes of array slot `i` into cache: a node is examined
+    /// some time after it is pushed, and its codes are the first thing read.
+    #[inline]
+    fn prefetch_codes(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(c) = self.codes.get(i * self.coded as usize) {
+            // SAFETY: a prefetch is a hint; it never faults, and the pointer is valid.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch(
+                    (c as *const u16).cast::<i8>(),
+                    core::arch::x86_64::_MM_HINT_T0,
+                )
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
     }
 
     /// Heap bytes used.
     pub fn memory_bytes(&self) -> usize {
         self.rows.capacity() * std::mem::size_of::<u32>()
             + self.split.capacity()
+            + self.codes.capacity() * std::mem::size_of::<u16>()
             + self.bounds.capacity() * std::mem::size_of::<u64>()
     }
 
@@ -554,6 +718,21 @@ mod tests {
     }
 
     proptest! {
+        /// Codes are monotone (what lets them decide a bound exactly), exact below 2048,
+        /// and fit in 16 bits.
+        #[test]
+        fn codes_are_monotone(a in any::<u64>(), b in any::<u64>(), small in 0u64..4096) {
+            let (x, y) = (a.min(b), a.max(b));
+            prop_assert!(code(x) <= code(y), "{} {}", x, y);
+            prop_assert!(code(small) <= code(small + 1));
+            if small < 2048 {
+                prop_assert_eq!(u64::from(code(small)), small);
+            }
+            prop_assert!(code(u64::MAX) <= 56_319);
+        }
+    }
+
+    proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
         #[test]
@@ -697,8 +876,9 @@ mod tests {
             "kdtree: 20000 rows -> {bytes} bytes ({:.2} bytes/row)",
             bytes as f64 / 20_000.0
         );
-        // Small constant: the per-dimension min/max (at most 16 * 16 bytes).
-        assert!(bytes <= 5 * 20_000 + 256, "{bytes} bytes");
+        // Row id, split nibble and a 2-byte code per varying dimension (all 7 vary
+        // here), plus a small constant: the per-dimension min/max (at most 16 * 16 bytes).
+        assert!(bytes <= (5 + 2 * 7) * 20_000 + 256, "{bytes} bytes");
     }
 
     /// Counts `coord` calls during a query.
@@ -715,6 +895,14 @@ mod tests {
             |_| hits += 1,
         );
         (calls.get(), hits)
+    }
+
+    /// Counts the nodes a query examines (traversal work, which the split rule decides;
+    /// the codes change how many coordinates are read, not which nodes are visited).
+    fn visited_query(t: &KdTree, p: &Points, lo: &[u64], hi: &[u64]) -> (usize, usize) {
+        NODES_VISITED.with(|v| v.set(0));
+        let (_, hits) = counted_query(t, p, lo, hi);
+        (NODES_VISITED.with(|v| v.get()), hits)
     }
 
     #[test]
@@ -745,8 +933,9 @@ mod tests {
         assert_eq!((calls, hits), (0, 20_000));
     }
 
-    /// Measures the split rules on a metadata-like and a low-cardinality set (counts `coord`
-    /// calls per query). Not timed; asserts the production rule is within 10% of the best.
+    /// Measures the split rules on a metadata-like and a low-cardinality set (counts nodes
+    /// visited per query; before the codes it counted `coord` calls, see the module docs).
+    /// Not timed; asserts the production rule is within 10% of the best.
     #[test]
     fn split_rule_comparison() {
         let p = metadata_like(20_000);
@@ -809,14 +998,14 @@ mod tests {
             check_invariants(&t, &p);
             let mut total = 0;
             for (name, lo, hi) in &queries {
-                let (calls, hits) = counted_query(&t, &p, lo, hi);
+                let (calls, hits) = visited_query(&t, &p, lo, hi);
                 assert_eq!(hits, p.scan(lo, hi).len());
-                eprintln!("{rule:?}: {name}: {hits} hits, {calls} coord calls");
+                eprintln!("{rule:?}: {name}: {hits} hits, {calls} nodes visited");
                 total += calls;
             }
             let (mut g1, mut g2, mut worst, mut ghits) = (0, 0, 0, 0);
             for (k, lo, hi) in &generated {
-                let (calls, hits) = counted_query(&t, &p, lo, hi);
+                let (calls, hits) = visited_query(&t, &p, lo, hi);
                 if *k == 1 {
                     g1 += calls;
                 } else {
@@ -827,7 +1016,7 @@ mod tests {
             }
             eprintln!(
                 "{rule:?}: hand-written total {total}; generated: 1-dim {g1}, 2-dim {g2}, \
-                 worst {worst} coord calls ({ghits} hits)"
+                 worst {worst} nodes visited ({ghits} hits)"
             );
             totals.push(total + g1 + g2);
         }
@@ -879,11 +1068,11 @@ mod tests {
                     lo[d] = c.saturating_sub(w);
                     hi[d] = c.saturating_add(w);
                 }
-                let (calls, hits) = counted_query(&t, &q, &lo, &hi);
+                let (calls, hits) = visited_query(&t, &q, &lo, &hi);
                 assert_eq!(hits, q.scan(&lo, &hi).len());
                 total += calls;
             }
-            eprintln!("{rule:?}: low-cardinality set: {total} coord calls");
+            eprintln!("{rule:?}: low-cardinality set: {total} nodes visited");
             lowcard.push(total);
         }
         let best = *lowcard.iter().min().unwrap();
