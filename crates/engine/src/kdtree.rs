@@ -18,8 +18,8 @@
 //!   [ r0 | r1 | r2 ]        [ r4 | r5 | r6 ]     node = rows[1] / rows[5]
 //!     leaf node leaf          leaf node leaf
 //!
-//!  split: one 4-bit nibble per array slot (dims <= 16), packed two per byte:
-//!         split dimension of the node stored at rows[m] is nibble m.
+//!  split: one 4-bit nibble per node (dims <= 16), packed two per byte, nodes numbered
+//!         in depth-first pre-order (the root 0, its left child 1, ...: see "Codes").
 //! ```
 //!
 //! Memory: `4` bytes (row id) + `0.5` byte (split nibble) + `2` bytes per varying
@@ -33,7 +33,7 @@
 //! table's memory: on a 10M-file namespace whose every table holds every owner and the
 //! whole time span, a selective box visits thousands of nodes per table and two thirds of
 //! the query's time went to those reads (docs/BENCHMARKS.md, "K-D tree codes"). So the tree
-//! also keeps, in tree order beside the row ids, a 16-bit *code* of every row's coordinate
+//! also keeps, beside the row ids, a 16-bit *code* of every node's coordinate
 //! in every dimension that varies in the table: [`code`] of its offset above the
 //! dimension's minimum, a small float (10-bit mantissa, exact below 2048) — monotone, and
 //! relative in precision, so sizes and times spanning orders of magnitude keep it. Because
@@ -41,9 +41,10 @@
 //! code of a query bound decides that bound exactly, and only a code *equal* to the bound's
 //! code leaves it open — then, and only then, the coordinate is read. The traversal makes
 //! exactly the decisions it would make on the coordinates (the codes never decide alone
-//! what they cannot), so the result is the same, with a fraction of the reads; and a
-//! traversal moves through the codes in array order, which the implicit layout keeps
-//! close together.
+//! what they cannot), so the result is the same, with a fraction of the reads. The codes
+//! are stored in the order a query visits nodes (depth first, left subtree first), so a
+//! descent to the left reads the next few bytes and a query reads forward; the node a
+//! right descent will reach is prefetched when it is pushed.
 //!
 //! # Invariants
 //!
@@ -116,7 +117,8 @@ const MAX_DIMS: usize = 16;
 pub struct KdTree {
     /// Row ids in implicit tree order.
     rows: Vec<u32>,
-    /// Split dimension per array slot, 4 bits each, two slots per byte.
+    /// Split dimension per node, 4 bits each, two nodes per byte, nodes in pre-order (as
+    /// [`KdTree::codes`]).
     split: Vec<u8>,
     /// Whole-tree minimum and maximum per dimension (`[min_0, max_0, min_1, max_1, ..]`),
     /// `2 * dims` entries: lets a query drop bounds that the data cannot violate and
@@ -124,8 +126,9 @@ pub struct KdTree {
     bounds: Vec<u64>,
     /// Number of indexed dimensions (0..=16). 0 means a plain list.
     dims: u8,
-    /// Codes of the varying dimensions, `coded` per array slot in tree order: slot `i`,
-    /// dimension `d` is `codes[i * coded + code_slot[d]]`.
+    /// Codes of the varying dimensions, `coded` per node, nodes in depth-first pre-order
+    /// (a node, its left subtree, its right subtree — the order a query visits them, so it
+    /// reads forward): node number `i`, dimension `d` is `codes[i * coded + code_slot[d]]`.
     codes: Vec<u16>,
     /// Dimensions with codes (those not constant over the tree).
     coded: u8,
@@ -291,10 +294,24 @@ impl KdTree {
         for (j, &d) in varying.iter().enumerate() {
             code_slot[d] = j as u8;
         }
+        // Codes and split dimensions in pre-order (see the module docs).
         let mut codes = Vec::with_capacity(n * varying.len());
-        for &r in &rows {
+        let mut split_pre = vec![0u8; n.div_ceil(2)];
+        let mut order = vec![(0usize, n)];
+        let mut pre = 0;
+        while let Some((s, e)) = order.pop() {
+            if s >= e {
+                continue;
+            }
+            let m = s + (e - s) / 2;
+            let r = rows[m];
             codes.extend(varying.iter().map(|&d| code(coord(r, d) - gmin[d])));
+            set_nibble(&mut split_pre, pre, get_nibble(&split, m));
+            pre += 1;
+            order.push((m + 1, e));
+            order.push((s, m));
         }
+        let split = split_pre;
 
         KdTree {
             rows,
@@ -372,7 +389,7 @@ impl KdTree {
             code_hi[d] = code(qhi[d].min(gmax) - gmin);
         }
         let coded = self.coded as usize;
-        // What the code of the row at array slot `i` says of dimension `d`'s lower and
+        // What the code of node `i` (pre-order) says of dimension `d`'s lower and
         // upper bound; `None` for a dimension constant over the tree (its bounds hold,
         // or the query returned above).
         let says = |i: usize, d: usize| -> Option<(Says, Says)> {
@@ -400,16 +417,17 @@ impl KdTree {
         };
         let inside = |c: u64, d: usize| qlo[d] <= c && c <= qhi[d];
 
-        // Whether the row `row` at array slot `i` lies in the box on the dimensions of
-        // `need`; `known`: its coordinate in one dimension, when already read.
-        let in_box = |i: usize, row: u32, need: u16, known: Option<(usize, u64)>| -> bool {
+        // Whether the row of node `i` (pre-order; `rows[m]`) lies in the box on the
+        // dimensions of `need`; `known`: its coordinate in one dimension, when already read.
+        // The row id is read only for a coordinate the codes leave open.
+        let in_box = |i: usize, m: usize, need: u16, known: Option<(usize, u64)>| -> bool {
             let mut need = need;
             while need != 0 {
                 let d = need.trailing_zeros() as usize;
                 need &= need - 1;
                 let exact = |d: usize| match known {
                     Some((kd, kc)) if kd == d => kc,
-                    _ => coord(row, d),
+                    _ => coord(self.rows[m], d),
                 };
                 let ok = match says(i, d) {
                     Some((Says::Fails, _) | (_, Says::Fails)) => false,
@@ -424,9 +442,11 @@ impl KdTree {
             true
         };
 
-        let mut stack: Vec<(usize, usize, u16, u16)> = Vec::with_capacity(64);
-        stack.push((0, n, lo_ok, hi_ok));
-        while let Some((s, e, lo_ok, hi_ok)) = stack.pop() {
+        // (start, end, masks, the node's number in pre-order: the left child is the next
+        // node, the right one follows the left subtree's `m - s` nodes).
+        let mut stack: Vec<(usize, usize, u16, u16, usize)> = Vec::with_capacity(64);
+        stack.push((0, n, lo_ok, hi_ok, 0));
+        while let Some((s, e, lo_ok, hi_ok, pre)) = stack.pop() {
             if s >= e {
                 continue;
             }
@@ -441,23 +461,22 @@ impl KdTree {
             }
             let need = full & !contained;
             let m = s + (e - s) / 2;
-            let row = self.rows[m];
             if e - s == 1 {
-                if in_box(m, row, need, None) {
-                    visit(row);
+                if in_box(pre, m, need, None) {
+                    visit(self.rows[m]);
                 }
                 continue;
             }
-            let d = get_nibble(&self.split, m) as usize;
+            let d = get_nibble(&self.split, pre) as usize;
             let bit = 1u16 << d;
             // The split key against the bounds of `d`: `k >= lo` and `k <= hi`, from its
             // code where that decides, else from the key itself (read once).
-            let (k_ge_lo, k_le_hi, known) = match says(m, d) {
+            let (k_ge_lo, k_le_hi, known) = match says(pre, d) {
                 Some((lo, hi)) if lo != Says::Open && hi != Says::Open => {
                     (lo == Says::Holds, hi == Says::Holds, None)
                 }
                 Some(_) => {
-                    let k = coord(row, d);
+                    let k = coord(self.rows[m], d);
                     (k >= qlo[d], k <= qhi[d], Some((d, k)))
                 }
                 None => {
@@ -465,26 +484,26 @@ impl KdTree {
                     (k >= qlo[d], k <= qhi[d], Some((d, k)))
                 }
             };
-            if in_box(m, row, need, known) {
-                visit(row);
+            if in_box(pre, m, need, known) {
+                visit(self.rows[m]);
             }
             // Right subtree: coords on d are >= k (it can hold a match iff k <= hi).
             if k_le_hi && m + 1 < e {
                 let lo2 = if k_ge_lo { lo_ok | bit } else { lo_ok };
-                stack.push((m + 1, e, lo2, hi_ok));
-                self.prefetch_codes(m + 1 + (e - m - 1) / 2);
+                let right = pre + 1 + (m - s);
+                stack.push((m + 1, e, lo2, hi_ok, right));
+                self.prefetch_codes(right);
             }
             // Left subtree: coords on d are <= k. Pushed last so it is explored first.
             if k_ge_lo && s < m {
                 let hi2 = if k_le_hi { hi_ok | bit } else { hi_ok };
-                stack.push((s, m, lo_ok, hi2));
-                self.prefetch_codes(s + (m - s) / 2);
+                stack.push((s, m, lo_ok, hi2, pre + 1));
             }
         }
     }
 
-    /// Asks the CPU to bring the codes of array slot `i` into cache: a node is examined
-    /// some time after it is pushed, and its codes are the first thing read.
+    /// Asks the CPU to bring the codes of node `i` (pre-order) into cache: a right subtree
+    /// is examined after the whole left one, and its codes are the first thing read.
     #[inline]
     fn prefetch_codes(&self, i: usize) {
         #[cfg(target_arch = "x86_64")]
@@ -608,20 +627,35 @@ mod tests {
         out
     }
 
+    /// The split invariants, and that every node's codes are the codes of its row
+    /// (nodes numbered in pre-order, as the query numbers them).
     fn check_invariants(t: &KdTree, p: &Points) {
-        let mut stack = vec![(0usize, t.len())];
-        while let Some((s, e)) = stack.pop() {
-            if e - s < 2 {
+        let coded = t.coded as usize;
+        let mut stack = vec![(0usize, t.len(), 0usize)];
+        while let Some((s, e, pre)) = stack.pop() {
+            if s >= e {
                 continue;
             }
             let m = s + (e - s) / 2;
-            let d = get_nibble(&t.split, m) as usize;
-            assert!(d < t.dims());
-            let k = p.coord(t.rows[m], d);
-            assert!(t.rows[s..m].iter().all(|&r| p.coord(r, d) <= k));
-            assert!(t.rows[m + 1..e].iter().all(|&r| p.coord(r, d) >= k));
-            stack.push((s, m));
-            stack.push((m + 1, e));
+            for d in 0..t.dims() {
+                let j = t.code_slot[d];
+                let c = p.coord(t.rows[m], d);
+                if j == NOT_CODED {
+                    assert_eq!(c, t.bounds[2 * d], "a dimension without codes is constant");
+                } else {
+                    let want = code(c - t.bounds[2 * d]);
+                    assert_eq!(t.codes[pre * coded + j as usize], want);
+                }
+            }
+            if e - s >= 2 {
+                let d = get_nibble(&t.split, pre) as usize;
+                assert!(d < t.dims());
+                let k = p.coord(t.rows[m], d);
+                assert!(t.rows[s..m].iter().all(|&r| p.coord(r, d) <= k));
+                assert!(t.rows[m + 1..e].iter().all(|&r| p.coord(r, d) >= k));
+            }
+            stack.push((m + 1, e, pre + 1 + (m - s)));
+            stack.push((s, m, pre + 1));
         }
     }
 
