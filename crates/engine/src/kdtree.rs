@@ -39,7 +39,8 @@
 //! relative in precision, so sizes and times spanning orders of magnitude keep it. Because
 //! it is monotone, `code(c) < code(b)` implies `c < b`: a row's code that differs from the
 //! code of a query bound decides that bound exactly, and only a code *equal* to the bound's
-//! code leaves it open — then, and only then, the coordinate is read. The traversal makes
+//! code leaves it open — then, and only then, the coordinate is read (unless the code is
+//! below 2048, where it is the offset itself: an owner or a mode asked for by number). The traversal makes
 //! exactly the decisions it would make on the coordinates (the codes never decide alone
 //! what they cannot), so the result is the same, with a fraction of the reads. The codes
 //! are stored in the order a query visits nodes (depth first, left subtree first), so a
@@ -146,6 +147,9 @@ thread_local! {
 /// [`KdTree::code_slot`] of a dimension constant over the tree.
 const NOT_CODED: u8 = u8::MAX;
 
+/// Codes below this are the offsets themselves ([`code`]).
+const EXACT: u16 = 2048;
+
 /// The code of `x` (a coordinate's offset above its dimension's minimum): `x` itself
 /// below 2048, else a float with an 11-bit mantissa (leading one included) and the shift
 /// as exponent, laid out so that codes grow with `x` (at most 56,319). Monotone:
@@ -153,6 +157,7 @@ const NOT_CODED: u8 = u8::MAX;
 fn code(x: u64) -> u16 {
     let bits = 64 - x.leading_zeros();
     if bits <= 11 {
+        // x < EXACT: the code is x.
         return x as u16;
     }
     let shift = bits - 11;
@@ -399,14 +404,16 @@ impl KdTree {
             }
             let c = self.codes[i * coded + j as usize];
             let bit = 1u16 << d;
-            let lo = if lo_ok & bit != 0 || c > code_lo[d] {
+            // Codes below `EXACT` are the offsets themselves: equal codes, equal
+            // coordinates (an owner asked for by number).
+            let lo = if lo_ok & bit != 0 || c > code_lo[d] || (c == code_lo[d] && c < EXACT) {
                 Says::Holds
             } else if c < code_lo[d] {
                 Says::Fails
             } else {
                 Says::Open
             };
-            let hi = if hi_ok & bit != 0 || c < code_hi[d] {
+            let hi = if hi_ok & bit != 0 || c < code_hi[d] || (c == code_hi[d] && c < EXACT) {
                 Says::Holds
             } else if c > code_hi[d] {
                 Says::Fails
@@ -666,13 +673,16 @@ mod tests {
             1 => (0u64..5).boxed(),
             2 => (0u64..50).boxed(),
             3 => prop_oneof![Just(0u64), Just(u64::MAX), any::<u64>()].boxed(),
+            // Across the codes' exact range (offsets below 2048) and the first
+            // ranges where a code stands for several values.
+            4 => (0u64..12_000).boxed(),
             _ => any::<u64>().boxed(),
         }
     }
 
     fn points_strategy() -> impl Strategy<Value = (Points, Vec<u8>)> {
         (1usize..8)
-            .prop_flat_map(|dims| (Just(dims), proptest::collection::vec(0u8..5, dims)))
+            .prop_flat_map(|dims| (Just(dims), proptest::collection::vec(0u8..6, dims)))
             .prop_flat_map(|(dims, kinds)| {
                 let n = 0usize..2000;
                 let row = kinds.iter().map(|&k| coord_strategy(k)).collect::<Vec<_>>();
