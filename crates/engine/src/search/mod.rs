@@ -10,7 +10,7 @@
 //!
 //! # Results
 //!
-//! A search from scope root `S` reports one [`SearchHit`] per *path* below
+//! A search from scope root `S` reports one hit per *path* below
 //! `S` (and `S` itself, at depth 0) whose entry matches the expression —
 //! exactly the paths `find S ...` would print, run by the caller, except for
 //! order (table order, not directory order). Hard-linked files appear once
@@ -18,6 +18,9 @@
 //! chain (directory `name`/`parent` fields and each link's name), so they are
 //! canonical even when the scope was given through a symlink. The scope
 //! root's own name is the last component of that path (`/` for the root).
+//! A hit is lent to the caller's visitor ([`HitRef`]: path and attributes
+//! borrowed from its table's batch of hits, `hits.rs`); `to_hit` makes a
+//! [`SearchHit`] to keep.
 //!
 //! # Scope: exact ancestry, never locality
 //!
@@ -67,7 +70,8 @@
 //! Recursive statistics are kept per *table* instead
 //! ([`crate::table::summary`]: paths and bytes per owner, group and type,
 //! updated by the table's inode writes like the exits). Whole-namespace
-//! totals for root are their sum; a subtree's totals for root add up every
+//! totals for root are their sum, kept until a table's summary changes
+//! (`table::summary::Sum`); a subtree's totals for root add up every
 //! table whose exits all lie in the scope ([`scope::whole`]: then every
 //! path in it is below the scope root) from its summary without reading a
 //! row; a table the scope covers partly (not holding the scope root) is
