@@ -233,7 +233,7 @@ pub struct EngineStats {
     pub merges: u64,
     pub retries: u64,
     /// Directory paths remembered across searches, and their approximate
-    /// heap bytes ([`crate::search::dir_cache`]).
+    /// heap bytes (`crate::search::dir_cache`).
     pub dir_cache_paths: usize,
     pub dir_cache_bytes: usize,
     /// `Some` once the engine stopped after a failed write: what every

@@ -34,7 +34,7 @@
 //! whole time span, a selective box visits thousands of nodes per table and two thirds of
 //! the query's time went to those reads (docs/BENCHMARKS.md, "K-D tree codes"). So the tree
 //! also keeps, beside the row ids, a 16-bit *code* of every node's coordinate
-//! in every dimension that varies in the table: [`code`] of its offset above the
+//! in every dimension that varies in the table: `code` of its offset above the
 //! dimension's minimum, a small float (10-bit mantissa, exact below 2048) — monotone, and
 //! relative in precision, so sizes and times spanning orders of magnitude keep it. Because
 //! it is monotone, `code(c) < code(b)` implies `c < b`: a row's code that differs from the

@@ -3,7 +3,7 @@
 //! An operation runs against a [`Txn`]. Reads go through the transaction's
 //! write set, then to the table that owns the key; the first touch of a
 //! table locks it and keeps it locked until the end (two-phase locking).
-//! Writes only go to the write set; [`Txn::commit`] turns the write set into
+//! Writes only go to the write set; `Txn::commit` turns the write set into
 //! one journal record, appends it while every lock is still held (so LSN
 //! order agrees with the order of conflicting operations), applies it to
 //! the tables and releases the locks. Durability is awaited afterwards, so

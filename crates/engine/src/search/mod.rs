@@ -4,7 +4,7 @@
 //!
 //! - [`query`]: the expression tree ([`Expr`], [`Pred`]) and its exact
 //!   evaluator.
-//! - [`plan`]: the constraints every match satisfies ([`Plan`]), handed to
+//! - [`mod@plan`]: the constraints every match satisfies ([`Plan`]), handed to
 //!   the per-table index ([`crate::index::IndexQuery`]) to prune.
 //! - this module: execution ([`Engine::search`]), hits, aggregations.
 //!
@@ -45,7 +45,7 @@
 //! exit, so a table that does not contain `S` and none of whose exits is a
 //! listable directory at or below `S` (within the depth limit) holds
 //! nothing the search could report, and is skipped without touching a row
-//! ([`scope::decide`], [`SearchStats::tables_out_of_scope`]). Exits only
+//! (`scope::decide`, [`SearchStats::tables_out_of_scope`]). Exits only
 //! prune; every candidate's ancestry is still decided by its parent chain.
 //! Tables that survive are then pruned by their Bloom filters
 //! ([`crate::index::TableIndex::may_match`]) and K-D trees (only rows in
@@ -72,7 +72,7 @@
 //! updated by the table's inode writes like the exits). Whole-namespace
 //! totals for root are their sum, kept until a table's summary changes
 //! (`table::summary::Sum`); a subtree's totals for root add up every
-//! table whose exits all lie in the scope ([`scope::whole`]: then every
+//! table whose exits all lie in the scope (`scope::whole`: then every
 //! path in it is below the scope root) from its summary without reading a
 //! row; a table the scope covers partly (not holding the scope root) is
 //! added up from its totals per exit ([`crate::table::summary::by_exit`],
@@ -106,8 +106,8 @@
 //!
 //! First, below a scope root other than `/`, the directories that can
 //! hold a reportable entry are listed top-down through their entries
-//! ([`scope::walk_down`], listable ones within the depth limit, at most
-//! [`scope::WALK_BUDGET`] entries, one table lock at a time). When the
+//! (`scope::walk_down`, listable ones within the depth limit, at most
+//! `scope::WALK_BUDGET` entries, one table lock at a time). When the
 //! walk finishes the memo is *complete*: a directory not in it is out of
 //! scope (or invisible, or too deep), so every exit and every row's parent
 //! is decided by a hash lookup. For `/` (where nothing is out of scope)
@@ -116,18 +116,18 @@
 //!
 //! Tables are then visited by a SOID cursor. For each table: under the
 //! table map's shared lock and that table's lock only, read its exits and
-//! decide ([`scope::decide`]) — skip; or, if its Bloom filters allow a
+//! decide (`scope::decide`) — skip; or, if its Bloom filters allow a
 //! match, visit, or first resolve exits whose ancestry is not memoised yet
 //! (with single-table reads of directories, no lock held, then decide
 //! again). A visited table is then locked once more and evaluated entirely
 //! under that lock: index pruning, then [`IndexQuery::matches`], each
 //! link's ancestry from the memo plus the table's own directories
-//! ([`scope::status_local`]; every chain leaves the table at a resolved
+//! (`scope::status_local`; every chain leaves the table at a resolved
 //! exit), the exact expression; paths are built only for hits, and counts
 //! (tallies, [`Engine::search_tally`]) build none and clone nothing. Only
 //! if an exit appeared concurrently, links whose chains leave through it
 //! are cloned and resolved afterwards with fresh reads and re-checked
-//! against a fresh read of their table ([`fall_back`]). Hits are handed to the caller's
+//! against a fresh read of their table (`fall_back`). Hits are handed to the caller's
 //! callback after the lock is released (the callback may call back into
 //! the engine). At most one table lock is held at any time, so there is no
 //! lock-order question with transactions (which lock in SOID order), and
@@ -135,7 +135,7 @@
 //! reentrant).
 //!
 //! Exits are resolved through the directory paths remembered across
-//! searches ([`dir_cache`]): a directory's absolute path, read by an
+//! searches (`dir_cache`): a directory's absolute path, read by an
 //! earlier search and valid until a directory is moved, removed or
 //! changes mode (the directory epoch), gives its status for any scope
 //! without a read — for root always, for other callers when the directory
@@ -267,7 +267,7 @@ pub struct SearchStats {
     /// Tables skipped by their Bloom filters without reading a row.
     pub tables_pruned: usize,
     /// Tables added up from their maintained summaries without reading a
-    /// row (every path in them is in scope, [`scope::whole`]); counted in
+    /// row (every path in them is in scope, `scope::whole`); counted in
     /// `tables` too.
     pub tables_summarized: usize,
     /// Of `tables_summarized`, the tables the scope covers partly, added
@@ -704,12 +704,12 @@ pub struct SearchOptions<'a> {
     /// such table, for benchmarks to compare).
     pub summaries: bool,
     /// The search may use and fill the directory paths remembered across
-    /// searches ([`dir_cache`]; default true; false resolves every
+    /// searches (`dir_cache`; default true; false resolves every
     /// directory afresh, for benchmarks to compare).
     pub dir_cache: bool,
     /// Entries a search below a directory other than `/` lists top-down
     /// to find the directories in scope before it resolves the tables'
-    /// exits bottom-up instead (default [`scope::WALK_BUDGET`]).
+    /// exits bottom-up instead (default `scope::WALK_BUDGET`).
     pub walk_budget: usize,
 }
 

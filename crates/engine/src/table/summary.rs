@@ -26,9 +26,9 @@
 //! inodes, and holds no zero group; `closed_dirs` counts its directories
 //! not open to all (checked by the table's tests).
 //!
-//! The sum over every table ([`Sum`]) answers root's whole-namespace
+//! The sum over every table (`Sum`) answers root's whole-namespace
 //! totals. It is kept once made, valid while no table's summary changed
-//! since ([`changes`]): summing a namespace whose every table holds files
+//! since (`changes`): summing a namespace whose every table holds files
 //! of a thousand owners is a million groups, tens of milliseconds, and
 //! those totals are asked for all the time.
 
