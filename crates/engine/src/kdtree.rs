@@ -365,6 +365,10 @@ impl KdTree {
         // Bit d set: the lower (resp. upper) bound of dimension d is implied for the cell.
         let mut lo_ok: u16 = 0;
         let mut hi_ok: u16 = 0;
+        // The codes of the query bounds (consulted only for bounds the whole tree does
+        // not already satisfy).
+        let mut code_lo = [0u16; MAX_DIMS];
+        let mut code_hi = [0u16; MAX_DIMS];
         for d in 0..dims {
             if let Some(&v) = lo.get(d) {
                 qlo[d] = v;
@@ -382,17 +386,13 @@ impl KdTree {
             if qhi[d] >= gmax {
                 hi_ok |= 1 << d;
             }
-        }
-        let full: u16 = ((1u32 << dims) - 1) as u16;
-        // The codes of the query bounds (only those the tree does not already satisfy
-        // are ever consulted).
-        let mut code_lo = [0u16; MAX_DIMS];
-        let mut code_hi = [0u16; MAX_DIMS];
-        for d in 0..dims {
-            let (gmin, gmax) = (self.bounds[2 * d], self.bounds[2 * d + 1]);
             code_lo[d] = code(qlo[d].max(gmin) - gmin);
             code_hi[d] = code(qhi[d].min(gmax) - gmin);
         }
+        let full: u16 = ((1u32 << dims) - 1) as u16;
+        // The bounds the whole tree satisfies (the traversal's own masks, below, know
+        // more per cell; a code only needs the bound to hold or not).
+        let (lo_tree, hi_tree) = (lo_ok, hi_ok);
         let coded = self.coded as usize;
         // What the code of node `i` (pre-order) says of dimension `d`'s lower and
         // upper bound; `None` for a dimension constant over the tree (its bounds hold,
@@ -406,14 +406,14 @@ impl KdTree {
             let bit = 1u16 << d;
             // Codes below `EXACT` are the offsets themselves: equal codes, equal
             // coordinates (an owner asked for by number).
-            let lo = if lo_ok & bit != 0 || c > code_lo[d] || (c == code_lo[d] && c < EXACT) {
+            let lo = if lo_tree & bit != 0 || c > code_lo[d] || (c == code_lo[d] && c < EXACT) {
                 Says::Holds
             } else if c < code_lo[d] {
                 Says::Fails
             } else {
                 Says::Open
             };
-            let hi = if hi_ok & bit != 0 || c < code_hi[d] || (c == code_hi[d] && c < EXACT) {
+            let hi = if hi_tree & bit != 0 || c < code_hi[d] || (c == code_hi[d] && c < EXACT) {
                 Says::Holds
             } else if c > code_hi[d] {
                 Says::Fails
