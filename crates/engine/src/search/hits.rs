@@ -7,7 +7,7 @@
 //! reference-counted slice of its table's buffer (`Bytes`): one atomic
 //! increment to make it and one decrement to drop it, the decrement on
 //! the caller's thread while the worker that made the buffer touched the
-//! same counter — at 10⁵ – 10⁶ hits a query about a fifth of a broad name
+//! same counter — at 10⁵ – 10⁶ hits a query about a third of a broad name
 //! query (docs/BENCHMARKS.md, "Hits reported by reference"). Now the
 //! caller is handed [`HitRef`]s, which borrow path and attributes from
 //! the table's [`Hits`]: nothing is counted, copied or freed per hit, and
@@ -212,7 +212,8 @@ pub struct HitRef<'a> {
 }
 
 impl<'a> HitRef<'a> {
-    /// A hit of `path`, which must lie in `buffer` (a [`SearchHit`]'s own).
+    /// A hit whose path is the whole of `buffer` (a [`SearchHit`]'s own path,
+    /// or the scope root's).
     pub(crate) fn new(buffer: &'a Bytes, attr: &'a Attr, depth: u32) -> Self {
         HitRef {
             path: buffer,
