@@ -1725,9 +1725,8 @@ impl Engine {
         scope: crate::search::Scope<'_>,
         expr: &crate::search::Expr,
         opts: &crate::search::SearchOptions<'_>,
-        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
+        mut visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
     ) -> Result<crate::search::SearchStats, FsError> {
-        let mut visit = visit;
         crate::search::run_with(self, cred, scope, expr, opts, false, None, &mut visit)
     }
 

@@ -366,11 +366,11 @@ impl Table {
     }
 
     pub fn delete_inode(&mut self, soid: Soid) {
-        summary::changed();
         if let Some(row) = self.by_soid.remove(&soid) {
             self.demote_primary_entry(row);
             if let Some(Some((_, old))) = self.rows.slot_mut(row).map(Option::take) {
                 self.summary.remove(&old);
+                summary::changed();
                 self.exits.remove(self.range, &old);
                 self.name_bytes -= old.name.heap_bytes();
                 self.dirs -= old.is_dir() as usize;
