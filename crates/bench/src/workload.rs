@@ -189,12 +189,24 @@ pub fn synthetic(
     files_per_dir: usize,
     dir_fanout: usize,
 ) -> Result<(Tree, Vec<(Soid, Soid)>), FsError> {
+    let (tree, files) = balanced_tree(engine, inodes, files_per_dir, dir_fanout)?;
+    let list = fill_files(engine, &tree, files, files_per_dir, 1024)?;
+    Ok((tree, list))
+}
+
+/// The directories of a balanced tree for a namespace of about `inodes`
+/// inodes, and how many files fill it to that size.
+fn balanced_tree(
+    engine: &Engine,
+    inodes: usize,
+    files_per_dir: usize,
+    dir_fanout: usize,
+) -> Result<(Tree, usize), FsError> {
     // Directories are about 1/files_per_dir of the inodes.
     let files = inodes.saturating_sub(1) * files_per_dir / (files_per_dir + 1);
     let tree = make_dirs(engine, files, files_per_dir, dir_fanout)?;
     let files = inodes.saturating_sub(1 + tree.dir_inodes);
-    let list = fill_files(engine, &tree, files, files_per_dir, 1024)?;
-    Ok((tree, list))
+    Ok((tree, files))
 }
 
 /// One file of the varied synthetic shape ([`varied`]).
@@ -296,9 +308,7 @@ pub fn varied(
     dir_fanout: usize,
 ) -> Result<(Tree, usize), FsError> {
     let cred = root();
-    let files = inodes.saturating_sub(1) * files_per_dir / (files_per_dir + 1);
-    let tree = make_dirs(engine, files, files_per_dir, dir_fanout)?;
-    let files = inodes.saturating_sub(1 + tree.dir_inodes);
+    let (tree, files) = balanced_tree(engine, inodes, files_per_dir, dir_fanout)?;
     let mut window = Window::new(1024);
     for i in 0..files {
         let f = varied_file(i);
