@@ -9,10 +9,11 @@
 #   scripts/bench-search-ab.sh STORE BIN_A BIN_B [BIN_C ...]
 #
 # Environment: ROUNDS (4), ONLY (glob,substring), REPEAT (3), SAMPLES (40),
-# SCANS (0: brute-force scans per kind, printed as "scan p50 / index p50"),
+# SCANS (0; brute-force scans per kind: each run then also prints
+# "KIND/scan-ratio", the scan's p50 over the index's),
 # EXTRA (more arguments for every run, e.g. "--threads 1").
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 2,14p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,14p "$0" | grep "^#"; exit 2; }
 store=$1; shift
 bins=("$@")
 rounds=${ROUNDS:-4}
