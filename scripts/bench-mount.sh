@@ -15,6 +15,9 @@
 #
 # Environment: TAG (added to the compare and procs result names, e.g. to
 # interleave two builds), REPS (3), ITEMS (2000 per worker, compare),
+# MOUNT_THREADS (the mount's FUSE threads for compare and postmark: 4, the
+# mount's default), PROCS_MOUNT_THREADS (16 for procs: a thread for each of
+# up to 16 processes, so that their creates share journal syncs),
 # THREADS ("1 4", compare), PROCS ("1 2 4 8 16", procs), PROC_ITEMS (1000
 # per process, procs), TTL (kernel attr/entry cache seconds on both mounts,
 # 0 = every operation reaches the daemon; "default" = each mount's own
@@ -41,6 +44,8 @@ JOURNAL=${JOURNAL:-fsync}
 WORK=${WORK:-/work/bench-data/mount}
 OUT=${OUT:-/work/bench-results/issue3}
 PORT=${PORT:-7441}
+MOUNT_THREADS=${MOUNT_THREADS:-4}
+PROCS_MOUNT_THREADS=${PROCS_MOUNT_THREADS:-16}
 ADDR=127.0.0.1:$PORT
 WHAT=("$@")
 [ ${#WHAT[@]} -eq 0 ] && WHAT=(compare procs postmark)
@@ -79,13 +84,26 @@ else
   TTL_ARGS=(--attr-timeout "$TTL" --entry-timeout "$TTL")
   BINDFS_ARGS=(-o "attr_timeout=$TTL,entry_timeout=$TTL")
 fi
-"$SEXTANT" --server "$ADDR" --data "$DATA" mount "${TTL_ARGS[@]}" \
-  --threads 16 --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
+# mount_sextant THREADS: (re)mounts the sextant mount with THREADS FUSE
+# threads, unless it is mounted with those already; sets MOUNT_PID.
+MOUNTED_THREADS= MOUNT_PID=
+mount_sextant() {
+  [ "$MOUNTED_THREADS" = "$1" ] && return
+  if mountpoint -q "$WORK/mnt"; then
+    fusermount3 -u "$WORK/mnt"
+    # The unmounted daemon exits; wait for it so that its CPU is not counted.
+    while kill -0 "$MOUNT_PID" 2>/dev/null; do sleep 0.1; done
+  fi
+  "$SEXTANT" --server "$ADDR" --data "$DATA" mount "${TTL_ARGS[@]}" \
+    --threads "$1" --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
+  MOUNT_PID=$(pgrep -f -- "mount .*--threads $1 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
+  MOUNTED_THREADS=$1
+  log "sextant mount (journal $JOURNAL, ttl $TTL, $1 FUSE threads, objects in $OBJECTS) at $WORK/mnt"
+}
+
 bindfs --multithreaded "${BINDFS_ARGS[@]}" "$WORK/local" "$WORK/bind"
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
-log "sextant mount (journal $JOURNAL, ttl $TTL, 16 threads, objects in $OBJECTS) at $WORK/mnt; bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD); binary $SEXTANT${TAG:+; tag $TAG}"
-
-MOUNT_PID=$(pgrep -f -- "mount .*--threads 16 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
+log "bindfs --multithreaded at $WORK/bind; commit $(git rev-parse --short HEAD); binary $SEXTANT${TAG:+; tag $TAG}"
 BINDFS_PID=$(pgrep -f -- "bindfs --multithreaded .* $WORK/bind" | head -1)
 
 # bench NAME DIR ARGS... -> $OUT/NAME.json. On the mount: the server's
@@ -104,6 +122,7 @@ bench() {
 for w in "${WHAT[@]}"; do
   case $w in
   compare)
+    mount_sextant "$MOUNT_THREADS"
     for rep in $(seq "$REPS"); do
       for t in $THREADS; do
         for fs in sextant bindfs local; do
@@ -115,6 +134,7 @@ for w in "${WHAT[@]}"; do
     done
     ;;
   procs)
+    mount_sextant "$PROCS_MOUNT_THREADS"
     for rep in $(seq "$REPS"); do
       for p in $PROCS; do
         log "procs rep $rep: P=$p × $PROC_ITEMS creates"
@@ -123,6 +143,7 @@ for w in "${WHAT[@]}"; do
     done
     ;;
   postmark)
+    mount_sextant "$MOUNT_THREADS"
     for rep in $(seq "$REPS"); do
       for fs in local bindfs sextant; do
         case $fs in sextant) d=$WORK/mnt ;; bindfs) d=$WORK/bind ;; local) d=$WORK/local ;; esac
