@@ -1405,4 +1405,123 @@ mod tests {
         assert!(e("-L .").contains("'-L' is not supported"));
         assert!(e(". -printf %Q").contains("%Q"));
     }
+
+    /// Tokens find command lines are made of, with values that sit at the
+    /// edges of what the numeric and mode parsers accept.
+    const VOCABULARY: &[&str] = &[
+        ".",
+        "/",
+        "(",
+        ")",
+        "!",
+        ",",
+        "-a",
+        "-o",
+        "-and",
+        "-or",
+        "-not",
+        "-name",
+        "-iname",
+        "-path",
+        "-ipath",
+        "-regex",
+        "-iregex",
+        "-type",
+        "-xtype",
+        "-size",
+        "-mtime",
+        "-mmin",
+        "-atime",
+        "-amin",
+        "-ctime",
+        "-cmin",
+        "-newer",
+        "-newermt",
+        "-newerat",
+        "-newercm",
+        "-user",
+        "-group",
+        "-uid",
+        "-gid",
+        "-nouser",
+        "-nogroup",
+        "-perm",
+        "-links",
+        "-inum",
+        "-samefile",
+        "-empty",
+        "-true",
+        "-false",
+        "-prune",
+        "-quit",
+        "-print",
+        "-print0",
+        "-printf",
+        "-fprintf",
+        "-ls",
+        "-fls",
+        "-delete",
+        "-exec",
+        "-execdir",
+        "-ok",
+        ";",
+        "+",
+        "{}",
+        "-maxdepth",
+        "-mindepth",
+        "-depth",
+        "-xdev",
+        "-mount",
+        "-daystart",
+        "-fstype",
+        "f,d",
+        "f,",
+        "x",
+        "0",
+        "-0",
+        "+0",
+        "1k",
+        "-1k",
+        "+18446744073709551615",
+        "99999999999999999999",
+        "-9223372036854775808",
+        "1e",
+        "u+s",
+        "g=rwx,o-w",
+        "-4000",
+        "/222",
+        "%p\\n",
+        "%Tq",
+        "%",
+        "\\",
+        "alice",
+        "staff",
+        "2026-11-25 12:00",
+        "@1700000000",
+        "1970-01-01T00:00:00Z",
+        "*",
+        "[",
+        "[!a-",
+        "\\",
+    ];
+
+    fn token() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => proptest::sample::select(VOCABULARY).prop_map(String::from),
+            1 => "[-+]?[0-9]{0,21}[bcwkMG]?",
+            1 => "\\PC{0,6}",
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any command line parses or is refused with an error: never a
+        /// panic (overflowing numbers, empty types, unbalanced
+        /// parentheses, actions missing their arguments).
+        #[test]
+        fn any_command_line_parses_or_errs(args in proptest::collection::vec(token(), 0..12)) {
+            let _ = parse(&args, &FakeEnv);
+        }
+    }
 }

@@ -595,4 +595,44 @@ mod tests {
         assert!(parse(b"\\q").unwrap_err().contains("\\q"));
         assert!(parse(b"abc%").unwrap_err().contains("incomplete"));
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any format parses or is refused, and a parsed one renders any
+        /// entry without a panic (widths and precisions near their
+        /// limits, every directive, times far from now).
+        #[test]
+        fn any_format_parses_or_errs_and_renders(
+            fmt in proptest::collection::vec(
+                prop_oneof![
+                    3 => proptest::sample::select(b"%\\-+.0123456789aAbcCdDfFgGhHiklmMnpPsStTuUyYZ@ \n".to_vec()),
+                    1 => any::<u8>(),
+                ],
+                0..24,
+            ),
+            size in any::<u64>(),
+            time in any::<i64>(),
+            perm in 0u32..0o10000,
+        ) {
+            if let Ok(f) = parse(&fmt) {
+                let mut a = attr();
+                (a.size, a.mtime, a.atime, a.ctime, a.perm) =
+                    (size, Nanos(time), Nanos(time.wrapping_neg()), Nanos(time / 3), perm);
+                let x = Facts {
+                    path: b"mnt/a/b",
+                    start: b"mnt",
+                    depth: 2,
+                    attr: &a,
+                    link: None,
+                    follow_type: None,
+                    user: "alice",
+                    group: "users",
+                    fstype: "fuse.sextant",
+                };
+                let mut out = Vec::new();
+                render(&f, &x, &mut out);
+            }
+        }
+    }
 }
