@@ -525,19 +525,24 @@ mod tests {
         }
     }
 
-    fn show(fmt: &str, path: &str, start: &str) -> String {
-        let a = attr();
-        let x = Facts {
-            path: path.as_bytes(),
-            start: start.as_bytes(),
+    /// An entry at depth 2 owned by alice:users on a mount.
+    fn facts<'a>(a: &'a Attr, path: &'a [u8], start: &'a [u8]) -> Facts<'a> {
+        Facts {
+            path,
+            start,
             depth: 2,
-            attr: &a,
+            attr: a,
             link: None,
             follow_type: None,
             user: "alice",
             group: "users",
             fstype: "fuse.sextant",
-        };
+        }
+    }
+
+    fn show(fmt: &str, path: &str, start: &str) -> String {
+        let a = attr();
+        let x = facts(&a, path.as_bytes(), start.as_bytes());
         let mut out = Vec::new();
         render(&parse(fmt.as_bytes()).unwrap(), &x, &mut out);
         String::from_utf8(out).unwrap()
@@ -619,19 +624,8 @@ mod tests {
                 let mut a = attr();
                 (a.size, a.mtime, a.atime, a.ctime, a.perm) =
                     (size, Nanos(time), Nanos(time.wrapping_neg()), Nanos(time / 3), perm);
-                let x = Facts {
-                    path: b"mnt/a/b",
-                    start: b"mnt",
-                    depth: 2,
-                    attr: &a,
-                    link: None,
-                    follow_type: None,
-                    user: "alice",
-                    group: "users",
-                    fstype: "fuse.sextant",
-                };
                 let mut out = Vec::new();
-                render(&f, &x, &mut out);
+                render(&f, &facts(&a, b"mnt/a/b", b"mnt"), &mut out);
             }
         }
     }
