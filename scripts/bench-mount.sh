@@ -91,8 +91,9 @@ mount_sextant() {
   [ "$MOUNTED_THREADS" = "$1" ] && return
   if mountpoint -q "$WORK/mnt"; then
     fusermount3 -u "$WORK/mnt"
-    # The unmounted daemon exits; wait for it so that its CPU is not counted.
-    while kill -0 "$MOUNT_PID" 2>/dev/null; do sleep 0.1; done
+    # The unmounted daemon exits; wait (up to 10 s) so that the next
+    # mount's CPU accounting starts clean.
+    for _ in $(seq 100); do kill -0 "$MOUNT_PID" 2>/dev/null || break; sleep 0.1; done
   fi
   "$SEXTANT" --server "$ADDR" --data "$DATA" mount "${TTL_ARGS[@]}" \
     --threads "$1" --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
