@@ -68,6 +68,24 @@ impl Fs {
             blksize: 4096,
         }
     }
+    /// Ends a change of a directory begun with `DirAttrs::begin`, keeping
+    /// the directory's attributes the reply carried (as the mount does).
+    fn end_change(
+        &self,
+        change: sextant_fuse::dirattrs::Change,
+        reply: std::result::Result<sextant_client::WithDir<Attr>, sextant_client::Error>,
+    ) -> Result<Attr> {
+        match reply {
+            Ok(r) => {
+                self.dirs.end(change, r.dir, 0);
+                Ok(r.value)
+            }
+            Err(e) => {
+                self.dirs.end(change, None, 0);
+                Err(err(e))
+            }
+        }
+    }
     fn entry(&self, parent: u64, name: &OsStr, a: &Attr) -> ReplyEntry {
         let ino = self.nodes.ino(a.soid, true);
         self.nodes.named(ino, parent, name.as_bytes());
@@ -149,15 +167,8 @@ impl Filesystem for Fs {
                 true,
             )
             .await;
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                self.dirs.end(ch, None, 0);
-                return Err(err(e));
-            }
-        };
-        self.dirs.end(ch, r.dir, 0);
-        let e = self.entry(parent, name, &r.value);
+        let created = self.end_change(ch, r)?;
+        let e = self.entry(parent, name, &created);
         Ok(ReplyCreated {
             ttl: TTL,
             attr: e.attr,
@@ -185,23 +196,15 @@ impl Filesystem for Fs {
     async fn unlink(&self, req: Request, parent: u64, name: &OsStr) -> Result<()> {
         let p = self.soid(parent)?;
         let ch = self.dirs.begin(parent, 0);
-        match self
+        let r = self
             .client
             .unlink_with_dir(&Self::cred(&req), p, name.as_bytes(), true)
-            .await
-        {
-            Ok(r) => {
-                self.dirs.end(ch, r.dir, 0);
-                if r.value.nlink <= 1 {
-                    self.nodes.detach(r.value.soid);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                self.dirs.end(ch, None, 0);
-                Err(err(e))
-            }
+            .await;
+        let gone = self.end_change(ch, r)?;
+        if gone.nlink <= 1 {
+            self.nodes.detach(gone.soid);
         }
+        Ok(())
     }
     async fn rmdir(&self, req: Request, parent: u64, name: &OsStr) -> Result<()> {
         let p = self.soid(parent)?;
