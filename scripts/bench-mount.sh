@@ -22,7 +22,9 @@
 # per process, procs), TTL (kernel attr/entry cache seconds on both mounts,
 # 0 = every operation reaches the daemon; "default" = each mount's own
 # defaults: sextant's 30 s kept exact by watching the server, bindfs's
-# 1 s), JOURNAL (fsync), WORK
+# 1 s), JOURNAL (fsync), MOUNT_VIA (how the mount reaches the server:
+# tcp, 127.0.0.1:PORT, the default; or unix, the server's Unix socket,
+# which measured the same through the mount), WORK
 # (/work/bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
 # directory, --data-dir; default <data>/objects), OUT (/work/bench-results/issue3:
 # raw JSON and logs), PORT (7441), SEXTANT (a built binary; default: build
@@ -46,7 +48,14 @@ OUT=${OUT:-/work/bench-results/issue3}
 PORT=${PORT:-7441}
 MOUNT_THREADS=${MOUNT_THREADS:-4}
 PROCS_MOUNT_THREADS=${PROCS_MOUNT_THREADS:-16}
+MOUNT_VIA=${MOUNT_VIA:-tcp}
 ADDR=127.0.0.1:$PORT
+SOCKET=$WORK/sextant.sock
+case $MOUNT_VIA in
+  unix) MOUNT_ADDR=unix:$SOCKET ;;
+  tcp) MOUNT_ADDR=$ADDR ;;
+  *) echo "MOUNT_VIA is unix or tcp, not $MOUNT_VIA" >&2; exit 2 ;;
+esac
 WHAT=("$@")
 [ ${#WHAT[@]} -eq 0 ] && WHAT=(compare procs postmark)
 
@@ -72,7 +81,7 @@ trap cleanup EXIT
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/log" >&2; }
 
 rm -f "$OUT/serve.log"
-SEXTANT_METRICS=off "$SEXTANT" serve --data "$DATA" --listen "$ADDR" \
+SEXTANT_METRICS=off "$SEXTANT" serve --data "$DATA" --listen "$ADDR" --socket "$SOCKET" \
   --journal-sync "$JOURNAL" >"$OUT/serve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve.log" && break; sleep 0.1; done
@@ -95,11 +104,11 @@ mount_sextant() {
     # mount's CPU accounting starts clean.
     for _ in $(seq 100); do kill -0 "$MOUNT_PID" 2>/dev/null || break; sleep 0.1; done
   fi
-  "$SEXTANT" --server "$ADDR" --data "$DATA" mount "${TTL_ARGS[@]}" \
+  "$SEXTANT" --server "$MOUNT_ADDR" --data "$DATA" mount "${TTL_ARGS[@]}" \
     --threads "$1" --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
   MOUNT_PID=$(pgrep -f -- "mount .*--threads $1 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
   MOUNTED_THREADS=$1
-  log "sextant mount (journal $JOURNAL, ttl $TTL, $1 FUSE threads, objects in $OBJECTS) at $WORK/mnt"
+  log "sextant mount (journal $JOURNAL, ttl $TTL, $1 FUSE threads, via $MOUNT_ADDR, objects in $OBJECTS) at $WORK/mnt"
 }
 
 bindfs --multithreaded "${BINDFS_ARGS[@]}" "$WORK/local" "$WORK/bind"

@@ -59,10 +59,14 @@ pub struct Target<'a> {
 }
 
 /// The context of a failed connection, with a hint about TLS when none
-/// was asked for (a TLS server answers plain HTTP/2 with a protocol error).
+/// was asked for over TCP (a TLS server answers plain HTTP/2 with a
+/// protocol error; a Unix socket never takes TLS).
 pub fn connecting_to(addr: &str, tls_ca: Option<&Path>) -> String {
     match tls_ca {
         Some(_) => format!("connecting to the Sextant server at {addr} with TLS"),
+        None if sextant_client::unix_path(addr).is_some() => {
+            format!("connecting to the Sextant server at {addr}")
+        }
         None => format!(
             "connecting to the Sextant server at {addr} (if it serves TLS, give --tls-ca FILE)"
         ),

@@ -904,3 +904,95 @@ fn rm_r_removes_a_tree_concurrently() {
         "{du:?}"
     );
 }
+
+/// `serve --socket PATH`: clients on this machine reach the server at
+/// `unix:PATH` (library and CLI) while TCP still serves; a second server
+/// does not take over a live socket, nor a file that is not a socket; a
+/// stale socket is replaced; a clean stop removes the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_serves_local_clients_beside_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let sock = dir.path().join("s.sock");
+    let sock_arg = sock.to_str().unwrap();
+    let (child, tcp) = common::spawn_server_with(
+        &data,
+        "127.0.0.1:0",
+        &["--socket", sock_arg],
+        std::process::Stdio::inherit(),
+    );
+    // Killed however the test ends (a failed assertion included).
+    let mut child = common::KillOnDrop(child);
+    let unix = format!("unix:{sock_arg}");
+    let c = common::connect(&unix, &data).await;
+    c.mkdir(&root(), Soid::ROOT, b"via-unix", 0o755)
+        .await
+        .unwrap();
+    let over_tcp = common::connect(&tcp, &data).await;
+    assert!(over_tcp
+        .lookup(&root(), Soid::ROOT, b"via-unix")
+        .await
+        .is_ok());
+    assert_eq!(
+        common::cli_ok(&unix, &data, &["ls", "/"]).trim(),
+        "via-unix"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o660);
+    // The wrong secret is refused over the socket too.
+    let wrong = Client::connect(&unix, "not-the-secret", Options::default()).await;
+    assert!(matches!(wrong, Err(Error::Auth)), "{:?}", wrong.err());
+
+    // Another server may not take the live socket (nor remove it).
+    let second = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--socket", sock_arg])
+        .arg("--data")
+        .arg(dir.path().join("other"))
+        .env("SEXTANT_METRICS", "off")
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains("another server answers there"), "{said}");
+    assert!(sock.exists());
+    c.getattr(&root(), Soid::ROOT).await.unwrap();
+
+    // A clean stop removes the socket.
+    drop((c, over_tcp));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    assert!(child.0.wait().unwrap().success());
+    assert!(!sock.exists());
+
+    // A socket left by a killed server is replaced.
+    let start = || {
+        let (child, _) = common::spawn_server_with(
+            &data,
+            "127.0.0.1:0",
+            &["--socket", sock_arg],
+            std::process::Stdio::inherit(),
+        );
+        common::KillOnDrop(child)
+    };
+    drop(start());
+    assert!(sock.exists(), "kill -9 leaves the socket file");
+    let _restarted = start();
+    let c = common::connect(&unix, &data).await;
+    assert!(c.lookup(&root(), Soid::ROOT, b"via-unix").await.is_ok());
+
+    // A file that is not a socket is never replaced.
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"keep me").unwrap();
+    let refused = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--socket"])
+        .arg(&plain)
+        .arg("--data")
+        .arg(dir.path().join("third"))
+        .env("SEXTANT_METRICS", "off")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a socket"));
+    assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
+}

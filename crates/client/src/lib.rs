@@ -17,9 +17,11 @@
 
 pub mod backup;
 mod search;
+mod target;
 mod watch;
 pub use backup::BackupStats;
 pub use search::SearchStream;
+pub use target::{unix_path, UNIX_PREFIX};
 pub use watch::{new_origin, ChangeBatch, ChangeStream};
 
 use parking_lot::Mutex;
@@ -32,10 +34,11 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use target::{Target, Tls};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// What a call can fail with.
@@ -141,7 +144,7 @@ const MAX_MUTATIONS_IN_FLIGHT: usize = 512;
 
 struct Inner {
     addr: String,
-    endpoint: Endpoint,
+    target: Target,
     secret: MetadataValue<tonic::metadata::Ascii>,
     client_id: u64,
     next_seq: AtomicU64,
@@ -181,7 +184,7 @@ struct Retries {
 impl Inner {
     fn new(
         addr: String,
-        endpoint: Endpoint,
+        target: Target,
         secret: MetadataValue<tonic::metadata::Ascii>,
         options: Options,
         backups: Arc<Mutex<backup::Backups>>,
@@ -190,7 +193,7 @@ impl Inner {
     ) -> Inner {
         Inner {
             addr,
-            endpoint,
+            target,
             secret,
             client_id: options.client_id.unwrap_or_else(random_u64),
             next_seq: AtomicU64::new(1),
@@ -269,39 +272,25 @@ fn random_u64() -> u64 {
 }
 
 impl Client {
-    /// Connects to `addr` (`host:port`) with the cluster `secret`; fails
+    /// Connects to `addr` (`host:port`, or `unix:PATH` for a Unix socket
+    /// on this machine) with the cluster `secret`; fails
     /// at once on a wrong secret or when nothing answers.
     pub async fn connect(addr: &str, secret: &str, options: Options) -> Result<Client> {
         let unavailable = |reason: String| Error::Unavailable {
             addr: addr.to_string(),
             reason,
         };
-        let scheme = if options.tls_ca.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
-            .map_err(|e| unavailable(format!("bad address: {e}")))?
-            .connect_timeout(options.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(20));
-        if let Some(ca) = &options.tls_ca {
-            let domain = options.tls_domain.clone().unwrap_or_else(|| host_of(addr));
-            let tls = ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(ca))
-                .domain_name(domain);
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|e| unavailable(format!("TLS settings: {e}")))?;
-        }
+        let tls = options.tls_ca.as_deref().map(|ca| Tls {
+            ca,
+            domain: options.tls_domain.clone().unwrap_or_else(|| host_of(addr)),
+        });
+        let target = Target::new(addr, options.connect_timeout, tls).map_err(unavailable)?;
         let secret = MetadataValue::try_from(secret.trim())
             .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?;
         let client = Client {
             inner: Arc::new(Inner::new(
                 addr.to_string(),
-                endpoint,
+                target,
                 secret,
                 options,
                 Arc::default(),
@@ -347,7 +336,7 @@ impl Client {
         let client = Client {
             inner: Arc::new(Inner::new(
                 self.inner.addr.clone(),
-                self.inner.endpoint.clone(),
+                self.inner.target.clone(),
                 self.inner.secret.clone(),
                 options,
                 Arc::clone(&self.inner.backups),
@@ -372,7 +361,7 @@ impl Client {
     fn stream_client(&self) -> pb::sextant_client::SextantClient<Channel> {
         let channel = {
             let mut slot = self.inner.stream_channel.lock();
-            slot.get_or_insert_with(|| self.inner.endpoint.connect_lazy())
+            slot.get_or_insert_with(|| self.inner.target.connect_lazy())
                 .clone()
         };
         pb::sextant_client::SextantClient::new(channel)
@@ -405,7 +394,7 @@ impl Client {
         };
         let channel: Channel = self
             .inner
-            .endpoint
+            .target
             .connect()
             .await
             .map_err(|e| unavailable(error_chain(&e)))?;

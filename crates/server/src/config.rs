@@ -4,6 +4,7 @@
 //! ```toml
 //! data = "/var/lib/sextant"      # default ./sextant-data
 //! listen = "0.0.0.0:7411"        # default 127.0.0.1:7411
+//! socket = "/run/sextant.sock"   # also a Unix socket (default: none)
 //! memory = "8GiB"                # table cache budget (default 4GiB)
 //! journal_sync = "fsync"         # fsync | nosync | off
 //! metrics = "127.0.0.1:7412"     # Prometheus /metrics; "off" disables
@@ -14,6 +15,8 @@
 //! tls_cert = "/etc/sextant/cert.pem"  # TLS: certificate chain (PEM)
 //! tls_key = "/etc/sextant/key.pem"    #      and its private key
 //! ```
+//!
+//! The socket also comes from `SEXTANT_SOCKET` (over the file).
 //!
 //! The metrics address also comes from `SEXTANT_METRICS`, the durability
 //! from `SEXTANT_DURABILITY` (both over the file).
@@ -35,6 +38,7 @@ use std::time::Duration;
 pub struct FileConfig {
     pub data: Option<PathBuf>,
     pub listen: Option<String>,
+    pub socket: Option<PathBuf>,
     pub memory: Option<String>,
     pub journal_sync: Option<String>,
     pub dedup_window: Option<usize>,
@@ -61,6 +65,9 @@ impl FileConfig {
 pub struct ServerConfig {
     pub data: PathBuf,
     pub listen: String,
+    /// A Unix socket to serve on as well, for clients on this machine
+    /// (`unix:PATH` addresses; `None`: TCP only).
+    pub socket: Option<PathBuf>,
     pub cache_bytes: usize,
     pub sync: SyncMode,
     pub dedup_window: usize,
@@ -98,6 +105,7 @@ impl Default for ServerConfig {
         ServerConfig {
             data: PathBuf::from("sextant-data"),
             listen: sextant_proto::DEFAULT_LISTEN.to_string(),
+            socket: None,
             cache_bytes: EngineConfig::default().cache_bytes,
             sync: SyncMode::Fsync,
             dedup_window: sextant_proto::DEDUP_WINDOW,
@@ -116,6 +124,7 @@ impl Default for ServerConfig {
 pub struct Overrides {
     pub data: Option<PathBuf>,
     pub listen: Option<String>,
+    pub socket: Option<PathBuf>,
     pub memory: Option<String>,
     pub journal_sync: Option<String>,
     pub durability: Option<String>,
@@ -138,6 +147,12 @@ impl ServerConfig {
         }
         if let Some(l) = o.listen.or(f.listen) {
             c.listen = l;
+        }
+        if let Some(s) = o.socket.or(f.socket) {
+            if s.as_os_str().is_empty() {
+                bail!("the socket path is empty");
+            }
+            c.socket = Some(s);
         }
         if let Some(m) = o.memory.or(f.memory) {
             c.cache_bytes = parse_size(&m)?;
@@ -323,16 +338,22 @@ mod tests {
             Some(file),
             Overrides {
                 listen: Some("127.0.0.1:2".into()),
+                socket: Some("/s.sock".into()),
                 ..Default::default()
             },
         )
         .unwrap();
         assert_eq!(c.data, PathBuf::from("/f"));
         assert_eq!(c.listen, "127.0.0.1:2");
+        assert_eq!(c.socket, Some(PathBuf::from("/s.sock")));
         assert_eq!(c.cache_bytes, 1 << 30);
         assert_eq!(c.sync, SyncMode::NoSync);
         let d = ServerConfig::resolve(None, Overrides::default()).unwrap();
         assert_eq!(d.listen, "127.0.0.1:7411");
+        assert_eq!(d.socket, None);
+        let file: FileConfig = toml::from_str("socket = \"/f.sock\"\n").unwrap();
+        let c = ServerConfig::resolve(Some(file), Overrides::default()).unwrap();
+        assert_eq!(c.socket, Some(PathBuf::from("/f.sock")));
         assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
     }
 }

@@ -38,7 +38,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
@@ -61,11 +61,18 @@ pub struct ServeOptions {
     pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
-/// Serves `engine` on `listener` until `shutdown` resolves, then stops
+/// Where a server takes connections.
+pub struct Listeners {
+    pub tcp: TcpListener,
+    /// For clients on this machine (`unix:PATH`); never TLS.
+    pub unix: Option<UnixListener>,
+}
+
+/// Serves `engine` on `listeners` until `shutdown` resolves, then stops
 /// taking requests and waits (up to 10 s) for those running. Does not close
 /// the engine. Fails if a log-less recovery fails (nothing is served then).
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     engine: Engine,
     secret: String,
     options: ServeOptions,
@@ -104,24 +111,33 @@ pub async fn serve(
             Err(Status::unauthenticated(AUTH_FAILED))
         }
     };
-    let incoming = TcpIncoming::from(listener)
+    let incoming = TcpIncoming::from(listeners.tcp)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)));
-    let mut stopped = stop_rx.clone();
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).context("TLS settings")?;
-    }
-    let server = builder
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        // Per connection: streams, and requests handled at once (unary).
-        .max_concurrent_streams(Some(64))
-        .concurrency_limit_per_connection(1024)
-        .add_service(InterceptedService::new(svc, auth))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        });
+    let service = InterceptedService::new(svc, auth);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let tcp = server_builder(tls)?
+        .add_service(service.clone())
+        .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
+    let unix = async {
+        match listeners.unix {
+            Some(l) => server_builder(None)?
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::UnixListenerStream::new(l),
+                    stopped(stop_rx.clone()),
+                )
+                .await
+                .context("the gRPC server failed on the Unix socket"),
+            None => Ok(()),
+        }
+    };
+    let server = async {
+        let tcp = async { tcp.await.context("the gRPC server failed") };
+        tokio::try_join!(tcp, unix).map(|_| ())
+    };
     let mut server = std::pin::pin!(server);
     let recovery = async {
         match &recovery_shared.logless {
@@ -133,7 +149,7 @@ pub async fn serve(
         }
     };
     let failed = tokio::select! {
-        r = &mut server => return r.context("the gRPC server failed"),
+        r = &mut server => return r,
         () = shutdown => None,
         e = recovery => Some(e),
     };
@@ -144,12 +160,28 @@ pub async fn serve(
     }
     let _ = stop_tx.send(true);
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(r) => r.context("the gRPC server failed"),
+        Ok(r) => r,
         Err(_) => {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open; closing anyway");
             Ok(())
         }
     }
+}
+
+/// A gRPC server with the settings every listener shares.
+fn server_builder(
+    tls: Option<tonic::transport::ServerTlsConfig>,
+) -> Result<tonic::transport::Server> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).context("TLS settings")?;
+    }
+    Ok(builder
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        // Per connection: streams, and requests handled at once (unary).
+        .max_concurrent_streams(Some(64))
+        .concurrency_limit_per_connection(1024))
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -219,10 +251,19 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
+        // The socket file is removed when serving ends (only one this
+        // server made).
+        let (unix, _socket_file) = match config.socket.as_deref().map(bind_unix).transpose()? {
+            Some((listener, file)) => (Some(listener), Some(file)),
+            None => (None, None),
+        };
         let shutdown = signalled();
         on_listening(addr);
         serve(
-            listener,
+            Listeners {
+                tcp: listener,
+                unix,
+            },
             engine.clone(),
             secret,
             ServeOptions {
@@ -239,6 +280,46 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
     tracing::info!("writing tables back");
     let closed = engine.close().context("closing the engine");
     result.and(closed)
+}
+
+/// A socket file this server made; removed when dropped.
+struct SocketFile(std::path::PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Listens on the Unix socket `path` (mode 0660). A socket file left by a
+/// server that is gone is replaced; one a live server answers on, or a
+/// file that is not a socket, is an error (nothing is removed).
+/// REQUIRES: a tokio runtime is entered.
+fn bind_unix(path: &std::path::Path) -> Result<(UnixListener, SocketFile)> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            anyhow::bail!(
+                "cannot listen on {}: the file exists and is not a socket",
+                path.display()
+            );
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "cannot listen on {}: another server answers there",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot replace the stale socket {}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on the socket {}", path.display()))?;
+    let file = SocketFile(path.to_path_buf());
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+    tracing::info!(socket = %path.display(), "serving on a Unix socket too");
+    Ok((listener, file))
 }
 
 /// Serves Prometheus metrics on `addr` (`/metrics`): request counts and
