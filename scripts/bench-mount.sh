@@ -24,7 +24,8 @@
 # defaults: sextant's 30 s kept exact by watching the server, bindfs's
 # 1 s), JOURNAL (fsync), MOUNT_VIA (how the mount reaches the server:
 # tcp, 127.0.0.1:PORT, the default; or unix, the server's Unix socket,
-# which measured the same through the mount), WORK
+# which measured the same through the mount), MOUNT_OPTS (more
+# `sextant mount` arguments, e.g. "-o default_permissions"), WORK
 # (/work/bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
 # directory, --data-dir; default <data>/objects), OUT (/work/bench-results/issue3:
 # raw JSON and logs), PORT (7441), SEXTANT (a built binary; default: build
@@ -105,10 +106,10 @@ mount_sextant() {
     for _ in $(seq 100); do kill -0 "$MOUNT_PID" 2>/dev/null || break; sleep 0.1; done
   fi
   "$SEXTANT" --server "$MOUNT_ADDR" --data "$DATA" mount "${TTL_ARGS[@]}" \
-    --threads "$1" --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
+    ${MOUNT_OPTS:-} --threads "$1" --log "$OUT/mount.log" --data-dir "$OBJECTS" "$WORK/mnt"
   MOUNT_PID=$(pgrep -f -- "mount .*--threads $1 --log $OUT/mount.log --data-dir $OBJECTS $WORK/mnt" | head -1)
   MOUNTED_THREADS=$1
-  log "sextant mount (journal $JOURNAL, ttl $TTL, $1 FUSE threads, via $MOUNT_ADDR, objects in $OBJECTS) at $WORK/mnt"
+  log "sextant mount (journal $JOURNAL, ttl $TTL, $1 FUSE threads, via $MOUNT_ADDR, options '${MOUNT_OPTS:-}', objects in $OBJECTS) at $WORK/mnt"
 }
 
 bindfs --multithreaded "${BINDFS_ARGS[@]}" "$WORK/local" "$WORK/bind"

@@ -775,3 +775,106 @@ fn import_with_data_reads_back_on_the_mount() {
     let stat = "stat -c '%n %s %a %Y' top a/numbers a/empty a/b/big";
     assert_same(&sh(&src, stat), &sh(&imp, stat), "sizes, modes, mtimes");
 }
+
+/// The mount checks permissions itself (no `default_permissions`): a name
+/// the kernel cached never lets a user through a directory it may not
+/// search — closed here, or by another client — and what only the mount
+/// sees (opens, `access`, hard links) is checked as Linux would. The same
+/// expectations hold with `-o default_permissions`.
+#[test]
+fn permissions_hold_through_cached_names() {
+    if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("needs FUSE and setpriv");
+        return;
+    }
+    let m = Mounted::start();
+    let kernel = m.dir.path().join("kernel");
+    std::fs::create_dir(&kernel).unwrap();
+    m.mount_at(&kernel, &["-o", "default_permissions"]);
+    let _unmount = Unmount(kernel.clone());
+    for mnt in [&m.mnt, &kernel] {
+        let base = mnt.join(format!("t{}", mnt.file_name().unwrap().len()));
+        std::fs::create_dir(&base).unwrap();
+        let as_nobody = |script: &str| {
+            Command::new("setpriv")
+                .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+                .args(["sh", "-c", script])
+                .current_dir(&base)
+                .output()
+                .unwrap()
+        };
+        let denied = |script: &str| {
+            let out = as_nobody(script);
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(
+                !out.status.success()
+                    && (err.contains("Permission denied") || err.contains("not permitted")),
+                "`{script}` as nobody on {}: {} {err}",
+                mnt.display(),
+                out.status
+            );
+            err
+        };
+        let allowed = |script: &str| {
+            let out = as_nobody(script);
+            assert!(out.status.success(), "`{script}` as nobody: {out:?}");
+        };
+        sh(
+            &base,
+            "mkdir -m 755 open && echo hi > open/f && chmod 644 open/f && stat open/f >/dev/null",
+        );
+        allowed("cat open/f");
+        // Looked up by root under a directory closed to others.
+        sh(
+            &base,
+            "mkdir -m 700 closed && echo s > closed/x && chmod 644 closed/x",
+        );
+        sh(&base, "cat closed/x >/dev/null && stat closed/x >/dev/null");
+        denied("cat closed/x");
+        // Closed through this mount after the name was cached.
+        sh(&base, "chmod 700 open");
+        denied("cat open/f");
+        denied("stat open/f");
+        sh(&base, "chmod 755 open");
+        allowed("cat open/f");
+        // Closed by another client (the other mount) after the name was
+        // cached.
+        let other = if mnt == &m.mnt { &kernel } else { &m.mnt };
+        let elsewhere = other.join(base.strip_prefix(mnt).unwrap()).join("open");
+        let mode = |m: u32| std::fs::Permissions::from_mode(m);
+        std::fs::set_permissions(&elsewhere, mode(0o700)).unwrap();
+        eventually("the other client's chmod closes the directory", || {
+            !as_nobody("cat open/f").status.success()
+        });
+        denied("cat open/f");
+        std::fs::set_permissions(&elsewhere, mode(0o755)).unwrap();
+        eventually("and opens it again", || {
+            as_nobody("cat open/f").status.success()
+        });
+        // Opens, access(2), listing, truncation.
+        denied("echo x >> open/f");
+        denied(": > open/f");
+        allowed("test -r open/f && ! test -w open/f");
+        sh(&base, "mkdir -m 711 nolist && : > nolist/known");
+        let err = denied("ls nolist");
+        assert!(err.contains("cannot open directory"), "{err}");
+        allowed("test -e nolist/known");
+        // protected_hardlinks: no link to a file one may not write.
+        sh(
+            &base,
+            "mkdir -m 1777 tmp && echo s > secret && chmod 644 secret",
+        );
+        denied("ln secret tmp/mine");
+        sh(&base, "chmod 666 secret");
+        allowed("ln secret tmp/mine");
+        // Programs: execute permission, not read (a 0711 program runs
+        // for everyone, a 0744 one only for its owner).
+        std::fs::copy("/bin/true", base.join("prog")).unwrap();
+        sh(&base, "chmod 711 prog");
+        allowed("./prog");
+        sh(&base, "chmod 744 prog");
+        denied("./prog");
+        // A new file is the creator's to open, whatever its mode.
+        allowed("umask 777 && echo new > tmp/new && test ! -r tmp/new");
+    }
+}

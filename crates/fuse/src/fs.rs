@@ -8,7 +8,9 @@ use crate::dirs::{DirHandles, BATCH};
 use crate::groups::GroupCache;
 use crate::lane::Lanes;
 use crate::nodes::Nodes;
+use crate::perms;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
+use crate::watch::NameInvalidator;
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
     RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -41,6 +43,11 @@ pub struct SextantFs {
     pub(crate) dir_attrs: DirAttrs,
     /// Moved by the watcher before it applies other clients' changes.
     pub(crate) cache_epoch: Arc<AtomicU64>,
+    /// The kernel checks permissions (`default_permissions`); else the
+    /// mount and the server do (see [`crate::perms`]).
+    pub(crate) kernel_permissions: bool,
+    /// Drops names the kernel must not keep (a directory closed to some).
+    pub(crate) invalidator: Arc<NameInvalidator>,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -169,6 +176,8 @@ impl SextantFs {
     fn file_attr(&self, a: &Attr, ino: u64) -> FileAttr {
         if a.ftype == FileType::Directory {
             self.nodes.set_parent(ino, a.parent);
+            self.invalidator
+                .drop_names(self.nodes.set_dir_perm(ino, a.perm as u16));
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {
@@ -194,16 +203,42 @@ impl SextantFs {
     /// reference to its node (and may cache the name, see [`crate::watch`]).
     fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr) -> Entry {
         let ino = self.nodes.ino(a.soid, true);
-        self.nodes.named(ino, parent.0, name.as_bytes());
+        let remembered = self.nodes.named(ino, parent.0, name.as_bytes());
         Entry {
             attr: self.file_attr(a, ino),
             attr_ttl: self.attr_ttl,
-            entry_ttl: self.entry_ttl,
+            entry_ttl: if remembered {
+                self.name_ttl(parent)
+            } else {
+                Duration::ZERO
+            },
         }
     }
 
-    /// "No such name", cacheable for the entry timeout (node id 0).
-    fn negative_entry(&self) -> Entry {
+    /// How long the kernel may keep a name in `parent`: the entry timeout,
+    /// or not at all when the mount checks permissions and not every
+    /// caller may search `parent` (the kernel would let anyone through a
+    /// cached name; see [`crate::perms`]).
+    fn name_ttl(&self, parent: INodeNo) -> Duration {
+        if self.kernel_permissions || self.nodes.open_to_all(parent.0) {
+            self.entry_ttl
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Checks the mount makes itself (see [`crate::perms`]): may `c` open
+    /// `a` with `flags`?
+    fn check_open(&self, a: &Attr, c: &Credentials, flags: i32) -> OpResult<()> {
+        if self.kernel_permissions {
+            return Ok(());
+        }
+        Ok(perms::check(a, c, perms::open_mask(flags))?)
+    }
+
+    /// "No such name" in `parent`, cacheable for as long as a name there
+    /// (node id 0).
+    fn negative_entry(&self, parent: INodeNo) -> Entry {
         Entry {
             attr: FileAttr {
                 ino: INodeNo(0),
@@ -223,7 +258,7 @@ impl SextantFs {
                 flags: 0,
             },
             attr_ttl: Duration::ZERO,
-            entry_ttl: self.entry_ttl,
+            entry_ttl: self.name_ttl(parent),
         }
     }
 
@@ -319,7 +354,7 @@ impl Filesystem for SextantFs {
                 // A name that does not exist may be cached too (a negative
                 // entry) when a creation elsewhere will invalidate it.
                 Err(e) if e.fs() == Some(FsError::NotFound) && self.coherent => {
-                    Ok(self.negative_entry())
+                    Ok(self.negative_entry(parent))
                 }
                 found => Ok(self.entry(parent, n, &found?)),
             }
@@ -538,6 +573,11 @@ impl Filesystem for SextantFs {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(newparent).0;
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
+            let c = self.cred(req);
+            if !self.kernel_permissions && !c.is_root() {
+                let a = self.client().getattr(&c, s).await?;
+                perms::may_hardlink(&a, &c)?;
+            }
             let a = self
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
@@ -546,14 +586,12 @@ impl Filesystem for SextantFs {
         })
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel checked the open mode (default_permissions).
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.run(reply, async {
-            let a = self
-                .client()
-                .getattr(&self.cred(req), self.soid(ino)?)
-                .await?;
-            Ok(self.data.open(&a)?)
+            let c = self.cred(req);
+            let a = self.client().getattr(&c, self.soid(ino)?).await?;
+            self.check_open(&a, &c, flags.0)?;
+            Ok((self.data.open(&a)?, FopenFlags::empty()))
         })
     }
 
@@ -630,22 +668,28 @@ impl Filesystem for SextantFs {
         })
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // Permission to read it is the kernel's check (default_permissions);
-        // the server checks again on every batch.
-        let fh = FileHandle(self.dirs.open());
-        if self.coherent {
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.run(reply, async {
+            // Permission to read it: the kernel's check, or the mount's
+            // (root may read any directory: no round trip); the server
+            // checks again on every batch.
+            let c = self.cred(req);
+            if !self.kernel_permissions && !c.is_root() {
+                let a = self.client().getattr(&c, self.soid(ino)?).await?;
+                self.check_open(&a, &c, flags.0)?;
+            }
+            let fh = self.dirs.open();
             // The kernel keeps the listing in the directory's page cache
             // across opens; a change to the directory (here: the kernel
             // itself; elsewhere: the watcher's invalidation of the
             // directory's inode) drops it.
-            reply.opened(
-                fh,
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            );
-        } else {
-            reply.opened(fh, FopenFlags::empty());
-        }
+            let flags = if self.coherent {
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            };
+            Ok((fh, flags))
+        })
     }
 
     fn releasedir(
@@ -799,16 +843,44 @@ impl Filesystem for SextantFs {
     ) {
         self.run(reply, async {
             let perm = mode & !umask & 0o7777;
-            let exclusive = flags & libc::O_EXCL != 0;
+            let c = self.cred(req);
+            // A file made by this call is the caller's to open in any mode.
+            // One that exists (made elsewhere since the kernel's lookup)
+            // is opened only as its mode allows: when the mount checks
+            // that, the create is exclusive and an existing file is opened
+            // like any other.
+            let checked = !self.kernel_permissions && !c.is_root();
+            let exclusive = checked || flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
             let made = self
                 .client()
-                .create_with_dir(&self.cred(req), p, name(n), perm, exclusive, want_dir)
-                .await?;
-            change.end(made.dir);
-            let fh = self.data.open(&made.value)?;
-            Ok((self.entry(parent, n, &made.value), fh))
+                .create_with_dir(&c, p, name(n), perm, exclusive, want_dir)
+                .await;
+            let a = match made {
+                Ok(made) => {
+                    change.end(made.dir);
+                    made.value
+                }
+                Err(e)
+                    if checked && flags & libc::O_EXCL == 0 && e.fs() == Some(FsError::Exists) =>
+                {
+                    drop(change);
+                    let a = self.client().lookup(&c, p, name(n)).await?;
+                    match a.ftype {
+                        FileType::Regular => {}
+                        FileType::Directory => return Err(Fail(libc::EISDIR)),
+                        // What the kernel would follow or open specially
+                        // is not ours to open here.
+                        _ => return Err(Fail(libc::EEXIST)),
+                    }
+                    self.check_open(&a, &c, flags)?;
+                    a
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let fh = self.data.open(&a)?;
+            Ok((self.entry(parent, n, &a), fh))
         })
     }
 }

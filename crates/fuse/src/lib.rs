@@ -4,20 +4,21 @@
 //! operation is a client call made with the calling process's credentials,
 //! and every result becomes a reply in one place (`reply::Respond`).
 //!
-//! Permissions are checked twice: by the server, on every call, with the
-//! caller's uid, gid and groups; and by the kernel (`default_permissions`)
-//! from the attributes it caches. The kernel check is needed because a
-//! cached name is resolved without asking the server: without it a user
-//! could reach a file through a directory it may not search once anyone
-//! else had looked the name up. Opening a file is checked by the kernel
-//! only (file data is local to the mount). File
-//! data lives in a local object directory, one file per SOID (`data`).
+//! Permissions are checked by the server, on every call, with the
+//! caller's uid, gid and groups; and by the mount for what never reaches
+//! the server (opening a file: its data is local). The kernel checks none
+//! (no `default_permissions`, which costs a round trip per create and
+//! removal), so a name is cached only under a directory every user may
+//! search: see [`perms`]. With `-o default_permissions` the kernel checks
+//! too, from the attributes it caches. File data lives in a local object
+//! directory, one file per SOID (`data`).
 //!
 //! - [`lane`]: a server connection per FUSE thread, driven by that thread
 //!   (a request is answered without hopping threads).
 //! - [`groups`]: the caller's supplementary groups, cached 1 s per pid.
 //! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
+//! - [`perms`]: the permission checks the mount makes itself.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's attributes from the replies to this
@@ -33,6 +34,7 @@ mod fs;
 pub mod groups;
 pub mod lane;
 pub mod nodes;
+pub mod perms;
 mod reply;
 mod watch;
 
@@ -63,6 +65,11 @@ pub struct MountConfig {
     /// have an origin (`Options::origin`), or the mount also drops what
     /// its own requests changed.
     pub watch: bool,
+    /// Let the kernel check permissions (`default_permissions`) instead of
+    /// the mount and the server (see [`perms`]): one GETATTR round trip
+    /// more per create and removal, and names cached under every
+    /// directory.
+    pub kernel_permissions: bool,
 }
 
 impl MountConfig {
@@ -76,6 +83,7 @@ impl MountConfig {
             threads: 4,
             fsname: "sextant".into(),
             watch: true,
+            kernel_permissions: false,
         }
     }
 }
@@ -96,6 +104,7 @@ pub fn mount(
     let watcher_client = client.clone();
     let data = Arc::new(data::Data::open_dir(&cfg.data_dir)?);
     let stopper = client.clone();
+    let invalidator = Arc::new(watch::NameInvalidator::default());
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
@@ -107,12 +116,16 @@ pub fn mount(
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
+        kernel_permissions: cfg.kernel_permissions,
+        invalidator: Arc::clone(&invalidator),
     };
     let mut options = vec![
-        MountOption::DefaultPermissions,
         MountOption::FSName(cfg.fsname.clone()),
         MountOption::Subtype("sextant".into()),
     ];
+    if cfg.kernel_permissions {
+        options.push(MountOption::DefaultPermissions);
+    }
     let mut config = Config::default();
     if cfg.allow_other {
         config.acl = SessionACL::All;
@@ -121,13 +134,27 @@ pub fn mount(
     config.mount_options = options;
     config.n_threads = Some(cfg.threads.max(1));
     let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
+    invalidator.start(session.notifier())?;
     let (stop_watch, stopped) = tokio::sync::watch::channel(false);
     let caching = !(cfg.attr_ttl.is_zero() && cfg.entry_ttl.is_zero());
+    let cfg_kernel_permissions = cfg.kernel_permissions;
     if cfg.watch && caching {
         let (notifier, rt) = (session.notifier(), rt.clone());
         std::thread::Builder::new()
             .name("sextant-watch".into())
-            .spawn(move || watch::run(watcher_client, rt, nodes, data, notifier, epoch, stopped))?;
+            .spawn(move || {
+                let invalidator = (!cfg_kernel_permissions).then_some(invalidator);
+                watch::run(
+                    watcher_client,
+                    rt,
+                    nodes,
+                    data,
+                    notifier,
+                    epoch,
+                    invalidator,
+                    stopped,
+                )
+            })?;
     }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();

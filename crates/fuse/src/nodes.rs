@@ -18,6 +18,14 @@
 //! another client shows its old parent's node id until then); only the
 //! `d_ino` of `..` depends on it.
 //!
+//! For directories the map also keeps whether, by the mode last seen in
+//! their attributes, every caller may search them (`x` for owner, group and
+//! other). The mount checks permissions itself (see [`crate::perms`]); the
+//! kernel then checks none on a path walk through cached names, so a name
+//! is cached only under a directory every caller may search. Unknown
+//! counts as "not every caller". When a directory stops being searchable
+//! by all, the names cached under it are returned to be invalidated.
+//!
 //! For cache invalidation ([`crate::watch`]) each node also keeps the names
 //! `(parent node, name)` under which the kernel was given it (entry
 //! replies), so that when invalidation notices were lost every name the
@@ -40,13 +48,15 @@ struct Node {
     parent: Option<Soid>,
     /// Names the kernel got this node under (see the module docs).
     names: Vec<NodeName>,
+    /// A directory every caller may search, by its last-seen mode.
+    open_to_all: bool,
 }
 
 /// A name the kernel may cache: (parent node id, name).
 pub type NodeName = (u64, Box<[u8]>);
 
-/// Most names remembered per node (hard links beyond it are not tracked:
-/// a lost-notice reset leaves those to the entry timeout).
+/// Most names remembered per node (hard links beyond it are not tracked,
+/// and so not cached by the kernel).
 const NAMES_PER_NODE: usize = 8;
 
 #[derive(Debug)]
@@ -71,6 +81,7 @@ impl Default for Nodes {
                 lookups: 1,
                 parent: Some(Soid::ROOT),
                 names: Vec::new(),
+                open_to_all: false,
             },
         );
         let mut by_soid = HashMap::new();
@@ -110,6 +121,7 @@ impl Nodes {
                         lookups: 0,
                         parent: None,
                         names: Vec::new(),
+                        open_to_all: false,
                     },
                 );
                 ino
@@ -128,15 +140,22 @@ impl Nodes {
         self.inner.lock().by_soid.get(&soid).copied()
     }
 
-    /// The kernel was given `ino` as `name` in directory `parent`.
-    pub fn named(&self, ino: u64, parent: u64, name: &[u8]) {
-        if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
-            if n.names.len() < NAMES_PER_NODE
-                && !n.names.iter().any(|(p, m)| *p == parent && **m == *name)
-            {
-                n.names.push((parent, name.into()));
-            }
+    /// The kernel was given `ino` as `name` in directory `parent`. Returns
+    /// whether the name is remembered (false past [`NAMES_PER_NODE`]: the
+    /// kernel must not cache it, or nothing could drop it).
+    pub fn named(&self, ino: u64, parent: u64, name: &[u8]) -> bool {
+        let mut g = self.inner.lock();
+        let Some(n) = g.by_ino.get_mut(&ino) else {
+            return false;
+        };
+        if n.names.iter().any(|(p, m)| *p == parent && **m == *name) {
+            return true;
         }
+        if n.names.len() < NAMES_PER_NODE {
+            n.names.push((parent, name.into()));
+            return true;
+        }
+        false
     }
 
     /// Every node the kernel may hold, and every name it may cache for
@@ -153,6 +172,58 @@ impl Nodes {
         if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
             n.parent = Some(parent);
         }
+    }
+
+    /// Records the mode of directory `ino` (from its attributes). When it
+    /// was searchable by all and is not any more, returns the names cached
+    /// under it: the kernel must drop them (see the module docs).
+    pub fn set_dir_perm(&self, ino: u64, perm: u16) -> Vec<NodeName> {
+        let open = searchable_by_all(perm);
+        let mut g = self.inner.lock();
+        let Some(n) = g.by_ino.get_mut(&ino) else {
+            return Vec::new();
+        };
+        let closed = n.open_to_all && !open;
+        n.open_to_all = open;
+        if !closed {
+            return Vec::new();
+        }
+        g.by_ino
+            .values()
+            .flat_map(|n| n.names.iter().filter(|(p, _)| *p == ino).cloned())
+            .collect()
+    }
+
+    /// May names under directory `ino` be cached (every caller may search
+    /// it, as far as this mount knows)?
+    pub fn open_to_all(&self, ino: u64) -> bool {
+        self.inner
+            .lock()
+            .by_ino
+            .get(&ino)
+            .is_some_and(|n| n.open_to_all)
+    }
+
+    /// Of `soids`, the directories with a node that count as searchable by
+    /// all (whose mode a change elsewhere may have closed).
+    pub fn open_dirs(&self, soids: impl Iterator<Item = Soid>) -> Vec<(u64, Soid)> {
+        let g = self.inner.lock();
+        soids
+            .filter_map(|s| {
+                let ino = *g.by_soid.get(&s)?;
+                g.by_ino.get(&ino)?.open_to_all.then_some((ino, s))
+            })
+            .collect()
+    }
+
+    /// Every directory with a node that counts as searchable by all.
+    pub fn all_open_dirs(&self) -> Vec<(u64, Soid)> {
+        let g = self.inner.lock();
+        g.by_ino
+            .iter()
+            .filter(|(_, n)| n.open_to_all)
+            .map(|(ino, n)| (*ino, n.soid))
+            .collect()
     }
 
     /// The parent of directory `ino` as last recorded, if any.
@@ -205,6 +276,11 @@ impl Nodes {
     }
 }
 
+/// Owner, group and other may all search a directory with mode `perm`.
+pub fn searchable_by_all(perm: u16) -> bool {
+    perm & 0o111 == 0o111
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,17 +293,19 @@ mod tests {
     fn names_are_remembered_once_and_go_with_their_node() {
         let n = Nodes::default();
         let a = n.ino(s(5), true);
-        n.named(a, ROOT_INO, b"a");
-        n.named(a, ROOT_INO, b"a");
-        n.named(a, ROOT_INO, b"b");
+        assert!(n.named(a, ROOT_INO, b"a"));
+        assert!(n.named(a, ROOT_INO, b"a"));
+        assert!(n.named(a, ROOT_INO, b"b"));
         assert_eq!(n.find(s(5)), Some(a));
         let (inos, names) = n.cached();
         assert!(inos.contains(&a) && inos.contains(&ROOT_INO));
         assert_eq!(names.len(), 2);
-        for i in 0..20u8 {
-            n.named(a, ROOT_INO, &[b'x', i]);
-        }
+        let remembered = (0..20u8)
+            .filter(|i| n.named(a, ROOT_INO, &[b'x', *i]))
+            .count();
+        assert_eq!(remembered, NAMES_PER_NODE - 2, "the others are not");
         assert_eq!(n.cached().1.len(), NAMES_PER_NODE, "bounded per node");
+        assert!(n.named(a, ROOT_INO, b"b"), "one remembered stays so");
         n.forget(a, 1);
         assert_eq!(n.find(s(5)), None);
         assert!(n.cached().1.is_empty());
@@ -283,6 +361,29 @@ mod tests {
         assert_eq!(n.parent(a), Some(s(4)), "the last one seen wins");
         n.forget(a, 1);
         assert_eq!(n.parent(a), None, "gone with its node");
+    }
+
+    #[test]
+    fn closing_a_directory_returns_the_names_cached_under_it() {
+        let n = Nodes::default();
+        assert!(!n.open_to_all(ROOT_INO), "unknown counts as closed");
+        assert!(n.set_dir_perm(ROOT_INO, 0o755).is_empty());
+        assert!(n.open_to_all(ROOT_INO));
+        let d = n.ino(s(5), true);
+        n.named(d, ROOT_INO, b"d");
+        assert!(n.set_dir_perm(d, 0o711).is_empty());
+        let f = n.ino(s(6), true);
+        n.named(f, d, b"f");
+        let g = n.ino(s(7), true);
+        n.named(g, ROOT_INO, b"g");
+        assert!(n.set_dir_perm(d, 0o751).is_empty(), "still open to all");
+        assert_eq!(n.open_dirs([s(5), s(6), s(9)].into_iter()), vec![(d, s(5))]);
+        let names = n.set_dir_perm(d, 0o750);
+        assert_eq!(names, vec![(d, b"f"[..].into())], "only d's names");
+        assert!(!n.open_to_all(d));
+        assert!(n.open_dirs([s(5)].into_iter()).is_empty());
+        assert!(n.set_dir_perm(d, 0o700).is_empty(), "closed already");
+        assert!(n.set_dir_perm(99, 0o700).is_empty(), "no such node");
     }
 
     #[test]

@@ -113,8 +113,8 @@ macro_rules! respond {
 respond!(ReplyEmpty, (), |r, _v| r.ok());
 respond!(ReplyData, Vec<u8>, |r, v| r.data(&v));
 respond!(ReplyWrite, u32, |r, v| r.written(v));
-respond!(ReplyOpen, u64, |r, fh| r
-    .opened(FileHandle(fh), FopenFlags::empty()));
+respond!(ReplyOpen, (u64, FopenFlags), |r, v| r
+    .opened(FileHandle(v.0), v.1));
 respond!(ReplyAttr, (FileAttr, Duration), |r, v| r.attr(&v.1, &v.0));
 respond!(ReplyEntry, Entry, |r, e| r.entry_with_ttls(
     &e.attr_ttl,
@@ -122,8 +122,10 @@ respond!(ReplyEntry, Entry, |r, e| r.entry_with_ttls(
     &e.attr,
     Generation(0)
 ));
+// One timeout for the name and the attributes: the shorter (a name that
+// may not be cached is not, see `SextantFs::entry`).
 respond!(ReplyCreate, (Entry, u64), |r, v| r.created(
-    &v.0.attr_ttl,
+    &v.0.attr_ttl.min(v.0.entry_ttl),
     &v.0.attr,
     Generation(0),
     FileHandle(v.1),

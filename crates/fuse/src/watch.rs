@@ -36,7 +36,7 @@
 //!   invalidating a name waits only for requests in flight to finish.
 
 use crate::data::{Data, ObjectStamp};
-use crate::nodes::Nodes;
+use crate::nodes::{NodeName, Nodes};
 use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error};
 use sextant_types::{Credentials, FsError, Soid};
@@ -78,6 +78,68 @@ fn invalidate<'a>(
     }
     for (parent, name) in names {
         let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+    }
+}
+
+/// Drops names from the kernel's cache on a thread of its own: a request
+/// handler may not do it itself (invalidating a name takes its directory's
+/// lock, which the kernel may hold for the request being handled). Used
+/// when a directory is closed to some callers (see [`crate::nodes`]).
+#[derive(Default)]
+pub(crate) struct NameInvalidator {
+    tx: std::sync::OnceLock<std::sync::mpsc::Sender<Vec<NodeName>>>,
+}
+
+impl NameInvalidator {
+    /// Starts the thread (once the session, and so `notifier`, exists).
+    /// Until then nothing is cached by the kernel, and names are dropped
+    /// here.
+    pub(crate) fn start(&self, notifier: Notifier) -> std::io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<NodeName>>();
+        std::thread::Builder::new()
+            .name("sextant-inval".into())
+            .spawn(move || {
+                // Ends when the file system (every sender) is gone.
+                for names in rx {
+                    invalidate(
+                        &notifier,
+                        std::iter::empty(),
+                        names.iter().map(|(p, n)| (*p, &n[..])),
+                    );
+                }
+            })?;
+        let _ = self.tx.set(tx);
+        Ok(())
+    }
+
+    /// Asks for `names` to be dropped (none: nothing to do).
+    pub(crate) fn drop_names(&self, names: Vec<NodeName>) {
+        if names.is_empty() {
+            return;
+        }
+        if let Some(tx) = self.tx.get() {
+            let _ = tx.send(names);
+        }
+    }
+}
+
+/// The directories of a batch that count as searchable by all may have
+/// been closed elsewhere: ask the server for their mode (one getattr
+/// each), and drop the names cached under those now closed.
+async fn recheck_dirs(
+    client: Client,
+    nodes: Arc<Nodes>,
+    invalidator: Arc<NameInvalidator>,
+    dirs: Vec<(u64, Soid)>,
+) {
+    let root = Credentials::root();
+    for (ino, soid) in dirs {
+        let perm = match client.getattr(&root, soid).await {
+            Ok(a) => a.perm as u16,
+            // Gone, or unknown now: count it as closed.
+            Err(_) => 0,
+        };
+        invalidator.drop_names(nodes.set_dir_perm(ino, perm));
     }
 }
 
@@ -137,6 +199,7 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
 
 /// Runs the watcher until `stop` turns true (on its own thread: the
 /// kernel notifications are blocking writes).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     client: Client,
     rt: tokio::runtime::Handle,
@@ -144,6 +207,7 @@ pub(crate) fn run(
     data: Arc<Data>,
     notifier: Notifier,
     epoch: Arc<AtomicU64>,
+    invalidator: Option<Arc<NameInvalidator>>,
     mut stop: watch::Receiver<bool>,
 ) {
     rt.block_on(async {
@@ -177,6 +241,12 @@ pub(crate) fn run(
             };
             backoff = Duration::from_millis(20);
             reset(&nodes, &notifier, &epoch);
+            // Modes changed while no stream was open are unknown too.
+            if let Some(inv) = &invalidator {
+                let dirs = nodes.all_open_dirs();
+                let (c, n, i) = (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
+                tokio::spawn(recheck_dirs(c, n, i, dirs));
+            }
             // Changes made while no stream was open are unknown: removals
             // among them left objects here.
             let sweeping = tokio::spawn(sweep_store(client.clone(), Arc::clone(&data)));
@@ -191,6 +261,14 @@ pub(crate) fn run(
                             tracing::warn!("change notices were lost; dropped every kernel cache");
                         }
                         apply(&nodes, &notifier, &epoch, &batch);
+                        if let Some(inv) = &invalidator {
+                            let dirs = nodes.open_dirs(batch.inodes.iter().copied());
+                            if !dirs.is_empty() {
+                                let (c, n, i) =
+                                    (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
+                                tokio::spawn(recheck_dirs(c, n, i, dirs));
+                            }
+                        }
                         // Beside the stream, so that asking the server
                         // never delays the next batch's invalidations.
                         let held = leftovers(&data, batch.inodes.iter().copied());
