@@ -100,6 +100,15 @@ pub fn mount(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     let nodes = Arc::new(nodes::Nodes::default());
+    // The root's mode, so that names under it may be cached before the
+    // kernel first asks for its attributes (see `nodes`).
+    let root_attr = rt.block_on(client.getattr(
+        &sextant_types::Credentials::root(),
+        sextant_types::Soid::ROOT,
+    ));
+    if let Ok(a) = root_attr {
+        let _ = nodes.set_dir_perm(nodes::ROOT_INO, a.perm as u16);
+    }
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
     let data = Arc::new(data::Data::open_dir(&cfg.data_dir)?);
