@@ -905,6 +905,21 @@ fn rm_r_removes_a_tree_concurrently() {
     );
 }
 
+/// `sextant serve --socket SOCKET --data DATA`, which must fail at once;
+/// what it said.
+fn serve_refused(socket: &Path, data: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--socket"])
+        .arg(socket)
+        .arg("--data")
+        .arg(data)
+        .env("SEXTANT_METRICS", "off")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "serve should have refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// `serve --socket PATH`: clients on this machine reach the server at
 /// `unix:PATH` (library and CLI) while TCP still serves; a second server
 /// does not take over a live socket, nor a file that is not a socket; a
@@ -945,15 +960,7 @@ async fn a_unix_socket_serves_local_clients_beside_tcp() {
     assert!(matches!(wrong, Err(Error::Auth)), "{:?}", wrong.err());
 
     // Another server may not take the live socket (nor remove it).
-    let second = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--socket", sock_arg])
-        .arg("--data")
-        .arg(dir.path().join("other"))
-        .env("SEXTANT_METRICS", "off")
-        .output()
-        .unwrap();
-    assert!(!second.status.success());
-    let said = String::from_utf8_lossy(&second.stderr);
+    let said = serve_refused(&sock, &dir.path().join("other"));
     assert!(said.contains("another server answers there"), "{said}");
     assert!(sock.exists());
     c.getattr(&root(), Soid::ROOT).await.unwrap();
@@ -984,15 +991,7 @@ async fn a_unix_socket_serves_local_clients_beside_tcp() {
     // A file that is not a socket is never replaced.
     let plain = dir.path().join("plain");
     std::fs::write(&plain, b"keep me").unwrap();
-    let refused = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--socket"])
-        .arg(&plain)
-        .arg("--data")
-        .arg(dir.path().join("third"))
-        .env("SEXTANT_METRICS", "off")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a socket"));
+    let said = serve_refused(&plain, &dir.path().join("third"));
+    assert!(said.contains("is not a socket"), "{said}");
     assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
 }
