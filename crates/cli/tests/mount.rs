@@ -878,3 +878,42 @@ fn permissions_hold_through_cached_names() {
         allowed("umask 777 && echo new > tmp/new && test ! -r tmp/new");
     }
 }
+
+/// A mount that reaches its server over the server's Unix socket
+/// (`serve --socket`, `--server unix:PATH`) works like one over TCP, and
+/// `sextant find` on it finds the server from the mount's source.
+#[test]
+fn a_mount_over_the_unix_socket() {
+    if !fuse_available() {
+        return;
+    }
+    let sockdir = tempfile::tempdir().unwrap();
+    let sock = sockdir.path().join("s.sock");
+    let m = Mounted::start_args(
+        &[
+            "--journal-sync",
+            "nosync",
+            "--socket",
+            sock.to_str().unwrap(),
+        ],
+        Stdio::inherit(),
+    );
+    let via = m.dir.path().join("via-unix");
+    std::fs::create_dir(&via).unwrap();
+    m.mount_from(&format!("unix:{}", sock.display()), &via);
+    let _unmount = Unmount(via.clone());
+    sh(&via, "mkdir -p a/b && echo data > a/b/f && ln -s b a/s");
+    assert_eq!(std::fs::read(m.p("a/b/f")).unwrap(), b"data\n");
+    let found = Command::new(BIN)
+        .arg("find")
+        .arg(&via)
+        .args(["-name", "f"])
+        .env("SEXTANT_SECRET", m.secret())
+        .output()
+        .unwrap();
+    assert!(found.status.success(), "{found:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&found.stdout).trim(),
+        via.join("a/b/f").display().to_string()
+    );
+}

@@ -250,10 +250,20 @@ impl Mounted {
         self.mount_with(mp, &[], &[]);
     }
 
+    /// Another mount of the same server on `mp`, reaching it at `addr`
+    /// (e.g. its Unix socket), with `-o allow_other`.
+    pub fn mount_from(&self, addr: &str, mp: &Path) {
+        self.mount_from_with(addr, mp, &["-o", "allow_other"], &[]);
+    }
+
     fn mount_with(&self, mp: &Path, options: &[&str], args: &[&str]) {
+        self.mount_from_with(&self.addr, mp, options, args);
+    }
+
+    fn mount_from_with(&self, addr: &str, mp: &Path, options: &[&str], args: &[&str]) {
         let log = format!("mount-{}.log", mp.file_name().unwrap().to_string_lossy());
         let out = Command::new(BIN)
-            .args(["--server", &self.addr, "--data"])
+            .args(["--server", addr, "--data"])
             .arg(self.data())
             .arg("mount")
             .args(options)
