@@ -136,9 +136,17 @@ fn root() -> Credentials {
     Credentials::root()
 }
 
+thread_local! {
+    /// The [`Nodes::ticket`] taken when this thread's request started: the
+    /// directory modes its replies carry were read after it.
+    static REQUEST_TICKET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl SextantFs {
     /// Runs one operation on this thread's lane and sends its reply.
     fn run<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
+        // Before anything is sent (the future has not run yet).
+        REQUEST_TICKET.set(self.nodes.ticket());
         reply.send(self.lanes.block_on(op));
     }
 
@@ -176,8 +184,9 @@ impl SextantFs {
     fn file_attr(&self, a: &Attr, ino: u64) -> FileAttr {
         if a.ftype == FileType::Directory {
             self.nodes.set_parent(ino, a.parent);
+            let ticket = REQUEST_TICKET.get();
             self.invalidator
-                .drop_names(self.nodes.set_dir_perm(ino, a.perm as u16));
+                .drop_names(self.nodes.set_dir_perm(ino, a.perm as u16, ticket));
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {

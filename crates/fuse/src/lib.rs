@@ -102,12 +102,13 @@ pub fn mount(
     let nodes = Arc::new(nodes::Nodes::default());
     // The root's mode, so that names under it may be cached before the
     // kernel first asks for its attributes (see `nodes`).
+    let ticket = nodes.ticket();
     let root_attr = rt.block_on(client.getattr(
         &sextant_types::Credentials::root(),
         sextant_types::Soid::ROOT,
     ));
     if let Ok(a) = root_attr {
-        let _ = nodes.set_dir_perm(nodes::ROOT_INO, a.perm as u16);
+        let _ = nodes.set_dir_perm(nodes::ROOT_INO, a.perm as u16, ticket);
     }
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();

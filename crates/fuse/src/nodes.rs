@@ -24,7 +24,12 @@
 //! kernel then checks none on a path walk through cached names, so a name
 //! is cached only under a directory every caller may search. Unknown
 //! counts as "not every caller". When a directory stops being searchable
-//! by all, the names cached under it are returned to be invalidated.
+//! by all, the names cached under it are returned to be invalidated. A
+//! mode read before the directory was last closed never opens it again
+//! (two requests may return out of order: a getattr answered before a
+//! chmod to 0700 but handled after it): each mode comes with the
+//! [`Nodes::ticket`] taken before its request was sent, and a directory
+//! opens only for a ticket newer than its last closing.
 //!
 //! For cache invalidation ([`crate::watch`]) each node also keeps the names
 //! `(parent node, name)` under which the kernel was given it (entry
@@ -50,6 +55,8 @@ struct Node {
     names: Vec<NodeName>,
     /// A directory every caller may search, by its last-seen mode.
     open_to_all: bool,
+    /// The clock when it last stopped being so (see the module docs).
+    closed_at: u64,
 }
 
 /// A name the kernel may cache: (parent node id, name).
@@ -69,6 +76,8 @@ struct Inner {
 #[derive(Debug)]
 pub struct Nodes {
     inner: Mutex<Inner>,
+    /// Tickets for modes (see the module docs).
+    clock: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Nodes {
@@ -82,6 +91,7 @@ impl Default for Nodes {
                 parent: Some(Soid::ROOT),
                 names: Vec::new(),
                 open_to_all: false,
+                closed_at: 0,
             },
         );
         let mut by_soid = HashMap::new();
@@ -92,6 +102,7 @@ impl Default for Nodes {
                 by_soid,
                 next: ROOT_INO + 1,
             }),
+            clock: std::sync::atomic::AtomicU64::new(1),
         }
     }
 }
@@ -122,6 +133,7 @@ impl Nodes {
                         parent: None,
                         names: Vec::new(),
                         open_to_all: false,
+                        closed_at: 0,
                     },
                 );
                 ino
@@ -174,18 +186,32 @@ impl Nodes {
         }
     }
 
-    /// Records the mode of directory `ino` (from its attributes). When it
-    /// was searchable by all and is not any more, returns the names cached
+    /// A ticket to take before sending a request whose reply may carry a
+    /// directory's mode (see the module docs).
+    pub fn ticket(&self) -> u64 {
+        self.clock.fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// Records the mode of directory `ino` (from its attributes), read by
+    /// a request sent after `ticket` was taken. When the directory was
+    /// searchable by all and is not any more, returns the names cached
     /// under it: the kernel must drop them (see the module docs).
-    pub fn set_dir_perm(&self, ino: u64, perm: u16) -> Vec<NodeName> {
+    pub fn set_dir_perm(&self, ino: u64, perm: u16, ticket: u64) -> Vec<NodeName> {
         let open = searchable_by_all(perm);
         let mut g = self.inner.lock();
         let Some(n) = g.by_ino.get_mut(&ino) else {
             return Vec::new();
         };
-        let closed = n.open_to_all && !open;
-        n.open_to_all = open;
-        if !closed {
+        if open {
+            // Not when it was closed after the request was sent.
+            if ticket > n.closed_at {
+                n.open_to_all = true;
+            }
+            return Vec::new();
+        }
+        // Tickets taken from now on are newer than this closing.
+        n.closed_at = self.ticket();
+        if !std::mem::replace(&mut n.open_to_all, false) {
             return Vec::new();
         }
         g.by_ino
@@ -367,23 +393,52 @@ mod tests {
     fn closing_a_directory_returns_the_names_cached_under_it() {
         let n = Nodes::default();
         assert!(!n.open_to_all(ROOT_INO), "unknown counts as closed");
-        assert!(n.set_dir_perm(ROOT_INO, 0o755).is_empty());
+        assert!(n.set_dir_perm(ROOT_INO, 0o755, n.ticket()).is_empty());
         assert!(n.open_to_all(ROOT_INO));
         let d = n.ino(s(5), true);
         n.named(d, ROOT_INO, b"d");
-        assert!(n.set_dir_perm(d, 0o711).is_empty());
+        assert!(n.set_dir_perm(d, 0o711, n.ticket()).is_empty());
         let f = n.ino(s(6), true);
         n.named(f, d, b"f");
         let g = n.ino(s(7), true);
         n.named(g, ROOT_INO, b"g");
-        assert!(n.set_dir_perm(d, 0o751).is_empty(), "still open to all");
+        assert!(
+            n.set_dir_perm(d, 0o751, n.ticket()).is_empty(),
+            "still open to all"
+        );
         assert_eq!(n.open_dirs([s(5), s(6), s(9)].into_iter()), vec![(d, s(5))]);
-        let names = n.set_dir_perm(d, 0o750);
+        let names = n.set_dir_perm(d, 0o750, n.ticket());
         assert_eq!(names, vec![(d, b"f"[..].into())], "only d's names");
         assert!(!n.open_to_all(d));
         assert!(n.open_dirs([s(5)].into_iter()).is_empty());
-        assert!(n.set_dir_perm(d, 0o700).is_empty(), "closed already");
-        assert!(n.set_dir_perm(99, 0o700).is_empty(), "no such node");
+        assert!(
+            n.set_dir_perm(d, 0o700, n.ticket()).is_empty(),
+            "closed already"
+        );
+        assert!(
+            n.set_dir_perm(99, 0o700, n.ticket()).is_empty(),
+            "no such node"
+        );
+    }
+
+    #[test]
+    fn a_mode_read_before_a_closing_does_not_open_again() {
+        let n = Nodes::default();
+        let d = n.ino(s(5), true);
+        let before = n.ticket();
+        assert!(n.set_dir_perm(d, 0o755, n.ticket()).is_empty());
+        n.set_dir_perm(d, 0o700, n.ticket());
+        // A getattr sent before the chmod, answered "0755", handled after.
+        n.set_dir_perm(d, 0o755, before);
+        assert!(!n.open_to_all(d), "a stale mode keeps it closed");
+        // Sent before the closing but after an earlier ticket: still stale.
+        let mid = n.ticket();
+        n.set_dir_perm(d, 0o700, n.ticket());
+        n.set_dir_perm(d, 0o755, mid);
+        assert!(!n.open_to_all(d));
+        // A request sent after the closing opens it.
+        n.set_dir_perm(d, 0o755, n.ticket());
+        assert!(n.open_to_all(d));
     }
 
     #[test]

@@ -92,8 +92,7 @@ pub(crate) struct NameInvalidator {
 
 impl NameInvalidator {
     /// Starts the thread (once the session, and so `notifier`, exists).
-    /// Until then nothing is cached by the kernel, and names are dropped
-    /// here.
+    /// Names to drop before then are ignored: the kernel holds none yet.
     pub(crate) fn start(&self, notifier: Notifier) -> std::io::Result<()> {
         let (tx, rx) = std::sync::mpsc::channel::<Vec<NodeName>>();
         std::thread::Builder::new()
@@ -134,12 +133,13 @@ async fn recheck_dirs(
 ) {
     let root = Credentials::root();
     for (ino, soid) in dirs {
+        let ticket = nodes.ticket();
         let perm = match client.getattr(&root, soid).await {
             Ok(a) => a.perm as u16,
             // Gone, or unknown now: count it as closed.
             Err(_) => 0,
         };
-        invalidator.drop_names(nodes.set_dir_perm(ino, perm));
+        invalidator.drop_names(nodes.set_dir_perm(ino, perm, ticket));
     }
 }
 
