@@ -12,6 +12,8 @@
 //!   must come with every call in the `x-sextant-secret` metadata.
 //! - SIGINT/SIGTERM: stop taking requests, finish those running, close the
 //!   engine (tables written back).
+//! - Listens on TCP and, with `--socket PATH`, on a Unix socket too, for
+//!   clients on this machine (`unix:PATH`; never TLS, mode 0660).
 //! - Log-less durability (`--durability logless`): replies carry redo
 //!   backups for the clients; a restart after a crash collects them before
 //!   serving. See [`logless`].
