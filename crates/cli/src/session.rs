@@ -143,10 +143,18 @@ impl Session {
             };
             if explicit || answers(&addr) {
                 let Some(secret) = find_secret(&t)? else {
+                    // Given with --server: whether anything answers there is
+                    // not known yet.
+                    let found = if explicit {
+                        format!("no cluster secret was found for the server at {addr}")
+                    } else {
+                        format!(
+                            "a Sextant server answers at {addr} but no cluster secret was found"
+                        )
+                    };
                     bail!(
-                        "a Sextant server answers at {addr} but no cluster secret was found: \
-                         give --secret-file FILE (the server's <data>/secret) or SEXTANT_SECRET, \
-                         or --local to use the data directory {} directly",
+                        "{found}: give --secret-file FILE (the server's <data>/secret) or \
+                         SEXTANT_SECRET, or --local to use the data directory {} directly",
                         t.data.display()
                     );
                 };

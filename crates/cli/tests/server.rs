@@ -995,3 +995,42 @@ async fn a_unix_socket_serves_local_clients_beside_tcp() {
     assert!(said.contains("is not a socket"), "{said}");
     assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
 }
+
+/// A server given with `--server` that is not there: the CLI says what is
+/// missing (a secret, or the server) and makes no embedded store.
+#[test]
+fn a_given_server_that_is_missing_is_named_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let gone = format!("unix:{}", dir.path().join("gone.sock").display());
+    let run = |secret: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--server", &gone, "--data"])
+            .arg(&data)
+            .args(["mkdir", "/x"])
+            .env_remove("SEXTANT_SECRET");
+        if let Some(s) = secret {
+            cmd.env("SEXTANT_SECRET", s);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = run(None);
+    assert!(
+        said.contains(&format!(
+            "no cluster secret was found for the server at {gone}"
+        )),
+        "{said}"
+    );
+    let said = run(Some("s3cret"));
+    assert!(
+        said.contains(&format!("cannot reach the Sextant server at {gone}")),
+        "{said}"
+    );
+    assert!(
+        !said.contains("TLS"),
+        "no TLS hint for a Unix socket: {said}"
+    );
+    assert!(!data.exists(), "no store made for a given server");
+}
