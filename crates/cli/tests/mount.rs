@@ -851,6 +851,25 @@ fn permissions_hold_through_cached_names() {
         eventually("and opens it again", || {
             as_nobody("cat open/f").status.success()
         });
+        // Opening a directory closed, then opened, by the other client
+        // (open(2) alone: no stat refreshes what the mount saw of it).
+        sh(&base, "mkdir -m 755 listed && : > listed/a");
+        allowed("ls listed");
+        let open_dir = "exec 3< listed";
+        allowed(open_dir);
+        let listed = other.join(base.strip_prefix(mnt).unwrap()).join("listed");
+        std::fs::set_permissions(&listed, mode(0o700)).unwrap();
+        eventually("the closed directory cannot be opened", || {
+            !as_nobody(open_dir).status.success()
+        });
+        denied(open_dir);
+        let err = denied("ls listed");
+        assert!(err.contains("cannot open directory"), "{err}");
+        std::fs::set_permissions(&listed, mode(0o755)).unwrap();
+        eventually("the opened directory opens", || {
+            as_nobody(open_dir).status.success()
+        });
+        allowed("ls listed");
         // Opens, access(2), listing, truncation.
         denied("echo x >> open/f");
         denied(": > open/f");

@@ -7,7 +7,7 @@ use crate::dirattrs::{Change, DirAttrs};
 use crate::dirs::{DirHandles, BATCH};
 use crate::groups::GroupCache;
 use crate::lane::Lanes;
-use crate::nodes::Nodes;
+use crate::nodes::{DirMode, Nodes};
 use crate::perms;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
 use crate::watch::NameInvalidator;
@@ -187,6 +187,12 @@ impl SextantFs {
             let ticket = REQUEST_TICKET.get();
             self.invalidator
                 .drop_names(self.nodes.set_dir_perm(ino, a.perm as u16, ticket));
+            let mode = DirMode {
+                perm: a.perm as u16,
+                uid: a.uid,
+                gid: a.gid,
+            };
+            self.nodes.set_dir_mode(ino, mode);
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {
@@ -680,12 +686,19 @@ impl Filesystem for SextantFs {
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.run(reply, async {
             // Permission to read it: the kernel's check, or the mount's
-            // (root may read any directory: no round trip); the server
-            // checks again on every batch.
+            // (root may read any directory); the server checks again on
+            // every batch.
             let c = self.cred(req);
             if !self.kernel_permissions && !c.is_root() {
-                let a = self.client().getattr(&c, self.soid(ino)?).await?;
-                self.check_open(&a, &c, flags.0)?;
+                // Allowed by the mode last seen: no round trip (the server
+                // checks every batch). Refused: only as the server says
+                // now, since the mode seen may be stale.
+                let mask = perms::open_mask(flags.0);
+                let seen = self.nodes.dir_mode(ino.0);
+                if seen.is_none_or(|m| perms::check_dir(&m, &c, mask).is_err()) {
+                    let a = self.client().getattr(&c, self.soid(ino)?).await?;
+                    self.check_open(&a, &c, flags.0)?;
+                }
             }
             let fh = self.dirs.open();
             // The kernel keeps the listing in the directory's page cache

@@ -57,6 +57,17 @@ struct Node {
     open_to_all: bool,
     /// The clock when it last stopped being so (see the module docs).
     closed_at: u64,
+    /// A directory's mode, owner and group as last seen: a hint for the
+    /// mount's own checks, never a reason to refuse (see [`Nodes::dir_mode`]).
+    mode: Option<DirMode>,
+}
+
+/// A directory's permission bits, owner and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirMode {
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// A name the kernel may cache: (parent node id, name).
@@ -92,6 +103,7 @@ impl Default for Nodes {
                 names: Vec::new(),
                 open_to_all: false,
                 closed_at: 0,
+                mode: None,
             },
         );
         let mut by_soid = HashMap::new();
@@ -134,6 +146,7 @@ impl Nodes {
                         names: Vec::new(),
                         open_to_all: false,
                         closed_at: 0,
+                        mode: None,
                     },
                 );
                 ino
@@ -218,6 +231,37 @@ impl Nodes {
             .values()
             .flat_map(|n| n.names.iter().filter(|(p, _)| *p == ino).cloned())
             .collect()
+    }
+
+    /// Records directory `ino`'s mode, owner and group as last seen.
+    pub fn set_dir_mode(&self, ino: u64, mode: DirMode) {
+        if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
+            n.mode = Some(mode);
+        }
+    }
+
+    /// Forgets the modes of these directories (changed elsewhere; all of
+    /// them for `None`): the next check asks the server.
+    pub fn forget_dir_modes(&self, soids: Option<&[Soid]>) {
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        match soids {
+            None => inner.by_ino.values_mut().for_each(|n| n.mode = None),
+            Some(soids) => {
+                for s in soids {
+                    if let Some(n) = inner.by_soid.get(s).and_then(|i| inner.by_ino.get_mut(i)) {
+                        n.mode = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Directory `ino`'s mode, owner and group as last seen, if any. It
+    /// may be stale: what it allows the server checks again, and what it
+    /// refuses must be asked of the server.
+    pub fn dir_mode(&self, ino: u64) -> Option<DirMode> {
+        self.inner.lock().by_ino.get(&ino).and_then(|n| n.mode)
     }
 
     /// May names under directory `ino` be cached (every caller may search
@@ -439,6 +483,31 @@ mod tests {
         // A request sent after the closing opens it.
         n.set_dir_perm(d, 0o755, n.ticket());
         assert!(n.open_to_all(d));
+    }
+
+    #[test]
+    fn directory_modes_are_the_last_seen_and_go_with_their_node() {
+        let n = Nodes::default();
+        let d = n.ino(s(5), true);
+        assert_eq!(n.dir_mode(d), None);
+        let m = |perm| DirMode {
+            perm,
+            uid: 1,
+            gid: 2,
+        };
+        n.set_dir_mode(d, m(0o700));
+        n.set_dir_mode(d, m(0o755));
+        assert_eq!(n.dir_mode(d), Some(m(0o755)));
+        n.forget_dir_modes(Some(&[s(6)]));
+        assert_eq!(n.dir_mode(d), Some(m(0o755)), "another directory's");
+        n.forget_dir_modes(Some(&[s(5)]));
+        assert_eq!(n.dir_mode(d), None);
+        n.set_dir_mode(d, m(0o755));
+        n.forget_dir_modes(None);
+        assert_eq!(n.dir_mode(d), None);
+        n.set_dir_mode(d, m(0o755));
+        n.forget(d, 1);
+        assert_eq!(n.dir_mode(d), None);
     }
 
     #[test]

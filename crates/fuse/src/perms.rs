@@ -23,6 +23,7 @@
 //!
 //! Pure functions of attributes and credentials: no I/O.
 
+use crate::nodes::DirMode;
 use sextant_engine::perm::{class_allows, MAY_EXEC, MAY_READ, MAY_WRITE};
 use sextant_types::{Attr, Credentials, FileType, FsError, S_ISGID, S_ISUID};
 
@@ -56,6 +57,15 @@ pub fn open_mask(flags: i32) -> u32 {
 /// their class's bits.
 pub fn check(a: &Attr, cred: &Credentials, mask: u32) -> Result<(), FsError> {
     if cred.is_root() || class_allows(a.uid, a.gid, a.perm as u16, cred, mask) {
+        Ok(())
+    } else {
+        Err(FsError::Access)
+    }
+}
+
+/// [`check`] from a directory's last-seen mode, owner and group.
+pub fn check_dir(mode: &DirMode, cred: &Credentials, mask: u32) -> Result<(), FsError> {
+    if cred.is_root() || class_allows(mode.uid, mode.gid, mode.perm, cred, mask) {
         Ok(())
     } else {
         Err(FsError::Access)

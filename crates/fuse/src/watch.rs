@@ -241,6 +241,7 @@ pub(crate) fn run(
             };
             backoff = Duration::from_millis(20);
             reset(&nodes, &notifier, &epoch);
+            nodes.forget_dir_modes(None);
             // Modes changed while no stream was open are unknown too.
             if let Some(inv) = &invalidator {
                 let dirs = nodes.all_open_dirs();
@@ -261,6 +262,7 @@ pub(crate) fn run(
                             tracing::warn!("change notices were lost; dropped every kernel cache");
                         }
                         apply(&nodes, &notifier, &epoch, &batch);
+                        nodes.forget_dir_modes(Some(&batch.inodes));
                         if let Some(inv) = &invalidator {
                             let dirs = nodes.open_dirs(batch.inodes.iter().copied());
                             if !dirs.is_empty() {
