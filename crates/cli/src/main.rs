@@ -64,7 +64,7 @@ enum Command {
     /// Run the metadata server (gRPC, default 127.0.0.1:7411) on --data.
     ///
     /// Settings come from flags and environment, then the --config TOML
-    /// file (keys: data, listen, memory, journal_sync, dedup_window,
+    /// file (keys: data, listen, socket, memory, journal_sync, dedup_window,
     /// dedup_clients, metrics, durability, arl_size, recovery_grace,
     /// tls_cert, tls_key), then defaults. The first start creates the cluster
     /// secret <data>/secret (mode 0600) that clients must present. SIGINT
