@@ -7,7 +7,7 @@ use crate::dirattrs::{Change, DirAttrs};
 use crate::dirs::{DirHandles, BATCH};
 use crate::groups::GroupCache;
 use crate::lane::Lanes;
-use crate::nodes::{DirMode, Nodes};
+use crate::nodes::Nodes;
 use crate::perms;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
 use crate::watch::NameInvalidator;
@@ -187,12 +187,7 @@ impl SextantFs {
             let ticket = REQUEST_TICKET.get();
             self.invalidator
                 .drop_names(self.nodes.set_dir_perm(ino, a.perm as u16, ticket));
-            let mode = DirMode {
-                perm: a.perm as u16,
-                uid: a.uid,
-                gid: a.gid,
-            };
-            self.nodes.set_dir_mode(ino, mode);
+            self.nodes.set_dir_mode(ino, perms::Mode::of(a));
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {
@@ -695,7 +690,7 @@ impl Filesystem for SextantFs {
                 // now, since the mode seen may be stale.
                 let mask = perms::open_mask(flags.0);
                 let seen = self.nodes.dir_mode(ino.0);
-                if seen.is_none_or(|m| perms::check_dir(&m, &c, mask).is_err()) {
+                if seen.is_none_or(|m| perms::check_mode(&m, &c, mask).is_err()) {
                     let a = self.client().getattr(&c, self.soid(ino)?).await?;
                     self.check_open(&a, &c, flags.0)?;
                 }

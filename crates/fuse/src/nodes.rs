@@ -38,6 +38,7 @@
 //! node no longer has (unlinked, renamed) may stay listed, which costs only
 //! a useless invalidation.
 
+use crate::perms::Mode;
 use parking_lot::Mutex;
 use sextant_types::Soid;
 use std::collections::HashMap;
@@ -59,15 +60,10 @@ struct Node {
     closed_at: u64,
     /// A directory's mode, owner and group as last seen: a hint for the
     /// mount's own checks, never a reason to refuse (see [`Nodes::dir_mode`]).
-    mode: Option<DirMode>,
-}
-
-/// A directory's permission bits, owner and group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DirMode {
-    pub perm: u16,
-    pub uid: u32,
-    pub gid: u32,
+    /// Apart from `open_to_all` on purpose: that one may never be stale in
+    /// the permissive direction (the ticket rule), this one may be stale
+    /// either way.
+    mode: Option<Mode>,
 }
 
 /// A name the kernel may cache: (parent node id, name).
@@ -234,7 +230,7 @@ impl Nodes {
     }
 
     /// Records directory `ino`'s mode, owner and group as last seen.
-    pub fn set_dir_mode(&self, ino: u64, mode: DirMode) {
+    pub fn set_dir_mode(&self, ino: u64, mode: Mode) {
         if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
             n.mode = Some(mode);
         }
@@ -260,7 +256,7 @@ impl Nodes {
     /// Directory `ino`'s mode, owner and group as last seen, if any. It
     /// may be stale: what it allows the server checks again, and what it
     /// refuses must be asked of the server.
-    pub fn dir_mode(&self, ino: u64) -> Option<DirMode> {
+    pub fn dir_mode(&self, ino: u64) -> Option<Mode> {
         self.inner.lock().by_ino.get(&ino).and_then(|n| n.mode)
     }
 
@@ -490,7 +486,7 @@ mod tests {
         let n = Nodes::default();
         let d = n.ino(s(5), true);
         assert_eq!(n.dir_mode(d), None);
-        let m = |perm| DirMode {
+        let m = |perm| Mode {
             perm,
             uid: 1,
             gid: 2,

@@ -23,7 +23,6 @@
 //!
 //! Pure functions of attributes and credentials: no I/O.
 
-use crate::nodes::DirMode;
 use sextant_engine::perm::{class_allows, MAY_EXEC, MAY_READ, MAY_WRITE};
 use sextant_types::{Attr, Credentials, FileType, FsError, S_ISGID, S_ISUID};
 
@@ -51,20 +50,36 @@ pub fn open_mask(flags: i32) -> u32 {
     mask
 }
 
-/// May `cred` read, write and/or execute (`mask`) the file or directory
-/// `a`? Root may read and write anything, and execute what has some
-/// execute bit (the kernel checks that before the open); anyone else by
-/// their class's bits.
-pub fn check(a: &Attr, cred: &Credentials, mask: u32) -> Result<(), FsError> {
-    if cred.is_root() || class_allows(a.uid, a.gid, a.perm as u16, cred, mask) {
-        Ok(())
-    } else {
-        Err(FsError::Access)
+/// What a permission check reads of an inode: its permission bits, owner
+/// and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode {
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Mode {
+    pub fn of(a: &Attr) -> Mode {
+        Mode {
+            perm: a.perm as u16,
+            uid: a.uid,
+            gid: a.gid,
+        }
     }
 }
 
-/// [`check`] from a directory's last-seen mode, owner and group.
-pub fn check_dir(mode: &DirMode, cred: &Credentials, mask: u32) -> Result<(), FsError> {
+/// May `cred` read, write and/or execute (`mask`) the file or directory
+/// `a`? See [`check_mode`].
+pub fn check(a: &Attr, cred: &Credentials, mask: u32) -> Result<(), FsError> {
+    check_mode(&Mode::of(a), cred, mask)
+}
+
+/// May `cred` read, write and/or execute (`mask`) an inode with `mode`?
+/// Root may read and write anything, and execute what has some execute
+/// bit (the kernel checks that before the open); anyone else by their
+/// class's bits.
+pub fn check_mode(mode: &Mode, cred: &Credentials, mask: u32) -> Result<(), FsError> {
     if cred.is_root() || class_allows(mode.uid, mode.gid, mode.perm, cred, mask) {
         Ok(())
     } else {
