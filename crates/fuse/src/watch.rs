@@ -122,17 +122,47 @@ impl NameInvalidator {
     }
 }
 
+/// Directories waiting for their mode to be asked again, and whether a
+/// task is asking: at most one getattr in flight per mount, and a
+/// directory that many batches change meanwhile (a busy shared directory
+/// changes with every create in it) is asked once. Pure bookkeeping.
+#[derive(Default)]
+struct Rechecks {
+    /// (waiting, a task is working through them)
+    state: parking_lot::Mutex<(std::collections::BTreeMap<u64, Soid>, bool)>,
+}
+
+impl Rechecks {
+    /// Queues `dirs`; true when the caller must start the task.
+    fn add(&self, dirs: Vec<(u64, Soid)>) -> bool {
+        let mut g = self.state.lock();
+        g.0.extend(dirs);
+        let start = !g.1 && !g.0.is_empty();
+        g.1 |= start;
+        start
+    }
+
+    /// The next directory to ask about; `None` ends the task.
+    fn next(&self) -> Option<(u64, Soid)> {
+        let mut g = self.state.lock();
+        let next = g.0.pop_first();
+        g.1 = next.is_some();
+        next
+    }
+}
+
 /// The directories of a batch that count as searchable by all may have
 /// been closed elsewhere: ask the server for their mode (one getattr
-/// each), and drop the names cached under those now closed.
+/// each, see [`Rechecks`]), and drop the names cached under those now
+/// closed.
 async fn recheck_dirs(
     client: Client,
     nodes: Arc<Nodes>,
     invalidator: Arc<NameInvalidator>,
-    dirs: Vec<(u64, Soid)>,
+    rechecks: Arc<Rechecks>,
 ) {
     let root = Credentials::root();
-    for (ino, soid) in dirs {
+    while let Some((ino, soid)) = rechecks.next() {
         let ticket = nodes.ticket();
         let perm = match client.getattr(&root, soid).await {
             Ok(a) => a.perm as u16,
@@ -210,6 +240,7 @@ pub(crate) fn run(
     invalidator: Option<Arc<NameInvalidator>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let rechecks = Arc::new(Rechecks::default());
     rt.block_on(async {
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -244,9 +275,10 @@ pub(crate) fn run(
             nodes.forget_dir_modes(None);
             // Modes changed while no stream was open are unknown too.
             if let Some(inv) = &invalidator {
-                let dirs = nodes.all_open_dirs();
-                let (c, n, i) = (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
-                tokio::spawn(recheck_dirs(c, n, i, dirs));
+                if rechecks.add(nodes.all_open_dirs()) {
+                    let (c, n, i) = (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
+                    tokio::spawn(recheck_dirs(c, n, i, Arc::clone(&rechecks)));
+                }
             }
             // Changes made while no stream was open are unknown: removals
             // among them left objects here.
@@ -265,10 +297,10 @@ pub(crate) fn run(
                         nodes.forget_dir_modes(Some(&batch.inodes));
                         if let Some(inv) = &invalidator {
                             let dirs = nodes.open_dirs(batch.inodes.iter().copied());
-                            if !dirs.is_empty() {
+                            if rechecks.add(dirs) {
                                 let (c, n, i) =
                                     (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
-                                tokio::spawn(recheck_dirs(c, n, i, dirs));
+                                tokio::spawn(recheck_dirs(c, n, i, Arc::clone(&rechecks)));
                             }
                         }
                         // Beside the stream, so that asking the server
@@ -287,4 +319,29 @@ pub(crate) fn run(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(ino: u64) -> (u64, Soid) {
+        (ino, Soid::from_u128(u128::from(ino)))
+    }
+
+    #[test]
+    fn rechecks_run_one_task_and_ask_each_directory_once() {
+        let r = Rechecks::default();
+        assert!(!r.add(vec![]), "nothing to do: no task");
+        assert!(r.add(vec![d(2), d(3)]), "the first queue starts the task");
+        assert!(!r.add(vec![d(3), d(2), d(4)]), "one task at a time");
+        assert_eq!(r.next(), Some(d(2)));
+        // Changed again while asked: asked again.
+        assert!(!r.add(vec![d(2)]));
+        assert_eq!(r.next(), Some(d(2)));
+        assert_eq!(r.next(), Some(d(3)));
+        assert_eq!(r.next(), Some(d(4)));
+        assert_eq!(r.next(), None, "the task ends");
+        assert!(r.add(vec![d(5)]), "and the next queue starts another");
+    }
 }
