@@ -186,8 +186,7 @@ impl SextantFs {
             self.nodes.set_parent(ino, a.parent);
             let ticket = REQUEST_TICKET.get();
             self.invalidator
-                .drop_names(self.nodes.set_dir_perm(ino, a.perm as u16, ticket));
-            self.nodes.set_dir_mode(ino, perms::Mode::of(a));
+                .drop_names(self.nodes.set_dir_mode(ino, perms::Mode::of(a), ticket));
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {
@@ -692,7 +691,7 @@ impl Filesystem for SextantFs {
                 let seen = self.nodes.dir_mode(ino.0);
                 if seen.is_none_or(|m| perms::check_mode(&m, &c, mask).is_err()) {
                     let a = self.client().getattr(&c, self.soid(ino)?).await?;
-                    self.check_open(&a, &c, flags.0)?;
+                    perms::check(&a, &c, mask)?;
                 }
             }
             let fh = self.dirs.open();

@@ -108,7 +108,7 @@ pub fn mount(
         sextant_types::Soid::ROOT,
     ));
     if let Ok(a) = root_attr {
-        let _ = nodes.set_dir_perm(nodes::ROOT_INO, a.perm as u16, ticket);
+        let _ = nodes.set_dir_mode(nodes::ROOT_INO, perms::Mode::of(&a), ticket);
     }
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();

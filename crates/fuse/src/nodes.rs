@@ -201,16 +201,18 @@ impl Nodes {
         self.clock.fetch_add(1, std::sync::atomic::Ordering::AcqRel)
     }
 
-    /// Records the mode of directory `ino` (from its attributes), read by
-    /// a request sent after `ticket` was taken. When the directory was
-    /// searchable by all and is not any more, returns the names cached
-    /// under it: the kernel must drop them (see the module docs).
-    pub fn set_dir_perm(&self, ino: u64, perm: u16, ticket: u64) -> Vec<NodeName> {
-        let open = searchable_by_all(perm);
+    /// Records the mode, owner and group of directory `ino` (from its
+    /// attributes), read by a request sent after `ticket` was taken: the
+    /// hint of [`Nodes::dir_mode`], and whether every caller may search it.
+    /// When it was searchable by all and is not any more, returns the names
+    /// cached under it: the kernel must drop them (see the module docs).
+    pub fn set_dir_mode(&self, ino: u64, mode: Mode, ticket: u64) -> Vec<NodeName> {
+        let open = searchable_by_all(mode.perm);
         let mut g = self.inner.lock();
         let Some(n) = g.by_ino.get_mut(&ino) else {
             return Vec::new();
         };
+        n.mode = Some(mode);
         if open {
             // Not when it was closed after the request was sent.
             if ticket > n.closed_at {
@@ -227,13 +229,6 @@ impl Nodes {
             .values()
             .flat_map(|n| n.names.iter().filter(|(p, _)| *p == ino).cloned())
             .collect()
-    }
-
-    /// Records directory `ino`'s mode, owner and group as last seen.
-    pub fn set_dir_mode(&self, ino: u64, mode: Mode) {
-        if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
-            n.mode = Some(mode);
-        }
     }
 
     /// Forgets the modes of these directories (changed elsewhere; all of
@@ -355,6 +350,19 @@ mod tests {
         Soid::from_u128(v)
     }
 
+    /// Mode `perm` (owner and group 0) for directory `ino`.
+    fn set_perm(n: &Nodes, ino: u64, perm: u16, ticket: u64) -> Vec<NodeName> {
+        n.set_dir_mode(
+            ino,
+            Mode {
+                perm,
+                uid: 0,
+                gid: 0,
+            },
+            ticket,
+        )
+    }
+
     #[test]
     fn names_are_remembered_once_and_go_with_their_node() {
         let n = Nodes::default();
@@ -433,30 +441,30 @@ mod tests {
     fn closing_a_directory_returns_the_names_cached_under_it() {
         let n = Nodes::default();
         assert!(!n.open_to_all(ROOT_INO), "unknown counts as closed");
-        assert!(n.set_dir_perm(ROOT_INO, 0o755, n.ticket()).is_empty());
+        assert!(set_perm(&n, ROOT_INO, 0o755, n.ticket()).is_empty());
         assert!(n.open_to_all(ROOT_INO));
         let d = n.ino(s(5), true);
         n.named(d, ROOT_INO, b"d");
-        assert!(n.set_dir_perm(d, 0o711, n.ticket()).is_empty());
+        assert!(set_perm(&n, d, 0o711, n.ticket()).is_empty());
         let f = n.ino(s(6), true);
         n.named(f, d, b"f");
         let g = n.ino(s(7), true);
         n.named(g, ROOT_INO, b"g");
         assert!(
-            n.set_dir_perm(d, 0o751, n.ticket()).is_empty(),
+            set_perm(&n, d, 0o751, n.ticket()).is_empty(),
             "still open to all"
         );
         assert_eq!(n.open_dirs([s(5), s(6), s(9)].into_iter()), vec![(d, s(5))]);
-        let names = n.set_dir_perm(d, 0o750, n.ticket());
+        let names = set_perm(&n, d, 0o750, n.ticket());
         assert_eq!(names, vec![(d, b"f"[..].into())], "only d's names");
         assert!(!n.open_to_all(d));
         assert!(n.open_dirs([s(5)].into_iter()).is_empty());
         assert!(
-            n.set_dir_perm(d, 0o700, n.ticket()).is_empty(),
+            set_perm(&n, d, 0o700, n.ticket()).is_empty(),
             "closed already"
         );
         assert!(
-            n.set_dir_perm(99, 0o700, n.ticket()).is_empty(),
+            set_perm(&n, 99, 0o700, n.ticket()).is_empty(),
             "no such node"
         );
     }
@@ -466,18 +474,18 @@ mod tests {
         let n = Nodes::default();
         let d = n.ino(s(5), true);
         let before = n.ticket();
-        assert!(n.set_dir_perm(d, 0o755, n.ticket()).is_empty());
-        n.set_dir_perm(d, 0o700, n.ticket());
+        assert!(set_perm(&n, d, 0o755, n.ticket()).is_empty());
+        set_perm(&n, d, 0o700, n.ticket());
         // A getattr sent before the chmod, answered "0755", handled after.
-        n.set_dir_perm(d, 0o755, before);
+        set_perm(&n, d, 0o755, before);
         assert!(!n.open_to_all(d), "a stale mode keeps it closed");
         // Sent before the closing but after an earlier ticket: still stale.
         let mid = n.ticket();
-        n.set_dir_perm(d, 0o700, n.ticket());
-        n.set_dir_perm(d, 0o755, mid);
+        set_perm(&n, d, 0o700, n.ticket());
+        set_perm(&n, d, 0o755, mid);
         assert!(!n.open_to_all(d));
         // A request sent after the closing opens it.
-        n.set_dir_perm(d, 0o755, n.ticket());
+        set_perm(&n, d, 0o755, n.ticket());
         assert!(n.open_to_all(d));
     }
 
@@ -491,17 +499,17 @@ mod tests {
             uid: 1,
             gid: 2,
         };
-        n.set_dir_mode(d, m(0o700));
-        n.set_dir_mode(d, m(0o755));
+        n.set_dir_mode(d, m(0o700), n.ticket());
+        n.set_dir_mode(d, m(0o755), n.ticket());
         assert_eq!(n.dir_mode(d), Some(m(0o755)));
         n.forget_dir_modes(Some(&[s(6)]));
         assert_eq!(n.dir_mode(d), Some(m(0o755)), "another directory's");
         n.forget_dir_modes(Some(&[s(5)]));
         assert_eq!(n.dir_mode(d), None);
-        n.set_dir_mode(d, m(0o755));
+        n.set_dir_mode(d, m(0o755), n.ticket());
         n.forget_dir_modes(None);
         assert_eq!(n.dir_mode(d), None);
-        n.set_dir_mode(d, m(0o755));
+        n.set_dir_mode(d, m(0o755), n.ticket());
         n.forget(d, 1);
         assert_eq!(n.dir_mode(d), None);
     }

@@ -37,6 +37,7 @@
 
 use crate::data::{Data, ObjectStamp};
 use crate::nodes::{NodeName, Nodes};
+use crate::perms::Mode;
 use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error};
 use sextant_types::{Credentials, FsError, Soid};
@@ -164,12 +165,16 @@ async fn recheck_dirs(
     let root = Credentials::root();
     while let Some((ino, soid)) = rechecks.next() {
         let ticket = nodes.ticket();
-        let perm = match client.getattr(&root, soid).await {
-            Ok(a) => a.perm as u16,
-            // Gone, or unknown now: count it as closed.
-            Err(_) => 0,
+        let mode = match client.getattr(&root, soid).await {
+            Ok(a) => Mode::of(&a),
+            // Gone, or unknown now: count it as closed to everyone.
+            Err(_) => Mode {
+                perm: 0,
+                uid: 0,
+                gid: 0,
+            },
         };
-        invalidator.drop_names(nodes.set_dir_perm(ino, perm, ticket));
+        invalidator.drop_names(nodes.set_dir_mode(ino, mode, ticket));
     }
 }
 
