@@ -1,7 +1,7 @@
 //! One function per subcommand.
 
 use crate::format::{json_entry, mode_string, time_string, type_name};
-use crate::import::import;
+use crate::import::command as import;
 use crate::session::{fs_err, Session};
 use crate::{Cli, Command};
 use anyhow::{bail, Context, Result};
@@ -74,26 +74,12 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
                         .join("objects")
                 })
             });
-            let report = import(&s, &source, &dest, objects.as_deref(), json).await?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                println!(
-                    "imported {} files, {} directories, {} symlinks in {:.2} s ({:.0}/s); {} skipped",
-                    report.files,
-                    report.directories,
-                    report.symlinks,
-                    report.seconds,
-                    report.per_second,
-                    report.skipped
-                );
-                if let Some(dir) = &objects {
-                    println!(
-                        "copied {} bytes of file data into {}",
-                        report.data_bytes,
-                        dir.display()
-                    );
+            if let Some(why) = import(&s, &source, &dest, objects.as_deref(), json).await? {
+                // What was imported is kept (a log-less server writes it back).
+                if let Err(e) = s.close().await {
+                    eprintln!("sextant: {}", sextant_client::error_chain(e.as_ref()));
                 }
+                bail!(why);
             }
         }
         Command::Sync => s.sync().await?,

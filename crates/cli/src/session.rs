@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use sextant_client::{Client, Error, Options, SearchStream};
 use sextant_engine::search::SearchHit;
-use sextant_engine::{DirEntry, Engine, EngineConfig, EngineStats, RenameFlags};
+use sextant_engine::{DirEntry, Engine, EngineConfig, EngineStats, RenameFlags, XattrFlags};
 use sextant_proto::search::{SearchDone, SearchSpec};
 use sextant_types::{Attr, Credentials, FileType, FsError, SetAttr, Soid};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -357,6 +357,17 @@ impl Session {
         match &self.backend {
             Backend::Local(e) => Self::durable(e, e.setattr(&self.cred, soid, set)).await,
             Backend::Remote(c) => c.setattr(&self.cred, soid, set).await,
+        }
+    }
+
+    /// Sets an extended attribute (created or replaced).
+    pub async fn setxattr(&self, soid: Soid, name: &[u8], value: &[u8]) -> OpResult<()> {
+        let f = XattrFlags::Any;
+        match &self.backend {
+            Backend::Local(e) => {
+                Self::durable(e, e.setxattr(&self.cred, soid, name, value, f)).await
+            }
+            Backend::Remote(c) => c.setxattr(&self.cred, soid, name, value, f).await,
         }
     }
 
