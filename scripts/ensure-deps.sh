@@ -3,14 +3,23 @@
 # a Rust toolchain with rustfmt and clippy, and for the FUSE mount and its
 # tests fusermount3 (fuse3), setfattr/getfattr (attr) and setpriv
 # (util-linux). Sourced by start.sh and test.sh.
+#
+# The toolchain: Sextant needs Rust >= 1.88 (the workspace's
+# rust-version). Debian 12's own `rustc`/`cargo` are 1.63 — too old — so the
+# fallback installs Debian's newer `-web` toolchain (rustc-web, cargo-web,
+# rustfmt-web, rust-web-clippy: 1.85+ from bookworm, 1.96 from its security
+# updates). A toolchain that is still too old stops here with a message
+# rather than failing later in the build.
 set -euo pipefail
+
+SEXTANT_MIN_RUST=1.88
 
 need_apt=()
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
   else
-    need_apt+=(cargo rustc)
+    need_apt+=(cargo-web rustc-web rustfmt-web rust-web-clippy)
   fi
 fi
 if ! command -v cc >/dev/null 2>&1; then need_apt+=(build-essential); fi
@@ -35,4 +44,15 @@ fi
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt >/dev/null 2>&1 || true
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy >/dev/null 2>&1 || true
+fi
+
+# Fail early, and say why, on a toolchain older than the code needs.
+rust_version=$(rustc --version 2>/dev/null | awk '{print $2}')
+if [ -z "$rust_version" ] ||
+   [ "$(printf '%s\n%s\n' "$SEXTANT_MIN_RUST" "${rust_version%%-*}" | sort -V | head -n1)" != "$SEXTANT_MIN_RUST" ]; then
+  echo "sextant: Rust ${rust_version:-(none)} is too old: Sextant needs Rust >= $SEXTANT_MIN_RUST." >&2
+  echo "  With rustup: rustup update stable. On Debian 12: apt-get install rustc-web cargo-web" >&2
+  echo "  (and rustfmt-web rust-web-clippy for the tests); remove the old rustc/cargo packages" >&2
+  echo "  if they come first on PATH." >&2
+  return 1 2>/dev/null || exit 1
 fi

@@ -207,7 +207,7 @@ fn connect(cli: &Cli, addr: &str, rt: &tokio::runtime::Runtime) -> Result<Client
     let secret = crate::session::secret_for_server(cli, addr)?;
     let options = crate::session::client_options(cli.tls_ca.as_deref())?;
     rt.block_on(Client::connect(addr, &secret, options))
-        .with_context(|| crate::session::connecting_to(addr, cli.tls_ca.as_deref()))
+        .map_err(|e| crate::session::connect_failed(addr, cli.tls_ca.as_deref(), e))
 }
 
 /// `sextant bench`.

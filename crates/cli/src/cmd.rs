@@ -13,6 +13,7 @@ use sextant_types::{FileType, FsError, SetAttr, Soid, TimeSet};
 /// Runs a command other than `serve`.
 pub async fn run(cli: Cli, s: Session) -> Result<()> {
     let json = cli.json;
+    let ns = |typed: &str| crate::session::namespace_path(typed);
     match cli.command {
         Command::Serve(_)
         | Command::Mount(_)
@@ -20,24 +21,43 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         | Command::Find(_)
         | Command::Stats(_)
         | Command::Du { .. }
+        | Command::Init
         | Command::Bench(_) => {
-            unreachable!("serve, mount, umount, find, stats, du and bench open their own session")
+            unreachable!(
+                "serve, mount, umount, find, stats, du, init and bench open their own session"
+            )
         }
-        Command::Status => status(&s, json).await?,
-        Command::Ls { long, path } => ls(&s, &path, long, json).await?,
-        Command::Stat { path, follow } => stat(&s, &path, follow, json).await?,
+        Command::Status => {
+            status(&s, json, cli.settings.as_ref()).await?;
+        }
+        Command::Ls {
+            long,
+            all,
+            almost_all,
+            path,
+        } => {
+            let shown = if all {
+                Shown::All
+            } else if almost_all {
+                Shown::AlmostAll
+            } else {
+                Shown::Visible
+            };
+            ls(&s, &ns(&path)?, long, shown, json).await?
+        }
+        Command::Stat { path, follow } => stat(&s, &ns(&path)?, follow, json).await?,
         Command::Mkdir {
             parents,
             mode,
             paths,
         } => {
             for p in &paths {
-                mkdir(&s, p, mode, parents).await?;
+                mkdir(&s, &ns(p)?, mode, parents).await?;
             }
         }
         Command::Touch { paths } => {
             for p in &paths {
-                touch(&s, p).await?;
+                touch(&s, &ns(p)?).await?;
             }
         }
         Command::Rm {
@@ -46,21 +66,26 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
             paths,
         } => {
             for p in &paths {
-                Box::pin(rm(&s, p, recursive, force)).await?;
+                Box::pin(rm(&s, &ns(p)?, recursive, force)).await?;
             }
         }
-        Command::Mv { source, target } => mv(&s, &source, &target).await?,
+        Command::Mv { source, target } => mv(&s, &ns(&source)?, &ns(&target)?).await?,
         Command::Ln {
             symbolic,
             target,
             link,
-        } => ln(&s, &target, &link, symbolic).await?,
+        } => {
+            // A symbolic link's target is stored as typed, not a path here.
+            let target = if symbolic { target } else { ns(&target)? };
+            ln(&s, &target, &ns(&link)?, symbolic).await?
+        }
         Command::Import {
             source,
             dest,
             with_data,
             data_dir,
         } => {
+            let dest = ns(&dest)?;
             // The source first: a failed import leaves no empty destination.
             std::fs::read_dir(&source).with_context(|| format!("reading {}", source.display()))?;
             mkdir(&s, &dest, 0o755, true).await?;
@@ -87,10 +112,18 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
     s.close().await
 }
 
-async fn status(s: &Session, json: bool) -> Result<()> {
+async fn status(
+    s: &Session,
+    json: bool,
+    settings: Option<&crate::settings::Settings>,
+) -> Result<()> {
     let st = s.stats().await?;
     if json {
-        println!("{}", serde_json::to_string(&st)?);
+        let mut v = serde_json::to_value(st)?;
+        if let (Some(map), Some(set)) = (v.as_object_mut(), settings) {
+            map.insert("settings".into(), settings_json(set));
+        }
+        println!("{v}");
     } else {
         if let crate::session::Backend::Remote(c) = &s.backend {
             println!("server          {}", c.addr());
@@ -129,8 +162,48 @@ async fn status(s: &Session, json: bool) -> Result<()> {
             }
             None => println!("journal         lsn {} durable", st.durable_lsn),
         }
+        if let Some(set) = settings {
+            print_settings(set);
+        }
     }
     Ok(())
+}
+
+/// Which data directory, server, secret and TLS authority were used, and
+/// where each setting came from.
+fn print_settings(set: &crate::settings::Settings) {
+    println!(
+        "data directory  {} ({})",
+        set.data.value.display(),
+        set.data.source
+    );
+    match &set.server {
+        Some(v) => println!("server setting  {} ({})", v.value, v.source),
+        None => println!(
+            "server setting  none (the default address {} when a server answers there)",
+            sextant_proto::DEFAULT_LISTEN
+        ),
+    }
+    match &set.secret_file {
+        Some(v) => println!("secret file     {} ({})", v.value.display(), v.source),
+        None => println!(
+            "secret file     {} (in the data directory)",
+            sextant_server::secret::path(&set.data.value).display()
+        ),
+    }
+    if let Some(v) = &set.tls_ca {
+        println!("TLS authority   {} ({})", v.value.display(), v.source);
+    }
+}
+
+fn settings_json(set: &crate::settings::Settings) -> serde_json::Value {
+    let one = |value: String, source: &crate::settings::Source| serde_json::json!({ "value": value, "source": source.to_string() });
+    serde_json::json!({
+        "data": one(set.data.value.display().to_string(), &set.data.source),
+        "server": set.server.as_ref().map(|v| one(v.value.clone(), &v.source)),
+        "secret_file": set.secret_file.as_ref().map(|v| one(v.value.display().to_string(), &v.source)),
+        "tls_ca": set.tls_ca.as_ref().map(|v| one(v.value.display().to_string(), &v.source)),
+    })
 }
 
 /// Every entry of a directory, following readdir cookies.
@@ -159,14 +232,37 @@ fn join(dir: &str, name: &[u8]) -> String {
     }
 }
 
-async fn ls(s: &Session, path: &str, long: bool, json: bool) -> Result<()> {
+/// Which entries `ls` shows (GNU ls: `-a`, `-A`, or neither).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// Names not starting with `.`.
+    Visible,
+    /// Every name.
+    AlmostAll,
+    /// Every name, and `.` and `..`.
+    All,
+}
+
+async fn ls(s: &Session, path: &str, long: bool, shown: Shown, json: bool) -> Result<()> {
     use std::io::Write;
     let attr = s.resolve(path, true).await?;
     // Names as bytes: printed as they are (like ls to a pipe), and exactly
     // in --json (see `JsonEntry`).
     let entries: Vec<(Vec<u8>, sextant_types::Attr)> = if attr.ftype == FileType::Directory {
         let mut out = Vec::new();
+        if shown == Shown::All {
+            out.push((b".".to_vec(), attr.clone()));
+            let parent = match path.trim_end_matches('/').rsplit_once('/') {
+                Some(("", _)) | None => "/",
+                Some((p, _)) => p,
+            };
+            let up = s.resolve(parent, true).await?;
+            out.push((b"..".to_vec(), up));
+        }
         for e in list_all(s, attr.soid, path).await? {
+            if shown == Shown::Visible && e.name.starts_with(b".") {
+                continue;
+            }
             let a = s.getattr(e.soid).await.map_err(|er| fs_err(er, path))?;
             out.push((e.name.to_vec(), a));
         }
@@ -216,7 +312,14 @@ async fn stat(s: &Session, path: &str, follow: bool, json: bool) -> Result<()> {
         );
         return Ok(());
     }
-    println!("  File: {path}");
+    // As GNU stat: a symlink shows its target.
+    match a.ftype {
+        FileType::Symlink => {
+            let target = s.readlink(a.soid).await.map_err(|e| fs_err(e, path))?;
+            println!("  File: {path} -> {}", String::from_utf8_lossy(&target));
+        }
+        _ => println!("  File: {path}"),
+    }
     println!(
         "  Size: {:<12} Type: {}  Links: {}",
         a.size,

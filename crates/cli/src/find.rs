@@ -29,7 +29,7 @@
 
 mod date;
 mod exec;
-mod mounts;
+pub(crate) mod mounts;
 pub(crate) mod names;
 pub mod parse;
 mod plan;

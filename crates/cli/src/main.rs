@@ -15,8 +15,9 @@ mod format;
 mod import;
 mod mount;
 mod session;
+mod settings;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Sextant: a scalable, searchable metadata service.
@@ -57,6 +58,44 @@ struct Cli {
     json: bool,
     #[command(subcommand)]
     command: Command,
+    /// The settings in force and where each came from (see [`settings`]).
+    #[arg(skip)]
+    settings: Option<settings::Settings>,
+}
+
+impl Cli {
+    /// Parses the command line and fills in what the flags left open from
+    /// the environment, a config file or the local server's record
+    /// ([`settings`]).
+    fn load() -> anyhow::Result<Cli> {
+        use clap::parser::ValueSource;
+        let matches = Cli::command().get_matches();
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        fn given<T>(m: &clap::ArgMatches, id: &str, v: Option<T>) -> settings::Given<T> {
+            match (v, m.value_source(id)) {
+                (Some(v), Some(ValueSource::EnvVariable)) => settings::Given::Env(v),
+                (Some(v), _) => settings::Given::Flag(v),
+                (None, _) => settings::Given::No,
+            }
+        }
+        let s = settings::resolve(settings::Inputs {
+            data: given(&matches, "data", cli.data.take()),
+            server: given(&matches, "server", cli.server.take()),
+            secret_file: given(&matches, "secret_file", cli.secret_file.take()),
+            tls_ca: given(&matches, "tls_ca", cli.tls_ca.take()),
+            config: settings::load_config()?,
+            record: settings::load_record(),
+        });
+        cli.data = Some(s.data.value.clone());
+        cli.server = s
+            .server
+            .as_ref()
+            .map(|v| session::with_default_port(&v.value));
+        cli.secret_file = s.secret_file.as_ref().map(|v| v.value.clone());
+        cli.tls_ca = s.tls_ca.as_ref().map(|v| v.value.clone());
+        cli.settings = Some(s);
+        Ok(cli)
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -70,19 +109,37 @@ enum Command {
     /// secret <data>/secret (mode 0600) that clients must present. SIGINT
     /// or SIGTERM stops it gracefully (tables written back).
     Serve(ServeArgs),
-    /// Show the store's state: inodes, tables, journal.
+    /// Show the store's state: inodes, tables, journal; and which data
+    /// directory, server and secret this command used, and where each
+    /// setting came from (flag, environment, config file, the local
+    /// server's record, default).
     Status,
-    /// List a directory (like ls).
+    /// Make a new, empty store in the data directory (--data), for the
+    /// embedded engine or a server to use. Commands never make one by
+    /// themselves, so a command run while the server is down cannot
+    /// write into a second, private namespace.
+    Init,
+    /// List a directory (like ls: names starting with `.` only with -a or
+    /// -A; options combine, e.g. `ls -la`).
     Ls {
         /// Long listing: type, mode, links, owner, group, size, mtime, name.
         #[arg(short = 'l')]
         long: bool,
+        /// Show every entry, `.` and `..` included.
+        #[arg(short = 'a', long = "all")]
+        all: bool,
+        /// Show every entry but `.` and `..`.
+        #[arg(short = 'A', long = "almost-all")]
+        almost_all: bool,
+        /// The directory (or file) to list: a namespace path, or a path
+        /// under a `sextant mount`.
         #[arg(default_value = "/")]
         path: String,
     },
     /// Show an inode's attributes (like stat: a final symlink is shown
     /// itself unless -L).
     Stat {
+        /// The entry: a namespace path, or a path under a `sextant mount`.
         path: String,
         /// Follow a final symlink (show what it points to), as GNU stat -L.
         #[arg(short = 'L', long = "dereference")]
@@ -277,13 +334,48 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         },
     )?;
     let data = config.data.clone();
+    let default_address = config.listen == sextant_proto::DEFAULT_LISTEN;
     sextant_server::run(config, |addr| {
         tracing::info!(data = %data.display(), %addr, "serving");
+        if default_address {
+            // Where this server's clients find its secret from any
+            // directory (see the settings module).
+            settings::write_record(&data, &addr.to_string());
+        }
         // One line on stdout for scripts and tests (port 0 shows the port).
         println!("listening on {addr}");
         use std::io::Write;
         let _ = std::io::stdout().flush();
     })
+}
+
+/// `sextant init`: a new store in the data directory, or a word that one
+/// is there already.
+fn init(cli: &Cli) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let data = cli.data.clone().unwrap_or_else(session::default_data);
+    if sextant_engine::Engine::dir_holds_store(&data) {
+        println!("{} already holds a store", data.display());
+        return Ok(());
+    }
+    let cred = session::caller();
+    let config = sextant_engine::EngineConfig {
+        // A new store's root belongs to whoever creates it.
+        root_uid: cred.uid,
+        root_gid: cred.gid,
+        ..Default::default()
+    };
+    std::fs::create_dir_all(&data)
+        .with_context(|| format!("cannot create the data directory {}", data.display()))?;
+    sextant_engine::Engine::open_dir(&data, config)
+        .and_then(|e| e.close())
+        .with_context(|| format!("cannot make a store in {}", data.display()))?;
+    println!(
+        "made a new store in {} (`sextant serve --data {}` serves it)",
+        data.display(),
+        data.display()
+    );
+    Ok(())
 }
 
 /// Logs go to stderr: text by default, one JSON object per line with
@@ -293,8 +385,11 @@ fn init_logging(serving: bool) {
     use tracing_subscriber::EnvFilter;
     let default = if serving { "info" } else { "warn" };
     let filter = EnvFilter::try_from_env("SEXTANT_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a terminal: not in journald, files or pipes.
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let json = std::env::var("SEXTANT_LOG_FORMAT").is_ok_and(|f| f == "json");
     let _ = if json {
@@ -305,7 +400,13 @@ fn init_logging(serving: bool) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::load() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("sextant: {}", error_chain(&e));
+            std::process::exit(1);
+        }
+    };
     if !matches!(
         cli.command,
         Command::Serve(_) | Command::Mount(_) | Command::Bench(_)
@@ -346,6 +447,7 @@ fn main() {
                 })
         }
         Command::Bench(args) => bench::run(&cli, args),
+        Command::Init => init(&cli),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

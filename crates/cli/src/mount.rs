@@ -126,7 +126,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
                 ..crate::session::client_options(cli.tls_ca.as_deref())?
             },
         ))
-        .with_context(|| crate::session::connecting_to(&addr, cli.tls_ca.as_deref()))?;
+        .map_err(|e| crate::session::connect_failed(&addr, cli.tls_ca.as_deref(), e))?;
     let log = args.log.clone();
     let mountpoint = cfg.mountpoint.clone();
     let releaser = client.clone();

@@ -52,25 +52,38 @@ pub struct Target<'a> {
     /// TLS: the authority that signed the server's certificate (PEM file).
     pub tls_ca: Option<&'a Path>,
     pub local: bool,
-    /// The command changes the namespace: without a server (and without
-    /// `--local`) it may make a new embedded store in `data`; a command
-    /// that only reads refuses to, and says that no server answered.
+    /// The command changes the namespace: with `--local` it may make a
+    /// new embedded store in `data` (without `--local`, no command does).
     pub writes: bool,
 }
 
-/// The context of a failed connection, with a hint about TLS when none
-/// was asked for over TCP (a TLS server answers plain HTTP/2 with a
-/// protocol error; a Unix socket never takes TLS).
-pub fn connecting_to(addr: &str, tls_ca: Option<&Path>) -> String {
-    match tls_ca {
+/// A failed connection to the server at `addr`, said plainly: a refused
+/// or unreachable address as such ("cannot connect to ADDR: connection
+/// refused"), a hint about TLS only where TLS could be the cause — over
+/// TCP, none asked for, and the connection made but the exchange failed (a
+/// TLS server answers plain HTTP/2 with a protocol error; a Unix socket
+/// never takes TLS).
+pub fn connect_failed(addr: &str, tls_ca: Option<&Path>, e: Error) -> anyhow::Error {
+    if let Error::Unavailable { reason, .. } = &e {
+        if reason.contains("Connection refused") {
+            return anyhow::anyhow!(
+                "cannot connect to {addr}: connection refused (is `sextant serve` running there?)"
+            );
+        }
+        if reason.contains("tcp connect error") || reason.contains("no answer within") {
+            return anyhow::anyhow!("cannot connect to {addr}: {reason}");
+        }
+    }
+    let context = match tls_ca {
         Some(_) => format!("connecting to the Sextant server at {addr} with TLS"),
-        None if sextant_client::unix_path(addr).is_some() => {
+        None if sextant_client::unix_path(addr).is_some() || matches!(e, Error::Auth) => {
             format!("connecting to the Sextant server at {addr}")
         }
         None => format!(
             "connecting to the Sextant server at {addr} (if it serves TLS, give --tls-ca FILE)"
         ),
-    }
+    };
+    anyhow::Error::new(e).context(context)
 }
 
 /// Client settings for the CLI's connections: TLS when `tls_ca` is given.
@@ -160,28 +173,36 @@ impl Session {
                 };
                 let client = Client::connect(&addr, &secret, client_options(t.tls_ca)?)
                     .await
-                    .with_context(|| connecting_to(&addr, t.tls_ca))?;
+                    .map_err(|e| connect_failed(&addr, t.tls_ca, e))?;
                 return Ok(Session {
                     backend: Backend::Remote(client),
                     cred,
                 });
             }
         }
-        if !t.local && !Engine::dir_holds_store(t.data) {
-            let addr = t.server.unwrap_or(sextant_proto::DEFAULT_LISTEN);
-            if !t.writes {
-                // An empty store made here would only hide that the server
-                // is not there (and leave a stray directory behind).
+        if !Engine::dir_holds_store(t.data) {
+            // Never a new store by accident: a command run while the
+            // server is down must fail, not write into a second, private
+            // namespace. `sextant init`, or --local with a command that
+            // writes, asks for one.
+            if !t.local {
+                let addr = t.server.unwrap_or(sextant_proto::DEFAULT_LISTEN);
                 bail!(
                     "no Sextant server answers at {addr}, and {} holds no store: start one \
                      (`sextant serve`), or give --server ADDR, or --data DIR of an existing \
-                     store (--local to use it without a server)",
+                     store (`sextant init` or --local makes a new one)",
+                    t.data.display()
+                );
+            }
+            if !t.writes {
+                bail!(
+                    "{} holds no store (`sextant init` makes one; a command that only reads \
+                     does not)",
                     t.data.display()
                 );
             }
             eprintln!(
-                "sextant: no server answers at {addr}: making a new store in {} (embedded; \
-                 `sextant serve` serves it)",
+                "sextant: making a new store in {} (--local; `sextant serve` serves it)",
                 t.data.display()
             );
         }
@@ -483,7 +504,68 @@ pub fn fs_err(e: Error, path: &str) -> anyhow::Error {
     }
 }
 
+/// The namespace path a command-line path names: an absolute path as it
+/// is, unless it lies under a `sextant mount` (then what follows the mount
+/// point); a relative path only inside a mount, relative to the working
+/// directory there — elsewhere there is nothing for it to be relative to,
+/// so it is refused rather than taken from `/`.
+pub fn namespace_path(typed: &str) -> Result<String> {
+    use crate::find::mounts;
+    let all = mounts::current();
+    if typed.starts_with('/') && all.is_empty() {
+        return Ok(typed.to_string());
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    match mounts::locate(typed, &cwd, &all) {
+        Ok(loc) if loc.mount.is_some() => Ok(String::from_utf8_lossy(&loc.ns).into_owned()),
+        Ok(_) => Ok(typed.to_string()),
+        Err(_) => bail!(
+            "{typed}: a relative path is understood only inside a Sextant mount, and the \
+             working directory {} is not in one: give the absolute path in the namespace \
+             (e.g. /{typed})",
+            cwd.display()
+        ),
+    }
+}
+
+/// `addr` with the default port when it names none (`127.0.0.1`,
+/// `mds1`, `[::1]`, `::1`); `unix:PATH` and `host:port` as they are.
+pub fn with_default_port(addr: &str) -> String {
+    let port = sextant_proto::DEFAULT_PORT;
+    if addr.starts_with(sextant_client::UNIX_PREFIX) || addr.parse::<SocketAddr>().is_ok() {
+        return addr.to_string();
+    }
+    if addr.starts_with('[') {
+        return match addr.rsplit_once("]:") {
+            Some(_) => addr.to_string(),
+            None => format!("{addr}:{port}"),
+        };
+    }
+    match addr.matches(':').count() {
+        0 => format!("{addr}:{port}"),
+        1 => addr.to_string(),
+        // A bare IPv6 address.
+        _ => format!("[{addr}]:{port}"),
+    }
+}
+
 /// The default data directory (`./sextant-data`).
 pub fn default_data() -> PathBuf {
     PathBuf::from("sextant-data")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_default_port;
+
+    #[test]
+    fn an_address_without_a_port_gets_the_default_one() {
+        assert_eq!(with_default_port("127.0.0.1"), "127.0.0.1:7411");
+        assert_eq!(with_default_port("mds1"), "mds1:7411");
+        assert_eq!(with_default_port("::1"), "[::1]:7411");
+        assert_eq!(with_default_port("[::1]"), "[::1]:7411");
+        for kept in ["127.0.0.1:9", "mds1:9", "[::1]:9", "unix:/run/s.sock"] {
+            assert_eq!(with_default_port(kept), kept);
+        }
+    }
 }

@@ -405,10 +405,22 @@ impl Client {
         request
             .metadata_mut()
             .insert(SECRET_METADATA, self.inner.secret.clone());
-        let mut stream = match grpc.session(request).await {
-            Ok(r) => r.into_inner(),
-            Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
-            Err(s) => return Err(unavailable(s.message().to_string())),
+        // A server that accepts connections but does not answer (stopped,
+        // SIGSTOPped, wedged) must not hang the caller until HTTP/2's
+        // keep-alive gives up (~50 s): the session opens within the
+        // connect timeout or not at all.
+        let opened =
+            tokio::time::timeout(self.inner.options.connect_timeout, grpc.session(request));
+        let mut stream = match opened.await {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(s)) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+            Ok(Err(s)) => return Err(unavailable(s.message().to_string())),
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "no answer within {:?} (is the server stopped or overloaded?)",
+                    self.inner.options.connect_timeout
+                )))
+            }
         };
         // A restarted log-less server first gets back what we hold of its
         // previous run (it answers nothing else until it has recovered).

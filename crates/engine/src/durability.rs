@@ -18,10 +18,13 @@
 //!   every operation with an LSN at or below it is in a table snapshot.
 //! - [`Stamps`] holds the last writer of every key written at or above that
 //!   manifest's `replay_from` ([`crate::logless::Stamps`]).
+//! - The [`Quarantine`] holds every SOID freed above `written_back` (a
+//!   recovery may bring its inode back, so it is not handed out again).
 
 use crate::engine::EngineError;
 use crate::journal::Lsn;
 use crate::logless::{encode_redo, Arl, Redo, Stamps, KEY_LEN};
+use crate::quarantine::Quarantine;
 use crate::store::Store;
 use parking_lot::Mutex;
 use sextant_types::Soid;
@@ -132,6 +135,8 @@ pub(crate) struct Logless {
     /// Changed only inside `Journal::assign_lsn` (LSN order).
     ordered: Mutex<Ordered>,
     written_back: AtomicU64,
+    /// SOIDs freed by operations not yet written back.
+    quarantine: Mutex<Quarantine>,
     handed_out_bytes: AtomicU64,
     bytes_at_checkpoint: AtomicU64,
     pub incarnation: u64,
@@ -202,6 +207,7 @@ impl Logless {
             config,
             key,
             written_back: AtomicU64::new(written_back),
+            quarantine: Mutex::new(Quarantine::default()),
             handed_out_bytes: AtomicU64::new(0),
             bytes_at_checkpoint: AtomicU64::new(0),
             incarnation,
@@ -234,8 +240,26 @@ impl Logless {
     /// After a manifest with `replay_from` is durable.
     pub fn manifest_written(&self, replay_from: Lsn) {
         self.ordered.lock().stamps.forget_below(replay_from);
-        self.written_back
+        let before = self
+            .written_back
             .fetch_max(replay_from.saturating_sub(1), Ordering::AcqRel);
+        self.quarantine
+            .lock()
+            .release_through(before.max(replay_from.saturating_sub(1)));
+    }
+
+    /// The SOIDs the operation `lsn` deleted (called while their tables
+    /// are locked, before the deletes are applied).
+    pub fn quarantine(&self, lsn: Lsn, freed: impl Iterator<Item = Soid>) {
+        let mut q = self.quarantine.lock();
+        for soid in freed {
+            q.add(soid, lsn);
+        }
+    }
+
+    /// The quarantine, for the SOID allocator (see [`Quarantine`]).
+    pub fn quarantined(&self) -> parking_lot::MutexGuard<'_, Quarantine> {
+        self.quarantine.lock()
     }
 
     /// A full checkpoint is starting: what was handed out so far will be

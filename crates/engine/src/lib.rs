@@ -30,6 +30,7 @@ pub mod name;
 pub mod namespace;
 pub mod perm;
 pub mod postings;
+pub mod quarantine;
 pub mod record;
 pub mod search;
 pub mod soid;

@@ -294,6 +294,15 @@ impl<'m> Txn<'m> {
                     .journal
                     .assign_lsn(|lsn| ll.commit(lsn, &keys, &body))
                     .map_err(OpError::Fs)?;
+                // Before the deletes are applied (their tables are still
+                // locked): a freed SOID is never seen free meanwhile.
+                ll.quarantine(
+                    lsn,
+                    mutations.iter().filter_map(|m| match m {
+                        Mutation::DeleteInode { soid } => Some(*soid),
+                        _ => None,
+                    }),
+                );
                 (lsn, Some(redo))
             }
         };
@@ -362,17 +371,24 @@ impl<'m> Txn<'m> {
 }
 
 /// The allocator's view of used SOIDs: the tables (locking them as it goes)
-/// plus this transaction's pending inode writes.
+/// plus this transaction's pending inode writes, plus (log-less) the SOIDs
+/// freed by operations not yet written back ([`crate::quarantine`]).
 impl SoidSpace for Txn<'_> {
     type Error = OpError;
 
     fn max_used(&mut self, range: SoidRange) -> OpResult<Option<Soid>> {
+        let quarantined = self
+            .inner
+            .logless
+            .as_ref()
+            .and_then(|ll| ll.quarantined().max_in(range));
         let pending = self
             .inodes
             .iter()
             .filter(|(s, v)| range.contains(*s) && v.is_some())
             .map(|(s, _)| *s)
-            .max();
+            .max()
+            .max(quarantined);
         // Walk tables from the top of the range down.
         let mut key = range.last;
         loop {
@@ -400,7 +416,13 @@ impl SoidSpace for Txn<'_> {
             let table_last = table.range.last;
             let mut candidate = table.min_free(range);
             while let Some(c) = candidate {
-                if self.pending_inode(c).is_none() {
+                let quarantined = || {
+                    self.inner
+                        .logless
+                        .as_ref()
+                        .is_some_and(|ll| ll.quarantined().contains(c))
+                };
+                if self.pending_inode(c).is_none() && !quarantined() {
                     return Ok(Some(c));
                 }
                 let Some(next) = c.checked_next() else { break };

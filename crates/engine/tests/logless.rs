@@ -164,3 +164,43 @@ fn the_journal_refuses_a_crashed_logless_store_until_it_is_recovered() {
         Err(FsError::NotFound)
     );
 }
+
+/// Log-less, a removal that is not written back can be rolled back by a
+/// recovery (every holder of its entry gone), bringing the inode back
+/// with its SOID: until then no new inode may take that SOID (a client's
+/// data kept by SOID would show under the other name). With the journal
+/// the removal is durable at once and the SOID is reused at once.
+#[test]
+fn a_freed_soid_waits_for_its_removal_to_be_written_back() {
+    let root = Credentials::root();
+    for logless in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig {
+            logless: logless.then(LoglessConfig::default),
+            ..config()
+        };
+        let e = Engine::open_dir(dir.path(), cfg).unwrap();
+        let a = e.mkdir(&root, Soid::ROOT, b"a", 0o755).unwrap().value.soid;
+        let f = e.create(&root, a, b"f", 0o644, true).unwrap().value.soid;
+        e.sync().unwrap();
+        let _ = e.unlink(&root, a, b"f").unwrap();
+        let g = e.create(&root, a, b"g", 0o600, true).unwrap().value.soid;
+        if !logless {
+            assert_eq!(g, f, "journal: the freed SOID is reused at once");
+            continue;
+        }
+        assert_ne!(g, f, "log-less: f's removal is not written back yet");
+        // Directories too (their SOIDs are slots of the parent's range).
+        let d = e.mkdir(&root, a, b"d", 0o755).unwrap().value.soid;
+        let _ = e.rmdir(&root, a, b"d").unwrap();
+        let d2 = e.mkdir(&root, a, b"d2", 0o755).unwrap().value.soid;
+        assert_ne!(d2, d);
+        let _ = e.unlink(&root, a, b"g").unwrap();
+        let _ = e.rmdir(&root, a, b"d2").unwrap();
+        e.sync().unwrap();
+        // Written back: free for good, and reused.
+        let h = e.create(&root, a, b"h", 0o644, true).unwrap().value.soid;
+        assert_eq!(h, f, "reused once the removal is written back");
+        e.close().unwrap();
+    }
+}

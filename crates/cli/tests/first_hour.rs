@@ -1,0 +1,235 @@
+//! The first hour of a new user: what the CLI does when no server answers,
+//! from another directory, with relative paths, with a server that is down
+//! or stopped, and how its logs look in a file. Each test runs the real
+//! binary.
+
+mod common;
+
+use common::BIN;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `sextant ARGS` in `cwd`, with no config file or server record of the
+/// machine's user in the way (HOME and the XDG directories point into
+/// `home`).
+fn sextant_in(cwd: &Path, home: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env_remove("SEXTANT_CONFIG")
+        .env_remove("SEXTANT_DATA")
+        .env_remove("SEXTANT_SERVER")
+        .env_remove("SEXTANT_SECRET")
+        .env_remove("SEXTANT_SECRET_FILE")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Nothing answers at the default address on the test machine (the other
+/// CLI tests assume it too); a server found there would make these tests
+/// meaningless, so they say so.
+fn default_address_is_free() -> bool {
+    std::net::TcpStream::connect_timeout(
+        &sextant_proto::DEFAULT_LISTEN.parse().unwrap(),
+        Duration::from_millis(300),
+    )
+    .is_err()
+}
+
+#[test]
+fn no_command_makes_a_second_namespace_by_itself() {
+    assert!(
+        default_address_is_free(),
+        "a server answers at 127.0.0.1:7411"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (cwd, home) = (dir.path(), dir.path().join("home"));
+    // No server, no store: a write fails and leaves nothing behind.
+    let out = sextant_in(cwd, &home, &["mkdir", "/x"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr(&out).contains("sextant init"), "{}", stderr(&out));
+    assert!(!cwd.join("sextant-data").exists());
+    // --local with a command that only reads does not make one either.
+    let out = sextant_in(cwd, &home, &["--local", "ls", "/"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(!cwd.join("sextant-data").exists());
+    // Asked for: `init` makes one (and says so when run again), and
+    // commands then use it.
+    let out = sextant_in(cwd, &home, &["init"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains("made a new store"),
+        "{}",
+        stdout(&out)
+    );
+    let out = sextant_in(cwd, &home, &["init"]);
+    assert!(stdout(&out).contains("already holds a store"), "{out:?}");
+    let out = sextant_in(cwd, &home, &["mkdir", "/x"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&sextant_in(cwd, &home, &["ls", "/"])).contains('x'));
+}
+
+#[test]
+fn settings_come_from_a_config_file_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let conf_dir = home.join("config").join("sextant");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    // A relative path in the file is relative to the file.
+    std::fs::write(conf_dir.join("config.toml"), "data = \"store\"\n").unwrap();
+    let store = conf_dir.join("store");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let out = sextant_in(&elsewhere, &home, &["--local", "mkdir", "/from-anywhere"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(store.join("secret").exists() || store.is_dir());
+    let out = sextant_in(dir.path(), &home, &["--local", "status"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("data directory  {}", store.display()))
+            && text.contains("(config file "),
+        "{text}"
+    );
+    let out = sextant_in(dir.path(), &home, &["--local", "--json", "status"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["settings"]["data"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("config file"));
+    // A flag beats the file; a broken file is an error, not ignored.
+    let out = sextant_in(
+        dir.path(),
+        &home,
+        &["--local", "--data", "other", "mkdir", "/o"],
+    );
+    assert!(out.status.success() && dir.path().join("other").is_dir());
+    std::fs::write(conf_dir.join("config.toml"), "dta = 1\n").unwrap();
+    let out = sextant_in(dir.path(), &home, &["--local", "status"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr(&out).contains("bad config file"), "{}", stderr(&out));
+}
+
+#[test]
+fn relative_paths_outside_a_mount_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    assert!(sextant_in(dir.path(), &home, &["--data", data, "init"])
+        .status
+        .success());
+    let out = sextant_in(
+        dir.path(),
+        &home,
+        &["--local", "--data", data, "mkdir", "relative"],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr(&out).contains("relative path is understood only inside a Sextant mount"),
+        "{}",
+        stderr(&out)
+    );
+    let ls = sextant_in(dir.path(), &home, &["--local", "--data", data, "ls", "/"]);
+    assert!(!stdout(&ls).contains("relative"), "{ls:?}");
+}
+
+#[test]
+fn a_server_that_is_not_there_fails_at_once_and_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    // A port nothing listens on: refused, said so, no TLS hint.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap().to_string();
+    drop(free);
+    let started = Instant::now();
+    let out = sextant_in(
+        dir.path(),
+        &home,
+        &["--server", &addr, "--secret", "00", "ls", "/"],
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("cannot connect to {addr}: connection refused")),
+        "{said}"
+    );
+    assert!(!said.contains("TLS"), "{said}");
+}
+
+#[test]
+fn a_stopped_server_does_not_hang_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = common::spawn_server_with(
+        &data,
+        "127.0.0.1:0",
+        &["--journal-sync", "nosync"],
+        Stdio::null(),
+    );
+    let mut server = common::KillOnDrop(server);
+    common::cli_ok(&addr, &data, &["mkdir", "/before"]);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGSTOP) };
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["--server", &addr, "--data"])
+        .arg(&data)
+        .args(["ls", "/"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGCONT) };
+    assert!(!out.status.success(), "{out:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let said = stderr(&out);
+    assert!(said.contains("no answer within"), "{said}");
+    common::kill9(&mut server.0);
+}
+
+#[test]
+fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .env("SEXTANT_METRICS", "off")
+        .env_remove("SEXTANT_LOG_FORMAT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = server.stderr.take().unwrap();
+    let mut first = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 4096];
+    use std::io::Read;
+    while !String::from_utf8_lossy(&first).contains("serving") && Instant::now() < deadline {
+        match err.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => first.extend_from_slice(&buf[..n]),
+        }
+    }
+    common::kill9(&mut server);
+    let text = String::from_utf8_lossy(&first);
+    assert!(text.contains("serving"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "ANSI escape in a piped log: {text:?}"
+    );
+}
