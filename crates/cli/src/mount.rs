@@ -48,12 +48,9 @@ pub struct MountArgs {
     pub no_watch: bool,
     /// Mount options, comma-separated: allow_other (let every user in;
     /// also unmounts automatically if the mount process dies);
-    /// default_permissions (the kernel checks permissions from the
-    /// attributes it caches, as well as the server: each create and
-    /// removal then costs one more round trip to this process, and removes
-    /// run about a quarter slower; without it the mount checks opens
-    /// itself, and caches no names under a directory that not every user
-    /// may search).
+    /// default_permissions (accepted and always on: the kernel checks
+    /// permissions from the attributes it caches, which the mount keeps
+    /// exact, and the server checks every call).
     #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',')]
     pub options: Vec<String>,
     /// Stay in the foreground (default: detach once mounted).
@@ -99,7 +96,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
     for o in &args.options {
         match o.as_str() {
             "allow_other" => cfg.allow_other = true,
-            "default_permissions" => cfg.kernel_permissions = true,
+            "default_permissions" => {}
             "" => {}
             other => bail!(
                 "unsupported mount option {other:?} (known: allow_other, default_permissions)"

@@ -776,11 +776,10 @@ fn import_with_data_reads_back_on_the_mount() {
     assert_same(&sh(&src, stat), &sh(&imp, stat), "sizes, modes, mtimes");
 }
 
-/// The mount checks permissions itself (no `default_permissions`): a name
-/// the kernel cached never lets a user through a directory it may not
-/// search — closed here, or by another client — and what only the mount
-/// sees (opens, `access`, hard links) is checked as Linux would. The same
-/// expectations hold with `-o default_permissions`.
+/// A name the kernel cached never lets a user through a directory it may
+/// not search — closed here, or by another client (a second mount) — and
+/// opens, `access`, listings, hard links and programs are checked as Linux
+/// would. Run on both mounts, each the other's "other client".
 #[test]
 fn permissions_hold_through_cached_names() {
     if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
@@ -788,11 +787,11 @@ fn permissions_hold_through_cached_names() {
         return;
     }
     let m = Mounted::start();
-    let kernel = m.dir.path().join("kernel");
-    std::fs::create_dir(&kernel).unwrap();
-    m.mount_at(&kernel, &["-o", "default_permissions"]);
-    let _unmount = Unmount(kernel.clone());
-    for mnt in [&m.mnt, &kernel] {
+    let second = m.dir.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    m.mount_at(&second, &[]);
+    let _unmount = Unmount(second.clone());
+    for mnt in [&m.mnt, &second] {
         let base = mnt.join(format!("t{}", mnt.file_name().unwrap().len()));
         std::fs::create_dir(&base).unwrap();
         let as_nobody = |script: &str| {
@@ -839,7 +838,7 @@ fn permissions_hold_through_cached_names() {
         allowed("cat open/f");
         // Closed by another client (the other mount) after the name was
         // cached.
-        let other = if mnt == &m.mnt { &kernel } else { &m.mnt };
+        let other = if mnt == &m.mnt { &second } else { &m.mnt };
         let elsewhere = other.join(base.strip_prefix(mnt).unwrap()).join("open");
         let mode = |m: u32| std::fs::Permissions::from_mode(m);
         std::fs::set_permissions(&elsewhere, mode(0o700)).unwrap();
@@ -935,4 +934,195 @@ fn a_mount_over_the_unix_socket() {
         String::from_utf8_lossy(&found.stdout).trim(),
         via.join("a/b/f").display().to_string()
     );
+}
+
+/// Test helpers run as other users (`/usr/bin/python3`: the system's, which
+/// every user may run).
+const PY: &str = "/usr/bin/python3";
+
+/// `python3 HELPER ARGS`: what the permission tests do, one process each.
+/// - `make`: (as root, in the current directory) FIFOs, bound Unix
+///   sockets and character devices (1,3 = /dev/null) of many modes, owned
+///   by 65534:65534.
+/// - `probe`: (as anyone) opens every name O_RDONLY, O_WRONLY and O_RDWR
+///   (O_NONBLOCK: a FIFO without a peer does not wait), asks `access(2)`
+///   for R_OK and W_OK, and connects to the sockets; prints `name open
+///   open open access access [connect]`, each `ok` or the errno's name.
+/// - `race ROUNDS`: (as root, switching its effective ids) in directory
+///   `d` of owner 65534 holding file `f` 0644: the owner chmods `d` 0755,
+///   a user of another group opens `d/f` (its name is now cached), the
+///   owner chmods `d` 0644 and at once the other user, then the owner,
+///   open `d/f`; prints the number of opens that were let through.
+const PERM_HELPER: &str = r#"
+import errno, os, socket, stat, sys
+
+def result(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+def make():
+    modes = sorted({a << 6 | b << 3 | c for a in (0, 2, 4, 6) for b in (0, 2, 4, 6)
+                    for c in (0, 2, 4, 6)} | {0o177, 0o711, 0o777, 0o707, 0o070, 0o4666})
+    for m in modes:
+        for kind in ("fifo", "chr", "sock"):
+            n = "%s-%04o" % (kind, m)
+            if kind == "fifo":
+                os.mkfifo(n)
+            elif kind == "chr":
+                os.mknod(n, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+            else:
+                s = socket.socket(socket.AF_UNIX)
+                s.bind(n)
+                s.close()
+            os.chown(n, 65534, 65534)
+            os.chmod(n, m)
+
+def probe():
+    for n in sorted(os.listdir(".")):
+        r = []
+        for fl in (os.O_RDONLY, os.O_WRONLY, os.O_RDWR):
+            r.append(result(lambda: os.close(os.open(n, fl | os.O_NONBLOCK))))
+        for mode in (os.R_OK, os.W_OK):
+            r.append("ok" if os.access(n, mode) else "EACCES")
+        if n.startswith("sock"):
+            s = socket.socket(socket.AF_UNIX)
+            r.append(result(lambda: s.connect(n)))
+            s.close()
+        print(n, *r)
+
+def as_user(uid, gid, f):
+    os.setegid(gid)
+    os.seteuid(uid)
+    try:
+        return f()
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+def race(rounds):
+    os.setgroups([])
+    let_through = 0
+    open_f = lambda: os.close(os.open("d/f", os.O_RDONLY))
+    for _ in range(rounds):
+        as_user(65534, 65534, lambda: os.chmod("d", 0o755))
+        as_user(1001, 1001, open_f)
+        as_user(65534, 65534, lambda: os.chmod("d", 0o644))
+        for uid, gid in ((1001, 1001), (65534, 65534)):
+            if as_user(uid, gid, lambda: result(open_f)) != "EACCES":
+                let_through += 1
+    print(let_through)
+
+{"make": make, "probe": probe, "race": lambda: race(int(sys.argv[2]))}[sys.argv[1]]()
+"#;
+
+/// Runs the permission helper (`PERM_HELPER`) in `dir`, as `uid:gid`
+/// (no supplementary groups) or as root; its output.
+fn perm_helper(base: &Path, dir: &Path, user: Option<(u32, u32)>, args: &[&str]) -> String {
+    let script = base.join("perm_helper.py");
+    if !script.exists() {
+        std::fs::write(&script, PERM_HELPER).unwrap();
+    }
+    let mut cmd = match user {
+        Some((uid, gid)) => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+                .args(["--clear-groups", PY]);
+            c
+        }
+        None => Command::new(PY),
+    };
+    let out = cmd
+        .arg(&script)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helper {args:?} as {user:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Permissions hold for every file type: FIFOs, Unix sockets and device
+/// nodes of many modes, opened (and, for sockets, connected to) by their
+/// owner, a member of their group and anyone else, give exactly what the
+/// same tree gives on the local file system (ext4 or tmpfs under the test
+/// directory). The kernel never sends the mount an open of these. One
+/// difference on purpose: the mount is `nodev` (as FUSE mounts are), so
+/// no device node opens there; `access(2)` still follows their modes.
+#[test]
+fn permissions_hold_for_fifos_sockets_and_devices() {
+    if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("needs FUSE and setpriv");
+        return;
+    }
+    if !Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs {PY}");
+        return;
+    }
+    let m = Mounted::start();
+    let local = m.dir.path().join("local");
+    let mounted = m.p("special");
+    for d in [&local, &mounted] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        perm_helper(m.dir.path(), d, None, &["make"]);
+    }
+    // The owner, a member of the group, someone else.
+    for user in [(65534, 65534), (1000, 65534), (1001, 1001)] {
+        let local_results = perm_helper(m.dir.path(), &local, Some(user), &["probe"]);
+        let want: String = local_results
+            .lines()
+            .map(|l| match l.strip_prefix("chr-") {
+                // nodev: every open refused.
+                Some(rest) => {
+                    let f: Vec<&str> = rest.split(' ').collect();
+                    format!("chr-{} EACCES EACCES EACCES {} {}\n", f[0], f[4], f[5])
+                }
+                None => format!("{l}\n"),
+            })
+            .collect();
+        assert!(
+            want.contains("EACCES") && want.contains(" ok"),
+            "the local tree refuses some opens and allows others:\n{want}"
+        );
+        let got = perm_helper(m.dir.path(), &mounted, Some(user), &["probe"]);
+        assert_same(&want, &got, &format!("opens as {user:?}"));
+    }
+}
+
+/// A chmod through the mount holds before it returns: once the owner has
+/// made a directory 0644, neither another user nor the owner may open a
+/// file in it, although the name was looked up (and cached) just before.
+/// Many rounds, the opens right after the chmod.
+#[test]
+fn a_chmod_holds_before_it_returns() {
+    if !fuse_available() {
+        return;
+    }
+    if !Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs {PY}");
+        return;
+    }
+    for journal_sync in ["nosync", "fsync"] {
+        let m = Mounted::start_with(journal_sync);
+        let base = m.p("race");
+        std::fs::create_dir(&base).unwrap();
+        sh(
+            &base,
+            "mkdir d && echo x > d/f && chmod 644 d/f && chown -R 65534:65534 d",
+        );
+        let let_through = perm_helper(m.dir.path(), &base, None, &["race", "300"]);
+        assert_eq!(
+            let_through.trim(),
+            "0",
+            "opens let through a directory just chmodded 0644 ({journal_sync})"
+        );
+    }
 }

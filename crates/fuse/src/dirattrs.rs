@@ -2,9 +2,8 @@
 //!
 //! Each create or removal changes its directory's times (and, for
 //! directories, its link count), so the kernel drops the directory's cached
-//! attributes. With `-o default_permissions` it needs them again for the
-//! next permission check: one GETATTR round trip per create or removal;
-//! without it, at the next stat of the directory.
+//! attributes, and needs them again for its next permission check in the
+//! directory (`default_permissions`): one GETATTR per create or removal.
 //! The server's reply to a create, mkdir, unlink or rmdir carries the
 //! directory's attributes right after the operation; this module keeps
 //! them so that the GETATTR that follows is answered without the server.

@@ -10,7 +10,6 @@ use crate::lane::Lanes;
 use crate::nodes::Nodes;
 use crate::perms;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
-use crate::watch::NameInvalidator;
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
     RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -43,11 +42,6 @@ pub struct SextantFs {
     pub(crate) dir_attrs: DirAttrs,
     /// Moved by the watcher before it applies other clients' changes.
     pub(crate) cache_epoch: Arc<AtomicU64>,
-    /// The kernel checks permissions (`default_permissions`); else the
-    /// mount and the server do (see [`crate::perms`]).
-    pub(crate) kernel_permissions: bool,
-    /// Drops names the kernel must not keep (a directory closed to some).
-    pub(crate) invalidator: Arc<NameInvalidator>,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -136,17 +130,9 @@ fn root() -> Credentials {
     Credentials::root()
 }
 
-thread_local! {
-    /// The [`Nodes::ticket`] taken when this thread's request started: the
-    /// directory modes its replies carry were read after it.
-    static REQUEST_TICKET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
 impl SextantFs {
     /// Runs one operation on this thread's lane and sends its reply.
     fn run<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
-        // Before anything is sent (the future has not run yet).
-        REQUEST_TICKET.set(self.nodes.ticket());
         reply.send(self.lanes.block_on(op));
     }
 
@@ -184,9 +170,6 @@ impl SextantFs {
     fn file_attr(&self, a: &Attr, ino: u64) -> FileAttr {
         if a.ftype == FileType::Directory {
             self.nodes.set_parent(ino, a.parent);
-            let ticket = REQUEST_TICKET.get();
-            self.invalidator
-                .drop_names(self.nodes.set_dir_mode(ino, perms::Mode::of(a), ticket));
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         FileAttr {
@@ -217,37 +200,21 @@ impl SextantFs {
             attr: self.file_attr(a, ino),
             attr_ttl: self.attr_ttl,
             entry_ttl: if remembered {
-                self.name_ttl(parent)
+                self.entry_ttl
             } else {
                 Duration::ZERO
             },
         }
     }
 
-    /// How long the kernel may keep a name in `parent`: the entry timeout,
-    /// or not at all when the mount checks permissions and not every
-    /// caller may search `parent` (the kernel would let anyone through a
-    /// cached name; see [`crate::perms`]).
-    fn name_ttl(&self, parent: INodeNo) -> Duration {
-        if self.kernel_permissions || self.nodes.open_to_all(parent.0) {
-            self.entry_ttl
-        } else {
-            Duration::ZERO
-        }
-    }
-
-    /// Checks the mount makes itself (see [`crate::perms`]): may `c` open
-    /// `a` with `flags`?
+    /// The mount's own check of an open, on top of the kernel's (see
+    /// [`crate::perms`]): may `c` open `a` with `flags`?
     fn check_open(&self, a: &Attr, c: &Credentials, flags: i32) -> OpResult<()> {
-        if self.kernel_permissions {
-            return Ok(());
-        }
         Ok(perms::check(a, c, perms::open_mask(flags))?)
     }
 
-    /// "No such name" in `parent`, cacheable for as long as a name there
-    /// (node id 0).
-    fn negative_entry(&self, parent: INodeNo) -> Entry {
+    /// "No such name", cacheable for as long as a name (node id 0).
+    fn negative_entry(&self) -> Entry {
         Entry {
             attr: FileAttr {
                 ino: INodeNo(0),
@@ -267,7 +234,7 @@ impl SextantFs {
                 flags: 0,
             },
             attr_ttl: Duration::ZERO,
-            entry_ttl: self.name_ttl(parent),
+            entry_ttl: self.entry_ttl,
         }
     }
 
@@ -363,7 +330,7 @@ impl Filesystem for SextantFs {
                 // A name that does not exist may be cached too (a negative
                 // entry) when a creation elsewhere will invalidate it.
                 Err(e) if e.fs() == Some(FsError::NotFound) && self.coherent => {
-                    Ok(self.negative_entry(parent))
+                    Ok(self.negative_entry())
                 }
                 found => Ok(self.entry(parent, n, &found?)),
             }
@@ -581,12 +548,9 @@ impl Filesystem for SextantFs {
         self.run(reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(newparent).0;
+            // The kernel checked protected_hardlinks; the server checks the
+            // rest.
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
-            let c = self.cred(req);
-            if !self.kernel_permissions && !c.is_root() {
-                let a = self.client().getattr(&c, s).await?;
-                perms::may_hardlink(&a, &c)?;
-            }
             let a = self
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
@@ -677,23 +641,10 @@ impl Filesystem for SextantFs {
         })
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.run(reply, async {
-            // Permission to read it: the kernel's check, or the mount's
-            // (root may read any directory); the server checks again on
-            // every batch.
-            let c = self.cred(req);
-            if !self.kernel_permissions && !c.is_root() {
-                // Allowed by the mode last seen: no round trip (the server
-                // checks every batch). Refused: only as the server says
-                // now, since the mode seen may be stale.
-                let mask = perms::open_mask(flags.0);
-                let seen = self.nodes.dir_mode(ino.0);
-                if seen.is_none_or(|m| perms::check_mode(&m, &c, mask).is_err()) {
-                    let a = self.client().getattr(&c, self.soid(ino)?).await?;
-                    perms::check(&a, &c, mask)?;
-                }
-            }
+            // Permission to read it: the kernel checked; the server checks
+            // again on every batch.
             let fh = self.dirs.open();
             // The kernel keeps the listing in the directory's page cache
             // across opens; a change to the directory (here: the kernel
@@ -862,10 +813,10 @@ impl Filesystem for SextantFs {
             let c = self.cred(req);
             // A file made by this call is the caller's to open in any mode.
             // One that exists (made elsewhere since the kernel's lookup)
-            // is opened only as its mode allows: when the mount checks
-            // that, the create is exclusive and an existing file is opened
-            // like any other.
-            let checked = !self.kernel_permissions && !c.is_root();
+            // is opened only as its mode allows, which the kernel does not
+            // check for a FUSE_CREATE: the create is exclusive and an
+            // existing file is opened like any other.
+            let checked = !c.is_root();
             let exclusive = checked || flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);

@@ -4,21 +4,18 @@
 //! operation is a client call made with the calling process's credentials,
 //! and every result becomes a reply in one place (`reply::Respond`).
 //!
-//! Permissions are checked by the server, on every call, with the
-//! caller's uid, gid and groups; and by the mount for what never reaches
-//! the server (opening a file: its data is local). The kernel checks none
-//! (no `default_permissions`, which costs a round trip per create and
-//! removal), so a name is cached only under a directory every user may
-//! search: see [`perms`]. With `-o default_permissions` the kernel checks
-//! too, from the attributes it caches. File data lives in a local object
-//! directory, one file per SOID (`data`).
+//! Permissions are checked by the kernel (`default_permissions`, from the
+//! attributes it caches, which the mount keeps exact), by the server on
+//! every call with the caller's uid, gid and groups, and by the mount once
+//! more on each open of a file (its data is local): see [`perms`]. File
+//! data lives in a local object directory, one file per SOID (`data`).
 //!
 //! - [`lane`]: a server connection per FUSE thread, driven by that thread
 //!   (a request is answered without hopping threads).
 //! - [`groups`]: the caller's supplementary groups, cached 1 s per pid.
 //! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
-//! - [`perms`]: the permission checks the mount makes itself.
+//! - [`perms`]: who checks permissions, and the mount's own checks.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's attributes from the replies to this
@@ -65,11 +62,6 @@ pub struct MountConfig {
     /// have an origin (`Options::origin`), or the mount also drops what
     /// its own requests changed.
     pub watch: bool,
-    /// Let the kernel check permissions (`default_permissions`) instead of
-    /// the mount and the server (see [`perms`]): one GETATTR round trip
-    /// more per create and removal, and names cached under every
-    /// directory.
-    pub kernel_permissions: bool,
 }
 
 impl MountConfig {
@@ -83,7 +75,6 @@ impl MountConfig {
             threads: 4,
             fsname: "sextant".into(),
             watch: true,
-            kernel_permissions: false,
         }
     }
 }
@@ -100,21 +91,10 @@ pub fn mount(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     let nodes = Arc::new(nodes::Nodes::default());
-    // The root's mode, so that names under it may be cached before the
-    // kernel first asks for its attributes (see `nodes`).
-    let ticket = nodes.ticket();
-    let root_attr = rt.block_on(client.getattr(
-        &sextant_types::Credentials::root(),
-        sextant_types::Soid::ROOT,
-    ));
-    if let Ok(a) = root_attr {
-        let _ = nodes.set_dir_mode(nodes::ROOT_INO, perms::Mode::of(&a), ticket);
-    }
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
     let data = Arc::new(data::Data::open_dir(&cfg.data_dir)?);
     let stopper = client.clone();
-    let invalidator = Arc::new(watch::NameInvalidator::default());
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
@@ -126,16 +106,14 @@ pub fn mount(
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
-        kernel_permissions: cfg.kernel_permissions,
-        invalidator: Arc::clone(&invalidator),
     };
+    // The kernel checks permissions: it alone sees every open (of FIFOs,
+    // sockets and devices too) and every walk through a cached name.
     let mut options = vec![
         MountOption::FSName(cfg.fsname.clone()),
         MountOption::Subtype("sextant".into()),
+        MountOption::DefaultPermissions,
     ];
-    if cfg.kernel_permissions {
-        options.push(MountOption::DefaultPermissions);
-    }
     let mut config = Config::default();
     if cfg.allow_other {
         config.acl = SessionACL::All;
@@ -144,27 +122,13 @@ pub fn mount(
     config.mount_options = options;
     config.n_threads = Some(cfg.threads.max(1));
     let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
-    invalidator.start(session.notifier())?;
     let (stop_watch, stopped) = tokio::sync::watch::channel(false);
     let caching = !(cfg.attr_ttl.is_zero() && cfg.entry_ttl.is_zero());
-    let cfg_kernel_permissions = cfg.kernel_permissions;
     if cfg.watch && caching {
         let (notifier, rt) = (session.notifier(), rt.clone());
         std::thread::Builder::new()
             .name("sextant-watch".into())
-            .spawn(move || {
-                let invalidator = (!cfg_kernel_permissions).then_some(invalidator);
-                watch::run(
-                    watcher_client,
-                    rt,
-                    nodes,
-                    data,
-                    notifier,
-                    epoch,
-                    invalidator,
-                    stopped,
-                )
-            })?;
+            .spawn(move || watch::run(watcher_client, rt, nodes, data, notifier, epoch, stopped))?;
     }
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();

@@ -18,19 +18,6 @@
 //! another client shows its old parent's node id until then); only the
 //! `d_ino` of `..` depends on it.
 //!
-//! For directories the map also keeps whether, by the mode last seen in
-//! their attributes, every caller may search them (`x` for owner, group and
-//! other). The mount checks permissions itself (see [`crate::perms`]); the
-//! kernel then checks none on a path walk through cached names, so a name
-//! is cached only under a directory every caller may search. Unknown
-//! counts as "not every caller". When a directory stops being searchable
-//! by all, the names cached under it are returned to be invalidated. A
-//! mode read before the directory was last closed never opens it again
-//! (two requests may return out of order: a getattr answered before a
-//! chmod to 0700 but handled after it): each mode comes with the
-//! [`Nodes::ticket`] taken before its request was sent, and a directory
-//! opens only for a ticket newer than its last closing.
-//!
 //! For cache invalidation ([`crate::watch`]) each node also keeps the names
 //! `(parent node, name)` under which the kernel was given it (entry
 //! replies), so that when invalidation notices were lost every name the
@@ -38,7 +25,6 @@
 //! node no longer has (unlinked, renamed) may stay listed, which costs only
 //! a useless invalidation.
 
-use crate::perms::Mode;
 use parking_lot::Mutex;
 use sextant_types::Soid;
 use std::collections::HashMap;
@@ -54,16 +40,6 @@ struct Node {
     parent: Option<Soid>,
     /// Names the kernel got this node under (see the module docs).
     names: Vec<NodeName>,
-    /// A directory every caller may search, by its last-seen mode.
-    open_to_all: bool,
-    /// The clock when it last stopped being so (see the module docs).
-    closed_at: u64,
-    /// A directory's mode, owner and group as last seen: a hint for the
-    /// mount's own checks, never a reason to refuse (see [`Nodes::dir_mode`]).
-    /// Apart from `open_to_all` on purpose: that one may never be stale in
-    /// the permissive direction (the ticket rule), this one may be stale
-    /// either way.
-    mode: Option<Mode>,
 }
 
 /// A name the kernel may cache: (parent node id, name).
@@ -83,8 +59,6 @@ struct Inner {
 #[derive(Debug)]
 pub struct Nodes {
     inner: Mutex<Inner>,
-    /// Tickets for modes (see the module docs).
-    clock: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Nodes {
@@ -97,9 +71,6 @@ impl Default for Nodes {
                 lookups: 1,
                 parent: Some(Soid::ROOT),
                 names: Vec::new(),
-                open_to_all: false,
-                closed_at: 0,
-                mode: None,
             },
         );
         let mut by_soid = HashMap::new();
@@ -110,7 +81,6 @@ impl Default for Nodes {
                 by_soid,
                 next: ROOT_INO + 1,
             }),
-            clock: std::sync::atomic::AtomicU64::new(1),
         }
     }
 }
@@ -140,9 +110,6 @@ impl Nodes {
                         lookups: 0,
                         parent: None,
                         names: Vec::new(),
-                        open_to_all: false,
-                        closed_at: 0,
-                        mode: None,
                     },
                 );
                 ino
@@ -195,98 +162,6 @@ impl Nodes {
         }
     }
 
-    /// A ticket to take before sending a request whose reply may carry a
-    /// directory's mode (see the module docs).
-    pub fn ticket(&self) -> u64 {
-        self.clock.fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-    }
-
-    /// Records the mode, owner and group of directory `ino` (from its
-    /// attributes), read by a request sent after `ticket` was taken: the
-    /// hint of [`Nodes::dir_mode`], and whether every caller may search it.
-    /// When it was searchable by all and is not any more, returns the names
-    /// cached under it: the kernel must drop them (see the module docs).
-    pub fn set_dir_mode(&self, ino: u64, mode: Mode, ticket: u64) -> Vec<NodeName> {
-        let open = searchable_by_all(mode.perm);
-        let mut g = self.inner.lock();
-        let Some(n) = g.by_ino.get_mut(&ino) else {
-            return Vec::new();
-        };
-        n.mode = Some(mode);
-        if open {
-            // Not when it was closed after the request was sent.
-            if ticket > n.closed_at {
-                n.open_to_all = true;
-            }
-            return Vec::new();
-        }
-        // Tickets taken from now on are newer than this closing.
-        n.closed_at = self.ticket();
-        if !std::mem::replace(&mut n.open_to_all, false) {
-            return Vec::new();
-        }
-        g.by_ino
-            .values()
-            .flat_map(|n| n.names.iter().filter(|(p, _)| *p == ino).cloned())
-            .collect()
-    }
-
-    /// Forgets the modes of these directories (changed elsewhere; all of
-    /// them for `None`): the next check asks the server.
-    pub fn forget_dir_modes(&self, soids: Option<&[Soid]>) {
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        match soids {
-            None => inner.by_ino.values_mut().for_each(|n| n.mode = None),
-            Some(soids) => {
-                for s in soids {
-                    if let Some(n) = inner.by_soid.get(s).and_then(|i| inner.by_ino.get_mut(i)) {
-                        n.mode = None;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Directory `ino`'s mode, owner and group as last seen, if any. It
-    /// may be stale: what it allows the server checks again, and what it
-    /// refuses must be asked of the server.
-    pub fn dir_mode(&self, ino: u64) -> Option<Mode> {
-        self.inner.lock().by_ino.get(&ino).and_then(|n| n.mode)
-    }
-
-    /// May names under directory `ino` be cached (every caller may search
-    /// it, as far as this mount knows)?
-    pub fn open_to_all(&self, ino: u64) -> bool {
-        self.inner
-            .lock()
-            .by_ino
-            .get(&ino)
-            .is_some_and(|n| n.open_to_all)
-    }
-
-    /// Of `soids`, the directories with a node that count as searchable by
-    /// all (whose mode a change elsewhere may have closed).
-    pub fn open_dirs(&self, soids: impl Iterator<Item = Soid>) -> Vec<(u64, Soid)> {
-        let g = self.inner.lock();
-        soids
-            .filter_map(|s| {
-                let ino = *g.by_soid.get(&s)?;
-                g.by_ino.get(&ino)?.open_to_all.then_some((ino, s))
-            })
-            .collect()
-    }
-
-    /// Every directory with a node that counts as searchable by all.
-    pub fn all_open_dirs(&self) -> Vec<(u64, Soid)> {
-        let g = self.inner.lock();
-        g.by_ino
-            .iter()
-            .filter(|(_, n)| n.open_to_all)
-            .map(|(ino, n)| (*ino, n.soid))
-            .collect()
-    }
-
     /// The parent of directory `ino` as last recorded, if any.
     pub fn parent(&self, ino: u64) -> Option<Soid> {
         self.inner.lock().by_ino.get(&ino).and_then(|n| n.parent)
@@ -337,30 +212,12 @@ impl Nodes {
     }
 }
 
-/// Owner, group and other may all search a directory with mode `perm`.
-pub fn searchable_by_all(perm: u16) -> bool {
-    perm & 0o111 == 0o111
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn s(v: u128) -> Soid {
         Soid::from_u128(v)
-    }
-
-    /// Mode `perm` (owner and group 0) for directory `ino`.
-    fn set_perm(n: &Nodes, ino: u64, perm: u16, ticket: u64) -> Vec<NodeName> {
-        n.set_dir_mode(
-            ino,
-            Mode {
-                perm,
-                uid: 0,
-                gid: 0,
-            },
-            ticket,
-        )
     }
 
     #[test]
@@ -435,83 +292,6 @@ mod tests {
         assert_eq!(n.parent(a), Some(s(4)), "the last one seen wins");
         n.forget(a, 1);
         assert_eq!(n.parent(a), None, "gone with its node");
-    }
-
-    #[test]
-    fn closing_a_directory_returns_the_names_cached_under_it() {
-        let n = Nodes::default();
-        assert!(!n.open_to_all(ROOT_INO), "unknown counts as closed");
-        assert!(set_perm(&n, ROOT_INO, 0o755, n.ticket()).is_empty());
-        assert!(n.open_to_all(ROOT_INO));
-        let d = n.ino(s(5), true);
-        n.named(d, ROOT_INO, b"d");
-        assert!(set_perm(&n, d, 0o711, n.ticket()).is_empty());
-        let f = n.ino(s(6), true);
-        n.named(f, d, b"f");
-        let g = n.ino(s(7), true);
-        n.named(g, ROOT_INO, b"g");
-        assert!(
-            set_perm(&n, d, 0o751, n.ticket()).is_empty(),
-            "still open to all"
-        );
-        assert_eq!(n.open_dirs([s(5), s(6), s(9)].into_iter()), vec![(d, s(5))]);
-        let names = set_perm(&n, d, 0o750, n.ticket());
-        assert_eq!(names, vec![(d, b"f"[..].into())], "only d's names");
-        assert!(!n.open_to_all(d));
-        assert!(n.open_dirs([s(5)].into_iter()).is_empty());
-        assert!(
-            set_perm(&n, d, 0o700, n.ticket()).is_empty(),
-            "closed already"
-        );
-        assert!(
-            set_perm(&n, 99, 0o700, n.ticket()).is_empty(),
-            "no such node"
-        );
-    }
-
-    #[test]
-    fn a_mode_read_before_a_closing_does_not_open_again() {
-        let n = Nodes::default();
-        let d = n.ino(s(5), true);
-        let before = n.ticket();
-        assert!(set_perm(&n, d, 0o755, n.ticket()).is_empty());
-        set_perm(&n, d, 0o700, n.ticket());
-        // A getattr sent before the chmod, answered "0755", handled after.
-        set_perm(&n, d, 0o755, before);
-        assert!(!n.open_to_all(d), "a stale mode keeps it closed");
-        // Sent before the closing but after an earlier ticket: still stale.
-        let mid = n.ticket();
-        set_perm(&n, d, 0o700, n.ticket());
-        set_perm(&n, d, 0o755, mid);
-        assert!(!n.open_to_all(d));
-        // A request sent after the closing opens it.
-        set_perm(&n, d, 0o755, n.ticket());
-        assert!(n.open_to_all(d));
-    }
-
-    #[test]
-    fn directory_modes_are_the_last_seen_and_go_with_their_node() {
-        let n = Nodes::default();
-        let d = n.ino(s(5), true);
-        assert_eq!(n.dir_mode(d), None);
-        let m = |perm| Mode {
-            perm,
-            uid: 1,
-            gid: 2,
-        };
-        n.set_dir_mode(d, m(0o700), n.ticket());
-        n.set_dir_mode(d, m(0o755), n.ticket());
-        assert_eq!(n.dir_mode(d), Some(m(0o755)));
-        n.forget_dir_modes(Some(&[s(6)]));
-        assert_eq!(n.dir_mode(d), Some(m(0o755)), "another directory's");
-        n.forget_dir_modes(Some(&[s(5)]));
-        assert_eq!(n.dir_mode(d), None);
-        n.set_dir_mode(d, m(0o755), n.ticket());
-        n.forget_dir_modes(None);
-        assert_eq!(n.dir_mode(d), None);
-        n.set_dir_mode(d, m(0o755), n.ticket());
-        n.forget(d, 1);
-        assert_eq!(n.dir_mode(d), None);
     }
 
     #[test]

@@ -1,30 +1,32 @@
-//! The permission checks the mount makes itself, instead of the kernel's
-//! `default_permissions`.
+//! The permission checks the mount makes on top of the kernel's.
 //!
-//! Why not the kernel's: with `default_permissions` every create or removal
-//! costs a GETATTR of its directory (the kernel drops the directory's
-//! attributes after the change and needs its mode for the next check), a
-//! wake-up of the daemon each time. Without it file removes through the
-//! mount ran 32% faster here with 4 threads (docs/BENCHMARKS.md, "File
-//! removes through the mount: the kernel's permission checks"). ceph-fuse
-//! made the same choice (`fuse_default_permissions = false`).
-//!
-//! Who checks what, then:
+//! Who checks what:
+//! - The kernel checks every access from the attributes it caches
+//!   (`default_permissions`, always on): path walks, opens of every file
+//!   type (the kernel never sends the mount an open of a FIFO, socket or
+//!   device node), `access(2)`, hard links (`protected_hardlinks`). The
+//!   attributes it caches are exact: a change through this mount updates
+//!   them from its reply before the call returns, and one made elsewhere
+//!   is invalidated by the watcher ([`crate::watch`]).
 //! - The server checks every namespace operation with the caller's
 //!   credentials (lookup, create, remove, rename, link, setattr, xattrs,
 //!   readdir, `access`), as it does for every client.
-//! - The mount checks what never reaches the server: the open mode of a
-//!   file or directory against its attributes ([`open_mask`], [`check`]),
-//!   and Linux's `protected_hardlinks` rule ([`may_hardlink`]).
-//! - The kernel checks nothing on a path walk through names it caches. So
-//!   names are cached only under directories every caller may search
-//!   ([`crate::nodes`]); under any other directory each lookup goes to the
-//!   server, which checks the caller's search permission.
+//! - The mount checks the open of a file once more ([`open_mask`],
+//!   [`check`]) against the attributes its open fetches anyway (from the
+//!   server, so fresher than the kernel's), and an existing file that a
+//!   create opens (the kernel checks no file that FUSE_CREATE opens).
+//!
+//! Why not the mount's checks alone: the kernel sends no open of a FIFO,
+//! socket or device node, and walks cached names without asking; checking
+//! those in the mount took names uncached under every directory not all
+//! users may search, and a chmod took effect only once a thread of its own
+//! had dropped the names under it (a race). See docs/ARCHITECTURE.md, "The
+//! mount", *Permissions*.
 //!
 //! Pure functions of attributes and credentials: no I/O.
 
 use sextant_engine::perm::{class_allows, MAY_EXEC, MAY_READ, MAY_WRITE};
-use sextant_types::{Attr, Credentials, FileType, FsError, S_ISGID, S_ISUID};
+use sextant_types::{Attr, Credentials, FsError};
 
 /// The kernel's `__FMODE_EXEC` in an open's flags: the open of a program
 /// by `execve`, which needs execute permission and not read (a 0711
@@ -50,68 +52,22 @@ pub fn open_mask(flags: i32) -> u32 {
     mask
 }
 
-/// What a permission check reads of an inode: its permission bits, owner
-/// and group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mode {
-    pub perm: u16,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl Mode {
-    pub fn of(a: &Attr) -> Mode {
-        Mode {
-            perm: a.perm as u16,
-            uid: a.uid,
-            gid: a.gid,
-        }
-    }
-}
-
 /// May `cred` read, write and/or execute (`mask`) the file or directory
-/// `a`? See [`check_mode`].
+/// `a`? Root may read and write anything, and execute what has some
+/// execute bit (the kernel checks that before the open); anyone else by
+/// their class's bits.
 pub fn check(a: &Attr, cred: &Credentials, mask: u32) -> Result<(), FsError> {
-    check_mode(&Mode::of(a), cred, mask)
-}
-
-/// May `cred` read, write and/or execute (`mask`) an inode with `mode`?
-/// Root may read and write anything, and execute what has some execute
-/// bit (the kernel checks that before the open); anyone else by their
-/// class's bits.
-pub fn check_mode(mode: &Mode, cred: &Credentials, mask: u32) -> Result<(), FsError> {
-    if cred.is_root() || class_allows(mode.uid, mode.gid, mode.perm, cred, mask) {
+    if cred.is_root() || class_allows(a.uid, a.gid, a.perm as u16, cred, mask) {
         Ok(())
     } else {
         Err(FsError::Access)
     }
 }
 
-/// May `cred` make a hard link to `a`? Linux with `protected_hardlinks`
-/// (every distribution's default): the owner and root may; anyone else
-/// only to a regular file that is not set-user-ID, not set-group-ID and
-/// group-executable, and that they may read and write. Else `EPERM`.
-pub fn may_hardlink(a: &Attr, cred: &Credentials) -> Result<(), FsError> {
-    if cred.is_root() || cred.uid == a.uid {
-        return Ok(());
-    }
-    let perm = a.perm;
-    let setuid = perm & S_ISUID != 0;
-    let setgid_exec = perm & S_ISGID != 0 && perm & 0o010 != 0;
-    let safe = a.ftype == FileType::Regular
-        && !setuid
-        && !setgid_exec
-        && class_allows(a.uid, a.gid, perm as u16, cred, MAY_READ | MAY_WRITE);
-    if safe {
-        Ok(())
-    } else {
-        Err(FsError::Perm)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sextant_types::FileType;
 
     fn attr(ftype: FileType, perm: u32, uid: u32, gid: u32) -> Attr {
         Attr {
@@ -187,27 +143,5 @@ mod tests {
         );
         let none = attr(FileType::Directory, 0o000, 10, 20);
         assert!(check(&none, &Credentials::root(), MAY_READ | MAY_WRITE).is_ok());
-    }
-
-    #[test]
-    fn hard_links_follow_protected_hardlinks() {
-        let other = user(11, 30);
-        let rw_all = attr(FileType::Regular, 0o666, 10, 20);
-        assert!(may_hardlink(&rw_all, &other).is_ok());
-        let ro = attr(FileType::Regular, 0o644, 10, 20);
-        assert_eq!(may_hardlink(&ro, &other), Err(FsError::Perm));
-        assert!(may_hardlink(&ro, &user(10, 30)).is_ok(), "the owner");
-        assert!(may_hardlink(&ro, &Credentials::root()).is_ok());
-        let suid = attr(FileType::Regular, 0o4666, 10, 20);
-        assert_eq!(may_hardlink(&suid, &other), Err(FsError::Perm));
-        let sgid_x = attr(FileType::Regular, 0o2676, 10, 20);
-        assert_eq!(may_hardlink(&sgid_x, &other), Err(FsError::Perm));
-        let sgid_only = attr(FileType::Regular, 0o2666, 10, 20);
-        assert!(
-            may_hardlink(&sgid_only, &other).is_ok(),
-            "mandatory locking bit"
-        );
-        let fifo = attr(FileType::Fifo, 0o666, 10, 20);
-        assert_eq!(may_hardlink(&fifo, &other), Err(FsError::Perm));
     }
 }

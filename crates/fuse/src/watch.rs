@@ -36,8 +36,7 @@
 //!   invalidating a name waits only for requests in flight to finish.
 
 use crate::data::{Data, ObjectStamp};
-use crate::nodes::{NodeName, Nodes};
-use crate::perms::Mode;
+use crate::nodes::Nodes;
 use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error};
 use sextant_types::{Credentials, FsError, Soid};
@@ -79,102 +78,6 @@ fn invalidate<'a>(
     }
     for (parent, name) in names {
         let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
-    }
-}
-
-/// Drops names from the kernel's cache on a thread of its own: a request
-/// handler may not do it itself (invalidating a name takes its directory's
-/// lock, which the kernel may hold for the request being handled). Used
-/// when a directory is closed to some callers (see [`crate::nodes`]).
-#[derive(Default)]
-pub(crate) struct NameInvalidator {
-    tx: std::sync::OnceLock<std::sync::mpsc::Sender<Vec<NodeName>>>,
-}
-
-impl NameInvalidator {
-    /// Starts the thread (once the session, and so `notifier`, exists).
-    /// Names to drop before then are ignored: the kernel holds none yet.
-    pub(crate) fn start(&self, notifier: Notifier) -> std::io::Result<()> {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<NodeName>>();
-        std::thread::Builder::new()
-            .name("sextant-inval".into())
-            .spawn(move || {
-                // Ends when the file system (every sender) is gone.
-                for names in rx {
-                    invalidate(
-                        &notifier,
-                        std::iter::empty(),
-                        names.iter().map(|(p, n)| (*p, &n[..])),
-                    );
-                }
-            })?;
-        let _ = self.tx.set(tx);
-        Ok(())
-    }
-
-    /// Asks for `names` to be dropped (none: nothing to do).
-    pub(crate) fn drop_names(&self, names: Vec<NodeName>) {
-        if names.is_empty() {
-            return;
-        }
-        if let Some(tx) = self.tx.get() {
-            let _ = tx.send(names);
-        }
-    }
-}
-
-/// Directories waiting for their mode to be asked again, and whether a
-/// task is asking: at most one getattr in flight per mount, and a
-/// directory that many batches change meanwhile (a busy shared directory
-/// changes with every create in it) is asked once. Pure bookkeeping.
-#[derive(Default)]
-struct Rechecks {
-    /// (waiting, a task is working through them)
-    state: parking_lot::Mutex<(std::collections::BTreeMap<u64, Soid>, bool)>,
-}
-
-impl Rechecks {
-    /// Queues `dirs`; true when the caller must start the task.
-    fn add(&self, dirs: Vec<(u64, Soid)>) -> bool {
-        let mut g = self.state.lock();
-        g.0.extend(dirs);
-        let start = !g.1 && !g.0.is_empty();
-        g.1 |= start;
-        start
-    }
-
-    /// The next directory to ask about; `None` ends the task.
-    fn next(&self) -> Option<(u64, Soid)> {
-        let mut g = self.state.lock();
-        let next = g.0.pop_first();
-        g.1 = next.is_some();
-        next
-    }
-}
-
-/// The directories of a batch that count as searchable by all may have
-/// been closed elsewhere: ask the server for their mode (one getattr
-/// each, see [`Rechecks`]), and drop the names cached under those now
-/// closed.
-async fn recheck_dirs(
-    client: Client,
-    nodes: Arc<Nodes>,
-    invalidator: Arc<NameInvalidator>,
-    rechecks: Arc<Rechecks>,
-) {
-    let root = Credentials::root();
-    while let Some((ino, soid)) = rechecks.next() {
-        let ticket = nodes.ticket();
-        let mode = match client.getattr(&root, soid).await {
-            Ok(a) => Mode::of(&a),
-            // Gone, or unknown now: count it as closed to everyone.
-            Err(_) => Mode {
-                perm: 0,
-                uid: 0,
-                gid: 0,
-            },
-        };
-        invalidator.drop_names(nodes.set_dir_mode(ino, mode, ticket));
     }
 }
 
@@ -242,10 +145,8 @@ pub(crate) fn run(
     data: Arc<Data>,
     notifier: Notifier,
     epoch: Arc<AtomicU64>,
-    invalidator: Option<Arc<NameInvalidator>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let rechecks = Arc::new(Rechecks::default());
     rt.block_on(async {
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -277,14 +178,6 @@ pub(crate) fn run(
             };
             backoff = Duration::from_millis(20);
             reset(&nodes, &notifier, &epoch);
-            nodes.forget_dir_modes(None);
-            // Modes changed while no stream was open are unknown too.
-            if let Some(inv) = &invalidator {
-                if rechecks.add(nodes.all_open_dirs()) {
-                    let (c, n, i) = (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
-                    tokio::spawn(recheck_dirs(c, n, i, Arc::clone(&rechecks)));
-                }
-            }
             // Changes made while no stream was open are unknown: removals
             // among them left objects here.
             let sweeping = tokio::spawn(sweep_store(client.clone(), Arc::clone(&data)));
@@ -299,15 +192,6 @@ pub(crate) fn run(
                             tracing::warn!("change notices were lost; dropped every kernel cache");
                         }
                         apply(&nodes, &notifier, &epoch, &batch);
-                        nodes.forget_dir_modes(Some(&batch.inodes));
-                        if let Some(inv) = &invalidator {
-                            let dirs = nodes.open_dirs(batch.inodes.iter().copied());
-                            if rechecks.add(dirs) {
-                                let (c, n, i) =
-                                    (client.clone(), Arc::clone(&nodes), Arc::clone(inv));
-                                tokio::spawn(recheck_dirs(c, n, i, Arc::clone(&rechecks)));
-                            }
-                        }
                         // Beside the stream, so that asking the server
                         // never delays the next batch's invalidations.
                         let held = leftovers(&data, batch.inodes.iter().copied());
@@ -324,29 +208,4 @@ pub(crate) fn run(
             }
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn d(ino: u64) -> (u64, Soid) {
-        (ino, Soid::from_u128(u128::from(ino)))
-    }
-
-    #[test]
-    fn rechecks_run_one_task_and_ask_each_directory_once() {
-        let r = Rechecks::default();
-        assert!(!r.add(vec![]), "nothing to do: no task");
-        assert!(r.add(vec![d(2), d(3)]), "the first queue starts the task");
-        assert!(!r.add(vec![d(3), d(2), d(4)]), "one task at a time");
-        assert_eq!(r.next(), Some(d(2)));
-        // Changed again while asked: asked again.
-        assert!(!r.add(vec![d(2)]));
-        assert_eq!(r.next(), Some(d(2)));
-        assert_eq!(r.next(), Some(d(3)));
-        assert_eq!(r.next(), Some(d(4)));
-        assert_eq!(r.next(), None, "the task ends");
-        assert!(r.add(vec![d(5)]), "and the next queue starts another");
-    }
 }
