@@ -22,10 +22,10 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         | Command::Stats(_)
         | Command::Du { .. }
         | Command::Init
+        | Command::Completions { .. }
+        | Command::Man { .. }
         | Command::Bench(_) => {
-            unreachable!(
-                "serve, mount, umount, find, stats, du, init and bench open their own session"
-            )
+            unreachable!("this command runs without a namespace session (see main)")
         }
         Command::Status => {
             status(&s, json, cli.settings.as_ref()).await?;

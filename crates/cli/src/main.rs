@@ -245,6 +245,19 @@ enum Command {
     /// or, with --dir, by system calls on a directory such as a `sextant
     /// mount` (threads, or with -P several processes).
     Bench(bench::BenchArgs),
+    /// Print a shell completion script, e.g.
+    /// `sextant completions bash > /etc/bash_completion.d/sextant`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (sextant.1 and one per subcommand, e.g.
+    /// sextant-find.1) into a directory, e.g. /usr/local/share/man/man1.
+    Man {
+        /// Directory to write the pages into (created if missing).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -378,6 +391,27 @@ fn init(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `sextant man DIR`: the man pages, generated from the same definitions
+/// as `--help` (so they cannot drift from it).
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cmd = Cli::command();
+    let mut pages = vec![("sextant".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands() {
+        let name = format!("sextant-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    for (name, page) in pages {
+        let file = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page).render(&mut out)?;
+        std::fs::write(&file, out).with_context(|| format!("cannot write {}", file.display()))?;
+        println!("{}", file.display());
+    }
+    Ok(())
+}
+
 /// Logs go to stderr: text by default, one JSON object per line with
 /// `SEXTANT_LOG_FORMAT=json`; `SEXTANT_LOG` filters (e.g. `debug`,
 /// `sextant_engine=warn`), default `info` for `serve` and `warn` otherwise.
@@ -448,6 +482,16 @@ fn main() {
         }
         Command::Bench(args) => bench::run(&cli, args),
         Command::Init => init(&cli),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "sextant",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man { dir } => man_pages(dir),
         _ => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

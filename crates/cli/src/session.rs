@@ -65,6 +65,17 @@ pub struct Target<'a> {
 /// never takes TLS).
 pub fn connect_failed(addr: &str, tls_ca: Option<&Path>, e: Error) -> anyhow::Error {
     if let Error::Unavailable { reason, .. } = &e {
+        if reason.contains("CaUsedAsEndEntity") {
+            return anyhow::anyhow!(
+                "cannot connect to {addr} with TLS: the server's certificate is marked as a \
+                 certificate authority (basicConstraints CA:TRUE, what a plain `openssl req \
+                 -x509` makes), and TLS refuses a CA as a server's own certificate. Make a \
+                 leaf certificate instead: openssl req -x509 -newkey rsa:2048 -nodes -keyout \
+                 key.pem -out cert.pem -days 365 -subj /CN=HOST -addext \
+                 \"subjectAltName=DNS:HOST,IP:ADDR\" -addext \"basicConstraints=critical,CA:FALSE\" \
+                 (see README, \"TLS\")"
+            );
+        }
         if reason.contains("Connection refused") {
             return anyhow::anyhow!(
                 "cannot connect to {addr}: connection refused (is `sextant serve` running there?)"

@@ -233,3 +233,124 @@ fn logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
         "ANSI escape in a piped log: {text:?}"
     );
 }
+
+/// The example config files in deploy/ name every key (commented out where
+/// there is no default) and parse: a key added to the server or the client
+/// without its line in the example fails here.
+#[test]
+fn the_example_config_files_name_every_key_and_parse() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let uncommented = |file: &str| -> String {
+        let text = std::fs::read_to_string(deploy.join(file)).unwrap();
+        text.lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.contains(" = ") => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = dir.path().join("server.toml");
+    std::fs::write(&server, uncommented("server.toml.example")).unwrap();
+    let parsed = sextant_server::config::FileConfig::load(&server).unwrap();
+    let shown = format!("{parsed:?}");
+    assert!(!shown.contains("None"), "a server key is missing: {shown}");
+    // As it stands (keys without a default commented out) it parses too.
+    sextant_server::config::FileConfig::load(&deploy.join("server.toml.example")).unwrap();
+
+    let client = dir.path().join("config.toml");
+    std::fs::write(&client, uncommented("config.toml.example")).unwrap();
+    let home = dir.path().join("home");
+    let out = Command::new(BIN)
+        .args(["--local", "status"])
+        .env("SEXTANT_CONFIG", &client)
+        .env("HOME", &home)
+        .env_remove("SEXTANT_DATA")
+        .output()
+        .unwrap();
+    // The file names a data directory that does not exist here: the
+    // command fails on that, not on the file.
+    assert!(
+        !stderr(&out).contains("bad config file"),
+        "{}",
+        stderr(&out)
+    );
+    for key in ["server", "data", "secret_file", "tls_ca"] {
+        assert!(
+            uncommented("config.toml.example").contains(&format!("{key} = ")),
+            "client key {key} missing"
+        );
+    }
+}
+
+/// The certificate a plain `openssl req -x509` makes is a CA; TLS refuses
+/// it as a server's own certificate. The user is told so, with a recipe —
+/// and the recipe's certificate works.
+#[test]
+fn a_ca_certificate_as_the_servers_own_is_explained() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("skipped: no openssl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, extra: &[&str]| {
+        let ok = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .args(extra)
+            .arg("-keyout")
+            .arg(dir.path().join(format!("{name}.key")))
+            .arg("-out")
+            .arg(dir.path().join(format!("{name}.pem")))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "openssl req failed");
+        (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}.key")),
+        )
+    };
+    let ca = make("ca", &[]);
+    let leaf = make("leaf", &["-addext", "basicConstraints=critical,CA:FALSE"]);
+    for ((cert, key), works) in [(ca, false), (leaf, true)] {
+        let data = dir.path().join(if works { "d1" } else { "d2" });
+        let (server, addr) = common::spawn_server_with(
+            &data,
+            "127.0.0.1:0",
+            &[
+                "--tls-cert",
+                cert.to_str().unwrap(),
+                "--tls-key",
+                key.to_str().unwrap(),
+            ],
+            Stdio::null(),
+        );
+        let _server = common::KillOnDrop(server);
+        let out = Command::new(BIN)
+            .args(["--server", &addr, "--data"])
+            .arg(&data)
+            .arg("--tls-ca")
+            .arg(&cert)
+            .args(["ls", "/"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.success(), works, "{out:?}");
+        if !works {
+            let said = stderr(&out);
+            assert!(
+                said.contains("marked as a certificate authority") && said.contains("CA:FALSE"),
+                "{said}"
+            );
+        }
+    }
+}
