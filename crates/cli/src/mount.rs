@@ -72,8 +72,32 @@ fn seconds(s: f64, what: &str) -> Result<Duration> {
     Duration::try_from_secs_f64(s).with_context(|| format!("--{what} {s} is not a duration"))
 }
 
+/// Refuses a mount point that already carries a Sextant mount: mounts
+/// would stack there, and one `umount` would take both away.
+fn refuse_stacking(mountpoint: &std::path::Path) -> Result<()> {
+    let abs = std::path::absolute(mountpoint)?;
+    // A live mount point canonicalizes; a dead one (its daemon gone) may
+    // not, then its absolute path is what mountinfo shows.
+    let point = std::fs::canonicalize(&abs).unwrap_or(abs);
+    if let Some(m) = crate::find::mounts::current()
+        .into_iter()
+        .find(|m| m.point == point)
+    {
+        bail!(
+            "{} already carries a Sextant mount (of {}); unmount it first: sextant umount {}",
+            point.display(),
+            m.server.as_deref().unwrap_or("a server"),
+            point.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
     let child = std::env::var_os(CHILD_ENV).is_some();
+    if !child {
+        refuse_stacking(&args.mountpoint)?;
+    }
     if !args.foreground && !child {
         return detach();
     }

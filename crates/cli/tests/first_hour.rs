@@ -354,3 +354,26 @@ fn a_ca_certificate_as_the_servers_own_is_explained() {
         }
     }
 }
+
+/// A second mount on a mount point that already carries one is refused
+/// (they would stack, and one umount would remove both); the first keeps
+/// working.
+#[test]
+fn a_mount_on_a_sextant_mount_is_refused() {
+    if !common::fuse_available() {
+        return;
+    }
+    let m = common::Mounted::start();
+    std::fs::write(m.p("f"), b"x").unwrap();
+    let out = m.sextant(&["--server", &m.addr, "mount", m.mnt.to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr(&out).contains("already carries a Sextant mount"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read(m.p("f")).unwrap(), b"x");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let point = format!(" {} ", m.mnt.display());
+    assert_eq!(mounts.matches(&point).count(), 1, "{mounts}");
+}
