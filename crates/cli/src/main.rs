@@ -153,31 +153,46 @@ enum Command {
         /// Permission bits, octal.
         #[arg(short, long, default_value = "755", value_parser = parse_octal)]
         mode: u32,
+        /// Directories to create (namespace paths, or paths under a mount).
         #[arg(required = true)]
         paths: Vec<String>,
     },
     /// Create empty files, or set their times to now.
     Touch {
+        /// Files to create or touch.
         #[arg(required = true)]
         paths: Vec<String>,
     },
     /// Remove files (and with -r, directories and their contents).
     Rm {
+        /// Remove directories and everything under them.
         #[arg(short, long)]
         recursive: bool,
         /// Ignore missing paths.
         #[arg(short, long)]
         force: bool,
+        /// What to remove.
         #[arg(required = true)]
         paths: Vec<String>,
     },
     /// Rename or move (atomic; replaces an existing target like mv).
-    Mv { source: String, target: String },
+    Mv {
+        /// What to move.
+        source: String,
+        /// The new path; an existing directory there receives SOURCE under
+        /// its own name (as mv), any other existing entry is replaced.
+        target: String,
+    },
     /// Make a hard link, or with -s a symbolic link.
     Ln {
+        /// Make a symbolic link (TARGET is stored as typed) instead of a
+        /// hard link.
         #[arg(short, long)]
         symbolic: bool,
+        /// What the link points to: an existing entry for a hard link, any
+        /// text for a symbolic one.
         target: String,
+        /// The new link's path.
         link: String,
     },
     /// Disk usage: the entries under a path and their total size
@@ -233,6 +248,7 @@ enum Command {
     Stats(find::StatsArgs),
     /// Unmount a `sextant mount` (fusermount3 -u).
     Umount {
+        /// The directory a `sextant mount` is mounted on.
         mountpoint: PathBuf,
         /// Lazy: detach now, finish when no longer busy.
         #[arg(short = 'z', long)]
@@ -531,6 +547,32 @@ fn error_chain(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Every argument of every command says what it is in `--help`.
+    #[test]
+    fn every_argument_has_a_description() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") || arg.is_hide_set() {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "sextant", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without a description: {missing:?}"
+        );
+    }
+
     #[test]
     fn error_chain_says_each_cause_once() {
         let io = std::io::Error::from_raw_os_error(13);
