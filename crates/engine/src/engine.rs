@@ -34,7 +34,8 @@ use crate::logless::{self, Decision, Redo};
 use crate::manifest::{Manifest, TableEntry, MANIFEST_NAME};
 use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
 use crate::perm::check_access;
-use crate::record::{decode_record, Mutation};
+use crate::record::{decode_tagged_record, Mutation};
+use crate::requests::{AsReply, Ledger, Recovered, RequestId, RequestTag, LEDGER_NAME};
 use crate::soid::{GlobalHighWater, LayoutError, SoidLayout};
 use crate::stop::{Cause, StopState};
 use crate::store::{LocalDirStore, Store};
@@ -308,6 +309,11 @@ pub(crate) struct Inner {
     /// totals), valid while `table::summary::changes()` equals its own.
     /// A leaf lock, held only to take or replace it.
     pub(crate) summed: Mutex<Option<Arc<crate::table::summary::Sum>>>,
+    /// Committed client requests ([`crate::requests`]); written with every
+    /// checkpoint, before the manifest.
+    pub(crate) requests: Mutex<Ledger>,
+    /// What recovery found about client requests, until the server takes it.
+    recovered: Mutex<Option<Recovered>>,
 }
 
 #[derive(Default)]
@@ -328,6 +334,9 @@ pub struct Engine {
     /// Shared by user handles only: when the last one goes, the flusher
     /// thread is stopped and joined (it holds only a weak reference).
     flusher: Arc<Flusher>,
+    /// The client request this handle's mutations answer
+    /// ([`Engine::for_request`]); `None` on the engine itself.
+    request: Option<RequestId>,
 }
 
 /// The background flusher thread and its stop signal.
@@ -468,6 +477,32 @@ impl Inner {
     /// Runs `op` as a transaction, retrying with a larger lock set when
     /// it asks to (see [`crate::txn`]).
     fn run<T>(&self, op: impl Fn(&mut Txn) -> OpResult<T>) -> Result<Committed<T>, FsError> {
+        self.run_tagged(None::<fn(&T) -> RequestTag>, op)
+    }
+
+    /// [`Inner::run`] for a mutation answering client request `request`:
+    /// its record carries the request and the value as the reply.
+    fn run_for<T: AsReply>(
+        &self,
+        request: Option<RequestId>,
+        op: impl Fn(&mut Txn) -> OpResult<T>,
+    ) -> Result<Committed<T>, FsError> {
+        self.run_tagged(
+            request.map(|id| {
+                move |v: &T| RequestTag {
+                    id,
+                    reply: v.as_reply(),
+                }
+            }),
+            op,
+        )
+    }
+
+    fn run_tagged<T, F: Fn(&T) -> RequestTag>(
+        &self,
+        tag: Option<F>,
+        op: impl Fn(&mut Txn) -> OpResult<T>,
+    ) -> Result<Committed<T>, FsError> {
         self.check_alive()?;
         let mut prelock: Vec<Soid> = Vec::new();
         let now = self.now();
@@ -484,7 +519,8 @@ impl Inner {
             let outcome = result.and_then(|()| op(&mut txn));
             match outcome {
                 Ok(value) => {
-                    let (c, oversized) = match txn.commit() {
+                    let tag = tag.as_ref().map(|f| f(&value));
+                    let (c, oversized) = match txn.commit(tag) {
                         Ok(r) => r,
                         Err(OpError::Fs(e)) => return Err(e),
                         Err(OpError::Retry(_)) => return Err(FsError::Io),
@@ -664,6 +700,19 @@ impl Inner {
                 break done;
             }
         };
+        if self.logless.is_none() {
+            // Before the manifest that lets the journal (and the tags in
+            // it) be trimmed: see crate::requests.
+            let ledger = {
+                let mut l = self.requests.lock();
+                l.dirty().then(|| l.encode())
+            };
+            if let Some(bytes) = ledger {
+                self.store
+                    .put_blob(LEDGER_NAME, &bytes)
+                    .map_err(self.io(LEDGER_NAME))?;
+            }
+        }
         let manifest = Manifest {
             layout: self.config.layout,
             tables: entries,
@@ -877,6 +926,21 @@ fn read_manifest(store: &dyn Store, config: &EngineConfig) -> Result<Manifest, E
     Engine::initialize(store, config)
 }
 
+/// The request ledger the last checkpoint wrote ([`crate::requests`]);
+/// empty if there is none (a new store, or one an older server wrote).
+fn read_ledger(store: &dyn Store) -> Result<Ledger, EngineError> {
+    match store
+        .get_blob(LEDGER_NAME)
+        .map_err(io_error(store, LEDGER_NAME))?
+    {
+        Some(b) => Ledger::decode(&b).map_err(|what| EngineError::Corrupt {
+            file: store.describe(LEDGER_NAME),
+            what,
+        }),
+        None => Ok(Ledger::default()),
+    }
+}
+
 /// Recovery step 2: every snapshot the manifest names exists (tables load
 /// lazily, so a missing one would otherwise surface much later). Returns
 /// the next snapshot sequence number.
@@ -903,15 +967,20 @@ fn check_snapshots(store: &dyn Store, manifest: &Manifest) -> Result<u64, Engine
 /// Recovery step 3: replays the journal from the manifest's `replay_from`
 /// into the tables it touches (loading only those), applying a record to a
 /// table only above the table's snapshot LSN.
+///
+/// The request tags of the records replayed go to `tags`.
 fn replay_journal(
     store: &dyn Store,
     manifest: &Manifest,
     map: &TableMap,
     high_water: &mut GlobalHighWater,
+    tags: &mut Vec<RequestTag>,
 ) -> Result<journal::ReplayOutcome, EngineError> {
     let load_err: Mutex<Option<EngineError>> = Mutex::new(None);
     let outcome = journal::replay(store, manifest.replay_from, |lsn, rec| {
-        for m in decode_record(rec)? {
+        let (tag, mutations) = decode_tagged_record(rec)?;
+        tags.extend(tag);
+        for m in mutations {
             let Some(key) = m.table_key() else {
                 if let Mutation::HighWater(hw) = &m {
                     high_water.merge_max(hw);
@@ -1060,7 +1129,13 @@ impl Engine {
             .map(|e| (e.range.first, TableSlot::new(Slot::OnDisk(e.clone()))))
             .collect();
         let mut high_water = manifest.high_water.clone();
-        let outcome = replay_journal(&*store, &manifest, &map, &mut high_water)?;
+        let mut tags = Vec::new();
+        let outcome = replay_journal(&*store, &manifest, &map, &mut high_water, &mut tags)?;
+        let mut ledger = read_ledger(&*store)?;
+        for t in &tags {
+            ledger.note(&t.id);
+        }
+        let recovered = Recovered::from_ledger(&ledger, tags);
         // LSNs never go back below a snapshot's: with the journal off they
         // advance without segments, and a record numbered below a table's
         // snapshot LSN would be skipped by the next replay.
@@ -1112,11 +1187,14 @@ impl Engine {
             dir_epoch: AtomicU64::new(1),
             dir_cache: RwLock::new(Default::default()),
             summed: Mutex::new(None),
+            requests: Mutex::new(ledger),
+            recovered: Mutex::new(Some(recovered)),
         });
         inner.split_oversized();
         let engine = Engine {
             inner: Arc::clone(&inner),
             flusher: Arc::new(Flusher::default()),
+            request: None,
         };
         if let Some(interval) = flush_interval {
             engine.start_flusher(interval)?;
@@ -1272,7 +1350,7 @@ impl Engine {
         perm: u32,
         exclusive: bool,
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner.run(|t| {
+        self.inner.run_for(self.request, |t| {
             namespace::make_node(t, cred, parent, name, perm, NodeKind::File { exclusive })
         })
     }
@@ -1291,8 +1369,9 @@ impl Engine {
             FileType::Regular => NodeKind::File { exclusive: true },
             other => NodeKind::Special { ftype: other, rdev },
         };
-        self.inner
-            .run(|t| namespace::make_node(t, cred, parent, name, perm, kind(ftype)))
+        self.inner.run_for(self.request, |t| {
+            namespace::make_node(t, cred, parent, name, perm, kind(ftype))
+        })
     }
 
     pub fn mkdir(
@@ -1302,8 +1381,9 @@ impl Engine {
         name: &[u8],
         perm: u32,
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner
-            .run(|t| namespace::make_node(t, cred, parent, name, perm, NodeKind::Dir))
+        self.inner.run_for(self.request, |t| {
+            namespace::make_node(t, cred, parent, name, perm, NodeKind::Dir)
+        })
     }
 
     pub fn symlink(
@@ -1313,7 +1393,7 @@ impl Engine {
         name: &[u8],
         target: &[u8],
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner.run(|t| {
+        self.inner.run_for(self.request, |t| {
             namespace::make_node(t, cred, parent, name, 0o777, NodeKind::Symlink { target })
         })
     }
@@ -1325,7 +1405,8 @@ impl Engine {
         parent: Soid,
         name: &[u8],
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner.run(|t| namespace::unlink(t, cred, parent, name))
+        self.inner
+            .run_for(self.request, |t| namespace::unlink(t, cred, parent, name))
     }
 
     /// Removes an empty directory; the value is its attributes as they were.
@@ -1335,7 +1416,8 @@ impl Engine {
         parent: Soid,
         name: &[u8],
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner.run(|t| namespace::rmdir(t, cred, parent, name))
+        self.inner
+            .run_for(self.request, |t| namespace::rmdir(t, cred, parent, name))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1348,8 +1430,9 @@ impl Engine {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<Committed<()>, FsError> {
-        self.inner
-            .run(|t| namespace::rename(t, cred, old_parent, old_name, new_parent, new_name, flags))
+        self.inner.run_for(self.request, |t| {
+            namespace::rename(t, cred, old_parent, old_name, new_parent, new_name, flags)
+        })
     }
 
     pub fn link(
@@ -1359,8 +1442,9 @@ impl Engine {
         new_parent: Soid,
         new_name: &[u8],
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner
-            .run(|t| namespace::link(t, cred, soid, new_parent, new_name))
+        self.inner.run_for(self.request, |t| {
+            namespace::link(t, cred, soid, new_parent, new_name)
+        })
     }
 
     pub fn setattr(
@@ -1369,7 +1453,8 @@ impl Engine {
         soid: Soid,
         set: &SetAttr,
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner.run(|t| namespace::setattr(t, cred, soid, set))
+        self.inner
+            .run_for(self.request, |t| namespace::setattr(t, cred, soid, set))
     }
 
     pub fn setxattr(
@@ -1380,8 +1465,9 @@ impl Engine {
         value: &[u8],
         flags: XattrFlags,
     ) -> Result<Committed<()>, FsError> {
-        self.inner
-            .run(|t| namespace::setxattr(t, cred, soid, name, value, flags))
+        self.inner.run_for(self.request, |t| {
+            namespace::setxattr(t, cred, soid, name, value, flags)
+        })
     }
 
     pub fn removexattr(
@@ -1390,8 +1476,27 @@ impl Engine {
         soid: Soid,
         name: &[u8],
     ) -> Result<Committed<()>, FsError> {
-        self.inner
-            .run(|t| namespace::removexattr(t, cred, soid, name))
+        self.inner.run_for(self.request, |t| {
+            namespace::removexattr(t, cred, soid, name)
+        })
+    }
+
+    // ---- client requests (exactly-once across a restart) -----------------
+
+    /// This engine, whose mutations answer client request `id`: with the
+    /// journal, their records carry it and their reply, so a restarted
+    /// server can answer a retry ([`crate::requests`]). Cheap (two
+    /// reference counts). Log-less ignores it.
+    pub fn for_request(&self, id: RequestId) -> Engine {
+        Engine {
+            request: Some(id),
+            ..self.clone()
+        }
+    }
+
+    /// What recovery found about client requests (once; `None` after).
+    pub fn take_recovered_requests(&self) -> Option<Recovered> {
+        self.inner.recovered.lock().take()
     }
 
     // ---- durability -----------------------------------------------------

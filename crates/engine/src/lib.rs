@@ -7,7 +7,9 @@
 //! - [`txn`]: transactions — ordered table locking, write sets, commit.
 //! - [`table`], [`index`], [`inode`]: what a table holds and how it is searched.
 //! - [`soid`], [`kdtree`], [`bloom`], [`perm`]: pure algorithms.
-//! - [`journal`], [`record`], [`manifest`]: the on-disk formats.
+//! - [`journal`], [`record`], [`manifest`]: the on-disk formats;
+//!   [`requests`]: which client requests were committed (exactly-once
+//!   across a restart).
 //! - [`logless`]: log-less durability (redo entries, stamps, the ARL,
 //!   the recovery rule).
 //! - [`store`]: the I/O seam (local directory, or memory for tests).
@@ -32,6 +34,7 @@ pub mod perm;
 pub mod postings;
 pub mod quarantine;
 pub mod record;
+pub mod requests;
 pub mod search;
 pub mod soid;
 pub mod stop;

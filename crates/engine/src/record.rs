@@ -5,14 +5,22 @@
 //! idempotent "set these keys to these values" whatever the operation was.
 //! An operation that touches several tables still writes one record, so it
 //! is recovered whole or not at all.
+//!
+//! Versions: 1 is the mutations alone; 2 adds the client request the
+//! operation answered ([`RequestTag`], see [`crate::requests`]) before
+//! them. A record without a tag is still written as version 1, and both
+//! decode.
 
 use crate::inode::{Dentry, Inode};
+use crate::requests::RequestTag;
 use crate::soid::GlobalHighWater;
 use serde::{Deserialize, Serialize};
 use sextant_types::Soid;
 
-/// Version byte at the start of every record payload.
+/// Version byte at the start of a record payload: mutations only.
 const RECORD_VERSION: u8 = 1;
+/// Version byte of a record with a request tag.
+const TAGGED_RECORD_VERSION: u8 = 2;
 
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum Mutation {
@@ -56,14 +64,41 @@ pub fn encode_record(mutations: &[Mutation]) -> Vec<u8> {
     out
 }
 
-/// Decodes a record payload. Never panics.
+/// A record of an operation that answered a client request (version 2);
+/// without a tag, the same as [`encode_record`].
+pub fn encode_tagged_record(tag: Option<&RequestTag>, mutations: &[Mutation]) -> Vec<u8> {
+    let Some(tag) = tag else {
+        return encode_record(mutations);
+    };
+    let mut out = vec![TAGGED_RECORD_VERSION];
+    out.extend_from_slice(
+        &postcard::to_stdvec(&(tag, mutations)).expect("serializing to a Vec cannot fail"),
+    );
+    out
+}
+
+/// Decodes a record payload (either version), dropping any tag. Never
+/// panics.
 pub fn decode_record(b: &[u8]) -> Result<Vec<Mutation>, String> {
-    match b.split_first() {
-        Some((&RECORD_VERSION, rest)) => match postcard::take_from_bytes(rest) {
-            Ok((m, [])) => Ok(m),
+    decode_tagged_record(b).map(|(_, m)| m)
+}
+
+/// Decodes a record payload with its request tag (`None` for version 1).
+/// Never panics.
+pub fn decode_tagged_record(b: &[u8]) -> Result<(Option<RequestTag>, Vec<Mutation>), String> {
+    fn whole<T>(r: postcard::Result<(T, &[u8])>) -> Result<T, String> {
+        match r {
+            Ok((v, [])) => Ok(v),
             Ok((_, extra)) => Err(format!("record has {} trailing bytes", extra.len())),
             Err(e) => Err(format!("bad record: {e}")),
-        },
+        }
+    }
+    match b.split_first() {
+        Some((&RECORD_VERSION, rest)) => Ok((None, whole(postcard::take_from_bytes(rest))?)),
+        Some((&TAGGED_RECORD_VERSION, rest)) => {
+            let (tag, m): (RequestTag, Vec<Mutation>) = whole(postcard::take_from_bytes(rest))?;
+            Ok((Some(tag), m))
+        }
         Some((v, _)) => Err(format!("unknown record version {v}")),
         None => Err("empty record".into()),
     }
@@ -92,5 +127,32 @@ mod tests {
         assert_eq!(decode_record(&encode_record(&m)).unwrap(), m);
         assert!(decode_record(&[]).is_err());
         assert!(decode_record(&[9, 1, 2]).is_err());
+    }
+
+    #[test]
+    fn tagged_round_trip_and_old_records_still_decode() {
+        use crate::requests::{Reply, RequestId};
+        let m = vec![Mutation::DeleteInode {
+            soid: Soid::from_u128(7),
+        }];
+        let tag = RequestTag {
+            id: RequestId {
+                client: 1,
+                seq: 2,
+                acked_below: 1,
+                digest: 3,
+            },
+            reply: Reply::Done,
+        };
+        let b = encode_tagged_record(Some(&tag), &m);
+        assert_eq!(b[0], TAGGED_RECORD_VERSION);
+        assert_eq!(decode_tagged_record(&b).unwrap(), (Some(tag), m.clone()));
+        assert_eq!(decode_record(&b).unwrap(), m);
+        // Version 1 (what older servers wrote, and untagged records now).
+        let old = encode_tagged_record(None, &m);
+        assert_eq!(old, encode_record(&m));
+        assert_eq!(old[0], RECORD_VERSION);
+        assert_eq!(decode_tagged_record(&old).unwrap(), (None, m));
+        assert!(decode_tagged_record(&b[..b.len() - 1]).is_err());
     }
 }

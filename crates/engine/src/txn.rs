@@ -21,7 +21,8 @@ use crate::engine::{Committed, Inner, Slot, TableSlot};
 use crate::inode::{Dentry, Inode};
 use crate::journal::MAX_RECORD_LEN;
 use crate::logless::{encode_mutations, stamp_keys};
-use crate::record::{encode_record, Mutation};
+use crate::record::{encode_tagged_record, Mutation};
+use crate::requests::RequestTag;
 use crate::soid::{GlobalHighWater, SoidSpace};
 use crate::table::Table;
 use parking_lot::MutexGuard;
@@ -236,8 +237,13 @@ impl<'m> Txn<'m> {
     /// entry) and applies it. Returns what was committed (LSN, 0 if the
     /// transaction wrote nothing; the log-less redo entry; the changed keys
     /// when tracked; the caller puts in the value) and the starts of tables
-    /// that grew past their limits and should split.
-    pub(crate) fn commit(mut self) -> OpResult<(Committed<()>, Vec<Soid>)> {
+    /// that grew past their limits and should split. With the journal, a
+    /// `tag` (the client request this answers) goes into the record and
+    /// the request ledger ([`crate::requests`]); log-less ignores it.
+    pub(crate) fn commit(
+        mut self,
+        tag: Option<RequestTag>,
+    ) -> OpResult<(Committed<()>, Vec<Soid>)> {
         let nothing = Committed {
             value: (),
             lsn: 0,
@@ -275,7 +281,15 @@ impl<'m> Txn<'m> {
         // below can ask for a retry once the record is in the journal.
         let (lsn, redo) = match &self.inner.logless {
             None => {
-                let record = encode_record(&mutations);
+                let record = encode_tagged_record(tag.as_ref(), &mutations);
+                if let Some(tag) = &tag {
+                    if record.len() > MAX_RECORD_LEN {
+                        return Err(OpError::Fs(FsError::TooBig));
+                    }
+                    // Before the append: a checkpoint that may trim this
+                    // record writes a ledger that has it.
+                    self.inner.requests.lock().note(&tag.id);
+                }
                 (
                     self.inner.journal.append(&record).map_err(OpError::Fs)?,
                     None,

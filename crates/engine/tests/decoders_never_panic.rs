@@ -12,7 +12,10 @@ use sextant_engine::bloom::{AttrFilters, BloomFilter, FilterInput, TimeAttr};
 use sextant_engine::inode::{Dentry, Inode, InodeExtra, Name};
 use sextant_engine::journal::{decode_batch, encode_batch, replay, JournalError, Lsn};
 use sextant_engine::logless::{decode_redo, encode_mutations, encode_redo, seal, MAC_LEN};
-use sextant_engine::record::{decode_record, encode_record, Mutation};
+use sextant_engine::record::{
+    decode_record, decode_tagged_record, encode_record, encode_tagged_record, Mutation,
+};
+use sextant_engine::requests::{Ledger, Reply, RequestId, RequestTag};
 use sextant_engine::soid::{DirExtents, GlobalHighWater};
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::table::{decode_snapshot, encode_snapshot, SnapshotBody, Table};
@@ -470,6 +473,60 @@ fn drive_batch(b: &[u8]) {
     }
 }
 
+/// A client request tag: both kinds of reply.
+fn request_tag() -> impl Strategy<Value = RequestTag> {
+    let id = (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+        |(client, seq, acked_below, digest)| RequestId {
+            client,
+            seq,
+            acked_below,
+            digest,
+        },
+    );
+    let attr = (
+        soid(),
+        ftype(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<i64>(),
+        soid(),
+    )
+        .prop_map(
+            |(soid, ftype, perm, nlink, size, t, parent)| sextant_types::Attr {
+                soid,
+                ftype,
+                perm,
+                uid: perm >> 3,
+                gid: perm >> 5,
+                nlink,
+                size,
+                rdev: nlink >> 2,
+                atime: Nanos(t),
+                mtime: Nanos(t / 3),
+                ctime: Nanos(t / 7),
+                parent,
+            },
+        );
+    let reply = prop_oneof![Just(Reply::Done), attr.prop_map(Reply::Attr)];
+    (id, reply).prop_map(|(id, reply)| RequestTag { id, reply })
+}
+
+fn drive_tagged_record(b: &[u8]) {
+    if let Ok((tag, m)) = decode_tagged_record(b) {
+        let again = decode_tagged_record(&encode_tagged_record(tag.as_ref(), &m)).unwrap();
+        assert_eq!(again, (tag, m));
+    }
+    drive_record(b);
+}
+
+fn drive_ledger(b: &[u8]) {
+    if let Ok(mut l) = Ledger::decode(b) {
+        let again = Ledger::decode(&l.encode()).expect("re-encoded ledger");
+        assert_eq!(again.clients(), l.clients());
+    }
+}
+
 fn drive_record(b: &[u8]) {
     if let Ok(m) = decode_record(b) {
         assert_eq!(decode_record(&encode_record(&m)).unwrap(), m);
@@ -609,6 +666,32 @@ proptest! {
         prop_assert_eq!(decode_record(&b).unwrap(), m);
         apply_edits(&mut b, &e);
         drive_record(&b);
+    }
+
+    #[test]
+    fn mutated_tagged_record(tag in request_tag(), m in mutations(), e in edits()) {
+        let mut b = encode_tagged_record(Some(&tag), &m);
+        prop_assert_eq!(decode_tagged_record(&b).unwrap(), (Some(tag), m.clone()));
+        prop_assert_eq!(decode_record(&b).unwrap(), m);
+        apply_edits(&mut b, &e);
+        drive_tagged_record(&b);
+    }
+
+    #[test]
+    fn mutated_ledger(ids in vec((0u64..6, any::<u64>(), any::<u64>()), 0..40), e in edits(),
+                      reseal in any::<bool>()) {
+        let mut l = Ledger::default();
+        for (client, seq, acked_below) in ids {
+            l.note(&RequestId { client, seq, acked_below: acked_below.min(seq), digest: 0 });
+        }
+        let mut b = l.encode();
+        prop_assert_eq!(Ledger::decode(&b).unwrap().clients(), l.clients());
+        apply_edits(&mut b, &e);
+        if reseal && b.len() >= 12 {
+            b[..8].copy_from_slice(b"SXTREQS1");
+            with_crc_trailer(&mut b);
+        }
+        drive_ledger(&b);
     }
 
     #[test]
