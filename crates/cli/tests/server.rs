@@ -236,6 +236,7 @@ fn raw_request(client_id: u64, seq: u64, op: Op) -> pb::Request {
         }),
         client_id,
         seq,
+        acked_below: 0,
         origin: 0,
         want_dir: false,
         op: Some(op),
@@ -1033,4 +1034,339 @@ fn a_given_server_that_is_missing_is_named_not_replaced() {
         "no TLS hint for a Unix socket: {said}"
     );
     assert!(!data.exists(), "no store made for a given server");
+}
+
+/// A server whose exactly-once count window (for clients that do not
+/// acknowledge) is tiny: the config key `dedup_window`.
+fn start_with_small_window(data: &Path) -> Server {
+    std::fs::create_dir_all(data).unwrap();
+    let config = data.join("small-window.toml");
+    std::fs::write(&config, "dedup_window = 8\n").unwrap();
+    let (child, addr) = common::spawn_server_with(
+        data,
+        "127.0.0.1:0",
+        &[
+            "--journal-sync",
+            "fsync",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        std::process::Stdio::inherit(),
+    );
+    Server {
+        child,
+        addr,
+        data: data.to_path_buf(),
+    }
+}
+
+/// A deterministic shuffle of `1..=n` (xorshift; no rand dependency).
+fn shuffled(n: u64, mut state: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (1..=n).collect();
+    for i in (1..v.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        v.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// Issue 25 item 1: thousands of mutations in flight on one Session
+/// stream, sent deliberately out of order (as a server's tasks may reach
+/// the exactly-once table), with some replies "lost" and retried: each
+/// runs exactly once and none is refused. The old window (the last N
+/// numbers by count) refused the late arrivals with ESTALE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reordered_mutations_in_flight_run_once_and_none_is_refused() {
+    const N: u64 = 3000;
+    const CLIENT: u64 = 0x5eed;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_small_window(&dir.path().join("data"));
+    let secret = server.secret();
+    let c = server.client().await;
+    let parent = c
+        .mkdir(&root(), Soid::ROOT, b"r", 0o755)
+        .await
+        .unwrap()
+        .soid;
+    let create = move |seq: u64| {
+        Op::Create(pb::CreateRequest {
+            parent: Some(soid_to_pb(parent)),
+            name: format!("f{seq}").into_bytes(),
+            perm: 0o644,
+            exclusive: true,
+        })
+    };
+    let request = move |id: u64, seq: u64, acked_below: u64| pb::Request {
+        id,
+        acked_below,
+        ..raw_request(CLIENT, seq, create(seq))
+    };
+    let mut raw = raw_client(&server).await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<pb::Request>(64);
+    let mut replies = raw
+        .session(with_secret(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            &secret,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // Every first attempt, shuffled, with a pause now and then so later
+    // numbers overtake earlier ones by a lot; nothing answered yet is
+    // acknowledged (acked_below 1).
+    let sender = tokio::spawn(async move {
+        for (i, seq) in shuffled(N, 0x2545_f491_4f6c_dd1d).into_iter().enumerate() {
+            tx.send(request(seq, seq, 1)).await.unwrap();
+            if i % 500 == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        tx
+    });
+    let mut first = std::collections::HashMap::new();
+    for _ in 0..N {
+        let r = replies.message().await.unwrap().unwrap();
+        match (&r.result, &r.error) {
+            (Some(Res::Attr(a)), None) => first.insert(r.id, a.soid),
+            other => panic!("seq {}: {other:?}", r.id),
+        };
+    }
+    let tx = sender.await.unwrap();
+    assert_eq!(first.len() as u64, N);
+    // The replies of every 7th were "lost": retry those (again out of
+    // order); the rest count as answered, so the client acknowledges
+    // everything below the lowest lost one.
+    let lost: Vec<u64> = shuffled(N, 0x1234_5678_9abc_def1)
+        .into_iter()
+        .filter(|s| s % 7 == 0)
+        .collect();
+    let lowest_lost = *lost.iter().min().unwrap();
+    for &seq in &lost {
+        tx.send(request(N + seq, seq, lowest_lost)).await.unwrap();
+    }
+    for _ in 0..lost.len() {
+        let r = replies.message().await.unwrap().unwrap();
+        let seq = r.id - N;
+        match (&r.result, &r.error) {
+            (Some(Res::Attr(a)), None) => {
+                assert_eq!(
+                    Some(&a.soid),
+                    first.get(&seq),
+                    "seq {seq}: the original reply"
+                )
+            }
+            other => panic!("retry of seq {seq}: {other:?}"),
+        }
+    }
+    // Now everything is answered: a new request acknowledges it all, and a
+    // late duplicate of an old number is refused, not run again.
+    tx.send(request(2 * N + 1, N + 1, N + 1)).await.unwrap();
+    let r = replies.message().await.unwrap().unwrap();
+    assert!(r.error.is_none(), "{r:?}");
+    tx.send(request(2 * N + 2, lowest_lost, 1)).await.unwrap();
+    let r = replies.message().await.unwrap().unwrap();
+    assert_eq!(r.error.map(|e| e.errno), Some(FsError::Stale.errno()));
+    // Each ran once: N + 1 files, every name there.
+    let mut cookie = 0;
+    let mut names = std::collections::HashSet::new();
+    loop {
+        let batch = c.readdir(&root(), parent, cookie, 1000).await.unwrap();
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        names.extend(batch.into_iter().map(|e| e.name.to_vec()));
+    }
+    assert_eq!(names.len() as u64, N + 1);
+    let (_, st) = c.stats(&root()).await.unwrap();
+    assert!(st.replayed_replies >= lost.len() as u64, "{st:?}");
+}
+
+/// Issue 25 item 1 through the client library: thousands of concurrent
+/// mutations against a server whose count window is tiny: none is refused
+/// (the client acknowledges, so the window never applies to it). Failed
+/// with ESTALE before: requests were numbered before waiting for a permit
+/// and forgotten by count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_concurrent_client_mutations_are_never_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_small_window(&dir.path().join("data"));
+    let c = server.client().await;
+    let parent = c
+        .mkdir(&root(), Soid::ROOT, b"c", 0o755)
+        .await
+        .unwrap()
+        .soid;
+    const N: usize = 4000;
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let f = c
+                    .create(&root(), parent, format!("f{i}").as_bytes(), 0o644, true)
+                    .await?;
+                c.setattr(
+                    &root(),
+                    f.soid,
+                    &SetAttr {
+                        perm: Some(0o600),
+                        ..Default::default()
+                    },
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        if let Err(e) = t.await.unwrap() {
+            failures.push((i, e));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {N} failed, e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert_eq!(c.statfs(&root()).await.unwrap().inodes as usize, 2 + N);
+}
+
+/// A server armed to exit (like kill -9) right after its first
+/// exactly-once mutation is durable, before the reply goes out.
+fn start_crashing_after_commit(data: &Path) -> Server {
+    let (child, addr) = common::spawn_server_env(
+        data,
+        "127.0.0.1:0",
+        &["--journal-sync", "fsync"],
+        std::process::Stdio::inherit(),
+        &[("SEXTANT_FAULT", "exit-after-commit:1")],
+    );
+    Server {
+        child,
+        addr,
+        data: data.to_path_buf(),
+    }
+}
+
+async fn send(server: &Server, req: pb::Request) -> Result<pb::Response, tonic::Status> {
+    let mut raw = raw_client(server).await;
+    raw.call(with_secret(req, &server.secret()))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Sends a mutation the server dies on before replying; checks it died
+/// of the fault point.
+async fn send_and_crash(server: &mut Server, req: pb::Request) {
+    assert!(send(server, req).await.is_err(), "no reply expected");
+    let status = server.child.wait().unwrap();
+    assert_eq!(status.code(), Some(86), "died of the fault point");
+}
+
+fn attr_of(r: &pb::Response) -> sextant_types::Attr {
+    assert!(r.error.is_none(), "{r:?}");
+    match &r.result {
+        Some(Res::Attr(a)) => sextant_proto::attr_from_pb(a).unwrap(),
+        other => panic!("not attributes: {other:?}"),
+    }
+}
+
+/// Issue 25 item 12: with the journal, a mutation committed and synced
+/// whose server died before replying gets, when retried on the restarted
+/// server with the same client id and seq, its original reply — create the
+/// same inode (not EEXIST), unlink and rmdir success with the attributes
+/// as they were (not ENOENT) — and once written back, ESTALE (never a
+/// second run). Before, the table was memory only and the retry ran again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_crash_between_commit_and_reply_gets_the_original_reply() {
+    const CLIENT: u64 = 0xfeed_f00d;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let req = |seq: u64, op: Op| pb::Request {
+        acked_below: 1,
+        ..raw_request(CLIENT, seq, op)
+    };
+    let mkdir = || {
+        Op::Mkdir(pb::MkdirRequest {
+            parent: Some(soid_to_pb(Soid::ROOT)),
+            name: b"d".to_vec(),
+            perm: 0o755,
+        })
+    };
+    let create = |d: Soid| {
+        Op::Create(pb::CreateRequest {
+            parent: Some(soid_to_pb(d)),
+            name: b"f".to_vec(),
+            perm: 0o640,
+            exclusive: true,
+        })
+    };
+    let unlink = |d: Soid| {
+        Op::Unlink(pb::UnlinkRequest {
+            parent: Some(soid_to_pb(d)),
+            name: b"f".to_vec(),
+        })
+    };
+    let rmdir = || {
+        Op::Rmdir(pb::RmdirRequest {
+            parent: Some(soid_to_pb(Soid::ROOT)),
+            name: b"d".to_vec(),
+        })
+    };
+
+    let mut s = start_crashing_after_commit(&data);
+    send_and_crash(&mut s, req(1, mkdir())).await;
+
+    let mut s = start_crashing_after_commit(&data);
+    let d = attr_of(&send(&s, req(1, mkdir())).await.unwrap());
+    let looked = s
+        .client()
+        .await
+        .lookup(&root(), Soid::ROOT, b"d")
+        .await
+        .unwrap();
+    assert_eq!(d, looked, "mkdir: the original reply, not EEXIST");
+    send_and_crash(&mut s, req(2, create(d.soid))).await;
+
+    let mut s = start_crashing_after_commit(&data);
+    let f = attr_of(&send(&s, req(2, create(d.soid))).await.unwrap());
+    let looked = s
+        .client()
+        .await
+        .lookup(&root(), d.soid, b"f")
+        .await
+        .unwrap();
+    assert_eq!(
+        (f.soid, f.perm, f.ftype),
+        (looked.soid, 0o640, FileType::Regular)
+    );
+    send_and_crash(&mut s, req(3, unlink(d.soid))).await;
+
+    let mut s = start_crashing_after_commit(&data);
+    let gone = attr_of(&send(&s, req(3, unlink(d.soid))).await.unwrap());
+    assert_eq!((gone.soid, gone.nlink), (f.soid, 1), "unlink: as it was");
+    send_and_crash(&mut s, req(4, rmdir())).await;
+
+    let mut s = Server::start(&data, "127.0.0.1:0");
+    let gone = attr_of(&send(&s, req(4, rmdir())).await.unwrap());
+    assert_eq!(gone.soid, d.soid, "rmdir: success, not ENOENT");
+    // The same numbers for another operation are refused.
+    let other = send(&s, req(4, mkdir())).await.unwrap();
+    assert_eq!(other.error.map(|e| e.errno), Some(FsError::Invalid.errno()));
+    // A clean stop writes everything back and trims the journal: the
+    // replies are gone, the numbers are not forgotten.
+    s.stop();
+    let s = Server::start(&data, "127.0.0.1:0");
+    let stale = send(&s, req(2, create(d.soid))).await.unwrap();
+    assert_eq!(stale.error.map(|e| e.errno), Some(FsError::Stale.errno()));
+    let c = s.client().await;
+    assert_eq!(
+        c.lookup(&root(), Soid::ROOT, b"d").await.err(),
+        Some(Error::Fs(FsError::NotFound)),
+        "nothing ran twice"
+    );
+    // New numbers of the same client run.
+    let again = send(&s, req(5, mkdir())).await.unwrap();
+    assert!(again.error.is_none(), "{again:?}");
 }

@@ -137,17 +137,66 @@ struct Conn {
     dead: Arc<AtomicBool>,
 }
 
-/// Mutations in flight per client, kept below the server's exactly-once
-/// window (1,024 replies per client by default) so a retried mutation's
-/// reply is always still remembered.
+/// Mutations in flight per client. The server remembers a reply until
+/// this client acknowledges it (`acked_below`, see [`Outstanding`]), so
+/// this is not what keeps retries answerable; it bounds what one client
+/// makes the server hold (its hard cap per client is far above this).
 const MAX_MUTATIONS_IN_FLIGHT: usize = 512;
+
+/// The sequence numbers of this client's mutations that are not finished
+/// for good: each request tells the server the lowest of them
+/// (`acked_below`), below which it may forget replies.
+///
+/// Invariant: a seq is taken and inserted under one lock, so the minimum
+/// any request reports is never above a number already handed out and
+/// still running.
+#[derive(Default)]
+struct Outstanding {
+    seqs: std::collections::BTreeSet<u64>,
+    next: u64,
+}
+
+impl Outstanding {
+    /// A fresh sequence number, outstanding until [`Outstanding::done`].
+    fn take(&mut self) -> u64 {
+        self.next = self.next.max(1);
+        let seq = self.next;
+        self.next += 1;
+        self.seqs.insert(seq);
+        seq
+    }
+
+    /// Every number below this is finished (0 when none is outstanding,
+    /// which no request of this client reports: its own is outstanding).
+    fn acked_below(&self) -> u64 {
+        self.seqs.first().copied().unwrap_or(0)
+    }
+
+    fn done(&mut self, seq: u64) {
+        self.seqs.remove(&seq);
+    }
+}
+
+/// Removes a mutation's seq from [`Outstanding`] when its call ends for
+/// good — a reply, a final failure, or the caller dropping the call.
+struct SeqGuard<'a> {
+    outstanding: &'a Mutex<Outstanding>,
+    seq: u64,
+}
+
+impl Drop for SeqGuard<'_> {
+    fn drop(&mut self) {
+        self.outstanding.lock().done(self.seq);
+    }
+}
 
 struct Inner {
     addr: String,
     target: Target,
     secret: MetadataValue<tonic::metadata::Ascii>,
     client_id: u64,
-    next_seq: AtomicU64,
+    /// Exactly-once sequence numbers (see [`Outstanding`]).
+    outstanding: Mutex<Outstanding>,
     next_id: AtomicU64,
     options: Options,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
@@ -196,7 +245,7 @@ impl Inner {
             target,
             secret,
             client_id: options.client_id.unwrap_or_else(random_u64),
-            next_seq: AtomicU64::new(1),
+            outstanding: Mutex::new(Outstanding::default()),
             next_id: AtomicU64::new(1),
             options,
             conn: tokio::sync::Mutex::new(None),
@@ -535,28 +584,24 @@ impl Client {
         want_dir: bool,
     ) -> Result<(Res, Option<Attr>)> {
         let mutation = op.is_mutation();
-        let (client_id, seq) = if mutation && self.inner.client_id != 0 {
-            (
-                self.inner.client_id,
-                self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
-            )
-        } else {
-            (0, 0)
-        };
+        let exactly_once = mutation && self.inner.client_id != 0;
         let mut req = pb::Request {
             id: 0,
             cred: Some(cred_to_pb(cred)),
-            client_id,
-            seq,
+            // Numbered below, once it may be sent.
+            client_id: 0,
+            seq: 0,
+            acked_below: 0,
             origin: self.inner.options.origin,
             want_dir,
             op: Some(op),
         };
-        if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
+        if prost::Message::encoded_len(&req) + 3 * 11 > MAX_MESSAGE_BYTES {
             return Err(Error::Fs(FsError::TooBig));
         }
-        // Held across retries, so in-flight mutations stay inside the
-        // server's exactly-once window.
+        // Held across retries: bounds what this client makes the server
+        // hold (see MAX_MUTATIONS_IN_FLIGHT). Taken *before* the request
+        // is numbered, so numbers are handed out in the order requests go.
         let _permit = if mutation {
             Some(
                 self.inner
@@ -568,12 +613,25 @@ impl Client {
         } else {
             None
         };
+        let _seq = exactly_once.then(|| {
+            let seq = self.inner.outstanding.lock().take();
+            req.client_id = self.inner.client_id;
+            req.seq = seq;
+            SeqGuard {
+                outstanding: &self.inner.outstanding,
+                seq,
+            }
+        });
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
             let failure = match self.conn().await {
                 Ok(conn) => {
                     req.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                    if exactly_once {
+                        // Every attempt says what this client still needs.
+                        req.acked_below = self.inner.outstanding.lock().acked_below();
+                    }
                     let (wtx, wrx) = oneshot::channel();
                     let registered = {
                         let mut pending = conn.pending.lock();

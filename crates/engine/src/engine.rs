@@ -1888,15 +1888,16 @@ impl Engine {
     /// summaries, when they give exactly what the search would (the whole
     /// namespace, for root or — with no directory closed to anyone — any
     /// caller; an expression of owner, group and type; grouped by uid, gid
-    /// or type); `None` when a search is needed.
+    /// or type, or — `by` `None` — the total only); `None` when a search
+    /// is needed.
     pub fn aggregate_from_summaries(
         &self,
         cred: &Credentials,
         scope: crate::search::Scope<'_>,
         expr: &crate::search::Expr,
-        by: crate::search::GroupBy,
+        by: impl Into<Option<crate::search::GroupBy>>,
     ) -> Result<Option<crate::search::Aggregation>, FsError> {
-        crate::search::from_summaries(self, cred, scope, expr, by)
+        crate::search::from_summaries(self, cred, scope, expr, by.into())
     }
 
     /// A search starts: the directory epoch it remembers paths under

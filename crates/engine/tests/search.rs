@@ -672,6 +672,19 @@ fn run_case(
                         .unwrap();
                 prop_assert_eq!(got, agg_of(&want, by), "summaries, {:?} by {:?}", expr, by);
             }
+            // Ungrouped (`du`): the total only, from the same summaries
+            // wherever the grouped totals come from them.
+            let kept =
+                ns.e.aggregate_from_summaries(&cred, Scope::Soid(Soid::ROOT), &expr, None)
+                    .unwrap();
+            let grouped =
+                ns.e.aggregate_from_summaries(&cred, Scope::Soid(Soid::ROOT), &expr, GroupBy::Uid)
+                    .unwrap();
+            prop_assert_eq!(kept.is_some(), grouped.is_some(), "{:?}", expr);
+            if let Some(kept) = kept {
+                prop_assert!(kept.groups.is_empty());
+                prop_assert_eq!(kept.total, agg_of(&want, GroupBy::Uid).total, "{:?}", expr);
+            }
         }
     }
     for q in queries {
@@ -1605,6 +1618,15 @@ fn kept_summary_sums_see_every_acknowledged_mutation() {
                 .unwrap();
             assert_eq!(kept, counted, "after {what}, by {by:?}");
         }
+        // The total only (`du`), kept the same way.
+        let kept = e
+            .aggregate_from_summaries(&root, Scope::Soid(Soid::ROOT), &files, None)
+            .unwrap()
+            .expect("root's whole-namespace total comes from the summaries");
+        let (counted, _) = e
+            .search_tally(&root, Scope::Soid(Soid::ROOT), &files, None, &rows)
+            .unwrap();
+        assert_eq!(kept, counted, "after {what}, the total only");
     };
     check("nothing");
     let d = mkdir_as_root(&e, Soid::ROOT, "d");

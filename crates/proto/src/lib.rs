@@ -27,5 +27,7 @@ pub const PATH_MAX: usize = 4096;
 pub const GROUPS_MAX: usize = 65536;
 /// Most entries one readdir returns.
 pub const READDIR_MAX: u32 = 1024;
-/// Replies remembered per client for exactly-once retries.
+/// Exactly-once replies remembered per client that does not send
+/// `acked_below` (an older client; see the protocol header). Clients that
+/// acknowledge are remembered until they acknowledge, up to a hard cap.
 pub const DEDUP_WINDOW: usize = 1024;

@@ -70,6 +70,8 @@ pub struct ServerConfig {
     pub socket: Option<PathBuf>,
     pub cache_bytes: usize,
     pub sync: SyncMode,
+    /// Exactly-once replies kept per client that does not acknowledge
+    /// (`acked_below` 0, older clients); see the server's `dedup` module.
     pub dedup_window: usize,
     pub dedup_clients: usize,
     /// Where to serve Prometheus metrics (`None`: not at all).

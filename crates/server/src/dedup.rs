@@ -5,42 +5,84 @@
 //! runs; a retry of it finds the cell and waits for (or returns) the same
 //! reply, so the mutation runs once however often it is sent.
 //!
-//! Bounds: each client keeps its last `window` sequence numbers (oldest
-//! dropped first); a request for a number below the dropped ones cannot be
-//! told apart from a retry of something already run, so it is refused with
-//! `ESTALE` and never run. At most `max_clients` clients are remembered;
-//! the least recently active one is forgotten first, leaving a tombstone
-//! (the highest seq it ever began): when it comes back, anything at or
-//! below that is refused with `ESTALE` — it may have run — and only newer
-//! numbers run. Tombstones are 16 bytes; at most `16 × max_clients` are
-//! kept (oldest dropped first).
+//! When a reply may be forgotten: each request also carries the client's
+//! `acked_below` — every seq of that client below it was answered or
+//! abandoned and is never sent again (TCP's cumulative acknowledgement).
+//! The client's *floor* is the highest `acked_below` seen; replies below it
+//! are dropped, and a request below it is a stale duplicate nobody waits
+//! for: `ESTALE`, never run. Nothing else moves the floor (except the hard
+//! cap below), so a first attempt is never refused, however many requests
+//! are in flight or however out of order they arrive.
+//!
+//! Invariants and bounds:
+//! - `acked_below <= seq` for every request (the client's own request is
+//!   outstanding); a request claiming more is `EINVAL`.
+//! - A client keeps at most [`HARD_CAP`] replies, far above the client
+//!   library's in-flight limit (512): only a misbehaving client (one that
+//!   never advances `acked_below`, or one request stuck while tens of
+//!   thousands after it finish) reaches it; then its oldest replies are
+//!   dropped and the floor moves above them (those retries get `ESTALE`).
+//! - A client that sends `acked_below = 0` (an older client) is windowed
+//!   by count instead: its last `window` replies (`dedup_window`), the
+//!   older ones dropped and refused with `ESTALE`.
+//! - At most `max_clients` clients are remembered; the least recently
+//!   active one is forgotten first, leaving a tombstone (the highest seq it
+//!   ever began): when it comes back, anything at or below that is refused
+//!   with `ESTALE` — it may have run — and only newer numbers run.
+//!   Tombstones are 16 bytes; at most `16 × max_clients` are kept (oldest
+//!   dropped first).
 //!
 //! Each remembered request keeps a digest of its operation and
 //! credentials: a (client, seq) reused for a different request (two
 //! clients sharing an id, a restarted client reusing numbers) gets
 //! `EINVAL` instead of another request's reply.
 //!
-//! The table lives in memory: a retry that reaches a *restarted* server
-//! runs again (see the crate docs).
+//! The table lives in memory. With the journal, a restarted server seeds
+//! it ([`Dedup::seed`]) from what recovery found: the replies of the
+//! mutations whose records were replayed, and the numbers whose records
+//! were written back earlier (refused with `ESTALE`: they ran, and their
+//! reply is gone). See `sextant_engine::requests`.
 
 use sextant_proto::pb;
 use sextant_types::FsError;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 /// The reply of one mutation, filled in once.
 pub type ReplyCell = Arc<OnceCell<pb::Response>>;
 
+/// Most replies remembered for one client that acknowledges (see the
+/// module docs): 32 × the client library's in-flight limit.
+pub const HARD_CAP: usize = 16_384;
+
+/// What a request's (client, seq) maps to.
+enum Known {
+    /// Ran (or is running) here: the request digest and the reply.
+    Reply(u64, ReplyCell),
+    /// Ran before a restart and its reply is gone: refused with `ESTALE`.
+    Gone,
+}
+
 struct ClientWindow {
-    /// seq → (request digest, reply)
-    replies: BTreeMap<u64, (u64, ReplyCell)>,
-    /// Every seq below this was dropped from the window.
+    replies: BTreeMap<u64, Known>,
+    /// Every seq below this is refused (acknowledged, or dropped).
     floor: u64,
+    /// Whether the client sends `acked_below` (then no count window).
+    acknowledges: bool,
     last_used: u64,
 }
 
 impl ClientWindow {
+    fn new(floor: u64) -> ClientWindow {
+        ClientWindow {
+            replies: BTreeMap::new(),
+            floor,
+            acknowledges: false,
+            last_used: 0,
+        }
+    }
+
     fn highest_seq(&self) -> u64 {
         self.replies
             .keys()
@@ -49,6 +91,31 @@ impl ClientWindow {
             .unwrap_or(0)
             .max(self.floor.saturating_sub(1))
     }
+
+    /// Raises the floor to `to`, dropping the replies below it.
+    fn raise_floor(&mut self, to: u64) {
+        if to > self.floor {
+            self.floor = to;
+            self.replies = self.replies.split_off(&to);
+        }
+    }
+
+    /// Drops the oldest replies while more than `cap` are kept.
+    fn cap(&mut self, cap: usize) {
+        while self.replies.len() > cap {
+            if let Some((dropped, _)) = self.replies.pop_first() {
+                self.floor = self.floor.max(dropped + 1);
+            }
+        }
+    }
+}
+
+/// A mutation recovery found in the journal, with its reply.
+pub struct Seeded {
+    pub client: u64,
+    pub seq: u64,
+    pub digest: u64,
+    pub reply: pb::Response,
 }
 
 pub struct Dedup {
@@ -76,48 +143,95 @@ impl Dedup {
         }
     }
 
-    /// The cell for (client, seq): a fresh one if this is the first time,
-    /// the existing one for a retry of the same request (`digest`),
-    /// `EINVAL` for a different request under the same numbers, `ESTALE`
-    /// when it fell out of the window.
-    pub fn begin(
-        &mut self,
-        client: u64,
-        seq: u64,
-        digest: u64,
-    ) -> Result<(ReplyCell, bool), FsError> {
+    /// The window of `client`, made (and marked most recently used) if
+    /// needed.
+    fn window_of(&mut self, client: u64) -> &mut ClientWindow {
         self.tick += 1;
         if !self.clients.contains_key(&client) && self.clients.len() >= self.max_clients {
             self.forget_least_recent();
         }
         let tombstone = self.tombstones.remove(&client);
-        let w = self.clients.entry(client).or_insert_with(|| ClientWindow {
-            replies: BTreeMap::new(),
+        let w = self.clients.entry(client).or_insert_with(|| {
             // A returning forgotten client: what it began before may have
             // run, so those numbers are refused.
-            floor: tombstone.map_or(0, |t| t + 1),
-            last_used: 0,
+            ClientWindow::new(tombstone.map_or(0, |t| t + 1))
         });
         self.by_use.remove(&w.last_used);
         w.last_used = self.tick;
         self.by_use.insert(self.tick, client);
-        if let Some((known, cell)) = w.replies.get(&seq) {
-            if *known != digest {
-                return Err(FsError::Invalid);
+        w
+    }
+
+    /// The cell for (client, seq): a fresh one if this is the first time,
+    /// the existing one for a retry of the same request (`digest`),
+    /// `EINVAL` for a different request under the same numbers (or an
+    /// `acked_below` above `seq`), `ESTALE` below the client's floor.
+    pub fn begin(
+        &mut self,
+        client: u64,
+        seq: u64,
+        acked_below: u64,
+        digest: u64,
+    ) -> Result<(ReplyCell, bool), FsError> {
+        if acked_below > seq {
+            return Err(FsError::Invalid);
+        }
+        let window = self.window;
+        let w = self.window_of(client);
+        if acked_below > 0 {
+            w.acknowledges = true;
+            w.raise_floor(acked_below);
+        }
+        match w.replies.get(&seq) {
+            Some(Known::Reply(known, cell)) => {
+                if *known != digest {
+                    return Err(FsError::Invalid);
+                }
+                return Ok((Arc::clone(cell), true));
             }
-            return Ok((Arc::clone(cell), true));
+            Some(Known::Gone) => return Err(FsError::Stale),
+            None => {}
         }
         if seq < w.floor {
             return Err(FsError::Stale);
         }
         let cell: ReplyCell = Arc::new(OnceCell::new());
-        w.replies.insert(seq, (digest, Arc::clone(&cell)));
-        while w.replies.len() > self.window {
-            if let Some((dropped, _)) = w.replies.pop_first() {
-                w.floor = w.floor.max(dropped + 1);
+        w.replies
+            .insert(seq, Known::Reply(digest, Arc::clone(&cell)));
+        w.cap(if w.acknowledges { HARD_CAP } else { window });
+        Ok((cell, false))
+    }
+
+    /// After a restart: what recovery found. `floors`: per client, every
+    /// seq below the floor was acknowledged before the crash (refused);
+    /// `gone`: numbers that ran but whose reply is lost (refused);
+    /// `replies`: mutations whose reply was rebuilt (answered with it).
+    /// Call before serving.
+    pub fn seed(
+        &mut self,
+        floors: impl IntoIterator<Item = (u64, u64)>,
+        gone: impl IntoIterator<Item = (u64, u64)>,
+        replies: impl IntoIterator<Item = Seeded>,
+    ) {
+        for (client, floor) in floors {
+            self.window_of(client).raise_floor(floor);
+        }
+        for (client, seq) in gone {
+            let w = self.window_of(client);
+            if seq >= w.floor {
+                w.replies.insert(seq, Known::Gone);
             }
         }
-        Ok((cell, false))
+        for s in replies {
+            let w = self.window_of(s.client);
+            if s.seq >= w.floor {
+                let cell = Arc::new(OnceCell::new_with(Some(s.reply)));
+                w.replies.insert(s.seq, Known::Reply(s.digest, cell));
+            }
+        }
+        for w in self.clients.values_mut() {
+            w.cap(HARD_CAP);
+        }
     }
 
     fn forget_least_recent(&mut self) {
@@ -138,6 +252,19 @@ impl Dedup {
     pub fn clients(&self) -> usize {
         self.clients.len()
     }
+
+    /// Replies remembered for `client` (tests, metrics).
+    pub fn remembered(&self, client: u64) -> usize {
+        self.clients.get(&client).map_or(0, |w| w.replies.len())
+    }
+
+    /// Seqs remembered for `client`, in order (tests).
+    pub fn remembered_seqs(&self, client: u64) -> BTreeSet<u64> {
+        self.clients
+            .get(&client)
+            .map(|w| w.replies.keys().copied().collect())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -147,40 +274,40 @@ mod tests {
     #[test]
     fn retry_finds_the_same_cell() {
         let mut d = Dedup::new(4, 2);
-        let (a, retry) = d.begin(1, 10, 0).unwrap();
+        let (a, retry) = d.begin(1, 10, 0, 0).unwrap();
         assert!(!retry);
-        let (b, retry) = d.begin(1, 10, 0).unwrap();
+        let (b, retry) = d.begin(1, 10, 0, 0).unwrap();
         assert!(retry && Arc::ptr_eq(&a, &b));
-        let (c, retry) = d.begin(2, 10, 0).unwrap();
+        let (c, retry) = d.begin(2, 10, 0, 0).unwrap();
         assert!(!retry && !Arc::ptr_eq(&a, &c));
     }
 
     #[test]
-    fn window_drops_oldest_and_refuses_below_it() {
+    fn without_acknowledgements_the_window_drops_oldest_and_refuses_below_it() {
         let mut d = Dedup::new(4, 2);
         for seq in 1..=6 {
-            d.begin(1, seq, 0).unwrap();
+            d.begin(1, seq, 0, 0).unwrap();
         }
         // 1 and 2 were dropped: a retry of them must not run again.
-        assert_eq!(d.begin(1, 1, 0).err(), Some(FsError::Stale));
-        assert_eq!(d.begin(1, 2, 0).err(), Some(FsError::Stale));
-        assert!(d.begin(1, 3, 0).unwrap().1, "3 is still remembered");
-        assert!(!d.begin(1, 7, 0).unwrap().1);
+        assert_eq!(d.begin(1, 1, 0, 0).err(), Some(FsError::Stale));
+        assert_eq!(d.begin(1, 2, 0, 0).err(), Some(FsError::Stale));
+        assert!(d.begin(1, 3, 0, 0).unwrap().1, "3 is still remembered");
+        assert!(!d.begin(1, 7, 0, 0).unwrap().1);
     }
 
     #[test]
     fn least_recently_used_client_is_forgotten() {
         let mut d = Dedup::new(4, 2);
-        d.begin(1, 1, 0).unwrap();
-        d.begin(2, 1, 0).unwrap();
-        d.begin(1, 2, 0).unwrap(); // client 1 is now the more recent
-        d.begin(3, 1, 0).unwrap(); // evicts client 2
+        d.begin(1, 1, 0, 0).unwrap();
+        d.begin(2, 1, 0, 0).unwrap();
+        d.begin(1, 2, 0, 0).unwrap(); // client 1 is now the more recent
+        d.begin(3, 1, 0, 0).unwrap(); // evicts client 2
         assert_eq!(d.clients(), 2);
-        assert!(d.begin(1, 1, 0).unwrap().1);
+        assert!(d.begin(1, 1, 0, 0).unwrap().1);
         // Client 2 was forgotten: its old number may have run, so it is
         // refused rather than run again; newer numbers run.
-        assert_eq!(d.begin(2, 1, 0).err(), Some(FsError::Stale));
-        assert!(!d.begin(2, 2, 0).unwrap().1);
+        assert_eq!(d.begin(2, 1, 0, 0).err(), Some(FsError::Stale));
+        assert!(!d.begin(2, 2, 0, 0).unwrap().1);
     }
 
     /// Found in review: a (client, seq) reused for a different request got
@@ -188,8 +315,102 @@ mod tests {
     #[test]
     fn a_different_request_under_the_same_numbers_is_refused() {
         let mut d = Dedup::new(4, 2);
-        d.begin(1, 5, 111).unwrap();
-        assert!(d.begin(1, 5, 111).unwrap().1, "a true retry");
-        assert_eq!(d.begin(1, 5, 222).err(), Some(FsError::Invalid));
+        d.begin(1, 5, 1, 111).unwrap();
+        assert!(d.begin(1, 5, 1, 111).unwrap().1, "a true retry");
+        assert_eq!(d.begin(1, 5, 1, 222).err(), Some(FsError::Invalid));
+    }
+
+    /// A small deterministic shuffle (no rand dependency).
+    fn shuffled(n: u64, mut state: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = (1..=n).collect();
+        for i in (1..v.len()).rev() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            v.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        v
+    }
+
+    /// Issue 25 item 1: thousands in flight arriving in any order, with a
+    /// small count window configured: none is refused, each retry finds
+    /// its reply. The old window (by count of newer numbers) refused the
+    /// late arrivals with ESTALE.
+    #[test]
+    fn reordered_arrival_of_thousands_is_never_refused() {
+        let mut d = Dedup::new(8, 4);
+        let order = shuffled(5000, 0x9e37_79b9_7f4a_7c15);
+        // The client's acknowledgement is at most the lowest not yet
+        // answered; here nothing is answered: acked_below 1 throughout.
+        for &seq in &order {
+            let (_, retry) = d.begin(1, seq, 1, seq).expect("a first attempt runs");
+            assert!(!retry);
+        }
+        for &seq in order.iter().rev() {
+            assert!(d.begin(1, seq, 1, seq).unwrap().1, "retry of {seq}");
+        }
+    }
+
+    #[test]
+    fn the_floor_advances_with_acknowledgements_and_refuses_stale_duplicates() {
+        let mut d = Dedup::new(8, 4);
+        for seq in 1..=100 {
+            d.begin(1, seq, 1, seq).unwrap();
+        }
+        assert_eq!(d.remembered(1), 100);
+        // 1..=59 answered: the client says so with its next request.
+        d.begin(1, 101, 60, 101).unwrap();
+        assert_eq!(d.remembered(1), 42, "60..=101");
+        assert_eq!(*d.remembered_seqs(1).first().unwrap(), 60);
+        // A stale duplicate below the floor: refused, never run.
+        assert_eq!(d.begin(1, 59, 1, 59).err(), Some(FsError::Stale));
+        assert_eq!(d.begin(1, 3, 1, 3).err(), Some(FsError::Stale));
+        // At or above it: a retry still gets its reply.
+        assert!(d.begin(1, 60, 60, 60).unwrap().1);
+        // An old acknowledgement does not lower the floor.
+        assert!(d.begin(1, 80, 2, 80).unwrap().1);
+        assert_eq!(d.begin(1, 50, 50, 50).err(), Some(FsError::Stale));
+        // A request cannot acknowledge itself.
+        assert_eq!(d.begin(1, 200, 201, 200).err(), Some(FsError::Invalid));
+    }
+
+    #[test]
+    fn a_client_that_never_acknowledges_more_is_capped() {
+        let mut d = Dedup::new(8, 4);
+        let n = HARD_CAP as u64 + 10;
+        for seq in 1..=n {
+            d.begin(1, seq, 1, 0).unwrap();
+        }
+        assert_eq!(d.remembered(1), HARD_CAP);
+        assert_eq!(d.begin(1, 10, 1, 0).err(), Some(FsError::Stale));
+        assert!(d.begin(1, 11, 1, 0).unwrap().1);
+    }
+
+    #[test]
+    fn seeded_replies_answer_and_gone_numbers_are_refused() {
+        let mut d = Dedup::new(8, 4);
+        let reply = pb::Response {
+            id: 5,
+            ..Default::default()
+        };
+        d.seed(
+            [(1, 10)],
+            [(1, 12), (1, 3)],
+            [Seeded {
+                client: 1,
+                seq: 11,
+                digest: 7,
+                reply: reply.clone(),
+            }],
+        );
+        let (cell, retry) = d.begin(1, 11, 10, 7).unwrap();
+        assert!(retry);
+        assert_eq!(cell.get(), Some(&reply));
+        assert_eq!(d.begin(1, 11, 10, 8).err(), Some(FsError::Invalid));
+        assert_eq!(d.begin(1, 12, 10, 7).err(), Some(FsError::Stale));
+        assert_eq!(d.begin(1, 9, 9, 7).err(), Some(FsError::Stale));
+        // Numbers recovery knows nothing of run.
+        assert!(!d.begin(1, 13, 10, 7).unwrap().1);
+        assert!(!d.begin(2, 1, 1, 7).unwrap().1);
     }
 }

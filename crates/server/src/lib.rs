@@ -5,9 +5,12 @@
 //!   calls are synchronous and take microseconds) in its own task, and a
 //!   mutation is answered only after `engine.durable(lsn)` resolves, so
 //!   requests in flight share journal syncs.
-//! - Exactly-once mutations by (client id, seq): see [`dedup`]. The table
-//!   is in memory only: a retry that reaches a *restarted* server runs
-//!   again (for create that means `EEXIST` instead of the original reply).
+//! - Exactly-once mutations by (client id, seq): see [`dedup`]. With the
+//!   journal a mutation's record carries its request and reply, and a
+//!   restarted server seeds the table from what recovery found
+//!   (`sextant_engine::requests`), so a retry that reaches it gets the
+//!   original reply (or `ESTALE` if written back long ago), never a
+//!   second run.
 //! - A cluster secret (`<data>/secret`, created on first start, mode 0600)
 //!   must come with every call in the `x-sextant-secret` metadata.
 //! - SIGINT/SIGTERM: stop taking requests, finish those running, close the
@@ -20,6 +23,7 @@
 
 pub mod config;
 pub mod dedup;
+pub mod fault;
 pub mod logless;
 pub mod search;
 pub mod secret;
@@ -87,10 +91,14 @@ pub async fn serve(
         tls,
     } = options;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut dedup = dedup::Dedup::new(dedup_window, dedup_clients);
+    if let Some(found) = engine.take_recovered_requests() {
+        service::seed_dedup(&mut dedup, found);
+    }
     let shared = Arc::new(Shared {
         logless: logless::LoglessServer::new(&engine),
         engine,
-        dedup: Mutex::new(dedup::Dedup::new(dedup_window, dedup_clients)),
+        dedup: Mutex::new(dedup),
         shutdown: stop_rx.clone(),
         requests: AtomicU64::new(0),
         replayed: AtomicU64::new(0),

@@ -58,17 +58,18 @@ pub fn execute(
     };
     let mut stopped = false;
     let stats: SearchStats;
-    let summarized = match spec.group_by {
-        // Root's whole-namespace totals: from the maintained summaries.
-        Some(by) if limit == usize::MAX => {
-            engine.aggregate_from_summaries(cred, scope, &spec.expr, by)?
-        }
-        _ => None,
-    };
     let tally_by = match (spec.group_by, spec.count_only) {
         (Some(by), _) => Some(Some(by)),
         (None, true) => Some(None),
         (None, false) => None,
+    };
+    let summarized = match tally_by {
+        // Root's whole-namespace totals (grouped, or the total only): from
+        // the maintained summaries.
+        Some(by) if limit == usize::MAX => {
+            engine.aggregate_from_summaries(cred, scope, &spec.expr, by)?
+        }
+        _ => None,
     };
     if let Some(agg) = summarized {
         stats = SearchStats::default();
@@ -276,6 +277,81 @@ mod tests {
         s.count_only = true;
         let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
         assert_eq!(done.count, 1001);
+    }
+
+    /// Ungrouped totals (`count_only`: what `du` and `stats` without
+    /// `--by` ask) take the path totals by owner take — root's whole
+    /// namespace from the kept sum of the summaries (no table visited), a
+    /// subtree's whole tables from their summaries — and equal them and a
+    /// grouping by directory (which visits every entry).
+    #[test]
+    fn ungrouped_totals_take_the_summaries_like_totals_by_owner() {
+        use sextant_engine::search::Pred;
+        let dir = tempfile::tempdir().unwrap();
+        let config = EngineConfig {
+            table_inode_limit: 64,
+            table_dir_limit: 8,
+            flush_interval: None,
+            ..EngineConfig::default()
+        };
+        let e = Engine::open_dir(dir.path(), config).unwrap();
+        let d = e.mkdir(&root(), Soid::ROOT, b"d", 0o755).unwrap().value;
+        for i in 0..20u64 {
+            let sub = e
+                .mkdir(&root(), d.soid, format!("s{i}").as_bytes(), 0o755)
+                .unwrap()
+                .value;
+            for j in 0..40u64 {
+                let f = e
+                    .create(&root(), sub.soid, format!("f{j}").as_bytes(), 0o644, true)
+                    .unwrap()
+                    .value;
+                let size = sextant_types::SetAttr {
+                    size: Some(i * 1000 + j),
+                    ..Default::default()
+                };
+                let _ = e.setattr(&root(), f.soid, &size).unwrap();
+            }
+        }
+        assert!(e.statfs().tables > 4, "{} tables", e.statfs().tables);
+        for scope in [&b"/"[..], b"/d"] {
+            // What the CLI sends: the starting point is counted apart.
+            let below = Expr::pred(Pred::Depth {
+                min: 1,
+                max: u32::MAX,
+            });
+            let run = |group_by, count_only| {
+                let mut s = SearchSpec::new(SearchScope::Path(scope.to_vec()), below.clone());
+                s.group_by = group_by;
+                s.count_only = count_only;
+                execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap()
+            };
+            let total = run(None, true);
+            let by_owner = run(Some(GroupBy::Uid), false);
+            let by_dir = run(Some(GroupBy::Directory), false);
+            let what = String::from_utf8_lossy(scope);
+            assert_eq!(total.count, 20 * 41 + u64::from(scope == b"/"), "{what}");
+            for other in [&by_owner, &by_dir] {
+                assert_eq!(
+                    (total.count, total.total_size),
+                    (other.count, other.total_size),
+                    "{what}"
+                );
+            }
+            assert!(total.groups.is_empty());
+            assert_eq!(
+                (total.tables, total.tables_summarized),
+                (by_owner.tables, by_owner.tables_summarized),
+                "{what}: the path totals by owner take"
+            );
+            assert_eq!(by_dir.tables_summarized, 0, "{what}");
+            if scope == b"/" {
+                assert_eq!(total.tables, 0, "from the kept sum");
+                assert!(by_dir.tables > 0);
+            } else {
+                assert!(total.tables_summarized > 0, "{what}");
+            }
+        }
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The gRPC service: decode, validate, run on the engine, reply after the
 //! mutation is durable.
 
-use crate::dedup::Dedup;
+use crate::dedup::{Dedup, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::search;
 use crate::watchers::Watchers;
 use parking_lot::Mutex;
 use sextant_engine::logless::Redo;
+use sextant_engine::requests::RequestId;
 use sextant_engine::Changes;
 use sextant_engine::Engine;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
@@ -107,23 +108,58 @@ fn attr(a: sextant_types::Attr) -> Res {
     Res::Attr(attr_to_pb(&a))
 }
 
-/// A digest of a request's operation and credentials (not its id, which
-/// changes per attempt), so a (client, seq) reused for a different request
-/// is told apart from a retry.
-fn request_digest(r: &pb::Request) -> u64 {
-    use std::hash::{Hash, Hasher};
+/// A digest of a request's operation and credentials (not its id or its
+/// `acked_below`, which change per attempt), so a (client, seq) reused for
+/// a different request is told apart from a retry. Stable across server
+/// runs and builds (FNV-1a over the encoded request): journaled with the
+/// mutation, it is compared again after a restart.
+pub(crate) fn request_digest(r: &pb::Request) -> u64 {
     let same = pb::Request {
         id: 0,
-        cred: r.cred.clone(),
-        client_id: r.client_id,
-        seq: r.seq,
-        origin: r.origin,
-        want_dir: r.want_dir,
-        op: r.op.clone(),
+        acked_below: 0,
+        ..r.clone()
     };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    prost::Message::encode_to_vec(&same).hash(&mut h);
-    h.finish()
+    fnv1a(&prost::Message::encode_to_vec(&same))
+}
+
+/// Seeds a new server's exactly-once table with what the engine's recovery
+/// found (see `sextant_engine::requests`): replies rebuilt from the
+/// replayed records' tags, numbers whose records were written back.
+pub(crate) fn seed_dedup(dedup: &mut Dedup, found: sextant_engine::requests::Recovered) {
+    use sextant_engine::requests::Reply;
+    let replies = found.replies.len();
+    let seeded = found.replies.into_iter().map(|t| Seeded {
+        client: t.id.client,
+        seq: t.id.seq,
+        digest: t.id.digest,
+        reply: reply(
+            0,
+            Ok(match t.reply {
+                Reply::Done => Res::Done(pb::Empty {}),
+                Reply::Attr(a) => attr(a),
+            }),
+        ),
+    });
+    let gone = found.gone.len();
+    dedup.seed(found.floors, found.gone, seeded);
+    if replies + gone > 0 {
+        tracing::info!(
+            replies,
+            committed = gone,
+            clients = dedup.clients(),
+            "exactly-once table rebuilt from the journal"
+        );
+    }
+}
+
+/// 64-bit FNV-1a (stable, unlike `DefaultHasher`).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 impl Shared {
@@ -172,10 +208,13 @@ impl Shared {
         };
         if !op.is_mutation() || r.client_id == 0 {
             return self
-                .execute_with_redo(&cred, op, id, r.origin, r.want_dir)
+                .execute_with_redo(&cred, op, id, r.origin, r.want_dir, None)
                 .await;
         }
-        let begun = self.dedup.lock().begin(r.client_id, r.seq, digest);
+        let begun = self
+            .dedup
+            .lock()
+            .begin(r.client_id, r.seq, r.acked_below, digest);
         let (cell, retry) = match begun {
             Ok(c) => c,
             Err(e) => return reply(id, Err(e)),
@@ -183,10 +222,23 @@ impl Shared {
         if retry {
             self.replayed.fetch_add(1, Ordering::Relaxed);
         }
+        // Journaled with its record, so a restarted server can answer a
+        // retry of it (see sextant_engine::requests).
+        let request = RequestId {
+            client: r.client_id,
+            seq: r.seq,
+            acked_below: r.acked_below,
+            digest,
+        };
         let mut resp = cell
-            .get_or_init(|| self.execute_with_redo(&cred, op, 0, r.origin, r.want_dir))
+            .get_or_init(|| {
+                self.execute_with_redo(&cred, op, 0, r.origin, r.want_dir, Some(request))
+            })
             .await
             .clone();
+        if !retry && resp.error.is_none() {
+            crate::fault::after_commit();
+        }
         resp.id = id;
         if retry {
             // The directory may have changed since the original reply.
@@ -205,10 +257,11 @@ impl Shared {
         id: u64,
         origin: u64,
         want_dir: bool,
+        request: Option<RequestId>,
     ) -> pb::Response {
         let dir = want_dir.then(|| changed_dir(&op)).flatten();
         let mut fx = Effects::default();
-        let mut resp = reply(id, self.execute(cred, op, &mut fx).await);
+        let mut resp = reply(id, self.execute(cred, op, &mut fx, request).await);
         if let (Some(dir), None) = (dir, &resp.error) {
             resp.dir = self.engine.getattr(dir).ok().map(|a| attr_to_pb(&a));
         }
@@ -233,8 +286,21 @@ impl Shared {
         Ok(c.value)
     }
 
-    async fn execute(&self, cred: &Credentials, op: Op, fx: &mut Effects) -> Result<Res, FsError> {
-        let e = &self.engine;
+    async fn execute(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        fx: &mut Effects,
+        request: Option<RequestId>,
+    ) -> Result<Res, FsError> {
+        let tagged;
+        let e = match request {
+            Some(id) if op.is_mutation() => {
+                tagged = self.engine.for_request(id);
+                &tagged
+            }
+            _ => &self.engine,
+        };
         let done = |()| Res::Done(pb::Empty {});
         Ok(match op {
             Op::Lookup(r) => attr(e.lookup(cred, soid(&r.parent)?, name(&r.name)?)?),

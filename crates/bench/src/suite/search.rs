@@ -263,11 +263,12 @@ fn run(
     };
     let mut count = 0u64;
     if let (Some(by), true) = (q.aggregate, indexed) {
-        // What `sextant find -count` and `sextant stats` do: maintained
-        // summaries where they answer exactly (root, whole namespace),
-        // else a search that adds up without building paths.
+        // What `sextant find -count`, `du` and `stats` do: maintained
+        // summaries where they answer exactly (root, whole namespace;
+        // grouped or the total only), else a search that adds up without
+        // building paths.
         let (secs, r) = timed(|| {
-            if let (Some(by), true) = (by, summaries) {
+            if summaries {
                 if let Some(agg) = engine.aggregate_from_summaries(&cred, scope, &q.expr, by)? {
                     return Ok((agg, SearchStats::default()));
                 }

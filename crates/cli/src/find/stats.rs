@@ -55,6 +55,20 @@ pub struct StatsArgs {
     pub args: Vec<String>,
 }
 
+/// What the server is asked for: grouped totals, or — ungrouped (`du`,
+/// `stats` without `--by`) — the total only (`count_only`), which the
+/// server adds up from the tables' kept summaries as it does totals by
+/// owner (a grouping by directory would make it visit every entry).
+fn ask_totals(spec: &mut SearchSpec, by: Option<By>) {
+    match by {
+        Some(by) => spec.group_by = Some(group_by(Some(by))),
+        None => spec.count_only = true,
+    }
+}
+
+/// The grouping of `by`; without one, hits counted here (the starting
+/// point, or what the server cannot decide) are keyed by directory, which
+/// `print_stats` leaves out.
 fn group_by(by: Option<By>) -> GroupBy {
     match by {
         Some(By::User) => GroupBy::Uid,
@@ -170,6 +184,7 @@ async fn totals(
             return Ok(false);
         }
     };
+    let grouped = by;
     let by = group_by(by);
     let mut total = Aggregation::default();
     let exact = server_exact(&run.tree);
@@ -208,7 +223,7 @@ async fn totals(
                     );
                     if q != Expr::False {
                         let mut spec = SearchSpec::new(SearchScope::Path(loc.ns), q);
-                        spec.group_by = Some(by);
+                        ask_totals(&mut spec, grouped);
                         let mut h = s.search(&spec).await?;
                         while h.next_batch().await?.is_some() {}
                         if let Some(d) = h.done() {
@@ -306,6 +321,32 @@ fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ungrouped totals ask the server for the total only, answered from
+    /// the kept summaries like totals by owner, not for totals by
+    /// directory (which visit every entry).
+    #[test]
+    fn ungrouped_totals_ask_for_the_total_only() {
+        let spec = |by| {
+            let mut s = SearchSpec::new(SearchScope::Path(b"/".to_vec()), Expr::True);
+            ask_totals(&mut s, by);
+            s
+        };
+        let s = spec(None);
+        assert!(s.count_only);
+        assert_eq!(s.group_by, None);
+        assert!(s.validate().is_ok());
+        for (by, want) in [
+            (By::User, GroupBy::Uid),
+            (By::Group, GroupBy::Gid),
+            (By::Type, GroupBy::Type),
+            (By::Ext, GroupBy::Extension),
+            (By::Dir, GroupBy::Directory),
+        ] {
+            let s = spec(Some(by));
+            assert_eq!((s.group_by, s.count_only), (Some(want), false));
+        }
+    }
 
     #[test]
     fn group_keys_in_json() {

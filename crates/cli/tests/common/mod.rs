@@ -29,12 +29,25 @@ pub fn spawn_server_with(
     args: &[&str],
     stderr: Stdio,
 ) -> (Child, String) {
+    spawn_server_env(data, listen, args, stderr, &[])
+}
+
+/// [`spawn_server_with`] with more environment variables (e.g. a
+/// test-only `SEXTANT_FAULT`).
+pub fn spawn_server_env(
+    data: &Path,
+    listen: &str,
+    args: &[&str],
+    stderr: Stdio,
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let mut server = Command::new(BIN)
         .args(["serve", "--listen", listen])
         .args(args)
         .arg("--data")
         .arg(data)
         .env("SEXTANT_METRICS", "off")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()

@@ -1402,7 +1402,7 @@ pub(crate) fn aggregate(
     expr: &Expr,
     by: GroupBy,
 ) -> Result<Aggregation, FsError> {
-    if let Some(agg) = from_summaries(engine, cred, scope, expr, by)? {
+    if let Some(agg) = from_summaries(engine, cred, scope, expr, Some(by))? {
         return Ok(agg);
     }
     let opts = SearchOptions::default();
@@ -1533,16 +1533,17 @@ impl Tallies {
 /// would: the whole namespace asked about by root, or by another caller
 /// when no directory is closed to anyone (either sees every path, so
 /// nothing can leak), an expression of owner, group and type only
-/// ([`Expr::is_group_only`]), grouped by owner, group or type. `None`
-/// otherwise (the caller searches).
+/// ([`Expr::is_group_only`]), grouped by owner, group or type, or not
+/// grouped (`by` `None`: the total only, `du`). `None` otherwise (the
+/// caller searches).
 pub(crate) fn from_summaries(
     engine: &Engine,
     cred: &Credentials,
     scope: Scope<'_>,
     expr: &Expr,
-    by: GroupBy,
+    by: Option<GroupBy>,
 ) -> Result<Option<Aggregation>, FsError> {
-    if !matches!(by, GroupBy::Uid | GroupBy::Gid | GroupBy::Type) {
+    if !matches!(by, None | Some(GroupBy::Uid | GroupBy::Gid | GroupBy::Type)) {
         return Ok(None);
     }
     if !expr.is_group_only() {
@@ -1561,7 +1562,7 @@ pub(crate) fn from_summaries(
     if sum.closed_dirs > 0 && !cred.is_root() {
         return Ok(None);
     }
-    let mut tallies = Tallies::new(Some(by));
+    let mut tallies = Tallies::new(by);
     tallies.add_groups(sum.groups.iter(), expr);
     let mut agg = tallies.finish();
     // The summaries count the root directory as any entry below the scope
@@ -1582,18 +1583,24 @@ pub(crate) fn from_summaries(
     );
     if counted != wanted {
         let key = match by {
-            GroupBy::Uid => GroupKey::Uid(root.uid),
-            GroupBy::Gid => GroupKey::Gid(root.gid),
-            _ => GroupKey::Type(root.ftype),
+            Some(GroupBy::Uid) => Some(GroupKey::Uid(root.uid)),
+            Some(GroupBy::Gid) => Some(GroupKey::Gid(root.gid)),
+            Some(_) => Some(GroupKey::Type(root.ftype)),
+            None => None,
         };
         if wanted {
-            agg.add_key(key, root.size);
+            match key {
+                Some(key) => agg.add_key(key, root.size),
+                None => agg.total.add(root.size),
+            }
         } else {
-            if let Some(g) = agg.groups.get_mut(&key) {
-                g.count = g.count.saturating_sub(1);
-                g.size = g.size.saturating_sub(root.size);
-                if g.count == 0 {
-                    agg.groups.remove(&key);
+            if let Some(key) = key {
+                if let Some(g) = agg.groups.get_mut(&key) {
+                    g.count = g.count.saturating_sub(1);
+                    g.size = g.size.saturating_sub(root.size);
+                    if g.count == 0 {
+                        agg.groups.remove(&key);
+                    }
                 }
             }
             agg.total.count = agg.total.count.saturating_sub(1);

@@ -1,0 +1,40 @@
+//! Test-only fault points, named in the environment variable
+//! `SEXTANT_FAULT` (unset in production: then nothing here does anything).
+//!
+//! - `exit-after-commit:N` — the process exits at once (`_exit(86)`, no
+//!   cleanup, like `kill -9`) right after the N-th exactly-once mutation
+//!   (a first attempt with a client id, not a retry) is committed and
+//!   durable, *before* its reply is sent. Used by the process-level test
+//!   of exactly-once across a restart (crates/cli/tests/server.rs).
+//!
+//! Read once, at the first mutation.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The environment variable naming a fault point.
+pub const ENV: &str = "SEXTANT_FAULT";
+
+/// `Some(n)`: exit after the n-th committed mutation.
+fn exit_after_commit() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let n = v.strip_prefix("exit-after-commit:")?.parse().ok()?;
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(n)
+    })
+}
+
+/// Called after an exactly-once mutation is durable, before its reply.
+pub fn after_commit() {
+    static COMMITTED: AtomicU64 = AtomicU64::new(0);
+    let Some(n) = exit_after_commit() else {
+        return;
+    };
+    if COMMITTED.fetch_add(1, Ordering::SeqCst) + 1 == n {
+        eprintln!("{ENV}: exiting after commit {n} (test-only fault point)");
+        // SAFETY: _exit(2) ends the process; nothing of ours runs after.
+        unsafe { libc::_exit(86) };
+    }
+}
