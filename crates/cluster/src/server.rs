@@ -1,0 +1,444 @@
+//! One metadata server's part of the protocol: its membership lease, the
+//! tables it holds and what it may do with them.
+//!
+//! A table held by a server is in one of three states:
+//! - `Loading`: etcd names this server as owner; it is reading the
+//!   table's manifest, replaying the journal the manifest points into,
+//!   and committing a manifest that points into *its own* journal (so a
+//!   later failover replays the right journal). Serves nothing yet.
+//! - `Serving`: acknowledges operations — while its lease timer is valid
+//!   (R1), checked after the operation is durable, right before the
+//!   acknowledgement.
+//! - `Dropping`: the coordinator asked to move it; running operations
+//!   have finished, new ones get WRONG_SERVER; the server commits, in one
+//!   etcd transaction conditional on its ownership revision (R2), the
+//!   final manifest and the new owner — its acknowledged DROP (R3).
+//!
+//! Whatever etcd says overrides: a table etcd no longer names this server
+//! for is forgotten at once, and a failed manifest commit (a conflict on
+//! the ownership revision: someone else owns it now) too. A server whose
+//! lease etcd no longer knows forgets every table and joins again.
+//!
+//! Pure: the caller (the simulation, or a real shell) does the I/O the
+//! returned [`Out`] values ask for and feeds the results back.
+
+use crate::etcd::LeaseId;
+use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
+use crate::lease::LeaseTimer;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A table's contents in this model: the ids of the operations applied to
+/// it (a set, so a retried operation applies once however often it comes).
+pub type Contents = BTreeSet<u64>;
+
+/// Where a table's state is: its snapshot, and the journal (a server's)
+/// whose records for the table after `position` come after the snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub snapshot: Contents,
+    pub journal: ServerId,
+    pub position: usize,
+}
+
+impl Manifest {
+    pub fn encode(&self) -> String {
+        let ids: Vec<String> = self.snapshot.iter().map(u64::to_string).collect();
+        format!("{} {} {}", self.journal.0, self.position, ids.join(","))
+    }
+
+    pub fn decode(s: &str) -> Option<Manifest> {
+        let mut it = s.splitn(3, ' ');
+        let journal = ServerId(it.next()?.parse().ok()?);
+        let position = it.next()?.parse().ok()?;
+        let ids = it.next().unwrap_or("");
+        let snapshot = ids
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse().ok())
+            .collect::<Option<Contents>>()?;
+        Some(Manifest {
+            snapshot,
+            journal,
+            position,
+        })
+    }
+}
+
+/// The value of `owner/<table>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub server: ServerId,
+    pub epoch: Epoch,
+}
+
+impl Owner {
+    pub fn encode(&self) -> String {
+        format!("{} {}", self.server.0, self.epoch.0)
+    }
+
+    pub fn decode(s: &str) -> Option<Owner> {
+        let (a, b) = s.split_once(' ')?;
+        Some(Owner {
+            server: ServerId(a.parse().ok()?),
+            epoch: Epoch(b.parse().ok()?),
+        })
+    }
+}
+
+pub fn owner_key(t: TableId) -> String {
+    format!("owner/{:06}", t.0)
+}
+
+pub fn manifest_key(t: TableId) -> String {
+    format!("manifest/{:06}", t.0)
+}
+
+pub fn move_key(t: TableId) -> String {
+    format!("move/{:06}", t.0)
+}
+
+pub fn member_key(s: ServerId) -> String {
+    format!("member/{:06}", s.0)
+}
+
+pub const COORDINATOR_KEY: &str = "coordinator";
+
+/// What etcd says about one table, as a server reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableView {
+    pub table: TableId,
+    pub owner: Owner,
+    /// `mod_revision` of `owner/<table>`: the fence of R2.
+    pub owner_rev: Revision,
+    /// A move the coordinator asked for, to this server.
+    pub move_to: Option<ServerId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    Loading,
+    Serving,
+    Dropping,
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    epoch: Epoch,
+    owner_rev: Revision,
+    state: State,
+    contents: Contents,
+}
+
+/// What the server asks its shell to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Out {
+    /// Grant a membership lease and put `member/<id>` on it.
+    Join,
+    /// Send a keep-alive of the lease; report the ack with its send time.
+    KeepAlive { lease: LeaseId, sent_at: Millis },
+    /// Load `table`: read its manifest, replay that journal's records for
+    /// the table after the position, then commit (conditional on
+    /// `owner_rev`) a manifest pointing at this server's journal end.
+    Load { table: TableId, owner_rev: Revision },
+    /// Hand `table` to `to`: one transaction, conditional on `owner_rev`,
+    /// writing the final manifest and the new owner (epoch + 1).
+    Handover {
+        table: TableId,
+        owner_rev: Revision,
+        to: ServerId,
+        epoch: Epoch,
+        snapshot: Contents,
+    },
+}
+
+/// Whether an operation was acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Ack,
+    /// This server does not serve the table (any more): the client
+    /// refreshes its map and retries elsewhere.
+    WrongServer,
+}
+
+pub struct Server {
+    pub id: ServerId,
+    lease: Option<LeaseId>,
+    timer: LeaseTimer,
+    tables: BTreeMap<TableId, Held>,
+}
+
+impl Server {
+    pub fn new(id: ServerId, margin_ms: u64) -> Server {
+        Server {
+            id,
+            lease: None,
+            timer: LeaseTimer::new(margin_ms),
+            tables: BTreeMap::new(),
+        }
+    }
+
+    pub fn lease(&self) -> Option<LeaseId> {
+        self.lease
+    }
+
+    pub fn lease_remaining(&self, now: Millis) -> u64 {
+        self.timer.remaining(now)
+    }
+
+    /// Periodic work: join (again at every tick until it worked: a join
+    /// is a create-if-absent of `member/<id>`, so a repeated one fails
+    /// while an earlier one's key lives), or keep the lease alive.
+    pub fn tick(&mut self, now: Millis) -> Vec<Out> {
+        match self.lease {
+            None => vec![Out::Join],
+            Some(lease) => vec![Out::KeepAlive {
+                lease,
+                sent_at: now,
+            }],
+        }
+    }
+
+    /// A join requested at `sent_at` was granted `lease` (ignored once
+    /// joined: only the lease `member/<id>` lives on counts).
+    pub fn joined(&mut self, lease: LeaseId, sent_at: Millis, ttl_ms: u64) {
+        if self.lease.is_none() {
+            self.lease = Some(lease);
+            self.timer.reset();
+            self.timer.acknowledged(sent_at, ttl_ms);
+        }
+    }
+
+    /// A keep-alive sent at `sent_at` was acknowledged.
+    pub fn kept_alive(&mut self, lease: LeaseId, sent_at: Millis, ttl_ms: u64) {
+        if self.lease == Some(lease) {
+            self.timer.acknowledged(sent_at, ttl_ms);
+        }
+    }
+
+    /// etcd no longer knows the lease: every table is forgotten (others
+    /// may own them already) and the server joins again.
+    pub fn lease_lost(&mut self, lease: LeaseId) {
+        if self.lease == Some(lease) {
+            self.lease = None;
+            self.timer.reset();
+            self.tables.clear();
+        }
+    }
+
+    /// R1: may this server acknowledge an operation on `table` at `now`?
+    pub fn may_ack(&self, table: TableId, now: Millis) -> bool {
+        self.timer.valid(now)
+            && self
+                .tables
+                .get(&table)
+                .is_some_and(|h| h.state == State::Serving)
+    }
+
+    /// Does this server hold `table` at all (in any state)?
+    pub fn holds(&self, table: TableId) -> bool {
+        self.tables.contains_key(&table)
+    }
+
+    pub fn serving(&self) -> impl Iterator<Item = TableId> + '_ {
+        self.tables
+            .iter()
+            .filter(|(_, h)| h.state == State::Serving)
+            .map(|(t, _)| *t)
+    }
+
+    pub fn contents(&self, table: TableId) -> Option<&Contents> {
+        self.tables.get(&table).map(|h| &h.contents)
+    }
+
+    /// What etcd says now (a watch event or a poll): learn new tables,
+    /// forget lost ones, start requested moves.
+    pub fn observe(&mut self, views: &[TableView]) -> Vec<Out> {
+        let mut out = Vec::new();
+        if self.lease.is_none() {
+            return out;
+        }
+        let mine: BTreeMap<TableId, &TableView> = views
+            .iter()
+            .filter(|v| v.owner.server == self.id)
+            .map(|v| (v.table, v))
+            .collect();
+        // Tables etcd gives to someone else (or to this server under
+        // another revision: a later assignment) are gone.
+        self.tables.retain(|t, h| {
+            mine.get(t)
+                .is_some_and(|v| v.owner_rev == h.owner_rev && v.owner.epoch == h.epoch)
+        });
+        for (t, v) in mine {
+            match self.tables.get_mut(&t) {
+                None => {
+                    self.tables.insert(
+                        t,
+                        Held {
+                            epoch: v.owner.epoch,
+                            owner_rev: v.owner_rev,
+                            state: State::Loading,
+                            contents: Contents::new(),
+                        },
+                    );
+                    out.push(Out::Load {
+                        table: t,
+                        owner_rev: v.owner_rev,
+                    });
+                }
+                Some(h) => match (&h.state, v.move_to.filter(|to| *to != self.id)) {
+                    // Asked again while loading: the answer may have been
+                    // lost (loads are idempotent: each commit is
+                    // conditional on the same revision).
+                    (State::Loading, _) => out.push(Out::Load {
+                        table: t,
+                        owner_rev: h.owner_rev,
+                    }),
+                    (State::Serving | State::Dropping, Some(to)) => {
+                        // No acknowledgement after this point. A handover
+                        // still pending is sent again (its answer may have
+                        // been lost; a second commit fails its compare).
+                        h.state = State::Dropping;
+                        out.push(Out::Handover {
+                            table: t,
+                            owner_rev: h.owner_rev,
+                            to,
+                            epoch: h.epoch,
+                            snapshot: h.contents.clone(),
+                        });
+                    }
+                    // Never back to serving without the handover's outcome:
+                    // one in flight could still commit a snapshot without
+                    // what was acknowledged meanwhile. (The coordinator
+                    // never cancels a move; a handover to a server that
+                    // is gone is reassigned by R3 like any other.)
+                    (State::Dropping, None) | (State::Serving, None) => {}
+                },
+            }
+        }
+        out
+    }
+
+    /// The load of `table` finished: `contents` replayed, the new
+    /// manifest committed (`Ok`) or refused (the revision moved on).
+    pub fn loaded(&mut self, table: TableId, owner_rev: Revision, result: Result<Contents, ()>) {
+        let Some(h) = self.tables.get_mut(&table) else {
+            return;
+        };
+        if h.owner_rev != owner_rev || h.state != State::Loading {
+            return;
+        }
+        match result {
+            Ok(contents) => {
+                h.contents = contents;
+                h.state = State::Serving;
+            }
+            Err(()) => {
+                self.tables.remove(&table);
+            }
+        }
+    }
+
+    /// The handover of `table` was committed or refused: either way the
+    /// table is no longer this server's.
+    pub fn handed_over(&mut self, table: TableId) {
+        if self
+            .tables
+            .get(&table)
+            .is_some_and(|h| h.state == State::Dropping)
+        {
+            self.tables.remove(&table);
+        }
+    }
+
+    /// An operation on `table` arrives. `Some(epoch)`: apply it and make
+    /// it durable (append to this server's journal), then ask
+    /// [`Server::acknowledge`]; `None`: WRONG_SERVER.
+    pub fn begin(&mut self, table: TableId, op: u64) -> Option<Epoch> {
+        let h = self.tables.get_mut(&table)?;
+        if h.state != State::Serving {
+            return None;
+        }
+        h.contents.insert(op);
+        Some(h.epoch)
+    }
+
+    /// R1, checked after the operation is durable and right before its
+    /// acknowledgement.
+    pub fn acknowledge(&self, table: TableId, now: Millis) -> Reply {
+        if self.may_ack(table, now) {
+            Reply::Ack
+        } else {
+            Reply::WrongServer
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip() {
+        let m = Manifest {
+            snapshot: [1, 5, 9].into_iter().collect(),
+            journal: ServerId(3),
+            position: 17,
+        };
+        assert_eq!(Manifest::decode(&m.encode()), Some(m));
+        let empty = Manifest {
+            snapshot: Contents::new(),
+            journal: ServerId(0),
+            position: 0,
+        };
+        assert_eq!(Manifest::decode(&empty.encode()), Some(empty));
+        let o = Owner {
+            server: ServerId(2),
+            epoch: Epoch(7),
+        };
+        assert_eq!(Owner::decode(&o.encode()), Some(o));
+        assert_eq!(Manifest::decode("x"), None);
+    }
+
+    #[test]
+    fn acknowledges_only_while_serving_with_a_valid_lease() {
+        let mut s = Server::new(ServerId(1), 100);
+        assert_eq!(s.tick(Millis(0)), vec![Out::Join]);
+        s.joined(LeaseId(1), Millis(0), 1_000);
+        let view = TableView {
+            table: TableId(0),
+            owner: Owner {
+                server: ServerId(1),
+                epoch: Epoch(1),
+            },
+            owner_rev: Revision(4),
+            move_to: None,
+        };
+        let out = s.observe(std::slice::from_ref(&view));
+        assert_eq!(
+            out,
+            vec![Out::Load {
+                table: TableId(0),
+                owner_rev: Revision(4)
+            }]
+        );
+        assert_eq!(s.begin(TableId(0), 1), None, "loading serves nothing");
+        s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
+        assert!(s.begin(TableId(0), 1).is_some());
+        assert_eq!(s.acknowledge(TableId(0), Millis(899)), Reply::Ack);
+        assert_eq!(s.acknowledge(TableId(0), Millis(900)), Reply::WrongServer);
+        // A move: no more acknowledgements, a handover out.
+        let moved = TableView {
+            move_to: Some(ServerId(2)),
+            ..view
+        };
+        let out = s.observe(&[moved]);
+        assert!(matches!(
+            out[..],
+            [Out::Handover {
+                to: ServerId(2),
+                ..
+            }]
+        ));
+        assert_eq!(s.acknowledge(TableId(0), Millis(10)), Reply::WrongServer);
+    }
+}

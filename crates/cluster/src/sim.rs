@@ -1,0 +1,834 @@
+//! A deterministic simulation of the cluster protocol.
+//!
+//! One seed decides everything: simulated time, message latencies, which
+//! server a client asks, and the faults — server crashes and restarts,
+//! pauses (SIGSTOP) longer than a lease, server↔etcd partitions, etcd
+//! restarts (which extend every lease). Servers ([`Server`]) and the
+//! coordinator's decisions ([`decide`]) are the real state machines; etcd
+//! is the [`Etcd`] model; the shared table store is every server's
+//! journal (it survives crashes) plus the manifests in etcd.
+//!
+//! Checked on every acknowledgement: the acknowledging server is the one
+//! etcd names as the table's owner, and no other server may acknowledge
+//! for the table at that instant (at most one acknowledger). Checked at the
+//! end, after the faults stop and the cluster settles: every table has
+//! exactly one owner, a live member that serves it, and holds every
+//! operation ever acknowledged for it (nothing acknowledged is lost). A
+//! failure names its seed; [`run`] with that seed replays it exactly.
+
+use crate::coordinator::{decide, Action, ClusterView};
+use crate::etcd::{Compare, Etcd, LeaseId, Write};
+use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
+use crate::server::{
+    manifest_key, member_key, move_key, owner_key, Contents, Manifest, Out, Owner, Reply, Server,
+    TableView, COORDINATOR_KEY,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+/// The simulation's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub servers: u32,
+    pub tables: u32,
+    pub ttl_ms: u64,
+    pub margin_ms: u64,
+    /// How long faults and client operations go on.
+    pub duration_ms: u64,
+    /// Then, with no faults, how long the cluster has to settle.
+    pub settle_ms: u64,
+    /// Faults on or off.
+    pub faults: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            servers: 4,
+            tables: 12,
+            ttl_ms: 2_000,
+            margin_ms: 200,
+            duration_ms: 20_000,
+            settle_ms: 12_000,
+            faults: true,
+        }
+    }
+}
+
+/// What a run saw.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub acknowledged: usize,
+    pub wrong_server: usize,
+    pub moves: usize,
+    pub reassignments: usize,
+    pub crashes: usize,
+    pub pauses: usize,
+    pub etcd_restarts: usize,
+}
+
+/// One record of a server's journal in the shared store.
+#[derive(Clone, Debug)]
+struct Record {
+    table: TableId,
+    op: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Call {
+    Join {
+        sent_at: Millis,
+    },
+    KeepAlive {
+        lease: LeaseId,
+        sent_at: Millis,
+    },
+    Poll,
+    LoadRead {
+        table: TableId,
+        owner_rev: Revision,
+    },
+    LoadCommit {
+        table: TableId,
+        owner_rev: Revision,
+        manifest: Manifest,
+    },
+    Handover {
+        table: TableId,
+        owner_rev: Revision,
+        to: ServerId,
+        epoch: Epoch,
+        snapshot: Contents,
+    },
+    CoordRead,
+    CoordWrite(Vec<Action>),
+}
+
+#[derive(Clone, Debug)]
+enum Answer {
+    Joined {
+        lease: LeaseId,
+        sent_at: Millis,
+        ttl: u64,
+    },
+    KeptAlive {
+        lease: LeaseId,
+        sent_at: Millis,
+        ttl: u64,
+    },
+    LeaseLost {
+        lease: LeaseId,
+    },
+    Views(Vec<TableView>),
+    LoadManifest {
+        table: TableId,
+        owner_rev: Revision,
+        manifest: Option<Manifest>,
+    },
+    LoadDone {
+        table: TableId,
+        owner_rev: Revision,
+        ok: Option<Contents>,
+    },
+    HandedOver {
+        table: TableId,
+    },
+    Coordinate(Option<ClusterView>),
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Tick(ServerId),
+    /// A call arriving at etcd from a server (of an incarnation).
+    AtEtcd {
+        from: ServerId,
+        inc: u64,
+        call: Call,
+    },
+    /// An answer arriving at a server.
+    AtServer {
+        to: ServerId,
+        inc: u64,
+        answer: Answer,
+    },
+    /// A client operation arriving at a server.
+    Op {
+        to: ServerId,
+        table: TableId,
+        op: u64,
+    },
+    /// The acknowledgement check of an operation made durable.
+    Ack {
+        at: ServerId,
+        inc: u64,
+        table: TableId,
+        op: u64,
+    },
+    Client,
+    Fault,
+    Restart(ServerId),
+    EtcdUp,
+}
+
+struct Node {
+    server: Option<Server>,
+    incarnation: u64,
+    paused_until: Millis,
+    cut_from_etcd_until: Millis,
+}
+
+struct World {
+    cfg: Config,
+    rng: StdRng,
+    now: Millis,
+    queue: BinaryHeap<Reverse<(Millis, u64, usize)>>,
+    events: Vec<Option<Event>>,
+    seq: u64,
+    etcd: Etcd,
+    etcd_down_until: Option<Millis>,
+    nodes: BTreeMap<ServerId, Node>,
+    journals: BTreeMap<ServerId, Vec<Record>>,
+    acked: BTreeMap<TableId, BTreeSet<u64>>,
+    next_op: u64,
+    report: Report,
+}
+
+/// Runs one seed; `Err` says which invariant broke, when, and how.
+pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
+    let mut w = World {
+        cfg: cfg.clone(),
+        rng: StdRng::seed_from_u64(seed),
+        now: Millis(0),
+        queue: BinaryHeap::new(),
+        events: Vec::new(),
+        seq: 0,
+        etcd: Etcd::default(),
+        etcd_down_until: None,
+        nodes: BTreeMap::new(),
+        journals: BTreeMap::new(),
+        acked: BTreeMap::new(),
+        next_op: 1,
+        report: Report::default(),
+    };
+    for s in 0..cfg.servers {
+        let id = ServerId(s);
+        w.nodes.insert(
+            id,
+            Node {
+                server: Some(Server::new(id, cfg.margin_ms)),
+                incarnation: 0,
+                paused_until: Millis(0),
+                cut_from_etcd_until: Millis(0),
+            },
+        );
+        let at = w.rng.random_range(0..50);
+        w.at(at, Event::Tick(id));
+    }
+    w.at(100, Event::Client);
+    if cfg.faults {
+        w.at(1_000, Event::Fault);
+    }
+    let end = Millis(cfg.duration_ms + cfg.settle_ms);
+    while let Some(Reverse((t, _, i))) = w.queue.pop() {
+        if t > end {
+            break;
+        }
+        w.now = t;
+        let e = w.events[i].take().expect("each event runs once");
+        w.handle(e).map_err(|e| format!("seed {seed}: {e}"))?;
+    }
+    w.check_settled()
+        .map_err(|e| format!("seed {seed}: after settling: {e}"))?;
+    Ok(w.report)
+}
+
+impl World {
+    fn at(&mut self, after_ms: u64, e: Event) {
+        self.seq += 1;
+        self.events.push(Some(e));
+        let i = self.events.len() - 1;
+        self.queue
+            .push(Reverse((self.now.plus(after_ms), self.seq, i)));
+    }
+
+    fn latency(&mut self) -> u64 {
+        self.rng.random_range(1..20)
+    }
+
+    fn faulting(&self) -> bool {
+        self.now.0 < self.cfg.duration_ms
+    }
+
+    fn etcd_reachable(&self, s: ServerId) -> bool {
+        self.etcd_down_until.is_none()
+            && self
+                .nodes
+                .get(&s)
+                .is_some_and(|n| self.now >= n.cut_from_etcd_until)
+    }
+
+    /// An event for server `s` while it is paused waits until it wakes.
+    fn deferred(&mut self, s: ServerId, e: &Event) -> bool {
+        let until = self.nodes[&s].paused_until;
+        if self.now < until {
+            let wait = until.0 - self.now.0;
+            self.at(wait, e.clone());
+            return true;
+        }
+        false
+    }
+
+    fn handle(&mut self, e: Event) -> Result<(), String> {
+        match e {
+            Event::Tick(s) => {
+                if self.deferred(s, &Event::Tick(s)) {
+                    return Ok(());
+                }
+                let now = self.now;
+                let inc = self.nodes[&s].incarnation;
+                if let Some(server) = self.nodes.get_mut(&s).and_then(|n| n.server.as_mut()) {
+                    let outs = server.tick(now);
+                    self.perform(s, inc, outs);
+                    self.send(s, inc, Call::Poll);
+                    self.send(s, inc, Call::CoordRead);
+                    let next = self.cfg.ttl_ms / 4;
+                    self.at(next, Event::Tick(s));
+                }
+            }
+            Event::AtEtcd { from, inc, call } => {
+                if self.etcd_reachable(from) {
+                    self.etcd.expire(self.now);
+                    if let Some(answer) = self.at_etcd(from, call) {
+                        let l = self.latency();
+                        self.at(
+                            l,
+                            Event::AtServer {
+                                to: from,
+                                inc,
+                                answer,
+                            },
+                        );
+                    }
+                }
+            }
+            Event::AtServer { to, inc, answer } => {
+                let e = Event::AtServer { to, inc, answer };
+                if self.deferred(to, &e) {
+                    return Ok(());
+                }
+                let Event::AtServer { answer, .. } = e else {
+                    unreachable!()
+                };
+                if self.nodes[&to].incarnation == inc {
+                    self.at_server(to, inc, answer);
+                }
+            }
+            Event::Op { to, table, op } => {
+                let e = Event::Op { to, table, op };
+                if self.deferred(to, &e) {
+                    return Ok(());
+                }
+                let inc = self.nodes[&to].incarnation;
+                let Some(server) = self.nodes.get_mut(&to).and_then(|n| n.server.as_mut()) else {
+                    return Ok(());
+                };
+                if server.begin(table, op).is_some() {
+                    // Durable: in this server's journal in the shared store.
+                    self.journals
+                        .entry(to)
+                        .or_default()
+                        .push(Record { table, op });
+                    let d = self.rng.random_range(0..5);
+                    self.at(
+                        d,
+                        Event::Ack {
+                            at: to,
+                            inc,
+                            table,
+                            op,
+                        },
+                    );
+                } else {
+                    self.report.wrong_server += 1;
+                }
+            }
+            Event::Ack { at, inc, table, op } => {
+                let e = Event::Ack { at, inc, table, op };
+                if self.deferred(at, &e) {
+                    return Ok(());
+                }
+                if self.nodes[&at].incarnation != inc {
+                    return Ok(());
+                }
+                let now = self.now;
+                let Some(server) = self.nodes[&at].server.as_ref() else {
+                    return Ok(());
+                };
+                if server.acknowledge(table, now) == Reply::Ack {
+                    self.check_single_acknowledger(at, table)?;
+                    self.acked.entry(table).or_default().insert(op);
+                    self.report.acknowledged += 1;
+                } else {
+                    self.report.wrong_server += 1;
+                }
+            }
+            Event::Client => {
+                if self.faulting() {
+                    self.client_op();
+                    let next = self.rng.random_range(1..6);
+                    self.at(next, Event::Client);
+                }
+            }
+            Event::Fault => {
+                if self.faulting() {
+                    self.fault();
+                    let next = self.rng.random_range(300..1_500);
+                    self.at(next, Event::Fault);
+                }
+            }
+            Event::Restart(s) => {
+                let n = self.nodes.get_mut(&s).expect("known server");
+                n.incarnation += 1;
+                n.server = Some(Server::new(s, self.cfg.margin_ms));
+                self.at(1, Event::Tick(s));
+            }
+            Event::EtcdUp => {
+                self.etcd_down_until = None;
+                self.etcd.restart(self.now);
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, from: ServerId, inc: u64, call: Call) {
+        let l = self.latency();
+        self.at(l, Event::AtEtcd { from, inc, call });
+    }
+
+    fn perform(&mut self, s: ServerId, inc: u64, outs: Vec<Out>) {
+        for o in outs {
+            let call = match o {
+                Out::Join => Call::Join { sent_at: self.now },
+                Out::KeepAlive { lease, sent_at } => Call::KeepAlive { lease, sent_at },
+                Out::Load { table, owner_rev } => Call::LoadRead { table, owner_rev },
+                Out::Handover {
+                    table,
+                    owner_rev,
+                    to,
+                    epoch,
+                    snapshot,
+                } => Call::Handover {
+                    table,
+                    owner_rev,
+                    to,
+                    epoch,
+                    snapshot,
+                },
+            };
+            self.send(s, inc, call);
+        }
+    }
+
+    /// A call executed by etcd (reachable), and its answer.
+    fn at_etcd(&mut self, from: ServerId, call: Call) -> Option<Answer> {
+        let now = self.now;
+        Some(match call {
+            Call::Join { sent_at } => {
+                // Create-if-absent: a member key still living on an
+                // earlier lease (a join whose answer was lost) is not
+                // taken over; it expires, and a later join succeeds.
+                let lease = self.etcd.grant(self.cfg.ttl_ms, now);
+                let created = self.etcd.txn(
+                    &[Compare::ModRevision(member_key(from), Revision(0))],
+                    &[Write::Put {
+                        key: member_key(from),
+                        value: String::new(),
+                        lease: Some(lease),
+                    }],
+                );
+                if created.is_err() {
+                    self.etcd.revoke(lease);
+                    return None;
+                }
+                Answer::Joined {
+                    lease,
+                    sent_at,
+                    ttl: self.cfg.ttl_ms,
+                }
+            }
+            Call::KeepAlive { lease, sent_at } => match self.etcd.keep_alive(lease, now) {
+                Ok(ttl) => Answer::KeptAlive {
+                    lease,
+                    sent_at,
+                    ttl,
+                },
+                Err(_) => Answer::LeaseLost { lease },
+            },
+            Call::Poll => Answer::Views(self.views()),
+            Call::LoadRead { table, owner_rev } => Answer::LoadManifest {
+                table,
+                owner_rev,
+                manifest: self
+                    .etcd
+                    .get(&manifest_key(table))
+                    .and_then(|e| Manifest::decode(&e.value)),
+            },
+            Call::LoadCommit {
+                table,
+                owner_rev,
+                manifest,
+            } => {
+                let r = self.etcd.txn(
+                    &[Compare::ModRevision(owner_key(table), owner_rev)],
+                    &[Write::Put {
+                        key: manifest_key(table),
+                        value: manifest.encode(),
+                        lease: None,
+                    }],
+                );
+                Answer::LoadDone {
+                    table,
+                    owner_rev,
+                    ok: r.ok().map(|_| manifest.snapshot),
+                }
+            }
+            Call::Handover {
+                table,
+                owner_rev,
+                to,
+                epoch,
+                snapshot,
+            } => {
+                let manifest = Manifest {
+                    snapshot,
+                    journal: from,
+                    position: self.journals.get(&from).map_or(0, Vec::len),
+                };
+                let r = self.etcd.txn(
+                    &[Compare::ModRevision(owner_key(table), owner_rev)],
+                    &[
+                        Write::Put {
+                            key: manifest_key(table),
+                            value: manifest.encode(),
+                            lease: None,
+                        },
+                        Write::Put {
+                            key: owner_key(table),
+                            value: Owner {
+                                server: to,
+                                epoch: Epoch(epoch.0 + 1),
+                            }
+                            .encode(),
+                            lease: None,
+                        },
+                        Write::Delete(move_key(table)),
+                    ],
+                );
+                if r.is_ok() {
+                    self.report.moves += 1;
+                }
+                Answer::HandedOver { table }
+            }
+            Call::CoordRead => {
+                let lease = self.nodes[&from].server.as_ref()?.lease()?;
+                let holder = self.etcd.get(COORDINATOR_KEY).map(|e| e.value.clone());
+                match holder {
+                    None => {
+                        let _ = self.etcd.txn(
+                            &[Compare::ModRevision(COORDINATOR_KEY.into(), Revision(0))],
+                            &[Write::Put {
+                                key: COORDINATOR_KEY.into(),
+                                value: from.0.to_string(),
+                                lease: Some(lease),
+                            }],
+                        );
+                        Answer::Coordinate(None)
+                    }
+                    Some(v) if v == from.0.to_string() => {
+                        Answer::Coordinate(Some(self.cluster_view()))
+                    }
+                    Some(_) => Answer::Coordinate(None),
+                }
+            }
+            Call::CoordWrite(actions) => {
+                for a in actions {
+                    self.apply_action(a);
+                }
+                return None;
+            }
+        })
+    }
+
+    fn apply_action(&mut self, a: Action) {
+        match a {
+            Action::Assign {
+                table,
+                expect,
+                owner,
+                reason,
+            } => {
+                let r = self.etcd.txn(
+                    &[Compare::ModRevision(owner_key(table), expect)],
+                    &[
+                        Write::Put {
+                            key: owner_key(table),
+                            value: owner.encode(),
+                            lease: None,
+                        },
+                        Write::Delete(move_key(table)),
+                    ],
+                );
+                if r.is_ok() && reason != "no owner yet" {
+                    self.report.reassignments += 1;
+                }
+            }
+            Action::Move { table, to, .. } => {
+                // Only if the table has no pending move yet.
+                let _ = self.etcd.txn(
+                    &[Compare::ModRevision(move_key(table), Revision(0))],
+                    &[Write::Put {
+                        key: move_key(table),
+                        value: to.0.to_string(),
+                        lease: None,
+                    }],
+                );
+            }
+        }
+    }
+
+    fn owner_of(&self, t: TableId) -> Option<(Owner, Revision)> {
+        let e = self.etcd.get(&owner_key(t))?;
+        Some((Owner::decode(&e.value)?, e.mod_revision))
+    }
+
+    fn views(&self) -> Vec<TableView> {
+        (0..self.cfg.tables)
+            .map(TableId)
+            .filter_map(|t| {
+                let (owner, owner_rev) = self.owner_of(t)?;
+                let move_to = self
+                    .etcd
+                    .get(&move_key(t))
+                    .and_then(|e| e.value.parse().ok())
+                    .map(ServerId);
+                Some(TableView {
+                    table: t,
+                    owner,
+                    owner_rev,
+                    move_to,
+                })
+            })
+            .collect()
+    }
+
+    fn cluster_view(&self) -> ClusterView {
+        ClusterView {
+            members: self
+                .etcd
+                .range("member/")
+                .filter_map(|(k, _)| k.strip_prefix("member/")?.parse().ok().map(ServerId))
+                .collect(),
+            draining: BTreeSet::new(),
+            owners: (0..self.cfg.tables)
+                .map(|t| (TableId(t), self.owner_of(TableId(t))))
+                .collect(),
+            moves: (0..self.cfg.tables)
+                .filter_map(|t| {
+                    let e = self.etcd.get(&move_key(TableId(t)))?;
+                    Some((TableId(t), ServerId(e.value.parse().ok()?)))
+                })
+                .collect(),
+        }
+    }
+
+    fn at_server(&mut self, s: ServerId, inc: u64, answer: Answer) {
+        let now = self.now;
+        let Some(server) = self.nodes.get_mut(&s).and_then(|n| n.server.as_mut()) else {
+            return;
+        };
+        let mut outs = Vec::new();
+        let mut calls = Vec::new();
+        match answer {
+            Answer::Joined {
+                lease,
+                sent_at,
+                ttl,
+            } => server.joined(lease, sent_at, ttl),
+            Answer::KeptAlive {
+                lease,
+                sent_at,
+                ttl,
+            } => server.kept_alive(lease, sent_at, ttl),
+            Answer::LeaseLost { lease } => server.lease_lost(lease),
+            Answer::Views(v) => outs = server.observe(&v),
+            Answer::LoadManifest {
+                table,
+                owner_rev,
+                manifest,
+            } => {
+                // Replay the journal the manifest points into, from the
+                // shared store, then commit a manifest that points at the
+                // end of this server's own journal.
+                let mut snapshot = Contents::new();
+                if let Some(m) = manifest {
+                    snapshot = m.snapshot;
+                    if let Some(j) = self.journals.get(&m.journal) {
+                        snapshot.extend(
+                            j.iter()
+                                .skip(m.position)
+                                .filter(|r| r.table == table)
+                                .map(|r| r.op),
+                        );
+                    }
+                }
+                let manifest = Manifest {
+                    snapshot,
+                    journal: s,
+                    position: self.journals.get(&s).map_or(0, Vec::len),
+                };
+                calls.push(Call::LoadCommit {
+                    table,
+                    owner_rev,
+                    manifest,
+                });
+            }
+            Answer::LoadDone {
+                table,
+                owner_rev,
+                ok,
+            } => server.loaded(table, owner_rev, ok.ok_or(())),
+            Answer::HandedOver { table } => server.handed_over(table),
+            Answer::Coordinate(Some(view)) => {
+                let actions = decide(&view, 2);
+                if !actions.is_empty() {
+                    calls.push(Call::CoordWrite(actions));
+                }
+            }
+            Answer::Coordinate(None) => {}
+        }
+        let _ = now;
+        self.perform(s, inc, outs);
+        for c in calls {
+            self.send(s, inc, c);
+        }
+    }
+
+    /// At the instant `at` acknowledges for `table`: etcd names it as the
+    /// owner, and no other server may acknowledge for the table.
+    fn check_single_acknowledger(&self, at: ServerId, table: TableId) -> Result<(), String> {
+        let now = self.now;
+        match self.owner_of(table) {
+            Some((o, _)) if o.server == at => {}
+            other => {
+                return Err(format!(
+                    "t={} ms: {at} acknowledged for {table}, but etcd names {other:?}",
+                    now.0
+                ))
+            }
+        }
+        for (id, n) in &self.nodes {
+            if *id != at && n.server.as_ref().is_some_and(|s| s.may_ack(table, now)) {
+                return Err(format!(
+                    "t={} ms: {at} and {id} may both acknowledge for {table}",
+                    now.0
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A client sends a new operation, mostly to the owner etcd names (a
+    /// fresh map), sometimes to any server (a stale one).
+    fn client_op(&mut self) {
+        let table = TableId(self.rng.random_range(0..self.cfg.tables));
+        let to = match self.owner_of(table) {
+            Some((o, _)) if self.rng.random_bool(0.9) => o.server,
+            _ => ServerId(self.rng.random_range(0..self.cfg.servers)),
+        };
+        let op = self.next_op;
+        self.next_op += 1;
+        let l = self.latency();
+        self.at(l, Event::Op { to, table, op });
+    }
+
+    fn fault(&mut self) {
+        let s = ServerId(self.rng.random_range(0..self.cfg.servers));
+        let ttl = self.cfg.ttl_ms;
+        match self.rng.random_range(0..5) {
+            0 => {
+                // kill -9, back a little later.
+                let n = self.nodes.get_mut(&s).expect("known server");
+                if n.server.take().is_some() {
+                    n.incarnation += 1;
+                    self.report.crashes += 1;
+                    let back = self.rng.random_range(100..2 * ttl);
+                    self.at(back, Event::Restart(s));
+                }
+            }
+            1 => {
+                // SIGSTOP for up to twice a lease, then SIGCONT.
+                let d = self.rng.random_range(100..2 * ttl);
+                let n = self.nodes.get_mut(&s).expect("known server");
+                n.paused_until = self.now.plus(d);
+                self.report.pauses += 1;
+            }
+            2 => {
+                // Cut from etcd (clients still reach it).
+                let d = self.rng.random_range(100..2 * ttl);
+                self.nodes
+                    .get_mut(&s)
+                    .expect("known server")
+                    .cut_from_etcd_until = self.now.plus(d);
+            }
+            3 if self.etcd_down_until.is_none() => {
+                let d = self.rng.random_range(100..ttl);
+                self.etcd_down_until = Some(self.now.plus(d));
+                self.report.etcd_restarts += 1;
+                self.at(d, Event::EtcdUp);
+            }
+            _ => {}
+        }
+    }
+
+    fn check_settled(&self) -> Result<(), String> {
+        let members: BTreeSet<ServerId> = self
+            .etcd
+            .range("member/")
+            .filter_map(|(k, _)| k.strip_prefix("member/")?.parse().ok().map(ServerId))
+            .collect();
+        for t in (0..self.cfg.tables).map(TableId) {
+            let Some((owner, _)) = self.owner_of(t) else {
+                return Err(format!("{t} has no owner"));
+            };
+            if !members.contains(&owner.server) {
+                return Err(format!("{t}'s owner {} is not a member", owner.server));
+            }
+            let serving: Vec<ServerId> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.server.as_ref().is_some_and(|s| s.may_ack(t, self.now)))
+                .map(|(id, _)| *id)
+                .collect();
+            if serving != [owner.server] {
+                return Err(format!(
+                    "{t} is served by {serving:?}, etcd names {}",
+                    owner.server
+                ));
+            }
+            let held = self.nodes[&owner.server]
+                .server
+                .as_ref()
+                .and_then(|s| s.contents(t))
+                .cloned()
+                .unwrap_or_default();
+            if let Some(lost) = self.acked.get(&t).and_then(|a| a.difference(&held).next()) {
+                return Err(format!(
+                    "operation {lost} on {t} was acknowledged and is lost"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
