@@ -39,6 +39,11 @@ pub struct BackupStats {
     pub received: u64,
     /// The server's written-back watermark, as last reported.
     pub written_back: u64,
+    /// The highest LSN any reply of this run carried: every operation the
+    /// server had acknowledged when it last answered is at or below it
+    /// (each reply carries the newest ARL entries). An effect of such an
+    /// operation is durable once `written_back` reaches this.
+    pub newest_seen: u64,
 }
 
 /// See the module docs.
@@ -64,6 +69,7 @@ impl Backups {
             self.stats.bytes = 0;
             self.stats.incarnation = resp.incarnation;
             self.stats.written_back = 0;
+            self.stats.newest_seen = 0;
         }
         if resp.written_back > self.stats.written_back {
             self.stats.written_back = resp.written_back;
@@ -82,6 +88,7 @@ impl Backups {
         received.sort_unstable_by_key(|b| b.lsn);
         for b in received {
             self.stats.received += 1;
+            self.stats.newest_seen = self.stats.newest_seen.max(b.lsn);
             if b.lsn > self.stats.written_back {
                 self.insert(b.lsn, b.entry);
             }
@@ -186,6 +193,7 @@ mod tests {
         assert_eq!(b.stats().entries, 2);
         assert_eq!(b.stats().received, 4);
         assert_eq!(b.stats().bytes, 200);
+        assert_eq!(b.stats().newest_seen, 3);
         let reqs = b.recover_requests(9);
         assert_eq!(reqs.len(), 1);
         assert_eq!(

@@ -50,12 +50,48 @@ struct Inner {
     objects: HashMap<Soid, Object>,
     handles: HashMap<u64, Soid>,
     next_fh: u64,
+    /// Objects whose file is gone by a removal not yet durable.
+    pending: HashMap<Soid, Pending>,
 }
 
-#[derive(Debug)]
+/// An object to remove once the removal of its file is written back.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    incarnation: u64,
+    /// Durable once the server's watermark reaches this.
+    mark: u64,
+    /// The object file when its removal was decided (a different one at
+    /// that path is not this file's).
+    stamp: ObjectStamp,
+}
+
+/// What the client knows of the server's durability: its run (0: a
+/// journaling server, where an acknowledged operation is durable), its
+/// written-back watermark, and the newest operation any reply showed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Durability {
+    pub incarnation: u64,
+    pub written_back: u64,
+    pub newest_seen: u64,
+}
+
+/// Asked when a removal is decided and when pending ones are reaped.
+pub type DurabilitySource = Arc<dyn Fn() -> Durability + Send + Sync>;
+
 pub struct Data {
     dir: PathBuf,
     inner: Mutex<Inner>,
+    /// `None`: every removal is durable when acknowledged.
+    durability: Option<DurabilitySource>,
+}
+
+impl std::fmt::Debug for Data {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Data")
+            .field("dir", &self.dir)
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a caller must tell the server after a release or flush.
@@ -77,7 +113,91 @@ impl Data {
         Ok(Data {
             dir: dir.to_path_buf(),
             inner: Mutex::default(),
+            durability: None,
         })
+    }
+
+    /// Removals wait until `source` says they are durable (see the module
+    /// documentation).
+    pub fn with_durability(mut self, source: DurabilitySource) -> Data {
+        self.durability = Some(source);
+        self
+    }
+
+    /// Removes `soid`'s object now if its removal is durable, else makes
+    /// it pending. Called under the lock, with the file not open here.
+    fn remove_when_durable(&self, inner: &mut Inner, soid: Soid) -> io::Result<()> {
+        let path = self.path(soid);
+        let d = match &self.durability {
+            Some(source) => source(),
+            None => Durability::default(),
+        };
+        if d.incarnation == 0 || d.newest_seen <= d.written_back {
+            inner.pending.remove(&soid);
+            return remove_quietly(&path);
+        }
+        match stamp(&path) {
+            Some(stamp) => {
+                inner.pending.insert(
+                    soid,
+                    Pending {
+                        incarnation: d.incarnation,
+                        mark: d.newest_seen,
+                        stamp,
+                    },
+                );
+            }
+            None => {
+                inner.pending.remove(&soid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the pending objects whose removal is now written back;
+    /// forgets those of an earlier server run (its recovery may have
+    /// brought their files back: the sweep of leftovers asks the server).
+    /// Returns how many objects were removed.
+    pub fn reap(&self) -> io::Result<usize> {
+        let Some(source) = &self.durability else {
+            return Ok(0);
+        };
+        let mut g = self.inner.lock();
+        if g.pending.is_empty() {
+            return Ok(0);
+        }
+        let d = source();
+        let inner = &mut *g;
+        let mut removed = 0;
+        let mut first_error = None;
+        inner.pending.retain(|soid, p| {
+            if p.incarnation != d.incarnation {
+                return false;
+            }
+            if p.mark > d.written_back {
+                return true;
+            }
+            let path = object_path(&self.dir, *soid);
+            if !inner.objects.contains_key(soid) && stamp(&path) == Some(p.stamp) {
+                match remove_quietly(&path) {
+                    Ok(()) => removed += 1,
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                        return true;
+                    }
+                }
+            }
+            false
+        });
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(removed),
+        }
+    }
+
+    /// Objects waiting for their removal to be written back.
+    pub fn pending_removals(&self) -> usize {
+        self.inner.lock().pending.len()
     }
 
     pub fn dir(&self) -> &Path {
@@ -118,6 +238,9 @@ impl Data {
         let (soid, server_size) = (attr.soid, attr.size);
         let mut g = self.inner.lock();
         let inner = &mut *g;
+        // Alive again (a recovery brought it back, or the SOID is reused
+        // after the removal was written back): not to be removed.
+        inner.pending.remove(&soid);
         let obj = match inner.objects.entry(soid) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
@@ -271,13 +394,16 @@ impl Data {
     /// `stamp` saw (a new file with the SOID, created and written here
     /// meanwhile, changed it). Under the lock, so no open can slip in.
     /// Returns whether it was removed.
+    ///
+    /// Log-less, the removal waits until the server's watermark passes
+    /// what this client has seen acknowledged (see the module docs).
     pub fn remove_leftover(&self, soid: Soid, seen: ObjectStamp) -> io::Result<bool> {
-        let g = self.inner.lock();
+        let mut g = self.inner.lock();
         let path = self.path(soid);
         if g.objects.contains_key(&soid) || stamp(&path) != Some(seen) {
             return Ok(false);
         }
-        remove_quietly(&path)?;
+        self.remove_when_durable(&mut g, soid)?;
         Ok(true)
     }
 
@@ -351,8 +477,7 @@ impl Data {
         }
         let obj = inner.objects.remove(&soid).ok_or_else(bad_handle)?;
         if obj.doomed {
-            drop(g);
-            remove_quietly(&self.path(soid))?;
+            self.remove_when_durable(inner, soid)?;
             return Ok(None);
         }
         Ok(obj.dirty.then_some(Dirty {
@@ -361,15 +486,15 @@ impl Data {
         }))
     }
 
-    /// The inode is gone: drop its data now, or on its last release.
+    /// The inode is gone: drop its data on its last release, or now — or,
+    /// with a log-less server, once the removal is written back.
     pub fn remove(&self, soid: Soid) -> io::Result<()> {
         let mut g = self.inner.lock();
         if let Some(obj) = g.objects.get_mut(&soid) {
             obj.doomed = true;
             return Ok(());
         }
-        drop(g);
-        remove_quietly(&self.path(soid))
+        self.remove_when_durable(&mut g, soid)
     }
 }
 
@@ -560,5 +685,78 @@ mod tests {
         );
         assert!(!dir.path().join(s.to_string()).exists());
         assert!(d.release(b).is_err(), "a released handle is bad");
+    }
+
+    /// Log-less: an object whose file's removal is not written back stays
+    /// (a recovery may bring the file back with it) until the watermark
+    /// passes the removal; a server restart meanwhile leaves it for the
+    /// sweep; a journaling server's removals are durable at once.
+    #[test]
+    fn removal_waits_until_written_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(Mutex::new(Durability {
+            incarnation: 7,
+            written_back: 10,
+            newest_seen: 12,
+        }));
+        let source = Arc::clone(&state);
+        let d = Data::open_dir(dir.path())
+            .unwrap()
+            .with_durability(Arc::new(move || *source.lock()));
+        let write = |s: Soid, bytes: &[u8]| {
+            let fh = d.open(&attr(s, 0)).unwrap();
+            d.write(fh, 0, bytes).unwrap();
+            d.release(fh).unwrap();
+        };
+        let (f, g, h) = (Soid::from_u128(1), Soid::from_u128(2), Soid::from_u128(3));
+        write(f, b"f's bytes");
+        write(g, b"g's bytes");
+        d.remove(f).unwrap();
+        let fh = d.open(&attr(g, 9)).unwrap();
+        d.remove(g).unwrap(); // open: doomed, pending at its last release
+        d.release(fh).unwrap();
+        assert_eq!(d.pending_removals(), 2);
+        assert_eq!(d.reap().unwrap(), 0);
+        assert_eq!(
+            std::fs::read(dir.path().join(f.to_string())).unwrap(),
+            b"f's bytes"
+        );
+        state.lock().written_back = 12;
+        assert_eq!(d.reap().unwrap(), 2);
+        assert!(!dir.path().join(f.to_string()).exists());
+        assert!(!dir.path().join(g.to_string()).exists());
+        // Pending across a server restart: forgotten, the object kept.
+        write(h, b"h's bytes");
+        state.lock().newest_seen = 20;
+        d.remove(h).unwrap();
+        *state.lock() = Durability {
+            incarnation: 8,
+            written_back: 30,
+            newest_seen: 0,
+        };
+        assert_eq!(d.reap().unwrap(), 0);
+        assert_eq!(d.pending_removals(), 0);
+        assert!(dir.path().join(h.to_string()).exists());
+        // Durable at once: nothing newer than the watermark was seen.
+        d.remove(h).unwrap();
+        assert!(!dir.path().join(h.to_string()).exists());
+        // Opened again (brought back): no longer pending.
+        write(f, b"f again");
+        state.lock().newest_seen = 31;
+        d.remove(f).unwrap();
+        assert_eq!(d.pending_removals(), 1);
+        let fh = d.open(&attr(f, 7)).unwrap();
+        assert_eq!(d.pending_removals(), 0);
+        d.release(fh).unwrap();
+        state.lock().written_back = 31;
+        d.reap().unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join(f.to_string())).unwrap(),
+            b"f again"
+        );
+        // A journaling server (incarnation 0): at once.
+        *state.lock() = Durability::default();
+        d.remove(f).unwrap();
+        assert!(!dir.path().join(f.to_string()).exists());
     }
 }

@@ -93,7 +93,19 @@ pub fn mount(
     let nodes = Arc::new(nodes::Nodes::default());
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
-    let data = Arc::new(data::Data::open_dir(&cfg.data_dir)?);
+    let durability_of = client.clone();
+    let data = Arc::new(
+        data::Data::open_dir(&cfg.data_dir)?.with_durability(Arc::new(move || {
+            let b = durability_of.backup_stats();
+            data::Durability {
+                incarnation: b.incarnation,
+                written_back: b.written_back,
+                newest_seen: b.newest_seen,
+            }
+        })),
+    );
+    let reaper = start_reaper(Arc::clone(&data))?;
+    let reaped = Arc::clone(&data);
     let stopper = client.clone();
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
@@ -159,7 +171,30 @@ pub fn mount(
     ready();
     let served = session.run();
     let _ = stop_watch.send(true);
+    drop(reaper);
+    if let Err(e) = reaped.reap() {
+        tracing::warn!(error = %e, "removing the objects of removed files");
+    }
     served
+}
+
+/// Every 250 ms, removes the objects whose files' removal the server has
+/// written back since ([`data::Data::reap`]). Stops when the returned
+/// sender is dropped.
+fn start_reaper(data: Arc<data::Data>) -> io::Result<std::sync::mpsc::Sender<()>> {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("sextant-reap".into())
+        .spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(Duration::from_millis(250))
+            {
+                if let Err(e) = data.reap() {
+                    tracing::warn!(error = %e, "removing the objects of removed files");
+                }
+            }
+        })?;
+    Ok(stop)
 }
 
 /// `fusermount3 -u [-z] MOUNTPOINT`.
