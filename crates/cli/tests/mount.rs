@@ -1126,3 +1126,60 @@ fn a_chmod_holds_before_it_returns() {
         );
     }
 }
+
+/// A user other than the owner who may write a set-user-ID or
+/// set-group-ID file writes to it (appending, O_RDWR, truncating), and the
+/// write clears the set-ID bits, as on the local file system: the kernel
+/// sends the clearing as a chmod with the writer's credentials.
+#[test]
+fn a_writer_clears_set_id_bits() {
+    if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("needs FUSE and setpriv");
+        return;
+    }
+    let m = Mounted::start();
+    let local = m.dir.path().join("local");
+    let mounted = m.p("setid");
+    let writes = [
+        ("append", "printf x >> f"),
+        ("rdwr", "exec 3<>f && printf y >&3"),
+        ("truncate", "truncate -s 1 f"),
+    ];
+    let mut results = Vec::new();
+    for dir in [&local, &mounted] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mut seen = String::new();
+        for mode in ["4777", "2777", "6777"] {
+            for (what, write) in writes {
+                let sub = dir.join(format!("{what}-{mode}"));
+                std::fs::create_dir(&sub).unwrap();
+                std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+                sh(
+                    &sub,
+                    &format!("printf ab > f && chown 65534:65534 f && chmod {mode} f"),
+                );
+                let out = Command::new("setpriv")
+                    .args(["--reuid", "1001", "--regid", "1001", "--clear-groups"])
+                    .args(["sh", "-c", write])
+                    .current_dir(&sub)
+                    .output()
+                    .unwrap();
+                let after = sh(&sub, "stat -c '%a %s' f && od -An -c f | tr -s ' '");
+                seen += &format!(
+                    "{what} {mode}: {} {}",
+                    out.status.success(),
+                    after.replace('\n', " ")
+                );
+                seen.push('\n');
+            }
+        }
+        results.push(seen);
+    }
+    assert!(
+        results[0].contains("append 4777: true 777 3"),
+        "the local file system clears and writes:\n{}",
+        results[0]
+    );
+    assert_same(&results[0], &results[1], "writes to set-ID files");
+}

@@ -9,7 +9,9 @@
 //! Time: every change uses `txn.now`, one timestamp per operation.
 
 use crate::inode::{Dentry, Inode};
-use crate::perm::{check_access, check_owner, check_sticky, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::perm::{
+    check_access, check_owner, check_sticky, may_chmod, MAY_EXEC, MAY_READ, MAY_WRITE,
+};
 use crate::soid::{allocate, AllocError, ChildKind};
 use crate::txn::{OpError, OpResult, Txn};
 use serde::{Deserialize, Serialize};
@@ -504,8 +506,8 @@ pub fn setattr(txn: &mut Txn, cred: &Credentials, soid: Soid, set: &SetAttr) -> 
             return Err(FsError::Perm.into());
         }
     }
-    if set.perm.is_some() {
-        check_owner(&inode, cred)?;
+    if let Some(perm) = set.perm {
+        may_chmod(&inode, cred, perm)?;
     }
     // vfs_utimes: setting both times to "now" (touch) needs ownership or
     // write permission; anything else is an explicit time update
@@ -540,7 +542,10 @@ pub fn setattr(txn: &mut Txn, cred: &Credentials, soid: Soid, set: &SetAttr) -> 
     }
     if let Some(perm) = set.perm {
         let mut perm = perm & 0o7777;
-        if perm & S_ISGID != 0 && !cred.is_root() && !cred.in_group(inode.gid) {
+        // An owner outside the file's group cannot set set-group-ID (a
+        // writer's clearing of set-ID bits keeps the rest as it is).
+        let owner = check_owner(&inode, cred).is_ok();
+        if owner && perm & S_ISGID != 0 && !cred.is_root() && !cred.in_group(inode.gid) {
             perm &= !S_ISGID;
         }
         inode.perm = perm as u16;

@@ -70,6 +70,34 @@ pub fn check_sticky(dir: &Inode, victim: &Inode, cred: &Credentials) -> Result<(
     }
 }
 
+/// Does changing mode `old` to `new` only clear set-user-ID and/or
+/// set-group-ID (at least one of them, every other bit unchanged)? That is
+/// what the kernel sends a FUSE file system, as a chmod with the writer's
+/// credentials, when someone other than the owner writes to or truncates a
+/// set-ID file (without FUSE's killpriv): Linux lets the write through and
+/// clears the bits, so [`may_chmod`] allows it to anyone who may write the
+/// file.
+pub fn only_clears_set_id(old: u16, new: u32) -> bool {
+    let (old, new) = (u32::from(old) & 0o7777, new & 0o7777);
+    let set_id = sextant_types::S_ISUID | sextant_types::S_ISGID;
+    new != old && (old ^ new) & !set_id == 0 && new & !old == 0
+}
+
+/// May the caller change `inode`'s mode to `new`? The owner and root may
+/// set any mode; anyone who may write the file may clear its set-ID bits
+/// ([`only_clears_set_id`]). Else `EPERM`, as chmod(2).
+pub fn may_chmod(inode: &Inode, cred: &Credentials, new: u32) -> Result<(), FsError> {
+    if check_owner(inode, cred).is_ok() {
+        return Ok(());
+    }
+    let writer = !inode.is_dir() && check_access(inode, cred, MAY_WRITE).is_ok();
+    if writer && only_clears_set_id(inode.perm, new) {
+        Ok(())
+    } else {
+        Err(FsError::Perm)
+    }
+}
+
 /// Is the caller the owner (or root), as chmod and explicit utimes require?
 pub fn check_owner(inode: &Inode, cred: &Credentials) -> Result<(), FsError> {
     if cred.is_root() || cred.uid == inode.uid {
@@ -132,6 +160,39 @@ mod tests {
         assert_eq!(check_access(&d, &root, MAY_EXEC), Ok(()));
         let x = inode(FileType::Regular, 0o001, 10, 20);
         assert_eq!(check_access(&x, &root, MAY_EXEC), Ok(()));
+    }
+
+    #[test]
+    fn a_writer_may_only_clear_set_id_bits() {
+        let writer = Credentials::user(11, 11);
+        for (old, new) in [(0o4777, 0o777), (0o2777, 0o777), (0o6777, 0o777)] {
+            let f = inode(FileType::Regular, old, 10, 20);
+            assert_eq!(may_chmod(&f, &writer, new), Ok(()), "{old:o} -> {new:o}");
+        }
+        let f = inode(FileType::Regular, 0o6777, 10, 20);
+        assert_eq!(may_chmod(&f, &writer, 0o2777), Ok(()), "set-user-ID alone");
+        assert_eq!(may_chmod(&f, &writer, 0o4777), Ok(()), "set-group-ID alone");
+        for new in [0o6777, 0o6775, 0o777 & !0o2, 0o7777, 0o1777, 0o6776] {
+            assert_eq!(
+                may_chmod(&f, &writer, new),
+                Err(FsError::Perm),
+                "{new:o}: not only a clearing"
+            );
+        }
+        let plain = inode(FileType::Regular, 0o666, 10, 20);
+        assert_eq!(
+            may_chmod(&plain, &writer, 0o666),
+            Err(FsError::Perm),
+            "nothing to clear"
+        );
+        // Only one who may write the file.
+        let ro = inode(FileType::Regular, 0o4755, 10, 20);
+        assert_eq!(may_chmod(&ro, &writer, 0o755), Err(FsError::Perm));
+        let dir = inode(FileType::Directory, 0o2777, 10, 20);
+        assert_eq!(may_chmod(&dir, &writer, 0o777), Err(FsError::Perm));
+        // The owner and root may set anything.
+        assert_eq!(may_chmod(&ro, &Credentials::user(10, 1), 0o7000), Ok(()));
+        assert_eq!(may_chmod(&ro, &Credentials::root(), 0o1), Ok(()));
     }
 
     #[test]

@@ -343,3 +343,82 @@ fn removals_return_what_they_removed() {
     let gone = e.rmdir(&root, Soid::ROOT, b"d").unwrap().wait(&e).unwrap();
     assert_eq!((gone.soid, gone.ftype), (d.soid, FileType::Directory));
 }
+
+/// A non-owner who may write a set-ID file may clear its set-ID bits (the
+/// kernel's suid-kill of a write, which a FUSE mount forwards as a chmod
+/// with the writer's credentials), and nothing else of its mode; the same
+/// with a truncate (size and mode in one setattr).
+#[test]
+fn a_writer_clears_set_id_bits_but_may_not_chmod() {
+    use sextant_types::SetAttr;
+    let e = Engine::open(Arc::new(MemStore::new()), config()).unwrap();
+    let root = Credentials::root();
+    let writer = Credentials::user(1001, 1001);
+    let chmod = |perm: u32| SetAttr {
+        perm: Some(perm),
+        ..Default::default()
+    };
+    for (i, (mode, cleared)) in [(0o4777, 0o777), (0o2777, 0o777), (0o6777, 0o777)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("f{i}");
+        let f = e
+            .create(&root, Soid::ROOT, name.as_bytes(), 0o644, true)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        e.setattr(&root, f.soid, &chmod(mode))
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        assert_eq!(
+            e.setattr(&writer, f.soid, &chmod(0o777 & !0o2))
+                .unwrap_err(),
+            FsError::Perm,
+            "{mode:o}: a writer's chmod that changes more"
+        );
+        let a = e
+            .setattr(&writer, f.soid, &chmod(cleared))
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+        assert_eq!(a.perm, cleared, "{mode:o}");
+        assert_eq!(
+            e.setattr(&writer, f.soid, &chmod(cleared)).unwrap_err(),
+            FsError::Perm,
+            "nothing left to clear: an ordinary chmod"
+        );
+    }
+    // A truncate by the writer that also clears the bits.
+    let g = e
+        .create(&root, Soid::ROOT, b"g", 0o644, true)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    e.setattr(&root, g.soid, &chmod(0o6777))
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let set = SetAttr {
+        size: Some(5),
+        perm: Some(0o777),
+        ..Default::default()
+    };
+    let a = e.setattr(&writer, g.soid, &set).unwrap().wait(&e).unwrap();
+    assert_eq!((a.size, a.perm), (5, 0o777));
+    // One who may not write the file may not clear them.
+    let h = e
+        .create(&root, Soid::ROOT, b"h", 0o644, true)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    e.setattr(&root, h.soid, &chmod(0o4755))
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    assert_eq!(
+        e.setattr(&writer, h.soid, &chmod(0o755)).unwrap_err(),
+        FsError::Perm
+    );
+}

@@ -626,12 +626,18 @@ impl Model {
         let is_dir = self.is_dir(id);
         match op {
             SetOp::Chmod(mode) => {
-                if !owner {
+                // Anyone who may write a file may clear its set-ID bits
+                // (the kernel's suid-kill on a write, sent as a chmod).
+                let (old, new) = (self.node(id).perm & 0o7777, mode & 0o7777);
+                let set_id = S_ISUID | S_ISGID;
+                let clears_only = new != old && (old ^ new) & !set_id == 0 && new & !old == 0;
+                let writer = !is_dir && self.need(id, cred, MAY_WRITE).is_ok();
+                if !owner && !(clears_only && writer) {
                     return Err(FsError::Perm);
                 }
                 let n = self.node(id);
                 let mut m = mode & 0o7777;
-                if m & S_ISGID != 0 && !root && !in_group(cred, n.gid) {
+                if owner && m & S_ISGID != 0 && !root && !in_group(cred, n.gid) {
                     m &= !S_ISGID;
                 }
                 let n = self.node_mut(id);
