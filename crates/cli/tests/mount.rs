@@ -1183,3 +1183,63 @@ fn a_writer_clears_set_id_bits() {
     );
     assert_same(&results[0], &results[1], "writes to set-ID files");
 }
+
+/// A non-root user truncates through a descriptor open for writing
+/// (`ftruncate`) whatever the file's mode says now: a file it created with
+/// mode 0 (`open(O_CREAT|O_RDWR, 0)`), one whose mode was closed after the
+/// open. As on the local file system (pjdfstest ftruncate/00.t).
+#[test]
+fn ftruncate_through_a_writable_descriptor() {
+    if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("needs FUSE and setpriv");
+        return;
+    }
+    if !Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs {PY}");
+        return;
+    }
+    let m = Mounted::start();
+    let script = r#"
+import os
+def r(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return e.strerror
+fd = os.open("new", os.O_CREAT | os.O_RDWR, 0)
+print("mode 0:", r(lambda: os.ftruncate(fd, 7)), os.fstat(fd).st_size)
+os.close(fd)
+fd = os.open("open", os.O_WRONLY)
+os.chmod("open", 0o444)
+print("closed after the open:", r(lambda: os.ftruncate(fd, 3)), os.fstat(fd).st_size)
+print("by name:", r(lambda: os.truncate("open", 2)))
+os.close(fd)
+fd = os.open("theirs", os.O_RDONLY)
+print("read-only descriptor:", r(lambda: os.ftruncate(fd, 1)))
+os.close(fd)
+"#;
+    let mut results = Vec::new();
+    for dir in [m.dir.path().join("local"), m.p("ftrunc")] {
+        std::fs::create_dir(&dir).unwrap();
+        sh(
+            &dir,
+            "chmod 777 . && echo hello > open && chown 1001:1001 open \
+             && echo hi > theirs && chmod 644 theirs",
+        );
+        let out = Command::new("setpriv")
+            .args(["--reuid", "1001", "--regid", "1001", "--clear-groups", PY])
+            .args(["-c", script])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        results.push(String::from_utf8(out.stdout).unwrap());
+    }
+    assert!(
+        results[0].contains("mode 0: ok 7"),
+        "the local file system allows it:\n{}",
+        results[0]
+    );
+    assert_same(&results[0], &results[1], "ftruncate");
+}

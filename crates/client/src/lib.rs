@@ -1032,7 +1032,23 @@ impl Client {
     }
 
     pub async fn setattr(&self, cred: &Credentials, soid: Soid, set: &SetAttr) -> Result<Attr> {
-        let op = Op::Setattr(setattr_to_pb(soid, set));
+        self.setattr_with(cred, soid, set, false).await
+    }
+
+    /// [`Client::setattr`]; with `write_handle` the caller changes the size
+    /// through a file it holds open for writing (`ftruncate`): the server
+    /// then asks for no write permission (it was granted at the open).
+    pub async fn setattr_with(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        set: &SetAttr,
+        write_handle: bool,
+    ) -> Result<Attr> {
+        let op = Op::Setattr(pb::SetattrRequest {
+            write_handle,
+            ..setattr_to_pb(soid, set)
+        });
         expect_attr(self.call(cred, op).await?)
     }
 

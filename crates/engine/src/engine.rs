@@ -1453,8 +1453,22 @@ impl Engine {
         soid: Soid,
         set: &SetAttr,
     ) -> Result<Committed<Attr>, FsError> {
-        self.inner
-            .run_for(self.request, |t| namespace::setattr(t, cred, soid, set))
+        self.setattr_with(cred, soid, set, false)
+    }
+
+    /// [`Engine::setattr`]; with `write_handle` the caller changes the size
+    /// through a file it holds open for writing (`ftruncate`), which needs
+    /// no write permission now: it was granted at the open.
+    pub fn setattr_with(
+        &self,
+        cred: &Credentials,
+        soid: Soid,
+        set: &SetAttr,
+        write_handle: bool,
+    ) -> Result<Committed<Attr>, FsError> {
+        self.inner.run_for(self.request, |t| {
+            namespace::setattr(t, cred, soid, set, write_handle)
+        })
     }
 
     pub fn setxattr(

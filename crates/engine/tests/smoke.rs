@@ -422,3 +422,49 @@ fn a_writer_clears_set_id_bits_but_may_not_chmod() {
         FsError::Perm
     );
 }
+
+/// A size change through a file the caller holds open for writing
+/// (`ftruncate`, `write_handle`) needs no write permission on the mode now;
+/// by name (`truncate`) it does.
+#[test]
+fn a_writable_handle_truncates_whatever_the_mode() {
+    use sextant_types::SetAttr;
+    let e = Engine::open(Arc::new(MemStore::new()), config()).unwrap();
+    let root = Credentials::root();
+    let user = Credentials::user(1001, 1001);
+    let d = e
+        .mkdir(&root, Soid::ROOT, b"d", 0o777)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let f = e
+        .create(&user, d.soid, b"f", 0o000, true)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let size = SetAttr {
+        size: Some(7),
+        ..Default::default()
+    };
+    assert_eq!(
+        e.setattr(&user, f.soid, &size).unwrap_err(),
+        FsError::Access,
+        "by name"
+    );
+    let a = e
+        .setattr_with(&user, f.soid, &size, true)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    assert_eq!(a.size, 7);
+    // Only the size: a chmod through the handle is still the owner's.
+    let other = Credentials::user(1002, 1002);
+    let chmod = SetAttr {
+        perm: Some(0o777),
+        ..Default::default()
+    };
+    assert_eq!(
+        e.setattr_with(&other, f.soid, &chmod, true).unwrap_err(),
+        FsError::Perm
+    );
+}

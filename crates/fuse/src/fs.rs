@@ -42,6 +42,9 @@ pub struct SextantFs {
     pub(crate) dir_attrs: DirAttrs,
     /// Moved by the watcher before it applies other clients' changes.
     pub(crate) cache_epoch: Arc<AtomicU64>,
+    /// The file handles open for writing: a size change through one
+    /// (`ftruncate`) was permitted at its open (`Client::setattr_with`).
+    pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -238,6 +241,15 @@ impl SextantFs {
         }
     }
 
+    /// Opened with `flags`: handle `fh` is a writer's (see
+    /// [`SextantFs::write_handles`]).
+    fn opened(&self, fh: u64, flags: i32) -> u64 {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.write_handles.lock().insert(fh);
+        }
+        fh
+    }
+
     fn attr(&self, a: &Attr, ino: INodeNo) -> (FileAttr, Duration) {
         (self.file_attr(a, ino.0), self.attr_ttl)
     }
@@ -367,7 +379,7 @@ impl Filesystem for SextantFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -386,6 +398,9 @@ impl Filesystem for SextantFs {
                 atime: atime.map(time_set).transpose()?,
                 mtime: mtime.map(time_set).transpose()?,
             };
+            // ftruncate: permitted at the open of a writable handle.
+            let write_handle =
+                size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains(&h.0));
             // Written data first, so explicit times given now win.
             self.send_dirty(self.data.take_dirty(soid)).await?;
             let c = self.cred(req);
@@ -400,7 +415,9 @@ impl Filesystem for SextantFs {
             let a = if set.is_empty() {
                 self.client().getattr(&c, soid).await?
             } else {
-                self.client().setattr(&c, soid, &set).await?
+                self.client()
+                    .setattr_with(&c, soid, &set, write_handle)
+                    .await?
             };
             if let Some(size) = size {
                 self.data.truncate(soid, before, size)?;
@@ -564,7 +581,10 @@ impl Filesystem for SextantFs {
             let c = self.cred(req);
             let a = self.client().getattr(&c, self.soid(ino)?).await?;
             self.check_open(&a, &c, flags.0)?;
-            Ok((self.data.open(&a)?, FopenFlags::empty()))
+            Ok((
+                self.opened(self.data.open(&a)?, flags.0),
+                FopenFlags::empty(),
+            ))
         })
     }
 
@@ -621,6 +641,7 @@ impl Filesystem for SextantFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.write_handles.lock().remove(&fh.0);
         self.run(reply, async {
             self.send_dirty(self.data.release(fh.0)?).await
         })
@@ -846,7 +867,7 @@ impl Filesystem for SextantFs {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let fh = self.data.open(&a)?;
+            let fh = self.opened(self.data.open(&a)?, flags);
             Ok((self.entry(parent, n, &a), fh))
         })
     }

@@ -118,6 +118,7 @@ pub fn mount(
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
+        write_handles: Default::default(),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.

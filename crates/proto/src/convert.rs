@@ -156,6 +156,7 @@ pub fn setattr_to_pb(soid: Soid, s: &SetAttr) -> pb::SetattrRequest {
         size: s.size,
         atime: timeset_to_pb(s.atime),
         mtime: timeset_to_pb(s.mtime),
+        write_handle: false,
     }
 }
 

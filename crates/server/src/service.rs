@@ -431,7 +431,8 @@ impl Shared {
             ),
             Op::Setattr(r) => {
                 let (s, set) = setattr_from_pb(&r)?;
-                attr(self.durable(fx, e.setattr(cred, s, &set)).await?)
+                let setattr = e.setattr_with(cred, s, &set, r.write_handle);
+                attr(self.durable(fx, setattr).await?)
             }
             Op::Setxattr(r) => {
                 if r.value.len() > XATTR_SIZE_MAX {
