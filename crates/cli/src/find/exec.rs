@@ -3,12 +3,12 @@
 //!
 //! - `CMD ARGS ;` runs once per entry, with `{}` replaced by the entry's
 //!   path wherever it occurs in an argument; the action's value is whether
-//!   the command exited 0 (a command that cannot be started is reported,
-//!   false, and makes the exit status 1).
+//!   the command exited 0 (a command that cannot be started is reported
+//!   and false, and — as with GNU find — leaves the exit status alone).
 //! - `CMD ARGS {} +` collects paths and runs the command on as many at a
 //!   time as fit in [`BATCH_BYTES`] of arguments: when a batch is full and
-//!   at the end ([`Commands::finish`]). Always true; a run that fails
-//!   makes the exit status 1.
+//!   at the end ([`Commands::finish`]). Always true; a run that fails,
+//!   or cannot be started, makes the exit status 1.
 //! - `-execdir`/`-okdir` run the command in the entry's directory on
 //!   `./NAME`, so the path must be a local one (under a mount: the caller
 //!   checks). `-execdir ... +` keeps a batch per directory. As find, they
@@ -140,6 +140,8 @@ impl Commands {
             return false;
         }
         let argv: Vec<OsString> = e.argv.iter().map(|a| substitute(a, &arg)).collect();
+        // A command that cannot start is only false (find's exit status
+        // stays 0).
         match self.spawn(&argv, dir.as_ref(), e.ask, report) {
             Some(status) => status.success(),
             None => false,
@@ -187,7 +189,7 @@ impl Commands {
                 }
                 self.failed = true;
             }
-            None => {}
+            None => self.failed = true,
         }
     }
 
@@ -198,8 +200,8 @@ impl Commands {
         }
     }
 
-    /// Runs `argv` and waits; `None` (reported, exit status 1) when it
-    /// could not be started.
+    /// Runs `argv` and waits; `None` (reported) when it could not be
+    /// started.
     fn spawn(
         &mut self,
         argv: &[OsString],
@@ -225,7 +227,6 @@ impl Commands {
                     Some(d) if !d.is_dir() => report(&format!("'{}': {why}", d.display())),
                     _ => report(&format!("'{}': {why}", program.to_string_lossy())),
                 }
-                self.failed = true;
                 None
             }
         }
@@ -285,8 +286,24 @@ mod tests {
         assert!(c.run(&exec(&["true"], false, false), b"x", &quiet));
         assert!(!c.run(&exec(&["false"], false, false), b"x", &quiet));
         assert!(!c.failed, "a false test is not an error");
-        assert!(!c.run(&exec(&["/nonexistent/cmd"], false, false), b"x", &quiet));
-        assert!(c.failed, "a command that cannot start is");
+        // As GNU find: a command that cannot start is false, reported,
+        // and not a failure of the run (find exits 0)...
+        let said = std::cell::RefCell::new(Vec::new());
+        let note = |m: &str| said.borrow_mut().push(m.to_string());
+        assert!(!c.run(&exec(&["/nonexistent/cmd"], false, false), b"x", &note));
+        assert_eq!(
+            *said.borrow(),
+            ["'/nonexistent/cmd': No such file or directory"]
+        );
+        assert!(!c.failed, "a command that cannot start is only false");
+        // ... but for `+` it is (find exits 1).
+        assert!(c.run(
+            &exec(&["/nonexistent/cmd", "{}"], true, false),
+            b"x",
+            &quiet
+        ));
+        c.finish(&quiet);
+        assert!(c.failed, "a batch that cannot start is a failure");
     }
 
     #[test]

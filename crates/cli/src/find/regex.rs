@@ -15,6 +15,13 @@
 //! the regex crate does not have; collating elements (`[.x.]`, `[=x=]`);
 //! intervals in the Emacs syntax; unknown `-regextype`s.
 //!
+//! Paths that are not UTF-8 (names with arbitrary bytes) are matched byte
+//! by byte, as GNU find does in the C locale: `.` and `[^...]` match any
+//! byte, classes and case folding are ASCII's. UTF-8 paths are matched
+//! character by character, as in a UTF-8 locale. (A pattern that is not
+//! ASCII itself matches only UTF-8 paths: its characters have no single
+//! byte.)
+//!
 //! A compiled expression compares by its source, so that expression trees
 //! holding it stay comparable.
 
@@ -55,6 +62,9 @@ pub struct PathRegex {
     /// As typed, with its syntax and case flag (what equality compares).
     source: (String, Syntax, bool),
     re: Regex,
+    /// The same expression over bytes, for paths that are not UTF-8
+    /// (`None` for a pattern that is not ASCII; see the module docs).
+    bytes: Option<Regex>,
     /// Text every matching path's last component ends with, if the
     /// expression requires one ([`name_suffix`]).
     suffix: Option<String>,
@@ -66,9 +76,14 @@ impl PathRegex {
         let full = format!("(?s{})^(?:{body})$", if ci { "i" } else { "" });
         let re = Regex::new(&full)
             .map_err(|e| format!("invalid regular expression '{pattern}': {e}"))?;
+        let bytes = pattern
+            .is_ascii()
+            .then(|| format!("(?s{}-u)^(?:{body})$", if ci { "i" } else { "" }))
+            .and_then(|full| Regex::new(&full).ok());
         Ok(PathRegex {
             source: (pattern.to_string(), syntax, ci),
             re,
+            bytes,
             // Case-blind matching folds more than ASCII (the Kelvin sign
             // matches k): no suffix is promised then.
             suffix: if ci {
@@ -81,7 +96,11 @@ impl PathRegex {
 
     /// Does the whole path match?
     pub fn matches(&self, path: &[u8]) -> bool {
-        self.re.is_match(path)
+        if std::str::from_utf8(path).is_ok() {
+            self.re.is_match(path)
+        } else {
+            self.bytes.as_ref().is_some_and(|b| b.is_match(path))
+        }
     }
 
     /// Text the name (last path component) of every match ends with, so
@@ -355,6 +374,29 @@ mod tests {
         assert!(!m("./[^a-c]", e, "./b"));
         assert!(m(".*", e, "./new\nline"), ". matches a newline");
         assert!(translate(r"a\{2\}", e).is_err());
+    }
+
+    #[test]
+    fn paths_that_are_not_utf8_match_byte_by_byte() {
+        let bytes = |pat: &str, syntax: Syntax, ci: bool, path: &[u8]| {
+            PathRegex::new(pat, syntax, ci).unwrap().matches(path)
+        };
+        let (e, x) = (Syntax::Emacs, Syntax::Extended);
+        assert!(bytes(".*", e, false, b"./a\xffb"));
+        assert!(bytes(".*a.b", e, false, b"./a\xffb"), ". is one byte");
+        assert!(!bytes(".*a..b", e, false, b"./a\xffb"));
+        assert!(bytes("./[^a-z]b", x, false, b"./\xffb"));
+        assert!(
+            bytes(".*X.Y\\.C", e, true, b"./x\xe9y.c"),
+            "ASCII case folding"
+        );
+        assert!(!bytes(".*[[:alpha:]]b", e, false, b"./\xffb"));
+        // UTF-8 paths still match character by character.
+        assert!(bytes(".*caf.", e, false, "./café".as_bytes()));
+        assert!(!bytes(".*caf..", e, false, "./café".as_bytes()));
+        // A pattern that is not ASCII matches UTF-8 paths only.
+        assert!(bytes(".*é", e, false, "./café".as_bytes()));
+        assert!(!bytes(".*é", e, false, b"./\xffcaf\xc3\xa9"));
     }
 
     #[test]
