@@ -44,15 +44,15 @@ use crate::session::{Session, Target};
 use crate::Cli;
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
-use names::{now, Names, RealEnv};
+use names::{now, Names, RealEnv, Seen};
 use parse::{Action, ClientTest, Command, Node, Test};
-use plan::{Filters, Opaque, Subject, Tree};
+use plan::{Blind, Filters, Opaque, Subject, Tree};
 use sextant_client::Error;
 use sextant_engine::bloom::TimeAttr;
 use sextant_engine::search::{Expr, Pred, SearchHit};
 use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_types::{Attr, FileType, FsError, Nanos};
-use sink::{needs_link, needs_target, Output, Sink};
+use sink::{needs_inode, needs_link, needs_target, Output, Sink};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -81,9 +81,10 @@ Tests:     -name -iname -path -ipath -wholename -iwholename GLOB
            -fstype TYPE (a mount's type as the kernel records it: fuse.sextant,
            or fuse for root's own mount; sextant for a namespace path)
            -regex RE  -iregex RE (the whole path; -regextype emacs (default),
-           posix-basic, posix-extended, egrep, ...; decided by the client:
-           the server narrows only by the literal text a -regex ends with,
-           as in '.*\\.c', so add -name where it does not)
+           posix-basic, posix-extended, egrep, ...; a path that is not UTF-8
+           is matched byte by byte, as find does in the C locale; decided by
+           the client: the server narrows only by the literal text a -regex
+           ends with, as in '.*\\.c', so add -name where it does not)
            N is n (exactly), +n (more than) or -n (less than), with find's
            rounding: -size rounds up to the unit (-size -1k: empty files),
            -mtime n means n whole days old (-mtime +1: at least 2 days).
@@ -110,12 +111,21 @@ Refused (with a message, never ignored): -L -H -follow,
 back-references in -regex, dates other than the forms above (\"2 days
 ago\"), and a -prune that depends on the exit status of -exec ... ; or -ok
 (the pruned directories are found before the commands run).
-Differences: %i and -inum use the SOID (a mount shows its own inode numbers);
-%b/%k are derived from the size; -ls columns have fixed widths; output
-comes in the server's order, not find's traversal order (so -quit stops at
-another first entry, and -exec ... + batches hold the same paths in
-another order). A directory the caller cannot list is reported
-'Permission denied' (exit status 1), as find reports it.
+Inode numbers (-inum, %i, the first column of -ls): under a mount, the
+numbers the mount shows (st_ino, read from the mount: node ids it assigns
+as it meets files, its own, not kept across mounts); on a namespace path,
+the SOID (a 128-bit number), the only number a file has there.
+Differences: %b/%k are derived from the size; -ls columns have fixed
+widths; output comes in the server's order, not find's traversal order (so
+-quit stops at another first entry, and -exec ... + batches hold the same
+paths in another order).
+Permissions, as find run by the caller: a directory it cannot read is
+reported 'Permission denied' (exit status 1). One it may read but not
+search (r without x) is listed by name, as find lists it: the names, and
+for what is not a directory its type and inode number; a directory in it
+is reported (it cannot be entered), and tests or -printf directives that
+need more (size, owner, times, -ls, ...) are false and report the entry,
+as find's failed stat does.
 Reference files (-newer F, -samefile F) are resolved like PATH; a -newer
 file that is in neither the namespace nor a mount is read locally.
 
@@ -165,6 +175,13 @@ struct Run<'a> {
     /// change the rest of the run.
     tree: std::rc::Rc<Tree>,
     filters: Filters,
+    /// The tree and filters for a starting point under a mount, when they
+    /// differ from [`Run::tree`]'s (`-inum` compares the mount's inode
+    /// numbers there, not SOIDs); swapped in for such starting points.
+    local_variant: Option<(std::rc::Rc<Tree>, Filters)>,
+    /// Inode numbers are printed or tested (`%i`, `-ls`, `-inum`): under a
+    /// mount each entry's is read from the mount (`lstat`).
+    needs_ino: bool,
     names: Names,
     now: Nanos,
     /// Some error was reported (exit status 1).
@@ -207,6 +224,19 @@ struct Run<'a> {
 type Removing<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = (Vec<u8>, Vec<u8>, Result<(), String>)> + 'a>,
 >;
+
+/// One entry of a listing ([`Run::list`]).
+struct Listed {
+    name: Vec<u8>,
+    ftype: FileType,
+    /// From the server's listing.
+    soid: Option<sextant_types::Soid>,
+    /// From the mount's (`d_ino`).
+    ino: Option<u64>,
+}
+
+/// Entries asked for per readdir request of [`Run::list`].
+const LIST_BATCH: usize = 1024;
 
 /// Namespace removals of one `find -delete` in flight at most (as `sextant
 /// rm -r`'s: enough to fill the server's group commits).
@@ -361,6 +391,8 @@ impl<'a> Run<'a> {
                 prune: Expr::False,
                 opaque: Vec::new(),
             },
+            local_variant: None,
+            needs_ino: needs_inode(&cmd.expr),
             names: Names::default(),
             now,
             failed: false,
@@ -384,6 +416,7 @@ impl<'a> Run<'a> {
             Node::Test(Test::Client(ClientTest::LinkName { .. })) => run.uses_lname = true,
             Node::Action(Action::Exec(e)) if e.in_dir => run.runs_in_dirs = true,
             Node::Action(Action::Delete) => run.deletes = true,
+            Node::Test(Test::Inum(_)) => run.needs_ino = true,
             _ => {}
         });
         run.pipelined = run.deletes && plan::nothing_follows_delete(&cmd.expr);
@@ -436,7 +469,32 @@ impl<'a> Run<'a> {
         Some(self.s.resolve_raw(&hit.path, true).await)
     }
 
+    /// The inode number the mount shows for the local path `shown`
+    /// (`lstat`), when the expression needs one (else `None`: the SOID
+    /// serves). A failure is reported as find reports an entry it cannot
+    /// `stat` (exit status 1), and the entry is skipped (`Err`).
+    fn local_ino(&mut self, shown: &[u8]) -> Result<Option<u128>, ()> {
+        if !(self.local && self.needs_ino) {
+            return Ok(None);
+        }
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(shown)) {
+            Ok(m) => Ok(Some(u128::from(m.ino()))),
+            Err(e) => {
+                report(format_args!(
+                    "'{}': {}",
+                    String::from_utf8_lossy(shown),
+                    describe_io(&e)
+                ));
+                self.failed = true;
+                Err(())
+            }
+        }
+    }
+
     /// Runs the expression on one entry and writes what its actions print.
+    /// `blind`: the entry is known from its directory's listing only (see
+    /// [`Blind`]).
     async fn visit(
         &mut self,
         typed: &[u8],
@@ -444,6 +502,7 @@ impl<'a> Run<'a> {
         hit: &SearchHit,
         opaque: &mut Opaque,
         sink: &mut dyn Sink,
+        blind: Option<&Blind>,
     ) {
         // Visited after its contents: emptied by -delete, it is empty now.
         if self.deletes
@@ -460,8 +519,15 @@ impl<'a> Run<'a> {
         } else {
             hit.name()
         };
+        let ino = match blind {
+            Some(b) => b.ino.map(u128::from),
+            None => match self.local_ino(&shown) {
+                Ok(i) => i,
+                Err(()) => return,
+            },
+        };
         let wants_link = sink.needs_link() || self.uses_lname;
-        let link = if wants_link && hit.attr.ftype == FileType::Symlink {
+        let link = if blind.is_none() && wants_link && hit.attr.ftype == FileType::Symlink {
             match self.s.readlink(hit.soid).await {
                 Ok(t) => Some(t),
                 Err(e) => {
@@ -481,8 +547,12 @@ impl<'a> Run<'a> {
             hit,
             printed: &shown,
             name,
+            blind,
         };
-        let target = self.link_target(hit, &shown, sink.needs_target()).await;
+        let target = match blind {
+            Some(_) => None,
+            None => self.link_target(hit, &shown, sink.needs_target()).await,
+        };
         let follow_type = target.as_ref().map(|t| match t {
             Ok(a) => printf::type_letter(a.ftype),
             Err(e) if e.fs() == Some(FsError::NotFound) => b'N',
@@ -497,6 +567,7 @@ impl<'a> Run<'a> {
             start: typed,
             depth: hit.depth,
             attr: &hit.attr,
+            ino: ino.unwrap_or_else(|| hit.soid.as_u128()),
             link: link.as_deref(),
             follow_type,
             user: &user,
@@ -504,17 +575,31 @@ impl<'a> Run<'a> {
             fstype: &fstype,
         };
         let now = self.now;
-        let target = target.as_ref().and_then(|t| t.as_ref().ok());
+        let seen = Seen {
+            target: followed(target.as_ref()),
+            link: link.as_deref(),
+            fstype: &fstype,
+            ino,
+        };
         let tree = std::rc::Rc::clone(&self.tree);
         let mut eval = plan::Eval::new(&tree);
         loop {
-            let (names, cred, fstype) = (&mut self.names, &self.s.cred, &self.fstype);
+            let (names, cred) = (&mut self.names, &self.s.cred);
             let Some(a) = eval.next_action(&subject, opaque, &mut |t, h| {
-                names.decide(t, h, cred, target, link.as_deref(), fstype)
+                names.decide(t, h, cred, &seen)
             }) else {
                 break;
             };
             let value = match a {
+                // What find cannot print without stat: nothing, false.
+                _ if blind.is_some_and(|b| sink.needs_stat(a, b.typed)) => {
+                    blind.is_some_and(Blind::stat_needed)
+                }
+                // find's -prune looks at the type with stat, unless -depth
+                // makes it a no-op.
+                Action::Prune if blind.is_some() && !self.cmd.depth_first => {
+                    blind.is_some_and(Blind::stat_needed)
+                }
                 Action::Exec(e) => {
                     sink.flush();
                     self.commands.run(e, &shown, &|m| report(m))
@@ -530,6 +615,23 @@ impl<'a> Run<'a> {
                 }
             };
             eval.resume(value);
+        }
+        if self.names.take_loop() {
+            sink.flush();
+            report(format_args!(
+                "'{}': Too many levels of symbolic links",
+                String::from_utf8_lossy(&shown)
+            ));
+            self.failed = true;
+        }
+        // A directory's failure was reported when it was listed.
+        if blind.is_some_and(|b| b.typed && b.stat_failed()) {
+            sink.flush();
+            report(format_args!(
+                "'{}': Permission denied",
+                String::from_utf8_lossy(&shown)
+            ));
+            self.failed = true;
         }
         sink.end_entry();
     }
@@ -642,8 +744,32 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// One starting point.
+    /// One starting point: under a mount with [`Run::local_variant`]
+    /// swapped in, if any.
     async fn start(&mut self, typed: &str, sink: &mut dyn Sink) -> Result<(), Error> {
+        let local = matches!(
+            mounts::locate(typed, &self.cwd, &self.mounts),
+            Ok(mounts::Located { mount: Some(_), .. })
+        );
+        let swap = local && self.local_variant.is_some();
+        if swap {
+            self.swap_variant();
+        }
+        let r = self.start_at(typed, sink).await;
+        if swap {
+            self.swap_variant();
+        }
+        r
+    }
+
+    fn swap_variant(&mut self) {
+        if let Some((tree, filters)) = &mut self.local_variant {
+            std::mem::swap(&mut self.tree, tree);
+            std::mem::swap(&mut self.filters, filters);
+        }
+    }
+
+    async fn start_at(&mut self, typed: &str, sink: &mut dyn Sink) -> Result<(), Error> {
         let loc = match mounts::locate(typed, &self.cwd, &self.mounts) {
             Ok(l) => l,
             Err(e) => {
@@ -729,21 +855,32 @@ impl<'a> Run<'a> {
                     hit: &hit,
                     printed: &shown,
                     name,
+                    blind: None,
                 };
                 let mut fired = false;
+                let Ok(ino) = self.local_ino(&shown) else {
+                    continue;
+                };
                 let target = self.link_target(&hit, &shown, false).await;
-                let target = target.as_ref().and_then(|t| t.as_ref().ok());
-                let (names, cred, fstype) = (&mut self.names, &self.s.cred, &self.fstype);
+                let seen = Seen {
+                    target: followed(target.as_ref()),
+                    link: None,
+                    fstype: &self.fstype,
+                    ino,
+                };
+                let (names, cred) = (&mut self.names, &self.s.cred);
                 plan::run(
                     &self.tree,
                     &subject,
                     &opaque,
-                    &mut |t, h| names.decide(t, h, cred, target, None, fstype),
+                    &mut |t, h| names.decide(t, h, cred, &seen),
                     &mut |a| {
                         fired |= matches!(a, Action::Prune);
                         true
                     },
                 );
+                // Reported when the entry is visited.
+                self.names.take_loop();
                 if fired {
                     pruned.insert(hit.path.to_vec());
                 }
@@ -754,7 +891,8 @@ impl<'a> Run<'a> {
         // starting point last (a directory is removed after its contents,
         // as find's -depth does; only directories wait, in memory).
         if min == 0 && !self.deletes {
-            self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
+            self.visit(tb, &root, &root_hit, &mut opaque, sink, None)
+                .await;
         }
         if self.quit {
             return Ok(());
@@ -775,7 +913,7 @@ impl<'a> Run<'a> {
                         dirs.push(hit);
                         continue;
                     }
-                    self.visit(tb, &root, &hit, &mut opaque, sink).await;
+                    self.visit(tb, &root, &hit, &mut opaque, sink, None).await;
                     if self.quit {
                         return Ok(());
                     }
@@ -796,7 +934,7 @@ impl<'a> Run<'a> {
                 self.settle_all().await;
                 level = Some(hit.depth);
             }
-            self.visit(tb, &root, &hit, &mut opaque, sink).await;
+            self.visit(tb, &root, &hit, &mut opaque, sink, None).await;
             if sink.stopped() || self.quit {
                 self.settle_all().await;
                 return Ok(());
@@ -804,26 +942,37 @@ impl<'a> Run<'a> {
         }
         self.settle_all().await;
         if min == 0 && self.deletes {
-            self.visit(tb, &root, &root_hit, &mut opaque, sink).await;
+            self.visit(tb, &root, &root_hit, &mut opaque, sink, None)
+                .await;
             self.settle_all().await;
         }
         if !descend || self.quit {
             return Ok(());
         }
-        // (5) Directories find would fail to open (it reports each and
-        // exits 1): visible, not listable by the caller, not pruned.
-        let cred = &self.s.cred;
+        // (5) Directories the caller cannot list (visible, not pruned):
+        // find fails to open one it may not read (it reports each and
+        // exits 1), and knows the contents of one it may read but not
+        // search from the listing alone (see [`Blind`]).
+        let cred = self.s.cred.clone();
         if !cred.is_root() {
             let q = plan::and(
                 plan::and(
                     depth(0, max - 1),
                     Expr::Pred(Pred::Type(vec![FileType::Directory])),
                 ),
-                fold_not_listable(cred),
+                fold_not_listable(&cred),
             );
             for hit in collect(self.s, &ns, q, 0).await? {
+                if self.quit || sink.stopped() {
+                    break;
+                }
                 if pruned.contains(&hit.path[..]) || has_pruned_ancestor(&hit.path, &root, &pruned)
                 {
+                    continue;
+                }
+                if plan::access(&hit.attr, &cred, 4) && !plan::access(&hit.attr, &cred, 1) {
+                    self.visit_unsearchable(tb, &root, &hit, &mut opaque, sink)
+                        .await;
                     continue;
                 }
                 sink.flush();
@@ -836,6 +985,130 @@ impl<'a> Run<'a> {
         }
         Ok(())
     }
+
+    /// The entries of `dir`, a directory the caller may read but not
+    /// search, as find sees them: each by its name and, unless it is a
+    /// directory, its type and inode number (readdir's); a directory in it
+    /// is reported (find cannot `stat` it to descend) and its contents are
+    /// never seen. The listing is the caller's: through the mount under a
+    /// mount (the inode numbers are the mount's), else a readdir request
+    /// with the caller's credentials (which needs read permission only).
+    async fn visit_unsearchable(
+        &mut self,
+        typed: &[u8],
+        root: &[u8],
+        dir: &SearchHit,
+        opaque: &mut Opaque,
+        sink: &mut dyn Sink,
+    ) {
+        let dir_shown = printed(typed, root, dir);
+        let entries = match self.list(dir, &dir_shown).await {
+            Ok(v) => v,
+            Err(why) => {
+                sink.flush();
+                report(format_args!(
+                    "'{}': {why}",
+                    String::from_utf8_lossy(&dir_shown)
+                ));
+                self.failed = true;
+                return;
+            }
+        };
+        let depth = dir.depth.saturating_add(1);
+        for e in entries {
+            if self.quit || sink.stopped() {
+                return;
+            }
+            let mut path = dir.path.to_vec();
+            if path != b"/" {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&e.name);
+            let hit = SearchHit {
+                path: path.into(),
+                soid: e.soid.unwrap_or(sextant_types::Soid::ROOT),
+                attr: Attr {
+                    soid: e.soid.unwrap_or(sextant_types::Soid::ROOT),
+                    ftype: e.ftype,
+                    perm: 0,
+                    uid: 0,
+                    gid: 0,
+                    nlink: 1,
+                    size: 0,
+                    rdev: 0,
+                    atime: Nanos(0),
+                    mtime: Nanos(0),
+                    ctime: Nanos(0),
+                    parent: dir.soid,
+                },
+                depth,
+            };
+            let typed_entry = e.ftype != FileType::Directory;
+            if !typed_entry {
+                sink.flush();
+                report(format_args!(
+                    "'{}': Permission denied",
+                    String::from_utf8_lossy(&printed(typed, root, &hit))
+                ));
+                self.failed = true;
+            }
+            if depth < self.cmd.min_depth {
+                continue;
+            }
+            let blind = Blind::new(typed_entry, e.ino, e.soid.is_some());
+            self.visit(typed, root, &hit, opaque, sink, Some(&blind))
+                .await;
+        }
+    }
+
+    /// The entries of directory `dir` (printed as `shown`) as the caller
+    /// lists them: through the mount under a mount, else from the server.
+    async fn list(&self, dir: &SearchHit, shown: &[u8]) -> Result<Vec<Listed>, String> {
+        let mut out = Vec::new();
+        if self.local {
+            use std::os::unix::fs::DirEntryExt;
+            let rd = std::fs::read_dir(std::ffi::OsStr::from_bytes(shown))
+                .map_err(|e| describe_io(&e))?;
+            for e in rd {
+                let e = e.map_err(|e| describe_io(&e))?;
+                let ftype = e.file_type().map_err(|e| describe_io(&e))?;
+                out.push(Listed {
+                    name: e.file_name().as_bytes().to_vec(),
+                    ftype: FileType::of_local(ftype),
+                    soid: None,
+                    ino: Some(e.ino()),
+                });
+            }
+            return Ok(out);
+        }
+        let mut after = 0;
+        loop {
+            let batch = self
+                .s
+                .readdir(dir.soid, after, LIST_BATCH)
+                .await
+                .map_err(|e| describe(&e))?;
+            let Some(last) = batch.last() else {
+                return Ok(out);
+            };
+            after = last.cookie;
+            out.extend(batch.into_iter().map(|e| Listed {
+                name: e.name.into_vec(),
+                ftype: e.ftype,
+                soid: Some(e.soid),
+                ino: None,
+            }));
+        }
+    }
+}
+
+/// What a symlink resolved to, for [`Names::decide`]: its attributes, or
+/// why it does not resolve.
+fn followed(target: Option<&Result<Attr, Error>>) -> Option<Result<&Attr, FsError>> {
+    target.map(|t| match t {
+        Ok(a) => Ok(a),
+        Err(e) => Err(e.fs().unwrap_or(FsError::Io)),
+    })
 }
 
 /// The attributes of a local file (a reference file, or the target of a
@@ -976,14 +1249,33 @@ async fn prepare<'a>(
             other => other,
         })
     })?;
-    run.filters = plan::filters(
-        &tree,
-        cmd.depth_first,
-        plan::Exact {
-            paths: false,
-            empty: !run.deletes,
-        },
-    );
+    // -inum: the SOID on a namespace path, the mount's number under a
+    // mount (a test the client decides: the server knows no node ids).
+    let mut has_inum = false;
+    let for_local = tree.clone().map_tests(&mut |t| -> Result<Test> {
+        Ok(match t {
+            Test::Inum(n) => {
+                has_inum = true;
+                Test::Client(ClientTest::Inode(n))
+            }
+            other => other,
+        })
+    })?;
+    let tree = tree.map_tests(&mut |t| -> Result<Test> {
+        Ok(match t {
+            Test::Inum(n) => Test::Pred(Pred::Soid(sextant_types::Soid::from_u128(n))),
+            other => other,
+        })
+    })?;
+    let exact = plan::Exact {
+        paths: false,
+        empty: !run.deletes,
+    };
+    if has_inum {
+        let filters = plan::filters(&for_local, cmd.depth_first, exact);
+        run.local_variant = Some((std::rc::Rc::new(for_local), filters));
+    }
+    run.filters = plan::filters(&tree, cmd.depth_first, exact);
     run.tree = std::rc::Rc::new(tree);
     Ok(run)
 }

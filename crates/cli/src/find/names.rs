@@ -7,7 +7,7 @@ use super::parse::{ClientTest, Env};
 use super::plan;
 use nix::unistd::{Gid, Group, Uid, User};
 use sextant_engine::search::{glob_match, SearchHit};
-use sextant_types::{Attr, FileType, Nanos};
+use sextant_types::{Attr, FileType, FsError, Nanos};
 use std::collections::HashMap;
 
 /// The user and group databases, cached.
@@ -15,6 +15,10 @@ use std::collections::HashMap;
 pub(crate) struct Names {
     users: HashMap<u32, Option<String>>,
     groups: HashMap<u32, Option<String>>,
+    /// [`Names::decide`] found a symlink loop where `-xtype` had to follow
+    /// one (find reports it and exits 1; the test is false): taken by
+    /// [`Names::take_loop`].
+    looped: bool,
 }
 
 fn user_name(uid: u32) -> Option<String> {
@@ -68,19 +72,30 @@ impl Names {
             .is_some()
     }
 
-    /// Decides a client-only test for `hit` as `cred`. access(2) follows
-    /// symlinks: `target` is what a symlink hit resolves to (None: it does
-    /// not resolve, and access fails); `link` is a symlink hit's contents;
-    /// `fstype` the starting point's file system type.
+    /// Did a `-xtype` meet a symlink loop since the last call? (See
+    /// [`Names::decide`].)
+    pub(super) fn take_loop(&mut self) -> bool {
+        std::mem::take(&mut self.looped)
+    }
+
+    /// Decides a client-only test for `hit` as `cred`, with what else is
+    /// known of it (`seen`). access(2) follows symlinks. `-xtype` of a
+    /// symlink that does not resolve is `l`, as find's, except for a loop:
+    /// find reports that and the test is false (noted for
+    /// [`Names::take_loop`]).
     pub(super) fn decide(
         &mut self,
         t: &ClientTest,
         hit: &SearchHit,
         cred: &sextant_types::Credentials,
-        target: Option<&Attr>,
-        link: Option<&[u8]>,
-        fstype: &str,
+        seen: &Seen<'_>,
     ) -> bool {
+        let Seen {
+            target,
+            link,
+            fstype,
+            ino,
+        } = *seen;
         match *t {
             ClientTest::LinkName { ref pattern, ci } => {
                 hit.attr.ftype == FileType::Symlink
@@ -89,16 +104,37 @@ impl Names {
             ClientTest::NoUser => !self.has_user(hit.attr.uid),
             ClientTest::NoGroup => !self.has_group(hit.attr.gid),
             ClientTest::Access(m) if hit.attr.ftype == FileType::Symlink => {
-                target.is_some_and(|a| plan::access(a, cred, m))
+                matches!(target, Some(Ok(a)) if plan::access(a, cred, m))
             }
             ClientTest::Access(m) => plan::access(&hit.attr, cred, m),
-            ClientTest::XType(ref ts) if hit.attr.ftype == FileType::Symlink => {
-                ts.contains(&target.map_or(FileType::Symlink, |a| a.ftype))
-            }
+            ClientTest::XType(ref ts) if hit.attr.ftype == FileType::Symlink => match target {
+                Some(Ok(a)) => ts.contains(&a.ftype),
+                Some(Err(FsError::Loop)) => {
+                    self.looped = true;
+                    false
+                }
+                _ => ts.contains(&FileType::Symlink),
+            },
             ClientTest::XType(ref ts) => ts.contains(&hit.attr.ftype),
             ClientTest::FsType(ref want) => *want == fstype,
+            ClientTest::Inode(n) => ino == Some(n),
         }
     }
+}
+
+/// What [`Names::decide`] knows of an entry beside its attributes.
+#[derive(Clone, Copy)]
+pub(super) struct Seen<'a> {
+    /// What a symlink resolves to (`None`: it was not followed; an error:
+    /// it does not resolve, and access fails).
+    pub(super) target: Option<Result<&'a Attr, FsError>>,
+    /// A symlink's contents.
+    pub(super) link: Option<&'a [u8]>,
+    /// The starting point's file system type.
+    pub(super) fstype: &'a str,
+    /// The inode number the mount shows for it (under a mount, when the
+    /// expression needs it).
+    pub(super) ino: Option<u128>,
 }
 
 pub(super) struct RealEnv {

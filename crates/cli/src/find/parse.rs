@@ -2,7 +2,8 @@
 //! options and the expression tree, with GNU find's grammar and
 //! semantics. Pure: the clock and the user/group database come in through
 //! [`Env`], reference files (`-newer F`, `-samefile F`) stay unresolved
-//! ([`Test::Newer`], [`Test::Samefile`]) for the caller to look up.
+//! ([`Test::Newer`], [`Test::Samefile`]) for the caller to look up, and
+//! `-inum` ([`Test::Inum`]) for the caller to resolve per starting point.
 //!
 //! Grammar (GNU find): `expr := or (',' or)*`, `or := and (-o and)*`,
 //! `and := unary ([-a] unary)*` (adjacent primaries are joined by an
@@ -26,7 +27,7 @@
 
 use sextant_engine::bloom::TimeAttr;
 use sextant_engine::search::{PermMatch, Pred};
-use sextant_types::{FileType, Nanos, Soid};
+use sextant_types::{FileType, Nanos};
 use std::fmt;
 
 /// A find command-line error (shown as `sextant find: ...`, exit 1).
@@ -73,6 +74,10 @@ pub enum Test {
     },
     /// `-samefile F`.
     Samefile(String),
+    /// `-inum N`: the entry's inode number is N — the SOID for a
+    /// namespace path, the number the mount shows (`st_ino`) under a
+    /// mount; resolved per starting point.
+    Inum(u128),
     /// `-true`, `-false`, and global options (true).
     Const(bool),
     /// `-regex`, `-iregex`: the whole printed path matches (decided by
@@ -102,6 +107,9 @@ pub enum ClientTest {
     /// (its mount's, as the kernel records it; `sextant` for a namespace
     /// path).
     FsType(String),
+    /// `-inum N` under a mount: the inode number the mount shows for the
+    /// entry (its node id, which the mount assigns; not the SOID).
+    Inode(u128),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -766,9 +774,9 @@ impl<'a> Parser<'a> {
             "-inum" => {
                 let a = self.arg(tok)?;
                 match a.parse::<u128>() {
-                    Ok(n) if digits::<u128>(a).is_some() => pred(Pred::Soid(Soid::from_u128(n))),
+                    Ok(n) if digits::<u128>(a).is_some() => Ok(Node::Test(Test::Inum(n))),
                     _ => err(format!(
-                        "invalid argument '{a}' to -inum (an exact SOID number; +n/-n are not supported)"
+                        "invalid argument '{a}' to -inum (an exact inode number; +n/-n are not supported)"
                     )),
                 }
             }
@@ -1288,7 +1296,7 @@ mod tests {
             .unwrap_err()
             .0
             .contains("unknown predicate"));
-        assert_eq!(t(". -inum 42"), pr(Pred::Soid(Soid::from_u128(42))));
+        assert_eq!(t(". -inum 42"), Node::Test(Test::Inum(42)));
         assert!(p(". -inum +42").is_err());
     }
 

@@ -264,6 +264,82 @@ pub struct Subject<'a> {
     /// The name `-name` sees: the last component of the printed path,
     /// trailing slashes removed.
     pub name: &'a [u8],
+    /// An entry known only from its directory's listing ([`Blind`]);
+    /// `None` for a search hit, whose attributes are known.
+    pub blind: Option<&'a Blind>,
+}
+
+/// An entry of a directory the caller may read but not search, known
+/// from the directory's listing alone, as find knows it: find reads such a
+/// directory (readdir needs only `r`) but cannot `stat` what is in it
+/// (that needs `x`). So it has the entry's name, and from readdir its
+/// type (`d_type`) and inode number (`d_ino`) — except for a directory,
+/// which find must `stat` to descend: that fails, find reports it, and
+/// its type and number are unknown too. Tests and directives that need
+/// anything else are false, as a failed `stat` makes them in find; find
+/// reports that failure (once per entry; for a directory, it was reported
+/// already).
+#[derive(Debug)]
+pub struct Blind {
+    /// Not a directory: its type (the hit's `ftype`) and inode number are
+    /// known.
+    pub typed: bool,
+    /// Its inode number as the mount's readdir showed it (under a mount;
+    /// `None` for a namespace path, where it is the hit's SOID).
+    pub ino: Option<u64>,
+    /// The hit's SOID is the entry's (a namespace listing), so `-inum`
+    /// compares with it; under a mount `Pred::Soid` can only come from
+    /// `-samefile`, which needs `stat`.
+    pub soid_known: bool,
+    /// Something needed `stat` (see [`Blind::stat_needed`]).
+    stat_failed: std::cell::Cell<bool>,
+}
+
+impl Blind {
+    pub fn new(typed: bool, ino: Option<u64>, soid_known: bool) -> Blind {
+        Blind {
+            typed,
+            ino,
+            soid_known,
+            stat_failed: Default::default(),
+        }
+    }
+
+    /// Notes that a test or action needed what `stat` tells; returns the
+    /// test's value (false).
+    pub fn stat_needed(&self) -> bool {
+        self.stat_failed.set(true);
+        false
+    }
+
+    /// Did the evaluation need `stat` (so that find would report the
+    /// entry)?
+    pub fn stat_failed(&self) -> bool {
+        self.stat_failed.get()
+    }
+
+    /// Decides a client-only test: access(2) fails for everyone below a
+    /// directory they cannot search (false, reported by no one); the
+    /// inode number of a non-directory comes from readdir; the rest need
+    /// `stat`.
+    pub fn decide(&self, t: &ClientTest) -> bool {
+        match t {
+            ClientTest::Access(_) => false,
+            ClientTest::Inode(n) if self.typed => self.ino.is_some_and(|i| u128::from(i) == *n),
+            _ => self.stat_needed(),
+        }
+    }
+
+    /// Decides a predicate: names, paths and depth as usual; the type and
+    /// inode number when known; anything else needs `stat`.
+    fn eval(&self, p: &Pred, s: &Subject<'_>, opaque: &Opaque) -> bool {
+        match p {
+            Pred::Name { .. } | Pred::Path { .. } | Pred::Depth { .. } => eval_known(p, s, opaque),
+            Pred::Type(ts) if self.typed => ts.contains(&s.hit.attr.ftype),
+            Pred::Soid(x) if self.typed && self.soid_known => s.hit.soid == *x,
+            _ => self.stat_needed(),
+        }
+    }
 }
 
 /// Truth of opaque tests: for each, the namespace paths where it holds.
@@ -296,6 +372,14 @@ impl Opaque {
 
 /// Decides one predicate exactly, as find would, for `s`.
 pub fn eval_pred(p: &Pred, s: &Subject<'_>, opaque: &Opaque) -> bool {
+    match s.blind {
+        Some(b) => b.eval(p, s, opaque),
+        None => eval_known(p, s, opaque),
+    }
+}
+
+/// [`eval_pred`] from the hit's attributes.
+fn eval_known(p: &Pred, s: &Subject<'_>, opaque: &Opaque) -> bool {
     let a = &s.hit.attr;
     match p {
         Pred::Name { pattern, glob, ci } => match (glob, ci) {
@@ -387,7 +471,12 @@ impl<'t> Eval<'t> {
                 Step::Node(n) => match n {
                     Node::Test(Test::Const(b)) => self.value = *b,
                     Node::Test(Test::Pred(p)) => self.value = eval_pred(p, s, opaque),
-                    Node::Test(Test::Client(t)) => self.value = client(t, s.hit),
+                    Node::Test(Test::Client(t)) => {
+                        self.value = match s.blind {
+                            Some(b) => b.decide(t),
+                            None => client(t, s.hit),
+                        }
+                    }
                     Node::Test(Test::Regex(r)) => self.value = r.matches(s.printed),
                     Node::Test(_) => self.value = false,
                     Node::Action(a) => return Some(a),
@@ -588,6 +677,7 @@ mod tests {
                 hit: &hit,
                 printed: b"m/a",
                 name,
+                blind: None,
             };
             run(
                 &t,
@@ -613,6 +703,7 @@ mod tests {
             hit: &hit,
             printed: b"m/a",
             name: b"a",
+            blind: None,
         };
         let mut o = Opaque::default();
         assert!(!run(
@@ -631,6 +722,74 @@ mod tests {
             &mut |_: &ClientTest, _: &SearchHit| false,
             &mut |_| true
         ));
+    }
+
+    #[test]
+    fn entries_known_from_a_listing_only_decide_what_readdir_tells() {
+        // A file and a directory in a directory the caller may read but
+        // not search: names, depth, the file's type and number are known;
+        // everything else needs stat, is false, and is noted.
+        let mut file = crate::find::test_hit("/r/f", 1);
+        file.soid = Soid::from_u128(9);
+        let mut dir = crate::find::test_hit("/r/d", 1);
+        dir.attr.ftype = FileType::Directory;
+        let eval = |expr: &str, hit: &SearchHit, b: &Blind| {
+            // -inum as on a namespace path.
+            let t = tree(expr)
+                .0
+                .map_tests(&mut |t| -> Result<Test, ()> {
+                    Ok(match t {
+                        Test::Inum(n) => Test::Pred(Pred::Soid(Soid::from_u128(n))),
+                        other => other,
+                    })
+                })
+                .unwrap();
+            let s = Subject {
+                hit,
+                printed: &hit.path,
+                name: hit.name(),
+                blind: Some(b),
+            };
+            let mut client = |_: &ClientTest, _: &SearchHit| panic!("decided by the listing");
+            run(&t, &s, &Opaque::default(), &mut client, &mut |_| true)
+        };
+        let cases: &[(&str, bool, bool, bool, bool)] = &[
+            // (expression, value for the file, stat needed, for the
+            // directory, stat needed)
+            (". -name f -o -name d", true, false, true, false),
+            (". -path /r/* -mindepth 1", true, false, true, false),
+            (". -type f", true, false, false, true),
+            (". ! -type d", true, false, true, true),
+            (". -inum 9", true, false, false, true),
+            (". -size -1k", false, true, false, true),
+            (". ! -newermt @0", true, true, true, true),
+            (". -empty -o -true", true, true, true, true),
+            (". -readable", false, false, false, false),
+            (". -lname x", false, true, false, true),
+            (". -xtype f", false, true, false, true),
+            (". -inum 9 -inum 9", true, false, false, true),
+        ];
+        for &(expr, file_value, file_stat, dir_value, dir_stat) in cases {
+            // The namespace: the SOID is the inode number.
+            let b = Blind::new(true, None, true);
+            assert_eq!(eval(expr, &file, &b), file_value, "{expr} on the file");
+            assert_eq!(b.stat_failed(), file_stat, "{expr} on the file");
+            let b = Blind::new(false, None, true);
+            assert_eq!(eval(expr, &dir, &b), dir_value, "{expr} on the directory");
+            assert_eq!(b.stat_failed(), dir_stat, "{expr} on the directory");
+        }
+        // Under a mount, -inum is the mount's number (d_ino), and a SOID
+        // test (-samefile) needs stat.
+        let b = Blind::new(true, Some(42), false);
+        assert!(b.decide(&ClientTest::Inode(42)));
+        assert!(!b.decide(&ClientTest::Inode(9)));
+        assert!(!b.stat_failed());
+        assert!(!eval(". -inum 9", &file, &b));
+        assert!(b.stat_failed());
+        // A directory's number is not known.
+        let b = Blind::new(false, Some(42), false);
+        assert!(!b.decide(&ClientTest::Inode(42)));
+        assert!(b.stat_failed());
     }
 
     /// find's evaluation, written the obvious recursive way: the reference
@@ -691,7 +850,7 @@ mod tests {
             let mut want_reached = Vec::new();
             let want = reference(&t, &values, &mut want_reached);
             let hit = crate::find::test_hit("/a", 1);
-            let s = Subject { hit: &hit, printed: b"/a", name: b"a" };
+            let s = Subject { hit: &hit, printed: b"/a", name: b"a", blind: None };
             let mut reached = Vec::new();
             let got = run(&t, &s, &Opaque::default(), &mut |_, _| false, &mut |a| {
                 let Action::Exec(e) = a else { return true };

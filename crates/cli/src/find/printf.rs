@@ -4,10 +4,10 @@
 //! escape is an error naming it, never printed literally); [`render`]
 //! writes one entry. Times are local time (`localtime_r`, so `TZ`
 //! applies) and keep find's quirk of printing fractional seconds with ten
-//! digits (nanoseconds followed by `0`). `%i` prints the SOID (Sextant's
-//! inode number; a FUSE mount shows its own node ids instead) and `%b`/`%k`
-//! are derived from the size (512-byte blocks rounded up, as the mount
-//! reports them).
+//! digits (nanoseconds followed by `0`). `%i` and `-ls` print
+//! [`Facts::ino`] (the number the mount shows under a mount, else the
+//! SOID) and `%b`/`%k` are derived from the size (512-byte blocks rounded
+//! up, as the mount reports them).
 
 use sextant_engine::bloom::TimeAttr;
 use sextant_types::{Attr, FileType, Nanos};
@@ -34,7 +34,8 @@ pub enum TimeFmt {
     Ctime,
     /// `%A@`: seconds since the epoch, fractional.
     Epoch,
-    /// `%Ak` for a strftime letter `k` (`S`, `T` and `+` with fractions).
+    /// `%Ak` for a strftime letter `k` (`S`, `T`, `X` and `+` with
+    /// fractions).
     Strf(u8),
 }
 
@@ -68,6 +69,38 @@ pub enum Field {
 }
 
 impl Format {
+    /// Does rendering need what only `stat` tells, beside the path and
+    /// depth — and, when `typed`, the type and inode number, which readdir
+    /// gives (see [`super::plan::Blind`])?
+    pub fn needs_stat(&self, typed: bool) -> bool {
+        self.0.iter().any(|s| match s {
+            Seg::Field { field, .. } => match field {
+                Field::Path
+                | Field::Name
+                | Field::Dir
+                | Field::Rel
+                | Field::Start
+                | Field::Depth => false,
+                Field::Type | Field::Inode => !typed,
+                _ => true,
+            },
+            _ => false,
+        })
+    }
+
+    /// Does rendering print the inode number (`%i`)?
+    pub fn needs_inode(&self) -> bool {
+        self.0.iter().any(|s| {
+            matches!(
+                s,
+                Seg::Field {
+                    field: Field::Inode,
+                    ..
+                }
+            )
+        })
+    }
+
     /// Does rendering need what a symlink resolves to (`%Y`)?
     pub fn needs_target(&self) -> bool {
         self.0.iter().any(|s| {
@@ -263,6 +296,9 @@ pub struct Facts<'a> {
     pub start: &'a [u8],
     pub depth: u32,
     pub attr: &'a Attr,
+    /// The inode number `%i` and `-ls` print: under a mount the one the
+    /// mount shows (`st_ino`, its node id), else the SOID.
+    pub ino: u128,
     /// Symlink target, when known.
     pub link: Option<&'a [u8]>,
     /// For a symlink, `%Y`'s letter for what it resolves to.
@@ -374,6 +410,9 @@ fn time_field(t: Nanos, f: TimeFmt) -> String {
         TimeFmt::Epoch => format!("{}.{}", t.secs(), frac(t)),
         TimeFmt::Strf(b'S') => format!("{}.{}", strftime(t, "%S"), frac(t)),
         TimeFmt::Strf(b'T') => format!("{}.{}", strftime(t, "%H:%M:%S"), frac(t)),
+        // The locale's time, which ends with the seconds (find's own list
+        // of the directives that take the fraction: S, T, X, +, @).
+        TimeFmt::Strf(b'X') => format!("{}.{}", strftime(t, "%X"), frac(t)),
         TimeFmt::Strf(b'+') => format!("{}.{}", strftime(t, "%Y-%m-%d+%H:%M:%S"), frac(t)),
         TimeFmt::Strf(k) => strftime(t, &format!("%{}", k as char)),
     }
@@ -404,7 +443,7 @@ fn field(f: Field, x: &Facts<'_>) -> Vec<u8> {
         Field::Uid => s(a.uid.to_string()),
         Field::Gid => s(a.gid.to_string()),
         Field::Links => s(a.nlink.to_string()),
-        Field::Inode => s(a.soid.as_u128().to_string()),
+        Field::Inode => s(x.ino.to_string()),
         Field::Type => vec![type_letter(a.ftype)],
         Field::TypeFollow => vec![x.follow_type.unwrap_or_else(|| type_letter(a.ftype))],
         Field::Depth => s(x.depth.to_string()),
@@ -447,7 +486,7 @@ pub fn render(fmt: &Format, x: &Facts<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// One `-ls` line (without the newline): inode (the SOID), 1 KiB blocks,
+/// One `-ls` line (without the newline): inode ([`Facts::ino`]), 1 KiB blocks,
 /// mode, links, owner, group, size (or major, minor), date, path and
 /// `-> target` for symlinks. GNU find widens its columns as it goes; ours
 /// are fixed, so compare `-ls` output with whitespace collapsed.
@@ -465,7 +504,7 @@ pub fn ls_line(x: &Facts<'_>, now: Nanos) -> Vec<u8> {
     let date = strftime(a.mtime, if recent { "%b %e %H:%M" } else { "%b %e  %Y" });
     let mut out = format!(
         "{:>9} {:>6} {} {:>3} {:<8} {:<8} {:>8} {} ",
-        a.soid.as_u128(),
+        x.ino,
         blocks(a).div_ceil(2),
         mode_string(a),
         a.nlink,
@@ -532,6 +571,7 @@ mod tests {
             start,
             depth: 2,
             attr: a,
+            ino: a.soid.as_u128(),
             link: None,
             follow_type: None,
             user: "alice",
@@ -568,7 +608,31 @@ mod tests {
         );
         assert_eq!(show("a\\cb", "x", "x"), "a");
         assert_eq!(show("\\101", "x", "x"), "A");
-        // Ten fractional digits, like find (TZ set by the test below).
+        // Ten fractional digits, like find, after the seconds of %S, %T,
+        // %X and %+ (and not after other letters).
+        let at = Nanos(1_767_323_045_123_456_789);
+        assert_eq!(
+            show("%TS|%AT|%TX|%T+|%Ts|%TM", "x", "x"),
+            format!(
+                "{}.1234567890|{}.1234567890|{}.1234567890|{}.1234567890|1767323045|{}",
+                strftime(at, "%S"),
+                strftime(at, "%H:%M:%S"),
+                strftime(at, "%X"),
+                strftime(at, "%Y-%m-%d+%H:%M:%S"),
+                strftime(at, "%M"),
+            )
+        );
+    }
+
+    #[test]
+    fn what_needs_stat() {
+        let needs = |f: &str, typed: bool| parse(f.as_bytes()).unwrap().needs_stat(typed);
+        assert!(!needs("%p %f %h %P %H %d %% x\\n", false));
+        assert!(needs("%y", false) && needs("%i", false));
+        assert!(!needs("%y %i", true));
+        for f in ["%s", "%m", "%u", "%l", "%Y", "%TS", "%a", "%n", "%k", "%F"] {
+            assert!(needs(f, true), "{f}");
+        }
     }
 
     #[test]

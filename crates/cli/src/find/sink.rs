@@ -19,6 +19,11 @@ pub(super) trait Sink {
     fn needs_target(&self) -> bool {
         false
     }
+    /// Does performing `a` need what only `stat` tells (beside the path,
+    /// and when `typed` the type and inode number)? Then it cannot be
+    /// performed on an entry known from a listing alone
+    /// ([`super::plan::Blind`]).
+    fn needs_stat(&self, a: &Action, typed: bool) -> bool;
     fn action(&mut self, a: &Action, facts: &printf::Facts<'_>, hit: &SearchHit, now: Nanos);
     /// After each entry.
     fn end_entry(&mut self) {}
@@ -52,6 +57,11 @@ impl Sink for Output {
 
     fn needs_target(&self) -> bool {
         self.needs_target
+    }
+
+    fn needs_stat(&self, a: &Action, typed: bool) -> bool {
+        // --json prints the attributes of whatever prints.
+        (self.json && a.prints()) || action_needs_stat(a, typed)
     }
 
     fn action(&mut self, a: &Action, x: &printf::Facts<'_>, hit: &SearchHit, now: Nanos) {
@@ -168,6 +178,11 @@ impl Sink for Counter {
         false
     }
 
+    /// Counts sizes and owners.
+    fn needs_stat(&self, a: &Action, _: bool) -> bool {
+        a.prints()
+    }
+
     fn action(&mut self, a: &Action, _: &printf::Facts<'_>, hit: &SearchHit, _: Nanos) {
         if a.prints() && !self.counted {
             self.counted = true;
@@ -178,6 +193,32 @@ impl Sink for Counter {
     fn end_entry(&mut self) {
         self.counted = false;
     }
+}
+
+/// Does `a` (writing to stdout or a file) need `stat` (see
+/// [`Sink::needs_stat`])? `-ls` does, and `-printf` with anything but
+/// names, depth, and when `typed` the type and inode number.
+fn action_needs_stat(a: &Action, typed: bool) -> bool {
+    match inner(a) {
+        Action::Ls => true,
+        Action::Printf(f) => f.needs_stat(typed),
+        _ => false,
+    }
+}
+
+/// Does anything print an inode number (`%i`, `-ls`)?
+pub(super) fn needs_inode(tree: &Tree) -> bool {
+    let mut yes = false;
+    tree.for_each_leaf(&mut |n| {
+        if let Node::Action(a) = n {
+            match inner(a) {
+                Action::Ls => yes = true,
+                Action::Printf(f) => yes |= f.needs_inode(),
+                _ => {}
+            }
+        }
+    });
+    yes
 }
 
 pub(super) fn needs_target(tree: &Tree) -> bool {
