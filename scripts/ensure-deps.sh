@@ -2,7 +2,8 @@
 # Installs what building and testing Sextant needs when it is missing:
 # a Rust toolchain with rustfmt and clippy, and for the FUSE mount and its
 # tests fusermount3 (fuse3), setfattr/getfattr (attr) and setpriv
-# (util-linux). Sourced by start.sh and test.sh.
+# (util-linux); protoc (protobuf-compiler) to build the etcd client, and
+# etcd (etcd-server) for the cluster tests. Sourced by start.sh and test.sh.
 #
 # The toolchain: Sextant needs Rust >= 1.88 (the workspace's
 # rust-version). Debian 12's own `rustc`/`cargo` are 1.63 — too old — so the
@@ -27,6 +28,10 @@ if ! command -v pkg-config >/dev/null 2>&1; then need_apt+=(pkg-config); fi
 if ! command -v fusermount3 >/dev/null 2>&1; then need_apt+=(fuse3); fi
 if ! command -v setfattr >/dev/null 2>&1; then need_apt+=(attr); fi
 if ! command -v setpriv >/dev/null 2>&1; then need_apt+=(util-linux); fi
+# The etcd client (crates/coordinator) is generated from etcd's .proto
+# files at build time: protoc. Its tests run a real etcd (3.4).
+if ! command -v protoc >/dev/null 2>&1; then need_apt+=(protobuf-compiler); fi
+if ! command -v etcd >/dev/null 2>&1; then need_apt+=(etcd-server); fi
 # Opt-in, for scripts/bench-mount.sh only (not needed by the tests).
 if [ "${SEXTANT_BENCH_DEPS:-0}" = 1 ]; then
   if ! command -v postmark >/dev/null 2>&1; then need_apt+=(postmark); fi
