@@ -1243,3 +1243,44 @@ os.close(fd)
     );
     assert_same(&results[0], &results[1], "ftruncate");
 }
+
+/// An ioctl on a mounted file (a program's `isatty` probe, TCGETS) fails
+/// with ENOTTY, and the mount logs nothing for it (it logged a warning
+/// for each, tens of thousands a minute under a Python load).
+#[test]
+fn ioctls_answer_enotty_quietly() {
+    if !fuse_available() {
+        return;
+    }
+    if !Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs {PY}");
+        return;
+    }
+    let m = Mounted::start();
+    std::fs::write(m.p("f"), b"x").unwrap();
+    let script = r#"
+import errno, fcntl, os, sys, termios
+fd = os.open(sys.argv[1], os.O_RDONLY)
+assert not os.isatty(fd)
+for _ in range(20):
+    try:
+        fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+        print("ok")
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+"#;
+    let out = Command::new(PY)
+        .args(["-c", script])
+        .arg(m.p("f"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let answers = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(answers, "ENOTTY\n".repeat(20));
+    m.umount();
+    let log = std::fs::read_to_string(m.dir.path().join("mount-mnt.log")).unwrap_or_default();
+    assert!(
+        !log.contains("ioctl") && !log.contains("WARN"),
+        "the mount logged:\n{log}"
+    );
+}

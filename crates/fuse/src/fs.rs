@@ -809,6 +809,24 @@ impl Filesystem for SextantFs {
         })
     }
 
+    /// No ioctl is supported: ENOTTY, which is what a program's `isatty`
+    /// probe (TCGETS) expects of a file that is not a terminal, at once
+    /// and without a word in the log (fuser's default logs a warning for
+    /// each).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.send(Err(Fail(libc::ENOTTY)));
+    }
+
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.run(reply, async {
             let s = self.soid(ino)?;

@@ -6,8 +6,8 @@
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr,
 };
 use sextant_types::FsError;
 use std::ffi::OsString;
@@ -138,6 +138,8 @@ respond!(ReplyXattr, Xattr, |r, v| match v {
     Xattr::Size(n) => r.size(n),
     Xattr::Data(d) => r.data(&d),
 });
+// (result, data out)
+respond!(ReplyIoctl, (i32, Vec<u8>), |r, v| r.ioctl(v.0, &v.1));
 respond!(ReplyDirectory, Vec<DirItem>, |r, items| {
     let mut r = r;
     for (ino, off, kind, name) in items {
