@@ -377,3 +377,36 @@ fn a_mount_on_a_sextant_mount_is_refused() {
     let point = format!(" {} ", m.mnt.display());
     assert_eq!(mounts.matches(&point).count(), 1, "{mounts}");
 }
+
+/// Stopping a server with a mount attached does not wait out the grace
+/// period for connections the mount keeps open, and ends with "stopped".
+#[test]
+fn a_server_with_a_mount_stops_promptly_and_says_so() {
+    if !common::fuse_available() {
+        return;
+    }
+    let mut m = common::Mounted::start_args(&["--journal-sync", "nosync"], Stdio::piped());
+    std::fs::write(m.p("f"), b"x").unwrap();
+    let started = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(m.server.id() as i32, libc::SIGTERM) };
+    let status = m.server.wait().unwrap();
+    let took = started.elapsed();
+    let mut log = String::new();
+    use std::io::Read;
+    m.server
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(status.success(), "{log}");
+    assert!(
+        took < Duration::from_secs(5),
+        "stopping took {took:?}\n{log}"
+    );
+    assert!(
+        log.lines().last().is_some_and(|l| l.contains("stopped")),
+        "{log}"
+    );
+}

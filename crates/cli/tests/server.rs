@@ -747,6 +747,13 @@ fn a_closed_stdout_ends_commands_quietly() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let init = std::process::Command::new(BIN)
+        .arg("--data")
+        .arg(&data)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
     for args in [&["status"][..], &["--json", "status"], &["find", "/"]] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
@@ -765,9 +772,9 @@ fn a_closed_stdout_ends_commands_quietly() {
 }
 
 /// Without a server (none answering at the default address, no --server,
-/// no --local), a command that only reads does not make an empty store to
-/// answer from: it says that no server answered. A command that writes
-/// makes the store (first use) and says so; then reads use it.
+/// no --local), no command makes a store to answer from — neither one that
+/// reads nor one that writes (a second, private namespace): each says that
+/// no server answered. `sextant init` makes one; then commands use it.
 #[test]
 fn without_a_server_reads_do_not_make_an_empty_store() {
     if std::net::TcpStream::connect(sextant_proto::DEFAULT_LISTEN).is_ok() {
@@ -798,8 +805,12 @@ fn without_a_server_reads_do_not_make_an_empty_store() {
         assert!(!data.exists(), "{args:?} made a store");
     }
     let out = run(&["mkdir", "/a"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(!data.exists(), "mkdir made a store");
+    let out = run(&["init"]);
     assert!(out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("making a new store"));
+    let out = run(&["mkdir", "/a"]);
+    assert!(out.status.success(), "{out:?}");
     let out = run(&["ls", "/"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a\n");

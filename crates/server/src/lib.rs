@@ -169,14 +169,35 @@ pub async fn serve(
         return Err(e);
     }
     let _ = stop_tx.send(true);
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open; closing anyway");
+    // Graceful means: the requests running finish and reply; sessions and
+    // watches end at once. Connections a client keeps open (a mount's)
+    // must not hold the stop up for the whole grace period: once no
+    // request runs, and their replies had a moment to leave, the server
+    // closes them.
+    let in_flight = Arc::clone(&recovery_shared.in_flight);
+    let drained = async move {
+        let _all = in_flight
+            .acquire_many(service::SERVER_IN_FLIGHT as u32)
+            .await;
+        tokio::time::sleep(REPLY_FLUSH).await;
+    };
+    tokio::select! {
+        r = &mut server => r,
+        () = drained => {
+            tracing::info!("requests finished; closing the connections left");
+            Ok(())
+        }
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "requests still running; closing anyway");
             Ok(())
         }
     }
 }
+
+/// After the last request of a stopping server, how long its reply has to
+/// leave before the connections close (a reply lost here is retried by the
+/// client, and answered from the journal after the restart).
+const REPLY_FLUSH: Duration = Duration::from_millis(200);
 
 /// A gRPC server with the settings every listener shares.
 fn server_builder(
@@ -289,7 +310,12 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
     rt.shutdown_timeout(Duration::from_secs(1));
     tracing::info!("writing tables back");
     let closed = engine.close().context("closing the engine");
-    result.and(closed)
+    let result = result.and(closed);
+    match &result {
+        Ok(()) => tracing::info!("stopped"),
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "stopped after an error"),
+    }
+    result
 }
 
 /// A socket file this server made; removed when dropped.
