@@ -208,11 +208,14 @@ enum Command {
         paths: Vec<String>,
     },
     /// Copy a local directory tree's metadata, and with --with-data its
-    /// file contents, into Sextant.
+    /// file contents, into Sextant, as cp -a would: modes, times, owners
+    /// (as root), symlinks, hard links and extended attributes.
     ///
-    /// Shows a progress bar with entries per second; prints a summary
-    /// (--json for scripts). Entries that cannot be read or created are
-    /// reported and skipped.
+    /// Shows a progress bar with entries per second; prints a summary of
+    /// what was imported and what failed (--json for scripts). Every
+    /// failed operation is reported and counted; a fatal error (the server
+    /// gone, out of space, the secret refused) stops the import. Exits
+    /// non-zero if anything failed or it stopped.
     Import {
         /// Local directory to read.
         source: PathBuf,
