@@ -197,8 +197,8 @@ pub fn config_candidates() -> Vec<PathBuf> {
     v
 }
 
-/// The first config file that exists, parsed. A file that exists but
-/// cannot be read or parsed is an error (a typo must not be ignored).
+/// The first config file that exists and this user may read, parsed. A
+/// file that cannot be parsed is an error (a typo must not be ignored).
 pub fn load_config() -> anyhow::Result<Option<(PathBuf, ConfigFile)>> {
     use anyhow::Context;
     for path in config_candidates() {
@@ -208,7 +208,18 @@ pub fn load_config() -> anyhow::Result<Option<(PathBuf, ConfigFile)>> {
                     .with_context(|| format!("bad config file {}", path.display()))?;
                 return Ok(Some((path, c)));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // Not there — or not this user's to read (another user's home
+            // under sudo or setpriv, a 0600 file in /etc): the next one.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound
+                        | std::io::ErrorKind::PermissionDenied
+                        | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
                 return Err(e)
                     .with_context(|| format!("cannot read config file {}", path.display()))

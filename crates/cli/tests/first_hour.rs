@@ -410,3 +410,37 @@ fn a_server_with_a_mount_stops_promptly_and_says_so() {
         "{log}"
     );
 }
+
+/// A config file the caller may not read (another user's home, kept in
+/// HOME by sudo or setpriv) is passed over, not an error.
+#[test]
+fn an_unreadable_config_file_is_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let conf_dir = home.join("config").join("sextant");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    std::fs::write(conf_dir.join("config.toml"), "data = \"store\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&conf_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let data = dir.path().join("data");
+    assert!(sextant_in(
+        dir.path(),
+        &home,
+        &["--data", data.to_str().unwrap(), "init"]
+    )
+    .status
+    .success());
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(BIN)
+        .args(["--local", "--data", data.to_str().unwrap(), "find", "/"])
+        .current_dir("/")
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("config file"), "{}", stderr(&out));
+}
