@@ -8,7 +8,11 @@
 //! Rules, in order:
 //! 1. A table with no owner goes to the least loaded member.
 //! 2. R3: a table whose owner is not a member — its lease is gone from
-//!    etcd — goes to the least loaded member, at the next epoch. (A table
+//!    etcd — goes to the least loaded member, at the next epoch; the
+//!    write checks that the owner's member key is *still* absent (the view
+//!    may be old: the owner may have joined again since and loaded the
+//!    table under its old assignment — found by the simulation, seed
+//!    1065). (A table
 //!    whose owner is alive moves only by its owner's acknowledged DROP:
 //!    rule 3 asks for one. A move is never cancelled: an owner that
 //!    started dropping must not serve again before it knows its
@@ -47,6 +51,10 @@ pub enum Action {
     Assign {
         table: TableId,
         expect: Revision,
+        /// R3 at commit time: the previous owner, whose member key must
+        /// still be absent — a server that joined again meanwhile (and may
+        /// have loaded the table under the old assignment) keeps it.
+        gone: Option<ServerId>,
         owner: Owner,
         reason: &'static str,
     },
@@ -72,11 +80,14 @@ pub fn decide(view: &ClusterView, spread: usize) -> Vec<Action> {
         load.iter().min_by_key(|(s, n)| (**n, **s)).map(|(s, _)| *s)
     };
     for (table, owner) in &view.owners {
-        let (expect, epoch, reason) = match owner {
-            None => (Revision(0), Epoch(1), "no owner yet"),
-            Some((o, rev)) if !view.members.contains(&o.server) => {
-                (*rev, Epoch(o.epoch.0 + 1), "its owner's lease is gone")
-            }
+        let (expect, gone, epoch, reason) = match owner {
+            None => (Revision(0), None, Epoch(1), "no owner yet"),
+            Some((o, rev)) if !view.members.contains(&o.server) => (
+                *rev,
+                Some(o.server),
+                Epoch(o.epoch.0 + 1),
+                "its owner's lease is gone",
+            ),
             Some(_) => continue,
         };
         let Some(to) = least_loaded(&load) else {
@@ -86,6 +97,7 @@ pub fn decide(view: &ClusterView, spread: usize) -> Vec<Action> {
         actions.push(Action::Assign {
             table: *table,
             expect,
+            gone,
             owner: Owner { server: to, epoch },
             reason,
         });
@@ -178,6 +190,7 @@ mod tests {
             vec![Action::Assign {
                 table: TableId(0),
                 expect: Revision(30),
+                gone: Some(ServerId(1)),
                 owner: Owner {
                     server: ServerId(2),
                     epoch: Epoch(4)

@@ -137,8 +137,12 @@ pub enum Out {
     /// Send a keep-alive of the lease; report the ack with its send time.
     KeepAlive { lease: LeaseId, sent_at: Millis },
     /// Load `table`: read its manifest, replay that journal's records for
-    /// the table after the position, then commit (conditional on
-    /// `owner_rev`) a manifest pointing at this server's journal end.
+    /// the table after the position, then commit — conditional on
+    /// `owner_rev` (R2) *and* on the manifest's revision as read — a
+    /// manifest pointing at this server's journal end. (Without the second
+    /// compare, a retried load committing after the first had made the
+    /// table serve would move the journal position past operations
+    /// acknowledged meanwhile: the simulation found that, seed 270.)
     Load { table: TableId, owner_rev: Revision },
     /// Hand `table` to `to`: one transaction, conditional on `owner_rev`,
     /// writing the final manifest and the new owner (epoch + 1).

@@ -10,8 +10,10 @@
 //!
 //! Checked on every acknowledgement: the acknowledging server is the one
 //! etcd names as the table's owner, and no other server may acknowledge
-//! for the table at that instant (at most one acknowledger). Checked at the
-//! end, after the faults stop and the cluster settles: every table has
+//! for the table at that instant (at most one acknowledger). Checked from
+//! [`recovery_bound_ms`] after the faults' end: no table is unserved for
+//! longer than a planned move's gap ([`stall_bound_ms`]). Checked at the
+//! end, after the cluster settles: every table has
 //! exactly one owner, a live member that serves it, and holds every
 //! operation ever acknowledged for it (nothing acknowledged is lost). A
 //! failure names its seed; [`run`] with that seed replays it exactly.
@@ -93,6 +95,8 @@ enum Call {
     LoadCommit {
         table: TableId,
         owner_rev: Revision,
+        /// The manifest's revision when it was read (0: absent).
+        read_rev: Revision,
         manifest: Manifest,
     },
     Handover {
@@ -126,6 +130,7 @@ enum Answer {
         table: TableId,
         owner_rev: Revision,
         manifest: Option<Manifest>,
+        read_rev: Revision,
     },
     LoadDone {
         table: TableId,
@@ -189,6 +194,9 @@ struct World {
     etcd: Etcd,
     etcd_down_until: Option<Millis>,
     nodes: BTreeMap<ServerId, Node>,
+    /// Since when each table has had no server that may acknowledge for
+    /// it (tracked once the faults stop).
+    unserved_since: BTreeMap<TableId, Millis>,
     journals: BTreeMap<ServerId, Vec<Record>>,
     acked: BTreeMap<TableId, BTreeSet<u64>>,
     next_op: u64,
@@ -207,6 +215,7 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         etcd: Etcd::default(),
         etcd_down_until: None,
         nodes: BTreeMap::new(),
+        unserved_since: BTreeMap::new(),
         journals: BTreeMap::new(),
         acked: BTreeMap::new(),
         next_op: 1,
@@ -238,10 +247,28 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         w.now = t;
         let e = w.events[i].take().expect("each event runs once");
         w.handle(e).map_err(|e| format!("seed {seed}: {e}"))?;
+        w.check_available()
+            .map_err(|e| format!("seed {seed}: {e}"))?;
     }
     w.check_settled()
         .map_err(|e| format!("seed {seed}: after settling: {e}"))?;
     Ok(w.report)
+}
+
+/// The longest a table may go unserved once the cluster has recovered:
+/// a planned move's gap between the old owner's handover and the new
+/// owner's load (two polls of etcd, and their round trips).
+pub fn stall_bound_ms(cfg: &Config) -> u64 {
+    2 * (cfg.ttl_ms / 4) + 200
+}
+
+/// How long after the faults stop every table must be served again: the
+/// longest fault still running then (a pause or a crash of up to two
+/// leases), then a lease to expire and 2 s for the coordinator to see it,
+/// reassign, and the new owner to load (the issue's failover target:
+/// TTL + 2 s after the failure is visible).
+pub fn recovery_bound_ms(cfg: &Config) -> u64 {
+    3 * cfg.ttl_ms + 2_000
 }
 
 impl World {
@@ -467,21 +494,30 @@ impl World {
                 Err(_) => Answer::LeaseLost { lease },
             },
             Call::Poll => Answer::Views(self.views()),
-            Call::LoadRead { table, owner_rev } => Answer::LoadManifest {
-                table,
-                owner_rev,
-                manifest: self
-                    .etcd
-                    .get(&manifest_key(table))
-                    .and_then(|e| Manifest::decode(&e.value)),
-            },
+            Call::LoadRead { table, owner_rev } => {
+                let entry = self.etcd.get(&manifest_key(table));
+                Answer::LoadManifest {
+                    table,
+                    owner_rev,
+                    manifest: entry.and_then(|e| Manifest::decode(&e.value)),
+                    read_rev: entry.map_or(Revision(0), |e| e.mod_revision),
+                }
+            }
             Call::LoadCommit {
                 table,
                 owner_rev,
+                read_rev,
                 manifest,
             } => {
+                // R2, and the manifest unchanged since it was read: of two
+                // loads of one assignment (a retried one), only the first
+                // commits — a late second one would set the journal
+                // position past what the table acknowledged meanwhile.
                 let r = self.etcd.txn(
-                    &[Compare::ModRevision(owner_key(table), owner_rev)],
+                    &[
+                        Compare::ModRevision(owner_key(table), owner_rev),
+                        Compare::ModRevision(manifest_key(table), read_rev),
+                    ],
                     &[Write::Put {
                         key: manifest_key(table),
                         value: manifest.encode(),
@@ -566,11 +602,16 @@ impl World {
             Action::Assign {
                 table,
                 expect,
+                gone,
                 owner,
                 reason,
             } => {
+                let mut compares = vec![Compare::ModRevision(owner_key(table), expect)];
+                if let Some(old) = gone {
+                    compares.push(Compare::ModRevision(member_key(old), Revision(0)));
+                }
                 let r = self.etcd.txn(
-                    &[Compare::ModRevision(owner_key(table), expect)],
+                    &compares,
                     &[
                         Write::Put {
                             key: owner_key(table),
@@ -667,6 +708,7 @@ impl World {
                 table,
                 owner_rev,
                 manifest,
+                read_rev,
             } => {
                 // Replay the journal the manifest points into, from the
                 // shared store, then commit a manifest that points at the
@@ -691,6 +733,7 @@ impl World {
                 calls.push(Call::LoadCommit {
                     table,
                     owner_rev,
+                    read_rev,
                     manifest,
                 });
             }
@@ -713,6 +756,37 @@ impl World {
         for c in calls {
             self.send(s, inc, c);
         }
+    }
+
+    /// Once the faults have stopped: by [`recovery_bound_ms`] after, every
+    /// table is served, but for gaps shorter than [`stall_bound_ms`] (a
+    /// planned move).
+    fn check_available(&mut self) -> Result<(), String> {
+        if self.now.0 < self.cfg.duration_ms {
+            return Ok(());
+        }
+        for t in (0..self.cfg.tables).map(TableId) {
+            let served = self
+                .nodes
+                .values()
+                .any(|n| n.server.as_ref().is_some_and(|s| s.may_ack(t, self.now)));
+            if served {
+                self.unserved_since.remove(&t);
+                continue;
+            }
+            let since = *self.unserved_since.entry(t).or_insert(self.now);
+            let deadline = self.cfg.duration_ms + recovery_bound_ms(&self.cfg);
+            let gap = self.now.0 - since.0;
+            if self.now.0 >= deadline && gap > stall_bound_ms(&self.cfg) {
+                return Err(format!(
+                    "t={} ms: {t} unserved for {gap} ms, past the recovery bound ({} ms after \
+                     the faults' end)",
+                    self.now.0,
+                    recovery_bound_ms(&self.cfg)
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// At the instant `at` acknowledges for `table`: etcd names it as the
@@ -812,8 +886,19 @@ impl World {
                 .map(|(id, _)| *id)
                 .collect();
             if serving != [owner.server] {
+                let n = &self.nodes[&owner.server];
+                let state = match &n.server {
+                    None => "down".to_string(),
+                    Some(s) => format!(
+                        "holds it: {}, lease left {} ms, paused until {} ms, cut from etcd until {} ms",
+                        s.holds(t),
+                        s.lease_remaining(self.now),
+                        n.paused_until.0,
+                        n.cut_from_etcd_until.0
+                    ),
+                };
                 return Err(format!(
-                    "{t} is served by {serving:?}, etcd names {}",
+                    "{t} is served by {serving:?}, etcd names {} ({state})",
                     owner.server
                 ));
             }

@@ -1,5 +1,5 @@
 //! The deterministic simulation of the cluster protocol over many seeds.
-//! `SEXTANT_SIM_SEEDS=N` runs N seeds (default 200; thousands in the
+//! `SEXTANT_SIM_SEEDS=N` runs N seeds (default 1,000; tens of thousands in the
 //! extended mode), `SEXTANT_SIM_SEED=S` replays one.
 
 use sextant_cluster::sim::{run, Config};
@@ -11,7 +11,7 @@ fn seeds() -> Vec<u64> {
     let n: u64 = std::env::var("SEXTANT_SIM_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(1000);
     (1..=n).collect()
 }
 
