@@ -16,6 +16,7 @@
 //! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
 //! - [`perms`]: who checks permissions, and the mount's own checks.
+//! - [`killed`]: a read whose program was killed is abandoned at once.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's attributes from the replies to this
@@ -29,6 +30,7 @@ pub mod dirattrs;
 pub mod dirs;
 mod fs;
 pub mod groups;
+pub mod killed;
 pub mod lane;
 pub mod nodes;
 pub mod perms;
