@@ -159,6 +159,13 @@ async fn status(
                     "redo handed out {} bytes, {} inodes stamped",
                     r.backup_bytes_issued, r.stamped_inodes
                 );
+                if r.logless_unreturned > 0 {
+                    println!(
+                        "RECOVERY GAP    {} acknowledged operations were LOST at the last \
+                         restart: no client handed them back (see the server's log)",
+                        r.logless_unreturned
+                    );
+                }
             }
             None => println!("journal         lsn {} durable", st.durable_lsn),
         }

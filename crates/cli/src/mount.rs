@@ -144,6 +144,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
             Options {
                 // The watcher skips this mount's own changes.
                 origin: sextant_client::new_origin(),
+                backup_dir: Some(backup_dir(cli)?),
                 ..crate::session::client_options(cli.tls_ca.as_deref())?
             },
         ))
@@ -182,13 +183,53 @@ fn release_backups(rt: &tokio::runtime::Runtime, client: &Client) {
             entries = held,
             "the server wrote back what the mount's backups held"
         ),
-        Ok(Err(e)) => tracing::warn!(entries = held, error = %e, "backups dropped unreleased"),
-        Err(_) => tracing::warn!(
+        Ok(Err(e)) => {
+            tracing::warn!(entries = held, error = %e, "the server did not take the backups");
+            spool_backups(client);
+        }
+        Err(_) => {
+            tracing::warn!(
+                entries = held,
+                timeout = ?RELEASE_TIMEOUT,
+                "the server did not take the backups: no answer"
+            );
+            spool_backups(client);
+        }
+    }
+}
+
+/// Keeps the backups the server could not take on local disk, for the
+/// next mount or client of this server on this machine to hand back.
+fn spool_backups(client: &Client) {
+    let held = client.backup_stats().entries;
+    match client.spool_backups() {
+        Ok(Some(file)) => tracing::warn!(
             entries = held,
-            timeout = ?RELEASE_TIMEOUT,
-            "backups dropped unreleased: no answer from the server"
+            file = %file.display(),
+            "backups kept on local disk; the next mount or client of this server on this \
+             machine hands them back"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::error!(
+            entries = held,
+            error = %e,
+            "backups dropped unreleased: they could not be kept on local disk either"
         ),
     }
+}
+
+/// Where a mount keeps log-less backups it could not hand back:
+/// `$SEXTANT_BACKUP_DIR`, else `<data>/backups`.
+fn backup_dir(cli: &Cli) -> Result<PathBuf> {
+    let dir = match std::env::var_os("SEXTANT_BACKUP_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => cli
+            .data
+            .clone()
+            .unwrap_or_else(crate::session::default_data)
+            .join("backups"),
+    };
+    Ok(std::path::absolute(dir)?)
 }
 
 /// How long an unmounting mount waits for the server to take its backups.

@@ -25,6 +25,13 @@
 use sextant_proto::pb;
 use std::collections::VecDeque;
 
+#[derive(Debug)]
+struct Spooled {
+    files: Vec<std::path::PathBuf>,
+    incarnation: u64,
+    newest: u64,
+}
+
 /// What a client holds for recovery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BackupStats {
@@ -53,6 +60,9 @@ pub struct Backups {
     entries: VecDeque<(u64, Vec<u8>)>,
     /// Everything but `entries`, which [`Backups::stats`] reads off the map.
     stats: BackupStats,
+    /// Entries read back from the local spool (`crate::spool`): their
+    /// files, their run and the highest LSN among them.
+    spooled: Option<Spooled>,
 }
 
 /// Largest payload of one `Recover` message (the limit is 1 MiB).
@@ -155,6 +165,69 @@ impl Backups {
         out
     }
 
+    /// Takes in entries of run `incarnation` read back from the spool
+    /// (`files`), unless entries of another run are held. Returns how many
+    /// were new.
+    pub fn restore(
+        &mut self,
+        incarnation: u64,
+        entries: Vec<(u64, Vec<u8>)>,
+        files: Vec<std::path::PathBuf>,
+    ) -> usize {
+        if incarnation == 0
+            || (self.stats.incarnation != 0 && self.stats.incarnation != incarnation)
+        {
+            return 0;
+        }
+        self.stats.incarnation = incarnation;
+        let before = self.entries.len();
+        let mut newest = 0;
+        for (lsn, entry) in entries {
+            newest = newest.max(lsn);
+            if lsn > self.stats.written_back {
+                self.insert(lsn, entry);
+            }
+        }
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes);
+        let mut all = files;
+        if let Some(old) = self.spooled.take() {
+            all.extend(old.files);
+            newest = newest.max(old.newest);
+        }
+        self.spooled = Some(Spooled {
+            files: all,
+            incarnation,
+            newest,
+        });
+        self.entries.len() - before
+    }
+
+    /// The spool files whose entries are of no more use (written back,
+    /// handed back too late, or a new run's recovery is over: none held at
+    /// or below their newest LSN); the caller removes them.
+    pub fn finished_spool(&mut self) -> Option<Vec<std::path::PathBuf>> {
+        let s = self.spooled.as_ref()?;
+        let needed = s.incarnation == self.stats.incarnation
+            && self
+                .entries
+                .front()
+                .is_some_and(|(lsn, _)| *lsn <= s.newest);
+        if needed {
+            return None;
+        }
+        self.spooled.take().map(|s| s.files)
+    }
+
+    /// The spool files restored (they hold nothing memory does not).
+    pub fn take_spool_files(&mut self) -> Vec<std::path::PathBuf> {
+        self.spooled.take().map(|s| s.files).unwrap_or_default()
+    }
+
+    /// Every entry held, in LSN order.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.entries.iter().map(|(lsn, e)| (*lsn, e.as_slice()))
+    }
+
     /// The server said these backups are of no more use.
     pub fn drop_run(&mut self, incarnation: u64) {
         if self.stats.incarnation == incarnation {
@@ -238,6 +311,37 @@ mod tests {
                 proptest::prop_assert_eq!(b.newest(), model.keys().next_back().copied());
             }
         }
+    }
+
+    #[test]
+    fn restored_entries_are_held_like_received_ones_and_their_files_released() {
+        let mut b = Backups::default();
+        let files = vec![std::path::PathBuf::from("/x/a.bak")];
+        let got = b.restore(
+            7,
+            vec![(5, vec![1]), (6, vec![2]), (5, vec![1])],
+            files.clone(),
+        );
+        assert_eq!(got, 2);
+        assert_eq!(b.stats().incarnation, 7);
+        assert_eq!(b.finished_spool(), None, "still held");
+        assert_eq!(b.recover_requests(1)[0].backups.len(), 2);
+        // New entries of the same run arrive; the spooled ones go.
+        b.absorb(&mut resp(7, 6, &[9]));
+        assert_eq!(b.finished_spool(), Some(files.clone()));
+        assert_eq!(b.finished_spool(), None);
+        // Of another run than what is held: ignored.
+        assert_eq!(b.restore(8, vec![(1, vec![0])], files.clone()), 0);
+        // Dropped as too late: released.
+        let mut b = Backups::default();
+        b.restore(3, vec![(2, vec![0])], files.clone());
+        b.drop_run(3);
+        assert_eq!(b.finished_spool(), Some(files.clone()));
+        // A reply of the new run (its recovery is over): released.
+        let mut b = Backups::default();
+        b.restore(3, vec![(2, vec![0])], files.clone());
+        b.absorb(&mut resp(4, 0, &[]));
+        assert_eq!(b.finished_spool(), Some(files));
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 pub mod backup;
 mod search;
+pub mod spool;
 mod target;
 mod watch;
 pub use backup::BackupStats;
@@ -102,6 +103,11 @@ pub struct Options {
     /// of the address unless [`Options::tls_domain`] says otherwise.
     pub tls_ca: Option<Vec<u8>>,
     pub tls_domain: Option<String>,
+    /// Log-less: where backups this client could not hand back are kept
+    /// on local disk when it ends ([`Client::spool_backups`]), and read
+    /// back (and handed back) when a client connects ([`spool`]); `None`:
+    /// nowhere.
+    pub backup_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -113,6 +119,7 @@ impl Default for Options {
             origin: 0,
             tls_ca: None,
             tls_domain: None,
+            backup_dir: None,
         }
     }
 }
@@ -347,6 +354,8 @@ impl Client {
                 Arc::default(),
             )),
         };
+        // Before the first session, which hands them back.
+        client.restore_spooled();
         tokio::spawn(keep_backups(
             Arc::downgrade(&client.inner),
             Arc::clone(&client.inner.session_broke),
@@ -486,7 +495,14 @@ impl Client {
                         // Kept before the caller sees the reply: an
                         // acknowledged log-less mutation is backed up here.
                         if resp.incarnation != 0 {
-                            backups.lock().absorb(&mut resp);
+                            let done = {
+                                let mut b = backups.lock();
+                                b.absorb(&mut resp);
+                                b.finished_spool()
+                            };
+                            if let Some(files) = done {
+                                spool::remove(&files);
+                            }
                         }
                         if let Some(w) = p.lock().waiters.remove(&resp.id) {
                             let _ = w.send(Ok(resp));
@@ -547,7 +563,14 @@ impl Client {
                         "the server recovered without this client's backups (it came back \
                          after the grace period); dropping them"
                     );
-                    self.inner.backups.lock().drop_run(incarnation);
+                    let done = {
+                        let mut b = self.inner.backups.lock();
+                        b.drop_run(incarnation);
+                        b.finished_spool()
+                    };
+                    if let Some(files) = done {
+                        spool::remove(&files);
+                    }
                     break;
                 }
                 _ => break,
@@ -846,6 +869,7 @@ impl Client {
                     written_back_lsn: s.written_back_lsn,
                     backup_bytes_issued: s.backup_bytes_issued,
                     stamped_inodes: s.stamped_inodes,
+                    logless_unreturned: s.logless_unreturned,
                 },
             )),
             _ => Err(bad_reply("not a status reply")),
@@ -1102,6 +1126,68 @@ impl Client {
         expect_done(self.call(cred, op).await?)?;
         Ok(self.backup_stats().entries)
     }
+
+    /// Log-less: keeps the backups held on local disk under
+    /// [`Options::backup_dir`], for the next client of this server on this
+    /// machine to hand back ([`spool`]) — what a client that ends without
+    /// having released them ([`Client::release_backups`], e.g. while the
+    /// server is down) must do, or the acknowledged operations only it
+    /// holds are lost with it. Written and synced before it returns; the
+    /// files it read back at connect are then removed (this one holds
+    /// their entries). `None`: nothing held, or no directory configured.
+    pub fn spool_backups(&self) -> Result<Option<std::path::PathBuf>, spool::SpoolError> {
+        let Some(dir) = &self.inner.options.backup_dir else {
+            return Ok(None);
+        };
+        let (incarnation, entries, old) = {
+            let mut b = self.inner.backups.lock();
+            if b.is_empty() {
+                return Ok(None);
+            }
+            let entries: Vec<(u64, Vec<u8>)> = b.entries().map(|(l, e)| (l, e.to_vec())).collect();
+            (b.stats().incarnation, entries, b.take_spool_files())
+        };
+        let view: Vec<(u64, &[u8])> = entries.iter().map(|(l, e)| (*l, e.as_slice())).collect();
+        let path = spool::write(
+            dir,
+            &self.inner.addr,
+            incarnation,
+            self.inner.client_id,
+            &view,
+        )?;
+        spool::remove(&old);
+        Ok(Some(path))
+    }
+
+    /// Reads back what earlier clients of this server on this machine
+    /// spooled ([`Options::backup_dir`]), to be handed back with this
+    /// client's own.
+    fn restore_spooled(&self) {
+        let Some(dir) = &self.inner.options.backup_dir else {
+            return;
+        };
+        match spool::load(dir, &self.inner.addr) {
+            Ok(s) if s.files.is_empty() => {}
+            Ok(s) => {
+                let (files, incarnation) = (s.files.len(), s.incarnation);
+                let restored = self
+                    .inner
+                    .backups
+                    .lock()
+                    .restore(s.incarnation, s.entries, s.files);
+                tracing::info!(
+                    files,
+                    entries = restored,
+                    incarnation,
+                    "read back log-less backups a client of this server left on this machine"
+                );
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "cannot read back the log-less backups earlier clients left on this machine"
+            ),
+        }
+    }
 }
 
 /// Counters of the server itself.
@@ -1118,6 +1204,9 @@ pub struct ServerStats {
     pub written_back_lsn: u64,
     pub backup_bytes_issued: u64,
     pub stamped_inodes: u64,
+    /// Operations acknowledged before the last crash that no client handed
+    /// back at recovery (lost; 0: none).
+    pub logless_unreturned: u64,
 }
 
 fn bad_reply(what: &str) -> Error {

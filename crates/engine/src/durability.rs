@@ -12,6 +12,11 @@
 //!   (a random id per start) of the last log-less run and whether it shut
 //!   down cleanly (everything written back). A run that did not must be
 //!   recovered from the clients' backups before anything else.
+//! - `logless.acked`: `SXTACK1 <incarnation> <lsn>` — the highest LSN that
+//!   run had sent to a client in a reply, as of the last time the server
+//!   persisted it (every 100 ms while it grows). Recovery compares what
+//!   the clients hand back with it: acknowledged operations at the *tail*
+//!   that no client returned would otherwise go unnoticed.
 //!
 //! Invariants:
 //! - `written_back` is `replay_from - 1` of the newest durable manifest:
@@ -35,6 +40,8 @@ use std::sync::Arc;
 const KEY_FILE: &str = "logless.key";
 const STATE_FILE: &str = "logless.state";
 const STATE_MAGIC: &str = "SXTLL1";
+const ACKED_FILE: &str = "logless.acked";
+const ACKED_MAGIC: &str = "SXTACK1";
 
 /// Log-less settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +128,28 @@ fn write_run_state(store: &dyn Store, state: RunState) -> Result<(), EngineError
         })
 }
 
+/// `(incarnation, lsn)` of `logless.acked`, if it exists and parses (a
+/// damaged one counts as absent: the mark is a check, not data).
+fn read_acked(store: &dyn Store) -> Result<Option<(u64, Lsn)>, EngineError> {
+    let Some(b) = store
+        .get_blob(ACKED_FILE)
+        .map_err(|source| EngineError::Io {
+            file: store.describe(ACKED_FILE),
+            source,
+        })?
+    else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&b);
+    let mut parts = text.split_whitespace();
+    if parts.next() != Some(ACKED_MAGIC) {
+        return Ok(None);
+    }
+    let incarnation = parts.next().and_then(|p| p.parse().ok());
+    let lsn = parts.next().and_then(|p| p.parse().ok());
+    Ok(incarnation.zip(lsn))
+}
+
 /// Random bytes from the kernel.
 fn random_bytes<const N: usize>() -> Result<[u8; N], std::io::Error> {
     let mut b = [0u8; N];
@@ -148,6 +177,12 @@ pub(crate) struct Logless {
     floors: Vec<(Soid, Lsn)>,
     /// `replay_from` of the manifest read at open.
     pub recovery_from: Lsn,
+    /// The highest LSN sent to a client in a reply ([`Logless::note_acked`]),
+    /// and the highest persisted to `logless.acked`.
+    acked: AtomicU64,
+    acked_persisted: Mutex<Lsn>,
+    /// The crashed run's persisted mark (0: none known).
+    pub crashed_acked: Lsn,
 }
 
 struct Ordered {
@@ -183,6 +218,10 @@ impl Logless {
         let crashed = read_run_state(store)?
             .filter(|s| !s.clean)
             .map(|s| s.incarnation);
+        let crashed_acked = match (crashed, read_acked(store)?) {
+            (Some(c), Some((i, lsn))) if i == c => lsn,
+            _ => 0,
+        };
         let incarnation = loop {
             let i = u64::from_le_bytes(random_bytes::<8>().map_err(io("/dev/urandom"))?);
             if i != 0 && Some(i) != crashed {
@@ -214,7 +253,38 @@ impl Logless {
             crashed: Mutex::new(crashed),
             floors,
             recovery_from,
+            acked: AtomicU64::new(0),
+            acked_persisted: Mutex::new(0),
+            crashed_acked,
         })
+    }
+
+    /// A reply carried the entries up to `lsn` to a client.
+    pub fn note_acked(&self, lsn: Lsn) {
+        self.acked.fetch_max(lsn, Ordering::AcqRel);
+    }
+
+    /// Persists the acknowledged mark if it grew since the last time.
+    /// Returns whether it wrote. Never during a recovery (the file still
+    /// describes the crashed run, which a second crash must find).
+    pub fn persist_acked(&self, store: &dyn Store) -> Result<bool, EngineError> {
+        if self.crashed().is_some() {
+            return Ok(false);
+        }
+        let mut persisted = self.acked_persisted.lock();
+        let acked = self.acked.load(Ordering::Acquire);
+        if acked <= *persisted {
+            return Ok(false);
+        }
+        let text = format!("{ACKED_MAGIC} {} {acked}\n", self.incarnation);
+        store
+            .put_blob(ACKED_FILE, text.as_bytes())
+            .map_err(|source| EngineError::Io {
+                file: store.describe(ACKED_FILE),
+                source,
+            })?;
+        *persisted = acked;
+        Ok(true)
     }
 
     pub fn key(&self) -> &[u8; KEY_LEN] {

@@ -198,13 +198,19 @@ pub struct LoglessRecovery {
     /// Entries not issued by this store's key, and undecodable ones.
     pub forged: usize,
     pub malformed: usize,
+    /// The crashed run's persisted acknowledged mark (`logless.acked`; 0:
+    /// none) and, when the entries handed back (and the snapshots) stop
+    /// short of it, the LSNs it acknowledged that nobody returned — a loss
+    /// at the tail, which `missing` cannot show.
+    pub acked_mark: Lsn,
+    pub unreturned: Option<(Lsn, Lsn)>,
 }
 
 impl LoglessRecovery {
     /// Could an acknowledged operation have been lost? (Entries missing in
     /// the middle of what was collected, or thrown away.)
     pub fn maybe_lost(&self) -> bool {
-        !self.discarded.is_empty() || !self.missing.is_empty()
+        !self.discarded.is_empty() || !self.missing.is_empty() || self.unreturned.is_some()
     }
 }
 
@@ -1571,6 +1577,24 @@ impl Engine {
         self.inner.logless.as_ref().map_or(0, Logless::written_back)
     }
 
+    /// Log-less: a reply carried the redo entries up to `lsn` to a client
+    /// (the server calls this; see [`Engine::persist_acked`]).
+    pub fn note_acked(&self, lsn: Lsn) {
+        if let Some(ll) = &self.inner.logless {
+            ll.note_acked(lsn);
+        }
+    }
+
+    /// Log-less: persists (synced) the highest LSN noted by
+    /// [`Engine::note_acked`], if it grew; a recovery compares the entries
+    /// handed back with it. Returns whether it wrote.
+    pub fn persist_acked(&self) -> Result<bool, EngineError> {
+        match &self.inner.logless {
+            Some(ll) => ll.persist_acked(&*self.inner.store),
+            None => Ok(false),
+        }
+    }
+
     /// Log-less: this run's id (0 with the journal).
     pub fn incarnation(&self) -> u64 {
         self.inner.logless.as_ref().map_or(0, |ll| ll.incarnation)
@@ -1618,6 +1642,15 @@ impl Engine {
         let lsns: Vec<Lsn> = entries.keys().copied().collect();
         report.distinct = lsns.len();
         report.missing = logless::missing_ranges(&lsns, ll.recovery_from);
+        report.acked_mark = ll.crashed_acked;
+        let reached = lsns
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(ll.recovery_from.saturating_sub(1));
+        if ll.crashed_acked > reached {
+            report.unreturned = Some((reached + 1, ll.crashed_acked));
+        }
         if let Some(max) = lsns.last() {
             inner.journal.advance_to(max + 1);
         }

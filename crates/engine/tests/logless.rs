@@ -204,3 +204,40 @@ fn a_freed_soid_waits_for_its_removal_to_be_written_back() {
         e.close().unwrap();
     }
 }
+
+/// The persisted acknowledged mark shows a loss at the tail, which no
+/// gap among the returned entries can: acknowledged operations after the
+/// last one returned.
+#[test]
+fn acknowledged_operations_nobody_returned_are_reported() {
+    let root = Credentials::root();
+    for returned_all in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        let a = e.mkdir(&root, Soid::ROOT, b"a", 0o755).unwrap().value.soid;
+        e.sync().unwrap();
+        let c1 = e.create(&root, a, b"f1", 0o644, true).unwrap();
+        let c2 = e.create(&root, a, b"f2", 0o644, true).unwrap();
+        e.note_acked(c2.lsn);
+        assert!(e.persist_acked().unwrap());
+        assert!(!e.persist_acked().unwrap(), "unchanged: not written again");
+        let (r1, r2) = (c1.redo.unwrap(), c2.redo.unwrap());
+        drop(e);
+        let e = open(dir.path());
+        let back = if returned_all {
+            vec![bytes(&r1), bytes(&r2)]
+        } else {
+            vec![bytes(&r1)]
+        };
+        let rep = e.recover_logless(back).unwrap();
+        assert_eq!(rep.acked_mark, r2.lsn);
+        if returned_all {
+            assert_eq!(rep.unreturned, None);
+            assert!(!rep.maybe_lost(), "{rep:?}");
+        } else {
+            assert_eq!(rep.unreturned, Some((r2.lsn, r2.lsn)));
+            assert!(rep.maybe_lost());
+        }
+        e.close().unwrap();
+    }
+}

@@ -139,26 +139,6 @@ impl SextantFs {
         reply.send(self.lanes.block_on(op));
     }
 
-    /// [`SextantFs::run`] for an operation that changes nothing on the
-    /// server: abandoned with EINTR as soon as its caller has a fatal
-    /// signal pending (see [`crate::killed`]), so a killed program never
-    /// waits for a server that is down.
-    fn run_read<R: Respond>(
-        &self,
-        req: &Request,
-        reply: R,
-        op: impl Future<Output = OpResult<R::Ok>>,
-    ) {
-        let tid = req.pid();
-        reply.send(self.lanes.block_on(async {
-            tokio::select! {
-                biased;
-                r = op => r,
-                _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
-            }
-        }));
-    }
-
     fn epoch(&self) -> u64 {
         self.cache_epoch.load(Ordering::Acquire)
     }
@@ -353,7 +333,7 @@ impl SextantFs {
 
 impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let found = self
                 .client()
                 .lookup(&self.cred(req), self.soid(parent)?, name(n))
@@ -374,7 +354,7 @@ impl Filesystem for SextantFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             // A directory this mount just changed: the reply told us.
             if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
                 return Ok(self.attr(&a, ino));
@@ -447,7 +427,7 @@ impl Filesystem for SextantFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let t = self
                 .client()
                 .readlink(&self.cred(req), self.soid(ino)?)
@@ -597,7 +577,7 @@ impl Filesystem for SextantFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let c = self.cred(req);
             let a = self.client().getattr(&c, self.soid(ino)?).await?;
             self.check_open(&a, &c, flags.0)?;
@@ -720,7 +700,7 @@ impl Filesystem for SextantFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let soid = self.soid(ino)?;
             let mut items: Vec<DirItem> = Vec::new();
             let dir = fuser::FileType::Directory;
@@ -757,7 +737,7 @@ impl Filesystem for SextantFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let s = self.client().statfs(&self.cred(req)).await?;
             let mut out = self.statfs_data();
             // Inodes are not a scarce resource: report plenty free.
@@ -795,7 +775,7 @@ impl Filesystem for SextantFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let s = self.soid(ino)?;
             let v = self.client().getxattr(&self.cred(req), s, name(n)).await?;
             Xattr::fit(v.into_vec(), size)
@@ -803,7 +783,7 @@ impl Filesystem for SextantFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let names = self
                 .client()
                 .listxattr(&self.cred(req), self.soid(ino)?)
@@ -848,7 +828,7 @@ impl Filesystem for SextantFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.run_read(req, reply, async {
+        self.run(reply, async {
             let s = self.soid(ino)?;
             Ok(self
                 .client()

@@ -136,11 +136,7 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
 }
 
 /// Runs the watcher until `stop` turns true (on its own thread: the
-/// kernel notifications are blocking writes). Once `stop` is true it
-/// starts nothing more on `rt` (no connection, no timer, no task: the
-/// runtime may be shutting down, and a timer or connection made then
-/// panics), and the tasks it started are aborted when it returns. The
-/// mount waits for it to return before its caller may drop `rt`.
+/// kernel notifications are blocking writes).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     client: Client,
@@ -153,16 +149,10 @@ pub(crate) fn run(
 ) {
     rt.block_on(async {
         let mut backoff = Duration::from_millis(20);
-        // Aborted when the watcher returns.
-        let mut tasks = tokio::task::JoinSet::new();
         loop {
-            if *stop.borrow() {
-                return;
-            }
             let opened = tokio::select! {
-                biased;
-                _ = stop.wait_for(|s| *s) => return,
                 r = client.watch() => r,
+                _ = stop.wait_for(|s| *s) => return,
             };
             let mut stream = match opened {
                 Ok(s) => s,
@@ -178,13 +168,9 @@ pub(crate) fn run(
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot open the change stream yet");
-                    if *stop.borrow() {
-                        return;
-                    }
                     tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => return,
                         _ = tokio::time::sleep(backoff) => {}
+                        _ = stop.wait_for(|s| *s) => return,
                     }
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     continue;
@@ -194,15 +180,12 @@ pub(crate) fn run(
             reset(&nodes, &notifier, &epoch);
             // Changes made while no stream was open are unknown: removals
             // among them left objects here.
-            let sweeping = tasks.spawn(sweep_store(client.clone(), Arc::clone(&data)));
+            let sweeping = tokio::spawn(sweep_store(client.clone(), Arc::clone(&data)));
             loop {
                 let next = tokio::select! {
-                    biased;
-                    _ = stop.wait_for(|s| *s) => return,
                     b = stream.next_batch() => b,
+                    _ = stop.wait_for(|s| *s) => return,
                 };
-                // Finished tasks leave the set.
-                while tasks.try_join_next().is_some() {}
                 match next {
                     Ok(batch) => {
                         if batch.lost {
@@ -213,7 +196,7 @@ pub(crate) fn run(
                         // never delays the next batch's invalidations.
                         let held = leftovers(&data, batch.inodes.iter().copied());
                         if !held.is_empty() {
-                            tasks.spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
+                            tokio::spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
                         }
                     }
                     Err(e) => {

@@ -18,6 +18,15 @@
 //!   lost), and requests are let through. Backups of any other run are
 //!   refused as too late (that run's recovery is over).
 //!
+//! - **Acknowledged mark.** Every reply notes the highest LSN it carries
+//!   ([`sextant_engine::Engine::note_acked`]) and [`LoglessServer::run_recovery`]
+//!   persists that mark every [`ACKED_PERSIST_INTERVAL`] while it grows
+//!   (one small synced file write, off the requests' path). A recovery
+//!   whose handed-back entries stop short of the crashed run's mark says so
+//!   as loudly as a gap in the middle: error log, the metric
+//!   `sextant_logless_unreturned_lsns`, and `sextant status`. Operations
+//!   acknowledged in the last interval before the crash are not covered.
+//!
 //! Invariant: no request is executed while `ready` is false.
 
 use parking_lot::Mutex;
@@ -35,6 +44,8 @@ const MAX_CLIENTS: usize = 65_536;
 /// Backups one recovery accepts in total (bytes), so clients cannot make
 /// the server hold unbounded memory.
 const MAX_RECOVERY_BYTES: usize = 4 << 30;
+/// How often the acknowledged mark is persisted while it grows.
+pub const ACKED_PERSIST_INTERVAL: Duration = Duration::from_millis(100);
 
 pub fn backup_to_pb(r: &Redo) -> pb::RedoBackup {
     pb::RedoBackup {
@@ -57,6 +68,8 @@ pub struct LoglessServer {
     /// The crashed run being recovered.
     crashed: Option<u64>,
     ready: watch::Sender<bool>,
+    /// Acknowledged LSNs the last recovery found nobody returned (0: none).
+    unreturned: std::sync::atomic::AtomicU64,
 }
 
 impl LoglessServer {
@@ -76,7 +89,14 @@ impl LoglessServer {
             })),
             crashed,
             ready,
+            unreturned: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// How many acknowledged operations the last recovery found no client
+    /// returned at the tail (0: none, or no recovery).
+    pub fn unreturned(&self) -> u64 {
+        self.unreturned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits until recovery (if any) is over. Once it is, this costs one
@@ -95,6 +115,9 @@ impl LoglessServer {
         resp.incarnation = engine.incarnation();
         resp.written_back = engine.written_back_lsn();
         if client_id == 0 {
+            if let Some(newest) = resp.backups.iter().map(|b| b.lsn).max() {
+                engine.note_acked(newest);
+            }
             return;
         }
         let mut sent = self.last_sent.lock();
@@ -105,6 +128,7 @@ impl LoglessServer {
             }
         }
         let newest = resp.backups.iter().map(|b| b.lsn).max().unwrap_or(0);
+        engine.note_acked(newest);
         if newest > seen {
             if sent.len() >= MAX_CLIENTS && !sent.contains_key(&client_id) {
                 sent.clear();
@@ -165,7 +189,7 @@ impl LoglessServer {
     /// forever after success.
     pub async fn run_recovery(&self, engine: Engine, grace: Duration) -> anyhow::Error {
         if self.crashed.is_none() {
-            return std::future::pending().await;
+            return persist_acked_forever(engine).await;
         }
         tracing::warn!(
             grace = ?grace,
@@ -177,13 +201,29 @@ impl LoglessServer {
         };
         let started = std::time::Instant::now();
         let count = c.backups.len();
-        let result = tokio::task::spawn_blocking(move || engine.recover_logless(c.backups)).await;
+        let recovering = engine.clone();
+        let result =
+            tokio::task::spawn_blocking(move || recovering.recover_logless(c.backups)).await;
         let report = match result {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return anyhow::Error::new(e).context("log-less recovery failed"),
             Err(e) => return anyhow::anyhow!("log-less recovery panicked: {e}"),
         };
         let took = started.elapsed();
+        let unreturned = report.unreturned.map_or(0, |(a, b)| b - a + 1);
+        self.unreturned
+            .store(unreturned, std::sync::atomic::Ordering::Relaxed);
+        metrics::gauge!("sextant_logless_unreturned_lsns").set(unreturned as f64);
+        if let Some((first, last)) = report.unreturned {
+            tracing::error!(
+                acknowledged_through = report.acked_mark,
+                returned_through = first - 1,
+                unreturned,
+                "log-less recovery: GAP — the crashed run had acknowledged operations \
+                 {first}..={last} and no client handed them back (their clients are gone \
+                 and kept no backup on disk); they are LOST"
+            );
+        }
         if report.maybe_lost() {
             tracing::error!(
                 backups = count,
@@ -214,6 +254,25 @@ impl LoglessServer {
             );
         }
         self.ready.send_replace(true);
-        std::future::pending().await
+        persist_acked_forever(engine).await
+    }
+}
+
+/// Persists the acknowledged mark every [`ACKED_PERSIST_INTERVAL`] while
+/// it grows; returns only on a failed write (the server must stop then,
+/// as for a failed write-back).
+async fn persist_acked_forever(engine: Engine) -> anyhow::Error {
+    let mut tick = tokio::time::interval(ACKED_PERSIST_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let e = engine.clone();
+        match tokio::task::spawn_blocking(move || e.persist_acked()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return anyhow::Error::new(e).context("persisting the log-less acknowledged mark")
+            }
+            Err(e) => return anyhow::anyhow!("persisting the acknowledged mark panicked: {e}"),
+        }
     }
 }

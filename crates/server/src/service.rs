@@ -351,6 +351,7 @@ impl Shared {
                 s.clients_remembered = self.dedup.lock().clients() as u64;
                 s.incarnation = e.incarnation();
                 s.written_back_lsn = e.written_back_lsn();
+                s.logless_unreturned = self.logless.as_ref().map_or(0, |l| l.unreturned());
                 if let Some((stamped, issued, arl)) = e.logless_stats() {
                     s.stamped_inodes = stamped as u64;
                     s.backup_bytes_issued = issued;
