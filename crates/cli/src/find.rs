@@ -1249,6 +1249,9 @@ async fn prepare<'a>(
             other => other,
         })
     })?;
+    // -samefile F needs the entry's stat in find (its SOID test alone
+    // would decide an entry known from a listing only).
+    let tree = stat_before_samefile(tree);
     // -inum: the SOID on a namespace path, the mount's number under a
     // mount (a test the client decides: the server knows no node ids).
     let mut has_inum = false;
@@ -1278,6 +1281,26 @@ async fn prepare<'a>(
     run.filters = plan::filters(&tree, cmd.depth_first, exact);
     run.tree = std::rc::Rc::new(tree);
     Ok(run)
+}
+
+/// Each SOID test (after the reference files are resolved, only
+/// `-samefile`'s) preceded by [`ClientTest::Stat`], true where the
+/// attributes are known: the server's filter is unchanged (a client test
+/// relaxes to true), and an entry known from a listing only fails it as
+/// find's `stat` would.
+fn stat_before_samefile(n: Node) -> Node {
+    let b = |n: Box<Node>| Box::new(stat_before_samefile(*n));
+    match n {
+        Node::Test(Test::Pred(Pred::Soid(x))) => Node::And(
+            Box::new(Node::Test(Test::Client(ClientTest::Stat))),
+            Box::new(Node::Test(Test::Pred(Pred::Soid(x)))),
+        ),
+        Node::And(l, r) => Node::And(b(l), b(r)),
+        Node::Or(l, r) => Node::Or(b(l), b(r)),
+        Node::Comma(l, r) => Node::Comma(b(l), b(r)),
+        Node::Not(a) => Node::Not(b(a)),
+        other => other,
+    }
 }
 
 /// `sextant find ARGS`; returns whether everything went well.

@@ -202,10 +202,17 @@ enum Command {
     /// summaries), as the caller may see it. PATH is a namespace path or a
     /// path under a `sextant mount`. `sextant stats` groups and filters
     /// the same totals.
+    #[command(disable_help_flag = true)]
     Du {
+        /// Sizes in powers of 1024 with a unit (1.5K, 23M), as du -h.
+        #[arg(short = 'h', long = "human-readable")]
+        human: bool,
         /// Paths to add up, one line each.
         #[arg(default_value = "/")]
         paths: Vec<String>,
+        /// Print help (-h is --human-readable, as in du).
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
     /// Copy a local directory tree's metadata, and with --with-data its
     /// file contents, into Sextant, as cp -a would: modes, times, owners
@@ -488,7 +495,7 @@ fn main() {
                         match &cli.command {
                             Command::Find(a) => find::find(&cli, &a.args).await,
                             Command::Stats(a) => find::stats(&cli, a).await,
-                            Command::Du { paths } => find::du(&cli, paths).await,
+                            Command::Du { paths, human, .. } => find::du(&cli, paths, *human).await,
                             _ => Ok(true),
                         }
                     })

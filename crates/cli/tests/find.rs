@@ -70,16 +70,33 @@ fn records(out: &[u8], cmp: Cmp) -> Vec<String> {
 /// Runs GNU find and sextant find with the same arguments (optionally as
 /// nobody) and returns a description of any difference.
 fn compare(m: &Mounted, args: &[&str], cmp: Cmp, nobody: bool) -> Option<String> {
-    compare_in(m, args, cmp, nobody, &[])
+    compare_in(m, args, cmp, nobody, &[], false)
 }
 
-/// [`compare`] with more environment variables for both.
+/// What a find said went wrong: each message after `find: `, quotes
+/// made plain, sorted.
+fn complaints(stderr: &[u8]) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(stderr)
+        .lines()
+        .filter_map(|l| {
+            l.split_once("find: ")
+                .map(|(_, m)| m.replace(['‘', '’'], "'"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// [`compare`] with more environment variables for both; `errors`: the
+/// messages must match too (the same entries reported for the same
+/// reasons).
 fn compare_in(
     m: &Mounted,
     args: &[&str],
     cmp: Cmp,
     nobody: bool,
     env: &[(&str, &str)],
+    errors: bool,
 ) -> Option<String> {
     let run = |prog: &str, pre: &[&str]| -> Output {
         let mut c = if nobody {
@@ -110,6 +127,10 @@ fn compare_in(
     let ours = run(BIN, &["find"]);
     let (g, o) = (records(&gnu.stdout, cmp), records(&ours.stdout, cmp));
     let mut problems = Vec::new();
+    let (ge, oe) = (complaints(&gnu.stderr), complaints(&ours.stderr));
+    if errors && ge != oe {
+        problems.push(format!("errors: {ge:?} vs {oe:?}"));
+    }
     if g != o {
         let only_g: Vec<_> = g.iter().filter(|l| !o.contains(l)).take(5).collect();
         let only_o: Vec<_> = o.iter().filter(|l| !g.contains(l)).take(5).collect();
@@ -751,7 +772,7 @@ fn gnu_find_agrees_on_inodes_unsearchable_directories_and_edge_cases() {
          && echo a > y/ronly/file && ln -s file y/ronly/lnk && mkfifo y/ronly/ff \
          && echo z > y/ronly/inner/z && echo s > y/ronly/sub/s \
          && touch \"$(printf 'y/a\\377b')\" \"$(printf 'y/x\\351y.c')\" \
-         && chmod 744 y/ronly y/ronly/inner",
+         && mkdir y/fonly && echo g > y/fonly/g && chmod 744 y/ronly y/ronly/inner y/fonly",
     );
     let ino = |rel: &str| {
         use std::os::unix::fs::MetadataExt;
@@ -934,6 +955,21 @@ fn gnu_find_agrees_on_inodes_unsearchable_directories_and_edge_cases() {
             &[],
         ),
         (vec!["mnt/y", "-inum", &file], Cmp::Lines, true, &[]),
+        (
+            vec![
+                "mnt/y",
+                "-samefile",
+                "mnt/y/f",
+                "-o",
+                "-name",
+                "file",
+                "-printf",
+                "X %p\\n",
+            ],
+            Cmp::Lines,
+            true,
+            &[],
+        ),
         (vec!["mnt/y", "-inum", &sub], Cmp::Lines, true, &[]),
         (vec!["mnt/y", "-readable"], Cmp::Lines, true, &[]),
         (vec!["mnt/y", "!", "-readable"], Cmp::Lines, true, &[]),
@@ -992,6 +1028,14 @@ fn gnu_find_agrees_on_inodes_unsearchable_directories_and_edge_cases() {
             &[],
         ),
         (vec!["mnt/y/ronly"], Cmp::Lines, true, &[]),
+        (vec!["mnt/y/fonly"], Cmp::Lines, true, &[]),
+        (
+            vec!["mnt/y/fonly", "-samefile", "mnt/y/f"],
+            Cmp::Lines,
+            true,
+            &[],
+        ),
+        (vec!["mnt/y/fonly", "-size", "-1k"], Cmp::Lines, true, &[]),
         (vec!["mnt/y/ronly/"], Cmp::Lines, true, &[]),
         (vec!["mnt/y/ronly", "-maxdepth", "0"], Cmp::Lines, true, &[]),
         (
@@ -1017,12 +1061,12 @@ fn gnu_find_agrees_on_inodes_unsearchable_directories_and_edge_cases() {
     ];
     let mut failures: Vec<String> = suite
         .iter()
-        .filter_map(|(args, cmp, nobody, env)| compare_in(&m, args, *cmp, *nobody, env))
+        .filter_map(|(args, cmp, nobody, env)| compare_in(&m, args, *cmp, *nobody, env, true))
         .collect();
     // The same unsearchable directory through a namespace path (listed
     // by a readdir request as nobody, not through the mount): the same
     // lines as GNU find on the mount, paths aside.
-    let nobody = |prog: &str, pre: &[&str], args: &[&str]| {
+    let nobody = |prog: &str, pre: &[&str], args: &[String]| {
         Command::new("setpriv")
             .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
             .arg(prog)
@@ -1033,29 +1077,41 @@ fn gnu_find_agrees_on_inodes_unsearchable_directories_and_edge_cases() {
             .output()
             .unwrap()
     };
+    // Y: the tree (mnt/y or /y).
     for args in [
-        &["-printf", "%y %p\\n"][..],
-        &["-type", "d", "-o", "-print"],
-        &["-size", "-1k", "-o", "-printf", "X %p\\n"],
+        &["Y", "-printf", "%y %p\\n"][..],
+        &["Y", "-type", "d", "-o", "-print"],
+        &["Y", "-size", "-1k", "-o", "-printf", "X %p\\n"],
+        &[
+            "Y",
+            "-samefile",
+            "Y/f",
+            "-o",
+            "-name",
+            "file",
+            "-printf",
+            "X %p\\n",
+        ],
+        &["Y/fonly", "-samefile", "Y/f"],
+        &["Y/fonly", "-name", "g", "-printf", "%p %y\\n"],
     ] {
-        let gnu = nobody("find", &[], &[&["mnt/y"], args].concat());
-        let ours = nobody(
-            BIN,
-            &["--server", &m.addr, "find"],
-            &[&["/y"], args].concat(),
-        );
-        let lines = |out: &[u8], from: &str| {
-            let mut v: Vec<String> = String::from_utf8_lossy(out)
+        let with = |y: &str| -> Vec<String> { args.iter().map(|a| a.replace('Y', y)).collect() };
+        let gnu = nobody("find", &[], &with("mnt/y"));
+        let ours = nobody(BIN, &["--server", &m.addr, "find"], &with("/y"));
+        let said = |out: &Output, y: &str| {
+            let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
                 .lines()
-                .map(|l| l.replace(from, "R"))
+                .map(|l| l.replace(y, "Y"))
                 .collect();
             v.sort();
-            v
+            let errors: Vec<String> = complaints(&out.stderr)
+                .iter()
+                .map(|l| l.replace(y, "Y"))
+                .collect();
+            (v, errors, out.status.code())
         };
-        if (lines(&gnu.stdout, "mnt/y"), gnu.status.code())
-            != (lines(&ours.stdout, "/y"), ours.status.code())
-        {
-            failures.push(format!("(nobody) find /y {args:?}: {gnu:?} vs {ours:?}"));
+        if said(&gnu, "mnt/y") != said(&ours, "/y") {
+            failures.push(format!("(nobody) find {args:?}: {gnu:?} vs {ours:?}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1575,6 +1631,13 @@ fn find_and_stats_on_the_embedded_engine() {
         "find", "/a", "-path", "/a/b", "-prune", "-o", "-type", "f", "-print",
     ]);
     assert_eq!(got, "/a/h.rs\n");
+    // On a namespace path the inode number is the SOID, for -inum, %i
+    // and -ls alike.
+    let soid = run(&["find", "/a/h.rs", "-printf", "%i"]);
+    assert!(soid.len() > 10, "a SOID, not a small node id: {soid}");
+    assert_eq!(run(&["find", "/a", "-inum", &soid]), "/a/h.rs\n");
+    let ls = run(&["find", "/a/h.rs", "-ls"]);
+    assert_eq!(ls.split_whitespace().next(), Some(soid.as_str()));
     let v: serde_json::Value = serde_json::from_str(&run(&[
         "--json", "stats", "--by", "ext", "/a", "-type", "f",
     ]))

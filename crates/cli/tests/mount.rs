@@ -1284,3 +1284,47 @@ for _ in range(20):
         "the mount logged:\n{log}"
     );
 }
+
+/// While the server is down, a program blocked in the mount (a stat of a
+/// name not cached, a listing) dies at once when killed, instead of when
+/// the mount's 30 s retry gives up.
+#[test]
+fn a_killed_program_does_not_wait_for_a_server_that_is_down() {
+    if !fuse_available() {
+        return;
+    }
+    let mut m = Mounted::start();
+    sh(&m.mnt, "mkdir d && : > d/f");
+    let _ = m.server.kill();
+    let _ = m.server.wait();
+    for (what, cmd) in [
+        ("stat", "stat never-looked-up"),
+        ("cat", "cat d/not-there-either"),
+    ] {
+        let mut program = KillOnDrop(
+            Command::new("sh")
+                .args(["-c", &format!("exec {cmd}")])
+                .current_dir(&m.mnt)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(
+            program.0.try_wait().unwrap().is_none(),
+            "{what} waits for the server"
+        );
+        let t = Instant::now();
+        program.0.kill().unwrap();
+        while program.0.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(3),
+                "{what}: still there {:?} after SIGKILL",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("{what} gone {:?} after SIGKILL", t.elapsed());
+    }
+}

@@ -139,6 +139,26 @@ impl SextantFs {
         reply.send(self.lanes.block_on(op));
     }
 
+    /// [`SextantFs::run`] for an operation that changes nothing on the
+    /// server: abandoned with EINTR as soon as its caller has a fatal
+    /// signal pending (see [`crate::killed`]), so a killed program never
+    /// waits for a server that is down.
+    fn run_read<R: Respond>(
+        &self,
+        req: &Request,
+        reply: R,
+        op: impl Future<Output = OpResult<R::Ok>>,
+    ) {
+        let tid = req.pid();
+        reply.send(self.lanes.block_on(async {
+            tokio::select! {
+                biased;
+                r = op => r,
+                _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
+            }
+        }));
+    }
+
     fn epoch(&self) -> u64 {
         self.cache_epoch.load(Ordering::Acquire)
     }
@@ -333,7 +353,7 @@ impl SextantFs {
 
 impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let found = self
                 .client()
                 .lookup(&self.cred(req), self.soid(parent)?, name(n))
@@ -354,7 +374,7 @@ impl Filesystem for SextantFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             // A directory this mount just changed: the reply told us.
             if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
                 return Ok(self.attr(&a, ino));
@@ -427,7 +447,7 @@ impl Filesystem for SextantFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let t = self
                 .client()
                 .readlink(&self.cred(req), self.soid(ino)?)
@@ -577,7 +597,7 @@ impl Filesystem for SextantFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let c = self.cred(req);
             let a = self.client().getattr(&c, self.soid(ino)?).await?;
             self.check_open(&a, &c, flags.0)?;
@@ -700,7 +720,7 @@ impl Filesystem for SextantFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let soid = self.soid(ino)?;
             let mut items: Vec<DirItem> = Vec::new();
             let dir = fuser::FileType::Directory;
@@ -737,7 +757,7 @@ impl Filesystem for SextantFs {
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let s = self.client().statfs(&self.cred(req)).await?;
             let mut out = self.statfs_data();
             // Inodes are not a scarce resource: report plenty free.
@@ -775,7 +795,7 @@ impl Filesystem for SextantFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let s = self.soid(ino)?;
             let v = self.client().getxattr(&self.cred(req), s, name(n)).await?;
             Xattr::fit(v.into_vec(), size)
@@ -783,7 +803,7 @@ impl Filesystem for SextantFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let names = self
                 .client()
                 .listxattr(&self.cred(req), self.soid(ino)?)
@@ -828,7 +848,7 @@ impl Filesystem for SextantFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.run(reply, async {
+        self.run_read(req, reply, async {
             let s = self.soid(ino)?;
             Ok(self
                 .client()

@@ -16,6 +16,7 @@
 //! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
 //! - [`perms`]: who checks permissions, and the mount's own checks.
+//! - [`killed`]: a read whose program was killed is abandoned at once.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's attributes from the replies to this
@@ -29,6 +30,7 @@ pub mod dirattrs;
 pub mod dirs;
 mod fs;
 pub mod groups;
+pub mod killed;
 pub mod lane;
 pub mod nodes;
 pub mod perms;
@@ -137,12 +139,18 @@ pub fn mount(
     let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
     let (stop_watch, stopped) = tokio::sync::watch::channel(false);
     let caching = !(cfg.attr_ttl.is_zero() && cfg.entry_ttl.is_zero());
-    if cfg.watch && caching {
+    let watcher = if cfg.watch && caching {
         let (notifier, rt) = (session.notifier(), rt.clone());
-        std::thread::Builder::new()
-            .name("sextant-watch".into())
-            .spawn(move || watch::run(watcher_client, rt, nodes, data, notifier, epoch, stopped))?;
-    }
+        Some(
+            std::thread::Builder::new()
+                .name("sextant-watch".into())
+                .spawn(move || {
+                    watch::run(watcher_client, rt, nodes, data, notifier, epoch, stopped)
+                })?,
+        )
+    } else {
+        None
+    };
     let mut unmounter = session.unmount_callable();
     let mountpoint = cfg.mountpoint.clone();
     rt.spawn(async move {
@@ -172,6 +180,15 @@ pub fn mount(
     ready();
     let served = session.run();
     let _ = stop_watch.send(true);
+    // The watcher runs on `rt`, which our caller may shut down once this
+    // returns: a watcher still reopening its stream then panicked ("A
+    // Tokio 1.x context was found, but it is being shutdown"). It returns
+    // at its next await once told to stop.
+    if let Some(w) = watcher {
+        if !joined_within(w, WATCHER_STOP_WAIT) {
+            tracing::warn!("the change watcher did not stop in time");
+        }
+    }
     drop(reaper);
     if let Err(e) = reaped.reap() {
         tracing::warn!(error = %e, "removing the objects of removed files");
@@ -196,6 +213,24 @@ fn start_reaper(data: Arc<data::Data>) -> io::Result<std::sync::mpsc::Sender<()>
             }
         })?;
     Ok(stop)
+}
+
+/// How long an unmounting mount waits for its watcher to stop (it stops
+/// at its next await; a kernel notification in progress may take a while
+/// when the mount is already gone).
+const WATCHER_STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// Joins `t` if it finishes within `wait`; false if it did not (it is
+/// then left running, detached).
+fn joined_within(t: std::thread::JoinHandle<()>, wait: Duration) -> bool {
+    let start = std::time::Instant::now();
+    while !t.is_finished() {
+        if start.elapsed() >= wait {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    t.join().is_ok()
 }
 
 /// `fusermount3 -u [-z] MOUNTPOINT`.

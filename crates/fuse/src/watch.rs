@@ -136,7 +136,11 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
 }
 
 /// Runs the watcher until `stop` turns true (on its own thread: the
-/// kernel notifications are blocking writes).
+/// kernel notifications are blocking writes). Once `stop` is true it
+/// starts nothing more on `rt` (no connection, no timer, no task: the
+/// runtime may be shutting down, and a timer or connection made then
+/// panics), and the tasks it started are aborted when it returns. The
+/// mount waits for it to return before its caller may drop `rt`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     client: Client,
@@ -149,10 +153,16 @@ pub(crate) fn run(
 ) {
     rt.block_on(async {
         let mut backoff = Duration::from_millis(20);
+        // Aborted when the watcher returns.
+        let mut tasks = tokio::task::JoinSet::new();
         loop {
+            if *stop.borrow() {
+                return;
+            }
             let opened = tokio::select! {
-                r = client.watch() => r,
+                biased;
                 _ = stop.wait_for(|s| *s) => return,
+                r = client.watch() => r,
             };
             let mut stream = match opened {
                 Ok(s) => s,
@@ -168,9 +178,13 @@ pub(crate) fn run(
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot open the change stream yet");
+                    if *stop.borrow() {
+                        return;
+                    }
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        biased;
                         _ = stop.wait_for(|s| *s) => return,
+                        _ = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     continue;
@@ -180,12 +194,15 @@ pub(crate) fn run(
             reset(&nodes, &notifier, &epoch);
             // Changes made while no stream was open are unknown: removals
             // among them left objects here.
-            let sweeping = tokio::spawn(sweep_store(client.clone(), Arc::clone(&data)));
+            let sweeping = tasks.spawn(sweep_store(client.clone(), Arc::clone(&data)));
             loop {
                 let next = tokio::select! {
-                    b = stream.next_batch() => b,
+                    biased;
                     _ = stop.wait_for(|s| *s) => return,
+                    b = stream.next_batch() => b,
                 };
+                // Finished tasks leave the set.
+                while tasks.try_join_next().is_some() {}
                 match next {
                     Ok(batch) => {
                         if batch.lost {
@@ -196,7 +213,7 @@ pub(crate) fn run(
                         // never delays the next batch's invalidations.
                         let held = leftovers(&data, batch.inodes.iter().copied());
                         if !held.is_empty() {
-                            tokio::spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
+                            tasks.spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
                         }
                     }
                     Err(e) => {

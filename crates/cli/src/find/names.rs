@@ -118,6 +118,7 @@ impl Names {
             ClientTest::XType(ref ts) => ts.contains(&hit.attr.ftype),
             ClientTest::FsType(ref want) => *want == fstype,
             ClientTest::Inode(n) => ino == Some(n),
+            ClientTest::Stat => true,
         }
     }
 }

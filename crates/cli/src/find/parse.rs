@@ -110,6 +110,10 @@ pub enum ClientTest {
     /// `-inum N` under a mount: the inode number the mount shows for the
     /// entry (its node id, which the mount assigns; not the SOID).
     Inode(u128),
+    /// Beside `-samefile F`'s SOID test: the entry's attributes are known
+    /// (true for every hit). find `stat`s the entry for `-samefile`, so
+    /// for one known from a listing alone it fails ([`super::plan::Blind`]).
+    Stat,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

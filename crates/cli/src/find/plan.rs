@@ -786,6 +786,10 @@ mod tests {
         assert!(!b.stat_failed());
         assert!(!eval(". -inum 9", &file, &b));
         assert!(b.stat_failed());
+        // -samefile's stat fails (its SOID alone would decide it).
+        let b = Blind::new(true, None, true);
+        assert!(!b.decide(&ClientTest::Stat));
+        assert!(b.stat_failed());
         // A directory's number is not known.
         let b = Blind::new(false, Some(42), false);
         assert!(!b.decide(&ClientTest::Inode(42)));

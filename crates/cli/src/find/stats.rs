@@ -96,12 +96,56 @@ fn server_exact(tree: &Tree) -> bool {
 /// `sextant stats`.
 pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
     let _ = super::COMMAND.set("stats");
+    let own = own_options(&a.args, a.by, cli.json)?;
     // Totals of what could be read, also when a starting point failed
     // (reported, exit 1), as find prints what it could.
-    totals(cli, a.args.clone(), a.by, |total, names, _| {
-        print_stats(total, a.by, cli.json, names)
+    totals(cli, own.args, own.by, |total, names, _| {
+        print_stats(total, own.by, own.json, names)
     })
     .await
+}
+
+/// `stats`' own options where GNU-style tools accept them: anywhere,
+/// before or after the paths and the expression (`stats /proj --by user
+/// --json`), up to a `--`.
+struct Own {
+    args: Vec<String>,
+    by: Option<By>,
+    json: bool,
+}
+
+fn own_options(args: &[String], by: Option<By>, json: bool) -> Result<Own> {
+    use clap::ValueEnum;
+    let mut own = Own {
+        args: Vec::with_capacity(args.len()),
+        by,
+        json,
+    };
+    let parse_by = |v: &str| {
+        By::from_str(v, true)
+            .map_err(|_| anyhow::anyhow!("--by {v:?}: expected one of user, group, type, ext, dir"))
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--" => {
+                own.args.extend(it.cloned());
+                break;
+            }
+            "--json" => own.json = true,
+            "--by" => {
+                let v = it
+                    .next()
+                    .context("--by needs a value: user, group, type, ext or dir")?;
+                own.by = Some(parse_by(v)?);
+            }
+            _ => match a.strip_prefix("--by=") {
+                Some(v) => own.by = Some(parse_by(v)?),
+                None => own.args.push(a.clone()),
+            },
+        }
+    }
+    Ok(own)
 }
 
 /// `sextant du PATH...`: for each PATH, the entries under it (itself
@@ -109,7 +153,7 @@ pub async fn stats(cli: &Cli, a: &StatsArgs) -> Result<bool> {
 /// du's words, so from the same search aggregation (and root's maintained
 /// summaries), not a crawl, and PATH may be under a mount. A PATH that
 /// cannot be read is reported and prints nothing; the others still do.
-pub async fn du(cli: &Cli, paths: &[String]) -> Result<bool> {
+pub async fn du(cli: &Cli, paths: &[String], human: bool) -> Result<bool> {
     let _ = super::COMMAND.set("du");
     let mut ok = true;
     for path in paths {
@@ -124,6 +168,8 @@ pub async fn du(cli: &Cli, paths: &[String]) -> Result<bool> {
                     "{}",
                     serde_json::json!({ "path": path, "entries": entries, "bytes": bytes })
                 );
+            } else if human {
+                println!("{}\t{entries} entries\t{path}", human_size(bytes));
             } else {
                 println!("{bytes}\t{entries} entries\t{path}");
             }
@@ -262,8 +308,33 @@ async fn totals(
     Ok(ok)
 }
 
+/// A size as `du -h` prints it: powers of 1024, one decimal below 10
+/// (rounded up, as du does), a unit letter (`0`, `512`, `1.5K`, `23M`).
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["K", "M", "G", "T", "P", "E"];
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if v < 10.0 {
+        let tenths = (v * 10.0).ceil() / 10.0;
+        if tenths < 10.0 {
+            return format!("{tenths:.1}{}", UNITS[unit]);
+        }
+    }
+    format!("{:.0}{}", v.ceil(), UNITS[unit])
+}
+
+/// The text of a group's key; files without an extension are grouped
+/// under `(none)`.
 fn key_text(k: &GroupKey, names: &mut Names) -> String {
     match k {
+        GroupKey::Extension(e) if e.is_empty() => "(none)".to_string(),
         GroupKey::Uid(u) => names.user(*u).to_string(),
         GroupKey::Gid(g) => names.group(*g).to_string(),
         GroupKey::Type(t) => crate::format::type_name(*t).to_string(),
@@ -321,6 +392,50 @@ fn print_stats(agg: &Aggregation, by: Option<By>, json: bool, names: &mut Names)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_options_anywhere_up_to_a_double_dash() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = own_options(
+            &args(&["/proj", "--by", "user", "--json", "-type", "f"]),
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!((o.by, o.json), (Some(By::User), true));
+        assert_eq!(o.args, args(&["/proj", "-type", "f"]));
+        let o = own_options(&args(&["--by=ext", "/p", "--", "--json"]), None, false).unwrap();
+        assert_eq!((o.by, o.json), (Some(By::Ext), false));
+        assert_eq!(o.args, args(&["/p", "--json"]));
+        assert!(own_options(&args(&["/p", "--by", "colour"]), None, false).is_err());
+        assert!(own_options(&args(&["/p", "--by"]), None, false).is_err());
+    }
+
+    #[test]
+    fn human_sizes_as_du_prints_them() {
+        for (bytes, shown) in [
+            (0, "0"),
+            (1023, "1023"),
+            (1024, "1.0K"),
+            (1536, "1.5K"),
+            (1537, "1.6K"),
+            (10 * 1024, "10K"),
+            (10 * 1024 + 1, "11K"),
+            (5 * 1024 * 1024, "5.0M"),
+            (3 * 1024 * 1024 * 1024, "3.0G"),
+        ] {
+            assert_eq!(human_size(bytes), shown, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn files_without_an_extension_are_named() {
+        let mut names = Names::default();
+        assert_eq!(
+            key_text(&GroupKey::Extension(Vec::new().into()), &mut names),
+            "(none)"
+        );
+    }
 
     /// Ungrouped totals ask the server for the total only, answered from
     /// the kept summaries like totals by owner, not for totals by

@@ -632,7 +632,7 @@ impl Model {
                 let set_id = S_ISUID | S_ISGID;
                 let clears_only = new != old && (old ^ new) & !set_id == 0 && new & !old == 0;
                 let writer = !is_dir && self.need(id, cred, MAY_WRITE).is_ok();
-                if !owner && !(clears_only && writer) {
+                if !(owner || (clears_only && writer)) {
                     return Err(FsError::Perm);
                 }
                 let n = self.node(id);
