@@ -1693,3 +1693,30 @@ async fn long_paths_and_many_groups_are_split_over_messages() {
         .unwrap();
     assert_eq!((agg.groups.len(), agg.total.count), (300, 300));
 }
+
+/// `stats` and `du` with `-inum` on a mount path count by the mount's
+/// inode numbers, as `sextant find` there does (the server knows SOIDs
+/// only, so those totals are not asked of it).
+#[test]
+fn stats_with_inum_on_a_mount_counts_the_mounts_numbers() {
+    if !common::fuse_available() {
+        return;
+    }
+    let m = common::Mounted::start();
+    std::fs::create_dir(m.p("d")).unwrap();
+    std::fs::write(m.p("d/f"), b"12345").unwrap();
+    std::fs::write(m.p("d/g"), b"x").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::symlink_metadata(m.p("d/f"))
+        .unwrap()
+        .ino()
+        .to_string();
+    let dir = m.mnt.join("d");
+    let d = dir.to_str().unwrap();
+    let found = m.sextant_ok(&["find", d, "-inum", &ino]);
+    assert_eq!(found.lines().count(), 1, "{found}");
+    let out = m.sextant_ok(&["--json", "stats", d, "-inum", &ino]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["total"]["count"], 1, "{out}");
+    assert_eq!(v["total"]["size"], 5, "{out}");
+}

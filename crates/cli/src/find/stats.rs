@@ -241,7 +241,11 @@ async fn totals(
                 agg: Aggregation::default(),
                 counted: false,
             };
-            if exact {
+            // Under a mount, `-inum` compares the mount's inode numbers,
+            // which the server does not know: counted here then.
+            let mount_variant = run.local_variant.is_some()
+                && mounts::locate(p, &run.cwd, &run.mounts).is_ok_and(|l| l.mount.is_some());
+            if exact && !mount_variant {
                 // The starting point client-side (find names it as
                 // typed), the rest aggregated by the server.
                 let saved = run.cmd.max_depth;
