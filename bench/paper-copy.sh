@@ -14,13 +14,13 @@
 #
 # Environment: N (5000 copies), REPS (3), MODES ("journal logless off"),
 # SEXTANT (a built binary; default: build --release), WORK
-# (/work/bench-data/paper-copy: scratch, wiped), PORT (7451).
+# (${TMPDIR:-/tmp}/sextant-bench-data/paper-copy: scratch, wiped), PORT (7451).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-5000}
 REPS=${REPS:-3}
 MODES=${MODES:-journal logless off}
-WORK=${WORK:-/work/bench-data/paper-copy}
+WORK=${WORK:-${TMPDIR:-/tmp}/sextant-bench-data/paper-copy}
 PORT=${PORT:-7451}
 if [ -z "${SEXTANT:-}" ]; then
   cargo build --release --locked -p sextant-cli >&2

@@ -8,7 +8,7 @@
 #
 # Environment: REPS (3), TASKS (256 in flight), ITEMS (400 per task),
 # LAT_ITEMS (5000 one at a time), JOURNAL (fsync), WORK
-# (/work/bench-data/client: scratch, wiped), OUT (/work/bench-results/issue3),
+# (${TMPDIR:-/tmp}/sextant-bench-data/client: scratch, wiped), OUT (${TMPDIR:-/tmp}/sextant-bench-results/issue3),
 # PORT (7451), TAG (name of this set of results, default "client"),
 # SEXTANT (a built binary; default: build --release), SERVER_BIN (the
 # server's binary, default $SEXTANT: to compare servers with one client).
@@ -21,8 +21,8 @@ TASKS=${TASKS:-256}
 ITEMS=${ITEMS:-400}
 LAT_ITEMS=${LAT_ITEMS:-5000}
 JOURNAL=${JOURNAL:-fsync}
-WORK=${WORK:-/work/bench-data/client}
-OUT=${OUT:-/work/bench-results/issue3}
+WORK=${WORK:-${TMPDIR:-/tmp}/sextant-bench-data/client}
+OUT=${OUT:-${TMPDIR:-/tmp}/sextant-bench-results/issue3}
 PORT=${PORT:-7451}
 TAG=${TAG:-client}
 ADDR=127.0.0.1:$PORT

@@ -26,8 +26,8 @@
 # tcp, 127.0.0.1:PORT, the default; or unix, the server's Unix socket,
 # which measured the same through the mount), MOUNT_OPTS (more
 # `sextant mount` arguments, e.g. "-o default_permissions"), WORK
-# (/work/bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
-# directory, --data-dir; default <data>/objects), OUT (/work/bench-results/issue3:
+# (${TMPDIR:-/tmp}/sextant-bench-data/mount: scratch, wiped), OBJECTS (the mount's file-data
+# directory, --data-dir; default <data>/objects), OUT (${TMPDIR:-/tmp}/sextant-bench-results/issue3:
 # raw JSON and logs), PORT (7441), SEXTANT (a built binary; default: build
 # --release into $CARGO_TARGET_DIR or target/).
 # Installs postmark and bindfs when missing (scripts/ensure-deps.sh with
@@ -44,8 +44,8 @@ PROCS=${PROCS:-1 2 4 8 16}
 PROC_ITEMS=${PROC_ITEMS:-1000}
 TTL=${TTL:-0}
 JOURNAL=${JOURNAL:-fsync}
-WORK=${WORK:-/work/bench-data/mount}
-OUT=${OUT:-/work/bench-results/issue3}
+WORK=${WORK:-${TMPDIR:-/tmp}/sextant-bench-data/mount}
+OUT=${OUT:-${TMPDIR:-/tmp}/sextant-bench-results/issue3}
 PORT=${PORT:-7441}
 MOUNT_THREADS=${MOUNT_THREADS:-4}
 PROCS_MOUNT_THREADS=${PROCS_MOUNT_THREADS:-16}
