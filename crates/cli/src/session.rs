@@ -182,7 +182,14 @@ impl Session {
                         t.data.display()
                     );
                 };
-                let client = Client::connect(&addr, &secret, client_options(t.tls_ca)?)
+                let options = Options {
+                    // Log-less: backups earlier commands or mounts of this
+                    // server left on this machine are handed back; ours go
+                    // there if the server cannot take them at the end.
+                    backup_dir: Some(backup_dir(t.data)?),
+                    ..client_options(t.tls_ca)?
+                };
+                let client = Client::connect(&addr, &secret, options)
                     .await
                     .map_err(|e| connect_failed(&addr, t.tls_ca, e))?;
                 return Ok(Session {
@@ -456,8 +463,21 @@ impl Session {
         match self.backend {
             Backend::Local(e) => e.close().context("writing tables back"),
             Backend::Remote(c) => {
-                c.release_backups(&self.cred)
-                    .await
+                let released = c.release_backups(&self.cred).await;
+                if released.is_err() {
+                    // Kept on local disk for the next client of this
+                    // server here (a mount, a command) to hand back.
+                    match c.spool_backups() {
+                        Ok(Some(file)) => eprintln!(
+                            "sextant: the server did not take this command's log-less backups; \
+                             kept in {} for the next client to hand back",
+                            file.display()
+                        ),
+                        Ok(None) => {}
+                        Err(e) => eprintln!("sextant: log-less backups lost: {e}"),
+                    }
+                }
+                released
                     .context("asking the log-less server to write back this command's changes")?;
                 Ok(())
             }
@@ -561,6 +581,16 @@ pub fn with_default_port(addr: &str) -> String {
 }
 
 /// The default data directory (`./sextant-data`).
+/// Where log-less backups a client could not hand back are kept on this
+/// machine: `$SEXTANT_BACKUP_DIR`, else `<data>/backups`.
+pub fn backup_dir(data: &Path) -> Result<PathBuf> {
+    let dir = match std::env::var_os("SEXTANT_BACKUP_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => data.join("backups"),
+    };
+    Ok(std::path::absolute(dir)?)
+}
+
 pub fn default_data() -> PathBuf {
     PathBuf::from("sextant-data")
 }

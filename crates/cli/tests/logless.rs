@@ -823,3 +823,35 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The next client of the server on this machine need not be a mount: a
+/// CLI command hands back what the unmounted mount kept on disk.
+#[test]
+fn a_command_hands_back_what_an_unmounted_mount_kept() {
+    if !common::fuse_available() {
+        return;
+    }
+    let mut lab = MountLab::new();
+    let acked = crash_then_unmount_cleanly(&mut lab);
+    let spool = lab.m.data().join("backups");
+    assert!(!walk(&spool).is_empty());
+    lab.restart_server();
+    // With the mount's --data: its backups are under <data>/backups.
+    let data = lab.m.data();
+    let listing = lab
+        .m
+        .sextant_ok(&["--data", data.to_str().unwrap(), "ls", "/"]);
+    let server_log = lab.recovered();
+    assert!(server_log.contains("no gap"), "{server_log}");
+    assert!(walk(&spool).is_empty(), "handed back and removed");
+    let top: BTreeSet<&str> = listing.split_whitespace().collect();
+    for p in &acked {
+        let name = p.to_str().unwrap();
+        if !name.contains('/') {
+            assert!(top.contains(name), "{name} lost; ls /: {listing}");
+        }
+    }
+    lab.mount();
+    let missing = acked.iter().filter(|p| !lab.m.mnt.join(p).exists()).count();
+    assert_eq!(missing, 0, "of {} acknowledged creates", acked.len());
+}

@@ -1182,6 +1182,9 @@ impl Client {
                     "read back log-less backups a client of this server left on this machine"
                 );
             }
+            // Another user's (a root mount's) spool: not ours to read.
+            Err(spool::SpoolError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied => {}
             Err(e) => tracing::error!(
                 error = %e,
                 "cannot read back the log-less backups earlier clients left on this machine"
