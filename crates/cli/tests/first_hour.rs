@@ -444,3 +444,27 @@ fn an_unreadable_config_file_is_passed_over() {
         .unwrap();
     assert!(!stderr(&out).contains("config file"), "{}", stderr(&out));
 }
+
+/// A file whose data never reached the mount's data directory (imported
+/// without --with-data) does not read as zeros of the right size: the open
+/// fails with EIO (and the mount logs why).
+#[test]
+fn a_file_without_its_data_is_an_error_not_zeros() {
+    if !common::fuse_available() {
+        return;
+    }
+    let m = common::Mounted::start();
+    let src = m.dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"real content").unwrap();
+    std::fs::write(src.join("empty"), b"").unwrap();
+    m.sextant_ok(&["import", src.to_str().unwrap(), "/imp"]);
+    let meta = std::fs::metadata(m.p("imp/f")).unwrap();
+    assert_eq!(meta.len(), 12, "the size is the source's");
+    let err = std::fs::read(m.p("imp/f")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    // An empty file has no data to miss; a file written here reads back.
+    assert_eq!(std::fs::read(m.p("imp/empty")).unwrap(), b"");
+    std::fs::write(m.p("imp/g"), b"written here").unwrap();
+    assert_eq!(std::fs::read(m.p("imp/g")).unwrap(), b"written here");
+}

@@ -217,6 +217,30 @@ impl Data {
             .open(self.path(soid))
     }
 
+    /// The object file of a file the server says has content. None here
+    /// means this data directory never received it (a metadata-only
+    /// import, a file written through a mount on another machine): the
+    /// open fails with EIO, logged — never zeros of the right size, which
+    /// `grep` would search and `cp` would copy as if they were the file.
+    fn existing_object(&self, soid: Soid) -> io::Result<File> {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.path(soid))
+        {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                tracing::error!(
+                    soid = %soid,
+                    dir = %self.dir.display(),
+                    "a file has a size but its data never reached this data directory \
+                     (imported without --with-data, or written elsewhere): EIO"
+                );
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+            other => other,
+        }
+    }
+
     /// The object file of an unmaterialized object: created empty (stale
     /// content dropped), then extended to `size` (zeros).
     fn materialize(&self, soid: Soid, size: u64) -> io::Result<File> {
@@ -247,7 +271,7 @@ impl Data {
                 let file = if server_size == 0 {
                     None
                 } else {
-                    let file = self.open_object(soid)?;
+                    let file = self.existing_object(soid)?;
                     if file.metadata()?.len() != server_size {
                         file.set_len(server_size)?;
                     }
