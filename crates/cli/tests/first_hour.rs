@@ -468,3 +468,70 @@ fn a_file_without_its_data_is_an_error_not_zeros() {
     std::fs::write(m.p("imp/g"), b"written here").unwrap();
     assert_eq!(std::fs::read(m.p("imp/g")).unwrap(), b"written here");
 }
+
+/// `ls -la` (and -A) as GNU ls: dot names only when asked, `.` and `..`
+/// with -a; `stat` of a symlink shows its target.
+#[test]
+fn ls_shows_dot_names_as_gnu_ls_and_stat_shows_a_link_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = sextant_in(
+            dir.path(),
+            &home,
+            &[&["--local", "--data", d], args].concat(),
+        );
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        stdout(&out)
+    };
+    assert!(sextant_in(dir.path(), &home, &["--data", d, "init"])
+        .status
+        .success());
+    run(&["mkdir", "/p"]);
+    run(&["touch", "/p/.hidden", "/p/shown"]);
+    run(&["ln", "-s", "shown", "/p/link"]);
+    assert_eq!(run(&["ls", "/p"]), "link\nshown\n");
+    assert_eq!(run(&["ls", "-A", "/p"]), ".hidden\nlink\nshown\n");
+    assert_eq!(run(&["ls", "-a", "/p"]), ".\n..\n.hidden\nlink\nshown\n");
+    let long = run(&["ls", "-la", "/p"]);
+    let names: Vec<&str> = long
+        .lines()
+        .map(|l| l.split_whitespace().nth(7).unwrap_or(""))
+        .collect();
+    assert_eq!(names, [".", "..", ".hidden", "link", "shown"], "{long}");
+    assert!(long.contains("link -> shown"), "{long}");
+    let stat = run(&["stat", "/p/link"]);
+    assert!(stat.contains("File: /p/link -> shown"), "{stat}");
+}
+
+/// scripts/ensure-deps.sh stops, and says why, on a Rust older than the
+/// code needs (Debian 12's own rustc is 1.63).
+#[test]
+fn an_old_toolchain_is_refused_early_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("rustc");
+    std::fs::write(&fake, "#!/bin/sh\necho 'rustc 1.63.0 (debian)'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-c", ". scripts/ensure-deps.sh && echo continued"])
+        .current_dir(&root)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(!stdout(&out).contains("continued"));
+    assert!(
+        stderr(&out).contains("Rust 1.63.0 is too old: Sextant needs Rust >= 1.88"),
+        "{}",
+        stderr(&out)
+    );
+}
