@@ -1294,12 +1294,24 @@ fn a_killed_program_does_not_wait_for_a_server_that_is_down() {
         return;
     }
     let mut m = Mounted::start();
+    // One FUSE thread, so one session, which the first read below finds
+    // broken: the mutations after it then know they were never sent. (With
+    // several, a mutation may go out on a session whose thread has not yet
+    // seen the server go: then it counts as sent and is waited for.)
+    m.umount();
+    let mnt = m.mnt.clone();
+    m.mount_at(&mnt, &["--threads", "1"]);
     sh(&m.mnt, "mkdir d && : > d/f");
     let _ = m.server.kill();
     let _ = m.server.wait();
+    // Reads are let go at once; so are mutations that could not be sent
+    // (the server is down: nothing ran).
     for (what, cmd) in [
         ("stat", "stat never-looked-up"),
         ("cat", "cat d/not-there-either"),
+        ("mkdir", "mkdir d/new-dir"),
+        ("touch", "touch d/new-file"),
+        ("rm", "rm d/f"),
     ] {
         let mut program = KillOnDrop(
             Command::new("sh")

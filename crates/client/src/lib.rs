@@ -275,6 +275,22 @@ pub struct WithDir<T> {
     pub dir: Option<Attr>,
 }
 
+tokio::task_local! {
+    /// Set by [`track_sending`]: turns true once a call inside it has put a
+    /// request on a connection (from then on the server may run it).
+    static SENT: Arc<AtomicBool>;
+}
+
+/// Runs `call`, setting `sent` once any request it makes has gone out on a
+/// connection. A caller that gives up on a mutation (its program was
+/// killed) may drop the call only while `sent` is false: the server never
+/// saw it, so nothing ran and nothing needs its retry. Once sent, the call
+/// must be waited for — the server may have run it, and its retry keeps the
+/// exactly-once identity.
+pub async fn track_sending<F: std::future::Future>(sent: Arc<AtomicBool>, call: F) -> F::Output {
+    SENT.scope(sent, call).await
+}
+
 /// A connection to one Sextant server. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
@@ -676,6 +692,8 @@ impl Client {
                             reason: "the session closed".into(),
                         }
                     } else {
+                        // On its way: see `track_sending`.
+                        let _ = SENT.try_with(|sent| sent.store(true, Ordering::Release));
                         // A server that never answers must not hang the
                         // caller: give up after the retry budget.
                         let reply = match tokio::time::timeout(remaining, wrx).await {

@@ -22,6 +22,7 @@ use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -134,9 +135,35 @@ fn root() -> Credentials {
 }
 
 impl SextantFs {
-    /// Runs one operation on this thread's lane and sends its reply.
-    fn run<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
+    /// Runs a local operation (file data in this mount's directory) on this
+    /// thread's lane and sends its reply.
+    fn run_local<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
         reply.send(self.lanes.block_on(op));
+    }
+
+    /// Runs one operation on this thread's lane and sends its reply. If its
+    /// caller is killed (see [`crate::killed`]) while no request of it has
+    /// gone to the server yet — the server is down and the client is
+    /// retrying its connection — it is abandoned with EINTR: nothing ran.
+    /// Once a request went out the server may have run it, so it is waited
+    /// for (its retry keeps the exactly-once identity, and the mount's
+    /// bookkeeping follows what the server did).
+    fn run<R: Respond>(&self, req: &Request, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
+        let tid = req.pid();
+        let sent = Arc::new(AtomicBool::new(false));
+        reply.send(self.lanes.block_on(async {
+            let op = sextant_client::track_sending(Arc::clone(&sent), op);
+            tokio::pin!(op);
+            tokio::select! {
+                biased;
+                r = &mut op => return r,
+                _ = crate::killed::killed(tid) => {}
+            }
+            if !sent.load(Ordering::Acquire) {
+                return Err(Fail(libc::EINTR));
+            }
+            op.await
+        }));
     }
 
     /// [`SextantFs::run`] for an operation that changes nothing on the
@@ -312,7 +339,7 @@ impl SextantFs {
     /// unlink, or rmdir when `dir`, in one round trip: the reply says what
     /// was removed (and, when asked, the directory's attributes after it).
     fn remove(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty, dir: bool) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             let (c, p) = (self.cred(req), self.soid(parent)?);
             let (change, want_dir) = self.dir_change(parent);
             let client = self.client();
@@ -406,7 +433,7 @@ impl Filesystem for SextantFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
             let soid = self.soid(ino)?;
@@ -466,7 +493,7 @@ impl Filesystem for SextantFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(parent).0;
             let ftype = match mode & libc::S_IFMT {
@@ -492,7 +519,7 @@ impl Filesystem for SextantFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
@@ -521,7 +548,7 @@ impl Filesystem for SextantFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(parent).0;
             let p = self.soid(parent)?;
@@ -544,7 +571,7 @@ impl Filesystem for SextantFs {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // A rename also changes the moved directory (its `..`), whose
             // node id we do not know here: everything kept is old, before
             // and after.
@@ -582,7 +609,7 @@ impl Filesystem for SextantFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(newparent).0;
             // The kernel checked protected_hardlinks; the server checks the
@@ -619,7 +646,7 @@ impl Filesystem for SextantFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.run(reply, async { Ok(self.data.read(fh.0, offset, size)?) })
+        self.run_local(reply, async { Ok(self.data.read(fh.0, offset, size)?) })
     }
 
     fn write(
@@ -634,18 +661,18 @@ impl Filesystem for SextantFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.run(reply, async { Ok(self.data.write(fh.0, offset, data)?) })
+        self.run_local(reply, async { Ok(self.data.write(fh.0, offset, data)?) })
     }
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             let soid = self.data.soid_of(fh.0)?;
             self.send_dirty(self.data.take_dirty(soid)).await
         })
@@ -653,7 +680,7 @@ impl Filesystem for SextantFs {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -662,20 +689,20 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.write_handles.lock().remove(&fh.0);
-        self.run(reply, async {
+        self.run(req, reply, async {
             self.send_dirty(self.data.release(fh.0)?).await
         })
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
             self.send_dirty(self.data.take_dirty(soid)).await
@@ -683,7 +710,7 @@ impl Filesystem for SextantFs {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.run(reply, async {
+        self.run_local(reply, async {
             // Permission to read it: the kernel checked; the server checks
             // again on every batch.
             let fh = self.dirs.open();
@@ -777,7 +804,7 @@ impl Filesystem for SextantFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
             let flags = match flags {
@@ -818,7 +845,7 @@ impl Filesystem for SextantFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
             let s = self.soid(ino)?;
@@ -867,7 +894,7 @@ impl Filesystem for SextantFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.run(reply, async {
+        self.run(req, reply, async {
             let perm = mode & !umask & 0o7777;
             let c = self.cred(req);
             // A file made by this call is the caller's to open in any mode.
