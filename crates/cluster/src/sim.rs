@@ -240,8 +240,11 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         w.at(1_000, Event::Fault);
     }
     let end = Millis(cfg.duration_ms + cfg.settle_ms);
+    // At the end a balancing move may be half done: the cluster has until
+    // a move's gap ([`stall_bound_ms`]) more to show every table served.
+    let last_chance = end.plus(stall_bound_ms(cfg));
     while let Some(Reverse((t, _, i))) = w.queue.pop() {
-        if t > end {
+        if t > end && (t > last_chance || w.check_settled().is_ok()) {
             break;
         }
         w.now = t;
