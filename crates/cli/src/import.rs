@@ -738,8 +738,6 @@ mod tests {
     use crate::session::{caller, Backend};
     use sextant_engine::{Engine, EngineConfig};
     use std::collections::HashSet;
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Mutex;
 
@@ -764,24 +762,7 @@ mod tests {
         }
     }
 
-    /// Sets `name`=`value` on `path`; false where the file system keeps
-    /// no such attributes.
-    fn set_xattr(path: &Path, name: &str, value: &[u8]) -> bool {
-        let (p, n) = (
-            CString::new(path.as_os_str().as_bytes()).unwrap(),
-            CString::new(name).unwrap(),
-        );
-        // SAFETY: NUL-terminated strings and a valid buffer.
-        unsafe {
-            libc::lsetxattr(
-                p.as_ptr(),
-                n.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                0,
-            ) == 0
-        }
-    }
+    use super::xattrs::set_for_test as set_xattr;
 
     /// A session that makes chosen operations fail.
     struct Faulty {
