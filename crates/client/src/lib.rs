@@ -16,6 +16,7 @@
 //! [`backup`] and [`Client::backup_stats`].
 
 pub mod backup;
+mod route;
 mod search;
 pub mod spool;
 mod target;
@@ -150,6 +151,10 @@ struct Conn {
 /// makes the server hold (its hard cap per client is far above this).
 const MAX_MUTATIONS_IN_FLIGHT: usize = 512;
 
+/// WRONG_SERVER replies a call follows to the new owner at once before its
+/// retries back off (a table changing hands again and again).
+const MAX_QUICK_REDIRECTS: u32 = 8;
+
 /// The sequence numbers of this client's mutations that are not finished
 /// for good: each request tells the server the lowest of them
 /// (`acked_below`), below which it may forget replies.
@@ -206,7 +211,10 @@ struct Inner {
     outstanding: Mutex<Outstanding>,
     next_id: AtomicU64,
     options: Options,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The server this client was given (its session lives here).
+    home: Arc<route::Link>,
+    /// The cluster's route map and links to its other servers.
+    router: route::Router,
     /// See [`MAX_MUTATIONS_IN_FLIGHT`].
     mutations: tokio::sync::Semaphore,
     /// The channel the server-streaming calls (`Search`, `Watch`) use
@@ -220,6 +228,8 @@ struct Inner {
     /// When a failed attempt is the last (shared by a client and its
     /// siblings, the mount's lanes).
     retries: Arc<Retries>,
+    /// WRONG_SERVER replies received ([`Client::wrong_server_replies`]).
+    wrong_server: AtomicU64,
 }
 
 /// Whether failed attempts are retried; see [`Client::call_with`].
@@ -237,17 +247,32 @@ struct Retries {
     unreachable: AtomicBool,
 }
 
+/// What a client shares with its siblings ([`Client::sibling`]).
+#[derive(Default)]
+struct Family {
+    backups: Arc<Mutex<backup::Backups>>,
+    session_broke: Arc<tokio::sync::Notify>,
+    retries: Arc<Retries>,
+    router: route::Router,
+}
+
 impl Inner {
     fn new(
         addr: String,
         target: Target,
         secret: MetadataValue<tonic::metadata::Ascii>,
         options: Options,
-        backups: Arc<Mutex<backup::Backups>>,
-        session_broke: Arc<tokio::sync::Notify>,
-        retries: Arc<Retries>,
+        family: Family,
     ) -> Inner {
+        let Family {
+            backups,
+            session_broke,
+            retries,
+            router,
+        } = family;
         Inner {
+            home: Arc::new(route::Link::new(addr.clone(), target.clone())),
+            router,
             addr,
             target,
             secret,
@@ -255,12 +280,12 @@ impl Inner {
             outstanding: Mutex::new(Outstanding::default()),
             next_id: AtomicU64::new(1),
             options,
-            conn: tokio::sync::Mutex::new(None),
             mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
             stream_channel: Mutex::new(None),
             backups,
             session_broke,
             retries,
+            wrong_server: AtomicU64::new(0),
         }
     }
 }
@@ -365,9 +390,7 @@ impl Client {
                 target,
                 secret,
                 options,
-                Arc::default(),
-                Arc::default(),
-                Arc::default(),
+                Family::default(),
             )),
         };
         // Before the first session, which hands them back.
@@ -413,9 +436,12 @@ impl Client {
                 self.inner.target.clone(),
                 self.inner.secret.clone(),
                 options,
-                Arc::clone(&self.inner.backups),
-                Arc::clone(&self.inner.session_broke),
-                Arc::clone(&self.inner.retries),
+                Family {
+                    backups: Arc::clone(&self.inner.backups),
+                    session_broke: Arc::clone(&self.inner.session_broke),
+                    retries: Arc::clone(&self.inner.retries),
+                    router: self.inner.router.sharing_map(),
+                },
             )),
         };
         client.conn().await?;
@@ -428,6 +454,12 @@ impl Client {
 
     pub fn client_id(&self) -> u64 {
         self.inner.client_id
+    }
+
+    /// How many WRONG_SERVER replies this client has had (each made it
+    /// refresh its route map).
+    pub fn wrong_server_replies(&self) -> u64 {
+        self.inner.wrong_server.load(Ordering::Relaxed)
     }
 
     /// A gRPC client on the channel of the server-streaming calls (`Search`,
@@ -447,27 +479,98 @@ impl Client {
         self.inner.backups.lock().stats()
     }
 
-    /// The live session, connecting if there is none.
+    /// The live session with the home server, connecting if there is none.
     async fn conn(&self) -> Result<Arc<Conn>> {
-        let mut slot = self.inner.conn.lock().await;
+        self.link_conn(&self.inner.home).await
+    }
+
+    /// The link a request routed by `soid` goes to (see [`route`]).
+    fn link_for(&self, soid: Option<Soid>) -> Arc<route::Link> {
+        let Some(addr) = soid.and_then(|s| self.inner.router.address_for(s)) else {
+            return Arc::clone(&self.inner.home);
+        };
+        if addr == self.inner.home.addr {
+            return Arc::clone(&self.inner.home);
+        }
+        let o = &self.inner.options;
+        match self.inner.router.link(
+            &addr,
+            o.connect_timeout,
+            o.tls_ca.as_deref(),
+            o.tls_domain.as_deref(),
+        ) {
+            Ok(link) => link,
+            Err(e) => {
+                // A map naming an unusable address: go home, whose
+                // WRONG_SERVER (with a fresh map) ends it.
+                tracing::warn!(addr, error = %e, "cannot use a server address from the route map");
+                Arc::clone(&self.inner.home)
+            }
+        }
+    }
+
+    /// The live session on `link`, connecting if there is none.
+    async fn link_conn(&self, link: &route::Link) -> Result<Arc<Conn>> {
+        let mut slot = link.conn.lock().await;
         if let Some(c) = &*slot {
             if !c.dead.load(Ordering::Acquire) {
                 return Ok(Arc::clone(c));
             }
         }
         *slot = None;
-        let c = Arc::new(self.open_session().await?);
+        let c = Arc::new(self.open_session(link).await?);
         *slot = Some(Arc::clone(&c));
         Ok(c)
     }
 
-    async fn open_session(&self) -> Result<Conn> {
+    /// Fetches the route map from `link`'s server (after it answered
+    /// WRONG_SERVER) and keeps it unless the cached one is newer.
+    async fn refresh_routes(&self, link: &route::Link) -> Result<()> {
+        let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
+        let mut request = tonic::Request::new(pb::MapRequest {});
+        request
+            .metadata_mut()
+            .insert(SECRET_METADATA, self.inner.secret.clone());
+        request.set_timeout(self.inner.options.connect_timeout);
+        let map = match grpc.map(request).await {
+            Ok(r) => r.into_inner(),
+            Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+            Err(s) => {
+                return Err(Error::Unavailable {
+                    addr: link.addr.clone(),
+                    reason: format!("fetching the route map: {}", s.message()),
+                })
+            }
+        };
+        let table = sextant_proto::route::RouteTable::from_pb(&map)
+            .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))?;
+        self.inner.router.adopt(table);
+        Ok(())
+    }
+
+    /// The route map this client routes by (`None`: it never needed one —
+    /// a single server, or no WRONG_SERVER yet).
+    pub fn route_map(&self) -> Option<Arc<sextant_proto::route::RouteTable>> {
+        self.inner.router.map()
+    }
+
+    /// Fetches the route map from the home server now (`sextant cluster
+    /// status`, and clients that want to route from the first request).
+    pub async fn fetch_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {
+        self.refresh_routes(&self.inner.home).await?;
+        self.inner
+            .router
+            .map()
+            .ok_or_else(|| Error::Protocol("the server sent no route map".into()))
+    }
+
+    async fn open_session(&self, link: &route::Link) -> Result<Conn> {
+        let home = std::ptr::eq(link, &*self.inner.home);
         let unavailable = |reason: String| Error::Unavailable {
-            addr: self.inner.addr.clone(),
+            addr: link.addr.clone(),
             reason,
         };
-        let channel: Channel = self
-            .inner
+        let channel: Channel = link
             .target
             .connect()
             .await
@@ -498,7 +601,11 @@ impl Client {
         };
         // A restarted log-less server first gets back what we hold of its
         // previous run (it answers nothing else until it has recovered).
-        self.hand_back_backups(&mut grpc).await?;
+        // Backups are kept for the home server only: log-less durability
+        // across servers is not built yet (docs/ARCHITECTURE.md).
+        if home {
+            self.hand_back_backups(&mut grpc).await?;
+        }
         let pending: Arc<Mutex<Pending>> = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
         let (p, d) = (Arc::clone(&pending), Arc::clone(&dead));
@@ -663,8 +770,13 @@ impl Client {
         });
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
+        let route_soid = req.op.as_ref().and_then(|op| op.route_soid());
+        // WRONG_SERVER replies followed at once by a send to the new
+        // owner; beyond this many, retries back off (owners in flux).
+        let mut redirects = 0;
         loop {
-            let failure = match self.conn().await {
+            let link = self.link_for(route_soid);
+            let failure = match self.link_conn(&link).await {
                 Ok(conn) => {
                     req.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
                     if exactly_once {
@@ -688,7 +800,7 @@ impl Client {
                         conn.pending.lock().waiters.remove(&req.id);
                         conn.dead.store(true, Ordering::Release);
                         Error::Unavailable {
-                            addr: self.inner.addr.clone(),
+                            addr: link.addr.clone(),
                             reason: "the session closed".into(),
                         }
                     } else {
@@ -701,7 +813,7 @@ impl Client {
                             Err(_) => {
                                 conn.pending.lock().waiters.remove(&req.id);
                                 return Err(Error::Unavailable {
-                                    addr: self.inner.addr.clone(),
+                                    addr: link.addr.clone(),
                                     reason: format!(
                                         "no reply within {:?}",
                                         self.inner.options.retry_for
@@ -710,6 +822,23 @@ impl Client {
                             }
                         };
                         match reply {
+                            Ok(Ok(resp)) if resp.wrong_server.is_some() => {
+                                self.inner.wrong_server.fetch_add(1, Ordering::Relaxed);
+                                if let Err(Error::Auth) = self.refresh_routes(&link).await {
+                                    return Err(Error::Auth);
+                                }
+                                let owner = self.link_for(route_soid);
+                                if owner.addr != link.addr && redirects < MAX_QUICK_REDIRECTS {
+                                    redirects += 1;
+                                    continue;
+                                }
+                                Error::Unavailable {
+                                    addr: link.addr.clone(),
+                                    reason: "the server does not serve this table, and the \
+                                             route map names no other owner yet"
+                                        .into(),
+                                }
+                            }
                             Ok(Ok(mut resp)) => {
                                 self.inner
                                     .retries
@@ -730,13 +859,13 @@ impl Client {
                                         Error::Protocol(s.message().to_string())
                                     }
                                     _ => Error::Unavailable {
-                                        addr: self.inner.addr.clone(),
+                                        addr: link.addr.clone(),
                                         reason: s.message().to_string(),
                                     },
                                 }
                             }
                             Err(_) => Error::Unavailable {
-                                addr: self.inner.addr.clone(),
+                                addr: link.addr.clone(),
                                 reason: "the session closed".into(),
                             },
                         }

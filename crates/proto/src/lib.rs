@@ -10,6 +10,7 @@ pub mod pb {
 }
 
 mod convert;
+pub mod route;
 pub mod search;
 pub use convert::*;
 

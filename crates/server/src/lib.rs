@@ -25,6 +25,7 @@ pub mod config;
 pub mod dedup;
 pub mod fault;
 pub mod logless;
+pub mod placement;
 pub mod search;
 pub mod secret;
 mod service;
@@ -65,6 +66,11 @@ pub struct ServeOptions {
     pub recovery_grace: Duration,
     /// TLS on every connection (`None`: plain TCP).
     pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Which SOIDs this server serves (`None`: all of them, a single
+    /// server, whose map names `listen_address`).
+    pub placement: Option<Arc<dyn placement::Placement>>,
+    /// The address clients reach this server at (for its route map).
+    pub listen_address: String,
 }
 
 /// Where a server takes connections.
@@ -89,7 +95,15 @@ pub async fn serve(
         dedup_clients,
         recovery_grace,
         tls,
+        placement,
+        listen_address,
     } = options;
+    let placement = placement.unwrap_or_else(|| {
+        Arc::new(placement::Everything {
+            name: "sextant".into(),
+            address: listen_address,
+        })
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut dedup = dedup::Dedup::new(dedup_window, dedup_clients);
     if let Some(found) = engine.take_recovered_requests() {
@@ -104,6 +118,8 @@ pub async fn serve(
         replayed: AtomicU64::new(0),
         in_flight: Arc::new(tokio::sync::Semaphore::new(service::SERVER_IN_FLIGHT)),
         watchers: watchers::Watchers::default(),
+        placement,
+        wrong_server: AtomicU64::new(0),
     });
     let recovery_shared = Arc::clone(&shared);
     let svc = SextantServer::new(Service { shared })
@@ -302,6 +318,8 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
                 dedup_clients: config.dedup_clients,
                 recovery_grace: config.recovery_grace,
                 tls,
+                placement: None,
+                listen_address: addr.to_string(),
             },
             shutdown,
         )

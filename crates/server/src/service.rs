@@ -3,6 +3,7 @@
 
 use crate::dedup::{Dedup, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
+use crate::placement::Placement;
 use crate::search;
 use crate::watchers::Watchers;
 use parking_lot::Mutex;
@@ -44,6 +45,10 @@ pub struct Shared {
     pub logless: Option<LoglessServer>,
     /// Cache watchers (the `Watch` RPC).
     pub watchers: Watchers,
+    /// Which SOIDs this server serves ([`crate::placement`]).
+    pub placement: Arc<dyn Placement>,
+    /// WRONG_SERVER replies sent.
+    pub wrong_server: AtomicU64,
 }
 
 /// What a mutation leaves besides its reply.
@@ -202,6 +207,17 @@ impl Shared {
         let Some(op) = r.op else {
             return reply(id, Err(FsError::Invalid));
         };
+        // Not here: run nothing, remember nothing (the retry is the
+        // owner's).
+        if let Some(Err(wrong)) = op.route_soid().map(|s| self.placement.check(s)) {
+            self.wrong_server.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("sextant_wrong_server_total").increment(1);
+            return pb::Response {
+                id,
+                wrong_server: Some(*wrong),
+                ..Default::default()
+            };
+        }
         let cred = match cred_from_pb(r.cred) {
             Ok(c) => c,
             Err(e) => return reply(id, Err(e)),
@@ -659,6 +675,13 @@ impl pb::sextant_server::Sextant for Service {
             .search(request.into_inner())
             .await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn map(
+        &self,
+        _request: Request<pb::MapRequest>,
+    ) -> Result<Response<pb::RouteMap>, Status> {
+        Ok(Response::new(self.shared.placement.map()))
     }
 
     async fn recover(

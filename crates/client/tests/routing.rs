@@ -1,0 +1,216 @@
+//! Routing against real servers: two in-process servers split the SOID
+//! space by a route map; a client given either one reaches the owner of
+//! whatever it names, follows WRONG_SERVER when a table moves, and keeps
+//! exactly-once across the redirect.
+
+use parking_lot::RwLock;
+use sextant_client::{Client, Error, Options};
+use sextant_engine::{Engine, EngineConfig};
+use sextant_proto::pb;
+use sextant_proto::route::{Route, RouteTable};
+use sextant_server::placement::{Fixed, Placement};
+use sextant_server::{serve, Listeners, ServeOptions};
+use sextant_types::{Credentials, FsError, Soid, SoidRange};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// The first SOID of the upper half: everything from here on is `b`'s at
+/// first.
+const SPLIT: u128 = 1 << 100;
+
+/// A placement whose map the test changes (a table moving).
+#[derive(Debug)]
+struct Movable {
+    me: String,
+    table: RwLock<RouteTable>,
+}
+
+impl Placement for Movable {
+    fn check(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        Fixed {
+            me: self.me.clone(),
+            table: self.table.read().clone(),
+        }
+        .check(soid)
+    }
+
+    fn map(&self) -> pb::RouteMap {
+        self.table.read().to_pb()
+    }
+}
+
+fn routes(revision: u64, split: u128, a: &str, b: &str) -> RouteTable {
+    let s = Soid::from_u128;
+    let route = |first, last, name: &str, addr: &str| Route {
+        range: SoidRange {
+            first: s(first),
+            last: s(last),
+        },
+        table: first as u64,
+        server: name.into(),
+        address: addr.into(),
+        epoch: revision,
+    };
+    RouteTable::new(
+        revision,
+        vec![route(0, split - 1, "a", a), route(split, u128::MAX, "b", b)],
+    )
+    .unwrap()
+}
+
+struct Cluster {
+    addrs: [String; 2],
+    placements: [Arc<Movable>; 2],
+    engines: [Engine; 2],
+    _dirs: [tempfile::TempDir; 2],
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let la = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let lb = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = la.local_addr().unwrap().to_string();
+        let b = lb.local_addr().unwrap().to_string();
+        let table = routes(1, SPLIT, &a, &b);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut dirs = Vec::new();
+        let mut engines = Vec::new();
+        let mut placements = Vec::new();
+        for (name, listener, addr) in [("a", la, a.clone()), ("b", lb, b.clone())] {
+            let dir = tempfile::tempdir().unwrap();
+            let engine = Engine::open_dir(dir.path(), EngineConfig::default()).unwrap();
+            let placement = Arc::new(Movable {
+                me: name.into(),
+                table: RwLock::new(table.clone()),
+            });
+            let options = ServeOptions {
+                dedup_window: 1024,
+                dedup_clients: 1024,
+                recovery_grace: Duration::from_secs(1),
+                tls: None,
+                placement: Some(Arc::clone(&placement) as Arc<dyn Placement>),
+                listen_address: addr,
+            };
+            let mut stopped = stopped.clone();
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let listeners = Listeners {
+                tcp: listener,
+                unix: None,
+            };
+            tokio::spawn(serve(
+                listeners,
+                engine.clone(),
+                SECRET.into(),
+                options,
+                shutdown,
+            ));
+            dirs.push(dir);
+            engines.push(engine);
+            placements.push(placement);
+        }
+        let [da, db] = <[_; 2]>::try_from(dirs).ok().unwrap();
+        let [ea, eb] = <[_; 2]>::try_from(engines).ok().unwrap();
+        let [pa, pb] = <[_; 2]>::try_from(placements).ok().unwrap();
+        Cluster {
+            addrs: [a, b],
+            placements: [pa, pb],
+            engines: [ea, eb],
+            _dirs: [da, db],
+            _stop: stop,
+        }
+    }
+
+    async fn client(&self, i: usize) -> Client {
+        Client::connect(&self.addrs[i], SECRET, Options::default())
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_client_of_either_server_reaches_the_owner() {
+    let cluster = Cluster::start().await;
+    let root = Credentials::root();
+    let upper = Soid::from_u128(SPLIT + 5);
+
+    // Given a: the root is a's; an upper SOID is b's, whose engine has no
+    // such inode (ENOENT, from b — not a WRONG_SERVER error, not a's
+    // answer).
+    let ca = cluster.client(0).await;
+    assert!(ca.getattr(&root, Soid::ROOT).await.is_ok());
+    assert_eq!(ca.wrong_server_replies(), 0, "a single server's route");
+    assert_eq!(
+        ca.getattr(&root, upper).await,
+        Err(Error::Fs(FsError::NotFound))
+    );
+    assert_eq!(ca.wrong_server_replies(), 1);
+    // The map is cached: the next call goes straight to b.
+    assert_eq!(
+        ca.getattr(&root, upper).await,
+        Err(Error::Fs(FsError::NotFound))
+    );
+    assert_eq!(ca.wrong_server_replies(), 1);
+    let map = ca.route_map().expect("a map after WRONG_SERVER");
+    assert_eq!(map.revision(), 1);
+
+    // Given b: the root is a's, and a mutation in it runs there, once.
+    let cb = cluster.client(1).await;
+    let made = cb
+        .mkdir(&root, Soid::ROOT, b"made-via-b", 0o755)
+        .await
+        .expect("routed to a");
+    assert_eq!(cb.wrong_server_replies(), 1);
+    assert!(cluster.engines[0].getattr(made.soid).is_ok(), "made on a");
+    assert!(cluster.engines[1].getattr(made.soid).is_err(), "not on b");
+    // Its retry (same request again after a redirect) is not a second
+    // mkdir: a new name works, the same name is EEXIST as a new request.
+    assert_eq!(
+        cb.mkdir(&root, Soid::ROOT, b"made-via-b", 0o755).await,
+        Err(Error::Fs(FsError::Exists))
+    );
+}
+
+#[tokio::test]
+async fn a_moved_table_is_followed_with_the_newer_map() {
+    let cluster = Cluster::start().await;
+    let root = Credentials::root();
+    let upper = Soid::from_u128(SPLIT + 5);
+    let ca = cluster.client(0).await;
+    // Learn revision 1 (upper half on b).
+    let _ = ca.getattr(&root, upper).await;
+    assert_eq!(ca.wrong_server_replies(), 1);
+    // The root's table moves to b: the cached map still says a, a says
+    // WRONG_SERVER, the client takes revision 2 and goes to b (whose
+    // engine has its own root).
+    let s = Soid::from_u128;
+    let table = RouteTable::new(
+        2,
+        vec![Route {
+            range: SoidRange {
+                first: s(0),
+                last: s(u128::MAX),
+            },
+            table: 1,
+            server: "b".into(),
+            address: cluster.addrs[1].clone(),
+            epoch: 2,
+        }],
+    )
+    .unwrap();
+    for p in &cluster.placements {
+        *p.table.write() = table.clone();
+    }
+    let made = ca
+        .mkdir(&root, Soid::ROOT, b"after-move", 0o755)
+        .await
+        .expect("followed to b");
+    assert_eq!(ca.wrong_server_replies(), 2);
+    assert!(cluster.engines[1].getattr(made.soid).is_ok(), "made on b");
+    assert_eq!(ca.route_map().map(|m| m.revision()), Some(2));
+}

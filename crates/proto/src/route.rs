@@ -1,0 +1,285 @@
+//! Routing: which server serves which SOID range (the delegation map as
+//! clients see it), and which SOID a request is routed by.
+//!
+//! A [`RouteTable`] is what the `Map` RPC returns, validated: routes sorted
+//! by their first SOID and never overlapping. Gaps are allowed (a table
+//! between owners): a SOID in a gap has no route, and the client asks
+//! again. Pure logic, no I/O, so the client's cache and the server's
+//! placement check share it and it is tested exhaustively here.
+//!
+//! Invariants of a [`RouteTable`] (checked by [`RouteTable::new`], the only
+//! way to build one):
+//! - `routes[i].range.first <= routes[i].range.last`;
+//! - `routes[i].range.last < routes[i + 1].range.first` (sorted, disjoint);
+//! - every route names a non-empty address.
+
+use crate::convert::{soid_from_pb, soid_to_pb};
+use crate::pb;
+use sextant_types::{Soid, SoidRange};
+
+/// One table's route: its SOID range and the server serving it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub range: SoidRange,
+    pub table: u64,
+    /// The server's name (for people) and address (for clients).
+    pub server: String,
+    pub address: String,
+    /// Grows every time the table changes hands.
+    pub epoch: u64,
+}
+
+/// A malformed route map (from a server: a bug or a version mismatch).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("route {index} has no SOID range")]
+    MissingRange { index: usize },
+    #[error("route {index} has an inverted range")]
+    Inverted { index: usize },
+    #[error("route {index} overlaps or precedes the route before it")]
+    Unsorted { index: usize },
+    #[error("route {index} has no address")]
+    NoAddress { index: usize },
+}
+
+/// A validated route map (see the module doc for its invariants).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteTable {
+    revision: u64,
+    routes: Vec<Route>,
+}
+
+impl RouteTable {
+    /// Checks the invariants.
+    pub fn new(revision: u64, routes: Vec<Route>) -> Result<RouteTable, RouteError> {
+        for (index, r) in routes.iter().enumerate() {
+            if r.range.first > r.range.last {
+                return Err(RouteError::Inverted { index });
+            }
+            if r.address.is_empty() {
+                return Err(RouteError::NoAddress { index });
+            }
+            if index > 0 && routes[index - 1].range.last >= r.range.first {
+                return Err(RouteError::Unsorted { index });
+            }
+        }
+        Ok(RouteTable { revision, routes })
+    }
+
+    /// One server serving everything: a single server's map.
+    pub fn whole(server: &str, address: &str) -> RouteTable {
+        RouteTable {
+            revision: 1,
+            routes: vec![Route {
+                range: SoidRange::ALL,
+                table: 1,
+                server: server.to_string(),
+                address: address.to_string(),
+                epoch: 1,
+            }],
+        }
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// The route covering `soid`, if any (binary search).
+    pub fn route(&self, soid: Soid) -> Option<&Route> {
+        let i = self.routes.partition_point(|r| r.range.last < soid);
+        self.routes.get(i).filter(|r| r.range.contains(soid))
+    }
+
+    /// The routes overlapping `range`, in order.
+    pub fn overlapping(&self, range: SoidRange) -> &[Route] {
+        let start = self.routes.partition_point(|r| r.range.last < range.first);
+        let end = self.routes.partition_point(|r| r.range.first <= range.last);
+        &self.routes[start..end.max(start)]
+    }
+
+    /// The distinct addresses of all servers in the map, in route order.
+    pub fn addresses(&self) -> Vec<&str> {
+        let mut seen = Vec::new();
+        for r in &self.routes {
+            if !seen.contains(&r.address.as_str()) {
+                seen.push(r.address.as_str());
+            }
+        }
+        seen
+    }
+
+    pub fn to_pb(&self) -> pb::RouteMap {
+        pb::RouteMap {
+            revision: self.revision,
+            routes: self.routes.iter().map(route_to_pb).collect(),
+        }
+    }
+
+    pub fn from_pb(m: &pb::RouteMap) -> Result<RouteTable, RouteError> {
+        let routes = m
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(index, r)| route_from_pb(r).ok_or(RouteError::MissingRange { index }))
+            .collect::<Result<Vec<_>, _>>()?;
+        RouteTable::new(m.revision, routes)
+    }
+}
+
+pub fn route_to_pb(r: &Route) -> pb::Route {
+    pb::Route {
+        first: Some(soid_to_pb(r.range.first)),
+        last: Some(soid_to_pb(r.range.last)),
+        table: r.table,
+        server: r.server.clone(),
+        address: r.address.clone(),
+        epoch: r.epoch,
+    }
+}
+
+/// `None` when a bound is missing (the range is checked by [`RouteTable::new`]).
+pub fn route_from_pb(r: &pb::Route) -> Option<Route> {
+    Some(Route {
+        range: SoidRange {
+            first: soid_from_pb(r.first.as_ref()).ok()?,
+            last: soid_from_pb(r.last.as_ref()).ok()?,
+        },
+        table: r.table,
+        server: r.server.clone(),
+        address: r.address.clone(),
+        epoch: r.epoch,
+    })
+}
+
+impl pb::request::Op {
+    /// The SOID this operation is routed by (see the protocol's "routing"):
+    /// `None` for operations any server answers, and for a malformed
+    /// request (its server then refuses it with EINVAL).
+    pub fn route_soid(&self) -> Option<Soid> {
+        use pb::request::Op::*;
+        let s = match self {
+            Lookup(r) => &r.parent,
+            Getattr(r) => &r.soid,
+            Readlink(r) => &r.soid,
+            Readdir(r) => &r.dir,
+            Getxattr(r) => &r.soid,
+            Listxattr(r) => &r.soid,
+            Access(r) => &r.soid,
+            Create(r) => &r.parent,
+            Mknod(r) => &r.parent,
+            Mkdir(r) => &r.parent,
+            Symlink(r) => &r.parent,
+            Unlink(r) => &r.parent,
+            Rmdir(r) => &r.parent,
+            Rename(r) => &r.old_parent,
+            Link(r) => &r.new_parent,
+            Setattr(r) => &r.soid,
+            Setxattr(r) => &r.soid,
+            Removexattr(r) => &r.soid,
+            Resolve(_) | Statfs(_) | Status(_) | Sync(_) => return None,
+        };
+        soid_from_pb(s.as_ref()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn s(v: u128) -> Soid {
+        Soid::from_u128(v)
+    }
+
+    fn route(first: u128, last: u128, addr: &str) -> Route {
+        Route {
+            range: SoidRange {
+                first: s(first),
+                last: s(last),
+            },
+            table: first as u64,
+            server: addr.into(),
+            address: addr.into(),
+            epoch: 1,
+        }
+    }
+
+    #[test]
+    fn new_refuses_overlaps_inversions_and_empty_addresses() {
+        assert_eq!(
+            RouteTable::new(1, vec![route(0, 10, "a"), route(10, 20, "b")]),
+            Err(RouteError::Unsorted { index: 1 })
+        );
+        assert_eq!(
+            RouteTable::new(1, vec![route(11, 20, "b"), route(0, 10, "a")]),
+            Err(RouteError::Unsorted { index: 1 })
+        );
+        assert_eq!(
+            RouteTable::new(1, vec![route(5, 4, "a")]),
+            Err(RouteError::Inverted { index: 0 })
+        );
+        assert_eq!(
+            RouteTable::new(1, vec![route(0, 4, "")]),
+            Err(RouteError::NoAddress { index: 0 })
+        );
+        assert!(RouteTable::new(1, vec![route(0, 10, "a"), route(11, 20, "b")]).is_ok());
+    }
+
+    #[test]
+    fn from_pb_refuses_a_route_without_bounds() {
+        let mut m = RouteTable::whole("a", "a:1").to_pb();
+        m.routes[0].last = None;
+        assert_eq!(
+            RouteTable::from_pb(&m),
+            Err(RouteError::MissingRange { index: 0 })
+        );
+    }
+
+    #[test]
+    fn whole_routes_everything_to_one_address() {
+        let t = RouteTable::whole("one", "h:7411");
+        for v in [0, 1, u64::MAX as u128, u128::MAX] {
+            assert_eq!(t.route(s(v)).map(|r| r.address.as_str()), Some("h:7411"));
+        }
+        assert_eq!(t.addresses(), vec!["h:7411"]);
+        assert_eq!(RouteTable::from_pb(&t.to_pb()), Ok(t));
+    }
+
+    fn tables() -> impl Strategy<Value = RouteTable> {
+        // Sorted distinct cut points; every other interval is a gap.
+        (
+            prop::collection::btree_set(0u128..200, 0..12),
+            prop::collection::vec(any::<bool>(), 12),
+        )
+            .prop_map(|(cuts, gaps)| {
+                let cuts: Vec<u128> = cuts.into_iter().collect();
+                let mut routes = Vec::new();
+                for (i, w) in cuts.windows(2).enumerate() {
+                    if !gaps[i] {
+                        let addr = format!("s{}", i % 3);
+                        routes.push(route(w[0], w[1] - 1, &addr));
+                    }
+                }
+                RouteTable::new(7, routes).expect("built sorted")
+            })
+    }
+
+    proptest! {
+        /// `route` and `overlapping` agree with a linear scan.
+        #[test]
+        fn lookups_match_a_linear_scan(t in tables(), v in 0u128..210, w in 0u128..210) {
+            let linear = t.routes().iter().find(|r| r.range.contains(s(v)));
+            prop_assert_eq!(t.route(s(v)), linear);
+            let q = SoidRange { first: s(v.min(w)), last: s(v.max(w)) };
+            let linear: Vec<&Route> =
+                t.routes().iter().filter(|r| r.range.overlaps(&q)).collect();
+            let fast: Vec<&Route> = t.overlapping(q).iter().collect();
+            prop_assert_eq!(fast, linear);
+            prop_assert_eq!(RouteTable::from_pb(&t.to_pb()), Ok(t.clone()));
+        }
+    }
+}
