@@ -71,6 +71,7 @@ impl ClusterConfig {
 /// A server of a cluster on etcd.
 pub struct EtcdCluster {
     name: String,
+    etcd: crate::etcd::EtcdConfig,
     // Dropped in this order: the loops first, then the map, then the
     // membership (its lease then ends by itself).
     _coordinator: CoordinatorLoop,
@@ -116,11 +117,38 @@ impl EtcdCluster {
         );
         Ok(EtcdCluster {
             name,
+            etcd: cfg.membership.etcd.clone(),
             _coordinator: coordinator,
             ownership,
             map,
             membership,
         })
+    }
+
+    /// Leaves the cluster cleanly (Ctrl-C): marks this server draining,
+    /// waits up to `timeout` until it owns no table (the coordinator moves
+    /// them away by DROP/ADD; with no other server they stay, and this
+    /// server loads them again when it comes back), then stops and
+    /// revokes its lease, so the cluster does not wait a TTL for it.
+    pub async fn leave(self, timeout: Duration) -> Result<(), CoordError> {
+        let mut client = connect(&self.etcd).await?;
+        crate::admin::set_draining(&mut client, &self.etcd, &self.name, true).await?;
+        let name = self.name.clone();
+        let emptied = self
+            .map
+            .wait_for(timeout, |s| s.owned_by(&name).next().is_none())
+            .await
+            .is_some();
+        if !emptied {
+            tracing::warn!(name = %self.name, "leaving with tables still owned (no server took them in time)");
+        }
+        let lease = self.membership.lease();
+        let (etcd, name) = (self.etcd.clone(), self.name.clone());
+        drop(self);
+        crate::etcd::bounded(&etcd, client.lease_revoke(lease)).await?;
+        crate::admin::set_draining(&mut client, &etcd, &name, false).await?;
+        tracing::info!(name = %name, "left the cluster");
+        Ok(())
     }
 
     pub fn membership(&self) -> &Membership {

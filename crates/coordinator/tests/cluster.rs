@@ -484,6 +484,26 @@ async fn a_new_coordinator_lets_a_half_done_move_finish_and_a_drain_empties_a_se
         || servers[&to].1.holds().is_empty() && servers[&to].0.tables().is_empty(),
     )
     .await;
+
+    // `to` takes tables again; `other` leaves cleanly: its tables move to
+    // `to` by DROP/ADD and its member key is gone at once, not after a TTL.
+    admin::set_draining(&mut c, &cfg, &to, false).await.unwrap();
+    let (o, ho) = servers.remove(&other).unwrap();
+    let left = Instant::now();
+    o.leave(Duration::from_secs(20)).await.unwrap();
+    eprintln!("{other} left in {:?}", left.elapsed());
+    let s = map
+        .until(Duration::from_secs(5), |s| !s.members.contains_key(&other))
+        .await
+        .expect("the member key is gone");
+    assert!(owners(&s).values().all(|o| *o == to), "{:?}", owners(&s));
+    assert!(ho.holds().is_empty());
+    assert!(!s.draining.contains(&other));
+    let s = map
+        .until(Duration::from_secs(10), |s| all(&servers, s))
+        .await
+        .unwrap_or_else(|| panic!("not settled: {:?}", map.current()));
+    assert_eq!(s.tables.len(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
