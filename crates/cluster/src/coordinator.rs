@@ -58,9 +58,15 @@ pub enum Action {
         owner: Owner,
         reason: &'static str,
     },
-    /// Ask the owner to hand `table` to `to` (its DROP, then the ADD).
+    /// Ask the owner to hand `table` to `to` (its DROP, then the ADD):
+    /// put `move/<table>` if there is no pending move and
+    /// `owner/<table>`'s revision is still `expect` (a view that is old —
+    /// the table moved meanwhile, perhaps to `to` itself — asks nothing;
+    /// otherwise a move to its own owner would stay pending for ever and
+    /// block every later one).
     Move {
         table: TableId,
+        expect: Revision,
         to: ServerId,
         reason: &'static str,
     },
@@ -119,12 +125,13 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
     let owned = |s: ServerId| {
         view.owners
             .iter()
-            .filter_map(move |(t, o)| o.filter(|(o, _)| o.server == s).map(|_| *t))
+            .filter_map(move |(t, o)| o.filter(|(o, _)| o.server == s).map(|(_, rev)| (*t, rev)))
     };
     for d in &view.draining {
-        if let Some(table) = owned(*d).next() {
+        if let Some((table, expect)) = owned(*d).next() {
             return Some(Action::Move {
                 table,
+                expect,
                 to,
                 reason: "its server is draining",
             });
@@ -136,9 +143,10 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
     if n.saturating_sub(load[&to]) < spread.max(2) {
         return None;
     }
-    let table = owned(*from).next()?;
+    let (table, expect) = owned(*from).next()?;
     Some(Action::Move {
         table,
+        expect,
         to,
         reason: "balancing: its server holds more tables",
     })
@@ -227,6 +235,7 @@ mod tests {
             decide(&view, 2)[..],
             [Action::Move {
                 table: TableId(2),
+                expect: Revision(10),
                 to: ServerId(1),
                 ..
             }]

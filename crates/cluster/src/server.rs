@@ -238,6 +238,14 @@ impl Server {
                 .is_some_and(|h| h.state == State::Serving)
     }
 
+    /// Is `table` serving here (loaded, not dropping)? [`Server::may_ack`]
+    /// without the lease timer, for a shell that keeps the timer itself.
+    pub fn is_serving(&self, table: TableId) -> bool {
+        self.tables
+            .get(&table)
+            .is_some_and(|h| h.state == State::Serving)
+    }
+
     /// Does this server hold `table` at all (in any state)?
     pub fn holds(&self, table: TableId) -> bool {
         self.tables.contains_key(&table)

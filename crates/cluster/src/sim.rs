@@ -628,10 +628,16 @@ impl World {
                     self.report.reassignments += 1;
                 }
             }
-            Action::Move { table, to, .. } => {
-                // Only if the table has no pending move yet.
+            Action::Move {
+                table, expect, to, ..
+            } => {
+                // Only if the table has no pending move yet, and its
+                // owner is still the one the view saw.
                 let _ = self.etcd.txn(
-                    &[Compare::ModRevision(move_key(table), Revision(0))],
+                    &[
+                        Compare::ModRevision(move_key(table), Revision(0)),
+                        Compare::ModRevision(owner_key(table), expect),
+                    ],
                     &[Write::Put {
                         key: move_key(table),
                         value: to.0.to_string(),

@@ -1,16 +1,82 @@
 //! Sextant's coordination on etcd: the I/O shell around the pure protocol
-//! of `sextant-cluster`.
+//! of `sextant-cluster` (docs/ARCHITECTURE.md, "The cluster protocol").
 //!
-//! Built so far: [`membership`] — a server's membership lease in etcd,
-//! kept alive with the R1 timer (`sextant_cluster::lease`), over an etcd
-//! client with HTTP/2 keep-alive and a timeout on every call, whose
-//! keep-alive stream is re-created after an etcd restart. The delegation
-//! map, manifests, the coordinator's election and the table manager come
-//! next, on the same shell (docs/ARCHITECTURE.md, "The cluster protocol").
+//! A server uses it through one trait, [`Coordination`], implemented by
+//! [`EtcdCluster`] (a cluster on etcd) and [`InProcess`] (the
+//! single-server default: no other service), so the server is written
+//! once. The server implements [`TableHost`] over its engine.
+//!
+//! Modules:
+//! - [`etcd`]: the connection — HTTP/2 keep-alive and a timeout on every
+//!   call (a paused etcd otherwise hangs them).
+//! - [`keys`]: the key layout (below) and value encodings, pure.
+//! - [`membership`]: `member/<name>` on a lease kept alive with the R1
+//!   timer; the keep-alive stream re-created after an etcd restart; a
+//!   lease lost → a new generation.
+//! - [`map`]: the delegation map — a cache of every key of the cluster
+//!   (prefix get + watch from the next revision, re-created from the last
+//!   revision seen; a compacted revision → read again); routes a SOID to
+//!   its table, owner and address; notifies subscribers.
+//! - [`ownership`]: one server's tables — ADD/DROP through [`TableHost`],
+//!   manifest commits fenced by the owner revision, `may_ack`.
+//! - [`coordinate`]: the election and the coordinator's loop around
+//!   `sextant_cluster::coordinator::decide`, and the bootstrap.
+//! - [`admin`]: a requested move, a drain.
+//! - [`node`]: the [`Coordination`] trait and its two implementations.
+//!
+//! # Key layout (under the cluster's prefix, default `/sextant/`)
+//!
+//! | key                 | value                                  | lease |
+//! |---------------------|----------------------------------------|-------|
+//! | `member/<name>`     | the server's client address            | its membership lease |
+//! | `coordinator`       | the coordinator's name                 | the coordinator's membership lease |
+//! | `table/<id>`        | the table's SOID range `first-last` (hex) | — |
+//! | `owner/<id>`        | `<epoch> <name>`; its `mod_revision` is R2's fence | — |
+//! | `manifest/<id>`     | the engine's manifest (opaque bytes)   | — |
+//! | `move/<id>`         | the server a move goes to              | — |
+//! | `drain/<name>`      | empty: the server gives its tables away | — |
+//! | `meta/bootstrapped` | `1` once the root table exists         | — |
+//!
+//! `<id>` is the table's number in 6 digits. Ranges are kept apart from
+//! owners so that a split or merge does not move the owner key's revision
+//! (the fence) and a move does not touch the range.
+//!
+//! # The rules
+//! - **R1** ([`Ownership::may_ack`]): acknowledge for a table only while
+//!   the membership lease timer — from the *send* time of the last
+//!   acknowledged keep-alive, plus the TTL, minus a margin — is valid, in
+//!   the membership generation the table was loaded under, and the table
+//!   serves (loaded, not dropping). Checked after the operation is
+//!   durable, right before the reply. etcd's TTL is never used as a time
+//!   bound.
+//! - **R2** ([`Ownership::commit_manifest`], the loads and handovers):
+//!   every write of `manifest/<id>` is a transaction comparing
+//!   `owner/<id>`'s `mod_revision` with the one the table was granted
+//!   under (a load also compares the manifest's revision as read).
+//! - **R3** ([`coordinate`]): a table changes owner only by its owner's
+//!   acknowledged DROP (the handover transaction: final manifest + new
+//!   owner at epoch + 1 + the move deleted) or, when the owner's
+//!   `member/<name>` is gone (its lease expired or was revoked), by the
+//!   coordinator — comparing in the same transaction that the member key
+//!   is still absent.
+//! - The coordinator keeps no state: it decides from the map alone, and
+//!   each of its writes also compares that `coordinator` still lives on
+//!   its lease.
 
+pub mod admin;
+pub mod coordinate;
+pub mod etcd;
+pub mod keys;
+pub mod map;
 pub mod membership;
+pub mod node;
+pub mod ownership;
 
+pub use etcd::EtcdConfig;
+pub use map::{ClusterState, DelegationMap, Route};
 pub use membership::{Membership, MembershipConfig};
+pub use node::{ClusterConfig, Coordination, EtcdCluster, InProcess};
+pub use ownership::{CommitError, Grant, HostError, Ownership, TableHost};
 
 /// What coordination on etcd can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -31,4 +97,7 @@ pub enum CoordError {
     /// Another live server is a member under the same name.
     #[error("a server named {name:?} is already a member (its lease is alive)")]
     NameTaken { name: String },
+    /// Not a server name (1–64 of `[A-Za-z0-9._-]`).
+    #[error("{name:?} is not a server name (1-64 of A-Z a-z 0-9 . _ -)")]
+    BadName { name: String },
 }

@@ -16,8 +16,10 @@
 //! live lease (another server with the same name, or our own earlier
 //! lease) is not taken over.
 
+use crate::etcd::{bounded, connect, EtcdConfig};
+use crate::keys;
 use crate::CoordError;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use sextant_cluster::ids::Millis;
 use sextant_cluster::lease::LeaseTimer;
 use std::sync::{Arc, Mutex};
@@ -27,35 +29,30 @@ use tokio::task::JoinHandle;
 /// Settings of a membership.
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
-    /// etcd's client URLs, e.g. `http://127.0.0.1:2379`.
-    pub endpoints: Vec<String>,
-    /// This server's name (`member/<name>`).
+    pub etcd: EtcdConfig,
+    /// This server's name (`member/<name>`; [`crate::keys::valid_name`]).
     pub name: String,
+    /// Where clients reach this server (the value of `member/<name>`).
+    pub address: String,
     /// The lease's TTL (whole seconds; etcd's unit).
     pub ttl: Duration,
     /// Subtracted from the timer for clock-rate differences.
     pub margin: Duration,
-    /// The longest any etcd call may take.
-    pub request_timeout: Duration,
 }
 
 impl MembershipConfig {
-    pub fn new(endpoints: Vec<String>, name: &str) -> MembershipConfig {
+    pub fn new(etcd: EtcdConfig, name: &str, address: &str) -> MembershipConfig {
         MembershipConfig {
-            endpoints,
+            etcd,
             name: name.to_string(),
+            address: address.to_string(),
             ttl: Duration::from_secs(6),
             margin: Duration::from_millis(500),
-            request_timeout: Duration::from_secs(1),
         }
     }
 
     pub fn member_key(&self) -> String {
-        format!("member/{}", self.name)
-    }
-
-    fn endpoints_text(&self) -> String {
-        self.endpoints.join(",")
+        self.etcd.key(&keys::member_key(&self.name))
     }
 }
 
@@ -80,35 +77,6 @@ impl Drop for Membership {
     }
 }
 
-/// Connects with HTTP/2 keep-alive (a dead connection is noticed) and a
-/// timeout on every call (a paused etcd answers nothing).
-pub async fn connect(cfg: &MembershipConfig) -> Result<Client, CoordError> {
-    let options = ConnectOptions::new()
-        .with_keep_alive(Duration::from_secs(2), cfg.request_timeout)
-        .with_keep_alive_while_idle(true)
-        .with_connect_timeout(cfg.request_timeout)
-        .with_timeout(cfg.request_timeout);
-    bounded(cfg, Client::connect(&cfg.endpoints, Some(options))).await
-}
-
-/// `call`, failing after the request timeout.
-async fn bounded<T>(
-    cfg: &MembershipConfig,
-    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, CoordError> {
-    match tokio::time::timeout(cfg.request_timeout, call).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(source)) => Err(CoordError::Etcd {
-            endpoints: cfg.endpoints_text(),
-            source,
-        }),
-        Err(_) => Err(CoordError::Timeout {
-            endpoints: cfg.endpoints_text(),
-            timeout: cfg.request_timeout,
-        }),
-    }
-}
-
 fn millis(start: Instant, at: Instant) -> Millis {
     Millis(at.saturating_duration_since(start).as_millis() as u64)
 }
@@ -121,7 +89,9 @@ async fn join_once(
 ) -> Result<(i64, Instant), CoordError> {
     let sent = Instant::now();
     let ttl = cfg.ttl.as_secs().max(1) as i64;
-    let lease = bounded(cfg, client.lease_grant(ttl, None)).await?.id();
+    let lease = bounded(&cfg.etcd, client.lease_grant(ttl, None))
+        .await?
+        .id();
     let key = cfg.member_key();
     let txn = Txn::new()
         .when(vec![Compare::create_revision(
@@ -131,12 +101,12 @@ async fn join_once(
         )])
         .and_then(vec![TxnOp::put(
             key,
-            cfg.name.clone(),
+            cfg.address.clone(),
             Some(PutOptions::new().with_lease(lease)),
         )]);
-    let created = bounded(cfg, client.txn(txn)).await?.succeeded();
+    let created = bounded(&cfg.etcd, client.txn(txn)).await?.succeeded();
     if !created {
-        let _ = bounded(cfg, client.lease_revoke(lease)).await;
+        let _ = bounded(&cfg.etcd, client.lease_revoke(lease)).await;
         return Err(CoordError::NameTaken {
             name: cfg.name.clone(),
         });
@@ -149,7 +119,12 @@ impl Membership {
     /// taken by a live member.
     pub async fn join(cfg: MembershipConfig) -> Result<Membership, CoordError> {
         let start = Instant::now();
-        let mut client = connect(&cfg).await?;
+        if !keys::valid_name(&cfg.name) {
+            return Err(CoordError::BadName {
+                name: cfg.name.clone(),
+            });
+        }
+        let mut client = connect(&cfg.etcd).await?;
         let (lease, sent) = join_once(&mut client, &cfg).await?;
         let mut timer = LeaseTimer::new(cfg.margin.as_millis() as u64);
         timer.acknowledged(millis(start, sent), cfg.ttl.as_millis() as u64);
@@ -212,7 +187,7 @@ async fn keep(
         tokio::time::sleep(interval).await;
         let lease = lock().lease;
         if stream.is_none() {
-            match bounded(&cfg, client.lease_keep_alive(lease)).await {
+            match bounded(&cfg.etcd, client.lease_keep_alive(lease)).await {
                 Ok(s) => stream = Some(s),
                 Err(e) if lease_gone(&e) => {
                     rejoin(&mut client, &cfg, &shared, start, lease).await;
@@ -232,7 +207,7 @@ async fn keep(
             keeper.keep_alive().await?;
             answers.message().await
         };
-        match bounded(&cfg, answer).await {
+        match bounded(&cfg.etcd, answer).await {
             Ok(Some(a)) if a.ttl() > 0 => {
                 lock()
                     .timer

@@ -4,122 +4,22 @@
 //! again), a name in use. Skipped, and said so, where no `etcd` binary is
 //! installed (scripts/ensure-deps.sh installs it for the test suite).
 
-use sextant_coordinator::{CoordError, Membership, MembershipConfig};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{within, Etcd, SIGCONT, SIGSTOP};
+use sextant_coordinator::{CoordError, EtcdConfig, Membership, MembershipConfig};
 use std::time::{Duration, Instant};
 
-struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    client: u16,
-    peer: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Etcd {
-    fn start(dir: &Path) -> Option<Etcd> {
-        if Command::new("etcd").arg("--version").output().is_err() {
-            eprintln!("skipped: no etcd binary (apt-get install etcd-server)");
-            return None;
-        }
-        let (client, peer) = (free_port(), free_port());
-        let child = Etcd::spawn(dir, client, peer);
-        let e = Etcd {
-            child,
-            dir: dir.to_path_buf(),
-            client,
-            peer,
-        };
-        e.wait_ready();
-        Some(e)
-    }
-
-    fn spawn(dir: &Path, client: u16, peer: u16) -> Child {
-        let c = format!("http://127.0.0.1:{client}");
-        let p = format!("http://127.0.0.1:{peer}");
-        Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.join("etcd"))
-            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-            .args([
-                "--listen-peer-urls",
-                &p,
-                "--initial-advertise-peer-urls",
-                &p,
-            ])
-            .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn etcd")
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.client)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child.
-        unsafe { libc_kill(self.child.id() as i32, sig) };
-    }
-
-    fn kill_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = Etcd::spawn(&self.dir, self.client, self.peer);
-        self.wait_ready();
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.signal(SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-const SIGSTOP: i32 = 19;
-const SIGCONT: i32 = 18;
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
 fn config(e: &Etcd, name: &str) -> MembershipConfig {
+    let etcd = EtcdConfig {
+        request_timeout: Duration::from_millis(1_000),
+        ..EtcdConfig::new(vec![e.endpoint()])
+    };
     MembershipConfig {
         ttl: Duration::from_secs(3),
         margin: Duration::from_millis(300),
-        request_timeout: Duration::from_millis(1_000),
-        ..MembershipConfig::new(vec![e.endpoint()], name)
+        ..MembershipConfig::new(etcd, name, "127.0.0.1:1")
     }
-}
-
-/// Waits up to `within` for `f`; the time it took.
-async fn within(what: &str, within: Duration, f: impl Fn() -> bool) -> Duration {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    start.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,65 @@
+//! What an operator asks of a cluster (the `sextant cluster` commands):
+//! a move, a drain. Each is one conditional etcd write that the
+//! coordinator and the owners then carry out.
+
+use crate::etcd::{bounded, EtcdConfig};
+use crate::keys;
+use crate::CoordError;
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use sextant_cluster::ids::TableId;
+
+/// Asks that `table` move to `to`: puts `move/<table>` if no move is
+/// pending, the table's owner is another server (a move to its own owner
+/// would stay pending and block every later one) and still the one read,
+/// and `to` is a member. `false`: not asked (one of those does not hold).
+pub async fn request_move(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    table: TableId,
+    to: &str,
+) -> Result<bool, CoordError> {
+    if !keys::valid_name(to) {
+        return Err(CoordError::BadName { name: to.into() });
+    }
+    let okey = cfg.key(&keys::owner_key(table));
+    let resp = bounded(cfg, client.get(okey.as_bytes(), None)).await?;
+    let Some(kv) = resp.kvs().first() else {
+        return Ok(false);
+    };
+    let owner = std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(keys::OwnerValue::decode);
+    if owner.is_none_or(|o| o.server == to) {
+        return Ok(false);
+    }
+    let txn = Txn::new()
+        .when(vec![
+            Compare::create_revision(cfg.key(&keys::move_key(table)), CompareOp::Equal, 0),
+            Compare::mod_revision(okey, CompareOp::Equal, kv.mod_revision()),
+            Compare::create_revision(cfg.key(&keys::member_key(to)), CompareOp::Greater, 0),
+        ])
+        .and_then(vec![TxnOp::put(cfg.key(&keys::move_key(table)), to, None)]);
+    Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
+}
+
+/// Marks `server` draining (it receives nothing and gives every table
+/// away) or, with `false`, no longer.
+pub async fn set_draining(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    server: &str,
+    draining: bool,
+) -> Result<(), CoordError> {
+    if !keys::valid_name(server) {
+        return Err(CoordError::BadName {
+            name: server.into(),
+        });
+    }
+    let key = cfg.key(&keys::drain_key(server));
+    if draining {
+        bounded(cfg, client.put(key, "", None)).await?;
+    } else {
+        bounded(cfg, client.delete(key, None)).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,252 @@
+//! The coordinator: elected among the servers, it keeps no state of its
+//! own (Ursa Minor §3.7) — every round it reads the delegation map (the
+//! cache of etcd's keys), runs the pure `sextant_cluster::coordinator::
+//! decide`, and writes what that asks as etcd transactions conditional on
+//! what it read.
+//!
+//! **Election**: a create-if-absent of `coordinator` on the candidate's
+//! *membership* lease. Chosen over etcd's election API (`Campaign`, a
+//! call that blocks until elected, on a lease of its own): the
+//! coordinator is one of the servers and must stop being one exactly when
+//! it stops being a member, which one lease gives for free; the
+//! create-if-absent is the protocol the simulation verified; and it is
+//! one bounded call per round, where a blocking `Campaign` would need its
+//! own timeout and re-campaign logic across etcd restarts. Safety does
+//! not rest on the election: every write also compares that
+//! `coordinator` still lives on this server's lease, and each write's own
+//! conditions (owner revision, R3's absent member key) make a stale one
+//! change nothing.
+//!
+//! **Bootstrap**: the first coordinator of an empty cluster creates the
+//! root table — `table/000000` over the whole SOID space — and
+//! `meta/bootstrapped`, once (conditional on the latter's absence); the
+//! next round assigns it like any unowned table. A server that opens an
+//! existing single-server data directory as the root table gets it
+//! through the same ADD ([`crate::keys::ROOT_TABLE`]).
+//!
+//! Rules (each decided in `decide`, written here):
+//! - an unowned table goes to the least loaded live, non-draining member;
+//! - R3: a table whose owner's member key is gone goes to another member
+//!   at the next epoch — the write compares that the member key is
+//!   *still* absent and the owner revision unchanged;
+//! - a requested or balancing move (`move/<table>`) is written if no move
+//!   is pending and the owner revision is the one seen; the owner carries
+//!   it out (DROP, then one transaction naming the new owner); a new
+//!   coordinator finds a half-done move in etcd and lets it finish;
+//! - a draining server (`drain/<name>`) receives nothing and gives all
+//!   its tables away, one move at a time.
+
+use crate::etcd::{bounded, EtcdConfig};
+use crate::keys::{self, OwnerValue};
+use crate::map::ClusterState;
+use crate::membership::Membership;
+use crate::CoordError;
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use sextant_cluster::coordinator::{decide, Action};
+use sextant_types::SoidRange;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Settings of the coordinator loop.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    pub etcd: EtcdConfig,
+    /// This server's name.
+    pub name: String,
+    /// Balancing hysteresis: a move only when the busiest server holds at
+    /// least this many tables more than the idlest (at least 2).
+    pub spread: usize,
+    /// How often to look without a map change.
+    pub tick: Duration,
+}
+
+/// The loop, on every server; it acts only while this server holds the
+/// election. Dropping it stops it.
+pub struct CoordinatorLoop {
+    task: JoinHandle<()>,
+}
+
+impl Drop for CoordinatorLoop {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl CoordinatorLoop {
+    pub fn start(
+        cfg: CoordinatorConfig,
+        client: Client,
+        membership: Arc<Membership>,
+        map: watch::Receiver<Arc<ClusterState>>,
+    ) -> CoordinatorLoop {
+        CoordinatorLoop {
+            task: tokio::spawn(run(cfg, client, membership, map)),
+        }
+    }
+}
+
+async fn run(
+    cfg: CoordinatorConfig,
+    mut client: Client,
+    membership: Arc<Membership>,
+    mut map: watch::Receiver<Arc<ClusterState>>,
+) {
+    loop {
+        let state = map.borrow_and_update().clone();
+        if let Err(e) = round(&cfg, &mut client, &membership, &state).await {
+            tracing::warn!(error = %e, "coordinator: etcd did not answer; next round");
+        }
+        tokio::select! {
+            r = map.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(cfg.tick) => {}
+        }
+    }
+}
+
+async fn round(
+    cfg: &CoordinatorConfig,
+    client: &mut Client,
+    membership: &Membership,
+    state: &ClusterState,
+) -> Result<(), CoordError> {
+    if !membership.valid() {
+        return Ok(());
+    }
+    let lease = membership.lease();
+    let ckey = cfg.etcd.key(keys::COORDINATOR_KEY);
+    match &state.coordinator {
+        None => {
+            let txn = Txn::new()
+                .when(vec![Compare::create_revision(
+                    ckey.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(vec![TxnOp::put(
+                    ckey,
+                    cfg.name.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            if bounded(&cfg.etcd, client.txn(txn)).await?.succeeded() {
+                tracing::info!(name = %cfg.name, "elected coordinator");
+            }
+            // Acts from the next round, on a map that shows it.
+            Ok(())
+        }
+        Some((n, l)) if *n == cfg.name && *l == lease => act(cfg, client, lease, state).await,
+        Some(_) => Ok(()),
+    }
+}
+
+/// Every write of the coordinator also requires that it still is one.
+fn still_coordinator(cfg: &CoordinatorConfig, lease: i64) -> Compare {
+    Compare::lease(cfg.etcd.key(keys::COORDINATOR_KEY), CompareOp::Equal, lease)
+}
+
+async fn act(
+    cfg: &CoordinatorConfig,
+    client: &mut Client,
+    lease: i64,
+    state: &ClusterState,
+) -> Result<(), CoordError> {
+    let e = &cfg.etcd;
+    if !state.bootstrapped {
+        let bkey = e.key(keys::BOOTSTRAPPED_KEY);
+        let txn = Txn::new()
+            .when(vec![
+                Compare::version(bkey.clone(), CompareOp::Equal, 0),
+                still_coordinator(cfg, lease),
+            ])
+            .and_then(vec![
+                TxnOp::put(bkey, "1", None),
+                TxnOp::put(
+                    e.key(&keys::table_key(keys::ROOT_TABLE)),
+                    keys::encode_range(&SoidRange::ALL),
+                    None,
+                ),
+            ]);
+        if bounded(e, client.txn(txn)).await?.succeeded() {
+            tracing::info!("bootstrap: created the root table over the whole SOID space");
+        }
+        return Ok(());
+    }
+    let (view, names) = state.cluster_view();
+    for action in decide(&view, cfg.spread) {
+        let (txn, what) = match &action {
+            Action::Assign {
+                table,
+                expect,
+                gone,
+                owner,
+                reason,
+            } => {
+                let Some(server) = names.name(owner.server) else {
+                    continue;
+                };
+                let mut when = vec![
+                    Compare::mod_revision(
+                        e.key(&keys::owner_key(*table)),
+                        CompareOp::Equal,
+                        expect.0 as i64,
+                    ),
+                    still_coordinator(cfg, lease),
+                ];
+                if let Some(old) = gone.and_then(|g| names.name(g)) {
+                    // R3 at commit time: the old owner is still not a member.
+                    when.push(Compare::create_revision(
+                        e.key(&keys::member_key(old)),
+                        CompareOp::Equal,
+                        0,
+                    ));
+                }
+                let value = OwnerValue {
+                    epoch: owner.epoch,
+                    server: server.to_string(),
+                };
+                let txn = Txn::new().when(when).and_then(vec![
+                    TxnOp::put(e.key(&keys::owner_key(*table)), value.encode(), None),
+                    TxnOp::delete(e.key(&keys::move_key(*table)), None),
+                ]);
+                (
+                    txn,
+                    format!(
+                        "assign {table} to {server} (epoch {}): {reason}",
+                        owner.epoch.0
+                    ),
+                )
+            }
+            Action::Move {
+                table,
+                expect,
+                to,
+                reason,
+            } => {
+                let Some(to) = names.name(*to) else { continue };
+                let txn = Txn::new()
+                    .when(vec![
+                        Compare::create_revision(
+                            e.key(&keys::move_key(*table)),
+                            CompareOp::Equal,
+                            0,
+                        ),
+                        Compare::mod_revision(
+                            e.key(&keys::owner_key(*table)),
+                            CompareOp::Equal,
+                            expect.0 as i64,
+                        ),
+                        still_coordinator(cfg, lease),
+                    ])
+                    .and_then(vec![TxnOp::put(e.key(&keys::move_key(*table)), to, None)]);
+                (txn, format!("move {table} to {to}: {reason}"))
+            }
+        };
+        if bounded(e, client.txn(txn)).await?.succeeded() {
+            tracing::info!("coordinator: {what}");
+        } else {
+            tracing::debug!("coordinator: not done (etcd changed meanwhile): {what}");
+        }
+    }
+    Ok(())
+}

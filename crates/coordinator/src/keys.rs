@@ -1,0 +1,178 @@
+//! The etcd key layout of a cluster and the encodings of its values.
+//! Pure: no I/O; every other module names keys only through here.
+//!
+//! Under the cluster's prefix `P` (default `/sextant/`):
+//!
+//! | key                    | value                             | lease      |
+//! |------------------------|-----------------------------------|------------|
+//! | `P member/<name>`      | the server's client address       | membership |
+//! | `P coordinator`        | the coordinator's name            | its membership |
+//! | `P table/<id>`         | the table's SOID range `first-last` (32 hex digits each) | none |
+//! | `P owner/<id>`         | `<epoch> <name>`                  | none       |
+//! | `P manifest/<id>`      | the engine's manifest (opaque bytes) | none    |
+//! | `P move/<id>`          | the name a move goes to           | none       |
+//! | `P drain/<name>`       | empty: the server gives its tables away | none |
+//! | `P meta/bootstrapped`  | `1` once the root table was created | none     |
+//!
+//! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`).
+//! The range lives in `table/<id>`, apart from the owner, so that a split or
+//! merge (which changes ranges) does not change `owner/<id>`'s revision —
+//! the fence of R2 — and a move (which changes the owner) leaves the range
+//! alone. A client routes with `table/` and `owner/` and `member/` (address).
+
+use sextant_cluster::ids::{Epoch, TableId};
+use sextant_cluster::server::{manifest_key as mk, move_key as vk, owner_key as ok};
+use sextant_types::{Soid, SoidRange};
+
+pub fn member_key(name: &str) -> String {
+    format!("member/{name}")
+}
+
+pub fn drain_key(name: &str) -> String {
+    format!("drain/{name}")
+}
+
+pub fn table_key(t: TableId) -> String {
+    format!("table/{:06}", t.0)
+}
+
+pub fn owner_key(t: TableId) -> String {
+    ok(t)
+}
+
+pub fn manifest_key(t: TableId) -> String {
+    mk(t)
+}
+
+pub fn move_key(t: TableId) -> String {
+    vk(t)
+}
+
+pub const COORDINATOR_KEY: &str = sextant_cluster::server::COORDINATOR_KEY;
+pub const BOOTSTRAPPED_KEY: &str = "meta/bootstrapped";
+
+/// The root table every cluster starts with: the whole SOID space.
+pub const ROOT_TABLE: TableId = TableId(0);
+
+/// A server name: 1–64 of `[A-Za-z0-9._-]` (it is part of keys and of the
+/// space-separated owner value).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// What a key under the prefix is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Key {
+    Member(String),
+    Drain(String),
+    Table(TableId),
+    Owner(TableId),
+    Manifest(TableId),
+    Move(TableId),
+    Coordinator,
+    Bootstrapped,
+    Other,
+}
+
+/// Parses a key with the prefix already removed.
+pub fn parse_key(k: &str) -> Key {
+    let table = |s: &str| s.parse::<u32>().ok().map(TableId);
+    if k == COORDINATOR_KEY {
+        return Key::Coordinator;
+    }
+    if k == BOOTSTRAPPED_KEY {
+        return Key::Bootstrapped;
+    }
+    let Some((kind, rest)) = k.split_once('/') else {
+        return Key::Other;
+    };
+    let parsed = match kind {
+        "member" if valid_name(rest) => Some(Key::Member(rest.to_string())),
+        "drain" if valid_name(rest) => Some(Key::Drain(rest.to_string())),
+        "table" => table(rest).map(Key::Table),
+        "owner" => table(rest).map(Key::Owner),
+        "manifest" => table(rest).map(Key::Manifest),
+        "move" => table(rest).map(Key::Move),
+        _ => None,
+    };
+    parsed.unwrap_or(Key::Other)
+}
+
+/// The value of `owner/<id>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerValue {
+    pub epoch: Epoch,
+    pub server: String,
+}
+
+impl OwnerValue {
+    pub fn encode(&self) -> String {
+        format!("{} {}", self.epoch.0, self.server)
+    }
+
+    pub fn decode(s: &str) -> Option<OwnerValue> {
+        let (e, n) = s.split_once(' ')?;
+        valid_name(n).then_some(())?;
+        Some(OwnerValue {
+            epoch: Epoch(e.parse().ok()?),
+            server: n.to_string(),
+        })
+    }
+}
+
+pub fn encode_range(r: &SoidRange) -> String {
+    format!("{}-{}", r.first, r.last)
+}
+
+pub fn decode_range(s: &str) -> Option<SoidRange> {
+    let (a, b) = s.split_once('-')?;
+    let soid = |x: &str| {
+        (x.len() == 32)
+            .then(|| u128::from_str_radix(x, 16).ok())
+            .flatten()
+            .map(Soid::from_u128)
+    };
+    SoidRange::new(soid(a)?, soid(b)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_keys_round_trip() {
+        let o = OwnerValue {
+            epoch: Epoch(7),
+            server: "mds-2.a_b".into(),
+        };
+        assert_eq!(OwnerValue::decode(&o.encode()), Some(o));
+        assert_eq!(OwnerValue::decode("7 two words"), None);
+        assert_eq!(OwnerValue::decode("x s1"), None);
+        for r in [
+            SoidRange::ALL,
+            SoidRange::new(Soid::from_u128(5), Soid::from_u128(1 << 100)).unwrap(),
+        ] {
+            assert_eq!(decode_range(&encode_range(&r)), Some(r));
+        }
+        assert_eq!(decode_range("1-2"), None);
+        let bad = format!("{}-{}", Soid::MAX, Soid::MIN);
+        assert_eq!(decode_range(&bad), None, "first > last");
+        assert_eq!(parse_key(&owner_key(TableId(3))), Key::Owner(TableId(3)));
+        assert_eq!(parse_key(&table_key(TableId(3))), Key::Table(TableId(3)));
+        assert_eq!(parse_key(&move_key(TableId(9))), Key::Move(TableId(9)));
+        assert_eq!(
+            parse_key(&manifest_key(TableId(9))),
+            Key::Manifest(TableId(9))
+        );
+        assert_eq!(parse_key(&member_key("s1")), Key::Member("s1".into()));
+        assert_eq!(parse_key(&drain_key("s1")), Key::Drain("s1".into()));
+        assert_eq!(parse_key("coordinator"), Key::Coordinator);
+        assert_eq!(parse_key("member/a b"), Key::Other);
+        assert_eq!(parse_key("owner/x"), Key::Other);
+        assert!(!valid_name("") && !valid_name("a/b") && valid_name("s-1"));
+    }
+}

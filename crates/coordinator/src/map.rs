@@ -1,0 +1,511 @@
+//! The delegation map: a cache of the cluster's keys in etcd — members,
+//! tables and their SOID ranges, owners (with the owner key's revision,
+//! the fence of R2), pending moves, draining servers, the coordinator —
+//! built from one prefix get and kept current by a watch from the next
+//! revision.
+//!
+//! Invariants:
+//! - A published [`ClusterState`] is etcd's state *at* its `revision`:
+//!   the events of one revision (one transaction) arrive in one watch
+//!   response and are applied together before anything is published.
+//! - No change is missed: when the watch stream breaks (etcd restarted,
+//!   connection lost — the HTTP/2 keep-alive notices a silent one), it is
+//!   re-created from `revision + 1`; when etcd has compacted that
+//!   revision away the whole prefix is read again.
+//! - The cache never goes backwards: a full reload replaces the state
+//!   only with a newer one.
+//!
+//! Subscribers get each new state through a `tokio::sync::watch`
+//! channel ([`DelegationMap::subscribe`]).
+
+use crate::etcd::{bounded, connect, EtcdConfig};
+use crate::keys::{self, Key, OwnerValue};
+use crate::CoordError;
+use etcd_client::{Client, EventType, GetOptions, WatchOptions};
+use sextant_cluster::coordinator::ClusterView;
+use sextant_cluster::ids::{Epoch, Revision, ServerId, TableId};
+use sextant_cluster::server::Owner;
+use sextant_types::{Soid, SoidRange};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A live member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Where clients reach it.
+    pub address: String,
+    /// Its membership lease.
+    pub lease: i64,
+}
+
+/// A table's owner, as etcd says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerEntry {
+    pub server: String,
+    pub epoch: Epoch,
+    /// `mod_revision` of `owner/<table>`: the fence of R2.
+    pub rev: Revision,
+}
+
+/// A pending move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveEntry {
+    pub to: String,
+    pub rev: Revision,
+}
+
+/// The cluster's keys at one etcd revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterState {
+    /// The etcd revision this state is at (every change up to it is in).
+    pub revision: i64,
+    pub members: BTreeMap<String, Member>,
+    /// The coordinator's name, and the lease its key lives on.
+    pub coordinator: Option<(String, i64)>,
+    /// Every table and its SOID range.
+    pub tables: BTreeMap<TableId, SoidRange>,
+    pub owners: BTreeMap<TableId, OwnerEntry>,
+    pub moves: BTreeMap<TableId, MoveEntry>,
+    pub draining: BTreeSet<String>,
+    pub bootstrapped: bool,
+}
+
+/// One routing entry: a table, its range, its owner and where to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub table: TableId,
+    pub range: SoidRange,
+    pub owner: Option<OwnerEntry>,
+    /// The owner's address, when the owner is a live member.
+    pub address: Option<String>,
+}
+
+impl ClusterState {
+    /// Applies a put (`Some((value, mod_revision, lease))`) or a delete of
+    /// `key` (prefix removed). Keys and values it does not understand are
+    /// ignored (and logged): they are not this protocol's.
+    fn apply(&mut self, key: &str, put: Option<(&[u8], i64, i64)>) {
+        let text = put.map(|(v, rev, lease)| (std::str::from_utf8(v).ok(), rev, lease));
+        match (keys::parse_key(key), text) {
+            (Key::Member(n), Some((Some(addr), _, lease))) => {
+                self.members.insert(
+                    n,
+                    Member {
+                        address: addr.to_string(),
+                        lease,
+                    },
+                );
+            }
+            (Key::Member(n), None) => {
+                self.members.remove(&n);
+            }
+            (Key::Drain(n), Some(_)) => {
+                self.draining.insert(n);
+            }
+            (Key::Drain(n), None) => {
+                self.draining.remove(&n);
+            }
+            (Key::Table(t), Some((Some(v), _, _))) => match keys::decode_range(v) {
+                Some(r) => {
+                    self.tables.insert(t, r);
+                }
+                None => tracing::warn!(key, value = v, "etcd: not a SOID range; ignored"),
+            },
+            (Key::Table(t), None) => {
+                self.tables.remove(&t);
+            }
+            (Key::Owner(t), Some((Some(v), rev, _))) => match OwnerValue::decode(v) {
+                Some(o) => {
+                    self.owners.insert(
+                        t,
+                        OwnerEntry {
+                            server: o.server,
+                            epoch: o.epoch,
+                            rev: Revision(rev as u64),
+                        },
+                    );
+                }
+                None => tracing::warn!(key, value = v, "etcd: not an owner; ignored"),
+            },
+            (Key::Owner(t), None) => {
+                self.owners.remove(&t);
+            }
+            (Key::Move(t), Some((Some(v), rev, _))) if keys::valid_name(v) => {
+                self.moves.insert(
+                    t,
+                    MoveEntry {
+                        to: v.to_string(),
+                        rev: Revision(rev as u64),
+                    },
+                );
+            }
+            (Key::Move(t), None) => {
+                self.moves.remove(&t);
+            }
+            (Key::Coordinator, Some((Some(v), _, lease))) => {
+                self.coordinator = Some((v.to_string(), lease));
+            }
+            (Key::Coordinator, None) => self.coordinator = None,
+            (Key::Bootstrapped, p) => self.bootstrapped = p.is_some(),
+            // Manifests are read when a table is loaded, not cached.
+            (Key::Manifest(_), _) => {}
+            (k, _) => tracing::debug!(key, kind = ?k, "etcd: key ignored by the map"),
+        }
+    }
+
+    /// The owner of `table`.
+    pub fn owner(&self, table: TableId) -> Option<&OwnerEntry> {
+        self.owners.get(&table)
+    }
+
+    /// The table whose range holds `soid`.
+    pub fn table_of(&self, soid: Soid) -> Option<TableId> {
+        // Ranges do not overlap; few tables per cluster (a scan is fine
+        // next to an RPC).
+        self.tables
+            .iter()
+            .find(|(_, r)| r.contains(soid))
+            .map(|(t, _)| *t)
+    }
+
+    /// Where to send an operation on `soid`.
+    pub fn route(&self, soid: Soid) -> Option<Route> {
+        let table = self.table_of(soid)?;
+        self.route_table(table)
+    }
+
+    pub fn route_table(&self, table: TableId) -> Option<Route> {
+        let range = *self.tables.get(&table)?;
+        let owner = self.owners.get(&table).cloned();
+        let address = owner
+            .as_ref()
+            .and_then(|o| self.members.get(&o.server))
+            .map(|m| m.address.clone());
+        Some(Route {
+            table,
+            range,
+            owner,
+            address,
+        })
+    }
+
+    /// Every table, in SOID order of its range.
+    pub fn routes(&self) -> Vec<Route> {
+        let mut r: Vec<Route> = self
+            .tables
+            .keys()
+            .filter_map(|t| self.route_table(*t))
+            .collect();
+        r.sort_by_key(|r| r.range.first);
+        r
+    }
+
+    /// The tables `server` owns.
+    pub fn owned_by<'a>(&'a self, server: &'a str) -> impl Iterator<Item = TableId> + 'a {
+        self.owners
+            .iter()
+            .filter(move |(_, o)| o.server == server)
+            .map(|(t, _)| *t)
+    }
+
+    /// The view the pure coordinator decides on, with server names
+    /// numbered for this one decision (`names[id]` is `ServerId(id)`'s).
+    /// Only tables with a range are the coordinator's; an owner key
+    /// without a table key is left alone.
+    pub fn cluster_view(&self) -> (ClusterView, Names) {
+        let mut names = Names::default();
+        let mut view = ClusterView::default();
+        for m in self.members.keys() {
+            view.members.insert(names.id(m));
+        }
+        for d in &self.draining {
+            view.draining.insert(names.id(d));
+        }
+        for t in self.tables.keys() {
+            let o = self.owners.get(t).map(|o| {
+                (
+                    Owner {
+                        server: names.id(&o.server),
+                        epoch: o.epoch,
+                    },
+                    o.rev,
+                )
+            });
+            view.owners.insert(*t, o);
+        }
+        for (t, m) in &self.moves {
+            view.moves.insert(*t, names.id(&m.to));
+        }
+        (view, names)
+    }
+}
+
+/// Server names numbered for the pure state machines, which know servers
+/// by number.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    ids: BTreeMap<String, ServerId>,
+    names: Vec<String>,
+}
+
+impl Names {
+    pub fn id(&mut self, name: &str) -> ServerId {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        let id = ServerId(self.names.len() as u32);
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
+
+    pub fn name(&self, id: ServerId) -> Option<&str> {
+        self.names.get(id.0 as usize).map(String::as_str)
+    }
+}
+
+/// The map: a task keeping a [`ClusterState`] current. Dropping it stops
+/// the task.
+pub struct DelegationMap {
+    rx: watch::Receiver<Arc<ClusterState>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for DelegationMap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads every key of the cluster at one revision.
+pub async fn load(client: &mut Client, cfg: &EtcdConfig) -> Result<ClusterState, CoordError> {
+    let resp = bounded(
+        cfg,
+        client.get(cfg.prefix.as_bytes(), Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let mut state = ClusterState {
+        revision: resp.header().map_or(0, |h| h.revision()),
+        ..ClusterState::default()
+    };
+    for kv in resp.kvs() {
+        if let Some(k) = kv.key().strip_prefix(cfg.prefix.as_bytes()) {
+            if let Ok(k) = std::str::from_utf8(k) {
+                state.apply(k, Some((kv.value(), kv.mod_revision(), kv.lease())));
+            }
+        }
+    }
+    Ok(state)
+}
+
+impl DelegationMap {
+    /// Reads the map and starts following it; fails if etcd does not
+    /// answer the first read.
+    pub async fn start(cfg: EtcdConfig) -> Result<DelegationMap, CoordError> {
+        let mut client = connect(&cfg).await?;
+        let state = load(&mut client, &cfg).await?;
+        Ok(DelegationMap::follow(cfg, client, state))
+    }
+
+    /// Follows the map from `state` (a copy obtained earlier, e.g. a
+    /// client's cached map): the watch starts at its revision + 1, or, if
+    /// etcd compacted that away, the map is read again.
+    pub async fn resume(cfg: EtcdConfig, state: ClusterState) -> Result<DelegationMap, CoordError> {
+        let client = connect(&cfg).await?;
+        Ok(DelegationMap::follow(cfg, client, state))
+    }
+
+    fn follow(cfg: EtcdConfig, client: Client, state: ClusterState) -> DelegationMap {
+        let (tx, rx) = watch::channel(Arc::new(state));
+        let task = tokio::spawn(follow(cfg, client, tx));
+        DelegationMap { rx, task }
+    }
+
+    /// The map as last seen.
+    pub fn current(&self) -> Arc<ClusterState> {
+        self.rx.borrow().clone()
+    }
+
+    /// Every new state, as it comes.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<ClusterState>> {
+        self.rx.clone()
+    }
+
+    /// Waits up to `timeout` for a state satisfying `f`.
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        f: impl FnMut(&Arc<ClusterState>) -> bool,
+    ) -> Option<Arc<ClusterState>> {
+        let mut rx = self.subscribe();
+        let found = tokio::time::timeout(timeout, async {
+            rx.wait_for(f).await.map(|s| Arc::clone(&s)).ok()
+        })
+        .await;
+        found.ok().flatten()
+    }
+}
+
+/// How the watch of one stream ended.
+enum Ended {
+    /// Broken or silent: watch again from the last revision.
+    Broken,
+    /// etcd compacted the revision we need: read everything again.
+    Compacted,
+}
+
+async fn follow(cfg: EtcdConfig, mut client: Client, tx: watch::Sender<Arc<ClusterState>>) {
+    let mut state = (**tx.borrow()).clone();
+    let mut reload = false;
+    loop {
+        if reload {
+            match load(&mut client, &cfg).await {
+                Ok(s) if s.revision >= state.revision => {
+                    tracing::info!(revision = s.revision, "etcd: map read again");
+                    state = s;
+                    tx.send_replace(Arc::new(state.clone()));
+                    reload = false;
+                }
+                Ok(_) => reload = false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "etcd: cannot read the map; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            }
+        }
+        match watch_once(&cfg, &mut client, &mut state, &tx).await {
+            Ended::Broken => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ended::Compacted => reload = true,
+        }
+    }
+}
+
+/// One watch stream from `state.revision + 1`, applied to `state` until
+/// it ends.
+async fn watch_once(
+    cfg: &EtcdConfig,
+    client: &mut Client,
+    state: &mut ClusterState,
+    tx: &watch::Sender<Arc<ClusterState>>,
+) -> Ended {
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_progress_notify()
+        .with_start_revision(state.revision + 1);
+    let mut stream = match bounded(cfg, client.watch(cfg.prefix.as_bytes(), Some(options))).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "etcd: cannot watch the map; retrying");
+            return Ended::Broken;
+        }
+    };
+    loop {
+        let msg = match stream.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ended::Broken,
+            Err(e) => {
+                tracing::info!(error = %e, "etcd: the map's watch broke; watching again");
+                return Ended::Broken;
+            }
+        };
+        if msg.compact_revision() > 0 {
+            tracing::info!(
+                compacted = msg.compact_revision(),
+                from = state.revision + 1,
+                "etcd: the map's revision was compacted; reading it again"
+            );
+            return Ended::Compacted;
+        }
+        if msg.canceled() {
+            tracing::info!(
+                reason = msg.cancel_reason(),
+                "etcd: the map's watch was cancelled"
+            );
+            return Ended::Broken;
+        }
+        let mut changed = false;
+        for ev in msg.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let Some(k) = kv.key().strip_prefix(cfg.prefix.as_bytes()) else {
+                continue;
+            };
+            let Ok(k) = std::str::from_utf8(k) else {
+                continue;
+            };
+            let put = match ev.event_type() {
+                EventType::Put => Some((kv.value(), kv.mod_revision(), kv.lease())),
+                EventType::Delete => None,
+            };
+            state.apply(k, put);
+            state.revision = state.revision.max(kv.mod_revision());
+            changed = true;
+        }
+        if let Some(h) = msg.header() {
+            // Every event of the prefix up to the header's revision has
+            // been sent (etcd's guarantee for progress notifications and
+            // event batches alike).
+            state.revision = state.revision.max(h.revision());
+        }
+        if changed {
+            tx.send_replace(Arc::new(state.clone()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applies_puts_and_deletes_and_routes() {
+        let mut s = ClusterState::default();
+        let half = Soid::from_u128(1 << 127);
+        let lo = SoidRange::new(Soid::MIN, half.checked_prev().unwrap()).unwrap();
+        let hi = SoidRange::new(half, Soid::MAX).unwrap();
+        s.apply("member/a", Some((b"10.0.0.1:7000", 5, 77)));
+        s.apply(
+            "table/000000",
+            Some((keys::encode_range(&lo).as_bytes(), 6, 0)),
+        );
+        s.apply(
+            "table/000001",
+            Some((keys::encode_range(&hi).as_bytes(), 6, 0)),
+        );
+        s.apply("owner/000001", Some((b"3 a", 8, 0)));
+        s.apply("move/000001", Some((b"b", 9, 0)));
+        s.apply("drain/a", Some((b"", 9, 0)));
+        s.apply("coordinator", Some((b"a", 9, 77)));
+        s.apply("manifest/000001", Some((b"\xff\x00", 10, 0)));
+        s.apply("owner/000002", Some((b"garbage", 10, 0)));
+        let r = s.route(Soid::MAX).unwrap();
+        assert_eq!(r.table, TableId(1));
+        assert_eq!(r.address.as_deref(), Some("10.0.0.1:7000"));
+        assert_eq!(
+            r.owner,
+            Some(OwnerEntry {
+                server: "a".into(),
+                epoch: Epoch(3),
+                rev: Revision(8)
+            })
+        );
+        let r0 = s.route(Soid::MIN).unwrap();
+        assert_eq!((r0.table, r0.owner), (TableId(0), None));
+        assert_eq!(s.moves[&TableId(1)].to, "b");
+        assert_eq!(s.coordinator, Some(("a".into(), 77)));
+        assert!(s.draining.contains("a"));
+        let (view, names) = s.cluster_view();
+        assert_eq!(view.owners.len(), 2, "only tables with a range");
+        let a = view.owners[&TableId(1)].unwrap().0.server;
+        assert_eq!(names.name(a), Some("a"));
+        assert!(view.members.contains(&a) && view.draining.contains(&a));
+        s.apply("member/a", None);
+        s.apply("move/000001", None);
+        s.apply("coordinator", None);
+        assert!(s.route(Soid::MAX).unwrap().address.is_none());
+        assert!(s.moves.is_empty() && s.coordinator.is_none());
+    }
+}

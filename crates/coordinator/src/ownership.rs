@@ -1,0 +1,588 @@
+//! One server's tables: the I/O shell around `sextant_cluster::server::
+//! Server` (the pure ownership state machine, the same one the
+//! simulation drives).
+//!
+//! It follows the delegation map for this server's assignments and
+//! carries out what the state machine asks:
+//! - **ADD** (a table etcd names this server for): read the table's
+//!   manifest, let the [`TableHost`] load it (replaying the journal the
+//!   manifest points into), then commit the manifest the host answers —
+//!   pointing at this server's own journal — in one etcd transaction
+//!   conditional on the owner key's revision (R2) *and* the manifest's
+//!   revision as read (a retried load never moves the journal position
+//!   past what the first one acknowledged). Only then does the table
+//!   serve.
+//! - **DROP** (a `move/<table>` to another server): no acknowledgement
+//!   from then on; the host lets running operations finish and writes the
+//!   table back; one transaction conditional on the owner revision writes
+//!   the final manifest, the new owner (epoch + 1) and deletes the move —
+//!   the acknowledged DROP of R3. Its outcome unknown (etcd did not
+//!   answer), the same manifest is committed again; the table never
+//!   serves again here before the outcome is known.
+//! - A table etcd no longer names this server for, and every table when
+//!   the membership lease was lost (a new generation), is forgotten at
+//!   once.
+//!
+//! R1 is [`Ownership::may_ack`]: the membership's lease timer, of the
+//! generation the table was loaded under, and the table serving.
+//!
+//! Invariant: at most one load or handover per table is in flight; the
+//! host is never asked to forget a table while it is loading or dropping
+//! it (the task forgets it when it finishes, if the table went away).
+
+use crate::etcd::{bounded, EtcdConfig};
+use crate::keys::{self, OwnerValue};
+use crate::map::{ClusterState, Names};
+use crate::membership::Membership;
+use crate::CoordError;
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use sextant_cluster::etcd::LeaseId;
+use sextant_cluster::ids::{Epoch, Millis, Revision, TableId};
+use sextant_cluster::server::{Contents, Out, Owner, Server, TableView};
+use sextant_types::SoidRange;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+/// What a host's table operation can fail with.
+pub type HostError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A table given to this server: what the host loads, and what every
+/// manifest commit for it is fenced with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub table: TableId,
+    /// Its SOID range (as the map said when it was given).
+    pub range: SoidRange,
+    pub epoch: Epoch,
+    /// `mod_revision` of `owner/<table>` when it was given: R2's fence.
+    pub owner_rev: Revision,
+    /// The membership generation it was given under: a grant of an
+    /// earlier generation commits nothing.
+    pub generation: u64,
+}
+
+/// What the server implements over its engine: loading a table given to
+/// it, writing one back to hand it on, forgetting one lost. Called on a
+/// blocking thread (they read and write the shared store).
+pub trait TableHost: Send + Sync + 'static {
+    /// ADD: load the table from `manifest` (`None`: a new, empty table),
+    /// replaying the journal it points into, and answer the manifest to
+    /// commit — the same state, pointing at the end of this server's own
+    /// journal. Serve nothing yet. May be called again for the same table
+    /// (a retried ADD): start over.
+    fn add_table(&self, grant: &Grant, manifest: Option<&[u8]>) -> Result<Vec<u8>, HostError>;
+    /// DROP: let running operations finish, answer later ones
+    /// WRONG_SERVER, write the table back, and answer its final manifest.
+    fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError>;
+    /// The table is no longer this server's (handed over, reassigned, or
+    /// the lease was lost): discard it without writing anything. Also
+    /// called for tables the host does not have.
+    fn forget_table(&self, table: TableId);
+}
+
+/// Why a manifest commit failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// R2: the table is no longer this server's under that grant (another
+    /// owner, or a later generation): nothing was written.
+    #[error("{table} is no longer this server's (fenced at owner revision {})", owner_rev.0)]
+    Fenced { table: TableId, owner_rev: Revision },
+    /// etcd did not answer: the commit may or may not have happened (a
+    /// retry with the same grant and manifest is safe).
+    #[error(transparent)]
+    Etcd(#[from] CoordError),
+}
+
+/// Settings of the shell.
+#[derive(Clone, Debug)]
+pub struct OwnershipConfig {
+    pub etcd: EtcdConfig,
+    /// This server's name.
+    pub name: String,
+    /// How often the assignments are looked at without a map change.
+    pub tick: Duration,
+}
+
+struct St {
+    server: Server,
+    generation: u64,
+    grants: BTreeMap<TableId, Grant>,
+    /// Tables with a load or handover in flight.
+    busy: BTreeSet<TableId>,
+    /// Final manifests of dropped tables whose handover is not known to
+    /// have committed.
+    dropped: BTreeMap<TableId, Vec<u8>>,
+}
+
+struct Inner {
+    cfg: OwnershipConfig,
+    client: Client,
+    membership: Arc<Membership>,
+    map: watch::Receiver<Arc<ClusterState>>,
+    host: Arc<dyn TableHost>,
+    st: Mutex<St>,
+    wake: Notify,
+}
+
+/// The shell; dropping it stops it (the host keeps what it has).
+pub struct Ownership {
+    inner: Arc<Inner>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The pure server's own id: names are numbered per decision, this
+/// server first.
+const ME: sextant_cluster::ids::ServerId = sextant_cluster::ids::ServerId(0);
+
+impl Ownership {
+    pub fn start(
+        cfg: OwnershipConfig,
+        client: Client,
+        membership: Arc<Membership>,
+        map: watch::Receiver<Arc<ClusterState>>,
+        host: Arc<dyn TableHost>,
+    ) -> Ownership {
+        let generation = membership.generation();
+        let mut server = Server::new(ME, 0);
+        // The pure server's own timer is not used: R1 is the
+        // membership's timer (see `may_ack`).
+        server.joined(LeaseId(generation), Millis(0), u64::MAX / 4);
+        let inner = Arc::new(Inner {
+            cfg,
+            client,
+            membership,
+            map,
+            host,
+            st: Mutex::new(St {
+                server,
+                generation,
+                grants: BTreeMap::new(),
+                busy: BTreeSet::new(),
+                dropped: BTreeMap::new(),
+            }),
+            wake: Notify::new(),
+        });
+        let task = tokio::spawn(drive(Arc::clone(&inner)));
+        Ownership { inner, task }
+    }
+
+    /// R1: may this server acknowledge an operation on `table` now?
+    /// Check it after the operation is durable, right before the reply.
+    pub fn may_ack(&self, table: TableId) -> bool {
+        let m = &self.inner.membership;
+        let st = self.inner.lock();
+        st.generation == m.generation() && st.server.is_serving(table) && m.valid()
+    }
+
+    /// The grant of `table` if it serves here now (an operation may
+    /// begin; its acknowledgement still asks [`Ownership::may_ack`]).
+    pub fn serving(&self, table: TableId) -> Option<Grant> {
+        let st = self.inner.lock();
+        if !st.server.is_serving(table) {
+            return None;
+        }
+        st.grants.get(&table).cloned()
+    }
+
+    /// The tables this server serves.
+    pub fn tables(&self) -> Vec<Grant> {
+        let st = self.inner.lock();
+        st.server
+            .serving()
+            .filter_map(|t| st.grants.get(&t).cloned())
+            .collect()
+    }
+
+    /// R2: commits `manifest` as `grant.table`'s, in one etcd transaction
+    /// conditional on the owner key's revision of the grant.
+    pub async fn commit_manifest(
+        &self,
+        grant: &Grant,
+        manifest: Vec<u8>,
+    ) -> Result<(), CommitError> {
+        let fenced = || CommitError::Fenced {
+            table: grant.table,
+            owner_rev: grant.owner_rev,
+        };
+        {
+            let st = self.inner.lock();
+            if st.generation != grant.generation
+                || st.grants.get(&grant.table) != Some(grant)
+                || !st.server.holds(grant.table)
+            {
+                return Err(fenced());
+            }
+        }
+        let mut client = self.inner.client.clone();
+        commit_fenced(&mut client, &self.inner.cfg.etcd, grant, manifest).await
+    }
+}
+
+/// R2 at etcd: puts `manifest/<table>` only if `owner/<table>`'s
+/// revision is still the grant's. ([`Ownership::commit_manifest`] checks
+/// the grant locally first; this is the part a zombie cannot get past.)
+pub async fn commit_fenced(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    grant: &Grant,
+    manifest: Vec<u8>,
+) -> Result<(), CommitError> {
+    let txn = Txn::new()
+        .when(vec![Compare::mod_revision(
+            cfg.key(&keys::owner_key(grant.table)),
+            CompareOp::Equal,
+            grant.owner_rev.0 as i64,
+        )])
+        .and_then(vec![TxnOp::put(
+            cfg.key(&keys::manifest_key(grant.table)),
+            manifest,
+            None,
+        )]);
+    if bounded(cfg, client.txn(txn)).await?.succeeded() {
+        Ok(())
+    } else {
+        Err(CommitError::Fenced {
+            table: grant.table,
+            owner_rev: grant.owner_rev,
+        })
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, St> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn forget(&self, tables: Vec<TableId>) {
+        for t in tables {
+            self.host.forget_table(t);
+        }
+    }
+}
+
+async fn drive(inner: Arc<Inner>) {
+    let mut map = inner.map.clone();
+    let tick = inner.cfg.tick;
+    loop {
+        round(&inner);
+        tokio::select! {
+            r = map.changed() => if r.is_err() { return },
+            _ = inner.wake.notified() => {}
+            _ = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+/// One look at the map: forget what is gone, start loads and handovers.
+fn round(inner: &Arc<Inner>) {
+    let state = inner.map.borrow().clone();
+    let generation = inner.membership.generation();
+    let mut forget = Vec::new();
+    let mut start = Vec::new();
+    {
+        let mut st = inner.lock();
+        if st.generation != generation {
+            tracing::warn!(
+                old = st.generation,
+                new = generation,
+                "the membership lease was lost: every table is given up"
+            );
+            let old = st.generation;
+            st.server.lease_lost(LeaseId(old));
+            st.server
+                .joined(LeaseId(generation), Millis(0), u64::MAX / 4);
+            st.generation = generation;
+            let held: Vec<TableId> = st.grants.keys().copied().collect();
+            for t in held {
+                st.grants.remove(&t);
+                st.dropped.remove(&t);
+                if !st.busy.contains(&t) {
+                    forget.push(t);
+                }
+            }
+        }
+        let mut names = Names::default();
+        names.id(&inner.cfg.name); // ME
+        let views: Vec<TableView> = state
+            .owners
+            .iter()
+            .filter(|(t, _)| state.tables.contains_key(t))
+            .map(|(t, o)| TableView {
+                table: *t,
+                owner: Owner {
+                    server: names.id(&o.server),
+                    epoch: o.epoch,
+                },
+                owner_rev: o.rev,
+                move_to: state.moves.get(t).map(|m| names.id(&m.to)),
+            })
+            .collect();
+        let outs = st.server.observe(&views);
+        let gone: Vec<TableId> = st
+            .grants
+            .keys()
+            .filter(|t| !st.server.holds(**t))
+            .copied()
+            .collect();
+        for t in gone {
+            st.grants.remove(&t);
+            st.dropped.remove(&t);
+            if !st.busy.contains(&t) {
+                forget.push(t);
+            }
+        }
+        for o in outs {
+            match o {
+                Out::Load { table, owner_rev } => {
+                    let (Some(range), Some(owner)) =
+                        (state.tables.get(&table), state.owners.get(&table))
+                    else {
+                        continue;
+                    };
+                    if !st.busy.insert(table) {
+                        continue;
+                    }
+                    let grant = Grant {
+                        table,
+                        range: *range,
+                        epoch: owner.epoch,
+                        owner_rev,
+                        generation,
+                    };
+                    st.grants.insert(table, grant.clone());
+                    start.push(Task::Load(grant));
+                }
+                Out::Handover {
+                    table,
+                    owner_rev,
+                    to,
+                    epoch,
+                    ..
+                } => {
+                    let Some(to) = names.name(to).map(str::to_string) else {
+                        continue;
+                    };
+                    if !st.busy.insert(table) {
+                        continue;
+                    }
+                    let dropped = st.dropped.get(&table).cloned();
+                    start.push(Task::Handover {
+                        table,
+                        owner_rev,
+                        to,
+                        epoch,
+                        dropped,
+                        generation,
+                    });
+                }
+                Out::Join | Out::KeepAlive { .. } => {} // the membership's
+            }
+        }
+    }
+    if !forget.is_empty() {
+        let i = Arc::clone(inner);
+        tokio::task::spawn_blocking(move || i.forget(forget));
+    }
+    for t in start {
+        tokio::spawn(run(Arc::clone(inner), t));
+    }
+}
+
+enum Task {
+    Load(Grant),
+    Handover {
+        table: TableId,
+        owner_rev: Revision,
+        to: String,
+        epoch: Epoch,
+        dropped: Option<Vec<u8>>,
+        generation: u64,
+    },
+}
+
+async fn run(inner: Arc<Inner>, task: Task) {
+    match task {
+        Task::Load(grant) => load(&inner, grant).await,
+        Task::Handover {
+            table,
+            owner_rev,
+            to,
+            epoch,
+            dropped,
+            generation,
+        } => handover(&inner, table, owner_rev, &to, epoch, dropped, generation).await,
+    }
+    inner.wake.notify_one();
+}
+
+/// Is `table` still held here under this grant's assignment?
+fn current(st: &St, table: TableId, owner_rev: Revision, generation: u64) -> bool {
+    st.generation == generation
+        && st.server.holds(table)
+        && st
+            .grants
+            .get(&table)
+            .is_some_and(|g| g.owner_rev == owner_rev)
+}
+
+async fn load(inner: &Arc<Inner>, grant: Grant) {
+    let t = grant.table;
+    let result = load_and_commit(inner, &grant).await;
+    let forget = {
+        let mut st = inner.lock();
+        st.busy.remove(&t);
+        let here = current(&st, t, grant.owner_rev, grant.generation);
+        match (&result, here) {
+            (Ok(true), true) => {
+                st.server.loaded(t, grant.owner_rev, Ok(Contents::new()));
+                tracing::info!(table = %t, epoch = grant.epoch.0, "table added: serving");
+                false
+            }
+            (_, false) => true, // went away meanwhile
+            (Ok(false), true) | (Err(_), true) => {
+                // Refused (the owner or manifest moved on) or unknown:
+                // given up; the next look at the map loads it again if
+                // it is still this server's.
+                st.server.loaded(t, grant.owner_rev, Err(()));
+                st.grants.remove(&t);
+                true
+            }
+        }
+    };
+    if let Err(e) = &result {
+        tracing::warn!(table = %t, error = %e, "loading a table failed; retrying");
+    }
+    if forget {
+        let i = Arc::clone(inner);
+        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(t)).await;
+    }
+}
+
+/// Reads the manifest, lets the host load the table, commits the
+/// manifest it answers (R2 and the manifest's revision as read). `true`:
+/// committed.
+async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, String> {
+    let cfg = &inner.cfg.etcd;
+    let mut client = inner.client.clone();
+    let mkey = cfg.key(&keys::manifest_key(grant.table));
+    let resp = bounded(cfg, client.get(mkey.as_bytes(), None))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (manifest, read_rev) = match resp.kvs().first() {
+        Some(kv) => (Some(kv.value().to_vec()), kv.mod_revision()),
+        None => (None, 0),
+    };
+    let host = Arc::clone(&inner.host);
+    let g = grant.clone();
+    let new = tokio::task::spawn_blocking(move || host.add_table(&g, manifest.as_deref()))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("the host could not load it: {e}"))?;
+    let txn = Txn::new()
+        .when(vec![
+            Compare::mod_revision(
+                cfg.key(&keys::owner_key(grant.table)),
+                CompareOp::Equal,
+                grant.owner_rev.0 as i64,
+            ),
+            Compare::mod_revision(mkey.clone(), CompareOp::Equal, read_rev),
+        ])
+        .and_then(vec![TxnOp::put(mkey, new, None)]);
+    Ok(bounded(cfg, client.txn(txn))
+        .await
+        .map_err(|e| e.to_string())?
+        .succeeded())
+}
+
+async fn handover(
+    inner: &Arc<Inner>,
+    table: TableId,
+    owner_rev: Revision,
+    to: &str,
+    epoch: Epoch,
+    dropped: Option<Vec<u8>>,
+    generation: u64,
+) {
+    let manifest = match dropped {
+        Some(m) => m,
+        None => {
+            let host = Arc::clone(&inner.host);
+            match tokio::task::spawn_blocking(move || host.drop_table(table)).await {
+                Ok(Ok(m)) => {
+                    let mut st = inner.lock();
+                    if current(&st, table, owner_rev, generation) {
+                        st.dropped.insert(table, m.clone());
+                    }
+                    m
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(table = %table, error = %e, "dropping a table failed; retrying");
+                    inner.lock().busy.remove(&table);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(table = %table, error = %e, "dropping a table failed; retrying");
+                    inner.lock().busy.remove(&table);
+                    return;
+                }
+            }
+        }
+    };
+    let cfg = &inner.cfg.etcd;
+    let owner = OwnerValue {
+        epoch: Epoch(epoch.0 + 1),
+        server: to.to_string(),
+    };
+    let txn = Txn::new()
+        .when(vec![Compare::mod_revision(
+            cfg.key(&keys::owner_key(table)),
+            CompareOp::Equal,
+            owner_rev.0 as i64,
+        )])
+        .and_then(vec![
+            TxnOp::put(cfg.key(&keys::manifest_key(table)), manifest, None),
+            TxnOp::put(cfg.key(&keys::owner_key(table)), owner.encode(), None),
+            TxnOp::delete(cfg.key(&keys::move_key(table)), None),
+        ]);
+    let mut client = inner.client.clone();
+    let result = bounded(cfg, client.txn(txn)).await;
+    let forget = {
+        let mut st = inner.lock();
+        st.busy.remove(&table);
+        let here = current(&st, table, owner_rev, generation);
+        match &result {
+            Ok(r) => {
+                if r.succeeded() {
+                    tracing::info!(table = %table, to, epoch = epoch.0 + 1, "table handed over (moved)");
+                } else {
+                    tracing::warn!(table = %table, "handover refused: the table was reassigned meanwhile");
+                }
+                if here {
+                    st.server.handed_over(table);
+                    st.grants.remove(&table);
+                    st.dropped.remove(&table);
+                }
+                true
+            }
+            Err(e) => {
+                // Unknown: the table stays dropping (no acknowledgement)
+                // and the same manifest is committed again next round.
+                tracing::warn!(table = %table, error = %e, "handover: no answer from etcd; retrying");
+                !here
+            }
+        }
+    };
+    if forget {
+        let i = Arc::clone(inner);
+        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
+    }
+}

@@ -1,0 +1,558 @@
+//! The cluster's coordination against a real etcd: the delegation map's
+//! watch across an etcd kill -9 and a compaction, manifest commits fenced
+//! after a reassignment (R2), the coordinator's election moving on with a
+//! half-done move, a drain, and failover of a dead server's tables within
+//! TTL + margin. Servers are `EtcdCluster`s in this process over a fake
+//! `TableHost` that records what it is asked.
+
+mod common;
+
+use common::{logs, within, Etcd, SIGCONT, SIGSTOP};
+use etcd_client::{Client, CompactionOptions, GetOptions};
+use sextant_cluster::ids::TableId;
+use sextant_coordinator::keys::{self, OwnerValue};
+use sextant_coordinator::map::{load, ClusterState};
+use sextant_coordinator::ownership::commit_fenced;
+use sextant_coordinator::{
+    admin, ClusterConfig, CommitError, Coordination, DelegationMap, EtcdCluster, EtcdConfig, Grant,
+    HostError, MembershipConfig, TableHost,
+};
+use sextant_types::{Soid, SoidRange};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn etcd_config(e: &Etcd) -> EtcdConfig {
+    EtcdConfig {
+        request_timeout: Duration::from_millis(1_000),
+        prefix: "/t/".into(),
+        ..EtcdConfig::new(vec![e.endpoint()])
+    }
+}
+
+/// A connected client, once etcd answers (it listens before it has
+/// elected itself leader).
+async fn client(e: &Etcd) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = Client::connect([e.endpoint()], None).await;
+        if let Ok(mut c) = c {
+            if c.get("x", None).await.is_ok() {
+                return c;
+            }
+        }
+        assert!(Instant::now() < deadline, "etcd does not answer");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the fake host was asked, and what it holds.
+#[derive(Default)]
+struct Fake {
+    name: String,
+    loaded: Mutex<BTreeMap<TableId, Option<Vec<u8>>>>,
+    log: Mutex<Vec<String>>,
+    /// While true, `drop_table` waits.
+    gate: (Mutex<bool>, Condvar),
+}
+
+impl Fake {
+    fn new(name: &str) -> Arc<Fake> {
+        Arc::new(Fake {
+            name: name.into(),
+            ..Fake::default()
+        })
+    }
+
+    fn holds(&self) -> Vec<TableId> {
+        self.loaded.lock().unwrap().keys().copied().collect()
+    }
+
+    fn close_gate(&self, closed: bool) {
+        *self.gate.0.lock().unwrap() = closed;
+        self.gate.1.notify_all();
+    }
+
+    fn logged(&self, what: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l == what)
+    }
+}
+
+impl TableHost for Fake {
+    fn add_table(&self, grant: &Grant, manifest: Option<&[u8]>) -> Result<Vec<u8>, HostError> {
+        self.loaded
+            .lock()
+            .unwrap()
+            .insert(grant.table, manifest.map(<[u8]>::to_vec));
+        let from = manifest.map(String::from_utf8_lossy);
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("add {} from {from:?}", grant.table));
+        Ok(format!("{} loaded {} e{}", self.name, grant.table, grant.epoch.0).into_bytes())
+    }
+
+    fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError> {
+        self.log.lock().unwrap().push(format!("dropping {table}"));
+        let mut closed = self.gate.0.lock().unwrap();
+        while *closed {
+            closed = self.gate.1.wait(closed).unwrap();
+        }
+        self.loaded.lock().unwrap().remove(&table);
+        Ok(format!("{} dropped {table}", self.name).into_bytes())
+    }
+
+    fn forget_table(&self, table: TableId) {
+        self.loaded.lock().unwrap().remove(&table);
+    }
+}
+
+async fn server(e: &Etcd, name: &str) -> (EtcdCluster, Arc<Fake>) {
+    let m = MembershipConfig {
+        ttl: TTL,
+        margin: Duration::from_millis(300),
+        ..MembershipConfig::new(etcd_config(e), name, &format!("{name}.addr:1"))
+    };
+    let host = Fake::new(name);
+    let c = EtcdCluster::start(ClusterConfig::new(m), host.clone())
+        .await
+        .unwrap_or_else(|err| panic!("start {name}: {err}"));
+    (c, host)
+}
+
+/// Cuts the SOID space into `n` tables (as splits would) before any
+/// server starts: `table/<i>` for i in 1..n, the root (0) the first piece
+/// once the coordinator bootstraps... here all written directly, with the
+/// bootstrap mark, so the coordinator assigns them.
+async fn tables(c: &mut Client, cfg: &EtcdConfig, n: u32) {
+    let step = u128::MAX / n as u128;
+    for i in 0..n {
+        let first = Soid::from_u128(step * i as u128 + if i == 0 { 0 } else { 1 });
+        let last = if i + 1 == n {
+            Soid::MAX
+        } else {
+            Soid::from_u128(step * (i as u128 + 1))
+        };
+        let r = SoidRange::new(first, last).unwrap();
+        c.put(
+            cfg.key(&keys::table_key(TableId(i))),
+            keys::encode_range(&r),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    c.put(cfg.key(keys::BOOTSTRAPPED_KEY), "1", None)
+        .await
+        .unwrap();
+}
+
+fn owners(s: &ClusterState) -> BTreeMap<TableId, String> {
+    s.owners
+        .iter()
+        .map(|(t, o)| (*t, o.server.clone()))
+        .collect()
+}
+
+/// Every table owned, by a member that serves it (per its own shell).
+fn settled(s: &ClusterState, servers: &[(&EtcdCluster, &Arc<Fake>)]) -> bool {
+    !s.tables.is_empty()
+        && s.tables.keys().all(|t| {
+            s.owner(*t).is_some_and(|o| {
+                servers
+                    .iter()
+                    .any(|(c, h)| c.name() == o.server && c.may_ack(*t) && h.holds().contains(t))
+            })
+        })
+        && s.moves.is_empty()
+}
+
+/// Polls the map (its predicate may also ask the servers, whose state
+/// changes without a map change) until `f` holds, up to `timeout`.
+trait Until {
+    async fn until(
+        &self,
+        timeout: Duration,
+        f: impl FnMut(&Arc<ClusterState>) -> bool,
+    ) -> Option<Arc<ClusterState>>;
+}
+
+impl Until for DelegationMap {
+    async fn until(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&Arc<ClusterState>) -> bool,
+    ) -> Option<Arc<ClusterState>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.current();
+            if f(&s) {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The state as the map holds it, but for the revision (a progress
+/// notification may have moved it past a fresh read's).
+fn same(a: &ClusterState, b: &ClusterState) -> bool {
+    ClusterState {
+        revision: 0,
+        ..a.clone()
+    } == ClusterState {
+        revision: 0,
+        ..b.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_map_misses_nothing_across_an_etcd_kill_and_a_compaction() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    tables(&mut c, &cfg, 3).await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    assert_eq!(map.current().tables.len(), 3);
+    let early = (*map.current()).clone();
+    let owner = |s: &str, e: u64| {
+        OwnerValue {
+            epoch: sextant_cluster::ids::Epoch(e),
+            server: s.into(),
+        }
+        .encode()
+    };
+    c.put(cfg.key(&keys::owner_key(TableId(0))), owner("a", 1), None)
+        .await
+        .unwrap();
+    assert!(map
+        .until(Duration::from_secs(5), |s| s.owners.len() == 1)
+        .await
+        .is_some());
+
+    // kill -9 and restart; changes made as soon as it is back, before
+    // the map has watched again, must all arrive.
+    etcd.kill_and_restart();
+    let mut c = client(&etcd).await;
+    c.put(cfg.key(&keys::owner_key(TableId(1))), owner("b", 1), None)
+        .await
+        .unwrap();
+    c.put(cfg.key(&keys::move_key(TableId(1))), "a", None)
+        .await
+        .unwrap();
+    c.delete(cfg.key(&keys::table_key(TableId(2))), None)
+        .await
+        .unwrap();
+    c.put(cfg.key(&keys::owner_key(TableId(0))), owner("b", 2), None)
+        .await
+        .unwrap();
+    let fresh = load(&mut c, &cfg).await.unwrap();
+    let caught_up = map
+        .until(Duration::from_secs(15), |s| same(s, &fresh))
+        .await;
+    assert!(
+        caught_up.is_some(),
+        "after the restart the map is {:?}, etcd holds {fresh:?}",
+        map.current()
+    );
+
+    // A map resumed from an old copy whose revision etcd has compacted
+    // away reads everything again.
+    let rev = fresh.revision;
+    c.compact(rev, Some(CompactionOptions::new().with_physical()))
+        .await
+        .unwrap();
+    let resumed = DelegationMap::resume(cfg.clone(), early.clone())
+        .await
+        .unwrap();
+    assert!(
+        resumed
+            .until(Duration::from_secs(10), |s| same(s, &fresh))
+            .await
+            .is_some(),
+        "resumed from revision {} after a compaction at {rev}: {:?}",
+        early.revision,
+        resumed.current()
+    );
+    // Routing from the map: table 1 holds the second third of the SOID
+    // space, owned by b (no member: no address); table 2 is gone.
+    assert!(map.current().route(Soid::MAX).is_none());
+    let r = map
+        .current()
+        .route(Soid::from_u128(u128::MAX / 3 + 5))
+        .unwrap();
+    assert_eq!(r.table, TableId(1));
+    assert_eq!(r.owner.map(|o| o.server).as_deref(), Some("b"));
+    assert!(r.address.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_then_a_reassigned_table_fences_its_old_owner() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    // An empty cluster: the first coordinator creates the root table and
+    // gives it to a member.
+    let (a, ha) = server(&etcd, "a").await;
+    let m = a.delegation_map();
+    let s = m
+        .until(Duration::from_secs(10), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .expect("the root table is created and served");
+    assert_eq!(s.tables[&keys::ROOT_TABLE], SoidRange::ALL);
+    // R1: etcd paused, a stops acknowledging within the TTL by its own
+    // timer, though nothing told it the table is gone; etcd back, it
+    // serves again (the same lease extended, or a new generation that
+    // loads the table again).
+    etcd.signal(SIGSTOP);
+    let stopped = within(
+        "a stops acknowledging",
+        TTL + Duration::from_secs(2),
+        || !a.may_ack(keys::ROOT_TABLE),
+    )
+    .await;
+    assert!(a.serving(keys::ROOT_TABLE).is_some(), "still holds it");
+    etcd.signal(SIGCONT);
+    eprintln!("etcd paused: a stopped acknowledging after {stopped:?}");
+    within("a serves again", Duration::from_secs(15), || {
+        a.may_ack(keys::ROOT_TABLE)
+    })
+    .await;
+    let grant = a.serving(keys::ROOT_TABLE).unwrap();
+    a.commit_manifest(&grant, b"a's snapshot".to_vec())
+        .await
+        .unwrap();
+
+    let (b, hb) = server(&etcd, "b").await;
+    // a's lease revoked (as if it expired): R3 lets the coordinator give
+    // the table to b at the next epoch.
+    let lease = a.membership().lease();
+    c.lease_revoke(lease).await.unwrap();
+    let s = m
+        .until(Duration::from_secs(10), |s| {
+            s.owner(keys::ROOT_TABLE)
+                .is_some_and(|o| o.server == "b" && o.epoch.0 == grant.epoch.0 + 1)
+        })
+        .await
+        .expect("reassigned to b");
+    let new_rev = s.owner(keys::ROOT_TABLE).unwrap().rev;
+    within("b serves the table", Duration::from_secs(10), || {
+        b.may_ack(keys::ROOT_TABLE)
+    })
+    .await;
+    // b loaded it from a's last manifest.
+    assert_eq!(
+        hb.loaded.lock().unwrap()[&keys::ROOT_TABLE].as_deref(),
+        Some(&b"a's snapshot"[..])
+    );
+    // a, a zombie under its old grant: no acknowledgement, and etcd
+    // refuses its manifest (R2) — also straight at etcd, past a's own
+    // bookkeeping.
+    assert!(!a.may_ack(keys::ROOT_TABLE));
+    assert!(matches!(
+        a.commit_manifest(&grant, b"zombie".to_vec()).await,
+        Err(CommitError::Fenced { .. })
+    ));
+    assert!(matches!(
+        commit_fenced(&mut c, &cfg, &grant, b"zombie".to_vec()).await,
+        Err(CommitError::Fenced { .. })
+    ));
+    let mkey = cfg.key(&keys::manifest_key(keys::ROOT_TABLE));
+    let v = c.get(mkey.as_bytes(), None).await.unwrap();
+    assert_eq!(v.kvs()[0].value(), b"b loaded t0 e2");
+    // The new owner's grant commits.
+    let g = b.serving(keys::ROOT_TABLE).unwrap();
+    assert_eq!(g.owner_rev, new_rev);
+    b.commit_manifest(&g, b"b's snapshot".to_vec())
+        .await
+        .unwrap();
+    // a joined again (a new generation) and holds nothing.
+    within("a forgets the table", Duration::from_secs(10), || {
+        ha.holds().is_empty()
+    })
+    .await;
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_coordinator_lets_a_half_done_move_finish_and_a_drain_empties_a_server() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    tables(&mut c, &cfg, 6).await;
+    let mut servers = BTreeMap::new();
+    for n in ["a", "b", "c"] {
+        servers.insert(n.to_string(), server(&etcd, n).await);
+    }
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    let all = |servers: &BTreeMap<String, (EtcdCluster, Arc<Fake>)>, s: &ClusterState| {
+        let v: Vec<_> = servers.values().map(|(c, h)| (c, h)).collect();
+        settled(s, &v)
+    };
+    let s = map
+        .until(Duration::from_secs(15), |s| {
+            all(&servers, s) && {
+                let o = owners(s);
+                servers
+                    .keys()
+                    .all(|n| o.values().filter(|x| *x == n).count() == 2)
+            }
+        })
+        .await
+        .unwrap_or_else(|| panic!("not spread 2/2/2: {:?}", owners(&map.current())));
+    let coordinator = s.coordinator.clone().unwrap().0;
+    // A table owned by someone else, to move to the third server.
+    let (table, from) = owners(&s)
+        .into_iter()
+        .find(|(_, o)| *o != coordinator)
+        .unwrap();
+    let to = servers
+        .keys()
+        .find(|n| **n != coordinator && **n != from)
+        .unwrap()
+        .clone();
+    servers[&from].1.close_gate(true);
+    assert!(admin::request_move(&mut c, &cfg, table, &to).await.unwrap());
+    // A move to the table's own owner is refused (it would never finish).
+    assert!(!admin::request_move(&mut c, &cfg, table, &from)
+        .await
+        .unwrap());
+    within("the owner starts dropping", Duration::from_secs(10), || {
+        servers[&from].1.logged(&format!("dropping {table}"))
+    })
+    .await;
+    assert!(!servers[&from].0.may_ack(table), "dropping: no acks");
+
+    // The coordinator dies (its process gone, its lease revoked).
+    let (k, _) = servers.remove(&coordinator).unwrap();
+    let lease = k.membership().lease();
+    drop(k);
+    c.lease_revoke(lease).await.unwrap();
+    let s = map
+        .until(Duration::from_secs(10), |s| {
+            s.coordinator
+                .as_ref()
+                .is_some_and(|(n, _)| *n != coordinator)
+        })
+        .await
+        .expect("another server is elected");
+    eprintln!("coordinator {coordinator} -> {:?}", s.coordinator);
+    // The move finishes once the owner has written the table back; the
+    // dead coordinator's tables go to the live servers (R3).
+    servers[&from].1.close_gate(false);
+    let s = map
+        .until(Duration::from_secs(15), |s| all(&servers, s))
+        .await
+        .unwrap_or_else(|| panic!("not settled: {:?}", map.current()));
+    // `to` loaded it from the final manifest of `from`'s DROP (the
+    // balancer may have moved it on since).
+    assert!(servers[&to].1.logged(&format!(
+        "add {table} from Some(\"{from} dropped {table}\")"
+    )));
+    assert!(owners(&s).values().all(|o| *o != coordinator));
+
+    // Drain `to`: every table ends on the other server.
+    let other = servers.keys().find(|n| **n != to).unwrap().clone();
+    admin::set_draining(&mut c, &cfg, &to, true).await.unwrap();
+    let s = map
+        .until(Duration::from_secs(20), |s| {
+            all(&servers, s) && owners(s).values().all(|o| *o == other)
+        })
+        .await
+        .unwrap_or_else(|| panic!("not drained: {:?}", owners(&map.current())));
+    assert_eq!(s.tables.len(), 6);
+    within(
+        "the drained server holds nothing",
+        Duration::from_secs(5),
+        || servers[&to].1.holds().is_empty() && servers[&to].0.tables().is_empty(),
+    )
+    .await;
+
+    // `to` takes tables again; `other` leaves cleanly: its tables move to
+    // `to` by DROP/ADD and its member key is gone at once, not after a TTL.
+    admin::set_draining(&mut c, &cfg, &to, false).await.unwrap();
+    let (o, ho) = servers.remove(&other).unwrap();
+    let left = Instant::now();
+    o.leave(Duration::from_secs(20)).await.unwrap();
+    eprintln!("{other} left in {:?}", left.elapsed());
+    let s = map
+        .until(Duration::from_secs(5), |s| !s.members.contains_key(&other))
+        .await
+        .expect("the member key is gone");
+    assert!(owners(&s).values().all(|o| *o == to), "{:?}", owners(&s));
+    assert!(ho.holds().is_empty());
+    assert!(!s.draining.contains(&other));
+    let s = map
+        .until(Duration::from_secs(10), |s| all(&servers, s))
+        .await
+        .unwrap_or_else(|| panic!("not settled: {:?}", map.current()));
+    assert_eq!(s.tables.len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_servers_tables_are_served_again_within_ttl_and_a_margin() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    tables(&mut c, &cfg, 4).await;
+    let (a, ha) = server(&etcd, "a").await;
+    let (b, hb) = server(&etcd, "b").await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    let s = map
+        .until(Duration::from_secs(15), |s| {
+            settled(s, &[(&a, &ha), (&b, &hb)])
+                && owners(s).values().filter(|o| *o == "a").count() == 2
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "not spread: {:?}; a serves {:?} holds {:?}; b serves {:?} holds {:?}",
+                map.current(),
+                a.tables(),
+                ha.holds(),
+                b.tables(),
+                hb.holds()
+            )
+        });
+    let of_a: Vec<TableId> = s.owned_by("a").collect();
+    // kill -9 of a: nothing revoked, its lease runs out by itself.
+    let killed = Instant::now();
+    drop(a);
+    let took = within("b serves a's tables", TTL + Duration::from_secs(6), || {
+        of_a.iter().all(|t| b.may_ack(*t))
+    })
+    .await;
+    eprintln!("failover: {took:?} (TTL {TTL:?})");
+    // TTL + 2 s, with 1 s of slack for a loaded 2-core machine.
+    assert!(
+        killed.elapsed() <= TTL + Duration::from_secs(3),
+        "failover took {took:?}"
+    );
+    let all = c
+        .get(cfg.key("owner/"), Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_eq!(all.kvs().len(), 4);
+    drop(b);
+}

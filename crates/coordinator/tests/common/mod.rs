@@ -1,0 +1,122 @@
+//! A real etcd for the tests (Debian's `etcd-server`, 3.4, with
+//! `--unsafe-no-fsync`): started per test on free ports, killed (-9) and
+//! restarted on the same data, paused. Tests skip, and say so, where no
+//! `etcd` binary is installed (scripts/ensure-deps.sh installs it).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    child: Child,
+    dir: PathBuf,
+    client: u16,
+    peer: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    pub fn start(dir: &Path) -> Option<Etcd> {
+        if Command::new("etcd").arg("--version").output().is_err() {
+            eprintln!("skipped: no etcd binary (apt-get install etcd-server)");
+            return None;
+        }
+        let (client, peer) = (free_port(), free_port());
+        let child = Etcd::spawn(dir, client, peer);
+        let e = Etcd {
+            child,
+            dir: dir.to_path_buf(),
+            client,
+            peer,
+        };
+        e.wait_ready();
+        Some(e)
+    }
+
+    fn spawn(dir: &Path, client: u16, peer: u16) -> Child {
+        let c = format!("http://127.0.0.1:{client}");
+        let p = format!("http://127.0.0.1:{peer}");
+        Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+            .args([
+                "--listen-peer-urls",
+                &p,
+                "--initial-advertise-peer-urls",
+                &p,
+            ])
+            .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn etcd")
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client)
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc_kill(self.child.id() as i32, sig) };
+    }
+
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Etcd::spawn(&self.dir, self.client, self.peer);
+        self.wait_ready();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.signal(SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub const SIGSTOP: i32 = 19;
+pub const SIGCONT: i32 = 18;
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Waits up to `within` for `f`; the time it took.
+pub async fn within(what: &str, within: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+/// Logs to the test's output (`RUST_LOG` picks what).
+pub fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
