@@ -48,7 +48,8 @@ pub enum Error {
     /// The operation failed on the server (one errno each).
     #[error("{0}")]
     Fs(#[from] FsError),
-    /// The server refused the cluster secret.
+    /// The server refused the call: a wrong cluster secret, or none over
+    /// TCP.
     #[error("authentication failed: wrong cluster secret")]
     Auth,
     /// No server answered within the retry time.
@@ -200,7 +201,9 @@ impl Drop for SeqGuard<'_> {
 struct Inner {
     addr: String,
     target: Target,
-    secret: MetadataValue<tonic::metadata::Ascii>,
+    /// The cluster secret (`None`: a local user on the server's Unix
+    /// socket, served as the identity the kernel gives it).
+    secret: Option<MetadataValue<tonic::metadata::Ascii>>,
     client_id: u64,
     /// Exactly-once sequence numbers (see [`Outstanding`]).
     outstanding: Mutex<Outstanding>,
@@ -241,7 +244,7 @@ impl Inner {
     fn new(
         addr: String,
         target: Target,
-        secret: MetadataValue<tonic::metadata::Ascii>,
+        secret: Option<MetadataValue<tonic::metadata::Ascii>>,
         options: Options,
         backups: Arc<Mutex<backup::Backups>>,
         session_broke: Arc<tokio::sync::Notify>,
@@ -261,6 +264,17 @@ impl Inner {
             backups,
             session_broke,
             retries,
+        }
+    }
+}
+
+impl Inner {
+    /// Puts the secret, if this client has one, on a call.
+    fn authorize<T>(&self, request: &mut tonic::Request<T>) {
+        if let Some(secret) = &self.secret {
+            request
+                .metadata_mut()
+                .insert(SECRET_METADATA, secret.clone());
         }
     }
 }
@@ -347,6 +361,11 @@ impl Client {
     /// Connects to `addr` (`host:port`, or `unix:PATH` for a Unix socket
     /// on this machine) with the cluster `secret`; fails
     /// at once on a wrong secret or when nothing answers.
+    ///
+    /// An empty `secret` sends none: on the server's Unix socket every
+    /// request then runs as the identity the kernel gives this process
+    /// (whatever credentials the calls pass); over TCP the server refuses
+    /// it ([`Error::Auth`]).
     pub async fn connect(addr: &str, secret: &str, options: Options) -> Result<Client> {
         let unavailable = |reason: String| Error::Unavailable {
             addr: addr.to_string(),
@@ -357,8 +376,13 @@ impl Client {
             domain: options.tls_domain.clone().unwrap_or_else(|| host_of(addr)),
         });
         let target = Target::new(addr, options.connect_timeout, tls).map_err(unavailable)?;
-        let secret = MetadataValue::try_from(secret.trim())
-            .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?;
+        let secret = match secret.trim() {
+            "" => None,
+            s => Some(
+                MetadataValue::try_from(s)
+                    .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?,
+            ),
+        };
         let client = Client {
             inner: Arc::new(Inner::new(
                 addr.to_string(),
@@ -476,9 +500,7 @@ impl Client {
             .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel::<pb::Request>(1024);
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.inner.secret.clone());
+        self.inner.authorize(&mut request);
         // A server that accepts connections but does not answer (stopped,
         // SIGSTOPped, wedged) must not hang the caller until HTTP/2's
         // keep-alive gives up (~50 s): the session opens within the
@@ -558,9 +580,7 @@ impl Client {
         for req in requests {
             let incarnation = req.incarnation;
             let mut request = tonic::Request::new(req);
-            request
-                .metadata_mut()
-                .insert(SECRET_METADATA, self.inner.secret.clone());
+            self.inner.authorize(&mut request);
             let reply = match grpc.recover(request).await {
                 Ok(r) => r.into_inner(),
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
