@@ -535,6 +535,12 @@ fn local_users_get_what_ext4_gives_them() {
             "{}'s directory is theirs: {a:?}",
             user.name
         );
+        // bench, too (over the client library, through the socket).
+        let bench = w.sextant(
+            Some(*user),
+            &["bench", "-n", "1", "-i", "5", "--under", "/t/pub", "-q"].map(String::from),
+        );
+        assert!(bench.status.success(), "bench as {}: {bench:?}", user.name);
     }
 }
 
