@@ -204,10 +204,10 @@ enum Backend {
 }
 
 fn connect(cli: &Cli, addr: &str, rt: &tokio::runtime::Runtime) -> Result<Client> {
-    let secret = crate::session::secret_for_server(cli, addr)?;
+    let (addr, secret) = crate::session::server_for(cli, addr)?;
     let options = crate::session::client_options(cli.tls_ca.as_deref())?;
-    rt.block_on(Client::connect(addr, &secret, options))
-        .map_err(|e| crate::session::connect_failed(addr, cli.tls_ca.as_deref(), e))
+    rt.block_on(Client::connect(&addr, &secret, options))
+        .map_err(|e| crate::session::connect_failed(&addr, cli.tls_ca.as_deref(), e))
 }
 
 /// `sextant bench`.

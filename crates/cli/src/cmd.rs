@@ -108,6 +108,45 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
             }
         }
         Command::Sync => s.sync().await?,
+        Command::Chmod { mode, paths } => {
+            for p in &paths {
+                let set = SetAttr {
+                    perm: Some(mode),
+                    ..Default::default()
+                };
+                setattr(&s, &ns(p)?, &set).await?;
+            }
+        }
+        Command::Chown { owner, paths } => {
+            let (uid, gid) = parse_owner(&owner)?;
+            for p in &paths {
+                let set = SetAttr {
+                    uid,
+                    gid,
+                    ..Default::default()
+                };
+                setattr(&s, &ns(p)?, &set).await?;
+            }
+        }
+        Command::Getfattr { name, path } => {
+            let path = ns(&path)?;
+            let a = s.resolve(&path, true).await?;
+            let value = s
+                .getxattr(a.soid, name.as_bytes())
+                .await
+                .map_err(|e| fs_err(e, &path))?;
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&value)?;
+            out.write_all(b"\n")?;
+        }
+        Command::Setfattr { name, value, path } => {
+            let path = ns(&path)?;
+            let a = s.resolve(&path, true).await?;
+            s.setxattr(a.soid, name.as_bytes(), value.as_bytes())
+                .await
+                .map_err(|e| fs_err(e, &path))?;
+        }
     }
     s.close().await
 }
@@ -201,6 +240,11 @@ fn print_settings(set: &crate::settings::Settings) {
     if let Some(v) = &set.tls_ca {
         println!("TLS authority   {} ({})", v.value.display(), v.source);
     }
+    println!(
+        "local socket    {} ({}; used as yourself when the secret is not readable)",
+        set.socket.value.display(),
+        set.socket.source
+    );
 }
 
 fn settings_json(set: &crate::settings::Settings) -> serde_json::Value {
@@ -210,6 +254,7 @@ fn settings_json(set: &crate::settings::Settings) -> serde_json::Value {
         "server": set.server.as_ref().map(|v| one(v.value.clone(), &v.source)),
         "secret_file": set.secret_file.as_ref().map(|v| one(v.value.display().to_string(), &v.source)),
         "tls_ca": set.tls_ca.as_ref().map(|v| one(v.value.display().to_string(), &v.source)),
+        "socket": one(set.socket.value.display().to_string(), &set.socket.source),
     })
 }
 
@@ -380,6 +425,49 @@ async fn mkdir(s: &Session, path: &str, mode: u32, parents: bool) -> Result<()> 
         };
     }
     Ok(())
+}
+
+/// Sets attributes of what `path` names (a final symlink followed).
+async fn setattr(s: &Session, path: &str, set: &SetAttr) -> Result<()> {
+    let a = s.resolve(path, true).await?;
+    s.setattr(a.soid, set).await.map_err(|e| fs_err(e, path))?;
+    Ok(())
+}
+
+/// chown's OWNER[:GROUP] (or `OWNER.GROUP`, `:GROUP`): names looked up in
+/// this machine's user database, or numbers.
+fn parse_owner(spec: &str) -> Result<(Option<u32>, Option<u32>)> {
+    use nix::unistd::{Group, User};
+    let (user, group) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let uid = match user {
+        "" => None,
+        u => Some(match u.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => User::from_name(u)
+                .ok()
+                .flatten()
+                .map(|x| x.uid.as_raw())
+                .with_context(|| format!("invalid user: {u:?}"))?,
+        }),
+    };
+    let gid = match group {
+        None | Some("") => None,
+        Some(g) => Some(match g.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => Group::from_name(g)
+                .ok()
+                .flatten()
+                .map(|x| x.gid.as_raw())
+                .with_context(|| format!("invalid group: {g:?}"))?,
+        }),
+    };
+    if uid.is_none() && gid.is_none() {
+        bail!("invalid owner: {spec:?}");
+    }
+    Ok((uid, gid))
 }
 
 async fn touch(s: &Session, path: &str) -> Result<()> {

@@ -1182,6 +1182,7 @@ async fn open_session(
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
+        socket: cli.socket.as_deref(),
         local: cli.local,
         writes: false,
     })

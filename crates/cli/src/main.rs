@@ -32,9 +32,12 @@ struct Cli {
     #[arg(long, global = true, env = "SEXTANT_DATA")]
     data: Option<PathBuf>,
     /// Talk to the Sextant server at this address: host:port, or unix:PATH
-    /// for a server on this machine started with `serve --socket PATH`.
-    /// Without it, a server answering at 127.0.0.1:7411 is used, else the
-    /// embedded engine.
+    /// for the Unix socket of a server on this machine. Without it: the
+    /// server answering at 127.0.0.1:7411 if the cluster secret is
+    /// readable, else the local server's Unix socket (as yourself, no
+    /// secret needed: $SEXTANT_SOCKET, `socket` in a config file, the
+    /// server's record, /run/sextant/sextant.sock), else the embedded
+    /// engine.
     #[arg(long, global = true, env = "SEXTANT_SERVER", value_name = "ADDR")]
     server: Option<String>,
     /// File holding the cluster secret [default: <data>/secret]
@@ -61,6 +64,10 @@ struct Cli {
     /// The settings in force and where each came from (see [`settings`]).
     #[arg(skip)]
     settings: Option<settings::Settings>,
+    /// Where the local server's Unix socket is looked for (see
+    /// [`settings`]).
+    #[arg(skip)]
+    socket: Option<PathBuf>,
 }
 
 impl Cli {
@@ -83,6 +90,9 @@ impl Cli {
             server: given(&matches, "server", cli.server.take()),
             secret_file: given(&matches, "secret_file", cli.secret_file.take()),
             tls_ca: given(&matches, "tls_ca", cli.tls_ca.take()),
+            socket: std::env::var_os("SEXTANT_SOCKET")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             config: settings::load_config()?,
             record: settings::load_record(),
         });
@@ -93,6 +103,7 @@ impl Cli {
             .map(|v| session::with_default_port(&v.value));
         cli.secret_file = s.secret_file.as_ref().map(|v| v.value.clone());
         cli.tls_ca = s.tls_ca.as_ref().map(|v| v.value.clone());
+        cli.socket = Some(s.socket.value.clone());
         cli.settings = Some(s);
         Ok(cli)
     }
@@ -195,6 +206,45 @@ enum Command {
         /// The new link's path.
         link: String,
     },
+    /// Change permission bits (like chmod with an octal mode; a symlink's
+    /// target is changed).
+    Chmod {
+        /// Permission bits, octal (e.g. 640, 2775).
+        #[arg(value_parser = parse_octal)]
+        mode: u32,
+        /// Entries to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Change owner and group (like chown: OWNER, OWNER:GROUP or :GROUP,
+    /// each a name or a number; a symlink's target is changed).
+    Chown {
+        /// OWNER[:GROUP] or :GROUP.
+        owner: String,
+        /// Entries to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Print an extended attribute's value (like getfattr -n NAME
+    /// --only-values).
+    Getfattr {
+        /// The attribute, e.g. user.comment.
+        #[arg(short = 'n', long = "name")]
+        name: String,
+        /// The entry (a symlink's target).
+        path: String,
+    },
+    /// Set an extended attribute (like setfattr -n NAME -v VALUE).
+    Setfattr {
+        /// The attribute, e.g. user.comment.
+        #[arg(short = 'n', long = "name")]
+        name: String,
+        /// Its value (as given, no encoding).
+        #[arg(short = 'v', long = "value", default_value = "")]
+        value: String,
+        /// The entry (a symlink's target).
+        path: String,
+    },
     /// Disk usage: the entries under a path and their total size
     ///
     /// Counts PATH itself and everything below it, from the servers'
@@ -292,12 +342,12 @@ struct ServeArgs {
     /// [default: 127.0.0.1:7411]
     #[arg(long, env = "SEXTANT_LISTEN", value_name = "ADDR")]
     listen: Option<String>,
-    /// Serve on this Unix socket too, for clients on this machine: they
-    /// connect with `--server unix:PATH`, and skip the TCP stack (one
-    /// request at a time over the client library ran up to 1.8x as fast
-    /// as over TCP loopback). Access: the socket file is the server user's
-    /// and its group's (mode 0660), and the cluster secret is still
-    /// required.
+    /// The Unix socket for the users of this machine, or `off`. Every
+    /// local user may connect (mode 0666) and is served as the uid, gid
+    /// and groups the kernel and the user database give them, without the
+    /// secret; a caller with the secret, or root, acts as over TCP.
+    /// [default: /run/sextant/sextant.sock for a server on the default
+    /// address that may create it, else <data>/sextant.sock]
     #[arg(long, env = "SEXTANT_SOCKET", value_name = "PATH")]
     socket: Option<PathBuf>,
     /// TOML config file.
@@ -374,12 +424,12 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     )?;
     let data = config.data.clone();
     let default_address = config.listen == sextant_proto::DEFAULT_LISTEN;
-    sextant_server::run(config, |addr| {
+    sextant_server::run(config, |addr, socket| {
         tracing::info!(data = %data.display(), %addr, "serving");
         if default_address {
-            // Where this server's clients find its secret from any
-            // directory (see the settings module).
-            settings::write_record(&data, &addr.to_string());
+            // Where this server's clients find its secret (and socket)
+            // from any directory (see the settings module).
+            settings::write_record(&data, &addr.to_string(), socket);
         }
         // One line on stdout for scripts and tests (port 0 shows the port).
         println!("listening on {addr}");
@@ -531,10 +581,14 @@ fn main() {
                         secret: cli.secret.as_deref(),
                         secret_file: cli.secret_file.as_deref(),
                         tls_ca: cli.tls_ca.as_deref(),
+                        socket: cli.socket.as_deref(),
                         local: cli.local,
                         writes: !matches!(
                             cli.command,
-                            Command::Status | Command::Ls { .. } | Command::Stat { .. }
+                            Command::Status
+                                | Command::Ls { .. }
+                                | Command::Stat { .. }
+                                | Command::Getfattr { .. }
                         ),
                     })
                     .await?;

@@ -20,6 +20,95 @@ pub enum Backend {
     Remote(Client),
 }
 
+/// For a command that needs a server (bench): where to reach the server
+/// at `addr`, and the secret to present — for a local user who cannot
+/// read the secret, the local server's Unix socket and none (served as
+/// themselves).
+pub fn server_for(cli: &crate::Cli, addr: &str) -> Result<(String, String)> {
+    let data = cli.data.clone().unwrap_or_else(default_data);
+    let t = Target {
+        data: &data,
+        server: Some(addr),
+        secret: cli.secret.as_deref(),
+        secret_file: cli.secret_file.as_deref(),
+        tls_ca: cli.tls_ca.as_deref(),
+        socket: cli.socket.as_deref(),
+        local: false,
+        writes: false,
+    };
+    if find_secret(&t)?.is_none() {
+        if sextant_client::unix_path(addr).is_some() {
+            return Ok((addr.to_string(), String::new()));
+        }
+        if let Some(socket) = t.socket.filter(|p| is_local_default(addr) && socket_at(p)) {
+            let unix = format!("{}{}", sextant_client::UNIX_PREFIX, socket.display());
+            return Ok((unix, String::new()));
+        }
+    }
+    Ok((addr.to_string(), secret_for_server(cli, addr)?))
+}
+
+impl Session {
+    /// The server this command talks to (see [`Session::open`]); `None`:
+    /// none, use the embedded engine.
+    async fn connect(t: &Target<'_>) -> Result<Option<Client>> {
+        let secret = find_secret(t)?;
+        let explicit = t.server.is_some();
+        let addr = t.server.unwrap_or(sextant_proto::DEFAULT_LISTEN);
+        let options = || -> Result<Options> {
+            Ok(Options {
+                // Log-less: backups earlier commands or mounts of this
+                // server left on this machine are handed back; ours go
+                // there if the server cannot take them at the end.
+                backup_dir: Some(backup_dir(t.data)?),
+                ..client_options(t.tls_ca)?
+            })
+        };
+        let connect = |addr: String, secret: String| async move {
+            Client::connect(&addr, &secret, options()?)
+                .await
+                .map(Some)
+                .map_err(|e| connect_failed(&addr, t.tls_ca, e))
+        };
+        // A Unix socket named: with the secret if readable, else as
+        // yourself.
+        if sextant_client::unix_path(addr).is_some() {
+            return connect(addr.to_string(), secret.unwrap_or_default()).await;
+        }
+        if let Some(secret) = &secret {
+            if explicit || answers(addr) {
+                return connect(addr.to_string(), secret.clone()).await;
+            }
+        }
+        // The local server: its socket, if there is one.
+        let local = !explicit || is_local_default(addr);
+        if let Some(socket) = t.socket.filter(|p| local && socket_at(p)) {
+            let unix = format!("{}{}", sextant_client::UNIX_PREFIX, socket.display());
+            return connect(unix, secret.unwrap_or_default()).await;
+        }
+        if secret.is_none() && (explicit || answers(addr)) {
+            // Given with --server: whether anything answers there is
+            // not known yet.
+            let found = if explicit {
+                format!("no cluster secret was found for the server at {addr}")
+            } else {
+                format!("a Sextant server answers at {addr} but no cluster secret was found")
+            };
+            let socket = match t.socket {
+                Some(p) if local => format!(", and no server socket is at {}", p.display()),
+                _ => String::new(),
+            };
+            bail!(
+                "{found}{socket}: give --secret-file FILE (the server's <data>/secret) or \
+                 SEXTANT_SECRET, or --server unix:PATH (the server's socket, as yourself), or \
+                 --local to use the data directory {} directly",
+                t.data.display()
+            );
+        }
+        Ok(None)
+    }
+}
+
 /// The backend plus who is asking.
 pub struct Session {
     pub backend: Backend,
@@ -51,6 +140,8 @@ pub struct Target<'a> {
     pub secret_file: Option<&'a Path>,
     /// TLS: the authority that signed the server's certificate (PEM file).
     pub tls_ca: Option<&'a Path>,
+    /// Where the local server's Unix socket is looked for.
+    pub socket: Option<&'a Path>,
     pub local: bool,
     /// The command changes the namespace: with `--local` it may make a
     /// new embedded store in `data` (without `--local`, no command does).
@@ -119,18 +210,45 @@ fn answers(addr: &str) -> bool {
         .any(|a| TcpStream::connect_timeout(a, Duration::from_millis(300)).is_ok())
 }
 
+/// The cluster secret, if this user can read it: `--secret`, the
+/// `--secret-file` (or config file's), or `<data>/secret`. A secret file
+/// this user may not read counts as none (a local user then goes through
+/// the Unix socket as themselves); a secret file named but missing is an
+/// error.
 pub fn find_secret(t: &Target) -> Result<Option<String>> {
     if let Some(s) = t.secret {
         return Ok(Some(s.trim().to_string()));
     }
     if let Some(f) = t.secret_file {
-        return sextant_server::secret::read(f).map(Some);
+        return read_secret(f, true);
     }
-    let default = sextant_server::secret::path(t.data);
-    if default.exists() {
-        return sextant_server::secret::read(&default).map(Some);
+    read_secret(&sextant_server::secret::path(t.data), false)
+}
+
+/// A secret file's contents; `None` if this user may not read it, or if it
+/// is missing and not `required`.
+fn read_secret(file: &Path, required: bool) -> Result<Option<String>> {
+    match std::fs::File::open(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Ok(None),
+        _ => sextant_server::secret::read(file).map(Some),
     }
-    Ok(None)
+}
+
+/// Is `addr` the default address of a server on this machine (what a
+/// local user means without naming a server)?
+pub fn is_local_default(addr: &str) -> bool {
+    let port = sextant_proto::DEFAULT_PORT;
+    match addr.parse::<SocketAddr>() {
+        Ok(a) => a.ip().is_loopback() && a.port() == port,
+        Err(_) => addr == format!("localhost:{port}"),
+    }
+}
+
+/// Is there a Unix socket at `path` (one this user can see)?
+fn socket_at(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
 /// The cluster secret for talking to the server at `addr` (commands that
@@ -144,6 +262,7 @@ pub fn secret_for_server(cli: &crate::Cli, addr: &str) -> Result<String> {
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
+        socket: cli.socket.as_deref(),
         local: false,
         writes: false,
     })?
@@ -156,42 +275,14 @@ pub fn secret_for_server(cli: &crate::Cli, addr: &str) -> Result<String> {
 }
 
 impl Session {
-    /// A server given with `--server`, else one answering at the default
-    /// address, else the embedded engine on `--data`.
+    /// A server given with `--server`; else one answering at the default
+    /// address if the secret is readable; else the local server's Unix
+    /// socket (as the caller's own identity when the secret is not
+    /// readable); else the embedded engine on `--data`.
     pub async fn open(t: Target<'_>) -> Result<Session> {
         let cred = caller();
         if !t.local {
-            let (addr, explicit) = match t.server {
-                Some(a) => (a.to_string(), true),
-                None => (sextant_proto::DEFAULT_LISTEN.to_string(), false),
-            };
-            if explicit || answers(&addr) {
-                let Some(secret) = find_secret(&t)? else {
-                    // Given with --server: whether anything answers there is
-                    // not known yet.
-                    let found = if explicit {
-                        format!("no cluster secret was found for the server at {addr}")
-                    } else {
-                        format!(
-                            "a Sextant server answers at {addr} but no cluster secret was found"
-                        )
-                    };
-                    bail!(
-                        "{found}: give --secret-file FILE (the server's <data>/secret) or \
-                         SEXTANT_SECRET, or --local to use the data directory {} directly",
-                        t.data.display()
-                    );
-                };
-                let options = Options {
-                    // Log-less: backups earlier commands or mounts of this
-                    // server left on this machine are handed back; ours go
-                    // there if the server cannot take them at the end.
-                    backup_dir: Some(backup_dir(t.data)?),
-                    ..client_options(t.tls_ca)?
-                };
-                let client = Client::connect(&addr, &secret, options)
-                    .await
-                    .map_err(|e| connect_failed(&addr, t.tls_ca, e))?;
+            if let Some(client) = Self::connect(&t).await? {
                 return Ok(Session {
                     backend: Backend::Remote(client),
                     cred,
@@ -396,6 +487,13 @@ impl Session {
         match &self.backend {
             Backend::Local(e) => Self::durable(e, e.setattr(&self.cred, soid, set)).await,
             Backend::Remote(c) => c.setattr(&self.cred, soid, set).await,
+        }
+    }
+
+    pub async fn getxattr(&self, soid: Soid, name: &[u8]) -> OpResult<Box<[u8]>> {
+        match &self.backend {
+            Backend::Local(e) => Ok(e.getxattr(&self.cred, soid, name)?),
+            Backend::Remote(c) => c.getxattr(&self.cred, soid, name).await,
         }
     }
 

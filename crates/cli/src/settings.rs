@@ -19,6 +19,12 @@
 //! 5. the default (`./sextant-data`; no server: the default address is
 //!    tried).
 //!
+//! The local server's Unix socket (which a user without the secret uses,
+//! served as themselves): `$SEXTANT_SOCKET`, the config file's `socket`,
+//! the server record's, then `/run/sextant/sextant.sock` (see
+//! `sextant_server::local_socket`: a fixed path, since another user's
+//! record is not readable).
+//!
 //! The resolution itself ([`resolve`]) is pure: it is given what the
 //! flags, the environment and the files hold.
 
@@ -63,6 +69,8 @@ pub struct ConfigFile {
     pub server: Option<String>,
     pub secret_file: Option<PathBuf>,
     pub tls_ca: Option<PathBuf>,
+    /// The local server's Unix socket.
+    pub socket: Option<PathBuf>,
 }
 
 /// What `sextant serve` on the default address records about itself.
@@ -72,6 +80,9 @@ pub struct ServerRecord {
     pub data: PathBuf,
     /// The address it listens on.
     pub listen: String,
+    /// Its Unix socket, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
 }
 
 /// What a flag (or its environment variable) gave: clap merges the two,
@@ -89,6 +100,8 @@ pub struct Inputs {
     pub server: Given<String>,
     pub secret_file: Given<PathBuf>,
     pub tls_ca: Given<PathBuf>,
+    /// `$SEXTANT_SOCKET`.
+    pub socket: Option<PathBuf>,
     /// The config file found, if any: its path and contents.
     pub config: Option<(PathBuf, ConfigFile)>,
     /// The server record found, if any, whose data directory exists.
@@ -102,6 +115,8 @@ pub struct Settings {
     pub server: Option<Sourced<String>>,
     pub secret_file: Option<Sourced<PathBuf>>,
     pub tls_ca: Option<Sourced<PathBuf>>,
+    /// Where the local server's Unix socket is looked for.
+    pub socket: Sourced<PathBuf>,
 }
 
 fn pick<T: Clone>(
@@ -159,8 +174,32 @@ pub fn resolve(i: Inputs) -> Settings {
         value: crate::session::default_data(),
         source: Source::Default,
     });
+    let socket = match i.socket {
+        Some(value) => Sourced {
+            value,
+            source: Source::Env("SEXTANT_SOCKET"),
+        },
+        None => pick(
+            Given::No,
+            "SEXTANT_SOCKET",
+            |c| file_path(c, |c| c.socket.as_ref()),
+            config,
+        )
+        .or_else(|| {
+            let (path, r) = i.record.as_ref()?;
+            r.socket.clone().map(|value| Sourced {
+                value,
+                source: Source::ServerRecord(path.clone()),
+            })
+        })
+        .unwrap_or(Sourced {
+            value: PathBuf::from(sextant_server::local_socket::DEFAULT_PATH),
+            source: Source::Default,
+        }),
+    };
     Settings {
         data,
+        socket,
         server: pick(i.server, "SEXTANT_SERVER", |c| c.server.clone(), config),
         secret_file: pick(
             i.secret_file,
@@ -244,12 +283,13 @@ pub fn load_record() -> Option<(PathBuf, ServerRecord)> {
 
 /// Records the server (best effort: a server without a writable home
 /// still serves; its clients then need `--data` or a config file).
-pub fn write_record(data: &Path, listen: &str) {
+pub fn write_record(data: &Path, listen: &str, socket: Option<&Path>) {
     let Some(path) = record_path() else { return };
     let data = std::fs::canonicalize(data).unwrap_or_else(|_| data.to_path_buf());
     let record = ServerRecord {
         data,
         listen: listen.to_string(),
+        socket: socket.map(Path::to_path_buf),
     };
     let write = || -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
@@ -275,6 +315,7 @@ mod tests {
             server: Given::No,
             secret_file: Given::No,
             tls_ca: Given::No,
+            socket: None,
             config: None,
             record: None,
         }
@@ -286,6 +327,7 @@ mod tests {
             ServerRecord {
                 data: PathBuf::from("/srv/sextant"),
                 listen: "127.0.0.1:7411".into(),
+                socket: Some(PathBuf::from("/srv/sextant/sextant.sock")),
             },
         )
     }
@@ -298,6 +340,7 @@ mod tests {
                 server: Some("mds1:7411".into()),
                 secret_file: Some(PathBuf::from("/etc/sextant/secret")),
                 tls_ca: None,
+                socket: None,
             },
         )
     }
@@ -308,6 +351,38 @@ mod tests {
         assert_eq!(s.data.source, Source::Default);
         assert_eq!(s.data.value, PathBuf::from("sextant-data"));
         assert!(s.server.is_none() && s.secret_file.is_none() && s.tls_ca.is_none());
+        assert_eq!(s.socket.value, PathBuf::from("/run/sextant/sextant.sock"));
+        assert_eq!(s.socket.source, Source::Default);
+    }
+
+    #[test]
+    fn the_socket_comes_from_the_environment_a_config_file_or_the_record() {
+        let s = resolve(Inputs {
+            record: Some(record()),
+            ..inputs()
+        });
+        assert_eq!(s.socket.value, PathBuf::from("/srv/sextant/sextant.sock"));
+        assert!(matches!(s.socket.source, Source::ServerRecord(_)));
+        let (path, mut c) = config();
+        c.socket = Some(PathBuf::from("s.sock"));
+        let s = resolve(Inputs {
+            record: Some(record()),
+            config: Some((path, c.clone())),
+            ..inputs()
+        });
+        assert_eq!(s.socket.value, PathBuf::from("/etc/sextant/s.sock"));
+        let s = resolve(Inputs {
+            socket: Some(PathBuf::from("/e.sock")),
+            record: Some(record()),
+            config: Some((PathBuf::from("/etc/sextant/config.toml"), c)),
+            ..inputs()
+        });
+        assert_eq!(s.socket.value, PathBuf::from("/e.sock"));
+        assert_eq!(s.socket.source, Source::Env("SEXTANT_SOCKET"));
+        // A record written before sockets existed still parses.
+        let old: ServerRecord =
+            toml::from_str("data = \"/d\"\nlisten = \"127.0.0.1:7411\"\n").unwrap();
+        assert_eq!(old.socket, None);
     }
 
     #[test]

@@ -933,9 +933,12 @@ fn serve_refused(socket: &Path, data: &Path) -> String {
 }
 
 /// `serve --socket PATH`: clients on this machine reach the server at
-/// `unix:PATH` (library and CLI) while TCP still serves; a second server
-/// does not take over a live socket, nor a file that is not a socket; a
-/// stale socket is replaced; a clean stop removes the socket.
+/// `unix:PATH` (library and CLI) while TCP still serves; every local user
+/// may connect (mode 0666); a second server does not take over a live
+/// socket, nor a file that is not a socket; a stale socket is replaced; a
+/// clean stop removes the socket. Without `--socket` a server off the
+/// default address serves on `<data>/sextant.sock`; `--socket off` on
+/// none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unix_socket_serves_local_clients_beside_tcp() {
     let dir = tempfile::tempdir().unwrap();
@@ -966,7 +969,7 @@ async fn a_unix_socket_serves_local_clients_beside_tcp() {
     );
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o660);
+    assert_eq!(mode & 0o777, 0o666);
     // The wrong secret is refused over the socket too.
     let wrong = Client::connect(&unix, "not-the-secret", Options::default()).await;
     assert!(matches!(wrong, Err(Error::Auth)), "{:?}", wrong.err());
@@ -1006,6 +1009,21 @@ async fn a_unix_socket_serves_local_clients_beside_tcp() {
     let said = serve_refused(&plain, &dir.path().join("third"));
     assert!(said.contains("is not a socket"), "{said}");
     assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
+
+    // The default: in the data directory; or off.
+    for (setting, data, socket) in [(None, "fourth", true), (Some("off"), "fifth", false)] {
+        let data = dir.path().join(data);
+        let args: Vec<&str> = setting.map_or(vec![], |s| vec!["--socket", s]);
+        let (child, _) =
+            common::spawn_server_with(&data, "127.0.0.1:0", &args, std::process::Stdio::inherit());
+        let _child = common::KillOnDrop(child);
+        let default = data.join("sextant.sock");
+        assert_eq!(default.exists(), socket, "{setting:?}");
+        if socket {
+            let c = common::connect(&format!("unix:{}", default.display()), &data).await;
+            c.getattr(&root(), Soid::ROOT).await.unwrap();
+        }
+    }
 }
 
 /// A server given with `--server` that is not there: the CLI says what is

@@ -49,7 +49,8 @@ pub enum Error {
     /// The operation failed on the server (one errno each).
     #[error("{0}")]
     Fs(#[from] FsError),
-    /// The server refused the cluster secret.
+    /// The server refused the call: a wrong cluster secret, or none over
+    /// TCP.
     #[error("authentication failed: wrong cluster secret")]
     Auth,
     /// No server answered within the retry time.
@@ -205,7 +206,9 @@ impl Drop for SeqGuard<'_> {
 struct Inner {
     addr: String,
     target: Target,
-    secret: MetadataValue<tonic::metadata::Ascii>,
+    /// The cluster secret (`None`: a local user on the server's Unix
+    /// socket, served as the identity the kernel gives it).
+    secret: Option<MetadataValue<tonic::metadata::Ascii>>,
     client_id: u64,
     /// Exactly-once sequence numbers (see [`Outstanding`]).
     outstanding: Mutex<Outstanding>,
@@ -260,7 +263,7 @@ impl Inner {
     fn new(
         addr: String,
         target: Target,
-        secret: MetadataValue<tonic::metadata::Ascii>,
+        secret: Option<MetadataValue<tonic::metadata::Ascii>>,
         options: Options,
         family: Family,
     ) -> Inner {
@@ -286,6 +289,17 @@ impl Inner {
             session_broke,
             retries,
             wrong_server: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Inner {
+    /// Puts the secret, if this client has one, on a call.
+    fn authorize<T>(&self, request: &mut tonic::Request<T>) {
+        if let Some(secret) = &self.secret {
+            request
+                .metadata_mut()
+                .insert(SECRET_METADATA, secret.clone());
         }
     }
 }
@@ -372,6 +386,11 @@ impl Client {
     /// Connects to `addr` (`host:port`, or `unix:PATH` for a Unix socket
     /// on this machine) with the cluster `secret`; fails
     /// at once on a wrong secret or when nothing answers.
+    ///
+    /// An empty `secret` sends none: on the server's Unix socket every
+    /// request then runs as the identity the kernel gives this process
+    /// (whatever credentials the calls pass); over TCP the server refuses
+    /// it ([`Error::Auth`]).
     pub async fn connect(addr: &str, secret: &str, options: Options) -> Result<Client> {
         let unavailable = |reason: String| Error::Unavailable {
             addr: addr.to_string(),
@@ -382,8 +401,13 @@ impl Client {
             domain: options.tls_domain.clone().unwrap_or_else(|| host_of(addr)),
         });
         let target = Target::new(addr, options.connect_timeout, tls).map_err(unavailable)?;
-        let secret = MetadataValue::try_from(secret.trim())
-            .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?;
+        let secret = match secret.trim() {
+            "" => None,
+            s => Some(
+                MetadataValue::try_from(s)
+                    .map_err(|_| Error::Protocol("the secret is not printable ASCII".into()))?,
+            ),
+        };
         let client = Client {
             inner: Arc::new(Inner::new(
                 addr.to_string(),
@@ -579,9 +603,7 @@ impl Client {
             .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel::<pb::Request>(1024);
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.inner.secret.clone());
+        self.inner.authorize(&mut request);
         // A server that accepts connections but does not answer (stopped,
         // SIGSTOPped, wedged) must not hang the caller until HTTP/2's
         // keep-alive gives up (~50 s): the session opens within the
@@ -665,9 +687,7 @@ impl Client {
         for req in requests {
             let incarnation = req.incarnation;
             let mut request = tonic::Request::new(req);
-            request
-                .metadata_mut()
-                .insert(SECRET_METADATA, self.inner.secret.clone());
+            self.inner.authorize(&mut request);
             let reply = match grpc.recover(request).await {
                 Ok(r) => r.into_inner(),
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),

@@ -17,7 +17,7 @@ use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, To
 use sextant_proto::pb;
 use sextant_proto::search::{done_from_pb, group_from_pb, hit_from_pb, spec_to_pb, SearchDone};
 use sextant_proto::search::{SearchScope, SearchSpec};
-use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES, SECRET_METADATA};
+use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES};
 use sextant_types::{Credentials, FsError};
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -103,9 +103,7 @@ impl Client {
         loop {
             let mut grpc = self.stream_client();
             let mut request = tonic::Request::new(req.clone());
-            request
-                .metadata_mut()
-                .insert(SECRET_METADATA, self.inner.secret.clone());
+            self.inner.authorize(&mut request);
             let failure = match grpc.search(request).await {
                 Ok(r) => {
                     return Ok(SearchStream {

@@ -11,7 +11,7 @@
 
 use crate::{bad_reply, Client, Error, Result};
 use sextant_proto::pb;
-use sextant_proto::{soid_from_pb, SECRET_METADATA};
+use sextant_proto::soid_from_pb;
 use sextant_types::Soid;
 use tonic::Code;
 
@@ -82,14 +82,17 @@ impl Client {
         let mut request = tonic::Request::new(pb::WatchRequest {
             origin: self.inner.options.origin,
         });
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.inner.secret.clone());
+        self.inner.authorize(&mut request);
         match grpc.watch(request).await {
             Ok(r) => Ok(ChangeStream {
                 inner: r.into_inner(),
             }),
             Err(s) if s.code() == Code::Unauthenticated => Err(Error::Auth),
+            // A local user without the secret (the stream names every
+            // change, whoever may see it).
+            Err(s) if s.code() == Code::PermissionDenied => {
+                Err(Error::Fs(sextant_types::FsError::Perm))
+            }
             Err(s) if s.code() == Code::Unimplemented => Err(Error::Protocol(
                 "the server does not stream changes (an older version)".into(),
             )),

@@ -4,7 +4,8 @@
 //! ```toml
 //! data = "/var/lib/sextant"      # default ./sextant-data
 //! listen = "0.0.0.0:7411"        # default 127.0.0.1:7411
-//! socket = "/run/sextant.sock"   # also a Unix socket (default: none)
+//! socket = "/run/sextant.sock"   # the Unix socket for local users; "off":
+//!                                # none (default: see crate::local_socket)
 //! memory = "8GiB"                # table cache budget (default 4GiB)
 //! journal_sync = "fsync"         # fsync | nosync | off
 //! metrics = "127.0.0.1:7412"     # Prometheus /metrics; "off" disables
@@ -27,6 +28,7 @@
 //! not a flag on purpose: nobody should find it in `--help` and run a
 //! production server with it. The server logs a warning when it is set.
 
+use crate::local_socket::SocketSetting;
 use anyhow::{bail, Context, Result};
 use sextant_engine::{EngineConfig, LoglessConfig, SyncMode};
 use std::path::{Path, PathBuf};
@@ -65,9 +67,10 @@ impl FileConfig {
 pub struct ServerConfig {
     pub data: PathBuf,
     pub listen: String,
-    /// A Unix socket to serve on as well, for clients on this machine
-    /// (`unix:PATH` addresses; `None`: TCP only).
-    pub socket: Option<PathBuf>,
+    /// The Unix socket to serve on as well, for users on this machine
+    /// (`unix:PATH` addresses), each served as themselves; see
+    /// [`crate::local_socket`].
+    pub socket: SocketSetting,
     pub cache_bytes: usize,
     pub sync: SyncMode,
     /// Exactly-once replies kept per client that does not acknowledge
@@ -107,7 +110,7 @@ impl Default for ServerConfig {
         ServerConfig {
             data: PathBuf::from("sextant-data"),
             listen: sextant_proto::DEFAULT_LISTEN.to_string(),
-            socket: None,
+            socket: SocketSetting::Default,
             cache_bytes: EngineConfig::default().cache_bytes,
             sync: SyncMode::Fsync,
             dedup_window: sextant_proto::DEDUP_WINDOW,
@@ -151,10 +154,7 @@ impl ServerConfig {
             c.listen = l;
         }
         if let Some(s) = o.socket.or(f.socket) {
-            if s.as_os_str().is_empty() {
-                bail!("the socket path is empty");
-            }
-            c.socket = Some(s);
+            c.socket = SocketSetting::parse(&s)?;
         }
         if let Some(m) = o.memory.or(f.memory) {
             c.cache_bytes = parse_size(&m)?;
@@ -347,15 +347,18 @@ mod tests {
         .unwrap();
         assert_eq!(c.data, PathBuf::from("/f"));
         assert_eq!(c.listen, "127.0.0.1:2");
-        assert_eq!(c.socket, Some(PathBuf::from("/s.sock")));
+        assert_eq!(c.socket, SocketSetting::At(PathBuf::from("/s.sock")));
         assert_eq!(c.cache_bytes, 1 << 30);
         assert_eq!(c.sync, SyncMode::NoSync);
         let d = ServerConfig::resolve(None, Overrides::default()).unwrap();
         assert_eq!(d.listen, "127.0.0.1:7411");
-        assert_eq!(d.socket, None);
+        assert_eq!(d.socket, SocketSetting::Default);
         let file: FileConfig = toml::from_str("socket = \"/f.sock\"\n").unwrap();
         let c = ServerConfig::resolve(Some(file), Overrides::default()).unwrap();
-        assert_eq!(c.socket, Some(PathBuf::from("/f.sock")));
+        assert_eq!(c.socket, SocketSetting::At(PathBuf::from("/f.sock")));
+        let file: FileConfig = toml::from_str("socket = \"off\"\n").unwrap();
+        let c = ServerConfig::resolve(Some(file), Overrides::default()).unwrap();
+        assert_eq!(c.socket, SocketSetting::Off);
         assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
     }
 }

@@ -12,18 +12,23 @@
 //!   original reply (or `ESTALE` if written back long ago), never a
 //!   second run.
 //! - A cluster secret (`<data>/secret`, created on first start, mode 0600)
-//!   must come with every call in the `x-sextant-secret` metadata.
+//!   must come with every call over TCP in the `x-sextant-secret` metadata;
+//!   on the Unix socket a local user without it is served as the identity
+//!   the kernel gives the connection. See [`auth`].
 //! - SIGINT/SIGTERM: stop taking requests, finish those running, close the
 //!   engine (tables written back).
-//! - Listens on TCP and, with `--socket PATH`, on a Unix socket too, for
-//!   clients on this machine (`unix:PATH`; never TLS, mode 0660).
+//! - Listens on TCP and on a Unix socket (on by default, mode 0666, never
+//!   TLS) for the users of this machine (`unix:PATH`); see
+//!   [`local_socket`].
 //! - Log-less durability (`--durability logless`): replies carry redo
 //!   backups for the clients; a restart after a crash collects them before
 //!   serving. See [`logless`].
 
+pub mod auth;
 pub mod config;
 pub mod dedup;
 pub mod fault;
+pub mod local_socket;
 pub mod logless;
 pub mod placement;
 pub mod search;
@@ -31,6 +36,7 @@ pub mod secret;
 mod service;
 pub mod watchers;
 
+pub use auth::AUTH_FAILED;
 pub use config::ServerConfig;
 pub use service::SESSION_IN_FLIGHT;
 
@@ -39,7 +45,7 @@ use parking_lot::Mutex;
 use service::{Service, Shared};
 use sextant_engine::Engine;
 use sextant_proto::pb::sextant_server::SextantServer;
-use sextant_proto::{MAX_MESSAGE_BYTES, SECRET_METADATA};
+use sextant_proto::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -49,13 +55,9 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Status};
 
 /// How long a graceful shutdown waits for connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
-/// The message a client gets for a missing or wrong secret.
-pub const AUTH_FAILED: &str = "authentication failed: wrong cluster secret";
 
 /// How a server serves, besides its engine and secret.
 #[derive(Debug, Clone)]
@@ -126,31 +128,22 @@ pub async fn serve(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let secret = Arc::new(secret.into_bytes());
-    let auth = move |req: Request<()>| -> Result<Request<()>, Status> {
-        let ok = req
-            .metadata()
-            .get(SECRET_METADATA)
-            .is_some_and(|v| secret::equal(v.as_bytes(), &secret));
-        if ok {
-            Ok(req)
-        } else {
-            Err(Status::unauthenticated(AUTH_FAILED))
-        }
-    };
     let incoming = TcpIncoming::from(listeners.tcp)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)));
-    let service = InterceptedService::new(svc, auth);
+    let service = InterceptedService::new(svc.clone(), auth::tcp(Arc::clone(&secret)));
+    let local =
+        InterceptedService::new(svc, auth::unix(secret, Arc::new(auth::GroupDb::default())));
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let tcp = server_builder(tls)?
-        .add_service(service.clone())
+        .add_service(service)
         .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()));
     let unix = async {
         match listeners.unix {
             Some(l) => server_builder(None)?
-                .add_service(service)
+                .add_service(local)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::UnixListenerStream::new(l),
                     stopped(stop_rx.clone()),
@@ -268,8 +261,12 @@ fn load_tls(files: &config::TlsFiles) -> Result<tonic::transport::ServerTlsConfi
 
 /// `sextant serve`: opens the engine, creates or reads the secret, listens,
 /// serves until SIGINT/SIGTERM, closes the engine. `on_listening` is told
-/// the bound address (useful with port 0).
-pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Result<()> {
+/// the bound address (useful with port 0) and the Unix socket's path, if
+/// any.
+pub fn run(
+    config: ServerConfig,
+    on_listening: impl FnOnce(SocketAddr, Option<&std::path::Path>),
+) -> Result<()> {
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create the data directory {}", config.data.display()))?;
     let secret = secret::load_or_create(&config.data)?;
@@ -300,12 +297,13 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
         let addr = listener.local_addr()?;
         // The socket file is removed when serving ends (only one this
         // server made).
-        let (unix, _socket_file) = match config.socket.as_deref().map(bind_unix).transpose()? {
+        let bound = local_socket::bind_setting(&config.socket, &config.listen, &config.data)?;
+        let (unix, _socket_file) = match bound {
             Some((listener, file)) => (Some(listener), Some(file)),
             None => (None, None),
         };
         let shutdown = signalled();
-        on_listening(addr);
+        on_listening(addr, _socket_file.as_ref().map(|f| f.0.as_path()));
         serve(
             Listeners {
                 tcp: listener,
@@ -334,46 +332,6 @@ pub fn run(config: ServerConfig, on_listening: impl FnOnce(SocketAddr)) -> Resul
         Err(e) => tracing::error!(error = %format!("{e:#}"), "stopped after an error"),
     }
     result
-}
-
-/// A socket file this server made; removed when dropped.
-struct SocketFile(std::path::PathBuf);
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Listens on the Unix socket `path` (mode 0660). A socket file left by a
-/// server that is gone is replaced; one a live server answers on, or a
-/// file that is not a socket, is an error (nothing is removed).
-/// REQUIRES: a tokio runtime is entered.
-fn bind_unix(path: &std::path::Path) -> Result<(UnixListener, SocketFile)> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            anyhow::bail!(
-                "cannot listen on {}: the file exists and is not a socket",
-                path.display()
-            );
-        }
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            anyhow::bail!(
-                "cannot listen on {}: another server answers there",
-                path.display()
-            );
-        }
-        std::fs::remove_file(path)
-            .with_context(|| format!("cannot replace the stale socket {}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path)
-        .with_context(|| format!("cannot listen on the socket {}", path.display()))?;
-    let file = SocketFile(path.to_path_buf());
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-        .with_context(|| format!("cannot set the mode of {}", path.display()))?;
-    tracing::info!(socket = %path.display(), "serving on a Unix socket too");
-    Ok((listener, file))
 }
 
 /// Serves Prometheus metrics on `addr` (`/metrics`): request counts and

@@ -1,6 +1,7 @@
 //! The gRPC service: decode, validate, run on the engine, reply after the
 //! mutation is durable.
 
+use crate::auth::caller_of;
 use crate::dedup::{Dedup, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::placement::Placement;
@@ -656,6 +657,11 @@ impl pb::sextant_server::Sextant for Service {
         if *shared.shutdown.borrow() {
             return Err(Status::unavailable("the server is shutting down"));
         }
+        if !caller_of(&request)?.may_watch() {
+            return Err(Status::permission_denied(
+                "watching changes needs the cluster secret",
+            ));
+        }
         let rx = shared.watchers.watch(
             &shared.engine,
             request.into_inner().origin,
@@ -671,9 +677,10 @@ impl pb::sextant_server::Sextant for Service {
         if *self.shared.shutdown.borrow() {
             return Err(Status::unavailable("the server is shutting down"));
         }
-        let rx = Arc::clone(&self.shared)
-            .search(request.into_inner())
-            .await?;
+        let caller = caller_of(&request)?;
+        let mut req = request.into_inner();
+        caller.admit_search(&mut req);
+        let rx = Arc::clone(&self.shared).search(req).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -703,6 +710,8 @@ impl pb::sextant_server::Sextant for Service {
         &self,
         request: Request<Streaming<pb::Request>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        // Every request of the stream runs as its caller (see crate::auth).
+        let caller = caller_of(&request)?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel::<Result<pb::Response, Status>>(1024);
         let shared = Arc::clone(&self.shared);
@@ -740,7 +749,7 @@ impl pb::sextant_server::Sextant for Service {
                     }
                     continue;
                 };
-                match next {
+                match next.map(|r| r.map(|r| caller.admitted(r))) {
                     Ok(Some(req)) if answers_inline(&req, shared.logless.is_some()) => {
                         // See answers_inline: microseconds, no waiting.
                         let resp = Arc::clone(&shared).handle(req).await;
@@ -775,12 +784,14 @@ impl pb::sextant_server::Sextant for Service {
         if *self.shared.shutdown.borrow() {
             return Err(Status::unavailable("the server is shutting down"));
         }
+        let caller = caller_of(&request)?;
         let shared = Arc::clone(&self.shared);
         let _global = Arc::clone(&shared.in_flight)
             .acquire_owned()
             .await
             .map_err(|_| Status::unavailable("the server is shutting down"))?;
-        let resp = tokio::spawn(shared.handle(request.into_inner()))
+        let req = caller.admitted(request.into_inner());
+        let resp = tokio::spawn(shared.handle(req))
             .await
             .map_err(|e| Status::internal(format!("request task failed: {e}")))?;
         Ok(Response::new(resp))

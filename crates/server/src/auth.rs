@@ -1,0 +1,376 @@
+//! Who a call comes from, and which identity its requests run as.
+//!
+//! Two ways in, each with its own interceptor ([`tcp`], [`unix`]):
+//!
+//! - **TCP** (and TLS): the cluster secret (`x-sextant-secret`) must come
+//!   with every call; its holder is [`Caller::Trusted`]: the credentials its
+//!   requests carry are used as claimed (it is the admin key, and the
+//!   mount, which serves every local user, needs exactly that).
+//! - **The local Unix socket**: the kernel tells who the peer is
+//!   (`SO_PEERCRED`, taken when it connected). A peer that presents the
+//!   secret, or whose uid is 0 (root can read the secret anyway), is
+//!   trusted as above. Any other peer is [`Caller::Kernel`]: every request
+//!   runs as its uid and gid, with the supplementary groups the system's
+//!   database gives that user ([`GroupDb`], `getgrouplist`, as NFS's
+//!   `manage-gids`) — whatever the request claims. A claim other than that
+//!   identity is counted and logged (target `audit`), and ignored.
+//!
+//! Invariants:
+//! - every call that reaches the service carries a [`Caller`] in its
+//!   extensions: the interceptors put one there or refuse the call, and
+//!   the service refuses a call without one ([`caller_of`]);
+//! - a [`Caller::Kernel`] request never runs as uid 0 (its uid is the
+//!   kernel's, and a root peer is never `Kernel`);
+//! - a wrong secret is refused on either transport (never "downgraded" to
+//!   a kernel identity), so a client that means to be trusted learns it is
+//!   not.
+
+use crate::secret;
+use parking_lot::Mutex;
+use sextant_proto::pb;
+use sextant_proto::SECRET_METADATA;
+use sextant_types::Credentials;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::{Request, Status};
+
+/// The message a client gets for a missing or wrong secret.
+pub const AUTH_FAILED: &str = "authentication failed: wrong cluster secret";
+
+/// Who a call comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The secret's holder, or root on this machine: requests run with the
+    /// credentials they carry.
+    Trusted(Trust),
+    /// A local user on the Unix socket: every request runs as this.
+    Kernel(Credentials),
+}
+
+/// Why a caller is trusted (for metrics and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// It presented the cluster secret.
+    Secret,
+    /// A Unix-socket peer with uid 0, without the secret.
+    RootPeer,
+}
+
+impl Caller {
+    fn label(&self) -> &'static str {
+        match self {
+            Caller::Trusted(Trust::Secret) => "secret",
+            Caller::Trusted(Trust::RootPeer) => "root",
+            Caller::Kernel(_) => "kernel",
+        }
+    }
+
+    /// The credentials a request runs with, given what it claims (`what`
+    /// names the request in the audit line of a refused claim).
+    pub fn admit(&self, claim: Option<pb::Credentials>, what: &str) -> Option<pb::Credentials> {
+        match self {
+            Caller::Trusted(_) => claim,
+            Caller::Kernel(k) => {
+                if let Some(c) = &claim {
+                    if claims_more(c, k) {
+                        refused_claim(k, c, what);
+                    }
+                }
+                Some(sextant_proto::cred_to_pb(k))
+            }
+        }
+    }
+
+    /// Runs `req` as this caller ([`Caller::admit`] on its credentials).
+    pub fn admit_request(&self, req: &mut pb::Request) {
+        if matches!(self, Caller::Kernel(_)) {
+            let what = req.op.as_ref().map_or("none", |op| op.name());
+            req.cred = self.admit(req.cred.take(), what);
+        }
+    }
+
+    /// [`Caller::admit_request`], by value.
+    pub fn admitted(&self, mut req: pb::Request) -> pb::Request {
+        self.admit_request(&mut req);
+        req
+    }
+
+    /// Runs a search as this caller.
+    pub fn admit_search(&self, req: &mut pb::SearchRequest) {
+        if matches!(self, Caller::Kernel(_)) {
+            req.cred = self.admit(req.cred.take(), "search");
+        }
+    }
+
+    /// May this caller watch every change (`Watch`, what a mount's caches
+    /// follow)? The stream names every changed inode and entry, whoever
+    /// may see them: the trusted only.
+    pub fn may_watch(&self) -> bool {
+        match self {
+            Caller::Trusted(_) => true,
+            Caller::Kernel(k) => {
+                refused("watch", k.uid, "watching changes needs the cluster secret");
+                false
+            }
+        }
+    }
+}
+
+/// Does `claim` ask for more than `kernel` gives: another uid or gid, or a
+/// group the user is not in? (Fewer groups is no more power: not a refused
+/// claim, though the kernel identity is used all the same.)
+pub fn claims_more(claim: &pb::Credentials, kernel: &Credentials) -> bool {
+    claim.uid != kernel.uid
+        || claim.gid != kernel.gid
+        || claim.groups.iter().any(|g| !kernel.in_group(*g))
+}
+
+/// The [`Caller`] the interceptor attached to `request`; a call without
+/// one is refused (it did not come through [`tcp`] or [`unix`]).
+pub fn caller_of<T>(request: &Request<T>) -> Result<Caller, Status> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("no caller identity"))
+}
+
+/// What the secret metadata of a call says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SecretGiven {
+    Right,
+    Wrong,
+    Absent,
+}
+
+fn secret_given(req: &Request<()>, secret: &[u8]) -> SecretGiven {
+    match req.metadata().get(SECRET_METADATA) {
+        None => SecretGiven::Absent,
+        Some(v) if secret::equal(v.as_bytes(), secret) => SecretGiven::Right,
+        Some(_) => SecretGiven::Wrong,
+    }
+}
+
+/// Attaches `caller` to an admitted call and counts it.
+fn admitted(
+    mut req: Request<()>,
+    caller: Caller,
+    transport: &'static str,
+) -> Result<Request<()>, Status> {
+    metrics::counter!("sextant_auth_calls_total", "transport" => transport, "caller" => caller.label())
+        .increment(1);
+    req.extensions_mut().insert(caller);
+    Ok(req)
+}
+
+/// The interceptor of TCP (and TLS) connections: the secret, or nothing.
+pub fn tcp(
+    secret: Arc<Vec<u8>>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
+    move |req: Request<()>| match secret_given(&req, &secret) {
+        SecretGiven::Right => admitted(req, Caller::Trusted(Trust::Secret), "tcp"),
+        given => {
+            let peer = req
+                .remote_addr()
+                .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+            let why = if given == SecretGiven::Absent {
+                "no cluster secret"
+            } else {
+                "wrong cluster secret"
+            };
+            refused_secret("tcp", &peer, why);
+            Err(Status::unauthenticated(AUTH_FAILED))
+        }
+    }
+}
+
+/// The interceptor of the Unix socket: the peer's kernel identity (see the
+/// module doc).
+pub fn unix(
+    secret: Arc<Vec<u8>>,
+    groups: Arc<GroupDb>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
+    move |req: Request<()>| {
+        let peer = req
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|i| i.peer_cred);
+        let Some(peer) = peer else {
+            refused("peer", u32::MAX, "no peer credentials on the Unix socket");
+            return Err(Status::unauthenticated(
+                "the server cannot tell who is calling on its Unix socket",
+            ));
+        };
+        let caller = match secret_given(&req, &secret) {
+            SecretGiven::Right => Caller::Trusted(Trust::Secret),
+            SecretGiven::Wrong => {
+                refused_secret(
+                    "unix",
+                    &format!("uid {}", peer.uid()),
+                    "wrong cluster secret",
+                );
+                return Err(Status::unauthenticated(AUTH_FAILED));
+            }
+            SecretGiven::Absent if peer.uid() == 0 => Caller::Trusted(Trust::RootPeer),
+            SecretGiven::Absent => Caller::Kernel(Credentials {
+                uid: peer.uid(),
+                gid: peer.gid(),
+                groups: groups.groups(peer.uid(), peer.gid()),
+            }),
+        };
+        admitted(req, caller, "unix")
+    }
+}
+
+// ---- the audit log ------------------------------------------------------
+
+/// Audit lines written per second at most; the others are counted (their
+/// number goes with the next line written), so a client that sends
+/// forged claims by the million cannot flood the log.
+const AUDIT_LINES_PER_SECOND: u32 = 20;
+
+/// The audit log's rate limit: lines in the current second, and lines
+/// suppressed since the last one written.
+static AUDIT: Mutex<(Option<Instant>, u32, u64)> = Mutex::new((None, 0, 0));
+
+/// `Some(suppressed before this one)` if a line may be written now.
+fn audit_slot() -> Option<u64> {
+    let mut a = AUDIT.lock();
+    let now = Instant::now();
+    if a.0
+        .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(1))
+    {
+        a.0 = Some(now);
+        a.1 = 0;
+    }
+    if a.1 >= AUDIT_LINES_PER_SECOND {
+        a.2 += 1;
+        return None;
+    }
+    a.1 += 1;
+    Some(std::mem::take(&mut a.2))
+}
+
+fn refused_claim(kernel: &Credentials, claim: &pb::Credentials, what: &str) {
+    metrics::counter!("sextant_auth_refused_total", "reason" => "claim").increment(1);
+    if let Some(suppressed) = audit_slot() {
+        tracing::warn!(
+            target: "audit",
+            uid = kernel.uid,
+            gid = kernel.gid,
+            claimed_uid = claim.uid,
+            claimed_gid = claim.gid,
+            claimed_groups = ?claim.groups,
+            request = what,
+            suppressed,
+            "refused claim: a local user's request claimed another identity; served as the \
+             kernel's"
+        );
+    }
+}
+
+fn refused_secret(transport: &str, peer: &str, why: &str) {
+    metrics::counter!("sextant_auth_refused_total", "reason" => "secret").increment(1);
+    if let Some(suppressed) = audit_slot() {
+        tracing::warn!(target: "audit", transport, peer, suppressed, "refused call: {why}");
+    }
+}
+
+fn refused(reason: &'static str, uid: u32, why: &str) {
+    metrics::counter!("sextant_auth_refused_total", "reason" => reason).increment(1);
+    if let Some(suppressed) = audit_slot() {
+        tracing::warn!(target: "audit", uid, suppressed, "refused call: {why}");
+    }
+}
+
+// ---- supplementary groups -----------------------------------------------
+
+/// How long a user's groups, once read from the system's database, are
+/// used: a group added to (or taken from) a user counts for new requests
+/// within this time.
+pub const GROUPS_TTL: Duration = Duration::from_secs(10);
+
+/// Users whose groups are kept before expired entries are swept.
+const GROUPS_MAX_ENTRIES: usize = 4096;
+
+/// Supplementary groups of local users from the system's database
+/// (`/etc/group`, or whatever NSS is set up to ask), cached for
+/// [`GROUPS_TTL`] per (uid, gid) — a lookup can go to a directory server,
+/// and the socket interceptor runs per call.
+#[derive(Debug)]
+pub struct GroupDb {
+    ttl: Duration,
+    cache: Mutex<HashMap<(u32, u32), CachedGroups>>,
+}
+
+/// A user's groups and when they were read.
+type CachedGroups = (Vec<u32>, Instant);
+
+impl Default for GroupDb {
+    fn default() -> Self {
+        GroupDb::new(GROUPS_TTL)
+    }
+}
+
+impl GroupDb {
+    pub fn new(ttl: Duration) -> GroupDb {
+        GroupDb {
+            ttl,
+            cache: Mutex::default(),
+        }
+    }
+
+    /// The groups of `uid` (primary group `gid`), the primary one included.
+    pub fn groups(&self, uid: u32, gid: u32) -> Vec<u32> {
+        let now = Instant::now();
+        if let Some((g, at)) = self.cache.lock().get(&(uid, gid)) {
+            if now.duration_since(*at) < self.ttl {
+                return g.clone();
+            }
+        }
+        let g = lookup_groups(uid, gid);
+        let mut cache = self.cache.lock();
+        if cache.len() >= GROUPS_MAX_ENTRIES {
+            let ttl = self.ttl;
+            cache.retain(|_, (_, at)| now.duration_since(*at) < ttl);
+            if cache.len() >= GROUPS_MAX_ENTRIES {
+                cache.clear();
+            }
+        }
+        cache.insert((uid, gid), (g.clone(), now));
+        g
+    }
+}
+
+/// `getgrouplist` for the user named by `uid`'s passwd entry; a uid with
+/// no entry (or a failed lookup) is in its primary group only.
+pub fn lookup_groups(uid: u32, gid: u32) -> Vec<u32> {
+    use nix::unistd::{getgrouplist, Gid, Uid, User};
+    let user = match User::from_uid(Uid::from_raw(uid)) {
+        Ok(Some(u)) => u,
+        Ok(None) => return vec![gid],
+        Err(e) => {
+            tracing::warn!(uid, error = %e, "cannot read the user database; primary group only");
+            return vec![gid];
+        }
+    };
+    let Ok(name) = std::ffi::CString::new(user.name.into_bytes()) else {
+        return vec![gid];
+    };
+    match getgrouplist(&name, Gid::from_raw(gid)) {
+        Ok(gs) => {
+            let mut v: Vec<u32> = gs.into_iter().map(Gid::as_raw).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
+        Err(e) => {
+            tracing::warn!(uid, error = %e, "getgrouplist failed; primary group only");
+            vec![gid]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
