@@ -668,6 +668,12 @@ fn forged_claims_child() {
                         pb::RecoverOutcome::RecoverNotNeeded as i32
                     );
                 }
+                "Map" => {
+                    // The route map names tables and servers, never a name
+                    // of the namespace: any local user may read it.
+                    let map = raw.map(pb::MapRequest {}).await.unwrap().into_inner();
+                    assert!(!map.routes.is_empty(), "an empty route map: {map:?}");
+                }
                 "Watch" => match c.watch().await {
                     Err(Error::Fs(FsError::Perm)) => {}
                     Err(e) => panic!("watch: {e}"),

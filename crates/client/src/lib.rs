@@ -552,9 +552,7 @@ impl Client {
     async fn refresh_routes(&self, link: &route::Link) -> Result<()> {
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
         let mut request = tonic::Request::new(pb::MapRequest {});
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.inner.secret.clone());
+        self.inner.authorize(&mut request);
         request.set_timeout(self.inner.options.connect_timeout);
         let map = match grpc.map(request).await {
             Ok(r) => r.into_inner(),

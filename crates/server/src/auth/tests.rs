@@ -146,6 +146,11 @@ async fn fixture() -> Fixture {
         replayed: AtomicU64::new(0),
         in_flight: Arc::new(tokio::sync::Semaphore::new(SERVER_IN_FLIGHT)),
         watchers: crate::watchers::Watchers::default(),
+        placement: Arc::new(crate::placement::Everything {
+            name: "sextant".into(),
+            address: "localhost".into(),
+        }),
+        wrong_server: AtomicU64::new(0),
     });
     Fixture {
         svc: Service { shared },
