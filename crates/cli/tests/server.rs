@@ -1033,9 +1033,15 @@ fn a_given_server_that_is_missing_is_named_not_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let gone = format!("unix:{}", dir.path().join("gone.sock").display());
-    let run = |secret: Option<&str>| {
+    // A TCP port nobody listens on (bound, then let go).
+    let gone_tcp = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let run_at = |server: &str, secret: Option<&str>| {
         let mut cmd = Command::new(BIN);
-        cmd.args(["--server", &gone, "--data"])
+        cmd.args(["--server", server, "--data"])
             .arg(&data)
             .args(["mkdir", "/x"])
             .env_remove("SEXTANT_SECRET");
@@ -1046,14 +1052,22 @@ fn a_given_server_that_is_missing_is_named_not_replaced() {
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let said = run(None);
+    // Over TCP a secret is needed, and its absence is what is named.
+    let said = run_at(&gone_tcp, None);
     assert!(
         said.contains(&format!(
-            "no cluster secret was found for the server at {gone}"
+            "no cluster secret was found for the server at {gone_tcp}"
         )),
         "{said}"
     );
-    let said = run(Some("s3cret"));
+    // A Unix socket needs none (the kernel names the caller): the missing
+    // server is what is named, with or without a secret.
+    let said = run_at(&gone, None);
+    assert!(
+        said.contains(&format!("cannot reach the Sextant server at {gone}")),
+        "{said}"
+    );
+    let said = run_at(&gone, Some("s3cret"));
     assert!(
         said.contains(&format!("cannot reach the Sextant server at {gone}")),
         "{said}"
