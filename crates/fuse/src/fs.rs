@@ -6,14 +6,16 @@ use crate::data::{Data, Dirty};
 use crate::dirattrs::{Change, DirAttrs};
 use crate::dirs::{DirHandles, BATCH};
 use crate::groups::GroupCache;
+use crate::interrupts::Interrupts;
 use crate::lane::Lanes;
 use crate::nodes::Nodes;
 use crate::perms;
 use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
 use fuser::{
-    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, LockOwner, OpenFlags,
-    RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, LockOwner,
+    OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId,
+    TimeOrNow, WriteFlags,
 };
 use sextant_client::Client;
 use sextant_engine::{RenameFlags, XattrFlags};
@@ -46,6 +48,8 @@ pub struct SextantFs {
     /// The file handles open for writing: a size change through one
     /// (`ftruncate`) was permitted at its open (`Client::setattr_with`).
     pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// The requests in flight, for the kernel's interrupts.
+    pub(crate) interrupts: Interrupts,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -84,6 +88,27 @@ impl Drop for DirChange<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.change.take() {
             self.fs.dir_attrs.end(c, None, self.fs.epoch());
+        }
+    }
+}
+
+/// A size update taken from [`Data`] and not yet answered by the server:
+/// put back when dropped unless [`Unsent::sent`].
+struct Unsent<'a> {
+    data: &'a Data,
+    dirty: Option<Dirty>,
+}
+
+impl Unsent<'_> {
+    fn sent(mut self) {
+        self.dirty = None;
+    }
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.dirty.take() {
+            self.data.restore_dirty(d);
         }
     }
 }
@@ -141,15 +166,18 @@ impl SextantFs {
         reply.send(self.lanes.block_on(op));
     }
 
-    /// Runs one operation on this thread's lane and sends its reply. If its
-    /// caller is killed (see [`crate::killed`]) while no request of it has
-    /// gone to the server yet — the server is down and the client is
-    /// retrying its connection — it is abandoned with EINTR: nothing ran.
-    /// Once a request went out the server may have run it, so it is waited
-    /// for (its retry keeps the exactly-once identity, and the mount's
-    /// bookkeeping follows what the server did).
+    /// Runs one operation on this thread's lane and sends its reply. If the
+    /// kernel interrupts it (its caller got a signal, see
+    /// [`crate::interrupts`]), or its caller is killed (see
+    /// [`crate::killed`]), while no request of it has gone to the server
+    /// yet — the server is down and the client is retrying its connection —
+    /// it is abandoned with EINTR: nothing ran. Once a request went out the
+    /// server may have run it, so it is waited for (its retry keeps the
+    /// exactly-once identity, and the mount's bookkeeping follows what the
+    /// server did).
     fn run<R: Respond>(&self, req: &Request, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
         let tid = req.pid();
+        let flight = self.interrupts.begin(req.unique().0);
         let sent = Arc::new(AtomicBool::new(false));
         reply.send(self.lanes.block_on(async {
             let op = sextant_client::track_sending(Arc::clone(&sent), op);
@@ -157,6 +185,7 @@ impl SextantFs {
             tokio::select! {
                 biased;
                 r = &mut op => return r,
+                _ = flight.interrupted() => {}
                 _ = crate::killed::killed(tid) => {}
             }
             if !sent.load(Ordering::Acquire) {
@@ -164,12 +193,14 @@ impl SextantFs {
             }
             op.await
         }));
+        drop(flight);
     }
 
     /// [`SextantFs::run`] for an operation that changes nothing on the
-    /// server: abandoned with EINTR as soon as its caller has a fatal
-    /// signal pending (see [`crate::killed`]), so a killed program never
-    /// waits for a server that is down.
+    /// server: abandoned with EINTR as soon as the kernel interrupts it or
+    /// its caller has a fatal signal pending, so a program never waits
+    /// for a server that is down once it has a signal to handle or to die
+    /// of.
     fn run_read<R: Respond>(
         &self,
         req: &Request,
@@ -177,13 +208,23 @@ impl SextantFs {
         op: impl Future<Output = OpResult<R::Ok>>,
     ) {
         let tid = req.pid();
+        let flight = self.interrupts.begin(req.unique().0);
         reply.send(self.lanes.block_on(async {
             tokio::select! {
                 biased;
                 r = op => r,
+                _ = flight.interrupted() => Err(Fail(libc::EINTR)),
                 _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
             }
         }));
+        drop(flight);
+    }
+
+    /// [`SextantFs::run`] for an operation that is never abandoned: its
+    /// caller does not wait for it (the kernel sends a release in the
+    /// background, and interrupts none).
+    fn run_whole<R: Respond>(&self, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
+        reply.send(self.lanes.block_on(op));
     }
 
     fn epoch(&self) -> u64 {
@@ -302,19 +343,26 @@ impl SextantFs {
     }
 
     /// Sends a pending size/mtime update to the server (as the mount: the
-    /// writer's permission was checked at open).
+    /// writer's permission was checked at open). Put back if it fails, or
+    /// if the operation is abandoned before it was sent (a flush or fsync
+    /// interrupted while the server is down): a later flush or the release
+    /// sends it then.
     async fn send_dirty(&self, d: Option<Dirty>) -> OpResult<()> {
         let Some(d) = d else { return Ok(()) };
         let set = SetAttr {
             size: Some(d.size),
             ..Default::default()
         };
+        let unsent = Unsent {
+            data: &self.data,
+            dirty: Some(d),
+        };
         match self.client().setattr(&root(), d.soid, &set).await {
-            Ok(_) | Err(sextant_client::Error::Fs(FsError::NotFound)) => Ok(()),
-            Err(e) => {
-                self.data.restore_dirty(d);
-                Err(e.into())
+            Ok(_) | Err(sextant_client::Error::Fs(FsError::NotFound)) => {
+                unsent.sent();
+                Ok(())
             }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -379,6 +427,13 @@ impl SextantFs {
 }
 
 impl Filesystem for SextantFs {
+    /// No reply to the interrupt itself: the request it names is answered
+    /// EINTR if it may be abandoned (see [`SextantFs::run`]).
+    fn interrupt(&self, _req: &Request, unique: RequestId) -> Result<(), Errno> {
+        self.interrupts.interrupt(unique.0);
+        Ok(())
+    }
+
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run_read(req, reply, async {
             let found = self
@@ -680,7 +735,7 @@ impl Filesystem for SextantFs {
 
     fn release(
         &self,
-        req: &Request,
+        _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -689,7 +744,9 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.write_handles.lock().remove(&fh.0);
-        self.run(req, reply, async {
+        // Not abandoned: the handle is gone once `Data::release` ran, so
+        // an update not sent would be lost.
+        self.run_whole(reply, async {
             self.send_dirty(self.data.release(fh.0)?).await
         })
     }

@@ -16,7 +16,11 @@
 //! - [`dirs`]: open directory handles and the entries read ahead for them.
 //! - [`nodes`]: FUSE node ids ↔ 128-bit SOIDs, with kernel reference counts.
 //! - [`perms`]: who checks permissions, and the mount's own checks.
-//! - [`killed`]: a read whose program was killed is abandoned at once.
+//! - [`interrupts`]: the requests in flight, for the kernel's interrupts
+//!   (FUSE_INTERRUPT, delivered by the vendored fuser): an interrupted
+//!   request that never changed the server is abandoned at once (EINTR).
+//! - [`killed`]: the same for a killed program when no FUSE thread is free
+//!   to read its interrupt.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's attributes from the replies to this
@@ -30,6 +34,7 @@ pub mod dirattrs;
 pub mod dirs;
 mod fs;
 pub mod groups;
+pub mod interrupts;
 pub mod killed;
 pub mod lane;
 pub mod nodes;
@@ -121,6 +126,7 @@ pub fn mount(
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
         write_handles: Default::default(),
+        interrupts: Default::default(),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.
