@@ -1340,3 +1340,119 @@ fn a_killed_program_does_not_wait_for_a_server_that_is_down() {
         eprintln!("{what} gone {:?} after SIGKILL", t.elapsed());
     }
 }
+
+/// `python3 -c SIGNALLED OP PATH`: a program that handles SIGUSR1 (as one
+/// with a SIGINT handler or an `alarm()` timeout does) and makes one call
+/// on PATH — `access` (a lookup of a name not cached), `open` (O_RDONLY)
+/// or `unlink` — through ctypes, so that Python does not retry it on EINTR;
+/// prints `OK` or the call's errno name.
+const SIGNALLED: &str = r#"
+import ctypes, errno, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGUSR1, lambda *a: None)
+op, path = sys.argv[1], sys.argv[2].encode()
+r = {"access": lambda: libc.access(path, os.F_OK),
+     "open": lambda: libc.open(path, os.O_RDONLY),
+     "unlink": lambda: libc.unlink(path)}[op]()
+print("OK" if r >= 0 else errno.errorcode[ctypes.get_errno()], flush=True)
+"#;
+
+/// Runs [`SIGNALLED`] outside the mount (Python looks for its modules in
+/// the current directory first: there, it would wait before it handles
+/// SIGUSR1).
+fn signalled(path: &Path, op: &str) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(PY)
+            .args(["-I", "-c", SIGNALLED, op])
+            .arg(path)
+            .current_dir("/")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits up to `limit` for `p` to end; how long that took, and its output.
+fn ended_within(p: &mut KillOnDrop, limit: Duration, what: &str) -> (Duration, String) {
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "{what}: still waiting {:?} after the signal",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = t.elapsed();
+    let mut out = String::new();
+    use std::io::Read;
+    p.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(status.success(), "{what}: {status}, printed {out:?}");
+    (took, out.trim().to_string())
+}
+
+/// Issue 25 item 13: while the server is stopped (SIGSTOP: requests go
+/// out and no answer comes), a program blocked in the mount that gets a
+/// signal it handles returns EINTR from a call that changes nothing at
+/// once (the kernel's FUSE_INTERRUPT, which the vendored fuser delivers),
+/// instead of when the client's 30 s retry gives up. A mutation that went
+/// out is not abandoned (the server may have run it): it waits, and after
+/// SIGCONT it is done exactly once (no ENOENT from a retry).
+#[test]
+fn a_signalled_program_does_not_wait_for_a_stopped_server() {
+    if !fuse_available() {
+        return;
+    }
+    if !Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs {PY}");
+        return;
+    }
+    let m = Mounted::start();
+    // d/g's name is cached: its unlink below goes to the server as such.
+    // (A new name is always looked up first, even when the kernel caches
+    // its absence, so a mkdir would be a lookup and be let go.)
+    sh(
+        &m.mnt,
+        "mkdir d && echo x > d/f && cat d/f && : > d/g && ls -l d/g",
+    );
+    let server = m.server.id() as i32;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server, libc::SIGSTOP) };
+    for (op, path) in [("access", "never-looked-up"), ("open", "d/f")] {
+        let mut program = signalled(&m.p(path), op);
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(
+            program.0.try_wait().unwrap().is_none(),
+            "{op} waits for the server"
+        );
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(program.0.id() as i32, libc::SIGUSR1) };
+        let (took, out) = ended_within(&mut program, Duration::from_secs(5), op);
+        assert_eq!(out, "EINTR", "{op}");
+        eprintln!("{op}: EINTR {took:?} after SIGUSR1");
+    }
+    // A mutation: sent, so not abandoned.
+    let mut program = signalled(&m.p("d/g"), "unlink");
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(program.0.id() as i32, libc::SIGUSR1) };
+    std::thread::sleep(Duration::from_millis(2000));
+    if program.0.try_wait().unwrap().is_some() {
+        let (_, out) = ended_within(&mut program, Duration::ZERO, "mkdir");
+        panic!("an unlink that went out is waited for, not ended: {out}");
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server, libc::SIGCONT) };
+    let (took, out) = ended_within(&mut program, Duration::from_secs(30), "unlink");
+    assert_eq!(out, "OK", "the unlink, done once");
+    eprintln!("unlink: done {took:?} after SIGCONT");
+    let listing = m.sextant_ok(&["ls", "/d"]);
+    assert_eq!(listing.trim(), "f", "on the server");
+    assert!(!m.p("d/g").exists());
+    // Reads answer again.
+    assert_eq!(std::fs::read(m.p("d/f")).unwrap(), b"x\n");
+}
