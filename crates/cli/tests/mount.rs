@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    eventually, fuse_available, is_mounted, sh, spawn_server, KillOnDrop, Mounted, Unmount, BIN,
+    eventually, fuse_available, is_mounted, kill9, sh, spawn_server, KillOnDrop, Mounted, Unmount,
+    BIN,
 };
 
 /// Name, type, mode, size (not for directories: their size is the file
@@ -1456,3 +1457,96 @@ fn a_signalled_program_does_not_wait_for_a_stopped_server() {
     // Reads answer again.
     assert_eq!(std::fs::read(m.p("d/f")).unwrap(), b"x\n");
 }
+
+/// Issue 25 item 14: a mount whose change stream broke — its server
+/// killed, so its watcher is reopening the stream, with back-off timers
+/// between tries, on the runtime that the mount's caller shuts down once
+/// the mount returns — exits 0 when unmounted (by SIGTERM or `fusermount3
+/// -u`), without a panic ("A Tokio 1.x context was found, but it is being
+/// shutdown" in the watch thread, once in ~150 exits before the watcher was
+/// stopped before the mount returns). Many mounts, unmounted at spread-out
+/// moments of the watcher's retries; SEXTANT_UNMOUNT_ROUNDS sets how many
+/// rounds of [`UNMOUNT_MOUNTS`] mounts (default 3).
+#[test]
+fn unmounting_while_the_change_stream_reopens_exits_cleanly() {
+    if !fuse_available() {
+        return;
+    }
+    let rounds: usize = std::env::var("SEXTANT_UNMOUNT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut m = Mounted::start();
+    m.umount();
+    let mut exits = 0;
+    let mut failed = Vec::new();
+    for round in 0..rounds {
+        if round > 0 {
+            let (server, addr) = spawn_server(&m.data(), "nosync", &m.addr);
+            assert_eq!(addr, m.addr, "restarted on the same address");
+            m.server = server;
+        }
+        let mut mounts = Vec::new();
+        for i in 0..UNMOUNT_MOUNTS {
+            let mp = m.dir.path().join(format!("u{i}"));
+            std::fs::create_dir_all(&mp).unwrap();
+            let err = m.dir.path().join(format!("u{i}-{round}.err"));
+            let fg = KillOnDrop(
+                Command::new(BIN)
+                    .args(["--server", &m.addr, "--data"])
+                    .arg(m.data())
+                    .args(["mount", "-f"])
+                    .arg(&mp)
+                    .stderr(std::fs::File::create(&err).unwrap())
+                    .spawn()
+                    .unwrap(),
+            );
+            let unmount = Unmount(mp.clone());
+            mounts.push((fg, unmount, mp, err));
+        }
+        for (_, _, mp, _) in &mounts {
+            eventually("mounted", || is_mounted(mp));
+            std::fs::write(mp.join(format!("r{round}")), b"x").unwrap();
+        }
+        kill9(&mut m.server);
+        // The watchers now retry every 20 ms, 40 ms, ... up to 2 s.
+        let start = Instant::now();
+        for (i, (fg, _, mp, err)) in mounts.iter_mut().enumerate() {
+            let at = Duration::from_millis(137 * i as u64 % 2_500);
+            std::thread::sleep(at.saturating_sub(start.elapsed()));
+            if i % 2 == 0 {
+                // SAFETY: kill(2) on our own child.
+                unsafe { libc::kill(fg.0.id() as i32, libc::SIGTERM) };
+            } else {
+                let out = Command::new("fusermount3")
+                    .arg("-u")
+                    .arg(&*mp)
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "fusermount3 -u: {out:?}");
+            }
+            let t = Instant::now();
+            let status = loop {
+                if let Some(s) = fg.0.try_wait().unwrap() {
+                    break s;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "mount {i} of round {round} did not exit"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            exits += 1;
+            let said = std::fs::read_to_string(&*err).unwrap_or_default();
+            if !status.success() || said.contains("panicked") {
+                failed.push(format!("round {round} mount {i}: {status}\n{said}"));
+            }
+        }
+    }
+    eprintln!("{exits} mount exits, {} not clean", failed.len());
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Mounts per round of
+/// [`unmounting_while_the_change_stream_reopens_exits_cleanly`].
+const UNMOUNT_MOUNTS: usize = 8;
