@@ -1,26 +1,25 @@
 //! Whether the program behind a request has been killed, so that a read
-//! waiting on a server that is down can be abandoned at once.
+//! waiting on a server that is down can be abandoned at once even when no
+//! FUSE thread is free to read the kernel's interrupt.
 //!
-//! Why not FUSE_INTERRUPT: fuser 0.18 answers every FUSE_INTERRUPT with
-//! ENOSYS itself (`request.rs`, "TODO: handle FUSE_INTERRUPT"), never
-//! telling the file system; on that answer the kernel stops sending
-//! interrupts for good (`fc->no_interrupt`) and, for a request already
-//! read by the daemon, waits for the reply uninterruptibly — even a
-//! SIGKILLed program stays until the mount answers (up to the client's
-//! 30 s retry while the server is down). Handling interrupts would need a
-//! patched fuser (a vendored copy). Instead the mount looks at the caller
-//! itself: a fatal signal (SIGKILL, or any signal whose default action
-//! kills, which the kernel turns into a SIGKILL of every thread) shows as
-//! bit 9 of `SigPnd`/`ShdPnd` in `/proc/<tid>/status` of the blocked
-//! thread (FUSE gives the caller's thread id). A non-fatal signal (a
-//! handled SIGINT) does not interrupt: the kernel, told "no interrupts",
-//! does not wake the caller for it either.
+//! The mount handles FUSE_INTERRUPT (see [`crate::interrupts`]; fuser is
+//! vendored with a patch for it). But an interrupt is read, like any
+//! request, by a free FUSE thread: when every thread waits on the server
+//! (`--threads` programs blocked at once), it stays queued in the kernel,
+//! and the interrupted caller with it. This module is the fallback for a
+//! killed caller: a fatal signal (SIGKILL, or any signal whose default
+//! action kills, which the kernel turns into a SIGKILL of every thread)
+//! shows as bit 9 of `SigPnd`/`ShdPnd` in `/proc/<tid>/status` of the
+//! blocked thread (FUSE gives the caller's thread id), so a waiting
+//! request sees it without the kernel's help. A handled signal leaves no
+//! such trace: that caller waits for a free thread to read its interrupt.
 //!
-//! Only what never changes the server is abandoned (lookups, getattr,
-//! reads, listings, xattr reads, access): a mutation the server may
-//! already have run keeps waiting for its reply, so its retry keeps its
-//! exactly-once identity and the mount's bookkeeping (node ids, data
-//! objects) follows what the server did.
+//! What a killed caller's request may give up is decided as for an
+//! interrupt (`fs`): what never changes the server at once, a mutation
+//! only if it was never sent; a mutation the server may already have run
+//! keeps waiting for its reply, so its retry keeps its exactly-once
+//! identity and the mount's bookkeeping (node ids, data objects) follows
+//! what the server did.
 //!
 //! Cost: one timer per abandonable request, and a read of the caller's
 //! status file every [`POLL`] while it waits (after the first [`POLL`]).
