@@ -6,7 +6,7 @@ use crate::data::{Data, Dirty};
 use crate::dirattrs::{Change, DirAttrs};
 use crate::dirs::{DirHandles, BATCH};
 use crate::groups::GroupCache;
-use crate::interrupts::Interrupts;
+use crate::interrupts::{InFlight, Interrupts};
 use crate::lane::Lanes;
 use crate::nodes::Nodes;
 use crate::perms;
@@ -89,6 +89,22 @@ impl Drop for DirChange<'_> {
         if let Some(c) = self.change.take() {
             self.fs.dir_attrs.end(c, None, self.fs.epoch());
         }
+    }
+}
+
+/// What gives up the making of a lane for a request (see
+/// [`Lanes::block_on_unless`]): its interrupt, or its caller killed.
+fn stopper<'a>(
+    flight: &'a InFlight<'_>,
+    tid: u32,
+) -> impl Fn() -> std::pin::Pin<Box<dyn Future<Output = ()> + 'a>> + 'a {
+    move || {
+        Box::pin(async move {
+            tokio::select! {
+                _ = flight.interrupted() => {}
+                _ = crate::killed::killed(tid) => {}
+            }
+        })
     }
 }
 
@@ -179,20 +195,28 @@ impl SextantFs {
         let tid = req.pid();
         let flight = self.interrupts.begin(req.unique().0);
         let sent = Arc::new(AtomicBool::new(false));
-        reply.send(self.lanes.block_on(async {
-            let op = sextant_client::track_sending(Arc::clone(&sent), op);
-            tokio::pin!(op);
-            tokio::select! {
-                biased;
-                r = &mut op => return r,
-                _ = flight.interrupted() => {}
-                _ = crate::killed::killed(tid) => {}
-            }
-            if !sent.load(Ordering::Acquire) {
-                return Err(Fail(libc::EINTR));
-            }
-            op.await
-        }));
+        let stop = stopper(&flight, tid);
+        reply.send(self.lanes.block_on_unless(
+            async {
+                // Interrupted before it started: nothing is sent.
+                if flight.is_interrupted() {
+                    return Err(Fail(libc::EINTR));
+                }
+                let op = sextant_client::track_sending(Arc::clone(&sent), op);
+                tokio::pin!(op);
+                tokio::select! {
+                    biased;
+                    r = &mut op => return r,
+                    _ = flight.interrupted() => {}
+                    _ = crate::killed::killed(tid) => {}
+                }
+                if !sent.load(Ordering::Acquire) {
+                    return Err(Fail(libc::EINTR));
+                }
+                op.await
+            },
+            stop,
+        ));
         drop(flight);
     }
 
@@ -209,14 +233,18 @@ impl SextantFs {
     ) {
         let tid = req.pid();
         let flight = self.interrupts.begin(req.unique().0);
-        reply.send(self.lanes.block_on(async {
-            tokio::select! {
-                biased;
-                r = op => r,
-                _ = flight.interrupted() => Err(Fail(libc::EINTR)),
-                _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
-            }
-        }));
+        let stop = stopper(&flight, tid);
+        reply.send(self.lanes.block_on_unless(
+            async {
+                tokio::select! {
+                    biased;
+                    r = op => r,
+                    _ = flight.interrupted() => Err(Fail(libc::EINTR)),
+                    _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
+                }
+            },
+            stop,
+        ));
         drop(flight);
     }
 

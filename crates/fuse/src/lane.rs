@@ -22,6 +22,11 @@
 //!   retry back-off on the next request.
 //! - When a lane cannot be made (server unreachable), the thread uses the
 //!   shared client and runtime, and tries again after [`RETRY_AFTER`].
+//! - Making a lane (a connection: up to the client's connect timeout when
+//!   the server takes connections but does not answer, e.g. stopped) is
+//!   given up when the caller's `stop` resolves ([`Lanes::block_on_unless`]:
+//!   the request was interrupted); the request then runs on the shared
+//!   runtime, and the next one tries to make the lane again.
 //!
 //! Cost: each lane is a client of its own for the server's exactly-once
 //! table (4,096 clients remembered by default, the least recently active
@@ -96,7 +101,19 @@ impl Lanes {
     ///
     /// REQUIRES: not called from inside a tokio runtime.
     pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
-        match self.lane() {
+        self.block_on_unless(fut, std::future::pending)
+    }
+
+    /// [`Lanes::block_on`], but a lane being made for it is given up when
+    /// `stop()` resolves (`fut` then runs on the shared runtime).
+    ///
+    /// REQUIRES: not called from inside a tokio runtime.
+    pub fn block_on_unless<F: Future, S: Future<Output = ()>>(
+        &self,
+        fut: F,
+        stop: impl Fn() -> S,
+    ) -> F::Output {
+        match self.lane(stop) {
             Some(lane) => {
                 let previous = ACTIVE.with(|a| a.replace(Some(lane.client.clone())));
                 let out = lane.rt.block_on(fut);
@@ -108,8 +125,9 @@ impl Lanes {
         }
     }
 
-    /// This thread's lane for this mount, made or replaced if needed.
-    fn lane(&self) -> Option<Rc<Lane>> {
+    /// This thread's lane for this mount, made or replaced if needed
+    /// (unless `stop()` resolves first).
+    fn lane<S: Future<Output = ()>>(&self, stop: impl Fn() -> S) -> Option<Rc<Lane>> {
         let now = Instant::now();
         let usable = SLOT.with(|s| match &*s.borrow() {
             Slot::Ready(l)
@@ -129,7 +147,7 @@ impl Lanes {
         }
         // Drop the old lane (its runtime and connection) before making one.
         SLOT.with(|s| *s.borrow_mut() = Slot::Empty);
-        let made = self.make();
+        let made = self.make(stop)?;
         SLOT.with(|s| {
             *s.borrow_mut() = match &made {
                 Some(l) => Slot::Ready(Rc::clone(l)),
@@ -139,17 +157,30 @@ impl Lanes {
         made
     }
 
-    fn make(&self) -> Option<Rc<Lane>> {
-        let rt = tokio::runtime::Builder::new_current_thread()
+    /// A new lane; `Some(None)` if it could not be made, `None` if
+    /// `stop()` resolved first (nothing is known of the server then).
+    fn make<S: Future<Output = ()>>(&self, stop: impl Fn() -> S) -> Option<Option<Rc<Lane>>> {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .ok()?;
-        let client = rt.block_on(self.shared.sibling()).ok()?;
-        Some(Rc::new(Lane {
+        else {
+            return Some(None);
+        };
+        let connected = rt.block_on(async {
+            tokio::select! {
+                biased;
+                c = self.shared.sibling() => Some(c),
+                _ = stop() => None,
+            }
+        })?;
+        let Ok(client) = connected else {
+            return Some(None);
+        };
+        Some(Some(Rc::new(Lane {
             owner: self.owner,
             rt,
             client,
             last_used: Cell::new(Instant::now()),
-        }))
+        })))
     }
 }
