@@ -1402,7 +1402,9 @@ fn ended_within(p: &mut KillOnDrop, limit: Duration, what: &str) -> (Duration, S
 /// once (the kernel's FUSE_INTERRUPT, which the vendored fuser delivers),
 /// instead of when the client's 30 s retry gives up. A mutation that went
 /// out is not abandoned (the server may have run it): it waits, and after
-/// SIGCONT it is done exactly once (no ENOENT from a retry).
+/// SIGCONT it is done exactly once (no ENOENT from a retry). And a request
+/// whose thread must first make a new connection (idle ones are replaced)
+/// is let go as quickly (the connection would wait 3 s).
 #[test]
 fn a_signalled_program_does_not_wait_for_a_stopped_server() {
     if !fuse_available() {
@@ -1456,6 +1458,23 @@ fn a_signalled_program_does_not_wait_for_a_stopped_server() {
     assert!(!m.p("d/g").exists());
     // Reads answer again.
     assert_eq!(std::fs::read(m.p("d/f")).unwrap(), b"x\n");
+    // Stopped again, and every FUSE thread's connection idle for longer
+    // than `lane::IDLE_MAX` (20 s): the next request on any thread first
+    // makes a new connection, which a stopped server accepts and never
+    // answers (the connect timeout is 3 s). The interrupt gives that up
+    // too.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_secs(21));
+    let mut program = signalled(&m.p("not-looked-up-either"), "access");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(program.0.id() as i32, libc::SIGUSR1) };
+    let (took, out) = ended_within(&mut program, Duration::from_secs(2), "access, new lane");
+    assert_eq!(out, "EINTR");
+    eprintln!("access on a new lane: EINTR {took:?} after SIGUSR1");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server, libc::SIGCONT) };
 }
 
 /// Issue 25 item 14: a mount whose change stream broke — its server
