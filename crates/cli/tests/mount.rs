@@ -1572,3 +1572,81 @@ fn unmounting_while_the_change_stream_reopens_exits_cleanly() {
 /// Mounts per round of
 /// [`unmounting_while_the_change_stream_reopens_exits_cleanly`].
 const UNMOUNT_MOUNTS: usize = 8;
+
+/// `python3 -c CLOSER FILE`: opens FILE for writing, writes `hello`, says
+/// `written`, waits for a line on stdin, then closes it (through ctypes:
+/// no retry) with SIGUSR1 handled; prints `OK` or close's errno name.
+const CLOSER: &str = r#"
+import ctypes, errno, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGUSR1, lambda *a: None)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+os.write(fd, b"hello")
+print("written", flush=True)
+sys.stdin.readline()
+r = libc.close(fd)
+print("OK" if r >= 0 else errno.errorcode[ctypes.get_errno()], flush=True)
+"#;
+
+/// A close interrupted while the server is down: its flush never reached
+/// the server, so it is let go (EINTR), and the size update it had taken
+/// is put back and sent with the release once the server is back — the
+/// server ends with the written size, not the size before. (~25 s: it
+/// waits for the mount's connections to be replaced.)
+#[test]
+fn an_interrupted_close_keeps_its_size_update() {
+    if !fuse_available() {
+        return;
+    }
+    if !Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs {PY}");
+        return;
+    }
+    let mut m = Mounted::start_with("fsync");
+    sh(&m.mnt, "mkdir d && : > d/h");
+    use std::io::{BufRead, Write};
+    let mut program = KillOnDrop(
+        Command::new(PY)
+            .args(["-I", "-c", CLOSER])
+            .arg(m.p("d/h"))
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = std::io::BufReader::new(program.0.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "written");
+    kill9(&mut m.server);
+    // Idle FUSE threads do not see their connection break (nothing drives
+    // it): a request on one is put on it and counts as sent, and then is
+    // waited for. After `lane::IDLE_MAX` (20 s) each thread makes a new
+    // one first, which the dead server refuses: nothing is sent.
+    std::thread::sleep(Duration::from_secs(21));
+    writeln!(program.0.stdin.as_mut().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        program.0.try_wait().unwrap().is_none(),
+        "the close waits for the server"
+    );
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(program.0.id() as i32, libc::SIGUSR1) };
+    line.clear();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "EINTR", "the close was let go");
+    let (server, addr) = spawn_server(&m.data(), "fsync", &m.addr);
+    assert_eq!(addr, m.addr, "restarted on the same address");
+    m.server = server;
+    let mut last = String::new();
+    let t = Instant::now();
+    while !last.contains("\"size\":5,") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the written size never reached the server: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        last = m.sextant_ok(&["stat", "--json", "/d/h"]);
+    }
+}
