@@ -25,6 +25,7 @@
 //!   serving. See [`logless`].
 
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod dedup;
 pub mod fault;
