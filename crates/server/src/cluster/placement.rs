@@ -99,6 +99,26 @@ impl Placement for ClusterPlacement {
         }))
     }
 
+    fn may_ack(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        self.check(soid)?;
+        let state = self.coordination.map().borrow().clone();
+        match state.table_of(soid) {
+            Some(table) if self.coordination.may_ack(table) => Ok(()),
+            _ => {
+                tracing::warn!(
+                    ?soid,
+                    "not acknowledged: the lease timer or the table's grant ran out (R1)"
+                );
+                metrics::counter!("sextant_r1_refusals_total").increment(1);
+                Err(Box::new(pb::WrongServer {
+                    soid: Some(soid_to_pb(soid)),
+                    hint: None,
+                    revision: u64::try_from(state.revision).unwrap_or(0),
+                }))
+            }
+        }
+    }
+
     fn map(&self) -> pb::RouteMap {
         route_table(&self.coordination.map().borrow()).to_pb()
     }
@@ -212,6 +232,8 @@ mod tests {
         assert_eq!(w.hint, None);
         // No table at all.
         assert_eq!(p.check(s(1000)).unwrap_err().hint, None);
+        assert_eq!(p.may_ack(s(5)), Ok(()));
+        assert!(p.may_ack(s(150)).is_err());
         // The map: three routes, by range.
         let map = p.map();
         let servers: Vec<&str> = map.routes.iter().map(|r| r.server.as_str()).collect();
