@@ -121,7 +121,7 @@ pub fn run(data: &Path, json: bool, args: &ClusterArgs) -> Result<()> {
     rt.block_on(async {
         match &args.command {
             ClusterCommand::Up(up_args) => up(data, json, up_args).await,
-            ClusterCommand::Status(e) => status(&etcd_config(data, e)?, json).await,
+            ClusterCommand::Status(e) => status(data, &etcd_config(data, e)?, json).await,
             ClusterCommand::Move {
                 target,
                 server,
@@ -466,12 +466,12 @@ async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
 
 // ---- status, move, drain -------------------------------------------------
 
-async fn status(cfg: &EtcdConfig, json: bool) -> Result<()> {
+async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
     let state = read_state(cfg).await?;
     let mut servers = Vec::new();
     for (name, m) in &state.members {
         let tables = state.owned_by(name).count();
-        let counts = server_counts(&m.address).await;
+        let counts = server_counts(data, &m.address).await;
         servers.push(serde_json::json!({
             "name": name,
             "address": m.address,
@@ -577,8 +577,8 @@ fn short(hex: &str) -> &str {
 }
 
 /// A server's inode and request counts (its own status call).
-async fn server_counts(address: &str) -> Result<(u64, u64)> {
-    let client = connect_admin(address).await?;
+async fn server_counts(data: &Path, address: &str) -> Result<(u64, u64)> {
+    let client = connect_admin(data, address).await?;
     let (engine, server) = client
         .stats(&sextant_types::Credentials::root())
         .await
@@ -589,14 +589,14 @@ async fn server_counts(address: &str) -> Result<(u64, u64)> {
 /// A client of one server with the cluster's secret, which `up` left in
 /// every server's data directory; the admin's own secret file otherwise
 /// ($SEXTANT_SECRET_FILE).
-async fn connect_admin(address: &str) -> Result<sextant_client::Client> {
+async fn connect_admin(data: &Path, address: &str) -> Result<sextant_client::Client> {
     let secret = std::env::var("SEXTANT_SECRET")
         .ok()
         .or_else(|| {
             std::env::var_os("SEXTANT_SECRET_FILE")
                 .and_then(|f| sextant_server::secret::read(Path::new(&f)).ok())
         })
-        .or_else(|| cluster_secret_near(address));
+        .or_else(|| cluster_secret_near(data, address));
     let Some(secret) = secret else {
         bail!("no cluster secret for {address}: set SEXTANT_SECRET_FILE");
     };
@@ -606,9 +606,8 @@ async fn connect_admin(address: &str) -> Result<sextant_client::Client> {
 }
 
 /// The secret `up` gave the server at `address` (its record in
-/// `./<data>/cluster.toml` names its data directory).
-fn cluster_secret_near(address: &str) -> Option<String> {
-    let data = crate::session::default_data();
+/// `<data>/cluster.toml` names its data directory).
+fn cluster_secret_near(data: &Path, address: &str) -> Option<String> {
     let text = std::fs::read_to_string(data.join(RECORD)).ok()?;
     let r: Record = toml::from_str(&text).ok()?;
     let e = r.servers.iter().find(|s| s.address == address)?;
@@ -687,7 +686,7 @@ async fn move_table(
 
 /// The SOID of a namespace path, looked up through the cluster.
 async fn resolve_path(
-    _data: &Path,
+    data: &Path,
     state: &ClusterState,
     path: &str,
 ) -> Result<sextant_types::Soid> {
@@ -700,7 +699,7 @@ async fn resolve_path(
         .next()
         .map(|m| m.address.clone())
         .context("the cluster has no members")?;
-    let client = connect_admin(&address).await?;
+    let client = connect_admin(data, &address).await?;
     // Name by name: each lookup goes to the server of its directory.
     let root = sextant_types::Credentials::root();
     let mut soid = sextant_types::Soid::ROOT;
