@@ -114,7 +114,14 @@ fn cluster_up_serves_one_namespace_from_several_processes() {
         Command::new(BIN)
             .args(["--json", "--data"])
             .arg(&data)
-            .args(["cluster", "up", "--servers", "2", "--journal-sync", "nosync"])
+            .args([
+                "cluster",
+                "up",
+                "--servers",
+                "2",
+                "--journal-sync",
+                "nosync",
+            ])
             .args(["--base-port", &port.to_string(), "--lease-ttl", "2s"])
             .env_remove("SEXTANT_ETCD")
             .stdout(Stdio::piped())
@@ -133,7 +140,11 @@ fn cluster_up_serves_one_namespace_from_several_processes() {
     let s1_data = PathBuf::from(servers[0]["data"].as_str().unwrap());
     // The root table is assigned to one of them.
     wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status(&data)).iter().map(|t| t.1).sum::<u64>() >= 1
+        tables_by_server(&status(&data))
+            .iter()
+            .map(|t| t.1)
+            .sum::<u64>()
+            >= 1
     });
     let st = status(&data);
     for s in st["servers"].as_array().unwrap() {
@@ -207,7 +218,12 @@ fn start_etcd(dir: &Path) -> Etcd {
         .args(["--name", "t", "--data-dir"])
         .arg(dir.join("etcd"))
         .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-        .args(["--listen-peer-urls", &p, "--initial-advertise-peer-urls", &p])
+        .args([
+            "--listen-peer-urls",
+            &p,
+            "--initial-advertise-peer-urls",
+            &p,
+        ])
         .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -260,20 +276,31 @@ fn a_killed_server_loses_nothing_it_acknowledged() {
             .env("SEXTANT_SECRET_FILE", secret.join("secret"))
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     wait_for("the root table assigned", Duration::from_secs(30), || {
         tables_by_server(&status_of()).iter().any(|t| t.1 > 0)
     });
     // Make sure a owns it (move it there if b got it).
-    if tables_by_server(&status_of()).iter().any(|t| t.0 == "b" && t.1 > 0) {
+    if tables_by_server(&status_of())
+        .iter()
+        .any(|t| t.0 == "b" && t.1 > 0)
+    {
         let out = Command::new(BIN)
             .args(["cluster", "move", "0", "a", "--etcd", &etcd.url])
             .env("SEXTANT_SECRET_FILE", secret.join("secret"))
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     // Acknowledged through b (routed to a), then a dies.
     sextant_ok(&b_addr, &secret, &["mkdir", "/d"]);

@@ -140,6 +140,11 @@ pub async fn commit_tables(
             None,
         ));
     }
+    if !change.created.is_empty() {
+        // The first table of a cluster (the root, made by a server's
+        // engine) bootstraps it; later ones leave the key as it is.
+        then.push(TxnOp::put(cfg.key(keys::BOOTSTRAPPED_KEY), "1", None));
+    }
     for (t, rev) in &change.removed {
         when.push(fence(*t, *rev));
         for key in [

@@ -77,6 +77,9 @@ pub mod node;
 pub mod ownership;
 
 pub use etcd::EtcdConfig;
+/// The etcd client this crate speaks through (for callers that run their own
+/// calls next to the shell's, e.g. a catalogue).
+pub use etcd_client;
 pub use map::{ClusterState, DelegationMap, Route};
 pub use membership::{Membership, MembershipConfig};
 pub use node::{ClusterConfig, Coordination, EtcdCluster, InProcess};

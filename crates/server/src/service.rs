@@ -84,11 +84,29 @@ fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
             result: Some(result),
             ..Default::default()
         },
-        Err(e) => pb::Response {
+        // The engine does not hold that SOID's table (a cluster member):
+        // WRONG_SERVER, never an errno (the run's caller adds the hint).
+        Err(FsError::WrongServer { soid }) => pb::Response {
             id,
-            error: Some(error_to_pb(e)),
+            wrong_server: Some(pb::WrongServer {
+                soid: Some(soid_to_pb(soid)),
+                hint: None,
+                revision: 0,
+            }),
             ..Default::default()
         },
+        Err(e) => {
+            if e == FsError::CrossServer {
+                // Until BORROW (issue 21): an operation over tables held by
+                // two servers is refused with EXDEV.
+                metrics::counter!("sextant_cross_server_total").increment(1);
+            }
+            pb::Response {
+                id,
+                error: Some(error_to_pb(e)),
+                ..Default::default()
+            }
+        }
     }
 }
 
@@ -210,7 +228,17 @@ impl Shared {
         if let Some(Err(wrong)) = route.map(|s| self.placement.check(s)) {
             return self.wrong_server_reply(id, *wrong);
         }
-        let resp = Arc::clone(&self).run_admitted(r).await;
+        let mut resp = Arc::clone(&self).run_admitted(r).await;
+        if let Some(w) = &mut resp.wrong_server {
+            // The engine refused a SOID it does not hold: say who does.
+            let soid = soid_from_pb(w.soid.as_ref()).ok();
+            if let Some(Err(known)) = soid.map(|s| self.placement.check(s)) {
+                *w = *known;
+            }
+            self.wrong_server.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("sextant_wrong_server_total").increment(1);
+            return resp;
+        }
         // R1: acknowledge only while this server may (its lease timer is
         // valid and the table still serves here), checked once the
         // operation is durable, right before the reply — a replayed reply
