@@ -24,7 +24,8 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         | Command::Init
         | Command::Completions { .. }
         | Command::Man { .. }
-        | Command::Bench(_) => {
+        | Command::Bench(_)
+        | Command::Cluster(_) => {
             unreachable!("this command runs without a namespace session (see main)")
         }
         Command::Status => {

@@ -9,6 +9,7 @@
 //! store; `--local` uses the directory in any case).
 
 mod bench;
+mod cluster;
 mod cmd;
 mod find;
 mod format;
@@ -116,10 +117,14 @@ enum Command {
     /// Settings come from flags and environment, then the --config TOML
     /// file (keys: data, listen, socket, memory, journal_sync, dedup_window,
     /// dedup_clients, metrics, durability, arl_size, recovery_grace,
-    /// tls_cert, tls_key), then defaults. The first start creates the cluster
+    /// tls_cert, tls_key; for a cluster server etcd, cluster_store, name,
+    /// advertise, lease_ttl), then defaults. The first start creates the cluster
     /// secret <data>/secret (mode 0600) that clients must present. SIGINT
     /// or SIGTERM stops it gracefully (tables written back).
     Serve(ServeArgs),
+    /// Many servers, one namespace: start a local cluster (`up`), see it
+    /// (`status`), move a table (`move`), drain a server (`drain`).
+    Cluster(cluster::ClusterArgs),
     /// Show the store's state: inodes, tables, journal; and which data
     /// directory, server and secret this command used, and where each
     /// setting came from (flag, environment, config file, the local
@@ -395,6 +400,30 @@ struct ServeArgs {
         requires = "tls_cert"
     )]
     tls_key: Option<PathBuf>,
+    /// Cluster: etcd's client URLs, comma-separated (e.g.
+    /// http://10.0.0.1:2379). With --cluster-store and --name, this server
+    /// joins a cluster of servers sharing one namespace; without them it
+    /// is a single server. `sextant cluster up` starts a whole local one.
+    #[arg(
+        long,
+        env = "SEXTANT_ETCD",
+        value_name = "URLS",
+        help_heading = "Cluster"
+    )]
+    etcd: Option<String>,
+    /// Cluster: the table store every server shares (a directory on a
+    /// shared file system): table snapshots and each server's journal, so
+    /// a move copies nothing and a dead server's tables can be recovered.
+    #[arg(long, value_name = "DIR", help_heading = "Cluster")]
+    cluster_store: Option<PathBuf>,
+    /// Cluster: this server's name, unique among the live servers
+    /// (1-64 of A-Z a-z 0-9 . _ -).
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    name: Option<String>,
+    /// Cluster: the address clients reach this server at, when --listen
+    /// is not one (e.g. 0.0.0.0:7411) [default: the --listen address]
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Cluster")]
+    advertise: Option<String>,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -420,6 +449,10 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             recovery_grace: args.recovery_grace.clone(),
             tls_cert: args.tls_cert.clone(),
             tls_key: args.tls_key.clone(),
+            etcd: args.etcd.clone(),
+            cluster_store: args.cluster_store.clone(),
+            name: args.name.clone(),
+            advertise: args.advertise.clone(),
         },
     )?;
     let data = config.data.clone();
@@ -519,7 +552,7 @@ fn main() {
     };
     if !matches!(
         cli.command,
-        Command::Serve(_) | Command::Mount(_) | Command::Bench(_)
+        Command::Serve(_) | Command::Mount(_) | Command::Bench(_) | Command::Cluster(_)
     ) {
         // Commands that print end quietly when their reader goes away
         // (`sextant find / | head`), as find and ls do, instead of failing
@@ -557,6 +590,11 @@ fn main() {
                 })
         }
         Command::Bench(args) => bench::run(&cli, args),
+        Command::Cluster(args) => cluster::run(
+            &cli.data.clone().unwrap_or_else(session::default_data),
+            cli.json,
+            args,
+        ),
         Command::Init => init(&cli),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -788,7 +788,10 @@ impl Client {
         });
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
-        let route_soid = req.op.as_ref().and_then(|op| op.route_soid());
+        let mut route_soid = req.op.as_ref().and_then(|op| op.route_soid());
+        // An operation routed by none of its own SOIDs (a path's
+        // resolution) goes where the server that refused it points.
+        let unrouted = route_soid.is_none();
         // WRONG_SERVER replies followed at once by a send to the new
         // owner; beyond this many, retries back off (owners in flux).
         let mut redirects = 0;
@@ -844,6 +847,21 @@ impl Client {
                                 self.inner.wrong_server.fetch_add(1, Ordering::Relaxed);
                                 if let Err(Error::Auth) = self.refresh_routes(&link).await {
                                     return Err(Error::Auth);
+                                }
+                                let refused = resp
+                                    .wrong_server
+                                    .as_ref()
+                                    .and_then(|w| soid_from_pb(w.soid.as_ref()).ok());
+                                if unrouted {
+                                    if route_soid.is_some() {
+                                        // Its owner could not finish it either (a
+                                        // path over several servers' tables): the
+                                        // caller walks it name by name.
+                                        return Err(Error::Fs(FsError::WrongServer {
+                                            soid: refused.unwrap_or(Soid::ROOT),
+                                        }));
+                                    }
+                                    route_soid = refused;
                                 }
                                 let owner = self.link_for(route_soid);
                                 if owner.addr != link.addr && redirects < MAX_QUICK_REDIRECTS {
@@ -943,6 +961,10 @@ impl Client {
         expect_attr(self.call(cred, op).await?)
     }
 
+    /// The attributes of `path` (from the root), following symlinks on
+    /// the way (and at its end with `follow_last`), as path resolution on
+    /// Linux does. One call to one server; a path whose names live on
+    /// several servers (a cluster) is walked name by name.
     pub async fn resolve(
         &self,
         cred: &Credentials,
@@ -953,7 +975,65 @@ impl Client {
             path: path.to_vec(),
             follow_last,
         });
-        expect_attr(self.call(cred, op).await?)
+        match self.call(cred, op).await {
+            Err(Error::Fs(FsError::WrongServer { .. })) => {
+                self.resolve_by_names(cred, path, follow_last).await
+            }
+            r => expect_attr(r?),
+        }
+    }
+
+    /// [`Client::resolve`] one name at a time, each lookup going to the
+    /// server of its directory — the engine's `resolve_path`, step by step
+    /// (search permission checked by each lookup; `.`/`..` by the
+    /// directory's own entries).
+    async fn resolve_by_names(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+    ) -> Result<Attr> {
+        const MAX_SYMLINK_FOLLOWS: usize = 40;
+        let mut must_be_dir = path.ends_with(b"/");
+        let mut follow_last = follow_last || must_be_dir;
+        let split = |p: &[u8]| -> Vec<Vec<u8>> {
+            p.split(|b| *b == b'/')
+                .filter(|c| !c.is_empty())
+                .rev()
+                .map(<[u8]>::to_vec)
+                .collect()
+        };
+        let mut pending = split(path);
+        let mut cur = self.getattr(cred, Soid::ROOT).await?;
+        let mut follows = 0;
+        while let Some(comp) = pending.pop() {
+            let is_last = pending.is_empty();
+            if cur.ftype != FileType::Directory {
+                return Err(FsError::NotDir.into());
+            }
+            let attr = self.lookup(cred, cur.soid, &comp).await?;
+            if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
+                follows += 1;
+                if follows > MAX_SYMLINK_FOLLOWS {
+                    return Err(FsError::Loop.into());
+                }
+                let target = self.readlink(cred, attr.soid).await?;
+                if is_last && target.ends_with(b"/") {
+                    must_be_dir = true;
+                    follow_last = true;
+                }
+                if target.starts_with(b"/") {
+                    cur = self.getattr(cred, Soid::ROOT).await?;
+                }
+                pending.extend(split(&target));
+                continue;
+            }
+            cur = attr;
+        }
+        if must_be_dir && cur.ftype != FileType::Directory {
+            return Err(FsError::NotDir.into());
+        }
+        Ok(cur)
     }
 
     pub async fn readlink(&self, cred: &Credentials, soid: Soid) -> Result<Box<[u8]>> {

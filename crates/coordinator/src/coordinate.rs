@@ -58,6 +58,12 @@ pub struct CoordinatorConfig {
     /// Balancing hysteresis: a move only when the busiest server holds at
     /// least this many tables more than the idlest (at least 2).
     pub spread: usize,
+    /// Whether the coordinator of an empty cluster creates the root table
+    /// (`table/000000` over every SOID, assigned like any other). `false`:
+    /// a server's engine makes it (the first to get table number 1 from
+    /// `meta/next_table`) and commits it with `meta/bootstrapped`
+    /// ([`crate::catalog`]); the coordinator waits for that.
+    pub bootstrap: bool,
     /// How often to look without a map change.
     pub tick: Duration,
 }
@@ -152,6 +158,9 @@ async fn act(
     state: &ClusterState,
 ) -> Result<(), CoordError> {
     let e = &cfg.etcd;
+    if !state.bootstrapped && !cfg.bootstrap {
+        return Ok(());
+    }
     if !state.bootstrapped {
         let bkey = e.key(keys::BOOTSTRAPPED_KEY);
         let txn = Txn::new()

@@ -22,6 +22,8 @@
 //! - [`coordinate`]: the election and the coordinator's loop around
 //!   `sextant_cluster::coordinator::decide`, and the bootstrap.
 //! - [`admin`]: a requested move, a drain.
+//! - [`catalog`]: new table numbers, and a server's split or merge of its
+//!   own tables as one fenced transaction.
 //! - [`node`]: the [`Coordination`] trait and its two implementations.
 //!
 //! # Key layout (under the cluster's prefix, default `/sextant/`)
@@ -36,6 +38,7 @@
 //! | `move/<id>`         | the server a move goes to              | — |
 //! | `drain/<name>`      | empty: the server gives its tables away | — |
 //! | `meta/bootstrapped` | `1` once the root table exists         | — |
+//! | `meta/next_table`   | the next table number to hand out      | — |
 //!
 //! `<id>` is the table's number in 6 digits. Ranges are kept apart from
 //! owners so that a split or merge does not move the owner key's revision
@@ -64,6 +67,7 @@
 //!   its lease.
 
 pub mod admin;
+pub mod catalog;
 pub mod coordinate;
 pub mod etcd;
 pub mod keys;
@@ -73,6 +77,9 @@ pub mod node;
 pub mod ownership;
 
 pub use etcd::EtcdConfig;
+/// The etcd client this crate speaks through (for callers that run their own
+/// calls next to the shell's, e.g. a catalogue).
+pub use etcd_client;
 pub use map::{ClusterState, DelegationMap, Route};
 pub use membership::{Membership, MembershipConfig};
 pub use node::{ClusterConfig, Coordination, EtcdCluster, InProcess};
@@ -97,6 +104,12 @@ pub enum CoordError {
     /// Another live server is a member under the same name.
     #[error("a server named {name:?} is already a member (its lease is alive)")]
     NameTaken { name: String },
+    /// A counter ran out.
+    #[error("no more {what}")]
+    Exhausted { what: String },
+    /// A compare-and-swap kept losing to other writers.
+    #[error("{what} kept changing under this server; try again")]
+    Contended { what: String },
     /// Not a server name (1–64 of `[A-Za-z0-9._-]`).
     #[error("{name:?} is not a server name (1-64 of A-Z a-z 0-9 . _ -)")]
     BadName { name: String },

@@ -52,6 +52,9 @@ pub struct ClusterConfig {
     pub membership: MembershipConfig,
     /// The coordinator's balancing hysteresis (tables).
     pub spread: usize,
+    /// See [`crate::coordinate::CoordinatorConfig::bootstrap`] (default
+    /// `true`).
+    pub bootstrap: bool,
     /// How often the shell and the coordinator look without a change
     /// (default: a quarter of the TTL).
     pub tick: Duration,
@@ -63,6 +66,7 @@ impl ClusterConfig {
         ClusterConfig {
             membership,
             spread: 2,
+            bootstrap: true,
             tick,
         }
     }
@@ -109,6 +113,7 @@ impl EtcdCluster {
                 etcd,
                 name: name.clone(),
                 spread: cfg.spread,
+                bootstrap: cfg.bootstrap,
                 tick: cfg.tick,
             },
             client,
@@ -149,6 +154,11 @@ impl EtcdCluster {
         crate::admin::set_draining(&mut client, &etcd, &name, false).await?;
         tracing::info!(name = %name, "left the cluster");
         Ok(())
+    }
+
+    /// The etcd this server is a member on.
+    pub fn etcd(&self) -> &crate::etcd::EtcdConfig {
+        &self.etcd
     }
 
     pub fn membership(&self) -> &Membership {

@@ -73,7 +73,16 @@ pub trait TableHost: Send + Sync + 'static {
     /// commit — the same state, pointing at the end of this server's own
     /// journal. Serve nothing yet. May be called again for the same table
     /// (a retried ADD): start over.
-    fn add_table(&self, grant: &Grant, manifest: Option<&[u8]>) -> Result<Vec<u8>, HostError>;
+    ///
+    /// `Ok(None)`: the host committed the table's manifest itself, fenced
+    /// by the owner key's revision (an engine that commits through its own
+    /// catalogue), so the shell commits nothing — it only checks that the
+    /// table is still this server's under the grant.
+    fn add_table(
+        &self,
+        grant: &Grant,
+        manifest: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, HostError>;
     /// DROP: let running operations finish, answer later ones
     /// WRONG_SERVER, write the table back, and answer its final manifest.
     fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError>;
@@ -487,6 +496,17 @@ async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, Stri
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the host could not load it: {e}"))?;
+    let okey = cfg.key(&keys::owner_key(grant.table));
+    let Some(new) = new else {
+        // Committed by the host: is the grant still the owner key's?
+        let resp = bounded(cfg, client.get(okey.as_bytes(), None))
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.mod_revision() == grant.owner_rev.0 as i64));
+    };
     let txn = Txn::new()
         .when(vec![
             Compare::mod_revision(

@@ -81,7 +81,11 @@ impl Fake {
 }
 
 impl TableHost for Fake {
-    fn add_table(&self, grant: &Grant, manifest: Option<&[u8]>) -> Result<Vec<u8>, HostError> {
+    fn add_table(
+        &self,
+        grant: &Grant,
+        manifest: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, HostError> {
         self.loaded
             .lock()
             .unwrap()
@@ -91,7 +95,9 @@ impl TableHost for Fake {
             .lock()
             .unwrap()
             .push(format!("add {} from {from:?}", grant.table));
-        Ok(format!("{} loaded {} e{}", self.name, grant.table, grant.epoch.0).into_bytes())
+        Ok(Some(
+            format!("{} loaded {} e{}", self.name, grant.table, grant.epoch.0).into_bytes(),
+        ))
     }
 
     fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError> {

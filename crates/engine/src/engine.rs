@@ -41,6 +41,8 @@ use crate::stop::{Cause, StopState};
 use crate::store::{LocalDirStore, Store};
 use crate::table::{decode_snapshot, Table};
 use crate::txn::{OpError, OpResult, Txn};
+
+mod member;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use sextant_types::{Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, SoidRange};
 use std::collections::{BTreeMap, BTreeSet};
@@ -149,6 +151,13 @@ pub enum EngineError {
          durability to recover them"
     )]
     LoglessNotRecovered,
+    /// Member mode: the table catalogue refused or failed.
+    #[error("table catalogue: {0}")]
+    Catalog(#[from] crate::member::CatalogError),
+    /// Member mode: a table manifest or table operation that cannot be
+    /// carried out (named in the message); nothing was changed.
+    #[error("member mode: {0}")]
+    Member(String),
 }
 
 /// The value of a mutation that has been applied; it is durable (may be
@@ -255,6 +264,10 @@ pub(crate) enum Slot {
     /// Absorbed by its lower neighbour; the slot is being removed from the
     /// map (only a holder of an old `Arc` to it can still see this).
     Merged,
+    /// Member mode: a SOID range whose table another member owns (the map
+    /// still partitions the SOID space; operations touching it are
+    /// refused with `WrongServer` or `CrossServer`).
+    Foreign(SoidRange),
 }
 
 /// A table's place in the table map.
@@ -320,6 +333,8 @@ pub(crate) struct Inner {
     pub(crate) requests: Mutex<Ledger>,
     /// What recovery found about client requests, until the server takes it.
     recovered: Mutex<Option<Recovered>>,
+    /// Member mode (`None`: a single server owning every table).
+    pub(crate) member: Option<member::MemberRun>,
 }
 
 #[derive(Default)]
@@ -375,6 +390,18 @@ fn snapshot_name(seq: u64) -> String {
     format!("tables/{seq:016x}.snap")
 }
 
+impl Inner {
+    /// [`snapshot_name`]; in member mode the full shared-store name under
+    /// the member's prefix (`members/<name>/tables/…`), which other
+    /// members read as is.
+    fn snapshot_name(&self, seq: u64) -> String {
+        match &self.member {
+            None => snapshot_name(seq),
+            Some(m) => format!("{}{}", m.prefix, snapshot_name(seq)),
+        }
+    }
+}
+
 /// The sequence number in a snapshot name, if it is one.
 fn snapshot_seq(name: &str) -> Option<u64> {
     let hex = name.strip_prefix("tables/")?.strip_suffix(".snap")?;
@@ -416,7 +443,10 @@ impl Inner {
     fn load_table(&self, entry: &TableEntry) -> Result<Table, EngineError> {
         // The index is rebuilt at write-back (Magellan), not here: loading
         // sits on the path of the first lookup after a restart.
-        let table = load_table(&*self.store, entry)?;
+        let mut table = load_table(&*self.store, entry)?;
+        if let Some(m) = &self.member {
+            m.place_loaded(&mut table);
+        }
         self.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
         Ok(table)
     }
@@ -430,6 +460,27 @@ impl Inner {
         let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
         slot.touch(self.epoch());
         let mut guard = slot.state.lock();
+        if let Slot::Foreign(_) = &*guard {
+            return Err(FsError::WrongServer { soid: key });
+        }
+        Ok(f(self.ensure_loaded(&mut guard)?))
+    }
+
+    /// [`Inner::with_table`], but a range another member owns is an empty
+    /// table of that range (member mode's searches skip it).
+    fn with_owned_or_empty<T>(
+        &self,
+        key: Soid,
+        f: impl FnOnce(&mut Table) -> T,
+    ) -> Result<T, FsError> {
+        self.check_alive()?;
+        let map = self.tables.read();
+        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
+        let mut guard = slot.state.lock();
+        if let Slot::Foreign(range) = &*guard {
+            return Ok(f(&mut Table::new(0, *range)));
+        }
+        slot.touch(self.epoch());
         Ok(f(self.ensure_loaded(&mut guard)?))
     }
 
@@ -449,7 +500,7 @@ impl Inner {
         }
         match &mut **guard {
             Slot::Loaded(t) => Ok(t),
-            Slot::OnDisk(_) | Slot::Merged => Err(FsError::Io),
+            Slot::OnDisk(_) | Slot::Merged | Slot::Foreign(_) => Err(FsError::Io),
         }
     }
 
@@ -583,13 +634,33 @@ impl Inner {
                 return;
             }
         };
-        let id = self.next_table_id.fetch_add(1, Ordering::Relaxed);
+        let id = match &self.member {
+            None => self.next_table_id.fetch_add(1, Ordering::Relaxed),
+            Some(m) => match m.catalog.next_table_id() {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::warn!(error = %e, "no table id for a split; it waits");
+                    return;
+                }
+            },
+        };
         // Both halves start with every row "changed" (queries scan them);
         // the background write-back rebuilds their indexes off this path.
+        let parent = table.id;
         let upper = table.split_off(at, id);
         drop(guard);
         map.insert(at, TableSlot::new(Slot::Loaded(Box::new(upper))));
         self.stats.splits.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.member {
+            // The new table shares its parent's history in the journal.
+            m.split(parent, id);
+            drop(map);
+            // Both halves' snapshots and manifests, committed through the
+            // catalogue in one change: the split is then the cluster's.
+            if let Err(e) = self.checkpoint(&|_| false) {
+                tracing::warn!(error = %e, "a split's checkpoint failed; the next one retries");
+            }
+        }
     }
 
     /// Splits every loaded table past its limits until none is (or none
@@ -603,7 +674,7 @@ impl Inner {
                 map.iter()
                     .filter(|(_, slot)| match &*slot.state.lock() {
                         Slot::Loaded(t) => self.oversized(t),
-                        Slot::OnDisk(_) | Slot::Merged => false,
+                        Slot::OnDisk(_) | Slot::Merged | Slot::Foreign(_) => false,
                     })
                     .map(|(start, _)| *start)
                     .collect()
@@ -623,6 +694,12 @@ impl Inner {
     /// then evicted). One merge per call keeps the exclusive map lock
     /// short; the flusher calls again on its next tick.
     fn merge_small_neighbours(&self) {
+        if self.member.is_some() {
+            // Not in member mode yet: neighbours in the map need not both
+            // be this member's, and a merge would have to go through the
+            // catalogue.
+            return;
+        }
         let inode_small = self.config.table_inode_limit / 8;
         let dir_small = self.config.table_dir_limit / 8;
         // (inodes, directories); an on-disk table's directory count is not
@@ -630,7 +707,7 @@ impl Inner {
         let size = |slot: &Slot| match slot {
             Slot::Loaded(t) => (t.inode_count(), t.dir_count()),
             Slot::OnDisk(e) => (e.inodes as usize, e.inodes as usize),
-            Slot::Merged => (usize::MAX, usize::MAX),
+            Slot::Merged | Slot::Foreign(_) => (usize::MAX, usize::MAX),
         };
         let small = |(inodes, dirs): (usize, usize)| inodes < inode_small && dirs < dir_small;
         let mut map = self.tables.write();
@@ -706,6 +783,15 @@ impl Inner {
                 break done;
             }
         };
+        if let Some(m) = &self.member {
+            let result = m.checkpoint_commit(self, entries, replay_from);
+            if result.is_ok() {
+                self.journal_bytes_at_checkpoint
+                    .store(journal_bytes, Ordering::Relaxed);
+                self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            return result;
+        }
         if self.logless.is_none() {
             // Before the manifest that lets the journal (and the tags in
             // it) be trimmed: see crate::requests.
@@ -756,7 +842,7 @@ impl Inner {
         self.journal
             .wait_durable(job.lsn)
             .map_err(|_| EngineError::Stopped)?;
-        let file = snapshot_name(self.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+        let file = self.snapshot_name(self.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
         self.store
             .put_blob(&file, &job.bytes)
             .map_err(self.io(&file))?;
@@ -770,6 +856,9 @@ impl Inner {
         }
         table.snapshot_file = Some(file);
         table.snapshot_lsn = job.lsn;
+        if let Some(m) = &self.member {
+            m.snapshot_written(table.id, job.lsn);
+        }
         if table.last_lsn == job.lsn {
             table.first_dirty_lsn = None;
             table.dirty_epoch = None;
@@ -803,7 +892,7 @@ impl Inner {
                     }
                     entries.push(t.manifest_entry()?);
                 }
-                Slot::Merged => {}
+                Slot::Merged | Slot::Foreign(_) => {}
             }
         }
         Some((entries, replay_from))
@@ -855,7 +944,7 @@ impl Inner {
         map.values()
             .map(|s| match &*s.state.lock() {
                 Slot::Loaded(t) => t.approx_bytes(),
-                Slot::OnDisk(_) | Slot::Merged => 0,
+                Slot::OnDisk(_) | Slot::Merged | Slot::Foreign(_) => 0,
             })
             .sum()
     }
@@ -982,8 +1071,29 @@ fn replay_journal(
     high_water: &mut GlobalHighWater,
     tags: &mut Vec<RequestTag>,
 ) -> Result<journal::ReplayOutcome, EngineError> {
+    replay_journal_from(store, manifest.replay_from, None, map, high_water, tags)
+}
+
+/// [`replay_journal`] from `from`. With `floors` (member mode) a record
+/// applies to a table iff its LSN is at least the table's floor (tables
+/// without one get nothing), and a table loaded for it starts at
+/// `last_lsn = floor - 1`; without, iff it is above the table's snapshot
+/// LSN.
+fn replay_journal_from(
+    store: &dyn Store,
+    from: Lsn,
+    floors: Option<&BTreeMap<crate::table::TableId, Lsn>>,
+    map: &TableMap,
+    high_water: &mut GlobalHighWater,
+    tags: &mut Vec<RequestTag>,
+) -> Result<journal::ReplayOutcome, EngineError> {
     let load_err: Mutex<Option<EngineError>> = Mutex::new(None);
-    let outcome = journal::replay(store, manifest.replay_from, |lsn, rec| {
+    let place = |t: &mut Table| {
+        if let Some(f) = floors.and_then(|f| f.get(&t.id)) {
+            t.last_lsn = f.saturating_sub(1);
+        }
+    };
+    let outcome = journal::replay(store, from, |lsn, rec| {
         let (tag, mutations) = decode_tagged_record(rec)?;
         tags.extend(tag);
         for m in mutations {
@@ -993,7 +1103,7 @@ fn replay_journal(
                 }
                 continue;
             };
-            let mut guard = match lock_loaded(store, map, key) {
+            let mut guard = match lock_loaded(store, map, key, &place) {
                 Ok(g) => g,
                 Err(e) => {
                     let what = e.to_string();
@@ -1002,7 +1112,11 @@ fn replay_journal(
                 }
             };
             if let Slot::Loaded(t) = &mut *guard {
-                if lsn > t.snapshot_lsn {
+                let applies = match floors {
+                    None => lsn > t.snapshot_lsn,
+                    Some(f) => f.get(&t.id).is_some_and(|floor| lsn >= *floor),
+                };
+                if applies {
                     t.apply(m).map_err(|e| e.to_string())?;
                     t.mark_applied(lsn, 0);
                 }
@@ -1032,6 +1146,7 @@ fn lock_loaded<'m>(
     store: &dyn Store,
     map: &'m TableMap,
     key: Soid,
+    place: &dyn Fn(&mut Table),
 ) -> Result<MutexGuard<'m, Slot>, EngineError> {
     let (_, slot) = map
         .range(..=key)
@@ -1042,7 +1157,9 @@ fn lock_loaded<'m>(
         })?;
     let mut guard = slot.state.lock();
     if let Slot::OnDisk(entry) = &*guard {
-        *guard = Slot::Loaded(Box::new(load_table(store, entry)?));
+        let mut table = load_table(store, entry)?;
+        place(&mut table);
+        *guard = Slot::Loaded(Box::new(table));
     }
     Ok(guard)
 }
@@ -1053,7 +1170,7 @@ fn count_inodes(map: &TableMap) -> i64 {
         .map(|slot| match &*slot.state.lock() {
             Slot::Loaded(t) => t.inode_count() as i64,
             Slot::OnDisk(e) => e.inodes as i64,
-            Slot::Merged => 0,
+            Slot::Merged | Slot::Foreign(_) => 0,
         })
         .sum()
 }
@@ -1195,6 +1312,7 @@ impl Engine {
             summed: Mutex::new(None),
             requests: Mutex::new(ledger),
             recovered: Mutex::new(Some(recovered)),
+            member: None,
         });
         inner.split_oversized();
         let engine = Engine {
@@ -1223,25 +1341,7 @@ impl Engine {
     }
 
     fn initialize(store: &dyn Store, config: &EngineConfig) -> Result<Manifest, EngineError> {
-        let now = config.clock.as_ref().map_or_else(system_now, |c| c());
-        let mut table = Table::new(1, SoidRange::ALL);
-        table.put_inode(
-            Soid::ROOT,
-            Inode {
-                ftype: FileType::Directory,
-                perm: (config.root_perm & 0o7777) as u16,
-                uid: config.root_uid,
-                gid: config.root_gid,
-                nlink: 2,
-                size: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                parent: Soid::ROOT,
-                name: crate::inode::Name::new(b""),
-                extra: None,
-            },
-        );
+        let table = root_table(config);
         let file = snapshot_name(INITIAL_SNAPSHOT_SEQ);
         let io = |name: &str| io_error(store, name);
         store
@@ -1265,7 +1365,35 @@ impl Engine {
             .map_err(io(MANIFEST_NAME))?;
         Ok(manifest)
     }
+}
 
+/// A new namespace's one table (id 1, every SOID): the root directory.
+fn root_table(config: &EngineConfig) -> Table {
+    {
+        let now = config.clock.as_ref().map_or_else(system_now, |c| c());
+        let mut table = Table::new(1, SoidRange::ALL);
+        table.put_inode(
+            Soid::ROOT,
+            Inode {
+                ftype: FileType::Directory,
+                perm: (config.root_perm & 0o7777) as u16,
+                uid: config.root_uid,
+                gid: config.root_gid,
+                nlink: 2,
+                size: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                parent: Soid::ROOT,
+                name: crate::inode::Name::new(b""),
+                extra: None,
+            },
+        );
+        table
+    }
+}
+
+impl Engine {
     // ---- reads ----------------------------------------------------------
 
     /// Runs a read-only operation.
@@ -1337,9 +1465,13 @@ impl Engine {
             .values()
             .filter(|s| matches!(&*s.state.lock(), Slot::Loaded(_)))
             .count();
+        let foreign = map
+            .values()
+            .filter(|s| matches!(&*s.state.lock(), Slot::Foreign(_)))
+            .count();
         StatFs {
             inodes: self.inner.inode_count.load(Ordering::Relaxed).max(0) as u64,
-            tables: map.len(),
+            tables: map.len() - foreign,
             loaded_tables: loaded,
         }
     }
@@ -1688,7 +1820,7 @@ impl Engine {
                             if e.lsn <= ll.floor(key) {
                                 continue;
                             }
-                            let mut guard = lock_loaded(&*inner.store, &map, key)?;
+                            let mut guard = lock_loaded(&*inner.store, &map, key, &|_| {})?;
                             if let Slot::Loaded(table) = &mut *guard {
                                 table.apply(m.clone()).map_err(|e| EngineError::Corrupt {
                                     file: "log-less recovery".into(),
@@ -1787,6 +1919,9 @@ impl Engine {
         let map = self.inner.tables.read();
         for slot in map.values() {
             let mut guard = slot.state.lock();
+            if let Slot::Foreign(_) = &*guard {
+                continue; // member mode: only this member's tables
+            }
             let table = self.inner.ensure_loaded(&mut guard)?;
             f(table);
         }
@@ -2005,12 +2140,16 @@ impl Engine {
     /// Calls `f` on the table holding `key` (loading it), holding the table
     /// map shared and that one table's lock, and returns the table's range
     /// with `f`'s result.
+    ///
+    /// Member mode: a range another member owns is shown as an empty
+    /// table (searches see only this member's tables).
     pub(crate) fn with_table_holding<T>(
         &self,
         key: Soid,
         f: impl FnOnce(&Table) -> T,
     ) -> Result<(SoidRange, T), FsError> {
-        self.inner.with_table(key, |table| (table.range, f(table)))
+        self.inner
+            .with_owned_or_empty(key, |table| (table.range, f(table)))
     }
 
     /// Like [`Engine::with_table_holding`], for a search visiting the table:
@@ -2023,7 +2162,7 @@ impl Engine {
         key: Soid,
         f: impl FnOnce(&Table) -> T,
     ) -> Result<(SoidRange, T), FsError> {
-        self.inner.with_table(key, |table| {
+        self.inner.with_owned_or_empty(key, |table| {
             let stale = table.index.changed_count() > (table.inode_count() / 4).max(64);
             if !table.index.is_built() || stale {
                 table.index = TableIndex::rebuild(table);

@@ -13,6 +13,8 @@
 //! - [`logless`]: log-less durability (redo entries, stamps, the ARL,
 //!   the recovery rule).
 //! - [`store`]: the I/O seam (local directory, or memory for tests).
+//! - [`member`]: cluster member mode's vocabulary (the table catalogue
+//!   seam, table manifests); the engine side is `engine::member`.
 //!
 //! Where new code goes: pure logic in its own module with tests beside it;
 //! anything that touches the disk goes through [`store::Store`].
@@ -28,6 +30,7 @@ pub mod journal;
 pub mod kdtree;
 pub mod logless;
 pub mod manifest;
+pub mod member;
 pub mod name;
 pub mod namespace;
 pub mod perm;
@@ -48,4 +51,8 @@ pub use engine::{
     Committed, Engine, EngineConfig, EngineError, EngineStats, LoglessRecovery, StatFs,
 };
 pub use journal::{JournalConfig, Lsn, SyncMode};
+pub use member::{
+    CatalogChange, CatalogError, JournalPos, ManifestDecodeError, MemCatalog, MemberConfig,
+    PrefixStore, TableCatalog, TableManifest,
+};
 pub use namespace::{DirEntry, RenameFlags, XattrFlags};

@@ -54,7 +54,8 @@ pub trait LogWriter: Send {
 /// engines never open the same directory.
 pub struct LocalDirStore {
     root: PathBuf,
-    _lock: File,
+    /// `None`: opened shared ([`LocalDirStore::open_shared`]).
+    _lock: Option<File>,
 }
 
 impl LocalDirStore {
@@ -84,7 +85,19 @@ impl LocalDirStore {
                 ),
             ));
         }
-        Ok(LocalDirStore { root, _lock: lock })
+        Ok(LocalDirStore {
+            root,
+            _lock: Some(lock),
+        })
+    }
+
+    /// Opens (creating) the directory `root` without locking it: a store
+    /// several cluster members share, each writing only under its own
+    /// `members/<name>/` (see `crate::member`).
+    pub fn open_shared(root: impl AsRef<Path>) -> io::Result<LocalDirStore> {
+        let root = root.as_ref().to_path_buf();
+        fs::create_dir_all(&root)?;
+        Ok(LocalDirStore { root, _lock: None })
     }
 
     pub fn root(&self) -> &Path {

@@ -9,6 +9,11 @@
 //! the tables and releases the locks. Durability is awaited afterwards, so
 //! concurrent operations share journal syncs.
 //!
+//! Member mode: a table owned by another member is a `Slot::Foreign` in
+//! the map; touching it fails the operation with `WrongServer` (it was the
+//! first table touched) or `CrossServer` (it was not), before anything is
+//! written.
+//!
 //! Deadlock freedom: tables are locked in ascending SOID order. When an
 //! operation discovers it needs a table *below* one it holds, it only
 //! `try_lock`s it; if that fails the operation is abandoned with
@@ -113,6 +118,17 @@ impl<'m> Txn<'m> {
             } else {
                 slot.state.try_lock().ok_or(OpError::Retry(start))?
             };
+            if let Slot::Foreign(_) = &*guard {
+                // Member mode: another member's table. Nothing is written
+                // yet (writes are buffered), so refusing here changes
+                // nothing. First table touched: the client asked the wrong
+                // server; else the operation spans servers.
+                return Err(OpError::Fs(if self.locked.is_empty() {
+                    FsError::WrongServer { soid }
+                } else {
+                    FsError::CrossServer
+                }));
+            }
             self.locked.insert(start, guard);
         }
         let guard = self

@@ -12,11 +12,13 @@ use sextant_engine::bloom::{AttrFilters, BloomFilter, FilterInput, TimeAttr};
 use sextant_engine::inode::{Dentry, Inode, InodeExtra, Name};
 use sextant_engine::journal::{decode_batch, encode_batch, replay, JournalError, Lsn};
 use sextant_engine::logless::{decode_redo, encode_mutations, encode_redo, seal, MAC_LEN};
+use sextant_engine::manifest::TableEntry;
+use sextant_engine::member::{JournalPos, TableManifest};
 use sextant_engine::record::{
     decode_record, decode_tagged_record, encode_record, encode_tagged_record, Mutation,
 };
 use sextant_engine::requests::{Ledger, Reply, RequestId, RequestTag};
-use sextant_engine::soid::{DirExtents, GlobalHighWater};
+use sextant_engine::soid::{DirExtents, GlobalHighWater, SoidLayout};
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::table::{decode_snapshot, encode_snapshot, SnapshotBody, Table};
 use sextant_types::{FileType, Nanos, Soid, SoidRange};
@@ -582,7 +584,33 @@ fn drive_attr_filters(b: &[u8]) {
     }
 }
 
+fn drive_table_manifest(b: &[u8]) {
+    let _ = TableManifest::from_bytes(b);
+}
+
+fn table_manifest(id: u64, last: u128, lsn: u64, from: Option<u64>) -> TableManifest {
+    TableManifest {
+        entry: TableEntry {
+            id,
+            range: SoidRange {
+                first: Soid::ROOT,
+                last: Soid::from_u128(last),
+            },
+            file: format!("members/m{id}/tables/{lsn:016x}.snap"),
+            lsn,
+            inodes: id,
+        },
+        replay: from.map(|from| JournalPos {
+            member: format!("m{id}"),
+            from,
+        }),
+        layout: SoidLayout::default(),
+        high_water: GlobalHighWater::default(),
+    }
+}
+
 fn drive_all(b: &[u8]) {
+    drive_table_manifest(b);
     drive_batch(b);
     drive_record(b);
     drive_snapshot(b);
@@ -675,6 +703,23 @@ proptest! {
         prop_assert_eq!(decode_record(&b).unwrap(), m);
         apply_edits(&mut b, &e);
         drive_tagged_record(&b);
+    }
+
+    #[test]
+    fn mutated_table_manifest(id in any::<u64>(), last in any::<u128>(), lsn in any::<u64>(),
+                              from in any::<Option<u64>>(), e in edits(), reseal in any::<bool>()) {
+        let m = table_manifest(id, last, lsn, from);
+        let mut b = m.to_bytes();
+        prop_assert_eq!(TableManifest::from_bytes(&b).unwrap(), m);
+        apply_edits(&mut b, &e);
+        if reseal && b.len() >= 16 {
+            // Past the checksum and the length field: the body parser.
+            b[..8].copy_from_slice(b"SXTTMAN1");
+            let body = (b.len() - 16) as u32;
+            b[8..12].copy_from_slice(&body.to_le_bytes());
+            with_crc_trailer(&mut b);
+        }
+        drive_table_manifest(&b);
     }
 
     #[test]

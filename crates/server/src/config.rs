@@ -15,6 +15,14 @@
 //! bench_sync_floor = "7ms"       # benchmarks only: see below
 //! tls_cert = "/etc/sextant/cert.pem"  # TLS: certificate chain (PEM)
 //! tls_key = "/etc/sextant/key.pem"    #      and its private key
+//!
+//! # A server of a cluster (all five, or none: a single server)
+//! etcd = "http://10.0.0.1:2379,http://10.0.0.2:2379"  # also SEXTANT_ETCD
+//! cluster_store = "/shared/sextant"  # the table store every server shares
+//! name = "mds1"                      # this server's name in the cluster
+//! advertise = "10.0.0.5:7411"        # where clients reach it (default: listen)
+//! lease_ttl = "6s"                   # its membership lease (whole seconds;
+//!                                    # also SEXTANT_LEASE_TTL)
 //! ```
 //!
 //! The socket also comes from `SEXTANT_SOCKET` (over the file).
@@ -52,6 +60,11 @@ pub struct FileConfig {
     pub bench_sync_floor: Option<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub etcd: Option<String>,
+    pub cluster_store: Option<PathBuf>,
+    pub name: Option<String>,
+    pub advertise: Option<String>,
+    pub lease_ttl: Option<String>,
 }
 
 impl FileConfig {
@@ -89,6 +102,40 @@ pub struct ServerConfig {
     /// TLS: the server's certificate chain and private key, PEM files
     /// (`None`: plain TCP; the cluster secret still authenticates).
     pub tls: Option<TlsFiles>,
+    /// A server of a cluster on etcd (`None`: a single server, with the
+    /// in-process coordinator).
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// How a server takes part in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// etcd's client URLs.
+    pub etcd: Vec<String>,
+    /// The table store every server of the cluster shares (snapshots and
+    /// every server's journal).
+    pub store: PathBuf,
+    /// This server's name: 1–64 of `A-Z a-z 0-9 . _ -`, unique among the
+    /// live members.
+    pub name: String,
+    /// The address clients reach this server at (the delegation map
+    /// names it).
+    pub advertise: String,
+    /// The membership lease's TTL.
+    pub lease_ttl: Duration,
+}
+
+/// Default [`ClusterSettings::lease_ttl`]: a dead server's tables move
+/// after about this long.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(6);
+
+/// Is `name` a server name (1–64 of `A-Z a-z 0-9 . _ -`)?
+pub fn valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 /// Where the server's TLS certificate and key are.
@@ -120,6 +167,7 @@ impl Default for ServerConfig {
             recovery_grace: DEFAULT_RECOVERY_GRACE,
             bench_sync_floor: None,
             tls: None,
+            cluster: None,
         }
     }
 }
@@ -137,6 +185,10 @@ pub struct Overrides {
     pub recovery_grace: Option<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub etcd: Option<String>,
+    pub cluster_store: Option<PathBuf>,
+    pub name: Option<String>,
+    pub advertise: Option<String>,
 }
 
 impl ServerConfig {
@@ -201,6 +253,69 @@ impl ServerConfig {
             c.bench_sync_floor = Some(parse_duration(&floor).context("bad bench_sync_floor")?)
                 .filter(|d| !d.is_zero());
         }
+        let etcd = o
+            .etcd
+            .or_else(|| std::env::var("SEXTANT_ETCD").ok())
+            .or(f.etcd)
+            .filter(|e| !e.trim().is_empty());
+        let store = o.cluster_store.or(f.cluster_store);
+        let name = o.name.or(f.name);
+        let advertise = o.advertise.or(f.advertise);
+        c.cluster = match (etcd, store) {
+            (None, None) => {
+                if name.is_some() {
+                    bail!("name and lease_ttl are settings of a cluster server (give --etcd and --cluster-store too)");
+                }
+                None
+            }
+            (Some(_), None) => bail!(
+                "a cluster server needs the table store every server shares (--cluster-store DIR)"
+            ),
+            (None, Some(_)) => bail!("a cluster server needs etcd (--etcd URL[,URL...])"),
+            (Some(etcd), Some(store)) => {
+                let endpoints: Vec<String> = etcd
+                    .split(',')
+                    .map(|e| e.trim())
+                    .filter(|e| !e.is_empty())
+                    .map(|e| {
+                        if e.contains("://") {
+                            e.to_string()
+                        } else {
+                            format!("http://{e}")
+                        }
+                    })
+                    .collect();
+                let name = name.context("a cluster server needs a name (--name NAME)")?;
+                if !valid_server_name(&name) {
+                    bail!("{name:?} is not a server name (1-64 of A-Z a-z 0-9 . _ -)");
+                }
+                let advertise = match advertise {
+                    Some(a) => a,
+                    None if is_unspecified(&c.listen) => bail!(
+                        "listening on {} names no address clients can reach: give --advertise HOST:PORT",
+                        c.listen
+                    ),
+                    None => c.listen.clone(),
+                };
+                let lease_ttl = match std::env::var("SEXTANT_LEASE_TTL").ok().or(f.lease_ttl) {
+                    Some(t) => parse_duration(&t).context("bad lease_ttl")?,
+                    None => DEFAULT_LEASE_TTL,
+                };
+                if lease_ttl < Duration::from_secs(2) {
+                    bail!("lease_ttl must be at least 2s (etcd counts whole seconds)");
+                }
+                if c.logless.is_some() {
+                    bail!("log-less durability is not available on a cluster yet: use --durability journal");
+                }
+                Some(ClusterSettings {
+                    etcd: endpoints,
+                    store,
+                    name,
+                    advertise,
+                    lease_ttl,
+                })
+            }
+        };
         Ok(c)
     }
 
@@ -214,6 +329,13 @@ impl ServerConfig {
         e.logless = self.logless.clone();
         e
     }
+}
+
+/// Does `addr` listen on every interface (0.0.0.0 / [::])?
+fn is_unspecified(addr: &str) -> bool {
+    addr.parse::<std::net::SocketAddr>()
+        .map(|a| a.ip().is_unspecified())
+        .unwrap_or(false)
 }
 
 /// `journal` (the default) or `logless`.
@@ -280,6 +402,48 @@ pub fn parse_size(s: &str) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_settings_come_all_together() {
+        let o = |etcd: Option<&str>, store: Option<&str>, name: Option<&str>| Overrides {
+            etcd: etcd.map(String::from),
+            cluster_store: store.map(PathBuf::from),
+            name: name.map(String::from),
+            ..Overrides::default()
+        };
+        let single = ServerConfig::resolve(None, o(None, None, None)).unwrap();
+        assert_eq!(single.cluster, None);
+        let c = ServerConfig::resolve(
+            None,
+            o(
+                Some("127.0.0.1:2379, http://h:2379"),
+                Some("/s"),
+                Some("mds1"),
+            ),
+        )
+        .unwrap()
+        .cluster
+        .unwrap();
+        assert_eq!(c.etcd, vec!["http://127.0.0.1:2379", "http://h:2379"]);
+        assert_eq!(
+            (c.name.as_str(), c.store.as_path()),
+            ("mds1", Path::new("/s"))
+        );
+        assert_eq!(c.advertise, sextant_proto::DEFAULT_LISTEN);
+        assert_eq!(c.lease_ttl, DEFAULT_LEASE_TTL);
+        let err = |o: Overrides| ServerConfig::resolve(None, o).unwrap_err().to_string();
+        assert!(err(o(Some("e:1"), None, Some("a"))).contains("--cluster-store"));
+        assert!(err(o(None, Some("/s"), Some("a"))).contains("--etcd"));
+        assert!(err(o(Some("e:1"), Some("/s"), None)).contains("--name"));
+        assert!(err(o(Some("e:1"), Some("/s"), Some("a/b"))).contains("not a server name"));
+        assert!(err(o(None, None, Some("a"))).contains("cluster server"));
+        let mut wild = o(Some("e:1"), Some("/s"), Some("a"));
+        wild.listen = Some("0.0.0.0:7411".into());
+        assert!(err(wild.clone()).contains("--advertise"));
+        wild.advertise = Some("10.1.1.1:7411".into());
+        let c = ServerConfig::resolve(None, wild).unwrap().cluster.unwrap();
+        assert_eq!(c.advertise, "10.1.1.1:7411");
+    }
 
     #[test]
     fn durability_settings() {

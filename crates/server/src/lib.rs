@@ -25,6 +25,7 @@
 //!   serving. See [`logless`].
 
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod dedup;
 pub mod fault;
@@ -248,7 +249,7 @@ pub fn signalled() -> impl Future<Output = ()> {
 }
 
 /// Reads the certificate chain and key named in the config.
-fn load_tls(files: &config::TlsFiles) -> Result<tonic::transport::ServerTlsConfig> {
+pub(crate) fn load_tls(files: &config::TlsFiles) -> Result<tonic::transport::ServerTlsConfig> {
     let read = |p: &std::path::Path, what: &str| {
         std::fs::read(p).with_context(|| format!("cannot read the TLS {what} {}", p.display()))
     };
@@ -267,6 +268,10 @@ pub fn run(
     config: ServerConfig,
     on_listening: impl FnOnce(SocketAddr, Option<&std::path::Path>),
 ) -> Result<()> {
+    if let Some(c) = config.cluster.clone() {
+        cluster::check(&config)?;
+        return cluster::run(config, c, on_listening);
+    }
     std::fs::create_dir_all(&config.data)
         .with_context(|| format!("cannot create the data directory {}", config.data.display()))?;
     let secret = secret::load_or_create(&config.data)?;
@@ -338,7 +343,7 @@ pub fn run(
 /// latency by operation (recorded in the service) and the engine's
 /// counters, refreshed every second. A failure to start is reported and
 /// the server goes on without metrics.
-fn start_metrics(addr: &str, engine: &Engine) {
+pub(crate) fn start_metrics(addr: &str, engine: &Engine) {
     let installed = addr
         .parse::<SocketAddr>()
         .map_err(|e| e.to_string())

@@ -20,6 +20,12 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     /// `Ok` when this server serves `soid` now; else WRONG_SERVER with what
     /// it knows of the owner.
     fn check(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>>;
+    /// R1 (DESIGN.md): may an operation on `soid` that ran here be
+    /// acknowledged now? Asked once it is durable, right before the reply.
+    /// A single server always may.
+    fn may_ack(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        self.check(soid)
+    }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
 }

@@ -41,7 +41,9 @@ pub fn load_or_create(data: &Path) -> Result<String> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .context("cannot read /dev/urandom")?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let tmp = data.join(".secret.tmp");
+    // Per process: servers of a cluster may create the shared secret at
+    // the same moment.
+    let tmp = data.join(format!(".secret.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -61,6 +63,26 @@ pub fn load_or_create(data: &Path) -> Result<String> {
     let _ = std::fs::remove_file(&tmp);
     tracing::info!(file = %file.display(), "created the cluster secret");
     read(&file)
+}
+
+/// Makes `secret` (the cluster's, from the shared store) the secret of
+/// the data directory too, where the CLI on this machine looks for it.
+pub fn adopt(data: &Path, secret: &str) -> Result<()> {
+    let file = path(data);
+    if read(&file).is_ok_and(|s| s == secret) {
+        return Ok(());
+    }
+    let tmp = data.join(format!(".secret.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(format!("{secret}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &file).with_context(|| format!("cannot write {}", file.display()))
 }
 
 /// Constant-time comparison.

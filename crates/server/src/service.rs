@@ -84,11 +84,29 @@ fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
             result: Some(result),
             ..Default::default()
         },
-        Err(e) => pb::Response {
+        // The engine does not hold that SOID's table (a cluster member):
+        // WRONG_SERVER, never an errno (the run's caller adds the hint).
+        Err(FsError::WrongServer { soid }) => pb::Response {
             id,
-            error: Some(error_to_pb(e)),
+            wrong_server: Some(pb::WrongServer {
+                soid: Some(soid_to_pb(soid)),
+                hint: None,
+                revision: 0,
+            }),
             ..Default::default()
         },
+        Err(e) => {
+            if e == FsError::CrossServer {
+                // Until BORROW (issue 21): an operation over tables held by
+                // two servers is refused with EXDEV.
+                metrics::counter!("sextant_cross_server_total").increment(1);
+            }
+            pb::Response {
+                id,
+                error: Some(error_to_pb(e)),
+                ..Default::default()
+            }
+        }
     }
 }
 
@@ -199,26 +217,58 @@ impl Shared {
         resp
     }
 
-    /// Runs a request, exactly once for a mutation with a client id.
+    /// Runs a request here if this server serves it, exactly once for a
+    /// mutation with a client id; else WRONG_SERVER.
     async fn run_once(self: Arc<Self>, r: pb::Request) -> pb::Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let id = r.id;
+        let route = r.op.as_ref().and_then(Op::route_soid);
+        // Not here: run nothing, remember nothing (the retry is the
+        // owner's).
+        if let Some(Err(wrong)) = route.map(|s| self.placement.check(s)) {
+            return self.wrong_server_reply(id, *wrong);
+        }
+        let mut resp = Arc::clone(&self).run_admitted(r).await;
+        if let Some(w) = &mut resp.wrong_server {
+            // The engine refused a SOID it does not hold: say who does.
+            let soid = soid_from_pb(w.soid.as_ref()).ok();
+            if let Some(Err(known)) = soid.map(|s| self.placement.check(s)) {
+                *w = *known;
+            }
+            self.wrong_server.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("sextant_wrong_server_total").increment(1);
+            return resp;
+        }
+        // R1: acknowledge only while this server may (its lease timer is
+        // valid and the table still serves here), checked once the
+        // operation is durable, right before the reply — a replayed reply
+        // too. Otherwise the client asks the owner again: a mutation that
+        // ran here is in this server's journal, which the next owner
+        // replays with its exactly-once identity.
+        if let Some(Err(wrong)) = route.map(|s| self.placement.may_ack(s)) {
+            return self.wrong_server_reply(id, *wrong);
+        }
+        resp
+    }
+
+    fn wrong_server_reply(&self, id: u64, wrong: pb::WrongServer) -> pb::Response {
+        self.wrong_server.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("sextant_wrong_server_total").increment(1);
+        pb::Response {
+            id,
+            wrong_server: Some(wrong),
+            ..Default::default()
+        }
+    }
+
+    /// [`Shared::run_once`] once placement admitted the request.
+    async fn run_admitted(self: Arc<Self>, r: pb::Request) -> pb::Response {
         let id = r.id;
         // What a retry must repeat exactly: the operation and credentials.
         let digest = request_digest(&r);
         let Some(op) = r.op else {
             return reply(id, Err(FsError::Invalid));
         };
-        // Not here: run nothing, remember nothing (the retry is the
-        // owner's).
-        if let Some(Err(wrong)) = op.route_soid().map(|s| self.placement.check(s)) {
-            self.wrong_server.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("sextant_wrong_server_total").increment(1);
-            return pb::Response {
-                id,
-                wrong_server: Some(*wrong),
-                ..Default::default()
-            };
-        }
         let cred = match cred_from_pb(r.cred) {
             Ok(c) => c,
             Err(e) => return reply(id, Err(e)),

@@ -5,6 +5,7 @@
 //! that reach a stopped engine get [`FsError::NoSpace`] if it stopped on a
 //! full disk, else [`FsError::Io`] (`sextant_engine::stop`).
 
+use crate::Soid;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, thiserror::Error, Serialize, Deserialize)]
@@ -49,42 +50,58 @@ pub enum FsError {
     Busy,
     #[error("argument list too long (value too large)")]
     TooBig,
+    /// Cluster member mode: `soid` lies in a table this server does not
+    /// own (Ursa Minor's WRONG_SERVER); the client refreshes its
+    /// delegation map and retries at the owner. Nothing was changed.
+    /// Never made from an errno ([`FsError::from_errno`]): the SOID does
+    /// not survive the trip through one.
+    #[error("wrong server for {soid} (object is remote)")]
+    WrongServer { soid: Soid },
+    /// Cluster member mode: the operation needs tables held by different
+    /// servers (a stop-gap until BORROW); nothing was changed.
+    #[error("operation spans servers (cross-device link)")]
+    CrossServer,
 }
 
 impl FsError {
     /// The Linux errno for this error.
     pub fn errno(self) -> i32 {
         match self {
-            FsError::NotFound => 2,      // ENOENT
-            FsError::Exists => 17,       // EEXIST
-            FsError::NotDir => 20,       // ENOTDIR
-            FsError::IsDir => 21,        // EISDIR
-            FsError::NotEmpty => 39,     // ENOTEMPTY
-            FsError::Invalid => 22,      // EINVAL
-            FsError::NameTooLong => 36,  // ENAMETOOLONG
-            FsError::Access => 13,       // EACCES
-            FsError::Perm => 1,          // EPERM
-            FsError::Loop => 40,         // ELOOP
-            FsError::NoData => 61,       // ENODATA
-            FsError::Range => 34,        // ERANGE
-            FsError::NoSpace => 28,      // ENOSPC
-            FsError::TooManyLinks => 31, // EMLINK
-            FsError::FileTooBig => 27,   // EFBIG
-            FsError::Io => 5,            // EIO
-            FsError::NotSupported => 95, // EOPNOTSUPP
-            FsError::Stale => 116,       // ESTALE
-            FsError::Busy => 16,         // EBUSY
-            FsError::TooBig => 7,        // E2BIG
+            FsError::NotFound => 2,            // ENOENT
+            FsError::Exists => 17,             // EEXIST
+            FsError::NotDir => 20,             // ENOTDIR
+            FsError::IsDir => 21,              // EISDIR
+            FsError::NotEmpty => 39,           // ENOTEMPTY
+            FsError::Invalid => 22,            // EINVAL
+            FsError::NameTooLong => 36,        // ENAMETOOLONG
+            FsError::Access => 13,             // EACCES
+            FsError::Perm => 1,                // EPERM
+            FsError::Loop => 40,               // ELOOP
+            FsError::NoData => 61,             // ENODATA
+            FsError::Range => 34,              // ERANGE
+            FsError::NoSpace => 28,            // ENOSPC
+            FsError::TooManyLinks => 31,       // EMLINK
+            FsError::FileTooBig => 27,         // EFBIG
+            FsError::Io => 5,                  // EIO
+            FsError::NotSupported => 95,       // EOPNOTSUPP
+            FsError::Stale => 116,             // ESTALE
+            FsError::Busy => 16,               // EBUSY
+            FsError::TooBig => 7,              // E2BIG
+            FsError::WrongServer { .. } => 66, // EREMOTE
+            FsError::CrossServer => 18,        // EXDEV
         }
     }
 
-    /// The error for a Linux errno, if it is one of ours.
+    /// The error for a Linux errno, if it is one of ours. Never
+    /// [`FsError::WrongServer`] (EREMOTE gives `None`): that one carries a
+    /// SOID an errno cannot.
     pub fn from_errno(errno: i32) -> Option<FsError> {
         ALL.into_iter().find(|e| e.errno() == errno)
     }
 }
 
-const ALL: [FsError; 20] = [
+/// Every error [`FsError::from_errno`] can give (not `WrongServer`).
+const ALL: [FsError; 21] = [
     FsError::NotFound,
     FsError::Exists,
     FsError::NotDir,
@@ -105,6 +122,7 @@ const ALL: [FsError; 20] = [
     FsError::Stale,
     FsError::Busy,
     FsError::TooBig,
+    FsError::CrossServer,
 ];
 
 #[cfg(test)]
@@ -118,5 +136,17 @@ mod tests {
             assert!(seen.insert(e.errno()), "{e:?} shares an errno");
             assert_eq!(FsError::from_errno(e.errno()), Some(e));
         }
+    }
+
+    #[test]
+    fn wrong_server_has_its_own_errno_and_is_never_made_from_one() {
+        let e = FsError::WrongServer {
+            soid: Soid::from_u128(7),
+        };
+        assert_eq!(e.errno(), 66);
+        assert!(ALL.iter().all(|a| a.errno() != 66));
+        assert_eq!(FsError::from_errno(66), None);
+        assert_eq!(FsError::CrossServer.errno(), 18);
+        assert_eq!(FsError::from_errno(18), Some(FsError::CrossServer));
     }
 }

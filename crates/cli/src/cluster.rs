@@ -1,0 +1,730 @@
+//! `sextant cluster`: a local cluster for development and tests (`up`),
+//! and what an operator asks of any cluster (`status`, `move`, `drain`).
+//!
+//! `up` is a supervisor, not a server: it starts etcd (unless given one)
+//! and N `sextant serve` processes — each its own process, the first on
+//! the default address so every other command and `sextant mount` work
+//! unchanged — waits until each listens, prints how to reach them, and on
+//! Ctrl-C or SIGTERM stops the servers (each writes its tables back) and
+//! then etcd. If any of them dies it stops the rest and fails. It writes
+//! `<data>/cluster.toml` (etcd's URL and the servers), where the other
+//! `cluster` commands find etcd without flags.
+//!
+//! The other commands talk to etcd, the cluster's source of truth for
+//! membership and the delegation map, and to each server for its counts.
+
+use anyhow::{bail, Context, Result};
+use sextant_coordinator::{ClusterState, EtcdConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub command: ClusterCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a whole local cluster: etcd (unless --etcd is given) and N
+    /// servers, each its own process, the first on the default address
+    /// (127.0.0.1:7411) and the others on the following ports. Everything
+    /// lives under --data (etcd/, store/ shared by the servers, s1/, s2/…,
+    /// and each process's log). Ctrl-C stops it all cleanly; `up` again
+    /// carries on with the same namespace.
+    Up(UpArgs),
+    /// Members, coordinator, and tables, inodes and requests per server;
+    /// every table with its SOID range, owner, epoch and pending move.
+    /// With --json: {"etcd", "revision", "coordinator", "servers": [{"name",
+    /// "address", "tables", "inodes", "requests", "draining"}], "tables": [...]}.
+    Status(EtcdArgs),
+    /// Move the table holding PATH (a namespace path), or the table
+    /// numbered TABLE, to SERVER (a member's name). The owner drops it and
+    /// SERVER adds it: its contents are not copied.
+    Move {
+        /// A namespace path (e.g. /proj/a) or a table number (e.g. 3).
+        target: String,
+        /// The server that takes the table.
+        server: String,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+    },
+    /// Move every table away from SERVER and give it none (before taking
+    /// it out of service); --undo ends the drain.
+    Drain {
+        /// The server to drain.
+        server: String,
+        /// End the drain: the server may receive tables again.
+        #[arg(long)]
+        undo: bool,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct EtcdArgs {
+    /// etcd's client URLs, comma-separated [default: the URL `sextant
+    /// cluster up` recorded in <data>/cluster.toml]
+    #[arg(long, env = "SEXTANT_ETCD", value_name = "URLS")]
+    pub etcd: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UpArgs {
+    /// How many servers.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub servers: u16,
+    /// Use this etcd (comma-separated client URLs) instead of starting one.
+    #[arg(long, env = "SEXTANT_ETCD", value_name = "URLS")]
+    pub etcd: Option<String>,
+    /// The first server's port; the others take the following ones.
+    #[arg(long, default_value_t = 7411, value_name = "PORT")]
+    pub base_port: u16,
+    /// Serve each server's Prometheus metrics, the first on this port and
+    /// the others on the following ones [default: no metrics]
+    #[arg(long, value_name = "PORT")]
+    pub metrics_base: Option<u16>,
+    /// The servers' journal sync mode: fsync, nosync, off [default: fsync]
+    #[arg(long, value_name = "MODE")]
+    pub journal_sync: Option<String>,
+    /// The membership lease of each server: a dead server's tables move
+    /// after about this long, e.g. 6s [default: 6s]
+    #[arg(long, value_name = "DURATION")]
+    pub lease_ttl: Option<String>,
+}
+
+/// What `up` leaves in `<data>/cluster.toml` for the other commands.
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+struct Record {
+    etcd: String,
+    servers: Vec<ServerEntry>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
+struct ServerEntry {
+    name: String,
+    address: String,
+    data: PathBuf,
+    log: PathBuf,
+}
+
+const RECORD: &str = "cluster.toml";
+
+pub fn run(data: &Path, json: bool, args: &ClusterArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async {
+        match &args.command {
+            ClusterCommand::Up(up_args) => up(data, json, up_args).await,
+            ClusterCommand::Status(e) => status(data, &etcd_config(data, e)?, json).await,
+            ClusterCommand::Move {
+                target,
+                server,
+                etcd,
+            } => move_table(data, &etcd_config(data, etcd)?, target, server, json).await,
+            ClusterCommand::Drain { server, undo, etcd } => {
+                drain(&etcd_config(data, etcd)?, server, *undo, json).await
+            }
+        }
+    })
+}
+
+/// etcd's URLs as given, else as `up` recorded them.
+fn etcd_config(data: &Path, args: &EtcdArgs) -> Result<EtcdConfig> {
+    let urls = match &args.etcd {
+        Some(u) => u.clone(),
+        None => {
+            let file = data.join(RECORD);
+            let text = std::fs::read_to_string(&file).with_context(|| {
+                format!(
+                    "no cluster found: give --etcd URL (or SEXTANT_ETCD), or run this where \
+                     `sextant cluster up` keeps its data ({} is missing)",
+                    file.display()
+                )
+            })?;
+            let r: Record =
+                toml::from_str(&text).with_context(|| format!("bad {}", file.display()))?;
+            r.etcd
+        }
+    };
+    Ok(EtcdConfig::new(endpoints(&urls)))
+}
+
+fn endpoints(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            if u.contains("://") {
+                u.to_string()
+            } else {
+                format!("http://{u}")
+            }
+        })
+        .collect()
+}
+
+async fn read_state(cfg: &EtcdConfig) -> Result<ClusterState> {
+    let mut client = sextant_coordinator::etcd::connect(cfg)
+        .await
+        .context("cannot reach etcd")?;
+    Ok(sextant_coordinator::map::load(&mut client, cfg).await?)
+}
+
+// ---- up ------------------------------------------------------------------
+
+/// The processes `up` runs; stopped (servers first, then etcd) on drop.
+struct Supervised {
+    servers: Vec<(String, Child)>,
+    etcd: Option<Child>,
+}
+
+impl Supervised {
+    fn stop(&mut self) {
+        for (_, c) in &self.servers {
+            signal(c, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (name, c) in &mut self.servers {
+            wait_until(c, deadline, name);
+        }
+        self.servers.clear();
+        if let Some(mut e) = self.etcd.take() {
+            signal(&e, libc::SIGTERM);
+            wait_until(&mut e, Instant::now() + Duration::from_secs(10), "etcd");
+        }
+    }
+
+    /// The first process that ended, if any.
+    fn exited(&mut self) -> Option<(String, std::process::ExitStatus)> {
+        for (name, c) in &mut self.servers {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some((name.clone(), s));
+            }
+        }
+        if let Some(e) = &mut self.etcd {
+            if let Ok(Some(s)) = e.try_wait() {
+                return Some(("etcd".into(), s));
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn signal(c: &Child, sig: i32) {
+    if let Ok(pid) = i32::try_from(c.id()) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+fn wait_until(c: &mut Child, deadline: Instant, name: &str) {
+    loop {
+        match c.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() >= deadline => {
+                eprintln!("sextant cluster: {name} did not stop in time; killing it");
+                let _ = c.kill();
+                let _ = c.wait();
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .context("cannot find a free port")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts etcd under `dir`, answering on a free port; its URL.
+fn start_etcd(dir: &Path, sup: &mut Supervised) -> Result<String> {
+    if Command::new("etcd").arg("--version").output().is_err() {
+        bail!(
+            "etcd is not installed: install Debian's etcd-server package \
+             (scripts/ensure-deps.sh does), or give --etcd URL"
+        );
+    }
+    let (client, peer) = (free_port()?, free_port()?);
+    let c = format!("http://127.0.0.1:{client}");
+    let p = format!("http://127.0.0.1:{peer}");
+    let log = dir.join("etcd.log");
+    let child = Command::new("etcd")
+        .args(["--name", "sextant-dev", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+        .args([
+            "--listen-peer-urls",
+            &p,
+            "--initial-advertise-peer-urls",
+            &p,
+        ])
+        .args(["--initial-cluster", &format!("sextant-dev={p}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::File::create(&log)
+                .with_context(|| format!("cannot create {}", log.display()))?,
+        )
+        .spawn()
+        .context("cannot start etcd")?;
+    sup.etcd = Some(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+        if let Some((_, s)) = sup.exited() {
+            bail!("etcd exited ({s}); see {}", log.display());
+        }
+        if Instant::now() > deadline {
+            bail!("etcd did not answer within 30 s; see {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(c)
+}
+
+/// Starts server `name` (data `dir/name`, listening on `listen`) and
+/// waits for its "listening on" line.
+fn start_server(
+    dir: &Path,
+    name: &str,
+    listen: &str,
+    etcd: &str,
+    metrics: Option<String>,
+    args: &UpArgs,
+) -> Result<(ServerEntry, Child)> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().context("cannot find the sextant binary")?;
+    let data = dir.join(name);
+    let log = dir.join(format!("{name}.log"));
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .arg("--data")
+        .arg(&data)
+        .args(["--listen", listen, "--etcd", etcd, "--name", name])
+        .arg("--cluster-store")
+        .arg(dir.join("store"))
+        .env("SEXTANT_METRICS", metrics.as_deref().unwrap_or("off"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(
+            std::fs::File::create(&log)
+                .with_context(|| format!("cannot create {}", log.display()))?,
+        );
+    if let Some(s) = &args.journal_sync {
+        cmd.args(["--journal-sync", s]);
+    }
+    if let Some(t) = &args.lease_ttl {
+        cmd.env("SEXTANT_LEASE_TTL", t);
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start server {name}"))?;
+    let Some(out) = child.stdout.take() else {
+        bail!("server {name}: no stdout");
+    };
+    // The line comes once the server listens; the reader thread then
+    // drains the rest so the server never blocks on a full pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(out).lines();
+        for line in lines.by_ref() {
+            let Ok(line) = line else { break };
+            if let Some(a) = line.strip_prefix("listening on ") {
+                let _ = tx.send(a.trim().to_string());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(address) => Ok((
+            ServerEntry {
+                name: name.to_string(),
+                address,
+                data,
+                log,
+            },
+            child,
+        )),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            bail!(
+                "server {name} did not start (see {}): {}",
+                log.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )
+        }
+    }
+}
+
+async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
+    if sextant_engine::Engine::dir_holds_store(data) {
+        bail!(
+            "{} holds a single server's store; give the cluster a directory of its own (--data DIR)",
+            data.display()
+        );
+    }
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let data = std::fs::canonicalize(data)?;
+    // Stopping starts at the first signal, even one that arrives while
+    // the processes are still starting.
+    let stop = sextant_server::signalled();
+    let mut sup = Supervised {
+        servers: Vec::new(),
+        etcd: None,
+    };
+    let etcd = match &args.etcd {
+        Some(u) => endpoints(u).join(","),
+        None => start_etcd(&data, &mut sup)?,
+    };
+    let mut entries = Vec::new();
+    for i in 0..args.servers {
+        let name = format!("s{}", i + 1);
+        let port = args
+            .base_port
+            .checked_add(i)
+            .context("the servers' ports run past 65535: lower --base-port")?;
+        let listen = format!("127.0.0.1:{port}");
+        let metrics = args
+            .metrics_base
+            .map(|m| m.checked_add(i).map(|p| format!("127.0.0.1:{p}")))
+            .map(|m| m.context("the metrics ports run past 65535"))
+            .transpose()?;
+        let (entry, child) = start_server(&data, &name, &listen, &etcd, metrics, args)?;
+        sup.servers.push((name, child));
+        entries.push(entry);
+    }
+    let record = Record {
+        etcd: etcd.clone(),
+        servers: entries.clone(),
+    };
+    let text = toml::to_string(&record).context("cannot write the cluster record")?;
+    std::fs::write(data.join(RECORD), text)
+        .with_context(|| format!("cannot write {}", data.join(RECORD).display()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "etcd": etcd,
+                "data": data,
+                "servers": entries.iter().map(|e| serde_json::json!({
+                    "name": e.name, "address": e.address,
+                    "data": e.data, "log": e.log,
+                })).collect::<Vec<_>>(),
+            })
+        );
+    } else {
+        println!("a cluster of {} servers on etcd {etcd}:", entries.len());
+        for e in &entries {
+            println!("  {:<4} {:<21} log {}", e.name, e.address, e.log.display());
+        }
+        println!(
+            "every sextant command reaches it at {} (`sextant mount DIR`, `sextant cluster status`); \
+             Ctrl-C stops it",
+            entries.first().map_or("", |e| e.address.as_str())
+        );
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let mut stop = std::pin::pin!(stop);
+    let failed = loop {
+        tokio::select! {
+            () = &mut stop => break None,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {
+                if let Some(e) = sup.exited() {
+                    break Some(e);
+                }
+            }
+        }
+    };
+    if !json {
+        eprintln!("stopping the servers, then etcd");
+    }
+    tokio::task::block_in_place(|| sup.stop());
+    match failed {
+        None => Ok(()),
+        Some((name, s)) => bail!("{name} exited ({s}); the cluster was stopped"),
+    }
+}
+
+// ---- status, move, drain -------------------------------------------------
+
+async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
+    let state = read_state(cfg).await?;
+    let mut servers = Vec::new();
+    for (name, m) in &state.members {
+        let tables = state.owned_by(name).count();
+        let counts = server_counts(data, &m.address).await;
+        servers.push(serde_json::json!({
+            "name": name,
+            "address": m.address,
+            "tables": tables,
+            "inodes": counts.as_ref().ok().map(|c| c.0),
+            "requests": counts.as_ref().ok().map(|c| c.1),
+            "error": counts.as_ref().err().map(|e| format!("{e:#}")),
+            "draining": state.draining.contains(name),
+            "coordinator": state.coordinator.as_ref().is_some_and(|(c, _)| c == name),
+        }));
+    }
+    let tables: Vec<serde_json::Value> = state
+        .routes()
+        .into_iter()
+        .map(|r| {
+            serde_json::json!({
+                "table": r.table.0,
+                "first": format!("{:032x}", r.range.first.as_u128()),
+                "last": format!("{:032x}", r.range.last.as_u128()),
+                "owner": r.owner.as_ref().map(|o| o.server.clone()),
+                "epoch": r.owner.as_ref().map(|o| o.epoch.0),
+                "moving_to": state.moves.get(&r.table).map(|m| m.to.clone()),
+            })
+        })
+        .collect();
+    let coordinator = state.coordinator.as_ref().map(|(c, _)| c.clone());
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "etcd": cfg.endpoints.join(","),
+                "revision": state.revision,
+                "coordinator": coordinator,
+                "servers": servers,
+                "tables": tables,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "cluster on etcd {} at revision {}; coordinator {}",
+        cfg.endpoints.join(","),
+        state.revision,
+        coordinator.as_deref().unwrap_or("(none elected)")
+    );
+    println!(
+        "{:<12} {:<21} {:>6} {:>10} {:>10}  state",
+        "SERVER", "ADDRESS", "TABLES", "INODES", "REQUESTS"
+    );
+    let num = |v: &serde_json::Value| v.as_u64().map_or("?".to_string(), |n| n.to_string());
+    for s in &servers {
+        let mut state_words = Vec::new();
+        if s["coordinator"] == true {
+            state_words.push("coordinator".to_string());
+        }
+        if s["draining"] == true {
+            state_words.push("draining".to_string());
+        }
+        if let Some(e) = s["error"].as_str() {
+            state_words.push(format!("unreachable: {e}"));
+        }
+        println!(
+            "{:<12} {:<21} {:>6} {:>10} {:>10}  {}",
+            s["name"].as_str().unwrap_or(""),
+            s["address"].as_str().unwrap_or(""),
+            num(&s["tables"]),
+            num(&s["inodes"]),
+            num(&s["requests"]),
+            state_words.join(", ")
+        );
+    }
+    println!(
+        "{:<6} {:<34} {:<12} {:>6}  move",
+        "TABLE", "SOIDS (first-last, hex)", "OWNER", "EPOCH"
+    );
+    for t in &tables {
+        println!(
+            "{:<6} {:<34} {:<12} {:>6}  {}",
+            num(&t["table"]),
+            format!(
+                "{}-{}",
+                short(t["first"].as_str().unwrap_or("")),
+                short(t["last"].as_str().unwrap_or(""))
+            ),
+            t["owner"].as_str().unwrap_or("(none)"),
+            num(&t["epoch"]),
+            t["moving_to"]
+                .as_str()
+                .map_or(String::new(), |m| format!("→ {m}"))
+        );
+    }
+    Ok(())
+}
+
+/// A SOID in hex without its leading zeros (0 stays "0").
+fn short(hex: &str) -> &str {
+    let t = hex.trim_start_matches('0');
+    if t.is_empty() {
+        "0"
+    } else {
+        t
+    }
+}
+
+/// A server's inode and request counts (its own status call).
+async fn server_counts(data: &Path, address: &str) -> Result<(u64, u64)> {
+    let client = connect_admin(data, address).await?;
+    let (engine, server) = client
+        .stats(&sextant_types::Credentials::root())
+        .await
+        .with_context(|| format!("status of {address}"))?;
+    Ok((engine.inodes, server.requests))
+}
+
+/// A client of one server with the cluster's secret, which `up` left in
+/// every server's data directory; the admin's own secret file otherwise
+/// ($SEXTANT_SECRET_FILE).
+async fn connect_admin(data: &Path, address: &str) -> Result<sextant_client::Client> {
+    let secret = std::env::var("SEXTANT_SECRET")
+        .ok()
+        .or_else(|| {
+            std::env::var_os("SEXTANT_SECRET_FILE")
+                .and_then(|f| sextant_server::secret::read(Path::new(&f)).ok())
+        })
+        .or_else(|| cluster_secret_near(data, address));
+    let Some(secret) = secret else {
+        bail!("no cluster secret for {address}: set SEXTANT_SECRET_FILE");
+    };
+    sextant_client::Client::connect(address, &secret, sextant_client::Options::default())
+        .await
+        .with_context(|| format!("cannot reach {address}"))
+}
+
+/// The secret `up` gave the server at `address` (its record in
+/// `<data>/cluster.toml` names its data directory).
+fn cluster_secret_near(data: &Path, address: &str) -> Option<String> {
+    let text = std::fs::read_to_string(data.join(RECORD)).ok()?;
+    let r: Record = toml::from_str(&text).ok()?;
+    let e = r.servers.iter().find(|s| s.address == address)?;
+    sextant_server::secret::read(&sextant_server::secret::path(&e.data)).ok()
+}
+
+async fn move_table(
+    data: &Path,
+    cfg: &EtcdConfig,
+    target: &str,
+    server: &str,
+    json: bool,
+) -> Result<()> {
+    let state = read_state(cfg).await?;
+    if !state.members.contains_key(server) {
+        bail!(
+            "{server:?} is not a member of the cluster (members: {})",
+            state.members.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let table = match target.parse::<u32>() {
+        Ok(n) => sextant_cluster::ids::TableId(n),
+        Err(_) => {
+            let soid = resolve_path(data, &state, target).await?;
+            state
+                .table_of(soid)
+                .with_context(|| format!("no table holds {target} (its SOID {soid:?})"))?
+        }
+    };
+    let Some(owner) = state.owner(table) else {
+        bail!("table {} has no owner now; try again in a moment", table.0);
+    };
+    if owner.server == server {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"table": table.0, "server": server, "moved": false, "already": true})
+            );
+        } else {
+            println!("table {} is already on {server}", table.0);
+        }
+        return Ok(());
+    }
+    let mut client = sextant_coordinator::etcd::connect(cfg).await?;
+    if !sextant_coordinator::admin::request_move(&mut client, cfg, table, server).await? {
+        bail!(
+            "table {} could not be asked to move (another move is pending, or its owner changed): try again",
+            table.0
+        );
+    }
+    // Wait for the handover so that the command's end means it is done.
+    let map = sextant_coordinator::DelegationMap::start(cfg.clone()).await?;
+    let done = map
+        .wait_for(Duration::from_secs(60), |s| {
+            s.owner(table).is_some_and(|o| o.server == server) && !s.moves.contains_key(&table)
+        })
+        .await;
+    match done {
+        Some(_) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"table": table.0, "server": server, "moved": true})
+                );
+            } else {
+                println!("table {} moved to {server}", table.0);
+            }
+            Ok(())
+        }
+        None => bail!(
+            "table {} was asked to move to {server} but had not moved after 60 s (it still may)",
+            table.0
+        ),
+    }
+}
+
+/// The SOID of a namespace path, looked up through the cluster.
+async fn resolve_path(
+    data: &Path,
+    state: &ClusterState,
+    path: &str,
+) -> Result<sextant_types::Soid> {
+    if !path.starts_with('/') {
+        bail!("{path:?} is neither a table number nor an absolute namespace path");
+    }
+    let address = state
+        .members
+        .values()
+        .next()
+        .map(|m| m.address.clone())
+        .context("the cluster has no members")?;
+    let client = connect_admin(data, &address).await?;
+    // Name by name: each lookup goes to the server of its directory.
+    let root = sextant_types::Credentials::root();
+    let mut soid = sextant_types::Soid::ROOT;
+    for name in path.split('/').filter(|n| !n.is_empty() && *n != ".") {
+        soid = client
+            .lookup(&root, soid, name.as_bytes())
+            .await
+            .with_context(|| format!("cannot look up {name:?} in {path}"))?
+            .soid;
+    }
+    Ok(soid)
+}
+
+async fn drain(cfg: &EtcdConfig, server: &str, undo: bool, json: bool) -> Result<()> {
+    let mut client = sextant_coordinator::etcd::connect(cfg).await?;
+    sextant_coordinator::admin::set_draining(&mut client, cfg, server, !undo).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"server": server, "draining": !undo})
+        );
+    } else if undo {
+        println!("{server} may receive tables again");
+    } else {
+        println!("{server} is draining: its tables move to the other servers (see `sextant cluster status`)");
+    }
+    Ok(())
+}

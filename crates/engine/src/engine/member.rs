@@ -1,0 +1,803 @@
+//! Member mode, the engine's side: an engine that owns some of the
+//! namespace's tables (the vocabulary is [`crate::member`]).
+//!
+//! - The table map still partitions the SOID space: ranges of tables other
+//!   members own are `Slot::Foreign` placeholders, so every lookup still
+//!   finds a slot; transactions refuse them (`crate::txn`).
+//! - The engine's store is the member's [`PrefixStore`] view of the shared
+//!   store (`members/<name>/`): its journal, request ledger and
+//!   [`MemberState`] live there; its snapshots too, named by their full
+//!   shared-store names so that another member reads them as they are.
+//! - No local manifest: the catalogue holds each table's
+//!   [`TableManifest`]. Checkpoints commit the manifests that changed
+//!   (fenced: the catalogue refuses a table this member no longer owns,
+//!   and the engine then stops serving it), then delete the snapshots
+//!   those manifests replaced, then trim the journal.
+//!
+//! # Invariants
+//! - `floors[t]` (the *floor* of owned table `t`): every record of this
+//!   member's journal that `t` reflects with LSN ≥ the floor is still in
+//!   the journal, and none below is missing from its snapshot. The
+//!   catalogue's manifest of `t` says `replay: {this member, floor}` once
+//!   committed. A table loaded from its snapshot starts at `last_lsn =
+//!   floor - 1`, whoever wrote the snapshot (LSNs of other members'
+//!   journals mean nothing here).
+//! - The journal is trimmed only below every owned table's floor and
+//!   below `pinned`: the floors of tables revoked while they had records
+//!   here (another member may replay them from this journal).
+//! - Drops, adds, revokes and checkpoints are serialized by the
+//!   checkpoint lock, so a checkpoint never commits the manifest of a
+//!   table that is being dropped.
+
+use super::*;
+use crate::member::{
+    member_prefix, CatalogChange, CatalogError, JournalPos, MemberConfig, MemberState, PrefixStore,
+    TableCatalog, TableManifest, MEMBER_STATE_NAME, ROOT_TABLE_ID,
+};
+use crate::table::TableId;
+
+/// Member mode's state in a running engine.
+pub(crate) struct MemberRun {
+    pub(crate) name: String,
+    /// `members/<name>/`.
+    pub(crate) prefix: String,
+    pub(crate) catalog: Arc<dyn TableCatalog>,
+    /// The whole shared store (other members' journals are read from it).
+    shared: Arc<dyn Store>,
+    book: Mutex<Book>,
+}
+
+#[derive(Default)]
+struct Book {
+    /// Owned table → its floor (module invariants).
+    floors: BTreeMap<TableId, Lsn>,
+    /// Owned table → (snapshot blob, floor, range) as last committed.
+    committed: BTreeMap<TableId, (String, Lsn, SoidRange)>,
+    /// The journal keeps records from here on (`None`: nothing pinned).
+    pinned: Option<Lsn>,
+}
+
+impl Book {
+    fn pin(&mut self, lsn: Lsn) {
+        self.pinned = Some(self.pinned.map_or(lsn, |p| p.min(lsn)));
+    }
+
+    /// Is `file` named by a committed manifest of another table?
+    fn file_in_use(&self, file: &str) -> bool {
+        self.committed.values().any(|(f, _, _)| f == file)
+    }
+}
+
+impl MemberRun {
+    /// A table just loaded from its snapshot: place it in this journal.
+    pub(crate) fn place_loaded(&self, t: &mut Table) {
+        if let Some(floor) = self.book.lock().floors.get(&t.id) {
+            t.last_lsn = floor.saturating_sub(1);
+        }
+    }
+
+    /// Table `id`'s snapshot holding every record up to `lsn` was written.
+    pub(crate) fn snapshot_written(&self, id: TableId, lsn: Lsn) {
+        let mut book = self.book.lock();
+        if let Some(f) = book.floors.get_mut(&id) {
+            *f = (*f).max(lsn + 1);
+        }
+    }
+
+    /// Table `child` was split off `parent`: it shares the parent's history.
+    pub(crate) fn split(&self, parent: TableId, child: TableId) {
+        let mut book = self.book.lock();
+        if let Some(f) = book.floors.get(&parent).copied() {
+            book.floors.insert(child, f);
+        }
+    }
+
+    fn manifest(
+        &self,
+        inner: &Inner,
+        entry: TableEntry,
+        replay: Option<JournalPos>,
+    ) -> TableManifest {
+        TableManifest {
+            entry,
+            replay,
+            layout: inner.config.layout,
+            high_water: inner.high_water.lock().clone(),
+        }
+    }
+
+    fn here(&self, from: Lsn) -> Option<JournalPos> {
+        Some(JournalPos {
+            member: self.name.clone(),
+            from,
+        })
+    }
+
+    /// The member part of a checkpoint, after the snapshots: commits the
+    /// manifests that changed, deletes the snapshots they replaced, writes
+    /// the ledger and the member state, trims the journal. REQUIRES: the
+    /// checkpoint lock.
+    pub(crate) fn checkpoint_commit(
+        &self,
+        inner: &Inner,
+        entries: Vec<TableEntry>,
+        _replay_from: Lsn,
+    ) -> Result<(), EngineError> {
+        let mut put = Vec::new();
+        {
+            let book = self.book.lock();
+            for e in entries {
+                let Some(&floor) = book.floors.get(&e.id) else {
+                    tracing::error!(
+                        table = e.id,
+                        "an owned table without a floor; not committed"
+                    );
+                    continue;
+                };
+                let now = (e.file.clone(), floor, e.range);
+                if book.committed.get(&e.id) != Some(&now) {
+                    put.push(e);
+                }
+            }
+        }
+        let mut fenced = Vec::new();
+        loop {
+            if put.is_empty() {
+                break;
+            }
+            let change = CatalogChange {
+                put: put
+                    .iter()
+                    .map(|e| {
+                        let floor = self.book.lock().floors.get(&e.id).copied().unwrap_or(1);
+                        self.manifest(inner, e.clone(), self.here(floor))
+                    })
+                    .collect(),
+                remove: Vec::new(),
+            };
+            let committed: Vec<(TableId, String, Lsn, SoidRange)> = change
+                .put
+                .iter()
+                .map(|m| {
+                    let from = m.replay.as_ref().map_or(1, |p| p.from);
+                    (m.entry.id, m.entry.file.clone(), from, m.entry.range)
+                })
+                .collect();
+            match self.catalog.commit(&self.name, change) {
+                Ok(()) => {
+                    let mut book = self.book.lock();
+                    let mut replaced = Vec::new();
+                    for (id, file, from, range) in committed {
+                        if let Some((old, _, _)) =
+                            book.committed.insert(id, (file.clone(), from, range))
+                        {
+                            if old != file {
+                                replaced.push(old);
+                            }
+                        }
+                    }
+                    replaced.retain(|f| !book.file_in_use(f));
+                    drop(book);
+                    for f in replaced {
+                        if let Err(e) = inner.store.delete(&f) {
+                            tracing::warn!(file = %f, error = %e, "cannot delete a replaced snapshot");
+                        }
+                    }
+                    break;
+                }
+                Err(CatalogError::NotOwner { table, .. }) if !fenced.contains(&table) => {
+                    // Fencing (R2): the catalogue says the table is no
+                    // longer ours. Stop serving it and commit the rest.
+                    tracing::warn!(table, "the catalogue fenced a table; it stops serving here");
+                    fenced.push(table);
+                    revoke(inner, self, table);
+                    put.retain(|e| e.id != table);
+                }
+                Err(CatalogError::Unavailable(what)) => {
+                    // Nothing is lost: the journal is not trimmed, the next
+                    // checkpoint commits again.
+                    tracing::warn!(error = %what, "catalogue unavailable; checkpoint not committed");
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let ledger = {
+            let mut l = inner.requests.lock();
+            l.dirty().then(|| l.encode())
+        };
+        if let Some(bytes) = ledger {
+            inner
+                .store
+                .put_blob(LEDGER_NAME, &bytes)
+                .map_err(inner.io(LEDGER_NAME))?;
+        }
+        let next_lsn = inner.journal.next_lsn();
+        let state = MemberState {
+            next_lsn,
+            high_water: inner.high_water.lock().clone(),
+        };
+        inner
+            .store
+            .put_blob(MEMBER_STATE_NAME, &state.encode())
+            .map_err(inner.io(MEMBER_STATE_NAME))?;
+        let keep_from = {
+            let book = self.book.lock();
+            book.floors
+                .values()
+                .copied()
+                .chain(book.pinned)
+                .min()
+                .unwrap_or(next_lsn)
+                .min(next_lsn)
+        };
+        inner.journal.trim_below(keep_from)?;
+        Ok(())
+    }
+}
+
+/// The range a slot covers (`None`: merged away).
+fn slot_range(slot: &Slot) -> Option<SoidRange> {
+    match slot {
+        Slot::Loaded(t) => Some(t.range),
+        Slot::OnDisk(e) => Some(e.range),
+        Slot::Foreign(r) => Some(*r),
+        Slot::Merged => None,
+    }
+}
+
+fn slot_table(slot: &Slot) -> Option<TableId> {
+    match slot {
+        Slot::Loaded(t) => Some(t.id),
+        Slot::OnDisk(e) => Some(e.id),
+        Slot::Foreign(_) | Slot::Merged => None,
+    }
+}
+
+fn table_inodes(slot: &Slot) -> i64 {
+    match slot {
+        Slot::Loaded(t) => t.inode_count() as i64,
+        Slot::OnDisk(e) => e.inodes as i64,
+        Slot::Foreign(_) | Slot::Merged => 0,
+    }
+}
+
+/// Puts `slot` at `range` in the map, replacing the foreign placeholders
+/// there (cut to fit). Refuses (changing nothing) if part of `range` is a
+/// table this member holds.
+fn carve(map: &mut TableMap, range: SoidRange, slot: Slot) -> Result<(), EngineError> {
+    let mut overlapping = Vec::new();
+    for (start, s) in map.range(..=range.last).rev() {
+        let guard = s.state.lock();
+        let Some(r) = slot_range(&guard) else {
+            continue;
+        };
+        if r.last < range.first {
+            break;
+        }
+        match &*guard {
+            Slot::Foreign(_) => overlapping.push((*start, r)),
+            other => {
+                return Err(EngineError::Member(format!(
+                    "the range {range:?} overlaps table {} this member holds",
+                    slot_table(other).unwrap_or(0)
+                )))
+            }
+        }
+    }
+    for (start, r) in overlapping {
+        map.remove(&start);
+        if r.first < range.first {
+            if let Some(last) = range.first.checked_prev() {
+                map.insert(
+                    r.first,
+                    TableSlot::new(Slot::Foreign(SoidRange {
+                        first: r.first,
+                        last,
+                    })),
+                );
+            }
+        }
+        if r.last > range.last {
+            if let Some(first) = range.last.checked_next() {
+                map.insert(
+                    first,
+                    TableSlot::new(Slot::Foreign(SoidRange {
+                        first,
+                        last: r.last,
+                    })),
+                );
+            }
+        }
+    }
+    map.insert(range.first, TableSlot::new(slot));
+    Ok(())
+}
+
+/// Takes table `id` out of the map (a foreign placeholder in its place)
+/// and returns what its slot held. `None`: not held here.
+fn take_out(inner: &Inner, id: TableId) -> Option<Slot> {
+    let map = inner.tables.write();
+    let slot = map
+        .values()
+        .find(|s| slot_table(&s.state.lock()) == Some(id))?;
+    let mut guard = slot.state.lock();
+    let range = slot_range(&guard)?;
+    let old = std::mem::replace(&mut *guard, Slot::Foreign(range));
+    drop(guard);
+    drop(map);
+    inner.note_inode_delta(-table_inodes(&old));
+    forget_derived(inner);
+    Some(old)
+}
+
+/// Search caches that summed or walked the tables held: a table came or
+/// went, so none of them is trusted.
+fn forget_derived(inner: &Inner) {
+    inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
+    *inner.summed.lock() = None;
+}
+
+/// Stops serving `id` without writing anything; its journal records stay.
+fn revoke(inner: &Inner, m: &MemberRun, id: TableId) -> bool {
+    let held = take_out(inner, id).is_some();
+    let mut book = m.book.lock();
+    if let Some(floor) = book.floors.remove(&id) {
+        book.pin(floor);
+    }
+    book.committed.remove(&id);
+    held
+}
+
+impl Engine {
+    /// Opens a cluster member on the shared `store`: it serves the tables
+    /// `member.catalog` says it owns (replaying its own journal, and —
+    /// for a table whose manifest points into another member's journal —
+    /// that one: failover). The first member of an empty catalogue
+    /// creates the root table. Log-less durability is refused in member
+    /// mode. Merges of small tables are off in member mode.
+    pub fn open_member(
+        store: Arc<dyn Store>,
+        mut config: EngineConfig,
+        member: MemberConfig,
+    ) -> Result<Engine, EngineError> {
+        config.layout.validate()?;
+        if config.logless.is_some() {
+            return Err(EngineError::Member(
+                "log-less durability is not supported in member mode".into(),
+            ));
+        }
+        let name = member.name.clone();
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(EngineError::Member(format!("bad member name {name:?}")));
+        }
+        let prefix = member_prefix(&name);
+        let view: Arc<dyn Store> = Arc::new(PrefixStore::new(Arc::clone(&store), prefix.clone()));
+        let state = match view
+            .get_blob(MEMBER_STATE_NAME)
+            .map_err(io_error(&*view, MEMBER_STATE_NAME))?
+        {
+            Some(b) => MemberState::decode(&b).map_err(|what| EngineError::Corrupt {
+                file: view.describe(MEMBER_STATE_NAME),
+                what,
+            })?,
+            None => MemberState::default(),
+        };
+        let tables_prefix = format!("{prefix}tables/");
+        let mut next_snapshot_seq = store
+            .list(&tables_prefix)
+            .map_err(io_error(&*store, &tables_prefix))?
+            .iter()
+            .filter_map(|n| snapshot_seq(n.strip_prefix(&prefix)?))
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let catalog = Arc::clone(&member.catalog);
+        let mut owned = catalog.tables(&name)?;
+        if owned.is_empty() && catalog.next_table_id()? == ROOT_TABLE_ID {
+            // The first member of an empty catalogue: the root table.
+            let table = root_table(&config);
+            let file = format!("{prefix}{}", snapshot_name(next_snapshot_seq));
+            next_snapshot_seq += 1;
+            store
+                .put_blob(&file, &table.encode_snapshot())
+                .map_err(io_error(&*store, &file))?;
+            let m = TableManifest {
+                entry: TableEntry {
+                    id: ROOT_TABLE_ID,
+                    range: SoidRange::ALL,
+                    file,
+                    lsn: 0,
+                    inodes: 1,
+                },
+                replay: Some(JournalPos {
+                    member: name.clone(),
+                    from: state.next_lsn.max(1),
+                }),
+                layout: config.layout,
+                high_water: GlobalHighWater::default(),
+            };
+            catalog.commit(
+                &name,
+                CatalogChange {
+                    put: vec![m.clone()],
+                    remove: Vec::new(),
+                },
+            )?;
+            owned.push(m);
+        }
+        if let Some(m) = owned.first() {
+            config.layout = m.layout;
+        }
+        if let Some(m) = owned.iter().find(|m| m.layout != config.layout) {
+            return Err(EngineError::Member(format!(
+                "table {} has another SOID layout than the others",
+                m.entry.id
+            )));
+        }
+        let mut high_water = state.high_water.clone();
+        for m in &owned {
+            high_water.merge_max(&m.high_water);
+        }
+        // Tables whose replay is in this journal (or none) open here; the
+        // rest are failovers, added once the engine runs.
+        let (mine, others): (Vec<TableManifest>, Vec<TableManifest>) = owned
+            .into_iter()
+            .partition(|m| m.replay.as_ref().is_none_or(|p| p.member == name));
+        let mut floors: BTreeMap<TableId, Lsn> = BTreeMap::new();
+        let mut committed = BTreeMap::new();
+        for m in &mine {
+            if let Some(p) = &m.replay {
+                floors.insert(m.entry.id, p.from);
+                committed.insert(m.entry.id, (m.entry.file.clone(), p.from, m.entry.range));
+            }
+        }
+        let mut map: TableMap = BTreeMap::new();
+        map.insert(
+            SoidRange::ALL.first,
+            TableSlot::new(Slot::Foreign(SoidRange::ALL)),
+        );
+        for m in &mine {
+            carve(&mut map, m.entry.range, Slot::OnDisk(m.entry.clone()))?;
+        }
+        let from = floors
+            .values()
+            .copied()
+            .min()
+            .unwrap_or(state.next_lsn.max(1))
+            .min(state.next_lsn.max(1));
+        let mut tags = Vec::new();
+        let outcome = replay_journal_from(
+            &*view,
+            from,
+            Some(&floors),
+            &map,
+            &mut high_water,
+            &mut tags,
+        )?;
+        let mut ledger = read_ledger(&*view)?;
+        for t in &tags {
+            ledger.note(&t.id);
+        }
+        let recovered = Recovered::from_ledger(&ledger, tags);
+        let next_lsn = outcome
+            .next_lsn
+            .max(state.next_lsn)
+            .max(floors.values().copied().max().unwrap_or(1));
+        // Clean tables (a DROP's final manifest) start here.
+        for m in &mine {
+            floors.entry(m.entry.id).or_insert(next_lsn);
+        }
+        let journal = Journal::start(
+            Arc::clone(&view),
+            config.journal.clone(),
+            next_lsn,
+            outcome.segments.clone(),
+        )?;
+        let flush_interval = config.flush_interval;
+        let inner = Arc::new(Inner {
+            config,
+            store: view,
+            inode_count: AtomicI64::new(count_inodes(&map)),
+            tables: RwLock::new(map),
+            journal,
+            high_water: Mutex::new(high_water),
+            next_table_id: AtomicU64::new(0),
+            next_snapshot_seq: AtomicU64::new(next_snapshot_seq),
+            checkpoint_lock: Mutex::new(()),
+            epoch: AtomicU64::new(1),
+            journal_bytes_at_checkpoint: AtomicU64::new(0),
+            stop: StopState::default(),
+            stats: Counters::default(),
+            logless: None,
+            track_changes: AtomicBool::new(false),
+            dir_epoch: AtomicU64::new(1),
+            dir_cache: RwLock::new(Default::default()),
+            summed: Mutex::new(None),
+            requests: Mutex::new(ledger),
+            recovered: Mutex::new(Some(recovered)),
+            member: Some(MemberRun {
+                name,
+                prefix,
+                catalog,
+                shared: store,
+                book: Mutex::new(Book {
+                    floors,
+                    committed,
+                    pinned: None,
+                }),
+            }),
+        });
+        let engine = Engine {
+            inner: Arc::clone(&inner),
+            flusher: Arc::new(Flusher::default()),
+            request: None,
+        };
+        for m in &others {
+            engine.add_table(m)?;
+        }
+        inner.split_oversized();
+        // Commits the manifests of tables that came clean (their replay
+        // now points here) and writes the member state.
+        inner.checkpoint(&|_| false)?;
+        if let Some(interval) = flush_interval {
+            engine.start_flusher(interval)?;
+        }
+        Ok(engine)
+    }
+
+    /// [`Engine::open_member`] on a local directory shared by the members
+    /// (created if missing; no lock file: every member writes only under
+    /// its own `members/<name>/`).
+    pub fn open_member_dir(
+        path: impl AsRef<Path>,
+        config: EngineConfig,
+        member: MemberConfig,
+    ) -> Result<Engine, EngineError> {
+        let path = path.as_ref();
+        let store = LocalDirStore::open_shared(path).map_err(|source| EngineError::Io {
+            file: path.display().to_string(),
+            source,
+        })?;
+        Engine::open_member(Arc::new(store), config, member)
+    }
+
+    /// Member mode: this member's name (`None`: a single server).
+    pub fn member_name(&self) -> Option<&str> {
+        self.inner.member.as_ref().map(|m| m.name.as_str())
+    }
+
+    /// The tables this engine serves, by SOID order (a single server: all).
+    pub fn owned_tables(&self) -> Vec<TableId> {
+        let map = self.inner.tables.read();
+        map.values()
+            .filter_map(|s| slot_table(&s.state.lock()))
+            .collect()
+    }
+
+    /// The table this engine serves whose range holds `soid` (`None`:
+    /// another member's).
+    pub fn table_holding(&self, soid: Soid) -> Option<TableId> {
+        let map = self.inner.tables.read();
+        let (_, slot) = map.range(..=soid).next_back()?;
+        let guard = slot.state.lock();
+        slot_table(&guard)
+    }
+
+    /// DROP (member mode): lets running operations on table `id` finish,
+    /// refuses later ones (`WrongServer`), writes its snapshot if it has
+    /// changes (durable once this returns), commits its final manifest
+    /// (`replay: None`) through the catalogue and returns it, for the
+    /// member that adds the table next.
+    ///
+    /// If the write or the commit fails the table is not served here any
+    /// more either: its records stay in the journal, and the catalogue's
+    /// last manifest still points at them (a failover recovers it).
+    pub fn drop_table(&self, id: TableId) -> Result<TableManifest, EngineError> {
+        let inner = &*self.inner;
+        let m = member_of(inner)?;
+        inner.check_alive().map_err(|_| EngineError::Stopped)?;
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        let old = take_out(inner, id)
+            .ok_or_else(|| EngineError::Member(format!("table {id} is not held here")))?;
+        let written = (|| -> Result<TableEntry, EngineError> {
+            match old {
+                Slot::OnDisk(e) => Ok(e),
+                Slot::Loaded(t) if !t.is_dirty() && t.snapshot_file.is_some() => {
+                    t.manifest_entry().ok_or(EngineError::Stopped)
+                }
+                Slot::Loaded(t) => {
+                    inner
+                        .journal
+                        .wait_durable(t.last_lsn)
+                        .map_err(|_| EngineError::Stopped)?;
+                    let file = inner
+                        .snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+                    inner
+                        .store
+                        .put_blob(&file, &t.encode_snapshot())
+                        .map_err(inner.io(&file))?;
+                    inner
+                        .stats
+                        .snapshots_written
+                        .fetch_add(1, Ordering::Relaxed);
+                    Ok(TableEntry {
+                        id: t.id,
+                        range: t.range,
+                        file,
+                        lsn: t.last_lsn,
+                        inodes: t.inode_count() as u64,
+                    })
+                }
+                Slot::Foreign(_) | Slot::Merged => {
+                    Err(EngineError::Member(format!("table {id} is not held here")))
+                }
+            }
+        })();
+        let manifest = written.map(|entry| m.manifest(inner, entry, None));
+        let result = manifest.and_then(|man| {
+            m.catalog.commit(
+                &m.name,
+                CatalogChange {
+                    put: vec![man.clone()],
+                    remove: Vec::new(),
+                },
+            )?;
+            Ok(man)
+        });
+        let mut book = m.book.lock();
+        let floor = book.floors.remove(&id);
+        let old_committed = book.committed.remove(&id);
+        match &result {
+            Ok(man) => {
+                if let Some((old, _, _)) = old_committed {
+                    if old != man.entry.file && !book.file_in_use(&old) {
+                        drop(book);
+                        if let Err(e) = inner.store.delete(&old) {
+                            tracing::warn!(file = %old, error = %e, "cannot delete a replaced snapshot");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(table = id, error = %e, "DROP failed; the table is left to failover");
+                if let Some(f) = floor {
+                    book.pin(f);
+                }
+            }
+        }
+        result
+    }
+
+    /// ADD (member mode): serves the table `manifest` describes, which the
+    /// catalogue must already say is this member's. With `replay: None`
+    /// (a clean DROP) its snapshot is loaded as it is; with a replay
+    /// position (failover: the owner died) the snapshot is loaded, the
+    /// records of that member's journal from there are replayed into it,
+    /// and the result is written as this member's snapshot. Then its
+    /// manifest — replay pointing into this member's journal — is
+    /// committed through the catalogue and returned.
+    ///
+    /// Client request tags in a dead member's journal are not carried
+    /// over (a retried request after failover is not recognized).
+    pub fn add_table(&self, manifest: &TableManifest) -> Result<TableManifest, EngineError> {
+        let inner = &*self.inner;
+        let m = member_of(inner)?;
+        inner.check_alive().map_err(|_| EngineError::Stopped)?;
+        if manifest.layout != inner.config.layout {
+            return Err(EngineError::Member(format!(
+                "table {} has another SOID layout",
+                manifest.entry.id
+            )));
+        }
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        let id = manifest.entry.id;
+        if self.owned_tables().contains(&id) {
+            return Err(EngineError::Member(format!(
+                "table {id} is already held here"
+            )));
+        }
+        inner.high_water.lock().merge_max(&manifest.high_water);
+        let mut table = load_table(&*inner.store, &manifest.entry)?;
+        let (entry, floor) = match &manifest.replay {
+            None => {
+                let floor = inner.journal.next_lsn();
+                table.last_lsn = floor - 1;
+                (manifest.entry.clone(), floor)
+            }
+            Some(pos) => {
+                let source: Arc<dyn Store> = Arc::new(PrefixStore::read_only(
+                    Arc::clone(&m.shared),
+                    member_prefix(&pos.member),
+                ));
+                let mut high_water = GlobalHighWater::default();
+                let range = table.range;
+                journal::replay(&*source, pos.from, |_, rec| {
+                    let (_, mutations) = decode_tagged_record(rec)?;
+                    for mu in mutations {
+                        match mu.table_key() {
+                            None => {
+                                if let Mutation::HighWater(hw) = &mu {
+                                    high_water.merge_max(hw);
+                                }
+                            }
+                            Some(key) if range.contains(key) => {
+                                table.apply(mu).map_err(|e| e.to_string())?;
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    Ok(())
+                })?;
+                inner.high_water.lock().merge_max(&high_water);
+                // Everything up to now in this journal is "in" the new
+                // snapshot (none of its records touch the table).
+                let lsn = inner.journal.next_lsn() - 1;
+                table.last_lsn = lsn;
+                table.first_dirty_lsn = None;
+                table.dirty_epoch = None;
+                let file =
+                    inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+                inner
+                    .store
+                    .put_blob(&file, &table.encode_snapshot())
+                    .map_err(inner.io(&file))?;
+                inner
+                    .stats
+                    .snapshots_written
+                    .fetch_add(1, Ordering::Relaxed);
+                table.snapshot_file = Some(file);
+                table.snapshot_lsn = lsn;
+                let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
+                (entry, lsn + 1)
+            }
+        };
+        inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
+        let inodes = table.inode_count() as i64;
+        let range = table.range;
+        m.book.lock().floors.insert(id, floor);
+        if let Err(e) = carve(
+            &mut inner.tables.write(),
+            range,
+            Slot::Loaded(Box::new(table)),
+        ) {
+            m.book.lock().floors.remove(&id);
+            return Err(e);
+        }
+        inner.note_inode_delta(inodes);
+        forget_derived(inner);
+        let committed = m.manifest(inner, entry, m.here(floor));
+        let change = CatalogChange {
+            put: vec![committed.clone()],
+            remove: Vec::new(),
+        };
+        if let Err(e) = m.catalog.commit(&m.name, change) {
+            take_out(inner, id);
+            m.book.lock().floors.remove(&id);
+            return Err(e.into());
+        }
+        m.book.lock().committed.insert(
+            id,
+            (committed.entry.file.clone(), floor, committed.entry.range),
+        );
+        Ok(committed)
+    }
+
+    /// Fencing (member mode): stops serving table `id` at once, writing
+    /// nothing (its lease ran out; another member may already own it).
+    /// Its records stay in the journal for a failover to replay. Returns
+    /// whether it was held.
+    pub fn revoke_table(&self, id: TableId) -> bool {
+        let inner = &*self.inner;
+        let Some(m) = &inner.member else { return false };
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        revoke(inner, m, id)
+    }
+}
+
+fn member_of(inner: &Inner) -> Result<&MemberRun, EngineError> {
+    inner
+        .member
+        .as_ref()
+        .ok_or_else(|| EngineError::Member("this engine is not a cluster member".into()))
+}

@@ -1,0 +1,403 @@
+//! Member mode (issue 20): engines that each own some of the namespace's
+//! tables, on one shared store, with an in-memory table catalogue.
+//!
+//! - operations on the owning member work; on another they fail with
+//!   `WrongServer` and change nothing;
+//! - DROP on one member + ADD on another moves a table without copying it,
+//!   and the new owner sees every acknowledged change;
+//! - splits allocate table ids from the catalogue and commit the new
+//!   tables' manifests; they are owned and catalogued;
+//! - a member recovers its tables from its own journal after a crash, and
+//!   a live member takes over a dead one's tables by replaying the dead
+//!   one's journal (failover);
+//! - bad manifest bytes are a typed error.
+
+use sextant_engine::member::{ManifestDecodeError, ROOT_TABLE_ID};
+use sextant_engine::store::{MemStore, Store};
+use sextant_engine::{Engine, EngineConfig, MemCatalog, MemberConfig, TableCatalog, TableManifest};
+use sextant_types::{Attr, Credentials, FsError, Soid};
+use std::sync::Arc;
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        flush_interval: None,
+        table_dir_limit: 3,
+        table_inode_limit: 12,
+        ..Default::default()
+    }
+}
+
+fn member(store: &MemStore, catalog: &Arc<MemCatalog>, name: &str) -> Engine {
+    Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        config(),
+        MemberConfig {
+            name: name.into(),
+            catalog: Arc::clone(catalog) as _,
+        },
+    )
+    .unwrap()
+}
+
+fn names(e: &Engine, dir: Soid) -> Vec<Vec<u8>> {
+    let mut n: Vec<Vec<u8>> = e
+        .readdir(&Credentials::root(), dir, 0, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name.to_vec())
+        .collect();
+    n.sort();
+    n
+}
+
+/// Ten directories under the root, each with four files: enough to split
+/// the root table several times with the small limits of `config`.
+fn populate(e: &Engine) -> Vec<Attr> {
+    let root = Credentials::root();
+    let mut dirs = Vec::new();
+    for i in 0..10 {
+        let d = e
+            .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(e)
+            .unwrap();
+        for j in 0..4 {
+            e.create(&root, d.soid, format!("f{j}").as_bytes(), 0o644, true)
+                .unwrap()
+                .wait(e)
+                .unwrap();
+        }
+        dirs.push(d);
+    }
+    dirs
+}
+
+#[test]
+fn first_member_creates_the_root_and_the_others_get_wrong_server() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    assert_eq!(a.owned_tables(), vec![ROOT_TABLE_ID]);
+    assert!(b.owned_tables().is_empty());
+    assert_eq!(a.table_holding(Soid::ROOT), Some(ROOT_TABLE_ID));
+    assert_eq!(b.table_holding(Soid::ROOT), None);
+    let root = Credentials::root();
+    let wrong = FsError::WrongServer { soid: Soid::ROOT };
+    assert_eq!(b.mkdir(&root, Soid::ROOT, b"x", 0o755).unwrap_err(), wrong);
+    assert_eq!(b.getattr(Soid::ROOT).unwrap_err(), wrong);
+    assert_eq!(b.lookup(&root, Soid::ROOT, b"x").unwrap_err(), wrong);
+    assert!(names(&a, Soid::ROOT).is_empty(), "b changed nothing");
+    a.mkdir(&root, Soid::ROOT, b"x", 0o755)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    assert_eq!(names(&a, Soid::ROOT), vec![b"x".to_vec()]);
+    assert_eq!(catalog.owner(ROOT_TABLE_ID).as_deref(), Some("a"));
+}
+
+#[test]
+fn splits_make_owned_catalogued_tables() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let dirs = populate(&a);
+    let owned = a.owned_tables();
+    assert!(owned.len() > 1, "the root table split: {owned:?}");
+    let mut catalogued: Vec<u64> = catalog
+        .tables("a")
+        .unwrap()
+        .iter()
+        .map(|m| m.entry.id)
+        .collect();
+    catalogued.sort();
+    let mut sorted = owned.clone();
+    sorted.sort();
+    assert_eq!(sorted, catalogued, "every table is in the catalogue");
+    for d in &dirs {
+        assert!(a.table_holding(d.soid).is_some());
+    }
+    // The catalogued ranges partition the SOID space.
+    let mut ms = catalog.tables("a").unwrap();
+    ms.sort_by_key(|m| m.entry.range.first);
+    let mut next = Some(Soid::MIN);
+    for m in &ms {
+        assert_eq!(Some(m.entry.range.first), next);
+        next = m.entry.range.last.checked_next();
+    }
+    assert_eq!(next, None);
+}
+
+/// A table other than the root's, holding directory `d` and its files.
+fn movable(e: &Engine, dirs: &[Attr]) -> (u64, Attr) {
+    dirs.iter()
+        .find_map(|d| {
+            let t = e.table_holding(d.soid)?;
+            let files_too = (0..4).all(|j| {
+                let f = e
+                    .lookup(&Credentials::root(), d.soid, format!("f{j}").as_bytes())
+                    .unwrap();
+                e.table_holding(f.soid) == Some(t)
+            });
+            (t != ROOT_TABLE_ID && files_too).then(|| (t, d.clone()))
+        })
+        .expect("some directory is in a table of its own")
+}
+
+#[test]
+fn drop_and_add_move_a_table_with_every_acknowledged_change() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let root = Credentials::root();
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    // An acknowledged change not yet written back.
+    a.setxattr(&root, d.soid, b"user.k", b"v1", Default::default())
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    let before = names(&a, d.soid);
+    let snapshots_before = store.list("").unwrap().len();
+
+    let dropped = a.drop_table(t).unwrap();
+    assert_eq!(dropped.replay, None, "a clean drop needs no replay");
+    assert_eq!(
+        a.getattr(d.soid).unwrap_err(),
+        FsError::WrongServer { soid: d.soid }
+    );
+    assert!(!a.owned_tables().contains(&t));
+    // The manifest travels as bytes (etcd holds it).
+    let bytes = dropped.to_bytes();
+    let manifest = TableManifest::from_bytes(&bytes).unwrap();
+    assert!(catalog.assign(t, "b"));
+    let added = b.add_table(&manifest).unwrap();
+    assert_eq!(
+        added.entry.file, dropped.entry.file,
+        "no copy: same snapshot"
+    );
+    assert_eq!(added.replay.as_ref().unwrap().member, "b");
+    assert_eq!(catalog.manifest(t), Some(added));
+    assert!(store.list("").unwrap().len() <= snapshots_before + 2);
+
+    assert_eq!(names(&b, d.soid), before);
+    assert_eq!(
+        b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"v1"
+    );
+    assert_eq!(b.table_holding(d.soid), Some(t));
+    // b changes it; then it goes back to a, which sees the change.
+    b.setxattr(&root, d.soid, b"user.k", b"v2", Default::default())
+        .unwrap()
+        .wait(&b)
+        .unwrap();
+    b.unlink(&root, d.soid, b"f0").unwrap().wait(&b).unwrap();
+    let back = b.drop_table(t).unwrap();
+    assert!(catalog.assign(t, "a"));
+    a.add_table(&back).unwrap();
+    assert_eq!(
+        a.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"v2"
+    );
+    assert_eq!(names(&a, d.soid).len(), before.len() - 1);
+    assert_eq!(
+        b.getattr(d.soid).unwrap_err(),
+        FsError::WrongServer { soid: d.soid }
+    );
+}
+
+#[test]
+fn an_add_without_ownership_is_refused_and_changes_nothing() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    let m = a.drop_table(t).unwrap();
+    // Not assigned to b: the catalogue refuses b's commit.
+    assert!(b.add_table(&m).is_err());
+    assert!(b.owned_tables().is_empty());
+    assert_eq!(
+        b.getattr(d.soid).unwrap_err(),
+        FsError::WrongServer { soid: d.soid }
+    );
+    // a may take it back.
+    a.add_table(&m).unwrap();
+    assert!(a.getattr(d.soid).is_ok());
+}
+
+#[test]
+fn operations_spanning_members_are_cross_server_and_change_nothing() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let root = Credentials::root();
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    let m = a.drop_table(t).unwrap();
+    catalog.assign(t, "b");
+    b.add_table(&m).unwrap();
+    let other = dirs
+        .iter()
+        .find(|o| a.table_holding(o.soid).is_some())
+        .unwrap();
+    let root_names = names(&a, Soid::ROOT);
+    // A rename from a's directory into b's: starts on a, needs b's table.
+    let r = a.rename(
+        &root,
+        other.soid,
+        b"f1",
+        d.soid,
+        b"moved",
+        Default::default(),
+    );
+    assert_eq!(r.unwrap_err(), FsError::CrossServer);
+    assert_eq!(names(&a, Soid::ROOT), root_names);
+    assert!(a.lookup(&root, other.soid, b"f1").is_ok());
+    assert_eq!(names(&b, d.soid).len(), 4);
+}
+
+#[test]
+fn a_member_recovers_its_tables_after_a_crash() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let (dirs, t, d) = {
+        let a = member(&store, &catalog, "a");
+        let b = member(&store, &catalog, "b");
+        let dirs = populate(&a);
+        let (t, d) = movable(&a, &dirs);
+        let m = a.drop_table(t).unwrap();
+        catalog.assign(t, "b");
+        b.add_table(&m).unwrap();
+        b.create(&root, d.soid, b"new", 0o644, true)
+            .unwrap()
+            .wait(&b)
+            .unwrap();
+        a.create(&root, Soid::ROOT, b"top", 0o644, true)
+            .unwrap()
+            .wait(&a)
+            .unwrap();
+        (dirs, t, d)
+    };
+    store.crash(None);
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    assert!(b.owned_tables().contains(&t));
+    assert!(b.lookup(&root, d.soid, b"new").is_ok());
+    assert!(a.lookup(&root, Soid::ROOT, b"top").is_ok());
+    for x in &dirs {
+        let owner = if a.table_holding(x.soid).is_some() {
+            &a
+        } else {
+            &b
+        };
+        assert_eq!(owner.getattr(x.soid).unwrap().soid, x.soid);
+    }
+}
+
+#[test]
+fn failover_replays_the_dead_members_journal() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let dirs = {
+        let dirs = populate(&a);
+        // Acknowledged, never written back: only in a's journal.
+        for d in &dirs {
+            a.setxattr(&root, d.soid, b"user.k", b"acked", Default::default())
+                .unwrap()
+                .wait(&a)
+                .unwrap();
+        }
+        drop(a); // a dies (no close): what was not synced is lost below
+        dirs
+    };
+    store.crash(None);
+    for (id, owner, _) in catalog.all() {
+        assert_eq!(owner, "a");
+        catalog.assign(id, "b");
+    }
+    for m in catalog.tables("b").unwrap() {
+        assert_eq!(m.replay.as_ref().unwrap().member, "a");
+        let added = b.add_table(&m).unwrap();
+        assert_eq!(added.replay.unwrap().member, "b");
+    }
+    for d in &dirs {
+        assert_eq!(
+            b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+            b"acked"
+        );
+        assert_eq!(names(&b, d.soid).len(), 4);
+    }
+    assert_eq!(names(&b, Soid::ROOT).len(), dirs.len());
+    // b's own restart keeps them (they now replay from b's journal).
+    drop(b);
+    store.crash(None);
+    let b = member(&store, &catalog, "b");
+    for d in &dirs {
+        assert_eq!(
+            b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+            b"acked"
+        );
+    }
+}
+
+#[test]
+fn bad_manifest_bytes_are_a_typed_error() {
+    assert_eq!(
+        TableManifest::from_bytes(b"not a manifest at all"),
+        Err(ManifestDecodeError::BadHeader)
+    );
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let _a = member(&store, &catalog, "a");
+    let mut bytes = catalog.manifest(ROOT_TABLE_ID).unwrap().to_bytes();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    assert_eq!(
+        TableManifest::from_bytes(&bytes),
+        Err(ManifestDecodeError::Checksum)
+    );
+}
+
+#[test]
+fn revoke_stops_serving_at_once_and_keeps_the_records_for_failover() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    a.setxattr(
+        &root,
+        d.soid,
+        b"user.k",
+        b"only-in-a's-journal",
+        Default::default(),
+    )
+    .unwrap()
+    .wait(&a)
+    .unwrap();
+    assert!(a.revoke_table(t));
+    assert_eq!(
+        a.getattr(d.soid).unwrap_err(),
+        FsError::WrongServer { soid: d.soid }
+    );
+    // a checkpoints: it must not trim what b needs.
+    a.sync().unwrap();
+    catalog.assign(t, "b");
+    let m = catalog.manifest(t).unwrap();
+    assert_eq!(m.replay.as_ref().unwrap().member, "a");
+    b.add_table(&m).unwrap();
+    assert_eq!(
+        b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"only-in-a's-journal"
+    );
+}

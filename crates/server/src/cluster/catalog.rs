@@ -1,0 +1,214 @@
+//! [`EtcdCatalog`]: the engine's [`TableCatalog`] on etcd.
+//!
+//! The engine in member mode commits its tables' manifests (after a
+//! checkpoint, an ADD, a DROP, a split) through this seam. Each commit is
+//! one etcd transaction (`sextant_coordinator::catalog::commit_tables`):
+//! a put of a table the delegation map says this server owns is fenced by
+//! that owner key's revision (R2: if another server owns it now, nothing
+//! is written and the engine is told `NotOwner`); a put of a table the map
+//! does not know is a new table of a split, created as this server's.
+//!
+//! The engine is synchronous and calls from any thread (a tokio worker
+//! included, where blocking on a runtime would panic), so the calls are
+//! carried out by a thread of their own with its own runtime; the caller
+//! waits for the answer. Splits and checkpoints are rare next to
+//! operations, so one thread is enough.
+//!
+//! Table numbers: the engine's are `u64`, the cluster's `u32`; a number
+//! that does not fit is refused (the counter starts at 1 and grows by
+//! one per split).
+
+use sextant_cluster::ids::TableId as ClusterTable;
+use sextant_coordinator::catalog::{commit_tables, next_table_id, TableState, TablesChange};
+use sextant_coordinator::{keys, ClusterState, EtcdConfig};
+use sextant_engine::{CatalogChange, CatalogError, TableCatalog, TableManifest};
+use std::sync::mpsc;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+type Job =
+    Box<dyn FnOnce(&tokio::runtime::Runtime, &mut sextant_coordinator::etcd_client::Client) + Send>;
+
+/// The catalogue on etcd, for the engine of server `name`.
+pub struct EtcdCatalog {
+    name: String,
+    etcd: EtcdConfig,
+    map: watch::Receiver<Arc<ClusterState>>,
+    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> CatalogError {
+    CatalogError::Unavailable(e.to_string())
+}
+
+fn cluster_id(id: u64) -> Result<ClusterTable, CatalogError> {
+    u32::try_from(id)
+        .map(ClusterTable)
+        .map_err(|_| CatalogError::Unavailable(format!("table number {id} is out of range")))
+}
+
+impl EtcdCatalog {
+    /// Starts the catalogue's thread with its own etcd connection;
+    /// `map` is the delegation map the fences are read from.
+    pub fn start(
+        name: &str,
+        etcd: EtcdConfig,
+        map: watch::Receiver<Arc<ClusterState>>,
+    ) -> std::io::Result<EtcdCatalog> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let cfg = etcd.clone();
+        std::thread::Builder::new()
+            .name("sextant-catalog".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the catalogue thread has no runtime");
+                        return;
+                    }
+                };
+                let mut client = None;
+                while let Ok(job) = rx.recv() {
+                    if client.is_none() {
+                        client = rt.block_on(sextant_coordinator::etcd::connect(&cfg)).ok();
+                    }
+                    match &mut client {
+                        Some(c) => job(&rt, c),
+                        // Dropping the job drops its answer channel: the
+                        // caller sees the catalogue unavailable.
+                        None => drop(job),
+                    }
+                }
+            })?;
+        Ok(EtcdCatalog {
+            name: name.to_string(),
+            etcd,
+            map,
+            jobs: std::sync::Mutex::new(tx),
+        })
+    }
+
+    /// Runs `f` on the catalogue's thread and waits for its answer.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(
+                &tokio::runtime::Runtime,
+                &mut sextant_coordinator::etcd_client::Client,
+            ) -> Result<T, CatalogError>
+            + Send
+            + 'static,
+    ) -> Result<T, CatalogError> {
+        let (tx, rx) = mpsc::channel();
+        let job: Job = Box::new(move |rt, c| {
+            let _ = tx.send(f(rt, c));
+        });
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| unavailable("the catalogue thread stopped"))?;
+        rx.recv()
+            .map_err(|_| unavailable("etcd could not be reached"))?
+    }
+
+    /// What etcd's transaction needs for `change`, from the map as seen
+    /// now: the owner revision of every touched table this server owns.
+    fn plan(&self, change: &CatalogChange) -> Result<TablesChange, CatalogError> {
+        let state = self.map.borrow().clone();
+        let mut plan = TablesChange::default();
+        for m in &change.put {
+            let table = cluster_id(m.entry.id)?;
+            let t = TableState {
+                table,
+                range: m.entry.range,
+                manifest: m.to_bytes(),
+            };
+            match state.owner(table) {
+                Some(o) if o.server == self.name => plan.updated.push((t, o.rev)),
+                Some(_) => {
+                    return Err(CatalogError::NotOwner {
+                        table: m.entry.id,
+                        member: self.name.clone(),
+                    })
+                }
+                // A table the map has no owner for: a new one (a split's,
+                // or the root the first server makes).
+                None => plan.created.push(t),
+            }
+        }
+        for id in &change.remove {
+            let table = cluster_id(*id)?;
+            match state.owner(table) {
+                Some(o) if o.server == self.name => plan.removed.push((table, o.rev)),
+                _ => {
+                    return Err(CatalogError::NotOwner {
+                        table: *id,
+                        member: self.name.clone(),
+                    })
+                }
+            }
+        }
+        Ok(plan)
+    }
+}
+
+impl TableCatalog for EtcdCatalog {
+    fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError> {
+        if member != self.name {
+            return Err(CatalogError::NotOwner {
+                table: change.put.first().map_or(0, |m| m.entry.id),
+                member: member.to_string(),
+            });
+        }
+        let plan = self.plan(&change)?;
+        let (cfg, me) = (self.etcd.clone(), self.name.clone());
+        let first = change.put.first().map_or(0, |m| m.entry.id);
+        let committed = self.run(move |rt, client| {
+            rt.block_on(commit_tables(client, &cfg, &me, &plan))
+                .map_err(unavailable)
+        })?;
+        if committed {
+            return Ok(());
+        }
+        // A fence failed: the map we planned from was old, or the table
+        // is another server's now. Say which as well as we know.
+        Err(CatalogError::NotOwner {
+            table: first,
+            member: self.name.clone(),
+        })
+    }
+
+    fn next_table_id(&self) -> Result<u64, CatalogError> {
+        let cfg = self.etcd.clone();
+        self.run(move |rt, client| {
+            rt.block_on(next_table_id(client, &cfg))
+                .map(|t| u64::from(t.0))
+                .map_err(unavailable)
+        })
+    }
+
+    fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
+        let state = self.map.borrow().clone();
+        let mine: Vec<ClusterTable> = state.owned_by(member).collect();
+        let cfg = self.etcd.clone();
+        self.run(move |rt, client| {
+            let mut out = Vec::new();
+            for t in mine {
+                let key = cfg.key(&keys::manifest_key(t));
+                let resp = rt.block_on(client.get(key, None)).map_err(unavailable)?;
+                let Some(kv) = resp.kvs().first() else {
+                    // Assigned but never written (a table the coordinator
+                    // made): nothing to load.
+                    continue;
+                };
+                let m = TableManifest::from_bytes(kv.value())
+                    .map_err(|e| CatalogError::Unavailable(format!("table {}: {e}", t.0)))?;
+                out.push(m);
+            }
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! [`EngineHost`]: the coordinator shell's [`TableHost`] over the engine
+//! in member mode — ADD loads a table (replaying a dead owner's journal
+//! when its manifest points into one), DROP writes it back and answers its
+//! final manifest, a forgotten table stops serving at once.
+//!
+//! The engine commits the manifests itself through its catalogue
+//! ([`super::catalog::EtcdCatalog`], fenced like the shell's own commits),
+//! so ADD answers `None`: the shell only checks the grant still holds.
+//!
+//! The shell starts before the engine is open (the engine opens with the
+//! tables etcd says are this server's, which needs the membership and the
+//! map running): until then an ADD fails and the shell retries it.
+
+use sextant_cluster::ids::TableId;
+use sextant_coordinator::{Grant, HostError, TableHost};
+use sextant_engine::{Engine, TableManifest};
+use std::sync::OnceLock;
+
+/// How long an ADD waits for the engine to open (it replays journals).
+const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The table host of a cluster server.
+#[derive(Default)]
+pub struct EngineHost {
+    engine: OnceLock<Engine>,
+}
+
+impl EngineHost {
+    /// The engine is open: ADDs may begin.
+    pub fn set_engine(&self, engine: Engine) {
+        let _ = self.engine.set(engine);
+    }
+
+    /// The engine, once open. The shell calls on a blocking thread, so
+    /// an ADD that comes while the engine still opens waits for it (a
+    /// failed ADD would make the shell forget the table — and forgetting
+    /// one the engine opened with would stop it serving).
+    fn engine(&self) -> Result<&Engine, HostError> {
+        let deadline = std::time::Instant::now() + OPEN_WAIT;
+        loop {
+            if let Some(e) = self.engine.get() {
+                return Ok(e);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err("the engine is still opening".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl TableHost for EngineHost {
+    fn add_table(
+        &self,
+        grant: &Grant,
+        manifest: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, HostError> {
+        let engine = self.engine()?;
+        let id = u64::from(grant.table.0);
+        if engine.owned_tables().contains(&id) {
+            // Opened with it (a restart), or made here (a split).
+            return Ok(None);
+        }
+        let Some(bytes) = manifest else {
+            return Err(format!("table {id} has no manifest in etcd").into());
+        };
+        let m = TableManifest::from_bytes(bytes)?;
+        if m.entry.id != id {
+            return Err(format!("the manifest of table {id} names table {}", m.entry.id).into());
+        }
+        engine.add_table(&m)?;
+        Ok(None)
+    }
+
+    fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError> {
+        let m = self.engine()?.drop_table(u64::from(table.0))?;
+        Ok(m.to_bytes())
+    }
+
+    fn forget_table(&self, table: TableId) {
+        if let Some(e) = self.engine.get() {
+            if e.revoke_table(u64::from(table.0)) {
+                tracing::warn!(table = %table, "table no longer this server's: stopped serving it");
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! A server of a cluster on etcd: the engine in member mode, the shell of
+//! `sextant-coordinator` (membership, delegation map, this server's
+//! tables, the coordinator's loop) and the service, put together.
+//!
+//! - [`placement`]: which SOIDs this server serves (the delegation map and
+//!   the shell's grants) and the route map clients get; R1 before every
+//!   reply.
+//! - [`catalog`]: the engine's table catalogue on etcd (fenced manifest
+//!   commits, new tables of a split, table numbers).
+//! - [`host`]: ADD, DROP and forget for the shell, over the engine.
+//!
+//! Start-up order: the delegation map; the shell (joins as a member —
+//! waiting out the lease of this name's previous life after a crash —
+//! and starts following its assignments and coordinating when elected);
+//! the engine, opened with the tables etcd says are this server's (the
+//! first server of an empty cluster makes the root table); then serving.
+//! Shut-down (SIGINT, SIGTERM): drain — every table moves to another
+//! server by DROP/ADD while this one still serves, so clients never wait
+//! a lease out — then stop serving, write back what is left, leave.
+//!
+//! What a cluster does not do yet (issue 21): an operation over tables
+//! held by two servers fails with EXDEV; search, totals and watch see
+//! the tables of the server asked; log-less durability is refused.
+
+pub mod catalog;
+pub mod host;
+pub mod placement;
+
+use crate::config::{ClusterSettings, ServerConfig};
+use crate::{local_socket, secret, serve, Listeners, ServeOptions};
+use anyhow::{bail, Context, Result};
+use sextant_coordinator::{
+    ClusterConfig, CoordError, Coordination, DelegationMap, EtcdCluster, EtcdConfig,
+    MembershipConfig,
+};
+use sextant_engine::{Engine, MemberConfig};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+
+/// How long a leaving server waits for its tables to move away.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `sextant serve` as a server of a cluster: like [`crate::run`], with
+/// the cluster's settings.
+pub fn run(
+    config: ServerConfig,
+    cluster: ClusterSettings,
+    on_listening: impl FnOnce(SocketAddr, Option<&std::path::Path>),
+) -> Result<()> {
+    std::fs::create_dir_all(&config.data)
+        .with_context(|| format!("cannot create the data directory {}", config.data.display()))?;
+    std::fs::create_dir_all(&cluster.store).with_context(|| {
+        format!(
+            "cannot create the cluster's table store {}",
+            cluster.store.display()
+        )
+    })?;
+    // One secret for the whole cluster, kept in the shared store; a copy
+    // in the data directory is where the CLI on this machine finds it.
+    let secret = secret::load_or_create(&cluster.store)?;
+    secret::adopt(&config.data, &secret)?;
+    let tls = config.tls.as_ref().map(crate::load_tls).transpose()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sextant-server")
+        .build()
+        .context("cannot start the async runtime")?;
+    let etcd = EtcdConfig::new(cluster.etcd.clone());
+    let mut cluster = cluster;
+    // Bound before joining: the map names the address clients reach.
+    let listener = rt.block_on(async {
+        TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))
+    })?;
+    let addr = listener.local_addr()?;
+    if cluster.advertise.ends_with(":0") {
+        // Port 0 (tests): the port the system picked.
+        let host = cluster.advertise.trim_end_matches(":0");
+        cluster.advertise = format!("{host}:{}", addr.port());
+    }
+    let (engine, node) = rt.block_on(join(&config, &cluster, &etcd))?;
+    let result = rt.block_on(async {
+        if let Some(addr) = &config.metrics {
+            crate::start_metrics(addr, &engine);
+        }
+        let bound = local_socket::bind_setting(&config.socket, &config.listen, &config.data)?;
+        let (unix, socket_file) = match bound {
+            Some((listener, file)) => (Some(listener), Some(file)),
+            None => (None, None),
+        };
+        let signalled = crate::signalled();
+        on_listening(addr, socket_file.as_ref().map(|f| f.0.as_path()));
+        let coordination: Arc<dyn Coordination> = Arc::clone(&node) as Arc<dyn Coordination>;
+        let placement = Arc::new(placement::ClusterPlacement::new(coordination));
+        let draining = Arc::clone(&node);
+        let name = cluster.name.clone();
+        let shutdown = async move {
+            signalled.await;
+            drain(&draining, &name, &etcd_of(&draining)).await;
+        };
+        let served = serve(
+            Listeners {
+                tcp: listener,
+                unix,
+            },
+            engine.clone(),
+            secret,
+            ServeOptions {
+                dedup_window: config.dedup_window,
+                dedup_clients: config.dedup_clients,
+                recovery_grace: config.recovery_grace,
+                tls,
+                placement: Some(placement),
+                listen_address: cluster.advertise.clone(),
+            },
+            shutdown,
+        )
+        .await;
+        drop(socket_file);
+        served
+    });
+    tracing::info!("writing tables back");
+    let closed = engine.close().context("closing the engine");
+    rt.block_on(leave(node));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let result = result.and(closed);
+    match &result {
+        Ok(()) => tracing::info!("stopped"),
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "stopped after an error"),
+    }
+    result
+}
+
+fn etcd_of(node: &EtcdCluster) -> EtcdConfig {
+    node.etcd().clone()
+}
+
+/// Joins the cluster and opens the engine on the shared store.
+async fn join(
+    config: &ServerConfig,
+    cluster: &ClusterSettings,
+    etcd: &EtcdConfig,
+) -> Result<(Engine, Arc<EtcdCluster>)> {
+    let name = cluster.name.clone();
+    let map = retry_etcd("read the delegation map", || {
+        DelegationMap::start(etcd.clone())
+    })
+    .await?;
+    let catalog = Arc::new(
+        catalog::EtcdCatalog::start(&name, etcd.clone(), map.subscribe())
+            .context("cannot start the catalogue thread")?,
+    );
+    let host = Arc::new(host::EngineHost::default());
+    let mut membership = MembershipConfig::new(etcd.clone(), &name, &cluster.advertise);
+    membership.ttl = cluster.lease_ttl;
+    let mut cfg = ClusterConfig::new(membership);
+    // The root table is made by the engine of the first server.
+    cfg.bootstrap = false;
+    // After a crash this name's lease may live on for a TTL: wait it out.
+    let deadline = Instant::now() + cluster.lease_ttl * 3 + Duration::from_secs(10);
+    let node = loop {
+        match EtcdCluster::start(
+            cfg.clone(),
+            Arc::clone(&host) as Arc<dyn sextant_coordinator::TableHost>,
+        )
+        .await
+        {
+            Ok(n) => break n,
+            Err(CoordError::NameTaken { .. }) if Instant::now() < deadline => {
+                tracing::info!(%name, "this name's previous lease is still alive; waiting it out");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e @ (CoordError::Etcd { .. } | CoordError::Timeout { .. }))
+                if Instant::now() < deadline =>
+            {
+                tracing::warn!(error = %e, "cannot join the cluster yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e).context("cannot join the cluster"),
+        }
+    };
+    tracing::info!(%name, address = %cluster.advertise, "joined the cluster");
+    let store = cluster.store.clone();
+    let engine_config = config.engine_config();
+    let member = MemberConfig {
+        name: name.clone(),
+        catalog: catalog as Arc<dyn sextant_engine::TableCatalog>,
+    };
+    // Keep the map the catalogue fences with alive as long as the engine.
+    let engine = tokio::task::spawn_blocking(move || {
+        let e = Engine::open_member_dir(&store, engine_config, member);
+        (e, map)
+    })
+    .await
+    .context("the engine's opening task failed")?;
+    let (engine, map) = engine;
+    let engine = engine.with_context(|| {
+        format!(
+            "cannot open this server's tables in the shared store {}",
+            cluster.store.display()
+        )
+    })?;
+    // The map's task must outlive the engine's catalogue: leak it into the
+    // process's life (one per server process).
+    std::mem::forget(map);
+    host.set_engine(engine.clone());
+    tracing::info!(tables = engine.owned_tables().len(), "engine open");
+    Ok((engine, Arc::new(node)))
+}
+
+/// Retries an etcd call that fails because etcd is not up yet (a server
+/// started with its etcd), for up to 30 s.
+async fn retry_etcd<T, F, Fut>(what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CoordError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() < deadline => {
+                tracing::warn!(error = %e, "cannot {what} yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot {what}")),
+        }
+    }
+}
+
+/// Moves every table of this server away while it still serves, if
+/// another server can take them.
+async fn drain(node: &EtcdCluster, name: &str, etcd: &EtcdConfig) {
+    let state = node.delegation_map().current();
+    let others = state
+        .members
+        .keys()
+        .any(|m| m != name && !state.draining.contains(m));
+    if !others || state.owned_by(name).next().is_none() {
+        return;
+    }
+    tracing::info!("draining: moving this server's tables to the others");
+    let drained = async {
+        let mut client = sextant_coordinator::etcd::connect(etcd).await?;
+        sextant_coordinator::admin::set_draining(&mut client, etcd, name, true).await?;
+        Ok::<_, CoordError>(())
+    };
+    if let Err(e) = drained.await {
+        tracing::warn!(error = %e, "cannot drain; leaving with the tables (another server takes them after the lease)");
+        return;
+    }
+    let name = name.to_string();
+    let emptied = node
+        .delegation_map()
+        .wait_for(DRAIN_TIMEOUT, move |s| s.owned_by(&name).next().is_none())
+        .await
+        .is_some();
+    if !emptied {
+        tracing::warn!("tables still here after the drain's timeout");
+    }
+}
+
+/// Leaves the cluster: revokes the lease, so nobody waits a TTL for it.
+async fn leave(node: Arc<EtcdCluster>) {
+    // The service's copies go with its last tasks.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut node = node;
+    loop {
+        match Arc::try_unwrap(node) {
+            Ok(n) => {
+                if let Err(e) = n.leave(Duration::ZERO).await {
+                    tracing::warn!(error = %e, "leaving the cluster failed; the lease ends by itself");
+                }
+                return;
+            }
+            Err(n) if Instant::now() < deadline => {
+                node = n;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(_) => {
+                tracing::warn!("still in use at exit; the lease ends by itself");
+                return;
+            }
+        }
+    }
+}
+
+/// Refuses settings a cluster server cannot run with.
+pub fn check(config: &ServerConfig) -> Result<()> {
+    if config.logless.is_some() {
+        bail!("log-less durability is not available on a cluster yet: use --durability journal");
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! [`ClusterPlacement`]: the [`Placement`] of a server of a cluster, over
+//! its live view of the delegation map.
+//!
+//! A SOID is served here when the map names this server as its table's
+//! owner *and* the shell serves the table now (loaded, granted, not
+//! dropping: [`Coordination::serving`]). Either alone is not enough: the
+//! map may name this server before the ADD has loaded the table, and a
+//! table being dropped is still this server's in the map until the
+//! handover commits. Everything else gets WRONG_SERVER with the owner the
+//! map names (if any), so the client retries there.
+//!
+//! Invariant: the route map handed to clients is built from one
+//! [`ClusterState`] (one etcd revision), never from pieces of two.
+
+use crate::placement::Placement;
+use sextant_coordinator::{ClusterState, Coordination};
+use sextant_proto::pb;
+use sextant_proto::route::{route_to_pb, Route, RouteTable};
+use sextant_proto::soid_to_pb;
+use sextant_types::Soid;
+use std::sync::Arc;
+
+/// Which SOIDs a cluster server serves.
+pub struct ClusterPlacement {
+    coordination: Arc<dyn Coordination>,
+}
+
+impl std::fmt::Debug for ClusterPlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterPlacement")
+            .field("name", &self.coordination.name())
+            .finish()
+    }
+}
+
+impl ClusterPlacement {
+    pub fn new(coordination: Arc<dyn Coordination>) -> ClusterPlacement {
+        ClusterPlacement { coordination }
+    }
+}
+
+/// The client's route map of one view of the cluster: every table whose
+/// owner is a live member (a table without one has no route: a client
+/// asking for it waits and asks again).
+pub fn route_table(state: &ClusterState) -> RouteTable {
+    let routes: Vec<Route> = state
+        .routes()
+        .into_iter()
+        .filter_map(|r| {
+            let owner = r.owner?;
+            Some(Route {
+                range: r.range,
+                table: u64::from(r.table.0),
+                server: owner.server,
+                address: r.address?,
+                epoch: owner.epoch.0,
+            })
+        })
+        .collect();
+    let revision = u64::try_from(state.revision).unwrap_or(0);
+    // Ranges come from etcd's `table/<id>` keys; overlapping ones would be
+    // a bug of the writer. A client then gets an empty map and asks again.
+    RouteTable::new(revision, routes).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the delegation map's ranges do not form a route map");
+        RouteTable::new(revision, Vec::new()).unwrap_or_else(|_| RouteTable::whole("", ""))
+    })
+}
+
+impl Placement for ClusterPlacement {
+    fn check(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        let state = self.coordination.map().borrow().clone();
+        let route = state.route(soid);
+        let mine = route.as_ref().is_some_and(|r| {
+            r.owner
+                .as_ref()
+                .is_some_and(|o| o.server == self.coordination.name())
+                && self.coordination.serving(r.table).is_some()
+        });
+        if mine {
+            return Ok(());
+        }
+        let hint = route.and_then(|r| {
+            let owner = r.owner?;
+            // Not a hint to ourselves: we just said we do not serve it.
+            (owner.server != self.coordination.name()).then(|| {
+                route_to_pb(&Route {
+                    range: r.range,
+                    table: u64::from(r.table.0),
+                    server: owner.server,
+                    address: r.address.unwrap_or_default(),
+                    epoch: owner.epoch.0,
+                })
+            })
+        });
+        Err(Box::new(pb::WrongServer {
+            soid: Some(soid_to_pb(soid)),
+            hint: hint.filter(|h| !h.address.is_empty()),
+            revision: u64::try_from(state.revision).unwrap_or(0),
+        }))
+    }
+
+    fn may_ack(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        self.check(soid)?;
+        let state = self.coordination.map().borrow().clone();
+        match state.table_of(soid) {
+            Some(table) if self.coordination.may_ack(table) => Ok(()),
+            _ => {
+                tracing::warn!(
+                    ?soid,
+                    "not acknowledged: the lease timer or the table's grant ran out (R1)"
+                );
+                metrics::counter!("sextant_r1_refusals_total").increment(1);
+                Err(Box::new(pb::WrongServer {
+                    soid: Some(soid_to_pb(soid)),
+                    hint: None,
+                    revision: u64::try_from(state.revision).unwrap_or(0),
+                }))
+            }
+        }
+    }
+
+    fn map(&self) -> pb::RouteMap {
+        route_table(&self.coordination.map().borrow()).to_pb()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_cluster::ids::{Epoch, Revision, TableId};
+    use sextant_coordinator::map::{Member, OwnerEntry};
+    use sextant_coordinator::node::BoxFuture;
+    use sextant_coordinator::{CommitError, Grant, InProcess};
+    use sextant_types::SoidRange;
+    use std::time::Duration;
+    use tokio::sync::watch;
+
+    /// A view of a cluster of `a` (this server) and `b`: table 0 holds
+    /// SOIDs 0–99 and is a's, table 1 holds 100–199 and is b's, table 2
+    /// holds 200–299 and is a's in the map but not loaded yet.
+    struct TwoServers {
+        map: watch::Sender<Arc<ClusterState>>,
+    }
+
+    fn grant(t: u32, first: u128, last: u128) -> Grant {
+        Grant {
+            table: TableId(t),
+            range: SoidRange {
+                first: Soid::from_u128(first),
+                last: Soid::from_u128(last),
+            },
+            epoch: Epoch(1),
+            owner_rev: Revision(1),
+            generation: 1,
+        }
+    }
+
+    impl TwoServers {
+        fn new() -> TwoServers {
+            let mut s = ClusterState {
+                revision: 42,
+                ..ClusterState::default()
+            };
+            for (name, address) in [("a", "a:1"), ("b", "b:1")] {
+                s.members.insert(
+                    name.into(),
+                    Member {
+                        address: address.into(),
+                        lease: 1,
+                    },
+                );
+            }
+            for (t, first, owner) in [(0u32, 0u128, "a"), (1, 100, "b"), (2, 200, "a")] {
+                let g = grant(t, first, first + 99);
+                s.tables.insert(g.table, g.range);
+                s.owners.insert(
+                    g.table,
+                    OwnerEntry {
+                        server: owner.into(),
+                        epoch: Epoch(3),
+                        rev: Revision(1),
+                    },
+                );
+            }
+            TwoServers {
+                map: watch::Sender::new(Arc::new(s)),
+            }
+        }
+    }
+
+    impl Coordination for TwoServers {
+        fn name(&self) -> &str {
+            "a"
+        }
+        fn map(&self) -> watch::Receiver<Arc<ClusterState>> {
+            self.map.subscribe()
+        }
+        fn serving(&self, table: TableId) -> Option<Grant> {
+            (table == TableId(0)).then(|| grant(0, 0, 99))
+        }
+        fn tables(&self) -> Vec<Grant> {
+            vec![grant(0, 0, 99)]
+        }
+        fn may_ack(&self, table: TableId) -> bool {
+            table == TableId(0)
+        }
+        fn commit_manifest<'a>(
+            &'a self,
+            _: &'a Grant,
+            _: Vec<u8>,
+        ) -> BoxFuture<'a, Result<(), CommitError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn lease_remaining(&self) -> Duration {
+            Duration::from_secs(5)
+        }
+    }
+
+    #[test]
+    fn serves_only_granted_tables_the_map_gives_it_and_hints_the_owner() {
+        let p = ClusterPlacement::new(Arc::new(TwoServers::new()));
+        let s = Soid::from_u128;
+        assert_eq!(p.check(s(5)), Ok(()));
+        // b's table: WRONG_SERVER naming b.
+        let w = p.check(s(150)).unwrap_err();
+        let hint = w.hint.expect("a hint");
+        assert_eq!((hint.server.as_str(), hint.address.as_str()), ("b", "b:1"));
+        assert_eq!((hint.table, hint.epoch, w.revision), (1, 3, 42));
+        // Mine in the map but not loaded: WRONG_SERVER without a hint to
+        // itself (the client waits for the map to move on).
+        let w = p.check(s(250)).unwrap_err();
+        assert_eq!(w.hint, None);
+        // No table at all.
+        assert_eq!(p.check(s(1000)).unwrap_err().hint, None);
+        assert_eq!(p.may_ack(s(5)), Ok(()));
+        assert!(p.may_ack(s(150)).is_err());
+        // The map: three routes, by range.
+        let map = p.map();
+        let servers: Vec<&str> = map.routes.iter().map(|r| r.server.as_str()).collect();
+        assert_eq!(servers, ["a", "b", "a"]);
+        assert_eq!(map.revision, 42);
+    }
+
+    #[test]
+    fn the_in_process_cluster_serves_everything_and_maps_one_route() {
+        let c: Arc<dyn Coordination> = Arc::new(InProcess::new("solo", "127.0.0.1:7000"));
+        let p = ClusterPlacement::new(c);
+        assert_eq!(p.check(Soid::from_u128(7)), Ok(()));
+        let map = p.map();
+        assert_eq!(map.routes.len(), 1);
+        assert_eq!(map.routes[0].address, "127.0.0.1:7000");
+    }
+}
