@@ -401,3 +401,73 @@ fn revoke_stops_serving_at_once_and_keeps_the_records_for_failover() {
         b"only-in-a's-journal"
     );
 }
+
+#[test]
+fn a_new_table_from_the_coordinator_can_be_the_root() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    // The coordinator bootstraps: id 1 is taken before any member opens.
+    assert_eq!(catalog.next_table_id().unwrap(), ROOT_TABLE_ID);
+    let a = member(&store, &catalog, "a");
+    assert!(a.owned_tables().is_empty());
+    let m = a
+        .add_new_table(ROOT_TABLE_ID, sextant_types::SoidRange::ALL)
+        .unwrap();
+    assert_eq!(catalog.manifest(ROOT_TABLE_ID), Some(m));
+    let root = Credentials::root();
+    a.mkdir(&root, Soid::ROOT, b"d", 0o755)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    drop(a);
+    store.crash(None);
+    let a = member(&store, &catalog, "a");
+    assert_eq!(names(&a, Soid::ROOT), vec![b"d".to_vec()]);
+}
+
+#[test]
+fn log_less_durability_is_refused_in_member_mode() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let r = Engine::open_member(
+        Arc::new(store) as Arc<dyn Store>,
+        EngineConfig {
+            logless: Some(Default::default()),
+            ..config()
+        },
+        MemberConfig {
+            name: "a".into(),
+            catalog: catalog as _,
+        },
+    );
+    assert!(matches!(r, Err(sextant_engine::EngineError::Member(_))));
+}
+
+#[test]
+fn search_sees_only_the_members_own_tables() {
+    use sextant_engine::search::{Expr, Scope};
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let root = Credentials::root();
+    let dirs = populate(&a);
+    let all = |e: &Engine| {
+        e.search_collect(&root, Scope::Soid(Soid::ROOT), &Expr::True, usize::MAX)
+            .map(|h| h.len())
+    };
+    let before = all(&a).unwrap();
+    let (t, _) = movable(&a, &dirs);
+    let moved = catalog.manifest(t).unwrap();
+    let m = a.drop_table(t).unwrap();
+    catalog.assign(t, "b");
+    b.add_table(&m).unwrap();
+    let on_a = all(&a).unwrap();
+    assert!(
+        on_a < before,
+        "a no longer sees table {t}: {on_a} < {before}"
+    );
+    assert!(on_a + moved.entry.inodes as usize >= before);
+    // b holds no root: its search from the root goes to the root's owner.
+    assert_eq!(all(&b), Err(FsError::WrongServer { soid: Soid::ROOT }));
+}

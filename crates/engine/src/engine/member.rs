@@ -635,21 +635,32 @@ impl Engine {
             }
         })();
         let manifest = written.map(|entry| m.manifest(inner, entry, None));
+        // Committed: the catalogue holds the final manifest. Unknown (the
+        // catalogue did not answer): the caller's handover commits it;
+        // until then the catalogue's last manifest may still point into
+        // this journal, so it stays pinned and the old snapshot stays.
+        let mut committed = false;
         let result = manifest.and_then(|man| {
-            m.catalog.commit(
+            match m.catalog.commit(
                 &m.name,
                 CatalogChange {
                     put: vec![man.clone()],
                     remove: Vec::new(),
                 },
-            )?;
+            ) {
+                Ok(()) => committed = true,
+                Err(CatalogError::Unavailable(what)) => {
+                    tracing::warn!(table = id, error = %what, "DROP: the final manifest's commit is unknown");
+                }
+                Err(e) => return Err(e.into()),
+            }
             Ok(man)
         });
         let mut book = m.book.lock();
         let floor = book.floors.remove(&id);
         let old_committed = book.committed.remove(&id);
         match &result {
-            Ok(man) => {
+            Ok(man) if committed => {
                 if let Some((old, _, _)) = old_committed {
                     if old != man.entry.file && !book.file_in_use(&old) {
                         drop(book);
@@ -657,6 +668,11 @@ impl Engine {
                             tracing::warn!(file = %old, error = %e, "cannot delete a replaced snapshot");
                         }
                     }
+                }
+            }
+            Ok(_) => {
+                if let Some(f) = floor {
+                    book.pin(f);
                 }
             }
             Err(e) => {
@@ -667,6 +683,50 @@ impl Engine {
             }
         }
         result
+    }
+
+    /// ADD of a new, empty table `id` over `range` (member mode), which
+    /// the catalogue must let this member create or already name it for:
+    /// the coordinator's bootstrap (`TableHost::add_table` without a
+    /// manifest). A range holding [`Soid::ROOT`] gets the root directory.
+    /// Writes its first snapshot, serves it, commits its manifest and
+    /// returns it.
+    pub fn add_new_table(
+        &self,
+        id: TableId,
+        range: SoidRange,
+    ) -> Result<TableManifest, EngineError> {
+        let inner = &*self.inner;
+        let m = member_of(inner)?;
+        inner.check_alive().map_err(|_| EngineError::Stopped)?;
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        if self.owned_tables().contains(&id) {
+            return Err(EngineError::Member(format!(
+                "table {id} is already held here"
+            )));
+        }
+        let mut table = if range.contains(Soid::ROOT) {
+            let root = root_table(&inner.config);
+            let inode = root.inode(Soid::ROOT).cloned();
+            let mut t = Table::new(id, range);
+            if let Some(inode) = inode {
+                t.put_inode(Soid::ROOT, inode);
+            }
+            t
+        } else {
+            Table::new(id, range)
+        };
+        let lsn = inner.journal.next_lsn() - 1;
+        table.last_lsn = lsn;
+        let file = inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+        inner
+            .store
+            .put_blob(&file, &table.encode_snapshot())
+            .map_err(inner.io(&file))?;
+        table.snapshot_file = Some(file);
+        table.snapshot_lsn = lsn;
+        let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
+        install(inner, m, table, entry, lsn + 1)
     }
 
     /// ADD (member mode): serves the table `manifest` describes, which the
@@ -753,34 +813,7 @@ impl Engine {
             }
         };
         inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
-        let inodes = table.inode_count() as i64;
-        let range = table.range;
-        m.book.lock().floors.insert(id, floor);
-        if let Err(e) = carve(
-            &mut inner.tables.write(),
-            range,
-            Slot::Loaded(Box::new(table)),
-        ) {
-            m.book.lock().floors.remove(&id);
-            return Err(e);
-        }
-        inner.note_inode_delta(inodes);
-        forget_derived(inner);
-        let committed = m.manifest(inner, entry, m.here(floor));
-        let change = CatalogChange {
-            put: vec![committed.clone()],
-            remove: Vec::new(),
-        };
-        if let Err(e) = m.catalog.commit(&m.name, change) {
-            take_out(inner, id);
-            m.book.lock().floors.remove(&id);
-            return Err(e.into());
-        }
-        m.book.lock().committed.insert(
-            id,
-            (committed.entry.file.clone(), floor, committed.entry.range),
-        );
-        Ok(committed)
+        install(inner, m, table, entry, floor)
     }
 
     /// Fencing (member mode): stops serving table `id` at once, writing
@@ -793,6 +826,48 @@ impl Engine {
         let _one_at_a_time = inner.checkpoint_lock.lock();
         revoke(inner, m, id)
     }
+}
+
+/// The end of every ADD: `table` (snapshot `entry`, floor `floor`) goes
+/// into the map in place of foreign placeholders, then its manifest is
+/// committed through the catalogue (undone if that is refused) and
+/// returned.
+fn install(
+    inner: &Inner,
+    m: &MemberRun,
+    table: Table,
+    entry: TableEntry,
+    floor: Lsn,
+) -> Result<TableManifest, EngineError> {
+    let id = table.id;
+    let inodes = table.inode_count() as i64;
+    let range = table.range;
+    m.book.lock().floors.insert(id, floor);
+    if let Err(e) = carve(
+        &mut inner.tables.write(),
+        range,
+        Slot::Loaded(Box::new(table)),
+    ) {
+        m.book.lock().floors.remove(&id);
+        return Err(e);
+    }
+    inner.note_inode_delta(inodes);
+    forget_derived(inner);
+    let committed = m.manifest(inner, entry, m.here(floor));
+    let change = CatalogChange {
+        put: vec![committed.clone()],
+        remove: Vec::new(),
+    };
+    if let Err(e) = m.catalog.commit(&m.name, change) {
+        take_out(inner, id);
+        m.book.lock().floors.remove(&id);
+        return Err(e.into());
+    }
+    m.book.lock().committed.insert(
+        id,
+        (committed.entry.file.clone(), floor, committed.entry.range),
+    );
+    Ok(committed)
 }
 
 fn member_of(inner: &Inner) -> Result<&MemberRun, EngineError> {
