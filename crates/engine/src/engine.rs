@@ -748,6 +748,11 @@ impl Inner {
     /// yet, so the pass repeats for it.
     fn checkpoint(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
         let _one_at_a_time = self.checkpoint_lock.lock();
+        self.checkpoint_locked(pick)
+    }
+
+    /// [`Inner::checkpoint`], the checkpoint lock already held.
+    fn checkpoint_locked(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
         if self
             .logless
             .as_ref()

@@ -471,3 +471,98 @@ fn search_sees_only_the_members_own_tables() {
     // b holds no root: its search from the root goes to the root's owner.
     assert_eq!(all(&b), Err(FsError::WrongServer { soid: Soid::ROOT }));
 }
+
+/// Operations run on two members from several threads while tables move
+/// between them and checkpoints run: every acknowledged create is there
+/// at the end, on the table's owner, and every refused one is not.
+#[test]
+fn moves_under_load_lose_nothing_acknowledged() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let root = Credentials::root();
+    let dirs = populate(&a);
+    let members = [a, b];
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let route = |soid: Soid| members.iter().find(|e| e.table_holding(soid).is_some());
+    let results: Vec<Vec<(Soid, Vec<u8>, bool)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..3)
+            .map(|w| {
+                let (dirs, route, root) = (&dirs, &route, &root);
+                s.spawn(move || {
+                    let mut done = Vec::new();
+                    for i in 0..60 {
+                        let d = dirs[(w * 7 + i) % dirs.len()].soid;
+                        let name = format!("w{w}-{i}").into_bytes();
+                        let mut ok = false;
+                        for _ in 0..200 {
+                            let Some(e) = route(d) else {
+                                std::thread::yield_now();
+                                continue;
+                            };
+                            match e
+                                .create(root, d, &name, 0o644, true)
+                                .and_then(|c| c.wait(e))
+                            {
+                                Ok(_) => {
+                                    ok = true;
+                                    break;
+                                }
+                                Err(FsError::WrongServer { .. } | FsError::CrossServer) => {
+                                    std::thread::sleep(std::time::Duration::from_micros(200))
+                                }
+                                Err(e) => panic!("create: {e}"),
+                            }
+                        }
+                        done.push((d, name, ok));
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mover = s.spawn(|| {
+            let mut x = 0x9e3779b97f4a7c15u64;
+            let mut moves = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let all = catalog.all();
+                let (id, owner, _) = &all[(x as usize) % all.len()];
+                let (from, to) = if owner == "a" { (0, 1) } else { (1, 0) };
+                if x.is_multiple_of(5) {
+                    members[from].sync().unwrap();
+                }
+                let m = members[from].drop_table(*id).unwrap();
+                assert!(catalog.assign(*id, ["a", "b"][to]));
+                members[to].add_table(&m).unwrap();
+                moves += 1;
+            }
+            moves
+        });
+        let results = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let moves = mover.join().unwrap();
+        eprintln!("{moves} moves");
+        assert!(moves > 0);
+        results
+    });
+    let mut acked = 0;
+    for (d, name, ok) in results.into_iter().flatten() {
+        let e = route(d).expect("every table is served once the mover stops");
+        let found = e.lookup(&root, d, &name);
+        match (ok, found) {
+            (true, Ok(_)) => acked += 1,
+            (false, Err(FsError::NotFound)) => {}
+            // A refused create may reach the table's owner only by a
+            // CrossServer retry; otherwise a refusal changes nothing.
+            (ok, other) => panic!(
+                "{}: acked {ok}, lookup {other:?}",
+                String::from_utf8_lossy(&name)
+            ),
+        }
+    }
+    eprintln!("{acked} of 180 creates acknowledged");
+    assert!(acked > 0);
+}

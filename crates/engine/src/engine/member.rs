@@ -598,6 +598,10 @@ impl Engine {
         let m = member_of(inner)?;
         inner.check_alive().map_err(|_| EngineError::Stopped)?;
         let _one_at_a_time = inner.checkpoint_lock.lock();
+        // Tables split off and not yet in the catalogue (the split's own
+        // checkpoint has not run): commit them first, or the final
+        // manifest's smaller range would leave their SOIDs uncatalogued.
+        inner.checkpoint_locked(&|_| false)?;
         let old = take_out(inner, id)
             .ok_or_else(|| EngineError::Member(format!("table {id} is not held here")))?;
         let written = (|| -> Result<TableEntry, EngineError> {
