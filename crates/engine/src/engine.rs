@@ -1410,6 +1410,19 @@ impl Engine {
         self.read(|t| namespace::lookup(t, cred, parent, name))
     }
 
+    /// The SOID and type `name` in `parent` names, reading only the
+    /// parent's table. Member mode: where [`Engine::lookup`] is
+    /// `CrossServer` because the child is in another member's table, this
+    /// answers here, and the child's owner answers `getattr`.
+    pub fn lookup_entry(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+    ) -> Result<(Soid, FileType), FsError> {
+        self.read(|t| namespace::lookup_entry(t, cred, parent, name))
+    }
+
     pub fn getattr(&self, soid: Soid) -> Result<Attr, FsError> {
         self.inner
             .with_table(soid, |t| t.inode(soid).map(|i| i.attr(soid)))?

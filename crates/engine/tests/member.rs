@@ -566,3 +566,34 @@ fn moves_under_load_lose_nothing_acknowledged() {
     eprintln!("{acked} of 180 creates acknowledged");
     assert!(acked > 0);
 }
+
+#[test]
+fn lookup_across_members_is_cross_server_but_lookup_entry_answers() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let root = Credentials::root();
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    let name = dirs
+        .iter()
+        .position(|x| x.soid == d.soid)
+        .map(|i| format!("d{i}").into_bytes())
+        .unwrap();
+    let m = a.drop_table(t).unwrap();
+    catalog.assign(t, "b");
+    b.add_table(&m).unwrap();
+    // The entry is in a's root table, the inode in b's table.
+    assert_eq!(
+        a.lookup(&root, Soid::ROOT, &name).unwrap_err(),
+        FsError::CrossServer
+    );
+    let (soid, ftype) = a.lookup_entry(&root, Soid::ROOT, &name).unwrap();
+    assert_eq!((soid, ftype), (d.soid, sextant_types::FileType::Directory));
+    assert_eq!(b.getattr(soid).unwrap().soid, d.soid);
+    assert_eq!(
+        b.lookup_entry(&root, Soid::ROOT, &name).unwrap_err(),
+        FsError::WrongServer { soid: Soid::ROOT }
+    );
+}
