@@ -597,3 +597,44 @@ fn lookup_across_members_is_cross_server_but_lookup_entry_answers() {
         FsError::WrongServer { soid: Soid::ROOT }
     );
 }
+
+/// A table taken from a member (its lease ran out) is replayed from that
+/// member's journal by the new owner — even if the old member restarted
+/// and checkpointed in between: it trims nothing a catalogued manifest
+/// still points at (`TableCatalog::journal_floor`).
+#[test]
+fn a_restarted_member_keeps_the_records_of_a_table_taken_from_it() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    for id in a.owned_tables() {
+        if id != t {
+            let m = a.drop_table(id).unwrap();
+            catalog.assign(id, "b");
+            b.add_table(&m).unwrap();
+        }
+    }
+    a.setxattr(&root, d.soid, b"user.k", b"acked", Default::default())
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    // The lease ran out: a is fenced, the coordinator gives t to b.
+    assert!(a.revoke_table(t));
+    catalog.assign(t, "b");
+    drop(a);
+    store.crash(None);
+    let a = member(&store, &catalog, "a");
+    assert!(a.owned_tables().is_empty());
+    a.sync().unwrap();
+    let m = catalog.manifest(t).unwrap();
+    assert_eq!(m.replay.as_ref().unwrap().member, "a");
+    b.add_table(&m).unwrap();
+    assert_eq!(
+        b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"acked"
+    );
+}

@@ -22,9 +22,12 @@
 //!   committed. A table loaded from its snapshot starts at `last_lsn =
 //!   floor - 1`, whoever wrote the snapshot (LSNs of other members'
 //!   journals mean nothing here).
-//! - The journal is trimmed only below every owned table's floor and
-//!   below `pinned`: the floors of tables revoked while they had records
-//!   here (another member may replay them from this journal).
+//! - The journal is trimmed only below every owned table's floor, below
+//!   `pinned` (the floors of tables revoked or dropped without a known
+//!   commit in this run) and below the catalogue's
+//!   [`TableCatalog::journal_floor`] for this member (every manifest,
+//!   whoever owns the table, that points into this journal) — so a
+//!   failover can replay it, also after this member restarted.
 //! - Drops, adds, revokes and checkpoints are serialized by the
 //!   checkpoint lock, so a checkpoint never commits the manifest of a
 //!   table that is being dropped.
@@ -221,12 +224,22 @@ impl MemberRun {
             .store
             .put_blob(MEMBER_STATE_NAME, &state.encode())
             .map_err(inner.io(MEMBER_STATE_NAME))?;
+        // Records another member may replay (a table taken from this one
+        // while its manifest pointed here) stay too.
+        let elsewhere = match self.catalog.journal_floor(&self.name) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "catalogue unavailable; the journal is not trimmed");
+                return Ok(());
+            }
+        };
         let keep_from = {
             let book = self.book.lock();
             book.floors
                 .values()
                 .copied()
                 .chain(book.pinned)
+                .chain(elsewhere)
                 .min()
                 .unwrap_or(next_lsn)
                 .min(next_lsn)
