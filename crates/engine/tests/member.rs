@@ -638,3 +638,43 @@ fn a_restarted_member_keeps_the_records_of_a_table_taken_from_it() {
         b"acked"
     );
 }
+
+#[test]
+fn members_share_a_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let open = |name: &str| {
+        Engine::open_member_dir(
+            dir.path(),
+            config(),
+            MemberConfig {
+                name: name.into(),
+                catalog: Arc::clone(&catalog) as _,
+            },
+        )
+    };
+    let a = open("a").unwrap();
+    let b = open("b").unwrap();
+    assert!(matches!(
+        open("a"),
+        Err(sextant_engine::EngineError::InUse { .. })
+    ));
+    assert!(open("../x").is_err());
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    let m = a.drop_table(t).unwrap();
+    assert!(dir.path().join(&m.entry.file).exists());
+    catalog.assign(t, "b");
+    b.add_table(&m).unwrap();
+    b.create(&root, d.soid, b"on-b", 0o644, true)
+        .unwrap()
+        .wait(&b)
+        .unwrap();
+    a.close().unwrap();
+    b.close().unwrap();
+    let a = open("a").unwrap();
+    let b = open("b").unwrap();
+    assert!(b.lookup(&root, d.soid, b"on-b").is_ok());
+    assert_eq!(names(&a, Soid::ROOT).len(), dirs.len());
+}

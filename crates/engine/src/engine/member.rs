@@ -381,9 +381,7 @@ impl Engine {
             ));
         }
         let name = member.name.clone();
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(EngineError::Member(format!("bad member name {name:?}")));
-        }
+        check_member_name(&name)?;
         let prefix = member_prefix(&name);
         let view: Arc<dyn Store> = Arc::new(PrefixStore::new(Arc::clone(&store), prefix.clone()));
         let state = match view
@@ -560,17 +558,31 @@ impl Engine {
     }
 
     /// [`Engine::open_member`] on a local directory shared by the members
-    /// (created if missing; no lock file: every member writes only under
-    /// its own `members/<name>/`).
+    /// (created if missing). Every member writes only under its own
+    /// `members/<name>/`, which it locks (`EngineError::InUse` if another
+    /// engine runs as that member).
     pub fn open_member_dir(
         path: impl AsRef<Path>,
         config: EngineConfig,
         member: MemberConfig,
     ) -> Result<Engine, EngineError> {
         let path = path.as_ref();
-        let store = LocalDirStore::open_shared(path).map_err(|source| EngineError::Io {
-            file: path.display().to_string(),
-            source,
+        check_member_name(&member.name)?;
+        let store = LocalDirStore::open_shared(path, &member.name).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::WouldBlock {
+                EngineError::InUse {
+                    dir: path
+                        .join("members")
+                        .join(&member.name)
+                        .display()
+                        .to_string(),
+                }
+            } else {
+                EngineError::Io {
+                    file: path.display().to_string(),
+                    source,
+                }
+            }
         })?;
         Engine::open_member(Arc::new(store), config, member)
     }
@@ -885,6 +897,14 @@ fn install(
         (committed.entry.file.clone(), floor, committed.entry.range),
     );
     Ok(committed)
+}
+
+/// A member name is one path component of the shared store.
+fn check_member_name(name: &str) -> Result<(), EngineError> {
+    if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
+        return Err(EngineError::Member(format!("bad member name {name:?}")));
+    }
+    Ok(())
 }
 
 fn member_of(inner: &Inner) -> Result<&MemberRun, EngineError> {
