@@ -789,7 +789,8 @@ impl Inner {
             }
         };
         if let Some(m) = &self.member {
-            let result = m.checkpoint_commit(self, entries, replay_from);
+            // Member mode: the floors, not `replay_from`, bound the journal.
+            let result = m.checkpoint_commit(self, entries);
             if result.is_ok() {
                 self.journal_bytes_at_checkpoint
                     .store(journal_bytes, Ordering::Relaxed);

@@ -124,7 +124,6 @@ impl MemberRun {
         &self,
         inner: &Inner,
         entries: Vec<TableEntry>,
-        _replay_from: Lsn,
     ) -> Result<(), EngineError> {
         let mut put = Vec::new();
         {
