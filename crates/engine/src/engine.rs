@@ -790,7 +790,7 @@ impl Inner {
         };
         if let Some(m) = &self.member {
             // Member mode: the floors, not `replay_from`, bound the journal.
-            let result = m.checkpoint_commit(self, entries);
+            let result = m.checkpoint_commit(self, entries, fallback);
             if result.is_ok() {
                 self.journal_bytes_at_checkpoint
                     .store(journal_bytes, Ordering::Relaxed);

@@ -678,3 +678,49 @@ fn members_share_a_local_directory() {
     assert!(b.lookup(&root, d.soid, b"on-b").is_ok());
     assert_eq!(names(&a, Soid::ROOT).len(), dirs.len());
 }
+
+/// A table nobody writes to must not hold the journal back: checkpoints
+/// move a clean table's replay position forward (committing its
+/// manifest), so the journal is trimmed while another table takes writes.
+#[test]
+fn a_clean_table_does_not_hold_the_journal_back() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        EngineConfig {
+            journal: sextant_engine::JournalConfig {
+                segment_bytes: 4096,
+                ..Default::default()
+            },
+            ..config()
+        },
+        MemberConfig {
+            name: "a".into(),
+            catalog: Arc::clone(&catalog) as _,
+        },
+    )
+    .unwrap();
+    let dirs = populate(&a);
+    a.sync().unwrap();
+    let (_, busy) = movable(&a, &dirs);
+    let segments = || store.list("members/a/journal/").unwrap().len();
+    for i in 0..400 {
+        a.setxattr(
+            &root,
+            busy.soid,
+            b"user.k",
+            format!("value {i:0100}").as_bytes(),
+            Default::default(),
+        )
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+        if i % 50 == 49 {
+            a.sync().unwrap();
+        }
+    }
+    a.sync().unwrap();
+    assert!(segments() <= 3, "{} journal segments kept", segments());
+}

@@ -109,6 +109,38 @@ impl MemberRun {
         }
     }
 
+    /// A table with no record newer than its snapshot needs none of the
+    /// journal: its floor may move up to `fallback` (the journal's next
+    /// LSN read before the table was seen clean — a record below it that
+    /// touches the table was applied under the table's lock before that,
+    /// and would have left it dirty). Done only for floors below the
+    /// second segment's start, i.e. when they keep a segment from being
+    /// trimmed, so a clean table's manifest is recommitted once per
+    /// segment, not at every checkpoint.
+    fn advance_clean_floors(&self, inner: &Inner, fallback: Lsn) {
+        let Some(blocking) = inner.journal.second_segment_start() else {
+            return;
+        };
+        let clean: Vec<TableId> = {
+            let map = inner.tables.read();
+            map.values()
+                .filter_map(|s| match &*s.state.lock() {
+                    Slot::Loaded(t) if t.first_dirty_lsn.is_none() => Some(t.id),
+                    Slot::OnDisk(e) => Some(e.id),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut book = self.book.lock();
+        for id in clean {
+            if let Some(f) = book.floors.get_mut(&id) {
+                if *f < blocking && *f < fallback {
+                    *f = fallback;
+                }
+            }
+        }
+    }
+
     fn here(&self, from: Lsn) -> Option<JournalPos> {
         Some(JournalPos {
             member: self.name.clone(),
@@ -116,15 +148,19 @@ impl MemberRun {
         })
     }
 
-    /// The member part of a checkpoint, after the snapshots: commits the
+    /// The member part of a checkpoint, after the snapshots: moves the
+    /// floors of clean tables that hold the journal back, commits the
     /// manifests that changed, deletes the snapshots they replaced, writes
-    /// the ledger and the member state, trims the journal. REQUIRES: the
+    /// the ledger and the member state, trims the journal. `fallback`: the
+    /// journal's next LSN when the checkpoint began. REQUIRES: the
     /// checkpoint lock.
     pub(crate) fn checkpoint_commit(
         &self,
         inner: &Inner,
         entries: Vec<TableEntry>,
+        fallback: Lsn,
     ) -> Result<(), EngineError> {
+        self.advance_clean_floors(inner, fallback);
         let mut put = Vec::new();
         {
             let book = self.book.lock();
