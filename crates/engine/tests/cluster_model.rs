@@ -166,11 +166,19 @@ impl Cluster {
         let dead = std::mem::replace(&mut self.members[i], open_placeholder());
         drop(dead);
         self.store.crash(None);
+        // Each survivor ADDs its share in one batch (one pass over the
+        // dead member's journal).
+        let mut shares: Vec<Vec<sextant_engine::TableManifest>> = vec![Vec::new(); MEMBERS.len()];
         for m in self.catalog.tables(MEMBERS[i]).unwrap() {
             let to = (i + 1 + pick % (MEMBERS.len() - 1)) % MEMBERS.len();
             pick /= 2;
             assert!(self.catalog.assign(m.entry.id, MEMBERS[to]));
-            self.members[to].add_table(&m).expect("failover add");
+            shares[to].push(m);
+        }
+        for (to, share) in shares.iter().enumerate() {
+            if !share.is_empty() {
+                self.members[to].add_tables(share).expect("failover add");
+            }
         }
         self.members[i] = open(&self.store, &self.catalog, MEMBERS[i]);
     }

@@ -579,9 +579,7 @@ impl Engine {
             flusher: Arc::new(Flusher::default()),
             request: None,
         };
-        for m in &others {
-            engine.add_table(m)?;
-        }
+        engine.add_tables(&others)?;
         inner.split_oversized();
         // Commits the manifests of tables that came clean (their replay
         // now points here) and writes the member state.
@@ -805,79 +803,119 @@ impl Engine {
     /// Client request tags in a dead member's journal are not carried
     /// over (a retried request after failover is not recognized).
     pub fn add_table(&self, manifest: &TableManifest) -> Result<TableManifest, EngineError> {
+        let mut added = self.add_tables(std::slice::from_ref(manifest))?;
+        added.pop().ok_or(EngineError::Stopped)
+    }
+
+    /// [`Engine::add_table`] for several tables at once (a failover of a
+    /// dead member's tables): each journal they replay from is read once
+    /// for all of them. Returns the committed manifests in the order
+    /// given. On an error, tables installed before it stay installed.
+    pub fn add_tables(
+        &self,
+        manifests: &[TableManifest],
+    ) -> Result<Vec<TableManifest>, EngineError> {
         let inner = &*self.inner;
         let m = member_of(inner)?;
         inner.check_alive().map_err(|_| EngineError::Stopped)?;
-        if manifest.layout != inner.config.layout {
-            return Err(EngineError::Member(format!(
-                "table {} has another SOID layout",
-                manifest.entry.id
-            )));
-        }
         let _one_at_a_time = inner.checkpoint_lock.lock();
-        let id = manifest.entry.id;
-        if self.owned_tables().contains(&id) {
-            return Err(EngineError::Member(format!(
-                "table {id} is already held here"
-            )));
+        let held = self.owned_tables();
+        let mut ids = BTreeSet::new();
+        for man in manifests {
+            let id = man.entry.id;
+            if man.layout != inner.config.layout {
+                return Err(EngineError::Member(format!(
+                    "table {id} has another SOID layout"
+                )));
+            }
+            if held.contains(&id) || !ids.insert(id) {
+                return Err(EngineError::Member(format!(
+                    "table {id} is already held here"
+                )));
+            }
         }
-        inner.high_water.lock().merge_max(&manifest.high_water);
-        let mut table = load_table(&*inner.store, &manifest.entry)?;
-        let (entry, floor) = match &manifest.replay {
-            None => {
-                let floor = inner.journal.next_lsn();
-                table.last_lsn = floor - 1;
-                (manifest.entry.clone(), floor)
-            }
-            Some(pos) => {
-                let source: Arc<dyn Store> = Arc::new(PrefixStore::read_only(
-                    Arc::clone(&m.shared),
-                    member_prefix(&pos.member),
-                ));
-                let mut high_water = GlobalHighWater::default();
-                let range = table.range;
-                journal::replay(&*source, pos.from, |_, rec| {
-                    let (_, mutations) = decode_tagged_record(rec)?;
-                    for mu in mutations {
-                        match mu.table_key() {
-                            None => {
-                                if let Mutation::HighWater(hw) = &mu {
-                                    high_water.merge_max(hw);
-                                }
-                            }
-                            Some(key) if range.contains(key) => {
-                                table.apply(mu).map_err(|e| e.to_string())?;
-                            }
-                            Some(_) => {}
+        let mut tables = Vec::with_capacity(manifests.len());
+        for man in manifests {
+            inner.high_water.lock().merge_max(&man.high_water);
+            tables.push(load_table(&*inner.store, &man.entry)?);
+        }
+        // One pass over each journal replayed from: a record applies to the
+        // table whose range holds its key, from that table's position on.
+        let sources: BTreeSet<&str> = manifests
+            .iter()
+            .filter_map(|man| man.replay.as_ref().map(|p| p.member.as_str()))
+            .collect();
+        for source in sources {
+            let wanted: Vec<(usize, Lsn)> = manifests
+                .iter()
+                .enumerate()
+                .filter_map(|(i, man)| {
+                    let p = man.replay.as_ref()?;
+                    (p.member == source).then_some((i, p.from))
+                })
+                .collect();
+            let from = wanted.iter().map(|(_, f)| *f).min().unwrap_or(1);
+            let store: Arc<dyn Store> = Arc::new(PrefixStore::read_only(
+                Arc::clone(&m.shared),
+                member_prefix(source),
+            ));
+            let mut high_water = GlobalHighWater::default();
+            journal::replay(&*store, from, |lsn, rec| {
+                let (_, mutations) = decode_tagged_record(rec)?;
+                for mu in mutations {
+                    let Some(key) = mu.table_key() else {
+                        if let Mutation::HighWater(hw) = &mu {
+                            high_water.merge_max(hw);
                         }
+                        continue;
+                    };
+                    let target = wanted
+                        .iter()
+                        .find(|(i, f)| lsn >= *f && tables[*i].range.contains(key));
+                    if let Some((i, _)) = target {
+                        tables[*i].apply(mu).map_err(|e| e.to_string())?;
                     }
-                    Ok(())
-                })?;
-                inner.high_water.lock().merge_max(&high_water);
-                // Everything up to now in this journal is "in" the new
-                // snapshot (none of its records touch the table).
-                let lsn = inner.journal.next_lsn() - 1;
-                table.last_lsn = lsn;
-                table.first_dirty_lsn = None;
-                table.dirty_epoch = None;
-                let file =
-                    inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
-                inner
-                    .store
-                    .put_blob(&file, &table.encode_snapshot())
-                    .map_err(inner.io(&file))?;
-                inner
-                    .stats
-                    .snapshots_written
-                    .fetch_add(1, Ordering::Relaxed);
-                table.snapshot_file = Some(file);
-                table.snapshot_lsn = lsn;
-                let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
-                (entry, lsn + 1)
-            }
-        };
-        inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
-        install(inner, m, table, entry, floor)
+                }
+                Ok(())
+            })?;
+            inner.high_water.lock().merge_max(&high_water);
+        }
+        let mut added = Vec::with_capacity(manifests.len());
+        for (man, mut table) in manifests.iter().zip(tables) {
+            let (entry, floor) = match &man.replay {
+                None => {
+                    let floor = inner.journal.next_lsn();
+                    table.last_lsn = floor - 1;
+                    (man.entry.clone(), floor)
+                }
+                Some(_) => {
+                    // Replayed from another journal: written as this
+                    // member's snapshot, holding everything up to now of
+                    // this journal (none of whose records touch it).
+                    let lsn = inner.journal.next_lsn() - 1;
+                    table.last_lsn = lsn;
+                    table.first_dirty_lsn = None;
+                    table.dirty_epoch = None;
+                    let file = inner
+                        .snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+                    inner
+                        .store
+                        .put_blob(&file, &table.encode_snapshot())
+                        .map_err(inner.io(&file))?;
+                    inner
+                        .stats
+                        .snapshots_written
+                        .fetch_add(1, Ordering::Relaxed);
+                    table.snapshot_file = Some(file);
+                    table.snapshot_lsn = lsn;
+                    let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
+                    (entry, lsn + 1)
+                }
+            };
+            inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
+            added.push(install(inner, m, table, entry, floor)?);
+        }
+        Ok(added)
     }
 
     /// Fencing (member mode): stops serving table `id` at once, writing
