@@ -728,3 +728,85 @@ fn a_clean_table_does_not_hold_the_journal_back() {
     a.sync().unwrap();
     assert!(segments() <= 3, "{} journal segments kept", segments());
 }
+
+/// Measurement, not a check (`--ignored`, see docs/BENCHMARKS.md): creates
+/// per second in member mode against a single server in the same run,
+/// and how long DROP + ADD of one 20,000-inode table takes (changed since
+/// its last snapshot, and clean), medians of five.
+#[test]
+#[ignore]
+fn measure_member_mode() {
+    use std::time::Instant;
+    let root = Credentials::root();
+    let big = || EngineConfig {
+        flush_interval: None,
+        ..Default::default()
+    };
+    let fill = |e: &Engine, n: usize| {
+        let d = e
+            .mkdir(&root, Soid::ROOT, b"d", 0o755)
+            .unwrap()
+            .wait(e)
+            .unwrap();
+        let t = Instant::now();
+        for i in 0..n {
+            e.create(&root, d.soid, format!("f{i}").as_bytes(), 0o644, true)
+                .unwrap()
+                .wait(e)
+                .unwrap();
+        }
+        (d, t.elapsed())
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let n = 19_000;
+    let (mut single, mut member_rate) = (Vec::new(), Vec::new());
+    let (mut dirty_ms, mut clean_ms) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let s = Engine::open(Arc::new(MemStore::new()), big()).unwrap();
+        let (_, t) = fill(&s, n);
+        single.push(n as f64 / t.as_secs_f64());
+
+        let store = MemStore::new();
+        let catalog = Arc::new(MemCatalog::new());
+        let open = |name: &str| {
+            Engine::open_member(
+                Arc::new(store.clone()) as Arc<dyn Store>,
+                big(),
+                MemberConfig {
+                    name: name.into(),
+                    catalog: Arc::clone(&catalog) as _,
+                },
+            )
+            .unwrap()
+        };
+        let a = open("a");
+        let b = open("b");
+        let (d, t) = fill(&a, n);
+        member_rate.push(n as f64 / t.as_secs_f64());
+        let id = a.table_holding(d.soid).unwrap();
+        // Changed since its last snapshot: DROP writes it.
+        let t = Instant::now();
+        let m = a.drop_table(id).unwrap();
+        catalog.assign(id, "b");
+        b.add_table(&m).unwrap();
+        dirty_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        // Clean: DROP writes nothing; ADD loads the snapshot.
+        let t = Instant::now();
+        let m = b.drop_table(id).unwrap();
+        catalog.assign(id, "a");
+        a.add_table(&m).unwrap();
+        clean_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(a.statfs().inodes as usize, n + 2);
+    }
+    let (s, m) = (median(single), median(member_rate));
+    println!(
+        "creates/s: single {s:.0}, member {m:.0} (member/single {:.3}); \
+         move of a {n}-file table: dirty {:.1} ms, clean {:.1} ms",
+        m / s,
+        median(dirty_ms),
+        median(clean_ms)
+    );
+}
