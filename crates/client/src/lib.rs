@@ -852,6 +852,16 @@ impl Client {
                                     .wrong_server
                                     .as_ref()
                                     .and_then(|w| soid_from_pb(w.soid.as_ref()).ok());
+                                if !unrouted && refused.is_some() && refused != route_soid {
+                                    if let Some(Op::Lookup(_)) = &req.op {
+                                        // The entry's server named its inode,
+                                        // held by another server: the caller
+                                        // asks that one (Client::lookup).
+                                        return Err(Error::Fs(FsError::WrongServer {
+                                            soid: refused.unwrap_or(Soid::ROOT),
+                                        }));
+                                    }
+                                }
                                 if unrouted {
                                     if route_soid.is_some() {
                                         // Its owner could not finish it either (a
@@ -946,12 +956,19 @@ impl Client {
 
     // ---- reads ----------------------------------------------------------
 
+    /// The attributes of `name` in `parent`. In a cluster, a name whose
+    /// inode lives in another server's table takes two calls: the entry's
+    /// server answers with the inode's SOID (as WRONG_SERVER), its owner
+    /// with the attributes.
     pub async fn lookup(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr> {
         let op = Op::Lookup(pb::LookupRequest {
             parent: Some(soid_to_pb(parent)),
             name: name.to_vec(),
         });
-        expect_attr(self.call(cred, op).await?)
+        match self.call(cred, op).await {
+            Err(Error::Fs(FsError::WrongServer { soid })) => self.getattr(cred, soid).await,
+            r => expect_attr(r?),
+        }
     }
 
     pub async fn getattr(&self, cred: &Credentials, soid: Soid) -> Result<Attr> {

@@ -748,6 +748,11 @@ impl Inner {
     /// yet, so the pass repeats for it.
     fn checkpoint(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
         let _one_at_a_time = self.checkpoint_lock.lock();
+        self.checkpoint_locked(pick)
+    }
+
+    /// [`Inner::checkpoint`], the checkpoint lock already held.
+    fn checkpoint_locked(&self, pick: &dyn Fn(&Table) -> bool) -> Result<(), EngineError> {
         if self
             .logless
             .as_ref()
@@ -784,7 +789,8 @@ impl Inner {
             }
         };
         if let Some(m) = &self.member {
-            let result = m.checkpoint_commit(self, entries, replay_from);
+            // Member mode: the floors, not `replay_from`, bound the journal.
+            let result = m.checkpoint_commit(self, entries, fallback);
             if result.is_ok() {
                 self.journal_bytes_at_checkpoint
                     .store(journal_bytes, Ordering::Relaxed);
@@ -1403,6 +1409,19 @@ impl Engine {
 
     pub fn lookup(&self, cred: &Credentials, parent: Soid, name: &[u8]) -> Result<Attr, FsError> {
         self.read(|t| namespace::lookup(t, cred, parent, name))
+    }
+
+    /// The SOID and type `name` in `parent` names, reading only the
+    /// parent's table. Member mode: where [`Engine::lookup`] is
+    /// `CrossServer` because the child is in another member's table, this
+    /// answers here, and the child's owner answers `getattr`.
+    pub fn lookup_entry(
+        &self,
+        cred: &Credentials,
+        parent: Soid,
+        name: &[u8],
+    ) -> Result<(Soid, FileType), FsError> {
+        self.read(|t| namespace::lookup_entry(t, cred, parent, name))
     }
 
     pub fn getattr(&self, soid: Soid) -> Result<Attr, FsError> {

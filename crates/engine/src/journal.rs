@@ -595,6 +595,13 @@ impl Journal {
         }
     }
 
+    /// The first LSN of the second-oldest segment: [`Journal::trim_below`]
+    /// deletes the oldest segment only for an `lsn` at least this (`None`:
+    /// one segment, nothing to trim).
+    pub fn second_segment_start(&self) -> Option<Lsn> {
+        self.shared.segments.lock().get(1).map(|s| s.first_lsn)
+    }
+
     /// Deletes every segment all of whose records are below `lsn` (they are
     /// covered by table snapshots). Never deletes the segment being written.
     pub fn trim_below(&self, lsn: Lsn) -> Result<usize, JournalError> {

@@ -178,10 +178,17 @@ pub enum CatalogError {
 ///   [`ROOT_TABLE_ID`] first (the member that gets it creates the root
 ///   table).
 /// - `tables(member)` is every manifest `member` owns, as last committed.
+/// - `journal_floor(member)` is the lowest `replay.from` among the
+///   manifests of *every* table (whoever owns it) whose replay points into
+///   `member`'s journal, as last committed (`None`: none does). A member
+///   trims its journal only below it, so a table taken from it (its lease
+///   ran out) can still be replayed by the new owner, even across the old
+///   member's restart. (On etcd: from the cached map's `manifest/` keys.)
 pub trait TableCatalog: Send + Sync {
     fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError>;
     fn next_table_id(&self) -> Result<TableId, CatalogError>;
     fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError>;
+    fn journal_floor(&self, member: &str) -> Result<Option<Lsn>, CatalogError>;
 }
 
 /// How an engine joins a cluster ([`crate::Engine::open_member`]).
@@ -298,6 +305,18 @@ impl TableCatalog for MemCatalog {
             .filter(|(o, _)| o == member)
             .map(|(_, m)| m.clone())
             .collect())
+    }
+
+    fn journal_floor(&self, member: &str) -> Result<Option<Lsn>, CatalogError> {
+        Ok(self
+            .inner
+            .lock()
+            .tables
+            .values()
+            .filter_map(|(_, m)| m.replay.as_ref())
+            .filter(|p| p.member == member)
+            .map(|p| p.from)
+            .min())
     }
 }
 

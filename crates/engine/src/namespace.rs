@@ -90,6 +90,22 @@ pub fn lookup(txn: &mut Txn, cred: &Credentials, parent: Soid, name: &[u8]) -> O
     Ok(child.attr(d.child))
 }
 
+/// The entry `name` of `parent` — the child's SOID and type — reading only
+/// the parent's table (member mode: the child may be another member's).
+pub fn lookup_entry(
+    txn: &mut Txn,
+    cred: &Credentials,
+    parent: Soid,
+    name: &[u8],
+) -> OpResult<(Soid, FileType)> {
+    searchable_dir(txn, cred, parent)?;
+    validate_lookup_name(name)?;
+    let d = txn
+        .dentry(parent, name)?
+        .ok_or(OpError::Fs(FsError::NotFound))?;
+    Ok((d.child, d.ftype))
+}
+
 /// Names a lookup may be asked for: `.`/`..` are resolved by the caller
 /// (the kernel, the client); here they simply do not exist.
 fn validate_lookup_name(name: &[u8]) -> Result<(), FsError> {

@@ -54,7 +54,7 @@ pub trait LogWriter: Send {
 /// engines never open the same directory.
 pub struct LocalDirStore {
     root: PathBuf,
-    /// `None`: opened shared ([`LocalDirStore::open_shared`]).
+    /// The held `LOCK` (of a member's directory when opened shared).
     _lock: Option<File>,
 }
 
@@ -63,41 +63,26 @@ impl LocalDirStore {
     pub fn open(root: impl AsRef<Path>) -> io::Result<LocalDirStore> {
         let root = root.as_ref().to_path_buf();
         fs::create_dir_all(&root)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(root.join("LOCK"))?;
-        // SAFETY: flock on a valid, owned file descriptor.
-        let rc = unsafe {
-            libc::flock(
-                std::os::unix::io::AsRawFd::as_raw_fd(&lock),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "{} is in use by another Sextant process (its LOCK file is held): stop \
-                     that process, or use another data directory",
-                    root.display()
-                ),
-            ));
-        }
+        let lock = lock_dir(&root)?;
         Ok(LocalDirStore {
             root,
             _lock: Some(lock),
         })
     }
 
-    /// Opens (creating) the directory `root` without locking it: a store
-    /// several cluster members share, each writing only under its own
-    /// `members/<name>/` (see `crate::member`).
-    pub fn open_shared(root: impl AsRef<Path>) -> io::Result<LocalDirStore> {
+    /// Opens (creating) the directory `root` shared: several cluster
+    /// members use it, each writing only under its own `members/<name>/`
+    /// (see `crate::member`). `member`'s directory is locked (two engines
+    /// never run as one member); `root` is not.
+    pub fn open_shared(root: impl AsRef<Path>, member: &str) -> io::Result<LocalDirStore> {
         let root = root.as_ref().to_path_buf();
-        fs::create_dir_all(&root)?;
-        Ok(LocalDirStore { root, _lock: None })
+        let mine = root.join("members").join(member);
+        fs::create_dir_all(&mine)?;
+        let lock = lock_dir(&mine)?;
+        Ok(LocalDirStore {
+            root,
+            _lock: Some(lock),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -226,6 +211,33 @@ impl Store for LocalDirStore {
     fn describe(&self, name: &str) -> String {
         self.root.join(name).display().to_string()
     }
+}
+
+/// Takes an exclusive `flock` on `dir/LOCK` (held while the file is open).
+fn lock_dir(dir: &Path) -> io::Result<File> {
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
+    // SAFETY: flock on a valid, owned file descriptor.
+    let rc = unsafe {
+        libc::flock(
+            std::os::unix::io::AsRawFd::as_raw_fd(&lock),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "{} is in use by another Sextant process (its LOCK file is held): stop \
+                 that process, or use another data directory",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(lock)
 }
 
 struct LocalLog {

@@ -15,6 +15,9 @@
 //! bench_sync_floor = "7ms"       # benchmarks only: see below
 //! tls_cert = "/etc/sextant/cert.pem"  # TLS: certificate chain (PEM)
 //! tls_key = "/etc/sextant/key.pem"    #      and its private key
+//! table_dir_limit = 2000         # split a table with more directories
+//! table_inode_limit = 20000      # … or more inodes (tables are what moves
+//!                                # between the servers of a cluster)
 //!
 //! # A server of a cluster (all five, or none: a single server)
 //! etcd = "http://10.0.0.1:2379,http://10.0.0.2:2379"  # also SEXTANT_ETCD
@@ -60,6 +63,8 @@ pub struct FileConfig {
     pub bench_sync_floor: Option<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub table_dir_limit: Option<usize>,
+    pub table_inode_limit: Option<usize>,
     pub etcd: Option<String>,
     pub cluster_store: Option<PathBuf>,
     pub name: Option<String>,
@@ -105,6 +110,9 @@ pub struct ServerConfig {
     /// A server of a cluster on etcd (`None`: a single server, with the
     /// in-process coordinator).
     pub cluster: Option<ClusterSettings>,
+    /// Table splits (`None`: the engine's defaults).
+    pub table_dir_limit: Option<usize>,
+    pub table_inode_limit: Option<usize>,
 }
 
 /// How a server takes part in a cluster.
@@ -168,6 +176,8 @@ impl Default for ServerConfig {
             bench_sync_floor: None,
             tls: None,
             cluster: None,
+            table_dir_limit: None,
+            table_inode_limit: None,
         }
     }
 }
@@ -253,6 +263,8 @@ impl ServerConfig {
             c.bench_sync_floor = Some(parse_duration(&floor).context("bad bench_sync_floor")?)
                 .filter(|d| !d.is_zero());
         }
+        c.table_dir_limit = f.table_dir_limit.map(|n| n.max(2));
+        c.table_inode_limit = f.table_inode_limit.map(|n| n.max(16));
         let etcd = o
             .etcd
             .or_else(|| std::env::var("SEXTANT_ETCD").ok())
@@ -327,6 +339,12 @@ impl ServerConfig {
         e.journal.mode = self.sync;
         e.journal.sync_floor = self.bench_sync_floor;
         e.logless = self.logless.clone();
+        if let Some(n) = self.table_dir_limit {
+            e.table_dir_limit = n;
+        }
+        if let Some(n) = self.table_inode_limit {
+            e.table_inode_limit = n;
+        }
         e
     }
 }

@@ -370,13 +370,32 @@ impl Shared {
         };
         let done = |()| Res::Done(pb::Empty {});
         Ok(match op {
-            Op::Lookup(r) => attr(e.lookup(cred, soid(&r.parent)?, name(&r.name)?)?),
+            Op::Lookup(r) => {
+                let (parent, name) = (soid(&r.parent)?, name(&r.name)?);
+                match e.lookup(cred, parent, name) {
+                    // The entry is here, its inode in another server's
+                    // table: WRONG_SERVER naming the child, whose owner
+                    // the client asks for its attributes.
+                    Err(FsError::CrossServer) => {
+                        let (child, _) = e.lookup_entry(cred, parent, name)?;
+                        return Err(FsError::WrongServer { soid: child });
+                    }
+                    r => attr(r?),
+                }
+            }
             Op::Getattr(r) => attr(e.getattr(soid(&r.soid)?)?),
             Op::Resolve(r) => {
                 if r.path.len() > PATH_MAX {
                     return Err(FsError::NameTooLong);
                 }
-                attr(e.resolve(cred, &r.path, r.follow_last)?)
+                match e.resolve(cred, &r.path, r.follow_last) {
+                    // The path crosses into another server's table: the
+                    // client walks it name by name (Client::resolve).
+                    Err(FsError::CrossServer) => {
+                        return Err(FsError::WrongServer { soid: Soid::ROOT })
+                    }
+                    r => attr(r?),
+                }
             }
             Op::Readlink(r) => Res::Data(pb::Bytes {
                 data: e.readlink(soid(&r.soid)?)?.into_vec(),

@@ -22,9 +22,12 @@
 //!   committed. A table loaded from its snapshot starts at `last_lsn =
 //!   floor - 1`, whoever wrote the snapshot (LSNs of other members'
 //!   journals mean nothing here).
-//! - The journal is trimmed only below every owned table's floor and
-//!   below `pinned`: the floors of tables revoked while they had records
-//!   here (another member may replay them from this journal).
+//! - The journal is trimmed only below every owned table's floor, below
+//!   `pinned` (the floors of tables revoked or dropped without a known
+//!   commit in this run) and below the catalogue's
+//!   [`TableCatalog::journal_floor`] for this member (every manifest,
+//!   whoever owns the table, that points into this journal) — so a
+//!   failover can replay it, also after this member restarted.
 //! - Drops, adds, revokes and checkpoints are serialized by the
 //!   checkpoint lock, so a checkpoint never commits the manifest of a
 //!   table that is being dropped.
@@ -106,6 +109,38 @@ impl MemberRun {
         }
     }
 
+    /// A table with no record newer than its snapshot needs none of the
+    /// journal: its floor may move up to `fallback` (the journal's next
+    /// LSN read before the table was seen clean — a record below it that
+    /// touches the table was applied under the table's lock before that,
+    /// and would have left it dirty). Done only for floors below the
+    /// second segment's start, i.e. when they keep a segment from being
+    /// trimmed, so a clean table's manifest is recommitted once per
+    /// segment, not at every checkpoint.
+    fn advance_clean_floors(&self, inner: &Inner, fallback: Lsn) {
+        let Some(blocking) = inner.journal.second_segment_start() else {
+            return;
+        };
+        let clean: Vec<TableId> = {
+            let map = inner.tables.read();
+            map.values()
+                .filter_map(|s| match &*s.state.lock() {
+                    Slot::Loaded(t) if t.first_dirty_lsn.is_none() => Some(t.id),
+                    Slot::OnDisk(e) => Some(e.id),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut book = self.book.lock();
+        for id in clean {
+            if let Some(f) = book.floors.get_mut(&id) {
+                if *f < blocking && *f < fallback {
+                    *f = fallback;
+                }
+            }
+        }
+    }
+
     fn here(&self, from: Lsn) -> Option<JournalPos> {
         Some(JournalPos {
             member: self.name.clone(),
@@ -113,16 +148,19 @@ impl MemberRun {
         })
     }
 
-    /// The member part of a checkpoint, after the snapshots: commits the
+    /// The member part of a checkpoint, after the snapshots: moves the
+    /// floors of clean tables that hold the journal back, commits the
     /// manifests that changed, deletes the snapshots they replaced, writes
-    /// the ledger and the member state, trims the journal. REQUIRES: the
+    /// the ledger and the member state, trims the journal. `fallback`: the
+    /// journal's next LSN when the checkpoint began. REQUIRES: the
     /// checkpoint lock.
     pub(crate) fn checkpoint_commit(
         &self,
         inner: &Inner,
         entries: Vec<TableEntry>,
-        _replay_from: Lsn,
+        fallback: Lsn,
     ) -> Result<(), EngineError> {
+        self.advance_clean_floors(inner, fallback);
         let mut put = Vec::new();
         {
             let book = self.book.lock();
@@ -221,12 +259,22 @@ impl MemberRun {
             .store
             .put_blob(MEMBER_STATE_NAME, &state.encode())
             .map_err(inner.io(MEMBER_STATE_NAME))?;
+        // Records another member may replay (a table taken from this one
+        // while its manifest pointed here) stay too.
+        let elsewhere = match self.catalog.journal_floor(&self.name) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "catalogue unavailable; the journal is not trimmed");
+                return Ok(());
+            }
+        };
         let keep_from = {
             let book = self.book.lock();
             book.floors
                 .values()
                 .copied()
                 .chain(book.pinned)
+                .chain(elsewhere)
                 .min()
                 .unwrap_or(next_lsn)
                 .min(next_lsn)
@@ -368,9 +416,7 @@ impl Engine {
             ));
         }
         let name = member.name.clone();
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(EngineError::Member(format!("bad member name {name:?}")));
-        }
+        check_member_name(&name)?;
         let prefix = member_prefix(&name);
         let view: Arc<dyn Store> = Arc::new(PrefixStore::new(Arc::clone(&store), prefix.clone()));
         let state = match view
@@ -533,9 +579,7 @@ impl Engine {
             flusher: Arc::new(Flusher::default()),
             request: None,
         };
-        for m in &others {
-            engine.add_table(m)?;
-        }
+        engine.add_tables(&others)?;
         inner.split_oversized();
         // Commits the manifests of tables that came clean (their replay
         // now points here) and writes the member state.
@@ -547,17 +591,31 @@ impl Engine {
     }
 
     /// [`Engine::open_member`] on a local directory shared by the members
-    /// (created if missing; no lock file: every member writes only under
-    /// its own `members/<name>/`).
+    /// (created if missing). Every member writes only under its own
+    /// `members/<name>/`, which it locks (`EngineError::InUse` if another
+    /// engine runs as that member).
     pub fn open_member_dir(
         path: impl AsRef<Path>,
         config: EngineConfig,
         member: MemberConfig,
     ) -> Result<Engine, EngineError> {
         let path = path.as_ref();
-        let store = LocalDirStore::open_shared(path).map_err(|source| EngineError::Io {
-            file: path.display().to_string(),
-            source,
+        check_member_name(&member.name)?;
+        let store = LocalDirStore::open_shared(path, &member.name).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::WouldBlock {
+                EngineError::InUse {
+                    dir: path
+                        .join("members")
+                        .join(&member.name)
+                        .display()
+                        .to_string(),
+                }
+            } else {
+                EngineError::Io {
+                    file: path.display().to_string(),
+                    source,
+                }
+            }
         })?;
         Engine::open_member(Arc::new(store), config, member)
     }
@@ -598,6 +656,10 @@ impl Engine {
         let m = member_of(inner)?;
         inner.check_alive().map_err(|_| EngineError::Stopped)?;
         let _one_at_a_time = inner.checkpoint_lock.lock();
+        // Tables split off and not yet in the catalogue (the split's own
+        // checkpoint has not run): commit them first, or the final
+        // manifest's smaller range would leave their SOIDs uncatalogued.
+        inner.checkpoint_locked(&|_| false)?;
         let old = take_out(inner, id)
             .ok_or_else(|| EngineError::Member(format!("table {id} is not held here")))?;
         let written = (|| -> Result<TableEntry, EngineError> {
@@ -635,21 +697,32 @@ impl Engine {
             }
         })();
         let manifest = written.map(|entry| m.manifest(inner, entry, None));
+        // Committed: the catalogue holds the final manifest. Unknown (the
+        // catalogue did not answer): the caller's handover commits it;
+        // until then the catalogue's last manifest may still point into
+        // this journal, so it stays pinned and the old snapshot stays.
+        let mut committed = false;
         let result = manifest.and_then(|man| {
-            m.catalog.commit(
+            match m.catalog.commit(
                 &m.name,
                 CatalogChange {
                     put: vec![man.clone()],
                     remove: Vec::new(),
                 },
-            )?;
+            ) {
+                Ok(()) => committed = true,
+                Err(CatalogError::Unavailable(what)) => {
+                    tracing::warn!(table = id, error = %what, "DROP: the final manifest's commit is unknown");
+                }
+                Err(e) => return Err(e.into()),
+            }
             Ok(man)
         });
         let mut book = m.book.lock();
         let floor = book.floors.remove(&id);
         let old_committed = book.committed.remove(&id);
         match &result {
-            Ok(man) => {
+            Ok(man) if committed => {
                 if let Some((old, _, _)) = old_committed {
                     if old != man.entry.file && !book.file_in_use(&old) {
                         drop(book);
@@ -657,6 +730,11 @@ impl Engine {
                             tracing::warn!(file = %old, error = %e, "cannot delete a replaced snapshot");
                         }
                     }
+                }
+            }
+            Ok(_) => {
+                if let Some(f) = floor {
+                    book.pin(f);
                 }
             }
             Err(e) => {
@@ -667,6 +745,50 @@ impl Engine {
             }
         }
         result
+    }
+
+    /// ADD of a new, empty table `id` over `range` (member mode), which
+    /// the catalogue must let this member create or already name it for:
+    /// the coordinator's bootstrap (`TableHost::add_table` without a
+    /// manifest). A range holding [`Soid::ROOT`] gets the root directory.
+    /// Writes its first snapshot, serves it, commits its manifest and
+    /// returns it.
+    pub fn add_new_table(
+        &self,
+        id: TableId,
+        range: SoidRange,
+    ) -> Result<TableManifest, EngineError> {
+        let inner = &*self.inner;
+        let m = member_of(inner)?;
+        inner.check_alive().map_err(|_| EngineError::Stopped)?;
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        if self.owned_tables().contains(&id) {
+            return Err(EngineError::Member(format!(
+                "table {id} is already held here"
+            )));
+        }
+        let mut table = if range.contains(Soid::ROOT) {
+            let root = root_table(&inner.config);
+            let inode = root.inode(Soid::ROOT).cloned();
+            let mut t = Table::new(id, range);
+            if let Some(inode) = inode {
+                t.put_inode(Soid::ROOT, inode);
+            }
+            t
+        } else {
+            Table::new(id, range)
+        };
+        let lsn = inner.journal.next_lsn() - 1;
+        table.last_lsn = lsn;
+        let file = inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+        inner
+            .store
+            .put_blob(&file, &table.encode_snapshot())
+            .map_err(inner.io(&file))?;
+        table.snapshot_file = Some(file);
+        table.snapshot_lsn = lsn;
+        let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
+        install(inner, m, table, entry, lsn + 1)
     }
 
     /// ADD (member mode): serves the table `manifest` describes, which the
@@ -681,106 +803,119 @@ impl Engine {
     /// Client request tags in a dead member's journal are not carried
     /// over (a retried request after failover is not recognized).
     pub fn add_table(&self, manifest: &TableManifest) -> Result<TableManifest, EngineError> {
+        let mut added = self.add_tables(std::slice::from_ref(manifest))?;
+        added.pop().ok_or(EngineError::Stopped)
+    }
+
+    /// [`Engine::add_table`] for several tables at once (a failover of a
+    /// dead member's tables): each journal they replay from is read once
+    /// for all of them. Returns the committed manifests in the order
+    /// given. On an error, tables installed before it stay installed.
+    pub fn add_tables(
+        &self,
+        manifests: &[TableManifest],
+    ) -> Result<Vec<TableManifest>, EngineError> {
         let inner = &*self.inner;
         let m = member_of(inner)?;
         inner.check_alive().map_err(|_| EngineError::Stopped)?;
-        if manifest.layout != inner.config.layout {
-            return Err(EngineError::Member(format!(
-                "table {} has another SOID layout",
-                manifest.entry.id
-            )));
-        }
         let _one_at_a_time = inner.checkpoint_lock.lock();
-        let id = manifest.entry.id;
-        if self.owned_tables().contains(&id) {
-            return Err(EngineError::Member(format!(
-                "table {id} is already held here"
-            )));
-        }
-        inner.high_water.lock().merge_max(&manifest.high_water);
-        let mut table = load_table(&*inner.store, &manifest.entry)?;
-        let (entry, floor) = match &manifest.replay {
-            None => {
-                let floor = inner.journal.next_lsn();
-                table.last_lsn = floor - 1;
-                (manifest.entry.clone(), floor)
+        let held = self.owned_tables();
+        let mut ids = BTreeSet::new();
+        for man in manifests {
+            let id = man.entry.id;
+            if man.layout != inner.config.layout {
+                return Err(EngineError::Member(format!(
+                    "table {id} has another SOID layout"
+                )));
             }
-            Some(pos) => {
-                let source: Arc<dyn Store> = Arc::new(PrefixStore::read_only(
-                    Arc::clone(&m.shared),
-                    member_prefix(&pos.member),
-                ));
-                let mut high_water = GlobalHighWater::default();
-                let range = table.range;
-                journal::replay(&*source, pos.from, |_, rec| {
-                    let (_, mutations) = decode_tagged_record(rec)?;
-                    for mu in mutations {
-                        match mu.table_key() {
-                            None => {
-                                if let Mutation::HighWater(hw) = &mu {
-                                    high_water.merge_max(hw);
-                                }
-                            }
-                            Some(key) if range.contains(key) => {
-                                table.apply(mu).map_err(|e| e.to_string())?;
-                            }
-                            Some(_) => {}
+            if held.contains(&id) || !ids.insert(id) {
+                return Err(EngineError::Member(format!(
+                    "table {id} is already held here"
+                )));
+            }
+        }
+        let mut tables = Vec::with_capacity(manifests.len());
+        for man in manifests {
+            inner.high_water.lock().merge_max(&man.high_water);
+            tables.push(load_table(&*inner.store, &man.entry)?);
+        }
+        // One pass over each journal replayed from: a record applies to the
+        // table whose range holds its key, from that table's position on.
+        let sources: BTreeSet<&str> = manifests
+            .iter()
+            .filter_map(|man| man.replay.as_ref().map(|p| p.member.as_str()))
+            .collect();
+        for source in sources {
+            let wanted: Vec<(usize, Lsn)> = manifests
+                .iter()
+                .enumerate()
+                .filter_map(|(i, man)| {
+                    let p = man.replay.as_ref()?;
+                    (p.member == source).then_some((i, p.from))
+                })
+                .collect();
+            let from = wanted.iter().map(|(_, f)| *f).min().unwrap_or(1);
+            let store: Arc<dyn Store> = Arc::new(PrefixStore::read_only(
+                Arc::clone(&m.shared),
+                member_prefix(source),
+            ));
+            let mut high_water = GlobalHighWater::default();
+            journal::replay(&*store, from, |lsn, rec| {
+                let (_, mutations) = decode_tagged_record(rec)?;
+                for mu in mutations {
+                    let Some(key) = mu.table_key() else {
+                        if let Mutation::HighWater(hw) = &mu {
+                            high_water.merge_max(hw);
                         }
+                        continue;
+                    };
+                    let target = wanted
+                        .iter()
+                        .find(|(i, f)| lsn >= *f && tables[*i].range.contains(key));
+                    if let Some((i, _)) = target {
+                        tables[*i].apply(mu).map_err(|e| e.to_string())?;
                     }
-                    Ok(())
-                })?;
-                inner.high_water.lock().merge_max(&high_water);
-                // Everything up to now in this journal is "in" the new
-                // snapshot (none of its records touch the table).
-                let lsn = inner.journal.next_lsn() - 1;
-                table.last_lsn = lsn;
-                table.first_dirty_lsn = None;
-                table.dirty_epoch = None;
-                let file =
-                    inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
-                inner
-                    .store
-                    .put_blob(&file, &table.encode_snapshot())
-                    .map_err(inner.io(&file))?;
-                inner
-                    .stats
-                    .snapshots_written
-                    .fetch_add(1, Ordering::Relaxed);
-                table.snapshot_file = Some(file);
-                table.snapshot_lsn = lsn;
-                let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
-                (entry, lsn + 1)
-            }
-        };
-        inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
-        let inodes = table.inode_count() as i64;
-        let range = table.range;
-        m.book.lock().floors.insert(id, floor);
-        if let Err(e) = carve(
-            &mut inner.tables.write(),
-            range,
-            Slot::Loaded(Box::new(table)),
-        ) {
-            m.book.lock().floors.remove(&id);
-            return Err(e);
+                }
+                Ok(())
+            })?;
+            inner.high_water.lock().merge_max(&high_water);
         }
-        inner.note_inode_delta(inodes);
-        forget_derived(inner);
-        let committed = m.manifest(inner, entry, m.here(floor));
-        let change = CatalogChange {
-            put: vec![committed.clone()],
-            remove: Vec::new(),
-        };
-        if let Err(e) = m.catalog.commit(&m.name, change) {
-            take_out(inner, id);
-            m.book.lock().floors.remove(&id);
-            return Err(e.into());
+        let mut added = Vec::with_capacity(manifests.len());
+        for (man, mut table) in manifests.iter().zip(tables) {
+            let (entry, floor) = match &man.replay {
+                None => {
+                    let floor = inner.journal.next_lsn();
+                    table.last_lsn = floor - 1;
+                    (man.entry.clone(), floor)
+                }
+                Some(_) => {
+                    // Replayed from another journal: written as this
+                    // member's snapshot, holding everything up to now of
+                    // this journal (none of whose records touch it).
+                    let lsn = inner.journal.next_lsn() - 1;
+                    table.last_lsn = lsn;
+                    table.first_dirty_lsn = None;
+                    table.dirty_epoch = None;
+                    let file = inner
+                        .snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+                    inner
+                        .store
+                        .put_blob(&file, &table.encode_snapshot())
+                        .map_err(inner.io(&file))?;
+                    inner
+                        .stats
+                        .snapshots_written
+                        .fetch_add(1, Ordering::Relaxed);
+                    table.snapshot_file = Some(file);
+                    table.snapshot_lsn = lsn;
+                    let entry = table.manifest_entry().ok_or(EngineError::Stopped)?;
+                    (entry, lsn + 1)
+                }
+            };
+            inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
+            added.push(install(inner, m, table, entry, floor)?);
         }
-        m.book.lock().committed.insert(
-            id,
-            (committed.entry.file.clone(), floor, committed.entry.range),
-        );
-        Ok(committed)
+        Ok(added)
     }
 
     /// Fencing (member mode): stops serving table `id` at once, writing
@@ -793,6 +928,56 @@ impl Engine {
         let _one_at_a_time = inner.checkpoint_lock.lock();
         revoke(inner, m, id)
     }
+}
+
+/// The end of every ADD: `table` (snapshot `entry`, floor `floor`) goes
+/// into the map in place of foreign placeholders, then its manifest is
+/// committed through the catalogue (undone if that is refused) and
+/// returned.
+fn install(
+    inner: &Inner,
+    m: &MemberRun,
+    table: Table,
+    entry: TableEntry,
+    floor: Lsn,
+) -> Result<TableManifest, EngineError> {
+    let id = table.id;
+    let inodes = table.inode_count() as i64;
+    let range = table.range;
+    m.book.lock().floors.insert(id, floor);
+    if let Err(e) = carve(
+        &mut inner.tables.write(),
+        range,
+        Slot::Loaded(Box::new(table)),
+    ) {
+        m.book.lock().floors.remove(&id);
+        return Err(e);
+    }
+    inner.note_inode_delta(inodes);
+    forget_derived(inner);
+    let committed = m.manifest(inner, entry, m.here(floor));
+    let change = CatalogChange {
+        put: vec![committed.clone()],
+        remove: Vec::new(),
+    };
+    if let Err(e) = m.catalog.commit(&m.name, change) {
+        take_out(inner, id);
+        m.book.lock().floors.remove(&id);
+        return Err(e.into());
+    }
+    m.book.lock().committed.insert(
+        id,
+        (committed.entry.file.clone(), floor, committed.entry.range),
+    );
+    Ok(committed)
+}
+
+/// A member name is one path component of the shared store.
+fn check_member_name(name: &str) -> Result<(), EngineError> {
+    if name.is_empty() || name.contains('/') || name.contains('\0') || name == "." || name == ".." {
+        return Err(EngineError::Member(format!("bad member name {name:?}")));
+    }
+    Ok(())
 }
 
 fn member_of(inner: &Inner) -> Result<&MemberRun, EngineError> {

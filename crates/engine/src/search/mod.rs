@@ -850,6 +850,11 @@ pub(crate) fn run_with(
     if limit == 0 {
         return Ok(s.stats);
     }
+    // Member mode: the scope root must be in one of this member's tables
+    // (tables of other members look empty to a search here).
+    if engine.member_name().is_some() && engine.table_holding(root).is_none() {
+        return Err(FsError::WrongServer { soid: root });
+    }
     // The scope root: its inode, then its canonical path.
     let (_, (root_inode, root_has)) =
         engine.with_table_holding(root, |t| (t.inode(root).cloned(), t.has_entries(root)))?;

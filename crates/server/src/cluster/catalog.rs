@@ -190,6 +190,33 @@ impl TableCatalog for EtcdCatalog {
         })
     }
 
+    /// Read from every `manifest/` key at one revision; a manifest that
+    /// does not decode makes it unknown (an error: the engine then trims
+    /// nothing).
+    fn journal_floor(&self, member: &str) -> Result<Option<u64>, CatalogError> {
+        let cfg = self.etcd.clone();
+        let member = member.to_string();
+        self.run(move |rt, client| {
+            let prefix = cfg.key("manifest/");
+            let resp = rt
+                .block_on(client.get(
+                    prefix,
+                    Some(sextant_coordinator::etcd_client::GetOptions::new().with_prefix()),
+                ))
+                .map_err(unavailable)?;
+            let mut floor: Option<u64> = None;
+            for kv in resp.kvs() {
+                let m = TableManifest::from_bytes(kv.value()).map_err(|e| {
+                    CatalogError::Unavailable(format!("{}: {e}", String::from_utf8_lossy(kv.key())))
+                })?;
+                if let Some(p) = m.replay.filter(|p| p.member == member) {
+                    floor = Some(floor.map_or(p.from, |f| f.min(p.from)));
+                }
+            }
+            Ok(floor)
+        })
+    }
+
     fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
         let state = self.map.borrow().clone();
         let mine: Vec<ClusterTable> = state.owned_by(member).collect();

@@ -62,7 +62,10 @@ impl TableHost for EngineHost {
             return Ok(None);
         }
         let Some(bytes) = manifest else {
-            return Err(format!("table {id} has no manifest in etcd").into());
+            // A table the coordinator made (it has no contents yet).
+            let range = grant.range;
+            engine.add_new_table(id, range)?;
+            return Ok(None);
         };
         let m = TableManifest::from_bytes(bytes)?;
         if m.entry.id != id {
