@@ -1340,3 +1340,153 @@ fn a_killed_program_does_not_wait_for_a_server_that_is_down() {
         eprintln!("{what} gone {:?} after SIGKILL", t.elapsed());
     }
 }
+
+// ---------------------------------------------------------------------------
+// Issue 23: server requests per file of real workloads (the mount's
+// shortcuts), counted from the server's /metrics.
+// ---------------------------------------------------------------------------
+
+mod issue23 {
+    use super::*;
+    use common::spawn_server_env;
+    use std::io::{Read, Write};
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// A mount on a server whose /metrics answer on the returned port.
+    fn mounted_with_metrics() -> (Mounted, u16) {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let metrics = format!("127.0.0.1:{port}");
+        let (server, addr) = spawn_server_env(
+            &data,
+            "127.0.0.1:0",
+            &["--journal-sync", "nosync"],
+            Stdio::inherit(),
+            &[("SEXTANT_METRICS", &metrics)],
+        );
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let m = Mounted {
+            server,
+            addr,
+            dir,
+            mnt,
+        };
+        m.mount();
+        (m, port)
+    }
+
+    /// The server's requests of operation `op` so far (any outcome).
+    fn requests(port: u16, op: &str) -> u64 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let label = format!("op=\"{op}\"");
+        body.lines()
+            .filter(|l| l.starts_with("sextant_requests_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Writes `chunks` separate write(2)s of 4 KiB to a new file `p`.
+    fn write_in_chunks(p: &Path, chunks: usize) {
+        let mut f = std::fs::File::create(p).unwrap();
+        for i in 0..chunks {
+            f.write_all(&[i as u8; 4096]).unwrap();
+        }
+    }
+
+    /// The kernel asks for `security.capability` before each write(2)
+    /// (file_remove_privs): for a file this mount made, the mount answers
+    /// itself (crate sextant-fuse, `nocaps`), instead of one server call
+    /// per write.
+    #[test]
+    fn writes_to_a_new_file_ask_the_server_nothing_about_capabilities() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let before = requests(port, "getxattr");
+        write_in_chunks(&m.p("f"), 8);
+        let after = requests(port, "getxattr");
+        assert_eq!(after - before, 0, "getxattr requests for 8 writes");
+        assert_eq!(std::fs::metadata(m.p("f")).unwrap().len(), 8 * 4096);
+        // A file made elsewhere: the first check asks, the next ones not.
+        m.sextant_ok(&["touch", "/g"]);
+        let before = requests(port, "getxattr");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("g"))
+            .unwrap();
+        for _ in 0..8 {
+            f.write_all(&[1; 4096]).unwrap();
+        }
+        drop(f);
+        let after = requests(port, "getxattr");
+        assert!(after - before <= 1, "{} getxattr requests", after - before);
+    }
+
+    const CAP: &str = "0x0000000200200000000000000000000000000000";
+
+    fn getcap(p: &Path) -> Option<String> {
+        let out = Command::new("getfattr")
+            .args(["-e", "hex", "-n", "security.capability", "--only-values"])
+            .arg(p)
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn setcap(p: &Path) {
+        let st = Command::new("setfattr")
+            .args(["-n", "security.capability", "-v", CAP])
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success(), "setfattr security.capability");
+    }
+
+    /// What the mount knows of "no capability" ends with a capability set
+    /// through this mount or through another client.
+    #[test]
+    fn a_capability_set_here_or_elsewhere_is_seen() {
+        if !fuse_available() || Command::new("setfattr").arg("--version").output().is_err() {
+            return;
+        }
+        let (m, _) = mounted_with_metrics();
+        write_in_chunks(&m.p("here"), 2);
+        assert_eq!(getcap(&m.p("here")), None);
+        setcap(&m.p("here"));
+        assert!(getcap(&m.p("here")).is_some(), "set through this mount");
+
+        write_in_chunks(&m.p("there"), 2);
+        assert_eq!(getcap(&m.p("there")), None);
+        let other = m.dir.path().join("mnt2");
+        std::fs::create_dir(&other).unwrap();
+        m.mount_at(&other, &[]);
+        setcap(&other.join("there"));
+        eventually("the other mount's capability is seen here", || {
+            getcap(&m.p("there")).is_some()
+        });
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&other)
+            .status();
+    }
+}

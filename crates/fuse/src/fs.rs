@@ -46,6 +46,8 @@ pub struct SextantFs {
     /// The file handles open for writing: a size change through one
     /// (`ftruncate`) was permitted at its open (`Client::setattr_with`).
     pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// Files known to have no `security.capability` ([`crate::nocaps`]).
+    pub(crate) no_caps: crate::nocaps::NoCaps,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -807,6 +809,7 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
+            let _caps = (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch));
             let flags = match flags {
                 0 if position == 0 => XattrFlags::Any,
                 libc::XATTR_CREATE => XattrFlags::Create,
@@ -824,7 +827,19 @@ impl Filesystem for SextantFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
         self.run_read(req, reply, async {
             let s = self.soid(ino)?;
-            let v = self.client().getxattr(&self.cred(req), s, name(n)).await?;
+            // The kernel's check before each write (see crate::nocaps).
+            let caps = self.coherent && name(n) == crate::nocaps::NAME;
+            let sent = self.epoch();
+            if caps && self.no_caps.has_none(s, sent) {
+                return Err(Fail(libc::ENODATA));
+            }
+            let v = match self.client().getxattr(&self.cred(req), s, name(n)).await {
+                Err(e) if caps && e.fs() == Some(FsError::NoData) => {
+                    self.no_caps.learned(s, sent, self.epoch());
+                    return Err(e.into());
+                }
+                v => v?,
+            };
             Xattr::fit(v.into_vec(), size)
         })
     }
@@ -848,6 +863,7 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
+            let _caps = (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch));
             let s = self.soid(ino)?;
             Ok(self
                 .client()
@@ -906,6 +922,7 @@ impl Filesystem for SextantFs {
             let exclusive = checked || flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
+            let sent = self.epoch();
             let made = self
                 .client()
                 .create_with_dir(&c, p, name(n), perm, exclusive, want_dir)
@@ -913,6 +930,10 @@ impl Filesystem for SextantFs {
             let a = match made {
                 Ok(made) => {
                     change.end(made.dir);
+                    // New: no xattrs (see crate::nocaps).
+                    if self.coherent {
+                        self.no_caps.learned(made.value.soid, sent, self.epoch());
+                    }
                     made.value
                 }
                 Err(e)

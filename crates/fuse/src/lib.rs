@@ -21,6 +21,8 @@
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's attributes from the replies to this
 //!   mount's own changes, for the GETATTR the kernel sends next.
+//! - [`nocaps`]: files known to have no `security.capability`, for the
+//!   kernel's check before each write.
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
@@ -32,6 +34,7 @@ mod fs;
 pub mod groups;
 pub mod killed;
 pub mod lane;
+pub mod nocaps;
 pub mod nodes;
 pub mod perms;
 mod reply;
@@ -121,6 +124,7 @@ pub fn mount(
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
         write_handles: Default::default(),
+        no_caps: Default::default(),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.
