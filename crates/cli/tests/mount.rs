@@ -1489,4 +1489,33 @@ mod issue23 {
             .arg(&other)
             .status();
     }
+
+    /// tar x sets a file's times, owner and mode while it is still open
+    /// after writing it: the size of the data written goes to the server
+    /// in the first of those requests, not in one of its own.
+    #[test]
+    fn the_written_size_goes_with_the_next_setattr() {
+        if !fuse_available() {
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let (m, port) = mounted_with_metrics();
+        let mut f = std::fs::File::create(m.p("f")).unwrap();
+        f.write_all(&[7; 10000]).unwrap();
+        let before = requests(port, "setattr");
+        f.set_permissions(std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
+        drop(f);
+        let after = requests(port, "setattr");
+        assert_eq!(after - before, 2, "setattr requests for chmod + futimens");
+        let st: serde_json::Value =
+            serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/f"])).unwrap();
+        assert_eq!(st["size"].as_u64(), Some(10000), "{st}");
+        let md = std::fs::metadata(m.p("f")).unwrap();
+        assert_eq!(md.len(), 10000);
+        assert_eq!(md.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(md.mtime(), 1_000_000_000, "the explicit time wins");
+    }
 }

@@ -320,6 +320,28 @@ impl SextantFs {
         }
     }
 
+    /// `set` (no size) as `c`, with the size of the data written since
+    /// the last update, `d`, in the same request: its permission was the
+    /// writer's, checked at its open (as for `ftruncate`), so the size
+    /// goes with `write_handle`. The server applies the size first, so
+    /// explicit times in `set` win, as when sent one after the other. If
+    /// the request fails the size is sent later (flush, release).
+    async fn setattr_folded(&self, c: &Credentials, d: Dirty, set: SetAttr) -> OpResult<Attr> {
+        let folded = SetAttr {
+            size: Some(d.size),
+            ..set
+        };
+        match self.client().setattr_with(c, d.soid, &folded, true).await {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                if e.fs() != Some(FsError::NotFound) {
+                    self.data.restore_dirty(d);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
     /// After the name `victim` was removed or replaced: when that was its
     /// last link, its node id is retired and its data dropped.
     fn unlinked(&self, victim: &Attr) -> OpResult<()> {
@@ -450,8 +472,17 @@ impl Filesystem for SextantFs {
             // ftruncate: permitted at the open of a writable handle.
             let write_handle =
                 size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains(&h.0));
-            // Written data first, so explicit times given now win.
-            self.send_dirty(self.data.take_dirty(soid)).await?;
+            // Written data first, so explicit times given now win: in
+            // this same request when it changes no size itself (one round
+            // trip and one journal sync instead of two), else before it.
+            let dirty = self.data.take_dirty(soid);
+            let fold = match dirty {
+                Some(d) if size.is_none() && !set.is_empty() => Some(d),
+                d => {
+                    self.send_dirty(d).await?;
+                    None
+                }
+            };
             let c = self.cred(req);
             // A file not open here: its size before the truncate tells
             // which bytes of the object are its own (data::Data::truncate).
@@ -461,7 +492,9 @@ impl Filesystem for SextantFs {
                 }
                 _ => None,
             };
-            let a = if set.is_empty() {
+            let a = if let Some(d) = fold {
+                self.setattr_folded(&c, d, set).await?
+            } else if set.is_empty() {
                 self.client().getattr(&c, soid).await?
             } else {
                 self.client()
