@@ -342,6 +342,13 @@ impl SextantFs {
         }
     }
 
+    /// A change of xattr `n` starts: if it is `security.capability`, the
+    /// cache epoch moves now and when the change ends (see
+    /// [`crate::nocaps`]).
+    fn caps_change(&self, n: &OsStr) -> Option<EpochBump<'_>> {
+        (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch))
+    }
+
     /// After the name `victim` was removed or replaced: when that was its
     /// last link, its node id is retired and its data dropped.
     fn unlinked(&self, victim: &Attr) -> OpResult<()> {
@@ -841,8 +848,11 @@ impl Filesystem for SextantFs {
     ) {
         self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
+            if crate::nocaps::unsupported(name(n)) {
+                return Err(Fail(libc::EOPNOTSUPP));
+            }
             let _changing0 = self.dir_change(ino).0;
-            let _caps = (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch));
+            let _caps = self.caps_change(n);
             let flags = match flags {
                 0 if position == 0 => XattrFlags::Any,
                 libc::XATTR_CREATE => XattrFlags::Create,
@@ -860,6 +870,9 @@ impl Filesystem for SextantFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
         self.run_read(req, reply, async {
             let s = self.soid(ino)?;
+            if crate::nocaps::unsupported(name(n)) {
+                return Err(Fail(libc::EOPNOTSUPP));
+            }
             // The kernel's check before each write (see crate::nocaps).
             let caps = self.coherent && name(n) == crate::nocaps::NAME;
             let sent = self.epoch();
@@ -895,8 +908,11 @@ impl Filesystem for SextantFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(req, reply, async {
             // Any kept attributes of the directories it changes are old now.
+            if crate::nocaps::unsupported(name(n)) {
+                return Err(Fail(libc::EOPNOTSUPP));
+            }
             let _changing0 = self.dir_change(ino).0;
-            let _caps = (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch));
+            let _caps = self.caps_change(n);
             let s = self.soid(ino)?;
             Ok(self
                 .client()

@@ -23,6 +23,13 @@
 //! - A local "none" is ENODATA whatever the caller's permissions, as Linux
 //!   gives it: the VFS checks no permission for `security.*` reads.
 //! - Pure bookkeeping: no I/O.
+//!
+//! And names no server keeps ([`unsupported`]): only the `user.`,
+//! `trusted.` and `security.` namespaces are stored, so any other name
+//! (cp -a's `system.posix_acl_access` on every file it copies) is refused
+//! with EOPNOTSUPP by the mount itself, whoever asks: what Linux answers
+//! for a file system without that handler (the VFS checks no permission
+//! for `system.*`).
 
 use parking_lot::Mutex;
 use sextant_types::Soid;
@@ -33,6 +40,15 @@ pub const NAME: &[u8] = b"security.capability";
 
 /// Most files known at once.
 pub const MAX_KEPT: usize = 65536;
+
+/// Is `name` outside the namespaces a server keeps (`user.`, `trusted.`,
+/// `security.`; a bare prefix is the server's EINVAL)? Then any xattr
+/// call on it is EOPNOTSUPP.
+pub fn unsupported(name: &[u8]) -> bool {
+    ![&b"user."[..], b"trusted.", b"security."]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
 
 /// See the module docs.
 #[derive(Default)]
@@ -103,6 +119,17 @@ mod tests {
         n.learned(s(7), 3, 4);
         assert!(!n.has_none(s(7), 4));
         assert!(!n.has_none(s(7), 3));
+    }
+
+    #[test]
+    fn namespaces_no_server_keeps() {
+        assert!(unsupported(b"system.posix_acl_access"));
+        assert!(unsupported(b"system.nfs4_acl"));
+        assert!(unsupported(b"os2.x"));
+        assert!(!unsupported(b"user.x"));
+        assert!(!unsupported(b"user."));
+        assert!(!unsupported(b"trusted.x"));
+        assert!(!unsupported(NAME));
     }
 
     #[test]
