@@ -1543,4 +1543,48 @@ mod issue23 {
         assert_eq!(after - before, 0, "setxattr requests of cp -a");
         assert_eq!(std::fs::read(m.p("copy/b")).unwrap(), b"b");
     }
+
+    /// After a write the kernel drops a file's attributes and asks again
+    /// (GETATTR) before its next chown or stat: the reply to this mount's
+    /// own last change of the file (the size sent at close, a setattr)
+    /// answers it, not a server call.
+    #[test]
+    fn attributes_after_a_write_come_from_the_mounts_own_last_change() {
+        if !fuse_available() {
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let (m, port) = mounted_with_metrics();
+        // tar x: times, owner, mode while open; then a stat.
+        let mut f = std::fs::File::create(m.p("t")).unwrap();
+        f.write_all(&[7; 10000]).unwrap();
+        let before = requests(port, "getattr");
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
+        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        drop(f);
+        let md = std::fs::metadata(m.p("t")).unwrap();
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        assert_eq!((md.len(), md.mtime()), (10000, 1_000_000_000));
+        // git checkout: write, close, lstat.
+        let before = requests(port, "getattr");
+        std::fs::write(m.p("g"), [1; 5000]).unwrap();
+        let md = std::fs::symlink_metadata(m.p("g")).unwrap();
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        assert_eq!(md.len(), 5000);
+        // Link counts stay exact: a link, then the removal of a name.
+        std::fs::hard_link(m.p("g"), m.p("g2")).unwrap();
+        assert_eq!(std::fs::metadata(m.p("g")).unwrap().nlink(), 2);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(m.p("g2"))
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+        std::fs::remove_file(m.p("g")).unwrap();
+        let md = std::fs::metadata(m.p("g2")).unwrap();
+        assert_eq!((md.nlink(), md.len()), (1, 5001));
+    }
 }

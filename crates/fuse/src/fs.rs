@@ -320,6 +320,29 @@ impl SextantFs {
         }
     }
 
+    /// [`SextantFs::send_dirty`] for file `ino`, whose attributes from
+    /// the reply are kept for the kernel's next GETATTR (the write made
+    /// the kernel drop its own; see [`crate::dirattrs`]).
+    async fn send_dirty_of(&self, ino: INodeNo, d: Option<Dirty>) -> OpResult<()> {
+        let Some(d) = d else { return Ok(()) };
+        let (change, _) = self.dir_change(ino);
+        let set = SetAttr {
+            size: Some(d.size),
+            ..Default::default()
+        };
+        match self.client().setattr(&root(), d.soid, &set).await {
+            Ok(a) => {
+                change.end(Some(a));
+                Ok(())
+            }
+            Err(sextant_client::Error::Fs(FsError::NotFound)) => Ok(()),
+            Err(e) => {
+                self.data.restore_dirty(d);
+                Err(e.into())
+            }
+        }
+    }
+
     /// `set` (no size) as `c`, with the size of the data written since
     /// the last update, `d`, in the same request: its permission was the
     /// writer's, checked at its open (as for `ftruncate`), so the size
@@ -353,10 +376,9 @@ impl SextantFs {
     /// last link, its node id is retired and its data dropped.
     fn unlinked(&self, victim: &Attr) -> OpResult<()> {
         let last = victim.ftype == FileType::Directory || victim.nlink <= 1;
-        if victim.ftype == FileType::Directory {
-            if let Some(ino) = self.nodes.find(victim.soid) {
-                self.dir_attrs.forget(ino);
-            }
+        // Its link count changed (a file's kept attributes too).
+        if let Some(ino) = self.nodes.find(victim.soid) {
+            self.dir_attrs.forget(ino);
         }
         if last {
             self.nodes.detach(victim.soid);
@@ -434,10 +456,13 @@ impl Filesystem for SextantFs {
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.run_read(req, reply, async {
             // A directory this mount just changed: the reply told us.
-            if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
-                return Ok(self.attr(&a, ino));
-            }
+            // A file this mount just changed: the reply told us.
             let soid = self.soid(ino)?;
+            if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
+                if a.soid == soid {
+                    return Ok(self.attr(&a, ino));
+                }
+            }
             let a = match self.client().getattr(&self.cred(req), soid).await {
                 Err(e) if e.fs() == Some(FsError::NotFound) => self.data.orphan(soid).ok_or(e)?,
                 r => r?,
@@ -465,8 +490,9 @@ impl Filesystem for SextantFs {
         reply: ReplyAttr,
     ) {
         self.run(req, reply, async {
-            // Any kept attributes of the directories it changes are old now.
-            let _changing0 = self.dir_change(ino).0;
+            // Any kept attributes of it are old now; the reply's are kept
+            // for the kernel's next GETATTR (see crate::dirattrs).
+            let (change, _) = self.dir_change(ino);
             let soid = self.soid(ino)?;
             let set = SetAttr {
                 perm: mode.map(|m| m & 0o7777),
@@ -511,6 +537,7 @@ impl Filesystem for SextantFs {
             if let Some(size) = size {
                 self.data.truncate(soid, before, size)?;
             }
+            change.end(Some(a.clone()));
             Ok(self.attr(&a, ino))
         })
     }
@@ -657,10 +684,13 @@ impl Filesystem for SextantFs {
             // The kernel checked protected_hardlinks; the server checks the
             // rest.
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
+            // The file's link count changes: what is kept of it is old.
+            let (file_change, _) = self.dir_change(ino);
             let a = self
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
                 .await?;
+            file_change.end(Some(a.clone()));
             Ok(self.entry(newparent, newname, &a))
         })
     }
@@ -709,21 +739,21 @@ impl Filesystem for SextantFs {
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty(self.data.take_dirty(soid)).await
+            self.send_dirty_of(ino, self.data.take_dirty(soid)).await
         })
     }
 
     fn release(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -732,14 +762,14 @@ impl Filesystem for SextantFs {
     ) {
         self.write_handles.lock().remove(&fh.0);
         self.run(req, reply, async {
-            self.send_dirty(self.data.release(fh.0)?).await
+            self.send_dirty_of(ino, self.data.release(fh.0)?).await
         })
     }
 
     fn fsync(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
@@ -747,7 +777,7 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty(self.data.take_dirty(soid)).await
+            self.send_dirty_of(ino, self.data.take_dirty(soid)).await
         })
     }
 
