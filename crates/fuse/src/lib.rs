@@ -19,8 +19,8 @@
 //! - [`killed`]: a read whose program was killed is abandoned at once.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
-//! - [`dirattrs`]: a directory's attributes from the replies to this
-//!   mount's own changes, for the GETATTR the kernel sends next.
+//! - [`dirattrs`]: a directory's (or file's) attributes from the replies
+//!   to this mount's own changes, for the GETATTR the kernel sends next.
 //! - [`nocaps`]: files known to have no `security.capability`, for the
 //!   kernel's check before each write.
 //! - [`data`]: object files, open handles, size updates sent to the server.
