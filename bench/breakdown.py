@@ -110,13 +110,19 @@ def top(counts, n, k=6):
     return ", ".join(f"{name} {v / n:.2f}" for name, v in items if v) or "-"
 
 
+def order(r):
+    """local, bindfs, then each Sextant target (builds of it together)."""
+    base = r["target"].split(".")[0]
+    return (TARGETS.index(base) if base in TARGETS else 99, r["target"])
+
+
 def table(runs):
     lines = []
     for w in WORKLOADS + sorted({r["workload"] for r in runs} - set(WORKLOADS)):
         rows = [r for r in runs if r["workload"] == w]
         if not rows:
             continue
-        rows.sort(key=lambda r: TARGETS.index(r["target"]) if r["target"] in TARGETS else 99)
+        rows.sort(key=order)
         base = {r["target"]: r["wall_s"] for r in rows}
         n0 = rows[0]["entries"]
         lines.append(f"\n**{w}** ({int(n0)} entries)\n")

@@ -26,7 +26,9 @@
 # or target/), WORK (${TMPDIR:-/tmp}/sextant-breakdown: scratch, wiped), OUT
 # ($WORK/out unless given), PORT (7461; the metrics port is PORT+1),
 # TTL (the mount's attr/entry timeouts: its defaults when unset),
-# PM_FILES / PM_TX (Postmark: 2000 files, 4000 transactions).
+# PM_FILES / PM_TX (Postmark: 2000 files, 4000 transactions), BUILDS
+# ("NAME=BINARY ...": compare builds in one run; each Sextant target then
+# runs once per build, builds alternating, named TARGET.NAME).
 # Needs root (tracefs, FUSE). Unmounts and stops what it started on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,11 +52,12 @@ if [ ! -d $TRACING/events/fuse/fuse_request_send ]; then
   echo "no fuse:fuse_request_send tracepoint (kernel >= 6.16 needed): FUSE requests not counted" >&2
 fi
 
-if [ -z "${SEXTANT:-}" ]; then
+if [ -z "${SEXTANT:-}" ] && [ -z "${BUILDS:-}" ]; then
   cargo build --release --locked -p sextant-cli >&2
   SEXTANT=${CARGO_TARGET_DIR:-target}/release/sextant
 fi
 
+SEXTANT=${SEXTANT:-}
 rm -rf "$WORK"
 mkdir -p "$WORK"/{local,mnt,bind,bindsrc}
 OUT=${OUT:-$WORK/out}
@@ -97,18 +100,18 @@ if printf '%s\n' "${WHAT[@]}" | grep -qx git; then
 fi
 log "source $SRC: $ENTRIES entries"
 
-# start_sextant DURABILITY: a fresh server (with metrics) and mount.
+# start_sextant DURABILITY NAME BINARY: a fresh server (with metrics) and mount.
 start_sextant() {
   rm -rf "$WORK/data"
-  SEXTANT_METRICS=$METRICS SEXTANT_DURABILITY=$1 "$SEXTANT" serve --data "$WORK/data" \
-    --listen "127.0.0.1:$PORT" --socket "$WORK/sextant.sock" >"$OUT/serve-$1.log" 2>&1 &
+  SEXTANT_METRICS=$METRICS SEXTANT_DURABILITY=$1 "$3" serve --data "$WORK/data" \
+    --listen "127.0.0.1:$PORT" --socket "$WORK/sextant.sock" >"$OUT/serve-$2.log" 2>&1 &
   SERVER_PID=$!
-  for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve-$1.log" && break; sleep 0.1; done
+  for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve-$2.log" && break; sleep 0.1; done
   local ttl=()
   [ -n "${TTL:-}" ] && ttl=(--attr-timeout "$TTL" --entry-timeout "$TTL")
-  "$SEXTANT" --server "127.0.0.1:$PORT" --data "$WORK/data" mount "${ttl[@]}" \
-    --log "$OUT/mount-$1.log" "$WORK/mnt"
-  MOUNT_PID=$(pgrep -f -- "mount .*--log $OUT/mount-$1.log $WORK/mnt" | head -1)
+  "$3" --server "127.0.0.1:$PORT" --data "$WORK/data" mount "${ttl[@]}" \
+    --log "$OUT/mount-$2.log" "$WORK/mnt"
+  MOUNT_PID=$(pgrep -f -- "mount .*--log $OUT/mount-$2.log $WORK/mnt" | head -1)
 }
 
 # proc_snapshot PID FILE: context switches of all threads, and /proc/PID/io.
@@ -176,12 +179,17 @@ run() {
 for target in $TARGETS; do
   case $target in
     journal | logless)
-      start_sextant "$target"
-      log "sextant mount ($target) at $WORK/mnt, mount pid $MOUNT_PID, server pid $SERVER_PID"
-      conn=$(stat -c %d "$WORK/mnt")
-      for w in "${WHAT[@]}"; do run "$target" "$w" "$WORK/mnt" "$conn"; done
-      unmount_all
-      stop_server ;;
+      for w in "${WHAT[@]}"; do
+        for build in ${BUILDS:-=$SEXTANT}; do
+          name=$target${build%%=*}
+          [ -n "${build%%=*}" ] && name=$target.${build%%=*}
+          start_sextant "$target" "$name" "${build#*=}"
+          log "sextant mount ($name, ${build#*=}) at $WORK/mnt, mount pid $MOUNT_PID, server pid $SERVER_PID"
+          run "$name" "$w" "$WORK/mnt" "$(stat -c %d "$WORK/mnt")"
+          unmount_all
+          stop_server
+        done
+      done ;;
     bindfs)
       bindfs --multithreaded "$WORK/bindsrc" "$WORK/bind"
       BINDFS_PID=$(pgrep -f -- "bindfs --multithreaded .* $WORK/bind" | head -1)
