@@ -1587,4 +1587,38 @@ mod issue23 {
         let md = std::fs::metadata(m.p("g2")).unwrap();
         assert_eq!((md.nlink(), md.len()), (1, 5001));
     }
+
+    /// tar x and cp -a into a new directory: the kernel's lookup before
+    /// each create is answered by the mount (it made the directory and
+    /// every name in it), and nothing made here or elsewhere goes unseen.
+    #[test]
+    fn creates_in_a_directory_made_here_look_nothing_up() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        // The watcher's stream is open (its opening forgets everything).
+        assert!(!m.p("warm").exists());
+        m.sextant_ok(&["mkdir", "/warm"]);
+        eventually("the watcher is up", || m.p("warm").exists());
+        std::fs::create_dir(m.p("d")).unwrap();
+        let before = requests(port, "lookup");
+        for i in 0..5 {
+            std::fs::write(m.p(&format!("d/f{i}")), b"x").unwrap();
+        }
+        std::fs::create_dir(m.p("d/sub")).unwrap();
+        std::os::unix::fs::symlink("f0", m.p("d/s")).unwrap();
+        std::fs::hard_link(m.p("d/f0"), m.p("d/h")).unwrap();
+        assert!(!m.p("d/none").exists());
+        assert_eq!(requests(port, "lookup") - before, 0, "lookup requests");
+        // Names made here are found once the kernel has forgotten them.
+        if std::fs::write("/proc/sys/vm/drop_caches", "2").is_ok() {
+            for n in ["f0", "f4", "sub", "s", "h"] {
+                assert!(m.p(&format!("d/{n}")).symlink_metadata().is_ok(), "{n}");
+            }
+        }
+        // A name made elsewhere is seen.
+        m.sextant_ok(&["mkdir", "/d/x"]);
+        eventually("a directory made elsewhere", || m.p("d/x").is_dir());
+    }
 }

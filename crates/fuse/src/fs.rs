@@ -48,6 +48,8 @@ pub struct SextantFs {
     pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
     /// Files known to have no `security.capability` ([`crate::nocaps`]).
     pub(crate) no_caps: crate::nocaps::NoCaps,
+    /// Directories made here and the names put there ([`crate::fresh`]).
+    pub(crate) fresh: crate::fresh::FreshDirs,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -434,6 +436,10 @@ impl SextantFs {
 impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run_read(req, reply, async {
+            // In a directory made here: only the names put there exist.
+            if self.coherent && self.fresh.absent(parent.0, name(n), self.epoch()) {
+                return Ok(self.negative_entry());
+            }
             let found = self
                 .client()
                 .lookup(&self.cred(req), self.soid(parent)?, name(n))
@@ -571,6 +577,7 @@ impl Filesystem for SextantFs {
             };
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
+            self.fresh.naming(parent.0, name(n));
             let a = self
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
@@ -592,12 +599,18 @@ impl Filesystem for SextantFs {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
+            self.fresh.naming(parent.0, name(n));
+            let sent = self.epoch();
             let made = self
                 .client()
                 .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
                 .await?;
             change.end(made.dir);
-            Ok(self.entry(parent, n, &made.value))
+            let e = self.entry(parent, n, &made.value);
+            if self.coherent {
+                self.fresh.made(e.attr.ino.0, sent, self.epoch());
+            }
+            Ok(e)
         })
     }
 
@@ -621,6 +634,7 @@ impl Filesystem for SextantFs {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(parent).0;
             let p = self.soid(parent)?;
+            self.fresh.naming(parent.0, name(link_name));
             let t = target.as_os_str().as_bytes();
             let a = self
                 .client()
@@ -684,6 +698,7 @@ impl Filesystem for SextantFs {
             // The kernel checked protected_hardlinks; the server checks the
             // rest.
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
+            self.fresh.naming(newparent.0, name(newname));
             // The file's link count changes: what is kept of it is old.
             let (file_change, _) = self.dir_change(ino);
             let a = self
@@ -1001,6 +1016,7 @@ impl Filesystem for SextantFs {
             let exclusive = checked || flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
+            self.fresh.naming(parent.0, name(n));
             let sent = self.epoch();
             let made = self
                 .client()

@@ -21,6 +21,8 @@
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's (or file's) attributes from the replies
 //!   to this mount's own changes, for the GETATTR the kernel sends next.
+//! - [`fresh`]: directories this mount made and the names it put there,
+//!   for the failing LOOKUP before each create.
 //! - [`nocaps`]: files known to have no `security.capability`, for the
 //!   kernel's check before each write.
 //! - [`data`]: object files, open handles, size updates sent to the server.
@@ -30,6 +32,7 @@
 pub mod data;
 pub mod dirattrs;
 pub mod dirs;
+pub mod fresh;
 mod fs;
 pub mod groups;
 pub mod killed;
@@ -125,6 +128,7 @@ pub fn mount(
         cache_epoch: Arc::clone(&epoch),
         write_handles: Default::default(),
         no_caps: Default::default(),
+        fresh: Default::default(),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.
