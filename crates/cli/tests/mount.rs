@@ -1384,6 +1384,14 @@ mod issue23 {
         (m, port)
     }
 
+    /// Waits until the mount's watcher has its stream open (its opening
+    /// forgets what the mount keeps, which would make counts vary).
+    fn watcher_up(m: &Mounted) {
+        assert!(!m.p("warm").exists());
+        m.sextant_ok(&["mkdir", "/warm"]);
+        eventually("the watcher is up", || m.p("warm").exists());
+    }
+
     /// The server's requests of operation `op` so far (any outcome).
     fn requests(port: u16, op: &str) -> u64 {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -1555,6 +1563,7 @@ mod issue23 {
         }
         use std::os::unix::fs::PermissionsExt;
         let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
         // tar x: times, owner, mode while open; then a stat.
         let mut f = std::fs::File::create(m.p("t")).unwrap();
         f.write_all(&[7; 10000]).unwrap();
@@ -1597,10 +1606,7 @@ mod issue23 {
             return;
         }
         let (m, port) = mounted_with_metrics();
-        // The watcher's stream is open (its opening forgets everything).
-        assert!(!m.p("warm").exists());
-        m.sextant_ok(&["mkdir", "/warm"]);
-        eventually("the watcher is up", || m.p("warm").exists());
+        watcher_up(&m);
         std::fs::create_dir(m.p("d")).unwrap();
         let before = requests(port, "lookup");
         for i in 0..5 {
