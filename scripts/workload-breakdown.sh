@@ -85,6 +85,7 @@ cleanup() {
   [ -d "$INST" ] && rmdir "$INST" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 log() { echo "[$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)] $*" | tee -a "$OUT/log" >&2; }
 log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r); commit $(git rev-parse --short HEAD); binary $SEXTANT"
@@ -149,18 +150,21 @@ run() {
   proc_snapshot "$MOUNT_PID" "$r/mount0"; proc_snapshot "$SERVER_PID" "$r/server0"
   local t0 t1
   t0=$(date +%s.%N)
+  # A workload that fails is noted (in $r/failed and the log), not fatal.
+  local rc=0
   case $w in
-    tar) tar xf "$WORK/src.tar" -C "$dir" ;;
-    cp) cp -a "$SRC" "$dir/" ;;
-    rsync) rsync -a "$SRC" "$dir/" ;;
-    git) git --git-dir="$GITDIR" --work-tree="$dir" checkout -q -f HEAD -- . ;;
+    tar) tar xf "$WORK/src.tar" -C "$dir" || rc=$? ;;
+    cp) cp -a "$SRC" "$dir/" || rc=$? ;;
+    rsync) rsync -a "$SRC" "$dir/" || rc=$? ;;
+    git) git --git-dir="$GITDIR" --work-tree="$dir" checkout -q -f HEAD -- . || rc=$? ;;
     postmark)
       printf 'set location %s\nset number %s\nset transactions %s\nset seed 42\nrun\nquit\n' \
-        "$dir" "$PM_FILES" "$PM_TX" | postmark >"$r/postmark.txt"
+        "$dir" "$PM_FILES" "$PM_TX" | postmark >"$r/postmark.txt" || rc=$?
       # Per entry = per file Postmark created (initial set + transactions).
       awk '/^Files:/ {f = 1; next} f && / created/ {print $1; exit}' "$r/postmark.txt" >"$r/entries" ;;
   esac
   t1=$(date +%s.%N)
+  [ $rc -eq 0 ] || { echo "$rc" >"$r/failed"; log "$target $w FAILED (exit $rc)"; }
   # RELEASE is sent after close returns: let the last ones arrive.
   sleep 1
   echo "$t0 $t1" | awk '{printf "%.3f\n", $2 - $1}' >"$r/wall"
