@@ -66,6 +66,7 @@ def run(path):
         "workload": workload,
         "entries": entries,
         "wall_s": float(read(os.path.join(path, "wall"), "0").strip() or 0),
+        "failed": os.path.exists(os.path.join(path, "failed")),
     }
     trace = read(os.path.join(path, "trace.txt"))
     ops = Counter(OPCODE.findall(trace))
@@ -138,7 +139,7 @@ def table(runs):
             ratio = f"{r['wall_s'] / local:.1f}×" if local else "-"
             server = r["server_total"] and per(r["server_total"], n) or "-"
             lines.append(
-                f"| {r['target']} | {r['wall_s']:.2f} | {ratio} | "
+                f"| {r['target']}{' (FAILED)' if r['failed'] else ''} | {r['wall_s']:.2f} | {ratio} | "
                 f"{per(r['fuse_total'], n) if r['fuse_total'] else '-'} | {top(r['fuse'], n)} | "
                 f"{server} | {top(r['server'], n, 8)} | "
                 f"{per(r['journal_syncs'], n) if r['server_total'] else '-'} | "
