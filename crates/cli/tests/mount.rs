@@ -1605,7 +1605,7 @@ mod issue23 {
         if !fuse_available() {
             return;
         }
-        let (mut m, port) = mounted_with_metrics();
+        let (m, port) = mounted_with_metrics();
         // Names cached by the kernel for 1 s only: it asks again later.
         m.umount();
         let mnt = m.mnt.clone();
