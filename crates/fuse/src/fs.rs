@@ -461,8 +461,8 @@ impl Filesystem for SextantFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.run_read(req, reply, async {
-            // A directory this mount just changed: the reply told us.
-            // A file this mount just changed: the reply told us.
+            // A directory or file this mount just changed: the reply told
+            // us (see crate::dirattrs).
             let soid = self.soid(ino)?;
             if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
                 if a.soid == soid {
@@ -892,10 +892,11 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
-            // Any kept attributes of the directories it changes are old now.
+            // A namespace no server keeps (see crate::nocaps).
             if crate::nocaps::unsupported(name(n)) {
                 return Err(Fail(libc::EOPNOTSUPP));
             }
+            // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
             let _caps = self.caps_change(n);
             let flags = match flags {
@@ -952,10 +953,11 @@ impl Filesystem for SextantFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(req, reply, async {
-            // Any kept attributes of the directories it changes are old now.
+            // A namespace no server keeps (see crate::nocaps).
             if crate::nocaps::unsupported(name(n)) {
                 return Err(Fail(libc::EOPNOTSUPP));
             }
+            // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
             let _caps = self.caps_change(n);
             let s = self.soid(ino)?;
