@@ -104,6 +104,8 @@ log "source $SRC: $ENTRIES entries"
 # start_sextant DURABILITY NAME BINARY: a fresh server (with metrics) and mount.
 start_sextant() {
   rm -rf "$WORK/data"
+  # Removed first: the wait below must not find the last server's line.
+  rm -f "$OUT/serve-$2.log"
   SEXTANT_METRICS=$METRICS SEXTANT_DURABILITY=$1 "$3" serve --data "$WORK/data" \
     --listen "127.0.0.1:$PORT" --socket "$WORK/sextant.sock" >"$OUT/serve-$2.log" 2>&1 &
   SERVER_PID=$!
