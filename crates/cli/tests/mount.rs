@@ -1650,3 +1650,299 @@ fn an_interrupted_close_keeps_its_size_update() {
         last = m.sextant_ok(&["stat", "--json", "/d/h"]);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Issue 23: server requests per file of real workloads (the mount's
+// shortcuts), counted from the server's /metrics.
+// ---------------------------------------------------------------------------
+
+mod issue23 {
+    use super::*;
+    use common::spawn_server_env;
+    use std::io::{Read, Write};
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// A mount on a server whose /metrics answer on the returned port.
+    fn mounted_with_metrics() -> (Mounted, u16) {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let metrics = format!("127.0.0.1:{port}");
+        let (server, addr) = spawn_server_env(
+            &data,
+            "127.0.0.1:0",
+            &["--journal-sync", "nosync"],
+            Stdio::inherit(),
+            &[("SEXTANT_METRICS", &metrics)],
+        );
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let m = Mounted {
+            server,
+            addr,
+            dir,
+            mnt,
+        };
+        m.mount();
+        (m, port)
+    }
+
+    /// Waits until the mount's watcher has its stream open (its opening
+    /// forgets what the mount keeps, which would make counts vary).
+    fn watcher_up(m: &Mounted) {
+        assert!(!m.p("warm").exists());
+        m.sextant_ok(&["mkdir", "/warm"]);
+        eventually("the watcher is up", || m.p("warm").exists());
+    }
+
+    /// The server's requests of operation `op` so far (any outcome).
+    fn requests(port: u16, op: &str) -> u64 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let label = format!("op=\"{op}\"");
+        body.lines()
+            .filter(|l| l.starts_with("sextant_requests_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Writes `chunks` separate write(2)s of 4 KiB to a new file `p`.
+    fn write_in_chunks(p: &Path, chunks: usize) {
+        let mut f = std::fs::File::create(p).unwrap();
+        for i in 0..chunks {
+            f.write_all(&[i as u8; 4096]).unwrap();
+        }
+    }
+
+    /// The kernel asks for `security.capability` before each write(2)
+    /// (file_remove_privs): for a file this mount made, the mount answers
+    /// itself (crate sextant-fuse, `nocaps`), instead of one server call
+    /// per write.
+    #[test]
+    fn writes_to_a_new_file_ask_the_server_nothing_about_capabilities() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let before = requests(port, "getxattr");
+        write_in_chunks(&m.p("f"), 8);
+        let after = requests(port, "getxattr");
+        // One at most: the watcher's stream may open (a reset, which
+        // forgets what the mount knew) between the create and the writes.
+        assert!(
+            after - before <= 1,
+            "{} getxattr requests for 8 writes",
+            after - before
+        );
+        assert_eq!(std::fs::metadata(m.p("f")).unwrap().len(), 8 * 4096);
+        // A file made elsewhere: the first check asks, the next ones not.
+        m.sextant_ok(&["touch", "/g"]);
+        let before = requests(port, "getxattr");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("g"))
+            .unwrap();
+        for _ in 0..8 {
+            f.write_all(&[1; 4096]).unwrap();
+        }
+        drop(f);
+        let after = requests(port, "getxattr");
+        assert!(after - before <= 1, "{} getxattr requests", after - before);
+    }
+
+    const CAP: &str = "0x0000000200200000000000000000000000000000";
+
+    fn getcap(p: &Path) -> Option<String> {
+        let out = Command::new("getfattr")
+            .args(["-e", "hex", "-n", "security.capability", "--only-values"])
+            .arg(p)
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn setcap(p: &Path) {
+        let st = Command::new("setfattr")
+            .args(["-n", "security.capability", "-v", CAP])
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success(), "setfattr security.capability");
+    }
+
+    /// What the mount knows of "no capability" ends with a capability set
+    /// through this mount or through another client.
+    #[test]
+    fn a_capability_set_here_or_elsewhere_is_seen() {
+        if !fuse_available() || Command::new("setfattr").arg("--version").output().is_err() {
+            return;
+        }
+        let (m, _) = mounted_with_metrics();
+        write_in_chunks(&m.p("here"), 2);
+        assert_eq!(getcap(&m.p("here")), None);
+        setcap(&m.p("here"));
+        assert!(getcap(&m.p("here")).is_some(), "set through this mount");
+
+        write_in_chunks(&m.p("there"), 2);
+        assert_eq!(getcap(&m.p("there")), None);
+        let other = m.dir.path().join("mnt2");
+        std::fs::create_dir(&other).unwrap();
+        m.mount_at(&other, &[]);
+        setcap(&other.join("there"));
+        eventually("the other mount's capability is seen here", || {
+            getcap(&m.p("there")).is_some()
+        });
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&other)
+            .status();
+    }
+
+    /// tar x sets a file's times, owner and mode while it is still open
+    /// after writing it: the size of the data written goes to the server
+    /// in the first of those requests, not in one of its own.
+    #[test]
+    fn the_written_size_goes_with_the_next_setattr() {
+        if !fuse_available() {
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let (m, port) = mounted_with_metrics();
+        let mut f = std::fs::File::create(m.p("f")).unwrap();
+        f.write_all(&[7; 10000]).unwrap();
+        let before = requests(port, "setattr");
+        f.set_permissions(std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
+        drop(f);
+        let after = requests(port, "setattr");
+        assert_eq!(after - before, 2, "setattr requests for chmod + futimens");
+        let st: serde_json::Value =
+            serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/f"])).unwrap();
+        assert_eq!(st["size"].as_u64(), Some(10000), "{st}");
+        let md = std::fs::metadata(m.p("f")).unwrap();
+        assert_eq!(md.len(), 10000);
+        assert_eq!(md.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(md.mtime(), 1_000_000_000, "the explicit time wins");
+    }
+
+    /// cp -a copies each file's POSIX ACL (system.posix_acl_access), a
+    /// namespace no server keeps: the mount refuses it itself.
+    #[test]
+    fn cp_a_asks_the_server_nothing_about_acls() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let src = m.dir.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("a"), b"a").unwrap();
+        std::fs::write(src.join("b"), b"b").unwrap();
+        let before = requests(port, "setxattr");
+        sh(&m.mnt, &format!("cp -a {} copy", src.display()));
+        let after = requests(port, "setxattr");
+        assert_eq!(after - before, 0, "setxattr requests of cp -a");
+        assert_eq!(std::fs::read(m.p("copy/b")).unwrap(), b"b");
+    }
+
+    /// After a write the kernel drops a file's attributes and asks again
+    /// (GETATTR) before its next chown or stat: the reply to this mount's
+    /// own last change of the file (the size sent at close, a setattr)
+    /// answers it, not a server call.
+    #[test]
+    fn attributes_after_a_write_come_from_the_mounts_own_last_change() {
+        if !fuse_available() {
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        // tar x: times, owner, mode while open; then a stat.
+        let mut f = std::fs::File::create(m.p("t")).unwrap();
+        f.write_all(&[7; 10000]).unwrap();
+        let before = requests(port, "getattr");
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
+        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        drop(f);
+        let md = std::fs::metadata(m.p("t")).unwrap();
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        assert_eq!((md.len(), md.mtime()), (10000, 1_000_000_000));
+        // git checkout: write, close, lstat.
+        let before = requests(port, "getattr");
+        std::fs::write(m.p("g"), [1; 5000]).unwrap();
+        let md = std::fs::symlink_metadata(m.p("g")).unwrap();
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        assert_eq!(md.len(), 5000);
+        // Link counts stay exact: a link, then the removal of a name.
+        std::fs::hard_link(m.p("g"), m.p("g2")).unwrap();
+        assert_eq!(std::fs::metadata(m.p("g")).unwrap().nlink(), 2);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(m.p("g2"))
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+        std::fs::remove_file(m.p("g")).unwrap();
+        let md = std::fs::metadata(m.p("g2")).unwrap();
+        assert_eq!((md.nlink(), md.len()), (1, 5001));
+    }
+
+    /// tar x and cp -a into a new directory: the kernel's lookup before
+    /// each create is answered by the mount (it made the directory and
+    /// every name in it), and nothing made here or elsewhere goes unseen.
+    #[test]
+    fn creates_in_a_directory_made_here_look_nothing_up() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        // Names cached by the kernel for 1 s only: it asks again later.
+        m.umount();
+        let mnt = m.mnt.clone();
+        m.mount_at(&mnt, &["--entry-timeout", "1", "--attr-timeout", "1"]);
+        watcher_up(&m);
+        std::fs::create_dir(m.p("d")).unwrap();
+        let before = requests(port, "lookup");
+        for i in 0..5 {
+            std::fs::write(m.p(&format!("d/f{i}")), b"x").unwrap();
+        }
+        std::fs::create_dir(m.p("d/sub")).unwrap();
+        std::os::unix::fs::symlink("f0", m.p("d/s")).unwrap();
+        std::fs::hard_link(m.p("d/f0"), m.p("d/h")).unwrap();
+        assert!(!m.p("d/none").exists());
+        assert_eq!(requests(port, "lookup") - before, 0, "lookup requests");
+        // Names made here are found when the kernel asks again.
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = requests(port, "lookup");
+        for n in ["f0", "f4", "sub", "s", "h"] {
+            assert!(m.p(&format!("d/{n}")).symlink_metadata().is_ok(), "{n}");
+        }
+        assert!(
+            requests(port, "lookup") - before >= 5,
+            "the kernel asked again"
+        );
+        // A name made elsewhere is seen.
+        m.sextant_ok(&["mkdir", "/d/x"]);
+        eventually("a directory made elsewhere", || m.p("d/x").is_dir());
+    }
+}

@@ -1,4 +1,10 @@
-//! Directory attributes learned from this mount's own changes.
+//! Directory (and file) attributes learned from this mount's own changes.
+//!
+//! Files too: a write makes the kernel drop a file's attributes, and its
+//! next chown (set-ID check) or stat asks again; the reply to this
+//! mount's last change of the file (a setattr, the size sent at flush or
+//! release, a link) answers it, under the same rules (`fs` ends a change
+//! of the file's node id with that reply).
 //!
 //! Each create or removal changes its directory's times (and, for
 //! directories, its link count), so the kernel drops the directory's cached

@@ -50,6 +50,10 @@ pub struct SextantFs {
     pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
     /// The requests in flight, for the kernel's interrupts.
     pub(crate) interrupts: Interrupts,
+    /// Files known to have no `security.capability` ([`crate::nocaps`]).
+    pub(crate) no_caps: crate::nocaps::NoCaps,
+    /// Directories made here and the names put there ([`crate::fresh`]).
+    pub(crate) fresh: crate::fresh::FreshDirs,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -394,14 +398,65 @@ impl SextantFs {
         }
     }
 
+    /// [`SextantFs::send_dirty`] for file `ino`, whose attributes from
+    /// the reply are kept for the kernel's next GETATTR (the write made
+    /// the kernel drop its own; see [`crate::dirattrs`]).
+    async fn send_dirty_of(&self, ino: INodeNo, d: Option<Dirty>) -> OpResult<()> {
+        let Some(d) = d else { return Ok(()) };
+        let (change, _) = self.dir_change(ino);
+        let set = SetAttr {
+            size: Some(d.size),
+            ..Default::default()
+        };
+        match self.client().setattr(&root(), d.soid, &set).await {
+            Ok(a) => {
+                change.end(Some(a));
+                Ok(())
+            }
+            Err(sextant_client::Error::Fs(FsError::NotFound)) => Ok(()),
+            Err(e) => {
+                self.data.restore_dirty(d);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// `set` (no size) as `c`, with the size of the data written since
+    /// the last update, `d`, in the same request: its permission was the
+    /// writer's, checked at its open (as for `ftruncate`), so the size
+    /// goes with `write_handle`. The server applies the size first, so
+    /// explicit times in `set` win, as when sent one after the other. If
+    /// the request fails the size is sent later (flush, release).
+    async fn setattr_folded(&self, c: &Credentials, d: Dirty, set: SetAttr) -> OpResult<Attr> {
+        let folded = SetAttr {
+            size: Some(d.size),
+            ..set
+        };
+        match self.client().setattr_with(c, d.soid, &folded, true).await {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                if e.fs() != Some(FsError::NotFound) {
+                    self.data.restore_dirty(d);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A change of xattr `n` starts: if it is `security.capability`, the
+    /// cache epoch moves now and when the change ends (see
+    /// [`crate::nocaps`]).
+    fn caps_change(&self, n: &OsStr) -> Option<EpochBump<'_>> {
+        (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch))
+    }
+
     /// After the name `victim` was removed or replaced: when that was its
     /// last link, its node id is retired and its data dropped.
     fn unlinked(&self, victim: &Attr) -> OpResult<()> {
         let last = victim.ftype == FileType::Directory || victim.nlink <= 1;
-        if victim.ftype == FileType::Directory {
-            if let Some(ino) = self.nodes.find(victim.soid) {
-                self.dir_attrs.forget(ino);
-            }
+        // Its link count changed (a file's kept attributes too).
+        if let Some(ino) = self.nodes.find(victim.soid) {
+            self.dir_attrs.forget(ino);
         }
         if last {
             self.nodes.detach(victim.soid);
@@ -464,6 +519,10 @@ impl Filesystem for SextantFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run_read(req, reply, async {
+            // In a directory made here: only the names put there exist.
+            if self.coherent && self.fresh.absent(parent.0, name(n), self.epoch()) {
+                return Ok(self.negative_entry());
+            }
             let found = self
                 .client()
                 .lookup(&self.cred(req), self.soid(parent)?, name(n))
@@ -485,11 +544,14 @@ impl Filesystem for SextantFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.run_read(req, reply, async {
-            // A directory this mount just changed: the reply told us.
-            if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
-                return Ok(self.attr(&a, ino));
-            }
+            // A directory or file this mount just changed: the reply told
+            // us (see crate::dirattrs).
             let soid = self.soid(ino)?;
+            if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
+                if a.soid == soid {
+                    return Ok(self.attr(&a, ino));
+                }
+            }
             let a = match self.client().getattr(&self.cred(req), soid).await {
                 Err(e) if e.fs() == Some(FsError::NotFound) => self.data.orphan(soid).ok_or(e)?,
                 r => r?,
@@ -517,8 +579,9 @@ impl Filesystem for SextantFs {
         reply: ReplyAttr,
     ) {
         self.run(req, reply, async {
-            // Any kept attributes of the directories it changes are old now.
-            let _changing0 = self.dir_change(ino).0;
+            // Any kept attributes of it are old now; the reply's are kept
+            // for the kernel's next GETATTR (see crate::dirattrs).
+            let (change, _) = self.dir_change(ino);
             let soid = self.soid(ino)?;
             let set = SetAttr {
                 perm: mode.map(|m| m & 0o7777),
@@ -531,8 +594,17 @@ impl Filesystem for SextantFs {
             // ftruncate: permitted at the open of a writable handle.
             let write_handle =
                 size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains(&h.0));
-            // Written data first, so explicit times given now win.
-            self.send_dirty(self.data.take_dirty(soid)).await?;
+            // Written data first, so explicit times given now win: in
+            // this same request when it changes no size itself (one round
+            // trip and one journal sync instead of two), else before it.
+            let dirty = self.data.take_dirty(soid);
+            let fold = match dirty {
+                Some(d) if size.is_none() && !set.is_empty() => Some(d),
+                d => {
+                    self.send_dirty(d).await?;
+                    None
+                }
+            };
             let c = self.cred(req);
             // A file not open here: its size before the truncate tells
             // which bytes of the object are its own (data::Data::truncate).
@@ -542,7 +614,9 @@ impl Filesystem for SextantFs {
                 }
                 _ => None,
             };
-            let a = if set.is_empty() {
+            let a = if let Some(d) = fold {
+                self.setattr_folded(&c, d, set).await?
+            } else if set.is_empty() {
                 self.client().getattr(&c, soid).await?
             } else {
                 self.client()
@@ -552,6 +626,7 @@ impl Filesystem for SextantFs {
             if let Some(size) = size {
                 self.data.truncate(soid, before, size)?;
             }
+            change.end(Some(a.clone()));
             Ok(self.attr(&a, ino))
         })
     }
@@ -585,6 +660,7 @@ impl Filesystem for SextantFs {
             };
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
+            self.fresh.naming(parent.0, name(n));
             let a = self
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
@@ -606,12 +682,18 @@ impl Filesystem for SextantFs {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
+            self.fresh.naming(parent.0, name(n));
+            let sent = self.epoch();
             let made = self
                 .client()
                 .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
                 .await?;
             change.end(made.dir);
-            Ok(self.entry(parent, n, &made.value))
+            let e = self.entry(parent, n, &made.value);
+            if self.coherent {
+                self.fresh.made(e.attr.ino.0, sent, self.epoch());
+            }
+            Ok(e)
         })
     }
 
@@ -635,6 +717,7 @@ impl Filesystem for SextantFs {
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(parent).0;
             let p = self.soid(parent)?;
+            self.fresh.naming(parent.0, name(link_name));
             let t = target.as_os_str().as_bytes();
             let a = self
                 .client()
@@ -698,10 +781,14 @@ impl Filesystem for SextantFs {
             // The kernel checked protected_hardlinks; the server checks the
             // rest.
             let (s, np) = (self.soid(ino)?, self.soid(newparent)?);
+            self.fresh.naming(newparent.0, name(newname));
+            // The file's link count changes: what is kept of it is old.
+            let (file_change, _) = self.dir_change(ino);
             let a = self
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
                 .await?;
+            file_change.end(Some(a.clone()));
             Ok(self.entry(newparent, newname, &a))
         })
     }
@@ -750,21 +837,21 @@ impl Filesystem for SextantFs {
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty(self.data.take_dirty(soid)).await
+            self.send_dirty_of(ino, self.data.take_dirty(soid)).await
         })
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -775,14 +862,14 @@ impl Filesystem for SextantFs {
         // Not abandoned: the handle is gone once `Data::release` ran, so
         // an update not sent would be lost.
         self.run_whole(reply, async {
-            self.send_dirty(self.data.release(fh.0)?).await
+            self.send_dirty_of(ino, self.data.release(fh.0)?).await
         })
     }
 
     fn fsync(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
@@ -790,7 +877,7 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty(self.data.take_dirty(soid)).await
+            self.send_dirty_of(ino, self.data.take_dirty(soid)).await
         })
     }
 
@@ -890,8 +977,13 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
+            // A namespace no server keeps (see crate::nocaps).
+            if crate::nocaps::unsupported(name(n)) {
+                return Err(Fail(libc::EOPNOTSUPP));
+            }
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
+            let _caps = self.caps_change(n);
             let flags = match flags {
                 0 if position == 0 => XattrFlags::Any,
                 libc::XATTR_CREATE => XattrFlags::Create,
@@ -909,7 +1001,22 @@ impl Filesystem for SextantFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
         self.run_read(req, reply, async {
             let s = self.soid(ino)?;
-            let v = self.client().getxattr(&self.cred(req), s, name(n)).await?;
+            if crate::nocaps::unsupported(name(n)) {
+                return Err(Fail(libc::EOPNOTSUPP));
+            }
+            // The kernel's check before each write (see crate::nocaps).
+            let caps = self.coherent && name(n) == crate::nocaps::NAME;
+            let sent = self.epoch();
+            if caps && self.no_caps.has_none(s, sent) {
+                return Err(Fail(libc::ENODATA));
+            }
+            let v = match self.client().getxattr(&self.cred(req), s, name(n)).await {
+                Err(e) if caps && e.fs() == Some(FsError::NoData) => {
+                    self.no_caps.learned(s, sent, self.epoch());
+                    return Err(e.into());
+                }
+                v => v?,
+            };
             Xattr::fit(v.into_vec(), size)
         })
     }
@@ -931,8 +1038,13 @@ impl Filesystem for SextantFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         self.run(req, reply, async {
+            // A namespace no server keeps (see crate::nocaps).
+            if crate::nocaps::unsupported(name(n)) {
+                return Err(Fail(libc::EOPNOTSUPP));
+            }
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
+            let _caps = self.caps_change(n);
             let s = self.soid(ino)?;
             Ok(self
                 .client()
@@ -991,6 +1103,8 @@ impl Filesystem for SextantFs {
             let exclusive = checked || flags & libc::O_EXCL != 0;
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
+            self.fresh.naming(parent.0, name(n));
+            let sent = self.epoch();
             let made = self
                 .client()
                 .create_with_dir(&c, p, name(n), perm, exclusive, want_dir)
@@ -998,6 +1112,10 @@ impl Filesystem for SextantFs {
             let a = match made {
                 Ok(made) => {
                     change.end(made.dir);
+                    // New: no xattrs (see crate::nocaps).
+                    if self.coherent {
+                        self.no_caps.learned(made.value.soid, sent, self.epoch());
+                    }
                     made.value
                 }
                 Err(e)

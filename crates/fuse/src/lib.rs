@@ -23,8 +23,12 @@
 //!   to read its interrupt.
 //! - `watch`: drops the kernel's cached names and attributes when another
 //!   client changes them (so long cache timeouts stay exact).
-//! - [`dirattrs`]: a directory's attributes from the replies to this
-//!   mount's own changes, for the GETATTR the kernel sends next.
+//! - [`dirattrs`]: a directory's (or file's) attributes from the replies
+//!   to this mount's own changes, for the GETATTR the kernel sends next.
+//! - [`fresh`]: directories this mount made and the names it put there,
+//!   for the failing LOOKUP before each create.
+//! - [`nocaps`]: files known to have no `security.capability`, for the
+//!   kernel's check before each write.
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
@@ -32,11 +36,13 @@
 pub mod data;
 pub mod dirattrs;
 pub mod dirs;
+pub mod fresh;
 mod fs;
 pub mod groups;
 pub mod interrupts;
 pub mod killed;
 pub mod lane;
+pub mod nocaps;
 pub mod nodes;
 pub mod perms;
 mod reply;
@@ -127,6 +133,8 @@ pub fn mount(
         cache_epoch: Arc::clone(&epoch),
         write_handles: Default::default(),
         interrupts: Default::default(),
+        no_caps: Default::default(),
+        fresh: Default::default(),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.

@@ -218,6 +218,9 @@ pub(crate) fn run(
                     }
                     Err(e) => {
                         tracing::info!(error = %e, "the change stream broke; reopening it");
+                        // What the mount keeps of the server's state is
+                        // good only while changes are being watched.
+                        epoch.fetch_add(1, Ordering::AcqRel);
                         sweeping.abort();
                         break;
                     }

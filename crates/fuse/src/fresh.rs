@@ -1,0 +1,138 @@
+//! Directories this mount made, and every name it has put in them since:
+//! a lookup of any other name there is "no such name" without a server
+//! call.
+//!
+//! Before each create the kernel looks the new name up (a LOOKUP that
+//! fails): for tar x or cp -a into a new tree, one failing server call per
+//! entry (docs/BENCHMARKS.md, issue 23). A directory made by this mount
+//! starts empty, and while no other client changes anything every name in
+//! it came from this mount.
+//!
+//! Invariants (the epoch rules of [`crate::dirattrs`]):
+//! - A directory is known only within the cache epoch of its mkdir: the
+//!   watcher moves the epoch before it applies any other client's change,
+//!   and a rename of this mount moves it too (it may bring names in).
+//!   A mkdir whose request saw the epoch move teaches nothing.
+//! - Every name this mount may add to a known directory (create, mknod,
+//!   mkdir, symlink, link) is recorded before its request is sent; a name
+//!   recorded is never answered from here (removals are not tracked: the
+//!   server answers those names).
+//! - Only when the kernel's caches are coherent (the watcher runs).
+//! - Bounded: at most [`MAX_DIRS`] directories and [`MAX_NAMES`] names
+//!   each; past that a directory (or all) is forgotten.
+//! - Pure bookkeeping: no I/O.
+
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+
+/// Most directories known at once.
+pub const MAX_DIRS: usize = 4096;
+/// Most names recorded in one directory.
+pub const MAX_NAMES: usize = 65536;
+
+struct Dir {
+    epoch: u64,
+    names: HashSet<Box<[u8]>>,
+}
+
+/// See the module docs.
+#[derive(Default)]
+pub struct FreshDirs {
+    dirs: Mutex<HashMap<u64, Dir>>,
+}
+
+impl FreshDirs {
+    /// Directory `ino` was made by a mkdir sent at epoch `sent`; `now` is
+    /// the epoch when its reply came.
+    pub fn made(&self, ino: u64, sent: u64, now: u64) {
+        if sent != now {
+            return;
+        }
+        let mut dirs = self.dirs.lock();
+        if dirs.len() >= MAX_DIRS {
+            dirs.clear();
+        }
+        dirs.insert(
+            ino,
+            Dir {
+                epoch: now,
+                names: HashSet::new(),
+            },
+        );
+    }
+
+    /// `name` may exist in `dir` from now on (called before the request
+    /// that may make it is sent).
+    pub fn naming(&self, dir: u64, name: &[u8]) {
+        let mut dirs = self.dirs.lock();
+        if let Some(d) = dirs.get_mut(&dir) {
+            if d.names.len() >= MAX_NAMES {
+                dirs.remove(&dir);
+            } else {
+                d.names.insert(Box::from(name));
+            }
+        }
+    }
+
+    /// Is `name` known not to exist in `dir` at epoch `now`?
+    pub fn absent(&self, dir: u64, name: &[u8], now: u64) -> bool {
+        let mut dirs = self.dirs.lock();
+        match dirs.get(&dir) {
+            Some(d) if d.epoch == now => !d.names.contains(name),
+            Some(_) => {
+                dirs.remove(&dir);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Directories known (for tests).
+    pub fn len(&self) -> usize {
+        self.dirs.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_made_here_are_never_answered_absent() {
+        let f = FreshDirs::default();
+        f.made(9, 1, 1);
+        assert!(f.absent(9, b"a", 1));
+        f.naming(9, b"a");
+        assert!(!f.absent(9, b"a", 1));
+        assert!(f.absent(9, b"b", 1));
+        assert!(!f.absent(8, b"b", 1), "a directory not made here");
+    }
+
+    #[test]
+    fn only_within_the_epoch_of_the_mkdir() {
+        let f = FreshDirs::default();
+        f.made(9, 1, 2);
+        assert!(!f.absent(9, b"a", 2), "the epoch moved during the mkdir");
+        f.made(9, 2, 2);
+        assert!(!f.absent(9, b"a", 3), "the epoch moved after");
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn bounded() {
+        let f = FreshDirs::default();
+        for i in 0..(MAX_DIRS as u64 + 10) {
+            f.made(i, 1, 1);
+        }
+        assert!(f.len() <= MAX_DIRS);
+        f.made(1, 1, 1);
+        for i in 0..(MAX_NAMES + 1) {
+            f.naming(1, format!("{i}").as_bytes());
+        }
+        assert!(!f.absent(1, b"x", 1), "too many names: forgotten");
+    }
+}
