@@ -940,6 +940,14 @@ impl Client {
                 _ = stopping.wait_for(|stop| *stop) => return Err(failure),
             }
             backoff = (backoff * 2).min(Duration::from_millis(500));
+            if matches!(failure, Error::Unavailable { .. }) && link.addr != self.inner.home.addr {
+                // A table's owner that does not answer may be dead: ask the
+                // server this client came to where its tables are now (a
+                // failover gives them to a live server).
+                if let Err(Error::Auth) = self.refresh_routes(&self.inner.home).await {
+                    return Err(Error::Auth);
+                }
+            }
         }
     }
 

@@ -95,6 +95,7 @@ pub fn run(
         on_listening(addr, socket_file.as_ref().map(|f| f.0.as_path()));
         let coordination: Arc<dyn Coordination> = Arc::clone(&node) as Arc<dyn Coordination>;
         let placement = Arc::new(placement::ClusterPlacement::new(coordination));
+        tokio::spawn(report(Arc::clone(&node)));
         let draining = Arc::clone(&node);
         let name = cluster.name.clone();
         let shutdown = async move {
@@ -136,6 +137,41 @@ pub fn run(
 
 fn etcd_of(node: &EtcdCluster) -> EtcdConfig {
     node.etcd().clone()
+}
+
+/// The cluster's gauges on /metrics, every second: tables served here,
+/// the lease timer's margin (R1 stops acknowledgements at 0), whether this
+/// server coordinates, the map's revision, and changes of owner seen.
+async fn report(node: Arc<EtcdCluster>) {
+    let mut seen: Option<std::collections::BTreeMap<u32, String>> = None;
+    loop {
+        let state = node.delegation_map().current();
+        metrics::gauge!("sextant_cluster_tables_served").set(node.tables().len() as f64);
+        metrics::gauge!("sextant_cluster_tables").set(state.tables.len() as f64);
+        metrics::gauge!("sextant_lease_margin_seconds")
+            .set(node.lease_remaining().as_secs_f64().min(1e6));
+        metrics::gauge!("sextant_cluster_coordinator").set(f64::from(u8::from(
+            state
+                .coordinator
+                .as_ref()
+                .is_some_and(|(c, _)| c == node.name()),
+        )));
+        metrics::gauge!("sextant_cluster_map_revision").set(state.revision as f64);
+        let owners: std::collections::BTreeMap<u32, String> = state
+            .owners
+            .iter()
+            .map(|(t, o)| (t.0, o.server.clone()))
+            .collect();
+        if let Some(before) = &seen {
+            let moved = owners
+                .iter()
+                .filter(|(t, o)| before.get(t).is_some_and(|b| b != *o))
+                .count();
+            metrics::counter!("sextant_cluster_owner_changes_total").increment(moved as u64);
+        }
+        seen = Some(owners);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Joins the cluster and opens the engine on the shared store.

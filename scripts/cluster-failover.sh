@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Failover time of a cluster: etcd and two `sextant serve` processes on
+# this machine; the owner of the root table is killed with SIGKILL and the
+# time until the survivor answers `sextant ls /` for it is measured.
+# Rounds alternate the lease TTL (2 s and 6 s, the default) so both are
+# measured in the same run. Prints one line per round and the medians.
+#
+#   scripts/cluster-failover.sh [ROUNDS]    (default 5 per TTL)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-5}
+# SEXTANT_BIN: a binary already built (default: a release build).
+if [ -z "${SEXTANT_BIN:-}" ]; then
+  cargo build --release --locked -q -p sextant-cli
+fi
+BIN=${SEXTANT_BIN:-$PWD/target/release/sextant}
+command -v etcd >/dev/null || { echo "needs etcd (scripts/ensure-deps.sh installs it)" >&2; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/sextant-failover.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+now() { python3 -c 'import time;print(time.monotonic())'; }
+
+round() {  # $1 = TTL
+  local ttl=$1 dir; dir=$(mktemp -d "$work/r.XXXX")
+  local c p; c=$(free_port); p=$(free_port)
+  etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$c" \
+    --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "t=http://127.0.0.1:$p" \
+    >"$dir/etcd.log" 2>&1 &
+  local etcd_pid=$!; pids+=("$etcd_pid")
+  until (echo > "/dev/tcp/127.0.0.1/$c") 2>/dev/null; do sleep 0.05; done
+  declare -A pid addr
+  for n in a b; do
+    SEXTANT_METRICS=off SEXTANT_LEASE_TTL=${ttl}s "$BIN" serve --data "$dir/$n" --listen 127.0.0.1:0 \
+      --etcd "http://127.0.0.1:$c" --name "$n" --cluster-store "$dir/store" --socket off \
+      >"$dir/$n.out" 2>"$dir/$n.log" &
+    pid[$n]=$!; pids+=("${pid[$n]}")
+    until grep -q "listening on" "$dir/$n.out" 2>/dev/null; do sleep 0.05; done
+    addr[$n]=$(sed -n 's/listening on //p' "$dir/$n.out")
+    # The first server makes the root table before the second starts.
+    until "$BIN" --server "${addr[a]}" --data "$dir/a" ls / >/dev/null 2>&1; do sleep 0.05; done
+  done
+  "$BIN" --server "${addr[b]}" --data "$dir/a" mkdir /acked >/dev/null
+  local t0; t0=$(now)
+  kill -9 "${pid[a]}"
+  until "$BIN" --server "${addr[b]}" --data "$dir/a" ls / 2>/dev/null | grep -q acked; do sleep 0.02; done
+  local t1; t1=$(now)
+  python3 -c "print(f'ttl {$ttl} s: served again after {($t1-$t0):.2f} s')"
+  kill "${pid[b]}" "$etcd_pid" 2>/dev/null || true
+  wait "${pid[b]}" "$etcd_pid" 2>/dev/null || true
+}
+
+for i in $(seq "$ROUNDS"); do
+  for ttl in 2 6; do round "$ttl"; done
+done | tee "$work/out.txt"
+python3 - "$work/out.txt" <<'PY'
+import re, statistics, sys
+by = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"ttl (\d+) s: served again after ([\d.]+) s", line)
+    if m: by.setdefault(int(m[1]), []).append(float(m[2]))
+for ttl, v in sorted(by.items()):
+    print(f"TTL {ttl} s: median {statistics.median(v):.2f} s, max {max(v):.2f} s over {len(v)} rounds (target <= TTL + 2 s = {ttl+2} s)")
+PY
