@@ -401,6 +401,8 @@ impl SextantFs {
     /// [`SextantFs::send_dirty`] for file `ino`, whose attributes from
     /// the reply are kept for the kernel's next GETATTR (the write made
     /// the kernel drop its own; see [`crate::dirattrs`]).
+    /// Put back if the request fails or is abandoned (an interrupted
+    /// flush), as [`SextantFs::send_dirty`] does.
     async fn send_dirty_of(&self, ino: INodeNo, d: Option<Dirty>) -> OpResult<()> {
         let Some(d) = d else { return Ok(()) };
         let (change, _) = self.dir_change(ino);
@@ -408,16 +410,21 @@ impl SextantFs {
             size: Some(d.size),
             ..Default::default()
         };
+        let unsent = Unsent {
+            data: &self.data,
+            dirty: Some(d),
+        };
         match self.client().setattr(&root(), d.soid, &set).await {
             Ok(a) => {
+                unsent.sent();
                 change.end(Some(a));
                 Ok(())
             }
-            Err(sextant_client::Error::Fs(FsError::NotFound)) => Ok(()),
-            Err(e) => {
-                self.data.restore_dirty(d);
-                Err(e.into())
+            Err(sextant_client::Error::Fs(FsError::NotFound)) => {
+                unsent.sent();
+                Ok(())
             }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -432,11 +439,19 @@ impl SextantFs {
             size: Some(d.size),
             ..set
         };
+        // Put back if the request fails or is abandoned (interrupted).
+        let unsent = Unsent {
+            data: &self.data,
+            dirty: Some(d),
+        };
         match self.client().setattr_with(c, d.soid, &folded, true).await {
-            Ok(a) => Ok(a),
+            Ok(a) => {
+                unsent.sent();
+                Ok(a)
+            }
             Err(e) => {
-                if e.fs() != Some(FsError::NotFound) {
-                    self.data.restore_dirty(d);
+                if e.fs() == Some(FsError::NotFound) {
+                    unsent.sent();
                 }
                 Err(e.into())
             }
