@@ -81,7 +81,9 @@ pub fn run(
         let host = cluster.advertise.trim_end_matches(":0");
         cluster.advertise = format!("{host}:{}", addr.port());
     }
-    let (engine, node) = rt.block_on(join(&config, &cluster, &etcd))?;
+    // `catalog_map` feeds the engine's catalogue its fences: it lives as
+    // long as the engine (dropped after the close below).
+    let (engine, node, catalog_map) = rt.block_on(join(&config, &cluster, &etcd))?;
     let result = rt.block_on(async {
         if let Some(addr) = &config.metrics {
             crate::start_metrics(addr, &engine);
@@ -126,6 +128,7 @@ pub fn run(
     tracing::info!("writing tables back");
     let closed = engine.close().context("closing the engine");
     rt.block_on(leave(node));
+    drop(catalog_map);
     rt.shutdown_timeout(Duration::from_secs(1));
     let result = result.and(closed);
     match &result {
@@ -179,7 +182,7 @@ async fn join(
     config: &ServerConfig,
     cluster: &ClusterSettings,
     etcd: &EtcdConfig,
-) -> Result<(Engine, Arc<EtcdCluster>)> {
+) -> Result<(Engine, Arc<EtcdCluster>, DelegationMap)> {
     let name = cluster.name.clone();
     let map = retry_etcd("read the delegation map", || {
         DelegationMap::start(etcd.clone())
@@ -225,7 +228,7 @@ async fn join(
         name: name.clone(),
         catalog: catalog as Arc<dyn sextant_engine::TableCatalog>,
     };
-    // Keep the map the catalogue fences with alive as long as the engine.
+    // The map goes into the opening task and comes back with the engine.
     let engine = tokio::task::spawn_blocking(move || {
         let e = Engine::open_member_dir(&store, engine_config, member);
         (e, map)
@@ -239,12 +242,9 @@ async fn join(
             cluster.store.display()
         )
     })?;
-    // The map's task must outlive the engine's catalogue: leak it into the
-    // process's life (one per server process).
-    std::mem::forget(map);
     host.set_engine(engine.clone());
     tracing::info!(tables = engine.owned_tables().len(), "engine open");
-    Ok((engine, Arc::new(node)))
+    Ok((engine, Arc::new(node), map))
 }
 
 /// Retries an etcd call that fails because etcd is not up yet (a server
