@@ -437,6 +437,30 @@ fn tables_split_and_spread_over_the_servers() {
     wait_for("every inode counted once", Duration::from_secs(30), || {
         inodes(&status_of()) == 1 + 12 + 72
     });
+    // Paths with `..` and symlinks, resolved across the servers' tables
+    // (walked name by name where one server cannot finish them).
+    sextant_ok(&a_addr, &secret, &["ln", "-s", "/d5", "/d0/to-d5"]);
+    sextant_ok(&a_addr, &secret, &["ln", "-s", "../d6", "/d1/up-d6"]);
+    for addr in [&a_addr, &b_addr] {
+        for (path, first) in [
+            ("/d3/../d4", "f0"),
+            ("/d0/to-d5", "f0"),
+            ("/d1/up-d6/", "f0"),
+            ("/d0/to-d5/../d7", "f0"),
+        ] {
+            let listing = sextant_ok(addr, &secret, &["ls", path]);
+            assert_eq!(
+                listing.split_whitespace().next(),
+                Some(first),
+                "{path} at {addr}: {listing}"
+            );
+            assert_eq!(
+                listing.split_whitespace().count(),
+                6,
+                "{path} at {addr}: {listing}"
+            );
+        }
+    }
     // New names once the tables are spread: the ones that work, and the
     // EXDEV ones (the known gap, reported, not hidden).
     let (mut ok, mut exdev) = (0, 0);

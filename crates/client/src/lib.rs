@@ -1010,8 +1010,9 @@ impl Client {
 
     /// [`Client::resolve`] one name at a time, each lookup going to the
     /// server of its directory — the engine's `resolve_path`, step by step
-    /// (search permission checked by each lookup; `.`/`..` by the
-    /// directory's own entries).
+    /// (search permission checked by each lookup, and for `.` and `..`;
+    /// `..` is the directory walked before, the root's own parent the
+    /// root).
     async fn resolve_by_names(
         &self,
         cred: &Credentials,
@@ -1030,11 +1031,25 @@ impl Client {
         };
         let mut pending = split(path);
         let mut cur = self.getattr(cred, Soid::ROOT).await?;
+        // The directories walked from the root (or from an absolute
+        // symlink's target), so that `..` is the physical parent.
+        let mut walked: Vec<Attr> = Vec::new();
         let mut follows = 0;
         while let Some(comp) = pending.pop() {
             let is_last = pending.is_empty();
             if cur.ftype != FileType::Directory {
                 return Err(FsError::NotDir.into());
+            }
+            if comp == b"." || comp == b".." {
+                // Search permission on the directory, as for any name.
+                self.access(cred, cur.soid, 1).await?;
+                if comp == b".." {
+                    // The root's parent is the root.
+                    if let Some(parent) = walked.pop() {
+                        cur = parent;
+                    }
+                }
+                continue;
             }
             let attr = self.lookup(cred, cur.soid, &comp).await?;
             if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
@@ -1049,11 +1064,12 @@ impl Client {
                 }
                 if target.starts_with(b"/") {
                     cur = self.getattr(cred, Soid::ROOT).await?;
+                    walked.clear();
                 }
                 pending.extend(split(&target));
                 continue;
             }
-            cur = attr;
+            walked.push(std::mem::replace(&mut cur, attr));
         }
         if must_be_dir && cur.ftype != FileType::Directory {
             return Err(FsError::NotDir.into());
