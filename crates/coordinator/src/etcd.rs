@@ -42,11 +42,18 @@ impl EtcdConfig {
     }
 }
 
+/// How often an idle connection is pinged. etcd refuses clients that ping
+/// more often than its `--grpc-keepalive-min-time` (5 s by default): it
+/// ends their connection (GOAWAY "too many pings"), which broke every
+/// watch about every 8 s at a 2 s interval. A dead connection under a
+/// call is noticed by the call's own timeout in any case.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(6);
+
 /// Connects with HTTP/2 keep-alive (a dead connection is noticed) and a
 /// timeout on every call (a paused etcd answers nothing).
 pub async fn connect(cfg: &EtcdConfig) -> Result<Client, CoordError> {
     let options = ConnectOptions::new()
-        .with_keep_alive(Duration::from_secs(2), cfg.request_timeout)
+        .with_keep_alive(KEEP_ALIVE_INTERVAL, cfg.request_timeout)
         .with_keep_alive_while_idle(true)
         .with_connect_timeout(cfg.request_timeout)
         .with_timeout(cfg.request_timeout);
