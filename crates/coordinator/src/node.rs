@@ -146,6 +146,13 @@ impl EtcdCluster {
             .is_some();
         if !emptied {
             tracing::warn!(name = %self.name, "leaving with tables still owned (no server took them in time)");
+        } else {
+            // The map says the tables are others'; the shell finishes its
+            // handovers (the host forgets each table, then its grant goes).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while !self.ownership.tables().is_empty() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         let lease = self.membership.lease();
         let (etcd, name) = (self.etcd.clone(), self.name.clone());

@@ -575,6 +575,13 @@ async fn handover(
         ]);
     let mut client = inner.client.clone();
     let result = bounded(cfg, client.txn(txn)).await;
+    // Handed over (or reassigned meanwhile): the host forgets the table
+    // *before* its grant goes, so that a server with no grants left holds
+    // nothing either (what a leaving server waits for).
+    if result.is_ok() {
+        let i = Arc::clone(inner);
+        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
+    }
     let forget = {
         let mut st = inner.lock();
         st.busy.remove(&table);
@@ -591,7 +598,8 @@ async fn handover(
                     st.grants.remove(&table);
                     st.dropped.remove(&table);
                 }
-                true
+                // Forgotten above.
+                false
             }
             Err(e) => {
                 // Unknown: the table stays dropping (no acknowledgement)
