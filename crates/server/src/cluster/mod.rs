@@ -97,7 +97,9 @@ pub fn run(
         on_listening(addr, socket_file.as_ref().map(|f| f.0.as_path()));
         let coordination: Arc<dyn Coordination> = Arc::clone(&node) as Arc<dyn Coordination>;
         let placement = Arc::new(placement::ClusterPlacement::new(coordination));
-        tokio::spawn(report(Arc::clone(&node)));
+        // Stopped when serving ends: it holds the shell, which `leave`
+        // needs back whole.
+        let reporter = tokio::spawn(report(Arc::clone(&node)));
         let draining = Arc::clone(&node);
         let name = cluster.name.clone();
         let shutdown = async move {
@@ -122,6 +124,8 @@ pub fn run(
             shutdown,
         )
         .await;
+        reporter.abort();
+        let _ = reporter.await;
         drop(socket_file);
         served
     });
