@@ -41,18 +41,7 @@ pub fn load_or_create(data: &Path) -> Result<String> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .context("cannot read /dev/urandom")?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    // Per process: servers of a cluster may create the shared secret at
-    // the same moment.
-    let tmp = data.join(format!(".secret.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(format!("{hex}\n").as_bytes())?;
-    f.sync_all()?;
+    let tmp = write_private_tmp(data, &hex)?;
     // A concurrent first start must not end with two secrets: link fails
     // if another process won.
     match std::fs::hard_link(&tmp, &file) {
@@ -72,7 +61,15 @@ pub fn adopt(data: &Path, secret: &str) -> Result<()> {
     if read(&file).is_ok_and(|s| s == secret) {
         return Ok(());
     }
-    let tmp = data.join(format!(".secret.{}.tmp", std::process::id()));
+    let tmp = write_private_tmp(data, secret)?;
+    std::fs::rename(&tmp, &file).with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// Writes `secret` to a new file of mode 0600 in `dir`, synced; its name is
+/// per process (servers of a cluster may create the shared secret at the
+/// same moment). The caller links or renames it into place.
+fn write_private_tmp(dir: &Path, secret: &str) -> Result<PathBuf> {
+    let tmp = dir.join(format!(".secret.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -82,7 +79,7 @@ pub fn adopt(data: &Path, secret: &str) -> Result<()> {
         .with_context(|| format!("cannot create {}", tmp.display()))?;
     f.write_all(format!("{secret}\n").as_bytes())?;
     f.sync_all()?;
-    std::fs::rename(&tmp, &file).with_context(|| format!("cannot write {}", file.display()))
+    Ok(tmp)
 }
 
 /// Constant-time comparison.
@@ -96,6 +93,22 @@ pub fn equal(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_secret_is_adopted_private_and_replaces_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = load_or_create(dir.path()).unwrap();
+        adopt(dir.path(), "cluster-secret").unwrap();
+        assert_eq!(read(&path(dir.path())).unwrap(), "cluster-secret");
+        assert_ne!(own, "cluster-secret");
+        let mode = std::fs::metadata(path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        adopt(dir.path(), "cluster-secret").unwrap();
+        assert_eq!(load_or_create(dir.path()).unwrap(), "cluster-secret");
+    }
 
     #[test]
     fn created_once_private_and_stable() {
