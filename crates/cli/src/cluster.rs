@@ -700,17 +700,12 @@ async fn resolve_path(
         .map(|m| m.address.clone())
         .context("the cluster has no members")?;
     let client = connect_admin(data, &address).await?;
-    // Name by name: each lookup goes to the server of its directory.
-    let root = sextant_types::Credentials::root();
-    let mut soid = sextant_types::Soid::ROOT;
-    for name in path.split('/').filter(|n| !n.is_empty() && *n != ".") {
-        soid = client
-            .lookup(&root, soid, name.as_bytes())
-            .await
-            .with_context(|| format!("cannot look up {name:?} in {path}"))?
-            .soid;
-    }
-    Ok(soid)
+    // Client::resolve walks the path name by name where it crosses servers.
+    let attr = client
+        .resolve(&sextant_types::Credentials::root(), path.as_bytes(), true)
+        .await
+        .with_context(|| format!("cannot look up {path}"))?;
+    Ok(attr.soid)
 }
 
 async fn drain(cfg: &EtcdConfig, server: &str, undo: bool, json: bool) -> Result<()> {

@@ -203,6 +203,22 @@ fn cluster_up_serves_one_namespace_from_several_processes() {
     );
 }
 
+/// `sextant cluster status --json` of the cluster on `etcd`, with the
+/// secret in `secret_dir`.
+fn status_on(etcd: &str, secret_dir: &Path) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["--json", "cluster", "status", "--etcd", etcd])
+        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cluster status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// etcd for one test.
 struct Etcd {
     child: KillOnDrop,
@@ -265,27 +281,6 @@ fn serve_with(dir: &Path, etcd: &str, name: &str, more: &[&str]) -> (Child, Stri
     (child, addr)
 }
 
-#[allow(dead_code)]
-fn serve_old(dir: &Path, etcd: &str, name: &str) -> (Child, String) {
-    let (child, addr) = common::spawn_server_env(
-        &dir.join(name),
-        "127.0.0.1:0",
-        &[
-            "--journal-sync",
-            "fsync",
-            "--etcd",
-            etcd,
-            "--name",
-            name,
-            "--cluster-store",
-            dir.join("store").to_str().unwrap(),
-        ],
-        Stdio::inherit(),
-        &[("SEXTANT_LEASE_TTL", "2s")],
-    );
-    (child, addr)
-}
-
 #[test]
 fn a_killed_server_loses_nothing_it_acknowledged() {
     if !have_etcd() {
@@ -298,19 +293,7 @@ fn a_killed_server_loses_nothing_it_acknowledged() {
     let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
     let _b = KillOnDrop(b);
     let secret = dir.path().join("a");
-    let status_of = || {
-        let out = Command::new(BIN)
-            .args(["--json", "cluster", "status", "--etcd", &etcd.url])
-            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-    };
+    let status_of = || status_on(&etcd.url, &secret);
     wait_for("the root table assigned", Duration::from_secs(30), || {
         tables_by_server(&status_of()).iter().any(|t| t.1 > 0)
     });
@@ -367,19 +350,7 @@ fn tables_split_and_spread_over_the_servers() {
     let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
-    let status_of = || {
-        let out = Command::new(BIN)
-            .args(["--json", "cluster", "status", "--etcd", &etcd.url])
-            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-    };
+    let status_of = || status_on(&etcd.url, &secret);
     wait_for("the root table assigned", Duration::from_secs(30), || {
         tables_by_server(&status_of()).iter().any(|t| t.1 > 0)
     });

@@ -269,7 +269,6 @@ pub fn run(
     on_listening: impl FnOnce(SocketAddr, Option<&std::path::Path>),
 ) -> Result<()> {
     if let Some(c) = config.cluster.clone() {
-        cluster::check(&config)?;
         return cluster::run(config, c, on_listening);
     }
     std::fs::create_dir_all(&config.data)

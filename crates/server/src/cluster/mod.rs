@@ -28,7 +28,7 @@ pub mod placement;
 
 use crate::config::{ClusterSettings, ServerConfig};
 use crate::{local_socket, secret, serve, Listeners, ServeOptions};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sextant_coordinator::{
     ClusterConfig, CoordError, Coordination, DelegationMap, EtcdCluster, EtcdConfig,
     MembershipConfig,
@@ -104,7 +104,7 @@ pub fn run(
         let name = cluster.name.clone();
         let shutdown = async move {
             signalled.await;
-            drain(&draining, &name, &etcd_of(&draining)).await;
+            drain(&draining, &name, draining.etcd()).await;
         };
         let served = serve(
             Listeners {
@@ -140,10 +140,6 @@ pub fn run(
         Err(e) => tracing::error!(error = %format!("{e:#}"), "stopped after an error"),
     }
     result
-}
-
-fn etcd_of(node: &EtcdCluster) -> EtcdConfig {
-    node.etcd().clone()
 }
 
 /// The cluster's gauges on /metrics, every second: tables served here,
@@ -326,12 +322,4 @@ async fn leave(node: Arc<EtcdCluster>) {
             }
         }
     }
-}
-
-/// Refuses settings a cluster server cannot run with.
-pub fn check(config: &ServerConfig) -> Result<()> {
-    if config.logless.is_some() {
-        bail!("log-less durability is not available on a cluster yet: use --durability journal");
-    }
-    Ok(())
 }
