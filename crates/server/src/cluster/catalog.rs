@@ -114,6 +114,36 @@ impl EtcdCatalog {
             .map_err(|_| unavailable("etcd could not be reached"))?
     }
 
+    /// Every table's manifest, read with one prefix get (one revision).
+    fn manifests(&self) -> Result<Vec<(ClusterTable, TableManifest)>, CatalogError> {
+        let cfg = self.etcd.clone();
+        self.run(move |rt, client| {
+            let prefix = cfg.key("manifest/");
+            let resp = rt
+                .block_on(client.get(
+                    prefix.clone(),
+                    Some(sextant_coordinator::etcd_client::GetOptions::new().with_prefix()),
+                ))
+                .map_err(unavailable)?;
+            let mut out = Vec::new();
+            for kv in resp.kvs() {
+                let key = String::from_utf8_lossy(kv.key());
+                let table =
+                    key.strip_prefix(&cfg.prefix)
+                        .map(keys::parse_key)
+                        .and_then(|k| match k {
+                            keys::Key::Manifest(t) => Some(t),
+                            _ => None,
+                        });
+                let Some(table) = table else { continue };
+                let m = TableManifest::from_bytes(kv.value())
+                    .map_err(|e| CatalogError::Unavailable(format!("{key}: {e}")))?;
+                out.push((table, m));
+            }
+            Ok(out)
+        })
+    }
+
     /// What etcd's transaction needs for `change`, from the map as seen
     /// now: the owner revision of every touched table this server owns.
     fn plan(&self, change: &CatalogChange) -> Result<TablesChange, CatalogError> {
@@ -190,52 +220,28 @@ impl TableCatalog for EtcdCatalog {
         })
     }
 
-    /// Read from every `manifest/` key at one revision; a manifest that
-    /// does not decode makes it unknown (an error: the engine then trims
-    /// nothing).
+    /// Every table's lowest replay position into `member`'s journal, from
+    /// all `manifest/` keys at one revision; a manifest that does not
+    /// decode makes it unknown (an error: the engine then trims nothing).
     fn journal_floor(&self, member: &str) -> Result<Option<u64>, CatalogError> {
-        let cfg = self.etcd.clone();
-        let member = member.to_string();
-        self.run(move |rt, client| {
-            let prefix = cfg.key("manifest/");
-            let resp = rt
-                .block_on(client.get(
-                    prefix,
-                    Some(sextant_coordinator::etcd_client::GetOptions::new().with_prefix()),
-                ))
-                .map_err(unavailable)?;
-            let mut floor: Option<u64> = None;
-            for kv in resp.kvs() {
-                let m = TableManifest::from_bytes(kv.value()).map_err(|e| {
-                    CatalogError::Unavailable(format!("{}: {e}", String::from_utf8_lossy(kv.key())))
-                })?;
-                if let Some(p) = m.replay.filter(|p| p.member == member) {
-                    floor = Some(floor.map_or(p.from, |f| f.min(p.from)));
-                }
-            }
-            Ok(floor)
-        })
+        Ok(self
+            .manifests()?
+            .into_iter()
+            .filter_map(|(_, m)| m.replay.filter(|p| p.member == member))
+            .map(|p| p.from)
+            .min())
     }
 
     fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
         let state = self.map.borrow().clone();
-        let mine: Vec<ClusterTable> = state.owned_by(member).collect();
-        let cfg = self.etcd.clone();
-        self.run(move |rt, client| {
-            let mut out = Vec::new();
-            for t in mine {
-                let key = cfg.key(&keys::manifest_key(t));
-                let resp = rt.block_on(client.get(key, None)).map_err(unavailable)?;
-                let Some(kv) = resp.kvs().first() else {
-                    // Assigned but never written (a table the coordinator
-                    // made): nothing to load.
-                    continue;
-                };
-                let m = TableManifest::from_bytes(kv.value())
-                    .map_err(|e| CatalogError::Unavailable(format!("table {}: {e}", t.0)))?;
-                out.push(m);
-            }
-            Ok(out)
-        })
+        let mine: std::collections::BTreeSet<ClusterTable> = state.owned_by(member).collect();
+        // A table assigned but never written (one the coordinator made)
+        // has no manifest: nothing to load.
+        Ok(self
+            .manifests()?
+            .into_iter()
+            .filter(|(t, _)| mine.contains(t))
+            .map(|(_, m)| m)
+            .collect())
     }
 }
