@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-deps.sh
+# A clean clone builds once: incremental caches would only cost disk
+# (they doubled target/ on CI's machine).
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
