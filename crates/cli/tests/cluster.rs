@@ -259,6 +259,16 @@ fn serve(dir: &Path, etcd: &str, name: &str) -> (Child, String) {
 }
 
 fn serve_with(dir: &Path, etcd: &str, name: &str, more: &[&str]) -> (Child, String) {
+    serve_env(dir, etcd, name, more, &[])
+}
+
+fn serve_env(
+    dir: &Path,
+    etcd: &str,
+    name: &str,
+    more: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let mut args = vec![
         "--journal-sync",
         "fsync",
@@ -276,9 +286,80 @@ fn serve_with(dir: &Path, etcd: &str, name: &str, more: &[&str]) -> (Child, Stri
         "127.0.0.1:0",
         &args,
         Stdio::inherit(),
-        &[("SEXTANT_LEASE_TTL", "2s")],
+        &[&[("SEXTANT_LEASE_TTL", "2s")], env].concat(),
     );
     (child, addr)
+}
+
+/// Starts servers a and b and makes sure a holds the root table.
+fn two_servers_a_holding_the_root(
+    dir: &Path,
+    etcd: &str,
+    a_env: &[(&str, &str)],
+) -> (KillOnDrop, KillOnDrop, String, PathBuf) {
+    let (a, _) = serve_env(dir, etcd, "a", &[], a_env);
+    let a = KillOnDrop(a);
+    let (b, b_addr) = serve(dir, etcd, "b");
+    let b = KillOnDrop(b);
+    let secret = dir.join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(etcd, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    if tables_by_server(&status_on(etcd, &secret))
+        .iter()
+        .any(|t| t.0 == "b" && t.1 > 0)
+    {
+        let out = Command::new(BIN)
+            .args(["cluster", "move", "0", "a", "--etcd", etcd])
+            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (a, b, b_addr, secret)
+}
+
+/// Exactly-once across a failover: server a commits a mutation and dies
+/// before it answers (a test-only fault point); the client's retry
+/// reaches b once b took a's tables, and b answers it from the reply the
+/// table carried over (the replayed journal record's tag) instead of
+/// running it again — which would fail the `mkdir` with "File exists".
+#[test]
+fn a_retry_after_failover_is_answered_not_run_again() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let (mut a, _b, b_addr, secret) = two_servers_a_holding_the_root(
+        dir.path(),
+        &etcd.url,
+        &[("SEXTANT_FAULT", "exit-after-commit:2")],
+    );
+    sextant_ok(&b_addr, &secret, &["mkdir", "/d"]);
+    // The second mutation on a: committed, then a exits unanswered.
+    let out = sextant(&b_addr, &secret, &["mkdir", "/e"]);
+    assert!(
+        out.status.success(),
+        "the retry after failover must be answered with the first reply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        a.0.wait().unwrap().code(),
+        Some(86),
+        "a died at the fault point"
+    );
+    let listing = sextant_ok(&b_addr, &secret, &["ls", "/"]);
+    let mut names: Vec<&str> = listing.split_whitespace().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["d", "e"]);
+    drop(etcd.child);
 }
 
 #[test]

@@ -35,7 +35,9 @@ use crate::manifest::{Manifest, TableEntry, MANIFEST_NAME};
 use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
 use crate::perm::check_access;
 use crate::record::{decode_tagged_record, Mutation};
-use crate::requests::{AsReply, Ledger, Recovered, RequestId, RequestTag, LEDGER_NAME};
+use crate::requests::{
+    AsReply, CarriedSink, Ledger, Recovered, RequestId, RequestTag, LEDGER_NAME,
+};
 use crate::soid::{GlobalHighWater, LayoutError, SoidLayout};
 use crate::stop::{Cause, StopState};
 use crate::store::{LocalDirStore, Store};
@@ -331,8 +333,12 @@ pub(crate) struct Inner {
     /// Committed client requests ([`crate::requests`]); written with every
     /// checkpoint, before the manifest.
     pub(crate) requests: Mutex<Ledger>,
-    /// What recovery found about client requests, until the server takes it.
+    /// What recovery found about client requests, until the server takes
+    /// it; also what added tables carried while no sink was set.
     recovered: Mutex<Option<Recovered>>,
+    /// Where the replies carried by tables this member adds go (the
+    /// server's exactly-once table), before the table serves.
+    carried_sink: Mutex<Option<CarriedSink>>,
     /// Member mode (`None`: a single server owning every table).
     pub(crate) member: Option<member::MemberRun>,
 }
@@ -1318,6 +1324,7 @@ impl Engine {
             summed: Mutex::new(None),
             requests: Mutex::new(ledger),
             recovered: Mutex::new(Some(recovered)),
+            carried_sink: Mutex::new(None),
             member: None,
         });
         inner.split_oversized();
@@ -1668,6 +1675,37 @@ impl Engine {
     /// What recovery found about client requests (once; `None` after).
     pub fn take_recovered_requests(&self) -> Option<Recovered> {
         self.inner.recovered.lock().take()
+    }
+
+    /// Member mode: from now on, the replies carried by every table this
+    /// member adds go to `sink` before the table serves (see
+    /// `table::carried`). What arrived before, and what recovery found
+    /// and was not taken yet, goes to it at once.
+    pub fn set_carried_sink(&self, sink: CarriedSink) {
+        let mut slot = self.inner.carried_sink.lock();
+        if let Some(pending) = self.inner.recovered.lock().take() {
+            sink(pending);
+        }
+        *slot = Some(sink);
+    }
+
+    /// Hands replies carried by an added table to the sink, or keeps them
+    /// for it.
+    pub(crate) fn deliver_carried(inner: &Inner, found: Recovered) {
+        if found.replies.is_empty() && found.floors.is_empty() && found.gone.is_empty() {
+            return;
+        }
+        let slot = inner.carried_sink.lock();
+        match &*slot {
+            Some(sink) => sink(found),
+            None => {
+                let mut pending = inner.recovered.lock();
+                match &mut *pending {
+                    Some(p) => p.absorb(found),
+                    None => *pending = Some(found),
+                }
+            }
+        }
     }
 
     // ---- durability -----------------------------------------------------

@@ -232,7 +232,17 @@ pub struct Recovered {
     pub replies: Vec<RequestTag>,
 }
 
+/// Where [`crate::Engine::set_carried_sink`] sends what added tables carry.
+pub type CarriedSink = Box<dyn Fn(Recovered) + Send + Sync>;
+
 impl Recovered {
+    /// Adds what `other` found.
+    pub fn absorb(&mut self, other: Recovered) {
+        self.floors.extend(other.floors);
+        self.gone.extend(other.gone);
+        self.replies.extend(other.replies);
+    }
+
     pub(crate) fn from_ledger(ledger: &Ledger, replies: Vec<RequestTag>) -> Recovered {
         let mut r = Recovered {
             replies,

@@ -37,12 +37,15 @@
 //!   `snapshot_lsn` is still in the journal;
 //! - a table holds no I/O handle: the engine reads and writes snapshots.
 
+pub mod carried;
 pub mod exits;
 mod slab;
 mod snapshot;
 pub mod summary;
 
-pub use snapshot::{decode_snapshot, encode_snapshot, Snapshot, SnapshotBody};
+pub use snapshot::{
+    decode_snapshot, encode_snapshot, encode_snapshot_carrying, Snapshot, SnapshotBody,
+};
 
 use crate::index::TableIndex;
 use crate::inode::{Dentry, Inode, Name};
@@ -130,6 +133,9 @@ pub struct Table {
     /// The search index: K-D tree and Bloom filters as of the last rebuild,
     /// plus the rows changed since.
     pub index: TableIndex,
+    /// Replies of recent client mutations on this table, which move with
+    /// it (member engines only; see [`carried`]).
+    pub carried: carried::CarriedReplies,
 }
 
 /// Why a table cannot be built from a list of inodes and entries.
@@ -166,6 +172,7 @@ impl Table {
             snapshot_file: None,
             next_split_check: 0,
             index: TableIndex::default(),
+            carried: carried::CarriedReplies::default(),
         }
     }
 
@@ -733,6 +740,7 @@ impl Table {
         upper.snapshot_lsn = 0;
         upper.first_dirty_lsn = self.first_dirty_lsn;
         upper.dirty_epoch = self.dirty_epoch;
+        upper.carried = self.carried.clone();
         self.snapshot_file = None;
         upper
     }
@@ -768,6 +776,7 @@ impl Table {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.carried.absorb(std::mem::take(&mut upper.carried));
         self.snapshot_file = None;
     }
 
@@ -802,7 +811,13 @@ impl Table {
             inodes: self.inodes().map(|(s, i)| (s, i.clone())).collect(),
             dentries: self.dentries().collect(),
         };
-        encode_snapshot(self.id, self.range, self.last_lsn, &body)
+        encode_snapshot_carrying(
+            self.id,
+            self.range,
+            self.last_lsn,
+            &body,
+            &self.carried.to_wire(),
+        )
     }
 
     /// Builds a table from a decoded snapshot.
@@ -810,6 +825,7 @@ impl Table {
         let mut t = Table::build(snap.id, snap.range, snap.body.inodes, snap.body.dentries)?;
         t.last_lsn = snap.lsn;
         t.snapshot_lsn = snap.lsn;
+        t.carried = carried::CarriedReplies::from_wire(snap.carried);
         Ok(t)
     }
 

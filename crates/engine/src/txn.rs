@@ -336,6 +336,12 @@ impl<'m> Txn<'m> {
                 (lsn, Some(redo))
             }
         };
+        // A member engine's tables carry the replies of the mutations that
+        // touched them to their next owner (see `table::carried`).
+        let carry = tag
+            .as_ref()
+            .filter(|_| self.inner.member.is_some() && self.inner.logless.is_none())
+            .map(|t| (t, crate::table::carried::unix_now()));
         let mut touched: Vec<Soid> = Vec::new();
         let mut inode_delta = 0i64;
         let mut directory_changed = false;
@@ -372,6 +378,9 @@ impl<'m> Txn<'m> {
             table.mark_applied(lsn, epoch);
             if !touched.contains(&start) {
                 touched.push(start);
+                if let Some((tag, now)) = carry {
+                    table.carried.note(tag, now);
+                }
             }
         }
         self.inner.note_inode_delta(inode_delta);

@@ -20,7 +20,10 @@ use sextant_engine::record::{
 use sextant_engine::requests::{Ledger, Reply, RequestId, RequestTag};
 use sextant_engine::soid::{DirExtents, GlobalHighWater, SoidLayout};
 use sextant_engine::store::{MemStore, Store};
-use sextant_engine::table::{decode_snapshot, encode_snapshot, SnapshotBody, Table};
+use sextant_engine::table::carried::{CarriedClient, CarriedReply};
+use sextant_engine::table::{
+    decode_snapshot, encode_snapshot, encode_snapshot_carrying, SnapshotBody, Table,
+};
 use sextant_types::{FileType, Nanos, Soid, SoidRange};
 
 const CASES: u32 = 512;
@@ -233,8 +236,35 @@ fn snapshot_parts() -> impl Strategy<Value = (u64, SoidRange, Lsn, SnapshotBody)
         })
 }
 
+/// The replies a table carries (version-2 snapshots).
+fn carried() -> impl Strategy<Value = Vec<CarriedClient>> {
+    vec(
+        (
+            any::<u64>(),
+            0u64..20,
+            vec((0u64..40, any::<u64>(), any::<u64>()), 0..4),
+        )
+            .prop_map(|(client, floor, replies)| CarriedClient {
+                client,
+                floor,
+                replies: replies
+                    .into_iter()
+                    .map(|(seq, digest, noted_at)| CarriedReply {
+                        seq,
+                        digest,
+                        reply: Reply::Done,
+                        noted_at,
+                    })
+                    .collect(),
+            }),
+        0..3,
+    )
+}
+
 fn snapshot_bytes() -> impl Strategy<Value = Vec<u8>> {
-    snapshot_parts().prop_map(|(id, range, lsn, body)| encode_snapshot(id, range, lsn, &body))
+    (snapshot_parts(), carried()).prop_map(|((id, range, lsn, body), carried)| {
+        encode_snapshot_carrying(id, range, lsn, &body, &carried)
+    })
 }
 
 fn bloom() -> impl Strategy<Value = BloomFilter> {
@@ -537,9 +567,10 @@ fn drive_record(b: &[u8]) {
 
 fn drive_snapshot(b: &[u8]) {
     if let Ok(s) = decode_snapshot(b) {
-        let enc = encode_snapshot(s.id, s.range, s.lsn, &s.body);
+        let enc = encode_snapshot_carrying(s.id, s.range, s.lsn, &s.body, &s.carried);
         let again = decode_snapshot(&enc).expect("re-encoded snapshot");
         assert_eq!((again.id, again.range, again.lsn), (s.id, s.range, s.lsn));
+        assert_eq!(again.carried, s.carried);
         assert_eq!(again.body.inodes, s.body.inodes);
         assert_eq!(again.body.dentries, s.body.dentries);
         if let Ok(t) = Table::from_snapshot(s) {
@@ -756,11 +787,11 @@ proptest! {
     }
 
     #[test]
-    fn mutated_snapshot(b in snapshot_bytes(), e in edits(), reseal in 0u8..3) {
+    fn mutated_snapshot(b in snapshot_bytes(), e in edits(), reseal in 0u8..3, v2: bool) {
         let mut b = b;
         apply_edits(&mut b, &e);
         if reseal > 0 && b.len() >= 68 {
-            b[..8].copy_from_slice(b"SXTSNAP1");
+            b[..8].copy_from_slice(if v2 { b"SXTSNAP2" } else { b"SXTSNAP1" });
             if reseal == 2 {
                 let body_len = (b.len() - 68) as u64;
                 b[56..64].copy_from_slice(&body_len.to_le_bytes());
@@ -824,9 +855,11 @@ proptest! {
     }
 
     #[test]
-    fn snapshot_round_trip((id, range, lsn, body) in snapshot_parts()) {
-        let s = decode_snapshot(&encode_snapshot(id, range, lsn, &body)).unwrap();
+    fn snapshot_round_trip((id, range, lsn, body) in snapshot_parts(), carried in carried()) {
+        let s = decode_snapshot(&encode_snapshot_carrying(id, range, lsn, &body, &carried))
+            .unwrap();
         prop_assert_eq!((s.id, s.range, s.lsn), (id, range, lsn));
+        prop_assert_eq!(&s.carried, &carried);
         prop_assert_eq!(&s.body.inodes, &body.inodes);
         prop_assert_eq!(&s.body.dentries, &body.dentries);
     }

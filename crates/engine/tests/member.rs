@@ -810,3 +810,107 @@ fn measure_member_mode() {
         median(clean_ms)
     );
 }
+
+/// Collects what [`Engine::set_carried_sink`] delivers.
+fn carried_into(e: &Engine) -> Arc<parking_lot::Mutex<Vec<sextant_engine::requests::RequestTag>>> {
+    let got = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let into = Arc::clone(&got);
+    e.set_carried_sink(Box::new(move |found| into.lock().extend(found.replies)));
+    got
+}
+
+fn request(client: u64, seq: u64) -> sextant_engine::requests::RequestId {
+    sextant_engine::requests::RequestId {
+        client,
+        seq,
+        acked_below: 1,
+        digest: 1000 + seq,
+    }
+}
+
+/// Exactly-once follows the table: a client's mutation acknowledged by
+/// the old owner (its reply perhaps lost) is known to the new owner, by
+/// a planned move (the snapshot carries it) and by failover (the dead
+/// owner's journal record carries it). Without the carried replies the
+/// new owner would run the retry again (`EEXIST`).
+#[test]
+fn the_replies_of_a_tables_mutations_move_with_it() {
+    use sextant_engine::requests::Reply;
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let got_b = carried_into(&b);
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    let tagged = a.for_request(request(77, 5));
+    let made = tagged
+        .create(&root, d.soid, b"once", 0o644, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    // Planned move: DROP writes the snapshot with the reply in it.
+    let dropped = a.drop_table(t).unwrap();
+    assert!(catalog.assign(t, "b"));
+    b.add_table(&TableManifest::from_bytes(&dropped.to_bytes()).unwrap())
+        .unwrap();
+    let seen: Vec<_> = got_b
+        .lock()
+        .iter()
+        .filter(|g| g.id.client == 77)
+        .cloned()
+        .collect();
+    assert_eq!(seen.len(), 1, "the move carried the reply: {seen:?}");
+    assert_eq!(seen[0].id.seq, 5);
+    assert_eq!(seen[0].id.digest, 1005);
+    assert_eq!(seen[0].reply, Reply::Attr(made.clone()));
+
+    // Failover: b acknowledges another, then dies before writing back; c
+    // replays b's journal and knows it too (and still the first).
+    let tagged = b.for_request(request(77, 6));
+    tagged
+        .unlink(&root, d.soid, b"f1")
+        .unwrap()
+        .wait(&b)
+        .unwrap();
+    drop(b);
+    store.crash(None);
+    let c = member(&store, &catalog, "c");
+    let got_c = carried_into(&c);
+    assert!(catalog.assign(t, "c"));
+    let m = catalog.manifest(t).unwrap();
+    assert_eq!(m.replay.as_ref().unwrap().member, "b");
+    c.add_table(&m).unwrap();
+    let mut seqs: Vec<u64> = got_c
+        .lock()
+        .iter()
+        .filter(|g| g.id.client == 77)
+        .map(|g| g.id.seq)
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, vec![5, 6], "snapshot's and replayed record's replies");
+}
+
+/// Replies noted before the server set its sink wait for it.
+#[test]
+fn carried_replies_wait_for_the_sink() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let _ = b.take_recovered_requests();
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    a.for_request(request(9, 3))
+        .mkdir(&root, d.soid, b"sub", 0o755)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    let dropped = a.drop_table(t).unwrap();
+    assert!(catalog.assign(t, "b"));
+    b.add_table(&dropped).unwrap();
+    let got = carried_into(&b);
+    assert!(got.lock().iter().any(|g| g.id.client == 9 && g.id.seq == 3));
+}

@@ -202,6 +202,14 @@ impl Dedup {
         Ok((cell, false))
     }
 
+    /// Forgets (client, seq) begun but refused before it ran (its table
+    /// was not here): a later attempt runs afresh.
+    pub fn abandon(&mut self, client: u64, seq: u64) {
+        if let Some(w) = self.clients.get_mut(&client) {
+            w.replies.remove(&seq);
+        }
+    }
+
     /// After a restart: what recovery found. `floors`: per client, every
     /// seq below the floor was acknowledged before the crash (refused);
     /// `gone`: numbers that ran but whose reply is lost (refused);

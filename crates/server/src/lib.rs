@@ -124,6 +124,15 @@ pub async fn serve(
         placement,
         wrong_server: AtomicU64::new(0),
     });
+    // A table added later (a move, a failover) brings the replies of the
+    // mutations its previous owner ran: into the exactly-once table before
+    // the table serves (see sextant_engine::table::carried).
+    let weak = Arc::downgrade(&shared);
+    shared.engine.set_carried_sink(Box::new(move |found| {
+        if let Some(s) = weak.upgrade() {
+            service::seed_dedup(&mut s.dedup.lock(), found);
+        }
+    }));
     let recovery_shared = Arc::clone(&shared);
     let svc = SextantServer::new(Service { shared })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

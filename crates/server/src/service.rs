@@ -171,7 +171,7 @@ pub(crate) fn seed_dedup(dedup: &mut Dedup, found: sextant_engine::requests::Rec
             replies,
             committed = gone,
             clients = dedup.clients(),
-            "exactly-once table rebuilt from the journal"
+            "exactly-once table seeded (journal replay, or replies a table carried here)"
         );
     }
 }
@@ -305,6 +305,11 @@ impl Shared {
             .clone();
         if !retry && resp.error.is_none() {
             crate::fault::after_commit();
+        }
+        if !retry && resp.wrong_server.is_some() {
+            // The engine ran nothing (the table left meanwhile): forget
+            // the number, so a retry here once the table is back runs.
+            self.dedup.lock().abandon(r.client_id, r.seq);
         }
         resp.id = id;
         if retry {

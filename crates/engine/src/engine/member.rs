@@ -562,6 +562,7 @@ impl Engine {
             summed: Mutex::new(None),
             requests: Mutex::new(ledger),
             recovered: Mutex::new(Some(recovered)),
+            carried_sink: Mutex::new(None),
             member: Some(MemberRun {
                 name,
                 prefix,
@@ -800,8 +801,10 @@ impl Engine {
     /// manifest — replay pointing into this member's journal — is
     /// committed through the catalogue and returned.
     ///
-    /// Client request tags in a dead member's journal are not carried
-    /// over (a retried request after failover is not recognized).
+    /// The replies the table carries (its snapshot's, and the tags of the
+    /// journal records replayed) go to the carried sink first
+    /// ([`Engine::set_carried_sink`]), so a retry of a mutation the
+    /// previous owner ran is answered, not run again.
     pub fn add_table(&self, manifest: &TableManifest) -> Result<TableManifest, EngineError> {
         let mut added = self.add_tables(std::slice::from_ref(manifest))?;
         added.pop().ok_or(EngineError::Stopped)
@@ -860,8 +863,10 @@ impl Engine {
                 member_prefix(source),
             ));
             let mut high_water = GlobalHighWater::default();
+            let now = crate::table::carried::unix_now();
             journal::replay(&*store, from, |lsn, rec| {
-                let (_, mutations) = decode_tagged_record(rec)?;
+                let (tag, mutations) = decode_tagged_record(rec)?;
+                let mut noted: Vec<usize> = Vec::new();
                 for mu in mutations {
                     let Some(key) = mu.table_key() else {
                         if let Mutation::HighWater(hw) = &mu {
@@ -874,6 +879,13 @@ impl Engine {
                         .find(|(i, f)| lsn >= *f && tables[*i].range.contains(key));
                     if let Some((i, _)) = target {
                         tables[*i].apply(mu).map_err(|e| e.to_string())?;
+                        // The dead owner's replies move on with the table.
+                        if let Some(tag) = &tag {
+                            if !noted.contains(i) {
+                                noted.push(*i);
+                                tables[*i].carried.note(tag, now);
+                            }
+                        }
                     }
                 }
                 Ok(())
@@ -913,6 +925,16 @@ impl Engine {
                 }
             };
             inner.stats.tables_loaded.fetch_add(1, Ordering::Relaxed);
+            // Before the table serves: a retry of a mutation its previous
+            // owner ran is answered with that reply, never run again.
+            Engine::deliver_carried(
+                inner,
+                Recovered {
+                    floors: table.carried.floors(),
+                    gone: Vec::new(),
+                    replies: table.carried.tags(),
+                },
+            );
             added.push(install(inner, m, table, entry, floor)?);
         }
         Ok(added)

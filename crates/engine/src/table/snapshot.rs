@@ -1,6 +1,7 @@
 //! Table snapshots: the on-disk form of a whole table
 //! (docs/formats/journal.md, "Snapshots").
 
+use super::carried::CarriedClient;
 use super::TableId;
 use crate::inode::{Dentry, Inode};
 use crate::journal::Lsn;
@@ -8,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use sextant_types::{Soid, SoidRange};
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"SXTSNAP1";
+/// Version 2: a trailer with the replies the table carries follows the
+/// body (see [`super::carried`]).
+const SNAPSHOT_MAGIC_V2: &[u8; 8] = b"SXTSNAP2";
 const SNAPSHOT_HEADER_LEN: usize = 8 + 8 + 16 + 16 + 8 + 8;
 
 #[derive(Serialize, Deserialize, Debug, Default)]
@@ -23,6 +27,8 @@ pub struct Snapshot {
     pub range: SoidRange,
     pub lsn: Lsn,
     pub body: SnapshotBody,
+    /// The replies the table carries (empty in a version-1 snapshot).
+    pub carried: Vec<CarriedClient>,
 }
 
 /// Snapshot layout:
@@ -32,16 +38,43 @@ pub struct Snapshot {
 /// body (postcard: inodes, dentries) | crc32c u32 of everything before
 /// ```
 /// SOIDs big-endian, integers little-endian.
+///
+/// Version 2 (magic `"SXTSNAP2"`, written only when the table carries
+/// replies) puts a trailer between the body and the checksum:
+/// `carried_len u64 | carried (postcard Vec<CarriedClient>)`.
 pub fn encode_snapshot(id: TableId, range: SoidRange, lsn: Lsn, body: &SnapshotBody) -> Vec<u8> {
+    encode_snapshot_carrying(id, range, lsn, body, &[])
+}
+
+/// [`encode_snapshot`] with the replies the table carries.
+pub fn encode_snapshot_carrying(
+    id: TableId,
+    range: SoidRange,
+    lsn: Lsn,
+    body: &SnapshotBody,
+    carried: &[CarriedClient],
+) -> Vec<u8> {
     let body_bytes = postcard::to_stdvec(body).expect("serializing to a Vec cannot fail");
-    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_LEN + body_bytes.len() + 4);
-    out.extend_from_slice(SNAPSHOT_MAGIC);
+    let carried_bytes = (!carried.is_empty())
+        .then(|| postcard::to_stdvec(carried).expect("serializing to a Vec cannot fail"));
+    let mut out = Vec::with_capacity(
+        SNAPSHOT_HEADER_LEN + body_bytes.len() + 12 + carried_bytes.as_ref().map_or(0, Vec::len),
+    );
+    out.extend_from_slice(if carried_bytes.is_some() {
+        SNAPSHOT_MAGIC_V2
+    } else {
+        SNAPSHOT_MAGIC
+    });
     out.extend_from_slice(&id.to_le_bytes());
     out.extend_from_slice(&range.first.to_be_bytes());
     out.extend_from_slice(&range.last.to_be_bytes());
     out.extend_from_slice(&lsn.to_le_bytes());
     out.extend_from_slice(&(body_bytes.len() as u64).to_le_bytes());
     out.extend_from_slice(&body_bytes);
+    if let Some(c) = carried_bytes {
+        out.extend_from_slice(&(c.len() as u64).to_le_bytes());
+        out.extend_from_slice(&c);
+    }
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
@@ -52,9 +85,11 @@ pub fn decode_snapshot(b: &[u8]) -> Result<Snapshot, String> {
     if b.len() < SNAPSHOT_HEADER_LEN + 4 {
         return Err(format!("snapshot too short ({} bytes)", b.len()));
     }
-    if &b[..8] != SNAPSHOT_MAGIC {
-        return Err("bad snapshot magic".into());
-    }
+    let v2 = match &b[..8] {
+        m if m == SNAPSHOT_MAGIC => false,
+        m if m == SNAPSHOT_MAGIC_V2 => true,
+        _ => return Err("bad snapshot magic".into()),
+    };
     let (content, crc_bytes) = b.split_at(b.len() - 4);
     let crc = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
     if crc32c::crc32c(content) != crc {
@@ -74,10 +109,35 @@ pub fn decode_snapshot(b: &[u8]) -> Result<Snapshot, String> {
     let range = SoidRange::new(soid_at(16), soid_at(32)).ok_or("snapshot range inverted")?;
     let lsn = u64_at(48);
     let body_len = u64_at(56);
-    if body_len != (content.len() - SNAPSHOT_HEADER_LEN) as u64 {
-        return Err("snapshot body length mismatch".into());
-    }
-    let body: SnapshotBody = match postcard::take_from_bytes(&content[SNAPSHOT_HEADER_LEN..]) {
+    let after_header = (content.len() - SNAPSHOT_HEADER_LEN) as u64;
+    let (body_bytes, carried) = if v2 {
+        if body_len > after_header.saturating_sub(8) {
+            return Err("snapshot body length mismatch".into());
+        }
+        let body_end = SNAPSHOT_HEADER_LEN + body_len as usize;
+        let carried_len = u64_at(body_end);
+        if carried_len != (content.len() - body_end - 8) as u64 {
+            return Err("snapshot trailer length mismatch".into());
+        }
+        let carried: Vec<CarriedClient> = match postcard::take_from_bytes(&content[body_end + 8..])
+        {
+            Ok((c, [])) => c,
+            Ok((_, extra)) => {
+                return Err(format!(
+                    "snapshot trailer has {} trailing bytes",
+                    extra.len()
+                ))
+            }
+            Err(e) => return Err(format!("snapshot trailer: {e}")),
+        };
+        (&content[SNAPSHOT_HEADER_LEN..body_end], carried)
+    } else {
+        if body_len != after_header {
+            return Err("snapshot body length mismatch".into());
+        }
+        (&content[SNAPSHOT_HEADER_LEN..], Vec::new())
+    };
+    let body: SnapshotBody = match postcard::take_from_bytes(body_bytes) {
         Ok((body, [])) => body,
         Ok((_, extra)) => return Err(format!("snapshot body has {} trailing bytes", extra.len())),
         Err(e) => return Err(format!("snapshot body: {e}")),
@@ -97,5 +157,6 @@ pub fn decode_snapshot(b: &[u8]) -> Result<Snapshot, String> {
         range,
         lsn,
         body,
+        carried,
     })
 }
