@@ -143,7 +143,10 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
     if n.saturating_sub(load[&to]) < spread.max(2) {
         return None;
     }
-    let (table, expect) = owned(*from).next()?;
+    // The table that has been in place longest (lowest owner revision):
+    // one just moved — a table an operation pulled to its server, or the
+    // last balancing move — is the last to go again (hysteresis).
+    let (table, expect) = owned(*from).min_by_key(|(t, rev)| (*rev, *t))?;
     Some(Action::Move {
         table,
         expect,

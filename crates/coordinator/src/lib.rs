@@ -80,6 +80,8 @@ pub use etcd::EtcdConfig;
 /// The etcd client this crate speaks through (for callers that run their own
 /// calls next to the shell's, e.g. a catalogue).
 pub use etcd_client;
+/// The etcd client type the admin calls take.
+pub use etcd_client::Client as EtcdClient;
 pub use map::{ClusterState, DelegationMap, Route};
 pub use membership::{Membership, MembershipConfig};
 pub use node::{ClusterConfig, Coordination, EtcdCluster, InProcess};

@@ -268,7 +268,7 @@ pub(crate) enum Slot {
     Merged,
     /// Member mode: a SOID range whose table another member owns (the map
     /// still partitions the SOID space; operations touching it are
-    /// refused with `WrongServer` or `CrossServer`).
+    /// refused with `WrongServer` or `NeedsTable`).
     Foreign(SoidRange),
 }
 
@@ -1420,7 +1420,7 @@ impl Engine {
 
     /// The SOID and type `name` in `parent` names, reading only the
     /// parent's table. Member mode: where [`Engine::lookup`] is
-    /// `CrossServer` because the child is in another member's table, this
+    /// `NeedsTable` because the child is in another member's table, this
     /// answers here, and the child's owner answers `getattr`.
     pub fn lookup_entry(
         &self,

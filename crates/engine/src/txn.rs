@@ -11,7 +11,7 @@
 //!
 //! Member mode: a table owned by another member is a `Slot::Foreign` in
 //! the map; touching it fails the operation with `WrongServer` (it was the
-//! first table touched) or `CrossServer` (it was not), before anything is
+//! first table touched) or `NeedsTable` (it was not), before anything is
 //! written.
 //!
 //! Deadlock freedom: tables are locked in ascending SOID order. When an
@@ -126,7 +126,7 @@ impl<'m> Txn<'m> {
                 return Err(OpError::Fs(if self.locked.is_empty() {
                     FsError::WrongServer { soid }
                 } else {
-                    FsError::CrossServer
+                    FsError::NeedsTable { soid }
                 }));
             }
             self.locked.insert(start, guard);

@@ -8,7 +8,7 @@
 //! after every step; same final tree (names, SOIDs, attributes, xattrs).
 //!
 //! Routing plays the client: `WrongServer { soid }` sends the operation to
-//! the owner of `soid`; `CrossServer` is answered the way BORROW will be,
+//! the owner of `soid`; `NeedsTable` is answered the way BORROW will be,
 //! by moving every table onto the member that was asked, then retrying.
 //! After every step, what each member serves equals what the catalogue
 //! says it owns, and every SOID is served by exactly one member.
@@ -144,7 +144,7 @@ impl Cluster {
         for _ in 0..4 {
             match op(&self.members[at]) {
                 Err(FsError::WrongServer { soid }) => at = self.owner_of(soid),
-                Err(FsError::CrossServer) => self.gather(at),
+                Err(FsError::NeedsTable { .. }) => self.gather(at),
                 r => return r,
             }
         }

@@ -254,7 +254,10 @@ fn operations_spanning_members_are_cross_server_and_change_nothing() {
         b"moved",
         Default::default(),
     );
-    assert_eq!(r.unwrap_err(), FsError::CrossServer);
+    assert!(
+        matches!(r.unwrap_err(), FsError::NeedsTable { .. }),
+        "the rename needs b's table"
+    );
     assert_eq!(names(&a, Soid::ROOT), root_names);
     assert!(a.lookup(&root, other.soid, b"f1").is_ok());
     assert_eq!(names(&b, d.soid).len(), 4);
@@ -513,7 +516,7 @@ fn moves_under_load_lose_nothing_acknowledged() {
                                     ok = true;
                                     break;
                                 }
-                                Err(FsError::WrongServer { .. } | FsError::CrossServer) => {
+                                Err(FsError::WrongServer { .. } | FsError::NeedsTable { .. }) => {
                                     std::thread::sleep(std::time::Duration::from_micros(200))
                                 }
                                 Err(e) => panic!("create: {e}"),
@@ -560,7 +563,7 @@ fn moves_under_load_lose_nothing_acknowledged() {
             (true, Ok(_)) => acked += 1,
             (false, Err(FsError::NotFound)) => {}
             // A refused create may reach the table's owner only by a
-            // CrossServer retry; otherwise a refusal changes nothing.
+            // NeedsTable retry; otherwise a refusal changes nothing.
             (ok, other) => panic!(
                 "{}: acked {ok}, lookup {other:?}",
                 String::from_utf8_lossy(&name)
@@ -591,7 +594,7 @@ fn lookup_across_members_is_cross_server_but_lookup_entry_answers() {
     // The entry is in a's root table, the inode in b's table.
     assert_eq!(
         a.lookup(&root, Soid::ROOT, &name).unwrap_err(),
-        FsError::CrossServer
+        FsError::NeedsTable { soid: d.soid }
     );
     let (soid, ftype) = a.lookup_entry(&root, Soid::ROOT, &name).unwrap();
     assert_eq!((soid, ftype), (d.soid, sextant_types::FileType::Directory));

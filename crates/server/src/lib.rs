@@ -130,7 +130,7 @@ pub async fn serve(
     let weak = Arc::downgrade(&shared);
     shared.engine.set_carried_sink(Box::new(move |found| {
         if let Some(s) = weak.upgrade() {
-            service::seed_dedup(&mut s.dedup.lock(), found);
+            service::seed_carried(&mut s.dedup.lock(), found);
         }
     }));
     let recovery_shared = Arc::clone(&shared);

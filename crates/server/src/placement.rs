@@ -28,6 +28,17 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
+    /// An operation here also needs the table holding `soid`, which
+    /// another server holds: bring it here (a move through the
+    /// coordinator) and say whether it now serves here. A single server
+    /// holds everything: `false`.
+    fn pull(
+        &self,
+        soid: Soid,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        let _ = soid;
+        Box::pin(std::future::ready(false))
+    }
 }
 
 /// A single server: every SOID is here. Its map is one route to

@@ -33,6 +33,11 @@ pub const SESSION_IN_FLIGHT: usize = 4096;
 /// message limit), however many connections and streams they open.
 pub const SERVER_IN_FLIGHT: usize = 8192;
 
+/// Most tables one mutation brings here before it gives up with EXDEV (a
+/// rename touches at most its two directories, the moved inode, the one
+/// it replaces and their ancestors' tables for the loop check).
+const MAX_PULLS: usize = 8;
+
 /// What every connection shares.
 pub struct Shared {
     pub engine: Engine,
@@ -96,11 +101,15 @@ fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
             ..Default::default()
         },
         Err(e) => {
-            if e == FsError::CrossServer {
-                // Until BORROW (issue 21): an operation over tables held by
-                // two servers is refused with EXDEV.
+            if let FsError::CrossServer | FsError::NeedsTable { .. } = e {
+                // The tables it needs could not all be brought here:
+                // refused with EXDEV (see `execute_pulling`).
                 metrics::counter!("sextant_cross_server_total").increment(1);
             }
+            let e = match e {
+                FsError::NeedsTable { .. } => FsError::CrossServer,
+                e => e,
+            };
             pb::Response {
                 id,
                 error: Some(error_to_pb(e)),
@@ -150,8 +159,29 @@ pub(crate) fn request_digest(r: &pb::Request) -> u64 {
 /// found (see `sextant_engine::requests`): replies rebuilt from the
 /// replayed records' tags, numbers whose records were written back.
 pub(crate) fn seed_dedup(dedup: &mut Dedup, found: sextant_engine::requests::Recovered) {
-    use sextant_engine::requests::Reply;
     let replies = found.replies.len();
+    let gone = found.gone.len();
+    seed_dedup_silently(dedup, found);
+    if replies + gone > 0 {
+        tracing::info!(
+            replies,
+            committed = gone,
+            clients = dedup.clients(),
+            "exactly-once table rebuilt from the journal"
+        );
+    }
+}
+
+/// Seeds the exactly-once table with the replies a table added here
+/// carried from its previous owner (see `sextant_engine::table::carried`).
+pub(crate) fn seed_carried(dedup: &mut Dedup, found: sextant_engine::requests::Recovered) {
+    let replies = found.replies.len();
+    seed_dedup_silently(dedup, found);
+    tracing::debug!(replies, "exactly-once: replies a table carried here");
+}
+
+fn seed_dedup_silently(dedup: &mut Dedup, found: sextant_engine::requests::Recovered) {
+    use sextant_engine::requests::Reply;
     let seeded = found.replies.into_iter().map(|t| Seeded {
         client: t.id.client,
         seq: t.id.seq,
@@ -164,16 +194,7 @@ pub(crate) fn seed_dedup(dedup: &mut Dedup, found: sextant_engine::requests::Rec
             }),
         ),
     });
-    let gone = found.gone.len();
     dedup.seed(found.floors, found.gone, seeded);
-    if replies + gone > 0 {
-        tracing::info!(
-            replies,
-            committed = gone,
-            clients = dedup.clients(),
-            "exactly-once table seeded (journal replay, or replies a table carried here)"
-        );
-    }
 }
 
 /// 64-bit FNV-1a (stable, unlike `DefaultHasher`).
@@ -333,7 +354,7 @@ impl Shared {
     ) -> pb::Response {
         let dir = want_dir.then(|| changed_dir(&op)).flatten();
         let mut fx = Effects::default();
-        let mut resp = reply(id, self.execute(cred, op, &mut fx, request).await);
+        let mut resp = reply(id, self.execute_pulling(cred, op, &mut fx, request).await);
         if let (Some(dir), None) = (dir, &resp.error) {
             resp.dir = self.engine.getattr(dir).ok().map(|a| attr_to_pb(&a));
         }
@@ -344,6 +365,50 @@ impl Shared {
             self.watchers.publish(origin, changes);
         }
         resp
+    }
+
+    /// [`Shared::execute`], bringing here the tables a mutation also
+    /// needs (`NeedsTable`: nothing was changed) and running it again, up
+    /// to [`MAX_PULLS`] tables; EXDEV when one cannot come.
+    async fn execute_pulling(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        fx: &mut Effects,
+        request: Option<RequestId>,
+    ) -> Result<Res, FsError> {
+        if !op.is_mutation() {
+            return self.execute(cred, op, fx, request).await;
+        }
+        let route = op.route_soid();
+        let mut pulls = 0;
+        loop {
+            let result = match self.execute(cred, op.clone(), fx, request).await {
+                // The engine names the first table it touched; when that
+                // is not the table the request was routed by (served
+                // here), the operation needs another table too.
+                Err(FsError::WrongServer { soid })
+                    if route.is_some_and(|r| {
+                        r != soid
+                            && self.placement.check(r).is_ok()
+                            && self.placement.check(soid).is_err()
+                    }) =>
+                {
+                    Err(FsError::NeedsTable { soid })
+                }
+                r => r,
+            };
+            match result {
+                Err(FsError::NeedsTable { soid }) if pulls < MAX_PULLS => {
+                    pulls += 1;
+                    if !self.placement.pull(soid).await {
+                        return Err(FsError::CrossServer);
+                    }
+                    *fx = Effects::default();
+                }
+                r => return r,
+            }
+        }
     }
 
     async fn durable<T>(
@@ -381,7 +446,7 @@ impl Shared {
                     // The entry is here, its inode in another server's
                     // table: WRONG_SERVER naming the child, whose owner
                     // the client asks for its attributes.
-                    Err(FsError::CrossServer) => {
+                    Err(FsError::NeedsTable { .. }) => {
                         let (child, _) = e.lookup_entry(cred, parent, name)?;
                         return Err(FsError::WrongServer { soid: child });
                     }
@@ -396,7 +461,7 @@ impl Shared {
                 match e.resolve(cred, &r.path, r.follow_last) {
                     // The path crosses into another server's table: the
                     // client walks it name by name (Client::resolve).
-                    Err(FsError::CrossServer) => {
+                    Err(FsError::NeedsTable { .. }) => {
                         return Err(FsError::WrongServer { soid: Soid::ROOT })
                     }
                     r => attr(r?),

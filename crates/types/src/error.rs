@@ -61,6 +61,13 @@ pub enum FsError {
     /// servers (a stop-gap until BORROW); nothing was changed.
     #[error("operation spans servers (cross-device link)")]
     CrossServer,
+    /// Cluster member mode, inside a server: the operation also needs the
+    /// table holding `soid`, which another server holds; nothing was
+    /// changed. The server brings that table here and runs the operation
+    /// again; a client sees [`FsError::CrossServer`] only if it cannot.
+    /// Never made from an errno.
+    #[error("operation also needs {soid}, held by another server (cross-device link)")]
+    NeedsTable { soid: Soid },
 }
 
 impl FsError {
@@ -89,18 +96,21 @@ impl FsError {
             FsError::TooBig => 7,              // E2BIG
             FsError::WrongServer { .. } => 66, // EREMOTE
             FsError::CrossServer => 18,        // EXDEV
+            FsError::NeedsTable { .. } => 18,  // EXDEV
         }
     }
 
     /// The error for a Linux errno, if it is one of ours. Never
-    /// [`FsError::WrongServer`] (EREMOTE gives `None`): that one carries a
+    /// [`FsError::WrongServer`] (EREMOTE gives `None`) or
+    /// [`FsError::NeedsTable`] (EXDEV gives `CrossServer`): they carry a
     /// SOID an errno cannot.
     pub fn from_errno(errno: i32) -> Option<FsError> {
         ALL.into_iter().find(|e| e.errno() == errno)
     }
 }
 
-/// Every error [`FsError::from_errno`] can give (not `WrongServer`).
+/// Every error [`FsError::from_errno`] can give (not `WrongServer` or
+/// `NeedsTable`).
 const ALL: [FsError; 21] = [
     FsError::NotFound,
     FsError::Exists,

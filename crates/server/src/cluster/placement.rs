@@ -13,16 +13,24 @@
 //! [`ClusterState`] (one etcd revision), never from pieces of two.
 
 use crate::placement::Placement;
-use sextant_coordinator::{ClusterState, Coordination};
+use sextant_cluster::ids::TableId;
+use sextant_coordinator::{ClusterState, CoordError, Coordination, EtcdConfig};
 use sextant_proto::pb;
 use sextant_proto::route::{route_to_pb, Route, RouteTable};
 use sextant_proto::soid_to_pb;
 use sextant_types::Soid;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long [`Placement::pull`] waits for a table to come here.
+const PULL_WAIT: Duration = Duration::from_secs(10);
 
 /// Which SOIDs a cluster server serves.
 pub struct ClusterPlacement {
     coordination: Arc<dyn Coordination>,
+    /// Where move requests go (`None`: this server cannot pull tables).
+    etcd: Option<EtcdConfig>,
+    client: tokio::sync::Mutex<Option<sextant_coordinator::EtcdClient>>,
 }
 
 impl std::fmt::Debug for ClusterPlacement {
@@ -35,7 +43,40 @@ impl std::fmt::Debug for ClusterPlacement {
 
 impl ClusterPlacement {
     pub fn new(coordination: Arc<dyn Coordination>) -> ClusterPlacement {
-        ClusterPlacement { coordination }
+        ClusterPlacement {
+            coordination,
+            etcd: None,
+            client: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Lets the server pull tables it needs (see [`Placement::pull`]).
+    pub fn with_etcd(mut self, etcd: EtcdConfig) -> ClusterPlacement {
+        self.etcd = Some(etcd);
+        self
+    }
+
+    /// Asks the coordinator to move `table` here (once; a move already
+    /// pending, or the map already naming this server, is fine).
+    async fn request_here(&self, table: TableId) -> Result<(), CoordError> {
+        let Some(cfg) = &self.etcd else {
+            return Ok(());
+        };
+        let mut slot = self.client.lock().await;
+        if slot.is_none() {
+            *slot = Some(sextant_coordinator::etcd::connect(cfg).await?);
+        }
+        let Some(client) = slot.as_mut() else {
+            return Ok(());
+        };
+        let asked =
+            sextant_coordinator::admin::request_move(client, cfg, table, self.coordination.name())
+                .await;
+        if asked.is_err() {
+            // A broken connection is made again next time.
+            *slot = None;
+        }
+        asked.map(|_| ())
     }
 }
 
@@ -121,6 +162,50 @@ impl Placement for ClusterPlacement {
 
     fn map(&self) -> pb::RouteMap {
         route_table(&self.coordination.map().borrow()).to_pb()
+    }
+
+    /// Until BORROW/RETURN (issue 21) a table an operation needs is moved
+    /// here for good (the balancer may move it on later): the operation
+    /// then runs as an ordinary local transaction. Waits up to
+    /// [`PULL_WAIT`] for the table to serve here.
+    fn pull(
+        &self,
+        soid: Soid,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            if self.etcd.is_none() {
+                return false;
+            }
+            let deadline = tokio::time::Instant::now() + PULL_WAIT;
+            let mut map = self.coordination.map();
+            let mut asked_at: Option<tokio::time::Instant> = None;
+            loop {
+                if self.check(soid).is_ok() {
+                    return true;
+                }
+                let table = map.borrow_and_update().table_of(soid);
+                let Some(table) = table else { return false };
+                // (Again every second: a move refused because another
+                // was pending is asked anew.)
+                if asked_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    asked_at = Some(tokio::time::Instant::now());
+                    if let Err(e) = self.request_here(table).await {
+                        tracing::warn!(%table, error = %e, "cannot ask for a table an operation needs");
+                        return false;
+                    }
+                    tracing::info!(%table, "pulling a table an operation needs");
+                    metrics::counter!("sextant_table_pulls_total").increment(1);
+                }
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return false;
+                }
+                // The map changes when the table's owner does; the ADD
+                // here follows (serving), so look again at least often.
+                let wait = (deadline - now).min(Duration::from_millis(50));
+                let _ = tokio::time::timeout(wait, map.changed()).await;
+            }
+        })
     }
 }
 
