@@ -668,3 +668,111 @@ fn paused_past_its_lease(restart_etcd: bool) {
     });
     drop(etcd.child);
 }
+
+/// Kill -9 at a named step of a migration (the test-only `exit-at:`
+/// fault points in the table host): the root table holding /d moves
+/// from a to b, and a (at a DROP step) or b (at an ADD step) dies there.
+/// The survivor ends up serving every table, with every acknowledged
+/// name, and takes new writes.
+fn killed_mid_migration(step: &str) {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let fault = [("SEXTANT_FAULT", format!("exit-at:{step}"))];
+    let fault: Vec<(&str, &str)> = fault.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let dropping = step.starts_with("drop");
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &[],
+        if dropping { &fault } else { &[] },
+    );
+    let mut a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("a holds the root table", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "a" && t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
+    for i in 0..20 {
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/d/f{i}")]);
+    }
+    let (b, b_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "b",
+        &[],
+        if dropping { &[] } else { &fault },
+    );
+    let mut b = KillOnDrop(b);
+    wait_for("b is a member", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "b")
+    });
+    // The move; it cannot finish as asked when a side dies.
+    let mover = Command::new(BIN)
+        .args(["cluster", "move", "/d", "b", "--etcd", &etcd.url])
+        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _mover = KillOnDrop(mover);
+    let (victim, survivor, survivor_addr) = if dropping {
+        (&mut a, "b", &b_addr)
+    } else {
+        (&mut b, "a", &a_addr)
+    };
+    let mut code = None;
+    wait_for(
+        "the victim reached the fault point",
+        Duration::from_secs(30),
+        || {
+            code = victim.0.try_wait().unwrap().map(|s| s.code());
+            code.is_some()
+        },
+    );
+    assert_eq!(code, Some(Some(86)), "{step}: died at the fault point");
+    wait_for(
+        "the survivor serves every table",
+        Duration::from_secs(40),
+        || {
+            let Ok(st) = try_status_on(&etcd.url, &secret) else {
+                return false;
+            };
+            let t = tables_by_server(&st);
+            t.iter().all(|x| x.0 == survivor || x.1 == 0)
+                && t.iter().any(|x| x.0 == survivor && x.1 > 0)
+        },
+    );
+    let listing = sextant_ok(survivor_addr, &secret, &["ls", "/d"]);
+    assert_eq!(listing.split_whitespace().count(), 20, "{step}: {listing}");
+    sextant_ok(survivor_addr, &secret, &["touch", "/d/after"]);
+    sextant_ok(survivor_addr, &secret, &["mkdir", "/e"]);
+    drop(etcd.child);
+}
+
+#[test]
+fn killed_before_a_drop_writes_anything() {
+    killed_mid_migration("drop-before");
+}
+
+#[test]
+fn killed_after_a_drop_committed_its_final_manifest() {
+    killed_mid_migration("drop-after");
+}
+
+#[test]
+fn killed_before_an_add_loads_the_table() {
+    killed_mid_migration("add-before");
+}
+
+#[test]
+fn killed_after_an_add_committed_before_the_shell_knew() {
+    killed_mid_migration("add-after");
+}

@@ -7,7 +7,16 @@
 //!   durable, *before* its reply is sent. Used by the process-level test
 //!   of exactly-once across a restart (crates/cli/tests/server.rs).
 //!
-//! Read once, at the first mutation.
+//! - `exit-at:NAME` — the process exits the same way when it reaches the
+//!   named step of a table's migration (the cluster's table host,
+//!   `cluster/host.rs`): `drop-before` (asked to DROP, nothing written
+//!   yet), `drop-after` (the table written back and its final manifest
+//!   committed, the handover not yet done), `add-before` (asked to ADD a
+//!   moved table, nothing loaded), `add-after` (loaded and its manifest
+//!   committed, the shell not yet told). Used by the migration fault
+//!   tests (crates/cli/tests/cluster.rs).
+//!
+//! Read once, at first use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -34,6 +43,27 @@ pub fn after_commit() {
     };
     if COMMITTED.fetch_add(1, Ordering::SeqCst) + 1 == n {
         eprintln!("{ENV}: exiting after commit {n} (test-only fault point)");
+        // SAFETY: _exit(2) ends the process; nothing of ours runs after.
+        unsafe { libc::_exit(86) };
+    }
+}
+
+/// The migration step `exit-at:` names, if any.
+fn exit_at() -> Option<&'static str> {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let name = v.strip_prefix("exit-at:")?.to_string();
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(name)
+    })
+    .as_deref()
+}
+
+/// Called at the named step of a migration; exits there if armed.
+pub fn step(name: &str) {
+    if exit_at() == Some(name) {
+        eprintln!("{ENV}: exiting at {name} (test-only fault point)");
         // SAFETY: _exit(2) ends the process; nothing of ours runs after.
         unsafe { libc::_exit(86) };
     }

@@ -71,12 +71,17 @@ impl TableHost for EngineHost {
         if m.entry.id != id {
             return Err(format!("the manifest of table {id} names table {}", m.entry.id).into());
         }
+        crate::fault::step("add-before");
         engine.add_table(&m)?;
+        crate::fault::step("add-after");
         Ok(None)
     }
 
     fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError> {
-        let m = self.engine()?.drop_table(u64::from(table.0))?;
+        let engine = self.engine()?;
+        crate::fault::step("drop-before");
+        let m = engine.drop_table(u64::from(table.0))?;
+        crate::fault::step("drop-after");
         Ok(m.to_bytes())
     }
 
