@@ -776,3 +776,158 @@ fn killed_before_an_add_loads_the_table() {
 fn killed_after_an_add_committed_before_the_shell_knew() {
     killed_mid_migration("add-after");
 }
+
+/// A three-member etcd cluster for one test.
+struct Etcd3 {
+    members: Vec<Option<KillOnDrop>>,
+    clients: Vec<u16>,
+}
+
+impl Etcd3 {
+    fn start(dir: &Path) -> Etcd3 {
+        let clients: Vec<u16> = (0..3).map(|_| free_ports(1)).collect();
+        let peers: Vec<u16> = (0..3).map(|_| free_ports(1)).collect();
+        let initial: Vec<String> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("e{i}=http://127.0.0.1:{p}"))
+            .collect();
+        let initial = initial.join(",");
+        let members = (0..3)
+            .map(|i| {
+                let c = format!("http://127.0.0.1:{}", clients[i]);
+                let p = format!("http://127.0.0.1:{}", peers[i]);
+                let child = Command::new("etcd")
+                    .args(["--name", &format!("e{i}"), "--data-dir"])
+                    .arg(dir.join(format!("etcd{i}")))
+                    .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+                    .args([
+                        "--listen-peer-urls",
+                        &p,
+                        "--initial-advertise-peer-urls",
+                        &p,
+                    ])
+                    .args([
+                        "--initial-cluster",
+                        &initial,
+                        "--initial-cluster-state",
+                        "new",
+                    ])
+                    .arg("--unsafe-no-fsync")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                Some(KillOnDrop(child))
+            })
+            .collect();
+        let e = Etcd3 { members, clients };
+        wait_for("etcd has a leader", Duration::from_secs(30), || {
+            e.leader().is_some()
+        });
+        e
+    }
+
+    fn urls(&self) -> String {
+        let urls: Vec<String> = self
+            .clients
+            .iter()
+            .map(|c| format!("http://127.0.0.1:{c}"))
+            .collect();
+        urls.join(",")
+    }
+
+    /// Member `i`'s `/v3/maintenance/status` (etcd's JSON gateway):
+    /// (its member id, the leader's id).
+    fn status(&self, i: usize) -> Option<(String, String)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.clients[i])).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let body = "{}";
+        write!(
+            s,
+            "POST /v3/maintenance/status HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let json = &out[out.find("\r\n\r\n")? + 4..];
+        let v: serde_json::Value = serde_json::from_str(json.trim()).ok()?;
+        let me = v["header"]["member_id"].as_str()?.to_string();
+        let leader = v["leader"].as_str()?.to_string();
+        (leader != "0").then_some((me, leader))
+    }
+
+    /// The index of the member that leads now.
+    fn leader(&self) -> Option<usize> {
+        (0..3).find(|i| {
+            self.members[*i].is_some() && self.status(*i).is_some_and(|(me, leader)| me == leader)
+        })
+    }
+}
+
+/// etcd's leader killed (-9) under a cluster of two servers using all
+/// three etcd members: the servers keep their membership (their etcd
+/// calls and keep-alive streams move to the live members), nothing
+/// acknowledged is lost, writes go on through either server, and every
+/// table keeps one live owner.
+#[test]
+fn the_etcd_leader_killed_under_a_cluster() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = Etcd3::start(dir.path());
+    let urls = etcd.urls();
+    let (a, a_addr) = serve(dir.path(), &urls, "a");
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&urls, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    let (b, b_addr) = serve(dir.path(), &urls, "b");
+    let _b = KillOnDrop(b);
+    sextant_ok(&b_addr, &secret, &["mkdir", "/d"]);
+    for i in 0..20 {
+        sextant_ok(&b_addr, &secret, &["touch", &format!("/d/f{i}")]);
+    }
+    let leader = etcd.leader().expect("a leader");
+    if let Some(mut m) = etcd.members[leader].take() {
+        common::kill9(&mut m.0);
+    }
+    for i in 0..20 {
+        let addr = if i % 2 == 0 { &a_addr } else { &b_addr };
+        sextant_ok(addr, &secret, &["touch", &format!("/d/g{i}")]);
+    }
+    wait_for("a new etcd leader", Duration::from_secs(30), || {
+        etcd.leader().is_some()
+    });
+    wait_for(
+        "every table has a live owner",
+        Duration::from_secs(40),
+        || {
+            let Ok(st) = try_status_on(&urls, &secret) else {
+                return false;
+            };
+            let names: Vec<String> = st["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|s| s["name"].as_str().map(String::from))
+                .collect();
+            names.len() == 2
+                && st["tables"].as_array().unwrap().iter().all(|t| {
+                    t["owner"]
+                        .as_str()
+                        .is_some_and(|o| names.iter().any(|n| n == o))
+                })
+        },
+    );
+    for addr in [&a_addr, &b_addr] {
+        let listing = sextant_ok(addr, &secret, &["ls", "/d"]);
+        assert_eq!(listing.split_whitespace().count(), 40, "{addr}: {listing}");
+    }
+}
