@@ -931,3 +931,108 @@ fn the_etcd_leader_killed_under_a_cluster() {
         assert_eq!(listing.split_whitespace().count(), 40, "{addr}: {listing}");
     }
 }
+
+/// The FUSE mount on a cluster, with tools that were not written for it:
+/// `cp -a` of a tree onto a mount of server a while the tables split
+/// (small limits), then server b joins and the tables spread; through
+/// the mount, `mv` between directories on different servers, new
+/// directories and files, `rm -r`, and a table moved under the mount;
+/// the same done on a local copy; `diff -r` and a listing with modes and
+/// sizes must then agree.
+#[test]
+fn tools_on_a_mount_of_a_cluster_see_one_file_system() {
+    if !have_etcd() || !common::fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
+    let c = config.to_str().unwrap();
+    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(&secret)
+        .arg("mount")
+        .arg("--log")
+        .arg(dir.path().join("mount.log"))
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    // The reference tree.
+    let reference = dir.path().join("ref");
+    common::sh(
+        dir.path(),
+        "mkdir ref && cd ref && for d in 0 1 2 3 4 5 6 7; do mkdir -p d$d/sub; \
+         for f in 0 1 2 3 4 5; do echo \"$d/$f\" > d$d/f$f; done; \
+         echo deep > d$d/sub/x; chmod 640 d$d/f1; done; ln -s d1/f0 link",
+    );
+    common::sh(dir.path(), "cp -a ref/. mnt/");
+    // b joins; the coordinator spreads the tables over both.
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    // The same changes on both trees.
+    for root in [&mnt, &reference] {
+        common::sh(
+            root,
+            "for d in 0 1 2 3; do mv d$d/f2 d$((7 - d))/moved$d; done; \
+             mkdir -p top/a/b && echo new > top/a/b/file && mv d5/sub top/a/sub5 && \
+             rm -r d6 && ln d0/f3 d7/hard",
+        );
+    }
+    // A table moved under the mount.
+    let moved = Command::new(BIN)
+        .args(["cluster", "move", "/d3", "b", "--etcd", &etcd.url])
+        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+        .output()
+        .unwrap();
+    let _ = moved;
+    common::sh(&mnt, "echo after >> d3/f0");
+    common::sh(&reference, "echo after >> d3/f0");
+    let diff = Command::new("diff")
+        .args(["-r", "--no-dereference"])
+        .arg(&reference)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "the mount differs from the local copy:\n{}{}",
+        String::from_utf8_lossy(&diff.stdout),
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    // (A directory's size is the file system's own: not compared.)
+    let listing = |root: &Path| {
+        common::sh(
+            root,
+            "(find . -type d -printf '%p %y %m %n\\n'; \
+             find . ! -type d -printf '%p %y %m %s %n\\n') | sort",
+        )
+    };
+    assert_eq!(listing(&mnt), listing(&reference));
+}
