@@ -18,13 +18,19 @@
 //!    started dropping must not serve again before it knows its
 //!    handover's outcome; a handover to a server that died meanwhile is
 //!    then reassigned by this rule.)
-//! 3. Balance, with hysteresis: when the busiest member holds at least
-//!    `spread` more tables than the idlest, one move is asked for (one at
-//!    a time); a new, empty server so receives tables, and a draining
-//!    one gives all of its away.
-//!
-//! Load is counted in tables here; the real balancer weighs request rate
-//! and inodes the same way (a number per server).
+//! 3. Balance, with hysteresis: a table weighs 1 plus its request rate
+//!    (operations per second, as its owner last published it; 0 when
+//!    unknown), a server the sum of its tables. When the heaviest member
+//!    outweighs the lightest by at least `spread` (and, once rates are
+//!    known, by at least a quarter of its own weight, so noise in the
+//!    rates moves nothing), one move is asked for (one at a time): the
+//!    heaviest server's table whose weight is closest to half the
+//!    difference, among those weighing at most three quarters of it (each
+//!    move at least halves the difference, so moves never undo each
+//!    other), the one in place longest first (lowest owner revision: a
+//!    table an operation just pulled somewhere is the last to go). A new,
+//!    empty server so receives tables, and a draining one gives all of
+//!    its away. Without rates this is balancing by table count.
 
 use crate::ids::{Epoch, Revision, ServerId, TableId};
 use crate::server::Owner;
@@ -41,6 +47,9 @@ pub struct ClusterView {
     pub owners: BTreeMap<TableId, Option<(Owner, Revision)>>,
     /// Pending moves: table → target.
     pub moves: BTreeMap<TableId, ServerId>,
+    /// Request rate per table (operations per second) as its owner last
+    /// published it; a table not here counts 0.
+    pub rates: BTreeMap<TableId, u64>,
 }
 
 /// A write the coordinator asks for.
@@ -137,21 +146,37 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
             });
         }
     }
-    let (from, n) = load
+    let weight = |t: &TableId| 1 + view.rates.get(t).copied().unwrap_or(0);
+    let mut weights: BTreeMap<ServerId, u64> = load.keys().map(|s| (*s, 0)).collect();
+    for (t, o) in &view.owners {
+        if let Some(w) = o.and_then(|(o, _)| weights.get_mut(&o.server)) {
+            *w += weight(t);
+        }
+    }
+    let (to, light) = weights.iter().min_by_key(|(s, w)| (**w, **s))?;
+    let (from, heavy) = weights
         .iter()
-        .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))?;
-    if n.saturating_sub(load[&to]) < spread.max(2) {
+        .max_by_key(|(s, w)| (**w, std::cmp::Reverse(**s)))?;
+    let diff = heavy.saturating_sub(*light);
+    if diff < spread.max(2) as u64 {
         return None;
     }
-    // The table that has been in place longest (lowest owner revision):
-    // one just moved — a table an operation pulled to its server, or the
-    // last balancing move — is the last to go again (hysteresis).
-    let (table, expect) = owned(*from).min_by_key(|(t, rev)| (*rev, *t))?;
+    let rated = view.rates.values().any(|r| *r > 0);
+    if rated && diff * 4 < *heavy {
+        return None;
+    }
+    let (table, expect) = owned(*from)
+        .filter(|(t, _)| weight(t) * 4 <= diff * 3)
+        .min_by_key(|(t, rev)| ((weight(t) * 2).abs_diff(diff), *rev, *t))?;
     Some(Action::Move {
         table,
         expect,
-        to,
-        reason: "balancing: its server holds more tables",
+        to: *to,
+        reason: if rated {
+            "balancing: its server carries more requests"
+        } else {
+            "balancing: its server holds more tables"
+        },
     })
 }
 
@@ -243,5 +268,74 @@ mod tests {
                 ..
             }]
         ));
+    }
+
+    fn rated(owners: &[(u32, u32)], rates: &[(u32, u64)]) -> ClusterView {
+        let servers: BTreeSet<ServerId> = owners.iter().map(|(_, s)| ServerId(*s)).collect();
+        ClusterView {
+            members: servers.into_iter().chain([ServerId(9)]).collect(),
+            owners: owners
+                .iter()
+                .map(|(t, s)| (TableId(*t), owner(*s, 1 + u64::from(*t))))
+                .collect(),
+            rates: rates.iter().map(|(t, r)| (TableId(*t), *r)).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn moved(actions: &[Action]) -> Option<(TableId, ServerId)> {
+        actions.iter().find_map(|a| match a {
+            Action::Move { table, to, .. } => Some((*table, *to)),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn busy_servers_give_tables_to_idle_ones_by_request_rate() {
+        // Server 1 carries 500 + 100 ops/s, server 2 one idle table, and
+        // server 9 nothing: the 500 one weighs more than three quarters
+        // of the difference (moving it would just move the imbalance), so
+        // the 100 one goes to the lightest (9).
+        let view = rated(&[(0, 1), (1, 1), (2, 2)], &[(0, 500), (1, 100)]);
+        assert_eq!(moved(&decide(&view, 2)), Some((TableId(1), ServerId(9))));
+        // A single hot table is not moved (it would only move the load).
+        let view = rated(&[(0, 1), (2, 2)], &[(0, 1000)]);
+        let view = ClusterView {
+            members: [ServerId(1), ServerId(2)].into(),
+            ..view
+        };
+        assert_eq!(moved(&decide(&view, 2)), None);
+    }
+
+    #[test]
+    fn small_differences_in_rates_move_nothing() {
+        // 1,000 vs 900 ops/s: within a quarter of the heavier.
+        let view = ClusterView {
+            members: [ServerId(1), ServerId(2)].into(),
+            ..rated(&[(0, 1), (1, 1), (2, 2)], &[(0, 500), (1, 500), (2, 900)])
+        };
+        assert_eq!(moved(&decide(&view, 2)), None);
+    }
+
+    #[test]
+    fn rate_balancing_converges_without_moving_back() {
+        // Apply the asked moves until none is asked: each at least halves
+        // the difference, so few moves and none undone.
+        let mut view = ClusterView {
+            members: [ServerId(1), ServerId(2), ServerId(3)].into(),
+            ..rated(
+                &[(0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 2)],
+                &[(0, 400), (1, 300), (2, 200), (3, 100), (4, 50), (5, 10)],
+            )
+        };
+        let mut seen = BTreeSet::new();
+        for round in 1.. {
+            assert!(round < 20, "no convergence");
+            let Some((t, to)) = moved(&decide(&view, 2)) else {
+                break;
+            };
+            assert!(seen.insert((t, to)), "{t:?} moved to {to:?} twice");
+            view.owners.insert(t, owner(to.0, 100 + round));
+        }
     }
 }

@@ -201,6 +201,10 @@ struct World {
     acked: BTreeMap<TableId, BTreeSet<u64>>,
     next_op: u64,
     report: Report,
+    /// The request rates the coordinator balances by (none for even
+    /// seeds: balancing by count). From their own generator, so a seed's
+    /// faults and timings do not depend on them.
+    rates: BTreeMap<TableId, u64>,
 }
 
 /// Runs one seed; `Err` says which invariant broke, when, and how.
@@ -220,6 +224,14 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         acked: BTreeMap::new(),
         next_op: 1,
         report: Report::default(),
+        rates: if seed % 2 == 0 {
+            BTreeMap::new()
+        } else {
+            let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_0a7e);
+            (0..cfg.tables)
+                .map(|t| (TableId(t), r.random_range(0..500)))
+                .collect()
+        },
     };
     for s in 0..cfg.servers {
         let id = ServerId(s);
@@ -255,6 +267,15 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
     }
     w.check_settled()
         .map_err(|e| format!("seed {seed}: after settling: {e}"))?;
+    if !cfg.faults {
+        // The map converged: the coordinator wants no further move.
+        let wanted = decide(&w.cluster_view(), 2);
+        if !wanted.is_empty() {
+            return Err(format!(
+                "seed {seed}: after settling the coordinator still asks {wanted:?}"
+            ));
+        }
+    }
     Ok(w.report)
 }
 
@@ -690,6 +711,7 @@ impl World {
                     Some((TableId(t), ServerId(e.value.parse().ok()?)))
                 })
                 .collect(),
+            rates: self.rates.clone(),
         }
     }
 

@@ -13,6 +13,7 @@
 //! | `P move/<id>`          | the name a move goes to           | none       |
 //! | `P drain/<name>`       | empty: the server gives its tables away | none |
 //! | `P meta/bootstrapped`  | `1` once the root table was created | none     |
+//! | `P load/<name>`        | the server's request rate per table: `<id>=<ops/s>` space-separated | membership |
 //!
 //! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`).
 //! The range lives in `table/<id>`, apart from the owner, so that a split or
@@ -30,6 +31,26 @@ pub fn member_key(name: &str) -> String {
 
 pub fn drain_key(name: &str) -> String {
     format!("drain/{name}")
+}
+
+pub fn load_key(name: &str) -> String {
+    format!("load/{name}")
+}
+
+/// The value of `load/<name>`: request rates per table.
+pub fn encode_load(rates: &std::collections::BTreeMap<TableId, u64>) -> String {
+    let parts: Vec<String> = rates.iter().map(|(t, r)| format!("{}={r}", t.0)).collect();
+    parts.join(" ")
+}
+
+/// Decodes [`encode_load`]'s form; malformed pairs are skipped.
+pub fn decode_load(s: &str) -> std::collections::BTreeMap<TableId, u64> {
+    s.split_whitespace()
+        .filter_map(|p| {
+            let (t, r) = p.split_once('=')?;
+            Some((TableId(t.parse().ok()?), r.parse().ok()?))
+        })
+        .collect()
 }
 
 pub fn table_key(t: TableId) -> String {
@@ -73,6 +94,7 @@ pub enum Key {
     Owner(TableId),
     Manifest(TableId),
     Move(TableId),
+    Load(String),
     Coordinator,
     Bootstrapped,
     Other,
@@ -97,6 +119,7 @@ pub fn parse_key(k: &str) -> Key {
         "owner" => table(rest).map(Key::Owner),
         "manifest" => table(rest).map(Key::Manifest),
         "move" => table(rest).map(Key::Move),
+        "load" if valid_name(rest) => Some(Key::Load(rest.to_string())),
         _ => None,
     };
     parsed.unwrap_or(Key::Other)

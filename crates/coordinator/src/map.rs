@@ -71,6 +71,8 @@ pub struct ClusterState {
     pub moves: BTreeMap<TableId, MoveEntry>,
     pub draining: BTreeSet<String>,
     pub bootstrapped: bool,
+    /// Per server, the request rate of each table it last published.
+    pub loads: BTreeMap<String, BTreeMap<TableId, u64>>,
 }
 
 /// One routing entry: a table, its range, its owner and where to reach it.
@@ -150,6 +152,12 @@ impl ClusterState {
             }
             (Key::Coordinator, None) => self.coordinator = None,
             (Key::Bootstrapped, p) => self.bootstrapped = p.is_some(),
+            (Key::Load(n), Some((Some(v), _, _))) => {
+                self.loads.insert(n, keys::decode_load(v));
+            }
+            (Key::Load(n), None) => {
+                self.loads.remove(&n);
+            }
             // Manifests are read when a table is loaded, not cached.
             (Key::Manifest(_), _) => {}
             (k, _) => tracing::debug!(key, kind = ?k, "etcd: key ignored by the map"),
@@ -238,6 +246,12 @@ impl ClusterState {
         }
         for (t, m) in &self.moves {
             view.moves.insert(*t, names.id(&m.to));
+        }
+        // A table's rate as its current owner published it.
+        for (t, o) in &self.owners {
+            if let Some(r) = self.loads.get(&o.server).and_then(|l| l.get(t)) {
+                view.rates.insert(*t, *r);
+            }
         }
         (view, names)
     }
@@ -459,6 +473,30 @@ async fn watch_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn published_rates_reach_the_coordinators_view_for_the_current_owner() {
+        let mut s = ClusterState::default();
+        s.apply("member/a", Some((b"a:1", 5, 77)));
+        s.apply("member/b", Some((b"b:1", 5, 78)));
+        for t in ["000001", "000002"] {
+            s.apply(
+                &format!("table/{t}"),
+                Some((keys::encode_range(&SoidRange::ALL).as_bytes(), 6, 0)),
+            );
+        }
+        s.apply("owner/000001", Some((b"1 a", 7, 0)));
+        s.apply("owner/000002", Some((b"1 b", 7, 0)));
+        // a still reports table 2 (it moved to b): b's figure counts.
+        s.apply("load/a", Some((b"1=250 2=999 junk 3=x", 8, 77)));
+        s.apply("load/b", Some((b"2=40", 8, 78)));
+        let (view, _) = s.cluster_view();
+        assert_eq!(view.rates.get(&TableId(1)), Some(&250));
+        assert_eq!(view.rates.get(&TableId(2)), Some(&40));
+        s.apply("load/a", None);
+        let (view, _) = s.cluster_view();
+        assert_eq!(view.rates.get(&TableId(1)), None);
+    }
 
     #[test]
     fn applies_puts_and_deletes_and_routes() {

@@ -82,6 +82,8 @@ pub struct EtcdCluster {
     ownership: Ownership,
     map: DelegationMap,
     membership: Arc<Membership>,
+    /// For [`EtcdCluster::publish_load`] (made at its first use).
+    load_client: tokio::sync::Mutex<Option<etcd_client::Client>>,
 }
 
 impl EtcdCluster {
@@ -127,6 +129,7 @@ impl EtcdCluster {
             ownership,
             map,
             membership,
+            load_client: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -164,6 +167,31 @@ impl EtcdCluster {
     }
 
     /// The etcd this server is a member on.
+    /// Publishes this server's request rate per table (`load/<name>`, on
+    /// its membership lease), which the coordinator balances by.
+    pub async fn publish_load(
+        &self,
+        rates: &std::collections::BTreeMap<TableId, u64>,
+    ) -> Result<(), CoordError> {
+        let mut client = self.load_client.lock().await;
+        if client.is_none() {
+            *client = Some(connect(&self.etcd).await?);
+        }
+        let Some(c) = client.as_mut() else {
+            return Ok(());
+        };
+        let put = c.put(
+            self.etcd.key(&crate::keys::load_key(&self.name)),
+            crate::keys::encode_load(rates),
+            Some(etcd_client::PutOptions::new().with_lease(self.membership.lease())),
+        );
+        let r = crate::etcd::bounded(&self.etcd, put).await;
+        if r.is_err() {
+            *client = None;
+        }
+        r.map(|_| ())
+    }
+
     pub fn etcd(&self) -> &crate::etcd::EtcdConfig {
         &self.etcd
     }

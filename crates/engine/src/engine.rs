@@ -276,6 +276,9 @@ pub(crate) enum Slot {
 pub(crate) struct TableSlot {
     pub(crate) state: Mutex<Slot>,
     last_used: AtomicU64,
+    /// Operations that touched the table since the slot was made (the
+    /// cluster's balancer weighs tables by their rate: `Engine::table_ops`).
+    ops: AtomicU64,
 }
 
 impl TableSlot {
@@ -283,10 +286,12 @@ impl TableSlot {
         Arc::new(TableSlot {
             state: Mutex::new(slot),
             last_used: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
         })
     }
 
     pub(crate) fn touch(&self, epoch: u64) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
         if self.last_used.load(Ordering::Relaxed) != epoch {
             self.last_used.store(epoch, Ordering::Relaxed);
         }

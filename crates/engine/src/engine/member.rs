@@ -634,6 +634,19 @@ impl Engine {
             .collect()
     }
 
+    /// Per table this engine serves: how many operations touched it
+    /// since its slot was made (a split, merge or ADD starts it again at
+    /// 0). The cluster's balancer turns deltas of these into rates.
+    pub fn table_ops(&self) -> Vec<(TableId, u64)> {
+        let map = self.inner.tables.read();
+        map.values()
+            .filter_map(|s| {
+                let id = slot_table(&s.state.lock())?;
+                Some((id, s.ops.load(Ordering::Relaxed)))
+            })
+            .collect()
+    }
+
     /// The table this engine serves whose range holds `soid` (`None`:
     /// another member's).
     pub fn table_holding(&self, soid: Soid) -> Option<TableId> {

@@ -100,7 +100,7 @@ pub fn run(
             Arc::new(placement::ClusterPlacement::new(coordination).with_etcd(etcd.clone()));
         // Stopped when serving ends: it holds the shell, which `leave`
         // needs back whole.
-        let reporter = tokio::spawn(report(Arc::clone(&node)));
+        let reporter = tokio::spawn(report(Arc::clone(&node), engine.clone()));
         let draining = Arc::clone(&node);
         let name = cluster.name.clone();
         let shutdown = async move {
@@ -146,9 +146,48 @@ pub fn run(
 /// The cluster's gauges on /metrics, every second: tables served here,
 /// the lease timer's margin (R1 stops acknowledgements at 0), whether this
 /// server coordinates, the map's revision, and changes of owner seen.
-async fn report(node: Arc<EtcdCluster>) {
+/// How often a server publishes its tables' request rates.
+const LOAD_EVERY: u32 = 5;
+
+/// A table's rate is published only when it changed by more than this
+/// fraction (or from or to 0), so an idle cluster writes nothing.
+const LOAD_CHANGE: f64 = 0.2;
+
+async fn report(node: Arc<EtcdCluster>, engine: Engine) {
     let mut seen: Option<std::collections::BTreeMap<u32, String>> = None;
+    let mut ticks: u32 = 0;
+    let mut last_ops: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut published: Option<std::collections::BTreeMap<sextant_cluster::ids::TableId, u64>> =
+        None;
+    let mut since = Instant::now();
     loop {
+        ticks = ticks.wrapping_add(1);
+        if ticks % LOAD_EVERY == 0 {
+            // Request rates per table from the engine's counters (a table
+            // new here, or re-made by a split, starts from 0).
+            let secs = since.elapsed().as_secs_f64().max(0.001);
+            since = Instant::now();
+            let ops: std::collections::BTreeMap<u64, u64> =
+                engine.table_ops().into_iter().collect();
+            let rates: std::collections::BTreeMap<sextant_cluster::ids::TableId, u64> = ops
+                .iter()
+                .filter_map(|(t, n)| {
+                    let before = last_ops.get(t).copied().unwrap_or(0);
+                    let rate = (n.saturating_sub(before) as f64 / secs).round() as u64;
+                    Some((sextant_cluster::ids::TableId(u32::try_from(*t).ok()?), rate))
+                })
+                .collect();
+            last_ops = ops;
+            // Also once a minute as it is (the key goes with a lost lease).
+            let stale = ticks % (LOAD_EVERY * 12) == 0;
+            if stale || published.as_ref().is_none_or(|p| load_changed(p, &rates)) {
+                match node.publish_load(&rates).await {
+                    Ok(()) => published = Some(rates),
+                    Err(e) => tracing::debug!(error = %e, "cannot publish the request rates"),
+                }
+            }
+        }
+
         let state = node.delegation_map().current();
         metrics::gauge!("sextant_cluster_tables_served").set(node.tables().len() as f64);
         metrics::gauge!("sextant_cluster_tables").set(state.tables.len() as f64);
@@ -176,6 +215,20 @@ async fn report(node: Arc<EtcdCluster>) {
         seen = Some(owners);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Whether `now` differs enough from what was `published` to publish it.
+fn load_changed(
+    published: &std::collections::BTreeMap<sextant_cluster::ids::TableId, u64>,
+    now: &std::collections::BTreeMap<sextant_cluster::ids::TableId, u64>,
+) -> bool {
+    if published.keys().ne(now.keys()) {
+        return true;
+    }
+    published.iter().zip(now.values()).any(|((_, a), b)| {
+        let (a, b) = (*a as f64, *b as f64);
+        (a == 0.0) != (b == 0.0) || (a - b).abs() > LOAD_CHANGE * a.max(b)
+    })
 }
 
 /// Joins the cluster and opens the engine on the shared store.
