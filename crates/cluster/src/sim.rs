@@ -224,7 +224,7 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         acked: BTreeMap::new(),
         next_op: 1,
         report: Report::default(),
-        rates: if seed % 2 == 0 {
+        rates: if seed.is_multiple_of(2) {
             BTreeMap::new()
         } else {
             let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_0a7e);

@@ -162,7 +162,7 @@ async fn report(node: Arc<EtcdCluster>, engine: Engine) {
     let mut since = Instant::now();
     loop {
         ticks = ticks.wrapping_add(1);
-        if ticks % LOAD_EVERY == 0 {
+        if ticks.is_multiple_of(LOAD_EVERY) {
             // Request rates per table from the engine's counters (a table
             // new here, or re-made by a split, starts from 0).
             let secs = since.elapsed().as_secs_f64().max(0.001);
@@ -179,7 +179,7 @@ async fn report(node: Arc<EtcdCluster>, engine: Engine) {
                 .collect();
             last_ops = ops;
             // Also once a minute as it is (the key goes with a lost lease).
-            let stale = ticks % (LOAD_EVERY * 12) == 0;
+            let stale = ticks.is_multiple_of(LOAD_EVERY * 12);
             if stale || published.as_ref().is_none_or(|p| load_changed(p, &rates)) {
                 match node.publish_load(&rates).await {
                     Ok(()) => published = Some(rates),
