@@ -1036,3 +1036,60 @@ fn tools_on_a_mount_of_a_cluster_see_one_file_system() {
     };
     assert_eq!(listing(&mnt), listing(&reference));
 }
+
+/// Hundreds of requests in flight while their table moves back and forth
+/// and a server then leaves: a `sextant bench` with 256 workers (every
+/// one of its operations checked: created once, found, listed, removed
+/// once) runs through server a while the table holding its directory is
+/// moved between a and b, then a is drained and stopped (SIGTERM: a
+/// clean leave). The bench must finish without a single error.
+#[test]
+fn moves_and_a_leave_under_hundreds_of_requests_in_flight() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let (a, b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
+    let mut a = a;
+    let _b = b;
+    sextant_ok(&b_addr, &secret, &["mkdir", "/load"]);
+    // Through b, so the bench outlives a.
+    let bench = Command::new(BIN)
+        .args(["--server", &b_addr, "--data"])
+        .arg(&secret)
+        .args(["bench", "-F", "-n", "256", "-i", "30", "--under", "/load"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut moves = 0;
+    for to in ["b", "a", "b", "a"] {
+        let out = Command::new(BIN)
+            .args(["cluster", "move", "/load", to, "--etcd", &etcd.url])
+            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+            .output()
+            .unwrap();
+        if out.status.success() {
+            moves += 1;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // a leaves cleanly: its tables go to b first.
+    signal(&a.0, "-TERM");
+    let left = a.0.wait().unwrap();
+    assert!(left.success(), "a's clean stop: {left:?}");
+    let out = bench.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "bench across {moves} moves and a leave ({:?}): {}\n{}",
+        started.elapsed(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(moves >= 2, "the table moved under the load ({moves} moves)");
+    let st = status_on(&etcd.url, &secret);
+    assert!(tables_by_server(&st).iter().all(|t| t.0 == "b"), "{st}");
+    drop(etcd.child);
+}
