@@ -1093,3 +1093,77 @@ fn moves_and_a_leave_under_hundreds_of_requests_in_flight() {
     assert!(tables_by_server(&st).iter().all(|t| t.0 == "b"), "{st}");
     drop(etcd.child);
 }
+
+/// Balancing by request rate: tables spread over two servers; then one
+/// table (holding /hot, moved to a) takes all the requests. Its server's rates say it is
+/// the busy one, so the coordinator moves its other tables away until it
+/// keeps only the hot one — which it never moves (that would only move
+/// the load). Counting tables alone would leave the servers as they were.
+#[test]
+fn a_busy_server_gives_its_idle_tables_away() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
+    let c = config.to_str().unwrap();
+    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    for d in ["hot", "c1", "c2", "c3", "c4", "c5"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
+        for f in 0..8 {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
+        }
+    }
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    // a holds /hot's table and the last directory's (two tables; one
+    // more than b at most, which counting tables would leave alone).
+    for path in ["/hot", "/c5"] {
+        let _ = Command::new(BIN)
+            .args(["cluster", "move", path, "a", "--etcd", &etcd.url])
+            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+            .output()
+            .unwrap();
+    }
+    let before = tables_by_server(&status_on(&etcd.url, &secret));
+    assert!(
+        before.iter().any(|x| x.0 == "a" && x.1 >= 2),
+        "a holds two tables: {before:?}"
+    );
+    // Requests on /hot only, until a keeps just that table.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let mut last = serde_json::Value::Null;
+    loop {
+        for _ in 0..10 {
+            sextant_ok(&a_addr, &secret, &["ls", "/hot"]);
+        }
+        last = status_on(&etcd.url, &secret);
+        let t = tables_by_server(&last);
+        let a_tables = t.iter().find(|x| x.0 == "a").map_or(0, |x| x.1);
+        let b_tables = t.iter().find(|x| x.0 == "b").map_or(0, |x| x.1);
+        if a_tables == 1 && b_tables >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a still holds idle tables next to the hot one: {last}"
+        );
+    }
+    // The hot table stayed where it is.
+    let listing = sextant_ok(&a_addr, &secret, &["ls", "/hot"]);
+    assert_eq!(listing.split_whitespace().count(), 8, "{last}");
+    drop(etcd.child);
+}
