@@ -1145,7 +1145,7 @@ fn a_busy_server_gives_its_idle_tables_away() {
     );
     // Requests on /hot only, until a keeps just that table.
     let deadline = Instant::now() + Duration::from_secs(45);
-    let mut last = serde_json::Value::Null;
+    let mut last;
     loop {
         for _ in 0..10 {
             sextant_ok(&a_addr, &secret, &["ls", "/hot"]);
