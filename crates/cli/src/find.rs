@@ -1176,7 +1176,7 @@ async fn open_session(
         .data
         .clone()
         .unwrap_or_else(crate::session::default_data);
-    Session::open(Target {
+    let session = Session::open(Target {
         data: &data,
         server: server.as_deref(),
         secret: cli.secret.as_deref(),
@@ -1186,7 +1186,37 @@ async fn open_session(
         local: cli.local,
         writes: false,
     })
-    .await
+    .await?;
+    warn_if_spread(&session).await;
+    Ok(session)
+}
+
+/// Set when the namespace is spread over several servers: the search saw
+/// only the tables of the server asked (search across servers is the
+/// next issue's). Reported once, and the command exits 1, as GNU find
+/// does when it could not read everything.
+static PARTIAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this command's results may be incomplete (see [`PARTIAL`]).
+pub(crate) fn partial() -> bool {
+    PARTIAL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+async fn warn_if_spread(s: &Session) {
+    let crate::session::Backend::Remote(c) = &s.backend else {
+        return;
+    };
+    let Ok(map) = c.fetch_route_map().await else {
+        return;
+    };
+    let servers: HashSet<&str> = map.routes().iter().map(|r| r.server.as_str()).collect();
+    if servers.len() > 1 && !PARTIAL.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        report(format_args!(
+            "the namespace is spread over {} servers; only the tables of the server asked \
+             were searched (search across servers is not built yet)",
+            servers.len()
+        ));
+    }
 }
 
 /// Parses the command line and resolves its reference files.
@@ -1355,7 +1385,7 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     out.flush();
     run.commands.finish(&|m| report(m));
     out.flush();
-    let ok = !run.failed && !run.commands.failed && !out.file_failed;
+    let ok = !run.failed && !run.commands.failed && !out.file_failed && !partial();
     drop(run);
     s.close().await?;
     Ok(ok)
