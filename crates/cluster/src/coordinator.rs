@@ -30,7 +30,9 @@
 //!    other), the one in place longest first (lowest owner revision: a
 //!    table an operation just pulled somewhere is the last to go). A new,
 //!    empty server so receives tables, and a draining one gives all of
-//!    its away. Without rates this is balancing by table count.
+//!    its away. Without rates this is balancing by table count. A server
+//!    that recently pulled a table for an operation (`quiet`) gives
+//!    nothing away for balance: its operations need those tables together.
 
 use crate::ids::{Epoch, Revision, ServerId, TableId};
 use crate::server::Owner;
@@ -50,6 +52,10 @@ pub struct ClusterView {
     /// Request rate per table (operations per second) as its owner last
     /// published it; a table not here counts 0.
     pub rates: BTreeMap<TableId, u64>,
+    /// Servers that recently pulled a table for an operation that needed
+    /// it (until BORROW/RETURN): the balancer takes nothing from them, or
+    /// it would separate again what their operations keep together.
+    pub quiet: BTreeSet<ServerId>,
 }
 
 /// A write the coordinator asks for.
@@ -156,6 +162,7 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
     let (to, light) = weights.iter().min_by_key(|(s, w)| (**w, **s))?;
     let (from, heavy) = weights
         .iter()
+        .filter(|(s, _)| !view.quiet.contains(s))
         .max_by_key(|(s, w)| (**w, std::cmp::Reverse(**s)))?;
     let diff = heavy.saturating_sub(*light);
     if diff < spread.max(2) as u64 {
@@ -337,5 +344,19 @@ mod tests {
             assert!(seen.insert((t, to)), "{t:?} moved to {to:?} twice");
             view.owners.insert(t, owner(to.0, 100 + round));
         }
+    }
+
+    #[test]
+    fn a_server_that_pulled_a_table_keeps_its_tables() {
+        let mut view = ClusterView {
+            members: [ServerId(1), ServerId(2)].into(),
+            ..rated(&[(0, 1), (1, 1), (2, 1)], &[])
+        };
+        assert!(moved(&decide(&view, 2)).is_some(), "3 vs 0 balances");
+        view.quiet.insert(ServerId(1));
+        assert_eq!(moved(&decide(&view, 2)), None);
+        // Draining still empties it.
+        view.draining.insert(ServerId(1));
+        assert!(moved(&decide(&view, 2)).is_some());
     }
 }

@@ -712,6 +712,7 @@ impl World {
                 })
                 .collect(),
             rates: self.rates.clone(),
+            quiet: BTreeSet::new(),
         }
     }
 

@@ -14,6 +14,7 @@
 //! | `P drain/<name>`       | empty: the server gives its tables away | none |
 //! | `P meta/bootstrapped`  | `1` once the root table was created | none     |
 //! | `P load/<name>`        | the server's request rate per table: `<id>=<ops/s>` space-separated | membership |
+//! | `P pull/<name>`        | when the server last pulled a table for an operation (Unix seconds) | membership |
 //!
 //! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`).
 //! The range lives in `table/<id>`, apart from the owner, so that a split or
@@ -51,6 +52,10 @@ pub fn decode_load(s: &str) -> std::collections::BTreeMap<TableId, u64> {
             Some((TableId(t.parse().ok()?), r.parse().ok()?))
         })
         .collect()
+}
+
+pub fn pull_key(name: &str) -> String {
+    format!("pull/{name}")
 }
 
 pub fn table_key(t: TableId) -> String {
@@ -95,6 +100,7 @@ pub enum Key {
     Manifest(TableId),
     Move(TableId),
     Load(String),
+    Pull(String),
     Coordinator,
     Bootstrapped,
     Other,
@@ -120,6 +126,7 @@ pub fn parse_key(k: &str) -> Key {
         "manifest" => table(rest).map(Key::Manifest),
         "move" => table(rest).map(Key::Move),
         "load" if valid_name(rest) => Some(Key::Load(rest.to_string())),
+        "pull" if valid_name(rest) => Some(Key::Pull(rest.to_string())),
         _ => None,
     };
     parsed.unwrap_or(Key::Other)

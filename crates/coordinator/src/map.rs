@@ -73,7 +73,13 @@ pub struct ClusterState {
     pub bootstrapped: bool,
     /// Per server, the request rate of each table it last published.
     pub loads: BTreeMap<String, BTreeMap<TableId, u64>>,
+    /// Per server, when it last pulled a table for an operation (Unix
+    /// seconds, its own clock).
+    pub pulls: BTreeMap<String, u64>,
 }
+
+/// How long after pulling a table a server gives nothing away for balance.
+pub const QUIET_AFTER_PULL_SECS: u64 = 30;
 
 /// One routing entry: a table, its range, its owner and where to reach it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +163,14 @@ impl ClusterState {
             }
             (Key::Load(n), None) => {
                 self.loads.remove(&n);
+            }
+            (Key::Pull(n), Some((Some(v), _, _))) => {
+                if let Ok(t) = v.trim().parse() {
+                    self.pulls.insert(n, t);
+                }
+            }
+            (Key::Pull(n), None) => {
+                self.pulls.remove(&n);
             }
             // Manifests are read when a table is loaded, not cached.
             (Key::Manifest(_), _) => {}
@@ -246,6 +260,14 @@ impl ClusterState {
         }
         for (t, m) in &self.moves {
             view.moves.insert(*t, names.id(&m.to));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for (server, at) in &self.pulls {
+            if now.saturating_sub(*at) < QUIET_AFTER_PULL_SECS {
+                view.quiet.insert(names.id(server));
+            }
         }
         // A table's rate as its current owner published it.
         for (t, o) in &self.owners {

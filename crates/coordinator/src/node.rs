@@ -192,6 +192,32 @@ impl EtcdCluster {
         r.map(|_| ())
     }
 
+    /// Notes that this server just pulled a table for an operation
+    /// (`pull/<name>`, on its membership lease): for a while the
+    /// coordinator's balancing takes nothing from it.
+    pub async fn note_pull(&self) -> Result<(), CoordError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut client = self.load_client.lock().await;
+        if client.is_none() {
+            *client = Some(connect(&self.etcd).await?);
+        }
+        let Some(c) = client.as_mut() else {
+            return Ok(());
+        };
+        let put = c.put(
+            self.etcd.key(&crate::keys::pull_key(&self.name)),
+            now.to_string(),
+            Some(etcd_client::PutOptions::new().with_lease(self.membership.lease())),
+        );
+        let r = crate::etcd::bounded(&self.etcd, put).await;
+        if r.is_err() {
+            *client = None;
+        }
+        r.map(|_| ())
+    }
+
     pub fn etcd(&self) -> &crate::etcd::EtcdConfig {
         &self.etcd
     }

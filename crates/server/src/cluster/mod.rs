@@ -96,8 +96,10 @@ pub fn run(
         let signalled = crate::signalled();
         on_listening(addr, socket_file.as_ref().map(|f| f.0.as_path()));
         let coordination: Arc<dyn Coordination> = Arc::clone(&node) as Arc<dyn Coordination>;
-        let placement =
-            Arc::new(placement::ClusterPlacement::new(coordination).with_etcd(etcd.clone()));
+        let placement = Arc::new(
+            placement::ClusterPlacement::new(coordination)
+                .with_etcd(etcd.clone(), Arc::clone(&node)),
+        );
         // Stopped when serving ends: it holds the shell, which `leave`
         // needs back whole.
         let reporter = tokio::spawn(report(Arc::clone(&node), engine.clone()));

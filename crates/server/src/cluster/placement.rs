@@ -14,7 +14,7 @@
 
 use crate::placement::Placement;
 use sextant_cluster::ids::TableId;
-use sextant_coordinator::{ClusterState, CoordError, Coordination, EtcdConfig};
+use sextant_coordinator::{ClusterState, CoordError, Coordination, EtcdCluster, EtcdConfig};
 use sextant_proto::pb;
 use sextant_proto::route::{route_to_pb, Route, RouteTable};
 use sextant_proto::soid_to_pb;
@@ -31,6 +31,9 @@ pub struct ClusterPlacement {
     /// Where move requests go (`None`: this server cannot pull tables).
     etcd: Option<EtcdConfig>,
     client: tokio::sync::Mutex<Option<sextant_coordinator::EtcdClient>>,
+    /// Tells the coordinator this server pulled a table (so balancing
+    /// leaves its tables together for a while).
+    node: Option<Arc<EtcdCluster>>,
 }
 
 impl std::fmt::Debug for ClusterPlacement {
@@ -47,12 +50,14 @@ impl ClusterPlacement {
             coordination,
             etcd: None,
             client: tokio::sync::Mutex::new(None),
+            node: None,
         }
     }
 
     /// Lets the server pull tables it needs (see [`Placement::pull`]).
-    pub fn with_etcd(mut self, etcd: EtcdConfig) -> ClusterPlacement {
+    pub fn with_etcd(mut self, etcd: EtcdConfig, node: Arc<EtcdCluster>) -> ClusterPlacement {
         self.etcd = Some(etcd);
+        self.node = Some(node);
         self
     }
 
@@ -195,6 +200,11 @@ impl Placement for ClusterPlacement {
                     }
                     tracing::info!(%table, "pulling a table an operation needs");
                     metrics::counter!("sextant_table_pulls_total").increment(1);
+                    if let Some(node) = &self.node {
+                        if let Err(e) = node.note_pull().await {
+                            tracing::debug!(error = %e, "cannot note the pull");
+                        }
+                    }
                 }
                 let now = tokio::time::Instant::now();
                 if now >= deadline {
