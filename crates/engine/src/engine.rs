@@ -857,7 +857,7 @@ impl Inner {
     fn write_back(&self, slot: &TableSlot, job: SnapshotJob) -> Result<(), EngineError> {
         // WAL rule: the journal must hold everything the snapshot holds.
         self.journal
-            .wait_durable(job.lsn)
+            .wait_synced(job.lsn)
             .map_err(|_| EngineError::Stopped)?;
         let file = self.snapshot_name(self.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
         self.store

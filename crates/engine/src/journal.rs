@@ -350,7 +350,10 @@ fn any_valid_batch_after(bytes: &[u8], from: usize) -> bool {
 pub enum SyncMode {
     /// Write and fdatasync every batch (the default).
     Fsync,
-    /// Write batches but never sync (survives a process crash, not power loss). For benchmarks.
+    /// Write batches without syncing them (survives a process crash; a
+    /// power loss loses what was not written back). Synced only before a
+    /// table write-back, so a power loss never keeps a snapshot without
+    /// the records before it. For benchmarks.
     NoSync,
     /// Write nothing: every record is "durable" at once. Durability comes
     /// only from snapshots; used to measure the price of journaling.
@@ -393,6 +396,9 @@ struct State {
     open: OpenBatch,
     shutdown: bool,
     waiters: Vec<(Lsn, Waker)>,
+    /// [`SyncMode::NoSync`]: the syncer is asked to sync the journal up
+    /// to here ([`Journal::wait_synced`]).
+    sync_wanted: Lsn,
 }
 
 struct Segment {
@@ -407,6 +413,10 @@ struct Shared {
     syncer_wake: Condvar,
     durable_cv: Condvar,
     durable_lsn: AtomicU64,
+    /// Records up to here are synced to the disk (with [`SyncMode::Fsync`]
+    /// the same as `durable_lsn`; with `NoSync` what the last requested
+    /// sync covered).
+    synced_lsn: AtomicU64,
     stop: StopState,
     /// Segments on disk, oldest first; the last is being appended to.
     segments: Mutex<Vec<Segment>>,
@@ -455,10 +465,15 @@ impl Journal {
                 },
                 shutdown: false,
                 waiters: Vec::new(),
+                sync_wanted: 0,
             }),
             syncer_wake: Condvar::new(),
             durable_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(next_lsn - 1),
+            // (NoSync: records recovered at start are taken as synced; a
+            // power loss right after a process crash and restart can still
+            // lose them — NoSync never promised power-loss durability.)
+            synced_lsn: AtomicU64::new(next_lsn - 1),
             stop: StopState::default(),
             segments: Mutex::new(segments),
             syncs: AtomicU64::new(0),
@@ -560,6 +575,40 @@ impl Journal {
         let mut st = self.shared.state.lock();
         loop {
             if self.durable_lsn() >= lsn {
+                return Ok(());
+            }
+            if let Some(e) = self.shared.stop.error() {
+                return Err(e);
+            }
+            if st.shutdown {
+                return Err(FsError::Io);
+            }
+            self.shared.durable_cv.wait(&mut st);
+        }
+    }
+
+    /// Blocks until records up to `lsn` are on the disk itself, not only
+    /// written: what a table write-back needs before its snapshot may
+    /// replace them (else a power loss could keep the snapshot and lose
+    /// records before it, leaving an operation over two tables half done).
+    /// With [`SyncMode::Fsync`] that is [`Journal::wait_durable`]; with
+    /// `NoSync` it asks the syncer for one sync (one per write-back, not
+    /// per operation); with `Off` nothing is written, so nothing to wait.
+    pub fn wait_synced(&self, lsn: Lsn) -> Result<(), FsError> {
+        match self.shared.config.mode {
+            SyncMode::Fsync => return self.wait_durable(lsn),
+            SyncMode::Off => return Ok(()),
+            SyncMode::NoSync => {}
+        }
+        self.wait_durable(lsn)?;
+        if self.shared.synced_lsn.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        let mut st = self.shared.state.lock();
+        st.sync_wanted = st.sync_wanted.max(lsn);
+        self.shared.syncer_wake.notify_one();
+        loop {
+            if self.shared.synced_lsn.load(Ordering::Acquire) >= lsn {
                 return Ok(());
             }
             if let Some(e) = self.shared.stop.error() {
@@ -746,8 +795,18 @@ impl Syncer {
             let batch = {
                 let mut st = self.shared.state.lock();
                 loop {
-                    while st.open.count == 0 && !st.shutdown {
+                    while st.open.count == 0 && !st.shutdown && !self.sync_asked(&st) {
                         self.shared.syncer_wake.wait(&mut st);
+                    }
+                    if st.open.count == 0 && self.sync_asked(&st) {
+                        // A write-back waits for a sync of what is written.
+                        drop(st);
+                        if let Err(e) = self.sync_for_write_back() {
+                            self.fail(&e);
+                            return;
+                        }
+                        st = self.shared.state.lock();
+                        continue;
                     }
                     if st.open.count == 0 {
                         return;
@@ -770,6 +829,11 @@ impl Syncer {
             encode_batch(batch.first_lsn, batch.count, &batch.payload, &mut buf);
             let result = (|| -> Result<(), JournalError> {
                 if segment_len >= self.shared.config.segment_bytes {
+                    if self.shared.config.mode == SyncMode::NoSync {
+                        // What `synced_lsn` covers must stay on the disk
+                        // once the writer moves on to a new segment.
+                        self.sync_for_write_back()?;
+                    }
                     self.writer = Syncer::open_segment(&self.shared, batch.first_lsn)?;
                     segment_len = SEGMENT_HEADER_LEN as u64;
                 }
@@ -788,16 +852,7 @@ impl Syncer {
                 Ok(())
             })();
             if let Err(e) = result {
-                // Fatal: stop acknowledging. The engine reports it and stops.
-                let cause = Cause::of_chain(&e);
-                tracing::error!(
-                    error = %e,
-                    "journal write failed; the engine stops (nothing after it is acknowledged; \
-                     restart the server{} to recover)",
-                    if cause == Cause::NoSpace { " after freeing space" } else { "" }
-                );
-                self.shared.stop.stop(cause);
-                self.wake(true);
+                self.fail(&e);
                 return;
             }
             segment_len += buf.len() as u64;
@@ -812,8 +867,53 @@ impl Syncer {
                 .bytes_written
                 .fetch_add(buf.len() as u64, Ordering::Relaxed);
             self.shared.durable_lsn.store(last_lsn, Ordering::Release);
+            if self.shared.config.mode == SyncMode::Fsync {
+                self.shared.synced_lsn.store(last_lsn, Ordering::Release);
+            }
             self.wake(false);
+            if self.shared.config.mode == SyncMode::NoSync {
+                let asked = self.sync_asked(&self.shared.state.lock());
+                if asked {
+                    if let Err(e) = self.sync_for_write_back() {
+                        self.fail(&e);
+                        return;
+                    }
+                }
+            }
         }
+    }
+
+    /// Fatal: stop acknowledging. The engine reports it and stops.
+    fn fail(&self, e: &JournalError) {
+        let cause = Cause::of_chain(e);
+        tracing::error!(
+            error = %e,
+            "journal write failed; the engine stops (nothing after it is acknowledged; \
+             restart the server{} to recover)",
+            if cause == Cause::NoSpace { " after freeing space" } else { "" }
+        );
+        self.shared.stop.stop(cause);
+        self.wake(true);
+    }
+
+    /// NoSync: a write-back asked for a sync beyond what is synced.
+    fn sync_asked(&self, st: &State) -> bool {
+        st.sync_wanted > self.shared.synced_lsn.load(Ordering::Acquire)
+    }
+
+    /// NoSync: syncs everything written (the current segment; older ones
+    /// were synced when the writer left them) and publishes it as synced.
+    fn sync_for_write_back(&mut self) -> Result<(), JournalError> {
+        let written = self.shared.durable_lsn.load(Ordering::Acquire);
+        self.writer.sync().map_err(|source| JournalError::Io {
+            file: "journal segment".into(),
+            source,
+        })?;
+        self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+        self.shared.synced_lsn.store(written, Ordering::Release);
+        let _held = self.shared.state.lock();
+        self.shared.durable_cv.notify_all();
+        Ok(())
     }
 
     fn wake(&self, all: bool) {
@@ -847,6 +947,38 @@ mod tests {
             Ok(())
         })?;
         Ok((recs, out))
+    }
+
+    /// NoSync: written records are lost by a power loss until a write-back
+    /// asks for a sync; after `wait_synced` they survive it, and the sync
+    /// covers everything written before (also across a segment change).
+    #[test]
+    fn nosync_records_survive_a_power_loss_once_a_write_back_synced_them() {
+        let store = MemStore::new();
+        let s: Arc<dyn Store> = Arc::new(store.clone());
+        let cfg = JournalConfig {
+            mode: SyncMode::NoSync,
+            segment_bytes: 200,
+            ..JournalConfig::default()
+        };
+        let j = Journal::start(s, cfg, 1, vec![]).unwrap();
+        let mut last = 0;
+        for i in 0..30 {
+            last = j
+                .append(format!("record {i:03} of the test").as_bytes())
+                .unwrap();
+            j.wait_durable(last).unwrap();
+        }
+        let syncs = j.stats().syncs;
+        j.wait_synced(last).unwrap();
+        assert!(j.stats().syncs > syncs, "a sync ran");
+        let more = j.append(b"after the sync").unwrap();
+        j.wait_durable(more).unwrap();
+        store.crash(None);
+        let (recs, _) = collect(&store).unwrap();
+        let lsns: Vec<Lsn> = recs.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lsns, (1..=last).collect::<Vec<_>>(), "synced ones only");
+        drop(j);
     }
 
     fn write_records(store: &MemStore, n: u64) {

@@ -685,7 +685,7 @@ impl Engine {
                 Slot::Loaded(t) => {
                     inner
                         .journal
-                        .wait_durable(t.last_lsn)
+                        .wait_synced(t.last_lsn)
                         .map_err(|_| EngineError::Stopped)?;
                     let file = inner
                         .snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
