@@ -586,9 +586,9 @@ async fn server_counts(data: &Path, address: &str) -> Result<(u64, u64)> {
     Ok((engine.inodes, server.requests))
 }
 
-/// A client of one server with the cluster's secret, which `up` left in
-/// every server's data directory; the admin's own secret file otherwise
-/// ($SEXTANT_SECRET_FILE).
+/// A client of one server with the cluster's secret: $SEXTANT_SECRET or
+/// $SEXTANT_SECRET_FILE, else the copy `up` left in that server's data
+/// directory, else the one in --data.
 async fn connect_admin(data: &Path, address: &str) -> Result<sextant_client::Client> {
     let secret = std::env::var("SEXTANT_SECRET")
         .ok()
@@ -596,9 +596,15 @@ async fn connect_admin(data: &Path, address: &str) -> Result<sextant_client::Cli
             std::env::var_os("SEXTANT_SECRET_FILE")
                 .and_then(|f| sextant_server::secret::read(Path::new(&f)).ok())
         })
-        .or_else(|| cluster_secret_near(data, address));
+        .or_else(|| cluster_secret_near(data, address))
+        // The secret in --data itself (a server's data directory: every
+        // server of a cluster keeps a copy of the cluster's secret).
+        .or_else(|| sextant_server::secret::read(&sextant_server::secret::path(data)).ok());
     let Some(secret) = secret else {
-        bail!("no cluster secret for {address}: set SEXTANT_SECRET_FILE");
+        bail!(
+            "no cluster secret for {address}: give --data a server's data directory, \
+             or set SEXTANT_SECRET_FILE"
+        );
     };
     sextant_client::Client::connect(address, &secret, sextant_client::Options::default())
         .await
@@ -637,26 +643,38 @@ async fn move_table(
                 .with_context(|| format!("no table holds {target} (its SOID {soid:?})"))?
         }
     };
-    let Some(owner) = state.owner(table) else {
-        bail!("table {} has no owner now; try again in a moment", table.0);
-    };
-    if owner.server == server {
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({"table": table.0, "server": server, "moved": false, "already": true})
-            );
-        } else {
-            println!("table {} is already on {server}", table.0);
-        }
-        return Ok(());
-    }
+    // Asked again for a while when another move of the table (a
+    // balancing one, a pull) is pending or its owner is changing.
     let mut client = sextant_coordinator::etcd::connect(cfg).await?;
-    if !sextant_coordinator::admin::request_move(&mut client, cfg, table, server).await? {
-        bail!(
-            "table {} could not be asked to move (another move is pending, or its owner changed): try again",
-            table.0
-        );
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut state = state;
+    loop {
+        let owner = state.owner(table).map(|o| o.server.clone());
+        if owner.as_deref() == Some(server) && !state.moves.contains_key(&table) {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"table": table.0, "server": server, "moved": false, "already": true})
+                );
+            } else {
+                println!("table {} is already on {server}", table.0);
+            }
+            return Ok(());
+        }
+        if owner.is_some()
+            && sextant_coordinator::admin::request_move(&mut client, cfg, table, server).await?
+        {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "table {} could not be asked to move for 15 s (another move stayed pending, \
+                 or it had no owner): try again",
+                table.0
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        state = read_state(cfg).await?;
     }
     // Wait for the handover so that the command's end means it is done.
     let map = sextant_coordinator::DelegationMap::start(cfg.clone()).await?;

@@ -1227,3 +1227,50 @@ fn pulled_tables_are_not_balanced_straight_back() {
     );
     drop(etcd.child);
 }
+
+/// Found by the cluster benchmarks: `cluster status --data DIR` (a
+/// server's data directory, holding the cluster secret) reaches every
+/// server without SEXTANT_SECRET_FILE; and every server of a cluster
+/// stopped at once (SIGTERM) leaves promptly — each used to wait its
+/// whole drain timeout (30 s) for another server to take its tables.
+#[test]
+fn status_with_data_and_all_servers_stopped_at_once() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let (a, b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
+    for d in ["/a", "/b", "/c"] {
+        sextant_ok(&b_addr, &secret, &["mkdir", d]);
+    }
+    let out = Command::new(BIN)
+        .args(["--json", "--data"])
+        .arg(&secret)
+        .args(["cluster", "status", "--etcd", &etcd.url])
+        .env_remove("SEXTANT_SECRET_FILE")
+        .env_remove("SEXTANT_SECRET")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for s in st["servers"].as_array().unwrap() {
+        assert!(s["error"].is_null() && s["inodes"].is_u64(), "{s}");
+    }
+    let (mut a, mut b) = (a, b);
+    let stopped = Instant::now();
+    signal(&a.0, "-TERM");
+    signal(&b.0, "-TERM");
+    let (ra, rb) = (a.0.wait().unwrap(), b.0.wait().unwrap());
+    assert!(ra.success() && rb.success(), "{ra:?} {rb:?}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "both stopped after {:?} (the drain timeout is 30 s)",
+        stopped.elapsed()
+    );
+    drop(etcd.child);
+}

@@ -28,6 +28,11 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
+    /// Whether [`Placement::pull`] can ever bring a table here (a single
+    /// server holds everything: no).
+    fn can_pull(&self) -> bool {
+        false
+    }
     /// An operation here also needs the table holding `soid`, which
     /// another server holds: bring it here (a move through the
     /// coordinator) and say whether it now serves here. A single server

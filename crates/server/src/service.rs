@@ -377,7 +377,7 @@ impl Shared {
         fx: &mut Effects,
         request: Option<RequestId>,
     ) -> Result<Res, FsError> {
-        if !op.is_mutation() {
+        if !op.is_mutation() || !self.placement.can_pull() {
             return self.execute(cred, op, fx, request).await;
         }
         let route = op.route_soid();

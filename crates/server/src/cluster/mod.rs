@@ -345,13 +345,25 @@ async fn drain(node: &EtcdCluster, name: &str, etcd: &EtcdConfig) {
         return;
     }
     let name = name.to_string();
-    let emptied = node
+    // Done when nothing is left here — or when nobody is left to take it
+    // (every other server is stopping too: all of them stopped at once
+    // would otherwise each wait the whole timeout).
+    let ended = node
         .delegation_map()
-        .wait_for(DRAIN_TIMEOUT, move |s| s.owned_by(&name).next().is_none())
-        .await
-        .is_some();
-    if !emptied {
-        tracing::warn!("tables still here after the drain's timeout");
+        .wait_for(DRAIN_TIMEOUT, move |s| {
+            s.owned_by(&name).next().is_none()
+                || !s
+                    .members
+                    .keys()
+                    .any(|m| *m != name && !s.draining.contains(m))
+        })
+        .await;
+    match ended {
+        None => tracing::warn!("tables still here after the drain's timeout"),
+        Some(s) if s.owned_by(node.name()).next().is_some() => {
+            tracing::warn!("every other server is stopping too; leaving with the tables")
+        }
+        Some(_) => {}
     }
 }
 

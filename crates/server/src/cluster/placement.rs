@@ -169,6 +169,10 @@ impl Placement for ClusterPlacement {
         route_table(&self.coordination.map().borrow()).to_pb()
     }
 
+    fn can_pull(&self) -> bool {
+        self.etcd.is_some()
+    }
+
     /// Until BORROW/RETURN (issue 21) a table an operation needs is moved
     /// here for good (the balancer may move it on later): the operation
     /// then runs as an ordinary local transaction. Waits up to
