@@ -649,6 +649,24 @@ fn drive_all(b: &[u8]) {
     drive_attr_filters(b);
 }
 
+/// A version-2 snapshot with fewer than 8 bytes after its header (no room
+/// for the trailer's length): an error, never a read past the end (the
+/// proptest found it).
+#[test]
+fn a_v2_snapshot_too_short_for_its_trailer_is_an_error() {
+    for extra in 0..12 {
+        let mut b = b"SXTSNAP2".to_vec();
+        b.resize(64, 0);
+        b.extend(std::iter::repeat_n(0u8, extra));
+        b.extend_from_slice(&[0; 4]);
+        with_crc_trailer(&mut b);
+        assert!(
+            decode_snapshot(&b).is_err(),
+            "{extra} bytes after the header"
+        );
+    }
+}
+
 fn with_crc_trailer(b: &mut [u8]) {
     if b.len() >= 4 {
         let n = b.len() - 4;

@@ -111,7 +111,8 @@ pub fn decode_snapshot(b: &[u8]) -> Result<Snapshot, String> {
     let body_len = u64_at(56);
     let after_header = (content.len() - SNAPSHOT_HEADER_LEN) as u64;
     let (body_bytes, carried) = if v2 {
-        if body_len > after_header.saturating_sub(8) {
+        // The trailer's length field must fit after the body.
+        if after_header < 8 || body_len > after_header - 8 {
             return Err("snapshot body length mismatch".into());
         }
         let body_end = SNAPSHOT_HEADER_LEN + body_len as usize;
