@@ -26,7 +26,7 @@
 //! - The [`Quarantine`] holds every SOID freed above `written_back` (a
 //!   recovery may bring its inode back, so it is not handed out again).
 
-use crate::engine::EngineError;
+use crate::error::EngineError;
 use crate::journal::Lsn;
 use crate::logless::{encode_redo, Arl, Redo, Stamps, KEY_LEN};
 use crate::quarantine::Quarantine;

@@ -27,9 +27,9 @@
 
 use crate::changes::Changes;
 use crate::durability::{Logless, LoglessConfig};
-use crate::index::TableIndex;
+pub use crate::error::EngineError;
 use crate::inode::Inode;
-use crate::journal::{self, Durable, Journal, JournalConfig, JournalError, Lsn, SyncMode};
+use crate::journal::{self, Durable, Journal, JournalConfig, Lsn, SyncMode};
 use crate::logless::{self, Decision, Redo};
 use crate::manifest::{Manifest, TableEntry, MANIFEST_NAME};
 use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
@@ -38,9 +38,10 @@ use crate::record::{decode_tagged_record, Mutation};
 use crate::requests::{
     AsReply, CarriedSink, Ledger, Recovered, RequestId, RequestTag, LEDGER_NAME,
 };
-use crate::soid::{GlobalHighWater, LayoutError, SoidLayout};
+use crate::soid::{GlobalHighWater, SoidLayout};
 use crate::stop::{Cause, StopState};
 use crate::store::{LocalDirStore, Store};
+use crate::table::index::TableIndex;
 use crate::table::{decode_snapshot, Table};
 use crate::txn::{OpError, OpResult, Txn};
 
@@ -123,43 +124,6 @@ impl std::fmt::Debug for EngineConfig {
             .field("logless", &self.logless)
             .finish_non_exhaustive()
     }
-}
-
-/// Fatal conditions: the engine cannot open, or must stop.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error("I/O error on {file}: {source}")]
-    Io {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("corrupt data in {file}: {what}")]
-    Corrupt { file: String, what: String },
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    #[error("bad SOID layout: {0}")]
-    Layout(#[from] LayoutError),
-    #[error("the engine stopped after a fatal error (see the log); restart to recover")]
-    Stopped,
-    #[error(
-        "{dir} is in use by another Sextant process (its LOCK file is held): stop that \
-         process, or use another data directory"
-    )]
-    InUse { dir: String },
-    #[error(
-        "the last run used log-less durability and did not shut down cleanly: its \
-         acknowledged operations are held by its clients; start with log-less \
-         durability to recover them"
-    )]
-    LoglessNotRecovered,
-    /// Member mode: the table catalogue refused or failed.
-    #[error("table catalogue: {0}")]
-    Catalog(#[from] crate::member::CatalogError),
-    /// Member mode: a table manifest or table operation that cannot be
-    /// carried out (named in the message); nothing was changed.
-    #[error("member mode: {0}")]
-    Member(String),
 }
 
 /// The value of a mutation that has been applied; it is durable (may be
@@ -251,7 +215,7 @@ pub struct EngineStats {
     pub merges: u64,
     pub retries: u64,
     /// Directory paths remembered across searches, and their approximate
-    /// heap bytes (`crate::search::dir_cache`).
+    /// heap bytes (`crate::dir_cache`).
     pub dir_cache_paths: usize,
     pub dir_cache_bytes: usize,
     /// `Some` once the engine stopped after a failed write: what every
@@ -324,13 +288,13 @@ pub(crate) struct Inner {
     pub(crate) track_changes: AtomicBool,
     /// Advanced by every transaction that moves, removes or changes the
     /// mode of a directory, after its writes are applied
-    /// ([`crate::search::dir_cache`]).
+    /// ([`crate::dir_cache`]).
     pub(crate) dir_epoch: AtomicU64,
     /// Directory paths searches resolved, valid at one directory epoch. A
     /// leaf lock: nothing else is locked while it is held. Read-locked by
     /// lookups, so the threads of a search (and concurrent searches) do
     /// not queue behind each other.
-    pub(crate) dir_cache: RwLock<crate::search::dir_cache::DirCache>,
+    pub(crate) dir_cache: RwLock<crate::dir_cache::DirCache>,
     /// The last sum of every table's summary (root's whole-namespace
     /// totals), valid while `table::summary::changes()` equals its own.
     /// A leaf lock, held only to take or replace it.
@@ -2018,134 +1982,20 @@ fn flusher_loop(
     }
 }
 
-// ---- search (crate::search) -----------------------------------------------
+// ---- what searches read -----------------------------------------------------
+// The search API itself (`Engine::search` and the other `search_*` methods)
+// is an `impl Engine` block in `crate::search`, which sits above the
+// engine: the engine names nothing of it.
 
 impl Engine {
-    /// Runs a `find`-like search from `scope` as `cred`, calling `visit` with
-    /// each hit (outside every engine lock) until it breaks or `limit` hits
-    /// were reported (`usize::MAX`: no limit), on the default number of
-    /// threads. A hit is lent to `visit` ([`crate::search::HitRef`]);
-    /// `to_hit` makes one to keep. See [`crate::search`] for semantics,
-    /// permissions and consistency.
-    pub fn search(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        limit: usize,
-        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
-    ) -> Result<crate::search::SearchStats, FsError> {
-        let opts = crate::search::SearchOptions::limit(limit);
-        crate::search::run(self, cred, scope, expr, &opts, visit)
-    }
-
-    /// [`Engine::search`] with its limit, threads and stop check given.
-    pub fn search_with(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        opts: &crate::search::SearchOptions<'_>,
-        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
-    ) -> Result<crate::search::SearchStats, FsError> {
-        crate::search::run(self, cred, scope, expr, opts, visit)
-    }
-
-    /// [`Engine::search`] without the indexes: every table visited, every
-    /// row read and checked exactly. Same results, for benchmarks (the
-    /// brute-force baseline over the same in-memory data) and tests.
-    pub fn search_scan(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        limit: usize,
-        visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
-    ) -> Result<crate::search::SearchStats, FsError> {
-        let opts = crate::search::SearchOptions::limit(limit);
-        self.search_scan_with(cred, scope, expr, &opts, visit)
-    }
-
-    /// [`Engine::search_scan`] with its limit, threads and stop check given
-    /// (a benchmark compares index and scan on the same threads).
-    pub fn search_scan_with(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        opts: &crate::search::SearchOptions<'_>,
-        mut visit: impl FnMut(crate::search::HitRef<'_>) -> std::ops::ControlFlow<()>,
-    ) -> Result<crate::search::SearchStats, FsError> {
-        crate::search::run_with(self, cred, scope, expr, opts, false, None, &mut visit)
-    }
-
-    /// Count and total size of the matches of a search (`by`: grouped;
-    /// `None`: the total only), added up without building paths unless the
-    /// expression or the grouping needs them. For `find -count`, `du`,
-    /// `stats`. Never from the maintained summaries (see
-    /// [`Engine::search_aggregate`]).
-    pub fn search_tally(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        by: Option<crate::search::GroupBy>,
-        opts: &crate::search::SearchOptions<'_>,
-    ) -> Result<(crate::search::Aggregation, crate::search::SearchStats), FsError> {
-        crate::search::tally(self, cred, scope, expr, by, opts)
-    }
-
     /// The first SOID of every table, in order (a parallel search cuts its
     /// work items there).
     pub(crate) fn table_starts(&self) -> Vec<Soid> {
         self.inner.tables.read().keys().copied().collect()
     }
 
-    /// [`Engine::search`], collecting up to `limit` hits.
-    pub fn search_collect(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        limit: usize,
-    ) -> Result<Vec<crate::search::SearchHit>, FsError> {
-        let mut hits = Vec::new();
-        self.search(cred, scope, expr, limit, |h| {
-            hits.push(h.to_hit());
-            std::ops::ControlFlow::Continue(())
-        })?;
-        Ok(hits)
-    }
-
-    /// Count and total size of the matches of a search, grouped by `by`.
-    pub fn search_aggregate(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        by: crate::search::GroupBy,
-    ) -> Result<crate::search::Aggregation, FsError> {
-        crate::search::aggregate(self, cred, scope, expr, by)
-    }
-
-    /// [`Engine::search_aggregate`]'s answer from the tables' maintained
-    /// summaries, when they give exactly what the search would (the whole
-    /// namespace, for root or — with no directory closed to anyone — any
-    /// caller; an expression of owner, group and type; grouped by uid, gid
-    /// or type, or — `by` `None` — the total only); `None` when a search
-    /// is needed.
-    pub fn aggregate_from_summaries(
-        &self,
-        cred: &Credentials,
-        scope: crate::search::Scope<'_>,
-        expr: &crate::search::Expr,
-        by: impl Into<Option<crate::search::GroupBy>>,
-    ) -> Result<Option<crate::search::Aggregation>, FsError> {
-        crate::search::from_summaries(self, cred, scope, expr, by.into())
-    }
-
     /// A search starts: the directory epoch it remembers paths under
-    /// ([`crate::search::dir_cache`]).
+    /// ([`crate::dir_cache`]).
     pub(crate) fn dir_cache_begin(&self) -> u64 {
         let epoch = self.inner.dir_epoch.load(Ordering::Acquire);
         if self.inner.dir_cache.read().epoch() != epoch {
@@ -2161,16 +2011,13 @@ impl Engine {
         &self,
         epoch: u64,
         d: Soid,
-    ) -> Option<(crate::search::dir_cache::Place, u32)> {
+    ) -> Option<(crate::dir_cache::Place, u32)> {
         self.inner.dir_cache.read().get(epoch, d)
     }
 
     /// Calls `f` with the remembered directory paths read-locked (many
     /// lookups for one lock; `f` must not lock anything else).
-    pub(crate) fn dir_cache_read<T>(
-        &self,
-        f: impl FnOnce(&crate::search::dir_cache::DirCache) -> T,
-    ) -> T {
+    pub(crate) fn dir_cache_read<T>(&self, f: impl FnOnce(&crate::dir_cache::DirCache) -> T) -> T {
         f(&self.inner.dir_cache.read())
     }
 
@@ -2187,12 +2034,12 @@ impl Engine {
     }
 
     /// Offers the place of the exits of version `version`, made from paths
-    /// remembered at `epoch` ([`crate::search::dir_cache::ExitPlace`]).
+    /// remembered at `epoch` ([`crate::dir_cache::ExitPlace`]).
     pub(crate) fn dir_cache_offer_place(
         &self,
         epoch: u64,
         version: u64,
-        place: crate::search::dir_cache::ExitPlace,
+        place: crate::dir_cache::ExitPlace,
     ) {
         let mut cache = self.inner.dir_cache.write();
         let current = self.inner.dir_epoch.load(Ordering::Acquire);

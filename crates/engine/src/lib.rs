@@ -1,12 +1,20 @@
 //! Sextant's metadata engine. No network code; no async runtime.
 //!
 //! Module map (dependencies point down the list):
+//! - [`search`]: `find`-like queries over the tables' indexes, and the
+//!   engine's search API (`Engine::search` and the other `search_*`
+//!   methods, an `impl Engine` block in [`search`]).
 //! - [`engine`]: the [`Engine`] handle — table map, recovery, checkpoints,
 //!   cache budget; the API the server, the FUSE mount and benchmarks call.
 //! - [`namespace`]: POSIX operations written once over a transaction.
 //! - [`txn`]: transactions — ordered table locking, write sets, commit.
-//! - [`table`], [`index`], [`inode`]: what a table holds and how it is searched.
-//! - [`soid`], [`kdtree`], [`bloom`], [`perm`]: pure algorithms.
+//! - `durability`: log-less durability's engine side (redo key, stamps,
+//!   ARL, run state); `error`: the engine's error type ([`EngineError`]).
+//! - [`table`] (with its search index, [`table::index`], also at
+//!   [`index`]), [`inode`]: what a table holds and how it is searched;
+//!   `dir_cache`: directory paths remembered across searches (held by the
+//!   engine, filled and read by searches).
+//! - [`soid`], [`kdtree`], [`bloom`], [`perm`], `hash`: pure algorithms.
 //! - [`journal`], [`record`], [`manifest`]: the on-disk formats;
 //!   [`requests`]: which client requests were committed (exactly-once
 //!   across a restart).
@@ -21,10 +29,12 @@
 
 pub mod bloom;
 pub mod changes;
+mod dir_cache;
 mod durability;
 pub mod engine;
+mod error;
 pub mod group_commit;
-pub mod index;
+mod hash;
 pub mod inode;
 pub mod journal;
 pub mod kdtree;
@@ -44,6 +54,10 @@ pub mod stop;
 pub mod store;
 pub mod table;
 pub mod txn;
+
+// The table's search index lives under `table` (it reads the table's
+// rows); kept at its former path too.
+pub use table::index;
 
 pub use changes::Changes;
 pub use durability::LoglessConfig;

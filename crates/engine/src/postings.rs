@@ -209,7 +209,7 @@ impl Lists<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::contains_ci;
+    use crate::table::index::contains_ci;
     use proptest::prelude::*;
 
     proptest! {

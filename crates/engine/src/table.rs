@@ -12,6 +12,9 @@
 //! - maintained summaries of its inodes: totals per (owner, group, type)
 //!   ([`summary`]) and the directories outside the table its inodes' links
 //!   name ([`exits`], which lets a subtree search skip the table);
+//! - its search index ([`index`]: a K-D tree, Bloom filters and trigram
+//!   posting lists over its rows, rebuilt on write-back), which reads the
+//!   rows it indexes from the table;
 //! - write-back bookkeeping (which journal records it holds that are not in
 //!   its snapshot yet).
 //!
@@ -39,6 +42,7 @@
 
 pub mod carried;
 pub mod exits;
+pub mod index;
 mod slab;
 mod snapshot;
 pub mod summary;
@@ -47,10 +51,10 @@ pub use snapshot::{
     decode_snapshot, encode_snapshot, encode_snapshot_carrying, Snapshot, SnapshotBody,
 };
 
-use crate::index::TableIndex;
 use crate::inode::{Dentry, Inode, Name};
 use crate::journal::Lsn;
 use crate::record::Mutation;
+use index::TableIndex;
 use sextant_types::{FileType, Soid, SoidRange};
 use slab::RowSlab;
 use std::collections::BTreeMap;

@@ -388,7 +388,7 @@ impl<'m> Txn<'m> {
             // After the writes, before the caller is answered: a search
             // that starts once this returns sees the new epoch and no
             // directory path remembered from before
-            // ([`crate::search::dir_cache`]).
+            // ([`crate::dir_cache`]).
             self.inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
         }
         let mut oversized = Vec::new();

@@ -5,8 +5,11 @@
 //! - [`query`]: the expression tree ([`Expr`], [`Pred`]) and its exact
 //!   evaluator.
 //! - [`mod@plan`]: the constraints every match satisfies ([`Plan`]), handed to
-//!   the per-table index ([`crate::index::IndexQuery`]) to prune.
-//! - this module: execution ([`Engine::search`]), hits, aggregations.
+//!   the per-table index ([`crate::table::index::IndexQuery`]) to prune.
+//! - this module: execution, hits, aggregations, and the engine's search
+//!   API ([`Engine::search`] and the other `search_*` methods: an
+//!   `impl Engine` block here, since the search sits above the engine and
+//!   the engine names nothing of it).
 //!
 //! # Results
 //!
@@ -48,7 +51,7 @@
 //! (`scope::decide`, [`SearchStats::tables_out_of_scope`]). Exits only
 //! prune; every candidate's ancestry is still decided by its parent chain.
 //! Tables that survive are then pruned by their Bloom filters
-//! ([`crate::index::TableIndex::may_match`]) and K-D trees (only rows in
+//! ([`crate::table::index::TableIndex::may_match`]) and K-D trees (only rows in
 //! the query box are read).
 //!
 //! Why exit sets and not recursive per-directory sums (file count and size
@@ -135,7 +138,7 @@
 //! reentrant).
 //!
 //! Exits are resolved through the directory paths remembered across
-//! searches (`dir_cache`): a directory's absolute path, read by an
+//! searches (`crate::dir_cache`): a directory's absolute path, read by an
 //! earlier search and valid until a directory is moved, removed or
 //! changes mode (the directory epoch), gives its status for any scope
 //! without a read — for root always, for other callers when the directory
@@ -184,9 +187,8 @@
 //!
 //! [`SoidLayout::subtree_range`]: crate::soid::SoidLayout::subtree_range
 //! [`check_access`]: crate::perm::check_access
-//! [`IndexQuery::matches`]: crate::index::IndexQuery::matches
+//! [`IndexQuery::matches`]: crate::table::index::IndexQuery::matches
 
-pub(crate) mod dir_cache;
 mod hits;
 mod parallel;
 pub mod plan;
@@ -196,19 +198,21 @@ pub(crate) mod scope;
 pub use hits::HitRef;
 pub use plan::{plan, Plan};
 pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
+// Count and total size: a table summary's unit, defined with it.
+pub use crate::table::summary::Totals;
 
+use crate::dir_cache::{self, ExitPlace, Relation};
 use crate::engine::Engine;
+use crate::hash::FastHash;
 use crate::inode::Inode;
 use crate::perm::{check_access, class_allows, MAY_EXEC, MAY_READ};
 use crate::table::summary::Summary;
 use crate::table::Table;
 use bytes::Bytes;
-use dir_cache::{ExitPlace, Relation};
 use hits::{HitBatch, Hits};
 use scope::{Decision, Memo, Status, MAX_CHAIN};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid, SoidRange};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasherDefault;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -305,21 +309,6 @@ pub enum GroupKey {
     Type(FileType),
     Extension(Box<[u8]>),
     Directory(Box<[u8]>),
-}
-
-/// Count and total size.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
-    pub count: u64,
-    pub size: u64,
-}
-
-impl Totals {
-    /// Counts one path of `size` bytes.
-    pub fn add(&mut self, size: u64) {
-        self.count += 1;
-        self.size = self.size.saturating_add(size);
-    }
 }
 
 /// Matches grouped. Counted per path, like `find ... | wc -l` (a file with
@@ -752,6 +741,131 @@ pub fn default_threads() -> usize {
             .map_or(1, usize::from)
             .clamp(1, parallel::MAX_THREADS)
     })
+}
+
+// ---- the engine's search API ---------------------------------------------
+// An `impl Engine` block here rather than in `crate::engine`: the search
+// sits above the engine (it reads tables through the engine's
+// `with_indexed_table`, `dir_cache_*` and `table_starts`), and the engine
+// names nothing of it.
+
+impl Engine {
+    /// Runs a `find`-like search from `scope` as `cred`, calling `visit` with
+    /// each hit (outside every engine lock) until it breaks or `limit` hits
+    /// were reported (`usize::MAX`: no limit), on the default number of
+    /// threads. A hit is lent to `visit` ([`HitRef`]); `to_hit` makes one
+    /// to keep. See [`crate::search`] for semantics, permissions and
+    /// consistency.
+    pub fn search(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        limit: usize,
+        visit: impl FnMut(HitRef<'_>) -> ControlFlow<()>,
+    ) -> Result<SearchStats, FsError> {
+        let opts = SearchOptions::limit(limit);
+        run(self, cred, scope, expr, &opts, visit)
+    }
+
+    /// [`Engine::search`] with its limit, threads and stop check given.
+    pub fn search_with(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        opts: &SearchOptions<'_>,
+        visit: impl FnMut(HitRef<'_>) -> ControlFlow<()>,
+    ) -> Result<SearchStats, FsError> {
+        run(self, cred, scope, expr, opts, visit)
+    }
+
+    /// [`Engine::search`] without the indexes: every table visited, every
+    /// row read and checked exactly. Same results, for benchmarks (the
+    /// brute-force baseline over the same in-memory data) and tests.
+    pub fn search_scan(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        limit: usize,
+        visit: impl FnMut(HitRef<'_>) -> ControlFlow<()>,
+    ) -> Result<SearchStats, FsError> {
+        let opts = SearchOptions::limit(limit);
+        self.search_scan_with(cred, scope, expr, &opts, visit)
+    }
+
+    /// [`Engine::search_scan`] with its limit, threads and stop check given
+    /// (a benchmark compares index and scan on the same threads).
+    pub fn search_scan_with(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        opts: &SearchOptions<'_>,
+        mut visit: impl FnMut(HitRef<'_>) -> ControlFlow<()>,
+    ) -> Result<SearchStats, FsError> {
+        run_with(self, cred, scope, expr, opts, false, None, &mut visit)
+    }
+
+    /// Count and total size of the matches of a search (`by`: grouped;
+    /// `None`: the total only), added up without building paths unless the
+    /// expression or the grouping needs them. For `find -count`, `du`,
+    /// `stats`. Never from the maintained summaries (see
+    /// [`Engine::search_aggregate`]).
+    pub fn search_tally(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        by: Option<GroupBy>,
+        opts: &SearchOptions<'_>,
+    ) -> Result<(Aggregation, SearchStats), FsError> {
+        tally(self, cred, scope, expr, by, opts)
+    }
+
+    /// [`Engine::search`], collecting up to `limit` hits.
+    pub fn search_collect(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, FsError> {
+        let mut hits = Vec::new();
+        self.search(cred, scope, expr, limit, |h| {
+            hits.push(h.to_hit());
+            ControlFlow::Continue(())
+        })?;
+        Ok(hits)
+    }
+
+    /// Count and total size of the matches of a search, grouped by `by`.
+    pub fn search_aggregate(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        by: GroupBy,
+    ) -> Result<Aggregation, FsError> {
+        aggregate(self, cred, scope, expr, by)
+    }
+
+    /// [`Engine::search_aggregate`]'s answer from the tables' maintained
+    /// summaries, when they give exactly what the search would (the whole
+    /// namespace, for root or — with no directory closed to anyone — any
+    /// caller; an expression of owner, group and type; grouped by uid, gid
+    /// or type, or — `by` `None` — the total only); `None` when a search
+    /// is needed.
+    pub fn aggregate_from_summaries(
+        &self,
+        cred: &Credentials,
+        scope: Scope<'_>,
+        expr: &Expr,
+        by: impl Into<Option<GroupBy>>,
+    ) -> Result<Option<Aggregation>, FsError> {
+        from_summaries(self, cred, scope, expr, by.into())
+    }
 }
 
 /// See [`Engine::search`].
@@ -1226,7 +1340,7 @@ fn visit_range(
 /// made), an exit is not memoised, or the caller may list a closed
 /// directory of the table (then the table is visited).
 ///
-/// [`TableIndex::summaries_by_exit`]: crate::index::TableIndex::summaries_by_exit
+/// [`TableIndex::summaries_by_exit`]: crate::table::index::TableIndex::summaries_by_exit
 fn exits_in_scope<'t>(
     t: &'t Table,
     cred: &Credentials,
@@ -1429,10 +1543,6 @@ pub(crate) struct Tallies {
     /// "A synthetic namespace with varied attributes").
     summed: HashMap<GroupKey, Totals, FastHash>,
 }
-
-/// The hasher of maps keyed by ids the server assigns (SOIDs, uids, gids):
-/// no need for a keyed hash.
-pub(crate) type FastHash = BuildHasherDefault<scope::SoidHasher>;
 
 impl Tallies {
     /// `by` must not be [`GroupBy::Directory`] (that needs the path);

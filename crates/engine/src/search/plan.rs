@@ -29,7 +29,7 @@
 //! extension as for `-name`).
 
 use super::query::{parse_glob, Expr, PermMatch, Pred, Tok};
-use crate::index::{type_bit, Dim, IndexQuery, ALL_TYPES, DIMS};
+use crate::table::index::{type_bit, Dim, IndexQuery, ALL_TYPES, DIMS};
 use sextant_types::{FileType, SoidRange};
 
 /// What every match satisfies.
@@ -192,7 +192,7 @@ fn range_plan(d: Dim, lo: u64, hi: u64, max: u64, neg: bool) -> Plan {
 }
 
 fn pred(p: &Pred, neg: bool) -> Plan {
-    use crate::index::time_coord;
+    use crate::table::index::time_coord;
     let q = IndexQuery::new();
     let u32max = u64::from(u32::MAX);
     match p {
@@ -344,8 +344,8 @@ mod tests {
     use super::super::query::Entry;
     use super::*;
     use crate::bloom::TimeAttr;
-    use crate::index::time_coord;
     use crate::inode::Inode;
+    use crate::table::index::time_coord;
     use proptest::prelude::*;
     use sextant_types::{Nanos, Soid};
 

@@ -14,6 +14,9 @@
 //!   memoised are returned for resolution first, so that, once they are
 //!   resolved, every chain of the table's inodes ends in the memo and the
 //!   whole table can be evaluated under its one lock ([`status_local`]).
+//! - [`relative`]: a directory's status from its absolute path remembered
+//!   across searches ([`crate::dir_cache`]) alone, when that does not
+//!   depend on who the caller is.
 //!
 //! Exactness: a table is skipped only when every exit is memoised as out of
 //! scope, invisible, or too deep; by the exit-set argument
@@ -23,13 +26,14 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
-use super::dir_cache::{relative, Place};
 use super::{join, may_list};
+use crate::dir_cache::{at_or_below, components, Place};
 use crate::engine::Engine;
+use crate::hash::SoidHasher;
 use crate::table::Table;
 use sextant_types::{Credentials, FsError, Soid};
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 pub(super) use crate::perm::open_to_all;
@@ -44,39 +48,6 @@ pub(super) enum Status {
         visible: bool,
         path: Arc<[u8]>,
     },
-}
-
-/// A multiply-rotate hasher for SOID keys (server-assigned ids in a map
-/// that lives for one search: no need for a keyed hash), also used for
-/// the small integer keys of tallies.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct SoidHasher(u64);
-
-impl Hasher for SoidHasher {
-    /// Mixes the high bits down (MurmurHash3's 64-bit finalizer): a
-    /// multiply carries low bits up but never down, and hashbrown picks
-    /// buckets by the low bits, while child-closest SOIDs differ mostly in
-    /// their high bits (a directory's low bits are often all zero). Without
-    /// it, a memo of many directories probes long chains of one bucket.
-    fn finish(&self) -> u64 {
-        crate::bloom::fmix64(self.0)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_u32(&mut self, x: u32) {
-        self.write_u64(u64::from(x));
-    }
 }
 
 /// Directory statuses of one search.
@@ -129,6 +100,31 @@ fn unwind<N: AsRef<[u8]>>(
         memo.insert(soid, base.clone());
     }
     base
+}
+
+/// The status, for a caller searching below the directory at
+/// `scope_path`, of a directory whose absolute path is `abs` of
+/// `abs_depth` components ([`components`]; `open`: it and all its
+/// ancestors are open to all; `root`: the caller is root):
+/// out when `abs` is not `scope_path` or below it; in scope at the
+/// difference of depths, visible, when the caller may list every
+/// directory on the way (root, or all open); `None` when that depends on
+/// the caller (it must be read).
+fn relative(
+    abs: &Arc<[u8]>,
+    abs_depth: u32,
+    open: bool,
+    root: bool,
+    scope_path: &[u8],
+) -> Option<Status> {
+    if !at_or_below(abs, scope_path) {
+        return Some(Status::Out);
+    }
+    (root || open).then(|| Status::In {
+        depth: abs_depth.saturating_sub(components(scope_path)),
+        visible: true,
+        path: Arc::clone(abs),
+    })
 }
 
 /// Reads one directory's [`DirInfo`], `None` if it is gone or not a
@@ -217,7 +213,7 @@ impl Chain {
 }
 
 /// The directory paths remembered across searches a search may use: the
-/// epoch it began at and its scope root's absolute path ([`super::dir_cache`]);
+/// epoch it began at and its scope root's absolute path ([`crate::dir_cache`]);
 /// `None`: every directory is read.
 pub(super) type Remembered<'a> = Option<(u64, &'a [u8])>;
 
@@ -477,7 +473,7 @@ pub(super) fn whole(t: &Table, memo: &Memo) -> bool {
 
 /// What [`whole`] asks of `t` itself, before its exits: it does not hold
 /// the file-system root, and it has exits (a remembered exit place that
-/// lies in scope stands for the rest, [`super::dir_cache::ExitPlace`]).
+/// lies in scope stands for the rest, [`crate::dir_cache::ExitPlace`]).
 pub(super) fn could_be_whole(t: &Table) -> bool {
     !t.range.contains(Soid::ROOT) && !t.exits().is_empty()
 }
@@ -486,7 +482,7 @@ pub(super) fn could_be_whole(t: &Table) -> bool {
 /// too large for a walk to pay off; exits are resolved bottom-up instead).
 ///
 /// Small: the walk lists every entry of the scope, files included, while
-/// the remembered directory paths ([`super::dir_cache`]) and exit places
+/// the remembered directory paths ([`crate::dir_cache`]) and exit places
 /// decide a table bottom-up with a lookup or two. Measured at 10M files
 /// (BENCHMARKS, "Exit places"), 512 against 8,192 – 65,536 entries: set 2
 /// 0.38 – 0.6 ms against 0.7 – 0.94, a top-level directory's totals (walk
@@ -586,32 +582,36 @@ pub(super) fn walk_down(
 
 #[cfg(test)]
 mod tests {
-    use super::SoidHasher;
-    use sextant_types::Soid;
-    use std::collections::HashSet;
-    use std::hash::{Hash, Hasher};
+    use super::*;
 
-    fn low_bits(s: Soid, bits: u32) -> u64 {
-        let mut h = SoidHasher::default();
-        s.hash(&mut h);
-        h.finish() & ((1 << bits) - 1)
+    fn p(s: &str) -> Arc<[u8]> {
+        s.as_bytes().into()
     }
 
-    /// SOIDs that differ only in high bits (directories of a child-closest
-    /// layout) still spread over hashbrown's buckets, which are chosen by
-    /// the low bits.
+    /// The depth when in scope, `Some(None)` when out, `None` when unknown.
+    fn depth(abs: &str, open: bool, root: bool, scope: &str) -> Option<Option<u32>> {
+        let path = p(abs);
+        relative(&path, components(&path), open, root, scope.as_bytes()).map(|st| match st {
+            Status::In { depth, .. } => Some(depth),
+            Status::Out => None,
+        })
+    }
+
     #[test]
-    fn soids_differing_in_high_bits_spread_over_buckets() {
-        for shift in [20u32, 64, 100, 118] {
-            let buckets: HashSet<u64> = (0..1024u128)
-                .map(|i| low_bits(Soid::from_u128(i << shift), 10))
-                .collect();
-            // A random function fills ~63% of 1,024 buckets with 1,024 keys.
-            assert!(
-                buckets.len() > 550,
-                "shift {shift}: {} buckets",
-                buckets.len()
-            );
+    fn relative_status_from_absolute_paths() {
+        for (open, root) in [(true, false), (false, true), (true, true)] {
+            let d = |abs, scope| depth(abs, open, root, scope);
+            assert_eq!(d("/", "/"), Some(Some(0)));
+            assert_eq!(d("/a/b", "/"), Some(Some(2)));
+            assert_eq!(d("/a/b", "/a"), Some(Some(1)));
+            assert_eq!(d("/a", "/a"), Some(Some(0)));
+            assert_eq!(d("/ab/c", "/a"), Some(None));
+            assert_eq!(d("/a", "/a/b"), Some(None));
+            assert_eq!(d("/", "/a"), Some(None));
+            assert_eq!(d("/x/a/b", "/a"), Some(None));
         }
+        // Not open to all, another caller: out is still out, in is unknown.
+        assert_eq!(depth("/a/b", false, false, "/a"), None);
+        assert_eq!(depth("/x/b", false, false, "/a"), Some(None));
     }
 }

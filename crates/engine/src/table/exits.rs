@@ -39,7 +39,7 @@ pub struct Exits {
     /// the set, so two sets with one version — in any tables — hold the
     /// same directories (a clone shares its original's). 0: empty since
     /// made. Lets what is derived from the directories alone be kept
-    /// across searches ([`crate::search::dir_cache`]).
+    /// across searches ([`crate::dir_cache`]).
     version: u64,
 }
 

@@ -32,9 +32,9 @@
 //! of a thousand owners is a million groups, tens of milliseconds, and
 //! those totals are asked for all the time.
 
+use super::Table;
+use crate::hash::FastHash;
 use crate::inode::Inode;
-use crate::search::Totals;
-use crate::table::Table;
 use sextant_types::{FileType, Soid};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,7 +68,7 @@ pub(crate) fn changes() -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct Sum {
     pub(crate) changes: u64,
-    pub(crate) groups: HashMap<GroupKey, Totals, crate::search::FastHash>,
+    pub(crate) groups: HashMap<GroupKey, Totals, FastHash>,
     pub(crate) closed_dirs: u64,
 }
 
@@ -87,6 +87,21 @@ impl Sum {
             g.count = g.count.saturating_add(t.count);
             g.size = g.size.saturating_add(t.size);
         }
+    }
+}
+
+/// Count and total size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub count: u64,
+    pub size: u64,
+}
+
+impl Totals {
+    /// Counts one path of `size` bytes.
+    pub fn add(&mut self, size: u64) {
+        self.count += 1;
+        self.size = self.size.saturating_add(size);
     }
 }
 

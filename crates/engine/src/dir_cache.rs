@@ -1,6 +1,6 @@
 //! Directory paths remembered across searches.
 //!
-//! Resolving a table's exits ([`super::scope`]) reads each directory on
+//! Resolving a table's exits (`search::scope`) reads each directory on
 //! their parent chains, one table lookup each: at 10M files a root search
 //! by name reads 15 – 40 thousand directories, most of its time. A
 //! directory's absolute path changes only when it or an ancestor is renamed
@@ -24,10 +24,10 @@
 //! Each path comes with whether the directory and every ancestor is open
 //! to all callers (r-x for owner, group and other): then any caller may
 //! list it and everything above it, and its status relative to any scope
-//! follows from its absolute path alone ([`relative`]); for root, every
-//! directory is so. Another caller's status under a directory that is not
-//! open to all depends on who it is, and is read as without the cache.
-//! Changing a directory's mode therefore advances the epoch too.
+//! follows from its absolute path alone (`search::scope::relative`); for
+//! root, every directory is so. Another caller's status under a directory
+//! that is not open to all depends on who it is, and is read as without
+//! the cache. Changing a directory's mode therefore advances the epoch too.
 //!
 //! Bounded: at most [`MAX_ENTRIES`] paths (then offers are dropped until
 //! the next epoch).
@@ -40,8 +40,12 @@
 //! under the same epoch; a search below a directory then skips a table
 //! whose exits all lie elsewhere, or adds up the summary of one whose
 //! exits all lie inside, with one comparison instead of one per exit.
+//!
+//! The engine holds the cache (its `dir_cache`, behind `Engine::dir_cache_*`
+//! and the epoch it advances); searches fill it and read it. Pure data and
+//! path arithmetic: it names neither the engine nor the search.
 
-use super::scope::{SoidHasher, Status};
+use crate::hash::SoidHasher;
 use sextant_types::Soid;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -92,7 +96,7 @@ pub(crate) enum Relation {
 }
 
 /// Whether absolute path `p` is `dir` or below it.
-fn at_or_below(p: &[u8], dir: &[u8]) -> bool {
+pub(crate) fn at_or_below(p: &[u8], dir: &[u8]) -> bool {
     dir == b"/" || (p.starts_with(dir) && (p.len() == dir.len() || p.get(dir.len()) == Some(&b'/')))
 }
 
@@ -233,37 +237,12 @@ impl DirCache {
 }
 
 /// Number of components of an absolute path (`/` has none).
-fn components(path: &[u8]) -> u32 {
+pub(crate) fn components(path: &[u8]) -> u32 {
     if path == b"/" {
         0
     } else {
         path.iter().filter(|&&c| c == b'/').count() as u32
     }
-}
-
-/// The status, for a caller searching below the directory at
-/// `scope_path`, of a directory whose absolute path is `abs` of
-/// `abs_depth` components ([`components`]; `open`: it and all its
-/// ancestors are open to all; `root`: the caller is root):
-/// out when `abs` is not `scope_path` or below it; in scope at the
-/// difference of depths, visible, when the caller may list every
-/// directory on the way (root, or all open); `None` when that depends on
-/// the caller (it must be read).
-pub(super) fn relative(
-    abs: &Arc<[u8]>,
-    abs_depth: u32,
-    open: bool,
-    root: bool,
-    scope_path: &[u8],
-) -> Option<Status> {
-    if !at_or_below(abs, scope_path) {
-        return Some(Status::Out);
-    }
-    (root || open).then(|| Status::In {
-        depth: abs_depth.saturating_sub(components(scope_path)),
-        visible: true,
-        path: Arc::clone(abs),
-    })
 }
 
 #[cfg(test)]
@@ -272,33 +251,6 @@ mod tests {
 
     fn p(s: &str) -> Arc<[u8]> {
         s.as_bytes().into()
-    }
-
-    /// The depth when in scope, `Some(None)` when out, `None` when unknown.
-    fn depth(abs: &str, open: bool, root: bool, scope: &str) -> Option<Option<u32>> {
-        let path = p(abs);
-        relative(&path, components(&path), open, root, scope.as_bytes()).map(|st| match st {
-            Status::In { depth, .. } => Some(depth),
-            Status::Out => None,
-        })
-    }
-
-    #[test]
-    fn relative_status_from_absolute_paths() {
-        for (open, root) in [(true, false), (false, true), (true, true)] {
-            let d = |abs, scope| depth(abs, open, root, scope);
-            assert_eq!(d("/", "/"), Some(Some(0)));
-            assert_eq!(d("/a/b", "/"), Some(Some(2)));
-            assert_eq!(d("/a/b", "/a"), Some(Some(1)));
-            assert_eq!(d("/a", "/a"), Some(Some(0)));
-            assert_eq!(d("/ab/c", "/a"), Some(None));
-            assert_eq!(d("/a", "/a/b"), Some(None));
-            assert_eq!(d("/", "/a"), Some(None));
-            assert_eq!(d("/x/a/b", "/a"), Some(None));
-        }
-        // Not open to all, another caller: out is still out, in is unknown.
-        assert_eq!(depth("/a/b", false, false, "/a"), None);
-        assert_eq!(depth("/x/b", false, false, "/a"), Some(None));
     }
 
     #[test]

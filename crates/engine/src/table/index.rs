@@ -53,12 +53,12 @@
 //! [`IndexQuery::matches`] (plus its own residual predicate), so the Bloom
 //! filters and the tree only prune, never decide.
 
+use super::summary::{self, ByExit};
+use super::Table;
 use crate::bloom::{AttrFilters, FilterInput, TimeAttr};
 use crate::inode::Inode;
 use crate::kdtree::KdTree;
 use crate::postings::TrigramPostings;
-use crate::table::summary::{self, ByExit};
-use crate::table::Table;
 use sextant_types::{FileType, Nanos, Soid, SoidRange};
 use std::sync::OnceLock;
 

@@ -1,0 +1,48 @@
+//! The engine's error type ([`EngineError`]): why an engine cannot open
+//! (I/O, corrupt files, a store in use, an unrecovered log-less run), why
+//! it stopped, or why a member-mode table operation was refused.
+//! Namespace operations fail with `FsError` instead. A module of its own
+//! so that the modules that open state for the engine (`durability`) name
+//! it without naming the engine; re-exported as `crate::engine::EngineError`
+//! and `crate::EngineError`.
+
+use crate::journal::JournalError;
+use crate::member::CatalogError;
+use crate::soid::LayoutError;
+
+/// Fatal conditions: the engine cannot open, or must stop.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("I/O error on {file}: {source}")]
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("corrupt data in {file}: {what}")]
+    Corrupt { file: String, what: String },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("bad SOID layout: {0}")]
+    Layout(#[from] LayoutError),
+    #[error("the engine stopped after a fatal error (see the log); restart to recover")]
+    Stopped,
+    #[error(
+        "{dir} is in use by another Sextant process (its LOCK file is held): stop that \
+         process, or use another data directory"
+    )]
+    InUse { dir: String },
+    #[error(
+        "the last run used log-less durability and did not shut down cleanly: its \
+         acknowledged operations are held by its clients; start with log-less \
+         durability to recover them"
+    )]
+    LoglessNotRecovered,
+    /// Member mode: the table catalogue refused or failed.
+    #[error("table catalogue: {0}")]
+    Catalog(#[from] CatalogError),
+    /// Member mode: a table manifest or table operation that cannot be
+    /// carried out (named in the message); nothing was changed.
+    #[error("member mode: {0}")]
+    Member(String),
+}
