@@ -313,6 +313,25 @@ fn serve_env(
     (child, addr)
 }
 
+/// Server a of a new cluster whose tables split early (`limits`: the text
+/// of its config file), once it holds the root table: the server, its
+/// address, the directory holding the secret, and the config file for
+/// the servers that join later.
+fn first_server(dir: &Path, etcd: &str, limits: &str) -> (KillOnDrop, String, PathBuf, String) {
+    let config = dir.join("small-tables.toml");
+    std::fs::write(&config, limits).unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let (a, a_addr) = serve_with(dir, etcd, "a", &["--config", &config]);
+    let a = KillOnDrop(a);
+    let secret = dir.join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(etcd, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    (a, a_addr, secret, config)
+}
+
 /// Starts servers a and b and makes sure a holds the root table.
 fn two_servers_a_holding_the_root(
     dir: &Path,
@@ -956,17 +975,12 @@ fn tools_on_a_mount_of_a_cluster_see_one_file_system() {
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = start_etcd(dir.path());
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
-    let c = config.to_str().unwrap();
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+    );
+    let c = config.as_str();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let out = Command::new(BIN)
@@ -1116,17 +1130,12 @@ fn a_busy_server_gives_its_idle_tables_away() {
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = start_etcd(dir.path());
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
-    let c = config.to_str().unwrap();
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+    );
+    let c = config.as_str();
     for d in ["hot", "c1", "c2", "c3", "c4", "c5"] {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
         for f in 0..8 {
@@ -1191,17 +1200,12 @@ fn pulled_tables_are_not_balanced_straight_back() {
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = start_etcd(dir.path());
-    let config = dir.path().join("tiny-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 8\ntable_inode_limit = 200\n").unwrap();
-    let c = config.to_str().unwrap();
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 8\ntable_inode_limit = 200\n",
+    );
+    let c = config.as_str();
     let (b, _) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
     let _b = KillOnDrop(b);
     sextant_ok(&a_addr, &secret, &["mkdir", "/c0", "/c1"]);

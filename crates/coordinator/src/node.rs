@@ -173,23 +173,11 @@ impl EtcdCluster {
         &self,
         rates: &std::collections::BTreeMap<TableId, u64>,
     ) -> Result<(), CoordError> {
-        let mut client = self.load_client.lock().await;
-        if client.is_none() {
-            *client = Some(connect(&self.etcd).await?);
-        }
-        let Some(c) = client.as_mut() else {
-            return Ok(());
-        };
-        let put = c.put(
-            self.etcd.key(&crate::keys::load_key(&self.name)),
+        self.put_on_lease(
+            &crate::keys::load_key(&self.name),
             crate::keys::encode_load(rates),
-            Some(etcd_client::PutOptions::new().with_lease(self.membership.lease())),
-        );
-        let r = crate::etcd::bounded(&self.etcd, put).await;
-        if r.is_err() {
-            *client = None;
-        }
-        r.map(|_| ())
+        )
+        .await
     }
 
     /// Notes that this server just pulled a table for an operation
@@ -199,6 +187,14 @@ impl EtcdCluster {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        self.put_on_lease(&crate::keys::pull_key(&self.name), now.to_string())
+            .await
+    }
+
+    /// Puts `key` (under the prefix) on the membership lease, so it goes
+    /// with this server; one client for these writes, made again after a
+    /// failure.
+    async fn put_on_lease(&self, key: &str, value: String) -> Result<(), CoordError> {
         let mut client = self.load_client.lock().await;
         if client.is_none() {
             *client = Some(connect(&self.etcd).await?);
@@ -207,8 +203,8 @@ impl EtcdCluster {
             return Ok(());
         };
         let put = c.put(
-            self.etcd.key(&crate::keys::pull_key(&self.name)),
-            now.to_string(),
+            self.etcd.key(key),
+            value,
             Some(etcd_client::PutOptions::new().with_lease(self.membership.lease())),
         );
         let r = crate::etcd::bounded(&self.etcd, put).await;
