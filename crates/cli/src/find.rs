@@ -1176,19 +1176,64 @@ async fn open_session(
         .data
         .clone()
         .unwrap_or_else(crate::session::default_data);
-    let session = Session::open(Target {
-        data: &data,
-        server: server.as_deref(),
+    let mut session = Session::open(search_target(cli, &data, server.as_deref())).await?;
+    // A search runs on the server it is sent to: in a cluster, send it to
+    // the one holding the first starting point's table.
+    if let Some(owner) = owner_elsewhere(&session, paths, mounts, cwd).await {
+        // (If the owner cannot be reached this way, the search stays
+        // where it was sent.)
+        if let Ok(there) = Session::open(search_target(cli, &data, Some(&owner))).await {
+            std::mem::replace(&mut session, there).close().await?;
+        }
+    }
+    warn_if_spread(&session).await;
+    Ok(session)
+}
+
+fn search_target<'a>(
+    cli: &'a Cli,
+    data: &'a std::path::Path,
+    server: Option<&'a str>,
+) -> Target<'a> {
+    Target {
+        data,
+        server,
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
         socket: cli.socket.as_deref(),
         local: cli.local,
         writes: false,
-    })
-    .await?;
-    warn_if_spread(&session).await;
-    Ok(session)
+    }
+}
+
+/// The address of the server holding the table of the first starting
+/// point (a namespace path, not under a mount), when the server this
+/// session talks to holds no table at all (a server of a cluster whose
+/// tables all moved away).
+async fn owner_elsewhere(
+    s: &Session,
+    paths: &[String],
+    mounts: &[mounts::Mount],
+    cwd: &std::path::Path,
+) -> Option<String> {
+    let crate::session::Backend::Remote(c) = &s.backend else {
+        return None;
+    };
+    let first = paths.first()?;
+    if !first.starts_with('/') {
+        return None;
+    }
+    if mounts::locate(first, cwd, mounts).is_ok_and(|l| l.mount.is_some()) {
+        return None;
+    }
+    let map = c.fetch_route_map().await.ok()?;
+    if map.routes().iter().any(|r| r.address == c.addr()) {
+        return None;
+    }
+    let attr = s.resolve_raw(first.as_bytes(), true).await.ok()?;
+    let route = map.routes().iter().find(|r| r.range.contains(attr.soid))?;
+    (route.address != c.addr() && !route.address.is_empty()).then(|| route.address.clone())
 }
 
 /// Set when the namespace is spread over several servers: the search saw

@@ -1278,3 +1278,49 @@ fn status_with_data_and_all_servers_stopped_at_once() {
     );
     drop(etcd.child);
 }
+
+/// A search goes to the server holding its starting point's table: with
+/// every table drained to b, `find` asked of a (which holds nothing)
+/// answers in full, as through b (it used to fail with EIO: a searched
+/// only its own tables).
+#[test]
+fn find_through_a_server_holding_nothing_goes_to_the_owner() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let (_a, _b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
+    let a_addr = status_on(&etcd.url, &secret)["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "a")
+        .and_then(|s| s["address"].as_str())
+        .unwrap()
+        .to_string();
+    sextant_ok(&b_addr, &secret, &["mkdir", "/d", "/d/e"]);
+    for f in ["/d/f1", "/d/e/f2", "/top"] {
+        sextant_ok(&b_addr, &secret, &["touch", f]);
+    }
+    let out = Command::new(BIN)
+        .args(["cluster", "drain", "a", "--etcd", &etcd.url])
+        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("a holds no table", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .all(|t| t.0 != "a" || t.1 == 0)
+    });
+    let through_b = sextant_ok(&b_addr, &secret, &["find", "/"]);
+    let through_a = sextant_ok(&a_addr, &secret, &["find", "/"]);
+    assert_eq!(through_a, through_b);
+    assert_eq!(through_a.lines().count(), 6, "{through_a}");
+    drop(etcd.child);
+}
