@@ -239,6 +239,17 @@ impl Etcd {
     }
 }
 
+/// A scratch directory and an etcd of its own for one test (`None`: no
+/// etcd on this machine, the test is skipped).
+fn dir_and_etcd() -> Option<(tempfile::TempDir, Etcd)> {
+    if !have_etcd() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    Some((dir, etcd))
+}
+
 fn start_etcd(dir: &Path) -> Etcd {
     let client = free_ports(1);
     let peer = free_ports(1);
@@ -373,11 +384,9 @@ fn two_servers_a_holding_the_root(
 /// running it again — which would fail the `mkdir` with "File exists".
 #[test]
 fn a_retry_after_failover_is_answered_not_run_again() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (mut a, _b, b_addr, secret) = two_servers_a_holding_the_root(
         dir.path(),
         &etcd.url,
@@ -405,11 +414,9 @@ fn a_retry_after_failover_is_answered_not_run_again() {
 
 #[test]
 fn a_killed_server_loses_nothing_it_acknowledged() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
     let mut a = KillOnDrop(a);
     let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
@@ -461,11 +468,9 @@ fn a_killed_server_loses_nothing_it_acknowledged() {
 /// over the servers; every name stays reachable through any server.
 #[test]
 fn tables_split_and_spread_over_the_servers() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let config = dir.path().join("small-tables.toml");
     std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
     let c = config.to_str().unwrap();
@@ -630,11 +635,9 @@ fn a_paused_server_wakes_late_across_an_etcd_restart() {
 }
 
 fn paused_past_its_lease(restart_etcd: bool) {
-    if !have_etcd() {
+    let Some((dir, mut etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mut etcd = start_etcd(dir.path());
+    };
     let (a, _b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
     let a_addr = {
         let st = status_on(&etcd.url, &secret);
@@ -704,11 +707,9 @@ fn paused_past_its_lease(restart_etcd: bool) {
 /// The survivor ends up serving every table, with every acknowledged
 /// name, and takes new writes.
 fn killed_mid_migration(step: &str) {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let fault = [("SEXTANT_FAULT", format!("exit-at:{step}"))];
     let fault: Vec<(&str, &str)> = fault.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let dropping = step.starts_with("drop");
@@ -1069,11 +1070,9 @@ fn tools_on_a_mount_of_a_cluster_see_one_file_system() {
 /// clean leave). The bench must finish without a single error.
 #[test]
 fn moves_and_a_leave_under_hundreds_of_requests_in_flight() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (a, b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
     let mut a = a;
     let _b = b;
@@ -1125,11 +1124,9 @@ fn moves_and_a_leave_under_hundreds_of_requests_in_flight() {
 /// the load). Counting tables alone would leave the servers as they were.
 #[test]
 fn a_busy_server_gives_its_idle_tables_away() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (_a, a_addr, secret, config) = first_server(
         dir.path(),
         &etcd.url,
@@ -1195,11 +1192,9 @@ fn a_busy_server_gives_its_idle_tables_away() {
 /// failed — found by scripts/cluster-bench.sh pingpong).
 #[test]
 fn pulled_tables_are_not_balanced_straight_back() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (_a, a_addr, secret, config) = first_server(
         dir.path(),
         &etcd.url,
@@ -1239,11 +1234,9 @@ fn pulled_tables_are_not_balanced_straight_back() {
 /// whole drain timeout (30 s) for another server to take its tables.
 #[test]
 fn status_with_data_and_all_servers_stopped_at_once() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (a, b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
     for d in ["/a", "/b", "/c"] {
         sextant_ok(&b_addr, &secret, &["mkdir", d]);
@@ -1285,11 +1278,9 @@ fn status_with_data_and_all_servers_stopped_at_once() {
 /// only its own tables).
 #[test]
 fn find_through_a_server_holding_nothing_goes_to_the_owner() {
-    if !have_etcd() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    };
     let (_a, _b, b_addr, secret) = two_servers_a_holding_the_root(dir.path(), &etcd.url, &[]);
     let a_addr = status_on(&etcd.url, &secret)["servers"]
         .as_array()

@@ -572,9 +572,18 @@ impl Journal {
         if self.durable_lsn() >= lsn {
             return Ok(());
         }
-        let mut st = self.shared.state.lock();
+        self.wait_on_syncer(self.shared.state.lock(), || self.durable_lsn() >= lsn)
+    }
+
+    /// Waits (on the syncer's signal) until `done`, or the journal stopped
+    /// or shut down.
+    fn wait_on_syncer(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        done: impl Fn() -> bool,
+    ) -> Result<(), FsError> {
         loop {
-            if self.durable_lsn() >= lsn {
+            if done() {
                 return Ok(());
             }
             if let Some(e) = self.shared.stop.error() {
@@ -607,18 +616,7 @@ impl Journal {
         let mut st = self.shared.state.lock();
         st.sync_wanted = st.sync_wanted.max(lsn);
         self.shared.syncer_wake.notify_one();
-        loop {
-            if self.shared.synced_lsn.load(Ordering::Acquire) >= lsn {
-                return Ok(());
-            }
-            if let Some(e) = self.shared.stop.error() {
-                return Err(e);
-            }
-            if st.shutdown {
-                return Err(FsError::Io);
-            }
-            self.shared.durable_cv.wait(&mut st);
-        }
+        self.wait_on_syncer(st, || self.shared.synced_lsn.load(Ordering::Acquire) >= lsn)
     }
 
     /// A future that resolves when `lsn` is durable.

@@ -76,6 +76,26 @@ pub struct ServeOptions {
     pub listen_address: String,
 }
 
+impl ServeOptions {
+    /// The options `config` sets, with these TLS settings, placement and
+    /// address.
+    pub fn from_config(
+        config: &ServerConfig,
+        tls: Option<tonic::transport::ServerTlsConfig>,
+        placement: Option<Arc<dyn placement::Placement>>,
+        listen_address: String,
+    ) -> ServeOptions {
+        ServeOptions {
+            dedup_window: config.dedup_window,
+            dedup_clients: config.dedup_clients,
+            recovery_grace: config.recovery_grace,
+            tls,
+            placement,
+            listen_address,
+        }
+    }
+}
+
 /// Where a server takes connections.
 pub struct Listeners {
     pub tcp: TcpListener,
@@ -324,14 +344,7 @@ pub fn run(
             },
             engine.clone(),
             secret,
-            ServeOptions {
-                dedup_window: config.dedup_window,
-                dedup_clients: config.dedup_clients,
-                recovery_grace: config.recovery_grace,
-                tls,
-                placement: None,
-                listen_address: addr.to_string(),
-            },
+            ServeOptions::from_config(&config, tls, None, addr.to_string()),
             shutdown,
         )
         .await

@@ -116,14 +116,7 @@ pub fn run(
             },
             engine.clone(),
             secret,
-            ServeOptions {
-                dedup_window: config.dedup_window,
-                dedup_clients: config.dedup_clients,
-                recovery_grace: config.recovery_grace,
-                tls,
-                placement: Some(placement),
-                listen_address: cluster.advertise.clone(),
-            },
+            ServeOptions::from_config(&config, tls, Some(placement), cluster.advertise.clone()),
             shutdown,
         )
         .await;
