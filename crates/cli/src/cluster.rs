@@ -93,6 +93,11 @@ pub struct UpArgs {
     /// after about this long, e.g. 6s [default: 6s]
     #[arg(long, value_name = "DURATION")]
     pub lease_ttl: Option<String>,
+    /// A server configuration file every server starts with (`sextant
+    /// serve --config`: table sizes, caches, TLS…; the flags above and the
+    /// cluster's own settings win over it)
+    #[arg(long = "server-config", value_name = "FILE")]
+    pub server_config: Option<std::path::PathBuf>,
 }
 
 /// What `up` leaves in `<data>/cluster.toml` for the other commands.
@@ -331,6 +336,9 @@ fn start_server(
     }
     if let Some(t) = &args.lease_ttl {
         cmd.env("SEXTANT_LEASE_TTL", t);
+    }
+    if let Some(c) = &args.server_config {
+        cmd.arg("--config").arg(c);
     }
     let mut child = cmd
         .spawn()

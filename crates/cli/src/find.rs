@@ -1177,8 +1177,9 @@ async fn open_session(
         .clone()
         .unwrap_or_else(crate::session::default_data);
     let mut session = Session::open(search_target(cli, &data, server.as_deref())).await?;
-    // A search runs on the server it is sent to: in a cluster, send it to
-    // the one holding the first starting point's table.
+    // A search is sent to one server, which holds no table at all in a
+    // cluster where another holds everything: send it to that one. (When
+    // several servers hold tables, the client asks them all at once.)
     if let Some(owner) = owner_elsewhere(&session, paths, mounts, cwd).await {
         // (If the owner cannot be reached this way, the search stays
         // where it was sent.)
@@ -1186,7 +1187,6 @@ async fn open_session(
             std::mem::replace(&mut session, there).close().await?;
         }
     }
-    warn_if_spread(&session).await;
     Ok(session)
 }
 
@@ -1234,34 +1234,6 @@ async fn owner_elsewhere(
     let attr = s.resolve_raw(first.as_bytes(), true).await.ok()?;
     let route = map.routes().iter().find(|r| r.range.contains(attr.soid))?;
     (route.address != c.addr() && !route.address.is_empty()).then(|| route.address.clone())
-}
-
-/// Set when the namespace is spread over several servers: the search saw
-/// only the tables of the server asked (search across servers is the
-/// next issue's). Reported once, and the command exits 1, as GNU find
-/// does when it could not read everything.
-static PARTIAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether this command's results may be incomplete (see [`PARTIAL`]).
-pub(crate) fn partial() -> bool {
-    PARTIAL.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-async fn warn_if_spread(s: &Session) {
-    let crate::session::Backend::Remote(c) = &s.backend else {
-        return;
-    };
-    let Ok(map) = c.fetch_route_map().await else {
-        return;
-    };
-    let servers: HashSet<&str> = map.routes().iter().map(|r| r.server.as_str()).collect();
-    if servers.len() > 1 && !PARTIAL.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        report(format_args!(
-            "the namespace is spread over {} servers; only the tables of the server asked \
-             were searched (search across servers is not built yet)",
-            servers.len()
-        ));
-    }
 }
 
 /// Parses the command line and resolves its reference files.
@@ -1430,7 +1402,7 @@ pub async fn find(cli: &Cli, args: &[String]) -> Result<bool> {
     out.flush();
     run.commands.finish(&|m| report(m));
     out.flush();
-    let ok = !run.failed && !run.commands.failed && !out.file_failed && !partial();
+    let ok = !run.failed && !run.commands.failed && !out.file_failed;
     drop(run);
     s.close().await?;
     Ok(ok)

@@ -524,6 +524,7 @@ impl Session {
                         &engine,
                         &cred,
                         &spec,
+                        &sextant_server::peers::NoPeers,
                         || tx.is_closed(),
                         |hits| match tx.blocking_send(LocalMsg::Hits(hits)) {
                             Ok(()) => ControlFlow::Continue(()),

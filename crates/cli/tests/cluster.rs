@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{KillOnDrop, BIN};
+use common::{free_ports, KillOnDrop, BIN};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,27 +21,6 @@ fn have_etcd() -> bool {
         eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
     }
     ok
-}
-
-/// `n` consecutive free ports (held briefly to check).
-fn free_ports(n: u16) -> u16 {
-    for _ in 0..200 {
-        let first = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if first > 65000 {
-            continue;
-        }
-        let held: Vec<_> = (0..n)
-            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).ok())
-            .collect();
-        if held.len() == usize::from(n) {
-            return first;
-        }
-    }
-    panic!("no {n} consecutive free ports");
 }
 
 fn status(data: &Path) -> serde_json::Value {
@@ -508,15 +487,28 @@ fn tables_split_and_spread_over_the_servers() {
     });
     let st = status_of();
     assert!(st["tables"].as_array().unwrap().len() >= 3, "{st}");
-    // Search is still per server (the next issue): `find`, `stats` and
-    // `du` say so and exit 1 rather than pass a part for the whole.
-    for cmd in [&["find", "/"][..], &["du", "/"], &["stats", "/"]] {
-        let out = sextant(&a_addr, &secret, cmd);
-        let err = String::from_utf8_lossy(&out.stderr);
+    // Search across the servers: `find`, `du` and `stats` through either
+    // server see the whole namespace, each entry once.
+    let all_paths: Vec<String> = std::iter::once("/".to_string())
+        .chain((0..12).flat_map(|d| {
+            std::iter::once(format!("/d{d}")).chain((0..6).map(move |f| format!("/d{d}/f{f}")))
+        }))
+        .collect();
+    let mut want = all_paths.clone();
+    want.sort();
+    for addr in [&a_addr, &b_addr] {
+        let out = sextant_ok(addr, &secret, &["find", "/"]);
+        let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+        got.sort();
+        assert_eq!(got, want, "find / at {addr}");
+        let out = sextant_ok(addr, &secret, &["find", "/d3", "-name", "f*"]);
+        assert_eq!(out.lines().count(), 6, "find /d3 at {addr}: {out}");
+        let stats = sextant_ok(addr, &secret, &["stats", "--json", "/"]);
         assert!(
-            !out.status.success() && err.contains("spread over 2 servers"),
-            "{cmd:?}: {err}"
+            stats.contains(&(1 + 12 + 72).to_string()),
+            "stats at {addr}: {stats}"
         );
+        sextant_ok(addr, &secret, &["du", "/"]);
     }
     // Every name, through either server.
     for addr in [&a_addr, &b_addr] {

@@ -207,13 +207,9 @@ fn build_tree(m: &Mounted) {
     );
 }
 
-#[test]
-fn same_lines_as_gnu_find_on_the_mount() {
-    if !fuse_available() {
-        return;
-    }
-    let m = Mounted::start();
-    build_tree(&m);
+/// GNU find and `sextant find` on the mount `m` of [`build_tree`]'s tree,
+/// for the whole suite of expressions (and some as nobody): what differs.
+fn compare_suite(m: &Mounted) -> Vec<String> {
     let abs_x = format!("{}/x", m.mnt.display());
     // (arguments, comparison)
     let suite: Vec<(Vec<&str>, Cmp)> = vec![
@@ -566,7 +562,7 @@ fn same_lines_as_gnu_find_on_the_mount() {
     let started = Instant::now();
     let mut failures: Vec<String> = suite
         .iter()
-        .filter_map(|(args, cmp)| compare(&m, args, *cmp, false))
+        .filter_map(|(args, cmp)| compare(m, args, *cmp, false))
         .collect();
 
     // As nobody: unreadable directories are skipped the same way, with
@@ -590,7 +586,7 @@ fn same_lines_as_gnu_find_on_the_mount() {
         failures.extend(
             as_nobody
                 .iter()
-                .filter_map(|args| compare(&m, args, Cmp::Lines, true)),
+                .filter_map(|args| compare(m, args, Cmp::Lines, true)),
         );
     } else {
         eprintln!("setpriv missing: the comparison as nobody is skipped");
@@ -600,6 +596,17 @@ fn same_lines_as_gnu_find_on_the_mount() {
         suite.len(),
         started.elapsed().as_secs_f64()
     );
+    failures
+}
+
+#[test]
+fn same_lines_as_gnu_find_on_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    build_tree(&m);
+    let failures = compare_suite(&m);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 
     // -fprint and its kin: the same files, and the same stdout beside.
@@ -744,6 +751,117 @@ fn same_lines_as_gnu_find_on_the_mount() {
         (nobody["count"].as_u64(), nobody["size"].as_u64()),
         (Some(1), Some(5000))
     );
+}
+
+/// The same comparison with GNU find on a mount of a three-server cluster
+/// (issue 20: "the tool-level suite also runs against a three-server
+/// cluster with tables spread over all three"): `sextant cluster up
+/// --servers 3` with small tables, so that the tree is spread over all
+/// three servers (and the balancer keeps moving tables while the
+/// expressions run), the mount through the first server. Every
+/// expression, also as nobody, must print what GNU find prints.
+#[test]
+fn same_lines_as_gnu_find_on_a_three_server_cluster() {
+    if !fuse_available() || Command::new("etcd").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs /dev/fuse, fusermount3 and etcd");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 8\ntable_inode_limit = 64\n").unwrap();
+    let port = common::free_ports(3);
+    let c_dir = dir.path().join("c").display().to_string();
+    let up = Command::new(BIN)
+        .args(["--json", "--data"])
+        .arg(dir.path().join("c"))
+        .args([
+            "cluster",
+            "up",
+            "--servers",
+            "3",
+            "--journal-sync",
+            "nosync",
+        ])
+        .args(["--base-port", &port.to_string(), "--server-config"])
+        .arg(&config)
+        .env_remove("SEXTANT_ETCD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = up.id();
+    /// Ctrl-C for `cluster up` (it stops etcd and the servers): before
+    /// the mount's own cleanup, even when the test fails.
+    struct Interrupt(u32);
+    impl Drop for Interrupt {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-INT", &self.0.to_string()])
+                .status();
+            for _ in 0..200 {
+                let state = std::fs::read_to_string(format!("/proc/{}/stat", self.0));
+                if state.map_or(true, |s| s.contains(") Z ")) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
+    let mut up = up;
+    let stdout = up.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let first = lines.next().expect("a line from cluster up").unwrap();
+    let started: serde_json::Value = serde_json::from_str(&first).expect(&first);
+    let s1 = started["servers"][0]["data"].as_str().unwrap().to_string();
+    // The mount's data directory is the first server's (its secret).
+    std::os::unix::fs::symlink(&s1, dir.path().join("data")).unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = Mounted {
+        server: up,
+        addr: format!("127.0.0.1:{port}"),
+        dir,
+        mnt,
+    };
+    let _stop = Interrupt(pid);
+    m.mount();
+    build_tree(&m);
+    let tables_per_server = || -> Vec<u64> {
+        let out = m.sextant(&["--json", "--data", &c_dir, "cluster", "status"]);
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        st["servers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| s["tables"].as_u64().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let t = Instant::now();
+    while !(tables_per_server().len() == 3 && tables_per_server().iter().all(|n| *n > 1)) {
+        assert!(
+            t.elapsed().as_secs() < 90,
+            "tables not spread over three servers: {:?}",
+            tables_per_server()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    eprintln!("tables per server: {:?}", tables_per_server());
+    let failures = compare_suite(&m);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Totals across the servers equal what GNU find counts.
+    for (scope, ty) in [("mnt", "f"), ("mnt/imp", "d")] {
+        let out = m.sextant(&["--json", "stats", "--by", "user", scope, "-type", ty]);
+        assert!(out.status.success(), "{out:?}");
+        let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let n = sh(m.dir.path(), &format!("find {scope} -type {ty} | wc -l"));
+        assert_eq!(
+            w["total"]["count"].to_string(),
+            n.trim(),
+            "{scope} -type {ty}"
+        );
+    }
 }
 
 /// One comparison: arguments, how to compare, as nobody, environment.

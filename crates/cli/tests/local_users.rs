@@ -674,6 +674,20 @@ fn forged_claims_child() {
                     let map = raw.map(pb::MapRequest {}).await.unwrap().into_inner();
                     assert!(!map.routes.is_empty(), "an empty route map: {map:?}");
                 }
+                "DirChain" => {
+                    // Directories raw (names and modes whoever may see
+                    // them), for another server's search: the trusted only.
+                    let r = raw
+                        .dir_chain(pb::DirChainRequest {
+                            dir: Some(sextant_proto::soid_to_pb(sextant_types::Soid::ROOT)),
+                        })
+                        .await;
+                    assert_eq!(
+                        r.map(|_| ()).map_err(|s| s.code()),
+                        Err(tonic::Code::PermissionDenied),
+                        "a local user may not read directories raw"
+                    );
+                }
                 "Watch" => match c.watch().await {
                     Err(Error::Fs(FsError::Perm)) => {}
                     Err(e) => panic!("watch: {e}"),

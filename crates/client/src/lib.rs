@@ -19,6 +19,7 @@ pub mod backup;
 mod route;
 mod search;
 pub mod spool;
+mod spread;
 mod target;
 mod watch;
 pub use backup::BackupStats;
@@ -513,12 +514,18 @@ impl Client {
         let Some(addr) = soid.and_then(|s| self.inner.router.address_for(s)) else {
             return Arc::clone(&self.inner.home);
         };
+        self.link_to(&addr)
+    }
+
+    /// The link to the server at `addr` (the home link for the home
+    /// server's address).
+    pub(crate) fn link_to(&self, addr: &str) -> Arc<route::Link> {
         if addr == self.inner.home.addr {
             return Arc::clone(&self.inner.home);
         }
         let o = &self.inner.options;
         match self.inner.router.link(
-            &addr,
+            addr,
             o.connect_timeout,
             o.tls_ca.as_deref(),
             o.tls_domain.as_deref(),

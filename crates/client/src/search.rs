@@ -15,29 +15,54 @@
 use crate::{bad_reply, error_chain, Client, Error, Result};
 use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
 use sextant_proto::pb;
+use sextant_proto::route::RouteTable;
 use sextant_proto::search::{done_from_pb, group_from_pb, hit_from_pb, spec_to_pb, SearchDone};
 use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES};
 use sextant_types::{Credentials, FsError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::Code;
 
 /// The hits of one search, batch by batch.
 pub struct SearchStream {
-    inner: tonic::Streaming<pb::SearchBatch>,
+    source: Source,
     groups: Vec<(GroupKey, Totals)>,
     done: Option<SearchDone>,
+}
+
+/// Where a search's batches come from.
+enum Source {
+    /// One server's stream.
+    One(Box<tonic::Streaming<pb::SearchBatch>>),
+    /// Several servers' streams, merged ([`crate::spread`]).
+    Spread(crate::spread::Merged),
 }
 
 impl SearchStream {
     /// The next batch of hits; `None` once the search finished (then
     /// [`SearchStream::done`] holds its summary).
     pub async fn next_batch(&mut self) -> Result<Option<Vec<SearchHit>>> {
+        let inner = match &mut self.source {
+            Source::One(inner) => inner,
+            Source::Spread(merged) => {
+                if self.done.is_some() {
+                    return Ok(None);
+                }
+                return match merged.next().await? {
+                    crate::spread::Next::Hits(hits) => Ok(Some(hits)),
+                    crate::spread::Next::Done(done) => {
+                        self.done = Some(done);
+                        Ok(None)
+                    }
+                };
+            }
+        };
         loop {
             if self.done.is_some() {
                 return Ok(None);
             }
-            let msg = match self.inner.message().await {
+            let msg = match inner.message().await {
                 Ok(Some(m)) => m,
                 Ok(None) => return Err(bad_reply("a search stream without an end")),
                 Err(s) => return Err(status_error(&s)),
@@ -92,29 +117,73 @@ fn status_error(s: &tonic::Status) -> Error {
 
 impl Client {
     /// Starts `spec` as `cred`; read the hits with
-    /// [`SearchStream::next_batch`].
+    /// [`SearchStream::next_batch`]. On a cluster whose namespace is
+    /// spread over several servers, every server searches its part at
+    /// once and the answers are merged ([`crate::spread`]).
     pub async fn search(&self, cred: &Credentials, spec: &SearchSpec) -> Result<SearchStream> {
+        if spec.ranges.is_empty() {
+            if let Some(map) = self.spread_map().await {
+                let merged = crate::spread::Merged::start(self, cred, spec, map).await?;
+                return Ok(SearchStream {
+                    source: Source::Spread(merged),
+                    groups: Vec::new(),
+                    done: None,
+                });
+            }
+        }
+        self.search_at(None, cred, spec).await
+    }
+
+    /// The route map when it names more than one server (`None`: one
+    /// server holds everything, or no map could be had — then the home
+    /// server answers, as on one server).
+    async fn spread_map(&self) -> Option<Arc<RouteTable>> {
+        let map = match self.route_map() {
+            Some(m) => m,
+            None => self.fetch_route_map().await.ok()?,
+        };
+        let first = map.routes().first()?.server.clone();
+        map.routes()
+            .iter()
+            .any(|r| r.server != first)
+            .then_some(map)
+    }
+
+    /// [`Client::search`] on one server: `link` (`None`: the home server).
+    pub(crate) async fn search_at(
+        &self,
+        link: Option<Arc<crate::route::Link>>,
+        cred: &Credentials,
+        spec: &SearchSpec,
+    ) -> Result<SearchStream> {
         let req = spec_to_pb(spec, cred);
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
             return Err(Error::Fs(FsError::TooBig));
         }
+        let addr = link
+            .as_ref()
+            .map_or_else(|| self.inner.addr.clone(), |l| l.addr.clone());
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         loop {
-            let mut grpc = self.stream_client();
+            let mut grpc = match &link {
+                None => self.stream_client(),
+                Some(l) => pb::sextant_client::SextantClient::new(l.channel())
+                    .max_decoding_message_size(4 * MAX_MESSAGE_BYTES),
+            };
             let mut request = tonic::Request::new(req.clone());
             self.inner.authorize(&mut request);
             let failure = match grpc.search(request).await {
                 Ok(r) => {
                     return Ok(SearchStream {
-                        inner: r.into_inner(),
+                        source: Source::One(Box::new(r.into_inner())),
                         groups: Vec::new(),
                         done: None,
                     })
                 }
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
                 Err(s) if s.code() == Code::Unavailable => Error::Unavailable {
-                    addr: self.inner.addr.clone(),
+                    addr: addr.clone(),
                     reason: match std::error::Error::source(&s) {
                         Some(src) => error_chain(src),
                         None => s.message().to_string(),

@@ -94,6 +94,7 @@ impl Cluster {
                 tls: None,
                 placement: Some(Arc::clone(&placement) as Arc<dyn Placement>),
                 listen_address: addr,
+                peer_ca: None,
             };
             let mut stopped = stopped.clone();
             let shutdown = async move {

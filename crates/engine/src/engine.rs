@@ -236,6 +236,13 @@ pub(crate) enum Slot {
     Foreign(SoidRange),
 }
 
+/// The table at a key, or the range of another member's table there
+/// (member mode).
+pub(crate) enum Held<T> {
+    Table(T),
+    Foreign(SoidRange),
+}
+
 /// A table's place in the table map.
 pub(crate) struct TableSlot {
     pub(crate) state: Mutex<Slot>,
@@ -457,6 +464,20 @@ impl Inner {
         }
         slot.touch(self.epoch());
         Ok(f(self.ensure_loaded(&mut guard)?))
+    }
+
+    /// [`Inner::with_table`], telling a range another member owns apart
+    /// (member mode) instead of refusing it.
+    fn with_held<T>(&self, key: Soid, f: impl FnOnce(&mut Table) -> T) -> Result<Held<T>, FsError> {
+        self.check_alive()?;
+        let map = self.tables.read();
+        let (_, slot) = map.range(..=key).next_back().ok_or(FsError::Io)?;
+        let mut guard = slot.state.lock();
+        if let Slot::Foreign(range) = &*guard {
+            return Ok(Held::Foreign(*range));
+        }
+        slot.touch(self.epoch());
+        Ok(Held::Table(f(self.ensure_loaded(&mut guard)?)))
     }
 
     /// Loads the slot's table if it is only on disk.
@@ -2061,22 +2082,76 @@ impl Engine {
             .with_owned_or_empty(key, |table| (table.range, f(table)))
     }
 
-    /// Like [`Engine::with_table_holding`], for a search visiting the table:
+    /// [`Engine::with_table_holding`], telling a range another member
+    /// holds apart (a spread search reports it instead of skipping it).
+    pub(crate) fn with_held_table<T>(
+        &self,
+        key: Soid,
+        f: impl FnOnce(&Table) -> T,
+    ) -> Result<Held<(SoidRange, T)>, FsError> {
+        self.inner.with_held(key, |table| (table.range, f(table)))
+    }
+
+    /// [`Engine::with_held_table`], for a search visiting the table:
     /// first rebuilds its index if it was never built (a table loaded from
     /// disk) or too many rows changed since (they are scanned one by one).
     /// The rebuild's cost lands on the search that needs it, never on
     /// lookups or the first access after a restart.
-    pub(crate) fn with_indexed_table<T>(
+    pub(crate) fn with_held_indexed_table<T>(
         &self,
         key: Soid,
         f: impl FnOnce(&Table) -> T,
-    ) -> Result<(SoidRange, T), FsError> {
-        self.inner.with_owned_or_empty(key, |table| {
+    ) -> Result<Held<(SoidRange, T)>, FsError> {
+        self.inner.with_held(key, |table| {
             let stale = table.index.changed_count() > (table.inode_count() / 4).max(64);
             if !table.index.is_built() || stale {
                 table.index = TableIndex::rebuild(table);
             }
             (table.range, f(table))
         })
+    }
+
+    /// The directory `dir` and its ancestors as this server holds them,
+    /// child first, up to the first directory in a table it does not hold
+    /// (or the root): what another member's search reads to continue a
+    /// parent chain ([`crate::search::ForeignDirs`]). Empty when `dir` is
+    /// not a directory here.
+    pub fn dir_chain(&self, dir: Soid) -> Result<Vec<crate::search::DirRecord>, FsError> {
+        let mut out: Vec<crate::search::DirRecord> = Vec::new();
+        let mut cur = dir;
+        loop {
+            let held = self.inner.with_held(cur, |t| {
+                let mut at = cur;
+                let mut got = Vec::new();
+                while let Some(i) = t.inode(at).filter(|i| i.is_dir()) {
+                    got.push(crate::search::DirRecord {
+                        soid: at,
+                        parent: i.parent,
+                        name: Box::from(&i.name),
+                        perm: i.perm,
+                        uid: i.uid,
+                        gid: i.gid,
+                    });
+                    if at == Soid::ROOT || !t.range.contains(i.parent) || got.len() > t.dir_count()
+                    {
+                        break;
+                    }
+                    at = i.parent;
+                }
+                got
+            })?;
+            let Held::Table(got) = held else {
+                return Ok(out);
+            };
+            let Some(last) = got.last() else {
+                return Ok(out);
+            };
+            let (top, next) = (last.soid, last.parent);
+            out.extend(got);
+            if top == Soid::ROOT || next == cur || out.len() >= crate::search::MAX_CHAIN_LEN {
+                return Ok(out);
+            }
+            cur = next;
+        }
     }
 }

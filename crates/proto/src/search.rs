@@ -17,7 +17,7 @@ use crate::{pb, PATH_MAX};
 use sextant_engine::bloom::TimeAttr;
 use sextant_engine::search::{Expr, Pred};
 use sextant_engine::search::{GroupBy, GroupKey, PermMatch, SearchHit, Totals};
-use sextant_types::{Credentials, FsError, Nanos, Soid, XATTR_NAME_MAX, XATTR_SIZE_MAX};
+use sextant_types::{Credentials, FsError, Nanos, Soid, SoidRange, XATTR_NAME_MAX, XATTR_SIZE_MAX};
 use std::cmp::Ordering;
 
 /// Deepest expression tree accepted.
@@ -34,6 +34,9 @@ pub const DEFAULT_BATCH: u32 = 256;
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 /// Most hits a sorted search keeps (its `limit`).
 pub const MAX_SORTED: u64 = 1 << 20;
+/// Ranges one search request may name at most (a cluster's tables, one
+/// server's share of them).
+pub const MAX_RANGES: usize = 1 << 16;
 
 /// A malformed query; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,6 +155,9 @@ pub struct SearchSpec {
     pub sort: Option<SortSpec>,
     pub count_only: bool,
     pub group_by: Option<GroupBy>,
+    /// A spread namespace: the SOID ranges this server searches (empty:
+    /// every table it holds). See `SearchRequest.ranges`.
+    pub ranges: Vec<SoidRange>,
 }
 
 impl SearchSpec {
@@ -165,6 +171,7 @@ impl SearchSpec {
             sort: None,
             count_only: false,
             group_by: None,
+            ranges: Vec::new(),
         }
     }
 
@@ -230,6 +237,8 @@ pub struct SearchDone {
     /// Tables added up from their maintained summaries (counted in
     /// `tables`).
     pub tables_summarized: u64,
+    /// Ranges asked but held by other servers (not searched here).
+    pub not_held: Vec<SoidRange>,
 }
 
 fn bytes_field(b: &[u8], max: usize, what: &str) -> Result<(), QueryError> {
@@ -438,7 +447,23 @@ pub fn spec_to_pb(spec: &SearchSpec, cred: &Credentials) -> pb::SearchRequest {
         }),
         count_only: spec.count_only,
         group_by: spec.group_by.map(|g| group_by_to_pb(g) as i32),
+        ranges: spec.ranges.iter().map(span_to_pb).collect(),
     }
+}
+
+pub fn span_to_pb(r: &SoidRange) -> pb::SoidSpan {
+    pb::SoidSpan {
+        first: Some(soid_to_pb(r.first)),
+        last: Some(soid_to_pb(r.last)),
+    }
+}
+
+/// A range from the wire; `None` when a bound is missing or they are out
+/// of order.
+pub fn span_from_pb(r: &pb::SoidSpan) -> Option<SoidRange> {
+    let first = soid_from_pb(r.first.as_ref()).ok()?;
+    let last = soid_from_pb(r.last.as_ref()).ok()?;
+    SoidRange::new(first, last)
 }
 
 pub fn hit_to_pb(h: &SearchHit) -> pb::SearchHit {
@@ -509,10 +534,13 @@ pub fn done_to_pb(d: &SearchDone) -> pb::SearchDone {
         candidates: d.candidates,
         tables_out_of_scope: d.tables_out_of_scope,
         tables_summarized: d.tables_summarized,
+        not_held: d.not_held.iter().map(span_to_pb).collect(),
     }
 }
 
 /// The summary; `groups` are added from the batches by the receiver.
+/// Malformed `not_held` ranges are dropped (the asker then misses them:
+/// only a broken server sends them).
 pub fn done_from_pb(d: pb::SearchDone) -> SearchDone {
     SearchDone {
         count: d.count,
@@ -523,6 +551,7 @@ pub fn done_from_pb(d: pb::SearchDone) -> SearchDone {
         candidates: d.candidates,
         tables_out_of_scope: d.tables_out_of_scope,
         tables_summarized: d.tables_summarized,
+        not_held: d.not_held.iter().filter_map(span_from_pb).collect(),
     }
 }
 
@@ -679,6 +708,22 @@ pub fn spec_from_pb(r: pb::SearchRequest) -> Result<(Credentials, SearchSpec), Q
             descending: s.descending,
         }),
     };
+    let ranges = r
+        .ranges
+        .iter()
+        .map(|s| {
+            span_from_pb(s).ok_or_else(|| QueryError::new("a range without bounds or reversed"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ranges.len() > MAX_RANGES {
+        return Err(QueryError::new(format!(
+            "{} ranges, over {MAX_RANGES}",
+            ranges.len()
+        )));
+    }
+    if !ranges.is_empty() && matches!(scope, SearchScope::Path(_)) {
+        return Err(QueryError::new("a search of ranges needs a SOID scope"));
+    }
     let spec = SearchSpec {
         scope,
         expr,
@@ -687,6 +732,7 @@ pub fn spec_from_pb(r: pb::SearchRequest) -> Result<(Credentials, SearchSpec), Q
         sort,
         count_only: r.count_only,
         group_by: r.group_by.map(group_by_from_pb).transpose()?,
+        ranges,
     };
     spec.validate()?;
     Ok((cred, spec))
@@ -709,6 +755,7 @@ mod tests {
             candidates: 5,
             tables_out_of_scope: 6,
             tables_summarized: 7,
+            not_held: vec![SoidRange::ALL],
         };
         assert_eq!(done_from_pb(done_to_pb(&d)), d);
     }

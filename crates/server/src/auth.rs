@@ -103,6 +103,23 @@ impl Caller {
         }
     }
 
+    /// May this caller read directories raw (`DirChain`: names and modes
+    /// whoever may see them, for another server's search)? The trusted
+    /// only.
+    pub fn may_read_directories(&self) -> bool {
+        match self {
+            Caller::Trusted(_) => true,
+            Caller::Kernel(k) => {
+                refused(
+                    "dir-chain",
+                    k.uid,
+                    "reading directories raw needs the cluster secret",
+                );
+                false
+            }
+        }
+    }
+
     /// May this caller watch every change (`Watch`, what a mount's caches
     /// follow)? The stream names every changed inode and entry, whoever
     /// may see them: the trusted only.

@@ -31,6 +31,7 @@ pub mod dedup;
 pub mod fault;
 pub mod local_socket;
 pub mod logless;
+pub mod peers;
 pub mod placement;
 pub mod search;
 pub mod secret;
@@ -74,6 +75,9 @@ pub struct ServeOptions {
     pub placement: Option<Arc<dyn placement::Placement>>,
     /// The address clients reach this server at (for its route map).
     pub listen_address: String,
+    /// TLS: the trust root this server reaches the other servers of its
+    /// cluster with ([`peers`]; its own certificate).
+    pub peer_ca: Option<Vec<u8>>,
 }
 
 impl ServeOptions {
@@ -89,6 +93,10 @@ impl ServeOptions {
             dedup_window: config.dedup_window,
             dedup_clients: config.dedup_clients,
             recovery_grace: config.recovery_grace,
+            peer_ca: config
+                .tls
+                .as_ref()
+                .and_then(|t| std::fs::read(&t.cert).ok()),
             tls,
             placement,
             listen_address,
@@ -120,6 +128,7 @@ pub async fn serve(
         tls,
         placement,
         listen_address,
+        peer_ca,
     } = options;
     let placement = placement.unwrap_or_else(|| {
         Arc::new(placement::Everything {
@@ -143,6 +152,7 @@ pub async fn serve(
         watchers: watchers::Watchers::default(),
         placement,
         wrong_server: AtomicU64::new(0),
+        peers: peers::Peers::new(&secret, peer_ca).map(Arc::new),
     });
     // A table added later (a move, a failover) brings the replies of the
     // mutations its previous owner ran: into the exactly-once table before

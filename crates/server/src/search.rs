@@ -16,17 +16,23 @@
 //!   and about [`MAX_BATCH_BYTES`] (so each fits in one wire message); with
 //!   `count_only` or `group_by` no hit is emitted.
 
-use sextant_engine::search::{Aggregation, Scope, SearchHit, SearchOptions, SearchStats};
+use sextant_engine::search::{
+    Aggregation, ForeignDirs, Scope, SearchHit, SearchOptions, SearchStats, Spread,
+};
 use sextant_engine::Engine;
 use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN, MAX_BATCH_BYTES};
 use sextant_types::{Credentials, FsError};
 use std::ops::ControlFlow;
 
-/// Runs `spec` as `cred`; see the module doc.
+/// Runs `spec` as `cred`; see the module doc. With `spec.ranges` (a
+/// cluster whose namespace is spread), only those ranges are searched,
+/// other servers' directories are read through `foreign`, and the ranges
+/// held elsewhere come back in `not_held`.
 pub fn execute(
     engine: &Engine,
     cred: &Credentials,
     spec: &SearchSpec,
+    foreign: &(dyn ForeignDirs + Sync),
     cancelled: impl Fn() -> bool + Sync,
     mut emit: impl FnMut(Vec<SearchHit>) -> ControlFlow<()>,
 ) -> Result<SearchDone, FsError> {
@@ -35,11 +41,13 @@ pub fn execute(
         SearchScope::Soid(s) => Scope::Soid(*s),
     };
     let limit = spec.engine_limit();
+    let spread = (!spec.ranges.is_empty()).then(|| Spread::new(spec.ranges.clone(), foreign));
     // Tables are visited on every core; `cancelled` is asked between tables
     // (by every worker) as well as at every hit below.
     let opts = SearchOptions {
         limit,
         stop: Some(&cancelled),
+        spread: spread.as_ref(),
         ..SearchOptions::default()
     };
     let mut done = SearchDone::default();
@@ -65,8 +73,9 @@ pub fn execute(
     };
     let summarized = match tally_by {
         // Root's whole-namespace totals (grouped, or the total only): from
-        // the maintained summaries.
-        Some(by) if limit == usize::MAX => {
+        // the maintained summaries (of every table held here: not for a
+        // spread search, which adds up its ranges only).
+        Some(by) if limit == usize::MAX && spread.is_none() => {
             engine.aggregate_from_summaries(cred, scope, &spec.expr, by)?
         }
         _ => None,
@@ -150,6 +159,9 @@ pub fn execute(
     done.candidates = stats.candidates as u64;
     done.tables_out_of_scope = stats.tables_out_of_scope as u64;
     done.tables_summarized = stats.tables_summarized as u64;
+    if let Some(sp) = &spread {
+        done.not_held = sp.take_not_held();
+    }
     Ok(done)
 }
 
@@ -237,6 +249,7 @@ mod tests {
             &e,
             &root(),
             &spec(64),
+            &crate::peers::NoPeers,
             || false,
             |b| {
                 sizes.push(b.len());
@@ -259,6 +272,7 @@ mod tests {
             &e,
             &root(),
             &s,
+            &crate::peers::NoPeers,
             || false,
             |b| {
                 hits.extend(b);
@@ -271,11 +285,27 @@ mod tests {
         // Aggregation and counting emit nothing.
         let mut s = spec(0);
         s.group_by = Some(GroupBy::Type);
-        let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
+        let done = execute(
+            &e,
+            &root(),
+            &s,
+            &crate::peers::NoPeers,
+            || false,
+            |_| panic!("no hits"),
+        )
+        .unwrap();
         assert_eq!((done.count, done.groups.len()), (1001, 2));
         let mut s = spec(0);
         s.count_only = true;
-        let done = execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap();
+        let done = execute(
+            &e,
+            &root(),
+            &s,
+            &crate::peers::NoPeers,
+            || false,
+            |_| panic!("no hits"),
+        )
+        .unwrap();
         assert_eq!(done.count, 1001);
     }
 
@@ -324,7 +354,15 @@ mod tests {
                 let mut s = SearchSpec::new(SearchScope::Path(scope.to_vec()), below.clone());
                 s.group_by = group_by;
                 s.count_only = count_only;
-                execute(&e, &root(), &s, || false, |_| panic!("no hits")).unwrap()
+                execute(
+                    &e,
+                    &root(),
+                    &s,
+                    &crate::peers::NoPeers,
+                    || false,
+                    |_| panic!("no hits"),
+                )
+                .unwrap()
             };
             let total = run(None, true);
             let by_owner = run(Some(GroupBy::Uid), false);
@@ -363,6 +401,7 @@ mod tests {
             &e,
             &root(),
             &spec(10),
+            &crate::peers::NoPeers,
             || false,
             |_| {
                 calls.set(calls.get() + 1);
@@ -377,6 +416,7 @@ mod tests {
             &e,
             &root(),
             &spec(10),
+            &crate::peers::NoPeers,
             || seen.load(Ordering::Relaxed) >= 25,
             |b| {
                 seen.fetch_add(b.len(), Ordering::Relaxed);
@@ -391,7 +431,15 @@ mod tests {
             let mut s = spec(0);
             s.group_by = group_by;
             s.count_only = count_only;
-            let done = execute(&e, &root(), &s, || true, |_| ControlFlow::Continue(())).unwrap();
+            let done = execute(
+                &e,
+                &root(),
+                &s,
+                &crate::peers::NoPeers,
+                || true,
+                |_| ControlFlow::Continue(()),
+            )
+            .unwrap();
             assert!(done.count <= 1, "{group_by:?}: {}", done.count);
             assert_eq!(done.tables, 0);
         }

@@ -55,6 +55,9 @@ pub struct Shared {
     pub placement: Arc<dyn Placement>,
     /// WRONG_SERVER replies sent.
     pub wrong_server: AtomicU64,
+    /// The other servers, for spread searches ([`crate::peers`]); `None`
+    /// where the secret cannot be sent (a server without one).
+    pub peers: Option<Arc<crate::peers::Peers>>,
 }
 
 /// What a mutation leaves besides its reply.
@@ -725,20 +728,31 @@ impl Shared {
             }
         };
         let shared = Arc::clone(&self);
+        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let shutdown = shared.shutdown.clone();
             let cancelled = || tx.is_closed() || *shutdown.borrow();
-            let result = search::execute(&shared.engine, &cred, &spec, cancelled, |hits| {
-                let batch = pb::SearchBatch {
-                    hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
-                    ..Default::default()
-                };
-                match tx.blocking_send(Ok(batch)) {
-                    Ok(()) => std::ops::ControlFlow::Continue(()),
-                    Err(_) => std::ops::ControlFlow::Break(()),
-                }
+            let peer_dirs = shared.peers.as_ref().map(|peers| crate::peers::PeerDirs {
+                peers: Arc::clone(peers),
+                placement: Arc::clone(&shared.placement),
+                runtime,
             });
+            let foreign: &(dyn sextant_engine::search::ForeignDirs + Sync) = match &peer_dirs {
+                Some(p) => p,
+                None => &crate::peers::NoPeers,
+            };
+            let result =
+                search::execute(&shared.engine, &cred, &spec, foreign, cancelled, |hits| {
+                    let batch = pb::SearchBatch {
+                        hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
+                        ..Default::default()
+                    };
+                    match tx.blocking_send(Ok(batch)) {
+                        Ok(()) => std::ops::ControlFlow::Continue(()),
+                        Err(_) => std::ops::ControlFlow::Break(()),
+                    }
+                });
             let (last, outcome) = match result {
                 Ok(done) => {
                     // Groups first, in batches that fit a message.
@@ -828,6 +842,34 @@ impl pb::sextant_server::Sextant for Service {
         _request: Request<pb::MapRequest>,
     ) -> Result<Response<pb::RouteMap>, Status> {
         Ok(Response::new(self.shared.placement.map()))
+    }
+
+    async fn dir_chain(
+        &self,
+        request: Request<pb::DirChainRequest>,
+    ) -> Result<Response<pb::DirChainReply>, Status> {
+        if !caller_of(&request)?.may_read_directories() {
+            return Err(Status::permission_denied(
+                "reading directories raw needs the cluster secret",
+            ));
+        }
+        let dir = soid_from_pb(request.into_inner().dir.as_ref())
+            .map_err(|_| Status::invalid_argument("dir is missing"))?;
+        let shared = Arc::clone(&self.shared);
+        let chain = tokio::task::spawn_blocking(move || shared.engine.dir_chain(dir))
+            .await
+            .map_err(|_| Status::internal("the directory read failed"))?;
+        let reply = match chain {
+            Ok(dirs) => pb::DirChainReply {
+                dirs: dirs.iter().map(crate::peers::record_to_pb).collect(),
+                error: None,
+            },
+            Err(e) => pb::DirChainReply {
+                dirs: Vec::new(),
+                error: Some(sextant_proto::error_to_pb(e)),
+            },
+        };
+        Ok(Response::new(reply))
     }
 
     async fn recover(

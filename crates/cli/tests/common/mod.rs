@@ -356,3 +356,24 @@ impl Drop for Unmount {
             .status();
     }
 }
+
+/// `n` consecutive free ports (held briefly to check).
+pub fn free_ports(n: u16) -> u16 {
+    for _ in 0..200 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if first > 65000 {
+            continue;
+        }
+        let held: Vec<_> = (0..n)
+            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).ok())
+            .collect();
+        if held.len() == usize::from(n) {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}

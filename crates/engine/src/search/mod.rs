@@ -194,15 +194,18 @@ mod parallel;
 pub mod plan;
 pub mod query;
 pub(crate) mod scope;
+mod spread;
 
 pub use hits::HitRef;
 pub use plan::{plan, Plan};
 pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
+pub(crate) use scope::MAX_CHAIN as MAX_CHAIN_LEN;
+pub use spread::{intersection, DirRecord, ForeignDirs, Spread};
 // Count and total size: a table summary's unit, defined with it.
 pub use crate::table::summary::Totals;
 
 use crate::dir_cache::{self, ExitPlace, Relation};
-use crate::engine::Engine;
+use crate::engine::{Engine, Held};
 use crate::hash::FastHash;
 use crate::inode::Inode;
 use crate::perm::{check_access, class_allows, MAY_EXEC, MAY_READ};
@@ -426,31 +429,38 @@ struct Search<'a> {
     /// The directory epoch the search began at and the scope root's
     /// absolute path ([`dir_cache`], [`scope::status_remote`]).
     dir_cache: Option<(u64, Arc<[u8]>)>,
+    /// Directories other members hold ([`Spread`]).
+    foreign: scope::Foreign<'a>,
 }
 
 impl Search<'_> {
     fn status(&mut self, d: Soid) -> Result<Status, FsError> {
         let remembered = self.dir_cache.as_ref().map(|(e, p)| (*e, &p[..]));
         let reads = &mut self.stats.dir_reads;
-        scope::status_remote(self.engine, self.cred, &mut self.memo, remembered, d, reads)
+        let at = scope::Reader {
+            engine: self.engine,
+            foreign: self.foreign,
+        };
+        scope::status_remote(at, self.cred, &mut self.memo, remembered, d, reads)
     }
 
     /// [`Self::status`] of each of `dirs`, memoised.
     fn resolve(&mut self, dirs: &[Soid]) -> Result<(), FsError> {
         let remembered = self.dir_cache.as_ref().map(|(e, p)| (*e, &p[..]));
         let reads = &mut self.stats.dir_reads;
-        scope::statuses(
-            self.engine,
-            self.cred,
-            &mut self.memo,
-            remembered,
-            dirs,
-            reads,
-        )
+        let at = scope::Reader {
+            engine: self.engine,
+            foreign: self.foreign,
+        };
+        scope::statuses(at, self.cred, &mut self.memo, remembered, dirs, reads)
     }
 
     fn read_dir(&mut self, d: Soid) -> Result<Option<scope::DirInfo>, FsError> {
-        scope::read_dir(self.engine, self.cred, d, &mut self.stats.dir_reads)
+        let at = scope::Reader {
+            engine: self.engine,
+            foreign: self.foreign,
+        };
+        scope::read_dir(at, self.cred, d, &mut self.stats.dir_reads)
     }
 }
 
@@ -700,6 +710,10 @@ pub struct SearchOptions<'a> {
     /// to find the directories in scope before it resolves the tables'
     /// exits bottom-up instead (default `scope::WALK_BUDGET`).
     pub walk_budget: usize,
+    /// A member of a cluster whose namespace is spread: the ranges it
+    /// searches and how it reads other members' directories
+    /// ([`Spread`]); `None`: the tables held here, as on one server.
+    pub spread: Option<&'a Spread<'a>>,
 }
 
 impl Default for SearchOptions<'_> {
@@ -713,6 +727,7 @@ impl Default for SearchOptions<'_> {
             summaries: true,
             dir_cache: true,
             walk_budget: scope::WALK_BUDGET,
+            spread: None,
         }
     }
 }
@@ -746,7 +761,7 @@ pub fn default_threads() -> usize {
 // ---- the engine's search API ---------------------------------------------
 // An `impl Engine` block here rather than in `crate::engine`: the search
 // sits above the engine (it reads tables through the engine's
-// `with_indexed_table`, `dir_cache_*` and `table_starts`), and the engine
+// `with_held_indexed_table`, `dir_cache_*` and `table_starts`), and the engine
 // names nothing of it.
 
 impl Engine {
@@ -912,6 +927,8 @@ struct Job<'a> {
     use_index: bool,
     /// The expression tests the path ([`Expr::uses_path`]).
     uses_path: bool,
+    /// This member's part of a spread namespace ([`Spread`]).
+    spread: Option<&'a Spread<'a>>,
 }
 
 /// Where one table's hits go (sorted by SOID), with the stats of the
@@ -947,32 +964,58 @@ pub(crate) fn run_with(
     if expr.uses_path() || limit != usize::MAX {
         lean = None;
     }
+    let spread = opts.spread;
     let root = match scope {
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid,
         Scope::Soid(s) => s,
     };
     // Directory paths are remembered across searches: the epoch is taken
-    // first, before any directory is read.
-    let epoch = (use_index && opts.dir_cache).then(|| engine.dir_cache_begin());
+    // first, before any directory is read. Not by a spread search (the
+    // epoch does not see renames on other members).
+    let epoch = (use_index && opts.dir_cache && spread.is_none()).then(|| engine.dir_cache_begin());
     let mut s = Search {
         engine,
         cred,
         memo: Memo::default(),
         stats: SearchStats::default(),
         dir_cache: None,
+        foreign: spread.map(|sp| sp.foreign),
     };
     if limit == 0 {
         return Ok(s.stats);
     }
     // Member mode: the scope root must be in one of this member's tables
-    // (tables of other members look empty to a search here).
-    if engine.member_name().is_some() && engine.table_holding(root).is_none() {
+    // (tables of other members look empty to a search here) — unless the
+    // namespace is searched spread, where another member may hold it.
+    if spread.is_none() && engine.member_name().is_some() && engine.table_holding(root).is_none() {
         return Err(FsError::WrongServer { soid: root });
     }
-    // The scope root: its inode, then its canonical path.
-    let (_, (root_inode, root_has)) =
-        engine.with_table_holding(root, |t| (t.inode(root).cloned(), t.has_entries(root)))?;
-    let root_inode = root_inode.ok_or(FsError::NotFound)?;
+    // The scope root: its inode (or, held by another member, its directory
+    // record: only its holder reports it), then its canonical path.
+    let held = engine.with_held_table(root, |t| (t.inode(root).cloned(), t.has_entries(root)))?;
+    if let Some(sp) = spread {
+        sp.set_root(root);
+    }
+    let (root_inode, root_has, root_held) = match (held, spread) {
+        (Held::Table((_, (inode, has))), _) => (inode.ok_or(FsError::NotFound)?, has, true),
+        (Held::Foreign(_), Some(sp)) => {
+            // Its holder reports it (the asker gives it the root).
+            if sp.covers(root) {
+                sp.note_root_not_held();
+            }
+            match sp.foreign.chain(root)?.into_iter().next() {
+                Some(r) => (dir_of_record(&r), false, false),
+                // Not a directory, or gone: its holder answers.
+                None => return Ok(s.stats),
+            }
+        }
+        (Held::Foreign(_), None) => return Err(FsError::WrongServer { soid: root }),
+    };
+    // The scope root is reported by the member whose ranges hold it and
+    // that holds its table as the search starts; the rows the cursor
+    // reports never include it, and a spread search's ranges met as
+    // another member's leave it out ([`Spread`]).
+    let report_root = root_held && spread.is_none_or(|sp| sp.covers(root));
     let mut names: Vec<Box<[u8]>> = Vec::new();
     let mut cur = root;
     let (mut parent, mut name): (Soid, Box<[u8]>) =
@@ -1024,7 +1067,7 @@ pub(crate) fn run_with(
         inode: &root_inode,
         dir_has_entries: root_has,
     };
-    if expr.matches(&root_entry) {
+    if report_root && expr.matches(&root_entry) {
         s.stats.hits += 1;
         let (path, attr) = (Bytes::from(root_path.clone()), root_inode.attr(root));
         if visit(HitRef::new(&path, &attr, 0)).is_break() || s.stats.hits >= limit {
@@ -1043,6 +1086,7 @@ pub(crate) fn run_with(
     // matter top-down when there are not too many: then every table's
     // exits are decided from the memo without a read.
     let complete = use_index
+        && spread.is_none()
         && root != Soid::ROOT
         && scope::walk_down(
             engine,
@@ -1074,27 +1118,57 @@ pub(crate) fn run_with(
             && plan.max_depth == u32::MAX,
         use_index,
         uses_path: expr.uses_path(),
+        spread,
     };
 
+    let ranges = spread.map_or_else(|| vec![SoidRange::ALL], |sp| sp.ranges().to_vec());
     if opts.threads > 1 && limit == usize::MAX {
-        let items = parallel::work_items(&engine.table_starts());
+        let mut items = parallel::work_items(&engine.table_starts());
+        if let Some(sp) = spread {
+            items = sp.restrict(&items);
+        }
         if items.len() > 1 {
             parallel::run(&job, &mut s, items, opts, lean, visit)?;
             return Ok(s.stats);
         }
     }
     let halted = || opts.stopped();
-    // Finished or stopped: either way the stats so far are the answer.
-    let _finished_or_stopped = visit_range(
-        &job,
-        &mut s,
-        SoidRange::ALL,
-        lean,
-        limit,
-        &halted,
-        &mut |stats, hits| report(stats, hits, limit, visit),
-    )?;
+    for range in ranges {
+        let flow = visit_range(
+            &job,
+            &mut s,
+            range,
+            lean.as_deref_mut(),
+            limit,
+            &halted,
+            &mut |stats, hits| report(stats, hits, limit, visit),
+        )?;
+        // Stopped (or at the limit): the stats so far are the answer.
+        if flow.is_break() {
+            break;
+        }
+    }
     Ok(s.stats)
+}
+
+/// A directory held by another member as the search needs it of a scope
+/// root: its name, parent and permission (the rest unknown: such a root
+/// is never reported, only searched below).
+fn dir_of_record(r: &DirRecord) -> Inode {
+    Inode {
+        ftype: FileType::Directory,
+        perm: r.perm,
+        uid: r.uid,
+        gid: r.gid,
+        nlink: 2,
+        size: 0,
+        atime: Default::default(),
+        mtime: Default::default(),
+        ctime: Default::default(),
+        parent: r.parent,
+        name: r.name[..].into(),
+        extra: None,
+    }
 }
 
 /// Hands `hits` to `visit` in order, counting them in `stats`; breaks when
@@ -1157,7 +1231,7 @@ fn visit_range(
         }
         // Decide from the filters and exits (cheap, no index rebuild);
         // resolve unknown exits outside every lock and decide again.
-        let (table_range, decision) = engine.with_table_holding(cursor, |t| {
+        let held = engine.with_held_table(cursor, |t| {
             // With a complete memo exits are a few lookups that rule out
             // most tables of a small scope: first. Otherwise the filters
             // first, so exits are resolved only for tables they keep.
@@ -1259,6 +1333,21 @@ fn visit_range(
                 d => Some(d),
             }
         })?;
+        let (table_range, decision) = match held {
+            Held::Table(decided) => decided,
+            Held::Foreign(table_range) => {
+                // Another member's: the asker gives it to its holder.
+                if let Some(sp) = job.spread {
+                    sp.note_not_held(table_range, range);
+                }
+                attempts = 0;
+                match table_range.last.checked_next().filter(|n| *n <= range.last) {
+                    Some(n) => cursor = n,
+                    None => return Ok(ControlFlow::Continue(())),
+                }
+                continue;
+            }
+        };
         let next = table_range.last.checked_next().filter(|n| *n <= range.last);
         match decision {
             None => {
@@ -1300,7 +1389,17 @@ fn visit_range(
                     hits: HitBatch::default(),
                     fallback: Vec::new(),
                 };
-                let (visited, ()) = engine.with_indexed_table(cursor, |t| c.table(t))?;
+                let visited = match engine.with_held_indexed_table(cursor, |t| c.table(t))? {
+                    Held::Table((visited, ())) => visited,
+                    Held::Foreign(gone) => {
+                        // It moved away since the decision: not searched
+                        // here (its new holder searches it).
+                        if let Some(sp) = job.spread {
+                            sp.note_not_held(gone, range);
+                        }
+                        gone
+                    }
+                };
                 let (hits, fallback) = (c.hits, c.fallback);
                 s.stats.tables += 1;
                 let hits = hits.finish();

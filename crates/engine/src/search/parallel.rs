@@ -148,7 +148,7 @@ pub(super) fn run(
     let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         let mut workers = Vec::with_capacity(threads - 1);
-        let (engine, cred) = (main.engine, main.cred);
+        let (engine, cred, foreign) = (main.engine, main.cred, main.foreign);
         let dir_cache = main.dir_cache.clone();
         let spawn_workers = |workers: &mut Vec<_>, memo: &super::scope::Memo| {
             for _ in 1..threads {
@@ -158,6 +158,7 @@ pub(super) fn run(
                     memo: memo.clone(),
                     stats: SearchStats::default(),
                     dir_cache: dir_cache.clone(),
+                    foreign,
                 };
                 let (shared, work, halted, items) = (&shared, &work, &halted, &items);
                 workers.push(scope.spawn(move || {

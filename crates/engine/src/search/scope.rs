@@ -26,10 +26,12 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
+use super::spread::{DirRecord, ForeignDirs};
 use super::{join, may_list};
 use crate::dir_cache::{at_or_below, components, Place};
-use crate::engine::Engine;
+use crate::engine::{Engine, Held};
 use crate::hash::SoidHasher;
+use crate::perm::{class_allows, MAY_EXEC, MAY_READ};
 use crate::table::Table;
 use sextant_types::{Credentials, FsError, Soid};
 use std::collections::{HashMap, HashSet};
@@ -59,7 +61,7 @@ pub(super) type DirInfo = (Soid, Box<[u8]>, bool, bool);
 
 /// Longest parent chain followed before giving up (a chain that long, or
 /// a cycle, can only be an artefact of concurrent renames).
-pub(super) const MAX_CHAIN: usize = 1 << 16;
+pub(crate) const MAX_CHAIN: usize = 1 << 16;
 
 /// The status of a child directory named `name` (listable: `ok`) of a
 /// directory with status `base`.
@@ -127,22 +129,51 @@ fn relative(
     })
 }
 
+/// Directories other members hold ([`super::Spread`]); `None` on one
+/// server (another member's range then reads as empty).
+pub(super) type Foreign<'a> = Option<&'a (dyn ForeignDirs + Sync)>;
+
+/// Where directories are read: this engine's tables, and through
+/// `foreign` the ones other members hold.
+#[derive(Clone, Copy)]
+pub(super) struct Reader<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) foreign: Foreign<'a>,
+}
+
+/// Whether the caller may list a directory held by another member.
+fn may_list_record(r: &DirRecord, cred: &Credentials) -> bool {
+    cred.is_root() || class_allows(r.uid, r.gid, r.perm, cred, MAY_READ | MAY_EXEC)
+}
+
 /// Reads one directory's [`DirInfo`], `None` if it is gone or not a
 /// directory.
 pub(super) fn read_dir(
-    engine: &Engine,
+    at: Reader<'_>,
     cred: &Credentials,
     d: Soid,
     reads: &mut usize,
 ) -> Result<Option<DirInfo>, FsError> {
     *reads += 1;
-    let (_, info) = engine.with_table_holding(d, |t| {
-        t.inode(d).filter(|i| i.is_dir()).map(|i| {
-            let open = open_to_all(i.perm);
-            (i.parent, Box::from(&i.name), may_list(i, cred), open)
-        })
-    })?;
-    Ok(info)
+    let info = |i: &crate::inode::Inode| {
+        let open = open_to_all(i.perm);
+        (i.parent, Box::from(&i.name), may_list(i, cred), open)
+    };
+    match at
+        .engine
+        .with_held_table(d, |t| t.inode(d).filter(|i| i.is_dir()).map(info))?
+    {
+        Held::Table((_, info)) => Ok(info),
+        Held::Foreign(_) => {
+            let Some(foreign) = at.foreign else {
+                return Ok(None);
+            };
+            Ok(foreign.chain(d)?.into_iter().next().map(|r| {
+                let ok = may_list_record(&r, cred);
+                (r.parent, r.name, ok, open_to_all(r.perm))
+            }))
+        }
+    }
 }
 
 /// A parent chain being read, its names in one buffer.
@@ -169,14 +200,14 @@ impl Chain {
     /// directory (not pushed).
     fn read_up(
         &mut self,
-        engine: &Engine,
+        at: Reader<'_>,
         cred: &Credentials,
         cur: Soid,
         memo: &Memo,
         reads: &mut usize,
     ) -> Result<Option<Soid>, FsError> {
         let start = self.dirs.len();
-        let (_, next) = engine.with_table_holding(cur, |t| {
+        let held = at.engine.with_held_table(cur, |t| {
             let mut at = cur;
             loop {
                 let i = t.inode(at).filter(|i| i.is_dir())?;
@@ -196,11 +227,49 @@ impl Chain {
                 }
             }
         })?;
+        let next = match (held, at.foreign) {
+            (Held::Table((_, next)), _) => next,
+            // Another member's range without a way to read it: a dead end
+            // (one server's view: that range reads as empty).
+            (Held::Foreign(_), None) => None,
+            (Held::Foreign(_), Some(foreign)) => self.follow(foreign, cred, cur, memo)?,
+        };
         *reads += (self.dirs.len() - start).max(1);
         // (`cur` itself was inserted by `stop_at`.)
         let above = self.dirs[start..].iter().skip(1).map(|(d, ..)| *d);
         self.seen.extend(above);
         Ok(next)
+    }
+
+    /// [`Chain::read_up`] through another member: pushes the chain it
+    /// holds from `cur` up, to the first directory memoised or past it.
+    fn follow(
+        &mut self,
+        foreign: &(dyn ForeignDirs + Sync),
+        cred: &Credentials,
+        cur: Soid,
+        memo: &Memo,
+    ) -> Result<Option<Soid>, FsError> {
+        let mut expect = cur;
+        for r in foreign.chain(cur)? {
+            if r.soid != expect {
+                // Not a chain (it changed while read): go on from there.
+                return Ok(Some(expect));
+            }
+            self.names.extend_from_slice(&r.name);
+            let ok = may_list_record(&r, cred);
+            self.dirs
+                .push((r.soid, self.names.len(), ok, open_to_all(r.perm)));
+            if r.soid == Soid::ROOT {
+                return Ok(None);
+            }
+            expect = r.parent;
+            if memo.contains_key(&expect) || self.dirs.len() >= MAX_CHAIN {
+                return Ok(Some(expect));
+            }
+        }
+        // Empty: gone, or no longer a directory (a dead end).
+        Ok((expect != cur).then_some(expect))
     }
 
     /// Pops the topmost directory with its name, listable by the caller,
@@ -233,7 +302,7 @@ pub(super) type Remembered<'a> = Option<(u64, &'a [u8])>;
 /// chain is memoised with the caller's status, computed level by level.
 /// REQUIRES: no engine lock held by the caller.
 pub(super) fn status_remote(
-    engine: &Engine,
+    at: Reader<'_>,
     cred: &Credentials,
     memo: &mut Memo,
     remembered: Remembered<'_>,
@@ -246,7 +315,7 @@ pub(super) fn status_remote(
     // The top of the chain: the caller's status there, and (with
     // remembered paths) its absolute path and openness when known.
     let (mut status, mut place): (Status, Option<Place>) = loop {
-        let kept = remembered.and_then(|(epoch, _)| engine.dir_cache_get(epoch, cur));
+        let kept = remembered.and_then(|(epoch, _)| at.engine.dir_cache_get(epoch, cur));
         if let Some(st) = memo.get(&cur) {
             let place = match (st, kept) {
                 (_, Some((r, _))) => Some(r),
@@ -268,7 +337,7 @@ pub(super) fn status_remote(
         if chain.stop_at(cur) {
             break (Status::Out, None);
         }
-        match chain.read_up(engine, cred, cur, memo, reads)? {
+        match chain.read_up(at, cred, cur, memo, reads)? {
             Some(n) => cur = n,
             None if chain.dirs.last().is_some_and(|(s, ..)| *s == Soid::ROOT) => {
                 // The root is in scope only as the scope (memoised).
@@ -278,7 +347,8 @@ pub(super) fn status_remote(
                     break (Status::Out, None);
                 };
                 let path: Arc<[u8]> = Arc::from(&b"/"[..]);
-                engine.dir_cache_offer(epoch, vec![(Soid::ROOT, path.clone(), open)]);
+                at.engine
+                    .dir_cache_offer(epoch, vec![(Soid::ROOT, path.clone(), open)]);
                 break (Status::Out, Some((path, open)));
             }
             // A gone directory, or a cycle: out, and nothing remembered.
@@ -296,7 +366,7 @@ pub(super) fn status_remote(
         }
     }
     if let Some((epoch, _)) = remembered {
-        engine.dir_cache_offer(epoch, learned);
+        at.engine.dir_cache_offer(epoch, learned);
     }
     Ok(status)
 }
@@ -306,7 +376,7 @@ pub(super) fn status_remote(
 /// caller's status are memoised under one read lock of the remembered
 /// paths first. REQUIRES: no engine lock held.
 pub(super) fn statuses(
-    engine: &Engine,
+    at: Reader<'_>,
     cred: &Credentials,
     memo: &mut Memo,
     remembered: Remembered<'_>,
@@ -315,14 +385,14 @@ pub(super) fn statuses(
 ) -> Result<(), FsError> {
     let Some((epoch, scope_path)) = remembered else {
         for &d in dirs {
-            status_remote(engine, cred, memo, None, d, reads)?;
+            status_remote(at, cred, memo, None, d, reads)?;
         }
         return Ok(());
     };
     let root = cred.is_root();
     let mut rest = Vec::new();
     memo.reserve(dirs.len());
-    engine.dir_cache_read(|cache| {
+    at.engine.dir_cache_read(|cache| {
         // Two passes: the lookups first, then the paths, so that the
         // memory reads of different directories overlap (each path is its
         // own allocation: reading it is a cache miss, the larger part of
@@ -347,7 +417,7 @@ pub(super) fn statuses(
         }
     });
     for d in rest {
-        status_remote(engine, cred, memo, remembered, d, reads)?;
+        status_remote(at, cred, memo, remembered, d, reads)?;
     }
     Ok(())
 }
@@ -556,7 +626,11 @@ pub(super) fn walk_down(
         }
         let mut subs = local;
         for child in remote {
-            if let Some((parent, name, ok, _)) = read_dir(engine, cred, child, reads)? {
+            let at = Reader {
+                engine,
+                foreign: None,
+            };
+            if let Some((parent, name, ok, _)) = read_dir(at, cred, child, reads)? {
                 if parent == d {
                     subs.push((child, name, ok));
                 }

@@ -151,6 +151,7 @@ async fn fixture() -> Fixture {
             address: "localhost".into(),
         }),
         wrong_server: AtomicU64::new(0),
+        peers: None,
     });
     Fixture {
         svc: Service { shared },
@@ -367,6 +368,11 @@ async fn a_call_without_a_caller_is_refused() {
     assert_eq!(code(search.map(|_| ())), unauth);
     let watch = x.svc.watch(Request::new(pb::WatchRequest::default())).await;
     assert_eq!(code(watch.map(|_| ())), unauth);
+    let chain = x
+        .svc
+        .dir_chain(Request::new(pb::DirChainRequest::default()))
+        .await;
+    assert_eq!(code(chain.map(|_| ())), unauth);
 }
 
 /// The rpcs of the schema, each with the rule this module gives it; a new
@@ -379,6 +385,7 @@ fn every_rpc_has_a_rule() {
             "Session" | "Call" => "every request runs as the caller (admit_request)",
             "Search" => "the search runs as the caller (admit_search)",
             "Watch" => "the trusted only (may_watch)",
+            "DirChain" => "the trusted only (may_read_directories)",
             "Recover" => "carries no identity: backups are authenticated by the server's key",
             "Map" => "carries no identity: the route map names tables and servers, no name",
             other => panic!("rpc {other} has no rule in crate::auth"),

@@ -18,9 +18,11 @@
 //! server by DROP/ADD while this one still serves, so clients never wait
 //! a lease out — then stop serving, write back what is left, leave.
 //!
-//! What a cluster does not do yet (issue 21): an operation over tables
-//! held by two servers fails with EXDEV; search, totals and watch see
-//! the tables of the server asked; log-less durability is refused.
+//! What a cluster does not do yet (issue 21): BORROW/RETURN (an operation
+//! over tables held by two servers pulls them here and they stay); the
+//! watch stream covers this server's changes only; log-less durability is
+//! refused. Search covers every server (the client asks them all at once,
+//! [`crate::peers`] reads other servers' directories).
 
 pub mod catalog;
 pub mod host;

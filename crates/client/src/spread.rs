@@ -1,0 +1,232 @@
+//! Search across the servers of a cluster (issue 21 item 3, Magellan's
+//! routing): one query, every server searching its part at once, the
+//! answers merged into one [`crate::SearchStream`].
+//!
+//! How a query runs:
+//! 1. The scope path is resolved here, as the caller (each name's search
+//!    permission checked by the server holding it), to a SOID: every
+//!    server then starts from the same directory.
+//! 2. The route map splits the SOID space by server; each server gets
+//!    its ranges (`SearchRequest.ranges`). It searches the tables it holds
+//!    in them — reading the directories other servers hold for ancestry,
+//!    paths and permissions — and says which ranges it did not hold when
+//!    its search came to them (a table moved meanwhile).
+//! 3. Those ranges are asked again of their holders by a fresh map, round
+//!    after round, until none is left. A range is with one server at a
+//!    time and is searched only under the lock of a table held there, so
+//!    a table that moves during the query is searched exactly once.
+//! 4. Merging: hits pass through as they come (at most `limit`, the
+//!    other servers then cancelled); a sorted query keeps the top `limit`
+//!    of every server's top `limit`; counts, sizes and groups are added up
+//!    (a limited count stops at the limit).
+//!
+//! Invariants: the merged stream ends with `Done` only when every range
+//! was searched by some server; any server's failure fails the query (no
+//! silently partial answer). Dropping the stream cancels every server's
+//! search.
+
+use crate::{Client, Error, Result, SearchStream};
+use sextant_engine::search::{GroupKey, SearchHit, Totals};
+use sextant_proto::route::RouteTable;
+use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN};
+use sextant_types::{Credentials, SoidRange};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// How long ranges that keep moving are chased before the query fails.
+const CHASE_FOR: Duration = Duration::from_secs(30);
+/// Between rounds (a table on its way to its new holder).
+const ROUND_PAUSE: Duration = Duration::from_millis(50);
+/// Batches queued from the servers for the reader.
+const QUEUE: usize = 16;
+
+/// What the merged stream yields.
+pub(crate) enum Next {
+    Hits(Vec<SearchHit>),
+    Done(SearchDone),
+}
+
+/// The merged search (see the module docs); its driver task ends when it
+/// is dropped.
+pub(crate) struct Merged {
+    rx: mpsc::Receiver<Result<Next>>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Merged {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl Merged {
+    /// Resolves the scope and starts every server's part.
+    pub(crate) async fn start(
+        client: &Client,
+        cred: &Credentials,
+        spec: &SearchSpec,
+        map: Arc<RouteTable>,
+    ) -> Result<Merged> {
+        let root = match &spec.scope {
+            SearchScope::Soid(s) => *s,
+            SearchScope::Path(p) => client.resolve(cred, p, false).await?.soid,
+        };
+        let mut spec = spec.clone();
+        spec.scope = SearchScope::Soid(root);
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let (client, cred) = (client.clone(), cred.clone());
+        let driver = tokio::spawn(async move {
+            let result = drive(&client, &cred, &spec, map, &tx).await;
+            let last = match result {
+                Ok(done) => Ok(Next::Done(done)),
+                Err(e) => Err(e),
+            };
+            let _ = tx.send(last).await;
+        });
+        Ok(Merged { rx, driver })
+    }
+
+    pub(crate) async fn next(&mut self) -> Result<Next> {
+        match self.rx.recv().await {
+            Some(n) => n,
+            None => Err(Error::Protocol("the merged search ended early".into())),
+        }
+    }
+}
+
+/// Each server's ranges by the map, by address.
+fn assign(map: &RouteTable, wanted: &[SoidRange]) -> Vec<(String, Vec<SoidRange>)> {
+    let mut by: BTreeMap<String, Vec<SoidRange>> = BTreeMap::new();
+    for r in map.routes() {
+        for w in wanted {
+            if let Some(part) = sextant_engine::search::intersection(&r.range, w) {
+                by.entry(r.address.clone()).or_default().push(part);
+            }
+        }
+    }
+    by.into_iter().collect()
+}
+
+/// What one server's part gave.
+struct Part {
+    done: SearchDone,
+}
+
+/// Runs the rounds and merges; returns the summary of the whole query.
+async fn drive(
+    client: &Client,
+    cred: &Credentials,
+    spec: &SearchSpec,
+    mut map: Arc<RouteTable>,
+    out: &mpsc::Sender<Result<Next>>,
+) -> Result<SearchDone> {
+    let limit = spec.engine_limit();
+    let listing = !spec.count_only && spec.group_by.is_none();
+    let mut top = spec.sort.map(|s| TopN::new(s, limit));
+    let mut total = SearchDone::default();
+    let mut groups: HashMap<GroupKey, Totals> = HashMap::new();
+    let mut listed = 0usize;
+    let mut wanted = vec![SoidRange::ALL];
+    let started = Instant::now();
+    loop {
+        let (hits_tx, mut hits_rx) = mpsc::channel::<Vec<SearchHit>>(QUEUE);
+        let mut parts: JoinSet<Result<Part>> = JoinSet::new();
+        for (address, ranges) in assign(&map, &wanted) {
+            let mut part = spec.clone();
+            part.ranges = ranges;
+            let (client, cred, hits_tx) = (client.clone(), cred.clone(), hits_tx.clone());
+            parts.spawn(async move {
+                let link = (!address.is_empty()).then(|| client.link_to(&address));
+                let mut s: SearchStream = client.search_at(link, &cred, &part).await?;
+                while let Some(batch) = s.next_batch().await? {
+                    if hits_tx.send(batch).await.is_err() {
+                        break;
+                    }
+                }
+                let done = s.done().cloned().unwrap_or_default();
+                Ok(Part { done })
+            });
+        }
+        drop(hits_tx);
+        // Hits as they come (all servers at once).
+        while let Some(batch) = hits_rx.recv().await {
+            if !listing {
+                continue;
+            }
+            match &mut top {
+                Some(t) => batch.into_iter().for_each(|h| t.push(h)),
+                None => {
+                    let room = limit.saturating_sub(listed);
+                    let batch: Vec<SearchHit> = batch.into_iter().take(room).collect();
+                    listed += batch.len();
+                    for h in &batch {
+                        total.count += 1;
+                        total.total_size = total.total_size.saturating_add(h.attr.size);
+                    }
+                    if !batch.is_empty() && out.send(Ok(Next::Hits(batch))).await.is_err() {
+                        return Ok(total);
+                    }
+                    if listed >= limit {
+                        // Enough: the other servers' searches are cancelled
+                        // (their streams dropped with their tasks).
+                        parts.abort_all();
+                        return Ok(total);
+                    }
+                }
+            }
+        }
+        let mut not_held = Vec::new();
+        while let Some(joined) = parts.join_next().await {
+            let part = joined.map_err(|e| Error::Protocol(format!("a server's search: {e}")))??;
+            let d = part.done;
+            if !listing {
+                total.count = total.count.saturating_add(d.count);
+                total.total_size = total.total_size.saturating_add(d.total_size);
+                for (k, t) in d.groups {
+                    let g = groups.entry(k).or_default();
+                    g.count = g.count.saturating_add(t.count);
+                    g.size = g.size.saturating_add(t.size);
+                }
+            }
+            total.tables += d.tables;
+            total.tables_pruned += d.tables_pruned;
+            total.candidates += d.candidates;
+            total.tables_out_of_scope += d.tables_out_of_scope;
+            total.tables_summarized += d.tables_summarized;
+            not_held.extend(d.not_held);
+        }
+        if not_held.is_empty() {
+            break;
+        }
+        if started.elapsed() > CHASE_FOR {
+            return Err(Error::Protocol(format!(
+                "{} SOID ranges kept moving between servers for {} s; the search could not finish",
+                not_held.len(),
+                CHASE_FOR.as_secs()
+            )));
+        }
+        tokio::time::sleep(ROUND_PAUSE).await;
+        map = client.fetch_route_map().await?;
+        wanted = not_held;
+    }
+    if spec.count_only && limit != usize::MAX {
+        total.count = total.count.min(limit as u64);
+    }
+    if let Some(t) = top {
+        let hits = t.finish();
+        total.count = hits.len() as u64;
+        total.total_size = hits.iter().fold(0u64, |a, h| a.saturating_add(h.attr.size));
+        for chunk in hits.chunks(spec.batch()) {
+            if out.send(Ok(Next::Hits(chunk.to_vec()))).await.is_err() {
+                return Ok(total);
+            }
+        }
+    }
+    let mut groups: Vec<(GroupKey, Totals)> = groups.into_iter().collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    total.groups = groups;
+    Ok(total)
+}

@@ -1,0 +1,206 @@
+//! A search on one member of a cluster whose namespace is spread over
+//! several servers (issue 21 item 3, Magellan's routing): what the member
+//! searches, and how it reads the directories other members hold.
+//!
+//! The asker (the client library) splits the SOID space among the servers
+//! by the route map and asks each to search its parts ([`Spread::ranges`])
+//! at once. A member visits a table only while it holds it: a range it
+//! meets as another member's ([`crate::engine`]'s foreign slots) is not
+//! searched but reported back ([`Spread::take_not_held`]), and the asker
+//! gives it to its new owner. Since the asker gives each part of the space
+//! to one member at a time and a member searches a part only under the
+//! lock of a table it holds, a table that moves during the query is
+//! searched exactly once: neither skipped nor counted twice.
+//!
+//! Ancestry (scope membership, paths, the caller's permission to list every
+//! directory on the way) is decided as on one server, from each directory's
+//! parent chain; where a chain leaves this member's tables it continues
+//! through [`ForeignDirs`], which reads the directories another member
+//! holds (the server asks that member). So a caller sees exactly what GNU
+//! find run by that caller would list, whoever holds the ancestors.
+//!
+//! Invariants:
+//! - `ranges` are sorted and disjoint; nothing outside them is visited and
+//!   the scope root is reported only by the member whose ranges hold it.
+//! - Directory paths remembered across searches ([`crate::dir_cache`]) are
+//!   neither used nor filled by a spread search: its epoch does not see
+//!   renames on other members.
+
+use sextant_types::{FsError, Soid, SoidRange};
+use std::sync::{Mutex, OnceLock};
+
+/// One directory as its owner holds it: what another member's search
+/// needs to continue a parent chain through it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirRecord {
+    pub soid: Soid,
+    pub parent: Soid,
+    pub name: Box<[u8]>,
+    /// Permission bits (07777).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Reads the directories other members hold.
+pub trait ForeignDirs {
+    /// The directory `dir` and its ancestors, child first, as far up as
+    /// the member holding `dir` holds them (at least `dir` itself); empty
+    /// when `dir` is gone or not a directory. An error ends the search.
+    fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError>;
+}
+
+/// How a member searches its part of a spread namespace (see the module
+/// docs); given in [`super::SearchOptions::spread`].
+pub struct Spread<'a> {
+    ranges: Vec<SoidRange>,
+    pub(super) foreign: &'a (dyn ForeignDirs + Sync),
+    not_held: Mutex<Vec<SoidRange>>,
+    /// The scope root: reported on its own (by the member holding its
+    /// table as the search starts), so ranges met as another member's
+    /// leave it out — it must not be reported again by their holder.
+    root: OnceLock<Soid>,
+}
+
+impl<'a> Spread<'a> {
+    /// A search of `ranges` (any order; overlaps are merged).
+    pub fn new(mut ranges: Vec<SoidRange>, foreign: &'a (dyn ForeignDirs + Sync)) -> Spread<'a> {
+        ranges.sort_by_key(|r| r.first);
+        let mut merged: Vec<SoidRange> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match merged.last_mut() {
+                Some(m) if m.last.checked_next().is_none_or(|n| r.first <= n) => {
+                    m.last = m.last.max(r.last);
+                }
+                _ => merged.push(r),
+            }
+        }
+        Spread {
+            ranges: merged,
+            foreign,
+            not_held: Mutex::new(Vec::new()),
+            root: OnceLock::new(),
+        }
+    }
+
+    /// The search's scope root (set once, before any range is noted).
+    pub(super) fn set_root(&self, root: Soid) {
+        let _ = self.root.set(root);
+    }
+
+    /// The scope root's table was another member's as the search began:
+    /// the asker gives the root to its holder, which reports it.
+    pub(super) fn note_root_not_held(&self) {
+        if let (Some(root), Ok(mut v)) = (self.root.get(), self.not_held.lock()) {
+            v.push(SoidRange {
+                first: *root,
+                last: *root,
+            });
+        }
+    }
+
+    /// The ranges this member searches.
+    pub fn ranges(&self) -> &[SoidRange] {
+        &self.ranges
+    }
+
+    /// Whether `soid` is in one of the ranges.
+    pub fn covers(&self, soid: Soid) -> bool {
+        self.ranges.iter().any(|r| r.contains(soid))
+    }
+
+    /// Pieces of `items` inside the ranges, in order.
+    pub(super) fn restrict(&self, items: &[SoidRange]) -> Vec<SoidRange> {
+        let mut out = Vec::new();
+        for item in items {
+            for r in &self.ranges {
+                if let Some(i) = intersection(item, r) {
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
+
+    /// Notes that the part `within` of `table` was another member's when
+    /// the cursor came.
+    pub(super) fn note_not_held(&self, table: SoidRange, within: SoidRange) {
+        let Some(i) = intersection(&table, &within) else {
+            return;
+        };
+        let Ok(mut v) = self.not_held.lock() else {
+            return;
+        };
+        match self.root.get().filter(|r| i.contains(**r)) {
+            // The root without the root (see `root`).
+            Some(root) => {
+                let below = root.checked_prev().and_then(|p| SoidRange::new(i.first, p));
+                let above = root.checked_next().and_then(|n| SoidRange::new(n, i.last));
+                v.extend(below.into_iter().chain(above));
+            }
+            None => v.push(i),
+        }
+    }
+
+    /// The ranges met as other members' (sorted, merged): the asker gives
+    /// them to their owners.
+    pub fn take_not_held(&self) -> Vec<SoidRange> {
+        let v = match self.not_held.lock() {
+            Ok(mut v) => std::mem::take(&mut *v),
+            Err(_) => Vec::new(),
+        };
+        Spread::new(v, self.foreign).ranges
+    }
+}
+
+/// The SOIDs in both ranges.
+pub fn intersection(a: &SoidRange, b: &SoidRange) -> Option<SoidRange> {
+    SoidRange::new(a.first.max(b.first), a.last.min(b.last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoDirs;
+    impl ForeignDirs for NoDirs {
+        fn chain(&self, _: Soid) -> Result<Vec<DirRecord>, FsError> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn r(a: u128, b: u128) -> SoidRange {
+        SoidRange::new(Soid::from_u128(a), Soid::from_u128(b)).unwrap()
+    }
+
+    #[test]
+    fn ranges_merge_restrict_and_collect_what_was_not_held() {
+        let s = Spread::new(vec![r(20, 29), r(0, 9), r(10, 12), r(25, 40)], &NoDirs);
+        assert_eq!(s.ranges(), [r(0, 12), r(20, 40)]);
+        assert!(
+            s.covers(Soid::from_u128(12))
+                && !s.covers(Soid::from_u128(13))
+                && s.covers(Soid::from_u128(40))
+        );
+        assert_eq!(
+            s.restrict(&[r(5, 22), r(41, 50)]),
+            [r(5, 12), r(20, 22)],
+            "pieces inside the ranges only"
+        );
+        s.note_not_held(r(30, 60), r(20, 40));
+        s.note_not_held(r(21, 29), r(20, 40));
+        s.note_not_held(r(50, 60), r(20, 40));
+        assert_eq!(s.take_not_held(), [r(21, 40)]);
+        assert!(s.take_not_held().is_empty());
+        // The scope root is cut out of ranges met as another member's.
+        let cut = Spread::new(vec![r(0, 100)], &NoDirs);
+        cut.set_root(Soid::from_u128(50));
+        cut.note_not_held(r(40, 60), r(0, 100));
+        cut.note_not_held(r(50, 50), r(0, 100));
+        assert_eq!(cut.take_not_held(), [r(40, 49), r(51, 60)]);
+        cut.note_root_not_held();
+        assert_eq!(cut.take_not_held(), [r(50, 50)]);
+        let all = Spread::new(vec![SoidRange::ALL, r(3, 4)], &NoDirs);
+        assert_eq!(all.ranges(), [SoidRange::ALL]);
+    }
+}

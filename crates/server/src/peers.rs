@@ -1,0 +1,193 @@
+//! The other servers of a cluster, as one server's search reads them
+//! (issue 21 item 3): the directories whose tables another server holds,
+//! through its `DirChain` RPC.
+//!
+//! A spread search ([`sextant_engine::search::Spread`]) follows a parent
+//! chain out of this server's tables; [`PeerDirs`] reads the rest of the
+//! chain from the server the route map names for the directory, as that
+//! server holds it. A table that moves while it is read is asked again of
+//! its new holder (for up to [`READ_FOR`]); a peer that cannot be reached
+//! in that time fails the search with EIO — never a silently shorter
+//! answer.
+//!
+//! Invariants:
+//! - Peers are reached with the cluster secret (every server of a cluster
+//!   shares it) over TCP, with TLS when this server serves TLS (its own
+//!   certificate is the trust root: one certificate for the cluster, or
+//!   a CA in its chain).
+//! - The engine's search calls [`PeerDirs::chain`] on a blocking thread
+//!   (never a runtime worker), which waits on the runtime's handle.
+
+use crate::placement::Placement;
+use sextant_engine::search::{DirRecord, ForeignDirs};
+use sextant_proto::pb::sextant_client::SextantClient;
+use sextant_proto::route::RouteTable;
+use sextant_proto::{pb, soid_from_pb, soid_to_pb, SECRET_METADATA};
+use sextant_types::{FsError, Soid};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// How long one directory is asked for before the search fails.
+pub const READ_FOR: Duration = Duration::from_secs(10);
+/// One call's limit.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// Between attempts while a table is moving.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Channels to the other servers, one per address.
+pub struct Peers {
+    secret: MetadataValue<tonic::metadata::Ascii>,
+    /// TLS trust root (`None`: plain TCP).
+    ca: Option<Vec<u8>>,
+    channels: parking_lot::Mutex<HashMap<String, Channel>>,
+}
+
+impl Peers {
+    /// Peers reached with `secret`, over TLS trusting `ca` when given.
+    pub fn new(secret: &str, ca: Option<Vec<u8>>) -> Option<Peers> {
+        Some(Peers {
+            secret: secret.parse().ok()?,
+            ca,
+            channels: parking_lot::Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn channel(&self, address: &str) -> Result<Channel, String> {
+        if let Some(c) = self.channels.lock().get(address) {
+            return Ok(c.clone());
+        }
+        let scheme = if self.ca.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
+            .map_err(|e| format!("bad peer address {address}: {e}"))?
+            .connect_timeout(CALL_TIMEOUT)
+            .timeout(CALL_TIMEOUT)
+            .tcp_nodelay(true);
+        if let Some(ca) = &self.ca {
+            let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+            let tls = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca))
+                .domain_name(host.trim_matches(['[', ']']));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| format!("TLS settings for {address}: {e}"))?;
+        }
+        let channel = endpoint.connect_lazy();
+        self.channels
+            .lock()
+            .insert(address.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// One `DirChain` call: the chain, or the error the peer gave.
+    async fn dir_chain(&self, address: &str, dir: Soid) -> Result<Vec<DirRecord>, Attempt> {
+        let channel = self.channel(address).map_err(Attempt::Fatal)?;
+        let mut request = tonic::Request::new(pb::DirChainRequest {
+            dir: Some(soid_to_pb(dir)),
+        });
+        request
+            .metadata_mut()
+            .insert(SECRET_METADATA, self.secret.clone());
+        let reply = SextantClient::new(channel)
+            .dir_chain(request)
+            .await
+            .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
+            .into_inner();
+        if let Some(e) = reply.error {
+            return match sextant_proto::error_from_pb(&e) {
+                FsError::WrongServer { .. } => Attempt::again(format!("{address}: not held there")),
+                other => Err(Attempt::Fatal(format!("{address}: {other}"))),
+            };
+        }
+        reply
+            .dirs
+            .into_iter()
+            .map(record_from_pb)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Attempt::Fatal(format!("{address}: a malformed directory record")))
+    }
+}
+
+/// Why one attempt failed.
+enum Attempt {
+    /// Ask again (the table moved, the peer is restarting).
+    Again(String),
+    Fatal(String),
+}
+
+impl Attempt {
+    fn again<T>(why: String) -> Result<T, Attempt> {
+        Err(Attempt::Again(why))
+    }
+}
+
+/// A directory record as `DirChain` sends it.
+pub fn record_to_pb(r: &DirRecord) -> pb::DirRecord {
+    pb::DirRecord {
+        soid: Some(soid_to_pb(r.soid)),
+        parent: Some(soid_to_pb(r.parent)),
+        name: r.name.to_vec(),
+        perm: u32::from(r.perm),
+        uid: r.uid,
+        gid: r.gid,
+    }
+}
+
+fn record_from_pb(r: pb::DirRecord) -> Option<DirRecord> {
+    Some(DirRecord {
+        soid: soid_from_pb(r.soid.as_ref()).ok()?,
+        parent: soid_from_pb(r.parent.as_ref()).ok()?,
+        name: r.name.into(),
+        perm: u16::try_from(r.perm).ok().filter(|p| *p <= 0o7777)?,
+        uid: r.uid,
+        gid: r.gid,
+    })
+}
+
+/// [`ForeignDirs`] over the peers: the route map names who holds a
+/// directory. See the module docs.
+pub struct PeerDirs {
+    pub peers: Arc<Peers>,
+    pub placement: Arc<dyn Placement>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl ForeignDirs for PeerDirs {
+    fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError> {
+        let deadline = Instant::now() + READ_FOR;
+        loop {
+            let holder = RouteTable::from_pb(&self.placement.map())
+                .ok()
+                .and_then(|t| t.route(dir).map(|r| r.address.clone()))
+                .filter(|a| !a.is_empty());
+            let last = match holder {
+                None => "no server holds it in the route map".to_string(),
+                Some(address) => match self.runtime.block_on(self.peers.dir_chain(&address, dir)) {
+                    Ok(chain) => return Ok(chain),
+                    Err(Attempt::Fatal(why)) => {
+                        tracing::warn!(%why, "a search cannot read a directory of another server");
+                        return Err(FsError::Io);
+                    }
+                    Err(Attempt::Again(why)) => why,
+                },
+            };
+            if Instant::now() >= deadline {
+                tracing::warn!(why = %last, ?dir, "a search gave up reading a directory of another server");
+                return Err(FsError::Io);
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+}
+
+/// The search of a server that has no peers (one server): nothing is
+/// held elsewhere.
+pub struct NoPeers;
+
+impl ForeignDirs for NoPeers {
+    fn chain(&self, _: Soid) -> Result<Vec<DirRecord>, FsError> {
+        Ok(Vec::new())
+    }
+}
