@@ -4,8 +4,9 @@
 //! by `cluster move` is still reached through any server (WRONG_SERVER
 //! and the route map); a server killed with SIGKILL loses nothing it
 //! acknowledged — its tables move to a live server, which recovers them
-//! from the shared store. Skipped, and said so, without an `etcd` binary
-//! (scripts/ensure-deps.sh installs it).
+//! from the shared store; a FUSE mount through one server keeps its
+//! kernel caches exact for changes made through any other. Skipped, and
+//! said so, without an `etcd` binary (scripts/ensure-deps.sh installs it).
 
 mod common;
 
@@ -1305,5 +1306,165 @@ fn find_through_a_server_holding_nothing_goes_to_the_owner() {
     let through_a = sextant_ok(&a_addr, &secret, &["find", "/"]);
     assert_eq!(through_a, through_b);
     assert_eq!(through_a.lines().count(), 6, "{through_a}");
+    drop(etcd.child);
+}
+
+/// Polls `f` every 20 ms until it holds; fails after `within`.
+fn seen_within(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < within,
+            "{what}: not seen within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The owner and epoch of table `table` in the cluster's status.
+fn owner_of(etcd: &str, secret: &Path, table: u64) -> (String, u64) {
+    let s = status_on(etcd, secret);
+    let t = s["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"].as_u64() == Some(table))
+        .unwrap_or_else(|| panic!("no table {table} in {s}"));
+    (
+        t["owner"].as_str().unwrap_or_default().to_string(),
+        t["epoch"].as_u64().unwrap_or_default(),
+    )
+}
+
+/// `cluster move PATH SERVER`: the table moved (once done).
+fn move_table(etcd: &str, secret: &Path, path: &str, server: &str) -> u64 {
+    let out = Command::new(BIN)
+        .args(["--json", "cluster", "move", path, server, "--etcd", etcd])
+        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cluster move {path} {server}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["table"].as_u64().unwrap()
+}
+
+/// A mount of a cluster keeps its kernel caches (60 s here) exact for
+/// changes made through *other* servers: a server streams only the
+/// changes it ran, so the mount (through a) watches every server of the
+/// route map. /w's table is moved to b; a CLI given b's address chmods,
+/// creates, renames and removes in /w, and the mount sees each change
+/// within seconds. Then server c joins after the mount started and takes
+/// /w's table: changes made through c are seen too (the mount follows
+/// the map). Before, the mount watched a alone and kept every one of
+/// these stale for the whole timeout.
+#[test]
+fn a_fuse_mount_of_a_cluster_sees_changes_made_through_every_server() {
+    if !common::fuse_available() {
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+    );
+    let c = config.as_str();
+    // A few tables (the limits are small), then b joins and takes some.
+    for d in ["d0", "d1", "d2", "d3", "w", "w/sub"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f")]);
+    }
+    sextant_ok(&a_addr, &secret, &["touch", "/w/g"]);
+    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let table = move_table(&etcd.url, &secret, "/w", "b");
+    let on_b = owner_of(&etcd.url, &secret, table);
+    assert_eq!(on_b.0, "b");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(&secret)
+        .args(["mount", "--attr-timeout", "60", "--entry-timeout", "60"])
+        .arg("--log")
+        .arg(dir.path().join("mount.log"))
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _unmount = common::Unmount(mnt.clone());
+    let w = mnt.join("w");
+    let mode = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok()
+    };
+    // The kernel caches these (and the absent names) for 60 s.
+    assert_eq!(mode(&w.join("f")), Some(0o644));
+    assert!(w.join("g").exists());
+    assert!(!w.join("new").exists());
+    assert!(!w.join("h").exists());
+    let soon = Duration::from_secs(3);
+
+    sextant_ok(&b_addr, &secret, &["chmod", "600", "/w/f"]);
+    seen_within("a chmod through b", soon, || {
+        mode(&w.join("f")) == Some(0o600)
+    });
+    sextant_ok(&b_addr, &secret, &["touch", "/w/new"]);
+    seen_within("a create through b", soon, || w.join("new").exists());
+    sextant_ok(&b_addr, &secret, &["mv", "/w/g", "/w/h"]);
+    seen_within("a rename through b", soon, || {
+        !w.join("g").exists() && w.join("h").exists()
+    });
+    sextant_ok(&b_addr, &secret, &["rm", "/w/new"]);
+    seen_within("a removal through b", soon, || !w.join("new").exists());
+    assert_eq!(
+        owner_of(&etcd.url, &secret, table),
+        on_b,
+        "the test's premise: /w's table stayed on b throughout"
+    );
+
+    // Server c joins after the mount started and takes /w's table.
+    assert!(!w.join("late").exists());
+    assert_eq!(mode(&w.join("h")), Some(0o644));
+    let (c3, c_addr) = serve_with(dir.path(), &etcd.url, "c", &["--config", c]);
+    let _c = KillOnDrop(c3);
+    wait_for("c is a member", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "c")
+    });
+    move_table(&etcd.url, &secret, "/w", "c");
+    let on_c = owner_of(&etcd.url, &secret, table);
+    assert_eq!(on_c.0, "c");
+    sextant_ok(&c_addr, &secret, &["touch", "/w/late"]);
+    sextant_ok(&c_addr, &secret, &["chmod", "640", "/w/h"]);
+    // Within the map's poll (1 s) and a connect.
+    let later = Duration::from_secs(5);
+    seen_within("a create through c", later, || w.join("late").exists());
+    seen_within("a chmod through c", later, || {
+        mode(&w.join("h")) == Some(0o640)
+    });
+    // And from now on at once.
+    sextant_ok(&c_addr, &secret, &["rm", "/w/late"]);
+    seen_within("a removal through c", soon, || !w.join("late").exists());
+    assert_eq!(
+        owner_of(&etcd.url, &secret, table),
+        on_c,
+        "the test's premise: /w's table stayed on c"
+    );
     drop(etcd.child);
 }

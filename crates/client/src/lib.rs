@@ -25,7 +25,7 @@ mod watch;
 pub use backup::BackupStats;
 pub use search::SearchStream;
 pub use target::{unix_path, UNIX_PREFIX};
-pub use watch::{new_origin, ChangeBatch, ChangeStream};
+pub use watch::{new_origin, AllChanges, ChangeBatch, ChangeStream, Watched, MAP_POLL};
 
 use parking_lot::Mutex;
 use sextant_engine::{DirEntry, EngineStats, RenameFlags, StatFs, XattrFlags};
@@ -557,6 +557,14 @@ impl Client {
     /// Fetches the route map from `link`'s server (after it answered
     /// WRONG_SERVER) and keeps it unless the cached one is newer.
     async fn refresh_routes(&self, link: &route::Link) -> Result<()> {
+        let table = self.map_from(link).await?;
+        self.inner.router.adopt(table);
+        Ok(())
+    }
+
+    /// The route map `link`'s server hands out (not cached: see
+    /// [`Client::refresh_routes`]).
+    async fn map_from(&self, link: &route::Link) -> Result<sextant_proto::route::RouteTable> {
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
         let mut request = tonic::Request::new(pb::MapRequest {});
         self.inner.authorize(&mut request);
@@ -564,6 +572,12 @@ impl Client {
         let map = match grpc.map(request).await {
             Ok(r) => r.into_inner(),
             Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+            Err(s) if s.code() == Code::Unimplemented => {
+                return Err(Error::Protocol(format!(
+                    "{} hands out no route map (an older version)",
+                    link.addr
+                )))
+            }
             Err(s) => {
                 return Err(Error::Unavailable {
                     addr: link.addr.clone(),
@@ -571,10 +585,8 @@ impl Client {
                 })
             }
         };
-        let table = sextant_proto::route::RouteTable::from_pb(&map)
-            .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))?;
-        self.inner.router.adopt(table);
-        Ok(())
+        sextant_proto::route::RouteTable::from_pb(&map)
+            .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))
     }
 
     /// The route map this client routes by (`None`: it never needed one —

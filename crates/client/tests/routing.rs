@@ -1,10 +1,11 @@
 //! Routing against real servers: two in-process servers split the SOID
 //! space by a route map; a client given either one reaches the owner of
 //! whatever it names, follows WRONG_SERVER when a table moves, and keeps
-//! exactly-once across the redirect.
+//! exactly-once across the redirect; a watcher of every server
+//! (`Client::watch_all`) follows the map as it changes.
 
 use parking_lot::RwLock;
-use sextant_client::{Client, Error, Options};
+use sextant_client::{AllChanges, Client, Error, Options, Watched, MAP_POLL};
 use sextant_engine::{Engine, EngineConfig};
 use sextant_proto::pb;
 use sextant_proto::route::{Route, RouteTable};
@@ -214,4 +215,114 @@ async fn a_moved_table_is_followed_with_the_newer_map() {
     assert_eq!(ca.wrong_server_replies(), 2);
     assert!(cluster.engines[1].getattr(made.soid).is_ok(), "made on b");
     assert_eq!(ca.route_map().map(|m| m.revision()), Some(2));
+}
+
+/// Events of `all` until `done` says enough (at most 10 s).
+async fn watch_until(
+    all: &mut AllChanges,
+    mut done: impl FnMut(&[Watched]) -> bool,
+) -> Vec<Watched> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done(&seen) {
+        match tokio::time::timeout_at(deadline, all.next()).await {
+            Ok(w) => seen.push(w.expect("watching")),
+            Err(_) => panic!("not within 10 s; saw {seen:?}"),
+        }
+    }
+    seen
+}
+
+fn changed(seen: &[Watched], name: &[u8]) -> bool {
+    seen.iter().any(|w| match w {
+        Watched::Changes(b) => b.entries.iter().any(|(_, n)| &n[..] == name),
+        _ => false,
+    })
+}
+
+fn has(seen: &[Watched], want: &Watched) -> bool {
+    seen.contains(want)
+}
+
+/// `watch_all` of a client given a watches both servers of the map, so it
+/// sees what another client changes through either; it follows the map:
+/// a server that leaves it is no longer watched (`Left`), and one that
+/// comes back is watched again (`Opened`), each seen within the poll.
+#[tokio::test]
+async fn watch_all_watches_every_server_of_the_map_and_follows_it() {
+    let cluster = Cluster::start().await;
+    let root = Credentials::root();
+    let [a, b] = cluster.addrs.clone();
+    let with_origin = |origin| Options {
+        origin,
+        ..Options::default()
+    };
+    let watcher = Client::connect(&a, SECRET, with_origin(1)).await.unwrap();
+    let writer = Client::connect(&b, SECRET, with_origin(2)).await.unwrap();
+    let mut all = watcher.watch_all();
+    let opened = |s: &str| Watched::Opened { server: s.into() };
+    let left = |s: &str| Watched::Left { server: s.into() };
+    watch_until(&mut all, |w| has(w, &opened(&a)) && has(w, &opened(&b))).await;
+    let mut servers = all.servers();
+    servers.sort();
+    let mut both = vec![a.clone(), b.clone()];
+    both.sort();
+    assert_eq!(servers, both);
+
+    // The root is a's: a mkdir through b runs there.
+    writer
+        .mkdir(&root, Soid::ROOT, b"on-a", 0o755)
+        .await
+        .unwrap();
+    watch_until(&mut all, |w| changed(w, b"on-a")).await;
+
+    // Everything moves to b (b's engine has a root of its own): a leaves
+    // the map, and changes made through b are seen.
+    let s = Soid::from_u128;
+    let whole = |revision, name: &str, addr: &str| {
+        RouteTable::new(
+            revision,
+            vec![Route {
+                range: SoidRange {
+                    first: s(0),
+                    last: s(u128::MAX),
+                },
+                table: 1,
+                server: name.into(),
+                address: addr.into(),
+                epoch: revision,
+            }],
+        )
+        .unwrap()
+    };
+    for p in &cluster.placements {
+        *p.table.write() = whole(2, "b", &b);
+    }
+    watch_until(&mut all, |w| has(w, &left(&a))).await;
+    assert_eq!(all.servers(), vec![b.clone()]);
+    writer
+        .mkdir(&root, Soid::ROOT, b"on-b", 0o755)
+        .await
+        .unwrap();
+    assert!(cluster.engines[1]
+        .lookup(&root, Soid::ROOT, b"on-b")
+        .is_ok());
+    watch_until(&mut all, |w| changed(w, b"on-b")).await;
+
+    // And back to a, a server that was not watched any more.
+    for p in &cluster.placements {
+        *p.table.write() = whole(3, "a", &a);
+    }
+    watch_until(&mut all, |w| has(w, &opened(&a)) && has(w, &left(&b))).await;
+    writer
+        .mkdir(&root, Soid::ROOT, b"on-a-again", 0o755)
+        .await
+        .unwrap();
+    watch_until(&mut all, |w| changed(w, b"on-a-again")).await;
+
+    // A map of a lower revision (a server that has not heard yet) is not
+    // followed.
+    *cluster.placements[0].table.write() = whole(2, "b", &b);
+    tokio::time::sleep(MAP_POLL * 2).await;
+    assert_eq!(all.servers(), vec![a.clone()]);
 }

@@ -2,17 +2,24 @@
 //! dropped when another client changes them. And leftover data: the
 //! object file of a file another client removed is dropped
 //! ([`drop_leftovers`]; and [`sweep_store`] checks the whole store each
-//! time the stream opens), since only this mount knows it holds it.
+//! time a stream opens or a server leaves), since only this mount knows
+//! it holds it.
 //!
 //! The kernel caches what entry and attribute replies carry, for
 //! `--entry-timeout` / `--attr-timeout`. Without more, a change made by
 //! another client (a CLI, another mount) is invisible here until then. So
-//! the mount watches the server (`Client::watch`): after each mutation of
-//! another origin is durable, the server names the inodes and entries it
-//! changed, and a thread of this module tells the kernel to drop them
-//! (FUSE_NOTIFY_INVAL_INODE / _ENTRY). The mount's own requests carry its
-//! origin and are left out: the kernel updates its cache from their
-//! replies, as for any local file system.
+//! the mount watches the server (`Client::watch_all`): after each mutation
+//! of another origin is durable, the server that ran it names the inodes
+//! and entries it changed, and a thread of this module tells the kernel to
+//! drop them (FUSE_NOTIFY_INVAL_INODE / _ENTRY). The mount's own requests
+//! carry its origin and are left out: the kernel updates its cache from
+//! their replies, as for any local file system.
+//!
+//! On a cluster a server streams only the mutations it ran itself, so the
+//! mount watches every server of the route map, following the map as
+//! servers join, leave and take tables over (one stream each; why table
+//! moves and failovers need nothing more: `sextant_client`'s `watch`
+//! module). A single server is one stream, as it always was.
 //!
 //! Why this is exact, and not only "usually quick": a reply read before a
 //! change but handed to the kernel after its invalidation cannot stay
@@ -24,9 +31,11 @@
 //! machine).
 //!
 //! Invariants:
-//! - Every stream the watcher opens starts with a reset (every cached
-//!   attribute and every remembered name invalidated): changes made while
-//!   no stream was open are unknown. The same on a batch marked `lost`.
+//! - Every stream the watcher opens (to any server) starts with a reset
+//!   (every cached attribute and every remembered name invalidated):
+//!   changes made through that server while its stream was not open are
+//!   unknown. The same on a batch marked `lost`, and when a server leaves
+//!   the map (its stream closed with notices perhaps on their way).
 //! - Only nodes the kernel may hold are invalidated (a SOID without a
 //!   node id was never given to the kernel).
 //! - The cache epoch moves before each batch and each reset is applied:
@@ -38,17 +47,13 @@
 use crate::data::{Data, ObjectStamp};
 use crate::nodes::Nodes;
 use fuser::{INodeNo, Notifier};
-use sextant_client::{ChangeBatch, Client, Error};
+use sextant_client::{ChangeBatch, Client, Error, Watched};
 use sextant_types::{Credentials, FsError, Soid};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch;
-
-/// Longest wait between attempts to (re)open the stream.
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Tells the kernel to drop what it caches of these changes, after moving
 /// the cache epoch (see [`crate::dirattrs`]).
@@ -139,8 +144,10 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
 /// kernel notifications are blocking writes). Once `stop` is true it
 /// starts nothing more on `rt` (no connection, no timer, no task: the
 /// runtime may be shutting down, and a timer or connection made then
-/// panics), and the tasks it started are aborted when it returns. The
-/// mount waits for it to return before its caller may drop `rt`.
+/// panics), and the tasks it started are aborted when it returns (and
+/// every stream closed: [`sextant_client::AllChanges`] runs only inside
+/// its `next`). The mount waits for it to return before its caller may
+/// drop `rt`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     client: Client,
@@ -152,78 +159,70 @@ pub(crate) fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     rt.block_on(async {
-        let mut backoff = Duration::from_millis(20);
+        // Every server of a cluster (one on a single server); each
+        // stream is reopened by itself, with a backoff of up to 2 s.
+        let mut all = client.watch_all();
         // Aborted when the watcher returns.
         let mut tasks = tokio::task::JoinSet::new();
+        let mut sweeping: Option<tokio::task::AbortHandle> = None;
         loop {
             if *stop.borrow() {
                 return;
             }
-            let opened = tokio::select! {
+            let next = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => return,
-                r = client.watch() => r,
+                w = all.next() => w,
             };
-            let mut stream = match opened {
-                Ok(s) => s,
+            // Finished tasks leave the set.
+            while tasks.try_join_next().is_some() {}
+            match next {
+                Ok(Watched::Changes(batch)) => {
+                    if batch.lost {
+                        tracing::warn!("change notices were lost; dropped every kernel cache");
+                    }
+                    apply(&nodes, &notifier, &epoch, &batch);
+                    // Beside the stream, so that asking the server
+                    // never delays the next batch's invalidations.
+                    let held = leftovers(&data, batch.inodes.iter().copied());
+                    if !held.is_empty() {
+                        tasks.spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
+                    }
+                }
+                Ok(w @ (Watched::Opened { .. } | Watched::Left { .. })) => {
+                    match &w {
+                        Watched::Left { server } => tracing::info!(
+                            %server,
+                            "a server left the route map; dropped every kernel cache"
+                        ),
+                        _ => tracing::debug!(?w, "watching a server"),
+                    }
+                    reset(&nodes, &notifier, &epoch);
+                    // Changes made while it was not watched are unknown:
+                    // removals among them left objects here.
+                    if let Some(s) = sweeping.take() {
+                        s.abort();
+                    }
+                    sweeping = Some(tasks.spawn(sweep_store(client.clone(), Arc::clone(&data))));
+                }
+                Ok(Watched::Broke { server, error }) => {
+                    tracing::info!(%server, %error, "a change stream broke; reopening it");
+                    // What the mount keeps of the server's state is
+                    // good only while changes are being watched.
+                    epoch.fetch_add(1, Ordering::AcqRel);
+                    if let Some(s) = sweeping.take() {
+                        s.abort();
+                    }
+                }
                 Err(e @ Error::Auth) => {
                     tracing::error!(error = %e, "cannot watch the server for changes; \
                         the kernel caches expire only by their timeouts");
                     return;
                 }
-                Err(Error::Protocol(reason)) => {
-                    tracing::warn!(%reason, "the server cannot stream changes; \
+                Err(e) => {
+                    tracing::warn!(error = %e, "the server cannot stream changes; \
                         the kernel caches expire only by their timeouts");
                     return;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot open the change stream yet");
-                    if *stop.borrow() {
-                        return;
-                    }
-                    tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => return,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    continue;
-                }
-            };
-            backoff = Duration::from_millis(20);
-            reset(&nodes, &notifier, &epoch);
-            // Changes made while no stream was open are unknown: removals
-            // among them left objects here.
-            let sweeping = tasks.spawn(sweep_store(client.clone(), Arc::clone(&data)));
-            loop {
-                let next = tokio::select! {
-                    biased;
-                    _ = stop.wait_for(|s| *s) => return,
-                    b = stream.next_batch() => b,
-                };
-                // Finished tasks leave the set.
-                while tasks.try_join_next().is_some() {}
-                match next {
-                    Ok(batch) => {
-                        if batch.lost {
-                            tracing::warn!("change notices were lost; dropped every kernel cache");
-                        }
-                        apply(&nodes, &notifier, &epoch, &batch);
-                        // Beside the stream, so that asking the server
-                        // never delays the next batch's invalidations.
-                        let held = leftovers(&data, batch.inodes.iter().copied());
-                        if !held.is_empty() {
-                            tasks.spawn(drop_leftovers(client.clone(), Arc::clone(&data), held));
-                        }
-                    }
-                    Err(e) => {
-                        tracing::info!(error = %e, "the change stream broke; reopening it");
-                        // What the mount keeps of the server's state is
-                        // good only while changes are being watched.
-                        epoch.fetch_add(1, Ordering::AcqRel);
-                        sweeping.abort();
-                        break;
-                    }
                 }
             }
         }
