@@ -1468,3 +1468,113 @@ fn a_fuse_mount_of_a_cluster_sees_changes_made_through_every_server() {
     );
     drop(etcd.child);
 }
+
+/// Concurrent renames across servers that together would form a cycle
+/// (issue 21 item 2): `/p` held by a, `/q` by b; each round a client of a
+/// runs `mv /p/xN /q/yN/xN` while a client of b runs `mv /q/yN
+/// /p/xN/yN`. Done one after the other, the second must fail (ENOENT,
+/// or EINVAL as ext4 gives for a directory moved under itself); at the
+/// same time, exactly one may win — never both (a cycle, with both
+/// directories cut off from the root), never neither (EXDEV or a stuck
+/// pull). Afterwards every directory is reachable from the root exactly
+/// once.
+#[test]
+fn cycle_forming_renames_across_servers_never_make_a_cycle() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+    );
+    let c = config.as_str();
+    for d in ["p", "q", "r", "s"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
+        for f in 0..4 {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
+        }
+    }
+    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let rounds = 12;
+    let mut outcomes = Vec::new();
+    for n in 0..rounds {
+        let (x, y) = (format!("/p/x{n}"), format!("/q/y{n}"));
+        sextant_ok(&a_addr, &secret, &["mkdir", &x]);
+        sextant_ok(&a_addr, &secret, &["mkdir", &y]);
+        let tp = move_table(&etcd.url, &secret, "/p", "a");
+        let tq = move_table(&etcd.url, &secret, "/q", "b");
+        assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+        let start = |addr: &str, from: &str, to: &str| {
+            Command::new(BIN)
+                .args(["--server", addr, "--data"])
+                .arg(&secret)
+                .args(["mv", from, to])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        // Started in either order, so that either may reach its server
+        // first.
+        let (one, two) = if n % 2 == 0 {
+            let one = start(&a_addr, &x, &format!("{y}/x{n}"));
+            (one, start(&b_addr, &y, &format!("{x}/y{n}")))
+        } else {
+            let two = start(&b_addr, &y, &format!("{x}/y{n}"));
+            (start(&a_addr, &x, &format!("{y}/x{n}")), two)
+        };
+        let (one, two) = (
+            one.wait_with_output().unwrap(),
+            two.wait_with_output().unwrap(),
+        );
+        let said = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).trim().to_string();
+        let won = [&one, &two].iter().filter(|o| o.status.success()).count();
+        assert_eq!(
+            won,
+            1,
+            "round {n}: exactly one of the pair wins: a: {:?} {}; b: {:?} {}",
+            one.status.code(),
+            said(&one),
+            two.status.code(),
+            said(&two)
+        );
+        let loser = if one.status.success() { &two } else { &one };
+        let why = said(loser).to_lowercase();
+        assert!(
+            why.contains("no such file") || why.contains("invalid argument"),
+            "round {n}: the loser fails as on ext4, not with {why:?}"
+        );
+        outcomes.push(if one.status.success() { 'a' } else { 'b' });
+    }
+    eprintln!("winners: {}", outcomes.iter().collect::<String>());
+    // Every directory reachable from the root exactly once; the walk ends.
+    for addr in [&a_addr, &b_addr] {
+        let out = sextant_ok(addr, &secret, &["find", "/", "-type", "d"]);
+        let dirs: Vec<&str> = out.lines().collect();
+        let unique: std::collections::BTreeSet<&str> = dirs.iter().copied().collect();
+        assert_eq!(dirs.len(), unique.len(), "a directory listed twice: {out}");
+        assert_eq!(dirs.len(), 1 + 4 + 2 * rounds, "{out}");
+        for n in 0..rounds {
+            for name in [format!("x{n}"), format!("y{n}")] {
+                assert_eq!(
+                    dirs.iter()
+                        .filter(|d| d.ends_with(&format!("/{name}")))
+                        .count(),
+                    1,
+                    "{name} reachable once: {out}"
+                );
+            }
+        }
+        let stats = sextant_ok(addr, &secret, &["stats", "--json", "/", "-type", "d"]);
+        assert!(
+            stats.contains(&format!("\"count\":{}", 1 + 4 + 2 * rounds)),
+            "{stats}"
+        );
+    }
+}
