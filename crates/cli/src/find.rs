@@ -1227,7 +1227,8 @@ async fn owner_elsewhere(
     if mounts::locate(first, cwd, mounts).is_ok_and(|l| l.mount.is_some()) {
         return None;
     }
-    let map = c.fetch_route_map().await.ok()?;
+    // (Not routed by: a local user on the Unix socket keeps to it.)
+    let map = c.peek_route_map().await.ok()?;
     if map.routes().iter().any(|r| r.address == c.addr()) {
         return None;
     }

@@ -595,6 +595,13 @@ impl Client {
         self.inner.router.map()
     }
 
+    /// The home server's route map now, without routing by it (a local
+    /// user on the Unix socket must keep talking to the socket, whatever
+    /// TCP address the map names).
+    pub async fn peek_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {
+        Ok(Arc::new(self.map_from(&self.inner.home).await?))
+    }
+
     /// Fetches the route map from the home server now (`sextant cluster
     /// status`, and clients that want to route from the first request).
     pub async fn fetch_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {

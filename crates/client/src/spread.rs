@@ -209,7 +209,7 @@ async fn drive(
             )));
         }
         tokio::time::sleep(ROUND_PAUSE).await;
-        map = client.fetch_route_map().await?;
+        map = client.peek_route_map().await?;
         wanted = not_held;
     }
     if spec.count_only && limit != usize::MAX {
