@@ -517,6 +517,12 @@ impl Client {
         self.link_to(&addr)
     }
 
+    /// Whether this client has no cluster secret (a local user on the
+    /// server's Unix socket, served as the kernel says it is).
+    pub(crate) fn secret_is_empty(&self) -> bool {
+        self.inner.secret.is_none()
+    }
+
     /// The link to the server at `addr` (the home link for the home
     /// server's address).
     pub(crate) fn link_to(&self, addr: &str) -> Arc<route::Link> {

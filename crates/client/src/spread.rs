@@ -140,7 +140,18 @@ async fn drive(
             let (client, cred, hits_tx) = (client.clone(), cred.clone(), hits_tx.clone());
             parts.spawn(async move {
                 let link = (!address.is_empty()).then(|| client.link_to(&address));
-                let mut s: SearchStream = client.search_at(link, &cred, &part).await?;
+                let mut s: SearchStream = match client.search_at(link, &cred, &part).await {
+                    // Typically a local user on the Unix socket, who has
+                    // no secret for the other servers' TCP ports.
+                    Err(Error::Auth) if client.secret_is_empty() => {
+                        return Err(Error::Protocol(format!(
+                            "the namespace is spread over several servers, and searching \
+                             {address} needs the cluster secret (without it, only the server \
+                             on this machine's socket answers)"
+                        )))
+                    }
+                    other => other?,
+                };
                 while let Some(batch) = s.next_batch().await? {
                     if hits_tx.send(batch).await.is_err() {
                         break;
