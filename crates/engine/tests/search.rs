@@ -882,6 +882,146 @@ fn search_equals_brute_force() {
     }
 }
 
+/// Another member's directories, read as a server reads them for a peer.
+struct Peer<'a>(&'a Engine);
+
+impl sextant_engine::search::ForeignDirs for Peer<'_> {
+    fn chain(&self, dir: Soid) -> Result<Vec<sextant_engine::search::DirRecord>, FsError> {
+        self.0.dir_chain(dir)
+    }
+}
+
+/// Search across members (issue 21 item 3): the random namespaces of
+/// [`search_equals_brute_force`] built on member a of a two-member
+/// cluster; every other table then moves to member b (parent chains,
+/// exits and hard links cross members everywhere), and the union of both
+/// members' spread searches — each reading the other's directories — must
+/// be the brute-force answer, as root and as restricted callers, each
+/// path once. `SEXTANT_SPREAD_CASES` sets the number of namespaces
+/// (default 60).
+#[test]
+fn spread_search_equals_brute_force() {
+    let cases: u32 = std::env::var("SEXTANT_SPREAD_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strat = (
+        prop::collection::vec(arb_op(), 10..90),
+        prop::bool::weighted(0.6),
+        prop::collection::vec(arb_query(), 1..8),
+    );
+    let compared = std::cell::Cell::new(0usize);
+    let result = runner.run(&strat, |(ops, tiny, queries)| {
+        compared.set(compared.get() + run_spread_case(&ops, tiny, &queries)?);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    eprintln!("spread searches compared: {}", compared.get());
+    assert!(compared.get() >= cases as usize, "too few comparisons");
+}
+
+fn run_spread_case(ops: &[Op], tiny: bool, queries: &[Query]) -> Result<usize, TestCaseError> {
+    use sextant_engine::search::Spread;
+    use sextant_engine::{MemCatalog, MemberConfig};
+    use sextant_types::SoidRange;
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let member = |name: &str| {
+        Engine::open_member(
+            Arc::new(store.clone()),
+            config(tiny, 2, 6),
+            MemberConfig {
+                name: name.into(),
+                catalog: Arc::clone(&catalog) as _,
+            },
+        )
+        .unwrap()
+    };
+    let (a, b) = (member("a"), member("b"));
+    let mut ns = Ns {
+        e: a.clone(),
+        links: Vec::new(),
+        dirs: vec![Soid::ROOT],
+        nodes: vec![Soid::ROOT],
+    };
+    for op in ops {
+        ns.apply(op);
+    }
+    // The answers while a holds everything.
+    let mut wanted = Vec::new();
+    for q in queries {
+        let mut expr = q.expr.clone();
+        fix_soids(&mut expr, &ns.nodes);
+        let cred = creds(q.cred);
+        let live = |v: &[Soid]| -> Vec<Soid> {
+            v.iter()
+                .copied()
+                .filter(|s| a.getattr(*s).is_ok())
+                .collect()
+        };
+        let (dirs, nodes) = (live(&ns.dirs), live(&ns.nodes));
+        let scope = if q.scope % 7 == 6 {
+            nodes[q.scope % nodes.len()]
+        } else {
+            dirs[q.scope % dirs.len()]
+        };
+        if !ns.dirs.contains(&scope) && link_paths(&a, scope).len() > 1 {
+            continue;
+        }
+        let (got, _) = search(&a, &cred, scope, &expr);
+        let hint = got.iter().find(|h| h.depth == 0).map(|h| &h.path[..]);
+        let want = brute(&a, &cred, scope, &expr, hint);
+        prop_assert_eq!(
+            rows(&got),
+            rows(&want),
+            "on one member: {:?} {:?}",
+            expr,
+            cred
+        );
+        wanted.push((cred, scope, expr, want));
+    }
+    // Every other table to b.
+    for (n, t) in a.owned_tables().into_iter().enumerate() {
+        if n % 2 == 1 {
+            let m = a.drop_table(t).unwrap();
+            prop_assert!(catalog.assign(t, "b"));
+            b.add_table(&m).unwrap();
+        }
+    }
+    let (from_a, from_b) = (Peer(&b), Peer(&a));
+    for (cred, scope, expr, want) in &wanted {
+        let mut both: Vec<SearchHit> = Vec::new();
+        for (e, foreign) in [(&a, &from_a), (&b, &from_b)] {
+            let spread = Spread::new(vec![SoidRange::ALL], foreign);
+            let opts = SearchOptions {
+                spread: Some(&spread),
+                ..SearchOptions::default()
+            };
+            e.search_with(cred, Scope::Soid(*scope), expr, &opts, |h| {
+                both.push(h.to_hit());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        }
+        prop_assert_eq!(
+            rows(&both),
+            rows(want),
+            "spread: {:?} {:?} scope {:?}",
+            expr,
+            cred,
+            scope
+        );
+    }
+    Ok(wanted.len())
+}
+
 // ---- freshness, leaks, pruning -------------------------------------------------
 
 /// `mkdir name` in `parent` as root, acknowledged; its SOID.
