@@ -1664,3 +1664,135 @@ fn big_tables_are_spread_by_their_inodes() {
     assert!(moves <= 3, "{moves} moves: {settled} then {st}");
     drop(etcd.child);
 }
+
+/// A local user without the secret (the server's Unix socket, identity
+/// from the kernel) searches a cluster whose namespace is spread: every
+/// part of the search goes through the socket's server, which runs it on
+/// the part's holder as that user. `find /` as nobody prints exactly what
+/// root's prints minus what nobody may not list (a 0700 directory's
+/// entries), says why, and exits 1 — as GNU find does; `ls`, `find` of a
+/// directory and `touch` work wherever the tables are (the server
+/// forwards what another server holds). Before, the other server refused
+/// for want of the secret.
+#[test]
+fn a_local_user_searches_a_spread_cluster_through_the_socket() {
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
+    let c = config.to_str().unwrap();
+    let sock = dir.path().join("a.sock");
+    let sock_env = sock.to_str().unwrap();
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &["--config", c],
+        &[("SEXTANT_SOCKET", sock_env)],
+    );
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    for d in 0..8 {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
+        for f in 0..6 {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/d{d}/f{f}")]);
+        }
+    }
+    sextant_ok(&a_addr, &secret, &["chmod", "700", "/d3"]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let sorted = |out: &str| {
+        let mut v: Vec<String> = out.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    let everything = sorted(&sextant_ok(&a_addr, &secret, &["find", "/"]));
+    assert_eq!(everything.len(), 1 + 8 + 48);
+    let want: Vec<String> = everything
+        .iter()
+        .filter(|p| !p.starts_with("/d3/"))
+        .cloned()
+        .collect();
+    let nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                BIN,
+            ])
+            .args(["--server", &format!("unix:{sock_env}")])
+            .args(args)
+            .env_remove("SEXTANT_SECRET")
+            .env_remove("SEXTANT_SECRET_FILE")
+            .output()
+            .unwrap()
+    };
+    let out = nobody(&["find", "/"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        sorted(&String::from_utf8_lossy(&out.stdout)),
+        want,
+        "find / as nobody: {err}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("'/d3': Permission denied"), "{err}");
+    // Other operations through the socket, wherever the tables are: the
+    // server forwards what another server holds, as nobody.
+    for d in (0..8).filter(|d| *d != 3) {
+        let ls = nobody(&["ls", &format!("/d{d}")]);
+        assert_eq!(
+            String::from_utf8_lossy(&ls.stdout)
+                .split_whitespace()
+                .count(),
+            6,
+            "ls /d{d} as nobody: {}",
+            String::from_utf8_lossy(&ls.stderr)
+        );
+        let find = nobody(&["find", &format!("/d{d}"), "-name", "f1"]);
+        assert_eq!(
+            String::from_utf8_lossy(&find.stdout).trim(),
+            format!("/d{d}/f1"),
+            "{}",
+            String::from_utf8_lossy(&find.stderr)
+        );
+    }
+    let denied = nobody(&["ls", "/d3"]);
+    assert!(!denied.status.success());
+    sextant_ok(&a_addr, &secret, &["chmod", "777", "/d6"]);
+    let made = nobody(&["touch", "/d6/by-nobody"]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let st = sextant_ok(&a_addr, &secret, &["--json", "stat", "/d6/by-nobody"]);
+    assert!(st.contains("\"uid\":65534"), "{st}");
+    sextant_ok(&a_addr, &secret, &["rm", "/d6/by-nobody"]);
+    let stats = nobody(&["--json", "stats", "/"]);
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap_or_default();
+    assert_eq!(
+        v["total"]["count"].as_u64(),
+        Some(want.len() as u64),
+        "stats as nobody: {}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+}

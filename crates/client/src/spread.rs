@@ -20,6 +20,11 @@
 //!    of every server's top `limit`; counts, sizes and groups are added up
 //!    (a limited count stops at the limit).
 //!
+//! A client without the cluster secret (a local user on a server's Unix
+//! socket, served as the kernel says it is) sends every part to that
+//! server, naming the holder in `forward_to`: the server runs it there,
+//! with the secret, as the caller it admitted.
+//!
 //! Invariants: the merged stream ends with `Done` only when every range
 //! was searched by some server; any server's failure fails the query (no
 //! silently partial answer). Dropping the stream cancels every server's
@@ -139,7 +144,14 @@ async fn drive(
             part.ranges = ranges;
             let (client, cred, hits_tx) = (client.clone(), cred.clone(), hits_tx.clone());
             parts.spawn(async move {
-                let link = (!address.is_empty()).then(|| client.link_to(&address));
+                // Without the secret (a local user on the Unix socket)
+                // every part goes through the home server, which runs it
+                // on its holder as the caller it admitted.
+                let forward = client.secret_is_empty() && !address.is_empty();
+                if forward {
+                    part.forward_to = address.clone();
+                }
+                let link = (!address.is_empty() && !forward).then(|| client.link_to(&address));
                 let mut s: SearchStream = match client.search_at(link, &cred, &part).await {
                     // Typically a local user on the Unix socket, who has
                     // no secret for the other servers' TCP ports.

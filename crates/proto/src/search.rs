@@ -37,6 +37,8 @@ pub const MAX_SORTED: u64 = 1 << 20;
 /// Ranges one search request may name at most (a cluster's tables, one
 /// server's share of them).
 pub const MAX_RANGES: usize = 1 << 16;
+/// Longest `forward_to` address.
+pub const MAX_ADDRESS: usize = 1024;
 
 /// A malformed query; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -158,6 +160,9 @@ pub struct SearchSpec {
     /// A spread namespace: the SOID ranges this server searches (empty:
     /// every table it holds). See `SearchRequest.ranges`.
     pub ranges: Vec<SoidRange>,
+    /// Run on the server at this address, through the one asked (empty:
+    /// there). See `SearchRequest.forward_to`.
+    pub forward_to: String,
 }
 
 impl SearchSpec {
@@ -172,6 +177,7 @@ impl SearchSpec {
             count_only: false,
             group_by: None,
             ranges: Vec::new(),
+            forward_to: String::new(),
         }
     }
 
@@ -448,6 +454,7 @@ pub fn spec_to_pb(spec: &SearchSpec, cred: &Credentials) -> pb::SearchRequest {
         count_only: spec.count_only,
         group_by: spec.group_by.map(|g| group_by_to_pb(g) as i32),
         ranges: spec.ranges.iter().map(span_to_pb).collect(),
+        forward_to: spec.forward_to.clone(),
     }
 }
 
@@ -724,6 +731,12 @@ pub fn spec_from_pb(r: pb::SearchRequest) -> Result<(Credentials, SearchSpec), Q
     if !ranges.is_empty() && matches!(scope, SearchScope::Path(_)) {
         return Err(QueryError::new("a search of ranges needs a SOID scope"));
     }
+    if r.forward_to.len() > MAX_ADDRESS {
+        return Err(QueryError::new(format!(
+            "forward_to is {} bytes, over {MAX_ADDRESS}",
+            r.forward_to.len()
+        )));
+    }
     let spec = SearchSpec {
         scope,
         expr,
@@ -733,6 +746,7 @@ pub fn spec_from_pb(r: pb::SearchRequest) -> Result<(Credentials, SearchSpec), Q
         count_only: r.count_only,
         group_by: r.group_by.map(group_by_from_pb).transpose()?,
         ranges,
+        forward_to: r.forward_to,
     };
     spec.validate()?;
     Ok((cred, spec))

@@ -10,6 +10,11 @@
 //! in that time fails the search with EIO — never a silently shorter
 //! answer.
 //!
+//! It also forwards a search for a caller without the secret (a local
+//! user on the Unix socket, `SearchRequest.forward_to`): the part runs on
+//! its holder as the caller this server admitted, and the batches pass
+//! back through.
+//!
 //! Invariants:
 //! - Peers are reached with the cluster secret (every server of a cluster
 //!   shares it) over TCP, with TLS when this server serves TLS (its own
@@ -34,6 +39,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub const READ_FOR: Duration = Duration::from_secs(10);
 /// One call's limit.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// A forwarded request's limit (a mutation may wait for a sync and a
+/// table's pull there).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between attempts while a table is moving.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
@@ -63,7 +71,6 @@ impl Peers {
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
             .map_err(|e| format!("bad peer address {address}: {e}"))?
             .connect_timeout(CALL_TIMEOUT)
-            .timeout(CALL_TIMEOUT)
             .tcp_nodelay(true);
         if let Some(ca) = &self.ca {
             let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
@@ -81,6 +88,48 @@ impl Peers {
         Ok(channel)
     }
 
+    /// Runs `req` on the server at `address` (a request forwarded for a
+    /// local user: `service::Shared::handle_for`).
+    pub async fn call(&self, address: &str, req: pb::Request) -> Result<pb::Response, String> {
+        let channel = self.channel(address)?;
+        let mut request = tonic::Request::new(req);
+        request
+            .metadata_mut()
+            .insert(SECRET_METADATA, self.secret.clone());
+        let mut grpc = SextantClient::new(channel)
+            .max_decoding_message_size(4 * sextant_proto::MAX_MESSAGE_BYTES);
+        match tokio::time::timeout(FORWARD_TIMEOUT, grpc.call(request)).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => Err(format!("{address}: {}", s.message())),
+            Err(_) => Err(format!("{address}: no answer within {FORWARD_TIMEOUT:?}")),
+        }
+    }
+
+    /// Starts `req` on the server at `address` (a search forwarded for a
+    /// caller without the secret, `SearchRequest.forward_to`).
+    pub async fn search(
+        &self,
+        address: &str,
+        req: pb::SearchRequest,
+    ) -> Result<tonic::Streaming<pb::SearchBatch>, tonic::Status> {
+        let channel = self
+            .channel(address)
+            .map_err(tonic::Status::invalid_argument)?;
+        let mut request = tonic::Request::new(req);
+        request
+            .metadata_mut()
+            .insert(SECRET_METADATA, self.secret.clone());
+        let mut grpc = SextantClient::new(channel)
+            .max_decoding_message_size(4 * sextant_proto::MAX_MESSAGE_BYTES);
+        let started = grpc.search(request);
+        match tokio::time::timeout(CALL_TIMEOUT, started).await {
+            Ok(r) => Ok(r?.into_inner()),
+            Err(_) => Err(tonic::Status::unavailable(format!(
+                "{address} did not answer"
+            ))),
+        }
+    }
+
     /// One `DirChain` call: the chain, or the error the peer gave.
     async fn dir_chain(&self, address: &str, dir: Soid) -> Result<Vec<DirRecord>, Attempt> {
         let channel = self.channel(address).map_err(Attempt::Fatal)?;
@@ -90,9 +139,11 @@ impl Peers {
         request
             .metadata_mut()
             .insert(SECRET_METADATA, self.secret.clone());
-        let reply = SextantClient::new(channel)
-            .dir_chain(request)
+        let mut grpc = SextantClient::new(channel);
+        let call = grpc.dir_chain(request);
+        let reply = tokio::time::timeout(CALL_TIMEOUT, call)
             .await
+            .map_err(|_| Attempt::Again(format!("{address}: no answer")))?
             .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
             .into_inner();
         if let Some(e) = reply.error {

@@ -1,7 +1,7 @@
 //! The gRPC service: decode, validate, run on the engine, reply after the
 //! mutation is durable.
 
-use crate::auth::caller_of;
+use crate::auth::{caller_of, Caller};
 use crate::dedup::{Dedup, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::placement::Placement;
@@ -37,6 +37,10 @@ pub const SERVER_IN_FLIGHT: usize = 8192;
 /// rename touches at most its two directories, the moved inode, the one
 /// it replaces and their ancestors' tables for the loop check).
 const MAX_PULLS: usize = 8;
+
+/// WRONG_SERVERs a request forwarded for a local user follows at most
+/// ([`Shared::handle_for`]); then the client gets the last one.
+const FORWARD_HOPS: usize = 3;
 
 /// What every connection shares.
 pub struct Shared {
@@ -222,6 +226,74 @@ impl Shared {
             .increment(1);
         metrics::histogram!("sextant_request_seconds", "op" => op_name)
             .record(started.elapsed().as_secs_f64());
+        resp
+    }
+
+    /// [`Shared::handle`] for `caller`: a caller without the secret (a
+    /// local user on the Unix socket, served as the kernel says) cannot
+    /// reach the other servers of a cluster itself, so what another server
+    /// holds is run there for it — forwarded with the secret, as the
+    /// identity this server admitted, its exactly-once identity kept.
+    pub async fn handle_for(self: Arc<Self>, r: pb::Request, caller: &Caller) -> pb::Response {
+        if !matches!(caller, Caller::Kernel(_))
+            || self.peers.is_none()
+            || !self.placement.can_pull()
+        {
+            // (One server, or a caller that reaches the others itself.)
+            return self.handle(r).await;
+        }
+        // A path resolution that leaves this server is walked name by
+        // name by the client (each lookup forwarded here as needed):
+        // forwarded whole, it would stop at the next server again.
+        if matches!(r.op, Some(Op::Resolve(_))) {
+            return self.handle(r).await;
+        }
+        let resp = Arc::clone(&self).handle(r.clone()).await;
+        match resp.wrong_server {
+            Some(_) => self.forward(r, resp).await,
+            None => resp,
+        }
+    }
+
+    /// Runs `r` on the server `resp` (a WRONG_SERVER) names, following
+    /// further WRONG_SERVERs a few times; the last answer otherwise.
+    async fn forward(&self, r: pb::Request, mut resp: pb::Response) -> pb::Response {
+        let Some(peers) = &self.peers else {
+            return resp;
+        };
+        for _ in 0..FORWARD_HOPS {
+            let Some(wrong) = &resp.wrong_server else {
+                return resp;
+            };
+            let address = match wrong.hint.as_ref().map(|h| h.address.clone()) {
+                Some(a) if !a.is_empty() => a,
+                _ => {
+                    // No owner named yet (a table between owners): ask
+                    // the map again shortly.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    let soid = soid_from_pb(wrong.soid.as_ref()).ok();
+                    let map = sextant_proto::route::RouteTable::from_pb(&self.placement.map()).ok();
+                    match (soid, map) {
+                        (Some(s), Some(m)) => match m.route(s) {
+                            Some(r) if !r.address.is_empty() => r.address.clone(),
+                            _ => continue,
+                        },
+                        _ => return resp,
+                    }
+                }
+            };
+            match peers.call(&address, r.clone()).await {
+                Ok(mut there) => {
+                    there.id = r.id;
+                    metrics::counter!("sextant_requests_forwarded_total").increment(1);
+                    resp = there;
+                }
+                Err(e) => {
+                    tracing::warn!(%address, error = %e, "a request forwarded for a local user failed");
+                    return resp;
+                }
+            }
+        }
         resp
     }
 
@@ -705,6 +777,29 @@ impl Shared {
     /// a blocking thread, streaming batches through a small queue (a slow
     /// reader makes the search wait; a gone reader or shutdown stops it at
     /// the next hit). Holds one global in-flight permit while it runs.
+    /// A search the caller asks to run on another server of the cluster
+    /// (`SearchRequest.forward_to`), as the caller this server admitted:
+    /// sent there with the cluster secret, its batches passed back. Only
+    /// to an address of the route map.
+    async fn forward_search(&self, mut req: pb::SearchRequest) -> Result<SearchStream, Status> {
+        let to = std::mem::take(&mut req.forward_to);
+        let known = sextant_proto::route::RouteTable::from_pb(&self.placement.map())
+            .is_ok_and(|t| t.routes().iter().any(|r| r.address == to));
+        if !known {
+            return Err(Status::invalid_argument(format!(
+                "forward_to: {to} is no server of this cluster's route map"
+            )));
+        }
+        let Some(peers) = &self.peers else {
+            return Err(Status::failed_precondition(
+                "this server cannot reach the others",
+            ));
+        };
+        metrics::counter!("sextant_searches_forwarded_total").increment(1);
+        let stream = peers.search(&to, req).await?;
+        Ok(Box::pin(stream))
+    }
+
     async fn search(
         self: Arc<Self>,
         req: pb::SearchRequest,
@@ -833,6 +928,9 @@ impl pb::sextant_server::Sextant for Service {
         let caller = caller_of(&request)?;
         let mut req = request.into_inner();
         caller.admit_search(&mut req);
+        if !req.forward_to.is_empty() {
+            return Ok(Response::new(self.shared.forward_search(req).await?));
+        }
         let rx = Arc::clone(&self.shared).search(req).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -933,7 +1031,7 @@ impl pb::sextant_server::Sextant for Service {
                 match next.map(|r| r.map(|r| caller.admitted(r))) {
                     Ok(Some(req)) if answers_inline(&req, shared.logless.is_some()) => {
                         // See answers_inline: microseconds, no waiting.
-                        let resp = Arc::clone(&shared).handle(req).await;
+                        let resp = Arc::clone(&shared).handle_for(req, &caller).await;
                         drop((permit, global));
                         if tx.send(Ok(resp)).await.is_err() {
                             break;
@@ -942,8 +1040,9 @@ impl pb::sextant_server::Sextant for Service {
                     Ok(Some(req)) => {
                         let tx = tx.clone();
                         let shared = Arc::clone(&shared);
+                        let caller = caller.clone();
                         tokio::spawn(async move {
-                            let resp = shared.handle(req).await;
+                            let resp = shared.handle_for(req, &caller).await;
                             let _ = tx.send(Ok(resp)).await;
                             drop((permit, global));
                         });
@@ -972,7 +1071,7 @@ impl pb::sextant_server::Sextant for Service {
             .await
             .map_err(|_| Status::unavailable("the server is shutting down"))?;
         let req = caller.admitted(request.into_inner());
-        let resp = tokio::spawn(shared.handle(req))
+        let resp = tokio::spawn(async move { shared.handle_for(req, &caller).await })
             .await
             .map_err(|e| Status::internal(format!("request task failed: {e}")))?;
         Ok(Response::new(resp))
