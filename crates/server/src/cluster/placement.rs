@@ -106,8 +106,21 @@ pub fn route_table(state: &ClusterState) -> RouteTable {
     let revision = u64::try_from(state.revision).unwrap_or(0);
     // Ranges come from etcd's `table/<id>` keys; overlapping ones would be
     // a bug of the writer. A client then gets an empty map and asks again.
+    let shown: Vec<String> = routes
+        .iter()
+        .take(8)
+        .map(|r| {
+            format!(
+                "t{} {:x}-{:x} {}",
+                r.table,
+                r.range.first.as_u128(),
+                r.range.last.as_u128(),
+                r.server
+            )
+        })
+        .collect();
     RouteTable::new(revision, routes).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "the delegation map's ranges do not form a route map");
+        tracing::error!(error = %e, revision, routes = ?shown, "the delegation map's ranges do not form a route map");
         RouteTable::new(revision, Vec::new()).unwrap_or_else(|_| RouteTable::whole("", ""))
     })
 }
