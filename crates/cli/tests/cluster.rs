@@ -1796,3 +1796,52 @@ fn a_local_user_searches_a_spread_cluster_through_the_socket() {
         String::from_utf8_lossy(&stats.stderr)
     );
 }
+
+/// RETURN (issue 21 item 1): a table an operation pulled goes back to the
+/// server it came from once nothing uses it there. `/q`'s table is b's;
+/// `mv /p/f0 /q/moved` through a pulls it to a (one local transaction
+/// there), and a little later it is b's again — with the file in it.
+#[test]
+fn a_pulled_table_goes_home_once_unused() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+    );
+    let c = config.as_str();
+    for d in ["p", "q", "r", "s"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
+        for f in 0..4 {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
+        }
+    }
+    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let tp = move_table(&etcd.url, &secret, "/p", "a");
+    let tq = move_table(&etcd.url, &secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    let (_, epoch) = owner_of(&etcd.url, &secret, tq);
+    sextant_ok(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
+    let (owner, pulled) = owner_of(&etcd.url, &secret, tq);
+    assert!(
+        owner == "a" || pulled >= epoch + 2,
+        "the mv through a pulled /q's table there: {owner} at epoch {pulled} (was {epoch})"
+    );
+    wait_for("/q's table back on b", Duration::from_secs(20), || {
+        let (owner, now) = owner_of(&etcd.url, &secret, tq);
+        owner == "b" && now > epoch
+    });
+    for addr in [&a_addr, &b_addr] {
+        let ls = sextant_ok(addr, &secret, &["ls", "/q"]);
+        assert!(ls.split_whitespace().any(|n| n == "moved"), "{ls}");
+        let ls = sextant_ok(addr, &secret, &["ls", "/p"]);
+        assert!(!ls.split_whitespace().any(|n| n == "f0"), "{ls}");
+    }
+}

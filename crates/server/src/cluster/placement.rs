@@ -25,15 +25,33 @@ use std::time::Duration;
 /// How long [`Placement::pull`] waits for a table to come here.
 const PULL_WAIT: Duration = Duration::from_secs(10);
 
+/// A table an operation pulled here goes home (RETURN) once no operation
+/// here has pulled it for this long: the operations of a burst (an `mv`
+/// of many files, a `cp` across servers) share one BORROW, and the
+/// balancer's placement is back soon after.
+pub const RETURN_AFTER: Duration = Duration::from_secs(2);
+
+/// A pulled table in constant use here goes home after this long all the
+/// same (the balancer's placement wins over one busy borrower).
+pub const RETURN_AT_MOST: Duration = Duration::from_secs(30);
+
 /// Which SOIDs a cluster server serves.
 pub struct ClusterPlacement {
     coordination: Arc<dyn Coordination>,
     /// Where move requests go (`None`: this server cannot pull tables).
     etcd: Option<EtcdConfig>,
-    client: tokio::sync::Mutex<Option<sextant_coordinator::EtcdClient>>,
+    client: Arc<EtcdSlot>,
     /// Tells the coordinator this server pulled a table (so balancing
     /// leaves its tables together for a while).
     node: Option<Arc<EtcdCluster>>,
+    /// Tables pulled here: the server each came from and the pull's
+    /// number (a later pull of the same table postpones its return).
+    borrowed: Arc<parking_lot::Mutex<std::collections::HashMap<TableId, (String, u64)>>>,
+    /// Numbers pulls.
+    pulls: std::sync::atomic::AtomicU64,
+    /// The engine, whose per-table operation counts keep a pulled table
+    /// here while it is in use.
+    engine: Option<sextant_engine::Engine>,
 }
 
 impl std::fmt::Debug for ClusterPlacement {
@@ -49,9 +67,19 @@ impl ClusterPlacement {
         ClusterPlacement {
             coordination,
             etcd: None,
-            client: tokio::sync::Mutex::new(None),
+            client: Arc::default(),
             node: None,
+            borrowed: Arc::default(),
+            pulls: std::sync::atomic::AtomicU64::new(0),
+            engine: None,
         }
+    }
+
+    /// Keeps a pulled table here while `engine` uses it (see
+    /// [`RETURN_AFTER`]).
+    pub fn with_engine(mut self, engine: sextant_engine::Engine) -> ClusterPlacement {
+        self.engine = Some(engine);
+        self
     }
 
     /// Lets the server pull tables it needs (see [`Placement::pull`]).
@@ -67,22 +95,93 @@ impl ClusterPlacement {
         let Some(cfg) = &self.etcd else {
             return Ok(());
         };
-        let mut slot = self.client.lock().await;
-        if slot.is_none() {
-            *slot = Some(sextant_coordinator::etcd::connect(cfg).await?);
-        }
-        let Some(client) = slot.as_mut() else {
-            return Ok(());
-        };
-        let asked =
-            sextant_coordinator::admin::request_move(client, cfg, table, self.coordination.name())
-                .await;
-        if asked.is_err() {
-            // A broken connection is made again next time.
-            *slot = None;
-        }
-        asked.map(|_| ())
+        request_move(cfg, &self.client, table, self.coordination.name()).await
     }
+
+    /// RETURN: once `table`, pulled here by pull number `n`, has gone
+    /// [`RETURN_AFTER`] without an operation (or [`RETURN_AT_MOST`] in
+    /// all), asks the coordinator to move it back to `home` (if that is
+    /// still a member that is not draining, and the table is still here).
+    /// A later pull of the table takes over its return.
+    fn return_later(&self, table: TableId, home: String, n: u64) {
+        let Some(cfg) = self.etcd.clone() else {
+            return;
+        };
+        let (coordination, client, borrowed) = (
+            Arc::clone(&self.coordination),
+            Arc::clone(&self.client),
+            Arc::clone(&self.borrowed),
+        );
+        let engine = self.engine.clone();
+        let used = move || {
+            let id = u64::from(table.0);
+            engine
+                .as_ref()
+                .and_then(|e| e.table_ops().into_iter().find(|(t, _)| *t == id))
+                .map(|(_, ops)| ops)
+        };
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let mut last = used();
+            loop {
+                tokio::time::sleep(RETURN_AFTER).await;
+                if borrowed.lock().get(&table).is_none_or(|(_, at)| *at != n) {
+                    return;
+                }
+                let now = used();
+                if now == last || started.elapsed() >= RETURN_AT_MOST {
+                    break;
+                }
+                last = now;
+            }
+            {
+                let mut b = borrowed.lock();
+                if b.get(&table).is_none_or(|(_, at)| *at != n) {
+                    return;
+                }
+                b.remove(&table);
+            }
+            let state = coordination.map().borrow().clone();
+            let here = state
+                .owner(table)
+                .is_some_and(|o| o.server == coordination.name());
+            let home_alive = state.members.contains_key(&home) && !state.draining.contains(&home);
+            if !here || !home_alive {
+                return;
+            }
+            tracing::info!(%table, to = %home, "returning a pulled table");
+            metrics::counter!("sextant_table_returns_total").increment(1);
+            if let Err(e) = request_move(&cfg, &client, table, &home).await {
+                tracing::warn!(%table, error = %e, "cannot return a pulled table");
+            }
+        });
+    }
+}
+
+/// A connection to etcd for move requests, made on first use.
+type EtcdSlot = tokio::sync::Mutex<Option<sextant_coordinator::EtcdClient>>;
+
+/// Asks the coordinator to move `table` to `to` (a move already pending,
+/// or the map already naming `to`, is fine).
+async fn request_move(
+    cfg: &EtcdConfig,
+    slot: &EtcdSlot,
+    table: TableId,
+    to: &str,
+) -> Result<(), CoordError> {
+    let mut slot = slot.lock().await;
+    if slot.is_none() {
+        *slot = Some(sextant_coordinator::etcd::connect(cfg).await?);
+    }
+    let Some(client) = slot.as_mut() else {
+        return Ok(());
+    };
+    let asked = sextant_coordinator::admin::request_move(client, cfg, table, to).await;
+    if asked.is_err() {
+        // A broken connection is made again next time.
+        *slot = None;
+    }
+    asked.map(|_| ())
 }
 
 /// The client's route map of one view of the cluster: every table whose
@@ -186,10 +285,11 @@ impl Placement for ClusterPlacement {
         self.etcd.is_some()
     }
 
-    /// Until BORROW/RETURN (issue 21) a table an operation needs is moved
-    /// here for good (the balancer may move it on later): the operation
-    /// then runs as an ordinary local transaction. Waits up to
-    /// [`PULL_WAIT`] for the table to serve here.
+    /// BORROW, one table at a time: a table an operation needs is moved
+    /// here and the operation runs as an ordinary local transaction; the
+    /// table goes back where it came from once it has not been used here
+    /// for [`RETURN_AFTER`] (RETURN, [`ClusterPlacement::return_later`]).
+    /// Waits up to [`PULL_WAIT`] for the table to serve here.
     fn pull(
         &self,
         soid: Soid,
@@ -201,8 +301,23 @@ impl Placement for ClusterPlacement {
             let deadline = tokio::time::Instant::now() + PULL_WAIT;
             let mut map = self.coordination.map();
             let mut asked_at: Option<tokio::time::Instant> = None;
+            // Where the table was: where it goes back to (RETURN).
+            let home = {
+                let state = map.borrow();
+                state
+                    .table_of(soid)
+                    .and_then(|t| state.owner(t).map(|o| (t, o.server.clone())))
+                    .filter(|(_, s)| s != self.coordination.name())
+            };
             loop {
                 if self.check(soid).is_ok() {
+                    if let (Some((table, home)), Some(_)) = (home, asked_at) {
+                        let n = self
+                            .pulls
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.borrowed.lock().insert(table, (home.clone(), n));
+                        self.return_later(table, home, n);
+                    }
                     return true;
                 }
                 let table = map.borrow_and_update().table_of(soid);
