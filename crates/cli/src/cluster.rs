@@ -12,9 +12,14 @@
 //!
 //! The other commands talk to etcd, the cluster's source of truth for
 //! membership and the delegation map, and to each server for its counts.
+//! An etcd with authentication or TLS on takes credentials (`--etcd-user`,
+//! `--etcd-password-file`, `--etcd-ca`, `--etcd-cert`, `--etcd-key`, or
+//! their `SEXTANT_ETCD_*` variables); `up --etcd` hands them to its
+//! servers through their environment (the password stays in its file).
 
 use anyhow::{bail, Context, Result};
 use sextant_coordinator::{ClusterState, EtcdConfig};
+use sextant_server::config::EtcdSecurity;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -71,6 +76,63 @@ pub struct EtcdArgs {
     /// cluster up` recorded in <data>/cluster.toml]
     #[arg(long, env = "SEXTANT_ETCD", value_name = "URLS")]
     pub etcd: Option<String>,
+    #[command(flatten)]
+    pub credentials: EtcdCredentialArgs,
+}
+
+/// etcd's own credentials, when its authentication or TLS is on (the
+/// servers' etcd_user, etcd_password_file, etcd_ca, etcd_cert, etcd_key).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct EtcdCredentialArgs {
+    /// etcd's user name (with --etcd-password-file)
+    #[arg(long, env = "SEXTANT_ETCD_USER", value_name = "NAME")]
+    pub etcd_user: Option<String>,
+    /// A file whose first line is the etcd user's password (never the
+    /// password itself on the command line: `ps` shows it)
+    #[arg(long, env = "SEXTANT_ETCD_PASSWORD_FILE", value_name = "FILE")]
+    pub etcd_password_file: Option<PathBuf>,
+    /// TLS to etcd: the CA of etcd's certificate (PEM)
+    #[arg(long, env = "SEXTANT_ETCD_CA", value_name = "FILE")]
+    pub etcd_ca: Option<PathBuf>,
+    /// TLS to etcd: this client's certificate (PEM), if etcd asks for one
+    #[arg(long, env = "SEXTANT_ETCD_CERT", value_name = "FILE")]
+    pub etcd_cert: Option<PathBuf>,
+    /// TLS to etcd: the client certificate's key (PEM)
+    #[arg(long, env = "SEXTANT_ETCD_KEY", value_name = "FILE")]
+    pub etcd_key: Option<PathBuf>,
+}
+
+impl EtcdCredentialArgs {
+    fn security(&self) -> Result<EtcdSecurity> {
+        EtcdSecurity::from_parts(
+            self.etcd_user.clone(),
+            self.etcd_password_file.clone(),
+            self.etcd_ca.clone(),
+            self.etcd_cert.clone(),
+            self.etcd_key.clone(),
+        )
+    }
+
+    /// Hands them to a server `up` starts (as its environment: the
+    /// password stays in its file).
+    fn pass_to(&self, cmd: &mut Command) {
+        let vars: [(&str, Option<std::ffi::OsString>); 5] = [
+            ("SEXTANT_ETCD_USER", self.etcd_user.clone().map(Into::into)),
+            (
+                "SEXTANT_ETCD_PASSWORD_FILE",
+                self.etcd_password_file.clone().map(Into::into),
+            ),
+            ("SEXTANT_ETCD_CA", self.etcd_ca.clone().map(Into::into)),
+            ("SEXTANT_ETCD_CERT", self.etcd_cert.clone().map(Into::into)),
+            ("SEXTANT_ETCD_KEY", self.etcd_key.clone().map(Into::into)),
+        ];
+        for (key, value) in vars {
+            match value {
+                Some(v) => cmd.env(key, v),
+                None => cmd.env_remove(key),
+            };
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -81,6 +143,9 @@ pub struct UpArgs {
     /// Use this etcd (comma-separated client URLs) instead of starting one.
     #[arg(long, env = "SEXTANT_ETCD", value_name = "URLS")]
     pub etcd: Option<String>,
+    /// With --etcd: its credentials, handed to every server.
+    #[command(flatten)]
+    pub credentials: EtcdCredentialArgs,
     /// The first server's port; the others take the following ones.
     #[arg(long, default_value_t = 7411, value_name = "PORT")]
     pub base_port: u16,
@@ -159,27 +224,14 @@ fn etcd_config(data: &Path, args: &EtcdArgs) -> Result<EtcdConfig> {
             r.etcd
         }
     };
-    Ok(EtcdConfig::new(endpoints(&urls)))
-}
-
-fn endpoints(urls: &str) -> Vec<String> {
-    urls.split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(|u| {
-            if u.contains("://") {
-                u.to_string()
-            } else {
-                format!("http://{u}")
-            }
-        })
-        .collect()
+    let security = args.credentials.security()?;
+    security.config(security.endpoints(&urls))
 }
 
 async fn read_state(cfg: &EtcdConfig) -> Result<ClusterState> {
     let mut client = sextant_coordinator::etcd::connect(cfg)
         .await
-        .context("cannot reach etcd")?;
+        .context("cannot read the cluster from etcd")?;
     Ok(sextant_coordinator::map::load(&mut client, cfg).await?)
 }
 
@@ -342,6 +394,13 @@ fn start_server(
     if let Some(c) = &args.server_config {
         cmd.arg("--config").arg(c);
     }
+    // Its own etcd has no authentication: no credentials from this shell's
+    // environment either.
+    let credentials = match &args.etcd {
+        Some(_) => args.credentials.clone(),
+        None => EtcdCredentialArgs::default(),
+    };
+    credentials.pass_to(&mut cmd);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start server {name}"))?;
@@ -401,7 +460,7 @@ async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
         etcd: None,
     };
     let etcd = match &args.etcd {
-        Some(u) => endpoints(u).join(","),
+        Some(u) => args.credentials.security()?.endpoints(u).join(","),
         None => start_etcd(&data, &mut sup)?,
     };
     let mut entries = Vec::new();

@@ -118,7 +118,8 @@ enum Command {
     /// file (keys: data, listen, socket, memory, journal_sync, dedup_window,
     /// dedup_clients, metrics, durability, arl_size, recovery_grace,
     /// tls_cert, tls_key; for a cluster server etcd, cluster_store, name,
-    /// advertise, lease_ttl), then defaults. The first start creates the cluster
+    /// advertise, lease_ttl, and etcd's own credentials etcd_user,
+    /// etcd_password_file, etcd_ca, etcd_cert, etcd_key), then defaults. The first start creates the cluster
     /// secret <data>/secret (mode 0600) that clients must present. SIGINT
     /// or SIGTERM stops it gracefully (tables written back).
     Serve(ServeArgs),

@@ -1845,3 +1845,261 @@ fn a_pulled_table_goes_home_once_unused() {
         assert!(!ls.split_whitespace().any(|n| n == "f0"), "{ls}");
     }
 }
+
+/// Turns etcd's authentication on (through the etcd client, as etcdctl
+/// would): user root with `password`, holding the root role.
+fn enable_etcd_auth(url: &str, password: &str) {
+    use sextant_coordinator::etcd_client::Client;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = Client::connect([url], None).await.unwrap();
+        c.user_add("root", password, None).await.unwrap();
+        c.user_grant_role("root", "root").await.unwrap();
+        c.auth_enable().await.unwrap();
+    });
+}
+
+/// `sextant cluster status` on `etcd` with `env` (the credentials); its
+/// output.
+fn status_with(etcd: &str, secret_dir: &Path, env: &[(&str, &Path)]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["--json", "cluster", "status", "--etcd", etcd])
+        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
+        .env_remove("SEXTANT_ETCD_USER")
+        .env_remove("SEXTANT_ETCD_PASSWORD_FILE")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .unwrap()
+}
+
+/// `sextant serve` of a cluster on `etcd` that must not start: its stderr.
+fn serve_refused(dir: &Path, etcd: &str, name: &str, config: &Path) -> String {
+    let log = dir.join(format!("{name}.err"));
+    let mut server = KillOnDrop(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--etcd",
+                etcd,
+                "--name",
+                name,
+            ])
+            .arg("--cluster-store")
+            .arg(dir.join("store"))
+            .arg("--data")
+            .arg(dir.join(name))
+            .arg("--config")
+            .arg(config)
+            .env("SEXTANT_METRICS", "off")
+            .env_remove("SEXTANT_ETCD_USER")
+            .env_remove("SEXTANT_ETCD_PASSWORD_FILE")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // Refused at once, not after the 30 s it waits for an etcd not up yet.
+    let mut status = None;
+    wait_for("the server to give up", Duration::from_secs(15), || {
+        status = server.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(!status.unwrap().success());
+    std::fs::read_to_string(&log).unwrap()
+}
+
+/// Issue 22 item 4: a cluster on an etcd with authentication on. A server
+/// given etcd's user and password file in its config file joins and
+/// serves, and `cluster status` with them works; without them, or with a
+/// wrong password, the server refuses to start and the CLI fails, each
+/// saying etcd refused which user and why.
+#[test]
+fn an_etcd_with_authentication_takes_the_servers_credentials() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let dir = dir.path();
+    enable_etcd_auth(&etcd.url, "s3cret-etcd");
+    let pass = dir.join("etcd.pass");
+    std::fs::write(&pass, "s3cret-etcd\n").unwrap();
+    let wrong = dir.join("wrong.pass");
+    std::fs::write(&wrong, "guess\n").unwrap();
+    let config = |file: &str, lines: &str| {
+        let path = dir.join(file);
+        std::fs::write(&path, lines).unwrap();
+        path
+    };
+    let good = config(
+        "good.toml",
+        &format!(
+            "etcd_user = \"root\"\netcd_password_file = {:?}\n",
+            pass.to_str().unwrap()
+        ),
+    );
+    let (a, a_addr) = serve_with(dir, &etcd.url, "a", &["--config", good.to_str().unwrap()]);
+    let _a = KillOnDrop(a);
+    let secret = dir.join("a");
+    let creds = [
+        ("SEXTANT_ETCD_USER", Path::new("root")),
+        ("SEXTANT_ETCD_PASSWORD_FILE", pass.as_path()),
+    ];
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        let out = status_with(&etcd.url, &secret, &creds);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        tables_by_server(&st).iter().any(|t| t.0 == "a" && t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/p"]);
+    assert_eq!(sextant_ok(&a_addr, &secret, &["ls", "/"]).trim(), "p");
+
+    // The CLI without credentials, and with a wrong password.
+    let out = status_with(&etcd.url, &secret, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("etcd at {} refused", etcd.url))
+            && err.contains("gave no user name")
+            && err.contains("--etcd-user"),
+        "{err}"
+    );
+    let bad = [
+        ("SEXTANT_ETCD_USER", Path::new("root")),
+        ("SEXTANT_ETCD_PASSWORD_FILE", wrong.as_path()),
+    ];
+    let out = status_with(&etcd.url, &secret, &bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("refused the user \"root\"") && err.contains("wrong user name or password"),
+        "{err}"
+    );
+
+    // Servers without credentials, and with a wrong password.
+    let none = config("none.toml", "");
+    let err = serve_refused(dir, &etcd.url, "b", &none);
+    eprintln!("server without credentials: {err}");
+    assert!(
+        err.contains(&format!("etcd at {} refused", etcd.url)) && err.contains("gave no user name"),
+        "{err}"
+    );
+    let bad = config(
+        "bad.toml",
+        &format!(
+            "etcd_user = \"root\"\netcd_password_file = {:?}\n",
+            wrong.to_str().unwrap()
+        ),
+    );
+    let err = serve_refused(dir, &etcd.url, "c", &bad);
+    assert!(
+        err.contains("refused the user \"root\"") && err.contains("wrong user name or password"),
+        "{err}"
+    );
+    // The server with the credentials still serves.
+    assert_eq!(sextant_ok(&a_addr, &secret, &["ls", "/"]).trim(), "p");
+    drop(etcd.child);
+}
+
+/// etcd serving TLS only and asking each client for a certificate (the
+/// CA of each side is the other's self-signed certificate): a server with
+/// etcd_ca, etcd_cert and etcd_key in its config file joins and serves,
+/// `cluster status` with --etcd-ca, --etcd-cert, --etcd-key works, and a
+/// status without the client certificate does not.
+#[test]
+fn an_etcd_over_tls_with_client_certificates() {
+    if !have_etcd() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let etcd_cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let client_cert = rcgen::generate_simple_self_signed(vec!["sextant".into()]).unwrap();
+    let ca = write("etcd.pem", etcd_cert.cert.pem());
+    let etcd_key = write("etcd.key", etcd_cert.signing_key.serialize_pem());
+    let cert = write("client.pem", client_cert.cert.pem());
+    let key = write("client.key", client_cert.signing_key.serialize_pem());
+    let (client, peer) = (free_ports(1), free_ports(1));
+    let c = format!("https://127.0.0.1:{client}");
+    let p = format!("http://127.0.0.1:{peer}");
+    let _etcd = KillOnDrop(
+        Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+            .args(["--cert-file", &ca, "--key-file", &etcd_key])
+            .args(["--client-cert-auth", "--trusted-ca-file", &cert])
+            .args([
+                "--listen-peer-urls",
+                &p,
+                "--initial-advertise-peer-urls",
+                &p,
+            ])
+            .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("etcd listens", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
+    });
+    let config = write(
+        "tls.toml",
+        format!("etcd_ca = {ca:?}\netcd_cert = {cert:?}\netcd_key = {key:?}\n"),
+    );
+    // A bare HOST:PORT is https:// once a CA is given.
+    let bare = format!("127.0.0.1:{client}");
+    let (a, a_addr) = serve_with(dir, &bare, "a", &["--config", &config]);
+    let _a = KillOnDrop(a);
+    let secret = dir.join("a");
+    let status = |tls: &[&str]| {
+        Command::new(BIN)
+            .args(["--json", "cluster", "status", "--etcd", &c])
+            .args(tls)
+            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+            .output()
+            .unwrap()
+    };
+    let with_cert = ["--etcd-ca", &ca, "--etcd-cert", &cert, "--etcd-key", &key];
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        let out = status(&with_cert);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        tables_by_server(&st).iter().any(|t| t.0 == "a" && t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/p"]);
+    assert_eq!(sextant_ok(&a_addr, &secret, &["ls", "/"]).trim(), "p");
+    for (tls, what) in [
+        // TLS 1.3: the client learns of the refusal after its handshake,
+        // by etcd's alert (named) or, as often, a closed connection.
+        (&["--etcd-ca", ca.as_str()][..], ""),
+        (
+            &[][..],
+            "refused its certificate: this client does not trust it",
+        ),
+    ] {
+        let out = status(tls);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "served: {tls:?}");
+        assert!(err.contains(&format!("etcd at {c}")), "{err}");
+        assert!(err.contains(what), "{err}");
+    }
+}

@@ -6,9 +6,15 @@
 //! answers nothing and would otherwise hang the caller — and the client
 //! sends HTTP/2 keep-alives, so a dead connection is noticed and a stream
 //! (watch, lease keep-alive) on it fails instead of going silent.
+//!
+//! Every connection carries the configured credentials: a user and
+//! password (etcd's `auth enable`; the client renews its token when it
+//! expires) and TLS (etcd's CA, optionally a client certificate). etcd
+//! refusing them is [`CoordError::EtcdAuth`], naming etcd and the user.
 
 use crate::CoordError;
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use std::path::Path;
 use std::time::Duration;
 
 /// Where etcd is and how to talk to it.
@@ -21,6 +27,91 @@ pub struct EtcdConfig {
     pub prefix: String,
     /// The longest any etcd call may take.
     pub request_timeout: Duration,
+    /// etcd's user and password (`None`: anonymous; etcd's auth is off).
+    pub user: Option<EtcdUser>,
+    /// TLS to etcd (`None`: plain HTTP). The endpoints are then `https://`.
+    pub tls: Option<EtcdTls>,
+}
+
+/// An etcd user and its password. The password is never shown (`Debug`
+/// prints the name only).
+#[derive(Clone)]
+pub struct EtcdUser {
+    pub name: String,
+    password: String,
+}
+
+impl std::fmt::Debug for EtcdUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdUser")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdUser {
+    pub fn new(name: impl Into<String>, password: impl Into<String>) -> EtcdUser {
+        EtcdUser {
+            name: name.into(),
+            password: password.into(),
+        }
+    }
+
+    /// `name` with the password in the file `path` (its first line; a
+    /// password is never a command-line argument, which `ps` would show).
+    pub fn from_file(name: &str, path: &Path) -> Result<EtcdUser, CoordError> {
+        let bad = |reason: String| CoordError::EtcdFile {
+            what: "password file",
+            path: path.display().to_string(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(bad("the user name is empty".into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let password = text.lines().next().unwrap_or("");
+        if password.is_empty() {
+            return Err(bad("the file is empty".into()));
+        }
+        Ok(EtcdUser::new(name, password))
+    }
+}
+
+/// TLS to etcd: the CA that signed etcd's certificate and, if etcd asks
+/// for one (`--client-cert-auth`), this client's certificate and key.
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    ca: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl EtcdTls {
+    /// Reads the PEM files.
+    pub fn load(ca: &Path, client: Option<(&Path, &Path)>) -> Result<EtcdTls, CoordError> {
+        let read = |what: &'static str, path: &Path| {
+            std::fs::read(path).map_err(|e| CoordError::EtcdFile {
+                what,
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })
+        };
+        let ca = read("CA file", ca)?;
+        let identity = match client {
+            Some((cert, key)) => {
+                Some((read("client certificate", cert)?, read("client key", key)?))
+            }
+            None => None,
+        };
+        Ok(EtcdTls { ca, identity })
+    }
+
+    fn options(&self) -> TlsOptions {
+        let tls = TlsOptions::new().ca_certificate(Certificate::from_pem(&self.ca));
+        match &self.identity {
+            Some((cert, key)) => tls.identity(Identity::from_pem(cert, key)),
+            None => tls,
+        }
+    }
 }
 
 impl EtcdConfig {
@@ -29,6 +120,8 @@ impl EtcdConfig {
             endpoints,
             prefix: "/sextant/".to_string(),
             request_timeout: Duration::from_secs(1),
+            user: None,
+            tls: None,
         }
     }
 
@@ -57,7 +150,86 @@ pub async fn connect(cfg: &EtcdConfig) -> Result<Client, CoordError> {
         .with_keep_alive_while_idle(true)
         .with_connect_timeout(cfg.request_timeout)
         .with_timeout(cfg.request_timeout);
+    let options = match &cfg.user {
+        // The token etcd hands out expires (5 min idle by default): renew it.
+        Some(u) => options
+            .with_user(u.name.clone(), u.password.clone())
+            .with_auto_token_refresh(true),
+        None => options,
+    };
+    let options = match &cfg.tls {
+        Some(t) => options.with_tls(t.options()),
+        None => options,
+    };
     bounded(cfg, Client::connect(&cfg.endpoints, Some(options))).await
+}
+
+/// Where a user of this crate's callers sets the credentials.
+const SETTINGS: &str = "the server's etcd_user and etcd_password_file, \
+                        the CLI's --etcd-user and --etcd-password-file";
+
+/// etcd's answer, if it refuses the client's credentials (or their lack).
+fn refusal(cfg: &EtcdConfig, e: &etcd_client::Error) -> Option<CoordError> {
+    if let Some(refused) = tls_refusal(cfg, e) {
+        return Some(refused);
+    }
+    let etcd_client::Error::GRpcStatus(status) = e else {
+        return None;
+    };
+    let message = status.message();
+    let reason = if message.contains("user name is empty") {
+        format!("etcd's authentication is on and this client gave no user name ({SETTINGS})")
+    } else if message.contains("authentication failed") {
+        format!("wrong user name or password ({SETTINGS})")
+    } else if message.contains("authentication is not enabled") {
+        "a user name was given, but etcd's authentication is off (give none, or enable it)"
+            .to_string()
+    } else if message.contains("permission denied") {
+        format!(
+            "permission denied (the user needs read and write on the keys under {})",
+            cfg.prefix
+        )
+    } else if message.contains("invalid auth token") {
+        "its authentication token is no longer valid".to_string()
+    } else {
+        return None;
+    };
+    let who = match &cfg.user {
+        Some(u) => format!("the user {:?}", u.name),
+        None => "a client without a user name".to_string(),
+    };
+    Some(CoordError::EtcdAuth {
+        endpoints: cfg.endpoints_text(),
+        who,
+        reason,
+    })
+}
+
+/// The TLS handshake failing for want of the right CA or client
+/// certificate (rustls's words, in the error's text).
+fn tls_refusal(cfg: &EtcdConfig, e: &etcd_client::Error) -> Option<CoordError> {
+    let text = e.to_string();
+    let (who, reason) = if text.contains("invalid peer certificate") {
+        (
+            "its certificate",
+            "this client does not trust it (give etcd's CA: the server's etcd_ca, the CLI's --etcd-ca)",
+        )
+    } else if text.contains("BadCertificate")
+        || text.contains("CertificateRequired")
+        || text.contains("UnknownCA")
+    {
+        (
+            "this client's certificate",
+            "etcd wants one its CA signed (the server's etcd_cert and etcd_key, the CLI's --etcd-cert and --etcd-key)",
+        )
+    } else {
+        return None;
+    };
+    Some(CoordError::EtcdAuth {
+        endpoints: cfg.endpoints_text(),
+        who: who.to_string(),
+        reason: reason.to_string(),
+    })
 }
 
 /// `call`, failing after the request timeout.
@@ -67,10 +239,10 @@ pub(crate) async fn bounded<T>(
 ) -> Result<T, CoordError> {
     match tokio::time::timeout(cfg.request_timeout, call).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(source)) => Err(CoordError::Etcd {
+        Ok(Err(source)) => Err(refusal(cfg, &source).unwrap_or(CoordError::Etcd {
             endpoints: cfg.endpoints_text(),
             source,
-        }),
+        })),
         Err(_) => Err(CoordError::Timeout {
             endpoints: cfg.endpoints_text(),
             timeout: cfg.request_timeout,

@@ -76,7 +76,7 @@ pub mod membership;
 pub mod node;
 pub mod ownership;
 
-pub use etcd::EtcdConfig;
+pub use etcd::{EtcdConfig, EtcdTls, EtcdUser};
 /// The etcd client this crate speaks through (for callers that run their own
 /// calls next to the shell's, e.g. a catalogue).
 pub use etcd_client;
@@ -115,4 +115,31 @@ pub enum CoordError {
     /// Not a server name (1–64 of `[A-Za-z0-9._-]`).
     #[error("{name:?} is not a server name (1-64 of A-Z a-z 0-9 . _ -)")]
     BadName { name: String },
+    /// etcd refused this client's credentials, or wants some and got none.
+    /// Not worth retrying: the settings must change.
+    #[error("etcd at {endpoints} refused {who}: {reason}")]
+    EtcdAuth {
+        endpoints: String,
+        /// `the user "NAME"`, `a client without a user name`, or a
+        /// certificate (TLS).
+        who: String,
+        reason: String,
+    },
+    /// A credential or certificate file cannot be read or used.
+    #[error("etcd {what} {path}: {reason}")]
+    EtcdFile {
+        what: &'static str,
+        path: String,
+        reason: String,
+    },
+}
+
+impl CoordError {
+    /// Will trying again not help (the settings are wrong, not etcd down)?
+    pub fn is_settings(&self) -> bool {
+        matches!(
+            self,
+            CoordError::EtcdAuth { .. } | CoordError::EtcdFile { .. }
+        )
+    }
 }

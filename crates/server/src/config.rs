@@ -26,7 +26,20 @@
 //! advertise = "10.0.0.5:7411"        # where clients reach it (default: listen)
 //! lease_ttl = "6s"                   # its membership lease (whole seconds;
 //!                                    # also SEXTANT_LEASE_TTL)
+//! # etcd's own credentials, if its authentication / TLS is on
+//! etcd_user = "sextant"                # also SEXTANT_ETCD_USER
+//! etcd_password_file = "/etc/sextant/etcd.pass"  # its first line is the
+//!                                    # password; SEXTANT_ETCD_PASSWORD_FILE
+//! etcd_ca = "/etc/sextant/etcd-ca.pem"     # TLS: etcd's CA (the bare
+//!                                    # endpoints are then https://);
+//!                                    # SEXTANT_ETCD_CA
+//! etcd_cert = "/etc/sextant/etcd-client.pem"  # and a client certificate
+//! etcd_key = "/etc/sextant/etcd-client.key"   # and key if etcd asks for one
+//!                                    # (SEXTANT_ETCD_CERT, SEXTANT_ETCD_KEY)
 //! ```
+//!
+//! The etcd password is only ever read from a file, never a flag (`ps`
+//! shows a process's arguments to every user of the machine).
 //!
 //! The socket also comes from `SEXTANT_SOCKET` (over the file).
 //!
@@ -41,6 +54,7 @@
 
 use crate::local_socket::SocketSetting;
 use anyhow::{bail, Context, Result};
+use sextant_coordinator::{EtcdConfig, EtcdTls, EtcdUser};
 use sextant_engine::{EngineConfig, LoglessConfig, SyncMode};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -70,6 +84,11 @@ pub struct FileConfig {
     pub name: Option<String>,
     pub advertise: Option<String>,
     pub lease_ttl: Option<String>,
+    pub etcd_user: Option<String>,
+    pub etcd_password_file: Option<PathBuf>,
+    pub etcd_ca: Option<PathBuf>,
+    pub etcd_cert: Option<PathBuf>,
+    pub etcd_key: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -131,6 +150,84 @@ pub struct ClusterSettings {
     pub advertise: String,
     /// The membership lease's TTL.
     pub lease_ttl: Duration,
+    /// etcd's credentials (none: anonymous, plain HTTP).
+    pub etcd_security: EtcdSecurity,
+}
+
+/// How to prove who we are to etcd, as given (file names; the files are
+/// read when connecting, by [`EtcdSecurity::config`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdSecurity {
+    /// etcd's user name and the file holding its password.
+    pub user: Option<(String, PathBuf)>,
+    /// TLS: etcd's CA.
+    pub ca: Option<PathBuf>,
+    /// TLS: this client's certificate and key.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl EtcdSecurity {
+    /// From the settings' pieces; a half-given pair is an error.
+    pub fn from_parts(
+        user: Option<String>,
+        password_file: Option<PathBuf>,
+        ca: Option<PathBuf>,
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+    ) -> Result<EtcdSecurity> {
+        let user = match (user.filter(|u| !u.is_empty()), password_file) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (None, None) => None,
+            (Some(_), None) => {
+                bail!("an etcd user needs its password file (etcd_password_file, --etcd-password-file)")
+            }
+            (None, Some(_)) => {
+                bail!("an etcd password file needs the user's name (etcd_user, --etcd-user)")
+            }
+        };
+        let client = match (cert, key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => bail!("an etcd client certificate needs its key, and the key its certificate (etcd_cert, etcd_key)"),
+        };
+        if client.is_some() && ca.is_none() {
+            bail!("an etcd client certificate needs etcd's CA too (etcd_ca, --etcd-ca)");
+        }
+        Ok(EtcdSecurity { user, ca, client })
+    }
+
+    /// etcd's endpoints from `URL[,URL...]`; a bare `HOST:PORT` is
+    /// `https://` with TLS, else `http://`.
+    pub fn endpoints(&self, list: &str) -> Vec<String> {
+        let scheme = if self.ca.is_some() { "https" } else { "http" };
+        list.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                if e.contains("://") {
+                    e.to_string()
+                } else {
+                    format!("{scheme}://{e}")
+                }
+            })
+            .collect()
+    }
+
+    /// The connection settings for `endpoints`, the files read.
+    pub fn config(&self, endpoints: Vec<String>) -> Result<EtcdConfig> {
+        let mut cfg = EtcdConfig::new(endpoints);
+        if let Some((name, file)) = &self.user {
+            cfg.user = Some(EtcdUser::from_file(name, file)?);
+        }
+        if let Some(ca) = &self.ca {
+            let client = self
+                .client
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path()));
+            cfg.tls = Some(EtcdTls::load(ca, client)?);
+        }
+        Ok(cfg)
+    }
 }
 
 /// Default [`ClusterSettings::lease_ttl`]: a dead server's tables move
@@ -270,6 +367,15 @@ impl ServerConfig {
             .or_else(|| std::env::var("SEXTANT_ETCD").ok())
             .or(f.etcd)
             .filter(|e| !e.trim().is_empty());
+        let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+        let env_path = |key: &str| env(key).map(PathBuf::from);
+        let etcd_security = EtcdSecurity::from_parts(
+            env("SEXTANT_ETCD_USER").or(f.etcd_user),
+            env_path("SEXTANT_ETCD_PASSWORD_FILE").or(f.etcd_password_file),
+            env_path("SEXTANT_ETCD_CA").or(f.etcd_ca),
+            env_path("SEXTANT_ETCD_CERT").or(f.etcd_cert),
+            env_path("SEXTANT_ETCD_KEY").or(f.etcd_key),
+        );
         let store = o.cluster_store.or(f.cluster_store);
         let name = o.name.or(f.name);
         let advertise = o.advertise.or(f.advertise);
@@ -285,18 +391,10 @@ impl ServerConfig {
             ),
             (None, Some(_)) => bail!("a cluster server needs etcd (--etcd URL[,URL...])"),
             (Some(etcd), Some(store)) => {
-                let endpoints: Vec<String> = etcd
-                    .split(',')
-                    .map(|e| e.trim())
-                    .filter(|e| !e.is_empty())
-                    .map(|e| {
-                        if e.contains("://") {
-                            e.to_string()
-                        } else {
-                            format!("http://{e}")
-                        }
-                    })
-                    .collect();
+                // Only a cluster server checks them (a single server
+                // ignores an environment set for the CLI).
+                let etcd_security = etcd_security?;
+                let endpoints = etcd_security.endpoints(&etcd);
                 let name = name.context("a cluster server needs a name (--name NAME)")?;
                 if !valid_server_name(&name) {
                     bail!("{name:?} is not a server name (1-64 of A-Z a-z 0-9 . _ -)");
@@ -325,6 +423,7 @@ impl ServerConfig {
                     name,
                     advertise,
                     lease_ttl,
+                    etcd_security,
                 })
             }
         };
@@ -461,6 +560,69 @@ mod tests {
         wild.advertise = Some("10.1.1.1:7411".into());
         let c = ServerConfig::resolve(None, wild).unwrap().cluster.unwrap();
         assert_eq!(c.advertise, "10.1.1.1:7411");
+    }
+
+    #[test]
+    fn etcd_credentials_come_in_pairs_and_tls_makes_bare_endpoints_https() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        let u = || Some("root".to_string());
+        assert_eq!(
+            EtcdSecurity::from_parts(None, None, None, None, None).unwrap(),
+            EtcdSecurity::default()
+        );
+        let err = |r: Result<EtcdSecurity>| r.unwrap_err().to_string();
+        assert!(
+            err(EtcdSecurity::from_parts(u(), None, None, None, None)).contains("password file")
+        );
+        assert!(err(EtcdSecurity::from_parts(None, p("/p"), None, None, None)).contains("user"));
+        assert!(err(EtcdSecurity::from_parts(
+            None,
+            None,
+            p("/ca"),
+            p("/c"),
+            None
+        ))
+        .contains("key"));
+        assert!(err(EtcdSecurity::from_parts(None, None, None, p("/c"), p("/k"))).contains("CA"));
+        let plain = EtcdSecurity::from_parts(u(), p("/p"), None, None, None).unwrap();
+        assert_eq!(
+            plain.endpoints("h:1, https://g:2"),
+            ["http://h:1", "https://g:2"]
+        );
+        let tls = EtcdSecurity::from_parts(None, None, p("/ca"), None, None).unwrap();
+        assert_eq!(tls.endpoints("h:1"), ["https://h:1"]);
+        // The password is read from its file, its first line; never shown.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pass");
+        std::fs::write(&file, "pw one\nignored\n").unwrap();
+        let s = EtcdSecurity::from_parts(u(), Some(file.clone()), None, None, None).unwrap();
+        let cfg = s.config(vec!["http://h:1".into()]).unwrap();
+        let shown = format!("{cfg:?}");
+        assert!(
+            shown.contains("root") && !shown.contains("pw one"),
+            "{shown}"
+        );
+        let missing = EtcdSecurity::from_parts(u(), p("/nonexistent/pass"), None, None, None)
+            .unwrap()
+            .config(vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("etcd password file /nonexistent/pass"),
+            "{missing}"
+        );
+        // In the config file, for a cluster server.
+        let file: FileConfig = toml::from_str(&format!(
+            "etcd = \"h:1\"\ncluster_store = \"/s\"\nname = \"a\"\n\
+             etcd_user = \"root\"\netcd_password_file = {:?}\n",
+            file.to_str().unwrap()
+        ))
+        .unwrap();
+        let c = ServerConfig::resolve(Some(file), Overrides::default())
+            .unwrap()
+            .cluster
+            .unwrap();
+        assert_eq!(c.etcd_security.user.map(|u| u.0), Some("root".into()));
     }
 
     #[test]

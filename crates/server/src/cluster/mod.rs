@@ -73,7 +73,7 @@ pub fn run(
         .thread_name("sextant-server")
         .build()
         .context("cannot start the async runtime")?;
-    let etcd = EtcdConfig::new(cluster.etcd.clone());
+    let etcd = cluster.etcd_security.config(cluster.etcd.clone())?;
     let mut cluster = cluster;
     // Bound before joining: the map names the address clients reach.
     let listener = rt.block_on(async {
@@ -296,7 +296,8 @@ async fn join(
 }
 
 /// Retries an etcd call that fails because etcd is not up yet (a server
-/// started with its etcd), for up to 30 s.
+/// started with its etcd), for up to 30 s — not one etcd refused for
+/// its credentials (the settings must change).
 async fn retry_etcd<T, F, Fut>(what: &str, mut f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -306,7 +307,7 @@ where
     loop {
         match f().await {
             Ok(v) => return Ok(v),
-            Err(e) if Instant::now() < deadline => {
+            Err(e) if !e.is_settings() && Instant::now() < deadline => {
                 tracing::warn!(error = %e, "cannot {what} yet; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
