@@ -263,6 +263,14 @@ impl TableSlot {
 
     pub(crate) fn touch(&self, epoch: u64) {
         self.ops.fetch_add(1, Ordering::Relaxed);
+        self.used(epoch);
+    }
+
+    /// [`TableSlot::touch`] without counting an operation: a search's
+    /// visits and directory reads keep a table loaded but are not load
+    /// the cluster's balancer should move tables for (they made it move
+    /// tables hundreds of times under a search benchmark).
+    pub(crate) fn used(&self, epoch: u64) {
         if self.last_used.load(Ordering::Relaxed) != epoch {
             self.last_used.store(epoch, Ordering::Relaxed);
         }
@@ -462,7 +470,7 @@ impl Inner {
         if let Slot::Foreign(range) = &*guard {
             return Ok(f(&mut Table::new(0, *range)));
         }
-        slot.touch(self.epoch());
+        slot.used(self.epoch());
         Ok(f(self.ensure_loaded(&mut guard)?))
     }
 
@@ -476,7 +484,7 @@ impl Inner {
         if let Slot::Foreign(range) = &*guard {
             return Ok(Held::Foreign(*range));
         }
-        slot.touch(self.epoch());
+        slot.used(self.epoch());
         Ok(Held::Table(f(self.ensure_loaded(&mut guard)?)))
     }
 
@@ -2115,7 +2123,8 @@ impl Engine {
     /// child first, up to the first directory in a table it does not hold
     /// (or the root): what another member's search reads to continue a
     /// parent chain ([`crate::search::ForeignDirs`]). Empty when `dir` is
-    /// not a directory here.
+    /// gone or not a directory; `WrongServer` when its table is not held
+    /// here.
     pub fn dir_chain(&self, dir: Soid) -> Result<Vec<crate::search::DirRecord>, FsError> {
         let mut out: Vec<crate::search::DirRecord> = Vec::new();
         let mut cur = dir;
@@ -2141,6 +2150,11 @@ impl Engine {
                 got
             })?;
             let Held::Table(got) = held else {
+                // Not held here (any more): the asker must ask the holder,
+                // not take the directory for gone.
+                if out.is_empty() {
+                    return Err(FsError::WrongServer { soid: dir });
+                }
                 return Ok(out);
             };
             let Some(last) = got.last() else {

@@ -300,3 +300,38 @@ fn a_table_moving_during_the_query_is_searched_exactly_once() {
         assert_eq!(both, truth, "moved at hit {moved_at_hit}");
     }
 }
+
+/// A member asked for a directory whose table it does not hold (it moved
+/// away) says so — the asker then asks the holder — instead of answering
+/// as for a gone directory, which made the asker drop every entry below
+/// it (found by the search benchmark while tables moved). And searching
+/// counts no operation on the tables it reads (search load made the
+/// balancer move tables back and forth).
+#[test]
+fn a_directory_held_elsewhere_is_not_taken_for_gone_and_searches_are_not_load() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    populate(&a);
+    let root = Credentials::root();
+    let d4 = a.lookup(&root, Soid::ROOT, b"d4").unwrap().soid;
+    let table = a.table_holding(d4).unwrap();
+    let m = a.drop_table(table).unwrap();
+    assert!(catalog.assign(table, "b"));
+    b.add_table(&m).unwrap();
+    assert_eq!(
+        a.dir_chain(d4).unwrap_err(),
+        FsError::WrongServer { soid: d4 }
+    );
+    let chain = b.dir_chain(d4).unwrap();
+    assert_eq!(chain.first().map(|r| r.soid), Some(d4));
+    let ops = |e: &Engine| e.table_ops().into_iter().map(|(_, n)| n).sum::<u64>();
+    let before = (ops(&a), ops(&b));
+    let peer = Peer(&a);
+    let on_b = Spread::new(vec![SoidRange::ALL], &peer);
+    assert!(!search(&b, &root, Soid::ROOT, &Expr::True, Some(&on_b)).is_empty());
+    search(&a, &user(), Soid::ROOT, &Expr::True, None);
+    let _ = b.dir_chain(d4);
+    assert_eq!((ops(&a), ops(&b)), before, "searches counted as operations");
+}

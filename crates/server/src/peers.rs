@@ -146,11 +146,14 @@ impl Peers {
             .map_err(|_| Attempt::Again(format!("{address}: no answer")))?
             .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
             .into_inner();
+        if reply.not_held {
+            // It moved: ask its holder by a newer map (never take it for
+            // gone, which would drop every entry below it).
+            return Attempt::again(format!("{address}: not held there"));
+        }
         if let Some(e) = reply.error {
-            return match sextant_proto::error_from_pb(&e) {
-                FsError::WrongServer { .. } => Attempt::again(format!("{address}: not held there")),
-                other => Err(Attempt::Fatal(format!("{address}: {other}"))),
-            };
+            let e = sextant_proto::error_from_pb(&e);
+            return Err(Attempt::Fatal(format!("{address}: {e}")));
         }
         reply
             .dirs

@@ -960,11 +960,15 @@ impl pb::sextant_server::Sextant for Service {
         let reply = match chain {
             Ok(dirs) => pb::DirChainReply {
                 dirs: dirs.iter().map(crate::peers::record_to_pb).collect(),
-                error: None,
+                ..Default::default()
+            },
+            Err(FsError::WrongServer { .. }) => pb::DirChainReply {
+                not_held: true,
+                ..Default::default()
             },
             Err(e) => pb::DirChainReply {
-                dirs: Vec::new(),
                 error: Some(sextant_proto::error_to_pb(e)),
+                ..Default::default()
             },
         };
         Ok(Response::new(reply))
