@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cluster benchmarks of issue 20 (a namespace served by several servers):
+# Cluster benchmarks of issues 20 and 21 (a namespace served by several servers):
 # etcd and N `sextant serve` processes on this machine, one shared cluster
 # store, the prebuilt binary in SEXTANT_BIN. Every part prints one line per
 # measurement and a summary of medians (python3 does the arithmetic).
@@ -33,6 +33,27 @@
 #       DIRS (64) top-level directories split into 64 tables over two
 #       servers, COUNT (64) `cluster move` requests (swaps, so the
 #       balancer stays idle) one at a time, then 4 at a time.
+#   SEXTANT_BIN=... scripts/cluster-bench.sh search [ROUNDS]
+#       issue 21's search benchmark: one `sextant serve` and a cluster of
+#       SERVERS (4) on one store, both with the same table limits
+#       (CONFIG_LIMITS, default Magellan's: 2,000 directories / 20,000
+#       inodes), COPIES (10) copies of SRC (/usr) imported into each as
+#       ROOT/c0 … (ROOT /u). The cluster's copies go into s0 alone, then
+#       s1 … join and the coordinator spreads the tables (into all four at
+#       once the import failed operations with EXDEV). Then
+#       scripts/cluster-bench-search.py runs the engine benchmark's query
+#       kinds (sets 1-3, glob, substring, broad count, totals; SAMPLES (20)
+#       sampled files, SEED) through the CLI on both, back to back, ROUNDS
+#       (3) rounds after a warm-up, checks the answers agree, and prints
+#       medians and cluster/single ratios — also over only the runs during
+#       which no table changed hands (from the servers' logs) — and the
+#       DirChain calls per query (servers' /metrics). JSON (every run) in
+#       OUT/cluster-bench-search.json.
+#   SEXTANT_BIN=... scripts/cluster-bench.sh search-moves [SECONDS]
+#       reproduces a defect: a search on a cluster while tables move
+#       (`cluster move` of every table in turn to a random server, for
+#       SECONDS (20)) prints another count than the same search on the
+#       single server, with exit status 0. One copy of SRC.
 #   SEXTANT_BIN=... scripts/cluster-bench.sh pingpong
 #       reproduces a defect: two servers, tiny tables (8 directories, 200
 #       inodes), `mkdir /c0 /c1` then `mkdir /c0/d0 … /c0/d9`: the table
@@ -86,7 +107,7 @@ start_etcd() {
 # (SEXTANT_BENCH_SYNC_FLOOR etc.).
 start_server() {
   local dir=$1 name=$2; shift 2
-  SEXTANT_METRICS=off SEXTANT_LEASE_TTL=${LEASE:-2s} "$BIN" serve --data "$dir/$name" \
+  SEXTANT_METRICS=${SERVER_METRICS:-off} SEXTANT_LEASE_TTL=${LEASE:-2s} "$BIN" serve --data "$dir/$name" \
     --listen 127.0.0.1:0 --etcd "$(cat "$dir/etcd.url")" --name "$name" \
     --cluster-store "$dir/store" --socket off "$@" >"$dir/$name.out" 2>"$dir/$name.log" &
   local pid=$!; pids+=("$pid"); echo "$pid" >"$dir/$name.pid"
@@ -389,5 +410,76 @@ PY
     cp "$d/s0.log" "${OUT:-/tmp}/pingpong-s0.log" 2>/dev/null || true
     cp "$d/s1.log" "${OUT:-/tmp}/pingpong-s1.log" 2>/dev/null || true
     ;;
-  *) sed -n '2,33p' "$0"; exit 2;;
+  search|search-moves)
+    part=$1
+    src=${SRC:-/usr}; root=${ROOT:-/u}; servers=${SERVERS:-4}
+    copies=${COPIES:-10}; [ "$part" = search-moves ] && copies=1
+    printf '%s\n' "${CONFIG_LIMITS:-table_dir_limit = 2000
+table_inode_limit = 20000}" >"$work/limits.toml"
+    # the single server, and etcd + s0 of the cluster (s1 … join after the
+    # import: an import into 4 servers at once failed operations with EXDEV
+    # while tables were pulled and balanced back and forth)
+    smp=$(free_port)
+    SEXTANT_METRICS=127.0.0.1:$smp "$BIN" serve --data "$work/single" --listen 127.0.0.1:0 \
+      --socket off --config "$work/limits.toml" >"$work/single.out" 2>"$work/single.log" &
+    pids+=("$!")
+    until grep -q "listening on" "$work/single.out" 2>/dev/null; do
+      kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/single.log" >&2; exit 1; }; sleep 0.1
+    done
+    sp=$(sed -n 's/listening on //p' "$work/single.out")
+    d=$work/cl; start_etcd "$d"
+    cms=()
+    cms+=("127.0.0.1:$(free_port)")
+    SERVER_METRICS=${cms[0]} start_server "$d" s0 --config "$work/limits.toml"
+    export SEXTANT_ETCD; SEXTANT_ETCD=$(cat "$d/etcd.url")
+    S=("$BIN" --server "$sp" --data "$work/single")
+    C=("$BIN" --server "$(cat "$d/s0.addr")" --data "$d/s0")
+    "${S[@]}" mkdir "$root" && "${C[@]}" mkdir "$root"
+    for i in $(seq 0 $((copies-1))); do
+      for t in single cluster; do
+        t0=$(now)
+        if [ $t = single ]; then r=$("${S[@]}" import "$src" "$root/c$i")
+        else r=$("${C[@]}" import "$src" "$root/c$i"); fi
+        log "$t: copy $i: $(python3 -c "print(round($(now)-$t0,1))") s: ${r%%$'\n'*}"
+      done
+    done
+    for i in $(seq 1 $((servers-1))); do
+      cms+=("127.0.0.1:$(free_port)")
+      SERVER_METRICS=${cms[$i]} start_server "$d" "s$i" --config "$work/limits.toml"
+    done
+    cstatus() { "${C[@]}" --json cluster status; }
+    tables() { cstatus | python3 -c 'import json,sys;j=json.load(sys.stdin);print(" ".join("%s:%s tables/%s inodes"%(s["name"],s["tables"],s["inodes"]) for s in j["servers"]))'; }
+    log "cluster: $servers servers; settled after $(settle "$d" 10 240) s"
+    log "single: $("${S[@]}" stats / | tail -n 1)"
+    log "cluster: $("${C[@]}" stats / | tail -n 1); $(tables)"
+    if [ "$part" = search ]; then
+      mkdir -p "${OUT:-/tmp}"
+      SEXTANT_CLUSTER_LOGS=$(for i in $(seq 0 $((servers-1))); do printf "%s:" "$d/s$i.log"; done) \
+        python3 scripts/cluster-bench-search.py "$BIN" "$root" "${SAMPLES:-20}" "${2:-3}" "${SEED:-21}" \
+        "$sp" "$work/single" "127.0.0.1:$smp" "$(cat "$d/s0.addr")" "$d/s0" "$(IFS=,; echo "${cms[*]}")" \
+        "${OUT:-/tmp}/cluster-bench-search.json"
+      log "after: $(tables)"
+    else
+      # one broad query; its answer on the settled cluster, then again
+      # while every table is moved to a random server in turn
+      q=(find / -size +1000c -print0)
+      # the truth: the single server's count of the same tree
+      want=$("${S[@]}" "${q[@]}" | tr -cd '\0' | wc -c)
+      log "before the moves: single $want, cluster $("${C[@]}" "${q[@]}" | tr -cd '\0' | wc -c): ${q[*]}"
+      ids=$(cstatus | python3 -c 'import json,sys;print(" ".join(str(t["table"]) for t in json.load(sys.stdin)["tables"]))')
+      end=$(python3 -c "print($(now) + ${2:-20})")
+      ( while python3 -c "import sys;sys.exit(0 if $(now) < $end else 1)"; do
+          for t in $ids; do "${C[@]}" cluster move "$t" "s$((RANDOM % servers))" >/dev/null 2>&1 || true; done
+        done ) &
+      mover=$!
+      n=0 bad=0
+      while kill -0 "$mover" 2>/dev/null; do
+        rc=0; got=$("${C[@]}" "${q[@]}" 2>"$work/err" | tr -cd '\0' | wc -c) || rc=$?
+        n=$((n+1))
+        if [ "$got" != "$want" ]; then bad=$((bad+1)); log "run $n: $got paths, not $want (pipeline exit $rc; stderr: $(tail -c 200 "$work/err"))"; fi
+      done
+      log "while tables moved: $bad of $n searches gave another count than the single server's $want"
+    fi
+    ;;
+  *) sed -n '2,64p' "$0"; exit 2;;
 esac
