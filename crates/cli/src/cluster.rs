@@ -40,9 +40,7 @@ pub enum ClusterCommand {
     /// carries on with the same namespace.
     Up(UpArgs),
     /// Members, coordinator, and tables, inodes and requests per server;
-    /// every table with its SOID range, owner, epoch, pending move, and
-    /// the request rate and inodes its owner last published (the
-    /// balancer's figures).
+    /// every table with its SOID range, owner, epoch and pending move.
     /// With --json: {"etcd", "revision", "coordinator", "servers": [{"name",
     /// "address", "tables", "inodes", "requests", "draining"}], "tables": [...]}.
     Status(EtcdArgs),
@@ -556,11 +554,6 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
         .routes()
         .into_iter()
         .map(|r| {
-            // Its load as its owner last published it (the balancer's).
-            let load = r
-                .owner
-                .as_ref()
-                .and_then(|o| state.loads.get(&o.server)?.tables.get(&r.table));
             serde_json::json!({
                 "table": r.table.0,
                 "first": format!("{:032x}", r.range.first.as_u128()),
@@ -568,8 +561,6 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
                 "owner": r.owner.as_ref().map(|o| o.server.clone()),
                 "epoch": r.owner.as_ref().map(|o| o.epoch.0),
                 "moving_to": state.moves.get(&r.table).map(|m| m.to.clone()),
-                "rate": load.map(|l| l.rate),
-                "inodes": load.map(|l| l.inodes),
             })
         })
         .collect();
@@ -620,12 +611,12 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
         );
     }
     println!(
-        "{:<6} {:<34} {:<12} {:>6} {:>7} {:>10}  move",
-        "TABLE", "SOIDS (first-last, hex)", "OWNER", "EPOCH", "OPS/S", "INODES"
+        "{:<6} {:<34} {:<12} {:>6}  move",
+        "TABLE", "SOIDS (first-last, hex)", "OWNER", "EPOCH"
     );
     for t in &tables {
         println!(
-            "{:<6} {:<34} {:<12} {:>6} {:>7} {:>10}  {}",
+            "{:<6} {:<34} {:<12} {:>6}  {}",
             num(&t["table"]),
             format!(
                 "{}-{}",
@@ -634,8 +625,6 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
             ),
             t["owner"].as_str().unwrap_or("(none)"),
             num(&t["epoch"]),
-            num(&t["rate"]),
-            num(&t["inodes"]),
             t["moving_to"]
                 .as_str()
                 .map_or(String::new(), |m| format!("→ {m}"))

@@ -65,8 +65,6 @@ pub struct Report {
     pub acknowledged: usize,
     pub wrong_server: usize,
     pub moves: usize,
-    /// Moves asked for because a server held more inodes.
-    pub inode_moves: usize,
     pub reassignments: usize,
     pub crashes: usize,
     pub pauses: usize,
@@ -204,12 +202,9 @@ struct World {
     next_op: u64,
     report: Report,
     /// The request rates the coordinator balances by (none for even
-    /// seeds; seeds 0 modulo 4 balance by table count). From their own
-    /// generator, so a seed's faults and timings do not depend on them.
+    /// seeds: balancing by count). From their own generator, so a seed's
+    /// faults and timings do not depend on them.
     rates: BTreeMap<TableId, u64>,
-    /// The inode counts it balances by, likewise (for seeds 2 and 3
-    /// modulo 4: with and without rates).
-    inodes: BTreeMap<TableId, u64>,
 }
 
 /// Runs one seed; `Err` says which invariant broke, when, and how.
@@ -235,19 +230,6 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
             let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_0a7e);
             (0..cfg.tables)
                 .map(|t| (TableId(t), r.random_range(0..500)))
-                .collect()
-        },
-        inodes: if seed % 4 < 2 {
-            BTreeMap::new()
-        } else {
-            // Mostly small tables, some of up to a few full ones.
-            let mut r = StdRng::seed_from_u64(seed ^ 0x1_0de5);
-            (0..cfg.tables)
-                .map(|t| {
-                    let big = r.random_bool(0.3);
-                    let n = r.random_range(0..if big { 100_000 } else { 2_000 });
-                    (TableId(t), n)
-                })
                 .collect()
         },
     };
@@ -668,14 +650,11 @@ impl World {
                 }
             }
             Action::Move {
-                table,
-                expect,
-                to,
-                reason,
+                table, expect, to, ..
             } => {
                 // Only if the table has no pending move yet, and its
                 // owner is still the one the view saw.
-                let r = self.etcd.txn(
+                let _ = self.etcd.txn(
                     &[
                         Compare::ModRevision(move_key(table), Revision(0)),
                         Compare::ModRevision(owner_key(table), expect),
@@ -686,9 +665,6 @@ impl World {
                         lease: None,
                     }],
                 );
-                if r.is_ok() && reason == "balancing: its server holds more inodes" {
-                    self.report.inode_moves += 1;
-                }
             }
         }
     }
@@ -736,9 +712,7 @@ impl World {
                 })
                 .collect(),
             rates: self.rates.clone(),
-            inodes: self.inodes.clone(),
             quiet: BTreeSet::new(),
-            unknown: BTreeSet::new(),
         }
     }
 

@@ -166,17 +166,16 @@ impl EtcdCluster {
         Ok(())
     }
 
-    /// Publishes this server's load per table — request rate and inodes
-    /// (`load/<name>`, on its membership lease) — which the coordinator
-    /// balances by; returns the revision it was written at (figures count
-    /// for a table whose owner key is older).
+    /// The etcd this server is a member on.
+    /// Publishes this server's request rate per table (`load/<name>`, on
+    /// its membership lease), which the coordinator balances by.
     pub async fn publish_load(
         &self,
-        loads: &std::collections::BTreeMap<TableId, crate::keys::TableLoad>,
-    ) -> Result<Revision, CoordError> {
+        rates: &std::collections::BTreeMap<TableId, u64>,
+    ) -> Result<(), CoordError> {
         self.put_on_lease(
             &crate::keys::load_key(&self.name),
-            crate::keys::encode_load(loads),
+            crate::keys::encode_load(rates),
         )
         .await
     }
@@ -190,19 +189,18 @@ impl EtcdCluster {
             .map_or(0, |d| d.as_secs());
         self.put_on_lease(&crate::keys::pull_key(&self.name), now.to_string())
             .await
-            .map(|_| ())
     }
 
     /// Puts `key` (under the prefix) on the membership lease, so it goes
     /// with this server; one client for these writes, made again after a
-    /// failure. Returns the revision of the write.
-    async fn put_on_lease(&self, key: &str, value: String) -> Result<Revision, CoordError> {
+    /// failure.
+    async fn put_on_lease(&self, key: &str, value: String) -> Result<(), CoordError> {
         let mut client = self.load_client.lock().await;
         if client.is_none() {
             *client = Some(connect(&self.etcd).await?);
         }
         let Some(c) = client.as_mut() else {
-            return Ok(Revision(0));
+            return Ok(());
         };
         let put = c.put(
             self.etcd.key(key),
@@ -213,12 +211,7 @@ impl EtcdCluster {
         if r.is_err() {
             *client = None;
         }
-        r.map(|p| {
-            Revision(
-                p.header()
-                    .map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0)),
-            )
-        })
+        r.map(|_| ())
     }
 
     pub fn etcd(&self) -> &crate::etcd::EtcdConfig {

@@ -117,14 +117,6 @@ fn splits_make_owned_catalogued_tables() {
     for d in &dirs {
         assert!(a.table_holding(d.soid).is_some());
     }
-    // Every served table's inode count, which together are every inode
-    // (the root, 10 directories, 40 files).
-    let inodes = a.table_inodes();
-    let mut counted: Vec<u64> = inodes.iter().map(|(t, _)| *t).collect();
-    counted.sort();
-    assert_eq!(counted, sorted);
-    assert_eq!(inodes.iter().map(|(_, n)| n).sum::<u64>(), 51, "{inodes:?}");
-    assert!(inodes.iter().all(|(_, n)| *n > 0), "{inodes:?}");
     // The catalogued ranges partition the SOID space.
     let mut ms = catalog.tables("a").unwrap();
     ms.sort_by_key(|m| m.entry.range.first);

@@ -647,21 +647,6 @@ impl Engine {
             .collect()
     }
 
-    /// Per table this engine serves: how many inodes it holds — a loaded
-    /// table's own count, or the one its last write-back recorded (no
-    /// table is loaded for this). The cluster's balancer weighs tables by
-    /// these next to their rates.
-    pub fn table_inodes(&self) -> Vec<(TableId, u64)> {
-        let map = self.inner.tables.read();
-        map.values()
-            .filter_map(|s| {
-                let slot = s.state.lock();
-                let id = slot_table(&slot)?;
-                Some((id, u64::try_from(table_inodes(&slot)).unwrap_or(0)))
-            })
-            .collect()
-    }
-
     /// The table this engine serves whose range holds `soid` (`None`:
     /// another member's).
     pub fn table_holding(&self, soid: Soid) -> Option<TableId> {
