@@ -323,6 +323,30 @@ fn first_server(dir: &Path, etcd: &str, limits: &str) -> (KillOnDrop, String, Pa
     (a, a_addr, secret, config)
 }
 
+/// Servers a and b with small tables, `/p /q /r /s` (four files each)
+/// made on a before b joins, once both hold tables: a, b, their
+/// addresses and the secret's directory.
+fn pqrs_on_two_servers(
+    dir: &Path,
+    etcd: &str,
+) -> (KillOnDrop, KillOnDrop, String, String, PathBuf) {
+    let (a, a_addr, secret, config) =
+        first_server(dir, etcd, "table_dir_limit = 4\ntable_inode_limit = 32\n");
+    for d in ["p", "q", "r", "s"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
+        for f in 0..4 {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
+        }
+    }
+    let (b, b_addr) = serve_with(dir, etcd, "b", &["--config", &config]);
+    let b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(etcd, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    (a, b, a_addr, b_addr, secret)
+}
+
 /// Starts servers a and b and makes sure a holds the root table.
 fn two_servers_a_holding_the_root(
     dir: &Path,
@@ -1483,24 +1507,7 @@ fn cycle_forming_renames_across_servers_never_make_a_cycle() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
-    let c = config.as_str();
-    for d in ["p", "q", "r", "s"] {
-        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
-        for f in 0..4 {
-            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
-        }
-    }
-    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
-    let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    let (_a, _b, a_addr, b_addr, secret) = pqrs_on_two_servers(dir.path(), &etcd.url);
     let rounds = 12;
     let mut outcomes = Vec::new();
     for n in 0..rounds {
@@ -1719,24 +1726,7 @@ fn a_pulled_table_goes_home_once_unused() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
-    let c = config.as_str();
-    for d in ["p", "q", "r", "s"] {
-        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
-        for f in 0..4 {
-            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
-        }
-    }
-    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
-    let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    let (_a, _b, a_addr, b_addr, secret) = pqrs_on_two_servers(dir.path(), &etcd.url);
     let tp = move_table(&etcd.url, &secret, "/p", "a");
     let tq = move_table(&etcd.url, &secret, "/q", "b");
     assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
