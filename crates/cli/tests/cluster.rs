@@ -1749,6 +1749,129 @@ fn a_pulled_table_goes_home_once_unused() {
     }
 }
 
+/// BORROW/RETURN under contention: three servers each hold one of /p,
+/// /q, /r, and renames go round at once — /p → /q through a, /q → /r
+/// through b, /r → /p through c. Every rename needs a table of another
+/// server, and each server's tables are wanted by another; the
+/// coordinator serves their borrows in turn, so every rename succeeds.
+/// Afterwards every file is where its rename put it, every borrow has
+/// been RETURNed and every lent table is home.
+#[test]
+fn renames_round_three_servers_at_once_all_succeed() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, _b, a_addr, b_addr, secret) = pqrs_on_two_servers(dir.path(), &etcd.url);
+    let config = dir.path().join("small-tables.toml");
+    let config = config.to_str().unwrap();
+    let (c, c_addr) = serve_with(dir.path(), &etcd.url, "c", &["--config", config]);
+    let _c = KillOnDrop(c);
+    let per_side = 30;
+    let mut touch = vec!["touch".to_string()];
+    for (d, prefix) in [("/p", "a"), ("/q", "b"), ("/r", "c")] {
+        for i in 0..per_side {
+            touch.push(format!("{d}/{prefix}{i}"));
+        }
+    }
+    let touch: Vec<&str> = touch.iter().map(String::as_str).collect();
+    sextant_ok(&a_addr, &secret, &touch);
+    let tables = [
+        move_table(&etcd.url, &secret, "/p", "a"),
+        move_table(&etcd.url, &secret, "/q", "b"),
+        move_table(&etcd.url, &secret, "/r", "c"),
+    ];
+    let distinct: std::collections::BTreeSet<u64> = tables.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        3,
+        "/p /q /r share a table: the test needs them apart"
+    );
+    // Three clients per server, each renaming every third file.
+    let started = Instant::now();
+    let mut threads = Vec::new();
+    for (addr, from, to, prefix) in [
+        (&a_addr, "/p", "/q", "a"),
+        (&b_addr, "/q", "/r", "b"),
+        (&c_addr, "/r", "/p", "c"),
+    ] {
+        for k in 0..3 {
+            let (secret, addr) = (secret.clone(), addr.to_string());
+            threads.push(std::thread::spawn(move || {
+                (0..per_side)
+                    .filter(|i| i % 3 == k)
+                    .map(|i| {
+                        let src = format!("{from}/{prefix}{i}");
+                        let dst = format!("{to}/{prefix}{i}");
+                        let out = sextant(&addr, &secret, &["mv", &src, &dst]);
+                        (src, out)
+                    })
+                    .collect::<Vec<_>>()
+            }));
+        }
+    }
+    let mut failed = Vec::new();
+    for t in threads {
+        for (src, out) in t.join().unwrap() {
+            if !out.status.success() {
+                failed.push(format!(
+                    "{src}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+    }
+    let moves: u64 = tables
+        .iter()
+        .map(|t| owner_of(&etcd.url, &secret, *t).1)
+        .sum();
+    eprintln!(
+        "{} renames in {:?}, epochs now {moves}",
+        3 * per_side,
+        started.elapsed()
+    );
+    assert!(failed.is_empty(), "renames failed: {failed:#?}");
+    for addr in [&a_addr, &b_addr, &c_addr] {
+        for (d, want) in [("/p", "c"), ("/q", "a"), ("/r", "b")] {
+            let ls = sextant_ok(addr, &secret, &["ls", d]);
+            let names: Vec<&str> = ls
+                .split_whitespace()
+                .filter(|n| !n.starts_with('f'))
+                .collect();
+            let expected: Vec<String> = (0..per_side).map(|i| format!("{want}{i}")).collect();
+            let mut names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            names.sort();
+            let mut expected = expected;
+            expected.sort();
+            assert_eq!(names, expected, "{d} through {addr}");
+        }
+    }
+    // Every borrow RETURNed, every lent table home and its home forgotten.
+    wait_for("no borrow or home left", Duration::from_secs(60), || {
+        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
+            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
+    });
+}
+
+/// The keys under `prefix` in etcd.
+fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
+    use sextant_coordinator::etcd_client::{Client, GetOptions};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = Client::connect([url], None).await.unwrap();
+        let r = c
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        r.kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect()
+    })
+}
+
 /// Turns etcd's authentication on (through the etcd client, as etcdctl
 /// would): user root with `password`, holding the root role.
 fn enable_etcd_auth(url: &str, password: &str) {

@@ -30,9 +30,26 @@
 //!    other), the one in place longest first (lowest owner revision: a
 //!    table an operation just pulled somewhere is the last to go). A new,
 //!    empty server so receives tables, and a draining one gives all of
-//!    its away. Without rates this is balancing by table count. A server
-//!    that recently pulled a table for an operation (`quiet`) gives
-//!    nothing away for balance: its operations need those tables together.
+//!    its away. Without rates this is balancing by table count. Tables
+//!    borrows name, and lent tables until they are home, are not moved
+//!    for balance (rule 4), and a server with a standing borrow gives
+//!    nothing away for balance: its operations need its tables together
+//!    (the ones its splits make among them).
+//! 4. BORROW/RETURN (Ursa Minor §3.5): a server whose operation needs
+//!    tables held by others publishes one *borrow* — the set of tables,
+//!    queued in etcd by the revision it was last written at. Borrows are
+//!    served in queue order: a borrow none of whose tables an earlier
+//!    borrow names is *granted* — each of its tables that is elsewhere is
+//!    moved to the borrower (a `Lend`, which also notes the table's home,
+//!    where it was before any borrow took it); a borrow that shares a
+//!    table with an earlier one waits, and locks its own tables for later
+//!    ones (so it is not starved). The earliest borrow is always granted,
+//!    so borrows never deadlock, and a granted borrow's tables are never
+//!    moved away — not by another borrow, not by balance — until its
+//!    borrower RETURNs (deletes the borrow; it lives on the borrower's
+//!    lease, so a dead borrower returns by dying). A table no borrow names
+//!    goes home (or, when another borrow is waiting for it, straight to
+//!    that borrower: the home stays noted until the table is back).
 
 use crate::ids::{Epoch, Revision, ServerId, TableId};
 use crate::server::Owner;
@@ -52,10 +69,11 @@ pub struct ClusterView {
     /// Request rate per table (operations per second) as its owner last
     /// published it; a table not here counts 0.
     pub rates: BTreeMap<TableId, u64>,
-    /// Servers that recently pulled a table for an operation that needed
-    /// it (until BORROW/RETURN): the balancer takes nothing from them, or
-    /// it would separate again what their operations keep together.
-    pub quiet: BTreeSet<ServerId>,
+    /// Borrows in queue order: the borrower and the tables it needs
+    /// together (rule 4).
+    pub borrows: Vec<(ServerId, BTreeSet<TableId>)>,
+    /// Where each lent table goes back to once no borrow names it.
+    pub homes: BTreeMap<TableId, ServerId>,
 }
 
 /// A write the coordinator asks for.
@@ -84,6 +102,23 @@ pub enum Action {
         expect: Revision,
         to: ServerId,
         reason: &'static str,
+    },
+    /// BORROW: a [`Action::Move`] of `table` to the borrower `to`, which
+    /// also puts `home/<table>` = `home` when `home` is `Some` (the
+    /// table's first lend: `home/<table>` must still be absent; with
+    /// `None` it must still be present).
+    Lend {
+        table: TableId,
+        expect: Revision,
+        to: ServerId,
+        home: Option<ServerId>,
+    },
+    /// The table is home (or its home is gone): delete `home/<table>` —
+    /// if `owner/<table>`'s revision is still `expect` (`None`: the table
+    /// is gone), so that a view older than a new lend forgets nothing.
+    ForgetHome {
+        table: TableId,
+        expect: Option<Revision>,
     },
 }
 
@@ -123,16 +158,93 @@ pub fn decide(view: &ClusterView, spread: usize) -> Vec<Action> {
             reason,
         });
     }
+    let locked = borrow(view, &mut actions);
     if view.moves.is_empty() && actions.is_empty() {
-        if let Some(a) = balance(view, &load, spread) {
+        if let Some(a) = balance(view, &load, spread, &locked) {
             actions.push(a);
         }
     }
     actions
 }
 
-/// One move from the busiest server (a draining one first) to the idlest.
-fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) -> Option<Action> {
+/// Rule 4: lends for granted borrows and returns of tables no borrow
+/// names. Answers the tables borrows name or that are away from home:
+/// balance leaves them alone.
+fn borrow(view: &ClusterView, actions: &mut Vec<Action>) -> BTreeSet<TableId> {
+    let mut locked: BTreeSet<TableId> = BTreeSet::new();
+    for (borrower, tables) in &view.borrows {
+        if !view.members.contains(borrower) {
+            continue; // its borrow goes with its lease
+        }
+        let granted = tables.is_disjoint(&locked);
+        locked.extend(tables.iter().copied());
+        if !granted {
+            continue;
+        }
+        for table in tables {
+            let Some(Some((owner, expect))) = view.owners.get(table) else {
+                continue; // no such table, or no owner yet (rule 1)
+            };
+            if owner.server == *borrower
+                || !view.members.contains(&owner.server)
+                || view.moves.contains_key(table)
+            {
+                continue; // here already; rule 2's; or moving
+            }
+            actions.push(Action::Lend {
+                table: *table,
+                expect: *expect,
+                to: *borrower,
+                home: (!view.homes.contains_key(table)).then_some(owner.server),
+            });
+        }
+    }
+    for (table, home) in &view.homes {
+        if locked.contains(table) {
+            continue;
+        }
+        let owner = view.owners.get(table).copied().flatten();
+        let receives = view.members.contains(home) && !view.draining.contains(home);
+        match owner {
+            // The table is gone (merged), home, or its home is gone.
+            _ if !view.owners.contains_key(table) => {
+                actions.push(Action::ForgetHome {
+                    table: *table,
+                    expect: None,
+                });
+            }
+            None => {} // rule 1 first
+            Some((o, expect)) if o.server == *home || !receives => {
+                actions.push(Action::ForgetHome {
+                    table: *table,
+                    expect: Some(expect),
+                });
+            }
+            Some((o, expect))
+                if view.members.contains(&o.server) && !view.moves.contains_key(table) =>
+            {
+                actions.push(Action::Move {
+                    table: *table,
+                    expect,
+                    to: *home,
+                    reason: "RETURN: no borrow needs it any more",
+                });
+            }
+            _ => {} // moving, or rule 2's
+        }
+        locked.insert(*table);
+    }
+    locked
+}
+
+/// One move from the busiest server (a draining one first) to the idlest;
+/// never of a `locked` table.
+fn balance(
+    view: &ClusterView,
+    load: &BTreeMap<ServerId, usize>,
+    spread: usize,
+    locked: &BTreeSet<TableId>,
+) -> Option<Action> {
     let to = load
         .iter()
         .min_by_key(|(s, n)| (**n, **s))
@@ -140,6 +252,7 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
     let owned = |s: ServerId| {
         view.owners
             .iter()
+            .filter(|(t, _)| !locked.contains(t))
             .filter_map(move |(t, o)| o.filter(|(o, _)| o.server == s).map(|(_, rev)| (*t, rev)))
     };
     for d in &view.draining {
@@ -160,9 +273,13 @@ fn balance(view: &ClusterView, load: &BTreeMap<ServerId, usize>, spread: usize) 
         }
     }
     let (to, light) = weights.iter().min_by_key(|(s, w)| (**w, **s))?;
+    // A server with a standing borrow is in the middle of operations
+    // over several tables (the tables a split makes for it among them):
+    // balance takes nothing from it until it RETURNs.
+    let borrowing = |s: &ServerId| view.borrows.iter().any(|(b, _)| b == s);
     let (from, heavy) = weights
         .iter()
-        .filter(|(s, _)| !view.quiet.contains(s))
+        .filter(|(s, _)| !borrowing(s))
         .max_by_key(|(s, w)| (**w, std::cmp::Reverse(**s)))?;
     let diff = heavy.saturating_sub(*light);
     if diff < spread.max(2) as u64 {
@@ -346,17 +463,250 @@ mod tests {
         }
     }
 
+    fn granted(view: &ClusterView, who: ServerId) -> bool {
+        let mut locked = BTreeSet::new();
+        for (b, ts) in &view.borrows {
+            let free = ts.is_disjoint(&locked);
+            if *b == who {
+                return free;
+            }
+            locked.extend(ts.iter().copied());
+        }
+        false
+    }
+
     #[test]
-    fn a_server_that_pulled_a_table_keeps_its_tables() {
+    fn a_borrow_is_lent_whole_and_goes_home_after_its_return() {
+        let mut view = ClusterView {
+            members: [ServerId(1), ServerId(2)].into(),
+            owners: [(TableId(0), owner(1, 1)), (TableId(1), owner(2, 1))].into(),
+            borrows: vec![(ServerId(1), [TableId(0), TableId(1)].into())],
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&view, 2),
+            vec![Action::Lend {
+                table: TableId(1),
+                expect: Revision(10),
+                to: ServerId(1),
+                home: Some(ServerId(2)),
+            }]
+        );
+        // Lent: nothing more while the borrow stands (balance would move
+        // one of server 1's two tables to the idle server 2 otherwise).
+        view.owners.insert(TableId(1), owner(1, 2));
+        view.homes.insert(TableId(1), ServerId(2));
+        assert_eq!(decide(&view, 1), vec![]);
+        // RETURN: it goes home, then its home is forgotten.
+        view.borrows.clear();
+        assert!(matches!(
+            decide(&view, 2)[..],
+            [Action::Move {
+                table: TableId(1),
+                to: ServerId(2),
+                ..
+            }]
+        ));
+        view.owners.insert(TableId(1), owner(2, 3));
+        assert_eq!(
+            decide(&view, 2),
+            vec![Action::ForgetHome {
+                table: TableId(1),
+                expect: Some(Revision(30))
+            }]
+        );
+    }
+
+    #[test]
+    fn a_borrowing_server_gives_nothing_away_for_balance() {
         let mut view = ClusterView {
             members: [ServerId(1), ServerId(2)].into(),
             ..rated(&[(0, 1), (1, 1), (2, 1)], &[])
         };
         assert!(moved(&decide(&view, 2)).is_some(), "3 vs 0 balances");
-        view.quiet.insert(ServerId(1));
+        view.borrows.push((ServerId(1), [TableId(0)].into()));
         assert_eq!(moved(&decide(&view, 2)), None);
-        // Draining still empties it.
+        // Draining still empties it (of what its borrow does not hold).
         view.draining.insert(ServerId(1));
-        assert!(moved(&decide(&view, 2)).is_some());
+        assert!(matches!(
+            moved(&decide(&view, 2)),
+            Some((TableId(1) | TableId(2), _))
+        ));
+    }
+
+    #[test]
+    fn a_returned_table_goes_straight_to_the_next_borrower() {
+        let view = ClusterView {
+            members: [ServerId(1), ServerId(2), ServerId(3)].into(),
+            owners: [(TableId(0), owner(1, 1)), (TableId(1), owner(1, 2))].into(),
+            homes: [(TableId(1), ServerId(2))].into(),
+            borrows: vec![(ServerId(3), [TableId(1)].into())],
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&view, 9),
+            vec![Action::Lend {
+                table: TableId(1),
+                expect: Revision(20),
+                to: ServerId(3),
+                home: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn conflicting_borrows_wait_in_queue_order() {
+        // 1 wants {0,1}, then 2 wants {1,2}, then 3 wants {2}: only 1 is
+        // granted (2 shares table 1 with it, 3 shares table 2 with 2).
+        let view = ClusterView {
+            members: [ServerId(1), ServerId(2), ServerId(3), ServerId(4)].into(),
+            owners: (0..3).map(|t| (TableId(t), owner(4, 1))).collect(),
+            borrows: vec![
+                (ServerId(1), [TableId(0), TableId(1)].into()),
+                (ServerId(2), [TableId(1), TableId(2)].into()),
+                (ServerId(3), [TableId(2)].into()),
+            ],
+            ..Default::default()
+        };
+        let lent: Vec<(u32, u32)> = decide(&view, 2)
+            .iter()
+            .map(|a| match a {
+                Action::Lend { table, to, .. } => (table.0, to.0),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(lent, vec![(0, 1), (1, 1)]);
+    }
+
+    /// A model of etcd and the servers around `decide`, driven by seeded
+    /// random steps: servers borrow random sets of tables, the coordinator
+    /// decides, owners carry out moves (in any order), borrowers whose
+    /// tables are all here use them and RETURN. Checked at every step:
+    /// no table of a granted borrow is moved away from its borrower; and
+    /// once no new borrow comes, every borrow is served, and every table
+    /// ends at home with no home left noted.
+    #[test]
+    fn borrows_are_safe_and_all_served_under_random_schedules() {
+        use rand::{Rng, SeedableRng};
+        let seeds: u64 = std::env::var("SEXTANT_BORROW_SEEDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(300);
+        for seed in 0..seeds {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let servers = rng.random_range(2..=4u32);
+            let tables = rng.random_range(2..=6u32);
+            let mut view = ClusterView {
+                members: (1..=servers).map(ServerId).collect(),
+                owners: (0..tables)
+                    .map(|t| (TableId(t), owner(rng.random_range(1..=servers), 1)))
+                    .collect(),
+                ..Default::default()
+            };
+            let start: BTreeMap<TableId, Option<(Owner, Revision)>> = view.owners.clone();
+            let mut rev = 100;
+            let mut served = 0;
+            let mut asked = 0;
+            for step in 0..4000 {
+                let calm = step >= 1500;
+                match rng.random_range(0..4) {
+                    0 if !calm => {
+                        let b = ServerId(rng.random_range(1..=servers));
+                        if view.borrows.iter().all(|(s, _)| *s != b) {
+                            let n = rng.random_range(1..=tables.min(3));
+                            let set = (0..n).map(|_| TableId(rng.random_range(0..tables)));
+                            view.borrows.push((b, set.collect()));
+                            asked += 1;
+                        }
+                    }
+                    1 => {
+                        // (No balancing: every table must end at home.)
+                        for a in decide(&view, usize::MAX) {
+                            match a {
+                                Action::Lend {
+                                    table,
+                                    expect,
+                                    to,
+                                    home,
+                                } => {
+                                    let (o, r) = view.owners[&table].unwrap();
+                                    assert_eq!(r, expect, "seed {seed}");
+                                    for (b, ts) in &view.borrows {
+                                        assert!(
+                                            !(ts.contains(&table)
+                                                && o.server == *b
+                                                && granted(&view, *b)),
+                                            "seed {seed}: {table:?} taken from a granted borrow"
+                                        );
+                                    }
+                                    if let Some(h) = home {
+                                        assert!(view.homes.insert(table, h).is_none());
+                                    }
+                                    view.moves.insert(table, to);
+                                }
+                                Action::Move { table, to, .. } => {
+                                    let o = view.owners[&table].unwrap().0;
+                                    for (b, ts) in &view.borrows {
+                                        assert!(
+                                            !(ts.contains(&table) && o.server == *b),
+                                            "seed {seed}: {table:?} moved from its borrower"
+                                        );
+                                    }
+                                    view.moves.insert(table, to);
+                                }
+                                Action::ForgetHome { table, .. } => {
+                                    view.homes.remove(&table);
+                                }
+                                Action::Assign { .. } => panic!("seed {seed}: all owned"),
+                            }
+                        }
+                    }
+                    2 => {
+                        // An owner carries out one pending move.
+                        let pending: Vec<TableId> = view.moves.keys().copied().collect();
+                        if !pending.is_empty() {
+                            let t = pending[rng.random_range(0..pending.len())];
+                            let to = view.moves.remove(&t).unwrap();
+                            rev += 1;
+                            view.owners.insert(
+                                t,
+                                Some((
+                                    Owner {
+                                        server: to,
+                                        epoch: Epoch(rev),
+                                    },
+                                    Revision(rev),
+                                )),
+                            );
+                        }
+                    }
+                    _ => {
+                        // A borrower with every table here runs and returns.
+                        let ready = view.borrows.iter().position(|(b, ts)| {
+                            ts.iter()
+                                .all(|t| view.owners[t].is_some_and(|(o, _)| o.server == *b))
+                        });
+                        // (Granted or not: all its tables are here, so
+                        // its operation runs as one local transaction.)
+                        if let Some(i) = ready {
+                            view.borrows.remove(i);
+                            served += 1;
+                        }
+                    }
+                }
+            }
+            assert_eq!(
+                (served, view.borrows.len()),
+                (asked, 0),
+                "seed {seed}: borrows left waiting: {:?}",
+                view.borrows
+            );
+            assert!(view.homes.is_empty(), "seed {seed}: {:?}", view.homes);
+            assert!(view.moves.is_empty(), "seed {seed}");
+            let at = |o: &BTreeMap<TableId, Option<(Owner, Revision)>>| -> Vec<u32> {
+                o.values().map(|o| o.unwrap().0.server.0).collect()
+            };
+            assert_eq!(at(&view.owners), at(&start), "seed {seed}: not home");
+        }
     }
 }

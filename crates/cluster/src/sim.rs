@@ -649,7 +649,12 @@ impl World {
                     self.report.reassignments += 1;
                 }
             }
+            // (The simulation has no borrows, so no lends or homes.)
+            Action::ForgetHome { .. } => {}
             Action::Move {
+                table, expect, to, ..
+            }
+            | Action::Lend {
                 table, expect, to, ..
             } => {
                 // Only if the table has no pending move yet, and its
@@ -712,7 +717,8 @@ impl World {
                 })
                 .collect(),
             rates: self.rates.clone(),
-            quiet: BTreeSet::new(),
+            borrows: Vec::new(),
+            homes: BTreeMap::new(),
         }
     }
 

@@ -152,6 +152,7 @@ pub async fn commit_tables(
             keys::owner_key(*t),
             keys::manifest_key(*t),
             keys::move_key(*t),
+            keys::home_key(*t),
         ] {
             then.push(TxnOp::delete(cfg.key(&key), None));
         }

@@ -34,7 +34,11 @@
 //!   it out (DROP, then one transaction naming the new owner); a new
 //!   coordinator finds a half-done move in etcd and lets it finish;
 //! - a draining server (`drain/<name>`) receives nothing and gives all
-//!   its tables away, one move at a time.
+//!   its tables away, one move at a time;
+//! - BORROW (`borrow/<name>`, queued by revision): a granted borrow's
+//!   tables are moved to the borrower, the first lend of a table noting
+//!   its home (`home/<id>`); a table no borrow names goes home, and its
+//!   home is forgotten once it is there.
 
 use crate::etcd::{bounded, EtcdConfig};
 use crate::keys::{self, OwnerValue};
@@ -249,6 +253,54 @@ async fn act(
                     ])
                     .and_then(vec![TxnOp::put(e.key(&keys::move_key(*table)), to, None)]);
                 (txn, format!("move {table} to {to}: {reason}"))
+            }
+            Action::Lend {
+                table,
+                expect,
+                to,
+                home,
+            } => {
+                let Some(to) = names.name(*to) else { continue };
+                let mut when = vec![
+                    Compare::create_revision(e.key(&keys::move_key(*table)), CompareOp::Equal, 0),
+                    Compare::mod_revision(
+                        e.key(&keys::owner_key(*table)),
+                        CompareOp::Equal,
+                        expect.0 as i64,
+                    ),
+                    still_coordinator(cfg, lease),
+                ];
+                let mut then = vec![TxnOp::put(e.key(&keys::move_key(*table)), to, None)];
+                let hkey = e.key(&keys::home_key(*table));
+                match home {
+                    Some(home) => {
+                        let Some(home) = names.name(*home) else {
+                            continue;
+                        };
+                        // The first lend notes where the table lives.
+                        when.push(Compare::create_revision(hkey.clone(), CompareOp::Equal, 0));
+                        then.push(TxnOp::put(hkey, home, None));
+                    }
+                    // (A view from before the home was forgotten lends
+                    // nothing: the next round notes the home anew.)
+                    None => when.push(Compare::create_revision(hkey, CompareOp::Greater, 0)),
+                }
+                let txn = Txn::new().when(when).and_then(then);
+                (
+                    txn,
+                    format!("move {table} to {to}: BORROW for an operation"),
+                )
+            }
+            Action::ForgetHome { table, expect } => {
+                let okey = e.key(&keys::owner_key(*table));
+                let owner_is = match expect {
+                    Some(rev) => Compare::mod_revision(okey, CompareOp::Equal, rev.0 as i64),
+                    None => Compare::create_revision(okey, CompareOp::Equal, 0),
+                };
+                let txn = Txn::new()
+                    .when(vec![owner_is, still_coordinator(cfg, lease)])
+                    .and_then(vec![TxnOp::delete(e.key(&keys::home_key(*table)), None)]);
+                (txn, format!("{table} is home (or its home is gone)"))
             }
         };
         if bounded(e, client.txn(txn)).await?.succeeded() {

@@ -14,7 +14,8 @@
 //! | `P drain/<name>`       | empty: the server gives its tables away | none |
 //! | `P meta/bootstrapped`  | `1` once the root table was created | none     |
 //! | `P load/<name>`        | the server's request rate per table: `<id>=<ops/s>` space-separated | membership |
-//! | `P pull/<name>`        | when the server last pulled a table for an operation (Unix seconds) | membership |
+//! | `P borrow/<name>`      | the tables the server's operations need together: `<id>` space-separated; queued by its mod revision | membership |
+//! | `P home/<id>`          | the server a lent table goes back to  | none       |
 //!
 //! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`).
 //! The range lives in `table/<id>`, apart from the owner, so that a split or
@@ -54,8 +55,25 @@ pub fn decode_load(s: &str) -> std::collections::BTreeMap<TableId, u64> {
         .collect()
 }
 
-pub fn pull_key(name: &str) -> String {
-    format!("pull/{name}")
+pub fn borrow_key(name: &str) -> String {
+    format!("borrow/{name}")
+}
+
+/// The value of `borrow/<name>`.
+pub fn encode_tables(tables: &std::collections::BTreeSet<TableId>) -> String {
+    let parts: Vec<String> = tables.iter().map(|t| t.0.to_string()).collect();
+    parts.join(" ")
+}
+
+/// Decodes [`encode_tables`]'s form; `None` when any part is not a table.
+pub fn decode_tables(s: &str) -> Option<std::collections::BTreeSet<TableId>> {
+    s.split_whitespace()
+        .map(|t| t.parse().ok().map(TableId))
+        .collect()
+}
+
+pub fn home_key(t: TableId) -> String {
+    format!("home/{:06}", t.0)
 }
 
 pub fn table_key(t: TableId) -> String {
@@ -100,7 +118,8 @@ pub enum Key {
     Manifest(TableId),
     Move(TableId),
     Load(String),
-    Pull(String),
+    Borrow(String),
+    Home(TableId),
     Coordinator,
     Bootstrapped,
     Other,
@@ -126,7 +145,8 @@ pub fn parse_key(k: &str) -> Key {
         "manifest" => table(rest).map(Key::Manifest),
         "move" => table(rest).map(Key::Move),
         "load" if valid_name(rest) => Some(Key::Load(rest.to_string())),
-        "pull" if valid_name(rest) => Some(Key::Pull(rest.to_string())),
+        "borrow" if valid_name(rest) => Some(Key::Borrow(rest.to_string())),
+        "home" => table(rest).map(Key::Home),
         _ => None,
     };
     parsed.unwrap_or(Key::Other)
@@ -201,6 +221,11 @@ mod tests {
         assert_eq!(parse_key(&member_key("s1")), Key::Member("s1".into()));
         assert_eq!(parse_key(&drain_key("s1")), Key::Drain("s1".into()));
         assert_eq!(parse_key("coordinator"), Key::Coordinator);
+        assert_eq!(parse_key(&borrow_key("s1")), Key::Borrow("s1".into()));
+        assert_eq!(parse_key(&home_key(TableId(4))), Key::Home(TableId(4)));
+        let set = [TableId(3), TableId(12)].into();
+        assert_eq!(decode_tables(&encode_tables(&set)), Some(set));
+        assert_eq!(decode_tables("3 x"), None);
         assert_eq!(parse_key("member/a b"), Key::Other);
         assert_eq!(parse_key("owner/x"), Key::Other);
         assert!(!valid_name("") && !valid_name("a/b") && valid_name("s-1"));

@@ -73,13 +73,12 @@ pub struct ClusterState {
     pub bootstrapped: bool,
     /// Per server, the request rate of each table it last published.
     pub loads: BTreeMap<String, BTreeMap<TableId, u64>>,
-    /// Per server, when it last pulled a table for an operation (Unix
-    /// seconds, its own clock).
-    pub pulls: BTreeMap<String, u64>,
+    /// Per server, its borrow: the tables its operations need together,
+    /// and the borrow key's mod revision (its place in the queue).
+    pub borrows: BTreeMap<String, (BTreeSet<TableId>, Revision)>,
+    /// Where each lent table goes back to.
+    pub homes: BTreeMap<TableId, String>,
 }
-
-/// How long after pulling a table a server gives nothing away for balance.
-pub const QUIET_AFTER_PULL_SECS: u64 = 30;
 
 /// One routing entry: a table, its range, its owner and where to reach it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,13 +163,20 @@ impl ClusterState {
             (Key::Load(n), None) => {
                 self.loads.remove(&n);
             }
-            (Key::Pull(n), Some((Some(v), _, _))) => {
-                if let Ok(t) = v.trim().parse() {
-                    self.pulls.insert(n, t);
+            (Key::Borrow(n), Some((Some(v), rev, _))) => match keys::decode_tables(v) {
+                Some(tables) => {
+                    self.borrows.insert(n, (tables, Revision(rev as u64)));
                 }
+                None => tracing::warn!(key, value = v, "etcd: not a list of tables; ignored"),
+            },
+            (Key::Borrow(n), None) => {
+                self.borrows.remove(&n);
             }
-            (Key::Pull(n), None) => {
-                self.pulls.remove(&n);
+            (Key::Home(t), Some((Some(v), _, _))) if keys::valid_name(v) => {
+                self.homes.insert(t, v.to_string());
+            }
+            (Key::Home(t), None) => {
+                self.homes.remove(&t);
             }
             // Manifests are read when a table is loaded, not cached.
             (Key::Manifest(_), _) => {}
@@ -261,13 +267,17 @@ impl ClusterState {
         for (t, m) in &self.moves {
             view.moves.insert(*t, names.id(&m.to));
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        for (server, at) in &self.pulls {
-            if now.saturating_sub(*at) < QUIET_AFTER_PULL_SECS {
-                view.quiet.insert(names.id(server));
-            }
+        let mut queue: Vec<(&Revision, &String, &BTreeSet<TableId>)> = self
+            .borrows
+            .iter()
+            .map(|(server, (tables, rev))| (rev, server, tables))
+            .collect();
+        queue.sort();
+        for (_, server, tables) in queue {
+            view.borrows.push((names.id(server), tables.clone()));
+        }
+        for (t, home) in &self.homes {
+            view.homes.insert(*t, names.id(home));
         }
         // A table's rate as its current owner published it.
         for (t, o) in &self.owners {
@@ -567,5 +577,27 @@ mod tests {
         s.apply("coordinator", None);
         assert!(s.route(Soid::MAX).unwrap().address.is_none());
         assert!(s.moves.is_empty() && s.coordinator.is_none());
+    }
+
+    #[test]
+    fn borrows_queue_by_revision_and_homes_are_kept() {
+        let mut s = ClusterState::default();
+        for (n, rev) in [("a", 20), ("b", 9), ("c", 15)] {
+            s.apply(&format!("member/{n}"), Some((b"x:1", 1, 1)));
+            s.apply(&format!("borrow/{n}"), Some((b"1 2", rev, 1)));
+        }
+        s.apply("borrow/c", Some((b"1 x", 30, 1)));
+        s.apply("home/000002", Some((b"a", 5, 0)));
+        let (view, names) = s.cluster_view();
+        let order: Vec<&str> = view
+            .borrows
+            .iter()
+            .map(|(id, _)| names.name(*id).unwrap())
+            .collect();
+        assert_eq!(order, ["b", "c", "a"], "by revision; a bad value ignored");
+        assert_eq!(names.name(view.homes[&TableId(2)]), Some("a"));
+        s.apply("borrow/b", None);
+        s.apply("home/000002", None);
+        assert!(!s.borrows.contains_key("b") && s.homes.is_empty());
     }
 }

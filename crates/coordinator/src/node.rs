@@ -141,6 +141,10 @@ impl EtcdCluster {
     pub async fn leave(self, timeout: Duration) -> Result<(), CoordError> {
         let mut client = connect(&self.etcd).await?;
         crate::admin::set_draining(&mut client, &self.etcd, &self.name, true).await?;
+        // What this server borrowed may go (a borrow holds its tables).
+        if let Err(e) = self.end_borrow().await {
+            tracing::warn!(error = %e, "leaving: cannot RETURN borrowed tables");
+        }
         let name = self.name.clone();
         let emptied = self
             .map
@@ -180,15 +184,38 @@ impl EtcdCluster {
         .await
     }
 
-    /// Notes that this server just pulled a table for an operation
-    /// (`pull/<name>`, on its membership lease): for a while the
-    /// coordinator's balancing takes nothing from it.
-    pub async fn note_pull(&self) -> Result<(), CoordError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        self.put_on_lease(&crate::keys::pull_key(&self.name), now.to_string())
-            .await
+    /// BORROW: asks for `tables` to be moved here together
+    /// (`borrow/<name>`, on the membership lease: a server that dies
+    /// returns what it borrowed). Writing it again — a larger set — puts
+    /// it at the end of the coordinator's queue.
+    pub async fn borrow(
+        &self,
+        tables: &std::collections::BTreeSet<TableId>,
+    ) -> Result<(), CoordError> {
+        self.put_on_lease(
+            &crate::keys::borrow_key(&self.name),
+            crate::keys::encode_tables(tables),
+        )
+        .await
+    }
+
+    /// RETURN: this server's operations no longer need its borrowed
+    /// tables together; the coordinator sends them home, or to the next
+    /// borrower.
+    pub async fn end_borrow(&self) -> Result<(), CoordError> {
+        let mut client = self.load_client.lock().await;
+        if client.is_none() {
+            *client = Some(connect(&self.etcd).await?);
+        }
+        let Some(c) = client.as_mut() else {
+            return Ok(());
+        };
+        let key = self.etcd.key(&crate::keys::borrow_key(&self.name));
+        let r = crate::etcd::bounded(&self.etcd, c.delete(key, None)).await;
+        if r.is_err() {
+            *client = None;
+        }
+        r.map(|_| ())
     }
 
     /// Puts `key` (under the prefix) on the membership lease, so it goes

@@ -28,20 +28,20 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
-    /// Whether [`Placement::pull`] can ever bring a table here (a single
-    /// server holds everything: no).
+    /// Whether [`Placement::borrow`] can ever bring a table here (a
+    /// single server holds everything: no).
     fn can_pull(&self) -> bool {
         false
     }
-    /// An operation here also needs the table holding `soid`, which
-    /// another server holds: bring it here (a move through the
-    /// coordinator) and say whether it now serves here. A single server
-    /// holds everything: `false`.
-    fn pull(
-        &self,
-        soid: Soid,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
-        let _ = soid;
+    /// An operation here needs the tables holding `soids` together, and
+    /// another server holds some: BORROW them (moves through the
+    /// coordinator) and say whether they now all serve here. A single
+    /// server holds everything: `false`.
+    fn borrow<'a>(
+        &'a self,
+        soids: &'a [Soid],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        let _ = soids;
         Box::pin(std::future::ready(false))
     }
 }

@@ -456,7 +456,8 @@ impl Shared {
             return self.execute(cred, op, fx, request).await;
         }
         let route = op.route_soid();
-        let mut pulls = 0;
+        // The SOIDs whose tables the operation needs here together.
+        let mut needs: Vec<Soid> = route.into_iter().collect();
         loop {
             let result = match self.execute(cred, op.clone(), fx, request).await {
                 // The engine names the first table it touched; when that
@@ -474,9 +475,9 @@ impl Shared {
                 r => r,
             };
             match result {
-                Err(FsError::NeedsTable { soid }) if pulls < MAX_PULLS => {
-                    pulls += 1;
-                    if !self.placement.pull(soid).await {
+                Err(FsError::NeedsTable { soid }) if needs.len() <= MAX_PULLS => {
+                    needs.push(soid);
+                    if !self.placement.borrow(&needs).await {
                         return Err(FsError::CrossServer);
                     }
                     *fx = Effects::default();

@@ -18,10 +18,9 @@
 //! server by DROP/ADD while this one still serves, so clients never wait
 //! a lease out — then stop serving, write back what is left, leave.
 //!
-//! What a cluster does not do yet (issue 21): BORROW of a whole set at
-//! once (an operation over tables held by two servers pulls them here one
-//! at a time, and they go back once unused: [`placement`]); log-less
-//! durability is refused. Search covers every server (the client asks them all at once,
+//! An operation over tables held by several servers BORROWs them here
+//! together and RETURNs them once unused ([`placement`]). What a cluster
+//! does not do yet (issue 21): log-less durability is refused. Search covers every server (the client asks them all at once,
 //! [`crate::peers`] reads other servers' directories).
 
 pub mod catalog;
@@ -100,7 +99,7 @@ pub fn run(
         let coordination: Arc<dyn Coordination> = Arc::clone(&node) as Arc<dyn Coordination>;
         let placement = Arc::new(
             placement::ClusterPlacement::new(coordination)
-                .with_etcd(etcd.clone(), Arc::clone(&node))
+                .with_etcd(Arc::clone(&node))
                 .with_engine(engine.clone()),
         );
         // Stopped when serving ends: it holds the shell, which `leave`

@@ -14,44 +14,71 @@
 
 use crate::placement::Placement;
 use sextant_cluster::ids::TableId;
-use sextant_coordinator::{ClusterState, CoordError, Coordination, EtcdCluster, EtcdConfig};
+use sextant_coordinator::{ClusterState, Coordination, EtcdCluster};
 use sextant_proto::pb;
 use sextant_proto::route::{route_to_pb, Route, RouteTable};
 use sextant_proto::soid_to_pb;
 use sextant_types::Soid;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long [`Placement::pull`] waits for a table to come here.
-const PULL_WAIT: Duration = Duration::from_secs(10);
+/// How long [`Placement::borrow`] waits for its tables to come here
+/// (behind other borrows of the same tables, in the coordinator's queue).
+const BORROW_WAIT: Duration = Duration::from_secs(30);
 
-/// A table an operation pulled here goes home (RETURN) once no operation
-/// here has pulled it for this long: the operations of a burst (an `mv`
-/// of many files, a `cp` across servers) share one BORROW, and the
-/// balancer's placement is back soon after.
+/// A granted borrow is RETURNed once its tables have gone this long
+/// without an operation here: the operations of a burst (an `mv` of many
+/// files, a `cp` across servers) share one BORROW.
 pub const RETURN_AFTER: Duration = Duration::from_secs(2);
 
-/// A pulled table in constant use here goes home after this long all the
+/// A granted borrow in constant use is RETURNed after this long all the
 /// same (the balancer's placement wins over one busy borrower).
 pub const RETURN_AT_MOST: Duration = Duration::from_secs(30);
+
+/// A granted borrow another server waits for is RETURNed once an
+/// operation here used it, or after this long.
+const YIELD_AFTER: Duration = Duration::from_millis(500);
+
+/// How often the returner looks at this server's borrow.
+const RETURN_TICK: Duration = Duration::from_millis(50);
 
 /// Which SOIDs a cluster server serves.
 pub struct ClusterPlacement {
     coordination: Arc<dyn Coordination>,
-    /// Where move requests go (`None`: this server cannot pull tables).
-    etcd: Option<EtcdConfig>,
-    client: Arc<EtcdSlot>,
-    /// Tells the coordinator this server pulled a table (so balancing
-    /// leaves its tables together for a while).
+    /// Where borrows are published (`None`: this server cannot borrow).
     node: Option<Arc<EtcdCluster>>,
-    /// Tables pulled here: the server each came from and the pull's
-    /// number (a later pull of the same table postpones its return).
-    borrowed: Arc<parking_lot::Mutex<std::collections::HashMap<TableId, (String, u64)>>>,
-    /// Numbers pulls.
-    pulls: std::sync::atomic::AtomicU64,
-    /// The engine, whose per-table operation counts keep a pulled table
-    /// here while it is in use.
+    /// This server's borrow (at most one: its operations' tables, merged).
+    borrow: Arc<tokio::sync::Mutex<Borrow>>,
+    /// Operations waiting in [`Placement::borrow`].
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    /// The returner task, started with the first borrow.
+    returner: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    /// The engine, whose per-table operation counts say whether a
+    /// borrow is still in use.
     engine: Option<sextant_engine::Engine>,
+}
+
+/// This server's borrow, as it published it in `borrow/<name>`.
+#[derive(Debug, Default)]
+struct Borrow {
+    /// The tables (empty: no borrow).
+    tables: BTreeSet<TableId>,
+    /// When the tables last changed (a new borrow, or one grown).
+    since: Option<tokio::time::Instant>,
+    /// When every table was first seen served here.
+    granted: Option<tokio::time::Instant>,
+    /// The tables' operation count when granted, and when it last changed.
+    ops_at_grant: u64,
+    ops_seen: (u64, Option<tokio::time::Instant>),
+}
+
+impl Drop for ClusterPlacement {
+    fn drop(&mut self) {
+        if let Some(t) = self.returner.get() {
+            t.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for ClusterPlacement {
@@ -66,122 +93,111 @@ impl ClusterPlacement {
     pub fn new(coordination: Arc<dyn Coordination>) -> ClusterPlacement {
         ClusterPlacement {
             coordination,
-            etcd: None,
-            client: Arc::default(),
             node: None,
-            borrowed: Arc::default(),
-            pulls: std::sync::atomic::AtomicU64::new(0),
+            borrow: Arc::default(),
+            waiting: Arc::default(),
+            returner: std::sync::OnceLock::new(),
             engine: None,
         }
     }
 
-    /// Keeps a pulled table here while `engine` uses it (see
+    /// Keeps a borrow while `engine` uses its tables (see
     /// [`RETURN_AFTER`]).
     pub fn with_engine(mut self, engine: sextant_engine::Engine) -> ClusterPlacement {
         self.engine = Some(engine);
         self
     }
 
-    /// Lets the server pull tables it needs (see [`Placement::pull`]).
-    pub fn with_etcd(mut self, etcd: EtcdConfig, node: Arc<EtcdCluster>) -> ClusterPlacement {
-        self.etcd = Some(etcd);
+    /// Lets the server borrow tables it needs (see [`Placement::borrow`]).
+    pub fn with_etcd(mut self, node: Arc<EtcdCluster>) -> ClusterPlacement {
         self.node = Some(node);
         self
     }
 
-    /// Asks the coordinator to move `table` here (once; a move already
-    /// pending, or the map already naming this server, is fine).
-    async fn request_here(&self, table: TableId) -> Result<(), CoordError> {
-        let Some(cfg) = &self.etcd else {
-            return Ok(());
-        };
-        request_move(cfg, &self.client, table, self.coordination.name()).await
-    }
-
-    /// RETURN: once `table`, pulled here by pull number `n`, has gone
-    /// [`RETURN_AFTER`] without an operation (or [`RETURN_AT_MOST`] in
-    /// all), asks the coordinator to move it back to `home` (if that is
-    /// still a member that is not draining, and the table is still here).
-    /// A later pull of the table takes over its return.
-    fn return_later(&self, table: TableId, home: String, n: u64) {
-        let Some(cfg) = self.etcd.clone() else {
-            return;
-        };
-        let (coordination, client, borrowed) = (
+    /// Starts the returner (once): every [`RETURN_TICK`] it decides
+    /// whether this server's borrow ends ([`return_due`]) and, if so,
+    /// RETURNs it.
+    fn start_returner(&self, node: &Arc<EtcdCluster>) {
+        let (coordination, borrow, node, waiting) = (
             Arc::clone(&self.coordination),
-            Arc::clone(&self.client),
-            Arc::clone(&self.borrowed),
+            Arc::clone(&self.borrow),
+            Arc::clone(node),
+            Arc::clone(&self.waiting),
         );
         let engine = self.engine.clone();
-        let used = move || {
-            let id = u64::from(table.0);
-            engine
-                .as_ref()
-                .and_then(|e| e.table_ops().into_iter().find(|(t, _)| *t == id))
-                .map(|(_, ops)| ops)
-        };
-        tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
-            let mut last = used();
-            loop {
-                tokio::time::sleep(RETURN_AFTER).await;
-                if borrowed.lock().get(&table).is_none_or(|(_, at)| *at != n) {
-                    return;
+        self.returner.get_or_init(|| {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(RETURN_TICK).await;
+                    let mut b = borrow.lock().await;
+                    if b.tables.is_empty() {
+                        continue;
+                    }
+                    let ops = engine.as_ref().map_or(0, |e| {
+                        let ops = e.table_ops();
+                        b.tables
+                            .iter()
+                            .map(|t| {
+                                let id = u64::from(t.0);
+                                ops.iter().find(|(x, _)| *x == id).map_or(0, |(_, n)| *n)
+                            })
+                            .sum()
+                    });
+                    let state = coordination.map().borrow().clone();
+                    let here = b
+                        .tables
+                        .iter()
+                        .all(|t| coordination.serving(*t).is_some());
+                    let waited_for = state.borrows.iter().any(|(server, (tables, _))| {
+                        server != coordination.name() && !tables.is_disjoint(&b.tables)
+                    });
+                    let now = tokio::time::Instant::now();
+                    let waiting = waiting.load(std::sync::atomic::Ordering::SeqCst);
+                    if !return_due(&mut b, waiting, here, ops, waited_for, now) {
+                        continue;
+                    }
+                    tracing::info!(tables = ?b.tables, "RETURN: borrowed tables are free to go home");
+                    metrics::counter!("sextant_table_returns_total").increment(1);
+                    match node.end_borrow().await {
+                        Ok(()) => *b = Borrow::default(),
+                        Err(e) => tracing::warn!(error = %e, "cannot RETURN borrowed tables; again soon"),
+                    }
                 }
-                let now = used();
-                if now == last || started.elapsed() >= RETURN_AT_MOST {
-                    break;
-                }
-                last = now;
-            }
-            {
-                let mut b = borrowed.lock();
-                if b.get(&table).is_none_or(|(_, at)| *at != n) {
-                    return;
-                }
-                b.remove(&table);
-            }
-            let state = coordination.map().borrow().clone();
-            let here = state
-                .owner(table)
-                .is_some_and(|o| o.server == coordination.name());
-            let home_alive = state.members.contains_key(&home) && !state.draining.contains(&home);
-            if !here || !home_alive {
-                return;
-            }
-            tracing::info!(%table, to = %home, "returning a pulled table");
-            metrics::counter!("sextant_table_returns_total").increment(1);
-            if let Err(e) = request_move(&cfg, &client, table, &home).await {
-                tracing::warn!(%table, error = %e, "cannot return a pulled table");
-            }
+            })
         });
     }
 }
 
-/// A connection to etcd for move requests, made on first use.
-type EtcdSlot = tokio::sync::Mutex<Option<sextant_coordinator::EtcdClient>>;
-
-/// Asks the coordinator to move `table` to `to` (a move already pending,
-/// or the map already naming `to`, is fine).
-async fn request_move(
-    cfg: &EtcdConfig,
-    slot: &EtcdSlot,
-    table: TableId,
-    to: &str,
-) -> Result<(), CoordError> {
-    let mut slot = slot.lock().await;
-    if slot.is_none() {
-        *slot = Some(sextant_coordinator::etcd::connect(cfg).await?);
+/// Whether a borrow ends now (pure: the returner's rule). `waiting`:
+/// operations here waiting for tables; `here`: every table is served
+/// here; `ops`: the tables' operation count; `waited_for`: another
+/// server's borrow names one of them.
+fn return_due(
+    b: &mut Borrow,
+    waiting: usize,
+    here: bool,
+    ops: u64,
+    waited_for: bool,
+    now: tokio::time::Instant,
+) -> bool {
+    if ops != b.ops_seen.0 || b.ops_seen.1.is_none() {
+        b.ops_seen = (ops, Some(now));
     }
-    let Some(client) = slot.as_mut() else {
-        return Ok(());
+    let Some(granted) = b.granted.filter(|_| here) else {
+        b.granted = None;
+        if here {
+            b.granted = Some(now);
+            b.ops_at_grant = ops;
+            return false;
+        }
+        // Not granted (yet): given up when no operation waits for it.
+        return waiting == 0 && b.since.is_some_and(|s| now - s >= Duration::from_secs(1));
     };
-    let asked = sextant_coordinator::admin::request_move(client, cfg, table, to).await;
-    if asked.is_err() {
-        // A broken connection is made again next time.
-        *slot = None;
-    }
-    asked.map(|_| ())
+    let idle_since = b.ops_seen.1.unwrap_or(granted).max(granted);
+    let used = ops != b.ops_at_grant;
+    (waiting == 0 && now - idle_since >= RETURN_AFTER)
+        || now - granted >= RETURN_AT_MOST
+        || (waited_for && (used || now - granted >= YIELD_AFTER))
 }
 
 /// The client's route map of one view of the cluster: every table whose
@@ -282,72 +298,88 @@ impl Placement for ClusterPlacement {
     }
 
     fn can_pull(&self) -> bool {
-        self.etcd.is_some()
+        self.node.is_some()
     }
 
-    /// BORROW, one table at a time: a table an operation needs is moved
-    /// here and the operation runs as an ordinary local transaction; the
-    /// table goes back where it came from once it has not been used here
-    /// for [`RETURN_AFTER`] (RETURN, [`ClusterPlacement::return_later`]).
-    /// Waits up to [`PULL_WAIT`] for the table to serve here.
-    fn pull(
-        &self,
-        soid: Soid,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+    /// BORROW (Ursa Minor §3.5): an operation here needs the tables
+    /// holding `soids` together. They join this server's borrow
+    /// (`borrow/<name>`), the coordinator moves them here in its queue's
+    /// order, and the operation then runs as an ordinary local
+    /// transaction; the returner RETURNs them once they are not used (see
+    /// [`return_due`]). Waits up to [`BORROW_WAIT`] for every one to serve
+    /// here.
+    fn borrow<'a>(
+        &'a self,
+        soids: &'a [Soid],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
         Box::pin(async move {
-            if self.etcd.is_none() {
+            let Some(node) = &self.node else {
                 return false;
-            }
-            let deadline = tokio::time::Instant::now() + PULL_WAIT;
-            let mut map = self.coordination.map();
-            let mut asked_at: Option<tokio::time::Instant> = None;
-            // Where the table was: where it goes back to (RETURN).
-            let home = {
-                let state = map.borrow();
-                state
-                    .table_of(soid)
-                    .and_then(|t| state.owner(t).map(|o| (t, o.server.clone())))
-                    .filter(|(_, s)| s != self.coordination.name())
             };
+            self.start_returner(node);
+            let deadline = tokio::time::Instant::now() + BORROW_WAIT;
+            let mut map = self.coordination.map();
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _waiting = Waiting(Arc::clone(&self.waiting));
+            let mut asked_at: Option<tokio::time::Instant> = None;
             loop {
-                if self.check(soid).is_ok() {
-                    if let (Some((table, home)), Some(_)) = (home, asked_at) {
-                        let n = self
-                            .pulls
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        self.borrowed.lock().insert(table, (home.clone(), n));
-                        self.return_later(table, home, n);
-                    }
+                if soids.iter().all(|s| self.check(*s).is_ok()) {
                     return true;
                 }
-                let table = map.borrow_and_update().table_of(soid);
-                let Some(table) = table else { return false };
-                // (Again every second: a move refused because another
-                // was pending is asked anew.)
-                if asked_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    asked_at = Some(tokio::time::Instant::now());
-                    if let Err(e) = self.request_here(table).await {
-                        tracing::warn!(%table, error = %e, "cannot ask for a table an operation needs");
-                        return false;
-                    }
-                    tracing::info!(%table, "pulling a table an operation needs");
-                    metrics::counter!("sextant_table_pulls_total").increment(1);
-                    if let Some(node) = &self.node {
-                        if let Err(e) = node.note_pull().await {
-                            tracing::debug!(error = %e, "cannot note the pull");
+                let state = map.borrow_and_update().clone();
+                let Some(tables) = soids
+                    .iter()
+                    .map(|s| state.table_of(*s))
+                    .collect::<Option<BTreeSet<TableId>>>()
+                else {
+                    return false;
+                };
+                {
+                    let mut b = self.borrow.lock().await;
+                    let published = state
+                        .borrows
+                        .get(self.coordination.name())
+                        .is_some_and(|(t, _)| *t == b.tables);
+                    let grows = !tables.is_subset(&b.tables);
+                    // Written when it grows, and again (every second) when
+                    // the map does not show it: a RETURN took it meanwhile,
+                    // or the write was lost.
+                    if grows
+                        || (!published
+                            && asked_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)))
+                    {
+                        b.tables.extend(tables.iter().copied());
+                        b.since = Some(tokio::time::Instant::now());
+                        b.granted = None;
+                        asked_at = Some(tokio::time::Instant::now());
+                        if let Err(e) = node.borrow(&b.tables).await {
+                            tracing::warn!(error = %e, "cannot ask to BORROW the tables an operation needs");
+                            return false;
                         }
+                        tracing::info!(tables = ?b.tables, "BORROW: asked for the tables an operation needs");
+                        metrics::counter!("sextant_table_pulls_total").increment(1);
                     }
                 }
                 let now = tokio::time::Instant::now();
                 if now >= deadline {
                     return false;
                 }
-                // The map changes when the table's owner does; the ADD
+                // The map changes when a table's owner does; the ADD
                 // here follows (serving), so look again at least often.
                 let wait = (deadline - now).min(Duration::from_millis(50));
                 let _ = tokio::time::timeout(wait, map.changed()).await;
             }
         })
+    }
+}
+
+/// Counts an operation waiting in [`Placement::borrow`] until dropped.
+struct Waiting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -466,6 +498,59 @@ mod tests {
         let servers: Vec<&str> = map.routes.iter().map(|r| r.server.as_str()).collect();
         assert_eq!(servers, ["a", "b", "a"]);
         assert_eq!(map.revision, 42);
+    }
+
+    #[test]
+    fn a_borrow_is_returned_when_idle_or_wanted_and_used_never_unused() {
+        let t0 = tokio::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let fresh = || Borrow {
+            tables: [TableId(1), TableId(2)].into(),
+            since: Some(t0),
+            ..Borrow::default()
+        };
+        // Not granted yet: kept while an operation waits for it, given up
+        // a second after none does.
+        let mut b = fresh();
+        assert!(!return_due(&mut b, 1, false, 0, false, at(5_000)));
+        assert!(!return_due(&mut b, 0, false, 0, false, at(500)));
+        assert!(return_due(&mut b, 0, false, 0, false, at(1_000)));
+        // Granted at 100 ms, then used until 3 s: returned 2 s after the
+        // last use.
+        let mut b = fresh();
+        assert!(!return_due(&mut b, 1, true, 10, false, at(100)));
+        for ms in (200..=3_000).step_by(100) {
+            assert!(!return_due(&mut b, 0, true, 10 + ms, false, at(ms)), "{ms}");
+        }
+        assert!(!return_due(&mut b, 0, true, 3_010, false, at(4_900)));
+        assert!(return_due(&mut b, 0, true, 3_010, false, at(5_000)));
+        // In constant use: returned after RETURN_AT_MOST all the same.
+        let mut b = fresh();
+        assert!(!return_due(&mut b, 0, true, 0, false, at(0)));
+        let most = RETURN_AT_MOST.as_millis() as u64;
+        assert!(!return_due(&mut b, 0, true, 1, false, at(most - 1)));
+        assert!(return_due(&mut b, 0, true, 2, false, at(most)));
+        // Another server waits: returned once used here, not before (or
+        // after YIELD_AFTER: a borrow nobody here uses is not held).
+        let mut b = fresh();
+        assert!(!return_due(&mut b, 1, true, 7, true, at(0)));
+        assert!(!return_due(&mut b, 1, true, 7, true, at(10)));
+        assert!(return_due(&mut b, 0, true, 8, true, at(20)));
+        let mut b = fresh();
+        assert!(!return_due(&mut b, 1, true, 7, true, at(0)));
+        assert!(return_due(
+            &mut b,
+            1,
+            true,
+            7,
+            true,
+            at(YIELD_AFTER.as_millis() as u64)
+        ));
+        // A table taken away (failover) un-grants it.
+        let mut b = fresh();
+        assert!(!return_due(&mut b, 1, true, 0, false, at(0)));
+        assert!(!return_due(&mut b, 1, false, 0, false, at(3_000)));
+        assert!(b.granted.is_none());
     }
 
     #[test]
