@@ -687,6 +687,19 @@ fn cluster_secret_near(data: &Path, address: &str) -> Option<String> {
     sextant_server::secret::read(&sextant_server::secret::path(&e.data)).ok()
 }
 
+/// The cluster secret of the cluster `up` recorded in `<data>`: that of
+/// the server at `address` if it is one of them, else the first server's
+/// (they share one). `None`: no record, or no secret this user may read.
+pub fn secret_from_record(data: &Path, address: Option<&str>) -> Option<String> {
+    if let Some(s) = address.and_then(|a| cluster_secret_near(data, a)) {
+        return Some(s);
+    }
+    let text = std::fs::read_to_string(data.join(RECORD)).ok()?;
+    let r: Record = toml::from_str(&text).ok()?;
+    let first = r.servers.first()?;
+    sextant_server::secret::read(&sextant_server::secret::path(&first.data)).ok()
+}
+
 async fn move_table(
     data: &Path,
     cfg: &EtcdConfig,

@@ -211,7 +211,8 @@ fn answers(addr: &str) -> bool {
 }
 
 /// The cluster secret, if this user can read it: `--secret`, the
-/// `--secret-file` (or config file's), or `<data>/secret`. A secret file
+/// `--secret-file` (or config file's), `<data>/secret`, or — `<data>`
+/// being a `sextant cluster up` directory — its servers'. A secret file
 /// this user may not read counts as none (a local user then goes through
 /// the Unix socket as themselves); a secret file named but missing is an
 /// error.
@@ -222,7 +223,11 @@ pub fn find_secret(t: &Target) -> Result<Option<String>> {
     if let Some(f) = t.secret_file {
         return read_secret(f, true);
     }
-    read_secret(&sextant_server::secret::path(t.data), false)
+    if let Some(s) = read_secret(&sextant_server::secret::path(t.data), false)? {
+        return Ok(Some(s));
+    }
+    // `--data` of a whole `sextant cluster up`: its servers' secret.
+    Ok(crate::cluster::secret_from_record(t.data, t.server))
 }
 
 /// A secret file's contents; `None` if this user may not read it, or if it

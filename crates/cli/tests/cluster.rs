@@ -137,6 +137,20 @@ fn cluster_up_serves_one_namespace_from_several_processes() {
     sextant_ok(&s1, &s1_data, &["mkdir", "/a"]);
     sextant_ok(&s2, &s1_data, &["touch", "/a/f"]);
     assert_eq!(sextant_ok(&s2, &s1_data, &["ls", "/a"]).trim(), "f");
+    // `--data` of the whole `up` directory finds the servers' secret.
+    for addr in [&s1, &s2] {
+        let out = Command::new(BIN)
+            .args(["--server", addr, "--data"])
+            .arg(&data)
+            .args(["ls", "/a"])
+            .env_remove("SEXTANT_SECRET_FILE")
+            .env_remove("SEXTANT_SECRET")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "--data {}: {said}", data.display());
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "f");
+    }
     // Move the table holding /a to whichever server does not own it.
     let owner = |st: &serde_json::Value| {
         tables_by_server(st)
