@@ -2143,3 +2143,150 @@ fn an_etcd_over_tls_with_client_certificates() {
         assert!(err.contains(what), "{err}");
     }
 }
+
+/// Issue 20: the engine's catalogue on etcd plans its fences from a map
+/// of its own (a watch that may lag behind etcd, and behind the shell's
+/// map). A commit refused only because that map is behind — etcd still
+/// names this server — is `Stale` (the engine keeps the table); only one
+/// etcd backs, another server owning the table, is `NotOwner` (fencing).
+/// Before, both were `NotOwner`: a DROP refused on a map that had not yet
+/// seen the server's own root table left that table served by no one.
+#[test]
+fn the_catalogue_tells_a_map_behind_etcd_from_fencing() {
+    use sextant_coordinator::keys::{self, OwnerValue};
+    use sextant_engine::member::ROOT_TABLE_ID;
+    use sextant_engine::store::{MemStore, Store};
+    use sextant_engine::{
+        CatalogChange, CatalogError, Engine, EngineConfig, MemCatalog, MemberConfig, TableCatalog,
+    };
+    use sextant_server::cluster::catalog::EtcdCatalog;
+    use std::sync::Arc;
+    let Some((_dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    // A real manifest of the root table (table 1, the whole SOID space).
+    let mem = Arc::new(MemCatalog::new());
+    let _engine = Engine::open_member(
+        Arc::new(MemStore::new()) as Arc<dyn Store>,
+        EngineConfig {
+            flush_interval: None,
+            ..Default::default()
+        },
+        MemberConfig {
+            name: "a".into(),
+            catalog: Arc::clone(&mem) as _,
+        },
+    )
+    .unwrap();
+    let manifest = mem.manifest(ROOT_TABLE_ID).unwrap();
+    let change = || CatalogChange {
+        put: vec![manifest.clone()],
+        remove: Vec::new(),
+    };
+    let cfg = sextant_coordinator::EtcdConfig::new(vec![etcd.url.clone()]);
+    // A map that never catches up: it has seen nothing.
+    let (_map, behind) =
+        tokio::sync::watch::channel(Arc::new(sextant_coordinator::ClusterState::default()));
+    let catalog = EtcdCatalog::start("a", cfg.clone(), behind).unwrap();
+    // Unknown to the map and to etcd: created as a's (as the first
+    // server's engine makes the root). etcd may still be electing itself.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match catalog.commit("a", change()) {
+            Ok(()) => break,
+            Err(CatalogError::Unavailable(e)) if Instant::now() < deadline => {
+                eprintln!("etcd not ready: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("the first commit: {e}"),
+        }
+    }
+    // The same commit on the same map: refused (the map does not know
+    // the table is a's), but etcd says a owns it: not fencing.
+    let r = catalog.commit("a", change());
+    assert!(matches!(r, Err(CatalogError::Stale(_))), "{r:?}");
+    // etcd gives the table to b: now it is.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(&cfg).await.unwrap();
+        let owner = OwnerValue {
+            epoch: sextant_cluster::ids::Epoch(2),
+            server: "b".into(),
+        };
+        c.put(
+            cfg.key(&keys::owner_key(sextant_cluster::ids::TableId(1))),
+            owner.encode(),
+            None,
+        )
+        .await
+        .unwrap();
+    });
+    let r = catalog.commit("a", change());
+    assert!(
+        matches!(r, Err(CatalogError::NotOwner { table: 1, .. })),
+        "{r:?}"
+    );
+}
+
+/// Issue 20, end to end: server a's DROP of the table holding /d has its
+/// final commit refused (`stale-drop-commit:1`: what the catalogue
+/// answers when its map lags behind etcd) while a lives. Before, the
+/// table had already left a's engine: every retried DROP answered "not
+/// held here" and the table was served by no one. Now the move finishes
+/// and nothing acknowledged is lost.
+#[test]
+fn a_drop_whose_commit_is_refused_still_moves_the_table() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &[],
+        &[("SEXTANT_FAULT", "stale-drop-commit:1")],
+    );
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("a holds the root table", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "a" && t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
+    for i in 0..20 {
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/d/f{i}")]);
+    }
+    let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
+    let _b = KillOnDrop(b);
+    wait_for("b is a member", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "b")
+    });
+    let moved = Command::new(BIN)
+        .args(["cluster", "move", "/d", "b", "--etcd", &etcd.url])
+        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+        .output()
+        .unwrap();
+    assert!(
+        moved.status.success(),
+        "the move: {}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    wait_for("b serves every table", Duration::from_secs(30), || {
+        let Ok(st) = try_status_on(&etcd.url, &secret) else {
+            return false;
+        };
+        let t = tables_by_server(&st);
+        t.iter().all(|x| x.0 == "b" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+    });
+    for addr in [&a_addr, &b_addr] {
+        let listing = sextant_ok(addr, &secret, &["ls", "/d"]);
+        assert_eq!(listing.split_whitespace().count(), 20, "{addr}: {listing}");
+    }
+    sextant_ok(&a_addr, &secret, &["touch", "/d/after"]);
+}

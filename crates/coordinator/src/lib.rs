@@ -85,7 +85,7 @@ pub use etcd_client::Client as EtcdClient;
 pub use map::{ClusterState, DelegationMap, Route};
 pub use membership::{Membership, MembershipConfig};
 pub use node::{ClusterConfig, Coordination, EtcdCluster, InProcess};
-pub use ownership::{CommitError, Grant, HostError, Ownership, TableHost};
+pub use ownership::{CommitError, Grant, HostError, NotHeld, Ownership, TableHost};
 
 /// What coordination on etcd can fail with.
 #[derive(Debug, thiserror::Error)]

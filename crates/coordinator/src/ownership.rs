@@ -19,6 +19,14 @@
 //!   the acknowledged DROP of R3. Its outcome unknown (etcd did not
 //!   answer), the same manifest is committed again; the table never
 //!   serves again here before the outcome is known.
+//! - A **failed DROP** (the host could not write the table back or commit
+//!   its final manifest) is settled by etcd, read then: the owner key
+//!   moved past the grant — the table is not this server's any more, the
+//!   host forgets it; still the grant's — the DROP is tried again after
+//!   [`DROP_RETRY`], and if the host no longer has the table at all
+//!   ([`NotHeld`]) the table is handed over as etcd last has it (its
+//!   manifest points into this server's journal, which the next owner
+//!   replays), so a retried DROP never loops for ever.
 //! - A table etcd no longer names this server for, and every table when
 //!   the membership lease was lost (a new generation), is forgotten at
 //!   once.
@@ -85,12 +93,25 @@ pub trait TableHost: Send + Sync + 'static {
     ) -> Result<Option<Vec<u8>>, HostError>;
     /// DROP: let running operations finish, answer later ones
     /// WRONG_SERVER, write the table back, and answer its final manifest.
+    /// On a failure that is not fencing, keep the table as it was (the
+    /// shell tries again); for a table it does not have, fail with
+    /// [`NotHeld`].
     fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError>;
     /// The table is no longer this server's (handed over, reassigned, or
     /// the lease was lost): discard it without writing anything. Also
     /// called for tables the host does not have.
     fn forget_table(&self, table: TableId);
 }
+
+/// What [`TableHost::drop_table`] fails with for a table the host does
+/// not have (never loaded, or already given up): the shell then hands the
+/// table over as etcd has it, if it is still this server's.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not held here")]
+pub struct NotHeld(pub TableId);
+
+/// How long the shell waits before it tries a failed DROP again.
+pub const DROP_RETRY: Duration = Duration::from_millis(100);
 
 /// Why a manifest commit failed.
 #[derive(Debug, thiserror::Error)]
@@ -532,8 +553,8 @@ async fn handover(
     dropped: Option<Vec<u8>>,
     generation: u64,
 ) {
-    let manifest = match dropped {
-        Some(m) => m,
+    let dropped = match dropped {
+        Some(m) => Ok(m),
         None => {
             let host = Arc::clone(&inner.host);
             match tokio::task::spawn_blocking(move || host.drop_table(table)).await {
@@ -542,19 +563,23 @@ async fn handover(
                     if current(&st, table, owner_rev, generation) {
                         st.dropped.insert(table, m.clone());
                     }
-                    m
+                    Ok(m)
                 }
-                Ok(Err(e)) => {
-                    tracing::warn!(table = %table, error = %e, "dropping a table failed; retrying");
-                    inner.lock().busy.remove(&table);
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(table = %table, error = %e, "dropping a table failed; retrying");
-                    inner.lock().busy.remove(&table);
-                    return;
-                }
+                Ok(Err(e)) => Err((e.downcast_ref::<NotHeld>().is_some(), e.to_string())),
+                Err(e) => Err((false, e.to_string())),
             }
+        }
+    };
+    let manifest = match dropped {
+        Ok(m) => Some(m),
+        Err((not_held, error)) => {
+            tracing::warn!(table = %table, error = %error, "dropping a table failed");
+            if !after_failed_drop(inner, table, owner_rev, generation, not_held).await {
+                return;
+            }
+            // Still this server's and not held: handed over as etcd has
+            // it (no manifest of ours to put).
+            None
         }
     };
     let cfg = &inner.cfg.etcd;
@@ -562,17 +587,27 @@ async fn handover(
         epoch: Epoch(epoch.0 + 1),
         server: to.to_string(),
     };
+    let mut then = Vec::new();
+    if let Some(manifest) = manifest {
+        then.push(TxnOp::put(
+            cfg.key(&keys::manifest_key(table)),
+            manifest,
+            None,
+        ));
+    }
+    then.push(TxnOp::put(
+        cfg.key(&keys::owner_key(table)),
+        owner.encode(),
+        None,
+    ));
+    then.push(TxnOp::delete(cfg.key(&keys::move_key(table)), None));
     let txn = Txn::new()
         .when(vec![Compare::mod_revision(
             cfg.key(&keys::owner_key(table)),
             CompareOp::Equal,
             owner_rev.0 as i64,
         )])
-        .and_then(vec![
-            TxnOp::put(cfg.key(&keys::manifest_key(table)), manifest, None),
-            TxnOp::put(cfg.key(&keys::owner_key(table)), owner.encode(), None),
-            TxnOp::delete(cfg.key(&keys::move_key(table)), None),
-        ]);
+        .and_then(then);
     let mut client = inner.client.clone();
     let result = bounded(cfg, client.txn(txn)).await;
     // Handed over (or reassigned meanwhile): the host forgets the table
@@ -613,4 +648,67 @@ async fn handover(
         let i = Arc::clone(inner);
         let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
     }
+}
+
+/// A DROP of `table` (granted at `owner_rev`) failed; `not_held`: the host
+/// does not have the table. Settled by etcd's owner key, read now:
+/// - moved past the grant: the table is not this server's any more, the
+///   host forgets it at once (the map, when it catches up, drops it from
+///   the shell too);
+/// - still the grant's and the host has the table (it kept it as it
+///   was), or etcd did not answer: the next look at the map tries the
+///   DROP again;
+/// - still the grant's and the host does not have it: `true` — hand it
+///   over as etcd has it. Its manifest there is this server's last
+///   commit for it: it points into this server's journal, which keeps
+///   every record from there on (the engine trims only below the lowest
+///   replay position etcd's manifests name), so the next owner replays
+///   what was acknowledged here, as after a failover.
+///
+/// Returns `false` after [`DROP_RETRY`] with the table no longer busy
+/// (and forgotten if it went away meanwhile), so a DROP that keeps failing
+/// is not tried in a tight loop.
+async fn after_failed_drop(
+    inner: &Arc<Inner>,
+    table: TableId,
+    owner_rev: Revision,
+    generation: u64,
+    not_held: bool,
+) -> bool {
+    let cfg = &inner.cfg.etcd;
+    let mut client = inner.client.clone();
+    let okey = cfg.key(&keys::owner_key(table));
+    let still_ours = match bounded(cfg, client.get(okey.as_bytes(), None)).await {
+        Ok(resp) => Some(
+            resp.kvs()
+                .first()
+                .is_some_and(|kv| kv.mod_revision() == owner_rev.0 as i64),
+        ),
+        Err(e) => {
+            tracing::warn!(table = %table, error = %e, "after a failed DROP: no answer from etcd");
+            None
+        }
+    };
+    let here = current(&inner.lock(), table, owner_rev, generation);
+    if still_ours == Some(true) && not_held && here {
+        tracing::warn!(table = %table, "the host no longer has the table it is dropping: handing it over as etcd has it");
+        return true;
+    }
+    let moved = still_ours == Some(false);
+    if moved {
+        tracing::warn!(table = %table, "after a failed DROP: the table is no longer this server's; forgetting it");
+        let i = Arc::clone(inner);
+        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
+    }
+    tokio::time::sleep(DROP_RETRY).await;
+    let gone = {
+        let mut st = inner.lock();
+        st.busy.remove(&table);
+        !current(&st, table, owner_rev, generation)
+    };
+    if gone && !moved {
+        let i = Arc::clone(inner);
+        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
+    }
+    false
 }

@@ -1,8 +1,9 @@
 //! The cluster's coordination against a real etcd: the delegation map's
 //! watch across an etcd kill -9 and a compaction, manifest commits fenced
 //! after a reassignment (R2), the coordinator's election moving on with a
-//! half-done move, a drain, and failover of a dead server's tables within
-//! TTL + margin. Servers are `EtcdCluster`s in this process over a fake
+//! half-done move, a drain, failover of a dead server's tables within
+//! TTL + margin, and a move of a table the owner's host no longer has.
+//! Servers are `EtcdCluster`s in this process over a fake
 //! `TableHost` that records what it is asked.
 
 mod common;
@@ -15,10 +16,10 @@ use sextant_coordinator::map::{load, ClusterState};
 use sextant_coordinator::ownership::commit_fenced;
 use sextant_coordinator::{
     admin, ClusterConfig, CommitError, Coordination, DelegationMap, EtcdCluster, EtcdConfig, Grant,
-    HostError, MembershipConfig, TableHost,
+    HostError, MembershipConfig, NotHeld, TableHost,
 };
 use sextant_types::{Soid, SoidRange};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,9 @@ struct Fake {
     log: Mutex<Vec<String>>,
     /// While true, `drop_table` waits.
     gate: (Mutex<bool>, Condvar),
+    /// Tables given up behind the shell's back (as an engine does after a
+    /// fenced commit): `drop_table` answers [`NotHeld`].
+    lost: Mutex<BTreeSet<TableId>>,
 }
 
 impl Fake {
@@ -77,6 +81,11 @@ impl Fake {
 
     fn logged(&self, what: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l == what)
+    }
+
+    fn lose(&self, table: TableId) {
+        self.lost.lock().unwrap().insert(table);
+        self.loaded.lock().unwrap().remove(&table);
     }
 }
 
@@ -105,6 +114,9 @@ impl TableHost for Fake {
         let mut closed = self.gate.0.lock().unwrap();
         while *closed {
             closed = self.gate.1.wait(closed).unwrap();
+        }
+        if self.lost.lock().unwrap().contains(&table) {
+            return Err(Box::new(NotHeld(table)));
         }
         self.loaded.lock().unwrap().remove(&table);
         Ok(format!("{} dropped {table}", self.name).into_bytes())
@@ -565,4 +577,61 @@ async fn a_dead_servers_tables_are_served_again_within_ttl_and_a_margin() {
         .unwrap();
     assert_eq!(all.kvs().len(), 4);
     drop(b);
+}
+
+/// Issue 20: an owner asked to move a table its host had already given up
+/// (an engine whose commit was refused) answered every retried DROP with
+/// "not held here" while etcd still named it: the table was served by no
+/// one. The shell now asks etcd: still this server's, the table is handed
+/// over as etcd has it, and the new owner loads the last manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    // One table: the balancer moves nothing (1 against 0 is within its
+    // spread), so the only move is the one asked for below.
+    tables(&mut c, &cfg, 1).await;
+    let (a, ha) = server(&etcd, "a").await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .expect("a serves the table");
+    let table = TableId(0);
+    let grant = a.serving(table).unwrap();
+    a.commit_manifest(&grant, b"a's last commit".to_vec())
+        .await
+        .unwrap();
+    ha.lose(table);
+    let (b, hb) = server(&etcd, "b").await;
+    assert!(admin::request_move(&mut c, &cfg, table, "b").await.unwrap());
+    let moved = map
+        .until(Duration::from_secs(15), |s| {
+            s.owner(table).is_some_and(|o| o.server == "b")
+                && s.moves.is_empty()
+                && b.may_ack(table)
+        })
+        .await;
+    if moved.is_none() {
+        let log = ha.log.lock().unwrap().clone();
+        panic!(
+            "not moved: {:?}; a serves {:?}, a's host was asked {log:?}",
+            map.current(),
+            a.tables()
+        );
+    }
+    assert!(ha.logged(&format!("dropping {table}")));
+    assert_eq!(
+        hb.loaded.lock().unwrap()[&table].as_deref(),
+        Some(&b"a's last commit"[..]),
+        "b loads what etcd had"
+    );
+    within("a no longer holds it", Duration::from_secs(5), || {
+        a.serving(table).is_none() && !ha.holds().contains(&table)
+    })
+    .await;
 }

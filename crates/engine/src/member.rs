@@ -164,6 +164,13 @@ pub enum CatalogError {
     /// may or may not have happened; retrying the same change is safe).
     #[error("catalogue unavailable: {0}")]
     Unavailable(String),
+    /// Refused, but not because of ownership: the catalogue's own view of
+    /// who owns what is older than its store of record, which still names
+    /// the committer for every table the change touches. Nothing was
+    /// changed; the same change may succeed later (not fencing: keep
+    /// serving).
+    #[error("catalogue view out of date: {0}")]
+    Stale(String),
 }
 
 /// The cluster's table catalogue, as a member engine sees it.

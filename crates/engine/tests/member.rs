@@ -10,13 +10,19 @@
 //! - a member recovers its tables from its own journal after a crash, and
 //!   a live member takes over a dead one's tables by replaying the dead
 //!   one's journal (failover);
-//! - bad manifest bytes are a typed error.
+//! - bad manifest bytes are a typed error;
+//! - a DROP whose final commit is refused without fencing leaves the table
+//!   served as it was, and a retry moves it; one the catalogue fences
+//!   leaves it to its new owner.
 
 use sextant_engine::member::{ManifestDecodeError, ROOT_TABLE_ID};
 use sextant_engine::store::{MemStore, Store};
-use sextant_engine::{Engine, EngineConfig, MemCatalog, MemberConfig, TableCatalog, TableManifest};
+use sextant_engine::{
+    CatalogChange, CatalogError, Engine, EngineConfig, EngineError, MemCatalog, MemberConfig,
+    TableCatalog, TableManifest,
+};
 use sextant_types::{Attr, Credentials, FsError, Soid};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 fn config() -> EngineConfig {
     EngineConfig {
@@ -916,4 +922,159 @@ fn carried_replies_wait_for_the_sink() {
     b.add_table(&dropped).unwrap();
     let got = carried_into(&b);
     assert!(got.lock().iter().any(|g| g.id.client == 9 && g.id.seq == 3));
+}
+
+/// A [`MemCatalog`] whose next commit fails as told, once.
+struct Flaky {
+    inner: Arc<MemCatalog>,
+    fail_next: Mutex<Option<CatalogError>>,
+}
+
+impl Flaky {
+    fn fail_next_commit(&self, e: CatalogError) {
+        *self.fail_next.lock().unwrap() = Some(e);
+    }
+}
+
+impl TableCatalog for Flaky {
+    fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError> {
+        if let Some(e) = self.fail_next.lock().unwrap().take() {
+            return Err(e);
+        }
+        self.inner.commit(member, change)
+    }
+    fn next_table_id(&self) -> Result<u64, CatalogError> {
+        self.inner.next_table_id()
+    }
+    fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
+        self.inner.tables(member)
+    }
+    fn journal_floor(&self, member: &str) -> Result<Option<u64>, CatalogError> {
+        self.inner.journal_floor(member)
+    }
+}
+
+/// The snapshot files in the shared store.
+fn snapshots(store: &MemStore) -> Vec<String> {
+    let mut v: Vec<String> = store
+        .list("")
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.contains("/tables/"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 20: a DROP whose final commit the catalogue refused because its
+/// view was out of date (the server still owns the table) took the table
+/// out for good — every retry answered "not held here" while the map
+/// still named the server. Now the table serves on as it was, with every
+/// acknowledged change, and a retried DROP moves it.
+#[test]
+fn a_drop_whose_commit_is_refused_serves_on_and_a_retry_moves_the_table() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let flaky = Arc::new(Flaky {
+        inner: Arc::clone(&catalog),
+        fail_next: Mutex::new(None),
+    });
+    let root = Credentials::root();
+    let a = Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        config(),
+        MemberConfig {
+            name: "a".into(),
+            catalog: Arc::clone(&flaky) as _,
+        },
+    )
+    .unwrap();
+    let b = member(&store, &catalog, "b");
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    a.sync().unwrap();
+    // Acknowledged, not written back: the DROP writes a snapshot for it.
+    a.setxattr(&root, d.soid, b"user.k", b"v1", Default::default())
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    let files = snapshots(&store);
+    let listing = names(&a, d.soid);
+
+    flaky.fail_next_commit(CatalogError::Stale("the map is behind".into()));
+    let err = a.drop_table(t).unwrap_err();
+    assert!(
+        matches!(err, EngineError::Catalog(CatalogError::Stale(_))),
+        "{err}"
+    );
+    // Still served here, as it was.
+    assert!(a.owned_tables().contains(&t));
+    assert_eq!(a.table_holding(d.soid), Some(t));
+    assert_eq!(
+        a.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"v1"
+    );
+    assert_eq!(names(&a, d.soid), listing);
+    assert_eq!(catalog.owner(t).as_deref(), Some("a"));
+    assert_eq!(snapshots(&store), files, "the uncommitted snapshot is gone");
+    // And it takes changes.
+    a.setxattr(&root, d.soid, b"user.k", b"v2", Default::default())
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    a.create(&root, d.soid, b"after", 0o644, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+
+    // The retry commits; the next owner sees everything.
+    let m = a.drop_table(t).unwrap();
+    assert!(!a.owned_tables().contains(&t));
+    assert_eq!(catalog.manifest(t), Some(m.clone()));
+    assert!(catalog.assign(t, "b"));
+    b.add_table(&m).unwrap();
+    assert_eq!(
+        b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"v2"
+    );
+    assert_eq!(names(&b, d.soid).len(), listing.len() + 1);
+    assert!(b.lookup(&root, d.soid, b"after").is_ok());
+}
+
+/// A DROP the catalogue fences (another member owns the table now: R2)
+/// stops serving it and keeps its records for the new owner.
+#[test]
+fn a_drop_the_catalogue_fences_leaves_the_table_to_its_new_owner() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    a.setxattr(&root, d.soid, b"user.k", b"acked", Default::default())
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    // a's lease ran out meanwhile: the table is b's.
+    assert!(catalog.assign(t, "b"));
+    let err = a.drop_table(t).unwrap_err();
+    assert!(
+        matches!(err, EngineError::Catalog(CatalogError::NotOwner { .. })),
+        "{err}"
+    );
+    assert!(!a.owned_tables().contains(&t));
+    assert_eq!(
+        a.getattr(d.soid).unwrap_err(),
+        FsError::WrongServer { soid: d.soid }
+    );
+    // a checkpoints: it must not trim what b replays.
+    a.sync().unwrap();
+    let m = catalog.manifest(t).unwrap();
+    assert_eq!(m.replay.as_ref().unwrap().member, "a");
+    b.add_table(&m).unwrap();
+    assert_eq!(
+        b.getxattr(&root, d.soid, b"user.k").unwrap().to_vec(),
+        b"acked"
+    );
 }

@@ -16,6 +16,11 @@
 //!   committed, the shell not yet told). Used by the migration fault
 //!   tests (crates/cli/tests/cluster.rs).
 //!
+//! - `stale-drop-commit:N` — the engine's catalogue on etcd refuses the
+//!   first N commits of a DROP's final manifest as `Stale`, sending
+//!   nothing (what it answers when its map lags behind etcd). Used by the
+//!   test of a DROP whose commit is refused (crates/cli/tests/cluster.rs).
+//!
 //! Read once, at first use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,4 +72,25 @@ pub fn step(name: &str) {
         // SAFETY: _exit(2) ends the process; nothing of ours runs after.
         unsafe { libc::_exit(86) };
     }
+}
+
+/// `Some(n)`: refuse the first n DROP commits as stale.
+fn stale_drop_commits() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let n = v.strip_prefix("stale-drop-commit:")?.parse().ok()?;
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(n)
+    })
+}
+
+/// Called by the catalogue before it commits a DROP's final manifest:
+/// `true` if armed and fewer than N were refused so far (refuse it).
+pub fn refuse_drop_commit() -> bool {
+    static REFUSED: AtomicU64 = AtomicU64::new(0);
+    let Some(n) = stale_drop_commits() else {
+        return false;
+    };
+    REFUSED.fetch_add(1, Ordering::SeqCst) < n
 }

@@ -231,7 +231,7 @@ impl MemberRun {
                     revoke(inner, self, table);
                     put.retain(|e| e.id != table);
                 }
-                Err(CatalogError::Unavailable(what)) => {
+                Err(CatalogError::Unavailable(what) | CatalogError::Stale(what)) => {
                     // Nothing is lost: the journal is not trimmed, the next
                     // checkpoint commits again.
                     tracing::warn!(error = %what, "catalogue unavailable; checkpoint not committed");
@@ -395,6 +395,100 @@ fn revoke(inner: &Inner, m: &MemberRun, id: TableId) -> bool {
     }
     book.committed.remove(&id);
     held
+}
+
+/// Undoes [`take_out`] of table `id`: `old`, what its slot held, goes back
+/// in place of the foreign placeholder left there (the same slot, so
+/// operations waiting on it go on), its floor and last commit untouched.
+/// REQUIRES: the checkpoint lock, held since the `take_out` (no ADD or
+/// revoke changed the map meanwhile; splits do not touch a placeholder).
+fn put_back(inner: &Inner, m: &MemberRun, id: TableId, old: Slot) {
+    let Some(range) = slot_range(&old) else {
+        return;
+    };
+    let inodes = table_inodes(&old);
+    let restored = {
+        let mut map = inner.tables.write();
+        let placeholder = map
+            .get(&range.first)
+            .filter(|s| matches!(&*s.state.lock(), Slot::Foreign(r) if *r == range))
+            .cloned();
+        match placeholder {
+            Some(slot) => {
+                *slot.state.lock() = old;
+                Ok(())
+            }
+            None => carve(&mut map, range, old),
+        }
+    };
+    match restored {
+        Ok(()) => {
+            inner.note_inode_delta(inodes);
+            forget_derived(inner);
+        }
+        Err(e) => {
+            // Cannot happen under the checkpoint lock; if it did, the table
+            // is left as a revoked one: its records stay in the journal.
+            tracing::error!(table = id, error = %e, "DROP: the table could not be put back; it is left to failover");
+            let mut book = m.book.lock();
+            if let Some(floor) = book.floors.remove(&id) {
+                book.pin(floor);
+            }
+            book.committed.remove(&id);
+        }
+    }
+}
+
+/// The final snapshot of table `id`, just taken out as `old`: the one it
+/// has if it is clean, else a new one (durable once this returns; its
+/// name is the second value, to delete if the DROP does not commit it).
+fn final_snapshot(
+    inner: &Inner,
+    id: TableId,
+    old: &Slot,
+) -> Result<(TableEntry, Option<String>), EngineError> {
+    match old {
+        Slot::OnDisk(e) => Ok((e.clone(), None)),
+        Slot::Loaded(t) if !t.is_dirty() && t.snapshot_file.is_some() => t
+            .manifest_entry()
+            .map(|e| (e, None))
+            .ok_or(EngineError::Stopped),
+        Slot::Loaded(t) => {
+            inner
+                .journal
+                .wait_synced(t.last_lsn)
+                .map_err(|_| EngineError::Stopped)?;
+            let file = inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+            inner
+                .store
+                .put_blob(&file, &t.encode_snapshot())
+                .map_err(inner.io(&file))?;
+            inner
+                .stats
+                .snapshots_written
+                .fetch_add(1, Ordering::Relaxed);
+            let entry = TableEntry {
+                id: t.id,
+                range: t.range,
+                file: file.clone(),
+                lsn: t.last_lsn,
+                inodes: t.inode_count() as u64,
+            };
+            Ok((entry, Some(file)))
+        }
+        Slot::Foreign(_) | Slot::Merged => {
+            Err(EngineError::Member(format!("table {id} is not held here")))
+        }
+    }
+}
+
+/// Deletes a snapshot a DROP wrote but did not commit (nothing names it).
+fn delete_unreferenced(inner: &Inner, file: Option<String>) {
+    if let Some(f) = file {
+        if let Err(e) = inner.store.delete(&f) {
+            tracing::warn!(file = %f, error = %e, "cannot delete an uncommitted snapshot");
+        }
+    }
 }
 
 impl Engine {
@@ -662,9 +756,18 @@ impl Engine {
     /// (`replay: None`) through the catalogue and returns it, for the
     /// member that adds the table next.
     ///
-    /// If the write or the commit fails the table is not served here any
-    /// more either: its records stay in the journal, and the catalogue's
-    /// last manifest still points at them (a failover recovers it).
+    /// If it fails, what the table becomes depends on why:
+    /// - the catalogue says another member owns it (`NotOwner`, fencing):
+    ///   it is not served here any more; its records stay in the journal,
+    ///   and the catalogue's last manifest still points at them (the new
+    ///   owner replays them);
+    /// - the commit's outcome is unknown (`Unavailable`): not served here
+    ///   any more, and `Ok` with the final manifest, which the caller's
+    ///   handover commits;
+    /// - anything else (the snapshot could not be written, the
+    ///   catalogue's view is out of date): nothing was committed and the
+    ///   table is put back as it was — served here, nothing lost — so a
+    ///   later DROP can succeed.
     pub fn drop_table(&self, id: TableId) -> Result<TableManifest, EngineError> {
         let inner = &*self.inner;
         let m = member_of(inner)?;
@@ -676,89 +779,68 @@ impl Engine {
         inner.checkpoint_locked(&|_| false)?;
         let old = take_out(inner, id)
             .ok_or_else(|| EngineError::Member(format!("table {id} is not held here")))?;
-        let written = (|| -> Result<TableEntry, EngineError> {
-            match old {
-                Slot::OnDisk(e) => Ok(e),
-                Slot::Loaded(t) if !t.is_dirty() && t.snapshot_file.is_some() => {
-                    t.manifest_entry().ok_or(EngineError::Stopped)
-                }
-                Slot::Loaded(t) => {
-                    inner
-                        .journal
-                        .wait_synced(t.last_lsn)
-                        .map_err(|_| EngineError::Stopped)?;
-                    let file = inner
-                        .snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
-                    inner
-                        .store
-                        .put_blob(&file, &t.encode_snapshot())
-                        .map_err(inner.io(&file))?;
-                    inner
-                        .stats
-                        .snapshots_written
-                        .fetch_add(1, Ordering::Relaxed);
-                    Ok(TableEntry {
-                        id: t.id,
-                        range: t.range,
-                        file,
-                        lsn: t.last_lsn,
-                        inodes: t.inode_count() as u64,
-                    })
-                }
-                Slot::Foreign(_) | Slot::Merged => {
-                    Err(EngineError::Member(format!("table {id} is not held here")))
-                }
+        // From here on the table serves nothing; every failure below that
+        // is not fencing puts it back (`put_back`).
+        let (entry, fresh) = match final_snapshot(inner, id, &old) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(table = id, error = %e, "DROP: the table could not be written back; it serves again");
+                put_back(inner, m, id, old);
+                return Err(e);
             }
-        })();
-        let manifest = written.map(|entry| m.manifest(inner, entry, None));
-        // Committed: the catalogue holds the final manifest. Unknown (the
-        // catalogue did not answer): the caller's handover commits it;
-        // until then the catalogue's last manifest may still point into
-        // this journal, so it stays pinned and the old snapshot stays.
-        let mut committed = false;
-        let result = manifest.and_then(|man| {
-            match m.catalog.commit(
-                &m.name,
-                CatalogChange {
-                    put: vec![man.clone()],
-                    remove: Vec::new(),
-                },
-            ) {
-                Ok(()) => committed = true,
-                Err(CatalogError::Unavailable(what)) => {
-                    tracing::warn!(table = id, error = %what, "DROP: the final manifest's commit is unknown");
-                }
-                Err(e) => return Err(e.into()),
-            }
-            Ok(man)
-        });
-        let mut book = m.book.lock();
-        let floor = book.floors.remove(&id);
-        let old_committed = book.committed.remove(&id);
-        match &result {
-            Ok(man) if committed => {
-                if let Some((old, _, _)) = old_committed {
-                    if old != man.entry.file && !book.file_in_use(&old) {
+        };
+        let man = m.manifest(inner, entry, None);
+        let change = CatalogChange {
+            put: vec![man.clone()],
+            remove: Vec::new(),
+        };
+        match m.catalog.commit(&m.name, change) {
+            Ok(()) => {
+                let mut book = m.book.lock();
+                book.floors.remove(&id);
+                if let Some((old_file, _, _)) = book.committed.remove(&id) {
+                    if old_file != man.entry.file && !book.file_in_use(&old_file) {
                         drop(book);
-                        if let Err(e) = inner.store.delete(&old) {
-                            tracing::warn!(file = %old, error = %e, "cannot delete a replaced snapshot");
+                        if let Err(e) = inner.store.delete(&old_file) {
+                            tracing::warn!(file = %old_file, error = %e, "cannot delete a replaced snapshot");
                         }
                     }
                 }
+                Ok(man)
             }
-            Ok(_) => {
-                if let Some(f) = floor {
+            Err(CatalogError::Unavailable(what)) => {
+                // Unknown: the caller's handover commits it; until then
+                // the catalogue's last manifest may still point into this
+                // journal, so it stays pinned and the old snapshot stays.
+                tracing::warn!(table = id, error = %what, "DROP: the final manifest's commit is unknown");
+                let mut book = m.book.lock();
+                if let Some(f) = book.floors.remove(&id) {
                     book.pin(f);
                 }
+                book.committed.remove(&id);
+                Ok(man)
+            }
+            Err(e @ CatalogError::NotOwner { .. }) => {
+                // Fencing (R2): another member owns it. It stays out, as
+                // a fenced checkpoint leaves it; its records stay for the
+                // new owner.
+                tracing::warn!(table = id, error = %e, "DROP: the catalogue fenced the table; it stops serving here");
+                delete_unreferenced(inner, fresh);
+                let mut book = m.book.lock();
+                if let Some(f) = book.floors.remove(&id) {
+                    book.pin(f);
+                }
+                book.committed.remove(&id);
+                Err(e.into())
             }
             Err(e) => {
-                tracing::error!(table = id, error = %e, "DROP failed; the table is left to failover");
-                if let Some(f) = floor {
-                    book.pin(f);
-                }
+                // Refused, nothing committed, and not fenced: still ours.
+                tracing::warn!(table = id, error = %e, "DROP: the final manifest was not committed; the table serves again");
+                delete_unreferenced(inner, fresh);
+                put_back(inner, m, id, old);
+                Err(e.into())
             }
         }
-        result
     }
 
     /// ADD of a new, empty table `id` over `range` (member mode), which

@@ -7,6 +7,11 @@
 //! that owner key's revision (R2: if another server owns it now, nothing
 //! is written and the engine is told `NotOwner`); a put of a table the map
 //! does not know is a new table of a split, created as this server's.
+//! The map is a watch of its own and may lag behind etcd (and behind the
+//! shell's map): a refused commit is checked against etcd's owner keys,
+//! and one refused only because the map is behind is `Stale`, not
+//! `NotOwner` — the engine must not stop serving a table that is still
+//! this server's.
 //!
 //! The engine is synchronous and calls from any thread (a tokio worker
 //! included, where blocking on a runtime would panic), so the calls are
@@ -183,6 +188,80 @@ impl EtcdCatalog {
         }
         Ok(plan)
     }
+
+    /// Why a commit of `change` was refused (by the plan, or by etcd's
+    /// fences), from etcd's owner keys read now at one revision — not
+    /// from the map, which is a separate watch and may lag behind what
+    /// this server's shell already acted on:
+    /// - a touched table etcd names another server for (or a table to
+    ///   remove that has no owner): `NotOwner` naming it — fencing, R2;
+    /// - every touched table this server's (or, for a put, not in etcd
+    ///   yet: a split's new table): the map is behind, nothing was
+    ///   written, `Stale` — the engine keeps serving and commits again
+    ///   later. (Issue 20: a DROP refused on a map that had not yet seen
+    ///   this server's own root table took the table out for good.)
+    ///
+    /// etcd not answering: `Unavailable`.
+    fn why_refused(&self, change: &CatalogChange) -> CatalogError {
+        let cfg = self.etcd.clone();
+        let owners = self.run(move |rt, client| {
+            let prefix = cfg.key("owner/");
+            let resp = rt
+                .block_on(client.get(
+                    prefix,
+                    Some(sextant_coordinator::etcd_client::GetOptions::new().with_prefix()),
+                ))
+                .map_err(unavailable)?;
+            let mut owners = std::collections::BTreeMap::new();
+            for kv in resp.kvs() {
+                let key = String::from_utf8_lossy(kv.key());
+                let Some(keys::Key::Owner(t)) = key.strip_prefix(&cfg.prefix).map(keys::parse_key)
+                else {
+                    continue;
+                };
+                let server = std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(keys::OwnerValue::decode)
+                    .map(|o| o.server);
+                owners.insert(t, server);
+            }
+            Ok(owners)
+        });
+        let owners = match owners {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        let not_owner = |table: u64| CatalogError::NotOwner {
+            table,
+            member: self.name.clone(),
+        };
+        let mine = |id: u64, new_allowed: bool| -> Result<bool, CatalogError> {
+            let t = cluster_id(id)?;
+            Ok(match owners.get(&t) {
+                Some(Some(server)) => *server == self.name,
+                // An owner key that does not decode: not this server's.
+                Some(None) => false,
+                None => new_allowed,
+            })
+        };
+        let touched = change
+            .put
+            .iter()
+            .map(|m| (m.entry.id, true))
+            .chain(change.remove.iter().map(|id| (*id, false)));
+        for (id, new_allowed) in touched {
+            match mine(id, new_allowed) {
+                Ok(true) => {}
+                Ok(false) => return not_owner(id),
+                Err(e) => return e,
+            }
+        }
+        CatalogError::Stale(format!(
+            "the delegation map (revision {}) is behind etcd, which still names {} for every table of the change",
+            self.map.borrow().revision,
+            self.name
+        ))
+    }
 }
 
 impl TableCatalog for EtcdCatalog {
@@ -193,9 +272,18 @@ impl TableCatalog for EtcdCatalog {
                 member: member.to_string(),
             });
         }
-        let plan = self.plan(&change)?;
+        // A DROP's final manifest is the one put without a replay.
+        if change.put.iter().any(|m| m.replay.is_none()) && crate::fault::refuse_drop_commit() {
+            return Err(CatalogError::Stale(
+                "a test-only fault point refused a DROP's commit".into(),
+            ));
+        }
+        let plan = match self.plan(&change) {
+            Ok(plan) => plan,
+            Err(CatalogError::NotOwner { .. }) => return Err(self.why_refused(&change)),
+            Err(e) => return Err(e),
+        };
         let (cfg, me) = (self.etcd.clone(), self.name.clone());
-        let first = change.put.first().map_or(0, |m| m.entry.id);
         let committed = self.run(move |rt, client| {
             rt.block_on(commit_tables(client, &cfg, &me, &plan))
                 .map_err(unavailable)
@@ -203,12 +291,9 @@ impl TableCatalog for EtcdCatalog {
         if committed {
             return Ok(());
         }
-        // A fence failed: the map we planned from was old, or the table
-        // is another server's now. Say which as well as we know.
-        Err(CatalogError::NotOwner {
-            table: first,
-            member: self.name.clone(),
-        })
+        // A fence failed: the map we planned from was old, or a table is
+        // another server's now.
+        Err(self.why_refused(&change))
     }
 
     fn next_table_id(&self) -> Result<u64, CatalogError> {

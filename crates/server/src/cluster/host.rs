@@ -1,7 +1,9 @@
 //! [`EngineHost`]: the coordinator shell's [`TableHost`] over the engine
 //! in member mode — ADD loads a table (replaying a dead owner's journal
 //! when its manifest points into one), DROP writes it back and answers its
-//! final manifest, a forgotten table stops serving at once.
+//! final manifest (a DROP that fails without being fenced leaves the table
+//! served as it was; one of a table the engine does not have is
+//! [`NotHeld`]), a forgotten table stops serving at once.
 //!
 //! The engine commits the manifests itself through its catalogue
 //! ([`super::catalog::EtcdCatalog`], fenced like the shell's own commits),
@@ -12,7 +14,7 @@
 //! map running): until then an ADD fails and the shell retries it.
 
 use sextant_cluster::ids::TableId;
-use sextant_coordinator::{Grant, HostError, TableHost};
+use sextant_coordinator::{Grant, HostError, NotHeld, TableHost};
 use sextant_engine::{Engine, TableManifest};
 use std::sync::OnceLock;
 
@@ -79,8 +81,16 @@ impl TableHost for EngineHost {
 
     fn drop_table(&self, table: TableId) -> Result<Vec<u8>, HostError> {
         let engine = self.engine()?;
+        let id = u64::from(table.0);
+        if !engine.owned_tables().contains(&id) {
+            // Given up already (a fenced checkpoint): the shell settles it
+            // with etcd.
+            return Err(Box::new(NotHeld(table)));
+        }
         crate::fault::step("drop-before");
-        let m = engine.drop_table(u64::from(table.0))?;
+        // A failure that is not fencing leaves the table in the engine as
+        // it was: the shell tries again.
+        let m = engine.drop_table(id)?;
         crate::fault::step("drop-after");
         Ok(m.to_bytes())
     }
