@@ -1078,3 +1078,60 @@ fn a_drop_the_catalogue_fences_leaves_the_table_to_its_new_owner() {
         b"acked"
     );
 }
+
+/// A split commits both halves in one checkpoint. When the catalogue
+/// fences the parent there (the table became another member's while it
+/// split here), the half split off it must not be committed alone: the
+/// new owner loads the parent's whole committed range, and the child
+/// would overlap it in the cluster's map (seen importing into a
+/// four-server cluster: "route overlaps", clients without a route).
+#[test]
+fn a_table_split_off_a_fenced_one_is_not_committed_alone() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let root = Credentials::root();
+    let a = member(&store, &catalog, "a");
+    let dirs = populate(&a);
+    let (t, d) = movable(&a, &dirs);
+    a.sync().unwrap();
+    // The table is b's now; a does not know yet and keeps filling it
+    // until it splits.
+    assert!(catalog.assign(t, "b"));
+    let before = a.owned_tables();
+    for i in 0..40 {
+        let sub = a
+            .mkdir(&root, d.soid, format!("s{i}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&a);
+        if sub.is_err() || !a.owned_tables().contains(&t) {
+            break;
+        }
+    }
+    assert!(
+        !a.owned_tables().contains(&t),
+        "the split's checkpoint met the fence: {before:?} -> {:?}",
+        a.owned_tables()
+    );
+    // No table a made from it is in the catalogue, and the catalogue's
+    // ranges do not overlap.
+    let mut ranges: Vec<(Soid, Soid, u64)> = catalog
+        .all()
+        .into_iter()
+        .map(|(id, _, m)| (m.entry.range.first, m.entry.range.last, id))
+        .collect();
+    ranges.sort();
+    for w in ranges.windows(2) {
+        assert!(
+            w[0].1 < w[1].0,
+            "tables {} and {} overlap in the catalogue",
+            w[0].2,
+            w[1].2
+        );
+    }
+    for id in a.owned_tables() {
+        assert!(
+            before.contains(&id),
+            "table {id}, split off the fenced one, is still served"
+        );
+    }
+}

@@ -228,8 +228,35 @@ impl MemberRun {
                     // longer ours. Stop serving it and commit the rest.
                     tracing::warn!(table, "the catalogue fenced a table; it stops serving here");
                     fenced.push(table);
+                    let parent = self.book.lock().committed.get(&table).map(|c| c.2);
                     revoke(inner, self, table);
                     put.retain(|e| e.id != table);
+                    // A table split off it since its last commit is part
+                    // of it for the cluster (its new owner loads the whole
+                    // committed range): committed alone it would overlap
+                    // its parent's range in the map. It goes too.
+                    if let Some(parent) = parent {
+                        let children: Vec<TableId> = {
+                            let book = self.book.lock();
+                            put.iter()
+                                .filter(|e| !book.committed.contains_key(&e.id))
+                                .filter(|e| {
+                                    e.range.first >= parent.first && e.range.last <= parent.last
+                                })
+                                .map(|e| e.id)
+                                .collect()
+                        };
+                        for child in children {
+                            tracing::warn!(
+                                table = child,
+                                parent = table,
+                                "a table split off a fenced one stops serving here too"
+                            );
+                            fenced.push(child);
+                            revoke(inner, self, child);
+                            put.retain(|e| e.id != child);
+                        }
+                    }
                 }
                 Err(CatalogError::Unavailable(what) | CatalogError::Stale(what)) => {
                     // Nothing is lost: the journal is not trimmed, the next
