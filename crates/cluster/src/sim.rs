@@ -3,7 +3,10 @@
 //! One seed decides everything: simulated time, message latencies, which
 //! server a client asks, and the faults — server crashes and restarts,
 //! pauses (SIGSTOP) longer than a lease, server↔etcd partitions, etcd
-//! restarts (which extend every lease). Servers ([`Server`]) and the
+//! restarts (which extend every lease) — and BORROWs: servers ask for
+//! random sets of tables together (`borrow/<server>`, on their lease) and
+//! RETURN them a little later, so the coordinator lends tables, sends
+//! them home and forgets homes among the faults. Servers ([`Server`]) and the
 //! coordinator's decisions ([`decide`]) are the real state machines; etcd
 //! is the [`Etcd`] model; the shared table store is every server's
 //! journal (it survives crashes) plus the manifests in etcd.
@@ -15,7 +18,8 @@
 //! longer than a planned move's gap ([`stall_bound_ms`]). Checked at the
 //! end, after the cluster settles: every table has
 //! exactly one owner, a live member that serves it, and holds every
-//! operation ever acknowledged for it (nothing acknowledged is lost). A
+//! operation ever acknowledged for it (nothing acknowledged is lost); no
+//! borrow is left and every lent table went home (no `home/` key). A
 //! failure names its seed; [`run`] with that seed replays it exactly.
 
 use crate::coordinator::{decide, Action, ClusterView};
@@ -29,6 +33,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+fn borrow_key(s: ServerId) -> String {
+    format!("borrow/{}", s.0)
+}
+
+fn home_key(t: TableId) -> String {
+    format!("home/{}", t.0)
+}
 
 /// The simulation's settings.
 #[derive(Clone, Debug)]
@@ -66,6 +78,8 @@ pub struct Report {
     pub wrong_server: usize,
     pub moves: usize,
     pub reassignments: usize,
+    pub borrows: usize,
+    pub lends: usize,
     pub crashes: usize,
     pub pauses: usize,
     pub etcd_restarts: usize,
@@ -173,6 +187,13 @@ enum Event {
     },
     Client,
     Fault,
+    /// A server asks to BORROW a set of tables (if it is up and a member).
+    Borrow(ServerId),
+    /// It RETURNs them (its incarnation's borrow only).
+    Return {
+        server: ServerId,
+        inc: u64,
+    },
     Restart(ServerId),
     EtcdUp,
 }
@@ -251,6 +272,7 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
     if cfg.faults {
         w.at(1_000, Event::Fault);
     }
+    w.at(500, Event::Borrow(ServerId(0)));
     let end = Millis(cfg.duration_ms + cfg.settle_ms);
     // At the end a balancing move may be half done: the cluster has until
     // a move's gap ([`stall_bound_ms`]) more to show every table served.
@@ -437,6 +459,30 @@ impl World {
                     self.fault();
                     let next = self.rng.random_range(300..1_500);
                     self.at(next, Event::Fault);
+                }
+            }
+            Event::Borrow(s) => {
+                if self.faulting() {
+                    self.borrow(s);
+                    let next = self.rng.random_range(100..800);
+                    let who = ServerId(self.rng.random_range(0..self.cfg.servers));
+                    self.at(next, Event::Borrow(who));
+                }
+            }
+            Event::Return { server, inc } => {
+                let e = Event::Return { server, inc };
+                if self.deferred(server, &e) {
+                    return Ok(());
+                }
+                // A crashed incarnation's borrow goes with its lease; a
+                // server cut from etcd RETURNs once it reaches it again.
+                if self.nodes[&server].incarnation == inc {
+                    if self.etcd_reachable(server) {
+                        self.etcd.expire(self.now);
+                        let _ = self.etcd.txn(&[], &[Write::Delete(borrow_key(server))]);
+                    } else {
+                        self.at(200, e);
+                    }
                 }
             }
             Event::Restart(s) => {
@@ -649,12 +695,58 @@ impl World {
                     self.report.reassignments += 1;
                 }
             }
-            // (The simulation has no borrows, so no lends or homes.)
-            Action::ForgetHome { .. } => {}
-            Action::Move {
-                table, expect, to, ..
+            Action::Lend {
+                table,
+                expect,
+                to,
+                home,
+            } => {
+                // Only if no move is pending, the owner is the one seen,
+                // and the home is noted now (first lend: absent before;
+                // otherwise still there).
+                let hkey = home_key(table);
+                let (home_is, home_write) = match home {
+                    Some(h) => (
+                        Compare::ModRevision(hkey.clone(), Revision(0)),
+                        vec![Write::Put {
+                            key: hkey,
+                            value: h.0.to_string(),
+                            lease: None,
+                        }],
+                    ),
+                    None => match self.etcd.get(&hkey) {
+                        Some(e) => (Compare::ModRevision(hkey, e.mod_revision), Vec::new()),
+                        None => return,
+                    },
+                };
+                let mut writes = vec![Write::Put {
+                    key: move_key(table),
+                    value: to.0.to_string(),
+                    lease: None,
+                }];
+                writes.extend(home_write);
+                let r = self.etcd.txn(
+                    &[
+                        Compare::ModRevision(move_key(table), Revision(0)),
+                        Compare::ModRevision(owner_key(table), expect),
+                        home_is,
+                    ],
+                    &writes,
+                );
+                if r.is_ok() {
+                    self.report.lends += 1;
+                }
             }
-            | Action::Lend {
+            Action::ForgetHome { table, expect } => {
+                let _ = self.etcd.txn(
+                    &[Compare::ModRevision(
+                        owner_key(table),
+                        expect.unwrap_or(Revision(0)),
+                    )],
+                    &[Write::Delete(home_key(table))],
+                );
+            }
+            Action::Move {
                 table, expect, to, ..
             } => {
                 // Only if the table has no pending move yet, and its
@@ -717,8 +809,64 @@ impl World {
                 })
                 .collect(),
             rates: self.rates.clone(),
-            borrows: Vec::new(),
-            homes: BTreeMap::new(),
+            borrows: {
+                let mut q: Vec<(Revision, ServerId, BTreeSet<TableId>)> = self
+                    .etcd
+                    .range("borrow/")
+                    .filter_map(|(k, e)| {
+                        let s = ServerId(k.strip_prefix("borrow/")?.parse().ok()?);
+                        let tables = e
+                            .value
+                            .split_whitespace()
+                            .map(|t| t.parse().ok().map(TableId))
+                            .collect::<Option<BTreeSet<TableId>>>()?;
+                        Some((e.mod_revision, s, tables))
+                    })
+                    .collect();
+                q.sort();
+                q.into_iter().map(|(_, s, t)| (s, t)).collect()
+            },
+            homes: self
+                .etcd
+                .range("home/")
+                .filter_map(|(k, e)| {
+                    let t = TableId(k.strip_prefix("home/")?.parse().ok()?);
+                    Some((t, ServerId(e.value.parse().ok()?)))
+                })
+                .collect(),
+        }
+    }
+
+    /// Server `s` (up, with a lease) asks to BORROW two or three tables
+    /// together, and RETURNs them a little later.
+    fn borrow(&mut self, s: ServerId) {
+        let inc = self.nodes[&s].incarnation;
+        let Some(lease) = self.nodes[&s].server.as_ref().and_then(|x| x.lease()) else {
+            return;
+        };
+        if !self.etcd_reachable(s) || self.now < self.nodes[&s].paused_until {
+            return;
+        }
+        let n = self.rng.random_range(2..=3u32.min(self.cfg.tables));
+        let tables: BTreeSet<u32> = (0..n)
+            .map(|_| self.rng.random_range(0..self.cfg.tables))
+            .collect();
+        let value: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+        self.etcd.expire(self.now);
+        if self.etcd.lease_alive(lease) {
+            let put = self.etcd.txn(
+                &[],
+                &[Write::Put {
+                    key: borrow_key(s),
+                    value: value.join(" "),
+                    lease: Some(lease),
+                }],
+            );
+            if put.is_ok() {
+                self.report.borrows += 1;
+                let hold = self.rng.random_range(200..3_000);
+                self.at(hold, Event::Return { server: s, inc });
+            }
         }
     }
 
@@ -905,6 +1053,15 @@ impl World {
     }
 
     fn check_settled(&self) -> Result<(), String> {
+        if let Some((k, _)) = self.etcd.range("borrow/").next() {
+            return Err(format!("{k} was never RETURNed"));
+        }
+        if let Some((k, e)) = self.etcd.range("home/").next() {
+            return Err(format!(
+                "{k} (= {}) is still noted: a lent table is not home",
+                e.value
+            ));
+        }
         let members: BTreeSet<ServerId> = self
             .etcd
             .range("member/")

@@ -30,6 +30,8 @@ fn at_most_one_acknowledger_and_nothing_acknowledged_is_lost_under_faults() {
                 totals.crashes += r.crashes;
                 totals.pauses += r.pauses;
                 totals.etcd_restarts += r.etcd_restarts;
+                totals.borrows += r.borrows;
+                totals.lends += r.lends;
             }
             Err(e) => panic!(
                 "{e}\nreplay: SEXTANT_SIM_SEED={seed} cargo test -p sextant-cluster --test sim"
@@ -44,6 +46,10 @@ fn at_most_one_acknowledger_and_nothing_acknowledged_is_lost_under_faults() {
     }
     assert!(totals.acknowledged > 0 && totals.reassignments > 0 && totals.moves > 0);
     assert!(totals.crashes > 0 && totals.pauses > 0 && totals.etcd_restarts > 0);
+    assert!(
+        totals.borrows > 0 && totals.lends > 0,
+        "BORROW was exercised"
+    );
 }
 
 #[test]
