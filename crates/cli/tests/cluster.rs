@@ -1866,6 +1866,118 @@ fn renames_round_three_servers_at_once_all_succeed() {
     });
 }
 
+/// kill -9 of a borrower at a step of BORROW/RETURN (named fault
+/// points): `borrow-granted` — /q's table lent to a for an `mv /p/f0
+/// /q/moved`, the rename not yet run; `borrow-return` — the rename done
+/// and acknowledged, the borrow about to be RETURNed. After b takes
+/// everything over: `mv` succeeded (its client, whose server died, asked
+/// b — known from the route map it took when it connected — and followed
+/// the tables there) and the rename happened exactly once, every other
+/// file is where it was, the dead server's borrow went with its lease, no
+/// home is left noted, and b takes new operations.
+fn killed_at_a_borrow_step(step: &str) {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
+    let config = config.to_str().unwrap();
+    let fault = format!("exit-at:{step}");
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &["--config", config],
+        &[("SEXTANT_FAULT", &fault)],
+    );
+    let mut a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("a holds the root table", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "a" && t.1 > 0)
+    });
+    for d in ["p", "q", "r", "s"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
+        for f in 0..4 {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
+        }
+    }
+    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", config]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let tp = move_table(&etcd.url, &secret, "/p", "a");
+    let tq = move_table(&etcd.url, &secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    let mv_started = Instant::now();
+    let mv = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(&secret)
+        .args(["mv", "/p/f0", "/q/moved"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut code = None;
+    wait_for("a reached the fault point", Duration::from_secs(30), || {
+        code = a.0.try_wait().unwrap().map(|s| s.code());
+        code.is_some()
+    });
+    assert_eq!(code, Some(Some(86)), "{step}: a died at the fault point");
+    let mv = mv.wait_with_output().unwrap();
+    eprintln!(
+        "{step}: mv exited {:?} after {:?}: {}",
+        mv.status.code(),
+        mv_started.elapsed(),
+        String::from_utf8_lossy(&mv.stderr).trim()
+    );
+    wait_for("b serves every table", Duration::from_secs(40), || {
+        let Ok(st) = try_status_on(&etcd.url, &secret) else {
+            return false;
+        };
+        tables_by_server(&st).iter().all(|x| x.0 == "b" || x.1 == 0)
+    });
+    let p = sextant_ok(&b_addr, &secret, &["ls", "/p"]);
+    let q = sextant_ok(&b_addr, &secret, &["ls", "/q"]);
+    let in_p = p.split_whitespace().any(|n| n == "f0");
+    let in_q = q.split_whitespace().any(|n| n == "moved");
+    assert!(
+        in_p != in_q,
+        "{step}: the rename happened once or not at all: /p {p:?} /q {q:?}"
+    );
+    // The client follows the tables to b (it knows b from the route map
+    // it took when it connected), where the rename runs once.
+    assert!(
+        mv.status.success(),
+        "{step}: mv: {}",
+        String::from_utf8_lossy(&mv.stderr)
+    );
+    assert!(in_q, "{step}: an acknowledged rename is lost: /q {q:?}");
+    let files = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "f"]);
+    assert_eq!(files.lines().count(), 16, "{files}");
+    let dirs = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "d"]);
+    assert_eq!(dirs.lines().count(), 5, "{dirs}");
+    wait_for("no borrow or home left", Duration::from_secs(30), || {
+        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
+            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
+    });
+    sextant_ok(&b_addr, &secret, &["mv", "/q/f1", "/p/after"]);
+    sextant_ok(&b_addr, &secret, &["mkdir", "/e"]);
+}
+
+#[test]
+fn a_borrower_killed_with_its_tables_lent_loses_nothing() {
+    killed_at_a_borrow_step("borrow-granted");
+}
+
+#[test]
+fn a_borrower_killed_before_its_return_loses_nothing() {
+    killed_at_a_borrow_step("borrow-return");
+}
+
 /// The keys under `prefix` in etcd.
 fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
     use sextant_coordinator::etcd_client::{Client, GetOptions};

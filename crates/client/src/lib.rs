@@ -425,7 +425,25 @@ impl Client {
             Arc::clone(&client.inner.session_broke),
         ));
         client.conn().await?;
+        client.learn_cluster().await;
         Ok(client)
+    }
+
+    /// A server of a cluster: take its route map now (a single server's
+    /// map names one address and is not needed). Then requests go to their
+    /// tables' owners at once, and when this server dies the client knows
+    /// the others, so it finds its tables' new owners there (see the
+    /// retries in [`Client::call_with`]). Best effort: a server that does
+    /// not answer leaves the client as it was.
+    async fn learn_cluster(&self) {
+        if self.inner.secret.is_none() {
+            return;
+        }
+        if let Ok(map) = self.map_from(&self.inner.home).await {
+            if map.addresses().len() > 1 {
+                self.inner.router.adopt(map);
+            }
+        }
     }
 
     /// Another connection to the same server, with the same secret and
@@ -570,6 +588,30 @@ impl Client {
     async fn refresh_routes(&self, link: &route::Link) -> Result<()> {
         let table = self.map_from(link).await?;
         self.inner.router.adopt(table);
+        Ok(())
+    }
+
+    /// Refreshes the route map from any server a map ever named other
+    /// than `dead` (the first that answers). Nothing to do without one, or
+    /// without the secret (the other servers cannot be reached then).
+    async fn refresh_routes_elsewhere(&self, dead: &str) -> Result<()> {
+        if self.inner.secret.is_none() {
+            return Ok(());
+        }
+        let others: Vec<String> = self
+            .inner
+            .router
+            .known()
+            .into_iter()
+            .filter(|a| a != dead)
+            .collect();
+        for addr in others {
+            match self.refresh_routes(&self.link_to(&addr)).await {
+                Ok(()) => return Ok(()),
+                Err(Error::Auth) => return Err(Error::Auth),
+                Err(_) => continue,
+            }
+        }
         Ok(())
     }
 
@@ -977,12 +1019,25 @@ impl Client {
                 _ = stopping.wait_for(|stop| *stop) => return Err(failure),
             }
             backoff = (backoff * 2).min(Duration::from_millis(500));
-            if matches!(failure, Error::Unavailable { .. }) && link.addr != self.inner.home.addr {
-                // A table's owner that does not answer may be dead: ask the
-                // server this client came to where its tables are now (a
-                // failover gives them to a live server).
-                if let Err(Error::Auth) = self.refresh_routes(&self.inner.home).await {
-                    return Err(Error::Auth);
+            if matches!(failure, Error::Unavailable { .. }) {
+                // A table's owner that does not answer may be dead: ask
+                // where its tables are now (a failover gives them to a
+                // live server) — the server this client came to, or, when
+                // that is the one not answering, the others of the map.
+                let asked_home = link.addr != self.inner.home.addr;
+                let home = if asked_home {
+                    self.refresh_routes(&self.inner.home).await
+                } else {
+                    Err(failure.clone())
+                };
+                match home {
+                    Err(Error::Auth) => return Err(Error::Auth),
+                    Ok(()) => {}
+                    Err(_) => {
+                        if let Err(Error::Auth) = self.refresh_routes_elsewhere(&link.addr).await {
+                            return Err(Error::Auth);
+                        }
+                    }
                 }
             }
         }

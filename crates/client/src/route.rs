@@ -60,6 +60,10 @@ pub(crate) struct Router {
     /// holds a session, and a sibling's sessions are its own).
     map: Arc<RwLock<Option<Arc<RouteTable>>>>,
     links: Mutex<HashMap<String, Arc<Link>>>,
+    /// Every server address a map has named (shared like the map): when
+    /// the servers of the current map do not answer — all its tables were
+    /// on one server that died — the others may know the new owners.
+    known: Arc<Mutex<Vec<String>>>,
 }
 
 impl Router {
@@ -68,6 +72,7 @@ impl Router {
         Router {
             map: Arc::clone(&self.map),
             links: Mutex::default(),
+            known: Arc::clone(&self.known),
         }
     }
 
@@ -86,8 +91,21 @@ impl Router {
         {
             return false;
         }
+        {
+            let mut known = self.known.lock();
+            for a in table.addresses() {
+                if !known.iter().any(|k| k == a) {
+                    known.push(a.to_string());
+                }
+            }
+        }
         *map = Some(Arc::new(table));
         true
+    }
+
+    /// Every server address any adopted map named, oldest first.
+    pub(crate) fn known(&self) -> Vec<String> {
+        self.known.lock().clone()
     }
 
     /// The cached map, if any.

@@ -141,25 +141,19 @@ async fn a_client_of_either_server_reaches_the_owner() {
     let root = Credentials::root();
     let upper = Soid::from_u128(SPLIT + 5);
 
-    // Given a: the root is a's; an upper SOID is b's, whose engine has no
-    // such inode (ENOENT, from b — not a WRONG_SERVER error, not a's
-    // answer).
+    // Given a: the client takes a's map when it connects (two servers).
+    // The root is a's; an upper SOID is b's, whose engine has no such
+    // inode (ENOENT, from b — not a WRONG_SERVER error, not a's answer),
+    // asked there at once.
     let ca = cluster.client(0).await;
-    assert!(ca.getattr(&root, Soid::ROOT).await.is_ok());
-    assert_eq!(ca.wrong_server_replies(), 0, "a single server's route");
-    assert_eq!(
-        ca.getattr(&root, upper).await,
-        Err(Error::Fs(FsError::NotFound))
-    );
-    assert_eq!(ca.wrong_server_replies(), 1);
-    // The map is cached: the next call goes straight to b.
-    assert_eq!(
-        ca.getattr(&root, upper).await,
-        Err(Error::Fs(FsError::NotFound))
-    );
-    assert_eq!(ca.wrong_server_replies(), 1);
-    let map = ca.route_map().expect("a map after WRONG_SERVER");
+    let map = ca.route_map().expect("a cluster's map, taken at connect");
     assert_eq!(map.revision(), 1);
+    assert!(ca.getattr(&root, Soid::ROOT).await.is_ok());
+    assert_eq!(
+        ca.getattr(&root, upper).await,
+        Err(Error::Fs(FsError::NotFound))
+    );
+    assert_eq!(ca.wrong_server_replies(), 0, "straight to the owner");
 
     // Given b: the root is a's, and a mutation in it runs there, once.
     let cb = cluster.client(1).await;
@@ -167,7 +161,7 @@ async fn a_client_of_either_server_reaches_the_owner() {
         .mkdir(&root, Soid::ROOT, b"made-via-b", 0o755)
         .await
         .expect("routed to a");
-    assert_eq!(cb.wrong_server_replies(), 1);
+    assert_eq!(cb.wrong_server_replies(), 0, "the map says a");
     assert!(cluster.engines[0].getattr(made.soid).is_ok(), "made on a");
     assert!(cluster.engines[1].getattr(made.soid).is_err(), "not on b");
     // Its retry (same request again after a redirect) is not a second
@@ -184,9 +178,10 @@ async fn a_moved_table_is_followed_with_the_newer_map() {
     let root = Credentials::root();
     let upper = Soid::from_u128(SPLIT + 5);
     let ca = cluster.client(0).await;
-    // Learn revision 1 (upper half on b).
+    // Revision 1 (upper half on b), taken at connect.
     let _ = ca.getattr(&root, upper).await;
-    assert_eq!(ca.wrong_server_replies(), 1);
+    assert_eq!(ca.route_map().map(|m| m.revision()), Some(1));
+    assert_eq!(ca.wrong_server_replies(), 0);
     // The root's table moves to b: the cached map still says a, a says
     // WRONG_SERVER, the client takes revision 2 and goes to b (whose
     // engine has its own root).
@@ -212,7 +207,7 @@ async fn a_moved_table_is_followed_with_the_newer_map() {
         .mkdir(&root, Soid::ROOT, b"after-move", 0o755)
         .await
         .expect("followed to b");
-    assert_eq!(ca.wrong_server_replies(), 2);
+    assert_eq!(ca.wrong_server_replies(), 1);
     assert!(cluster.engines[1].getattr(made.soid).is_ok(), "made on b");
     assert_eq!(ca.route_map().map(|m| m.revision()), Some(2));
 }

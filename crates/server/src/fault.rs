@@ -13,8 +13,11 @@
 //!   yet), `drop-after` (the table written back and its final manifest
 //!   committed, the handover not yet done), `add-before` (asked to ADD a
 //!   moved table, nothing loaded), `add-after` (loaded and its manifest
-//!   committed, the shell not yet told). Used by the migration fault
-//!   tests (crates/cli/tests/cluster.rs).
+//!   committed, the shell not yet told); and of a BORROW
+//!   (`cluster/placement.rs`): `borrow-granted` (every table an operation
+//!   borrowed serves here, the operation not yet run again),
+//!   `borrow-return` (the borrow is about to be RETURNed). Used by the
+//!   migration and BORROW fault tests (crates/cli/tests/cluster.rs).
 //!
 //! - `stale-drop-commit:N` — the engine's catalogue on etcd refuses the
 //!   first N commits of a DROP's final manifest as `Stale`, sending

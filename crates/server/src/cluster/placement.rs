@@ -156,6 +156,7 @@ impl ClusterPlacement {
                     if !return_due(&mut b, waiting, here, ops, waited_for, now) {
                         continue;
                     }
+                    crate::fault::step("borrow-return");
                     tracing::info!(tables = ?b.tables, "RETURN: borrowed tables are free to go home");
                     metrics::counter!("sextant_table_returns_total").increment(1);
                     match node.end_borrow().await {
@@ -325,6 +326,9 @@ impl Placement for ClusterPlacement {
             let mut asked_at: Option<tokio::time::Instant> = None;
             loop {
                 if soids.iter().all(|s| self.check(*s).is_ok()) {
+                    if asked_at.is_some() {
+                        crate::fault::step("borrow-granted");
+                    }
                     return true;
                 }
                 let state = map.borrow_and_update().clone();
