@@ -42,7 +42,9 @@ pub enum ClusterCommand {
     /// Members, coordinator, and tables, inodes and requests per server;
     /// every table with its SOID range, owner, epoch and pending move.
     /// With --json: {"etcd", "revision", "coordinator", "servers": [{"name",
-    /// "address", "tables", "inodes", "requests", "draining"}], "tables": [...]}.
+    /// "address", "tables", "inodes", "requests", "draining"}], "tables":
+    /// [{"table", "first", "last", "owner", "epoch", "moving_to", "home"}],
+    /// "borrows": [{"server", "tables"}] (in the coordinator's queue order)}.
     Status(EtcdArgs),
     /// Move the table holding PATH (a namespace path), or the table
     /// numbered TABLE, to SERVER (a member's name). The owner drops it and
@@ -561,8 +563,20 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
                 "owner": r.owner.as_ref().map(|o| o.server.clone()),
                 "epoch": r.owner.as_ref().map(|o| o.epoch.0),
                 "moving_to": state.moves.get(&r.table).map(|m| m.to.clone()),
+                // Lent by a BORROW: where it goes back to.
+                "home": state.homes.get(&r.table),
             })
         })
+        .collect();
+    let mut queue: Vec<(&sextant_cluster::ids::Revision, &String, Vec<u32>)> = state
+        .borrows
+        .iter()
+        .map(|(server, (tables, rev))| (rev, server, tables.iter().map(|t| t.0).collect()))
+        .collect();
+    queue.sort();
+    let borrows: Vec<serde_json::Value> = queue
+        .iter()
+        .map(|(_, server, tables)| serde_json::json!({"server": server, "tables": tables}))
         .collect();
     let coordinator = state.coordinator.as_ref().map(|(c, _)| c.clone());
     if json {
@@ -574,6 +588,7 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
                 "coordinator": coordinator,
                 "servers": servers,
                 "tables": tables,
+                "borrows": borrows,
             })
         );
         return Ok(());
@@ -625,9 +640,22 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
             ),
             t["owner"].as_str().unwrap_or("(none)"),
             num(&t["epoch"]),
-            t["moving_to"]
-                .as_str()
-                .map_or(String::new(), |m| format!("→ {m}"))
+            [
+                t["moving_to"].as_str().map(|m| format!("→ {m}")),
+                t["home"].as_str().map(|h| format!("lent, home {h}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ")
+        );
+    }
+    for (i, (_, server, tables)) in queue.iter().enumerate() {
+        let tables: Vec<String> = tables.iter().map(u32::to_string).collect();
+        println!(
+            "borrow {}: {server} needs tables {} together",
+            i + 1,
+            tables.join(" ")
         );
     }
     Ok(())

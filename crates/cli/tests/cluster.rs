@@ -1864,6 +1864,12 @@ fn renames_round_three_servers_at_once_all_succeed() {
         etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
             && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
     });
+    // `cluster status` says so too.
+    let st = status_on(&etcd.url, &secret);
+    assert_eq!(st["borrows"], serde_json::json!([]), "{st}");
+    for t in st["tables"].as_array().unwrap() {
+        assert!(t["home"].is_null(), "{t}");
+    }
 }
 
 /// kill -9 of a borrower at a step of BORROW/RETURN (named fault
