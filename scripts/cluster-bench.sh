@@ -59,6 +59,16 @@
 #       inodes), `mkdir /c0 /c1` then `mkdir /c0/d0 … /c0/d9`: the table
 #       an operation pulls and the coordinator's count balancing move two
 #       tables back and forth for tens of seconds; the mkdir fails.
+#   SEXTANT_BIN=... scripts/cluster-bench.sh borrow
+#       issue 21's Ursa Minor experiment, what BORROW/RETURN costs: two
+#       servers, /p held by s0 and /q by s1 (table_dir_limit 2), then
+#       sextant-borrow-bench (crates/bench/src/bin/borrow_bench.rs;
+#       BORROW_BENCH, default target/release/sextant-borrow-bench):
+#       SAMPLES (10) creates vs cold and warm cross-server renames, then
+#       SECONDS (10) s runs of two clients (create+stat in their own
+#       directory, a fraction FRACTIONS of cross-server renames) × REPS (3).
+#       The servers journal with fsync at SYNC_FLOOR (7ms) per sync, as a
+#       disk would.
 #
 # Knobs (environment): SIZES, TASKS (bench tasks per client), ITEMS (items
 # per task), KEEP=1 keeps the work directory. Needs etcd (3.4) on PATH.
@@ -481,5 +491,24 @@ table_inode_limit = 20000}" >"$work/limits.toml"
       log "while tables moved: $bad of $n searches gave another count than the single server's $want"
     fi
     ;;
-  *) sed -n '2,64p' "$0"; exit 2;;
+  borrow)
+    bench=${BORROW_BENCH:-$PWD/target/release/sextant-borrow-bench}
+    [ -x "$bench" ] || cargo build --release --locked -q -p sextant-bench --bin sextant-borrow-bench
+    printf 'table_dir_limit = 2\ntable_inode_limit = 10000000\n' >"$work/small.toml"
+    d=$work/borrow; start_etcd "$d"
+    SEXTANT_BENCH_SYNC_FLOOR=${SYNC_FLOOR:-7ms} start_server "$d" s0 --config "$work/small.toml"
+    cli "$d" mkdir /p /q /r /s
+    SEXTANT_BENCH_SYNC_FLOOR=${SYNC_FLOOR:-7ms} start_server "$d" s1 --config "$work/small.toml"
+    log "settling: $(settle "$d" 3 60) s; $(layout "$d")"
+    cli "$d" cluster move /p s0 --etcd "$(cat "$d/etcd.url")" >/dev/null
+    cli "$d" cluster move /q s1 --etcd "$(cat "$d/etcd.url")" >/dev/null
+    log "placed: $(layout "$d")"
+    "$bench" --server "$(cat "$d/s0.addr")" --secret-file "$d/s0/secret" --dir-a /p --dir-b /q \
+      --samples "${SAMPLES:-10}" --seconds "${SECONDS_PER_RUN:-10}" --reps "${REPS:-3}" \
+      --fractions "${FRACTIONS:-0,0.0006,0.005,0.01,0.05}" | tee "$work/borrow.jsonl"
+    log "after: $(layout "$d")"
+    log "borrows asked: $(grep -h -c 'BORROW: asked' "$d"/s*.log | paste -sd' '), returns: $(grep -h -c 'RETURN:' "$d"/s*.log | paste -sd' ')"
+    cp "$work/borrow.jsonl" "${OUT:-/tmp}/cluster-bench-borrow.jsonl" 2>/dev/null || true
+    ;;
+  *) sed -n '2,74p' "$0"; exit 2;;
 esac
