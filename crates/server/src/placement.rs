@@ -30,7 +30,7 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     fn map(&self) -> pb::RouteMap;
     /// Whether [`Placement::borrow`] can ever bring a table here (a
     /// single server holds everything: no).
-    fn can_pull(&self) -> bool {
+    fn can_borrow(&self) -> bool {
         false
     }
     /// An operation here needs the tables holding `soids` together, and

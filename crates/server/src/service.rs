@@ -36,7 +36,7 @@ pub const SERVER_IN_FLIGHT: usize = 8192;
 /// Most tables one mutation brings here before it gives up with EXDEV (a
 /// rename touches at most its two directories, the moved inode, the one
 /// it replaces and their ancestors' tables for the loop check).
-const MAX_PULLS: usize = 8;
+const MAX_BORROWED: usize = 8;
 
 /// WRONG_SERVERs a request forwarded for a local user follows at most
 /// ([`Shared::handle_for`]); then the client gets the last one.
@@ -110,7 +110,7 @@ fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
         Err(e) => {
             if let FsError::CrossServer | FsError::NeedsTable { .. } = e {
                 // The tables it needs could not all be brought here:
-                // refused with EXDEV (see `execute_pulling`).
+                // refused with EXDEV (see `execute_borrowing`).
                 metrics::counter!("sextant_cross_server_total").increment(1);
             }
             let e = match e {
@@ -237,7 +237,7 @@ impl Shared {
     pub async fn handle_for(self: Arc<Self>, r: pb::Request, caller: &Caller) -> pb::Response {
         if !matches!(caller, Caller::Kernel(_))
             || self.peers.is_none()
-            || !self.placement.can_pull()
+            || !self.placement.can_borrow()
         {
             // (One server, or a caller that reaches the others itself.)
             return self.handle(r).await;
@@ -429,7 +429,7 @@ impl Shared {
     ) -> pb::Response {
         let dir = want_dir.then(|| changed_dir(&op)).flatten();
         let mut fx = Effects::default();
-        let mut resp = reply(id, self.execute_pulling(cred, op, &mut fx, request).await);
+        let mut resp = reply(id, self.execute_borrowing(cred, op, &mut fx, request).await);
         if let (Some(dir), None) = (dir, &resp.error) {
             resp.dir = self.engine.getattr(dir).ok().map(|a| attr_to_pb(&a));
         }
@@ -444,15 +444,15 @@ impl Shared {
 
     /// [`Shared::execute`], bringing here the tables a mutation also
     /// needs (`NeedsTable`: nothing was changed) and running it again, up
-    /// to [`MAX_PULLS`] tables; EXDEV when one cannot come.
-    async fn execute_pulling(
+    /// to [`MAX_BORROWED`] tables; EXDEV when one cannot come.
+    async fn execute_borrowing(
         &self,
         cred: &Credentials,
         op: Op,
         fx: &mut Effects,
         request: Option<RequestId>,
     ) -> Result<Res, FsError> {
-        if !op.is_mutation() || !self.placement.can_pull() {
+        if !op.is_mutation() || !self.placement.can_borrow() {
             return self.execute(cred, op, fx, request).await;
         }
         let route = op.route_soid();
@@ -475,7 +475,7 @@ impl Shared {
                 r => r,
             };
             match result {
-                Err(FsError::NeedsTable { soid }) if needs.len() <= MAX_PULLS => {
+                Err(FsError::NeedsTable { soid }) if needs.len() <= MAX_BORROWED => {
                     needs.push(soid);
                     if !self.placement.borrow(&needs).await {
                         return Err(FsError::CrossServer);

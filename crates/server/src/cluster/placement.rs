@@ -298,7 +298,7 @@ impl Placement for ClusterPlacement {
         route_table(&self.coordination.map().borrow()).to_pb()
     }
 
-    fn can_pull(&self) -> bool {
+    fn can_borrow(&self) -> bool {
         self.node.is_some()
     }
 
