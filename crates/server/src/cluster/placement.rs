@@ -161,7 +161,11 @@ impl ClusterPlacement {
                     metrics::counter!("sextant_table_returns_total").increment(1);
                     match node.end_borrow().await {
                         Ok(()) => *b = Borrow::default(),
-                        Err(e) => tracing::warn!(error = %e, "cannot RETURN borrowed tables; again soon"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot RETURN borrowed tables; again in a second");
+                            drop(b);
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
                     }
                 }
             })
