@@ -204,6 +204,9 @@ enum Backend {
 }
 
 fn connect(cli: &Cli, addr: &str, rt: &tokio::runtime::Runtime) -> Result<Client> {
+    if cli.key_file.is_some() {
+        anyhow::bail!("bench needs the cluster secret: a client key may not run it");
+    }
     let (addr, secret) = crate::session::server_for(cli, addr)?;
     let options = crate::session::client_options(cli.tls_ca.as_deref())?;
     rt.block_on(Client::connect(&addr, &secret, options))

@@ -25,7 +25,8 @@ pub async fn run(cli: Cli, s: Session) -> Result<()> {
         | Command::Completions { .. }
         | Command::Man { .. }
         | Command::Bench(_)
-        | Command::Cluster(_) => {
+        | Command::Cluster(_)
+        | Command::Auth(_) => {
             unreachable!("this command runs without a namespace session (see main)")
         }
         Command::Status => {

@@ -1200,6 +1200,7 @@ fn search_target<'a>(
         server,
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
+        key_file: cli.key_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
         socket: cli.socket.as_deref(),
         local: cli.local,

@@ -8,6 +8,7 @@
 //! only reads says that no server answered rather than read an empty
 //! store; `--local` uses the directory in any case).
 
+mod auth;
 mod bench;
 mod cluster;
 mod cmd;
@@ -44,6 +45,11 @@ struct Cli {
     /// File holding the cluster secret [default: <data>/secret]
     #[arg(long, global = true, env = "SEXTANT_SECRET_FILE", value_name = "FILE")]
     secret_file: Option<PathBuf>,
+    /// A client key file (made by `sextant auth add` on the server's
+    /// side): calls prove they hold the key, and the server holds them to
+    /// its limits. Used instead of the cluster secret.
+    #[arg(long, global = true, env = "SEXTANT_KEY_FILE", value_name = "FILE")]
+    key_file: Option<PathBuf>,
     /// The cluster secret itself (prefer --secret-file: arguments are visible
     /// to other users).
     #[arg(long, global = true, env = "SEXTANT_SECRET", hide_env_values = true)]
@@ -126,6 +132,10 @@ enum Command {
     /// Many servers, one namespace: start a local cluster (`up`), see it
     /// (`status`), move a table (`move`), drain a server (`drain`).
     Cluster(cluster::ClusterArgs),
+    /// Client keys: `add` one for a client node (written to a 0600 file
+    /// to copy there; the node uses it with --key-file), `ls`, `revoke`,
+    /// `rotate`. Needs the cluster secret.
+    Auth(auth::AuthArgs),
     /// Show the store's state: inodes, tables, journal; and which data
     /// directory, server and secret this command used, and where each
     /// setting came from (flag, environment, config file, the local
@@ -591,6 +601,7 @@ fn main() {
                 })
         }
         Command::Bench(args) => bench::run(&cli, args),
+        Command::Auth(args) => auth::run(&cli, args),
         Command::Cluster(args) => cluster::run(
             &cli.data.clone().unwrap_or_else(session::default_data),
             cli.json,
@@ -619,6 +630,7 @@ fn main() {
                         server: cli.server.as_deref(),
                         secret: cli.secret.as_deref(),
                         secret_file: cli.secret_file.as_deref(),
+                        key_file: cli.key_file.as_deref(),
                         tls_ca: cli.tls_ca.as_deref(),
                         socket: cli.socket.as_deref(),
                         local: cli.local,

@@ -31,6 +31,7 @@ pub fn server_for(cli: &crate::Cli, addr: &str) -> Result<(String, String)> {
         server: Some(addr),
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
+        key_file: cli.key_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
         socket: cli.socket.as_deref(),
         local: false,
@@ -138,6 +139,8 @@ pub struct Target<'a> {
     pub server: Option<&'a str>,
     pub secret: Option<&'a str>,
     pub secret_file: Option<&'a Path>,
+    /// A client key file (`sextant auth add`): used instead of a secret.
+    pub key_file: Option<&'a Path>,
     /// TLS: the authority that signed the server's certificate (PEM file).
     pub tls_ca: Option<&'a Path>,
     /// Where the local server's Unix socket is looked for.
@@ -215,8 +218,16 @@ fn answers(addr: &str) -> bool {
 /// being a `sextant cluster up` directory — its servers'. A secret file
 /// this user may not read counts as none (a local user then goes through
 /// the Unix socket as themselves); a secret file named but missing is an
-/// error.
+/// error. A `--key-file` comes first: its key, as the credential string
+/// `sextant_client::Client::connect` takes.
 pub fn find_secret(t: &Target) -> Result<Option<String>> {
+    if let Some(f) = t.key_file {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the client key file {}", f.display()))?;
+        let key = sextant_proto::keyauth::ClientKey::parse_file(&text)
+            .with_context(|| format!("the client key file {}", f.display()))?;
+        return Ok(Some(key.credential()));
+    }
     if let Some(s) = t.secret {
         return Ok(Some(s.trim().to_string()));
     }
@@ -266,6 +277,7 @@ pub fn secret_for_server(cli: &crate::Cli, addr: &str) -> Result<String> {
         server: Some(addr),
         secret: cli.secret.as_deref(),
         secret_file: cli.secret_file.as_deref(),
+        key_file: cli.key_file.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
         socket: cli.socket.as_deref(),
         local: false,

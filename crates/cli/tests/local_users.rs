@@ -688,6 +688,19 @@ fn forged_claims_child() {
                         "a local user may not read directories raw"
                     );
                 }
+                "Keys" => {
+                    // Client keys: the cluster secret only.
+                    let r = raw
+                        .keys(pb::KeysRequest {
+                            op: Some(pb::keys_request::Op::List(pb::Empty {})),
+                        })
+                        .await;
+                    assert_eq!(
+                        r.map(|_| ()).map_err(|s| s.code()),
+                        Err(tonic::Code::PermissionDenied),
+                        "a local user may not manage client keys"
+                    );
+                }
                 "Watch" => match c.watch().await {
                     Err(Error::Fs(FsError::Perm)) => {}
                     Err(e) => panic!("watch: {e}"),

@@ -29,6 +29,7 @@ pub use watch::{new_origin, AllChanges, ChangeBatch, ChangeStream, Watched, MAP_
 
 use parking_lot::Mutex;
 use sextant_engine::{DirEntry, EngineStats, RenameFlags, StatFs, XattrFlags};
+use sextant_proto::keyauth;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::*;
 use sextant_types::{Attr, Credentials, FileType, FsError, SetAttr, Soid};
@@ -208,8 +209,12 @@ struct Inner {
     addr: String,
     target: Target,
     /// The cluster secret (`None`: a local user on the server's Unix
-    /// socket, served as the identity the kernel gives it).
+    /// socket, served as the identity the kernel gives it, or a client
+    /// key's holder).
     secret: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// A client key: each call carries a proof of it (see
+    /// `sextant_proto::keyauth`), never the key.
+    key: Option<Arc<keyauth::ClientKey>>,
     client_id: u64,
     /// Exactly-once sequence numbers (see [`Outstanding`]).
     outstanding: Mutex<Outstanding>,
@@ -265,6 +270,7 @@ impl Inner {
         addr: String,
         target: Target,
         secret: Option<MetadataValue<tonic::metadata::Ascii>>,
+        key: Option<Arc<keyauth::ClientKey>>,
         options: Options,
         family: Family,
     ) -> Inner {
@@ -280,6 +286,7 @@ impl Inner {
             addr,
             target,
             secret,
+            key,
             client_id: options.client_id.unwrap_or_else(random_u64),
             outstanding: Mutex::new(Outstanding::default()),
             next_id: AtomicU64::new(1),
@@ -295,12 +302,31 @@ impl Inner {
 }
 
 impl Inner {
-    /// Puts the secret, if this client has one, on a call.
-    fn authorize<T>(&self, request: &mut tonic::Request<T>) {
+    /// Puts the secret, or the proof of the key, if this client has one,
+    /// on a call to the rpc `method` (e.g. `Session`).
+    fn authorize<T>(&self, request: &mut tonic::Request<T>, method: &str) {
         if let Some(secret) = &self.secret {
             request
                 .metadata_mut()
                 .insert(SECRET_METADATA, secret.clone());
+        }
+        if let Some(key) = &self.key {
+            let time = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let nonce = format!("{:016x}{:016x}", random_u64(), random_u64());
+            let proof = key.prove(&format!("/sextant.v1.Sextant/{method}"), time, &nonce);
+            let m = request.metadata_mut();
+            // Names and hex are ASCII (valid_name, the proof's own fields).
+            let mut put = |k: &'static str, v: String| {
+                if let Ok(v) = MetadataValue::try_from(v) {
+                    m.insert(k, v);
+                }
+            };
+            put(keyauth::KEY_METADATA, proof.name);
+            put(keyauth::TIME_METADATA, proof.time.to_string());
+            put(keyauth::NONCE_METADATA, proof.nonce);
+            put(keyauth::MAC_METADATA, proof.mac);
         }
     }
 }
@@ -391,7 +417,9 @@ impl Client {
     /// An empty `secret` sends none: on the server's Unix socket every
     /// request then runs as the identity the kernel gives this process
     /// (whatever credentials the calls pass); over TCP the server refuses
-    /// it ([`Error::Auth`]).
+    /// it ([`Error::Auth`]). A client key given as `secret` in the form
+    /// `key:NAME:HEX` ([`keyauth::ClientKey::credential`]) is used as
+    /// that key: each call proves it, and the server enforces its limits.
     pub async fn connect(addr: &str, secret: &str, options: Options) -> Result<Client> {
         let unavailable = |reason: String| Error::Unavailable {
             addr: addr.to_string(),
@@ -402,7 +430,13 @@ impl Client {
             domain: options.tls_domain.clone().unwrap_or_else(|| host_of(addr)),
         });
         let target = Target::new(addr, options.connect_timeout, tls).map_err(unavailable)?;
+        let key = match keyauth::ClientKey::from_credential(secret.trim()) {
+            Some(Ok(k)) => Some(Arc::new(k)),
+            Some(Err(e)) => return Err(Error::Protocol(format!("bad client key: {e}"))),
+            None => None,
+        };
         let secret = match secret.trim() {
+            _ if key.is_some() => None,
             "" => None,
             s => Some(
                 MetadataValue::try_from(s)
@@ -414,6 +448,7 @@ impl Client {
                 addr.to_string(),
                 target,
                 secret,
+                key,
                 options,
                 Family::default(),
             )),
@@ -478,6 +513,7 @@ impl Client {
                 self.inner.addr.clone(),
                 self.inner.target.clone(),
                 self.inner.secret.clone(),
+                self.inner.key.clone(),
                 options,
                 Family {
                     backups: Arc::clone(&self.inner.backups),
@@ -531,7 +567,7 @@ impl Client {
     fn link_for(&self, soid: Option<Soid>) -> Arc<route::Link> {
         // Without the secret (a local user on a server's Unix socket) the
         // other servers cannot be reached: that server forwards for us.
-        if self.inner.secret.is_none() {
+        if self.secret_is_empty() {
             return Arc::clone(&self.inner.home);
         }
         let Some(addr) = soid.and_then(|s| self.inner.router.address_for(s)) else {
@@ -543,7 +579,20 @@ impl Client {
     /// Whether this client has no cluster secret (a local user on the
     /// server's Unix socket, served as the kernel says it is).
     pub(crate) fn secret_is_empty(&self) -> bool {
-        self.inner.secret.is_none()
+        self.inner.secret.is_none() && self.inner.key.is_none()
+    }
+
+    /// Manages client keys (the `Keys` RPC; the cluster secret only). A
+    /// refusal comes back as [`Error::Protocol`] with the server's words.
+    pub async fn manage_keys(&self, op: pb::keys_request::Op) -> Result<pb::KeysReply> {
+        let mut grpc = pb::sextant_client::SextantClient::new(self.inner.home.channel());
+        let mut request = tonic::Request::new(pb::KeysRequest { op: Some(op) });
+        self.inner.authorize(&mut request, "Keys");
+        match grpc.keys(request).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) if s.code() == Code::Unauthenticated => Err(Error::Auth),
+            Err(s) => Err(Error::Protocol(s.message().to_string())),
+        }
     }
 
     /// The link to the server at `addr` (the home link for the home
@@ -620,7 +669,7 @@ impl Client {
     async fn map_from(&self, link: &route::Link) -> Result<sextant_proto::route::RouteTable> {
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
         let mut request = tonic::Request::new(pb::MapRequest {});
-        self.inner.authorize(&mut request);
+        self.inner.authorize(&mut request, "Map");
         request.set_timeout(self.inner.options.connect_timeout);
         let map = match grpc.map(request).await {
             Ok(r) => r.into_inner(),
@@ -680,7 +729,7 @@ impl Client {
             .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel::<pb::Request>(1024);
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        self.inner.authorize(&mut request);
+        self.inner.authorize(&mut request, "Session");
         // A server that accepts connections but does not answer (stopped,
         // SIGSTOPped, wedged) must not hang the caller until HTTP/2's
         // keep-alive gives up (~50 s): the session opens within the
@@ -764,7 +813,7 @@ impl Client {
         for req in requests {
             let incarnation = req.incarnation;
             let mut request = tonic::Request::new(req);
-            self.inner.authorize(&mut request);
+            self.inner.authorize(&mut request, "Recover");
             let reply = match grpc.recover(request).await {
                 Ok(r) => r.into_inner(),
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),

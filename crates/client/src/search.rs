@@ -172,7 +172,7 @@ impl Client {
                     .max_decoding_message_size(4 * MAX_MESSAGE_BYTES),
             };
             let mut request = tonic::Request::new(req.clone());
-            self.inner.authorize(&mut request);
+            self.inner.authorize(&mut request, "Search");
             let failure = match grpc.search(request).await {
                 Ok(r) => {
                     return Ok(SearchStream {

@@ -199,7 +199,7 @@ impl Client {
         let mut request = tonic::Request::new(pb::WatchRequest {
             origin: self.inner.options.origin,
         });
-        self.inner.authorize(&mut request);
+        self.inner.authorize(&mut request, "Watch");
         match grpc.watch(request).await {
             Ok(r) => Ok(ChangeStream {
                 inner: r.into_inner(),

@@ -96,6 +96,7 @@ impl Cluster {
                 placement: Some(Arc::clone(&placement) as Arc<dyn Placement>),
                 listen_address: addr,
                 peer_ca: None,
+                keys: None,
             };
             let mut stopped = stopped.clone();
             let shutdown = async move {

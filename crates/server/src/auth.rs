@@ -2,10 +2,15 @@
 //!
 //! Two ways in, each with its own interceptor ([`tcp`], [`unix`]):
 //!
-//! - **TCP** (and TLS): the cluster secret (`x-sextant-secret`) must come
-//!   with every call; its holder is [`Caller::Trusted`]: the credentials its
-//!   requests carry are used as claimed (it is the admin key, and the
-//!   mount, which serves every local user, needs exactly that).
+//! - **TCP** (and TLS): the cluster secret (`x-sextant-secret`) or a
+//!   client key's proof (`x-sextant-key`..., see [`crate::clientkeys`])
+//!   must come with every call. The secret's holder is
+//!   [`Caller::Trusted`]: the credentials its requests carry are used as
+//!   claimed (it is the admin key). A key's holder is [`Caller::Key`]:
+//!   the credentials its requests carry are used if the key's limits
+//!   allow them (uids, gids, after root squash), else the request fails
+//!   with EPERM (counted, logged); a read-only key's mutations fail with
+//!   EROFS; it may not read directories raw nor manage keys.
 //! - **The local Unix socket**: the kernel tells who the peer is
 //!   (`SO_PEERCRED`, taken when it connected). A peer that presents the
 //!   secret, or whose uid is 0 (root can read the secret anyway), is
@@ -23,13 +28,19 @@
 //!   kernel's, and a root peer is never `Kernel`);
 //! - a wrong secret is refused on either transport (never "downgraded" to
 //!   a kernel identity), so a client that means to be trusted learns it is
-//!   not.
+//!   not; so is a proof that fails (unknown key, wrong MAC, time outside
+//!   the window, nonce used before);
+//! - a [`Caller::Key`] request never runs with an identity its limits do
+//!   not allow, and never mutates with a read-only key.
 
+use crate::clientkeys::{Grant, KeyBook, NOBODY};
 use crate::secret;
 use parking_lot::Mutex;
+use sextant_proto::keyauth;
 use sextant_proto::pb;
+use sextant_proto::pb::request::Op;
 use sextant_proto::SECRET_METADATA;
-use sextant_types::Credentials;
+use sextant_types::{Credentials, FsError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +57,8 @@ pub enum Caller {
     Trusted(Trust),
     /// A local user on the Unix socket: every request runs as this.
     Kernel(Credentials),
+    /// A client key's holder: requests run as claimed within its limits.
+    Key(Grant),
 }
 
 /// Why a caller is trusted (for metrics and logs).
@@ -63,14 +76,52 @@ impl Caller {
             Caller::Trusted(Trust::Secret) => "secret",
             Caller::Trusted(Trust::RootPeer) => "root",
             Caller::Kernel(_) => "kernel",
+            Caller::Key(_) => "key",
+        }
+    }
+
+    /// Runs `req` as this caller: its credentials admitted, or the errno
+    /// the request fails with (a key's limits).
+    pub fn admit_op(&self, mut req: pb::Request) -> Result<pb::Request, FsError> {
+        match self {
+            Caller::Trusted(_) => Ok(req),
+            Caller::Kernel(_) => Ok(self.admitted(req)),
+            Caller::Key(g) => {
+                let what = req.op.as_ref().map_or("none", |op| op.name());
+                let mutation = req.op.as_ref().is_some_and(is_mutation);
+                req.cred = admit_key(g, req.cred.take(), what, mutation)?;
+                Ok(req)
+            }
+        }
+    }
+
+    /// May this caller manage client keys (`Keys`)? The cluster secret's
+    /// holder (or root on this machine) only.
+    pub fn may_manage_keys(&self) -> bool {
+        match self {
+            Caller::Trusted(_) => true,
+            Caller::Kernel(k) => {
+                refused(
+                    "keys",
+                    k.uid,
+                    "managing client keys needs the cluster secret",
+                );
+                false
+            }
+            Caller::Key(g) => {
+                refused_key(g, "keys", "managing client keys needs the cluster secret");
+                false
+            }
         }
     }
 
     /// The credentials a request runs with, given what it claims (`what`
     /// names the request in the audit line of a refused claim).
+    /// (A [`Caller::Key`]'s claim is checked by [`Caller::admit_op`] and
+    /// [`Caller::admit_search`], which can refuse; here it passes as is.)
     pub fn admit(&self, claim: Option<pb::Credentials>, what: &str) -> Option<pb::Credentials> {
         match self {
-            Caller::Trusted(_) => claim,
+            Caller::Trusted(_) | Caller::Key(_) => claim,
             Caller::Kernel(k) => {
                 if let Some(c) = &claim {
                     if claims_more(c, k) {
@@ -96,11 +147,15 @@ impl Caller {
         req
     }
 
-    /// Runs a search as this caller.
-    pub fn admit_search(&self, req: &mut pb::SearchRequest) {
-        if matches!(self, Caller::Kernel(_)) {
-            req.cred = self.admit(req.cred.take(), "search");
+    /// Runs a search as this caller; a key's claim outside its limits
+    /// fails (EPERM).
+    pub fn admit_search(&self, req: &mut pb::SearchRequest) -> Result<(), FsError> {
+        match self {
+            Caller::Trusted(_) => {}
+            Caller::Kernel(_) => req.cred = self.admit(req.cred.take(), "search"),
+            Caller::Key(g) => req.cred = admit_key(g, req.cred.take(), "search", false)?,
         }
+        Ok(())
     }
 
     /// May this caller read directories raw (`DirChain`: names and modes
@@ -117,15 +172,24 @@ impl Caller {
                 );
                 false
             }
+            Caller::Key(g) => {
+                refused_key(
+                    g,
+                    "dir-chain",
+                    "reading directories raw needs the cluster secret",
+                );
+                false
+            }
         }
     }
 
     /// May this caller watch every change (`Watch`, what a mount's caches
     /// follow)? The stream names every changed inode and entry, whoever
-    /// may see them: the trusted only.
+    /// may see them: the trusted, and a key's holder (a mount on a client
+    /// node; its stream ends when the key is revoked).
     pub fn may_watch(&self) -> bool {
         match self {
-            Caller::Trusted(_) => true,
+            Caller::Trusted(_) | Caller::Key(_) => true,
             Caller::Kernel(k) => {
                 refused("watch", k.uid, "watching changes needs the cluster secret");
                 false
@@ -141,6 +205,67 @@ pub fn claims_more(claim: &pb::Credentials, kernel: &Credentials) -> bool {
     claim.uid != kernel.uid
         || claim.gid != kernel.gid
         || claim.groups.iter().any(|g| !kernel.in_group(*g))
+}
+
+/// Does `op` change the namespace (refused to a read-only key)?
+pub fn is_mutation(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Create(_)
+            | Op::Mknod(_)
+            | Op::Mkdir(_)
+            | Op::Symlink(_)
+            | Op::Unlink(_)
+            | Op::Rmdir(_)
+            | Op::Rename(_)
+            | Op::Link(_)
+            | Op::Setattr(_)
+            | Op::Setxattr(_)
+            | Op::Removexattr(_)
+    )
+}
+
+/// A key holder's claim, as its limits let it run: root squashed first
+/// (uid, gid and group 0 become [`NOBODY`], which the key then always
+/// allows), then every id must be in the key's ranges — else EPERM, and an
+/// audit line. A read-only key's mutation is EROFS. A missing claim stays
+/// missing (the request fails with EINVAL).
+pub fn admit_key(
+    g: &Grant,
+    claim: Option<pb::Credentials>,
+    what: &str,
+    mutation: bool,
+) -> Result<Option<pb::Credentials>, FsError> {
+    let l = &g.limits;
+    if mutation && l.read_only {
+        refused_key(g, "key-read-only", &format!("{what}: the key is read-only"));
+        return Err(FsError::ReadOnly);
+    }
+    let Some(mut c) = claim else {
+        return Ok(None);
+    };
+    let claimed = c.clone();
+    let squash = |id: &mut u32| {
+        let hit = l.root_squash && *id == 0;
+        if hit {
+            *id = NOBODY;
+        }
+        hit
+    };
+    let uid_squashed = squash(&mut c.uid);
+    let gid_squashed = squash(&mut c.gid);
+    let mut groups_ok = true;
+    for grp in &mut c.groups {
+        let s = squash(grp);
+        groups_ok &= s || l.allows_gid(*grp);
+    }
+    let ok =
+        (uid_squashed || l.allows_uid(c.uid)) && (gid_squashed || l.allows_gid(c.gid)) && groups_ok;
+    if !ok {
+        refused_key_claim(g, &claimed, what);
+        return Err(FsError::Perm);
+    }
+    Ok(Some(c))
 }
 
 /// The [`Caller`] the interceptor attached to `request`; a call without
@@ -169,6 +294,107 @@ fn secret_given(req: &Request<()>, secret: &[u8]) -> SecretGiven {
     }
 }
 
+/// The gRPC path of a call (`/sextant.v1.Sextant/Call`), put in its
+/// extensions by [`WithCallPath`] before the interceptor runs (a key's
+/// proof covers it).
+#[derive(Debug, Clone)]
+pub struct CallPath(pub String);
+
+/// Wraps a service so that each call's extensions carry its [`CallPath`].
+#[derive(Debug, Clone)]
+pub struct WithCallPath<S>(pub S);
+
+impl<S, B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for WithCallPath<S>
+where
+    S: tonic::codegen::Service<tonic::codegen::http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: tonic::codegen::http::Request<B>) -> Self::Future {
+        let path = CallPath(req.uri().path().to_string());
+        req.extensions_mut().insert(path);
+        self.0.call(req)
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for WithCallPath<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// The key proof a call carries: `None` without one, `Some(Err)` for a
+/// malformed one.
+fn proof_of(req: &Request<()>) -> Option<Result<keyauth::Proof, ()>> {
+    let m = req.metadata();
+    let name = m.get(keyauth::KEY_METADATA)?;
+    let text = |k: &str| m.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+    Some((|| {
+        Ok(keyauth::Proof {
+            name: name.to_str().map_err(|_| ())?.to_string(),
+            time: text(keyauth::TIME_METADATA)
+                .and_then(|t| t.parse().ok())
+                .ok_or(())?,
+            nonce: text(keyauth::NONCE_METADATA).ok_or(())?,
+            mac: text(keyauth::MAC_METADATA).ok_or(())?,
+        })
+    })())
+}
+
+/// The caller of a call with a key proof: [`Caller::Key`], or the status
+/// it is refused with (counted, audit-logged).
+fn key_caller(
+    req: &Request<()>,
+    proof: Result<keyauth::Proof, ()>,
+    keys: &KeyBook,
+    peer: &str,
+) -> Result<Caller, Status> {
+    let path = req
+        .extensions()
+        .get::<CallPath>()
+        .map_or("", |p| p.0.as_str());
+    let checked = proof
+        .map_err(|()| crate::clientkeys::Refusal::Malformed)
+        .and_then(|p| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            keys.check(&p, path, now)
+                .map_err(|r| (r, p.name))
+                .map_err(|(r, name)| {
+                    refused_proof(r, &name, peer);
+                    r
+                })
+        });
+    match checked {
+        Ok(grant) => {
+            if keys.first_use_from(&grant.name, peer) {
+                tracing::info!(target: "audit", key = grant.name, peer, "client key used from a new address");
+            }
+            Ok(Caller::Key(grant))
+        }
+        Err(crate::clientkeys::Refusal::Busy) => Err(Status::unavailable(
+            "too many calls with client keys; retry",
+        )),
+        Err(r) => {
+            if r == crate::clientkeys::Refusal::Malformed {
+                refused_proof(r, "?", peer);
+            }
+            Err(Status::unauthenticated(format!(
+                "authentication failed: client key refused ({})",
+                r.label()
+            )))
+        }
+    }
+}
+
 /// Attaches `caller` to an admitted call and counts it.
 fn admitted(
     mut req: Request<()>,
@@ -184,9 +410,18 @@ fn admitted(
 /// The interceptor of TCP (and TLS) connections: the secret, or nothing.
 pub fn tcp(
     secret: Arc<Vec<u8>>,
+    keys: Arc<KeyBook>,
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
     move |req: Request<()>| match secret_given(&req, &secret) {
         SecretGiven::Right => admitted(req, Caller::Trusted(Trust::Secret), "tcp"),
+        SecretGiven::Absent if req.metadata().contains_key(keyauth::KEY_METADATA) => {
+            let peer = req
+                .remote_addr()
+                .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
+            let proof = proof_of(&req).unwrap_or(Err(()));
+            let caller = key_caller(&req, proof, &keys, &peer)?;
+            admitted(req, caller, "tcp")
+        }
         given => {
             let peer = req
                 .remote_addr()
@@ -207,6 +442,7 @@ pub fn tcp(
 pub fn unix(
     secret: Arc<Vec<u8>>,
     groups: Arc<GroupDb>,
+    keys: Arc<KeyBook>,
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
     move |req: Request<()>| {
         let peer = req
@@ -228,6 +464,10 @@ pub fn unix(
                     "wrong cluster secret",
                 );
                 return Err(Status::unauthenticated(AUTH_FAILED));
+            }
+            SecretGiven::Absent if req.metadata().contains_key(keyauth::KEY_METADATA) => {
+                let proof = proof_of(&req).unwrap_or(Err(()));
+                key_caller(&req, proof, &keys, &format!("uid {}", peer.uid()))?
             }
             SecretGiven::Absent if peer.uid() == 0 => Caller::Trusted(Trust::RootPeer),
             SecretGiven::Absent => Caller::Kernel(Credentials {
@@ -291,6 +531,44 @@ fn refused_secret(transport: &str, peer: &str, why: &str) {
     metrics::counter!("sextant_auth_refused_total", "reason" => "secret").increment(1);
     if let Some(suppressed) = audit_slot() {
         tracing::warn!(target: "audit", transport, peer, suppressed, "refused call: {why}");
+    }
+}
+
+fn refused_key_claim(g: &Grant, claim: &pb::Credentials, what: &str) {
+    metrics::counter!("sextant_auth_refused_total", "reason" => "key-claim").increment(1);
+    if let Some(suppressed) = audit_slot() {
+        tracing::warn!(
+            target: "audit",
+            key = g.name,
+            claimed_uid = claim.uid,
+            claimed_gid = claim.gid,
+            claimed_groups = ?claim.groups,
+            request = what,
+            suppressed,
+            "refused claim: a client key's request claimed an identity its limits do not allow \
+             (EPERM)"
+        );
+    }
+}
+
+fn refused_key(g: &Grant, reason: &'static str, why: &str) {
+    metrics::counter!("sextant_auth_refused_total", "reason" => reason).increment(1);
+    if let Some(suppressed) = audit_slot() {
+        tracing::warn!(target: "audit", key = g.name, suppressed, "refused call: {why}");
+    }
+}
+
+fn refused_proof(r: crate::clientkeys::Refusal, key: &str, peer: &str) {
+    metrics::counter!("sextant_auth_refused_total", "reason" => r.label()).increment(1);
+    if let Some(suppressed) = audit_slot() {
+        tracing::warn!(
+            target: "audit",
+            key,
+            peer,
+            suppressed,
+            "refused call: client key proof failed ({})",
+            r.label()
+        );
     }
 }
 

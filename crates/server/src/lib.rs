@@ -25,6 +25,7 @@
 //!   serving. See [`logless`].
 
 pub mod auth;
+pub mod clientkeys;
 pub mod cluster;
 pub mod config;
 pub mod dedup;
@@ -78,6 +79,9 @@ pub struct ServeOptions {
     /// TLS: the trust root this server reaches the other servers of its
     /// cluster with ([`peers`]; its own certificate).
     pub peer_ca: Option<Vec<u8>>,
+    /// The client keys ([`clientkeys`]; `None`: none, and the `Keys` RPC
+    /// refuses to make any — a cluster's servers do not share a book yet).
+    pub keys: Option<Arc<clientkeys::KeyBook>>,
 }
 
 impl ServeOptions {
@@ -90,6 +94,7 @@ impl ServeOptions {
         listen_address: String,
     ) -> ServeOptions {
         ServeOptions {
+            keys: None,
             dedup_window: config.dedup_window,
             dedup_clients: config.dedup_clients,
             recovery_grace: config.recovery_grace,
@@ -129,7 +134,13 @@ pub async fn serve(
         placement,
         listen_address,
         peer_ca,
+        keys,
     } = options;
+    let keys = keys.unwrap_or_else(|| {
+        Arc::new(clientkeys::KeyBook::unsupported(
+            "client keys are not supported on a cluster yet (each server would keep its own)",
+        ))
+    });
     let placement = placement.unwrap_or_else(|| {
         Arc::new(placement::Everything {
             name: "sextant".into(),
@@ -153,6 +164,7 @@ pub async fn serve(
         placement,
         wrong_server: AtomicU64::new(0),
         peers: peers::Peers::new(&secret, peer_ca).map(Arc::new),
+        keys: Arc::clone(&keys),
     });
     // A table added later (a move, a failover) brings the replies of the
     // mutations its previous owner ran: into the exactly-once table before
@@ -171,9 +183,14 @@ pub async fn serve(
     let incoming = TcpIncoming::from(listeners.tcp)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)));
-    let service = InterceptedService::new(svc.clone(), auth::tcp(Arc::clone(&secret)));
-    let local =
-        InterceptedService::new(svc, auth::unix(secret, Arc::new(auth::GroupDb::default())));
+    let service = auth::WithCallPath(InterceptedService::new(
+        svc.clone(),
+        auth::tcp(Arc::clone(&secret), Arc::clone(&keys)),
+    ));
+    let local = auth::WithCallPath(InterceptedService::new(
+        svc,
+        auth::unix(secret, Arc::new(auth::GroupDb::default()), keys),
+    ));
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -325,6 +342,7 @@ pub fn run(
     }
     let engine = Engine::open_dir(&config.data, config.engine_config())
         .with_context(|| format!("cannot open the data directory {}", config.data.display()))?;
+    let keys = clientkeys::KeyBook::open(&config.data)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sextant-server")
@@ -354,7 +372,10 @@ pub fn run(
             },
             engine.clone(),
             secret,
-            ServeOptions::from_config(&config, tls, None, addr.to_string()),
+            ServeOptions {
+                keys: Some(Arc::new(keys)),
+                ..ServeOptions::from_config(&config, tls, None, addr.to_string())
+            },
             shutdown,
         )
         .await

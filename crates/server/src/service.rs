@@ -62,6 +62,54 @@ pub struct Shared {
     /// The other servers, for spread searches ([`crate::peers`]); `None`
     /// where the secret cannot be sent (a server without one).
     pub peers: Option<Arc<crate::peers::Peers>>,
+    /// The client keys ([`crate::clientkeys`]): the `Keys` RPC changes
+    /// them; a key's streams end when it is revoked.
+    pub keys: Arc<crate::clientkeys::KeyBook>,
+}
+
+/// The status a stream admitted with a key ends with once the key is
+/// revoked or rotated.
+fn key_revoked() -> Status {
+    Status::unauthenticated("authentication failed: the client key was revoked")
+}
+
+/// `rx`, passed on until the key of `grant` is revoked or rotated: then
+/// [`key_revoked`], and the end (the stream's producer sees it closed).
+fn cut_on_revocation<T: Send + 'static>(
+    mut rx: mpsc::Receiver<Result<T, Status>>,
+    keys: Arc<crate::clientkeys::KeyBook>,
+    grant: crate::clientkeys::Grant,
+) -> mpsc::Receiver<Result<T, Status>> {
+    let (tx, out) = mpsc::channel(16);
+    let mut changed = keys.subscribe();
+    tokio::spawn(async move {
+        // A revocation between the call's admission and the subscription.
+        if !keys.is_live(&grant) {
+            let _ = tx.send(Err(key_revoked())).await;
+            return;
+        }
+        loop {
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => {
+                        if tx.send(m).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                c = changed.changed() => {
+                    if c.is_err() || !keys.is_live(&grant) {
+                        metrics::counter!("sextant_auth_streams_cut_total").increment(1);
+                        let _ = tx.send(Err(key_revoked())).await;
+                        break;
+                    }
+                }
+                () = tx.closed() => break,
+            }
+        }
+    });
+    out
 }
 
 /// What a mutation leaves besides its reply.
@@ -892,6 +940,43 @@ impl Shared {
     }
 }
 
+/// The `Keys` RPC on `book` (admission checked).
+fn keys_admin(
+    book: &crate::clientkeys::KeyBook,
+    op: Option<pb::keys_request::Op>,
+) -> Result<pb::KeysReply, Status> {
+    use crate::clientkeys::{KeyAdminError, Limits};
+    use pb::keys_request::Op as K;
+    let status = |e: KeyAdminError| match e {
+        KeyAdminError::Exists(_) => Status::already_exists(e.to_string()),
+        KeyAdminError::NotFound(_) => Status::not_found(e.to_string()),
+        KeyAdminError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        KeyAdminError::Unsupported(_) => Status::failed_precondition(e.to_string()),
+        KeyAdminError::Store(_) => Status::internal(e.to_string()),
+    };
+    let made = |(k, bytes): (Arc<crate::clientkeys::StoredKey>, [u8; 32])| pb::KeysReply {
+        keys: vec![k.info()],
+        key: sextant_proto::keyauth::hex(&bytes),
+    };
+    match op {
+        Some(K::Add(add)) => {
+            let limits = Limits::from_pb(&add.limits.unwrap_or_default())
+                .map_err(Status::invalid_argument)?;
+            book.add(&add.name, limits).map(made).map_err(status)
+        }
+        Some(K::Rotate(name)) => book.rotate(&name).map(made).map_err(status),
+        Some(K::Revoke(name)) => {
+            book.revoke(&name).map_err(status)?;
+            Ok(pb::KeysReply::default())
+        }
+        Some(K::List(_)) => Ok(pb::KeysReply {
+            keys: book.list().iter().map(|k| k.info()).collect(),
+            key: String::new(),
+        }),
+        None => Err(Status::invalid_argument("op is missing")),
+    }
+}
+
 #[tonic::async_trait]
 impl pb::sextant_server::Sextant for Service {
     type SessionStream = ResponseStream;
@@ -906,16 +991,20 @@ impl pb::sextant_server::Sextant for Service {
         if *shared.shutdown.borrow() {
             return Err(Status::unavailable("the server is shutting down"));
         }
-        if !caller_of(&request)?.may_watch() {
+        let caller = caller_of(&request)?;
+        if !caller.may_watch() {
             return Err(Status::permission_denied(
                 "watching changes needs the cluster secret",
             ));
         }
-        let rx = shared.watchers.watch(
+        let mut rx = shared.watchers.watch(
             &shared.engine,
             request.into_inner().origin,
             shared.shutdown.clone(),
         );
+        if let Caller::Key(grant) = caller {
+            rx = cut_on_revocation(rx, Arc::clone(&shared.keys), grant);
+        }
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -928,7 +1017,12 @@ impl pb::sextant_server::Sextant for Service {
         }
         let caller = caller_of(&request)?;
         let mut req = request.into_inner();
-        caller.admit_search(&mut req);
+        if let Err(e) = caller.admit_search(&mut req) {
+            return Err(Status::permission_denied(format!(
+                "search refused: {e} (errno {})",
+                e.errno()
+            )));
+        }
         if !req.forward_to.is_empty() {
             return Ok(Response::new(self.shared.forward_search(req).await?));
         }
@@ -975,6 +1069,23 @@ impl pb::sextant_server::Sextant for Service {
         Ok(Response::new(reply))
     }
 
+    async fn keys(
+        &self,
+        request: Request<pb::KeysRequest>,
+    ) -> Result<Response<pb::KeysReply>, Status> {
+        if !caller_of(&request)?.may_manage_keys() {
+            return Err(Status::permission_denied(
+                "managing client keys needs the cluster secret",
+            ));
+        }
+        let keys = Arc::clone(&self.shared.keys);
+        let op = request.into_inner().op;
+        let reply = tokio::task::spawn_blocking(move || keys_admin(&keys, op))
+            .await
+            .map_err(|_| Status::internal("the key book task failed"))??;
+        Ok(Response::new(reply))
+    }
+
     async fn recover(
         &self,
         request: Request<pb::RecoverRequest>,
@@ -1000,11 +1111,23 @@ impl pb::sextant_server::Sextant for Service {
         let (tx, rx) = mpsc::channel::<Result<pb::Response, Status>>(1024);
         let shared = Arc::clone(&self.shared);
         let mut shutdown = shared.shutdown.clone();
+        // A key's session ends when the key is revoked or rotated.
+        let grant = match &caller {
+            Caller::Key(g) => Some(g.clone()),
+            _ => None,
+        };
+        let mut key_changes = shared.keys.subscribe();
         tokio::spawn(async move {
+            let live = |shared: &Shared| grant.as_ref().is_none_or(|g| shared.keys.is_live(g));
+            if !live(&shared) {
+                let _ = tx.send(Err(key_revoked())).await;
+                return;
+            }
             let slots = Arc::new(Semaphore::new(SESSION_IN_FLIGHT));
             // Log-less: a notice when the written-back watermark moves.
             let mut notices = tokio::time::interval(NOTICE_INTERVAL);
             let mut noticed = 0;
+            let mut revoked = false;
             loop {
                 let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
                     break;
@@ -1016,7 +1139,16 @@ impl pb::sextant_server::Sextant for Service {
                     m = inbound.message() => Some(m),
                     _ = shutdown.wait_for(|stop| *stop) => break,
                     _ = notices.tick(), if shared.logless.is_some() => None,
+                    c = key_changes.changed(), if grant.is_some() => {
+                        revoked = c.is_err() || !live(&shared);
+                        None
+                    }
                 };
+                if revoked {
+                    metrics::counter!("sextant_auth_streams_cut_total").increment(1);
+                    let _ = tx.send(Err(key_revoked())).await;
+                    break;
+                }
                 let Some(next) = next else {
                     let w = shared.engine.written_back_lsn();
                     let notice = match &shared.logless {
@@ -1033,7 +1165,20 @@ impl pb::sextant_server::Sextant for Service {
                     }
                     continue;
                 };
-                match next.map(|r| r.map(|r| caller.admitted(r))) {
+                let next = match next.map(|r| r.map(|r| (r.id, caller.admit_op(r)))) {
+                    Ok(Some((id, Err(e)))) => {
+                        // Refused by the key's limits: answered, not run.
+                        drop((permit, global));
+                        if tx.send(Ok(reply(id, Err(e)))).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Ok(Some((_, Ok(req)))) => Ok(Some(req)),
+                    Ok(None) => Ok(None),
+                    Err(status) => Err(status),
+                };
+                match next {
                     Ok(Some(req)) if answers_inline(&req, shared.logless.is_some()) => {
                         // See answers_inline: microseconds, no waiting.
                         let resp = Arc::clone(&shared).handle_for(req, &caller).await;
@@ -1075,7 +1220,12 @@ impl pb::sextant_server::Sextant for Service {
             .acquire_owned()
             .await
             .map_err(|_| Status::unavailable("the server is shutting down"))?;
-        let req = caller.admitted(request.into_inner());
+        let req = request.into_inner();
+        let id = req.id;
+        let req = match caller.admit_op(req) {
+            Ok(req) => req,
+            Err(e) => return Ok(Response::new(reply(id, Err(e)))),
+        };
         let resp = tokio::spawn(async move { shared.handle_for(req, &caller).await })
             .await
             .map_err(|e| Status::internal(format!("request task failed: {e}")))?;

@@ -50,6 +50,9 @@ pub enum FsError {
     Busy,
     #[error("argument list too long (value too large)")]
     TooBig,
+    /// A client key with `--read-only` asked for a mutation.
+    #[error("read-only file system")]
+    ReadOnly,
     /// Cluster member mode: `soid` lies in a table this server does not
     /// own (Ursa Minor's WRONG_SERVER); the client refreshes its
     /// delegation map and retries at the owner. Nothing was changed.
@@ -94,6 +97,7 @@ impl FsError {
             FsError::Stale => 116,             // ESTALE
             FsError::Busy => 16,               // EBUSY
             FsError::TooBig => 7,              // E2BIG
+            FsError::ReadOnly => 30,           // EROFS
             FsError::WrongServer { .. } => 66, // EREMOTE
             FsError::CrossServer => 18,        // EXDEV
             FsError::NeedsTable { .. } => 18,  // EXDEV
@@ -111,7 +115,7 @@ impl FsError {
 
 /// Every error [`FsError::from_errno`] can give (not `WrongServer` or
 /// `NeedsTable`).
-const ALL: [FsError; 21] = [
+const ALL: [FsError; 22] = [
     FsError::NotFound,
     FsError::Exists,
     FsError::NotDir,
@@ -132,6 +136,7 @@ const ALL: [FsError; 21] = [
     FsError::Stale,
     FsError::Busy,
     FsError::TooBig,
+    FsError::ReadOnly,
     FsError::CrossServer,
 ];
 

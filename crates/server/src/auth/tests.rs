@@ -60,7 +60,7 @@ fn a_kernel_caller_runs_as_itself_and_a_trusted_one_as_claimed() {
         cred: Some(claim(0, 0, &[])),
         ..Default::default()
     };
-    Caller::Kernel(k.clone()).admit_search(&mut s);
+    Caller::Kernel(k.clone()).admit_search(&mut s).unwrap();
     assert_eq!(s.cred, Some(cred_to_pb(&k)));
     assert!(!Caller::Kernel(k).may_watch());
     assert!(Caller::Trusted(Trust::Secret).may_watch());
@@ -152,6 +152,7 @@ async fn fixture() -> Fixture {
         }),
         wrong_server: AtomicU64::new(0),
         peers: None,
+        keys: Arc::new(crate::clientkeys::KeyBook::in_memory()),
     });
     Fixture {
         svc: Service { shared },
@@ -388,8 +389,257 @@ fn every_rpc_has_a_rule() {
             "DirChain" => "the trusted only (may_read_directories)",
             "Recover" => "carries no identity: backups are authenticated by the server's key",
             "Map" => "carries no identity: the route map names tables and servers, no name",
+            "Keys" => "the trusted only (may_manage_keys)",
             other => panic!("rpc {other} has no rule in crate::auth"),
         };
         assert!(!rule.is_empty());
+    }
+}
+
+// ---- client keys ----------------------------------------------------------
+
+use crate::clientkeys::{KeyBook, Limits};
+use sextant_proto::keyauth::{self, ClientKey};
+
+const CALL: &str = "/sextant.v1.Sextant/Call";
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A book with the key `node1` (limits as given), and its key.
+fn book_with(limits: Limits) -> (Arc<KeyBook>, ClientKey) {
+    let book = Arc::new(KeyBook::in_memory());
+    let (_, bytes) = book.add("node1", limits).unwrap();
+    (
+        book,
+        ClientKey {
+            name: "node1".into(),
+            key: bytes,
+        },
+    )
+}
+
+/// A call to `path` carrying `proof`, as the server's layers hand it to
+/// the interceptor.
+fn call_with(proof: &keyauth::Proof, path: &str) -> Request<()> {
+    let mut req = Request::new(());
+    let m = req.metadata_mut();
+    m.insert(keyauth::KEY_METADATA, proof.name.parse().unwrap());
+    m.insert(
+        keyauth::TIME_METADATA,
+        proof.time.to_string().parse().unwrap(),
+    );
+    m.insert(keyauth::NONCE_METADATA, proof.nonce.parse().unwrap());
+    m.insert(keyauth::MAC_METADATA, proof.mac.parse().unwrap());
+    req.extensions_mut().insert(CallPath(path.to_string()));
+    req
+}
+
+/// What the TCP interceptor makes of `req`: the caller, or the status.
+fn intercept(book: &Arc<KeyBook>, req: Request<()>) -> Result<Caller, Status> {
+    let mut tcp = super::tcp(Arc::new(b"the-secret".to_vec()), Arc::clone(book));
+    tcp(req).map(|r| r.extensions().get::<Caller>().cloned().unwrap())
+}
+
+fn refused_with(r: Result<Caller, Status>, label: &str) {
+    let s = r.expect_err("the call must be refused");
+    assert_eq!(s.code(), tonic::Code::Unauthenticated);
+    assert!(s.message().contains(label), "{label}: {}", s.message());
+}
+
+#[test]
+fn a_key_proof_is_accepted_once_with_the_right_mac_and_time() {
+    let (book, key) = book_with(Limits::default());
+    let t = now();
+    let good = key.prove(CALL, t, "0123456789abcdef0");
+    match intercept(&book, call_with(&good, CALL)) {
+        Ok(Caller::Key(g)) => assert_eq!(g.name, "node1"),
+        other => panic!("not admitted as the key: {other:?}"),
+    }
+    // The same proof again: a recorded call replayed.
+    refused_with(intercept(&book, call_with(&good, CALL)), "key-replayed");
+    // The right proof for another rpc (the MAC covers the path).
+    let other = key.prove("/sextant.v1.Sextant/Watch", t, "0123456789abcdef1");
+    refused_with(intercept(&book, call_with(&other, CALL)), "key-mac");
+    // A wrong key, and a tampered MAC.
+    let wrong = ClientKey {
+        key: [9; 32],
+        ..key.clone()
+    }
+    .prove(CALL, t, "0123456789abcdef2");
+    refused_with(intercept(&book, call_with(&wrong, CALL)), "key-mac");
+    let mut tampered = key.prove(CALL, t, "0123456789abcdef3");
+    tampered.time += 1;
+    refused_with(intercept(&book, call_with(&tampered, CALL)), "key-mac");
+    // An unknown name.
+    let stranger = ClientKey {
+        name: "node2".into(),
+        ..key.clone()
+    }
+    .prove(CALL, t, "0123456789abcdef4");
+    refused_with(intercept(&book, call_with(&stranger, CALL)), "key-unknown");
+    // A short nonce.
+    let short = key.prove(CALL, t, "abc");
+    refused_with(intercept(&book, call_with(&short, CALL)), "key-malformed");
+}
+
+#[test]
+fn a_key_proof_outside_the_time_window_is_refused() {
+    let (book, key) = book_with(Limits::default());
+    let t = now();
+    for (i, off) in [-keyauth::WINDOW_SECS - 5, keyauth::WINDOW_SECS + 5, -3600]
+        .into_iter()
+        .enumerate()
+    {
+        let p = key.prove(CALL, t + off, &format!("0123456789abcdef-{i}"));
+        refused_with(intercept(&book, call_with(&p, CALL)), "key-expired");
+    }
+    let p = key.prove(CALL, t - 30, "0123456789abcdef-ok");
+    assert!(intercept(&book, call_with(&p, CALL)).is_ok(), "30 s old");
+}
+
+#[test]
+fn a_revoked_or_rotated_key_is_refused_and_its_grants_die() {
+    let (book, key) = book_with(Limits::default());
+    let p = key.prove(CALL, now(), "0123456789abcdef0");
+    let Ok(Caller::Key(grant)) = intercept(&book, call_with(&p, CALL)) else {
+        panic!("not admitted");
+    };
+    assert!(book.is_live(&grant));
+    let mut changes = book.subscribe();
+    let (_, fresh) = book.rotate("node1").unwrap();
+    assert!(changes.has_changed().unwrap(), "a rotation is announced");
+    changes.mark_unchanged();
+    assert!(!book.is_live(&grant), "the old secret's grant is dead");
+    let old = key.prove(CALL, now(), "0123456789abcdef1");
+    refused_with(intercept(&book, call_with(&old, CALL)), "key-mac");
+    let new = ClientKey {
+        key: fresh,
+        ..key.clone()
+    };
+    let p = new.prove(CALL, now(), "0123456789abcdef2");
+    let Ok(Caller::Key(grant)) = intercept(&book, call_with(&p, CALL)) else {
+        panic!("the rotated key is not admitted");
+    };
+    book.revoke("node1").unwrap();
+    assert!(changes.has_changed().unwrap(), "a revocation is announced");
+    assert!(!book.is_live(&grant));
+    let p = new.prove(CALL, now(), "0123456789abcdef3");
+    refused_with(intercept(&book, call_with(&p, CALL)), "key-unknown");
+}
+
+#[test]
+fn the_key_book_survives_a_restart_and_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        uids: vec![(1000, 1999)],
+        gids: vec![(100, 100)],
+        root_squash: true,
+        read_only: true,
+    };
+    let book = KeyBook::open(dir.path()).unwrap();
+    let (k, _) = book.add("a", limits.clone()).unwrap();
+    book.add("b", Limits::default()).unwrap();
+    book.revoke("b").unwrap();
+    assert!(book.add("a", Limits::default()).is_err(), "a name in use");
+    drop(book);
+    let again = KeyBook::open(dir.path()).unwrap();
+    let keys = again.list();
+    assert_eq!(keys.len(), 1);
+    assert_eq!(*keys[0], *k);
+    assert_eq!(keys[0].limits, limits);
+    let mode = std::fs::metadata(dir.path().join(crate::clientkeys::FILE_NAME))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+fn key_caller(limits: Limits) -> Caller {
+    Caller::Key(crate::clientkeys::Grant {
+        name: "node1".into(),
+        created: 1,
+        limits: Arc::new(limits),
+    })
+}
+
+#[test]
+fn a_key_runs_only_the_identities_its_limits_allow() {
+    let k = key_caller(Limits {
+        uids: vec![(1000, 1000)],
+        gids: vec![(100, 100)],
+        ..Default::default()
+    });
+    let req = |c: pb::Credentials| pb::Request {
+        cred: Some(c),
+        op: Some(Op::Statfs(pb::StatfsRequest {})),
+        ..Default::default()
+    };
+    let ok = k.admit_op(req(claim(1000, 100, &[100]))).unwrap();
+    assert_eq!(ok.cred, Some(claim(1000, 100, &[100])), "used as claimed");
+    for bad in [
+        claim(0, 100, &[]),
+        claim(1001, 100, &[]),
+        claim(1000, 0, &[]),
+        claim(1000, 100, &[100, 0]),
+    ] {
+        assert_eq!(k.admit_op(req(bad.clone())), Err(FsError::Perm), "{bad:?}");
+    }
+    let mut s = pb::SearchRequest {
+        cred: Some(claim(0, 0, &[])),
+        ..Default::default()
+    };
+    assert_eq!(k.admit_search(&mut s), Err(FsError::Perm));
+    assert!(!k.may_read_directories());
+    assert!(!k.may_manage_keys());
+    // Root squashed: 0 runs as nobody, which the key then allows.
+    let sq = key_caller(Limits {
+        uids: vec![(1000, 1000)],
+        root_squash: true,
+        ..Default::default()
+    });
+    let r = sq.admit_op(req(claim(0, 0, &[0, 5]))).unwrap();
+    assert_eq!(r.cred, Some(claim(65534, 65534, &[65534, 5])));
+    assert_eq!(sq.admit_op(req(claim(7, 0, &[]))), Err(FsError::Perm));
+}
+
+/// Every operation of the schema through `Call` with a read-only key:
+/// EROFS for each that changes the namespace, and for the others the
+/// outcome the same claim has with the secret.
+#[tokio::test]
+async fn a_read_only_key_changes_nothing_through_any_operation() {
+    let ro = key_caller(Limits {
+        read_only: true,
+        ..Default::default()
+    });
+    let trusted = Caller::Trusted(Trust::Secret);
+    let (_, ops) = schema();
+    let mutations = [
+        "create",
+        "mknod",
+        "mkdir",
+        "symlink",
+        "unlink",
+        "rmdir",
+        "rename",
+        "link",
+        "setattr",
+        "setxattr",
+        "removexattr",
+    ];
+    for name in &ops {
+        let got = outcome(name, ro.clone(), claim(0, 0, &[0])).await;
+        let as_root = outcome(name, trusted.clone(), claim(0, 0, &[0])).await;
+        if mutations.contains(&name.as_str()) {
+            assert_eq!(got, 30, "{name}: not EROFS");
+            assert_eq!(as_root, 0, "{name}: root may");
+        } else {
+            assert_eq!(got, as_root, "{name}: a read must run");
+        }
     }
 }

@@ -1,0 +1,273 @@
+//! `sextant auth`: client keys — add one for a client node (written to a
+//! 0600 file to copy there), list, revoke, rotate. Each is one `Keys` call
+//! to the server with the cluster secret (see `sextant_server::clientkeys`).
+
+use crate::Cli;
+use anyhow::{bail, Context, Result};
+use sextant_client::Client;
+use sextant_proto::keyauth::ClientKey;
+use sextant_proto::pb;
+use sextant_proto::pb::keys_request::Op;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub command: AuthCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum AuthCommand {
+    /// Make a key for a client node and write it (name and key, mode 0600)
+    /// to --out (default ./NAME.key): copy that file to the node, which
+    /// uses it with --key-file. The key itself never travels on a call.
+    Add {
+        /// The key's name (letters, digits, '.', '_', '-'; e.g. the node's)
+        name: String,
+        /// uids the key may act as: a list and/or ranges, e.g. 1000-1999,42
+        /// [default: any]
+        #[arg(long, value_name = "LIST|RANGE")]
+        uids: Option<String>,
+        /// gids (primary and supplementary) the key may act as, as --uids
+        /// [default: any]
+        #[arg(long, value_name = "LIST|RANGE")]
+        gids: Option<String>,
+        /// Limit the key to this subtree (not enforced yet: the server
+        /// refuses a key with a path other than /)
+        #[arg(long, value_name = "/SUB")]
+        path: Option<String>,
+        /// uid and gid 0 run as 65534 (nobody)
+        #[arg(long)]
+        root_squash: bool,
+        /// Every change fails with EROFS
+        #[arg(long)]
+        read_only: bool,
+        /// Where to write the key file [default: ./NAME.key]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// List the keys: names and limits (never the keys).
+    Ls,
+    /// Revoke a key: its calls are refused from now on, and the sessions
+    /// and watches using it end within seconds.
+    Revoke {
+        /// The key's name
+        name: String,
+    },
+    /// Give a key a new secret (same limits), written as `add` does; the
+    /// old one is revoked.
+    Rotate {
+        /// The key's name
+        name: String,
+        /// Where to write the key file [default: ./NAME.key]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// `1000-1999,42` as ranges.
+pub fn parse_ranges(s: &str) -> Result<Vec<pb::U32Range>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u32>()
+                .with_context(|| format!("{part:?}: not a number or a range LO-HI"))
+        };
+        let (lo, hi) = (num(lo)?, num(hi)?);
+        if lo > hi {
+            bail!("{part:?}: the range is empty");
+        }
+        out.push(pb::U32Range { lo, hi });
+    }
+    if out.is_empty() {
+        bail!("{s:?}: no ids");
+    }
+    Ok(out)
+}
+
+fn show_ranges(rs: &[pb::U32Range]) -> String {
+    if rs.is_empty() {
+        return "any".into();
+    }
+    rs.iter()
+        .map(|r| {
+            if r.lo == r.hi {
+                r.lo.to_string()
+            } else {
+                format!("{}-{}", r.lo, r.hi)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Writes the key file `file` (mode 0600, replacing one there).
+fn write_key_file(file: &Path, key: &ClientKey) -> Result<()> {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = dir.join(format!(".{}.{}.tmp", key.name, std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(key.file_text().as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file).with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// `sextant auth`.
+pub fn run(cli: &Cli, args: &AuthArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let addr = cli
+            .server
+            .clone()
+            .unwrap_or_else(|| sextant_proto::DEFAULT_LISTEN.to_string());
+        let (addr, secret) = crate::session::server_for(cli, &addr)?;
+        let options = crate::session::client_options(cli.tls_ca.as_deref())?;
+        let client = Client::connect(&addr, &secret, options)
+            .await
+            .map_err(|e| crate::session::connect_failed(&addr, cli.tls_ca.as_deref(), e))?;
+        let call = |op| async {
+            client
+                .manage_keys(op)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))
+        };
+        let written = |reply: pb::KeysReply, name: &str, out: &Option<PathBuf>| -> Result<()> {
+            let key = ClientKey::new(name, &reply.key).context("the server's key")?;
+            let file = out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{name}.key")));
+            write_key_file(&file, &key)?;
+            println!(
+                "wrote the key {name} to {} (mode 0600): copy it to the client node and use \
+                 it there with --key-file {} (or SEXTANT_KEY_FILE)",
+                file.display(),
+                file.display()
+            );
+            Ok(())
+        };
+        match &args.command {
+            AuthCommand::Add {
+                name,
+                uids,
+                gids,
+                path,
+                root_squash,
+                read_only,
+                out,
+            } => {
+                let limits = pb::KeyLimits {
+                    uids: uids
+                        .as_deref()
+                        .map(parse_ranges)
+                        .transpose()?
+                        .unwrap_or_default(),
+                    gids: gids
+                        .as_deref()
+                        .map(parse_ranges)
+                        .transpose()?
+                        .unwrap_or_default(),
+                    path: path.clone().unwrap_or_default().into_bytes(),
+                    root_squash: *root_squash,
+                    read_only: *read_only,
+                };
+                let reply = call(Op::Add(pb::KeyAdd {
+                    name: name.clone(),
+                    limits: Some(limits),
+                }))
+                .await?;
+                written(reply, name, out)
+            }
+            AuthCommand::Rotate { name, out } => {
+                let reply = call(Op::Rotate(name.clone())).await?;
+                written(reply, name, out)
+            }
+            AuthCommand::Revoke { name } => {
+                call(Op::Revoke(name.clone())).await?;
+                println!("revoked the key {name}");
+                Ok(())
+            }
+            AuthCommand::Ls => {
+                let reply = call(Op::List(pb::Empty {})).await?;
+                if cli.json {
+                    let keys: Vec<_> = reply
+                        .keys
+                        .iter()
+                        .map(|k| {
+                            let l = k.limits.clone().unwrap_or_default();
+                            let ranges = |rs: &[pb::U32Range]| {
+                                rs.iter().map(|r| [r.lo, r.hi]).collect::<Vec<_>>()
+                            };
+                            serde_json::json!({
+                                "name": k.name,
+                                "uids": ranges(&l.uids),
+                                "gids": ranges(&l.gids),
+                                "root_squash": l.root_squash,
+                                "read_only": l.read_only,
+                                "created": k.created,
+                            })
+                        })
+                        .collect();
+                    println!("{}", serde_json::Value::Array(keys));
+                } else {
+                    println!("{:<24} {:<20} {:<20} FLAGS", "NAME", "UIDS", "GIDS");
+                    for k in &reply.keys {
+                        let l = k.limits.clone().unwrap_or_default();
+                        let mut flags = Vec::new();
+                        if l.root_squash {
+                            flags.push("root-squash");
+                        }
+                        if l.read_only {
+                            flags.push("read-only");
+                        }
+                        println!(
+                            "{:<24} {:<20} {:<20} {}",
+                            k.name,
+                            show_ranges(&l.uids),
+                            show_ranges(&l.gids),
+                            if flags.is_empty() {
+                                "-".into()
+                            } else {
+                                flags.join(",")
+                            }
+                        );
+                    }
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse() {
+        let r = parse_ranges("1000-1999,42").unwrap();
+        assert_eq!(
+            r,
+            vec![
+                pb::U32Range { lo: 1000, hi: 1999 },
+                pb::U32Range { lo: 42, hi: 42 }
+            ]
+        );
+        assert!(parse_ranges("5-1").is_err());
+        assert!(parse_ranges("x").is_err());
+        assert_eq!(show_ranges(&r), "1000-1999,42");
+    }
+}

@@ -1,0 +1,336 @@
+//! Client keys end to end: `sextant auth add` makes a key file, a client
+//! node uses it with `--key-file` over TCP, and the server holds every
+//! request to the key's limits — uids, read-only, root squash — and ends
+//! its access within seconds of `sextant auth revoke`. The refusals are
+//! audit-logged and counted.
+//!
+//! The client "nodes" are CLI processes run as other uids through
+//! `setpriv` (no secret readable: only the key file, copied 0644 for the
+//! test).
+
+mod common;
+
+use common::{cli_ok, spawn_server_env, KillOnDrop, BIN};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct World {
+    _server: KillOnDrop,
+    addr: String,
+    data: PathBuf,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    metrics_port: u16,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("server.log");
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let (server, addr) = spawn_server_env(
+        &data,
+        "127.0.0.1:0",
+        &["--journal-sync", "nosync", "--socket", "none"],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+        &[
+            ("SEXTANT_METRICS", metrics.as_str()),
+            ("SEXTANT_LOG_FORMAT", "json"),
+        ],
+    );
+    let w = World {
+        _server: KillOnDrop(server),
+        addr,
+        data,
+        dir,
+        log,
+        metrics_port,
+    };
+    w.admin(&["mkdir", "/pub"]);
+    w.admin(&["chmod", "777", "/pub"]);
+    w
+}
+
+impl World {
+    /// The admin (the secret in the data directory): must succeed.
+    fn admin(&self, args: &[&str]) -> String {
+        cli_ok(&self.addr, &self.data, args)
+    }
+
+    /// `sextant auth add NAME LIMITS...`: the key file, readable by the
+    /// test's other uids.
+    fn add_key(&self, name: &str, limits: &[&str]) -> PathBuf {
+        let file = self.dir.path().join(format!("{name}.key"));
+        let mut args = vec!["auth", "add", name, "--out", file.to_str().unwrap()];
+        args.extend_from_slice(limits);
+        self.admin(&args);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key file is private");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        file
+    }
+
+    /// The CLI with `key` as `uid` (gid the same, no other groups), from
+    /// `/`, with no data directory of its own.
+    fn as_key(&self, key: &Path, uid: u32, args: &[&str]) -> Output {
+        let id = uid.to_string();
+        Command::new("setpriv")
+            .args(["--reuid", &id, "--regid", &id, "--clear-groups", BIN])
+            .args([
+                "--server",
+                &self.addr,
+                "--data",
+                "/nonexistent",
+                "--key-file",
+            ])
+            .arg(key)
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("SEXTANT_SECRET")
+            .env_remove("SEXTANT_SECRET_FILE")
+            .current_dir("/")
+            .output()
+            .unwrap()
+    }
+
+    /// The owner uid of `path`, as the admin sees it.
+    fn owner(&self, path: &str) -> u32 {
+        let out = self.admin(&["--json", "stat", path]);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["uid"].as_u64().unwrap() as u32
+    }
+
+    fn audit(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"target\":\"audit\""))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn setpriv_missing() -> bool {
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return true;
+    }
+    false
+}
+
+fn said(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            );
+            let mut body = String::new();
+            if s.read_to_string(&mut body).is_ok() && body.contains("sextant_") {
+                return body;
+            }
+        }
+        assert!(Instant::now() < deadline, "no metrics");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A key with `--uids 1000` acts as uid 1000 and as nobody else: root
+/// and 1001 are refused (EPERM), logged and counted; the key cannot
+/// manage keys.
+#[test]
+fn a_key_acts_only_as_the_uids_it_allows() {
+    if setpriv_missing() {
+        return;
+    }
+    let w = world();
+    let key = w.add_key("node1", &["--uids", "1000"]);
+    let ok = w.as_key(&key, 1000, &["touch", "/pub/mine"]);
+    assert!(ok.status.success(), "uid 1000: {}", said(&ok));
+    assert_eq!(w.owner("/pub/mine"), 1000);
+    for uid in [0, 1001] {
+        let name = format!("/pub/as-{uid}");
+        let o = w.as_key(&key, uid, &["touch", &name]);
+        assert!(!o.status.success(), "uid {uid} was let through");
+        assert!(
+            said(&o).contains("not permitted"),
+            "uid {uid}: {}",
+            said(&o)
+        );
+        let o = w.as_key(&key, uid, &["ls", "/pub"]);
+        assert!(!o.status.success(), "uid {uid} may not read either");
+        let gone = Command::new(BIN)
+            .args(["--server", &w.addr, "--data"])
+            .arg(&w.data)
+            .args(["stat", &name])
+            .output()
+            .unwrap();
+        assert!(!gone.status.success(), "{name} was made");
+    }
+    // Admin calls: the cluster secret only.
+    let o = w.as_key(&key, 1000, &["auth", "ls"]);
+    assert!(!o.status.success(), "a key listed the keys");
+    assert!(said(&o).contains("cluster secret"), "{}", said(&o));
+    let ls = w.admin(&["auth", "ls"]);
+    assert!(ls.contains("node1") && ls.contains("1000"), "{ls}");
+
+    let audit = w.audit();
+    assert!(
+        audit.iter().any(|l| l.contains("refused claim")
+            && l.contains("\"key\":\"node1\"")
+            && l.contains("\"claimed_uid\":1001")),
+        "no audit line for the refused claim: {audit:#?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|l| l.contains("client key used from a new address")),
+        "no audit line for the first use: {audit:#?}"
+    );
+    let body = scrape(w.metrics_port);
+    assert!(
+        body.lines().any(
+            |l| l.starts_with("sextant_auth_refused_total{reason=\"key-claim\"}")
+                && !l.ends_with(" 0")
+        ),
+        "no refusal counted: {body}"
+    );
+}
+
+/// `--read-only`: reads work, every change is EROFS. `--root-squash`:
+/// root's create is owned by 65534.
+#[test]
+fn read_only_and_root_squash() {
+    if setpriv_missing() {
+        return;
+    }
+    let w = world();
+    w.admin(&["touch", "/pub/there"]);
+    let ro = w.add_key("ro", &["--read-only"]);
+    let o = w.as_key(&ro, 0, &["touch", "/pub/new"]);
+    assert!(!o.status.success(), "a read-only key made a file");
+    assert!(said(&o).contains("read-only file system"), "{}", said(&o));
+    let o = w.as_key(&ro, 0, &["rm", "/pub/there"]);
+    assert!(!o.status.success(), "a read-only key removed a file");
+    let o = w.as_key(&ro, 0, &["ls", "/pub"]);
+    assert!(o.status.success(), "{}", said(&o));
+    assert!(said(&o).contains("there"), "{}", said(&o));
+
+    let sq = w.add_key("sq", &["--root-squash"]);
+    let o = w.as_key(&sq, 0, &["touch", "/pub/by-root"]);
+    assert!(o.status.success(), "{}", said(&o));
+    assert_eq!(w.owner("/pub/by-root"), 65534, "root was not squashed");
+    // Squashed root may not write where only root may.
+    w.admin(&["mkdir", "/root-only"]);
+    w.admin(&["chmod", "755", "/root-only"]);
+    let o = w.as_key(&sq, 0, &["touch", "/root-only/x"]);
+    assert!(!o.status.success(), "squashed root wrote into /root-only");
+    // Without the squash, root stays root.
+    let plain = w.add_key("plain", &[]);
+    let o = w.as_key(&plain, 0, &["touch", "/root-only/y"]);
+    assert!(o.status.success(), "{}", said(&o));
+    assert_eq!(w.owner("/root-only/y"), 0);
+}
+
+/// A live session and a watch using a key end within seconds of
+/// `sextant auth revoke`; new calls are refused; a rotated key's old
+/// secret stops working and the new file works.
+#[test]
+fn revoking_a_key_ends_its_sessions_within_seconds() {
+    use sextant_client::{Client, Error, Options};
+    use sextant_proto::keyauth::ClientKey;
+    use sextant_types::Credentials;
+    let w = world();
+    let file = w.add_key("node9", &[]);
+    let key = ClientKey::parse_file(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = Credentials::root();
+    rt.block_on(async {
+        let options = Options {
+            retry_for: Duration::from_secs(3),
+            ..Options::default()
+        };
+        let c = Client::connect(&w.addr, &key.credential(), options.clone())
+            .await
+            .unwrap();
+        let pub_ = c.resolve(&root, b"/pub", true).await.unwrap().soid;
+        let mut changes = c.watch().await.unwrap();
+        // The key holds: a change is seen by the watch.
+        c.create(&root, pub_, b"before", 0o644, true).await.unwrap();
+
+        // Rotate: the old secret's session and watch end.
+        let new_file = w.dir.path().join("node9.new.key");
+        w.admin(&[
+            "auth",
+            "rotate",
+            "node9",
+            "--out",
+            new_file.to_str().unwrap(),
+        ]);
+        let started = Instant::now();
+        let cut = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if changes.next_batch().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(cut.is_ok(), "the watch outlived the rotation");
+        let e = c.getattr(&root, pub_).await.unwrap_err();
+        assert_eq!(e, Error::Auth, "the old session still works");
+        assert!(started.elapsed() < Duration::from_secs(5));
+
+        let fresh = ClientKey::parse_file(&std::fs::read_to_string(&new_file).unwrap()).unwrap();
+        assert_ne!(fresh.key, key.key);
+        let c = Client::connect(&w.addr, &fresh.credential(), options.clone())
+            .await
+            .unwrap();
+        c.getattr(&root, pub_).await.unwrap();
+        let mut changes = c.watch().await.unwrap();
+
+        // Revoke: the same, and no new connection.
+        w.admin(&["auth", "revoke", "node9"]);
+        let started = Instant::now();
+        let cut = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if changes.next_batch().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(cut.is_ok(), "the watch outlived the revocation");
+        let e = c.getattr(&root, pub_).await.unwrap_err();
+        assert_eq!(e, Error::Auth, "the session outlived the revocation");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let again = Client::connect(&w.addr, &fresh.credential(), options).await;
+        assert!(matches!(again, Err(Error::Auth)), "a revoked key connected");
+    });
+    let ls = w.admin(&["auth", "ls"]);
+    assert!(!ls.contains("node9"), "{ls}");
+    assert!(
+        w.audit().iter().any(|l| l.contains("client key revoked")),
+        "no audit line for the revocation"
+    );
+}

@@ -1,0 +1,475 @@
+//! Client keys on the server: the key book (every key with its limits,
+//! kept in `<data>/clientkeys.toml`), and the check of a call's proof
+//! (see `sextant_proto::keyauth` and the protocol header).
+//!
+//! Invariants:
+//! - the book on disk is replaced atomically (a new file, synced, renamed
+//!   over the old, the directory synced): a crash leaves the old book or
+//!   the new one, and a change is answered only once it is durable;
+//! - a proof is accepted only with a MAC made with the key, a time within
+//!   [`WINDOW_SECS`] of the server's clock and a nonce this server has not
+//!   accepted in the last `2 * WINDOW_SECS` seconds — so no proof is
+//!   accepted twice (nonces are remembered only after the MAC matched: a
+//!   caller without the key cannot fill the memory);
+//! - every change (add, rotate, revoke) bumps [`KeyBook::subscribe`]'s
+//!   generation; a stream admitted with a key checks [`KeyBook::is_live`]
+//!   then, and ends if its key is gone or rotated.
+//!
+//! Scope: the book is this server's (its data directory). On a cluster
+//! the servers do not share it yet (see the README, "Client keys").
+
+use anyhow::{Context, Result};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use sextant_proto::keyauth::{self, Proof, KEY_BYTES, WINDOW_SECS};
+use sextant_proto::pb;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The file of the book in the data directory.
+pub const FILE_NAME: &str = "clientkeys.toml";
+/// The identity root-squashed ids run as.
+pub const NOBODY: u32 = 65534;
+/// Nonces remembered at most; beyond, new calls are refused (UNAVAILABLE,
+/// the client retries) until old ones expire.
+const MAX_NONCES: usize = 1 << 20;
+
+/// What a key may do (see `KeyLimits` in the schema).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Inclusive ranges; empty: any uid.
+    #[serde(default)]
+    pub uids: Vec<(u32, u32)>,
+    /// Inclusive ranges; empty: any gid or group.
+    #[serde(default)]
+    pub gids: Vec<(u32, u32)>,
+    #[serde(default)]
+    pub root_squash: bool,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+fn in_ranges(ranges: &[(u32, u32)], id: u32) -> bool {
+    ranges.is_empty() || ranges.iter().any(|&(lo, hi)| lo <= id && id <= hi)
+}
+
+impl Limits {
+    pub fn allows_uid(&self, uid: u32) -> bool {
+        in_ranges(&self.uids, uid)
+    }
+
+    pub fn allows_gid(&self, gid: u32) -> bool {
+        in_ranges(&self.gids, gid)
+    }
+
+    pub fn from_pb(l: &pb::KeyLimits) -> Result<Limits, String> {
+        let ranges = |rs: &[pb::U32Range], what: &str| {
+            rs.iter()
+                .map(|r| {
+                    if r.lo > r.hi {
+                        Err(format!("{what}: range {}-{} is empty", r.lo, r.hi))
+                    } else {
+                        Ok((r.lo, r.hi))
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        if !(l.path.is_empty() || l.path == b"/") {
+            return Err(
+                "path limits (--path) are not enforced by this server yet: a key limited to \
+                 a subtree cannot be made"
+                    .into(),
+            );
+        }
+        Ok(Limits {
+            uids: ranges(&l.uids, "uids")?,
+            gids: ranges(&l.gids, "gids")?,
+            root_squash: l.root_squash,
+            read_only: l.read_only,
+        })
+    }
+
+    pub fn to_pb(&self) -> pb::KeyLimits {
+        let ranges =
+            |rs: &[(u32, u32)]| rs.iter().map(|&(lo, hi)| pb::U32Range { lo, hi }).collect();
+        pb::KeyLimits {
+            uids: ranges(&self.uids),
+            gids: ranges(&self.gids),
+            path: Vec::new(),
+            root_squash: self.root_squash,
+            read_only: self.read_only,
+        }
+    }
+}
+
+/// One key as the book keeps it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredKey {
+    pub name: String,
+    /// Hex; see [`StoredKey::bytes`].
+    key: String,
+    /// Unix seconds when this secret was made (add or rotate).
+    pub created: u64,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredKey")
+            .field("name", &self.name)
+            .field("created", &self.created)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoredKey {
+    fn bytes(&self) -> Option<[u8; KEY_BYTES]> {
+        keyauth::unhex::<KEY_BYTES>(&self.key)
+    }
+
+    pub fn info(&self) -> pb::KeyInfo {
+        pb::KeyInfo {
+            name: self.name.clone(),
+            limits: Some(self.limits.to_pb()),
+            created: self.created,
+        }
+    }
+}
+
+/// The book on disk.
+#[derive(Default, Serialize, Deserialize)]
+struct BookFile {
+    #[serde(default)]
+    keys: Vec<StoredKey>,
+}
+
+/// Why an admin change failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyAdminError {
+    #[error("a key named {0} exists (rotate it, or revoke it first)")]
+    Exists(String),
+    #[error("no key named {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error("cannot write the key book: {0:#}")]
+    Store(anyhow::Error),
+}
+
+/// Why a proof was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Metadata missing or malformed.
+    Malformed,
+    UnknownKey,
+    BadMac,
+    /// The time is outside the window.
+    Expired,
+    /// The nonce was used already.
+    Replayed,
+    /// Too many nonces remembered.
+    Busy,
+}
+
+impl Refusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "key-malformed",
+            Refusal::UnknownKey => "key-unknown",
+            Refusal::BadMac => "key-mac",
+            Refusal::Expired => "key-expired",
+            Refusal::Replayed => "key-replayed",
+            Refusal::Busy => "key-busy",
+        }
+    }
+}
+
+/// A key a call was admitted with: its name and which secret of it (a
+/// rotation makes a new one), and its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub name: String,
+    pub created: u64,
+    pub limits: Arc<Limits>,
+}
+
+/// Nonces accepted recently, oldest first.
+#[derive(Default)]
+struct Nonces {
+    seen: HashSet<(String, String)>,
+    order: VecDeque<(i64, (String, String))>,
+}
+
+/// Every key of this server, and the nonces of recent proofs.
+pub struct KeyBook {
+    keys: RwLock<HashMap<String, Arc<StoredKey>>>,
+    /// `None`: in memory only (tests).
+    file: Option<PathBuf>,
+    /// Serialises admin changes (read, change, write, swap).
+    writing: Mutex<()>,
+    changed: tokio::sync::watch::Sender<u64>,
+    nonces: Mutex<Nonces>,
+    /// Addresses each key was used from (for the audit line of a new one).
+    addresses: Mutex<HashMap<String, HashSet<String>>>,
+    /// Why keys cannot be changed here (`None`: they can).
+    unsupported: Option<&'static str>,
+}
+
+impl std::fmt::Debug for KeyBook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyBook")
+            .field("keys", &self.keys.read().len())
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn random_key() -> Result<[u8; KEY_BYTES]> {
+    use std::io::Read;
+    let mut b = [0u8; KEY_BYTES];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("cannot read /dev/urandom")?;
+    Ok(b)
+}
+
+impl KeyBook {
+    fn with(keys: Vec<StoredKey>, file: Option<PathBuf>) -> KeyBook {
+        KeyBook {
+            keys: RwLock::new(
+                keys.into_iter()
+                    .map(|k| (k.name.clone(), Arc::new(k)))
+                    .collect(),
+            ),
+            file,
+            writing: Mutex::new(()),
+            changed: tokio::sync::watch::channel(0).0,
+            nonces: Mutex::default(),
+            addresses: Mutex::default(),
+            unsupported: None,
+        }
+    }
+
+    /// An empty book that refuses every change, saying `why`.
+    pub fn unsupported(why: &'static str) -> KeyBook {
+        KeyBook {
+            unsupported: Some(why),
+            ..KeyBook::in_memory()
+        }
+    }
+
+    /// An empty book kept in memory only.
+    pub fn in_memory() -> KeyBook {
+        KeyBook::with(Vec::new(), None)
+    }
+
+    /// The book of the data directory `data` (empty if it has none).
+    pub fn open(data: &Path) -> Result<KeyBook> {
+        let file = data.join(FILE_NAME);
+        let keys = match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let book: BookFile = toml::from_str(&text)
+                    .with_context(|| format!("cannot parse {}", file.display()))?;
+                for k in &book.keys {
+                    if !keyauth::valid_name(&k.name) || k.bytes().is_none() {
+                        anyhow::bail!("{}: the key {:?} is malformed", file.display(), k.name);
+                    }
+                }
+                book.keys
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+        };
+        Ok(KeyBook::with(keys, Some(file)))
+    }
+
+    /// Every key, by name.
+    pub fn list(&self) -> Vec<Arc<StoredKey>> {
+        let mut v: Vec<_> = self.keys.read().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Changes of the book: the generation moves on each.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Is the key `grant` was made from still in the book, unrotated?
+    pub fn is_live(&self, grant: &Grant) -> bool {
+        self.keys
+            .read()
+            .get(&grant.name)
+            .is_some_and(|k| k.created == grant.created && k.limits == *grant.limits)
+    }
+
+    /// Applies `change` to a copy of the keys, writes it, then makes it
+    /// the book.
+    fn change<T>(
+        &self,
+        change: impl FnOnce(&mut HashMap<String, Arc<StoredKey>>) -> Result<T, KeyAdminError>,
+    ) -> Result<T, KeyAdminError> {
+        if let Some(why) = self.unsupported {
+            return Err(KeyAdminError::Unsupported(why));
+        }
+        let _w = self.writing.lock();
+        let mut next = self.keys.read().clone();
+        let out = change(&mut next)?;
+        if let Some(file) = &self.file {
+            let mut keys: Vec<StoredKey> = next.values().map(|k| (**k).clone()).collect();
+            keys.sort_by(|a, b| a.name.cmp(&b.name));
+            write_book(file, &BookFile { keys }).map_err(KeyAdminError::Store)?;
+        }
+        *self.keys.write() = next;
+        self.changed.send_modify(|g| *g += 1);
+        Ok(out)
+    }
+
+    /// A new key `name` with `limits`: its stored form and its bytes.
+    pub fn add(
+        &self,
+        name: &str,
+        limits: Limits,
+    ) -> Result<(Arc<StoredKey>, [u8; KEY_BYTES]), KeyAdminError> {
+        if !keyauth::valid_name(name) {
+            return Err(KeyAdminError::Invalid(
+                keyauth::KeyError::BadName(name.into()).to_string(),
+            ));
+        }
+        let bytes = random_key().map_err(KeyAdminError::Store)?;
+        let k = Arc::new(StoredKey {
+            name: name.to_string(),
+            key: keyauth::hex(&bytes),
+            created: now_secs().max(0) as u64,
+            limits,
+        });
+        self.change(|keys| {
+            if keys.contains_key(name) {
+                return Err(KeyAdminError::Exists(name.into()));
+            }
+            keys.insert(name.to_string(), Arc::clone(&k));
+            Ok(())
+        })?;
+        tracing::info!(target: "audit", key = name, limits = ?k.limits, "client key added");
+        Ok((k, bytes))
+    }
+
+    /// A new secret for the key `name`, same limits; the old one stops
+    /// working (its streams end).
+    pub fn rotate(&self, name: &str) -> Result<(Arc<StoredKey>, [u8; KEY_BYTES]), KeyAdminError> {
+        let bytes = random_key().map_err(KeyAdminError::Store)?;
+        let k = self.change(|keys| {
+            let old = keys
+                .get(name)
+                .ok_or_else(|| KeyAdminError::NotFound(name.into()))?;
+            // Never the same `created` as the secret it replaces: that is
+            // how a stream tells its secret was rotated.
+            let k = Arc::new(StoredKey {
+                key: keyauth::hex(&bytes),
+                created: (now_secs().max(0) as u64).max(old.created + 1),
+                ..(**old).clone()
+            });
+            keys.insert(name.to_string(), Arc::clone(&k));
+            Ok(k)
+        })?;
+        tracing::warn!(target: "audit", key = name, "client key rotated: the old secret is revoked");
+        Ok((k, bytes))
+    }
+
+    /// Removes the key `name`: its calls are refused from now on, its
+    /// streams end.
+    pub fn revoke(&self, name: &str) -> Result<(), KeyAdminError> {
+        self.change(|keys| {
+            keys.remove(name)
+                .map(|_| ())
+                .ok_or_else(|| KeyAdminError::NotFound(name.into()))
+        })?;
+        metrics::counter!("sextant_auth_key_revocations_total").increment(1);
+        tracing::warn!(target: "audit", key = name, "client key revoked");
+        Ok(())
+    }
+
+    /// Checks `proof` for a call to `path` at `now` (Unix seconds): the
+    /// key's grant, or why not.
+    pub fn check(&self, proof: &Proof, path: &str, now: i64) -> Result<Grant, Refusal> {
+        if proof.nonce.len() < 16 || proof.nonce.len() > 64 {
+            return Err(Refusal::Malformed);
+        }
+        let key = self
+            .keys
+            .read()
+            .get(&proof.name)
+            .cloned()
+            .ok_or(Refusal::UnknownKey)?;
+        let bytes = key.bytes().ok_or(Refusal::UnknownKey)?;
+        if !keyauth::mac_matches(&bytes, proof, path) {
+            return Err(Refusal::BadMac);
+        }
+        if (proof.time - now).abs() > WINDOW_SECS {
+            return Err(Refusal::Expired);
+        }
+        let mut n = self.nonces.lock();
+        while n.order.front().is_some_and(|(exp, _)| *exp < now) {
+            if let Some((_, k)) = n.order.pop_front() {
+                n.seen.remove(&k);
+            }
+        }
+        let id = (proof.name.clone(), proof.nonce.clone());
+        if n.seen.contains(&id) {
+            return Err(Refusal::Replayed);
+        }
+        if n.seen.len() >= MAX_NONCES {
+            return Err(Refusal::Busy);
+        }
+        n.seen.insert(id.clone());
+        n.order.push_back((now + 2 * WINDOW_SECS, id));
+        Ok(Grant {
+            name: key.name.clone(),
+            created: key.created,
+            limits: Arc::new(key.limits.clone()),
+        })
+    }
+
+    /// Notes that `name` was used from `address`: `true` the first time.
+    pub fn first_use_from(&self, name: &str, address: &str) -> bool {
+        let mut a = self.addresses.lock();
+        let set = a.entry(name.to_string()).or_default();
+        if set.len() >= 1024 {
+            set.clear();
+        }
+        set.insert(address.to_string())
+    }
+}
+
+/// Writes `book` to `file` atomically (see the module doc), mode 0600.
+fn write_book(file: &Path, book: &BookFile) -> Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let text = toml::to_string(book).context("cannot encode the key book")?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file).with_context(|| format!("cannot write {}", file.display()))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync {}", dir.display()))?;
+    Ok(())
+}
