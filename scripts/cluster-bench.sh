@@ -71,7 +71,11 @@
 #       disk would.
 #
 # Knobs (environment): SIZES, TASKS (bench tasks per client), ITEMS (items
-# per task), KEEP=1 keeps the work directory. Needs etcd (3.4) on PATH.
+# per task), KEEP=1 keeps the work directory, ETCD_FLAGS (search parts:
+# extra etcd flags, e.g. "--max-txn-ops 8192": with etcd's default of 128 a
+# 10-copy import into s0 alone was seen to leave its checkpoints
+# uncommitted, "too many operations in txn request", and tables unserved
+# once s1 … joined). Needs etcd (3.4) on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${SEXTANT_BIN:-}" ]; then
@@ -437,7 +441,8 @@ table_inode_limit = 20000}" >"$work/limits.toml"
       kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/single.log" >&2; exit 1; }; sleep 0.1
     done
     sp=$(sed -n 's/listening on //p' "$work/single.out")
-    d=$work/cl; start_etcd "$d"
+    # shellcheck disable=SC2086 # ETCD_FLAGS: extra etcd flags, split
+    d=$work/cl; start_etcd "$d" ${ETCD_FLAGS:-}
     cms=()
     cms+=("127.0.0.1:$(free_port)")
     SERVER_METRICS=${cms[0]} start_server "$d" s0 --config "$work/limits.toml"

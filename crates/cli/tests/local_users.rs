@@ -680,6 +680,7 @@ fn forged_claims_child() {
                     let r = raw
                         .dir_chain(pb::DirChainRequest {
                             dir: Some(sextant_proto::soid_to_pb(sextant_types::Soid::ROOT)),
+                            more: vec![sextant_proto::soid_to_pb(sextant_types::Soid::ROOT)],
                         })
                         .await;
                     assert_eq!(

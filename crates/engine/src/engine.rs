@@ -2168,4 +2168,73 @@ impl Engine {
             cur = next;
         }
     }
+
+    /// [`Engine::dir_chain`] of each of `dirs` in one answer, each
+    /// directory once (a chain stops where it meets a directory already
+    /// answered), in about `budget` bytes: the directories past the
+    /// budget are left unanswered (see [`crate::search::DirChains`]).
+    /// A directory whose table is not held here is listed as not held.
+    pub fn dir_chains(
+        &self,
+        dirs: &[Soid],
+        budget: usize,
+    ) -> Result<crate::search::DirChains, FsError> {
+        use crate::search::{DirChains, DirRecord, MAX_CHAIN_LEN};
+        let mut out = DirChains::default();
+        let mut sent: std::collections::HashSet<Soid, crate::hash::FastHash> = Default::default();
+        let mut bytes = 0usize;
+        for (n, &dir) in dirs.iter().enumerate() {
+            if n > 0 && bytes >= budget {
+                break;
+            }
+            out.answered = n + 1;
+            let (mut cur, mut len) = (dir, 0usize);
+            loop {
+                let sent = &mut sent;
+                let held = self.inner.with_held(cur, |t| {
+                    let mut at = cur;
+                    let mut got = Vec::new();
+                    loop {
+                        if !sent.insert(at) {
+                            return (got, None);
+                        }
+                        let Some(i) = t.inode(at).filter(|i| i.is_dir()) else {
+                            sent.remove(&at);
+                            return (got, None);
+                        };
+                        got.push(DirRecord {
+                            soid: at,
+                            parent: i.parent,
+                            name: Box::from(&i.name),
+                            perm: i.perm,
+                            uid: i.uid,
+                            gid: i.gid,
+                        });
+                        if at == Soid::ROOT || got.len() > t.dir_count() {
+                            return (got, None);
+                        }
+                        at = i.parent;
+                        if !t.range.contains(at) {
+                            return (got, Some(at));
+                        }
+                    }
+                })?;
+                let Held::Table((got, next)) = held else {
+                    // Not held here (any more): the asker asks the holder.
+                    if cur == dir {
+                        out.not_held.push(dir);
+                    }
+                    break;
+                };
+                len += got.len();
+                bytes += got.iter().map(|r| r.name.len() + 64).sum::<usize>();
+                out.records.extend(got);
+                match next {
+                    Some(n) if len < MAX_CHAIN_LEN => cur = n,
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
+    }
 }

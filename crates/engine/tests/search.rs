@@ -889,6 +889,23 @@ impl sextant_engine::search::ForeignDirs for Peer<'_> {
     fn chain(&self, dir: Soid) -> Result<Vec<sextant_engine::search::DirRecord>, FsError> {
         self.0.dir_chain(dir)
     }
+
+    /// As a server answers a batch: in replies of a few records (the rest
+    /// asked again), a directory not held there an error (nothing moves
+    /// while these searches run).
+    fn chains(&self, dirs: &[Soid]) -> Result<Vec<sextant_engine::search::DirRecord>, FsError> {
+        let mut out = Vec::new();
+        let mut rest = dirs;
+        while !rest.is_empty() {
+            let got = self.0.dir_chains(rest, 200)?;
+            if let Some(&soid) = got.not_held.first() {
+                return Err(FsError::WrongServer { soid });
+            }
+            out.extend(got.records);
+            rest = &rest[got.answered..];
+        }
+        Ok(out)
+    }
 }
 
 /// Search across members (issue 21 item 3): the random namespaces of

@@ -9,9 +9,10 @@ use sextant_engine::search::{DirRecord, Expr, ForeignDirs, Pred, SearchOptions, 
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::{Engine, EngineConfig, MemCatalog, MemberConfig};
 use sextant_types::{Credentials, FsError, SetAttr, Soid, SoidRange};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 fn config() -> EngineConfig {
     EngineConfig {
@@ -40,6 +41,51 @@ struct Peer<'a>(&'a Engine);
 impl ForeignDirs for Peer<'_> {
     fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError> {
         self.0.dir_chain(dir)
+    }
+
+    fn chains(&self, dirs: &[Soid]) -> Result<Vec<DirRecord>, FsError> {
+        let got = self.0.dir_chains(dirs, usize::MAX)?;
+        assert_eq!(got.answered, dirs.len(), "no budget: all answered");
+        match got.not_held.first() {
+            Some(&soid) => Err(FsError::WrongServer { soid }),
+            None => Ok(got.records),
+        }
+    }
+}
+
+/// [`Peer`], counting what is asked: calls, and each directory asked.
+#[derive(Default)]
+struct Counting<'a> {
+    peer: Option<Peer<'a>>,
+    calls: AtomicUsize,
+    asked: Mutex<HashMap<Soid, usize>>,
+}
+
+impl<'a> Counting<'a> {
+    fn new(e: &'a Engine) -> Counting<'a> {
+        Counting {
+            peer: Some(Peer(e)),
+            ..Default::default()
+        }
+    }
+
+    fn count(&self, dirs: &[Soid]) -> &Peer<'a> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut asked = self.asked.lock().unwrap();
+        for d in dirs {
+            *asked.entry(*d).or_default() += 1;
+        }
+        self.peer.as_ref().unwrap()
+    }
+}
+
+impl ForeignDirs for Counting<'_> {
+    fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError> {
+        self.count(&[dir]).chain(dir)
+    }
+
+    fn chains(&self, dirs: &[Soid]) -> Result<Vec<DirRecord>, FsError> {
+        self.count(dirs).chains(dirs)
     }
 }
 
@@ -334,4 +380,177 @@ fn a_directory_held_elsewhere_is_not_taken_for_gone_and_searches_are_not_load() 
     search(&a, &user(), Soid::ROOT, &Expr::True, None);
     let _ = b.dir_chain(d4);
     assert_eq!((ops(&a), ops(&b)), before, "searches counted as operations");
+}
+
+/// A deeper tree, like the benchmark's copies: `/u/cI/dJ/eK/fL`.
+fn populate_deep(e: &Engine) {
+    let root = Credentials::root();
+    let dir = |p: Soid, n: String| {
+        e.mkdir(&root, p, n.as_bytes(), 0o755)
+            .unwrap()
+            .wait(e)
+            .unwrap()
+            .soid
+    };
+    let u = dir(Soid::ROOT, "u".into());
+    for i in 0..3 {
+        let c = dir(u, format!("c{i}"));
+        for j in 0..4 {
+            let d = dir(c, format!("d{j}"));
+            for k in 0..3 {
+                let x = dir(d, format!("e{k}"));
+                for l in 0..2 {
+                    e.create(&root, x, format!("f{l}").as_bytes(), 0o644, true)
+                        .unwrap()
+                        .wait(e)
+                        .unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// Reading the other member's directories is a round trip each time: a
+/// search reads each foreign directory at most once (its threads share
+/// what they read) and many at a time — a few batches per search, one per
+/// member hop of the deepest chain, not one call per foreign directory
+/// (issue 21's benchmark: ~2,700 calls per query at 0.25 ms each). The
+/// answers stay exactly one engine's.
+#[test]
+fn a_search_reads_each_foreign_directory_once_in_a_few_batches() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    populate_deep(&a);
+    let root = Credentials::root();
+    let u = a.lookup(&root, Soid::ROOT, b"u").unwrap().soid;
+    let c1 = a.lookup(&root, u, b"c1").unwrap().soid;
+    let callers = [root.clone(), user()];
+    let scopes = [Soid::ROOT, c1];
+    let mut truth = Vec::new();
+    for cred in &callers {
+        for &scope in &scopes {
+            truth.push(search(&a, cred, scope, &Expr::True, None));
+        }
+    }
+    let tables = a.owned_tables();
+    assert!(tables.len() >= 20, "{tables:?}");
+    for (n, t) in tables.iter().enumerate() {
+        if n % 2 == 1 {
+            let m = a.drop_table(*t).unwrap();
+            assert!(catalog.assign(*t, "b"));
+            b.add_table(&m).unwrap();
+        }
+    }
+    let mut k = 0;
+    for cred in &callers {
+        for &scope in &scopes {
+            let mut parts = Vec::new();
+            for (here, there) in [(&a, &b), (&b, &a)] {
+                for threads in [1, 4] {
+                    let peer = Counting::new(there);
+                    let sp = Spread::new(vec![SoidRange::ALL], &peer);
+                    let opts = SearchOptions {
+                        spread: Some(&sp),
+                        threads,
+                        spawn_after: std::time::Duration::ZERO,
+                        ..SearchOptions::default()
+                    };
+                    let mut got = Answer::new();
+                    let at = sextant_engine::search::Scope::Soid(scope);
+                    here.search_with(cred, at, &Expr::True, &opts, |h| {
+                        let hit = h.to_hit();
+                        got.insert((hit.path.to_vec(), hit.depth));
+                        ControlFlow::Continue(())
+                    })
+                    .unwrap();
+                    let asked = peer.asked.lock().unwrap();
+                    let calls = peer.calls.load(Ordering::Relaxed);
+                    eprintln!(
+                        "uid {} scope {scope:?}, {threads} threads: {calls} calls for {} directories",
+                        cred.uid,
+                        asked.len()
+                    );
+                    let twice: Vec<_> = asked.iter().filter(|(_, n)| **n > 1).collect();
+                    assert!(twice.is_empty(), "asked more than once: {twice:?}");
+                    assert!(
+                        calls <= 4 && asked.len() >= 2 * calls,
+                        "uid {} scope {scope:?}, {threads} threads: {calls} calls for {} directories",
+                        cred.uid,
+                        asked.len()
+                    );
+                    if threads == 1 {
+                        parts.push(got);
+                    }
+                }
+            }
+            let both: Answer = parts[0].union(&parts[1]).cloned().collect();
+            assert_eq!(both, truth[k], "uid {} scope {scope:?}", cred.uid);
+            k += 1;
+        }
+    }
+}
+
+/// A member answers many directories in one reply (`DirChain` with
+/// `more`): each directory's chain as [`Engine::dir_chain`] gives it, each
+/// record once, the directories whose table it does not hold listed as
+/// such (never as gone), and no more than fits in the budget.
+#[test]
+fn a_member_answers_many_directories_at_once() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    populate_deep(&a);
+    let root = Credentials::root();
+    let at = |path: &[&str]| {
+        path.iter().fold(Soid::ROOT, |d, n| {
+            a.lookup(&root, d, n.as_bytes()).unwrap().soid
+        })
+    };
+    let e1 = at(&["u", "c1", "d2", "e0"]);
+    let e2 = at(&["u", "c1", "d2", "e1"]);
+    let e3 = at(&["u", "c2", "d0", "e2"]);
+    let file = at(&["u", "c2", "d0", "e2", "f1"]);
+    let moved = at(&["u", "c0", "d3", "e1"]);
+    let table = a.table_holding(moved).unwrap();
+    assert!(![e1, e2, e3]
+        .iter()
+        .any(|d| a.table_holding(*d) == Some(table)));
+    let m = a.drop_table(table).unwrap();
+    assert!(catalog.assign(table, "b"));
+    b.add_table(&m).unwrap();
+
+    let asked = [e1, e2, moved, file, e3, e1];
+    let got = a.dir_chains(&asked, usize::MAX).unwrap();
+    assert_eq!(got.answered, asked.len());
+    assert_eq!(got.not_held, vec![moved], "held elsewhere, not gone");
+    let by_soid: HashMap<Soid, &DirRecord> = got.records.iter().map(|r| (r.soid, r)).collect();
+    assert_eq!(by_soid.len(), got.records.len(), "each directory once");
+    assert!(!by_soid.contains_key(&file), "not a directory: no record");
+    for d in [e1, e2, e3] {
+        // The reply holds the whole chain dir_chain gives.
+        for r in a.dir_chain(d).unwrap() {
+            assert_eq!(by_soid.get(&r.soid), Some(&&r));
+        }
+    }
+    // Shared ancestors once: /u/c1/d2 is e1's and e2's.
+    let d2 = at(&["u", "c1", "d2"]);
+    assert!(by_soid.contains_key(&d2));
+    // A budget of one record answers the first directory only (at least one).
+    let first = a.dir_chains(&asked, 1).unwrap();
+    assert_eq!(first.answered, 1);
+    assert_eq!(
+        first.records.iter().map(|r| r.soid).collect::<Vec<_>>(),
+        a.dir_chain(e1)
+            .unwrap()
+            .iter()
+            .map(|r| r.soid)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        b.dir_chains(&[e1, moved], usize::MAX).unwrap().not_held,
+        vec![e1]
+    );
 }

@@ -5,10 +5,12 @@
 //! A spread search ([`sextant_engine::search::Spread`]) follows a parent
 //! chain out of this server's tables; [`PeerDirs`] reads the rest of the
 //! chain from the server the route map names for the directory, as that
-//! server holds it. A table that moves while it is read is asked again of
-//! its new holder (for up to [`READ_FOR`]); a peer that cannot be reached
-//! in that time fails the search with EIO — never a silently shorter
-//! answer.
+//! server holds it. A search reads the directories it needs in batches
+//! ([`ForeignDirs::chains`]): one `DirChain` call per holder (and per
+//! [`BATCH`] directories), all holders at once. A table that moves while
+//! it is read is asked again of its new holder (for up to [`READ_FOR`]);
+//! a peer that cannot be reached in that time fails the search with EIO —
+//! never a silently shorter answer.
 //!
 //! It also forwards a search for a caller without the secret (a local
 //! user on the Unix socket, `SearchRequest.forward_to`): the part runs on
@@ -44,6 +46,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between attempts while a table is moving.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Directories asked in one `DirChain` call at most.
+pub const BATCH: usize = 4096;
 
 /// Channels to the other servers, one per address.
 pub struct Peers {
@@ -135,6 +139,7 @@ impl Peers {
         let channel = self.channel(address).map_err(Attempt::Fatal)?;
         let mut request = tonic::Request::new(pb::DirChainRequest {
             dir: Some(soid_to_pb(dir)),
+            more: Vec::new(),
         });
         request
             .metadata_mut()
@@ -161,6 +166,68 @@ impl Peers {
             .map(record_from_pb)
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Attempt::Fatal(format!("{address}: a malformed directory record")))
+    }
+}
+
+/// What one batched `DirChain` call answered.
+struct Answered {
+    records: Vec<DirRecord>,
+    /// Answered directories whose table the peer does not hold.
+    not_held: Vec<Soid>,
+    /// How many of the directories asked (in order) were answered.
+    answered: usize,
+}
+
+impl Peers {
+    /// One `DirChain` call for `dirs` (at least one) at once.
+    async fn dir_chains(&self, address: &str, dirs: &[Soid]) -> Result<Answered, Attempt> {
+        let Some((&first, more)) = dirs.split_first() else {
+            return Err(Attempt::Fatal("no directory asked".into()));
+        };
+        let channel = self.channel(address).map_err(Attempt::Fatal)?;
+        let mut request = tonic::Request::new(pb::DirChainRequest {
+            dir: Some(soid_to_pb(first)),
+            more: more.iter().map(|d| soid_to_pb(*d)).collect(),
+        });
+        request
+            .metadata_mut()
+            .insert(SECRET_METADATA, self.secret.clone());
+        let mut grpc = SextantClient::new(channel)
+            .max_decoding_message_size(4 * sextant_proto::MAX_MESSAGE_BYTES);
+        let call = grpc.dir_chain(request);
+        let reply = tokio::time::timeout(CALL_TIMEOUT, call)
+            .await
+            .map_err(|_| Attempt::Again(format!("{address}: no answer")))?
+            .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
+            .into_inner();
+        if let Some(e) = reply.error {
+            let e = sextant_proto::error_from_pb(&e);
+            return Err(Attempt::Fatal(format!("{address}: {e}")));
+        }
+        let malformed = || Attempt::Fatal(format!("{address}: a malformed directory record"));
+        let mut not_held = reply
+            .not_held_dirs
+            .iter()
+            .map(|d| soid_from_pb(Some(d)).ok())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(malformed)?;
+        if reply.not_held && !not_held.contains(&first) {
+            not_held.push(first);
+        }
+        let records = reply
+            .dirs
+            .into_iter()
+            .map(record_from_pb)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(malformed)?;
+        Ok(Answered {
+            records,
+            not_held,
+            // 0: a server that predates batches answered `first` alone.
+            answered: usize::try_from(reply.answered)
+                .unwrap_or(usize::MAX)
+                .clamp(1, dirs.len()),
+        })
     }
 }
 
@@ -212,11 +279,7 @@ impl ForeignDirs for PeerDirs {
     fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError> {
         let deadline = Instant::now() + READ_FOR;
         loop {
-            let holder = RouteTable::from_pb(&self.placement.map())
-                .ok()
-                .and_then(|t| t.route(dir).map(|r| r.address.clone()))
-                .filter(|a| !a.is_empty());
-            let last = match holder {
+            let last = match Self::holder(self.route_map().as_ref(), dir) {
                 None => "no server holds it in the route map".to_string(),
                 Some(address) => match self.runtime.block_on(self.peers.dir_chain(&address, dir)) {
                     Ok(chain) => return Ok(chain),
@@ -233,6 +296,104 @@ impl ForeignDirs for PeerDirs {
             }
             std::thread::sleep(RETRY_PAUSE);
         }
+    }
+
+    /// Every holder's directories in one call per holder (and [`BATCH`]),
+    /// all at once; a directory not held where the map said is asked
+    /// again of its holder by a newer map, as [`PeerDirs::chain`] does.
+    fn chains(&self, dirs: &[Soid]) -> Result<Vec<DirRecord>, FsError> {
+        let deadline = Instant::now() + READ_FOR;
+        let mut records = Vec::new();
+        let mut pending = dirs.to_vec();
+        while !pending.is_empty() {
+            let mut by_holder: HashMap<String, Vec<Soid>> = HashMap::new();
+            let mut retry = Vec::new();
+            let mut last = String::new();
+            let map = self.route_map();
+            for d in pending.drain(..) {
+                match Self::holder(map.as_ref(), d) {
+                    Some(address) => by_holder.entry(address).or_default().push(d),
+                    None => {
+                        last = "no server holds it in the route map".into();
+                        retry.push(d);
+                    }
+                }
+            }
+            let calls: Vec<(String, Vec<Soid>)> = by_holder
+                .into_iter()
+                .flat_map(|(a, ds)| {
+                    let chunks: Vec<Vec<Soid>> = ds.chunks(BATCH).map(<[Soid]>::to_vec).collect();
+                    chunks.into_iter().map(move |c| (a.clone(), c))
+                })
+                .collect();
+            let peers = Arc::clone(&self.peers);
+            let answers = self.runtime.block_on(async move {
+                let mut set = tokio::task::JoinSet::new();
+                for (address, ds) in calls {
+                    let peers = Arc::clone(&peers);
+                    set.spawn(async move {
+                        let got = peers.dir_chains(&address, &ds).await;
+                        (ds, got)
+                    });
+                }
+                let mut answers = Vec::new();
+                while let Some(done) = set.join_next().await {
+                    answers.push(done);
+                }
+                answers
+            });
+            for done in answers {
+                let Ok((ds, got)) = done else {
+                    tracing::warn!("a search's directory read did not finish");
+                    return Err(FsError::Io);
+                };
+                match got {
+                    Ok(a) => {
+                        records.extend(a.records);
+                        if !a.not_held.is_empty() {
+                            last = "not held there".into();
+                            retry.extend(a.not_held);
+                        }
+                        // Past what fitted in the reply: asked again now.
+                        pending.extend_from_slice(ds.get(a.answered..).unwrap_or_default());
+                    }
+                    Err(Attempt::Fatal(why)) => {
+                        tracing::warn!(%why, "a search cannot read directories of another server");
+                        return Err(FsError::Io);
+                    }
+                    Err(Attempt::Again(why)) => {
+                        last = why;
+                        retry.extend(ds);
+                    }
+                }
+            }
+            if retry.is_empty() {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(why = %last, dirs = retry.len(), "a search gave up reading directories of another server");
+                return Err(FsError::Io);
+            }
+            if pending.is_empty() {
+                std::thread::sleep(RETRY_PAUSE);
+            }
+            pending.extend(retry);
+        }
+        Ok(records)
+    }
+}
+
+impl PeerDirs {
+    /// The current route map (built from the placement's: once per
+    /// batch, not per directory — it costs as much as the batch's reads).
+    fn route_map(&self) -> Option<RouteTable> {
+        RouteTable::from_pb(&self.placement.map()).ok()
+    }
+
+    /// The address of `dir`'s holder by `map`.
+    fn holder(map: Option<&RouteTable>, dir: Soid) -> Option<String> {
+        map.and_then(|t| t.route(dir).map(|r| r.address.clone()))
+            .filter(|a| !a.is_empty())
     }
 }
 

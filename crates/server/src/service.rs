@@ -1046,9 +1046,39 @@ impl pb::sextant_server::Sextant for Service {
                 "reading directories raw needs the cluster secret",
             ));
         }
-        let dir = soid_from_pb(request.into_inner().dir.as_ref())
+        let request = request.into_inner();
+        let dir = soid_from_pb(request.dir.as_ref())
             .map_err(|_| Status::invalid_argument("dir is missing"))?;
         let shared = Arc::clone(&self.shared);
+        if !request.more.is_empty() {
+            // Many at once (a search's batch).
+            let mut dirs = vec![dir];
+            for d in &request.more {
+                dirs.push(
+                    soid_from_pb(Some(d))
+                        .map_err(|_| Status::invalid_argument("a malformed directory"))?,
+                );
+            }
+            let budget = sextant_proto::MAX_MESSAGE_BYTES / 2;
+            let chains =
+                tokio::task::spawn_blocking(move || shared.engine.dir_chains(&dirs, budget))
+                    .await
+                    .map_err(|_| Status::internal("the directory read failed"))?;
+            let reply = match chains {
+                Ok(c) => pb::DirChainReply {
+                    not_held: c.not_held.first() == Some(&dir),
+                    dirs: c.records.iter().map(crate::peers::record_to_pb).collect(),
+                    answered: u32::try_from(c.answered).unwrap_or(u32::MAX),
+                    not_held_dirs: c.not_held.into_iter().map(soid_to_pb).collect(),
+                    ..Default::default()
+                },
+                Err(e) => pb::DirChainReply {
+                    error: Some(sextant_proto::error_to_pb(e)),
+                    ..Default::default()
+                },
+            };
+            return Ok(Response::new(reply));
+        }
         let chain = tokio::task::spawn_blocking(move || shared.engine.dir_chain(dir))
             .await
             .map_err(|_| Status::internal("the directory read failed"))?;

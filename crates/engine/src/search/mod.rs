@@ -200,7 +200,7 @@ pub use hits::HitRef;
 pub use plan::{plan, Plan};
 pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
 pub(crate) use scope::MAX_CHAIN as MAX_CHAIN_LEN;
-pub use spread::{intersection, DirRecord, ForeignDirs, Spread};
+pub use spread::{intersection, DirChains, DirRecord, ForeignDirs, Spread};
 // Count and total size: a table summary's unit, defined with it.
 pub use crate::table::summary::Totals;
 
@@ -979,7 +979,7 @@ pub(crate) fn run_with(
         memo: Memo::default(),
         stats: SearchStats::default(),
         dir_cache: None,
-        foreign: spread.map(|sp| sp.foreign),
+        foreign: spread,
     };
     if limit == 0 {
         return Ok(s.stats);
@@ -1003,7 +1003,7 @@ pub(crate) fn run_with(
             if sp.covers(root) {
                 sp.note_root_not_held();
             }
-            match sp.foreign.chain(root)?.into_iter().next() {
+            match sp.record(root)? {
                 Some(r) => (dir_of_record(&r), false, false),
                 // Not a directory, or gone: its holder answers.
                 None => return Ok(s.stats),
@@ -1121,6 +1121,9 @@ pub(crate) fn run_with(
         spread,
     };
 
+    if let (Some(sp), usize::MAX) = (spread, limit) {
+        prefetch_exits(&s, sp, &plan, use_index)?;
+    }
     let ranges = spread.map_or_else(|| vec![SoidRange::ALL], |sp| sp.ranges().to_vec());
     if opts.threads > 1 && limit == usize::MAX {
         let mut items = parallel::work_items(&engine.table_starts());
@@ -1149,6 +1152,36 @@ pub(crate) fn run_with(
         }
     }
     Ok(s.stats)
+}
+
+/// Reads ahead the other members' directories that the exits of every
+/// table a spread search will decide lead to ([`scope::prefetch`]): a few
+/// round trips for the whole search instead of one or more per table.
+/// The tables the filters rule out are left out (their exits are never
+/// resolved). Only reads: each table is still decided under its lock
+/// when the cursor comes, from these records or from new reads.
+fn prefetch_exits(
+    s: &Search<'_>,
+    sp: &Spread<'_>,
+    plan: &Plan,
+    use_index: bool,
+) -> Result<(), FsError> {
+    let mut exits = Vec::new();
+    for item in sp.restrict(&parallel::work_items(&s.engine.table_starts())) {
+        s.engine.with_held_table(item.first, |t| {
+            if use_index && !t.index.may_match(&plan.query) {
+                return;
+            }
+            exits.extend(t.exits().dirs().filter(|e| !s.memo.contains_key(e)));
+        })?;
+    }
+    exits.sort_unstable();
+    exits.dedup();
+    let at = scope::Reader {
+        engine: s.engine,
+        foreign: s.foreign,
+    };
+    scope::prefetch(at, &s.memo, &exits)
 }
 
 /// A directory held by another member as the search needs it of a scope

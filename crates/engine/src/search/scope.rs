@@ -26,7 +26,7 @@
 //! the per-entry consistency the search promises (module docs of
 //! [`crate::search`]).
 
-use super::spread::{DirRecord, ForeignDirs};
+use super::spread::{DirRecord, Spread};
 use super::{join, may_list};
 use crate::dir_cache::{at_or_below, components, Place};
 use crate::engine::{Engine, Held};
@@ -129,9 +129,10 @@ fn relative(
     })
 }
 
-/// Directories other members hold ([`super::Spread`]); `None` on one
-/// server (another member's range then reads as empty).
-pub(super) type Foreign<'a> = Option<&'a (dyn ForeignDirs + Sync)>;
+/// Directories other members hold, read through the search's
+/// [`Spread`] (each once per search); `None` on one server (another
+/// member's range then reads as empty).
+pub(super) type Foreign<'a> = Option<&'a Spread<'a>>;
 
 /// Where directories are read: this engine's tables, and through
 /// `foreign` the ones other members hold.
@@ -168,7 +169,7 @@ pub(super) fn read_dir(
             let Some(foreign) = at.foreign else {
                 return Ok(None);
             };
-            Ok(foreign.chain(d)?.into_iter().next().map(|r| {
+            Ok(foreign.record(d)?.map(|r| {
                 let ok = may_list_record(&r, cred);
                 (r.parent, r.name, ok, open_to_all(r.perm))
             }))
@@ -241,21 +242,25 @@ impl Chain {
         Ok(next)
     }
 
-    /// [`Chain::read_up`] through another member: pushes the chain it
-    /// holds from `cur` up, to the first directory memoised or past it.
+    /// [`Chain::read_up`] through another member: pushes `cur` and the
+    /// directories above it this search has read from other members
+    /// ([`Spread::record`]; `cur` is read if it was not), to the first
+    /// directory memoised, not read yet, or past it.
     fn follow(
         &mut self,
-        foreign: &(dyn ForeignDirs + Sync),
+        foreign: &Spread<'_>,
         cred: &Credentials,
         cur: Soid,
         memo: &Memo,
     ) -> Result<Option<Soid>, FsError> {
-        let mut expect = cur;
-        for r in foreign.chain(cur)? {
-            if r.soid != expect {
-                // Not a chain (it changed while read): go on from there.
-                return Ok(Some(expect));
-            }
+        // Gone, or no longer a directory: a dead end.
+        let Some(mut r) = foreign.record(cur)? else {
+            return Ok(None);
+        };
+        // The directories pushed here, to stop at a cycle (records read at
+        // different times, across concurrent renames).
+        let mut here = HashSet::from([cur]);
+        loop {
             self.names.extend_from_slice(&r.name);
             let ok = may_list_record(&r, cred);
             self.dirs
@@ -263,13 +268,16 @@ impl Chain {
             if r.soid == Soid::ROOT {
                 return Ok(None);
             }
-            expect = r.parent;
-            if memo.contains_key(&expect) || self.dirs.len() >= MAX_CHAIN {
-                return Ok(Some(expect));
+            let up = r.parent;
+            if memo.contains_key(&up) || self.dirs.len() >= MAX_CHAIN || !here.insert(up) {
+                return Ok(Some(up));
+            }
+            // Not read yet (or gone): the caller goes on from there.
+            match foreign.kept(up) {
+                Some(Some(next)) => r = next,
+                _ => return Ok(Some(up)),
             }
         }
-        // Empty: gone, or no longer a directory (a dead end).
-        Ok((expect != cur).then_some(expect))
     }
 
     /// Pops the topmost directory with its name, listable by the caller,
@@ -383,6 +391,9 @@ pub(super) fn statuses(
     dirs: &[Soid],
     reads: &mut usize,
 ) -> Result<(), FsError> {
+    if at.foreign.is_some() {
+        prefetch(at, memo, dirs)?;
+    }
     let Some((epoch, scope_path)) = remembered else {
         for &d in dirs {
             status_remote(at, cred, memo, None, d, reads)?;
@@ -418,6 +429,81 @@ pub(super) fn statuses(
     });
     for d in rest {
         status_remote(at, cred, memo, remembered, d, reads)?;
+    }
+    Ok(())
+}
+
+/// Rounds of [`prefetch`] at most (a round trip per holder each); chains
+/// that cross members more often are read on as the search meets them.
+const PREFETCH_ROUNDS: usize = 32;
+
+/// Reads ahead, in a few round trips, the directories of other members on
+/// the parent chains of `dirs` that the search has neither memoised nor
+/// read ([`Spread`]): walks each chain up through this member's tables
+/// and the records read so far, gathers the foreign directories where the
+/// walks stop, reads them all in one [`Spread::fetch`], and goes on from
+/// there, until every chain ends (memoised, the root, gone). Only reads:
+/// the statuses are then computed as ever ([`status_remote`]), now from
+/// the records kept. Nothing to do on one server.
+/// REQUIRES: no engine lock held by the caller.
+pub(super) fn prefetch(at: Reader<'_>, memo: &Memo, dirs: &[Soid]) -> Result<(), FsError> {
+    let Some(foreign) = at.foreign else {
+        return Ok(());
+    };
+    // Directories walked through: each chain is followed once.
+    let mut passed: HashSet<Soid, BuildHasherDefault<SoidHasher>> = HashSet::default();
+    let mut starts = dirs.to_vec();
+    for _ in 0..PREFETCH_ROUNDS {
+        let mut ask = Vec::new();
+        for &d in &starts {
+            let mut cur = d;
+            loop {
+                if memo.contains_key(&cur) {
+                    break;
+                }
+                match foreign.kept_parent(cur) {
+                    Some(Some(parent)) => {
+                        if cur == Soid::ROOT || !passed.insert(cur) {
+                            break;
+                        }
+                        cur = parent;
+                        continue;
+                    }
+                    Some(None) => break,
+                    None => {}
+                }
+                let passed = &mut passed;
+                let held = at.engine.with_held_table(cur, |t| {
+                    let mut at = cur;
+                    loop {
+                        if !passed.insert(at) {
+                            return None;
+                        }
+                        let i = t.inode(at).filter(|i| i.is_dir())?;
+                        if at == Soid::ROOT {
+                            return None;
+                        }
+                        at = i.parent;
+                        if !t.range.contains(at) || memo.contains_key(&at) {
+                            return Some(at);
+                        }
+                    }
+                })?;
+                match held {
+                    Held::Table((_, Some(next))) => cur = next,
+                    Held::Table((_, None)) => break,
+                    Held::Foreign(_) => {
+                        ask.push(cur);
+                        break;
+                    }
+                }
+            }
+        }
+        if ask.is_empty() {
+            break;
+        }
+        foreign.fetch(&ask)?;
+        starts = ask;
     }
     Ok(())
 }

@@ -19,14 +19,30 @@
 //! holds (the server asks that member). So a caller sees exactly what GNU
 //! find run by that caller would list, whoever holds the ancestors.
 //!
+//! Reading another member's directory is a round trip, so a search reads
+//! each at most once and many at a time: the directory records it has
+//! read are kept for the search ([`Spread::record`], shared by its
+//! threads), and before tables are visited the directories their exits
+//! lead to are fetched together, a batch per round
+//! ([`ForeignDirs::chains`], `scope::prefetch`): a query costs a few
+//! round trips per member, not one per foreign directory (issue 21's
+//! benchmark measured ~2,700 per query).
+//!
 //! Invariants:
 //! - `ranges` are sorted and disjoint; nothing outside them is visited and
 //!   the scope root is reported only by the member whose ranges hold it.
 //! - Directory paths remembered across searches ([`crate::dir_cache`]) are
 //!   neither used nor filled by a spread search: its epoch does not see
 //!   renames on other members.
+//! - The records kept live as long as the search: each directory is read
+//!   once during it, which is the per-entry consistency every search
+//!   promises (its statuses are memoised the same way); nothing read by
+//!   one search is used by another.
 
+use crate::hash::SoidHasher;
 use sextant_types::{FsError, Soid, SoidRange};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::{Mutex, OnceLock};
 
 /// One directory as its owner holds it: what another member's search
@@ -48,7 +64,41 @@ pub trait ForeignDirs {
     /// the member holding `dir` holds them (at least `dir` itself); empty
     /// when `dir` is gone or not a directory. An error ends the search.
     fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError>;
+
+    /// [`ForeignDirs::chain`] of each of `dirs` at once (one round trip
+    /// per holder): the records of every directory of `dirs` and of its
+    /// ancestors as far up as the member holding it holds them, shared
+    /// ancestors once, in any order. A directory of `dirs` without a
+    /// record is gone or not a directory. An error ends the search.
+    fn chains(&self, dirs: &[Soid]) -> Result<Vec<DirRecord>, FsError> {
+        let mut out = Vec::new();
+        for &d in dirs {
+            out.extend(self.chain(d)?);
+        }
+        Ok(out)
+    }
 }
+
+/// What a member answers for several directories at once
+/// ([`crate::Engine::dir_chains`]; [`ForeignDirs::chains`] on the asking
+/// side).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DirChains {
+    /// The answered directories and their ancestors as far as this member
+    /// holds them, each directory once; an answered directory without a
+    /// record (and not in `not_held`) is gone or not a directory.
+    pub records: Vec<DirRecord>,
+    /// Answered directories whose table is not held here: to be asked of
+    /// their holder (never taken for gone).
+    pub not_held: Vec<Soid>,
+    /// How many of the directories asked, in order, are answered (at least
+    /// one): the others did not fit and are to be asked again.
+    pub answered: usize,
+}
+
+/// Foreign directories read by one search: a record, or `None` when the
+/// directory was gone (or not a directory).
+type Kept = HashMap<Soid, Option<DirRecord>, BuildHasherDefault<SoidHasher>>;
 
 /// How a member searches its part of a spread namespace (see the module
 /// docs); given in [`super::SearchOptions::spread`].
@@ -60,6 +110,9 @@ pub struct Spread<'a> {
     /// table as the search starts), so ranges met as another member's
     /// leave it out — it must not be reported again by their holder.
     root: OnceLock<Soid>,
+    /// The other members' directories this search has read (see the
+    /// module docs).
+    kept: parking_lot::Mutex<Kept>,
 }
 
 impl<'a> Spread<'a> {
@@ -80,7 +133,58 @@ impl<'a> Spread<'a> {
             foreign,
             not_held: Mutex::new(Vec::new()),
             root: OnceLock::new(),
+            kept: parking_lot::Mutex::new(Kept::default()),
         }
+    }
+
+    /// The record of another member's directory `dir` as this search read
+    /// it, `Some(None)` when it was gone; `None` when not read yet.
+    pub(super) fn kept(&self, dir: Soid) -> Option<Option<DirRecord>> {
+        self.kept.lock().get(&dir).cloned()
+    }
+
+    /// The parent of another member's directory `dir` as this search read
+    /// it, `Some(None)` when it was gone; `None` when not read yet.
+    pub(super) fn kept_parent(&self, dir: Soid) -> Option<Option<Soid>> {
+        let k = self.kept.lock();
+        k.get(&dir).map(|r| r.as_ref().map(|r| r.parent))
+    }
+
+    /// Another member's directory `dir` (`None`: gone, or not a
+    /// directory), read once per search.
+    pub(super) fn record(&self, dir: Soid) -> Result<Option<DirRecord>, FsError> {
+        if let Some(r) = self.kept(dir) {
+            return Ok(r);
+        }
+        self.fetch(&[dir])?;
+        Ok(self.kept(dir).flatten())
+    }
+
+    /// Reads those of `dirs` not read yet, with the ancestors their holders
+    /// hold, in one [`ForeignDirs::chains`]; keeps every record.
+    pub(super) fn fetch(&self, dirs: &[Soid]) -> Result<(), FsError> {
+        let mut want: Vec<Soid> = {
+            let k = self.kept.lock();
+            dirs.iter()
+                .copied()
+                .filter(|d| !k.contains_key(d))
+                .collect()
+        };
+        want.sort_unstable();
+        want.dedup();
+        if want.is_empty() {
+            return Ok(());
+        }
+        // Outside the lock: the other threads of the search go on.
+        let got = self.foreign.chains(&want)?;
+        let mut k = self.kept.lock();
+        for r in got {
+            k.entry(r.soid).or_insert(Some(r));
+        }
+        for d in want {
+            k.entry(d).or_insert(None);
+        }
+        Ok(())
     }
 
     /// The search's scope root (set once, before any range is noted).

@@ -643,3 +643,46 @@ async fn a_read_only_key_changes_nothing_through_any_operation() {
         }
     }
 }
+
+/// `DirChain` with `more` (a search's batch) answers every directory in
+/// one reply, each record once, and says how many it answered; without
+/// `more` it answers as a server that predates batches did (`answered`
+/// 0: the asker takes it for `dir` alone).
+#[tokio::test]
+async fn dir_chain_answers_a_batch_in_one_reply() {
+    let x = fixture().await;
+    let d = x
+        .svc
+        .shared
+        .engine
+        .lookup(&Credentials::root(), x.priv_, b"d")
+        .unwrap()
+        .soid;
+    let ask = |dir: Soid, more: Vec<Soid>| {
+        let mut req = Request::new(pb::DirChainRequest {
+            dir: Some(soid_to_pb(dir)),
+            more: more.into_iter().map(soid_to_pb).collect(),
+        });
+        req.extensions_mut().insert(Caller::Trusted(Trust::Secret));
+        req
+    };
+    let one = x.svc.dir_chain(ask(d, vec![])).await.unwrap().into_inner();
+    assert_eq!((one.answered, one.dirs.len()), (0, 3), "d, /priv, /");
+    let batch = x
+        .svc
+        .dir_chain(ask(d, vec![x.priv_, x.f, d]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(batch.answered, 4);
+    assert!(batch.error.is_none() && !batch.not_held && batch.not_held_dirs.is_empty());
+    let mut soids: Vec<Soid> = batch
+        .dirs
+        .iter()
+        .map(|r| sextant_proto::soid_from_pb(r.soid.as_ref()).unwrap())
+        .collect();
+    soids.sort();
+    let mut want = vec![Soid::ROOT, x.priv_, d];
+    want.sort();
+    assert_eq!(soids, want, "each directory once; the file has none");
+}
