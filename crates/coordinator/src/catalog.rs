@@ -163,3 +163,158 @@ pub async fn commit_tables(
     let txn = Txn::new().when(when).and_then(then);
     Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
 }
+
+/// Operations etcd allows in one transaction's branch (and compares), by
+/// default (`--max-txn-ops` 128), with room to spare.
+pub const TXN_OPS: usize = 120;
+
+impl TablesChange {
+    /// Writes and compares this change makes in one transaction.
+    fn cost(&self) -> (usize, usize) {
+        let writes = 2 * self.updated.len()
+            + 3 * self.created.len()
+            + usize::from(!self.created.is_empty())
+            + 5 * self.removed.len();
+        let compares = self.updated.len() + self.created.len() + self.removed.len();
+        (writes, compares)
+    }
+
+    /// The change cut into pieces of at most `max` writes and compares
+    /// each (one piece when it fits), so that etcd accepts every
+    /// transaction: a checkpoint after an import can commit hundreds of
+    /// tables, and etcd refuses more than 128 operations in one (found by
+    /// the search benchmark: every such checkpoint failed, and the tables
+    /// made meanwhile were served by nobody).
+    ///
+    /// Each piece is consistent on its own: a table made by a split goes
+    /// with the table just before it in SOID order when that one is in the
+    /// change too (the split's other half: a new table's range was carved
+    /// from the one that precedes it, so committed apart their ranges
+    /// would overlap in the map); removed tables (merges) go with the
+    /// first piece. A group bigger than `max` is a piece of its own (etcd
+    /// then refuses it: nothing is written, the next checkpoint retries).
+    pub fn pieces(self, max: usize) -> Vec<TablesChange> {
+        if self.cost().0 <= max && self.cost().1 <= max {
+            return vec![self];
+        }
+        // Groups, in SOID order: a table and the new tables contiguous
+        // after it.
+        enum Item {
+            Updated((TableState, Revision)),
+            Created(TableState),
+        }
+        let range = |i: &Item| match i {
+            Item::Updated((t, _)) | Item::Created(t) => t.range,
+        };
+        let mut items: Vec<Item> = self
+            .updated
+            .into_iter()
+            .map(Item::Updated)
+            .chain(self.created.into_iter().map(Item::Created))
+            .collect();
+        items.sort_by_key(|i| range(i).first);
+        let mut groups: Vec<TablesChange> = Vec::new();
+        let mut last: Option<SoidRange> = None;
+        for item in items {
+            let r = range(&item);
+            let joins = matches!(item, Item::Created(_))
+                && last.is_some_and(|l| l.last.checked_next() == Some(r.first));
+            if !joins || groups.is_empty() {
+                groups.push(TablesChange::default());
+            }
+            let g = groups.last_mut().expect("a group was just made");
+            match item {
+                Item::Updated(u) => g.updated.push(u),
+                Item::Created(c) => g.created.push(c),
+            }
+            last = Some(r);
+        }
+        match groups.first_mut() {
+            Some(g) => g.removed = self.removed,
+            None => groups.push(TablesChange {
+                removed: self.removed,
+                ..TablesChange::default()
+            }),
+        }
+        // Packed greedily, in order.
+        let mut pieces: Vec<TablesChange> = Vec::new();
+        for g in groups {
+            let fits = pieces.last().is_some_and(|p| {
+                let (pw, pc) = p.cost();
+                let (gw, gc) = g.cost();
+                pw + gw <= max && pc + gc <= max
+            });
+            match pieces.last_mut() {
+                Some(p) if fits => {
+                    p.updated.extend(g.updated);
+                    p.created.extend(g.created);
+                    p.removed.extend(g.removed);
+                }
+                _ => pieces.push(g),
+            }
+        }
+        pieces
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_types::Soid;
+
+    fn state(t: u32, first: u128, last: u128) -> TableState {
+        TableState {
+            table: TableId(t),
+            range: SoidRange::new(Soid::from_u128(first), Soid::from_u128(last)).unwrap(),
+            manifest: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_big_change_is_cut_into_pieces_etcd_accepts_splits_kept_whole() {
+        // 100 tables updated (ranges of 1,000 SOIDs), and every tenth one
+        // split in three: two new tables right after it.
+        let mut change = TablesChange::default();
+        let mut next = 1000;
+        for i in 0..100u32 {
+            let base = u128::from(i) * 1_000;
+            if i % 10 == 0 {
+                change
+                    .updated
+                    .push((state(i, base, base + 99), Revision(u64::from(i))));
+                change.created.push(state(next, base + 100, base + 499));
+                change.created.push(state(next + 1, base + 500, base + 999));
+                next += 2;
+            } else {
+                change
+                    .updated
+                    .push((state(i, base, base + 999), Revision(u64::from(i))));
+            }
+        }
+        let pieces = change.clone().pieces(TXN_OPS);
+        assert!(pieces.len() > 1);
+        let (mut updated, mut created) = (0, 0);
+        for p in &pieces {
+            let (w, c) = p.cost();
+            assert!(w <= TXN_OPS && c <= TXN_OPS, "{w} writes, {c} compares");
+            updated += p.updated.len();
+            created += p.created.len();
+            // Each new table is in the piece of the table it was split off.
+            for c in &p.created {
+                let parent = u32::try_from(c.range.first.as_u128() / 1_000).unwrap();
+                assert!(
+                    p.updated.iter().any(|(u, _)| u.table == TableId(parent)),
+                    "{:?} apart from table {parent}",
+                    c.table
+                );
+            }
+        }
+        assert_eq!((updated, created), (100, 20));
+        // A small change stays whole.
+        let small = TablesChange {
+            updated: change.updated[..3].to_vec(),
+            ..TablesChange::default()
+        };
+        assert_eq!(small.clone().pieces(TXN_OPS), vec![small]);
+    }
+}

@@ -635,3 +635,46 @@ async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
     })
     .await;
 }
+
+/// etcd takes at most 128 operations in a transaction: a catalogue commit
+/// of many tables (a checkpoint after an import: hundreds) used to be one
+/// transaction and was refused every time, leaving the tables made
+/// meanwhile served by nobody (found by the search benchmark). Cut into
+/// `pieces`, every table is committed.
+#[tokio::test]
+async fn a_commit_of_hundreds_of_tables_is_cut_into_transactions_etcd_takes() {
+    use sextant_coordinator::catalog::{commit_tables, TableState, TablesChange, TXN_OPS};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    // (Tables apart from each other: new tables contiguous with the one
+    // before them are a split's, kept in one transaction.)
+    let change = TablesChange {
+        created: (1..=200u32)
+            .map(|t| TableState {
+                table: TableId(t),
+                range: SoidRange::new(
+                    Soid::from_u128(u128::from(t) * 100),
+                    Soid::from_u128(u128::from(t) * 100 + 49),
+                )
+                .unwrap(),
+                manifest: vec![1, 2, 3],
+            })
+            .collect(),
+        ..TablesChange::default()
+    };
+    let whole = commit_tables(&mut c, &cfg, "a", &change).await;
+    assert!(
+        whole.is_err(),
+        "one transaction of 600 writes is refused by etcd: {whole:?}"
+    );
+    for piece in change.pieces(TXN_OPS) {
+        assert!(commit_tables(&mut c, &cfg, "a", &piece).await.unwrap());
+    }
+    let s = load(&mut c, &cfg).await.unwrap();
+    assert_eq!(s.tables.len(), 200);
+    assert!(s.owners.values().all(|o| o.server == "a"));
+}

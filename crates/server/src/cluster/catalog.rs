@@ -2,7 +2,9 @@
 //!
 //! The engine in member mode commits its tables' manifests (after a
 //! checkpoint, an ADD, a DROP, a split) through this seam. Each commit is
-//! one etcd transaction (`sextant_coordinator::catalog::commit_tables`):
+//! one etcd transaction (`sextant_coordinator::catalog::commit_tables`),
+//! or several when it is bigger than etcd takes in one
+//! (`TablesChange::pieces`: a split's halves always together):
 //! a put of a table the delegation map says this server owns is fenced by
 //! that owner key's revision (R2: if another server owns it now, nothing
 //! is written and the engine is told `NotOwner`); a put of a table the map
@@ -24,7 +26,9 @@
 //! one per split).
 
 use sextant_cluster::ids::TableId as ClusterTable;
-use sextant_coordinator::catalog::{commit_tables, next_table_id, TableState, TablesChange};
+use sextant_coordinator::catalog::{
+    commit_tables, next_table_id, TableState, TablesChange, TXN_OPS,
+};
 use sextant_coordinator::{keys, ClusterState, EtcdConfig};
 use sextant_engine::{CatalogChange, CatalogError, TableCatalog, TableManifest};
 use std::sync::mpsc;
@@ -284,9 +288,19 @@ impl TableCatalog for EtcdCatalog {
             Err(e) => return Err(e),
         };
         let (cfg, me) = (self.etcd.clone(), self.name.clone());
+        // In pieces etcd accepts (each consistent on its own: a split's
+        // halves together); the first refused stops the rest. Pieces
+        // already written stay: committing them again is harmless.
         let committed = self.run(move |rt, client| {
-            rt.block_on(commit_tables(client, &cfg, &me, &plan))
-                .map_err(unavailable)
+            for piece in plan.pieces(TXN_OPS) {
+                let done = rt
+                    .block_on(commit_tables(client, &cfg, &me, &piece))
+                    .map_err(unavailable)?;
+                if !done {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
         })?;
         if committed {
             return Ok(());
