@@ -207,22 +207,11 @@ pub fn claims_more(claim: &pb::Credentials, kernel: &Credentials) -> bool {
         || claim.groups.iter().any(|g| !kernel.in_group(*g))
 }
 
-/// Does `op` change the namespace (refused to a read-only key)?
+/// Does `op` change the namespace (refused to a read-only key)? Every
+/// exactly-once mutation but `Sync`, which changes nothing: a read-only
+/// key may ask for durability.
 pub fn is_mutation(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Create(_)
-            | Op::Mknod(_)
-            | Op::Mkdir(_)
-            | Op::Symlink(_)
-            | Op::Unlink(_)
-            | Op::Rmdir(_)
-            | Op::Rename(_)
-            | Op::Link(_)
-            | Op::Setattr(_)
-            | Op::Setxattr(_)
-            | Op::Removexattr(_)
-    )
+    op.is_mutation() && !matches!(op, Op::Sync(_))
 }
 
 /// A key holder's claim, as its limits let it run: root squashed first
