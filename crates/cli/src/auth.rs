@@ -8,8 +8,6 @@ use sextant_client::Client;
 use sextant_proto::keyauth::ClientKey;
 use sextant_proto::pb;
 use sextant_proto::pb::keys_request::Op;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -107,21 +105,7 @@ fn show_ranges(rs: &[pb::U32Range]) -> String {
 
 /// Writes the key file `file` (mode 0600, replacing one there).
 fn write_key_file(file: &Path, key: &ClientKey) -> Result<()> {
-    let dir = match file.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let tmp = dir.join(format!(".{}.{}.tmp", key.name, std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(key.file_text().as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, file).with_context(|| format!("cannot write {}", file.display()))
+    sextant_server::secret::write_private(file, key.file_text().as_bytes())
 }
 
 /// `sextant auth`.

@@ -2126,47 +2126,13 @@ impl Engine {
     /// gone or not a directory; `WrongServer` when its table is not held
     /// here.
     pub fn dir_chain(&self, dir: Soid) -> Result<Vec<crate::search::DirRecord>, FsError> {
-        let mut out: Vec<crate::search::DirRecord> = Vec::new();
-        let mut cur = dir;
-        loop {
-            let held = self.inner.with_held(cur, |t| {
-                let mut at = cur;
-                let mut got = Vec::new();
-                while let Some(i) = t.inode(at).filter(|i| i.is_dir()) {
-                    got.push(crate::search::DirRecord {
-                        soid: at,
-                        parent: i.parent,
-                        name: Box::from(&i.name),
-                        perm: i.perm,
-                        uid: i.uid,
-                        gid: i.gid,
-                    });
-                    if at == Soid::ROOT || !t.range.contains(i.parent) || got.len() > t.dir_count()
-                    {
-                        break;
-                    }
-                    at = i.parent;
-                }
-                got
-            })?;
-            let Held::Table(got) = held else {
-                // Not held here (any more): the asker must ask the holder,
-                // not take the directory for gone.
-                if out.is_empty() {
-                    return Err(FsError::WrongServer { soid: dir });
-                }
-                return Ok(out);
-            };
-            let Some(last) = got.last() else {
-                return Ok(out);
-            };
-            let (top, next) = (last.soid, last.parent);
-            out.extend(got);
-            if top == Soid::ROOT || next == cur || out.len() >= crate::search::MAX_CHAIN_LEN {
-                return Ok(out);
-            }
-            cur = next;
+        let got = self.dir_chains(&[dir], usize::MAX)?;
+        if got.not_held.contains(&dir) {
+            // Not held here (any more): the asker must ask the holder,
+            // not take the directory for gone.
+            return Err(FsError::WrongServer { soid: dir });
         }
+        Ok(got.records)
     }
 
     /// [`Engine::dir_chain`] of each of `dirs` in one answer, each

@@ -24,8 +24,6 @@ use serde::{Deserialize, Serialize};
 use sextant_proto::keyauth::{self, Proof, KEY_BYTES, WINDOW_SECS};
 use sextant_proto::pb;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -456,18 +454,8 @@ impl KeyBook {
 /// Writes `book` to `file` atomically (see the module doc), mode 0600.
 fn write_book(file: &Path, book: &BookFile) -> Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
     let text = toml::to_string(book).context("cannot encode the key book")?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, file).with_context(|| format!("cannot write {}", file.display()))?;
+    crate::secret::write_private(file, text.as_bytes())?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("cannot sync {}", dir.display()))?;

@@ -92,16 +92,27 @@ impl Peers {
         Ok(channel)
     }
 
-    /// Runs `req` on the server at `address` (a request forwarded for a
-    /// local user: `service::Shared::handle_for`).
-    pub async fn call(&self, address: &str, req: pb::Request) -> Result<pb::Response, String> {
+    /// A client of the server at `address` and `msg` as a request to it,
+    /// with the cluster secret.
+    fn client<T>(
+        &self,
+        address: &str,
+        msg: T,
+    ) -> Result<(SextantClient<Channel>, tonic::Request<T>), String> {
         let channel = self.channel(address)?;
-        let mut request = tonic::Request::new(req);
+        let mut request = tonic::Request::new(msg);
         request
             .metadata_mut()
             .insert(SECRET_METADATA, self.secret.clone());
-        let mut grpc = SextantClient::new(channel)
+        let grpc = SextantClient::new(channel)
             .max_decoding_message_size(4 * sextant_proto::MAX_MESSAGE_BYTES);
+        Ok((grpc, request))
+    }
+
+    /// Runs `req` on the server at `address` (a request forwarded for a
+    /// local user: `service::Shared::handle_for`).
+    pub async fn call(&self, address: &str, req: pb::Request) -> Result<pb::Response, String> {
+        let (mut grpc, request) = self.client(address, req)?;
         match tokio::time::timeout(FORWARD_TIMEOUT, grpc.call(request)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(s)) => Err(format!("{address}: {}", s.message())),
@@ -116,15 +127,9 @@ impl Peers {
         address: &str,
         req: pb::SearchRequest,
     ) -> Result<tonic::Streaming<pb::SearchBatch>, tonic::Status> {
-        let channel = self
-            .channel(address)
+        let (mut grpc, request) = self
+            .client(address, req)
             .map_err(tonic::Status::invalid_argument)?;
-        let mut request = tonic::Request::new(req);
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.secret.clone());
-        let mut grpc = SextantClient::new(channel)
-            .max_decoding_message_size(4 * sextant_proto::MAX_MESSAGE_BYTES);
         let started = grpc.search(request);
         match tokio::time::timeout(CALL_TIMEOUT, started).await {
             Ok(r) => Ok(r?.into_inner()),
@@ -134,38 +139,16 @@ impl Peers {
         }
     }
 
-    /// One `DirChain` call: the chain, or the error the peer gave.
+    /// One `DirChain` call for `dir` alone: the chain, or the error the
+    /// peer gave.
     async fn dir_chain(&self, address: &str, dir: Soid) -> Result<Vec<DirRecord>, Attempt> {
-        let channel = self.channel(address).map_err(Attempt::Fatal)?;
-        let mut request = tonic::Request::new(pb::DirChainRequest {
-            dir: Some(soid_to_pb(dir)),
-            more: Vec::new(),
-        });
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.secret.clone());
-        let mut grpc = SextantClient::new(channel);
-        let call = grpc.dir_chain(request);
-        let reply = tokio::time::timeout(CALL_TIMEOUT, call)
-            .await
-            .map_err(|_| Attempt::Again(format!("{address}: no answer")))?
-            .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
-            .into_inner();
-        if reply.not_held {
+        let got = self.dir_chains(address, &[dir]).await?;
+        if got.not_held.contains(&dir) {
             // It moved: ask its holder by a newer map (never take it for
             // gone, which would drop every entry below it).
             return Attempt::again(format!("{address}: not held there"));
         }
-        if let Some(e) = reply.error {
-            let e = sextant_proto::error_from_pb(&e);
-            return Err(Attempt::Fatal(format!("{address}: {e}")));
-        }
-        reply
-            .dirs
-            .into_iter()
-            .map(record_from_pb)
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Attempt::Fatal(format!("{address}: a malformed directory record")))
+        Ok(got.records)
     }
 }
 
@@ -184,16 +167,11 @@ impl Peers {
         let Some((&first, more)) = dirs.split_first() else {
             return Err(Attempt::Fatal("no directory asked".into()));
         };
-        let channel = self.channel(address).map_err(Attempt::Fatal)?;
-        let mut request = tonic::Request::new(pb::DirChainRequest {
+        let ask = pb::DirChainRequest {
             dir: Some(soid_to_pb(first)),
             more: more.iter().map(|d| soid_to_pb(*d)).collect(),
-        });
-        request
-            .metadata_mut()
-            .insert(SECRET_METADATA, self.secret.clone());
-        let mut grpc = SextantClient::new(channel)
-            .max_decoding_message_size(4 * sextant_proto::MAX_MESSAGE_BYTES);
+        };
+        let (mut grpc, request) = self.client(address, ask).map_err(Attempt::Fatal)?;
         let call = grpc.dir_chain(request);
         let reply = tokio::time::timeout(CALL_TIMEOUT, call)
             .await

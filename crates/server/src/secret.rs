@@ -69,7 +69,13 @@ pub fn adopt(data: &Path, secret: &str) -> Result<()> {
 /// per process (servers of a cluster may create the shared secret at the
 /// same moment). The caller links or renames it into place.
 fn write_private_tmp(dir: &Path, secret: &str) -> Result<PathBuf> {
-    let tmp = dir.join(format!(".secret.{}.tmp", std::process::id()));
+    private_tmp(dir, "secret", format!("{secret}\n").as_bytes())
+}
+
+/// Writes `bytes` to a new file `.<stem>.<pid>.tmp` of mode 0600 in `dir`
+/// (one left by a dead process of that pid is replaced), synced.
+fn private_tmp(dir: &Path, stem: &str, bytes: &[u8]) -> Result<PathBuf> {
+    let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -77,9 +83,23 @@ fn write_private_tmp(dir: &Path, secret: &str) -> Result<PathBuf> {
         .mode(0o600)
         .open(&tmp)
         .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(format!("{secret}\n").as_bytes())?;
+    f.write_all(bytes)?;
     f.sync_all()?;
     Ok(tmp)
+}
+
+/// Replaces `file` with `bytes` atomically (a synced private temporary
+/// file renamed over it), mode 0600: a key file, the client-key book.
+pub fn write_private(file: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let stem = file
+        .file_name()
+        .map_or_else(|| "private".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = private_tmp(dir, &stem, bytes)?;
+    std::fs::rename(&tmp, file).with_context(|| format!("cannot write {}", file.display()))
 }
 
 /// Constant-time comparison.

@@ -1049,46 +1049,35 @@ impl pb::sextant_server::Sextant for Service {
         let request = request.into_inner();
         let dir = soid_from_pb(request.dir.as_ref())
             .map_err(|_| Status::invalid_argument("dir is missing"))?;
-        let shared = Arc::clone(&self.shared);
-        if !request.more.is_empty() {
-            // Many at once (a search's batch).
-            let mut dirs = vec![dir];
-            for d in &request.more {
-                dirs.push(
-                    soid_from_pb(Some(d))
-                        .map_err(|_| Status::invalid_argument("a malformed directory"))?,
-                );
-            }
-            let budget = sextant_proto::MAX_MESSAGE_BYTES / 2;
-            let chains =
-                tokio::task::spawn_blocking(move || shared.engine.dir_chains(&dirs, budget))
-                    .await
-                    .map_err(|_| Status::internal("the directory read failed"))?;
-            let reply = match chains {
-                Ok(c) => pb::DirChainReply {
-                    not_held: c.not_held.first() == Some(&dir),
-                    dirs: c.records.iter().map(crate::peers::record_to_pb).collect(),
-                    answered: u32::try_from(c.answered).unwrap_or(u32::MAX),
-                    not_held_dirs: c.not_held.into_iter().map(soid_to_pb).collect(),
-                    ..Default::default()
-                },
-                Err(e) => pb::DirChainReply {
-                    error: Some(sextant_proto::error_to_pb(e)),
-                    ..Default::default()
-                },
-            };
-            return Ok(Response::new(reply));
+        // Many at once (a search's batch), or `dir` alone.
+        let mut dirs = vec![dir];
+        for d in &request.more {
+            dirs.push(
+                soid_from_pb(Some(d))
+                    .map_err(|_| Status::invalid_argument("a malformed directory"))?,
+            );
         }
-        let chain = tokio::task::spawn_blocking(move || shared.engine.dir_chain(dir))
+        let batch = !request.more.is_empty();
+        let shared = Arc::clone(&self.shared);
+        let budget = sextant_proto::MAX_MESSAGE_BYTES / 2;
+        let chains = tokio::task::spawn_blocking(move || shared.engine.dir_chains(&dirs, budget))
             .await
             .map_err(|_| Status::internal("the directory read failed"))?;
-        let reply = match chain {
-            Ok(dirs) => pb::DirChainReply {
-                dirs: dirs.iter().map(crate::peers::record_to_pb).collect(),
-                ..Default::default()
-            },
-            Err(FsError::WrongServer { .. }) => pb::DirChainReply {
-                not_held: true,
+        let reply = match chains {
+            Ok(c) => pb::DirChainReply {
+                not_held: c.not_held.first() == Some(&dir),
+                dirs: c.records.iter().map(crate::peers::record_to_pb).collect(),
+                // 0 for `dir` alone: as a server that predates batches.
+                answered: if batch {
+                    u32::try_from(c.answered).unwrap_or(u32::MAX)
+                } else {
+                    0
+                },
+                not_held_dirs: if batch {
+                    c.not_held.into_iter().map(soid_to_pb).collect()
+                } else {
+                    Vec::new()
+                },
                 ..Default::default()
             },
             Err(e) => pb::DirChainReply {
