@@ -323,10 +323,20 @@ fn serve_env(
 /// address, the directory holding the secret, and the config file for
 /// the servers that join later.
 fn first_server(dir: &Path, etcd: &str, limits: &str) -> (KillOnDrop, String, PathBuf, String) {
+    first_server_env(dir, etcd, limits, &[])
+}
+
+/// [`first_server`] with more environment for a (a fault point).
+fn first_server_env(
+    dir: &Path,
+    etcd: &str,
+    limits: &str,
+    env: &[(&str, &str)],
+) -> (KillOnDrop, String, PathBuf, String) {
     let config = dir.join("small-tables.toml");
     std::fs::write(&config, limits).unwrap();
     let config = config.to_str().unwrap().to_string();
-    let (a, a_addr) = serve_with(dir, etcd, "a", &["--config", &config]);
+    let (a, a_addr) = serve_env(dir, etcd, "a", &["--config", &config], env);
     let a = KillOnDrop(a);
     let secret = dir.join("a");
     wait_for("the root table assigned", Duration::from_secs(30), || {
@@ -344,8 +354,21 @@ fn pqrs_on_two_servers(
     dir: &Path,
     etcd: &str,
 ) -> (KillOnDrop, KillOnDrop, String, String, PathBuf) {
-    let (a, a_addr, secret, config) =
-        first_server(dir, etcd, "table_dir_limit = 4\ntable_inode_limit = 32\n");
+    pqrs_on_two_servers_env(dir, etcd, &[])
+}
+
+/// [`pqrs_on_two_servers`] with more environment for a (a fault point).
+fn pqrs_on_two_servers_env(
+    dir: &Path,
+    etcd: &str,
+    a_env: &[(&str, &str)],
+) -> (KillOnDrop, KillOnDrop, String, String, PathBuf) {
+    let (a, a_addr, secret, config) = first_server_env(
+        dir,
+        etcd,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+        a_env,
+    );
     for d in ["p", "q", "r", "s"] {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
         for f in 0..4 {
@@ -1885,36 +1908,9 @@ fn killed_at_a_borrow_step(step: &str) {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
-    let config = config.to_str().unwrap();
     let fault = format!("exit-at:{step}");
-    let (a, a_addr) = serve_env(
-        dir.path(),
-        &etcd.url,
-        "a",
-        &["--config", config],
-        &[("SEXTANT_FAULT", &fault)],
-    );
-    let mut a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("a holds the root table", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "a" && t.1 > 0)
-    });
-    for d in ["p", "q", "r", "s"] {
-        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
-        for f in 0..4 {
-            sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
-        }
-    }
-    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", config]);
-    let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    let (mut a, _b, a_addr, b_addr, secret) =
+        pqrs_on_two_servers_env(dir.path(), &etcd.url, &[("SEXTANT_FAULT", &fault)]);
     let tp = move_table(&etcd.url, &secret, "/p", "a");
     let tq = move_table(&etcd.url, &secret, "/q", "b");
     assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
