@@ -1980,6 +1980,108 @@ fn a_borrower_killed_before_its_return_loses_nothing() {
     killed_at_a_borrow_step("borrow-return");
 }
 
+/// SIGSTOP at a named BORROW step (the test-only `stop-at:` fault
+/// point) for longer than the borrower's lease, under the same rename as
+/// [`killed_at_a_borrow_step`]: a, holding /p, borrows /q's table from b
+/// and stops itself there. b takes every table when a's lease is gone
+/// (a's borrow goes with it), serves new writes, and a, woken, must
+/// acknowledge nothing for the tables it lost: the rename happens exactly
+/// once (on b when a stopped before running it, replayed from a's journal
+/// when a stopped before its RETURN), `mv` succeeds, nothing else is lost
+/// or doubled, no borrow or home is left over, and a serves again once it
+/// has rejoined.
+fn paused_at_a_borrow_step(step: &str) {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let fault = format!("stop-at:{step}");
+    let (a, _b, a_addr, b_addr, secret) =
+        pqrs_on_two_servers_env(dir.path(), &etcd.url, &[("SEXTANT_FAULT", &fault)]);
+    let tp = move_table(&etcd.url, &secret, "/p", "a");
+    let tq = move_table(&etcd.url, &secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    let mv = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(&secret)
+        .args(["mv", "/p/f0", "/q/moved"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stat = format!("/proc/{}/stat", a.0.id());
+    wait_for(
+        "a stopped at the fault point",
+        Duration::from_secs(30),
+        || {
+            // The state is the field after the parenthesised command name.
+            std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with('T'))
+                })
+                .unwrap_or(false)
+        },
+    );
+    wait_for("b serves every table", Duration::from_secs(40), || {
+        let Ok(st) = try_status_on(&etcd.url, &secret) else {
+            return false;
+        };
+        tables_by_server(&st).iter().all(|x| x.0 == "b" || x.1 == 0)
+    });
+    sextant_ok(
+        &b_addr,
+        &secret,
+        &["touch", "/p/while-a-slept", "/q/while-a-slept"],
+    );
+    signal(&a.0, "-CONT");
+    let mv = mv.wait_with_output().unwrap();
+    assert!(
+        mv.status.success(),
+        "{step}: mv: {}",
+        String::from_utf8_lossy(&mv.stderr)
+    );
+    let p = sextant_ok(&b_addr, &secret, &["ls", "/p"]);
+    let q = sextant_ok(&b_addr, &secret, &["ls", "/q"]);
+    let in_p = p.split_whitespace().any(|n| n == "f0");
+    let in_q = q.split_whitespace().any(|n| n == "moved");
+    assert!(
+        !in_p && in_q,
+        "{step}: the acknowledged rename happened exactly once: /p {p:?} /q {q:?}"
+    );
+    for (d, listing) in [("/p", &p), ("/q", &q)] {
+        assert!(
+            listing.split_whitespace().any(|n| n == "while-a-slept"),
+            "{step}: b's write in {d} while a slept is lost: {listing:?}"
+        );
+    }
+    let files = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "f"]);
+    assert_eq!(files.lines().count(), 18, "{files}");
+    let dirs = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "d"]);
+    assert_eq!(dirs.lines().count(), 5, "{dirs}");
+    wait_for("no borrow or home left", Duration::from_secs(30), || {
+        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
+            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
+    });
+    // a rejoins with a new lease and serves the namespace again, and a
+    // cross-server rename still works.
+    wait_for("a serves again", Duration::from_secs(30), || {
+        sextant(&a_addr, &secret, &["ls", "/p"]).status.success()
+    });
+    sextant_ok(&a_addr, &secret, &["mv", "/q/f1", "/p/after"]);
+}
+
+#[test]
+fn a_borrower_paused_with_its_tables_lent_acknowledges_nothing_late() {
+    paused_at_a_borrow_step("borrow-granted");
+}
+
+#[test]
+fn a_borrower_paused_before_its_return_acknowledges_nothing_late() {
+    paused_at_a_borrow_step("borrow-return");
+}
+
 /// The keys under `prefix` in etcd.
 fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
     use sextant_coordinator::etcd_client::{Client, GetOptions};

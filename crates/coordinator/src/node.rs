@@ -44,6 +44,12 @@ pub trait Coordination: Send + Sync {
     ) -> BoxFuture<'a, Result<(), CommitError>>;
     /// What the lease timer has left (the `sextant_lease_margin` metric).
     fn lease_remaining(&self) -> Duration;
+    /// Which membership lease this server is under: +1 each time one was
+    /// lost (every table held before went with it). Constant without
+    /// leases.
+    fn generation(&self) -> u64 {
+        0
+    }
 }
 
 /// Settings of a server in a cluster on etcd.
@@ -285,6 +291,10 @@ impl Coordination for EtcdCluster {
 
     fn lease_remaining(&self) -> Duration {
         self.membership.remaining()
+    }
+
+    fn generation(&self) -> u64 {
+        self.membership().generation()
     }
 }
 

@@ -291,12 +291,36 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, St> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
-    fn forget(&self, tables: Vec<TableId>) {
-        for t in tables {
-            self.host.forget_table(t);
+/// Makes the host forget `tables`, each kept busy until its forget is
+/// done (the caller marked them, under the lock): no load of a table
+/// starts while the host may still hold an old copy of it. Such a load
+/// would find the table in the host, take it as its own (a restart's or a
+/// split's), and the late forget would then stop it serving while etcd
+/// names this server its owner — seen when a server paused past its lease
+/// rejoined and was given a table back at once.
+async fn forget_busy_owned(inner: Arc<Inner>, tables: Vec<TableId>) {
+    forget_busy(&inner, tables).await;
+}
+
+/// See [`forget_busy_owned`].
+async fn forget_busy(inner: &Arc<Inner>, tables: Vec<TableId>) {
+    let i = Arc::clone(inner);
+    let forgotten = tables.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in forgotten {
+            i.host.forget_table(t);
+        }
+    })
+    .await;
+    {
+        let mut st = inner.lock();
+        for t in &tables {
+            st.busy.remove(t);
         }
     }
+    inner.wake.notify_one();
 }
 
 async fn drive(inner: Arc<Inner>) {
@@ -335,7 +359,7 @@ fn round(inner: &Arc<Inner>) {
             for t in held {
                 st.grants.remove(&t);
                 st.dropped.remove(&t);
-                if !st.busy.contains(&t) {
+                if st.busy.insert(t) {
                     forget.push(t);
                 }
             }
@@ -366,7 +390,7 @@ fn round(inner: &Arc<Inner>) {
         for t in gone {
             st.grants.remove(&t);
             st.dropped.remove(&t);
-            if !st.busy.contains(&t) {
+            if st.busy.insert(t) {
                 forget.push(t);
             }
         }
@@ -419,8 +443,7 @@ fn round(inner: &Arc<Inner>) {
         }
     }
     if !forget.is_empty() {
-        let i = Arc::clone(inner);
-        tokio::task::spawn_blocking(move || i.forget(forget));
+        tokio::spawn(forget_busy_owned(Arc::clone(inner), forget));
     }
     for t in start {
         tokio::spawn(run(Arc::clone(inner), t));
@@ -469,10 +492,10 @@ async fn load(inner: &Arc<Inner>, grant: Grant) {
     let result = load_and_commit(inner, &grant).await;
     let forget = {
         let mut st = inner.lock();
-        st.busy.remove(&t);
         let here = current(&st, t, grant.owner_rev, grant.generation);
         match (&result, here) {
             (Ok(true), true) => {
+                st.busy.remove(&t);
                 st.server.loaded(t, grant.owner_rev, Ok(Contents::new()));
                 tracing::info!(table = %t, epoch = grant.epoch.0, "table added: serving");
                 false
@@ -492,8 +515,7 @@ async fn load(inner: &Arc<Inner>, grant: Grant) {
         tracing::warn!(table = %t, error = %e, "loading a table failed; retrying");
     }
     if forget {
-        let i = Arc::clone(inner);
-        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(t)).await;
+        forget_busy(inner, vec![t]).await;
     }
 }
 
@@ -619,9 +641,8 @@ async fn handover(
     }
     let forget = {
         let mut st = inner.lock();
-        st.busy.remove(&table);
         let here = current(&st, table, owner_rev, generation);
-        match &result {
+        let forget = match &result {
             Ok(r) => {
                 if r.succeeded() {
                     tracing::info!(table = %table, to, epoch = epoch.0 + 1, "table handed over (moved)");
@@ -642,11 +663,14 @@ async fn handover(
                 tracing::warn!(table = %table, error = %e, "handover: no answer from etcd; retrying");
                 !here
             }
+        };
+        if !forget {
+            st.busy.remove(&table);
         }
+        forget
     };
     if forget {
-        let i = Arc::clone(inner);
-        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
+        forget_busy(inner, vec![table]).await;
     }
 }
 
@@ -701,14 +725,16 @@ async fn after_failed_drop(
         let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
     }
     tokio::time::sleep(DROP_RETRY).await;
-    let gone = {
+    let forget = {
         let mut st = inner.lock();
-        st.busy.remove(&table);
-        !current(&st, table, owner_rev, generation)
+        let forget = !moved && !current(&st, table, owner_rev, generation);
+        if !forget {
+            st.busy.remove(&table);
+        }
+        forget
     };
-    if gone && !moved {
-        let i = Arc::clone(inner);
-        let _ = tokio::task::spawn_blocking(move || i.host.forget_table(table)).await;
+    if forget {
+        forget_busy(inner, vec![table]).await;
     }
     false
 }

@@ -60,6 +60,8 @@ struct Fake {
     /// Tables given up behind the shell's back (as an engine does after a
     /// fenced commit): `drop_table` answers [`NotHeld`].
     lost: Mutex<BTreeSet<TableId>>,
+    /// While true, `forget_table` waits (an engine busy giving a table up).
+    forget_gate: (Mutex<bool>, Condvar),
 }
 
 impl Fake {
@@ -77,6 +79,11 @@ impl Fake {
     fn close_gate(&self, closed: bool) {
         *self.gate.0.lock().unwrap() = closed;
         self.gate.1.notify_all();
+    }
+
+    fn close_forget_gate(&self, closed: bool) {
+        *self.forget_gate.0.lock().unwrap() = closed;
+        self.forget_gate.1.notify_all();
     }
 
     fn logged(&self, what: &str) -> bool {
@@ -123,6 +130,11 @@ impl TableHost for Fake {
     }
 
     fn forget_table(&self, table: TableId) {
+        let mut closed = self.forget_gate.0.lock().unwrap();
+        while *closed {
+            closed = self.forget_gate.1.wait(closed).unwrap();
+        }
+        self.log.lock().unwrap().push(format!("forget {table}"));
         self.loaded.lock().unwrap().remove(&table);
     }
 }
@@ -677,4 +689,62 @@ async fn a_commit_of_hundreds_of_tables_is_cut_into_transactions_etcd_takes() {
     let s = load(&mut c, &cfg).await.unwrap();
     assert_eq!(s.tables.len(), 200);
     assert!(s.owners.values().all(|o| o.server == "a"));
+}
+
+/// Found by the BORROW pause test (crates/cli/tests/cluster.rs): a server
+/// whose lease was lost gives up every table, but its host forgot them in
+/// the background; given a table back at once (here: still named its
+/// owner when it rejoins; there: the balancer filled the empty server),
+/// the shell's load raced the forget — the engine
+/// still had the old copy, took it as its own, and the late forget then
+/// stopped it serving while etcd named the server its owner: clients got
+/// WRONG_SERVER for 30 s. A table now stays busy until its forget is done,
+/// so its load comes after. Here the forget is held back (a slow engine):
+/// the tables must end served *and* held by the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_given_back_after_a_lease_loss_is_loaded_after_its_forget() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    tables(&mut c, &cfg, 2).await;
+    let (a, ha) = server(&etcd, "a").await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .expect("a serves both tables");
+    /// Opens the gate however the test ends (a blocked forget would
+    /// otherwise hold the runtime's shutdown, and the test, forever).
+    struct Open(Arc<Fake>);
+    impl Drop for Open {
+        fn drop(&mut self) {
+            self.0.close_forget_gate(false);
+        }
+    }
+    let _open = Open(ha.clone());
+    ha.close_forget_gate(true);
+    let old = a.membership().lease();
+    c.lease_revoke(old).await.unwrap();
+    // a rejoins under a new lease and, still named the tables' owner,
+    // loads them again while its host has not forgotten the old ones.
+    within("a rejoined", Duration::from_secs(15), || {
+        a.membership().lease() != old
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    ha.close_forget_gate(false);
+    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "a's shell serves {:?} but its host holds {:?} (log {:?})",
+                a.tables(),
+                ha.holds(),
+                ha.log.lock().unwrap()
+            )
+        });
+    drop(a);
 }

@@ -37,6 +37,16 @@
 //! clients sharing an id, a restarted client reusing numbers) gets
 //! `EINVAL` instead of another request's reply.
 //!
+//! In a cluster, a reply made here is trusted only under the membership
+//! lease it was made under ([`Dedup::set_generation`]). A server that
+//! lost its lease (paused past it, say) lost every table with it, and a
+//! mutation it ran meanwhile — refused by R1, never acknowledged — may be
+//! in no table's contents: the next owner loaded the table before the
+//! record was written. Its retry must run afresh, not be answered
+//! "done" by the server that lost it. Replies a table carries (seeded when
+//! it is added here) are kept across generations: they are in its
+//! contents.
+//!
 //! The table lives in memory. With the journal, a restarted server seeds
 //! it ([`Dedup::seed`]) from what recovery found: the replies of the
 //! mutations whose records were replayed, and the numbers whose records
@@ -58,8 +68,10 @@ pub const HARD_CAP: usize = 16_384;
 
 /// What a request's (client, seq) maps to.
 enum Known {
-    /// Ran (or is running) here: the request digest and the reply.
-    Reply(u64, ReplyCell),
+    /// Ran (or is running) here: the request digest, the reply, and the
+    /// generation it ran under (`None`: seeded, from a table's contents or
+    /// the journal).
+    Reply(u64, ReplyCell, Option<u64>),
     /// Ran before a restart and its reply is gone: refused with `ESTALE`.
     Gone,
 }
@@ -128,6 +140,8 @@ pub struct Dedup {
     tick: u64,
     window: usize,
     max_clients: usize,
+    /// The membership generation requests run under now.
+    generation: u64,
 }
 
 impl Dedup {
@@ -140,7 +154,15 @@ impl Dedup {
             tick: 0,
             window: window.max(1),
             max_clients: max_clients.max(1),
+            generation: 0,
         }
+    }
+
+    /// The membership generation requests run under from now on (it only
+    /// grows): replies made under an older one are no longer answered —
+    /// their mutations run again, unless a table added here carried them.
+    pub fn set_generation(&mut self, generation: u64) {
+        self.generation = self.generation.max(generation);
     }
 
     /// The window of `client`, made (and marked most recently used) if
@@ -177,13 +199,17 @@ impl Dedup {
             return Err(FsError::Invalid);
         }
         let window = self.window;
+        let generation = self.generation;
         let w = self.window_of(client);
         if acked_below > 0 {
             w.acknowledges = true;
             w.raise_floor(acked_below);
         }
         match w.replies.get(&seq) {
-            Some(Known::Reply(known, cell)) => {
+            // Made under a lost lease: as if never run here (see the
+            // module docs).
+            Some(Known::Reply(_, _, Some(made))) if *made < generation => {}
+            Some(Known::Reply(known, cell, _)) => {
                 if *known != digest {
                     return Err(FsError::Invalid);
                 }
@@ -196,8 +222,10 @@ impl Dedup {
             return Err(FsError::Stale);
         }
         let cell: ReplyCell = Arc::new(OnceCell::new());
-        w.replies
-            .insert(seq, Known::Reply(digest, Arc::clone(&cell)));
+        w.replies.insert(
+            seq,
+            Known::Reply(digest, Arc::clone(&cell), Some(generation)),
+        );
         w.cap(if w.acknowledges { HARD_CAP } else { window });
         Ok((cell, false))
     }
@@ -234,7 +262,7 @@ impl Dedup {
             let w = self.window_of(s.client);
             if s.seq >= w.floor {
                 let cell = Arc::new(OnceCell::new_with(Some(s.reply)));
-                w.replies.insert(s.seq, Known::Reply(s.digest, cell));
+                w.replies.insert(s.seq, Known::Reply(s.digest, cell, None));
             }
         }
         for w in self.clients.values_mut() {
@@ -420,5 +448,41 @@ mod tests {
         // Numbers recovery knows nothing of run.
         assert!(!d.begin(1, 13, 10, 7).unwrap().1);
         assert!(!d.begin(2, 1, 1, 7).unwrap().1);
+    }
+
+    #[test]
+    fn replies_made_under_a_lost_lease_are_not_answered_but_carried_ones_are() {
+        let mut d = Dedup::new(64, 16);
+        d.set_generation(1);
+        let (first, retry) = d.begin(1, 10, 0, 7).unwrap();
+        assert!(!retry);
+        assert!(first.set(pb::Response::default()).is_ok());
+        assert!(d.begin(1, 10, 0, 7).unwrap().1, "same lease: a retry");
+        d.set_generation(2);
+        let (again, retry) = d.begin(1, 10, 0, 7).unwrap();
+        assert!(!retry, "a reply made under a lost lease must not answer");
+        assert!(
+            again.get().is_none(),
+            "a fresh cell: the mutation runs again"
+        );
+        // Carried by a table added under the new lease: answered, and
+        // still after the next loss.
+        d.seed(
+            [],
+            [],
+            [Seeded {
+                client: 1,
+                seq: 11,
+                digest: 9,
+                reply: pb::Response::default(),
+            }],
+        );
+        d.set_generation(3);
+        assert!(d.begin(1, 11, 0, 9).unwrap().1);
+        // Generations only grow.
+        d.set_generation(1);
+        let (_, retry) = d.begin(1, 12, 0, 1).unwrap();
+        d.set_generation(3);
+        assert!(!retry && d.begin(1, 12, 0, 1).unwrap().1);
     }
 }

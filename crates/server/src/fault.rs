@@ -19,6 +19,12 @@
 //!   `borrow-return` (the borrow is about to be RETURNed). Used by the
 //!   migration and BORROW fault tests (crates/cli/tests/cluster.rs).
 //!
+//! - `stop-at:NAME` — at the same named steps, the process stops itself
+//!   (SIGSTOP, the whole process, every thread) the first time it gets
+//!   there, and carries on from there when it is sent SIGCONT: a server
+//!   paused at an exact step for as long as the test likes (past its
+//!   lease). Used by the BORROW pause tests (crates/cli/tests/cluster.rs).
+//!
 //! - `stale-drop-commit:N` — the engine's catalogue on etcd refuses the
 //!   first N commits of a DROP's final manifest as `Stale`, sending
 //!   nothing (what it answers when its map lags behind etcd). Used by the
@@ -68,12 +74,33 @@ fn exit_at() -> Option<&'static str> {
     .as_deref()
 }
 
-/// Called at the named step of a migration; exits there if armed.
+/// The step `stop-at:` names, if any.
+fn stop_at() -> Option<&'static str> {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let name = v.strip_prefix("stop-at:")?.to_string();
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(name)
+    })
+    .as_deref()
+}
+
+/// Called at the named step of a migration or BORROW; exits there, or
+/// stops there the first time, if armed.
 pub fn step(name: &str) {
     if exit_at() == Some(name) {
         eprintln!("{ENV}: exiting at {name} (test-only fault point)");
         // SAFETY: _exit(2) ends the process; nothing of ours runs after.
         unsafe { libc::_exit(86) };
+    }
+    static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if stop_at() == Some(name) && !STOPPED.swap(true, Ordering::SeqCst) {
+        eprintln!("{ENV}: stopping at {name} until SIGCONT (test-only fault point)");
+        // SAFETY: raise(3) with a valid signal; SIGSTOP stops the whole
+        // process until SIGCONT, then this call returns.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        eprintln!("{ENV}: carrying on after {name}");
     }
 }
 

@@ -28,6 +28,13 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
+    /// The membership generation (see `Coordination::generation`): the
+    /// exactly-once table answers only from replies made under the
+    /// current one, or carried by the tables (`crate::dedup`). A single
+    /// server: always 0.
+    fn generation(&self) -> u64 {
+        0
+    }
     /// Whether [`Placement::borrow`] can ever bring a table here (a
     /// single server holds everything: no).
     fn can_borrow(&self) -> bool {

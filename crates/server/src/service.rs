@@ -422,10 +422,12 @@ impl Shared {
                 .execute_with_redo(&cred, op, id, r.origin, r.want_dir, None)
                 .await;
         }
-        let begun = self
-            .dedup
-            .lock()
-            .begin(r.client_id, r.seq, r.acked_below, digest);
+        let generation = self.placement.generation();
+        let begun = {
+            let mut dedup = self.dedup.lock();
+            dedup.set_generation(generation);
+            dedup.begin(r.client_id, r.seq, r.acked_below, digest)
+        };
         let (cell, retry) = match begun {
             Ok(c) => c,
             Err(e) => return reply(id, Err(e)),

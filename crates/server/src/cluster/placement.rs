@@ -278,6 +278,10 @@ impl Placement for ClusterPlacement {
         }))
     }
 
+    fn generation(&self) -> u64 {
+        self.coordination.generation()
+    }
+
     fn may_ack(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
         self.check(soid)?;
         let state = self.coordination.map().borrow().clone();
