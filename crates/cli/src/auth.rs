@@ -32,8 +32,13 @@ pub enum AuthCommand {
         /// [default: any]
         #[arg(long, value_name = "LIST|RANGE")]
         gids: Option<String>,
-        /// Limit the key to this subtree (not enforced yet: the server
-        /// refuses a key with a path other than /)
+        /// Confine the key to this subtree: every request must name
+        /// objects in it (else EACCES, whatever the permissions say);
+        /// `find`/`stats`/`du` of `/` or another ancestor of it search the
+        /// subtree only, of anything else outside are refused; its watch
+        /// carries only the subtree's changes. The limit is the path: a
+        /// directory renamed away leaves the key with nothing
+        /// [default: / (everything)]
         #[arg(long, value_name = "/SUB")]
         path: Option<String>,
         /// uid and gid 0 run as 65534 (nobody)
@@ -201,13 +206,21 @@ pub fn run(cli: &Cli, args: &AuthArgs) -> Result<()> {
                                 "gids": ranges(&l.gids),
                                 "root_squash": l.root_squash,
                                 "read_only": l.read_only,
+                                "path": String::from_utf8_lossy(if l.path.is_empty() {
+                                    b"/"
+                                } else {
+                                    &l.path
+                                }),
                                 "created": k.created,
                             })
                         })
                         .collect();
                     println!("{}", serde_json::Value::Array(keys));
                 } else {
-                    println!("{:<24} {:<20} {:<20} FLAGS", "NAME", "UIDS", "GIDS");
+                    println!(
+                        "{:<24} {:<20} {:<20} {:<24} FLAGS",
+                        "NAME", "UIDS", "GIDS", "PATH"
+                    );
                     for k in &reply.keys {
                         let l = k.limits.clone().unwrap_or_default();
                         let mut flags = Vec::new();
@@ -217,11 +230,17 @@ pub fn run(cli: &Cli, args: &AuthArgs) -> Result<()> {
                         if l.read_only {
                             flags.push("read-only");
                         }
+                        let path = if l.path.is_empty() {
+                            "/".into()
+                        } else {
+                            String::from_utf8_lossy(&l.path).into_owned()
+                        };
                         println!(
-                            "{:<24} {:<20} {:<20} {}",
+                            "{:<24} {:<20} {:<20} {:<24} {}",
                             k.name,
                             show_ranges(&l.uids),
                             show_ranges(&l.gids),
+                            path,
                             if flags.is_empty() {
                                 "-".into()
                             } else {

@@ -291,6 +291,22 @@ fn depth(min: u32, max: u32) -> Expr {
     }
 }
 
+/// Is the namespace path `path` strictly below `dir` (component-wise;
+/// `false` when `dir` has `.` or `..` components)?
+fn strictly_below(path: &[u8], dir: &[u8]) -> bool {
+    let comps = |p: &[u8]| -> Vec<Vec<u8>> {
+        p.split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let (p, d) = (comps(path), comps(dir));
+    if d.iter().any(|c| c == b"." || c == b"..") {
+        return false;
+    }
+    p.len() > d.len() && p.starts_with(&d)
+}
+
 /// The name `-name` sees for a typed starting point: its last component,
 /// trailing slashes removed (`/` stays `/`).
 fn typed_name(typed: &[u8]) -> &[u8] {
@@ -803,7 +819,18 @@ impl<'a> Run<'a> {
             None => return Err(Error::Fs(FsError::NotFound)),
         };
         let root = root_hit.path.to_vec();
-        let tb = typed.as_bytes();
+        // A client key limited to a subtree: the server searches a
+        // starting point above it as the subtree itself. Say so, and
+        // print the subtree's own paths (not paths under `typed` that do
+        // not exist).
+        let clamped = loc.mount.is_none() && strictly_below(&root, &ns);
+        if clamped {
+            report(format_args!(
+                "'{typed}': searched {} only (the client key is limited to it)",
+                String::from_utf8_lossy(&root)
+            ));
+        }
+        let tb: &[u8] = if clamped { &root } else { typed.as_bytes() };
         // Printed paths are namespace paths: the server may decide -path.
         let same = |t: &[u8]| t == root.as_slice();
         let filters =
@@ -1441,6 +1468,18 @@ mod tests {
 
     fn hit(path: &str, depth: u32) -> SearchHit {
         test_hit(path, depth)
+    }
+
+    /// A search clamped by a path-limited client key: the root the
+    /// server reports is below the starting point.
+    #[test]
+    fn a_root_below_the_starting_point_is_told() {
+        assert!(strictly_below(b"/home/alice", b"/"));
+        assert!(strictly_below(b"/home/alice", b"/home/"));
+        assert!(!strictly_below(b"/home/alice", b"/home/alice"));
+        assert!(!strictly_below(b"/home/alicex", b"/home/alice"));
+        assert!(!strictly_below(b"/home", b"/home/alice"));
+        assert!(!strictly_below(b"/home/alice", b"/home/alice/.."));
     }
 
     #[test]

@@ -334,3 +334,182 @@ fn revoking_a_key_ends_its_sessions_within_seconds() {
         "no audit line for the revocation"
     );
 }
+
+/// `--path /home/alice`: the key (acting as root, so that only the limit
+/// can refuse) stats, creates and moves inside; outside it can stat
+/// nothing (a missing name and a present one both EACCES), create
+/// nothing, move nothing out; `find`, `stats` and `du` of `/` give
+/// exactly the subtree (a hard link by its name inside only), of
+/// `/home/bob` nothing; its watch carries no change made outside, where
+/// a key without a path sees it.
+#[test]
+fn a_path_limited_key_sees_and_touches_only_its_subtree() {
+    if setpriv_missing() {
+        return;
+    }
+    use sextant_client::{Client, Options};
+    use sextant_proto::keyauth::ClientKey;
+    use sextant_types::Soid;
+    let w = world();
+    w.admin(&["mkdir", "-p", "/home/alice/sub", "/home/bob"]);
+    w.admin(&[
+        "touch",
+        "/home/alice/a",
+        "/home/alice/sub/b",
+        "/home/bob/secret",
+    ]);
+    w.admin(&["ln", "/home/bob/secret", "/home/alice/hl"]);
+    let key = w.add_key("alice", &["--path", "/home/alice/"]);
+    let ls = w.admin(&["auth", "ls"]);
+    assert!(ls.contains("/home/alice"), "the path is listed: {ls}");
+    let denied = |o: &Output, what: &str| {
+        assert!(!o.status.success(), "{what} was let through: {}", said(o));
+        assert!(
+            said(o).to_lowercase().contains("permission denied"),
+            "{what}: {}",
+            said(o)
+        );
+    };
+    let ok = |o: Output, what: &str| {
+        assert!(o.status.success(), "{what}: {}", said(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+
+    ok(w.as_key(&key, 0, &["stat", "/home/alice/a"]), "stat inside");
+    ok(
+        w.as_key(&key, 0, &["touch", "/home/alice/new"]),
+        "create inside",
+    );
+    ok(
+        w.as_key(&key, 0, &["mv", "/home/alice/new", "/home/alice/sub/new"]),
+        "mv inside",
+    );
+    for path in ["/home/bob/secret", "/home/bob/nothing", "/home", "/"] {
+        denied(&w.as_key(&key, 0, &["stat", path]), &format!("stat {path}"));
+    }
+    denied(
+        &w.as_key(&key, 0, &["touch", "/home/bob/new"]),
+        "create outside",
+    );
+    assert!(!w.admin(&["ls", "/home/bob"]).contains("new"));
+    denied(
+        &w.as_key(&key, 0, &["mv", "/home/alice/a", "/home/bob/a"]),
+        "mv out",
+    );
+    denied(
+        &w.as_key(&key, 0, &["mv", "/home/bob/secret", "/home/alice/s"]),
+        "mv in",
+    );
+    denied(
+        &w.as_key(&key, 0, &["rm", "/home/bob/secret"]),
+        "rm outside",
+    );
+    denied(
+        &w.as_key(&key, 0, &["mv", "/home/alice", "/home/alice2"]),
+        "mv of the subtree's root",
+    );
+    assert_eq!(
+        w.admin(&["ls", "/home/bob"]).trim(),
+        "secret",
+        "bob's is unchanged"
+    );
+    w.admin(&["stat", "/home/alice/a"]);
+
+    // Search: exactly the subtree, by its real paths.
+    let subtree = "/home/alice\n/home/alice/a\n/home/alice/hl\n/home/alice/sub\n\
+                   /home/alice/sub/b\n/home/alice/sub/new";
+    for start in ["/", "/home", "/home/alice"] {
+        let out = ok(w.as_key(&key, 0, &["find", start]), "find");
+        let mut lines: Vec<&str> = out.lines().collect();
+        lines.sort_unstable();
+        assert_eq!(lines.join("\n"), subtree, "find {start}");
+    }
+    let all = w.admin(&["find", "/"]);
+    assert!(
+        all.contains("/home/bob/secret"),
+        "the admin sees more: {all}"
+    );
+    for cmd in ["find", "du", "stats"] {
+        denied(
+            &w.as_key(&key, 0, &[cmd, "/home/bob"]),
+            &format!("{cmd} /home/bob"),
+        );
+    }
+    let du = ok(w.as_key(&key, 0, &["--json", "du", "/"]), "du /");
+    let v: serde_json::Value = serde_json::from_str(du.trim()).unwrap();
+    assert_eq!(v["entries"], 6, "du / counts the subtree only: {du}");
+    let stats = ok(w.as_key(&key, 0, &["stats", "/"]), "stats /");
+    let total = stats.lines().find(|l| l.contains("total")).unwrap();
+    assert_eq!(
+        total.split_whitespace().next(),
+        Some("6"),
+        "stats / counts the subtree only: {stats}"
+    );
+    let audit = w.audit();
+    assert!(
+        audit
+            .iter()
+            .any(|l| l.contains("outside the key's subtree")),
+        "no audit line for a refusal: {audit:#?}"
+    );
+
+    // The watch: a change outside never reaches the confined key's.
+    let hex = |path: &str| {
+        let out = w.admin(&["--json", "stat", path]);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        Soid::from_u128(u128::from_str_radix(v["soid"].as_str().unwrap(), 16).unwrap())
+    };
+    let (bob, alice) = (hex("/home/bob"), hex("/home/alice"));
+    let plain = w.add_key("plain", &[]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let addr = w.addr.clone();
+        let connect = |file: PathBuf| {
+            let addr = addr.clone();
+            async move {
+                let k = ClientKey::parse_file(&std::fs::read_to_string(file).unwrap()).unwrap();
+                Client::connect(&addr, &k.credential(), Options::default())
+                    .await
+                    .unwrap()
+            }
+        };
+        let confined = connect(key.clone()).await;
+        let unconfined = connect(plain).await;
+        let mut watches = [
+            confined.watch().await.unwrap(),
+            unconfined.watch().await.unwrap(),
+        ];
+        w.admin(&["touch", "/home/bob/outside-x"]);
+        w.admin(&["chmod", "600", "/home/bob/secret"]);
+        w.admin(&["touch", "/home/alice/inside-y"]);
+        let mut seen = [Vec::new(), Vec::new()];
+        for (i, watch) in watches.iter_mut().enumerate() {
+            while !seen[i]
+                .iter()
+                .any(|(_, n): &(Soid, Box<[u8]>)| &**n == b"inside-y")
+            {
+                let b = tokio::time::timeout(Duration::from_secs(10), watch.next_batch())
+                    .await
+                    .expect("the inside change never came")
+                    .unwrap();
+                seen[i].extend(b.entries);
+            }
+        }
+        let outside = |s: &[(Soid, Box<[u8]>)]| {
+            s.iter()
+                .filter(|(p, n)| *p == bob || &**n == b"outside-x")
+                .count()
+        };
+        assert!(
+            outside(&seen[1]) > 0,
+            "a key without a path sees bob's change"
+        );
+        assert_eq!(
+            outside(&seen[0]),
+            0,
+            "the confined watch carried {:?}",
+            seen[0]
+        );
+        assert!(seen[0].iter().all(|(p, _)| *p == alice), "{:?}", seen[0]);
+    });
+}

@@ -1443,7 +1443,37 @@ impl Engine {
         path: &[u8],
         follow_last: bool,
     ) -> Result<Attr, FsError> {
-        self.read(|t| namespace::resolve_path(t, cred, path, follow_last))
+        self.read(|t| namespace::resolve_path(t, cred, path, follow_last, None))
+    }
+
+    /// [`Engine::resolve`] confined to a subtree: every lookup on the way
+    /// must be one the confinement allows and the result must be in the
+    /// subtree or an ancestor of its root, else `EACCES` (see
+    /// [`crate::confine`]). With `true` when the result is in the subtree.
+    pub fn resolve_confined(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+        confine: &crate::confine::Confine,
+    ) -> Result<(Attr, bool), FsError> {
+        self.read(|t| {
+            let a = namespace::resolve_path(t, cred, path, follow_last, Some(confine))?;
+            let inside = crate::confine::within(t, a.soid, confine)?;
+            Ok((a, inside))
+        })
+    }
+
+    /// The confinement to the directory at `path` (resolved as root,
+    /// symlinks not followed); `None` if no directory is there.
+    pub fn confine(&self, path: &[u8]) -> Result<Option<crate::confine::Confine>, FsError> {
+        self.read(|t| crate::confine::confine_of(t, path))
+    }
+
+    /// Is `soid` in the subtree of `confine` (its root, a directory below
+    /// it, or an inode with a link in one)? See [`crate::confine`].
+    pub fn within(&self, soid: Soid, confine: &crate::confine::Confine) -> Result<bool, FsError> {
+        self.read(|t| crate::confine::within(t, soid, confine))
     }
 
     pub fn readlink(&self, soid: Soid) -> Result<Box<[u8]>, FsError> {

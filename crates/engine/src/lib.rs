@@ -29,6 +29,7 @@
 
 pub mod bloom;
 pub mod changes;
+pub mod confine;
 mod dir_cache;
 mod durability;
 pub mod engine;

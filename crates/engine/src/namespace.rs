@@ -935,11 +935,16 @@ pub fn removexattr(txn: &mut Txn, cred: &Credentials, soid: Soid, name: &[u8]) -
 
 /// Resolves an absolute path, following symlinks in every component but
 /// the last (and the last too when `follow_last`), as `stat`/`lstat` do.
+/// `confine`d, every lookup must be a step the confinement allows
+/// ([`crate::confine::may_step`]) and the result must be in its subtree
+/// or one of its root's ancestors, else `EACCES` — before anything
+/// outside is read.
 pub fn resolve_path(
     txn: &mut Txn,
     cred: &Credentials,
     path: &[u8],
     follow_last: bool,
+    confine: Option<&crate::confine::Confine>,
 ) -> OpResult<Attr> {
     let mut follows = 0usize;
     // A trailing slash ("/a/") asks for a directory: the last component
@@ -960,6 +965,9 @@ pub fn resolve_path(
             cur = dir.parent;
             cur_attr = txn.inode_or(cur, FsError::NotFound)?.attr(cur);
             continue;
+        }
+        if let Some(c) = confine {
+            crate::confine::may_step(txn, cur, &comp, c)?;
         }
         let attr = lookup(txn, cred, cur, &comp)?;
         if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
@@ -984,6 +992,13 @@ pub fn resolve_path(
         }
         cur = attr.soid;
         cur_attr = attr;
+    }
+    if let Some(c) = confine {
+        // An ancestor of the subtree's root passes (the caller decides:
+        // a search clamps it); anything else outside is EACCES.
+        if !c.is_ancestor(cur) {
+            crate::confine::require_within(txn, cur, c)?;
+        }
     }
     if must_be_dir && cur_attr.ftype != FileType::Directory {
         return Err(FsError::NotDir.into());

@@ -10,7 +10,9 @@
 //!   the credentials its requests carry are used if the key's limits
 //!   allow them (uids, gids, after root squash), else the request fails
 //!   with EPERM (counted, logged); a read-only key's mutations fail with
-//!   EROFS; it may not read directories raw nor manage keys.
+//!   EROFS; it may not read directories raw nor manage keys. A key with a
+//!   path limit is confined to that subtree ([`Caller::confined_to`],
+//!   enforced by [`crate::confine`]: requests, searches, its watch).
 //! - **The local Unix socket**: the kernel tells who the peer is
 //!   (`SO_PEERCRED`, taken when it connected). A peer that presents the
 //!   secret, or whose uid is 0 (root can read the secret anyway), is
@@ -92,6 +94,27 @@ impl Caller {
                 req.cred = admit_key(g, req.cred.take(), what, mutation)?;
                 Ok(req)
             }
+        }
+    }
+
+    /// The subtree this caller is confined to: a client key's `--path`
+    /// (see [`crate::confine`]); `None` for every other caller.
+    pub fn confined_to(&self) -> Option<&str> {
+        match self {
+            Caller::Key(g) => g.limits.path.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Notes (counts, audit-logs) that a confined caller's `what` was
+    /// refused for naming something outside its subtree.
+    pub fn refused_outside(&self, what: &str) {
+        if let Caller::Key(g) = self {
+            refused_key(
+                g,
+                "key-path",
+                &format!("{what}: outside the key's subtree (EACCES)"),
+            );
         }
     }
 
@@ -186,7 +209,8 @@ impl Caller {
     /// May this caller watch every change (`Watch`, what a mount's caches
     /// follow)? The stream names every changed inode and entry, whoever
     /// may see them: the trusted, and a key's holder (a mount on a client
-    /// node; its stream ends when the key is revoked).
+    /// node; its stream ends when the key is revoked; a key confined to a
+    /// subtree gets that subtree's changes only, see [`crate::confine`]).
     pub fn may_watch(&self) -> bool {
         match self {
             Caller::Trusted(_) | Caller::Key(_) => true,

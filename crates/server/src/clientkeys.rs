@@ -15,6 +15,9 @@
 //!   generation; a stream admitted with a key checks [`KeyBook::is_live`]
 //!   then, and ends if its key is gone or rotated.
 //!
+//! - a key's path limit is kept normalised ([`normal_path`]); a book
+//!   whose path is not is refused at start, as a malformed key is.
+//!
 //! Scope: the book is this server's (its data directory). On a cluster
 //! the servers do not share it yet (see the README, "Client keys").
 
@@ -48,6 +51,41 @@ pub struct Limits {
     pub root_squash: bool,
     #[serde(default)]
     pub read_only: bool,
+    /// The subtree the key is confined to, normalised (absolute, no `.`,
+    /// `..`, empty components or trailing `/`); `None`: everything. See
+    /// [`crate::confine`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// `path` as [`Limits::path`] keeps it: `None` for `/` (or empty), an
+/// error for a relative path, a `.` or `..` component or one that is not
+/// UTF-8.
+pub fn normal_path(path: &[u8]) -> Result<Option<String>, String> {
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let text = std::str::from_utf8(path).map_err(|_| "path: not UTF-8".to_string())?;
+    if !text.starts_with('/') {
+        return Err(format!("path {text:?}: must be absolute"));
+    }
+    let mut out = String::new();
+    for comp in text.split('/').filter(|c| !c.is_empty()) {
+        if comp == "." || comp == ".." {
+            return Err(format!(
+                "path {text:?}: no '.' or '..' components (give the directory's own path)"
+            ));
+        }
+        if comp.len() > sextant_types::NAME_MAX {
+            return Err(format!("path {text:?}: a component is too long"));
+        }
+        out.push('/');
+        out.push_str(comp);
+    }
+    if out.len() > sextant_proto::PATH_MAX {
+        return Err(format!("path {text:?}: too long"));
+    }
+    Ok((!out.is_empty()).then_some(out))
 }
 
 fn in_ranges(ranges: &[(u32, u32)], id: u32) -> bool {
@@ -75,18 +113,12 @@ impl Limits {
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
-        if !(l.path.is_empty() || l.path == b"/") {
-            return Err(
-                "path limits (--path) are not enforced by this server yet: a key limited to \
-                 a subtree cannot be made"
-                    .into(),
-            );
-        }
         Ok(Limits {
             uids: ranges(&l.uids, "uids")?,
             gids: ranges(&l.gids, "gids")?,
             root_squash: l.root_squash,
             read_only: l.read_only,
+            path: normal_path(&l.path)?,
         })
     }
 
@@ -96,7 +128,7 @@ impl Limits {
         pb::KeyLimits {
             uids: ranges(&self.uids),
             gids: ranges(&self.gids),
-            path: Vec::new(),
+            path: self.path.clone().unwrap_or_default().into_bytes(),
             root_squash: self.root_squash,
             read_only: self.read_only,
         }
@@ -281,7 +313,10 @@ impl KeyBook {
                 let book: BookFile = toml::from_str(&text)
                     .with_context(|| format!("cannot parse {}", file.display()))?;
                 for k in &book.keys {
-                    if !keyauth::valid_name(&k.name) || k.bytes().is_none() {
+                    let path_ok = k.limits.path.as_ref().is_none_or(|p| {
+                        normal_path(p.as_bytes()).ok().flatten().as_ref() == Some(p)
+                    });
+                    if !keyauth::valid_name(&k.name) || k.bytes().is_none() || !path_ok {
                         anyhow::bail!("{}: the key {:?} is malformed", file.display(), k.name);
                     }
                 }

@@ -28,6 +28,7 @@ pub mod auth;
 pub mod clientkeys;
 pub mod cluster;
 pub mod config;
+pub mod confine;
 pub mod dedup;
 pub mod fault;
 pub mod local_socket;

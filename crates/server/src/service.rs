@@ -266,9 +266,17 @@ impl Shared {
     /// Runs one request (in its own task: a dropped connection never
     /// cancels a mutation half-way).
     pub async fn handle(self: Arc<Self>, r: pb::Request) -> pb::Response {
+        self.handle_sharing(r, true).await
+    }
+
+    /// [`Shared::handle`]; log-less, with `share` false the reply carries
+    /// the request's own backup only, never other clients' (their redo
+    /// entries name what they changed: not for a key confined to a
+    /// subtree).
+    async fn handle_sharing(self: Arc<Self>, r: pb::Request, share: bool) -> pb::Response {
         let started = std::time::Instant::now();
         let op_name = r.op.as_ref().map_or("none", |op| op.name());
-        let resp = Arc::clone(&self).handle_inner(r).await;
+        let resp = Arc::clone(&self).handle_inner(r, share).await;
         let outcome = if resp.error.is_some() { "error" } else { "ok" };
         metrics::counter!("sextant_requests_total", "op" => op_name, "outcome" => outcome)
             .increment(1);
@@ -283,6 +291,33 @@ impl Shared {
     /// holds is run there for it — forwarded with the secret, as the
     /// identity this server admitted, its exactly-once identity kept.
     pub async fn handle_for(self: Arc<Self>, r: pb::Request, caller: &Caller) -> pb::Response {
+        if let Some(path) = caller.confined_to() {
+            // A key limited to a subtree (see crate::confine), checked on
+            // the state requests run on (log-less: once recovered).
+            if let Some(ll) = &self.logless {
+                ll.wait_ready().await;
+            }
+            let what = r.op.as_ref().map_or("none", |op| op.name());
+            let answered = match crate::confine::check(&self.engine, path, &r) {
+                Ok(None) => None,
+                Ok(Some(res)) => Some(reply(r.id, Ok(res))),
+                Err(e) => {
+                    if e == FsError::Access {
+                        caller.refused_outside(what);
+                    }
+                    Some(reply(r.id, Err(e)))
+                }
+            };
+            if let Some(resp) = answered {
+                let outcome = if resp.error.is_some() { "error" } else { "ok" };
+                metrics::counter!("sextant_requests_total", "op" => what, "outcome" => outcome)
+                    .increment(1);
+                return resp;
+            }
+            // Keys are single-server (no forwarding); other clients'
+            // backups are not for it.
+            return self.handle_sharing(r, false).await;
+        }
         if !matches!(caller, Caller::Kernel(_))
             || self.peers.is_none()
             || !self.placement.can_borrow()
@@ -345,13 +380,14 @@ impl Shared {
         resp
     }
 
-    async fn handle_inner(self: Arc<Self>, r: pb::Request) -> pb::Response {
+    async fn handle_inner(self: Arc<Self>, r: pb::Request, share: bool) -> pb::Response {
         if let Some(ll) = &self.logless {
             ll.wait_ready().await;
         }
-        // Backups go to mutating clients only (reads carry no client id).
+        // Backups go to mutating clients only (reads carry no client id);
+        // 0: the reply's own backup only.
         let client = match &r.op {
-            Some(op) if op.is_mutation() => r.client_id,
+            Some(op) if op.is_mutation() && share => r.client_id,
             _ => 0,
         };
         let mut resp = Arc::clone(&self).run_once(r).await;
@@ -851,9 +887,13 @@ impl Shared {
         Ok(Box::pin(stream))
     }
 
+    /// `confined`: for a key limited to a subtree, whose `done` then
+    /// carries no figure about the store (tables visited, candidates),
+    /// only its own hits' count and size.
     async fn search(
         self: Arc<Self>,
         req: pb::SearchRequest,
+        confined: bool,
     ) -> Result<mpsc::Receiver<Result<pb::SearchBatch, Status>>, Status> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if let Some(ll) = &self.logless {
@@ -923,7 +963,17 @@ impl Shared {
                     (
                         pb::SearchBatch {
                             groups,
-                            done: Some(sextant_proto::search::done_to_pb(&done)),
+                            done: Some({
+                                let mut d = sextant_proto::search::done_to_pb(&done);
+                                if confined {
+                                    d = pb::SearchDone {
+                                        count: d.count,
+                                        total_size: d.total_size,
+                                        ..Default::default()
+                                    };
+                                }
+                                d
+                            }),
                             ..Default::default()
                         },
                         "ok",
@@ -999,10 +1049,15 @@ impl pb::sextant_server::Sextant for Service {
                 "watching changes needs the cluster secret",
             ));
         }
+        // A key limited to a subtree sees its subtree's changes only.
+        let filter = caller
+            .confined_to()
+            .map(|p| crate::confine::watch_filter(shared.engine.clone(), p.to_string()));
         let mut rx = shared.watchers.watch(
             &shared.engine,
             request.into_inner().origin,
             shared.shutdown.clone(),
+            filter,
         );
         if let Caller::Key(grant) = caller {
             rx = cut_on_revocation(rx, Arc::clone(&shared.keys), grant);
@@ -1025,10 +1080,22 @@ impl pb::sextant_server::Sextant for Service {
                 e.errno()
             )));
         }
+        if let Some(path) = caller.confined_to() {
+            if let Err(e) = crate::confine::search_scope(&self.shared.engine, path, &mut req) {
+                // Answered as the engine answers a scope it cannot
+                // resolve: one batch with the errno.
+                if e == FsError::Access {
+                    caller.refused_outside("search");
+                }
+                let batch = error_batch(error_to_pb(e));
+                return Ok(Response::new(Box::pin(tokio_stream::once(Ok(batch)))));
+            }
+        }
         if !req.forward_to.is_empty() {
             return Ok(Response::new(self.shared.forward_search(req).await?));
         }
-        let rx = Arc::clone(&self.shared).search(req).await?;
+        let confined = caller.confined_to().is_some();
+        let rx = Arc::clone(&self.shared).search(req, confined).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -23,7 +23,9 @@
 //!
 //! Who may watch: any client holding the cluster secret. Such a client can
 //! already act as any user (requests carry their credentials), so the
-//! names of changed entries tell it nothing it could not read.
+//! names of changed entries tell it nothing it could not read. A client
+//! key too (a mount on a client node); one confined to a subtree gets only
+//! the changes in it (a filter, see [`crate::confine`]).
 
 use parking_lot::Mutex;
 use sextant_engine::{Changes, Engine};
@@ -102,11 +104,16 @@ impl Watchers {
     /// A stream of batches for the `Watch` RPC: every change from now on
     /// whose origin is not `origin` (0: all), until the client goes away
     /// or the server shuts down.
+    ///
+    /// With `filter`, each change is passed on as the filter makes it, or
+    /// not at all (`None`): a client key confined to a subtree gets only
+    /// what is in it ([`crate::confine::watch_filter`]).
     pub fn watch(
         &self,
         engine: &Engine,
         origin: u64,
         mut shutdown: watch::Receiver<bool>,
+        filter: Option<crate::confine::Filter>,
     ) -> mpsc::Receiver<Result<pb::WatchBatch, Status>> {
         let (events, mut rx) = mpsc::channel(self.queue);
         let lost = Arc::new(AtomicBool::new(false));
@@ -135,11 +142,16 @@ impl Watchers {
                 let mut bytes = 0;
                 let mut next = Some(first);
                 while let Some(event) = next {
-                    let c = changed_to_pb(&event);
-                    bytes += prost::Message::encoded_len(&c);
-                    batch.changes.push(c);
-                    if bytes >= BATCH_BYTES {
-                        break;
+                    let c = match &filter {
+                        None => Some(changed_to_pb(&event)),
+                        Some(f) => f(&event).map(|c| changed_to_pb(&c)),
+                    };
+                    if let Some(c) = c {
+                        bytes += prost::Message::encoded_len(&c);
+                        batch.changes.push(c);
+                        if bytes >= BATCH_BYTES {
+                            break;
+                        }
                     }
                     next = rx.try_recv().ok();
                 }
@@ -147,6 +159,10 @@ impl Watchers {
                 // came after everything queued, so it is reported with (or
                 // before) the batch that follows it.
                 batch.lost = lost.swap(false, Ordering::AcqRel);
+                if batch.changes.is_empty() && !batch.lost {
+                    // Everything was filtered out.
+                    continue;
+                }
                 if tx.send(Ok(batch)).await.is_err() {
                     break;
                 }
@@ -208,7 +224,7 @@ mod tests {
         let (e, w) = (engine(), Watchers::default());
         w.publish(7, change(1)); // nobody watches yet: dropped
         let (_stop, stopped) = watch::channel(false);
-        let mut rx = w.watch(&e, 7, stopped);
+        let mut rx = w.watch(&e, 7, stopped, None);
         let mkdir = e.mkdir(&sextant_types::Credentials::root(), Soid::ROOT, b"d", 0o755);
         assert!(mkdir.unwrap().changes.is_some(), "tracking is on");
         w.publish(7, change(2)); // its own origin: left out
@@ -232,7 +248,7 @@ mod tests {
         let (_stop, stopped) = watch::channel(false);
         // Subscribed, but the forwarding task cannot run before all are
         // published (one thread, no await in between).
-        let mut rx = w.watch(&e, 0, stopped);
+        let mut rx = w.watch(&e, 0, stopped, None);
         for n in 0..10 {
             w.publish(1, change(n));
         }
@@ -245,7 +261,7 @@ mod tests {
     async fn shutdown_ends_the_stream() {
         let (e, w) = (engine(), Watchers::default());
         let (stop, stopped) = watch::channel(false);
-        let mut rx = w.watch(&e, 0, stopped);
+        let mut rx = w.watch(&e, 0, stopped, None);
         stop.send(true).unwrap();
         assert!(rx.recv().await.is_none());
     }

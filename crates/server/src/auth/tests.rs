@@ -384,8 +384,8 @@ fn every_rpc_has_a_rule() {
     for rpc in rpcs {
         let rule = match rpc.as_str() {
             "Session" | "Call" => "every request runs as the caller (admit_request)",
-            "Search" => "the search runs as the caller (admit_search)",
-            "Watch" => "the trusted only (may_watch)",
+            "Search" => "the search runs as the caller (admit_search; confine::search_scope)",
+            "Watch" => "the trusted and keys (may_watch; confine's filter)",
             "DirChain" => "the trusted only (may_read_directories)",
             "Recover" => "carries no identity: backups are authenticated by the server's key",
             "Map" => "carries no identity: the route map names tables and servers, no name",
@@ -541,6 +541,7 @@ fn the_key_book_survives_a_restart_and_is_private() {
         gids: vec![(100, 100)],
         root_squash: true,
         read_only: true,
+        path: Some("/home/alice".into()),
     };
     let book = KeyBook::open(dir.path()).unwrap();
     let (k, _) = book.add("a", limits.clone()).unwrap();
