@@ -40,10 +40,13 @@ pub enum ClusterCommand {
     /// carries on with the same namespace.
     Up(UpArgs),
     /// Members, coordinator, and tables, inodes and requests per server;
-    /// every table with its SOID range, owner, epoch and pending move.
+    /// every table with its SOID range, owner, epoch, pending move, and
+    /// the request rate and inodes its owner published since it got it
+    /// (the balancer's figures; none yet: the balancer waits for them).
     /// With --json: {"etcd", "revision", "coordinator", "servers": [{"name",
     /// "address", "tables", "inodes", "requests", "draining"}], "tables":
-    /// [{"table", "first", "last", "owner", "epoch", "moving_to", "home"}],
+    /// [{"table", "first", "last", "owner", "epoch", "moving_to", "home",
+    /// "rate", "inodes"}],
     /// "borrows": [{"server", "tables"}] (in the coordinator's queue order)}.
     Status(EtcdArgs),
     /// Move the table holding PATH (a namespace path), or the table
@@ -556,6 +559,16 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
         .routes()
         .into_iter()
         .map(|r| {
+            // Its load as the balancer weighs it: published by its owner
+            // since it became the owner.
+            let load = r.owner.as_ref().and_then(|o| {
+                state
+                    .loads
+                    .get(&o.server)
+                    .filter(|l| l.rev > o.rev)?
+                    .tables
+                    .get(&r.table)
+            });
             serde_json::json!({
                 "table": r.table.0,
                 "first": format!("{:032x}", r.range.first.as_u128()),
@@ -565,6 +578,8 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
                 "moving_to": state.moves.get(&r.table).map(|m| m.to.clone()),
                 // Lent by a BORROW: where it goes back to.
                 "home": state.homes.get(&r.table),
+                "rate": load.map(|l| l.rate),
+                "inodes": load.map(|l| l.inodes),
             })
         })
         .collect();
@@ -626,12 +641,12 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
         );
     }
     println!(
-        "{:<6} {:<34} {:<12} {:>6}  move",
-        "TABLE", "SOIDS (first-last, hex)", "OWNER", "EPOCH"
+        "{:<6} {:<34} {:<12} {:>6} {:>7} {:>10}  move",
+        "TABLE", "SOIDS (first-last, hex)", "OWNER", "EPOCH", "OPS/S", "INODES"
     );
     for t in &tables {
         println!(
-            "{:<6} {:<34} {:<12} {:>6}  {}",
+            "{:<6} {:<34} {:<12} {:>6} {:>7} {:>10}  {}",
             num(&t["table"]),
             format!(
                 "{}-{}",
@@ -640,6 +655,8 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
             ),
             t["owner"].as_str().unwrap_or("(none)"),
             num(&t["epoch"]),
+            num(&t["rate"]),
+            num(&t["inodes"]),
             [
                 t["moving_to"].as_str().map(|m| format!("→ {m}")),
                 t["home"].as_str().map(|h| format!("lent, home {h}")),

@@ -18,19 +18,23 @@
 //!    started dropping must not serve again before it knows its
 //!    handover's outcome; a handover to a server that died meanwhile is
 //!    then reassigned by this rule.)
-//! 3. Balance, with hysteresis: a table weighs 1 plus its request rate
-//!    (operations per second, as its owner last published it; 0 when
-//!    unknown), a server the sum of its tables. When the heaviest member
-//!    outweighs the lightest by at least `spread` (and, once rates are
-//!    known, by at least a quarter of its own weight, so noise in the
-//!    rates moves nothing), one move is asked for (one at a time): the
-//!    heaviest server's table whose weight is closest to half the
-//!    difference, among those weighing at most three quarters of it (each
-//!    move at least halves the difference, so moves never undo each
-//!    other), the one in place longest first (lowest owner revision: a
-//!    table an operation just pulled somewhere is the last to go). A new,
-//!    empty server so receives tables, and a draining one gives all of
-//!    its away. Without rates this is balancing by table count. Tables
+//! 3. Balance, with hysteresis: a table weighs [`table_weight`] — 1 plus
+//!    its request rate (operations per second) plus one per
+//!    [`INODES_PER_UNIT`] inodes, both as its owner last published them
+//!    (0 when nobody publishes any) — and a server the sum of its tables.
+//!    When the heaviest member outweighs the lightest by at least `spread`
+//!    (and, once rates or inode counts weigh in, by at least a quarter of
+//!    its own weight, so noise in them moves nothing), one move is asked
+//!    for (one at a time): the heaviest server's table whose weight is
+//!    closest to half the difference, among those weighing at most three
+//!    quarters of it (each move at least halves the difference, so moves
+//!    never undo each other), the one in place longest first (lowest
+//!    owner revision: a table an operation just borrowed somewhere is the
+//!    last to go). A new, empty server so receives tables, and a draining
+//!    one gives all of its away. Without rates and with small tables this
+//!    is balancing by table count. While a table's figures are `unknown`
+//!    (its owner has not published a full measurement of it since it got
+//!    it: just moved or split off), nothing moves for balance. Tables
 //!    borrows name, and lent tables until they are home, are not moved
 //!    for balance (rule 4), and a server with a standing borrow gives
 //!    nothing away for balance: its operations need its tables together
@@ -55,6 +59,27 @@ use crate::ids::{Epoch, Revision, ServerId, TableId};
 use crate::server::Owner;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How many inodes weigh like one request per second in the balance.
+///
+/// A table's requests cost its server CPU while they last; its inodes
+/// cost memory for as long as it is loaded and time at every failover
+/// (the new owner reads them all), busy or not. A full table (the
+/// engine's split limit, 20,000 inodes) so weighs like 20 requests/s: a
+/// busy cluster is balanced by its rates as before (a few hundred
+/// requests/s outweigh any one table's inodes), and an idle one — or two
+/// servers of equal traffic — by inodes, not by table count alone (one
+/// server holding 100,000 inodes and another a few empty tables is
+/// imbalanced by 100). Below 1,000 inodes a table weighs as an empty
+/// one, so small tables growing move nothing.
+pub const INODES_PER_UNIT: u64 = 1_000;
+
+/// The weight of a table that serves `rate` requests/s and holds
+/// `inodes` inodes (saturating: the figures come from etcd).
+pub fn table_weight(rate: u64, inodes: u64) -> u64 {
+    1u64.saturating_add(rate)
+        .saturating_add(inodes / INODES_PER_UNIT)
+}
+
 /// What etcd holds, as the coordinator reads it.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterView {
@@ -69,6 +94,15 @@ pub struct ClusterView {
     /// Request rate per table (operations per second) as its owner last
     /// published it; a table not here counts 0.
     pub rates: BTreeMap<TableId, u64>,
+    /// Inodes per table as its owner last published them; a table not
+    /// here counts 0.
+    pub inodes: BTreeMap<TableId, u64>,
+    /// Tables whose owner has not published their figures since it got
+    /// them (just moved or split off): balancing waits for them — weighed
+    /// as empty, a big or busy table just moved would make its new server
+    /// look light and draw a second one, which moves back once the
+    /// figures come. Empty when no server publishes loads.
+    pub unknown: BTreeSet<TableId>,
     /// Borrows in queue order: the borrower and the tables it needs
     /// together (rule 4).
     pub borrows: Vec<(ServerId, BTreeSet<TableId>)>,
@@ -237,6 +271,30 @@ fn borrow(view: &ClusterView, actions: &mut Vec<Action>) -> BTreeSet<TableId> {
     locked
 }
 
+/// A table's weight in `view` ([`table_weight`] of its figures).
+pub fn weight_in(view: &ClusterView, t: &TableId) -> u64 {
+    table_weight(
+        view.rates.get(t).copied().unwrap_or(0),
+        view.inodes.get(t).copied().unwrap_or(0),
+    )
+}
+
+/// The weight of each of `servers` in `view`: the sum of its tables'
+/// (what rule 3 balances; the coordinator logs it with each balancing
+/// move).
+pub fn weights(
+    view: &ClusterView,
+    servers: impl IntoIterator<Item = ServerId>,
+) -> BTreeMap<ServerId, u64> {
+    let mut weights: BTreeMap<ServerId, u64> = servers.into_iter().map(|s| (s, 0)).collect();
+    for (t, o) in &view.owners {
+        if let Some(w) = o.and_then(|(o, _)| weights.get_mut(&o.server)) {
+            *w = w.saturating_add(weight_in(view, t));
+        }
+    }
+    weights
+}
+
 /// One move from the busiest server (a draining one first) to the idlest;
 /// never of a `locked` table.
 fn balance(
@@ -265,13 +323,11 @@ fn balance(
             });
         }
     }
-    let weight = |t: &TableId| 1 + view.rates.get(t).copied().unwrap_or(0);
-    let mut weights: BTreeMap<ServerId, u64> = load.keys().map(|s| (*s, 0)).collect();
-    for (t, o) in &view.owners {
-        if let Some(w) = o.and_then(|(o, _)| weights.get_mut(&o.server)) {
-            *w += weight(t);
-        }
+    if !view.unknown.is_empty() {
+        return None;
     }
+    let weight = |t: &TableId| weight_in(view, t);
+    let weights = weights(view, load.keys().copied());
     let (to, light) = weights.iter().min_by_key(|(s, w)| (**w, **s))?;
     // A server with a standing borrow is in the middle of operations
     // over several tables (the tables a split makes for it among them):
@@ -285,19 +341,24 @@ fn balance(
     if diff < spread.max(2) as u64 {
         return None;
     }
+    // Measured weights (rates, inode counts) are noisy: a quarter of the
+    // heavy side at least, or nothing moves.
     let rated = view.rates.values().any(|r| *r > 0);
-    if rated && diff * 4 < *heavy {
+    let measured = rated || view.inodes.values().any(|n| *n >= INODES_PER_UNIT);
+    if measured && diff.saturating_mul(4) < *heavy {
         return None;
     }
     let (table, expect) = owned(*from)
-        .filter(|(t, _)| weight(t) * 4 <= diff * 3)
-        .min_by_key(|(t, rev)| ((weight(t) * 2).abs_diff(diff), *rev, *t))?;
+        .filter(|(t, _)| weight(t).saturating_mul(4) <= diff.saturating_mul(3))
+        .min_by_key(|(t, rev)| (weight(t).saturating_mul(2).abs_diff(diff), *rev, *t))?;
     Some(Action::Move {
         table,
         expect,
         to: *to,
         reason: if rated {
             "balancing: its server carries more requests"
+        } else if measured {
+            "balancing: its server holds more inodes"
         } else {
             "balancing: its server holds more tables"
         },
@@ -461,6 +522,141 @@ mod tests {
             assert!(seen.insert((t, to)), "{t:?} moved to {to:?} twice");
             view.owners.insert(t, owner(to.0, 100 + round));
         }
+    }
+
+    /// `view` with these inode counts per table.
+    fn with_inodes(view: ClusterView, inodes: &[(u32, u64)]) -> ClusterView {
+        ClusterView {
+            inodes: inodes.iter().map(|(t, n)| (TableId(*t), *n)).collect(),
+            ..view
+        }
+    }
+
+    /// Applies the asked moves until none is asked; fails on a move
+    /// asked twice (ping-pong) or on too many rounds.
+    fn settle(view: &mut ClusterView) -> Vec<(TableId, ServerId)> {
+        let mut seen = Vec::new();
+        for round in 1.. {
+            assert!(round < 20, "no convergence: {seen:?}");
+            let Some((t, to)) = moved(&decide(view, 2)) else {
+                break;
+            };
+            assert!(!seen.contains(&(t, to)), "{t:?} moved to {to:?} twice");
+            seen.push((t, to));
+            view.owners.insert(t, owner(to.0, 100 + round));
+        }
+        seen
+    }
+
+    #[test]
+    fn an_idle_server_of_big_tables_gives_one_to_a_server_of_small_ones() {
+        // Two tables each, no requests: server 1's hold 50,000 inodes
+        // each, server 2's a handful. Counting tables sees no imbalance.
+        let mut view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2)].into(),
+                ..rated(&[(0, 1), (1, 1), (2, 2), (3, 2)], &[])
+            },
+            &[(0, 50_000), (1, 50_000), (2, 3), (3, 10)],
+        );
+        let actions = decide(&view, 2);
+        assert!(
+            matches!(
+                actions[..],
+                [Action::Move {
+                    to: ServerId(2),
+                    reason: "balancing: its server holds more inodes",
+                    ..
+                }]
+            ),
+            "{actions:?}"
+        );
+        // One big table moves (the one in place longest), and then the
+        // balancer wants nothing (51 vs 53: no ping-pong).
+        assert_eq!(settle(&mut view), vec![(TableId(0), ServerId(2))]);
+        assert!(decide(&view, 2).is_empty());
+    }
+
+    #[test]
+    fn inodes_weigh_next_to_rates_and_small_tables_like_empty_ones() {
+        // Under 1,000 inodes a table weighs as an empty one: 2 vs 2.
+        let view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2)].into(),
+                ..rated(&[(0, 1), (1, 1), (2, 2), (3, 2)], &[])
+            },
+            &[(0, 999), (1, 999)],
+        );
+        assert_eq!(moved(&decide(&view, 2)), None);
+        // Server 1 serves 100 ops/s on table 0; server 2 is idle but
+        // holds 300,000 inodes in tables 2 to 4 (3 × 101 against 102):
+        // server 2 is the heavier, and gives one of its big tables away.
+        let view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2)].into(),
+                ..rated(&[(0, 1), (1, 1), (2, 2), (3, 2), (4, 2)], &[(0, 100)])
+            },
+            &[(2, 100_000), (3, 100_000), (4, 100_000)],
+        );
+        assert_eq!(moved(&decide(&view, 2)), Some((TableId(2), ServerId(1))));
+        // The same inodes next to 1,000 ops/s: the rates decide, server 1
+        // is the heavier and gives its idle table away.
+        let view = ClusterView {
+            rates: [(TableId(0), 1_000)].into(),
+            ..view
+        };
+        assert_eq!(moved(&decide(&view, 2)), Some((TableId(1), ServerId(2))));
+    }
+
+    #[test]
+    fn balancing_by_rates_and_inodes_converges_without_moving_back() {
+        let mut view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2), ServerId(3)].into(),
+                ..rated(
+                    &[(0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (5, 2), (6, 3)],
+                    &[(0, 40), (1, 30), (3, 10), (6, 5)],
+                )
+            },
+            &[(0, 5_000), (1, 80_000), (2, 60_000), (4, 20_000), (5, 300)],
+        );
+        assert!(!settle(&mut view).is_empty());
+    }
+
+    #[test]
+    fn balancing_waits_for_the_figures_of_a_table_just_moved() {
+        // Table 0 (50,000 inodes) just moved to server 2, which has not
+        // published its figures: weighed as empty it would make server 2
+        // look light, and draw table 1 too.
+        let mut view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2)].into(),
+                ..rated(&[(0, 2), (1, 1), (2, 1), (3, 1)], &[])
+            },
+            &[(1, 50_000)],
+        );
+        view.unknown.insert(TableId(0));
+        assert_eq!(decide(&view, 2), vec![]);
+        // Its figures published: balanced (51 vs 53).
+        view.unknown.clear();
+        view.inodes.insert(TableId(0), 50_000);
+        assert_eq!(decide(&view, 2), vec![]);
+        // A draining server still gives its tables away meanwhile.
+        view.unknown.insert(TableId(0));
+        view.draining.insert(ServerId(1));
+        assert!(moved(&decide(&view, 2)).is_some());
+    }
+
+    #[test]
+    fn absurd_published_figures_do_not_overflow() {
+        let view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2)].into(),
+                ..rated(&[(0, 1), (1, 1), (2, 2)], &[(0, u64::MAX), (1, u64::MAX)])
+            },
+            &[(0, u64::MAX), (2, u64::MAX)],
+        );
+        let _ = decide(&view, 2);
     }
 
     fn granted(view: &ClusterView, who: ServerId) -> bool {

@@ -77,6 +77,12 @@ pub struct Report {
     pub acknowledged: usize,
     pub wrong_server: usize,
     pub moves: usize,
+    /// Moves asked for because a server held more inodes.
+    pub inode_moves: usize,
+    /// Per table, the balancing moves the coordinator asked for (and etcd
+    /// took), in order: from which server to which. With steady figures
+    /// and no faults a table never goes back where balance took it from.
+    pub balance_moves: BTreeMap<TableId, Vec<(ServerId, ServerId)>>,
     pub reassignments: usize,
     pub borrows: usize,
     pub lends: usize,
@@ -223,9 +229,12 @@ struct World {
     next_op: u64,
     report: Report,
     /// The request rates the coordinator balances by (none for even
-    /// seeds: balancing by count). From their own generator, so a seed's
-    /// faults and timings do not depend on them.
+    /// seeds; seeds 0 modulo 4 balance by table count). From their own
+    /// generator, so a seed's faults and timings do not depend on them.
     rates: BTreeMap<TableId, u64>,
+    /// The inode counts it balances by, likewise (for seeds 2 and 3
+    /// modulo 4: with and without rates).
+    inodes: BTreeMap<TableId, u64>,
 }
 
 /// Runs one seed; `Err` says which invariant broke, when, and how.
@@ -251,6 +260,19 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
             let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_0a7e);
             (0..cfg.tables)
                 .map(|t| (TableId(t), r.random_range(0..500)))
+                .collect()
+        },
+        inodes: if seed % 4 < 2 {
+            BTreeMap::new()
+        } else {
+            // Mostly small tables, some of up to a few full ones.
+            let mut r = StdRng::seed_from_u64(seed ^ 0x1_0de5);
+            (0..cfg.tables)
+                .map(|t| {
+                    let big = r.random_bool(0.3);
+                    let n = r.random_range(0..if big { 100_000 } else { 2_000 });
+                    (TableId(t), n)
+                })
                 .collect()
         },
     };
@@ -747,11 +769,15 @@ impl World {
                 );
             }
             Action::Move {
-                table, expect, to, ..
+                table,
+                expect,
+                to,
+                reason,
             } => {
+                let from = self.owner_of(table).map(|(o, _)| o.server);
                 // Only if the table has no pending move yet, and its
                 // owner is still the one the view saw.
-                let _ = self.etcd.txn(
+                let r = self.etcd.txn(
                     &[
                         Compare::ModRevision(move_key(table), Revision(0)),
                         Compare::ModRevision(owner_key(table), expect),
@@ -762,6 +788,15 @@ impl World {
                         lease: None,
                     }],
                 );
+                if r.is_ok() && reason.starts_with("balancing") {
+                    if reason == "balancing: its server holds more inodes" {
+                        self.report.inode_moves += 1;
+                    }
+                    if let Some(from) = from {
+                        let moves = self.report.balance_moves.entry(table).or_default();
+                        moves.push((from, to));
+                    }
+                }
             }
         }
     }
@@ -809,6 +844,8 @@ impl World {
                 })
                 .collect(),
             rates: self.rates.clone(),
+            inodes: self.inodes.clone(),
+            unknown: BTreeSet::new(),
             borrows: {
                 let mut q: Vec<(Revision, ServerId, BTreeSet<TableId>)> = self
                     .etcd

@@ -58,7 +58,28 @@ fn without_faults_every_table_is_served_and_balanced() {
         faults: false,
         ..Config::default()
     };
-    for seed in 1..=20 {
-        run(seed, &cfg).unwrap_or_else(|e| panic!("{e}"));
+    let mut inode_moves = 0;
+    for seed in 1..=40 {
+        let r = run(seed, &cfg).unwrap_or_else(|e| panic!("{e}"));
+        inode_moves += r.inode_moves;
+        // The figures are steady and nothing fails: balance never takes a
+        // table back where it took it from, nor moves one again and again.
+        for (t, moves) in &r.balance_moves {
+            assert!(
+                moves.len() <= 2,
+                "seed {seed}: {t:?} moved {} times for balance: {moves:?}",
+                moves.len()
+            );
+            for (i, (from, to)) in moves.iter().enumerate() {
+                assert!(
+                    !moves[i + 1..].contains(&(*to, *from)),
+                    "seed {seed}: {t:?} moved back and forth: {moves:?}"
+                );
+            }
+        }
     }
+    // Seeds 2 and 3 modulo 4 give tables inode counts (2: without
+    // rates): the coordinator balanced by them, and converged (`run`
+    // checks it wants no move at the end).
+    assert!(inode_moves > 0, "no move for inodes in 40 seeds");
 }

@@ -252,7 +252,24 @@ async fn act(
                         still_coordinator(cfg, lease),
                     ])
                     .and_then(vec![TxnOp::put(e.key(&keys::move_key(*table)), to, None)]);
-                (txn, format!("move {table} to {to}: {reason}"))
+                let mut what = format!("move {table} to {to}: {reason}");
+                if reason.starts_with("balancing") {
+                    // Why: each server's weight as the balancer saw it.
+                    let weights = sextant_cluster::coordinator::weights(
+                        &view,
+                        view.members.difference(&view.draining).copied(),
+                    );
+                    let weights: Vec<String> = weights
+                        .iter()
+                        .map(|(s, w)| format!("{} {w}", names.name(*s).unwrap_or("?")))
+                        .collect();
+                    what.push_str(&format!(
+                        " (table {}, servers {})",
+                        sextant_cluster::coordinator::weight_in(&view, table),
+                        weights.join(", ")
+                    ));
+                }
+                (txn, what)
             }
             Action::Lend {
                 table,

@@ -13,11 +13,16 @@
 //! | `P move/<id>`          | the name a move goes to           | none       |
 //! | `P drain/<name>`       | empty: the server gives its tables away | none |
 //! | `P meta/bootstrapped`  | `1` once the root table was created | none     |
-//! | `P load/<name>`        | the server's request rate per table: `<id>=<ops/s>` space-separated | membership |
+//! | `P load/<name>`        | the server's load per table: `<id>=<ops/s>` and `i<id>=<inodes>`, space-separated | membership |
 //! | `P borrow/<name>`      | the tables the server's operations need together: `<id>` space-separated; queued by its mod revision | membership |
 //! | `P home/<id>`          | the server a lent table goes back to  | none       |
 //!
-//! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`).
+//! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`)
+//! in keys, in decimal in `load/` values. In `load/<name>` a table's inode
+//! count is its own `i<id>=` pair (left out at 0), which a reader that
+//! knows only the `<id>=` pairs skips as malformed: either side of an
+//! upgrade still reads the rates, and a value without `i` pairs (an older
+//! server's) is read as rates with inodes unknown (0).
 //! The range lives in `table/<id>`, apart from the owner, so that a split or
 //! merge (which changes ranges) does not change `owner/<id>`'s revision —
 //! the fence of R2 — and a move (which changes the owner) leaves the range
@@ -26,6 +31,7 @@
 use sextant_cluster::ids::{Epoch, TableId};
 use sextant_cluster::server::{manifest_key as mk, move_key as vk, owner_key as ok};
 use sextant_types::{Soid, SoidRange};
+use std::collections::BTreeMap;
 
 pub fn member_key(name: &str) -> String {
     format!("member/{name}")
@@ -39,20 +45,51 @@ pub fn load_key(name: &str) -> String {
     format!("load/{name}")
 }
 
-/// The value of `load/<name>`: request rates per table.
-pub fn encode_load(rates: &std::collections::BTreeMap<TableId, u64>) -> String {
-    let parts: Vec<String> = rates.iter().map(|(t, r)| format!("{}={r}", t.0)).collect();
+/// One table's load, as its owner publishes it in `load/<name>`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableLoad {
+    /// Requests per second.
+    pub rate: u64,
+    /// Inodes it holds.
+    pub inodes: u64,
+}
+
+/// The value of `load/<name>`: each table's rate (`<id>=<ops/s>`), then
+/// its inode count when not 0 (`i<id>=<inodes>`).
+pub fn encode_load(loads: &BTreeMap<TableId, TableLoad>) -> String {
+    let mut parts: Vec<String> = Vec::with_capacity(loads.len() * 2);
+    for (t, l) in loads {
+        parts.push(format!("{}={}", t.0, l.rate));
+        if l.inodes > 0 {
+            parts.push(format!("i{}={}", t.0, l.inodes));
+        }
+    }
     parts.join(" ")
 }
 
-/// Decodes [`encode_load`]'s form; malformed pairs are skipped.
-pub fn decode_load(s: &str) -> std::collections::BTreeMap<TableId, u64> {
-    s.split_whitespace()
-        .filter_map(|p| {
-            let (t, r) = p.split_once('=')?;
-            Some((TableId(t.parse().ok()?), r.parse().ok()?))
-        })
-        .collect()
+/// Decodes [`encode_load`]'s form; malformed pairs are skipped, and a
+/// table with only one of its two pairs gets 0 for the other.
+pub fn decode_load(s: &str) -> BTreeMap<TableId, TableLoad> {
+    let mut loads: BTreeMap<TableId, TableLoad> = BTreeMap::new();
+    for p in s.split_whitespace() {
+        let Some((t, n)) = p.split_once('=') else {
+            continue;
+        };
+        let (t, inodes) = match t.strip_prefix('i') {
+            Some(t) => (t, true),
+            None => (t, false),
+        };
+        let (Ok(t), Ok(n)) = (t.parse::<u32>(), n.parse::<u64>()) else {
+            continue;
+        };
+        let l = loads.entry(TableId(t)).or_default();
+        if inodes {
+            l.inodes = n;
+        } else {
+            l.rate = n;
+        }
+    }
+    loads
 }
 
 pub fn borrow_key(name: &str) -> String {
@@ -229,5 +266,39 @@ mod tests {
         assert_eq!(parse_key("member/a b"), Key::Other);
         assert_eq!(parse_key("owner/x"), Key::Other);
         assert!(!valid_name("") && !valid_name("a/b") && valid_name("s-1"));
+    }
+
+    #[test]
+    fn loads_carry_inodes_and_read_either_form() {
+        let l = |rate, inodes| TableLoad { rate, inodes };
+        let loads: BTreeMap<TableId, TableLoad> = [
+            (TableId(1), l(250, 20_000)),
+            (TableId(2), l(0, 0)),
+            (TableId(7), l(3, 1)),
+        ]
+        .into();
+        let text = encode_load(&loads);
+        assert_eq!(text, "1=250 i1=20000 2=0 7=3 i7=1");
+        assert_eq!(decode_load(&text), loads);
+        // An older server's value: rates only.
+        assert_eq!(
+            decode_load("1=250 2=40"),
+            [(TableId(1), l(250, 0)), (TableId(2), l(40, 0))].into()
+        );
+        // What an older reader sees of the new form: the rates (it skips
+        // the pairs whose table is not a number).
+        let old_reader: BTreeMap<u32, u64> = text
+            .split_whitespace()
+            .filter_map(|p| {
+                let (t, r) = p.split_once('=')?;
+                Some((t.parse().ok()?, r.parse().ok()?))
+            })
+            .collect();
+        assert_eq!(old_reader, [(1, 250), (2, 0), (7, 3)].into());
+        // Junk is skipped; inodes alone are a table without requests.
+        assert_eq!(
+            decode_load("x=1 i=5 ix=2 i3 4= i5=60000 junk"),
+            [(TableId(5), l(0, 60_000))].into()
+        );
     }
 }

@@ -176,16 +176,17 @@ impl EtcdCluster {
         Ok(())
     }
 
-    /// The etcd this server is a member on.
-    /// Publishes this server's request rate per table (`load/<name>`, on
-    /// its membership lease), which the coordinator balances by.
+    /// Publishes this server's load per table — request rate and inodes
+    /// (`load/<name>`, on its membership lease) — which the coordinator
+    /// balances by; returns the revision it was written at (figures count
+    /// for a table whose owner key is older).
     pub async fn publish_load(
         &self,
-        rates: &std::collections::BTreeMap<TableId, u64>,
-    ) -> Result<(), CoordError> {
+        loads: &std::collections::BTreeMap<TableId, crate::keys::TableLoad>,
+    ) -> Result<Revision, CoordError> {
         self.put_on_lease(
             &crate::keys::load_key(&self.name),
-            crate::keys::encode_load(rates),
+            crate::keys::encode_load(loads),
         )
         .await
     }
@@ -203,6 +204,7 @@ impl EtcdCluster {
             crate::keys::encode_tables(tables),
         )
         .await
+        .map(|_| ())
     }
 
     /// RETURN: this server's operations no longer need its borrowed
@@ -226,14 +228,14 @@ impl EtcdCluster {
 
     /// Puts `key` (under the prefix) on the membership lease, so it goes
     /// with this server; one client for these writes, made again after a
-    /// failure.
-    async fn put_on_lease(&self, key: &str, value: String) -> Result<(), CoordError> {
+    /// failure. Returns the revision of the write.
+    async fn put_on_lease(&self, key: &str, value: String) -> Result<Revision, CoordError> {
         let mut client = self.load_client.lock().await;
         if client.is_none() {
             *client = Some(connect(&self.etcd).await?);
         }
         let Some(c) = client.as_mut() else {
-            return Ok(());
+            return Ok(Revision(0));
         };
         let put = c.put(
             self.etcd.key(key),
@@ -244,7 +246,12 @@ impl EtcdCluster {
         if r.is_err() {
             *client = None;
         }
-        r.map(|_| ())
+        r.map(|p| {
+            Revision(
+                p.header()
+                    .map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0)),
+            )
+        })
     }
 
     pub fn etcd(&self) -> &crate::etcd::EtcdConfig {

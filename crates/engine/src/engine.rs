@@ -46,6 +46,7 @@ use crate::table::{decode_snapshot, Table};
 use crate::txn::{OpError, OpResult, Txn};
 
 mod member;
+pub use member::TableCounters;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use sextant_types::{Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, SoidRange};
 use std::collections::{BTreeMap, BTreeSet};
@@ -250,6 +251,9 @@ pub(crate) struct TableSlot {
     /// Operations that touched the table since the slot was made (the
     /// cluster's balancer weighs tables by their rate: `Engine::table_ops`).
     ops: AtomicU64,
+    /// When the slot was made (its `ops` count from then): a rate is
+    /// measured over time the table spent here (`Engine::table_counters`).
+    made: std::time::Instant,
 }
 
 impl TableSlot {
@@ -258,6 +262,7 @@ impl TableSlot {
             state: Mutex::new(slot),
             last_used: AtomicU64::new(0),
             ops: AtomicU64::new(0),
+            made: std::time::Instant::now(),
         })
     }
 

@@ -64,6 +64,7 @@ pub use changes::Changes;
 pub use durability::LoglessConfig;
 pub use engine::{
     Committed, Engine, EngineConfig, EngineError, EngineStats, LoglessRecovery, StatFs,
+    TableCounters,
 };
 pub use journal::{JournalConfig, Lsn, SyncMode};
 pub use member::{

@@ -123,6 +123,23 @@ fn splits_make_owned_catalogued_tables() {
     for d in &dirs {
         assert!(a.table_holding(d.soid).is_some());
     }
+    // Every served table's counters: their inode counts together are
+    // every inode (the root, 10 directories, 40 files), and each count of
+    // operations started no later than now.
+    let counters = a.table_counters();
+    let mut counted: Vec<u64> = counters.iter().map(|c| c.table).collect();
+    counted.sort();
+    assert_eq!(counted, sorted);
+    assert_eq!(
+        counters.iter().map(|c| c.inodes).sum::<u64>(),
+        51,
+        "{counters:?}"
+    );
+    assert!(counters.iter().all(|c| c.inodes > 0), "{counters:?}");
+    assert!(counters.iter().any(|c| c.ops > 0), "{counters:?}");
+    assert!(counters
+        .iter()
+        .all(|c| c.since <= std::time::Instant::now()));
     // The catalogued ranges partition the SOID space.
     let mut ms = catalog.tables("a").unwrap();
     ms.sort_by_key(|m| m.entry.range.first);

@@ -321,6 +321,19 @@ fn slot_range(slot: &Slot) -> Option<SoidRange> {
     }
 }
 
+/// One served table's counters for the cluster's balancer
+/// ([`Engine::table_counters`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableCounters {
+    pub table: TableId,
+    /// Operations that touched it since `since`.
+    pub ops: u64,
+    /// When its slot was made here (an ADD, a split or a merge starts the
+    /// count again).
+    pub since: std::time::Instant,
+    pub inodes: u64,
+}
+
 fn slot_table(slot: &Slot) -> Option<TableId> {
     match slot {
         Slot::Loaded(t) => Some(t.id),
@@ -764,6 +777,26 @@ impl Engine {
             .filter_map(|s| {
                 let id = slot_table(&s.state.lock())?;
                 Some((id, s.ops.load(Ordering::Relaxed)))
+            })
+            .collect()
+    }
+
+    /// Per table this engine serves, what the cluster's balancer weighs
+    /// it by ([`TableCounters`]): its operation counter, when that counter
+    /// started (the slot was made: ADD, split or merge), and its inodes —
+    /// a loaded table's own count, or the one its last write-back recorded
+    /// (no table is loaded for this).
+    pub fn table_counters(&self) -> Vec<TableCounters> {
+        let map = self.inner.tables.read();
+        map.values()
+            .filter_map(|s| {
+                let slot = s.state.lock();
+                Some(TableCounters {
+                    table: slot_table(&slot)?,
+                    ops: s.ops.load(Ordering::Relaxed),
+                    since: s.made,
+                    inodes: u64::try_from(table_inodes(&slot)).unwrap_or(0),
+                })
             })
             .collect()
     }

@@ -8,6 +8,8 @@
 //! - [`catalog`]: the engine's table catalogue on etcd (fenced manifest
 //!   commits, new tables of a split, table numbers).
 //! - [`host`]: ADD, DROP and forget for the shell, over the engine.
+//! - [`load`]: this server's load per table (request rate, inodes) as
+//!   the coordinator's balancer weighs it, and when to publish it.
 //!
 //! Start-up order: the delegation map; the shell (joins as a member —
 //! waiting out the lease of this name's previous life after a crash —
@@ -25,11 +27,13 @@
 
 pub mod catalog;
 pub mod host;
+pub mod load;
 pub mod placement;
 
 use crate::config::{ClusterSettings, ServerConfig};
 use crate::{local_socket, secret, serve, Listeners, ServeOptions};
 use anyhow::{Context, Result};
+use sextant_coordinator::keys::TableLoad;
 use sextant_coordinator::{
     ClusterConfig, CoordError, Coordination, DelegationMap, EtcdCluster, EtcdConfig,
     MembershipConfig,
@@ -142,50 +146,47 @@ pub fn run(
 
 /// The cluster's gauges on /metrics, every second: tables served here,
 /// the lease timer's margin (R1 stops acknowledgements at 0), whether this
-/// server coordinates, the map's revision, and changes of owner seen.
-/// How often a server publishes its tables' request rates.
-const LOAD_EVERY: u32 = 5;
-
-/// A table's rate is published only when it changed by more than this
-/// fraction (or from or to 0), so an idle cluster writes nothing.
-const LOAD_CHANGE: f64 = 0.2;
-
+/// server coordinates, the map's revision, and changes of owner seen;
+/// every [`load::LOAD_EVERY`] seconds this server's request rate and the
+/// coordinator's weight of its tables (rates and inodes; the inodes
+/// themselves are the engine's `sextant_inodes`); and the load per table,
+/// published for the balancer when it changed ([`load`]).
 async fn report(node: Arc<EtcdCluster>, engine: Engine) {
-    let mut seen: Option<std::collections::BTreeMap<u32, String>> = None;
+    use std::collections::BTreeMap;
+    let mut seen: Option<BTreeMap<u32, String>> = None;
     let mut ticks: u32 = 0;
-    let mut last_ops: std::collections::BTreeMap<u64, u64> = Default::default();
-    let mut published: Option<std::collections::BTreeMap<sextant_cluster::ids::TableId, u64>> =
-        None;
-    let mut since = Instant::now();
+    let mut sampler = load::Sampler::default();
+    let mut published: Option<BTreeMap<sextant_cluster::ids::TableId, TableLoad>> = None;
+    let mut published_rev = sextant_cluster::ids::Revision(0);
     loop {
         ticks = ticks.wrapping_add(1);
-        if ticks.is_multiple_of(LOAD_EVERY) {
-            // Request rates per table from the engine's counters (a table
-            // new here, or re-made by a split, starts from 0).
-            let secs = since.elapsed().as_secs_f64().max(0.001);
-            since = Instant::now();
-            let ops: std::collections::BTreeMap<u64, u64> =
-                engine.table_ops().into_iter().collect();
-            let rates: std::collections::BTreeMap<sextant_cluster::ids::TableId, u64> = ops
-                .iter()
-                .filter_map(|(t, n)| {
-                    let before = last_ops.get(t).copied().unwrap_or(0);
-                    let rate = (n.saturating_sub(before) as f64 / secs).round() as u64;
-                    Some((sextant_cluster::ids::TableId(u32::try_from(*t).ok()?), rate))
-                })
-                .collect();
-            last_ops = ops;
+        let state = node.delegation_map().current();
+        if ticks.is_multiple_of(load::LOAD_EVERY) {
+            let loads = sampler.sample(&engine.table_counters(), Instant::now());
+            metrics::gauge!("sextant_cluster_requests_per_second")
+                .set(loads.values().map(|l| l.rate as f64).sum::<f64>());
+            metrics::gauge!("sextant_cluster_balance_weight").set(load::weight(&loads) as f64);
+            // The coordinator counts only figures published since a
+            // table's owner key was written: after one naming this server
+            // (a table given here, or given again), publish even unchanged
+            // figures — of the tables measured here, never older ones.
+            let renewed = state
+                .owners
+                .values()
+                .any(|o| o.server == node.name() && o.rev >= published_rev);
             // Also once a minute as it is (the key goes with a lost lease).
-            let stale = ticks.is_multiple_of(LOAD_EVERY * 12);
-            if stale || published.as_ref().is_none_or(|p| load_changed(p, &rates)) {
-                match node.publish_load(&rates).await {
-                    Ok(()) => published = Some(rates),
-                    Err(e) => tracing::debug!(error = %e, "cannot publish the request rates"),
+            let stale = ticks.is_multiple_of(load::LOAD_EVERY * 12);
+            if renewed || stale || published.as_ref().is_none_or(|p| load::changed(p, &loads)) {
+                match node.publish_load(&loads).await {
+                    Ok(rev) => {
+                        published = Some(loads);
+                        published_rev = rev;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot publish the load"),
                 }
             }
         }
 
-        let state = node.delegation_map().current();
         metrics::gauge!("sextant_cluster_tables_served").set(node.tables().len() as f64);
         metrics::gauge!("sextant_cluster_tables").set(state.tables.len() as f64);
         metrics::gauge!("sextant_lease_margin_seconds")
@@ -197,7 +198,7 @@ async fn report(node: Arc<EtcdCluster>, engine: Engine) {
                 .is_some_and(|(c, _)| c == node.name()),
         )));
         metrics::gauge!("sextant_cluster_map_revision").set(state.revision as f64);
-        let owners: std::collections::BTreeMap<u32, String> = state
+        let owners: BTreeMap<u32, String> = state
             .owners
             .iter()
             .map(|(t, o)| (t.0, o.server.clone()))
@@ -212,20 +213,6 @@ async fn report(node: Arc<EtcdCluster>, engine: Engine) {
         seen = Some(owners);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-}
-
-/// Whether `now` differs enough from what was `published` to publish it.
-fn load_changed(
-    published: &std::collections::BTreeMap<sextant_cluster::ids::TableId, u64>,
-    now: &std::collections::BTreeMap<sextant_cluster::ids::TableId, u64>,
-) -> bool {
-    if published.keys().ne(now.keys()) {
-        return true;
-    }
-    published.iter().zip(now.values()).any(|((_, a), b)| {
-        let (a, b) = (*a as f64, *b as f64);
-        (a == 0.0) != (b == 0.0) || (a - b).abs() > LOAD_CHANGE * a.max(b)
-    })
 }
 
 /// Joins the cluster and opens the engine on the shared store.
