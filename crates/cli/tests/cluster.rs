@@ -2082,6 +2082,128 @@ fn a_borrower_paused_before_its_return_acknowledges_nothing_late() {
     paused_at_a_borrow_step("borrow-return");
 }
 
+/// The fault [`renames_under_load_through`] injects mid-load.
+#[derive(Clone, Copy, Debug)]
+enum LoadFault {
+    /// kill -9 of b (the lender of /q's table), restarted 3 s later: its
+    /// tables fail over to a, and come back to b by balance under load.
+    KillLender,
+    /// SIGSTOP of a (the borrower) past its lease, then SIGCONT.
+    StopBorrower,
+}
+
+/// Issue 21's real-process test: a rename-heavy load across two servers'
+/// tables from three clients at once, every rename a BORROW (each client
+/// moves its own files back and forth between /p, held by a, and /q,
+/// held by b), while `fault` strikes. An oracle of acknowledged renames:
+/// every `mv` must succeed (clients ride through failover), each file
+/// must end exactly where its last rename put it, and the namespace must
+/// hold every file once, no borrow or home left over.
+fn renames_under_load_through(fault: LoadFault) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (a, mut b, a_addr, b_addr, secret) = pqrs_on_two_servers(dir.path(), &etcd.url);
+    let tp = move_table(&etcd.url, &secret, "/p", "a");
+    let tq = move_table(&etcd.url, &secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    const CLIENTS: usize = 3;
+    const FILES: usize = 3;
+    const ROUNDS: usize = 6;
+    for k in 0..CLIENTS {
+        for i in 0..FILES {
+            sextant_ok(&a_addr, &secret, &["touch", &format!("/p/c{k}-{i}")]);
+        }
+    }
+    // The clients go through the server the fault leaves alive.
+    let via = match fault {
+        LoadFault::KillLender => a_addr.clone(),
+        LoadFault::StopBorrower => b_addr.clone(),
+    };
+    let started = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            let (via, secret, started) = (via.clone(), secret.clone(), Arc::clone(&started));
+            std::thread::spawn(move || {
+                let mut at = vec!["/p"; FILES];
+                for round in 0..ROUNDS {
+                    for (i, from) in at.iter_mut().enumerate() {
+                        let to = if *from == "/p" { "/q" } else { "/p" };
+                        let name = format!("c{k}-{i}");
+                        let out = Command::new(BIN)
+                            .args(["--server", &via, "--data"])
+                            .arg(&secret)
+                            .args(["mv", &format!("{from}/{name}"), &format!("{to}/{name}")])
+                            .output()
+                            .unwrap();
+                        assert!(
+                            out.status.success(),
+                            "client {k}, round {round}: mv {from}/{name} {to}/{name}: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        *from = to;
+                        started.store(true, Ordering::SeqCst);
+                    }
+                }
+                at
+            })
+        })
+        .collect();
+    wait_for("the load started", Duration::from_secs(30), || {
+        started.load(Ordering::SeqCst)
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    let _restarted;
+    match fault {
+        LoadFault::KillLender => {
+            signal(&b.0, "-KILL");
+            let _ = b.0.wait();
+            std::thread::sleep(Duration::from_secs(3));
+            _restarted = Some(KillOnDrop(serve_with(dir.path(), &etcd.url, "b", &[]).0));
+        }
+        LoadFault::StopBorrower => {
+            signal(&a.0, "-STOP");
+            std::thread::sleep(Duration::from_secs(4));
+            signal(&a.0, "-CONT");
+            _restarted = None;
+        }
+    }
+    let ends: Vec<Vec<&str>> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let p = sextant_ok(&via, &secret, &["ls", "/p"]);
+    let q = sextant_ok(&via, &secret, &["ls", "/q"]);
+    for (k, at) in ends.iter().enumerate() {
+        for (i, want) in at.iter().enumerate() {
+            let name = format!("c{k}-{i}");
+            let in_p = p.split_whitespace().any(|n| n == name);
+            let in_q = q.split_whitespace().any(|n| n == name);
+            assert!(
+                in_p != in_q && in_p == (*want == "/p"),
+                "{fault:?}: {name} acknowledged in {want}: /p {p:?} /q {q:?}"
+            );
+        }
+    }
+    let files = sextant_ok(&via, &secret, &["find", "/", "-type", "f"]);
+    assert_eq!(files.lines().count(), 16 + CLIENTS * FILES, "{files}");
+    let dirs = sextant_ok(&via, &secret, &["find", "/", "-type", "d"]);
+    assert_eq!(dirs.lines().count(), 5, "{dirs}");
+    wait_for("no borrow or home left", Duration::from_secs(30), || {
+        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
+            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
+    });
+}
+
+#[test]
+fn renames_under_load_survive_a_killed_lender() {
+    renames_under_load_through(LoadFault::KillLender);
+}
+
+#[test]
+fn renames_under_load_survive_a_stalled_borrower() {
+    renames_under_load_through(LoadFault::StopBorrower);
+}
+
 /// The keys under `prefix` in etcd.
 fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
     use sextant_coordinator::etcd_client::{Client, GetOptions};
