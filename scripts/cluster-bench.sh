@@ -68,7 +68,14 @@
 #       SECONDS (10) s runs of two clients (create+stat in their own
 #       directory, a fraction FRACTIONS of cross-server renames) × REPS (3).
 #       The servers journal with fsync at SYNC_FLOOR (7ms) per sync, as a
-#       disk would.
+#       disk would. PAIRS (0) > 0: also PAIRS BORROW+RETURN pairs one after
+#       another (a cold rename, then a wait on etcd's map until the table
+#       is home), after the latencies; RETURN_AFTER (unset: the servers'
+#       2 s) sets the servers' idle time before a RETURN
+#       (SEXTANT_BENCH_RETURN_AFTER, e.g. 0ms). etcd fsyncs (its default).
+#       With SEXTANT_LOG=info,borrow_trace=debug and KEEP=1 the servers log
+#       each step of a BORROW: scripts/borrow-trace.py DIR/s0.log DIR/s1.log
+#       prints where the time goes.
 #
 # Knobs (environment): SIZES, TASKS (bench tasks per client), ITEMS (items
 # per task), KEEP=1 keeps the work directory, ETCD_FLAGS (search parts:
@@ -501,19 +508,22 @@ table_inode_limit = 20000}" >"$work/limits.toml"
     [ -x "$bench" ] || cargo build --release --locked -q -p sextant-bench --bin sextant-borrow-bench
     printf 'table_dir_limit = 2\ntable_inode_limit = 10000000\n' >"$work/small.toml"
     d=$work/borrow; start_etcd "$d"
+    [ -n "${RETURN_AFTER:-}" ] && export SEXTANT_BENCH_RETURN_AFTER=$RETURN_AFTER
     SEXTANT_BENCH_SYNC_FLOOR=${SYNC_FLOOR:-7ms} start_server "$d" s0 --config "$work/small.toml"
     cli "$d" mkdir /p /q /r /s
     SEXTANT_BENCH_SYNC_FLOOR=${SYNC_FLOOR:-7ms} start_server "$d" s1 --config "$work/small.toml"
+    pairs=()
+    [ "${PAIRS:-0}" -gt 0 ] && pairs=(--pairs "$PAIRS" --etcd "$(cat "$d/etcd.url")")
     log "settling: $(settle "$d" 3 60) s; $(layout "$d")"
     cli "$d" cluster move /p s0 --etcd "$(cat "$d/etcd.url")" >/dev/null
     cli "$d" cluster move /q s1 --etcd "$(cat "$d/etcd.url")" >/dev/null
     log "placed: $(layout "$d")"
     "$bench" --server "$(cat "$d/s0.addr")" --secret-file "$d/s0/secret" --dir-a /p --dir-b /q \
       --samples "${SAMPLES:-10}" --seconds "${SECONDS_PER_RUN:-10}" --reps "${REPS:-3}" \
-      --fractions "${FRACTIONS:-0,0.0006,0.005,0.01,0.05}" | tee "$work/borrow.jsonl"
+      --fractions "${FRACTIONS:-0,0.0006,0.005,0.01,0.05}" "${pairs[@]}" | tee "$work/borrow.jsonl"
     log "after: $(layout "$d")"
     log "borrows asked: $(grep -h -c 'BORROW: asked' "$d"/s*.log | paste -sd' '), returns: $(grep -h -c 'RETURN:' "$d"/s*.log | paste -sd' ')"
     cp "$work/borrow.jsonl" "${OUT:-/tmp}/cluster-bench-borrow.jsonl" 2>/dev/null || true
     ;;
-  *) sed -n '2,74p' "$0"; exit 2;;
+  *) sed -n '2,82p' "$0"; exit 2;;
 esac

@@ -186,7 +186,9 @@ async fn act(
         return Ok(());
     }
     let (view, names) = state.cluster_view();
-    for action in decide(&view, cfg.spread) {
+    let actions = decide(&view, cfg.spread);
+    tracing::debug!(target: "borrow_trace", revision = state.revision, actions = actions.len(), "coordinator: decided");
+    for action in actions {
         let (txn, what) = match &action {
             Action::Assign {
                 table,
@@ -320,6 +322,7 @@ async fn act(
                 (txn, format!("{table} is home (or its home is gone)"))
             }
         };
+        tracing::debug!(target: "borrow_trace", "coordinator: txn sent: {what}");
         if bounded(e, client.txn(txn)).await?.succeeded() {
             tracing::info!("coordinator: {what}");
         } else {

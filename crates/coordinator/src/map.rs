@@ -522,6 +522,7 @@ async fn watch_once(
                 EventType::Put => Some((kv.value(), kv.mod_revision(), kv.lease())),
                 EventType::Delete => None,
             };
+            tracing::debug!(target: "borrow_trace", key = k, rev = kv.mod_revision(), put = put.is_some(), "map: watch event");
             state.apply(k, put);
             state.revision = state.revision.max(kv.mod_revision());
             changed = true;

@@ -33,6 +33,12 @@ pub trait Coordination: Send + Sync {
     fn serving(&self, table: TableId) -> Option<Grant>;
     /// The tables serving here.
     fn tables(&self) -> Vec<Grant>;
+    /// Changes each time a table begins serving here, so that a waiter
+    /// for [`Coordination::serving`] need not poll (`None`: tables never
+    /// begin serving later — one that does not serve now never will).
+    fn served(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
     /// R1: may an operation on `table` be acknowledged now? Ask after it
     /// is durable, right before the reply; `false`: WRONG_SERVER.
     fn may_ack(&self, table: TableId) -> bool;
@@ -282,6 +288,10 @@ impl Coordination for EtcdCluster {
 
     fn tables(&self) -> Vec<Grant> {
         self.ownership.tables()
+    }
+
+    fn served(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.ownership.served())
     }
 
     fn may_ack(&self, table: TableId) -> bool {

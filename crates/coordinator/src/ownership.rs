@@ -27,12 +27,17 @@
 //!   ([`NotHeld`]) the table is handed over as etcd last has it (its
 //!   manifest points into this server's journal, which the next owner
 //!   replays), so a retried DROP never loops for ever.
+//! - After a handover the map lags behind the transaction for a moment
+//!   and still names this server at the old owner revision: that entry
+//!   starts no ADD (etcd would refuse its commits anyway).
 //! - A table etcd no longer names this server for, and every table when
 //!   the membership lease was lost (a new generation), is forgotten at
 //!   once.
 //!
 //! R1 is [`Ownership::may_ack`]: the membership's lease timer, of the
 //! generation the table was loaded under, and the table serving.
+//! [`Ownership::served`] counts the tables that began serving, so that
+//! a waiter (a BORROW) wakes when its table does instead of polling.
 //!
 //! Invariant: at most one load or handover per table is in flight; the
 //! host is never asked to forget a table while it is loading or dropping
@@ -145,6 +150,12 @@ struct St {
     /// Final manifests of dropped tables whose handover is not known to
     /// have committed.
     dropped: BTreeMap<TableId, Vec<u8>>,
+    /// Tables handed over (or found reassigned) by this server, at the
+    /// owner revision they were held under: until the map shows the owner
+    /// key past it, the map's entry is older than what this server knows,
+    /// and is not acted on (it would start an ADD of a table just given
+    /// away, which etcd would refuse).
+    handed: BTreeMap<TableId, Revision>,
 }
 
 struct Inner {
@@ -155,6 +166,9 @@ struct Inner {
     host: Arc<dyn TableHost>,
     st: Mutex<St>,
     wake: Notify,
+    /// Bumped each time a table begins serving here (see
+    /// [`Ownership::served`]).
+    served: watch::Sender<u64>,
 }
 
 /// The shell; dropping it stops it (the host keeps what it has).
@@ -198,8 +212,10 @@ impl Ownership {
                 grants: BTreeMap::new(),
                 busy: BTreeSet::new(),
                 dropped: BTreeMap::new(),
+                handed: BTreeMap::new(),
             }),
             wake: Notify::new(),
+            served: watch::Sender::new(0),
         });
         let task = tokio::spawn(drive(Arc::clone(&inner)));
         Ownership { inner, task }
@@ -221,6 +237,13 @@ impl Ownership {
             return None;
         }
         st.grants.get(&table).cloned()
+    }
+
+    /// Changes each time a table begins serving here (an ADD done): wait
+    /// on it to see [`Ownership::serving`] change without polling. The
+    /// value is a count, of no meaning beyond that.
+    pub fn served(&self) -> watch::Receiver<u64> {
+        self.inner.served.subscribe()
     }
 
     /// The tables this server serves.
@@ -366,10 +389,14 @@ fn round(inner: &Arc<Inner>) {
         }
         let mut names = Names::default();
         names.id(&inner.cfg.name); // ME
+        st.handed
+            .retain(|t, rev| state.owners.get(t).is_some_and(|o| o.rev == *rev));
+        let handed = st.handed.clone();
         let views: Vec<TableView> = state
             .owners
             .iter()
             .filter(|(t, _)| state.tables.contains_key(t))
+            .filter(|(t, o)| handed.get(t) != Some(&o.rev))
             .map(|(t, o)| TableView {
                 table: *t,
                 owner: Owner {
@@ -446,6 +473,14 @@ fn round(inner: &Arc<Inner>) {
         tokio::spawn(forget_busy_owned(Arc::clone(inner), forget));
     }
     for t in start {
+        match &t {
+            Task::Load(g) => {
+                tracing::debug!(target: "borrow_trace", table = %g.table, revision = state.revision, "ownership: ADD starts")
+            }
+            Task::Handover { table, to, .. } => {
+                tracing::debug!(target: "borrow_trace", table = %table, to, revision = state.revision, "ownership: DROP starts")
+            }
+        }
         tokio::spawn(run(Arc::clone(inner), t));
     }
 }
@@ -511,6 +546,10 @@ async fn load(inner: &Arc<Inner>, grant: Grant) {
             }
         }
     };
+    if matches!((&result, forget), (Ok(true), false)) {
+        // After the lock: a waiter woken now sees the table serving.
+        inner.served.send_modify(|n| *n = n.wrapping_add(1));
+    }
     if let Err(e) = &result {
         tracing::warn!(table = %t, error = %e, "loading a table failed; retrying");
     }
@@ -529,6 +568,7 @@ async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, Stri
     let resp = bounded(cfg, client.get(mkey.as_bytes(), None))
         .await
         .map_err(|e| e.to_string())?;
+    tracing::debug!(target: "borrow_trace", table = %grant.table, "ADD: manifest read");
     let (manifest, read_rev) = match resp.kvs().first() {
         Some(kv) => (Some(kv.value().to_vec()), kv.mod_revision()),
         None => (None, 0),
@@ -539,6 +579,7 @@ async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, Stri
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the host could not load it: {e}"))?;
+    tracing::debug!(target: "borrow_trace", table = %grant.table, "ADD: host loaded");
     let okey = cfg.key(&keys::owner_key(grant.table));
     let Some(new) = new else {
         // Committed by the host: is the grant still the owner key's?
@@ -592,6 +633,7 @@ async fn handover(
             }
         }
     };
+    tracing::debug!(target: "borrow_trace", table = %table, "DROP: host wrote the table back");
     let manifest = match dropped {
         Ok(m) => Some(m),
         Err((not_held, error)) => {
@@ -653,6 +695,9 @@ async fn handover(
                     st.server.handed_over(table);
                     st.grants.remove(&table);
                     st.dropped.remove(&table);
+                    // The owner key is past `owner_rev` now (written by
+                    // this transaction, or by whoever refused it).
+                    st.handed.insert(table, owner_rev);
                 }
                 // Forgotten above.
                 false

@@ -648,6 +648,68 @@ async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
     .await;
 }
 
+/// A moved table wakes its new owner's `served()` as it begins serving
+/// (a BORROW waits on that: the ADD changes no key of the map, and a
+/// poll of the map cost a cold rename 50 ms), and its old owner, whose
+/// map lags behind its own handover for a moment, starts no ADD of the
+/// table it just gave away (it used to, every time: a load etcd refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_table_wakes_its_new_owner_and_its_old_owner_adds_nothing() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    tables(&mut c, &cfg, 1).await;
+    let (a, ha) = server(&etcd, "a").await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .expect("a serves the table");
+    let table = TableId(0);
+    let (b, hb) = server(&etcd, "b").await;
+    for round in 0..6 {
+        let (from, hfrom, to) = if round % 2 == 0 {
+            (&a, &ha, &b)
+        } else {
+            (&b, &hb, &a)
+        };
+        let mut served = to
+            .served()
+            .expect("a cluster server says when tables serve");
+        served.borrow_and_update();
+        assert!(to.serving(table).is_none());
+        assert!(admin::request_move(&mut c, &cfg, table, to.name())
+            .await
+            .unwrap());
+        // Woken by the ADD itself, not by a poll: serving at once.
+        while to.serving(table).is_none() {
+            tokio::time::timeout(Duration::from_secs(15), served.changed())
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: served() did not change"))
+                .unwrap();
+        }
+        within("the old owner let go", Duration::from_secs(5), || {
+            from.serving(table).is_none() && !hfrom.holds().contains(&table)
+        })
+        .await;
+        // What the old owner's host was asked after its DROP: nothing.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let log = hfrom.log.lock().unwrap().clone();
+        let dropped = log
+            .iter()
+            .rposition(|l| *l == format!("dropping {table}"))
+            .expect("a DROP");
+        assert!(
+            log[dropped..].iter().all(|l| !l.starts_with("add ")),
+            "round {round}: {} added the table it handed over: {log:?}",
+            from.name()
+        );
+    }
+}
+
 /// etcd takes at most 128 operations in a transaction: a catalogue commit
 /// of many tables (a checkpoint after an import: hundreds) used to be one
 /// transaction and was refused every time, leaving the tables made

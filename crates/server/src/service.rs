@@ -562,13 +562,20 @@ impl Shared {
             };
             match result {
                 Err(FsError::NeedsTable { soid }) if needs.len() <= MAX_BORROWED => {
+                    tracing::debug!(target: "borrow_trace", ?soid, "operation needs another table: BORROW");
                     needs.push(soid);
                     if !self.placement.borrow(&needs).await {
                         return Err(FsError::CrossServer);
                     }
+                    tracing::debug!(target: "borrow_trace", "BORROW granted: running the operation again");
                     *fx = Effects::default();
                 }
-                r => return r,
+                r => {
+                    if needs.len() > 1 {
+                        tracing::debug!(target: "borrow_trace", ok = r.is_ok(), "operation ran after BORROW");
+                    }
+                    return r;
+                }
             }
         }
     }

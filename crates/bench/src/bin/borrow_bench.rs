@@ -14,6 +14,13 @@
 //!   the total operations per second over `--seconds`, fractions
 //!   interleaved within each of `--reps` repetitions, tables home before
 //!   each run. Reported against the 0 % run of the same repetition.
+//! - **pairs** (`--pairs N --etcd URL`): N BORROW+RETURN pairs back to
+//!   back, one at a time — a cold rename from A into B (the BORROW), then
+//!   a wait, on etcd's delegation map, until no borrow, home or move is
+//!   left (the RETURN done, the table home): pairs per second, and the
+//!   median of each half. The servers' idle time before a RETURN is
+//!   their policy (2 s); `SEXTANT_BENCH_RETURN_AFTER=0ms` on the servers
+//!   measures the mechanism without it.
 //!
 //! ```text
 //! sextant-borrow-bench --server 127.0.0.1:7411 --secret-file DATA/secret \
@@ -62,6 +69,12 @@ struct Args {
     /// How long to wait for borrowed tables to go home between runs.
     #[arg(long, default_value_t = 5.0)]
     home_wait: f64,
+    /// BORROW+RETURN pairs to run one after another (needs `--etcd`).
+    #[arg(long, default_value_t = 0)]
+    pairs: usize,
+    /// The cluster's etcd (client URL), watched for the RETURNs.
+    #[arg(long)]
+    etcd: Option<String>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -121,6 +134,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "cold_over_create": mcold / mc, "warm_over_create": mwarm / mc,
         })
     );
+
+    if args.pairs > 0 {
+        let url = args.etcd.clone().ok_or("--pairs needs --etcd")?;
+        pairs(&c, a, b, args.pairs, &url, run).await?;
+    }
 
     // Throughput at each fraction of cross-server renames.
     let mut by_fraction: Vec<(f64, Vec<f64>)> =
@@ -203,5 +221,70 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         );
     }
+    Ok(())
+}
+
+/// `n` BORROW+RETURN pairs, one at a time: a cold rename from `a` into
+/// `b`, then a wait until etcd's map shows no borrow, no lent table away
+/// from home and no move (the RETURN's handover committed).
+async fn pairs(
+    c: &Client,
+    a: sextant_types::Soid,
+    b: sextant_types::Soid,
+    n: usize,
+    etcd: &str,
+    run: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let root = Credentials::root();
+    let map =
+        sextant_coordinator::DelegationMap::start(sextant_coordinator::EtcdConfig::new(vec![
+            etcd.to_string()
+        ]))
+        .await?;
+    // Home: no borrow, no table away, no move, and A and B on two
+    // servers (else a rename needs no BORROW).
+    let home = |s: &std::sync::Arc<sextant_coordinator::ClusterState>| {
+        let owner = |x| {
+            s.table_of(x)
+                .and_then(|t| s.owner(t))
+                .map(|o| o.server.clone())
+        };
+        s.borrows.is_empty()
+            && s.homes.is_empty()
+            && s.moves.is_empty()
+            && owner(a).is_some()
+            && owner(a) != owner(b)
+    };
+    let wait_home = || map.wait_for(Duration::from_secs(60), home);
+    let names: Vec<Vec<u8>> = (0..n)
+        .map(|i| format!("pair-{run}-{i}").into_bytes())
+        .collect();
+    for name in &names {
+        c.create(&root, a, name, 0o644, true).await?;
+    }
+    wait_home().await.ok_or("the tables did not go home")?;
+    let (mut borrow, mut ret) = (Vec::new(), Vec::new());
+    let started = Instant::now();
+    for (i, name) in names.iter().enumerate() {
+        let t = Instant::now();
+        c.rename(&root, a, name, b, name, Default::default())
+            .await?;
+        borrow.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        wait_home().await.ok_or("the tables did not go home")?;
+        ret.push(t.elapsed().as_secs_f64() * 1e3);
+        eprintln!(
+            "pair {i}: rename (BORROW) {:.2} ms, until home (RETURN) {:.2} ms",
+            borrow[i], ret[i]
+        );
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::json!({
+            "kind": "pairs", "pairs": n, "seconds": secs, "pairs_per_sec": n as f64 / secs,
+            "borrow_ms": median(borrow), "return_ms": median(ret),
+        })
+    );
     Ok(())
 }

@@ -522,6 +522,25 @@ fn final_snapshot(
     }
 }
 
+/// Whether a table held here is not in the catalogue as it is now: one
+/// never committed (split off since the last checkpoint) or committed
+/// with another range (split or merged since). A DROP commits those
+/// first (see [`Engine::drop_table`]).
+fn uncatalogued_shapes(inner: &Inner, m: &MemberRun) -> bool {
+    let held: Vec<(TableId, SoidRange)> = inner
+        .tables
+        .read()
+        .values()
+        .filter_map(|s| {
+            let st = s.state.lock();
+            Some((slot_table(&st)?, slot_range(&st)?))
+        })
+        .collect();
+    let book = m.book.lock();
+    held.iter()
+        .any(|(id, range)| book.committed.get(id).is_none_or(|c| c.2 != *range))
+}
+
 /// Deletes a snapshot a DROP wrote but did not commit (nothing names it).
 fn delete_unreferenced(inner: &Inner, file: Option<String>) {
     if let Some(f) = file {
@@ -833,10 +852,17 @@ impl Engine {
         let m = member_of(inner)?;
         inner.check_alive().map_err(|_| EngineError::Stopped)?;
         let _one_at_a_time = inner.checkpoint_lock.lock();
-        // Tables split off and not yet in the catalogue (the split's own
-        // checkpoint has not run): commit them first, or the final
-        // manifest's smaller range would leave their SOIDs uncatalogued.
-        inner.checkpoint_locked(&|_| false)?;
+        // Tables split off (or merged) and not yet in the catalogue in
+        // their present shape (the split's own checkpoint has not run):
+        // commit them first, or the final manifest's smaller range would
+        // leave their SOIDs uncatalogued. Only then: a whole checkpoint
+        // (the member state's blob, the catalogue's journal floor, a
+        // trim) costs a DROP several milliseconds it does not need.
+        let uncatalogued = uncatalogued_shapes(inner, m);
+        if uncatalogued {
+            inner.checkpoint_locked(&|_| false)?;
+        }
+        tracing::debug!(target: "borrow_trace", table = id, checkpoint = uncatalogued, "DROP: checkpoint of new tables done");
         let old = take_out(inner, id)
             .ok_or_else(|| EngineError::Member(format!("table {id} is not held here")))?;
         // From here on the table serves nothing; every failure below that
@@ -849,12 +875,15 @@ impl Engine {
                 return Err(e);
             }
         };
+        tracing::debug!(target: "borrow_trace", table = id, "DROP: final snapshot written");
         let man = m.manifest(inner, entry, None);
         let change = CatalogChange {
             put: vec![man.clone()],
             remove: Vec::new(),
         };
-        match m.catalog.commit(&m.name, change) {
+        let committed = m.catalog.commit(&m.name, change);
+        tracing::debug!(target: "borrow_trace", table = id, ok = committed.is_ok(), "DROP: final manifest committed (catalogue)");
+        match committed {
             Ok(()) => {
                 let mut book = m.book.lock();
                 book.floors.remove(&id);
@@ -997,6 +1026,7 @@ impl Engine {
             inner.high_water.lock().merge_max(&man.high_water);
             tables.push(load_table(&*inner.store, &man.entry)?);
         }
+        tracing::debug!(target: "borrow_trace", tables = manifests.len(), "ADD: snapshots loaded");
         // One pass over each journal replayed from: a record applies to the
         // table whose range holds its key, from that table's position on.
         let sources: BTreeSet<&str> = manifests
@@ -1121,6 +1151,7 @@ fn install(
     let id = table.id;
     let inodes = table.inode_count() as i64;
     let range = table.range;
+    tracing::debug!(target: "borrow_trace", table = id, "ADD: journal replayed; installing");
     m.book.lock().floors.insert(id, floor);
     if let Err(e) = carve(
         &mut inner.tables.write(),
@@ -1137,7 +1168,9 @@ fn install(
         put: vec![committed.clone()],
         remove: Vec::new(),
     };
-    if let Err(e) = m.catalog.commit(&m.name, change) {
+    let result = m.catalog.commit(&m.name, change);
+    tracing::debug!(target: "borrow_trace", table = id, ok = result.is_ok(), "ADD: manifest committed (catalogue)");
+    if let Err(e) = result {
         take_out(inner, id);
         m.book.lock().floors.remove(&id);
         return Err(e.into());

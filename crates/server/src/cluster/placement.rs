@@ -32,6 +32,30 @@ const BORROW_WAIT: Duration = Duration::from_secs(30);
 /// files, a `cp` across servers) share one BORROW.
 pub const RETURN_AFTER: Duration = Duration::from_secs(2);
 
+/// [`RETURN_AFTER`], or what `SEXTANT_BENCH_RETURN_AFTER` says (a
+/// benchmark's knob, like `SEXTANT_BENCH_SYNC_FLOOR`: `0ms` measures
+/// BORROW+RETURN pairs without the idle wait; not a setting, so nobody
+/// finds it in `--help`). Read once; a value that does not parse is
+/// ignored with a warning.
+fn return_after() -> Duration {
+    static AFTER: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| {
+        let Ok(v) = std::env::var("SEXTANT_BENCH_RETURN_AFTER") else {
+            return RETURN_AFTER;
+        };
+        match crate::config::parse_duration(&v) {
+            Ok(d) => {
+                tracing::warn!(after = ?d, "SEXTANT_BENCH_RETURN_AFTER: borrows are RETURNed after this idle time (a benchmark's setting)");
+                d
+            }
+            Err(e) => {
+                tracing::warn!(value = %v, error = %e, "SEXTANT_BENCH_RETURN_AFTER ignored");
+                RETURN_AFTER
+            }
+        }
+    })
+}
+
 /// A granted borrow in constant use is RETURNed after this long all the
 /// same (the balancer's placement wins over one busy borrower).
 pub const RETURN_AT_MOST: Duration = Duration::from_secs(30);
@@ -39,6 +63,10 @@ pub const RETURN_AT_MOST: Duration = Duration::from_secs(30);
 /// A granted borrow another server waits for is RETURNed once an
 /// operation here used it, or after this long.
 const YIELD_AFTER: Duration = Duration::from_millis(500);
+
+/// How often a waiting BORROW looks again without being woken (it is
+/// woken by the map and by tables beginning to serve here).
+const BORROW_POLL: Duration = Duration::from_millis(50);
 
 /// How often the returner looks at this server's borrow.
 const RETURN_TICK: Duration = Duration::from_millis(50);
@@ -200,7 +228,7 @@ fn return_due(
     };
     let idle_since = b.ops_seen.1.unwrap_or(granted).max(granted);
     let used = ops != b.ops_at_grant;
-    (waiting == 0 && now - idle_since >= RETURN_AFTER)
+    (waiting == 0 && now - idle_since >= return_after())
         || now - granted >= RETURN_AT_MOST
         || (waited_for && (used || now - granted >= YIELD_AFTER))
 }
@@ -328,18 +356,27 @@ impl Placement for ClusterPlacement {
             self.start_returner(node);
             let deadline = tokio::time::Instant::now() + BORROW_WAIT;
             let mut map = self.coordination.map();
+            // Woken when a table begins serving here: the last step of a
+            // grant (the ADD) changes no key of the map.
+            let mut served = self.coordination.served();
             self.waiting
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let _waiting = Waiting(Arc::clone(&self.waiting));
             let mut asked_at: Option<tokio::time::Instant> = None;
             loop {
+                // Marked seen before looking: a change after the look wakes
+                // the wait below.
+                if let Some(s) = served.as_mut() {
+                    s.borrow_and_update();
+                }
+                let state = map.borrow_and_update().clone();
                 if soids.iter().all(|s| self.check(*s).is_ok()) {
+                    tracing::debug!(target: "borrow_trace", asked = asked_at.is_some(), "BORROW: every table serves here");
                     if asked_at.is_some() {
                         crate::fault::step("borrow-granted");
                     }
                     return true;
                 }
-                let state = map.borrow_and_update().clone();
                 let Some(tables) = soids
                     .iter()
                     .map(|s| state.table_of(*s))
@@ -365,6 +402,7 @@ impl Placement for ClusterPlacement {
                         b.since = Some(tokio::time::Instant::now());
                         b.granted = None;
                         asked_at = Some(tokio::time::Instant::now());
+                        tracing::debug!(target: "borrow_trace", tables = ?b.tables, "BORROW: writing the borrow key");
                         if let Err(e) = node.borrow(&b.tables).await {
                             tracing::warn!(error = %e, "cannot ask to BORROW the tables an operation needs");
                             return false;
@@ -378,9 +416,30 @@ impl Placement for ClusterPlacement {
                     return false;
                 }
                 // The map changes when a table's owner does; the ADD
-                // here follows (serving), so look again at least often.
-                let wait = (deadline - now).min(Duration::from_millis(50));
-                let _ = tokio::time::timeout(wait, map.changed()).await;
+                // here follows and wakes `served`. A look every
+                // BORROW_POLL all the same (a borrow key lost, a RETURN
+                // meanwhile).
+                let wait = (deadline - now).min(BORROW_POLL);
+                let served_changed = async {
+                    let alive = match served.as_mut() {
+                        Some(s) => s.changed().await.is_ok(),
+                        None => false,
+                    };
+                    if !alive {
+                        std::future::pending::<()>().await;
+                    }
+                };
+                let woke = tokio::select! {
+                    r = map.changed() => {
+                        if r.is_err() {
+                            return false; // the cluster is shutting down
+                        }
+                        "map"
+                    }
+                    _ = served_changed => "served",
+                    _ = tokio::time::sleep(wait) => "poll",
+                };
+                tracing::debug!(target: "borrow_trace", woke, revision = map.borrow().revision, "BORROW: looking again");
             }
         })
     }
