@@ -2155,21 +2155,20 @@ fn renames_under_load_through(fault: LoadFault) {
         started.load(Ordering::SeqCst)
     });
     std::thread::sleep(Duration::from_millis(800));
-    let _restarted;
-    match fault {
+    let _restarted = match fault {
         LoadFault::KillLender => {
             signal(&b.0, "-KILL");
             let _ = b.0.wait();
             std::thread::sleep(Duration::from_secs(3));
-            _restarted = Some(KillOnDrop(serve_with(dir.path(), &etcd.url, "b", &[]).0));
+            Some(KillOnDrop(serve_with(dir.path(), &etcd.url, "b", &[]).0))
         }
         LoadFault::StopBorrower => {
             signal(&a.0, "-STOP");
             std::thread::sleep(Duration::from_secs(4));
             signal(&a.0, "-CONT");
-            _restarted = None;
+            None
         }
-    }
+    };
     let ends: Vec<Vec<&str>> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     let p = sextant_ok(&via, &secret, &["ls", "/p"]);
     let q = sextant_ok(&via, &secret, &["ls", "/q"]);
