@@ -78,7 +78,9 @@
 #       prints where the time goes.
 #
 # Knobs (environment): SIZES, TASKS (bench tasks per client), ITEMS (items
-# per task), KEEP=1 keeps the work directory, ETCD_FLAGS (search parts:
+# per task), KEEP=1 keeps the work directory, HOLD=FILE (search parts: once
+# the cluster has settled, writes the two command lines to FILE and waits
+# until FILE is removed, to probe by hand), ETCD_FLAGS (search parts:
 # extra etcd flags, e.g. "--max-txn-ops 8192": with etcd's default of 128 a
 # 10-copy import into s0 alone was seen to leave its checkpoints
 # uncommitted, "too many operations in txn request", and tables unserved
@@ -474,6 +476,14 @@ table_inode_limit = 20000}" >"$work/limits.toml"
     log "cluster: $servers servers; settled after $(settle "$d" 10 240) s"
     log "single: $("${S[@]}" stats / | tail -n 1)"
     log "cluster: $("${C[@]}" stats / | tail -n 1); $(tables)"
+    if [ -n "${HOLD:-}" ]; then
+      # probing by hand: the two command lines and etcd in $HOLD (shell
+      # syntax), kept up until $HOLD is removed
+      { printf 'S=(%q %q %q %q %q)\n' "${S[@]}"; printf 'C=(%q %q %q %q %q)\n' "${C[@]}"
+        printf 'export SEXTANT_ETCD=%q\nCLUSTER_LOGS=%q\n' "$SEXTANT_ETCD" "$d"; } >"$HOLD"
+      log "holding: source $HOLD; rm $HOLD to go on"
+      while [ -e "$HOLD" ]; do sleep 1; done
+    fi
     if [ "$part" = search ]; then
       mkdir -p "${OUT:-/tmp}"
       SEXTANT_CLUSTER_LOGS=$(for i in $(seq 0 $((servers-1))); do printf "%s:" "$d/s$i.log"; done) \

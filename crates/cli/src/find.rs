@@ -1256,7 +1256,7 @@ async fn owner_elsewhere(
         return None;
     }
     // (Not routed by: a local user on the Unix socket keeps to it.)
-    let map = c.peek_route_map().await.ok()?;
+    let map = c.recent_route_map().await.ok()?;
     if map.routes().iter().any(|r| r.address == c.addr()) {
         return None;
     }

@@ -554,6 +554,7 @@ fn init_logging(serving: bool) {
 }
 
 fn main() {
+    sextant_client::timing::mark(|| "start".into());
     let cli = match Cli::load() {
         Ok(cli) => cli,
         Err(e) => {
@@ -585,14 +586,18 @@ fn main() {
                 .build()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| {
-                    rt.block_on(async {
+                    let done = rt.block_on(async {
                         match &cli.command {
                             Command::Find(a) => find::find(&cli, &a.args).await,
                             Command::Stats(a) => find::stats(&cli, a).await,
                             Command::Du { paths, human, .. } => find::du(&cli, paths, *human).await,
                             _ => Ok(true),
                         }
-                    })
+                    });
+                    sextant_client::timing::mark(|| "command done".into());
+                    drop(rt);
+                    sextant_client::timing::mark(|| "runtime dropped".into());
+                    done
                 })
                 .map(|ok| {
                     if !ok {

@@ -542,6 +542,7 @@ impl Session {
                         &cred,
                         &spec,
                         &sextant_server::peers::NoPeers,
+                        false,
                         || tx.is_closed(),
                         |hits| match tx.blocking_send(LocalMsg::Hits(hits)) {
                             Ok(()) => ControlFlow::Continue(()),

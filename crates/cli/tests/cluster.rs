@@ -2713,3 +2713,104 @@ fn big_tables_are_spread_by_their_inodes() {
     assert!(moves <= 3, "{moves} moves: {settled} then {st}");
     drop(etcd.child);
 }
+
+/// Search across servers keeps the other servers' directories between
+/// searches (issue 21 item 3: the records read from them, and the paths
+/// remembered through them): a chmod or a rename of a directory on the
+/// server holding it, acknowledged before a search starts, must be seen
+/// by that search on every server — no permission answer, and no path,
+/// from before survives. `/top` with sixteen subdirectories, each holding
+/// a file, over a and b with small tables (so subdirectories sit in other
+/// tables than `/top`, some on the other server); searches as root and as
+/// nobody warm every cache first.
+#[test]
+fn no_path_or_permission_from_before_a_rename_or_chmod_on_another_server_survives() {
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 4\ntable_inode_limit = 32\n",
+    );
+    sextant_ok(&a_addr, &secret, &["mkdir", "/top"]);
+    for k in 0..16 {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/top/s{k}")]);
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/top/s{k}/f1")]);
+    }
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let key = std::fs::read_to_string(secret.join("secret")).unwrap();
+    let find = |nobody: bool| -> Vec<String> {
+        let mut cmd = if nobody {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                BIN,
+            ]);
+            c
+        } else {
+            Command::new(BIN)
+        };
+        let out = cmd
+            .args(["--server", &a_addr, "--data"])
+            .arg(dir.path())
+            .args(["find", "/", "-name", "f1"])
+            .env("SEXTANT_SECRET", key.trim())
+            .env_remove("SEXTANT_SECRET_FILE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.code().is_some_and(|c| c <= 1),
+            "find as {}: {}",
+            if nobody { "nobody" } else { "root" },
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    };
+    let under = |top: &str| -> Vec<String> {
+        let mut v: Vec<String> = (0..16).map(|k| format!("/{top}/s{k}/f1")).collect();
+        v.sort();
+        v
+    };
+    for _ in 0..2 {
+        assert_eq!(find(false), under("top"));
+        assert_eq!(find(true), under("top"));
+    }
+    sextant_ok(&a_addr, &secret, &["chmod", "700", "/top"]);
+    assert_eq!(
+        find(true),
+        Vec::<String>::new(),
+        "listed below a directory closed to nobody"
+    );
+    assert_eq!(find(false), under("top"));
+    sextant_ok(&a_addr, &secret, &["chmod", "755", "/top"]);
+    assert_eq!(
+        find(true),
+        under("top"),
+        "not listed below a reopened directory"
+    );
+    assert_eq!(find(false), under("top"));
+    sextant_ok(&a_addr, &secret, &["mv", "/top", "/moved"]);
+    assert_eq!(find(false), under("moved"), "paths from before the rename");
+    assert_eq!(find(true), under("moved"), "paths from before the rename");
+}

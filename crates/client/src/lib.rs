@@ -21,7 +21,11 @@ mod search;
 pub mod spool;
 mod spread;
 mod target;
+pub mod timing;
 mod watch;
+
+/// How old a route map [`Client::recent_route_map`] reuses may be.
+pub const RECENT_MAP: Duration = Duration::from_secs(1);
 pub use backup::BackupStats;
 pub use search::SearchStream;
 pub use target::{unix_path, UNIX_PREFIX};
@@ -459,7 +463,9 @@ impl Client {
             Arc::downgrade(&client.inner),
             Arc::clone(&client.inner.session_broke),
         ));
+        timing::mark(|| "connecting".into());
         client.conn().await?;
+        timing::mark(|| "session open".into());
         client.learn_cluster().await;
         Ok(client)
     }
@@ -667,6 +673,7 @@ impl Client {
     /// The route map `link`'s server hands out (not cached: see
     /// [`Client::refresh_routes`]).
     async fn map_from(&self, link: &route::Link) -> Result<sextant_proto::route::RouteTable> {
+        timing::mark(|| format!("Map from {}", link.addr));
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
         let mut request = tonic::Request::new(pb::MapRequest {});
         self.inner.authorize(&mut request, "Map");
@@ -687,8 +694,13 @@ impl Client {
                 })
             }
         };
-        sextant_proto::route::RouteTable::from_pb(&map)
-            .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))
+        timing::mark(|| format!("Map from {} answered", link.addr));
+        let table = sextant_proto::route::RouteTable::from_pb(&map)
+            .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))?;
+        if std::ptr::eq(link, &*self.inner.home) {
+            self.inner.router.note_home_map(Arc::new(table.clone()));
+        }
+        Ok(table)
     }
 
     /// The route map this client routes by (`None`: it never needed one —
@@ -702,6 +714,25 @@ impl Client {
     /// TCP address the map names).
     pub async fn peek_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {
         Ok(Arc::new(self.map_from(&self.inner.home).await?))
+    }
+
+    /// The home server's route map as [`Client::peek_route_map`] gives it,
+    /// or the one it handed out within the last [`RECENT_MAP`] when that
+    /// names more than one server (a command asks for the map at connect
+    /// and again before a search: one round trip, not three). Only for
+    /// callers a slightly older map cannot mislead: a search spread by a
+    /// map naming several servers asks again, by a fresh map, for every
+    /// range a server no longer holds ([`crate::spread`]); a map naming
+    /// one server is always fetched anew (a search by it would go to that
+    /// server alone).
+    pub async fn recent_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {
+        if let Some(map) = self.inner.router.recent_map(RECENT_MAP) {
+            let first = map.routes().first().map(|r| &r.server);
+            if map.routes().iter().any(|r| Some(&r.server) != first) {
+                return Ok(map);
+            }
+        }
+        self.peek_route_map().await
     }
 
     /// Fetches the route map from the home server now (`sextant cluster

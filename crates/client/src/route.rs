@@ -64,15 +64,32 @@ pub(crate) struct Router {
     /// the servers of the current map do not answer — all its tables were
     /// on one server that died — the others may know the new owners.
     known: Arc<Mutex<Vec<String>>>,
+    /// The last map the home server handed out, and when
+    /// ([`Router::recent_map`]).
+    recent: Mutex<Option<(std::time::Instant, Arc<RouteTable>)>>,
 }
 
 impl Router {
+    /// Notes `map`, just handed out by the home server.
+    pub(crate) fn note_home_map(&self, map: Arc<RouteTable>) {
+        *self.recent.lock() = Some((std::time::Instant::now(), map));
+    }
+
+    /// The last map the home server handed out, if that was within
+    /// `within`.
+    pub(crate) fn recent_map(&self, within: std::time::Duration) -> Option<Arc<RouteTable>> {
+        let recent = self.recent.lock();
+        let (at, map) = recent.as_ref()?;
+        (at.elapsed() <= within).then(|| Arc::clone(map))
+    }
+
     /// A router with no links that shares this one's map.
     pub(crate) fn sharing_map(&self) -> Router {
         Router {
             map: Arc::clone(&self.map),
             links: Mutex::default(),
             known: Arc::clone(&self.known),
+            recent: Mutex::default(),
         }
     }
 

@@ -136,12 +136,13 @@ impl Client {
 
     /// The route map when it names more than one server (`None`: one
     /// server holds everything, or no map could be had — then the home
-    /// server answers, as on one server). Fetched for every search: a
-    /// cached map naming one server while several now hold tables would
-    /// send the query to one of them, which would answer for its tables
-    /// only.
+    /// server answers, as on one server). Fetched for every search unless
+    /// one naming several servers came within the last second
+    /// ([`Client::recent_route_map`]): a cached map naming one server
+    /// while several now hold tables would send the query to one of them,
+    /// which would answer for its tables only.
     async fn spread_map(&self) -> Option<Arc<RouteTable>> {
-        let map = self.peek_route_map().await.ok()?;
+        let map = self.recent_route_map().await.ok()?;
         let first = map.routes().first()?.server.clone();
         map.routes()
             .iter()

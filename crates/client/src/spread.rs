@@ -75,10 +75,12 @@ impl Merged {
         spec: &SearchSpec,
         map: Arc<RouteTable>,
     ) -> Result<Merged> {
+        crate::timing::mark(|| "spread search: resolving the scope".into());
         let root = match &spec.scope {
             SearchScope::Soid(s) => *s,
             SearchScope::Path(p) => client.resolve(cred, p, false).await?.soid,
         };
+        crate::timing::mark(|| "spread search: scope resolved, fanning out".into());
         let mut spec = spec.clone();
         spec.scope = SearchScope::Soid(root);
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -152,6 +154,7 @@ async fn drive(
                     part.forward_to = address.clone();
                 }
                 let link = (!address.is_empty() && !forward).then(|| client.link_to(&address));
+                crate::timing::mark(|| format!("part {address}: asked"));
                 let mut s: SearchStream = match client.search_at(link, &cred, &part).await {
                     // Typically a local user on the Unix socket, who has
                     // no secret for the other servers' TCP ports.
@@ -164,11 +167,13 @@ async fn drive(
                     }
                     other => other?,
                 };
+                crate::timing::mark(|| format!("part {address}: stream open"));
                 while let Some(batch) = s.next_batch().await? {
                     if hits_tx.send(batch).await.is_err() {
                         break;
                     }
                 }
+                crate::timing::mark(|| format!("part {address}: done"));
                 let done = s.done().cloned().unwrap_or_default();
                 Ok(Part { done })
             });
@@ -201,6 +206,7 @@ async fn drive(
                 }
             }
         }
+        crate::timing::mark(|| "spread search: every part's hits in".into());
         let mut not_held = Vec::new();
         while let Some(joined) = parts.join_next().await {
             let part = joined.map_err(|e| Error::Protocol(format!("a server's search: {e}")))??;

@@ -27,7 +27,18 @@
 //! follows from its absolute path alone (`search::scope::relative`); for
 //! root, every directory is so. Another caller's status under a directory
 //! that is not open to all depends on who it is, and is read as without
-//! the cache. Changing a directory's mode therefore advances the epoch too.
+//! the cache. Changing a directory's mode therefore advances the epoch too
+//! (and its owner or group: other members keep those of the directories
+//! they read from here to decide who may list them).
+//!
+//! On a member of a cluster, paths may run through directories other
+//! members hold, which this epoch does not see change. Such paths are
+//! remembered only by spread searches whose caller vouches for them
+//! (`search::Spread::remembering`): the caller compares the other members'
+//! epochs before each search and, when one moved, makes the engine forget
+//! (`Engine::forget_remembered_dirs`). The cache is then tagged with the
+//! sum of the two counters, so either advance empties it; the epoch other
+//! members see stays that of this member's own directories.
 //!
 //! Bounded: at most [`MAX_ENTRIES`] paths (then offers are dropped until
 //! the next epoch).

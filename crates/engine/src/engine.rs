@@ -307,9 +307,21 @@ pub(crate) struct Inner {
     /// Whether commits report their [`Changes`].
     pub(crate) track_changes: AtomicBool,
     /// Advanced by every transaction that moves, removes or changes the
-    /// mode of a directory, after its writes are applied
-    /// ([`crate::dir_cache`]).
+    /// mode or owner of a directory, after its writes are applied, and
+    /// when a table comes or goes ([`crate::dir_cache`]).
     pub(crate) dir_epoch: AtomicU64,
+    /// Advanced with `dir_epoch` by the transactions and the recovery that
+    /// change directories, but not when a table comes or goes (a
+    /// directory's record does not depend on who holds it): other members
+    /// read it ([`Engine::dir_epoch`]) to know whether the directories
+    /// they read from here may have changed.
+    pub(crate) dir_changes: AtomicU64,
+    /// Advanced by [`Engine::forget_remembered_dirs`]: directories of
+    /// other members may have changed. The remembered paths are tagged
+    /// with `dir_epoch + dir_forgets` (both only grow, so any advance of
+    /// either changes the tag); kept apart from `dir_epoch` so that a
+    /// member forgetting does not tell the others its directories changed.
+    pub(crate) dir_forgets: AtomicU64,
     /// Directory paths searches resolved, valid at one directory epoch. A
     /// leaf lock: nothing else is locked while it is held. Read-locked by
     /// lookups, so the threads of a search (and concurrent searches) do
@@ -386,6 +398,14 @@ fn snapshot_name(seq: u64) -> String {
 }
 
 impl Inner {
+    /// The tag of the directory paths remembered across searches: any
+    /// advance of `dir_epoch` or `dir_forgets` changes it.
+    pub(crate) fn dir_tag(&self) -> u64 {
+        self.dir_epoch
+            .load(Ordering::Acquire)
+            .wrapping_add(self.dir_forgets.load(Ordering::Acquire))
+    }
+
     /// [`snapshot_name`]; in member mode the full shared-store name under
     /// the member's prefix (`members/<name>/tables/…`), which other
     /// members read as is.
@@ -1323,6 +1343,8 @@ impl Engine {
             logless,
             track_changes: AtomicBool::new(false),
             dir_epoch: AtomicU64::new(1),
+            dir_changes: AtomicU64::new(1),
+            dir_forgets: AtomicU64::new(0),
             dir_cache: RwLock::new(Default::default()),
             summed: Mutex::new(None),
             requests: Mutex::new(ledger),
@@ -1930,6 +1952,7 @@ impl Engine {
         // Replayed renames, removals and mode changes bypass transactions:
         // no directory path remembered before recovery is trusted after it.
         inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
+        inner.dir_changes.fetch_add(1, Ordering::AcqRel);
         // Checkpoints are allowed again (see `checkpoint`); if this one
         // fails, the state file still names the crashed run, so the next
         // start recovers from the same backups over whatever got written.
@@ -2058,10 +2081,32 @@ impl Engine {
         self.inner.tables.read().keys().copied().collect()
     }
 
+    /// This member's directory epoch: it changes whenever a directory held
+    /// here moves, goes, or changes mode or owner (it has changed by the
+    /// time the change is acknowledged), and at recovery; not when a table
+    /// comes or goes (a directory's record does not depend on who holds
+    /// it). A member that read directories from others, and holds some
+    /// itself, may keep the records as long as the epochs of every member
+    /// (its own included: a table may come here, change, and go back) have
+    /// the values they had when it read them (`sextant-server`'s cache of
+    /// other servers' directories).
+    pub fn dir_epoch(&self) -> u64 {
+        self.inner.dir_changes.load(Ordering::Acquire)
+    }
+
+    /// Forgets every directory path remembered across searches
+    /// ([`crate::dir_cache`]): the caller learned that directories held by
+    /// another member, which the paths may run through, may have changed.
+    /// A search that starts once this returns sees none of them. Does not
+    /// change [`Engine::dir_epoch`].
+    pub fn forget_remembered_dirs(&self) {
+        self.inner.dir_forgets.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// A search starts: the directory epoch it remembers paths under
     /// ([`crate::dir_cache`]).
     pub(crate) fn dir_cache_begin(&self) -> u64 {
-        let epoch = self.inner.dir_epoch.load(Ordering::Acquire);
+        let epoch = self.inner.dir_tag();
         if self.inner.dir_cache.read().epoch() != epoch {
             self.inner.dir_cache.write().begin(epoch);
         }
@@ -2093,7 +2138,7 @@ impl Engine {
             return;
         }
         let mut cache = self.inner.dir_cache.write();
-        let current = self.inner.dir_epoch.load(Ordering::Acquire);
+        let current = self.inner.dir_tag();
         cache.offer(epoch, current, paths);
     }
 
@@ -2106,7 +2151,7 @@ impl Engine {
         place: crate::dir_cache::ExitPlace,
     ) {
         let mut cache = self.inner.dir_cache.write();
-        let current = self.inner.dir_epoch.load(Ordering::Acquire);
+        let current = self.inner.dir_tag();
         cache.offer_place(epoch, current, version, place);
     }
 

@@ -355,12 +355,16 @@ impl<'m> Txn<'m> {
             match &m {
                 Mutation::PutInode { soid, inode } => match table.inode(*soid) {
                     None => inode_delta += 1,
-                    // A directory's place, or who may list it, changed.
+                    // A directory's place, or who may list it, changed
+                    // (its owner too: other members keep its owner and
+                    // group to decide who may list it).
                     Some(old) => {
                         directory_changed |= old.is_dir()
                             && (old.parent != inode.parent
                                 || old.name != inode.name
-                                || old.perm != inode.perm);
+                                || old.perm != inode.perm
+                                || old.uid != inode.uid
+                                || old.gid != inode.gid);
                     }
                 },
                 Mutation::DeleteInode { soid } => {
@@ -390,6 +394,7 @@ impl<'m> Txn<'m> {
             // directory path remembered from before
             // ([`crate::dir_cache`]).
             self.inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
+            self.inner.dir_changes.fetch_add(1, Ordering::AcqRel);
         }
         let mut oversized = Vec::new();
         for start in touched {

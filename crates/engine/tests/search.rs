@@ -1013,28 +1013,38 @@ fn run_spread_case(ops: &[Op], tiny: bool, queries: &[Query]) -> Result<usize, T
         }
     }
     let (from_a, from_b) = (Peer(&b), Peer(&a));
-    for (cred, scope, expr, want) in &wanted {
-        let mut both: Vec<SearchHit> = Vec::new();
-        for (e, foreign) in [(&a, &from_a), (&b, &from_b)] {
-            let spread = Spread::new(vec![SoidRange::ALL], foreign);
-            let opts = SearchOptions {
-                spread: Some(&spread),
-                ..SearchOptions::default()
-            };
-            e.search_with(cred, Scope::Soid(*scope), expr, &opts, |h| {
-                both.push(h.to_hit());
-                ControlFlow::Continue(())
-            })
-            .unwrap();
+    // Without the remembered paths; then with them (nothing changed
+    // since the tables moved, so the caller may vouch for them), twice:
+    // the first pass fills them through the other member's directories,
+    // the second decides from them.
+    for remembering in [false, true, true] {
+        for (cred, scope, expr, want) in &wanted {
+            let mut both: Vec<SearchHit> = Vec::new();
+            for (e, foreign) in [(&a, &from_a), (&b, &from_b)] {
+                let mut spread = Spread::new(vec![SoidRange::ALL], foreign);
+                if remembering {
+                    spread = spread.remembering();
+                }
+                let opts = SearchOptions {
+                    spread: Some(&spread),
+                    ..SearchOptions::default()
+                };
+                e.search_with(cred, Scope::Soid(*scope), expr, &opts, |h| {
+                    both.push(h.to_hit());
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            }
+            prop_assert_eq!(
+                rows(&both),
+                rows(want),
+                "spread (remembering: {}): {:?} {:?} scope {:?}",
+                remembering,
+                expr,
+                cred,
+                scope
+            );
         }
-        prop_assert_eq!(
-            rows(&both),
-            rows(want),
-            "spread: {:?} {:?} scope {:?}",
-            expr,
-            cred,
-            scope
-        );
     }
     Ok(wanted.len())
 }

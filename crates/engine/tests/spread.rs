@@ -554,3 +554,132 @@ fn a_member_answers_many_directories_at_once() {
         vec![e1]
     );
 }
+
+/// Paths remembered through another member's directories (a spread search
+/// whose caller vouches for them, [`Spread::remembering`]): that member's
+/// [`Engine::dir_epoch`] advances with every rename, chmod and chown of a
+/// directory it holds, and once the caller has seen it advance and made
+/// the engine forget ([`Engine::forget_remembered_dirs`]), no search
+/// answers with a path or a permission from before — the remembered
+/// answer is again what reading every directory gives.
+#[test]
+fn remembered_paths_through_another_member_follow_its_changes_once_forgotten() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    populate(&a);
+    let root = Credentials::root();
+    let lookup = |name: &[u8]| a.lookup(&root, Soid::ROOT, name).unwrap().soid;
+    let (d2, d4) = (lookup(b"d2"), lookup(b"d4"));
+    let open_dirs = [(lookup(b"d3"), "d3"), (lookup(b"d5"), "d5")];
+    for (n, t) in a.owned_tables().into_iter().enumerate() {
+        if n % 2 == 1 {
+            let m = a.drop_table(t).unwrap();
+            assert!(catalog.assign(t, "b"));
+            b.add_table(&m).unwrap();
+        }
+    }
+    let callers = [root.clone(), user()];
+    let (from_a, from_b) = (Peer(&b), Peer(&a));
+    let answer = |cred: &Credentials, remembering: bool| -> Answer {
+        let mut both = Answer::new();
+        for (e, foreign) in [(&a, &from_a), (&b, &from_b)] {
+            let mut sp = Spread::new(vec![SoidRange::ALL], foreign);
+            if remembering {
+                sp = sp.remembering();
+            }
+            both.extend(search(e, cred, Soid::ROOT, &Expr::True, Some(&sp)));
+        }
+        both
+    };
+    let check = |what: &str| {
+        for cred in &callers {
+            let fresh = answer(cred, false);
+            for pass in 0..2 {
+                assert_eq!(
+                    answer(cred, true),
+                    fresh,
+                    "{what}: uid {} pass {pass}: remembered paths differ from the directories",
+                    cred.uid
+                );
+            }
+        }
+    };
+    let forget = || {
+        a.forget_remembered_dirs();
+        b.forget_remembered_dirs();
+    };
+    check("before any change");
+    // Runs `op` on whichever member can (the one holding what it
+    // changes); that member's directory epoch must advance.
+    let try_on_holder = |what: &str, op: &dyn Fn(&Engine) -> Result<(), FsError>| {
+        for e in [&a, &b] {
+            let before = e.dir_epoch();
+            if op(e).is_ok() {
+                assert!(
+                    e.dir_epoch() > before,
+                    "{what}: the directory epoch did not advance"
+                );
+                return true;
+            }
+        }
+        false
+    };
+    let on_holder = |what: &str, op: &dyn Fn(&Engine) -> Result<(), FsError>| {
+        assert!(try_on_holder(what, op), "{what}: neither member could");
+    };
+    // A rename inside /d3 or /d5 (one a member can make alone): every
+    // path below the renamed directory changes.
+    let renamed = open_dirs
+        .iter()
+        .flat_map(|d| (0..3).map(move |j| (d, j)))
+        .find(|((dir, _), j)| {
+            try_on_holder("rename", &|e| {
+                let (from, to) = (format!("s{j}"), format!("t{j}"));
+                e.rename(
+                    &root,
+                    *dir,
+                    from.as_bytes(),
+                    *dir,
+                    to.as_bytes(),
+                    Default::default(),
+                )?
+                .wait(e)
+                .map(|_| ())
+            })
+        });
+    let ((_, name), j) = renamed.expect("a rename one member can make");
+    forget();
+    check("after a rename");
+    let new = format!("/{name}/t{j}/");
+    assert!(answer(&root, true)
+        .iter()
+        .any(|(p, _)| p.starts_with(new.as_bytes())));
+    // chmod: /d4 closed to others.
+    let chmod = SetAttr {
+        perm: Some(0o700),
+        ..Default::default()
+    };
+    on_holder("chmod", &|e| {
+        e.setattr(&root, d4, &chmod)?.wait(e).map(|_| ())
+    });
+    forget();
+    check("after a chmod");
+    assert!(!answer(&user(), true)
+        .iter()
+        .any(|(p, _)| p.starts_with(b"/d4/")));
+    // chown: /d2 (0744: others may not search it) given to the user.
+    let chown = SetAttr {
+        uid: Some(user().uid),
+        ..Default::default()
+    };
+    on_holder("chown", &|e| {
+        e.setattr(&root, d2, &chown)?.wait(e).map(|_| ())
+    });
+    forget();
+    check("after a chown");
+    assert!(answer(&user(), true)
+        .iter()
+        .any(|(p, _)| p.starts_with(b"/d2/s0/")));
+}

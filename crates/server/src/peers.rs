@@ -17,7 +17,28 @@
 //! its holder as the caller this server admitted, and the batches pass
 //! back through.
 //!
+//! Across searches, a server keeps the other servers' directory records
+//! it has read ([`ForeignCache`]), valid while every server's directory
+//! epoch and incarnation (`DirChainReply.dir_epoch`, `incarnation`; its
+//! own included) stay what they were when the records were read. The
+//! epoch advances with every change of a directory held there (rename,
+//! removal, mode, owner), not when tables move: a directory's record does
+//! not depend on who holds it, and wherever it is changed, that server's
+//! epoch advances. Each
+//! search first asks every other server of the route map for both (one
+//! small call each, all at once: [`Peers::check_epochs`]); when any
+//! differs, or a server is new, gone, or does not answer, the kept
+//! records are dropped and the engine forgets the directory paths it
+//! remembered ([`sextant_engine::Engine::forget_remembered_dirs`]), which
+//! may run through those directories. So a directory renamed, removed,
+//! chmod-ed or chown-ed on another server, or a table that came or went
+//! there, acknowledged before a search starts, is never seen by that
+//! search as it was before.
+//!
 //! Invariants:
+//! - A record is kept only from a reply whose server's epoch and
+//!   incarnation equal the ones the current generation of the cache was
+//!   checked at, and only into that generation.
 //! - Peers are reached with the cluster secret (every server of a cluster
 //!   shares it) over TCP, with TLS when this server serves TLS (its own
 //!   certificate is the trust root: one certificate for the cluster, or
@@ -27,12 +48,13 @@
 
 use crate::placement::Placement;
 use sextant_engine::search::{DirRecord, ForeignDirs};
+use sextant_engine::Engine;
 use sextant_proto::pb::sextant_client::SextantClient;
 use sextant_proto::route::RouteTable;
 use sextant_proto::{pb, soid_from_pb, soid_to_pb, SECRET_METADATA};
 use sextant_types::{FsError, Soid};
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
@@ -44,10 +66,66 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// A forwarded request's limit (a mutation may wait for a sync and a
 /// table's pull there).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// An epoch check's limit ([`Peers::check_epochs`]): a server that does
+/// not answer within it costs a search its kept directories, not its
+/// answer.
+const EPOCH_TIMEOUT: Duration = Duration::from_secs(1);
 /// Between attempts while a table is moving.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// Directories asked in one `DirChain` call at most.
 pub const BATCH: usize = 4096;
+
+/// Records kept across searches at most (then no more are kept until
+/// the next generation).
+const MAX_KEPT: usize = 1 << 18;
+
+/// This process's incarnation (`DirChainReply.incarnation`): never 0, new
+/// at every start (so a restarted server's epochs, which start again, are
+/// never taken for the old ones).
+pub fn incarnation() -> u64 {
+    static INCARNATION: OnceLock<u64> = OnceLock::new();
+    *INCARNATION.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        (nanos ^ (u64::from(std::process::id()) << 40)).max(1)
+    })
+}
+
+/// Whether searches keep other servers' directories across searches (and
+/// remember paths through them): yes, unless `SEXTANT_SEARCH_KEEP_FOREIGN=0`
+/// (benchmarks compare both in one run; read once).
+pub fn keeping() -> bool {
+    static KEEPING: OnceLock<bool> = OnceLock::new();
+    *KEEPING.get_or_init(|| std::env::var("SEXTANT_SEARCH_KEEP_FOREIGN").map_or(true, |v| v != "0"))
+}
+
+/// Every other server's (incarnation, directory epoch), by address.
+type Epochs = BTreeMap<String, (u64, u64)>;
+
+/// The other servers' directory records kept across searches (see the
+/// module docs).
+#[derive(Default)]
+pub struct ForeignCache {
+    state: parking_lot::Mutex<CacheState>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    /// What `records` are valid for.
+    epochs: Epochs,
+    /// Advanced whenever `records` are dropped.
+    generation: u64,
+    records: HashMap<Soid, DirRecord>,
+}
+
+/// What a search checked ([`Peers::check_epochs`]): it may use and fill
+/// the kept records of this generation.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    generation: u64,
+    epochs: Epochs,
+}
 
 /// Channels to the other servers, one per address.
 pub struct Peers {
@@ -55,6 +133,8 @@ pub struct Peers {
     /// TLS trust root (`None`: plain TCP).
     ca: Option<Vec<u8>>,
     channels: parking_lot::Mutex<HashMap<String, Channel>>,
+    /// The other servers' directories, kept across searches.
+    pub cache: ForeignCache,
 }
 
 impl Peers {
@@ -64,7 +144,97 @@ impl Peers {
             secret: secret.parse().ok()?,
             ca,
             channels: parking_lot::Mutex::new(HashMap::new()),
+            cache: ForeignCache::default(),
         })
+    }
+
+    /// Before a search on `engine`: asks every other server of the route
+    /// map for its directory epoch and incarnation, all at once; when any
+    /// differs from what the kept records are valid for (or a server is
+    /// new or gone), drops them and makes `engine` forget the directory
+    /// paths it remembered. `None` when some server did not answer (then
+    /// both are dropped too, and the search keeps nothing).
+    /// REQUIRES: not on a runtime worker (waits on `runtime`).
+    pub fn check_epochs(
+        self: &Arc<Self>,
+        engine: &Engine,
+        placement: &dyn Placement,
+        runtime: &tokio::runtime::Handle,
+    ) -> Option<Checked> {
+        let others: Vec<String> = match RouteTable::from_pb(&placement.map()) {
+            Ok(map) => {
+                let me = engine.member_name();
+                let mut v: Vec<String> = map
+                    .routes()
+                    .iter()
+                    .filter(|r| Some(r.server.as_str()) != me && !r.address.is_empty())
+                    .map(|r| r.address.clone())
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            }
+            Err(_) => {
+                self.cache.drop_all(engine, Epochs::new());
+                return None;
+            }
+        };
+        let peers = Arc::clone(self);
+        let asked = runtime.block_on(async move {
+            let mut set = tokio::task::JoinSet::new();
+            for address in others {
+                let peers = Arc::clone(&peers);
+                set.spawn(async move {
+                    let got = peers.epoch_of(&address).await;
+                    (address, got)
+                });
+            }
+            let mut epochs = Epochs::new();
+            let mut all = true;
+            while let Some(done) = set.join_next().await {
+                match done {
+                    Ok((address, Some(e))) => {
+                        epochs.insert(address, e);
+                    }
+                    _ => all = false,
+                }
+            }
+            all.then_some(epochs)
+        });
+        let Some(mut epochs) = asked else {
+            self.cache.drop_all(engine, Epochs::new());
+            return None;
+        };
+        // This server's own too (under no address): a table may come
+        // here, have a directory changed, and go back.
+        epochs.insert(String::new(), (incarnation(), engine.dir_epoch()));
+        let mut st = self.cache.state.lock();
+        if st.epochs != epochs {
+            drop(st);
+            self.cache.drop_all(engine, epochs.clone());
+            st = self.cache.state.lock();
+            if st.epochs != epochs {
+                // Another search checked meanwhile and saw other values.
+                return None;
+            }
+        }
+        Some(Checked {
+            generation: st.generation,
+            epochs,
+        })
+    }
+
+    /// The incarnation and directory epoch of the server at `address`
+    /// (`None`: no answer, or a server that predates them).
+    async fn epoch_of(&self, address: &str) -> Option<(u64, u64)> {
+        let (mut grpc, request) = self.client(address, pb::DirChainRequest::default()).ok()?;
+        let reply = tokio::time::timeout(EPOCH_TIMEOUT, grpc.dir_chain(request))
+            .await
+            .ok()?
+            .ok()?
+            .into_inner();
+        (reply.error.is_none() && reply.incarnation != 0)
+            .then_some((reply.incarnation, reply.dir_epoch))
     }
 
     fn channel(&self, address: &str) -> Result<Channel, String> {
@@ -152,6 +322,78 @@ impl Peers {
     }
 }
 
+impl ForeignCache {
+    /// Drops every kept record (a new generation, valid for `epochs`) and
+    /// makes `engine` forget its remembered paths, in that order under the
+    /// lock: a search that checks after this returns sees neither.
+    fn drop_all(&self, engine: &Engine, epochs: Epochs) {
+        let mut st = self.state.lock();
+        engine.forget_remembered_dirs();
+        st.records.clear();
+        st.generation += 1;
+        st.epochs = epochs;
+    }
+
+    /// The kept chains of those of `dirs` kept in generation `checked`
+    /// (each record once; a chain stops at the first ancestor not kept),
+    /// and the directories not kept.
+    fn lookup(&self, checked: &Checked, dirs: &[Soid]) -> (Vec<DirRecord>, Vec<Soid>) {
+        let st = self.state.lock();
+        if st.generation != checked.generation {
+            return (Vec::new(), dirs.to_vec());
+        }
+        let (mut found, mut rest) = (Vec::new(), Vec::new());
+        let mut sent: HashSet<Soid> = HashSet::new();
+        for &d in dirs {
+            if !st.records.contains_key(&d) {
+                rest.push(d);
+                continue;
+            }
+            let mut cur = d;
+            while let Some(r) = st.records.get(&cur) {
+                if !sent.insert(cur) {
+                    break;
+                }
+                found.push(r.clone());
+                if cur == Soid::ROOT {
+                    break;
+                }
+                cur = r.parent;
+            }
+        }
+        (found, rest)
+    }
+
+    /// Keeps `records`, read from the server at `address` when it was at
+    /// `stamp` (incarnation, epoch), if that is what generation `checked`
+    /// is valid for.
+    fn keep(&self, checked: &Checked, address: &str, stamp: (u64, u64), records: &[DirRecord]) {
+        if stamp.0 == 0 || checked.epochs.get(address) != Some(&stamp) {
+            return;
+        }
+        let mut st = self.state.lock();
+        if st.generation != checked.generation {
+            return;
+        }
+        for r in records {
+            if st.records.len() >= MAX_KEPT {
+                return;
+            }
+            st.records.insert(r.soid, r.clone());
+        }
+    }
+
+    /// How many records are kept (tests).
+    pub fn len(&self) -> usize {
+        self.state.lock().records.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// What one batched `DirChain` call answered.
 struct Answered {
     records: Vec<DirRecord>,
@@ -159,6 +401,8 @@ struct Answered {
     not_held: Vec<Soid>,
     /// How many of the directories asked (in order) were answered.
     answered: usize,
+    /// The peer's (incarnation, directory epoch) as it answered.
+    stamp: (u64, u64),
 }
 
 impl Peers {
@@ -205,6 +449,7 @@ impl Peers {
             answered: usize::try_from(reply.answered)
                 .unwrap_or(usize::MAX)
                 .clamp(1, dirs.len()),
+            stamp: (reply.incarnation, reply.dir_epoch),
         })
     }
 }
@@ -251,6 +496,9 @@ pub struct PeerDirs {
     pub peers: Arc<Peers>,
     pub placement: Arc<dyn Placement>,
     pub runtime: tokio::runtime::Handle,
+    /// The records kept across searches this search may use and fill
+    /// (`None`: none).
+    pub checked: Option<Checked>,
 }
 
 impl ForeignDirs for PeerDirs {
@@ -281,8 +529,10 @@ impl ForeignDirs for PeerDirs {
     /// again of its holder by a newer map, as [`PeerDirs::chain`] does.
     fn chains(&self, dirs: &[Soid]) -> Result<Vec<DirRecord>, FsError> {
         let deadline = Instant::now() + READ_FOR;
-        let mut records = Vec::new();
-        let mut pending = dirs.to_vec();
+        let (mut records, mut pending) = match &self.checked {
+            Some(c) => self.peers.cache.lookup(c, dirs),
+            None => (Vec::new(), dirs.to_vec()),
+        };
         while !pending.is_empty() {
             let mut by_holder: HashMap<String, Vec<Soid>> = HashMap::new();
             let mut retry = Vec::new();
@@ -311,7 +561,7 @@ impl ForeignDirs for PeerDirs {
                     let peers = Arc::clone(&peers);
                     set.spawn(async move {
                         let got = peers.dir_chains(&address, &ds).await;
-                        (ds, got)
+                        (address, ds, got)
                     });
                 }
                 let mut answers = Vec::new();
@@ -321,12 +571,15 @@ impl ForeignDirs for PeerDirs {
                 answers
             });
             for done in answers {
-                let Ok((ds, got)) = done else {
+                let Ok((address, ds, got)) = done else {
                     tracing::warn!("a search's directory read did not finish");
                     return Err(FsError::Io);
                 };
                 match got {
                     Ok(a) => {
+                        if let Some(c) = &self.checked {
+                            self.peers.cache.keep(c, &address, a.stamp, &a.records);
+                        }
                         records.extend(a.records);
                         if !a.not_held.is_empty() {
                             last = "not held there".into();

@@ -27,12 +27,15 @@ use std::ops::ControlFlow;
 /// Runs `spec` as `cred`; see the module doc. With `spec.ranges` (a
 /// cluster whose namespace is spread), only those ranges are searched,
 /// other servers' directories are read through `foreign`, and the ranges
-/// held elsewhere come back in `not_held`.
+/// held elsewhere come back in `not_held`; `remembering`: the caller
+/// vouches for the directory paths remembered across searches
+/// ([`Spread::remembering`]).
 pub fn execute(
     engine: &Engine,
     cred: &Credentials,
     spec: &SearchSpec,
     foreign: &(dyn ForeignDirs + Sync),
+    remembering: bool,
     cancelled: impl Fn() -> bool + Sync,
     mut emit: impl FnMut(Vec<SearchHit>) -> ControlFlow<()>,
 ) -> Result<SearchDone, FsError> {
@@ -41,7 +44,14 @@ pub fn execute(
         SearchScope::Soid(s) => Scope::Soid(*s),
     };
     let limit = spec.engine_limit();
-    let spread = (!spec.ranges.is_empty()).then(|| Spread::new(spec.ranges.clone(), foreign));
+    let spread = (!spec.ranges.is_empty()).then(|| {
+        let sp = Spread::new(spec.ranges.clone(), foreign);
+        if remembering {
+            sp.remembering()
+        } else {
+            sp
+        }
+    });
     // Tables are visited on every core; `cancelled` is asked between tables
     // (by every worker) as well as at every hit below.
     let opts = SearchOptions {
@@ -250,6 +260,7 @@ mod tests {
             &root(),
             &spec(64),
             &crate::peers::NoPeers,
+            false,
             || false,
             |b| {
                 sizes.push(b.len());
@@ -273,6 +284,7 @@ mod tests {
             &root(),
             &s,
             &crate::peers::NoPeers,
+            false,
             || false,
             |b| {
                 hits.extend(b);
@@ -290,6 +302,7 @@ mod tests {
             &root(),
             &s,
             &crate::peers::NoPeers,
+            false,
             || false,
             |_| panic!("no hits"),
         )
@@ -302,6 +315,7 @@ mod tests {
             &root(),
             &s,
             &crate::peers::NoPeers,
+            false,
             || false,
             |_| panic!("no hits"),
         )
@@ -359,6 +373,7 @@ mod tests {
                     &root(),
                     &s,
                     &crate::peers::NoPeers,
+                    false,
                     || false,
                     |_| panic!("no hits"),
                 )
@@ -402,6 +417,7 @@ mod tests {
             &root(),
             &spec(10),
             &crate::peers::NoPeers,
+            false,
             || false,
             |_| {
                 calls.set(calls.get() + 1);
@@ -417,6 +433,7 @@ mod tests {
             &root(),
             &spec(10),
             &crate::peers::NoPeers,
+            false,
             || seen.load(Ordering::Relaxed) >= 25,
             |b| {
                 seen.fetch_add(b.len(), Ordering::Relaxed);
@@ -436,6 +453,7 @@ mod tests {
                 &root(),
                 &s,
                 &crate::peers::NoPeers,
+                false,
                 || true,
                 |_| ControlFlow::Continue(()),
             )

@@ -903,6 +903,7 @@ impl Shared {
         confined: bool,
     ) -> Result<mpsc::Receiver<Result<pb::SearchBatch, Status>>, Status> {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let arrived = std::time::Instant::now();
         if let Some(ll) = &self.logless {
             ll.wait_ready().await;
         }
@@ -926,17 +927,34 @@ impl Shared {
             let started = std::time::Instant::now();
             let shutdown = shared.shutdown.clone();
             let cancelled = || tx.is_closed() || *shutdown.borrow();
+            // What this server kept of the others' directories (and the
+            // paths it remembered through them) is checked first.
+            let checked = shared
+                .peers
+                .as_ref()
+                .filter(|_| crate::peers::keeping())
+                .and_then(|peers| {
+                    peers.check_epochs(&shared.engine, shared.placement.as_ref(), &runtime)
+                });
+            let remembering = checked.is_some();
             let peer_dirs = shared.peers.as_ref().map(|peers| crate::peers::PeerDirs {
                 peers: Arc::clone(peers),
                 placement: Arc::clone(&shared.placement),
                 runtime,
+                checked,
             });
             let foreign: &(dyn sextant_engine::search::ForeignDirs + Sync) = match &peer_dirs {
                 Some(p) => p,
                 None => &crate::peers::NoPeers,
             };
-            let result =
-                search::execute(&shared.engine, &cred, &spec, foreign, cancelled, |hits| {
+            let result = search::execute(
+                &shared.engine,
+                &cred,
+                &spec,
+                foreign,
+                remembering,
+                cancelled,
+                |hits| {
                     let batch = pb::SearchBatch {
                         hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
                         ..Default::default()
@@ -945,7 +963,8 @@ impl Shared {
                         Ok(()) => std::ops::ControlFlow::Continue(()),
                         Err(_) => std::ops::ControlFlow::Break(()),
                     }
-                });
+                },
+            );
             let (last, outcome) = match result {
                 Ok(done) => {
                     // Groups first, in batches that fit a message.
@@ -989,6 +1008,13 @@ impl Shared {
                 Err(e) => (error_batch(error_to_pb(e)), "error"),
             };
             let _ = tx.blocking_send(Ok(last));
+            tracing::debug!(
+                target: "sextant::search_timing",
+                queued_us = (started - arrived).as_micros() as u64,
+                run_us = started.elapsed().as_micros() as u64,
+                spread = !spec.ranges.is_empty(),
+                "search done"
+            );
             metrics::counter!("sextant_requests_total", "op" => "search", "outcome" => outcome)
                 .increment(1);
             metrics::histogram!("sextant_request_seconds", "op" => "search")
@@ -1123,6 +1149,14 @@ impl pb::sextant_server::Sextant for Service {
             ));
         }
         let request = request.into_inner();
+        if request.dir.is_none() && request.more.is_empty() {
+            // Only the epoch (a search checking what it kept).
+            return Ok(Response::new(pb::DirChainReply {
+                dir_epoch: self.shared.engine.dir_epoch(),
+                incarnation: crate::peers::incarnation(),
+                ..Default::default()
+            }));
+        }
         let dir = soid_from_pb(request.dir.as_ref())
             .map_err(|_| Status::invalid_argument("dir is missing"))?;
         // Many at once (a search's batch), or `dir` alone.
@@ -1136,11 +1170,18 @@ impl pb::sextant_server::Sextant for Service {
         let batch = !request.more.is_empty();
         let shared = Arc::clone(&self.shared);
         let budget = sextant_proto::MAX_MESSAGE_BYTES / 2;
-        let chains = tokio::task::spawn_blocking(move || shared.engine.dir_chains(&dirs, budget))
-            .await
-            .map_err(|_| Status::internal("the directory read failed"))?;
+        // The epoch after the reads: if it is the one the asker checked,
+        // no directory changed here in between.
+        let (chains, dir_epoch) = tokio::task::spawn_blocking(move || {
+            let chains = shared.engine.dir_chains(&dirs, budget);
+            (chains, shared.engine.dir_epoch())
+        })
+        .await
+        .map_err(|_| Status::internal("the directory read failed"))?;
         let reply = match chains {
             Ok(c) => pb::DirChainReply {
+                dir_epoch,
+                incarnation: crate::peers::incarnation(),
                 not_held: c.not_held.first() == Some(&dir),
                 dirs: c.records.iter().map(crate::peers::record_to_pb).collect(),
                 // 0 for `dir` alone: as a server that predates batches.

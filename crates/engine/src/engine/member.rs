@@ -711,6 +711,8 @@ impl Engine {
             logless: None,
             track_changes: AtomicBool::new(false),
             dir_epoch: AtomicU64::new(1),
+            dir_changes: AtomicU64::new(1),
+            dir_forgets: AtomicU64::new(0),
             dir_cache: RwLock::new(Default::default()),
             summed: Mutex::new(None),
             requests: Mutex::new(ledger),

@@ -200,7 +200,7 @@ pub use hits::HitRef;
 pub use plan::{plan, Plan};
 pub use query::{glob_match, Entry, Expr, PermMatch, Pred};
 pub(crate) use scope::MAX_CHAIN as MAX_CHAIN_LEN;
-pub use spread::{intersection, DirChains, DirRecord, ForeignDirs, Spread};
+pub use spread::{intersection, DirChains, DirRecord, ForeignDirs, ForeignReadCounts, Spread};
 // Count and total size: a table summary's unit, defined with it.
 pub use crate::table::summary::Totals;
 
@@ -965,14 +965,18 @@ pub(crate) fn run_with(
         lean = None;
     }
     let spread = opts.spread;
+    // Phase times of a spread search (debug log `sextant::search_timing`).
+    let t0 = std::time::Instant::now();
     let root = match scope {
         Scope::Path(p) => engine.resolve(cred, p, false)?.soid,
         Scope::Soid(s) => s,
     };
     // Directory paths are remembered across searches: the epoch is taken
-    // first, before any directory is read. Not by a spread search (the
-    // epoch does not see renames on other members).
-    let epoch = (use_index && opts.dir_cache && spread.is_none()).then(|| engine.dir_cache_begin());
+    // first, before any directory is read. Not by a spread search unless
+    // its caller vouches for them (the epoch does not see renames on
+    // other members: [`Spread::remembering`]).
+    let epoch = (use_index && opts.dir_cache && spread.is_none_or(Spread::remembers))
+        .then(|| engine.dir_cache_begin());
     let mut s = Search {
         engine,
         cred,
@@ -1121,9 +1125,30 @@ pub(crate) fn run_with(
         spread,
     };
 
+    let t_root = t0.elapsed();
     if let (Some(sp), usize::MAX) = (spread, limit) {
         prefetch_exits(&s, sp, &plan, use_index)?;
     }
+    let t_prefetch = t0.elapsed();
+    let timing = |s: &Search<'_>| {
+        if let Some(sp) = spread {
+            let r = sp.reads();
+            tracing::debug!(
+                target: "sextant::search_timing",
+                root_us = t_root.as_micros() as u64,
+                prefetch_us = (t_prefetch - t_root).as_micros() as u64,
+                visit_us = (t0.elapsed() - t_prefetch).as_micros() as u64,
+                rounds = r.rounds,
+                asked = r.asked,
+                records = r.records,
+                waited_us = r.waited_us,
+                dir_reads = s.stats.dir_reads,
+                tables = s.stats.tables,
+                summarized = s.stats.tables_summarized,
+                "spread search phases"
+            );
+        }
+    };
     let ranges = spread.map_or_else(|| vec![SoidRange::ALL], |sp| sp.ranges().to_vec());
     if opts.threads > 1 && limit == usize::MAX {
         let mut items = parallel::work_items(&engine.table_starts());
@@ -1132,6 +1157,7 @@ pub(crate) fn run_with(
         }
         if items.len() > 1 {
             parallel::run(&job, &mut s, items, opts, lean, visit)?;
+            timing(&s);
             return Ok(s.stats);
         }
     }
@@ -1151,6 +1177,7 @@ pub(crate) fn run_with(
             break;
         }
     }
+    timing(&s);
     Ok(s.stats)
 }
 
@@ -1174,6 +1201,18 @@ fn prefetch_exits(
             }
             exits.extend(t.exits().dirs().filter(|e| !s.memo.contains_key(e)));
         })?;
+    }
+    // Exits whose remembered paths decide them need no read (most of
+    // them, once the searches have remembered the paths).
+    if let Some((epoch, scope_path)) = &s.dir_cache {
+        let root = s.cred.is_root();
+        s.engine.dir_cache_read(|c| {
+            exits.retain(|e| {
+                c.peek(*epoch, *e).is_none_or(|((path, open), depth)| {
+                    scope::relative(path, depth, *open, root, scope_path).is_none()
+                })
+            });
+        });
     }
     exits.sort_unstable();
     exits.dedup();

@@ -112,7 +112,7 @@ fn unwind<N: AsRef<[u8]>>(
 /// difference of depths, visible, when the caller may list every
 /// directory on the way (root, or all open); `None` when that depends on
 /// the caller (it must be read).
-fn relative(
+pub(super) fn relative(
     abs: &Arc<[u8]>,
     abs_depth: u32,
     open: bool,

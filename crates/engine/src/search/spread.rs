@@ -32,8 +32,10 @@
 //! - `ranges` are sorted and disjoint; nothing outside them is visited and
 //!   the scope root is reported only by the member whose ranges hold it.
 //! - Directory paths remembered across searches ([`crate::dir_cache`]) are
-//!   neither used nor filled by a spread search: its epoch does not see
-//!   renames on other members.
+//!   neither used nor filled by a spread search unless its caller vouches
+//!   for them ([`Spread::remembering`]): the local epoch does not see
+//!   renames on other members, so the caller must make the engine forget
+//!   them whenever another member's directories may have changed.
 //! - The records kept live as long as the search: each directory is read
 //!   once during it, which is the per-entry consistency every search
 //!   promises (its statuses are memoised the same way); nothing read by
@@ -43,7 +45,9 @@ use crate::hash::SoidHasher;
 use sextant_types::{FsError, Soid, SoidRange};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 /// One directory as its owner holds it: what another member's search
 /// needs to continue a parent chain through it.
@@ -113,6 +117,33 @@ pub struct Spread<'a> {
     /// The other members' directories this search has read (see the
     /// module docs).
     kept: parking_lot::Mutex<Kept>,
+    /// What reading other members' directories cost this search
+    /// ([`Spread::reads`]).
+    reads: ForeignReads,
+    /// The search may use and fill the directory paths remembered across
+    /// searches ([`Spread::remembering`]).
+    remembers: bool,
+}
+
+/// What reading other members' directories cost one search: rounds of
+/// [`ForeignDirs::chains`], directories asked, records received, and the
+/// wall time spent waiting for them (µs; threads of a search may wait at
+/// once, so it can exceed the search's time).
+#[derive(Default)]
+struct ForeignReads {
+    rounds: AtomicU64,
+    asked: AtomicU64,
+    records: AtomicU64,
+    waited_us: AtomicU64,
+}
+
+/// [`ForeignReads`] as numbers (for the server's search timing log).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForeignReadCounts {
+    pub rounds: u64,
+    pub asked: u64,
+    pub records: u64,
+    pub waited_us: u64,
 }
 
 impl<'a> Spread<'a> {
@@ -134,6 +165,38 @@ impl<'a> Spread<'a> {
             not_held: Mutex::new(Vec::new()),
             root: OnceLock::new(),
             kept: parking_lot::Mutex::new(Kept::default()),
+            reads: ForeignReads::default(),
+            remembers: false,
+        }
+    }
+
+    /// Lets the search use and fill the directory paths remembered across
+    /// searches ([`crate::dir_cache`]), which then run through other
+    /// members' directories. The caller vouches that the engine forgot
+    /// them ([`crate::Engine::forget_remembered_dirs`]) since any
+    /// directory of another member last moved, went or changed mode or
+    /// owner — e.g. by comparing every other member's
+    /// [`crate::Engine::dir_epoch`] with the values it saw last, before
+    /// this search starts.
+    pub fn remembering(mut self) -> Spread<'a> {
+        self.remembers = true;
+        self
+    }
+
+    /// Whether the search may use the remembered paths
+    /// ([`Spread::remembering`]).
+    pub fn remembers(&self) -> bool {
+        self.remembers
+    }
+
+    /// What reading other members' directories has cost this search so far.
+    pub fn reads(&self) -> ForeignReadCounts {
+        let r = &self.reads;
+        ForeignReadCounts {
+            rounds: r.rounds.load(Ordering::Relaxed),
+            asked: r.asked.load(Ordering::Relaxed),
+            records: r.records.load(Ordering::Relaxed),
+            waited_us: r.waited_us.load(Ordering::Relaxed),
         }
     }
 
@@ -176,7 +239,14 @@ impl<'a> Spread<'a> {
             return Ok(());
         }
         // Outside the lock: the other threads of the search go on.
+        let started = Instant::now();
         let got = self.foreign.chains(&want)?;
+        let r = &self.reads;
+        r.rounds.fetch_add(1, Ordering::Relaxed);
+        r.asked.fetch_add(want.len() as u64, Ordering::Relaxed);
+        r.records.fetch_add(got.len() as u64, Ordering::Relaxed);
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        r.waited_us.fetch_add(us, Ordering::Relaxed);
         let mut k = self.kept.lock();
         for r in got {
             k.entry(r.soid).or_insert(Some(r));
