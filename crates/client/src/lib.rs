@@ -307,8 +307,9 @@ impl Inner {
 
 impl Inner {
     /// Puts the secret, or the proof of the key, if this client has one,
-    /// on a call to the rpc `method` (e.g. `Session`).
-    fn authorize<T>(&self, request: &mut tonic::Request<T>, method: &str) {
+    /// on a call to the rpc `method` (e.g. `Session`) of the server at
+    /// `addr` (the address dialled: the proof is for that server only).
+    fn authorize<T>(&self, request: &mut tonic::Request<T>, method: &str, addr: &str) {
         if let Some(secret) = &self.secret {
             request
                 .metadata_mut()
@@ -319,7 +320,7 @@ impl Inner {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
             let nonce = format!("{:016x}{:016x}", random_u64(), random_u64());
-            let proof = key.prove(&format!("/sextant.v1.Sextant/{method}"), time, &nonce);
+            let proof = key.prove_for(&format!("/sextant.v1.Sextant/{method}"), addr, time, &nonce);
             let m = request.metadata_mut();
             // Names and hex are ASCII (valid_name, the proof's own fields).
             let mut put = |k: &'static str, v: String| {
@@ -331,6 +332,7 @@ impl Inner {
             put(keyauth::TIME_METADATA, proof.time.to_string());
             put(keyauth::NONCE_METADATA, proof.nonce);
             put(keyauth::MAC_METADATA, proof.mac);
+            put(keyauth::AUDIENCE_METADATA, proof.audience);
         }
     }
 }
@@ -593,7 +595,8 @@ impl Client {
     pub async fn manage_keys(&self, op: pb::keys_request::Op) -> Result<pb::KeysReply> {
         let mut grpc = pb::sextant_client::SextantClient::new(self.inner.home.channel());
         let mut request = tonic::Request::new(pb::KeysRequest { op: Some(op) });
-        self.inner.authorize(&mut request, "Keys");
+        self.inner
+            .authorize(&mut request, "Keys", &self.inner.home.addr);
         match grpc.keys(request).await {
             Ok(r) => Ok(r.into_inner()),
             Err(s) if s.code() == Code::Unauthenticated => Err(Error::Auth),
@@ -676,7 +679,7 @@ impl Client {
         timing::mark(|| format!("Map from {}", link.addr));
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
         let mut request = tonic::Request::new(pb::MapRequest {});
-        self.inner.authorize(&mut request, "Map");
+        self.inner.authorize(&mut request, "Map", &link.addr);
         request.set_timeout(self.inner.options.connect_timeout);
         let map = match grpc.map(request).await {
             Ok(r) => r.into_inner(),
@@ -760,7 +763,7 @@ impl Client {
             .max_decoding_message_size(4 * MAX_MESSAGE_BYTES);
         let (tx, rx) = mpsc::channel::<pb::Request>(1024);
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
-        self.inner.authorize(&mut request, "Session");
+        self.inner.authorize(&mut request, "Session", &link.addr);
         // A server that accepts connections but does not answer (stopped,
         // SIGSTOPped, wedged) must not hang the caller until HTTP/2's
         // keep-alive gives up (~50 s): the session opens within the
@@ -783,7 +786,7 @@ impl Client {
         // Backups are kept for the home server only: log-less durability
         // across servers is not built yet (docs/ARCHITECTURE.md).
         if home {
-            self.hand_back_backups(&mut grpc).await?;
+            self.hand_back_backups(&mut grpc, &link.addr).await?;
         }
         let pending: Arc<Mutex<Pending>> = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
@@ -835,6 +838,7 @@ impl Client {
     async fn hand_back_backups(
         &self,
         grpc: &mut pb::sextant_client::SextantClient<Channel>,
+        addr: &str,
     ) -> Result<()> {
         let requests = self
             .inner
@@ -844,7 +848,7 @@ impl Client {
         for req in requests {
             let incarnation = req.incarnation;
             let mut request = tonic::Request::new(req);
-            self.inner.authorize(&mut request, "Recover");
+            self.inner.authorize(&mut request, "Recover", addr);
             let reply = match grpc.recover(request).await {
                 Ok(r) => r.into_inner(),
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),

@@ -173,7 +173,7 @@ impl Client {
                     .max_decoding_message_size(4 * MAX_MESSAGE_BYTES),
             };
             let mut request = tonic::Request::new(req.clone());
-            self.inner.authorize(&mut request, "Search");
+            self.inner.authorize(&mut request, "Search", &addr);
             let failure = match grpc.search(request).await {
                 Ok(r) => {
                     return Ok(SearchStream {

@@ -199,7 +199,7 @@ impl Client {
         let mut request = tonic::Request::new(pb::WatchRequest {
             origin: self.inner.options.origin,
         });
-        self.inner.authorize(&mut request, "Watch");
+        self.inner.authorize(&mut request, "Watch", addr);
         match grpc.watch(request).await {
             Ok(r) => Ok(ChangeStream {
                 inner: r.into_inner(),

@@ -63,3 +63,51 @@ pub async fn set_draining(
     }
     Ok(())
 }
+
+/// The record of the client key `name` (`clientkey/<name>`) and its mod
+/// revision; `None`: no such key.
+pub async fn read_client_key(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    name: &str,
+) -> Result<Option<(String, i64)>, CoordError> {
+    if !keys::valid_name(name) {
+        return Err(CoordError::BadName { name: name.into() });
+    }
+    let key = cfg.key(&keys::clientkey_key(name));
+    let resp = bounded(cfg, client.get(key.as_bytes(), None)).await?;
+    Ok(resp.kvs().first().map(|kv| {
+        (
+            String::from_utf8_lossy(kv.value()).into_owned(),
+            kv.mod_revision(),
+        )
+    }))
+}
+
+/// Puts (`Some`) or deletes (`None`) the client key `name`'s record if
+/// its mod revision is still `expect` (0: the key must not exist). The
+/// revision of the write; `None`: the record changed meanwhile (nothing
+/// written).
+pub async fn write_client_key(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    name: &str,
+    record: Option<&str>,
+    expect: i64,
+) -> Result<Option<i64>, CoordError> {
+    if !keys::valid_name(name) {
+        return Err(CoordError::BadName { name: name.into() });
+    }
+    let key = cfg.key(&keys::clientkey_key(name));
+    let op = match record {
+        Some(r) => TxnOp::put(key.clone(), r, None),
+        None => TxnOp::delete(key.clone(), None),
+    };
+    let txn = Txn::new()
+        .when(vec![Compare::mod_revision(key, CompareOp::Equal, expect)])
+        .and_then(vec![op]);
+    let resp = bounded(cfg, client.txn(txn)).await?;
+    Ok(resp
+        .succeeded()
+        .then(|| resp.header().map_or(0, |h| h.revision())))
+}

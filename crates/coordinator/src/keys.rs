@@ -16,6 +16,7 @@
 //! | `P load/<name>`        | the server's load per table: `<id>=<ops/s>` and `i<id>=<inodes>`, space-separated | membership |
 //! | `P borrow/<name>`      | the tables the server's operations need together: `<id>` space-separated; queued by its mod revision | membership |
 //! | `P home/<id>`          | the server a lent table goes back to  | none       |
+//! | `P clientkey/<name>`   | a client key's record (TOML, as `<data>/clientkeys.toml` keeps one key: its secret included — etcd access is admin access) | none |
 //!
 //! `<id>` is the table's number, 6 digits (`sextant_cluster::server::owner_key`)
 //! in keys, in decimal in `load/` values. In `load/<name>` a table's inode
@@ -36,6 +37,15 @@ use std::collections::BTreeMap;
 pub fn member_key(name: &str) -> String {
     format!("member/{name}")
 }
+
+/// A client key's record (see `sextant_server::clientkeys`); `name` is a
+/// key name (the same characters as a server name).
+pub fn clientkey_key(name: &str) -> String {
+    format!("clientkey/{name}")
+}
+
+/// The prefix (under the cluster's) of every client key's record.
+pub const CLIENTKEY_PREFIX: &str = "clientkey/";
 
 pub fn drain_key(name: &str) -> String {
     format!("drain/{name}")
@@ -157,6 +167,7 @@ pub enum Key {
     Load(String),
     Borrow(String),
     Home(TableId),
+    ClientKey(String),
     Coordinator,
     Bootstrapped,
     Other,
@@ -184,6 +195,7 @@ pub fn parse_key(k: &str) -> Key {
         "load" if valid_name(rest) => Some(Key::Load(rest.to_string())),
         "borrow" if valid_name(rest) => Some(Key::Borrow(rest.to_string())),
         "home" => table(rest).map(Key::Home),
+        "clientkey" if valid_name(rest) => Some(Key::ClientKey(rest.to_string())),
         _ => None,
     };
     parsed.unwrap_or(Key::Other)

@@ -79,6 +79,9 @@ pub struct ClusterState {
     pub borrows: BTreeMap<String, (BTreeSet<TableId>, Revision)>,
     /// Where each lent table goes back to.
     pub homes: BTreeMap<TableId, String>,
+    /// Client keys' records by name (`clientkey/<name>`), as stored: the
+    /// server decodes them (`sextant_server::clientkeys`).
+    pub client_keys: BTreeMap<String, String>,
 }
 
 /// A server's `load/<name>`.
@@ -195,6 +198,12 @@ impl ClusterState {
             }
             (Key::Home(t), None) => {
                 self.homes.remove(&t);
+            }
+            (Key::ClientKey(n), Some((Some(v), _, _))) => {
+                self.client_keys.insert(n, v.to_string());
+            }
+            (Key::ClientKey(n), None) => {
+                self.client_keys.remove(&n);
             }
             // Manifests are read when a table is loaded, not cached.
             (Key::Manifest(_), _) => {}

@@ -6,7 +6,10 @@
 //! constant-time) and, itself, its time window and nonce.
 //!
 //! Invariants: the key's bytes are never put in metadata or a message,
-//! only the MAC over (name, time, nonce, gRPC path); a key name is
+//! only the MAC over (name, time, nonce, gRPC path, and the proof's
+//! audience if it has one: the address of the server it is for, as the
+//! client dialled it — so a server of a cluster can refuse a proof made
+//! for another, see [`AUDIENCE_METADATA`]); a key name is
 //! 1 to 64 of `[A-Za-z0-9._-]` (it is a file name on the server and an
 //! etcd key suffix).
 
@@ -21,6 +24,10 @@ pub const TIME_METADATA: &str = "x-sextant-key-time";
 pub const NONCE_METADATA: &str = "x-sextant-key-nonce";
 /// Metadata: the MAC, lowercase hex.
 pub const MAC_METADATA: &str = "x-sextant-key-mac";
+/// Metadata: the address of the server the proof is for (its audience,
+/// covered by the MAC); absent: any (a single server accepts that, a
+/// cluster's server does not).
+pub const AUDIENCE_METADATA: &str = "x-sextant-key-for";
 /// How far a proof's time may be from the server's clock, in seconds.
 pub const WINDOW_SECS: i64 = 60;
 /// Bytes in a key.
@@ -72,6 +79,8 @@ pub struct Proof {
     pub nonce: String,
     /// Lowercase hex.
     pub mac: String,
+    /// The server address the proof is for; empty: none named.
+    pub audience: String,
 }
 
 /// Lowercase hex of `bytes`.
@@ -93,10 +102,22 @@ pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
-fn hmac_of(key: &[u8; KEY_BYTES], name: &str, time: i64, nonce: &str, path: &str) -> Hmac<Sha256> {
+fn hmac_of(
+    key: &[u8; KEY_BYTES],
+    name: &str,
+    time: i64,
+    nonce: &str,
+    path: &str,
+    audience: &str,
+) -> Hmac<Sha256> {
     // new_from_slice fails only for key lengths HMAC cannot take: none.
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
     m.update(format!("{name}|{time}|{nonce}|{path}").as_bytes());
+    // Without an audience, the input of the first proofs (old clients'
+    // proofs still check on a single server).
+    if !audience.is_empty() {
+        m.update(format!("|{audience}").as_bytes());
+    }
     m
 }
 
@@ -106,15 +127,28 @@ pub fn mac_matches(key: &[u8; KEY_BYTES], proof: &Proof, path: &str) -> bool {
     let Some(mac) = unhex::<32>(&proof.mac) else {
         return false;
     };
-    hmac_of(key, &proof.name, proof.time, &proof.nonce, path)
-        .verify_slice(&mac)
-        .is_ok()
+    hmac_of(
+        key,
+        &proof.name,
+        proof.time,
+        &proof.nonce,
+        path,
+        &proof.audience,
+    )
+    .verify_slice(&mac)
+    .is_ok()
 }
 
 impl ClientKey {
     /// The proof for a call to `path` made at `time` with `nonce`.
     pub fn prove(&self, path: &str, time: i64, nonce: &str) -> Proof {
-        let mac = hmac_of(&self.key, &self.name, time, nonce, path)
+        self.prove_for(path, "", time, nonce)
+    }
+
+    /// The proof for a call to `path` on the server at `audience` (the
+    /// address dialled) made at `time` with `nonce`.
+    pub fn prove_for(&self, path: &str, audience: &str, time: i64, nonce: &str) -> Proof {
+        let mac = hmac_of(&self.key, &self.name, time, nonce, path, audience)
             .finalize()
             .into_bytes();
         Proof {
@@ -122,6 +156,7 @@ impl ClientKey {
             time,
             nonce: nonce.to_string(),
             mac: hex(&mac),
+            audience: audience.to_string(),
         }
     }
 
@@ -210,6 +245,25 @@ mod tests {
         };
         assert!(!mac_matches(&[7; 32], &later, "/sextant.v1.Sextant/Call"));
         assert!(!p.mac.contains(&hex(&[7; 32])));
+        // The audience is covered: a proof for one server is not one for
+        // another, nor one for none.
+        let a = key().prove_for(
+            "/sextant.v1.Sextant/Call",
+            "10.0.0.1:7000",
+            100,
+            "abcdefabcdefabcdef",
+        );
+        assert!(mac_matches(&[7; 32], &a, "/sextant.v1.Sextant/Call"));
+        let moved = Proof {
+            audience: "10.0.0.2:7000".into(),
+            ..a.clone()
+        };
+        assert!(!mac_matches(&[7; 32], &moved, "/sextant.v1.Sextant/Call"));
+        let bare = Proof {
+            audience: String::new(),
+            ..a
+        };
+        assert!(!mac_matches(&[7; 32], &bare, "/sextant.v1.Sextant/Call"));
     }
 
     #[test]

@@ -357,6 +357,7 @@ fn proof_of(req: &Request<()>) -> Option<Result<keyauth::Proof, ()>> {
                 .ok_or(())?,
             nonce: text(keyauth::NONCE_METADATA).ok_or(())?,
             mac: text(keyauth::MAC_METADATA).ok_or(())?,
+            audience: text(keyauth::AUDIENCE_METADATA).unwrap_or_default(),
         })
     })())
 }
@@ -400,8 +401,15 @@ fn key_caller(
             if r == crate::clientkeys::Refusal::Malformed {
                 refused_proof(r, "?", peer);
             }
+            let hint = match (r, keys.audiences()) {
+                (crate::clientkeys::Refusal::WrongServer, Some(ours)) => format!(
+                    ": the proof must be made for this server's address ({}); dial it as the route map names it",
+                    ours.first().map_or("", String::as_str)
+                ),
+                _ => String::new(),
+            };
             Err(Status::unauthenticated(format!(
-                "authentication failed: client key refused ({})",
+                "authentication failed: client key refused ({}){hint}",
                 r.label()
             )))
         }

@@ -18,8 +18,17 @@
 //! - a key's path limit is kept normalised ([`normal_path`]); a book
 //!   whose path is not is refused at start, as a malformed key is.
 //!
-//! Scope: the book is this server's (its data directory). On a cluster
-//! the servers do not share it yet (see the README, "Client keys").
+//! - on a cluster the book is shared ([`SharedBook`], etcd's
+//!   `clientkey/<name>`, one record per key): a change is a conditional
+//!   write of that one record (it fails if the record changed since it was
+//!   read), answered once etcd took it; every server replaces its copy
+//!   with each newer state it is told of ([`KeyBook::replace`]) and never
+//!   goes back to an older one (states carry etcd's revision).
+//! - a proof may name the server it is for (its audience, the address the
+//!   client dialled; see `sextant_proto::keyauth`): a server that knows
+//!   its addresses ([`KeyBook::with_audiences`], every server of a
+//!   cluster) refuses a proof for another address or for none — nonces are
+//!   remembered per server, so a proof must not be good on two.
 
 use anyhow::{Context, Result};
 use parking_lot::{Mutex, RwLock};
@@ -205,6 +214,8 @@ pub enum Refusal {
     Replayed,
     /// Too many nonces remembered.
     Busy,
+    /// Made for another server (or for none, where one is needed).
+    WrongServer,
 }
 
 impl Refusal {
@@ -216,6 +227,7 @@ impl Refusal {
             Refusal::Expired => "key-expired",
             Refusal::Replayed => "key-replayed",
             Refusal::Busy => "key-busy",
+            Refusal::WrongServer => "key-audience",
         }
     }
 }
@@ -249,6 +261,50 @@ pub struct KeyBook {
     addresses: Mutex<HashMap<String, HashSet<String>>>,
     /// Why keys cannot be changed here (`None`: they can).
     unsupported: Option<&'static str>,
+    /// Where the book is kept on a cluster (`None`: `file`, or memory).
+    shared: Option<Arc<dyn SharedBook>>,
+    /// The shared store's revision the keys are at (0: not shared).
+    revision: Mutex<i64>,
+    /// The addresses a proof may be for (`None`: any, or none given).
+    audiences: Option<Vec<String>>,
+}
+
+/// A book kept elsewhere than this server (etcd on a cluster): one
+/// record per key, with a revision that moves on every change. Blocking
+/// (called from blocking threads).
+pub trait SharedBook: Send + Sync {
+    /// The record of `name` and its revision (`None`: no such key).
+    fn read(&self, name: &str) -> Result<Option<(String, i64)>>;
+    /// Writes (`Some`) or removes (`None`) `name`'s record if its revision
+    /// is still `expect` (0: absent): the write's revision, or `None` if
+    /// the record changed meanwhile.
+    fn write(&self, name: &str, record: Option<&str>, expect: i64) -> Result<Option<i64>>;
+}
+
+impl StoredKey {
+    /// The record of this key as a shared book keeps it (TOML, the same
+    /// fields as one key of the file).
+    pub fn to_record(&self) -> Result<String> {
+        toml::to_string(self).context("cannot encode a client key")
+    }
+
+    /// A key from its record; `name` is the name it is stored under (the
+    /// record must say the same).
+    pub fn from_record(name: &str, record: &str) -> Result<StoredKey> {
+        let k: StoredKey = toml::from_str(record).context("not a client key record")?;
+        anyhow::ensure!(k.name == name, "the record names {:?}", k.name);
+        anyhow::ensure!(k.well_formed(), "the key {name:?} is malformed");
+        Ok(k)
+    }
+
+    fn well_formed(&self) -> bool {
+        let path_ok = self
+            .limits
+            .path
+            .as_ref()
+            .is_none_or(|p| normal_path(p.as_bytes()).ok().flatten().as_ref() == Some(p));
+        keyauth::valid_name(&self.name) && self.bytes().is_some() && path_ok
+    }
 }
 
 impl std::fmt::Debug for KeyBook {
@@ -289,6 +345,66 @@ impl KeyBook {
             nonces: Mutex::default(),
             addresses: Mutex::default(),
             unsupported: None,
+            shared: None,
+            revision: Mutex::new(0),
+            audiences: None,
+        }
+    }
+
+    /// A book kept in `store` whose keys are `records` (name, record) at
+    /// the store's `revision`; malformed records are left out (logged).
+    pub fn shared(
+        store: Arc<dyn SharedBook>,
+        records: &[(String, String)],
+        revision: i64,
+    ) -> KeyBook {
+        let book = KeyBook {
+            shared: Some(store),
+            ..KeyBook::with(Vec::new(), None)
+        };
+        book.replace(revision, records);
+        book
+    }
+
+    /// This book, refusing proofs for any address but `audiences` (and
+    /// proofs for none).
+    pub fn with_audiences(self, audiences: Vec<String>) -> KeyBook {
+        KeyBook {
+            audiences: Some(audiences),
+            ..self
+        }
+    }
+
+    /// The addresses a proof must be for (`None`: any).
+    pub fn audiences(&self) -> Option<&[String]> {
+        self.audiences.as_deref()
+    }
+
+    /// The shared store's state at `revision` is `records`: the book
+    /// becomes that, unless it is at a newer revision already. A change
+    /// ends the streams of keys revoked or rotated.
+    pub fn replace(&self, revision: i64, records: &[(String, String)]) {
+        let mut at = self.revision.lock();
+        if revision < *at {
+            return;
+        }
+        *at = revision;
+        let mut next = HashMap::new();
+        for (name, record) in records {
+            match StoredKey::from_record(name, record) {
+                Ok(k) => {
+                    next.insert(name.clone(), Arc::new(k));
+                }
+                Err(e) => {
+                    tracing::warn!(key = name, error = %format!("{e:#}"), "a client key's record is malformed; ignored")
+                }
+            }
+        }
+        let mut keys = self.keys.write();
+        if *keys != next {
+            *keys = next;
+            drop(keys);
+            self.changed.send_modify(|g| *g += 1);
         }
     }
 
@@ -313,10 +429,7 @@ impl KeyBook {
                 let book: BookFile = toml::from_str(&text)
                     .with_context(|| format!("cannot parse {}", file.display()))?;
                 for k in &book.keys {
-                    let path_ok = k.limits.path.as_ref().is_none_or(|p| {
-                        normal_path(p.as_bytes()).ok().flatten().as_ref() == Some(p)
-                    });
-                    if !keyauth::valid_name(&k.name) || k.bytes().is_none() || !path_ok {
+                    if !k.well_formed() {
                         anyhow::bail!("{}: the key {:?} is malformed", file.display(), k.name);
                     }
                 }
@@ -348,18 +461,66 @@ impl KeyBook {
             .is_some_and(|k| k.created == grant.created && k.limits == *grant.limits)
     }
 
-    /// Applies `change` to a copy of the keys, writes it, then makes it
-    /// the book.
+    /// Applies `change` to the key `name` (its current form, `None` if
+    /// absent; it gives the new one, `None` to remove it), stores the
+    /// result, then makes it the book.
     fn change<T>(
         &self,
-        change: impl FnOnce(&mut HashMap<String, Arc<StoredKey>>) -> Result<T, KeyAdminError>,
+        name: &str,
+        change: impl FnOnce(
+            Option<&Arc<StoredKey>>,
+        ) -> Result<(Option<Arc<StoredKey>>, T), KeyAdminError>,
     ) -> Result<T, KeyAdminError> {
         if let Some(why) = self.unsupported {
             return Err(KeyAdminError::Unsupported(why));
         }
         let _w = self.writing.lock();
+        if let Some(store) = &self.shared {
+            let current = store.read(name).map_err(KeyAdminError::Store)?;
+            let (old, expect) = match current {
+                Some((record, rev)) => (
+                    Some(Arc::new(
+                        StoredKey::from_record(name, &record).map_err(KeyAdminError::Store)?,
+                    )),
+                    rev,
+                ),
+                None => (None, 0),
+            };
+            let (new, out) = change(old.as_ref())?;
+            let record = new
+                .as_ref()
+                .map(|k| k.to_record())
+                .transpose()
+                .map_err(KeyAdminError::Store)?;
+            let rev = store
+                .write(name, record.as_deref(), expect)
+                .map_err(KeyAdminError::Store)?
+                .ok_or_else(|| {
+                    KeyAdminError::Store(anyhow::anyhow!(
+                        "the key {name} was changed by another server meanwhile; retry"
+                    ))
+                })?;
+            // The watch brings the same change; applied now so that the
+            // answer is seen here at once (never over a newer state).
+            let mut at = self.revision.lock();
+            if rev > *at {
+                *at = rev;
+                let mut keys = self.keys.write();
+                match new {
+                    Some(k) => keys.insert(name.to_string(), k),
+                    None => keys.remove(name),
+                };
+                drop(keys);
+                self.changed.send_modify(|g| *g += 1);
+            }
+            return Ok(out);
+        }
         let mut next = self.keys.read().clone();
-        let out = change(&mut next)?;
+        let (new, out) = change(next.get(name))?;
+        match new {
+            Some(k) => next.insert(name.to_string(), k),
+            None => next.remove(name),
+        };
         if let Some(file) = &self.file {
             let mut keys: Vec<StoredKey> = next.values().map(|k| (**k).clone()).collect();
             keys.sort_by(|a, b| a.name.cmp(&b.name));
@@ -388,12 +549,11 @@ impl KeyBook {
             created: now_secs().max(0) as u64,
             limits,
         });
-        self.change(|keys| {
-            if keys.contains_key(name) {
+        self.change(name, |old| {
+            if old.is_some() {
                 return Err(KeyAdminError::Exists(name.into()));
             }
-            keys.insert(name.to_string(), Arc::clone(&k));
-            Ok(())
+            Ok((Some(Arc::clone(&k)), ()))
         })?;
         tracing::info!(target: "audit", key = name, limits = ?k.limits, "client key added");
         Ok((k, bytes))
@@ -403,10 +563,8 @@ impl KeyBook {
     /// working (its streams end).
     pub fn rotate(&self, name: &str) -> Result<(Arc<StoredKey>, [u8; KEY_BYTES]), KeyAdminError> {
         let bytes = random_key().map_err(KeyAdminError::Store)?;
-        let k = self.change(|keys| {
-            let old = keys
-                .get(name)
-                .ok_or_else(|| KeyAdminError::NotFound(name.into()))?;
+        let k = self.change(name, |old| {
+            let old = old.ok_or_else(|| KeyAdminError::NotFound(name.into()))?;
             // Never the same `created` as the secret it replaces: that is
             // how a stream tells its secret was rotated.
             let k = Arc::new(StoredKey {
@@ -414,8 +572,7 @@ impl KeyBook {
                 created: (now_secs().max(0) as u64).max(old.created + 1),
                 ..(**old).clone()
             });
-            keys.insert(name.to_string(), Arc::clone(&k));
-            Ok(k)
+            Ok((Some(Arc::clone(&k)), k))
         })?;
         tracing::warn!(target: "audit", key = name, "client key rotated: the old secret is revoked");
         Ok((k, bytes))
@@ -424,10 +581,9 @@ impl KeyBook {
     /// Removes the key `name`: its calls are refused from now on, its
     /// streams end.
     pub fn revoke(&self, name: &str) -> Result<(), KeyAdminError> {
-        self.change(|keys| {
-            keys.remove(name)
-                .map(|_| ())
-                .ok_or_else(|| KeyAdminError::NotFound(name.into()))
+        self.change(name, |old| match old {
+            Some(_) => Ok((None, ())),
+            None => Err(KeyAdminError::NotFound(name.into())),
         })?;
         metrics::counter!("sextant_auth_key_revocations_total").increment(1);
         tracing::warn!(target: "audit", key = name, "client key revoked");
@@ -452,6 +608,11 @@ impl KeyBook {
         }
         if (proof.time - now).abs() > WINDOW_SECS {
             return Err(Refusal::Expired);
+        }
+        if let Some(ours) = &self.audiences {
+            if !ours.contains(&proof.audience) {
+                return Err(Refusal::WrongServer);
+            }
         }
         let mut n = self.nonces.lock();
         while n.order.front().is_some_and(|(exp, _)| *exp < now) {

@@ -40,7 +40,12 @@
 //! would make every tool that starts at `/` useless (depth predicates then
 //! count from the subtree's root); any other scope is refused (`EACCES`),
 //! as a stat of it is. Spread and forwarded searches (clusters) are
-//! refused: client keys are single-server for now.
+//! refused. On a cluster, a confinement that needs directories another
+//! server holds — the path from `/` to the subtree, or an object's chain
+//! of parents — is refused too (`EACCES`, reason `key-path-cluster`): the
+//! membership walk across servers is not built, so a path-limited key
+//! works on a cluster only where its subtree and the directories above it
+//! are held by one server.
 //!
 //! The scope is rewritten to the SOID the confined walk found (resolved
 //! again, a symlink swapped in between could redirect it); a file scope
@@ -72,13 +77,42 @@ use sextant_types::{FileType, FsError, Soid};
 
 /// The confinement to `path` now; `EACCES` when no directory is there.
 pub fn confine(engine: &Engine, path: &str) -> Result<Confine, FsError> {
-    engine.confine(path.as_bytes())?.ok_or(FsError::Access)
+    engine
+        .confine(path.as_bytes())
+        .map_err(|e| across_servers(e, None))?
+        .ok_or(FsError::Access)
+}
+
+/// A confinement that needs directories another server of a cluster
+/// holds (the path from `/` to the subtree, or an object's chain of
+/// parents): `EACCES`, counted (`key-path-cluster`) and logged — the
+/// membership walk across servers is not built. `target`: the object the
+/// operation itself names, whose WRONG_SERVER stays one (the client goes
+/// to its owner, which checks there).
+fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
+    match e {
+        FsError::WrongServer { soid } if Some(soid) == target => e,
+        FsError::WrongServer { .. } | FsError::NeedsTable { .. } | FsError::CrossServer => {
+            metrics::counter!("sextant_auth_refused_total", "reason" => "key-path-cluster")
+                .increment(1);
+            tracing::warn!(
+                error = %e,
+                "refused: a path-limited client key whose subtree (or the path to it) spans \
+                 servers of the cluster (not supported: EACCES)"
+            );
+            FsError::Access
+        }
+        e => e,
+    }
 }
 
 /// `EACCES` unless the object `s` names is in the subtree.
 fn inside(engine: &Engine, c: &Confine, s: &Option<pb::Soid>) -> Result<(), FsError> {
     let soid = soid_from_pb(s.as_ref())?;
-    if engine.within(soid, c)? {
+    if engine
+        .within(soid, c)
+        .map_err(|e| across_servers(e, Some(soid)))?
+    {
         Ok(())
     } else {
         Err(FsError::Access)
@@ -124,7 +158,9 @@ pub fn check(engine: &Engine, path: &str, req: &pb::Request) -> Result<Option<Re
                 return Err(FsError::NameTooLong);
             }
             let cred = cred_from_pb(req.cred.clone())?;
-            let (attr, is_in) = engine.resolve_confined(&cred, &r.path, r.follow_last, &c)?;
+            let (attr, is_in) = engine
+                .resolve_confined(&cred, &r.path, r.follow_last, &c)
+                .map_err(|e| across_servers(e, None))?;
             if !is_in {
                 return Err(FsError::Access);
             }

@@ -81,7 +81,8 @@ pub struct ServeOptions {
     /// cluster with ([`peers`]; its own certificate).
     pub peer_ca: Option<Vec<u8>>,
     /// The client keys ([`clientkeys`]; `None`: none, and the `Keys` RPC
-    /// refuses to make any — a cluster's servers do not share a book yet).
+    /// refuses to make any; a cluster server passes the book it shares
+    /// through etcd, [`cluster::keys`]).
     pub keys: Option<Arc<clientkeys::KeyBook>>,
 }
 
@@ -139,7 +140,7 @@ pub async fn serve(
     } = options;
     let keys = keys.unwrap_or_else(|| {
         Arc::new(clientkeys::KeyBook::unsupported(
-            "client keys are not supported on a cluster yet (each server would keep its own)",
+            "this server has no key book (it was started without one)",
         ))
     });
     let placement = placement.unwrap_or_else(|| {

@@ -687,3 +687,113 @@ async fn dir_chain_answers_a_batch_in_one_reply() {
     want.sort();
     assert_eq!(soids, want, "each directory once; the file has none");
 }
+
+/// Records by name, with the revision each was written at.
+type Records = HashMap<String, (String, i64)>;
+
+/// A shared store in memory: what etcd is to a cluster's book (its
+/// revision, its records).
+#[derive(Default)]
+struct MemShared {
+    records: parking_lot::Mutex<(i64, Records)>,
+}
+
+impl crate::clientkeys::SharedBook for MemShared {
+    fn read(&self, name: &str) -> anyhow::Result<Option<(String, i64)>> {
+        Ok(self.records.lock().1.get(name).cloned())
+    }
+
+    fn write(&self, name: &str, record: Option<&str>, expect: i64) -> anyhow::Result<Option<i64>> {
+        let mut r = self.records.lock();
+        if r.1.get(name).map_or(0, |x| x.1) != expect {
+            return Ok(None);
+        }
+        r.0 += 1;
+        let rev = r.0;
+        match record {
+            Some(text) => r.1.insert(name.to_string(), (text.to_string(), rev)),
+            None => r.1.remove(name),
+        };
+        Ok(Some(rev))
+    }
+}
+
+impl MemShared {
+    fn state(&self) -> (i64, Vec<(String, String)>) {
+        let r = self.records.lock();
+        (
+            r.0,
+            r.1.iter()
+                .map(|(n, (t, _))| (n.clone(), t.clone()))
+                .collect(),
+        )
+    }
+}
+
+/// Nonces are remembered per server: a proof made for server a must not
+/// be good on b of the same cluster (same book), nor one made for no
+/// server; a single server (no audiences) takes both.
+#[test]
+fn a_proof_made_for_one_server_is_refused_by_another() {
+    use crate::clientkeys::Refusal;
+    let store = Arc::new(MemShared::default());
+    let a = KeyBook::shared(Arc::clone(&store) as _, &[], 0)
+        .with_audiences(vec!["10.0.0.1:7000".into()]);
+    let (_, bytes) = a.add("node1", Limits::default()).unwrap();
+    let (rev, records) = store.state();
+    let b = KeyBook::shared(Arc::clone(&store) as _, &records, rev)
+        .with_audiences(vec!["10.0.0.2:7000".into()]);
+    let key = ClientKey {
+        name: "node1".into(),
+        key: bytes,
+    };
+    let t = now();
+    let for_a = key.prove_for(CALL, "10.0.0.1:7000", t, "0123456789abcdef0");
+    assert_eq!(b.check(&for_a, CALL, t), Err(Refusal::WrongServer));
+    assert!(a.check(&for_a, CALL, t).is_ok(), "a takes its own proof");
+    let for_b = key.prove_for(CALL, "10.0.0.2:7000", t, "0123456789abcdef1");
+    assert!(b.check(&for_b, CALL, t).is_ok(), "b takes its own proof");
+    let bare = key.prove(CALL, t, "0123456789abcdef2");
+    assert_eq!(b.check(&bare, CALL, t), Err(Refusal::WrongServer));
+    // A single server: any audience, or none (older clients).
+    let single = KeyBook::shared(Arc::clone(&store) as _, &records, rev);
+    assert!(single.check(&bare, CALL, t).is_ok());
+    assert!(single.check(&for_a, CALL, t).is_ok());
+}
+
+/// A cluster's book: a change goes to the store, and every other copy
+/// takes each newer state of the store (a revocation ends the key's
+/// grants there), never an older one.
+#[test]
+fn a_shared_book_follows_the_store_forward_only() {
+    let store = Arc::new(MemShared::default());
+    let a = Arc::new(KeyBook::shared(Arc::clone(&store) as _, &[], 0));
+    let b = Arc::new(KeyBook::shared(Arc::clone(&store) as _, &[], 0));
+    let (_, bytes) = a.add("node1", Limits::default()).unwrap();
+    assert!(
+        b.add("node1", Limits::default()).is_err(),
+        "the name is taken in the store"
+    );
+    let (rev, with_key) = store.state();
+    b.replace(rev, &with_key);
+    let key = ClientKey {
+        name: "node1".into(),
+        key: bytes,
+    };
+    let p = key.prove(CALL, now(), "0123456789abcdef0");
+    let Ok(Caller::Key(grant)) = intercept(&b, call_with(&p, CALL)) else {
+        panic!("b does not know the key a added");
+    };
+    let changes = a.subscribe();
+    b.revoke("node1").unwrap();
+    let (gone, without) = store.state();
+    a.replace(gone, &without);
+    assert!(
+        changes.has_changed().unwrap(),
+        "the revocation is announced on a"
+    );
+    assert!(!a.is_live(&grant) && !b.is_live(&grant));
+    // An older state arriving late does not bring the key back.
+    a.replace(rev, &with_key);
+    assert!(!a.is_live(&grant), "went back to an older state");
+}

@@ -10,6 +10,8 @@
 //! - [`host`]: ADD, DROP and forget for the shell, over the engine.
 //! - [`load`]: this server's load per table (request rate, inodes) as
 //!   the coordinator's balancer weighs it, and when to publish it.
+//! - [`keys`]: the client key book, kept in etcd and followed through
+//!   the delegation map by every server.
 //!
 //! Start-up order: the delegation map; the shell (joins as a member —
 //! waiting out the lease of this name's previous life after a crash —
@@ -27,6 +29,7 @@
 
 pub mod catalog;
 pub mod host;
+pub mod keys;
 pub mod load;
 pub mod placement;
 
@@ -98,6 +101,26 @@ pub fn run(
             Some((listener, file)) => (Some(listener), Some(file)),
             None => (None, None),
         };
+        // The client keys: etcd's book, followed; a proof must be made
+        // for one of this server's addresses (see crate::clientkeys).
+        let mut audiences = vec![cluster.advertise.clone(), addr.to_string()];
+        if let Some(f) = &socket_file {
+            audiences.push(format!("unix:{}", f.0.display()));
+        }
+        let map = node.delegation_map();
+        let state = map.current();
+        let book = Arc::new(
+            crate::clientkeys::KeyBook::shared(
+                Arc::new(keys::EtcdBook::new(
+                    node.etcd().clone(),
+                    tokio::runtime::Handle::current(),
+                )),
+                &keys::records(&state),
+                state.revision,
+            )
+            .with_audiences(audiences),
+        );
+        let follower = tokio::spawn(keys::follow(Arc::clone(&book), map.subscribe()));
         let signalled = crate::signalled();
         on_listening(addr, socket_file.as_ref().map(|f| f.0.as_path()));
         let coordination: Arc<dyn Coordination> = Arc::clone(&node) as Arc<dyn Coordination>;
@@ -115,6 +138,9 @@ pub fn run(
             signalled.await;
             drain(&draining, &name, draining.etcd()).await;
         };
+        let mut options =
+            ServeOptions::from_config(&config, tls, Some(placement), cluster.advertise.clone());
+        options.keys = Some(book);
         let served = serve(
             Listeners {
                 tcp: listener,
@@ -122,10 +148,11 @@ pub fn run(
             },
             engine.clone(),
             secret,
-            ServeOptions::from_config(&config, tls, Some(placement), cluster.advertise.clone()),
+            options,
             shutdown,
         )
         .await;
+        follower.abort();
         reporter.abort();
         let _ = reporter.await;
         drop(socket_file);

@@ -763,3 +763,38 @@ fn a_key_path_is_kept_normalised() {
         n("/home/alice")
     );
 }
+
+/// On a cluster, a confinement that needs another server's directories
+/// (the path to the subtree, an object's parents) is refused (EACCES),
+/// not passed on as a WRONG_SERVER the client would chase; the object
+/// the operation names held elsewhere stays a WRONG_SERVER (its owner
+/// checks it).
+#[test]
+fn a_confinement_across_servers_is_refused_the_target_elsewhere_redirected() {
+    use sextant_types::{FsError, Soid};
+    let target = Soid::from_u128(7);
+    let parent = Soid::from_u128(8);
+    let redirect = FsError::WrongServer { soid: target };
+    assert!(matches!(
+        super::across_servers(redirect, Some(target)),
+        FsError::WrongServer { .. }
+    ));
+    for e in [
+        FsError::WrongServer { soid: parent },
+        FsError::NeedsTable { soid: parent },
+        FsError::CrossServer,
+    ] {
+        assert!(matches!(
+            super::across_servers(e, Some(target)),
+            FsError::Access
+        ));
+    }
+    assert!(matches!(
+        super::across_servers(FsError::WrongServer { soid: target }, None),
+        FsError::Access
+    ));
+    assert!(matches!(
+        super::across_servers(FsError::NotFound, None),
+        FsError::NotFound
+    ));
+}

@@ -1,0 +1,126 @@
+//! The client key book of a cluster server: kept in etcd
+//! (`clientkey/<name>`, see `sextant_coordinator::keys`), shared by every
+//! server.
+//!
+//! - [`EtcdBook`]: the book's store — a change is one conditional write
+//!   of one key's record (`sextant_coordinator::admin::write_client_key`);
+//! - [`follow`]: every state of the delegation map (which watches the
+//!   whole cluster prefix, re-created from its last revision when etcd
+//!   restarts) replaces this server's copy when its keys changed — so an
+//!   add, rotate or revoke made through any server (or written into etcd
+//!   by hand) takes effect here within the watch's delay, and a revoked
+//!   key's streams here end.
+//!
+//! Invariant: the book only moves forward (`KeyBook::replace` ignores a
+//! state older than the one it holds).
+
+use crate::clientkeys::{KeyBook, SharedBook};
+use anyhow::Result;
+use sextant_coordinator::{ClusterState, EtcdClient, EtcdConfig};
+use std::sync::Arc;
+use tokio::runtime::Handle;
+
+/// The book's records in `state`.
+pub fn records(state: &ClusterState) -> Vec<(String, String)> {
+    state
+        .client_keys
+        .iter()
+        .map(|(n, r)| (n.clone(), r.clone()))
+        .collect()
+}
+
+/// The etcd store of the book.
+pub struct EtcdBook {
+    cfg: EtcdConfig,
+    runtime: Handle,
+    client: tokio::sync::Mutex<Option<EtcdClient>>,
+}
+
+impl EtcdBook {
+    /// A store on `cfg`'s etcd; its calls run on `runtime` (they are made
+    /// from blocking threads).
+    pub fn new(cfg: EtcdConfig, runtime: Handle) -> EtcdBook {
+        EtcdBook {
+            cfg,
+            runtime,
+            client: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs `f` with a connected client; a failed call drops it (the next
+    /// one connects again).
+    fn with_client<T, F>(&self, f: F) -> Result<T>
+    where
+        F: for<'a> FnOnce(
+            &'a mut EtcdClient,
+            &'a EtcdConfig,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<T, sextant_coordinator::CoordError>>
+                    + Send
+                    + 'a,
+            >,
+        >,
+    {
+        self.runtime.block_on(async {
+            let mut slot = self.client.lock().await;
+            if slot.is_none() {
+                *slot = Some(sextant_coordinator::etcd::connect(&self.cfg).await?);
+            }
+            let client = slot
+                .as_mut()
+                .ok_or_else(|| anyhow::anyhow!("no etcd client"))?;
+            let r = f(client, &self.cfg).await;
+            if r.is_err() {
+                *slot = None;
+            }
+            Ok(r?)
+        })
+    }
+}
+
+impl SharedBook for EtcdBook {
+    fn read(&self, name: &str) -> Result<Option<(String, i64)>> {
+        let name = name.to_string();
+        self.with_client(move |c, cfg| {
+            Box::pin(
+                async move { sextant_coordinator::admin::read_client_key(c, cfg, &name).await },
+            )
+        })
+    }
+
+    fn write(&self, name: &str, record: Option<&str>, expect: i64) -> Result<Option<i64>> {
+        let name = name.to_string();
+        let record = record.map(str::to_string);
+        self.with_client(move |c, cfg| {
+            Box::pin(async move {
+                sextant_coordinator::admin::write_client_key(
+                    c,
+                    cfg,
+                    &name,
+                    record.as_deref(),
+                    expect,
+                )
+                .await
+            })
+        })
+    }
+}
+
+/// Keeps `book` at the map's keys until the map's channel closes.
+pub async fn follow(
+    book: Arc<KeyBook>,
+    mut states: tokio::sync::watch::Receiver<Arc<ClusterState>>,
+) {
+    let mut seen: Option<std::collections::BTreeMap<String, String>> = None;
+    loop {
+        let state = Arc::clone(&states.borrow_and_update());
+        if seen.as_ref() != Some(&state.client_keys) {
+            book.replace(state.revision, &records(&state));
+            seen = Some(state.client_keys.clone());
+        }
+        if states.changed().await.is_err() {
+            return;
+        }
+    }
+}
