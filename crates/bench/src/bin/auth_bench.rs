@@ -24,7 +24,6 @@ use clap::Parser;
 use sextant_client::{Client, Options};
 use sextant_types::{Credentials, Soid};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Parser, Debug)]
@@ -101,22 +100,26 @@ async fn run(
             async move {
                 let mut lat = Vec::with_capacity(items);
                 let mut soids = Vec::with_capacity(items);
-                for i in 0..items {
-                    let t = Instant::now();
-                    if *phase == "create" {
+                if *phase == "create" {
+                    for i in 0..items {
+                        let t = Instant::now();
                         let name = format!("f{i}");
                         let a = client
                             .create(&cred, dir, name.as_bytes(), 0o644, true)
                             .await
                             .map_err(|e| format!("create {name}: {e}"))?;
                         soids.push(a.soid);
-                    } else {
+                        lat.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                } else {
+                    for soid in mine {
+                        let t = Instant::now();
                         client
-                            .getattr(&cred, mine[i])
+                            .getattr(&cred, soid)
                             .await
                             .map_err(|e| format!("getattr: {e}"))?;
+                        lat.push(t.elapsed().as_secs_f64() * 1e6);
                     }
-                    lat.push(t.elapsed().as_secs_f64() * 1e6);
                 }
                 Ok::<_, String>((lat, soids))
             }
