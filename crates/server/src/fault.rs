@@ -62,28 +62,24 @@ pub fn after_commit() {
     }
 }
 
+/// The step named after `prefix` in [`ENV`], if that fault is armed.
+fn armed_step(prefix: &str) -> Option<String> {
+    let v = std::env::var(ENV).ok()?;
+    let name = v.strip_prefix(prefix)?.to_string();
+    tracing::warn!(fault = %v, "a test-only fault point is armed");
+    Some(name)
+}
+
 /// The migration step `exit-at:` names, if any.
 fn exit_at() -> Option<&'static str> {
     static AT: OnceLock<Option<String>> = OnceLock::new();
-    AT.get_or_init(|| {
-        let v = std::env::var(ENV).ok()?;
-        let name = v.strip_prefix("exit-at:")?.to_string();
-        tracing::warn!(fault = %v, "a test-only fault point is armed");
-        Some(name)
-    })
-    .as_deref()
+    AT.get_or_init(|| armed_step("exit-at:")).as_deref()
 }
 
 /// The step `stop-at:` names, if any.
 fn stop_at() -> Option<&'static str> {
     static AT: OnceLock<Option<String>> = OnceLock::new();
-    AT.get_or_init(|| {
-        let v = std::env::var(ENV).ok()?;
-        let name = v.strip_prefix("stop-at:")?.to_string();
-        tracing::warn!(fault = %v, "a test-only fault point is armed");
-        Some(name)
-    })
-    .as_deref()
+    AT.get_or_init(|| armed_step("stop-at:")).as_deref()
 }
 
 /// Called at the named step of a migration or BORROW; exits there, or
