@@ -81,24 +81,8 @@ impl World {
     /// The CLI with `key` as `uid` (gid the same, no other groups), from
     /// `/`, with no data directory of its own.
     fn as_key(&self, key: &Path, uid: u32, args: &[&str]) -> Output {
-        let id = uid.to_string();
-        Command::new("setpriv")
-            .args(["--reuid", &id, "--regid", &id, "--clear-groups", BIN])
-            .args([
-                "--server",
-                &self.addr,
-                "--data",
-                "/nonexistent",
-                "--key-file",
-            ])
-            .arg(key)
+        common::cli_with_key(&self.addr, key, uid, self.dir.path())
             .args(args)
-            .env("HOME", self.dir.path())
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("XDG_STATE_HOME")
-            .env_remove("SEXTANT_SECRET")
-            .env_remove("SEXTANT_SECRET_FILE")
-            .current_dir("/")
             .output()
             .unwrap()
     }

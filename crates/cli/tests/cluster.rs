@@ -2818,18 +2818,8 @@ fn no_path_or_permission_from_before_a_rename_or_chmod_on_another_server_survive
 /// The CLI with the client key file `key`, as `uid` (gid the same, no
 /// other groups: `setpriv`), through `addr`, with no secret it could read.
 fn as_key(addr: &str, key: &Path, uid: u32, args: &[&str]) -> std::process::Output {
-    let id = uid.to_string();
-    Command::new("setpriv")
-        .args(["--reuid", &id, "--regid", &id, "--clear-groups", BIN])
-        .args(["--server", addr, "--data", "/nonexistent", "--key-file"])
-        .arg(key)
+    common::cli_with_key(addr, key, uid, Path::new("/nonexistent"))
         .args(args)
-        .env("HOME", "/nonexistent")
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("XDG_STATE_HOME")
-        .env_remove("SEXTANT_SECRET")
-        .env_remove("SEXTANT_SECRET_FILE")
-        .current_dir("/")
         .output()
         .unwrap()
 }

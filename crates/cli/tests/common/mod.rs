@@ -377,3 +377,22 @@ pub fn free_ports(n: u16) -> u16 {
     }
     panic!("no {n} consecutive free ports");
 }
+
+/// The CLI as `uid` (gid the same, no other groups: `setpriv`) through
+/// `addr` with the client key file `key`, from `/`, with `home` for HOME
+/// and no data directory, config or secret it could find: add the
+/// command's arguments and run it.
+pub fn cli_with_key(addr: &str, key: &Path, uid: u32, home: &Path) -> Command {
+    let id = uid.to_string();
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", &id, "--regid", &id, "--clear-groups", BIN])
+        .args(["--server", addr, "--data", "/nonexistent", "--key-file"])
+        .arg(key)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("SEXTANT_SECRET")
+        .env_remove("SEXTANT_SECRET_FILE")
+        .current_dir("/");
+    c
+}
