@@ -5,7 +5,7 @@
 //!
 //! Layout: `<dir>/<server address, escaped>/<incarnation>-<client id>-<pid>.bak`
 //! (hex), directories mode 0700 and files 0600: the entries are
-//! authenticated redo of other users' operations. A file is written to a
+//! sealed redo of other users' operations. A file is written to a
 //! temporary name, fsynced, renamed, and the directory fsynced, so a crash
 //! leaves either the whole file or none.
 //!

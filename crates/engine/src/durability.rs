@@ -6,8 +6,9 @@
 //!
 //! Files in the store (both written with `put_blob`, which replaces
 //! atomically):
-//! - `logless.key`: 32 random bytes, the key that authenticates redo
-//!   entries. Made on the first log-less start; never changes.
+//! - `logless.key`: 32 random bytes, the key that seals (encrypts and
+//!   authenticates) redo entries. Made on the first log-less start; never
+//!   changes.
 //! - `logless.state`: `SXTLL1 <clean 0|1> <incarnation>` — the incarnation
 //!   (a random id per start) of the last log-less run and whether it shut
 //!   down cleanly (everything written back). A run that did not must be
@@ -28,7 +29,7 @@
 
 use crate::error::EngineError;
 use crate::journal::Lsn;
-use crate::logless::{encode_redo, Arl, Redo, Stamps, KEY_LEN};
+use crate::logless::{Arl, Redo, RedoKey, Stamps, KEY_LEN};
 use crate::quarantine::Quarantine;
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -160,7 +161,7 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], std::io::Error> {
 /// The engine's log-less state. See the module docs.
 pub(crate) struct Logless {
     pub config: LoglessConfig,
-    key: [u8; KEY_LEN],
+    key: RedoKey,
     /// Changed only inside `Journal::assign_lsn` (LSN order).
     ordered: Mutex<Ordered>,
     written_back: AtomicU64,
@@ -244,7 +245,7 @@ impl Logless {
                 arl: Arl::new(config.arl_size),
             }),
             config,
-            key,
+            key: RedoKey::new(&key, random_bytes::<16>().map_err(io("/dev/urandom"))?),
             written_back: AtomicU64::new(written_back),
             quarantine: Mutex::new(Quarantine::default()),
             handed_out_bytes: AtomicU64::new(0),
@@ -287,7 +288,7 @@ impl Logless {
         Ok(true)
     }
 
-    pub fn key(&self) -> &[u8; KEY_LEN] {
+    pub fn key(&self) -> &RedoKey {
         &self.key
     }
 
@@ -298,7 +299,7 @@ impl Logless {
         let prev = o.stamps.stamp(lsn, keys);
         let redo = Redo {
             lsn,
-            bytes: Arc::from(encode_redo(&self.key, lsn, &prev, mutations)),
+            bytes: Arc::from(self.key.encode(lsn, &prev, mutations)),
         };
         o.arl.push(redo.clone());
         drop(o);

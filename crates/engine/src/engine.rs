@@ -1875,7 +1875,7 @@ impl Engine {
         let mut entries: BTreeMap<Lsn, logless::RedoEntry> = BTreeMap::new();
         for b in backups {
             report.received += 1;
-            match logless::decode_redo(ll.key(), &b) {
+            match ll.key().open(&b) {
                 Ok(e) => {
                     entries.entry(e.lsn).or_insert(e);
                 }

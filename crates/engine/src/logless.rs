@@ -5,10 +5,11 @@
 //! After a crash the server collects those backups and replays them with
 //! the paper's stamp rule. This module owns the pure parts:
 //!
-//! - [`encode_redo`] / [`decode_redo`]: the redo entry, authenticated with a
-//!   keyed hash so a client can only hand back what the server gave it
-//!   (clients are untrusted; replaying a forged entry would be a write with
-//!   no permission check);
+//! - [`RedoKey`]: the redo entry, sealed (encrypted and authenticated) with
+//!   the server's key, so a client can only hand back what the server gave
+//!   it (clients are untrusted; replaying a forged entry would be a write
+//!   with no permission check) and cannot read the other clients'
+//!   operations it keeps;
 //! - [`Stamps`]: each inode's *stamp*, the LSN of the last operation that
 //!   wrote it, for the inodes written since the last durable manifest;
 //! - [`Arl`]: the Active Request List, the last K redo entries;
@@ -61,12 +62,23 @@ use sextant_types::Soid;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-/// Version byte at the start of every redo entry.
-const REDO_VERSION: u8 = 1;
-/// Length of the keyed hash that ends every redo entry.
+/// Version byte of an entry sealed with XChaCha20-Poly1305 (what the
+/// server writes).
+const REDO_SEALED: u8 = 2;
+/// Version byte of an entry of servers before sealing: plain text and a
+/// keyed hash. Still opened, so an upgrade across a crash loses nothing;
+/// never written.
+const REDO_MACED: u8 = 1;
+/// Length of the keyed hash that ends a version-1 entry.
 pub const MAC_LEN: usize = 32;
 /// Length of the server's redo key.
 pub const KEY_LEN: usize = 32;
+/// Length of a sealed entry's nonce and of its tag.
+const NONCE_LEN: usize = 24;
+const TAG_LEN: usize = 16;
+/// Domain separation of the cipher key from the stored redo key (which
+/// also keys version-1 hashes).
+const SEAL_CONTEXT: &str = "sextant 2026-12 log-less redo entry sealing";
 
 /// One committed operation as the server hands it to clients: LSN plus the
 /// encoded, authenticated entry. Cheap to clone.
@@ -91,27 +103,154 @@ pub fn encode_mutations(mutations: &[Mutation]) -> Vec<u8> {
     postcard::to_stdvec(mutations).expect("serializing to a Vec cannot fail")
 }
 
-/// Assembles and authenticates one entry with the server's `key`:
-/// `version | postcard(lsn, prev) | mutations | keyed hash of all before`.
-pub fn encode_redo(
-    key: &[u8; KEY_LEN],
+/// The plain text of an entry: `postcard(lsn, prev) | mutations`.
+pub fn redo_plaintext(lsn: Lsn, prev: &[(Soid, Lsn)], mutations: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(mutations.len() + 24 + prev.len() * 20);
+    append_plaintext(&mut out, lsn, prev, mutations);
+    out
+}
+
+fn append_plaintext(out: &mut Vec<u8>, lsn: Lsn, prev: &[(Soid, Lsn)], mutations: &[u8]) {
+    postcard::to_io(&(lsn, prev), &mut *out).expect("serializing to a Vec cannot fail");
+    out.extend_from_slice(mutations);
+}
+
+/// The server's redo key, ready to seal and open entries.
+///
+/// Why sealed, not only authenticated: the paper's backups travel with
+/// *every* client's next replies, so a client holds other clients'
+/// operations — names, owners, modes of files it may not be allowed to
+/// see (a local user over the Unix socket, a path-limited key). Sealed
+/// with XChaCha20-Poly1305 (a standard AEAD; `chacha20poly1305` crate)
+/// an entry is opaque to every client and still cannot be forged.
+///
+/// Nonces: a random 16-byte prefix per `RedoKey` (per server run, from
+/// the kernel) and a 64-bit counter, so no nonce repeats under one key
+/// across runs (the prefixes of two runs collide with probability
+/// 2^-128 per pair) without a system call per entry.
+pub struct RedoKey {
+    /// The stored key: opens version-1 entries.
+    secret: [u8; KEY_LEN],
+    cipher: chacha20poly1305::XChaCha20Poly1305,
+    nonce_prefix: [u8; 16],
+    counter: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for RedoKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedoKey(..)")
+    }
+}
+
+impl RedoKey {
+    /// The key for `secret` (the server's stored redo key), with this
+    /// run's random `nonce_prefix`.
+    pub fn new(secret: &[u8; KEY_LEN], nonce_prefix: [u8; 16]) -> RedoKey {
+        use chacha20poly1305::KeyInit;
+        let derived = blake3::derive_key(SEAL_CONTEXT, secret);
+        RedoKey {
+            secret: *secret,
+            cipher: chacha20poly1305::XChaCha20Poly1305::new(&derived.into()),
+            nonce_prefix,
+            counter: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Builds and seals one entry:
+    /// `2 | nonce | sealed(postcard(lsn, prev) | mutations) | tag`.
+    pub fn encode(&self, lsn: Lsn, prev: &[(Soid, Lsn)], mutations: &[u8]) -> Vec<u8> {
+        let mut out = self.header(mutations.len() + 24 + prev.len() * 20 + TAG_LEN);
+        append_plaintext(&mut out, lsn, prev, mutations);
+        self.finish(out)
+    }
+
+    /// Seals `plaintext` as an entry (what [`RedoKey::open`] opens; the
+    /// decoder tests use it to reach the parser behind the tag).
+    pub fn seal(&self, plaintext: &[u8]) -> Vec<u8> {
+        let mut out = self.header(plaintext.len() + TAG_LEN);
+        out.extend_from_slice(plaintext);
+        self.finish(out)
+    }
+
+    /// The version byte and a fresh nonce, with room for `more` bytes.
+    fn header(&self, more: usize) -> Vec<u8> {
+        let n = self
+            .counter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut out = Vec::with_capacity(1 + NONCE_LEN + more);
+        out.push(REDO_SEALED);
+        out.extend_from_slice(&self.nonce_prefix);
+        out.extend_from_slice(&n.to_le_bytes());
+        out
+    }
+
+    /// Encrypts in place what follows the header and appends the tag.
+    fn finish(&self, mut out: Vec<u8>) -> Vec<u8> {
+        use chacha20poly1305::AeadInPlace;
+        let (head, plain) = out.split_at_mut(1 + NONCE_LEN);
+        let nonce: [u8; NONCE_LEN] = head[1..].try_into().expect("the header holds a nonce");
+        let tag = self
+            .cipher
+            .encrypt_in_place_detached(&nonce.into(), &[REDO_SEALED], plain)
+            .expect("XChaCha20-Poly1305 seals any length a Vec holds");
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    /// Checks, opens and decodes one entry. Never panics.
+    pub fn open(&self, b: &[u8]) -> Result<RedoEntry, RedoError> {
+        match b.first() {
+            Some(&REDO_SEALED) => {
+                use chacha20poly1305::AeadInPlace;
+                if b.len() < 1 + NONCE_LEN + TAG_LEN {
+                    return Err(RedoError::Truncated);
+                }
+                let (nonce, rest) = b[1..].split_at(NONCE_LEN);
+                let (sealed, tag) = rest.split_at(rest.len() - TAG_LEN);
+                let mut plain = sealed.to_vec();
+                let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| RedoError::Truncated)?;
+                let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| RedoError::Truncated)?;
+                self.cipher
+                    .decrypt_in_place_detached(
+                        &nonce.into(),
+                        &[REDO_SEALED],
+                        &mut plain,
+                        &tag.into(),
+                    )
+                    .map_err(|_| RedoError::Forged)?;
+                parse_plaintext(&plain)
+            }
+            Some(&REDO_MACED) => {
+                if b.len() < 1 + MAC_LEN {
+                    return Err(RedoError::Truncated);
+                }
+                let (body, mac) = b.split_at(b.len() - MAC_LEN);
+                let expected = blake3::keyed_hash(&self.secret, body);
+                // blake3::Hash's equality is constant-time.
+                let given =
+                    blake3::Hash::from_bytes(mac.try_into().map_err(|_| RedoError::Truncated)?);
+                if given != expected {
+                    return Err(RedoError::Forged);
+                }
+                parse_plaintext(&body[1..])
+            }
+            Some(v) => Err(RedoError::Malformed(format!("unknown version {v}"))),
+            None => Err(RedoError::Truncated),
+        }
+    }
+}
+
+/// A version-1 entry (plain text and keyed hash), as servers before
+/// sealing wrote them: only for the tests of the upgrade path.
+pub fn encode_redo_v1(
+    secret: &[u8; KEY_LEN],
     lsn: Lsn,
     prev: &[(Soid, Lsn)],
     mutations: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(mutations.len() + 24 + prev.len() * 20 + MAC_LEN);
-    out.push(REDO_VERSION);
-    out.extend_from_slice(
-        &postcard::to_stdvec(&(lsn, prev)).expect("serializing to a Vec cannot fail"),
-    );
-    out.extend_from_slice(mutations);
-    seal(key, out)
-}
-
-/// Appends the keyed hash of `body` under `key` (what [`decode_redo`]
-/// checks first).
-pub fn seal(key: &[u8; KEY_LEN], mut body: Vec<u8>) -> Vec<u8> {
-    let mac = blake3::keyed_hash(key, &body);
+    let mut body = vec![REDO_MACED];
+    body.extend_from_slice(&redo_plaintext(lsn, prev, mutations));
+    let mac = blake3::keyed_hash(secret, &body);
     body.extend_from_slice(mac.as_bytes());
     body
 }
@@ -127,40 +266,23 @@ pub enum RedoError {
     Malformed(String),
 }
 
-/// Checks and decodes one entry. Never panics.
-pub fn decode_redo(key: &[u8; KEY_LEN], b: &[u8]) -> Result<RedoEntry, RedoError> {
-    if b.len() < 1 + MAC_LEN {
-        return Err(RedoError::Truncated);
-    }
-    let (body, mac) = b.split_at(b.len() - MAC_LEN);
-    let expected = blake3::keyed_hash(key, body);
-    // blake3::Hash's equality is constant-time.
-    let given = blake3::Hash::from_bytes(mac.try_into().map_err(|_| RedoError::Truncated)?);
-    if given != expected {
-        return Err(RedoError::Forged);
-    }
+/// Decodes an entry's plain text. Never panics.
+fn parse_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
     let malformed = |e: postcard::Error| RedoError::Malformed(e.to_string());
-    match body.split_first() {
-        Some((&REDO_VERSION, rest)) => {
-            let ((lsn, prev), rest) =
-                postcard::take_from_bytes::<(Lsn, Vec<(Soid, Lsn)>)>(rest).map_err(malformed)?;
-            let (mutations, extra) =
-                postcard::take_from_bytes::<Vec<Mutation>>(rest).map_err(malformed)?;
-            if !extra.is_empty() {
-                return Err(RedoError::Malformed(format!(
-                    "{} trailing bytes",
-                    extra.len()
-                )));
-            }
-            Ok(RedoEntry {
-                lsn,
-                prev,
-                mutations,
-            })
-        }
-        Some((v, _)) => Err(RedoError::Malformed(format!("unknown version {v}"))),
-        None => Err(RedoError::Truncated),
+    let ((lsn, prev), rest) =
+        postcard::take_from_bytes::<(Lsn, Vec<(Soid, Lsn)>)>(plain).map_err(malformed)?;
+    let (mutations, extra) = postcard::take_from_bytes::<Vec<Mutation>>(rest).map_err(malformed)?;
+    if !extra.is_empty() {
+        return Err(RedoError::Malformed(format!(
+            "{} trailing bytes",
+            extra.len()
+        )));
     }
+    Ok(RedoEntry {
+        lsn,
+        prev,
+        mutations,
+    })
 }
 
 /// The stamp keys of a write set, each once, in first-seen order.
@@ -329,7 +451,7 @@ mod tests {
 
     #[test]
     fn redo_round_trip_and_forgery() {
-        let key = [7u8; KEY_LEN];
+        let secret = [7u8; KEY_LEN];
         let m = vec![
             Mutation::DeleteInode { soid: soid(1) },
             Mutation::PutInode {
@@ -351,20 +473,67 @@ mod tests {
             },
         ];
         let prev = vec![(soid(1), 4), (soid(2), 0)];
-        let b = encode_redo(&key, 9, &prev, &encode_mutations(&m));
-        let e = decode_redo(&key, &b).unwrap();
-        assert_eq!((e.lsn, e.prev, e.mutations), (9, prev, m));
-        assert_eq!(decode_redo(&[8u8; KEY_LEN], &b), Err(RedoError::Forged));
+        let key = RedoKey::new(&secret, [1; 16]);
+        let b = key.encode(9, &prev, &encode_mutations(&m));
+        let e = key.open(&b).unwrap();
+        assert_eq!((e.lsn, &e.prev, &e.mutations), (9, &prev, &m));
+        // Another server's key (or another prefix's: the same key) opens
+        // it or refuses it as forged, never as something else.
+        let other = RedoKey::new(&[8u8; KEY_LEN], [1; 16]);
+        assert_eq!(other.open(&b), Err(RedoError::Forged));
+        assert_eq!(
+            RedoKey::new(&secret, [2; 16]).open(&b).map(|e| e.lsn),
+            Ok(9)
+        );
         let mut flipped = b.clone();
-        flipped[3] ^= 1;
-        assert_eq!(decode_redo(&key, &flipped), Err(RedoError::Forged));
-        assert_eq!(decode_redo(&key, &b[..10]), Err(RedoError::Truncated));
+        for at in [3, 30, b.len() - 1] {
+            flipped[at] ^= 1;
+            assert_eq!(key.open(&flipped), Err(RedoError::Forged), "byte {at}");
+            flipped[at] ^= 1;
+        }
+        assert_eq!(key.open(&b[..10]), Err(RedoError::Truncated));
+        // Version-1 entries (before sealing) still open, with the key's
+        // hash; a forged one does not.
+        let v1 = encode_redo_v1(&secret, 9, &prev, &encode_mutations(&m));
+        assert_eq!(key.open(&v1).map(|e| e.mutations), Ok(m.clone()));
+        assert_eq!(other.open(&v1), Err(RedoError::Forged));
+    }
+
+    #[test]
+    fn sealed_entries_hide_names_and_never_repeat_a_nonce() {
+        let key = RedoKey::new(&[7u8; KEY_LEN], [9; 16]);
+        let name = b"secret-payroll-2027.xlsx";
+        let m = vec![Mutation::DeleteDentry {
+            parent: soid(1),
+            name: name.to_vec().into(),
+        }];
+        let plain = redo_plaintext(5, &[], &encode_mutations(&m));
+        assert!(plain.windows(name.len()).any(|w| w == name));
+        let a = key.encode(5, &[], &encode_mutations(&m));
+        let b = key.encode(5, &[], &encode_mutations(&m));
+        for e in [&a, &b] {
+            assert!(
+                !e.windows(name.len()).any(|w| w == name),
+                "the name is visible"
+            );
+            assert!(
+                !e.windows(8).any(|w| w == &plain[..8]),
+                "the plain text is visible"
+            );
+        }
+        assert_ne!(
+            a[1..1 + NONCE_LEN],
+            b[1..1 + NONCE_LEN],
+            "a nonce was used twice"
+        );
+        assert_ne!(a, b);
+        assert_eq!(key.open(&a), key.open(&b));
     }
 
     proptest! {
         #[test]
         fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = decode_redo(&[0u8; KEY_LEN], &b);
+            let _ = RedoKey::new(&[0u8; KEY_LEN], [0; 16]).open(&b);
         }
     }
 

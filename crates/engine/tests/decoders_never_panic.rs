@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use sextant_engine::bloom::{AttrFilters, BloomFilter, FilterInput, TimeAttr};
 use sextant_engine::inode::{Dentry, Inode, InodeExtra, Name};
 use sextant_engine::journal::{decode_batch, encode_batch, replay, JournalError, Lsn};
-use sextant_engine::logless::{decode_redo, encode_mutations, encode_redo, seal, MAC_LEN};
+use sextant_engine::logless::{encode_mutations, redo_plaintext, RedoKey};
 use sextant_engine::manifest::TableEntry;
 use sextant_engine::member::{JournalPos, TableManifest};
 use sextant_engine::record::{
@@ -791,17 +791,19 @@ proptest! {
     #[test]
     fn mutated_redo(m in mutations(), lsn in any::<u64>(), prev in vec((soid(), any::<u64>()), 0..4),
                     e in edits(), reseal in any::<bool>()) {
-        let key = [3u8; 32];
-        let mut b = encode_redo(&key, lsn, &prev, &encode_mutations(&m));
-        let d = decode_redo(&key, &b).unwrap();
-        prop_assert_eq!((d.lsn, d.prev, d.mutations), (lsn, prev, m));
-        apply_edits(&mut b, &e);
-        if reseal && b.len() >= MAC_LEN {
-            // Behind the keyed hash: reach the parser itself.
-            b.truncate(b.len() - MAC_LEN);
-            b = seal(&key, b);
+        let key = RedoKey::new(&[3u8; 32], [4; 16]);
+        let mut b = key.encode(lsn, &prev, &encode_mutations(&m));
+        let d = key.open(&b).unwrap();
+        prop_assert_eq!((d.lsn, d.prev, d.mutations), (lsn, prev.clone(), m.clone()));
+        if reseal {
+            // Behind the tag: reach the parser itself.
+            b = redo_plaintext(lsn, &prev, &encode_mutations(&m));
+            apply_edits(&mut b, &e);
+            b = key.seal(&b);
+        } else {
+            apply_edits(&mut b, &e);
         }
-        let _ = decode_redo(&key, &b);
+        let _ = key.open(&b);
     }
 
     #[test]
