@@ -21,7 +21,7 @@
 #
 #   scripts/workload-breakdown.sh [WORKLOAD...]   (default: tar cp rsync git postmark)
 #
-# Environment: TARGETS ("journal logless bindfs local"), SRC (/usr/include),
+# Environment: TARGETS ("journal logless bindfs local"; also "background": the journal synced in the background), SRC (/usr/include),
 # SEXTANT (a built binary; default: build --release into $CARGO_TARGET_DIR
 # or target/), WORK (${TMPDIR:-/tmp}/sextant-breakdown: scratch, wiped), OUT
 # ($WORK/out unless given), PORT (7461; the metrics port is PORT+1),
@@ -106,7 +106,10 @@ start_sextant() {
   rm -rf "$WORK/data"
   # Removed first: the wait below must not find the last server's line.
   rm -f "$OUT/serve-$2.log"
-  SEXTANT_METRICS=$METRICS SEXTANT_DURABILITY=$1 "$3" serve --data "$WORK/data" \
+  # background: the journal, synced in the background (--journal-sync background).
+  local durability=$1 sync=fsync
+  [ "$1" = background ] && durability=journal sync=background
+  SEXTANT_METRICS=$METRICS SEXTANT_DURABILITY=$durability SEXTANT_JOURNAL_SYNC=$sync "$3" serve --data "$WORK/data" \
     --listen "127.0.0.1:$PORT" --socket "$WORK/sextant.sock" >"$OUT/serve-$2.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 100); do grep -qs "listening on" "$OUT/serve-$2.log" && break; sleep 0.1; done
@@ -184,7 +187,7 @@ run() {
 
 for target in $TARGETS; do
   case $target in
-    journal | logless)
+    journal | background | logless)
       for w in "${WHAT[@]}"; do
         for build in ${BUILDS:-=$SEXTANT}; do
           name=$target${build%%=*}

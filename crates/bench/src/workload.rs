@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 pub enum Journal {
     Fsync,
+    /// `fsync` in the background every 5 ms (`serve --journal-sync background`).
+    Background,
     Nosync,
     Off,
 }
@@ -20,6 +22,7 @@ impl Journal {
     pub fn mode(self) -> SyncMode {
         match self {
             Journal::Fsync => SyncMode::Fsync,
+            Journal::Background => SyncMode::Background(std::time::Duration::from_millis(5)),
             Journal::Nosync => SyncMode::NoSync,
             Journal::Off => SyncMode::Off,
         }

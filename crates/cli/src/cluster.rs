@@ -156,7 +156,8 @@ pub struct UpArgs {
     /// the others on the following ones [default: no metrics]
     #[arg(long, value_name = "PORT")]
     pub metrics_base: Option<u16>,
-    /// The servers' journal sync mode: fsync, nosync, off [default: fsync]
+    /// The servers' journal sync mode: fsync, background[:INTERVAL],
+    /// nosync, off (see `sextant serve --help`) [default: fsync]
     #[arg(long, value_name = "MODE")]
     pub journal_sync: Option<String>,
     /// The membership lease of each server: a dead server's tables move

@@ -372,8 +372,12 @@ struct ServeArgs {
     /// Memory budget of the table cache, e.g. 4GiB [default: 4GiB]
     #[arg(long, env = "SEXTANT_MEMORY")]
     memory: Option<String>,
-    /// Journal sync mode: fsync (durable), nosync (survives a process
-    /// crash, not power loss), off (benchmarks only) [default: fsync]
+    /// Journal sync mode: fsync (every reply waits for its sync: nothing
+    /// acknowledged is lost, power loss included), background[:INTERVAL]
+    /// (replies once written, synced within INTERVAL, 5ms by default: a
+    /// process crash loses nothing, a power loss at most the last
+    /// interval), nosync (synced only at table write-backs: benchmarks),
+    /// off (benchmarks only) [default: fsync]
     #[arg(long, env = "SEXTANT_JOURNAL_SYNC", value_name = "MODE")]
     journal_sync: Option<String>,
     /// How acknowledged operations survive a crash: `journal` (written and

@@ -24,9 +24,20 @@ fn root() -> Credentials {
 /// keeps it and the restarted server has every acknowledged create.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nosync_keeps_every_acknowledged_operation_across_a_server_kill_9() {
+    unsynced_journal_keeps_every_acknowledged_operation_across_a_server_kill_9("nosync").await;
+}
+
+/// The same for `background` (the journal synced every 5 ms, behind the
+/// replies): a process crash loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_keeps_every_acknowledged_operation_across_a_server_kill_9() {
+    unsynced_journal_keeps_every_acknowledged_operation_across_a_server_kill_9("background").await;
+}
+
+async fn unsynced_journal_keeps_every_acknowledged_operation_across_a_server_kill_9(mode: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let args = ["--journal-sync", "nosync"];
+    let args = ["--journal-sync", mode];
     let (child, addr) = spawn_server_with(&data, "127.0.0.1:0", &args, Stdio::inherit());
     let mut server = KillOnDrop(child);
     let c = common::connect(&addr, &data).await;
@@ -243,8 +254,9 @@ fn a_mount_killed_9_loses_nothing_acknowledged_in_any_mode() {
     if !common::fuse_available() {
         return;
     }
-    let modes: [(&str, &[&str]); 3] = [
+    let modes: [(&str, &[&str]); 4] = [
         ("journal fsync", &["--journal-sync", "fsync"]),
+        ("journal background", &["--journal-sync", "background"]),
         ("journal nosync", &["--journal-sync", "nosync"]),
         (
             "logless K=4",

@@ -38,6 +38,12 @@
 //! back ([`crate::group_commit`]: at most half a sync, never for a lone
 //! committer), so that closed-loop committers share syncs.
 //!
+//! With [`SyncMode::Background`] (and `NoSync`) a batch is acknowledged
+//! once written, and the syncer syncs within the interval of the oldest
+//! unsynced write (and whenever a table write-back asks): a torn or
+//! missing tail after a power loss is then those acknowledged batches,
+//! cut by the same rule — a whole batch or none, never half an operation.
+//!
 //! A failed write or sync is fatal: the journal stops, every waiter gets
 //! the error of [`crate::stop`] (`FsError::NoSpace` for a full disk, else
 //! `FsError::Io`), and nothing after it is acknowledged.
@@ -350,6 +356,14 @@ fn any_valid_batch_after(bytes: &[u8], from: usize) -> bool {
 pub enum SyncMode {
     /// Write and fdatasync every batch (the default).
     Fsync,
+    /// Write every batch and acknowledge it at once, and fdatasync within
+    /// the given interval of the first write not yet synced (and before
+    /// a table write-back, as `NoSync`). A process crash loses nothing
+    /// (the kernel holds what was written); a power loss loses at most
+    /// the operations acknowledged in the last interval plus one sync —
+    /// never half of one (batches are checksummed, a torn tail is cut).
+    /// What CephFS's early replies and ext4's periodic commit trade.
+    Background(Duration),
     /// Write batches without syncing them (survives a process crash; a
     /// power loss loses what was not written back). Synced only before a
     /// table write-back, so a power loss never keeps a snapshot without
@@ -601,13 +615,14 @@ impl Journal {
     /// replace them (else a power loss could keep the snapshot and lose
     /// records before it, leaving an operation over two tables half done).
     /// With [`SyncMode::Fsync`] that is [`Journal::wait_durable`]; with
-    /// `NoSync` it asks the syncer for one sync (one per write-back, not
-    /// per operation); with `Off` nothing is written, so nothing to wait.
+    /// `NoSync` or `Background` it asks the syncer for one sync (one per
+    /// write-back, not per operation); with `Off` nothing is written, so
+    /// nothing to wait.
     pub fn wait_synced(&self, lsn: Lsn) -> Result<(), FsError> {
         match self.shared.config.mode {
             SyncMode::Fsync => return self.wait_durable(lsn),
             SyncMode::Off => return Ok(()),
-            SyncMode::NoSync => {}
+            SyncMode::NoSync | SyncMode::Background(_) => {}
         }
         self.wait_durable(lsn)?;
         if self.shared.synced_lsn.load(Ordering::Acquire) >= lsn {
@@ -688,6 +703,21 @@ impl Drop for Journal {
 
 fn config_writes(config: &JournalConfig) -> bool {
     config.mode != SyncMode::Off
+}
+
+impl SyncMode {
+    /// Acknowledges written batches before they are synced.
+    fn acks_unsynced(self) -> bool {
+        matches!(self, SyncMode::NoSync | SyncMode::Background(_))
+    }
+
+    /// The background sync interval, if any.
+    fn background(self) -> Option<Duration> {
+        match self {
+            SyncMode::Background(every) => Some(every),
+            _ => None,
+        }
+    }
 }
 
 /// Resolves when its LSN is durable (or the journal failed: `Err` of
@@ -789,20 +819,41 @@ impl Syncer {
         let mut buf = Vec::new();
         let mut policy = GroupCommit::default();
         let mut last_sync_end = Instant::now();
+        let background = self.shared.config.mode.background();
+        // Background: when the oldest write not yet synced was made
+        // (always `None` in the other modes).
+        let mut unsynced_since: Option<Instant> = None;
+        // Background: how long until that write must be synced (zero: due).
+        let due_in = |since: Option<Instant>| {
+            background
+                .zip(since)
+                .map(|(every, since)| every.saturating_sub(since.elapsed()))
+        };
         loop {
             let batch = {
                 let mut st = self.shared.state.lock();
                 loop {
                     while st.open.count == 0 && !st.shutdown && !self.sync_asked(&st) {
-                        self.shared.syncer_wake.wait(&mut st);
+                        match due_in(unsynced_since) {
+                            Some(d) if d.is_zero() => break,
+                            Some(d) => {
+                                self.shared.syncer_wake.wait_for(&mut st, d);
+                            }
+                            None => self.shared.syncer_wake.wait(&mut st),
+                        }
                     }
-                    if st.open.count == 0 && self.sync_asked(&st) {
-                        // A write-back waits for a sync of what is written.
+                    let due = due_in(unsynced_since).is_some_and(|d| d.is_zero())
+                        || (st.shutdown && unsynced_since.is_some());
+                    if st.open.count == 0 && (self.sync_asked(&st) || due) {
+                        // A write-back waits for a sync of what is
+                        // written; so does the background interval, and
+                        // (background) a clean shutdown.
                         drop(st);
                         if let Err(e) = self.sync_for_write_back() {
                             self.fail(&e);
                             return;
                         }
+                        unsynced_since = None;
                         st = self.shared.state.lock();
                         continue;
                     }
@@ -827,7 +878,7 @@ impl Syncer {
             encode_batch(batch.first_lsn, batch.count, &batch.payload, &mut buf);
             let result = (|| -> Result<(), JournalError> {
                 if segment_len >= self.shared.config.segment_bytes {
-                    if self.shared.config.mode == SyncMode::NoSync {
+                    if self.shared.config.mode.acks_unsynced() {
                         // What `synced_lsn` covers must stay on the disk
                         // once the writer moves on to a new segment.
                         self.sync_for_write_back()?;
@@ -869,13 +920,19 @@ impl Syncer {
                 self.shared.synced_lsn.store(last_lsn, Ordering::Release);
             }
             self.wake(false);
-            if self.shared.config.mode == SyncMode::NoSync {
+            if self.shared.config.mode.acks_unsynced() {
+                if background.is_some() {
+                    unsynced_since.get_or_insert(started);
+                }
                 let asked = self.sync_asked(&self.shared.state.lock());
-                if asked {
+                // Under a steady load the queue never empties: the
+                // background interval is kept here.
+                if asked || due_in(unsynced_since).is_some_and(|d| d.is_zero()) {
                     if let Err(e) = self.sync_for_write_back() {
                         self.fail(&e);
                         return;
                     }
+                    unsynced_since = None;
                 }
             }
         }
@@ -894,13 +951,15 @@ impl Syncer {
         self.wake(true);
     }
 
-    /// NoSync: a write-back asked for a sync beyond what is synced.
+    /// NoSync, Background: a write-back asked for a sync beyond what is
+    /// synced.
     fn sync_asked(&self, st: &State) -> bool {
         st.sync_wanted > self.shared.synced_lsn.load(Ordering::Acquire)
     }
 
-    /// NoSync: syncs everything written (the current segment; older ones
-    /// were synced when the writer left them) and publishes it as synced.
+    /// NoSync, Background: syncs everything written (the current segment;
+    /// older ones were synced when the writer left them) and publishes it
+    /// as synced.
     fn sync_for_write_back(&mut self) -> Result<(), JournalError> {
         let written = self.shared.durable_lsn.load(Ordering::Acquire);
         self.writer.sync().map_err(|source| JournalError::Io {
@@ -977,6 +1036,53 @@ mod tests {
         let lsns: Vec<Lsn> = recs.iter().map(|(l, _)| *l).collect();
         assert_eq!(lsns, (1..=last).collect::<Vec<_>>(), "synced ones only");
         drop(j);
+    }
+
+    /// Background: what was written is synced within the interval with
+    /// no write-back asking (`NoSync` would keep it unsynced, so the same
+    /// test fails with it), and a clean shutdown syncs the rest.
+    #[test]
+    fn background_records_survive_a_power_loss_once_the_interval_passed() {
+        let store = MemStore::new();
+        let s: Arc<dyn Store> = Arc::new(store.clone());
+        let cfg = JournalConfig {
+            mode: SyncMode::Background(Duration::from_millis(5)),
+            segment_bytes: 400,
+            ..JournalConfig::default()
+        };
+        let j = Journal::start(s, cfg, 1, vec![]).unwrap();
+        let mut last = 0;
+        for i in 0..30 {
+            last = j
+                .append(format!("record {i:03} of the test").as_bytes())
+                .unwrap();
+            j.wait_durable(last).unwrap();
+        }
+        // Not a timing assertion: the interval is 5 ms, the bound 20 s.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while j.shared.synced_lsn.load(Ordering::Acquire) < last {
+            assert!(Instant::now() < deadline, "no background sync came");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        store.crash(None);
+        let (recs, _) = collect(&store).unwrap();
+        let lsns: Vec<Lsn> = recs.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lsns, (1..=last).collect::<Vec<_>>());
+        drop(j);
+
+        // A clean shutdown leaves nothing unsynced, whatever the interval.
+        let store = MemStore::new();
+        let s: Arc<dyn Store> = Arc::new(store.clone());
+        let cfg = JournalConfig {
+            mode: SyncMode::Background(Duration::from_secs(3600)),
+            ..JournalConfig::default()
+        };
+        let mut j = Journal::start(s, cfg, 1, vec![]).unwrap();
+        let lsn = j.append(b"just before the shutdown").unwrap();
+        j.wait_durable(lsn).unwrap();
+        j.shutdown();
+        store.crash(None);
+        assert_eq!(collect(&store).unwrap().0.len(), 1);
     }
 
     fn write_records(store: &MemStore, n: u64) {

@@ -289,6 +289,29 @@ impl MemStore {
         inner.writes_until_failure = None;
     }
 
+    /// What a power cut now would leave, as a new store (this one goes on
+    /// unchanged): every log cut to its synced bytes. For a power loss
+    /// while the engine still runs (its background threads cannot then
+    /// write into the "crashed" image).
+    pub fn power_cut_copy(&self) -> MemStore {
+        let inner = self.inner.lock();
+        let copy = MemInner {
+            blobs: inner.blobs.clone(),
+            logs: inner
+                .logs
+                .iter()
+                .map(|(name, (durable, live))| {
+                    (name.clone(), (*durable, live[..*durable].to_vec()))
+                })
+                .collect(),
+            writes_until_failure: None,
+            failure_errno: None,
+        };
+        MemStore {
+            inner: Arc::new(Mutex::new(copy)),
+        }
+    }
+
     /// After `n` more successful writes (appends, syncs, puts), every write fails.
     pub fn fail_after(&self, n: u64) {
         self.inner.lock().writes_until_failure = Some(n);

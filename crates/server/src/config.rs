@@ -7,7 +7,7 @@
 //! socket = "/run/sextant.sock"   # the Unix socket for local users; "off":
 //!                                # none (default: see crate::local_socket)
 //! memory = "8GiB"                # table cache budget (default 4GiB)
-//! journal_sync = "fsync"         # fsync | nosync | off
+//! journal_sync = "fsync"         # fsync | background[:5ms] | nosync | off
 //! metrics = "127.0.0.1:7412"     # Prometheus /metrics; "off" disables
 //! durability = "journal"         # journal | logless
 //! arl_size = 4                   # logless: Active Request List size K
@@ -486,12 +486,31 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The background sync interval of `journal_sync = "background"`.
+pub const DEFAULT_BACKGROUND_SYNC: Duration = Duration::from_millis(5);
+
+/// `fsync`, `background[:INTERVAL]` (e.g. `background:10ms`), `nosync`,
+/// `off`.
 pub fn parse_sync(s: &str) -> Result<SyncMode> {
-    Ok(match s.to_ascii_lowercase().as_str() {
+    let lower = s.trim().to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("background") {
+        let every = match rest.strip_prefix(':') {
+            Some(d) => parse_duration(d).context("bad background sync interval")?,
+            None if rest.is_empty() => DEFAULT_BACKGROUND_SYNC,
+            None => bail!("journal sync mode {s:?}: write background or background:INTERVAL"),
+        };
+        if every.is_zero() || every > Duration::from_secs(10) {
+            bail!("journal sync mode {s:?}: the interval must be above 0 and at most 10s");
+        }
+        return Ok(SyncMode::Background(every));
+    }
+    Ok(match lower.as_str() {
         "fsync" => SyncMode::Fsync,
         "nosync" => SyncMode::NoSync,
         "off" => SyncMode::Off,
-        _ => bail!("journal sync mode {s:?} is not one of fsync, nosync, off"),
+        _ => {
+            bail!("journal sync mode {s:?} is not one of fsync, background[:INTERVAL], nosync, off")
+        }
     })
 }
 
@@ -637,6 +656,23 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert!(parse_duration("soon").is_err());
+        assert_eq!(
+            parse_sync("background").unwrap(),
+            SyncMode::Background(DEFAULT_BACKGROUND_SYNC)
+        );
+        assert_eq!(
+            parse_sync("Background:20ms").unwrap(),
+            SyncMode::Background(Duration::from_millis(20))
+        );
+        for bad in [
+            "background:0ms",
+            "background:1m",
+            "backgroundx",
+            "background:",
+            "sometimes",
+        ] {
+            assert!(parse_sync(bad).is_err(), "{bad}");
+        }
         assert!(parse_duration("-1s").is_err());
         let slow: FileConfig = toml::from_str("bench_sync_floor = \"7ms\"\n").unwrap();
         let c = ServerConfig::resolve(Some(slow), Overrides::default()).unwrap();

@@ -101,10 +101,13 @@ fn start(args: &Args, mode: &str, data: &std::path::Path) -> Server {
         _ if mode == "journal" => {
             cmd.args(["--journal-sync", "fsync"]);
         }
+        _ if mode == "background" => {
+            cmd.args(["--journal-sync", "background"]);
+        }
         _ if mode == "off" => {
             cmd.args(["--journal-sync", "off"]);
         }
-        _ => panic!("unknown mode {mode:?} (journal, off, logless:K)"),
+        _ => panic!("unknown mode {mode:?} (journal, background, off, logless:K)"),
     }
     let mut child = cmd.spawn().expect("start sextant serve");
     let mut line = String::new();
