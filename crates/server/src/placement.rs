@@ -51,6 +51,9 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
         let _ = soids;
         Box::pin(std::future::ready(false))
     }
+    /// An operation that borrowed tables ([`Placement::borrow`]) ended:
+    /// its borrow may be due to go home now rather than at the next look.
+    fn borrowed_op_done(&self) {}
 }
 
 /// A single server: every SOID is here. Its map is one route to

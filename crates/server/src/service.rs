@@ -573,6 +573,7 @@ impl Shared {
                 r => {
                     if needs.len() > 1 {
                         tracing::debug!(target: "borrow_trace", ok = r.is_ok(), "operation ran after BORROW");
+                        self.placement.borrowed_op_done();
                     }
                     return r;
                 }

@@ -82,6 +82,9 @@ pub struct ClusterPlacement {
     waiting: Arc<std::sync::atomic::AtomicUsize>,
     /// The returner task, started with the first borrow.
     returner: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    /// Wakes the returner before its tick: an operation that borrowed
+    /// ended (see [`Placement::borrowed_op_done`]).
+    returner_wake: Arc<tokio::sync::Notify>,
     /// The engine, whose per-table operation counts say whether a
     /// borrow is still in use.
     engine: Option<sextant_engine::Engine>,
@@ -125,6 +128,7 @@ impl ClusterPlacement {
             borrow: Arc::default(),
             waiting: Arc::default(),
             returner: std::sync::OnceLock::new(),
+            returner_wake: Arc::default(),
             engine: None,
         }
     }
@@ -142,35 +146,38 @@ impl ClusterPlacement {
         self
     }
 
-    /// Starts the returner (once): every [`RETURN_TICK`] it decides
-    /// whether this server's borrow ends ([`return_due`]) and, if so,
-    /// RETURNs it.
+    /// Starts the returner (once): it decides whether this server's
+    /// borrow ends ([`return_due`]) and, if so, RETURNs it — when the map
+    /// changes (another server's borrow wants a table), when an operation
+    /// that borrowed ends, and every [`RETURN_TICK`] (the idle rules).
     fn start_returner(&self, node: &Arc<EtcdCluster>) {
-        let (coordination, borrow, node, waiting) = (
+        let (coordination, borrow, node, waiting, wake) = (
             Arc::clone(&self.coordination),
             Arc::clone(&self.borrow),
             Arc::clone(node),
             Arc::clone(&self.waiting),
+            Arc::clone(&self.returner_wake),
         );
         let engine = self.engine.clone();
         self.returner.get_or_init(|| {
             tokio::spawn(async move {
+                let mut map = coordination.map();
                 loop {
-                    tokio::time::sleep(RETURN_TICK).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(RETURN_TICK) => {}
+                        _ = wake.notified() => {}
+                        r = map.changed() => {
+                            if r.is_err() {
+                                // The cluster is shutting down: ticks only.
+                                tokio::time::sleep(RETURN_TICK).await;
+                            }
+                        }
+                    }
                     let mut b = borrow.lock().await;
                     if b.tables.is_empty() {
                         continue;
                     }
-                    let ops = engine.as_ref().map_or(0, |e| {
-                        let ops = e.table_ops();
-                        b.tables
-                            .iter()
-                            .map(|t| {
-                                let id = u64::from(t.0);
-                                ops.iter().find(|(x, _)| *x == id).map_or(0, |(_, n)| *n)
-                            })
-                            .sum()
-                    });
+                    let ops = borrowed_ops(engine.as_ref(), &b.tables);
                     let state = coordination.map().borrow().clone();
                     let here = b
                         .tables
@@ -199,6 +206,20 @@ impl ClusterPlacement {
             })
         });
     }
+}
+
+/// The operation count of `tables` here (0 without an engine).
+fn borrowed_ops(engine: Option<&sextant_engine::Engine>, tables: &BTreeSet<TableId>) -> u64 {
+    engine.map_or(0, |e| {
+        let ops = e.table_ops();
+        tables
+            .iter()
+            .map(|t| {
+                let id = u64::from(t.0);
+                ops.iter().find(|(x, _)| *x == id).map_or(0, |(_, n)| *n)
+            })
+            .sum()
+    })
 }
 
 /// Whether a borrow ends now (pure: the returner's rule). `waiting`:
@@ -338,6 +359,10 @@ impl Placement for ClusterPlacement {
         self.node.is_some()
     }
 
+    fn borrowed_op_done(&self) {
+        self.returner_wake.notify_one();
+    }
+
     /// BORROW (Ursa Minor §3.5): an operation here needs the tables
     /// holding `soids` together. They join this server's borrow
     /// (`borrow/<name>`), the coordinator moves them here in its queue's
@@ -374,6 +399,17 @@ impl Placement for ClusterPlacement {
                     tracing::debug!(target: "borrow_trace", asked = asked_at.is_some(), "BORROW: every table serves here");
                     if asked_at.is_some() {
                         crate::fault::step("borrow-granted");
+                        // Granted now, before the operation runs: its end
+                        // then counts as a use, and wakes the returner
+                        // (`borrowed_op_done`) with nothing left to mark.
+                        let mut b = self.borrow.lock().await;
+                        if b.granted.is_none() && !b.tables.is_empty() {
+                            let now = tokio::time::Instant::now();
+                            let ops = borrowed_ops(self.engine.as_ref(), &b.tables);
+                            b.granted = Some(now);
+                            b.ops_at_grant = ops;
+                            b.ops_seen = (ops, Some(now));
+                        }
                     }
                     return true;
                 }
