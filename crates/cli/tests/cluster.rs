@@ -1980,6 +1980,83 @@ fn a_borrower_killed_before_its_return_loses_nothing() {
     killed_at_a_borrow_step("borrow-return");
 }
 
+/// A server that leaves cleanly (SIGTERM) while a BORROW is granted:
+/// a, holding /p, borrows /q's table from b for `mv /p/f0 /q/moved`
+/// (and keeps it 5 s: `SEXTANT_BENCH_RETURN_AFTER`), then `leaver` stops
+/// — the lender b, whose table is away on a, or the borrower a, holding
+/// a table whose home is b. The leave ends cleanly, the other server
+/// ends up serving every table, the rename happened exactly once, no
+/// borrow or home is left noted, and the namespace takes new renames
+/// across the tables. (The coordinator's pure rules cover a leave during
+/// a borrow; this is the process-level check.)
+fn a_server_leaving_cleanly_during_a_borrow(leaver: &str) {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (a, b, a_addr, b_addr, secret) = pqrs_on_two_servers_env(
+        dir.path(),
+        &etcd.url,
+        &[("SEXTANT_BENCH_RETURN_AFTER", "5s")],
+    );
+    let tp = move_table(&etcd.url, &secret, "/p", "a");
+    let tq = move_table(&etcd.url, &secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    sextant_ok(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
+    let (mut leaving, stays, stays_addr, _kept) = match leaver {
+        "a" => (a, "b", b_addr, b),
+        _ => (b, "a", a_addr, a),
+    };
+    signal(&leaving.0, "-TERM");
+    let mut left = None;
+    wait_for(
+        &format!("{leaver}'s clean leave"),
+        Duration::from_secs(60),
+        || {
+            left = leaving.0.try_wait().unwrap();
+            left.is_some()
+        },
+    );
+    assert!(
+        left.is_some_and(|s| s.success()),
+        "{leaver} left during a borrow: {left:?}"
+    );
+    wait_for(
+        &format!("{stays} serves every table"),
+        Duration::from_secs(40),
+        || {
+            let Ok(st) = try_status_on(&etcd.url, &secret) else {
+                return false;
+            };
+            tables_by_server(&st)
+                .iter()
+                .all(|x| x.0 == stays || x.1 == 0)
+        },
+    );
+    let p = sextant_ok(&stays_addr, &secret, &["ls", "/p"]);
+    let q = sextant_ok(&stays_addr, &secret, &["ls", "/q"]);
+    assert!(!p.split_whitespace().any(|n| n == "f0"), "/p: {p:?}");
+    assert!(q.split_whitespace().any(|n| n == "moved"), "/q: {q:?}");
+    let files = sextant_ok(&stays_addr, &secret, &["find", "/", "-type", "f"]);
+    assert_eq!(files.lines().count(), 16, "{files}");
+    wait_for("no borrow or home left", Duration::from_secs(30), || {
+        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
+            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
+    });
+    sextant_ok(&stays_addr, &secret, &["mv", "/q/f1", "/p/after"]);
+    sextant_ok(&stays_addr, &secret, &["mv", "/p/f2", "/r/after"]);
+    sextant_ok(&stays_addr, &secret, &["mkdir", "/e"]);
+}
+
+#[test]
+fn a_lender_leaving_cleanly_while_its_table_is_lent_loses_nothing() {
+    a_server_leaving_cleanly_during_a_borrow("b");
+}
+
+#[test]
+fn a_borrower_leaving_cleanly_with_a_table_borrowed_loses_nothing() {
+    a_server_leaving_cleanly_during_a_borrow("a");
+}
+
 /// SIGSTOP at a named BORROW step (the test-only `stop-at:` fault
 /// point) for longer than the borrower's lease, under the same rename as
 /// [`killed_at_a_borrow_step`]: a, holding /p, borrows /q's table from b
