@@ -48,6 +48,15 @@ pub trait LogWriter: Send {
     fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Makes all appended bytes durable (fdatasync).
     fn sync(&mut self) -> io::Result<()>;
+    /// A handle that syncs this log from another thread while appends go
+    /// on (the journal's background sync).
+    fn sync_handle(&self) -> io::Result<Box<dyn LogSync>>;
+}
+
+/// Syncs a log concurrently with its writer: a [`LogSync::sync`] makes
+/// durable at least every byte appended before it was called.
+pub trait LogSync: Send {
+    fn sync(&self) -> io::Result<()>;
 }
 
 /// A store in a local directory. Holds an exclusive `flock` on `LOCK` so two
@@ -252,6 +261,20 @@ impl LogWriter for LocalLog {
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
     }
+
+    fn sync_handle(&self) -> io::Result<Box<dyn LogSync>> {
+        Ok(Box::new(LocalLogSync(self.file.try_clone()?)))
+    }
+}
+
+/// fdatasync through a duplicate of the log's descriptor (it syncs the
+/// same open file).
+struct LocalLogSync(File);
+
+impl LogSync for LocalLogSync {
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
 }
 
 /// An in-memory store for tests: a *live* image (what reads see) and a
@@ -439,12 +462,31 @@ impl LogWriter for MemLog {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        let mut inner = self.store.inner.lock();
+        MemLog::sync_now(&self.store, &self.name)
+    }
+
+    fn sync_handle(&self) -> io::Result<Box<dyn LogSync>> {
+        Ok(Box::new(MemLog {
+            store: self.store.clone(),
+            name: self.name.clone(),
+        }))
+    }
+}
+
+impl MemLog {
+    fn sync_now(store: &MemStore, name: &str) -> io::Result<()> {
+        let mut inner = store.inner.lock();
         MemStore::charge_write(&mut inner)?;
-        if let Some((d, live)) = inner.logs.get_mut(&self.name) {
+        if let Some((d, live)) = inner.logs.get_mut(name) {
             *d = live.len();
         }
         Ok(())
+    }
+}
+
+impl LogSync for MemLog {
+    fn sync(&self) -> io::Result<()> {
+        MemLog::sync_now(&self.store, &self.name)
     }
 }
 
