@@ -57,8 +57,10 @@
 //! subtree and the entries of directories in it, judged when it is sent.
 //!
 //! Log-less: a confined key's replies carry its own redo entry only, never
-//! other clients' (`Shared::handle_sharing`): those name what they
-//! changed.
+//! other clients' (`Shared::handle_sharing`). Entries are sealed
+//! (`sextant_engine::logless::RedoKey`), so their contents are hidden
+//! from every client anyway; their number, sizes and timing would still
+//! tell a confined key how busy the rest of the namespace is.
 //!
 //! Races: the check and the operation are two engine transactions. An
 //! object another client moves out between them can still be touched by

@@ -315,7 +315,7 @@ impl Shared {
                 return resp;
             }
             // Keys are single-server (no forwarding); other clients'
-            // backups are not for it.
+            // backups are not for it (see crate::confine).
             return self.handle_sharing(r, false).await;
         }
         if !matches!(caller, Caller::Kernel(_))
