@@ -477,13 +477,12 @@ impl Session {
     ) -> OpResult<()> {
         let f = RenameFlags::default();
         match &self.backend {
-            Backend::Local(e) => {
-                Self::durable(
-                    e,
-                    e.rename(&self.cred, old_parent, old_name, new_parent, new_name, f),
-                )
-                .await
-            }
+            Backend::Local(e) => Self::durable(
+                e,
+                e.rename(&self.cred, old_parent, old_name, new_parent, new_name, f),
+            )
+            .await
+            .map(drop),
             Backend::Remote(c) => {
                 c.rename(&self.cred, old_parent, old_name, new_parent, new_name, f)
                     .await

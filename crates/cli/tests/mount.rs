@@ -1945,4 +1945,44 @@ mod issue23 {
         m.sextant_ok(&["mkdir", "/d/x"]);
         eventually("a directory made elsewhere", || m.p("d/x").is_dir());
     }
+
+    /// rsync's last step, a rename of its temporary file over the old
+    /// one: the server's reply names the file it replaced, so the mount
+    /// looks nothing up first (it asked the server for the target before
+    /// every such rename: two lookups per rename, now the kernel's one). What it keeps of the replaced file still goes
+    /// right: an open descriptor reads the old bytes, a file with another
+    /// link keeps its data, and the name shows the new file.
+    #[test]
+    fn the_mount_looks_nothing_up_before_a_rename_over_a_file() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        std::fs::create_dir(m.p("r")).unwrap();
+        std::fs::write(m.p("r/t"), b"old").unwrap();
+        std::fs::write(m.p("r/u"), b"linked").unwrap();
+        std::fs::hard_link(m.p("r/u"), m.p("r/u2")).unwrap();
+        let mut held = std::fs::File::open(m.p("r/t")).unwrap();
+        for (tmp, to, bytes) in [("r/.t.1", "r/t", "new t"), ("r/.u.1", "r/u", "new u")] {
+            std::fs::write(m.p(tmp), bytes).unwrap();
+            // The kernel revalidates a rename's target with a LOOKUP of
+            // its own (LOOKUP_RENAME_TARGET): that one reaches the server;
+            // the mount's own lookup of the target (a second) is gone.
+            let before = requests(port, "lookup");
+            std::fs::rename(m.p(tmp), m.p(to)).unwrap();
+            assert_eq!(requests(port, "lookup") - before, 1, "lookups for {to}");
+        }
+        assert_eq!(std::fs::read(m.p("r/t")).unwrap(), b"new t");
+        assert_eq!(std::fs::read(m.p("r/u")).unwrap(), b"new u");
+        let mut old = String::new();
+        held.read_to_string(&mut old).unwrap();
+        assert_eq!(old, "old", "an open descriptor of the replaced file");
+        assert_eq!(std::fs::read(m.p("r/u2")).unwrap(), b"linked");
+        assert_eq!(std::fs::metadata(m.p("r/u2")).unwrap().nlink(), 1);
+        let names: std::collections::BTreeSet<String> = std::fs::read_dir(m.p("r"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, ["t", "u", "u2"].map(String::from).into());
+    }
 }

@@ -1491,6 +1491,24 @@ impl Client {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        self.rename_replacing(cred, old_parent, old_name, new_parent, new_name, flags)
+            .await
+            .map(drop)
+    }
+
+    /// [`Client::rename`], returning the attributes (as they were) of the
+    /// inode whose name the rename replaced, if it replaced one — what a
+    /// cache of it must let go of (its link count says whether it is
+    /// gone), without a lookup first.
+    pub async fn rename_replacing(
+        &self,
+        cred: &Credentials,
+        old_parent: Soid,
+        old_name: &[u8],
+        new_parent: Soid,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<Option<Attr>> {
         let op = Op::Rename(pb::RenameRequest {
             old_parent: Some(soid_to_pb(old_parent)),
             old_name: old_name.to_vec(),
@@ -1499,7 +1517,10 @@ impl Client {
             noreplace: flags.noreplace,
             exchange: flags.exchange,
         });
-        expect_done(self.call(cred, op).await?)
+        match self.call(cred, op).await? {
+            Res::Done(_) => Ok(None),
+            r => expect_attr(r).map(Some),
+        }
     }
 
     pub async fn link(

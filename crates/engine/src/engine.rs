@@ -1648,7 +1648,7 @@ impl Engine {
         new_parent: Soid,
         new_name: &[u8],
         flags: RenameFlags,
-    ) -> Result<Committed<()>, FsError> {
+    ) -> Result<Committed<Option<Attr>>, FsError> {
         self.inner.run_for(self.request, |t| {
             namespace::rename(t, cred, old_parent, old_name, new_parent, new_name, flags)
         })

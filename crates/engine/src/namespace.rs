@@ -620,6 +620,10 @@ fn is_ancestor(txn: &mut Txn, ancestor: Soid, mut dir: Soid) -> OpResult<bool> {
     Err(FsError::Loop.into())
 }
 
+/// Renames; returns the attributes, as they were, of the inode whose name
+/// the rename replaced (`None`: no name was replaced — a new name, an
+/// exchange, or the same file), so a client can let go of what it kept
+/// of it without asking first.
 pub fn rename(
     txn: &mut Txn,
     cred: &Credentials,
@@ -628,7 +632,7 @@ pub fn rename(
     new_parent: Soid,
     new_name: &[u8],
     flags: RenameFlags,
-) -> OpResult<()> {
+) -> OpResult<Option<Attr>> {
     if flags.noreplace && flags.exchange {
         return Err(FsError::Invalid.into());
     }
@@ -669,7 +673,7 @@ pub fn rename(
         if t.child == src.child {
             // Same file (two links to one inode, or the same entry): POSIX
             // says do nothing and succeed.
-            return Ok(());
+            return Ok(None);
         }
     }
     may_delete(&old_dir, &src_inode, cred)?;
@@ -756,11 +760,13 @@ pub fn rename(
         if cross {
             touch_dir(txn, new_parent, delta, now)?;
         }
-        return Ok(());
+        return Ok(None);
     }
 
     let src_is_dir = src_inode.is_dir();
+    let mut replaced = None;
     if let (Some(t), Some(ti)) = (&target, target_inode) {
+        replaced = Some(ti.attr(t.child));
         let target_was_dir = ti.is_dir();
         unlink_inode(txn, t.child, ti, new_parent, new_name)?;
         if target_was_dir {
@@ -785,7 +791,7 @@ pub fn rename(
     if cross {
         touch_dir(txn, new_parent, delta, now)?;
     }
-    Ok(())
+    Ok(replaced)
 }
 
 /// Sets a directory's mtime/ctime and adjusts its link count.

@@ -90,6 +90,16 @@ impl AsReply for Attr {
     }
 }
 
+/// A rename's: the attributes of the inode whose name it replaced, if any.
+impl AsReply for Option<Attr> {
+    fn as_reply(&self) -> Reply {
+        match self {
+            Some(a) => Reply::Attr(a.clone()),
+            None => Reply::Done,
+        }
+    }
+}
+
 /// A journal record's request identity and reply.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct RequestTag {

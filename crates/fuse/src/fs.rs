@@ -766,14 +766,11 @@ impl Filesystem for SextantFs {
             };
             let c = self.cred(req);
             let (p, np) = (self.soid(parent)?, self.soid(newparent)?);
-            let same_name = p == np && n == newname;
-            let victim = if flags.exchange || flags.noreplace || same_name {
-                None
-            } else {
-                self.client().lookup(&c, np, name(newname)).await.ok()
-            };
-            self.client()
-                .rename(&c, p, name(n), np, name(newname), flags)
+            // The reply names the inode whose name was replaced (as it
+            // was): no lookup of the target first.
+            let victim = self
+                .client()
+                .rename_replacing(&c, p, name(n), np, name(newname), flags)
                 .await?;
             match victim {
                 Some(v) => self.unlinked(&v),

@@ -196,6 +196,14 @@ fn attr(a: sextant_types::Attr) -> Res {
     Res::Attr(attr_to_pb(&a))
 }
 
+/// A rename's reply: done, or the replaced inode's attributes.
+fn replaced(a: Option<sextant_types::Attr>) -> Res {
+    match a {
+        Some(a) => attr(a),
+        None => Res::Done(pb::Empty {}),
+    }
+}
+
 /// A digest of a request's operation and credentials (not its id or its
 /// `acked_below`, which change per attempt), so a (client, seq) reused for
 /// a different request is told apart from a retry. Stable across server
@@ -730,7 +738,9 @@ impl Shared {
                 self.durable(fx, e.rmdir(cred, soid(&r.parent)?, name(&r.name)?))
                     .await?,
             ),
-            Op::Rename(r) => done(
+            // The replaced inode's attributes as they were, when a name
+            // was replaced (the mount drops what it kept of it).
+            Op::Rename(r) => replaced(
                 self.durable(
                     fx,
                     e.rename(
