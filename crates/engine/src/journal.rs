@@ -416,6 +416,9 @@ struct State {
     /// [`SyncMode::NoSync`]: the syncer is asked to sync the journal up
     /// to here ([`Journal::wait_synced`]).
     sync_wanted: Lsn,
+    /// Background: the background syncer waits for a first unsynced
+    /// record (only then does a write wake it).
+    background_idle: bool,
 }
 
 struct Segment {
@@ -490,6 +493,7 @@ impl Journal {
                 shutdown: false,
                 waiters: Vec::new(),
                 sync_wanted: 0,
+                background_idle: false,
             }),
             syncer_wake: Condvar::new(),
             background_wake: Condvar::new(),
@@ -962,9 +966,13 @@ impl Syncer {
             self.wake(false);
             if background {
                 // Under the lock: the background syncer looks and waits
-                // under it, so this cannot fall between the two.
-                let _held = self.shared.state.lock();
-                self.shared.background_wake.notify_one();
+                // under it, so this cannot fall between the two. Only an
+                // idle syncer is woken (one waiting for its next sync
+                // time needs nothing).
+                let st = self.shared.state.lock();
+                if st.background_idle {
+                    self.shared.background_wake.notify_one();
+                }
             }
             if self.shared.config.mode.acks_unsynced() {
                 let asked = self.sync_asked(&self.shared.state.lock());
@@ -1075,7 +1083,9 @@ fn run_background(shared: Arc<Shared>, every: Duration) {
                 if unsynced {
                     shared.background_wake.wait_for(&mut st, next_sync - now);
                 } else {
+                    st.background_idle = true;
                     shared.background_wake.wait(&mut st);
+                    st.background_idle = false;
                     // The oldest unsynced record was just written: it is
                     // synced `every` from now.
                     next_sync = next_sync.max(Instant::now() + every);
