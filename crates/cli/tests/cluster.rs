@@ -2983,3 +2983,100 @@ fn a_client_key_added_through_one_server_works_and_is_revoked_on_all() {
     let ls = sextant_ok(&a_addr, &secret, &["auth", "ls"]);
     assert!(!ls.contains("node1"), "a still lists the revoked key: {ls}");
 }
+
+/// Issue 20, item 6: tables that shrink are merged on every server of a
+/// cluster — each server merges neighbours it owns, through one etcd
+/// transaction fenced by both owner keys and refused while a move, lend or
+/// borrow names either — while the coordinator balances them: the table
+/// count goes down, nothing is lost, every inode is counted once, and
+/// every table etcd has is served (the merged-away ones are gone from
+/// etcd, not left unserved).
+#[test]
+fn tables_that_shrink_are_merged_on_every_server() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    // Split past 24 inodes; neighbours of < 3 inodes and < 2 directories
+    // merge.
+    let limits = "table_dir_limit = 16\ntable_inode_limit = 24\n";
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, limits);
+    let status_of = || status_on(&etcd.url, &secret);
+    for d in 0..12 {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
+        let files: Vec<String> = (0..5).map(|f| format!("/d{d}/f{f}")).collect();
+        let mut args = vec!["touch"];
+        args.extend(files.iter().map(String::as_str));
+        sextant_ok(&a_addr, &secret, &args);
+    }
+    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_of());
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    let before = status_of()["tables"].as_array().unwrap().len();
+    assert!(before >= 4, "the tree split: {before} tables");
+    // Everything but /d0/f0, /d6/f0 and /d11/f0 goes.
+    let kept = [0, 6, 11];
+    for d in 0..12 {
+        if kept.contains(&d) {
+            let files: Vec<String> = (1..5).map(|f| format!("/d{d}/f{f}")).collect();
+            let mut args = vec!["rm"];
+            args.extend(files.iter().map(String::as_str));
+            sextant_ok(&a_addr, &secret, &args);
+        } else {
+            sextant_ok(&a_addr, &secret, &["rm", "-r", &format!("/d{d}")]);
+        }
+    }
+    wait_for("tables merged", Duration::from_secs(60), || {
+        status_of()["tables"].as_array().unwrap().len() < before
+    });
+    let mut want: Vec<String> = std::iter::once("/".to_string())
+        .chain(
+            kept.iter()
+                .flat_map(|d| [format!("/d{d}"), format!("/d{d}/f0")]),
+        )
+        .collect();
+    want.sort();
+    for addr in [&a_addr, &b_addr] {
+        let out = sextant_ok(addr, &secret, &["find", "/"]);
+        let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+        got.sort();
+        assert_eq!(got, want, "find / at {addr}");
+    }
+    let inodes = |st: &serde_json::Value| -> u64 {
+        st["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["inodes"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    wait_for("every inode counted once", Duration::from_secs(30), || {
+        inodes(&status_of()) == 1 + 2 * kept.len() as u64
+    });
+    // etcd's tables still partition the SOID space (the merged-away ones
+    // are gone, the lower ones widened), each with an owner.
+    let st = status_of();
+    let mut ranges: Vec<(String, String)> = st["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert!(t["owner"].is_string(), "{t}");
+            (
+                t["first"].as_str().unwrap().to_string(),
+                t["last"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    ranges.sort();
+    let hex = |s: &str| u128::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    assert_eq!(hex(&ranges[0].0), 0, "{ranges:?}");
+    assert_eq!(hex(&ranges[ranges.len() - 1].1), u128::MAX, "{ranges:?}");
+    for w in ranges.windows(2) {
+        assert_eq!(hex(&w[0].1) + 1, hex(&w[1].0), "{ranges:?}");
+    }
+    let after = status_of()["tables"].as_array().unwrap().len();
+    eprintln!("{before} tables, {after} after the merges");
+}

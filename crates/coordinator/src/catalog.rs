@@ -11,6 +11,11 @@
 //! table of its own it never loaded and ADDs it (the host answers with
 //! the table it already has).
 //!
+//! A merge ([`commit_merge`]) is the other way round: the upper table's
+//! keys go and the lower one's range and manifest take both, in one
+//! transaction that also requires that no move, lend or borrow names
+//! either table (see there: the rule that keeps merges and moves apart).
+//!
 //! Table numbers come from `meta/next_table`, a counter advanced by
 //! compare-and-swap; the root table is 0, so the first number handed out
 //! is 1.
@@ -162,6 +167,187 @@ pub async fn commit_tables(
     }
     let txn = Txn::new().when(when).and_then(then);
     Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
+}
+
+/// What [`commit_merge`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MergeOutcome {
+    /// The merge is in etcd (done now, or found done: a retry).
+    Merged,
+    /// An owner key is past the revision given (R2): nothing written.
+    Fenced,
+    /// Nothing written, both tables still the server's: a move, lend or
+    /// borrow names one of them, or the lower table's manifest changed
+    /// since it was read.
+    Busy(String),
+}
+
+/// A merge of two neighbouring tables of server `me`: the lower one
+/// (`merged.table`, granted at `lower_rev`) takes `merged.range` — both
+/// tables' — and `merged.manifest`; the upper one (`upper`, granted at
+/// `upper_rev`) is deleted: `table/`, `owner/`, `manifest/`. One
+/// transaction, conditional on
+/// - both owner keys' revisions being the grants' (R2: neither was
+///   handed over, reassigned by a failover, or merged away meanwhile);
+/// - no `move/` and no `home/` key of either (no move or lend pending,
+///   neither table away from home: every move the coordinator or an
+///   operator asks for is a `move/` put, itself conditional on the owner
+///   key's revision — which this transaction deletes for the upper
+///   table, so a move asked for later is refused);
+/// - no `borrow/` key changed since they were read, and none read names
+///   either table (no operation waits for one of them elsewhere);
+/// - the lower table's `manifest/` revision as read (so a transaction
+///   whose answer was lost can be killed: see below).
+///
+/// A merge found done (the lower manifest is `merged.manifest`, which
+/// names a snapshot no other commit names) is [`MergeOutcome::Merged`],
+/// so a retry after an unknown outcome is safe. When etcd does not answer
+/// the transaction, the outcome is settled before returning: found done,
+/// or the lower manifest is put again unchanged (conditional on its owner
+/// revision), which moves its revision past the one the lost transaction
+/// compares, so it can never apply later — `Busy`. `Err`: still unknown.
+pub async fn commit_merge(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    merged: &TableState,
+    lower_rev: Revision,
+    upper: TableId,
+    upper_rev: Revision,
+) -> Result<MergeOutcome, CoordError> {
+    let lower = merged.table;
+    let mkey = cfg.key(&keys::manifest_key(lower));
+    let read_manifest = |client: &mut Client| {
+        let mut c = client.clone();
+        let k = mkey.clone();
+        async move {
+            let resp = bounded(cfg, c.get(k, None)).await?;
+            Ok::<_, CoordError>(
+                resp.kvs()
+                    .first()
+                    .map(|kv| (kv.value().to_vec(), kv.mod_revision())),
+            )
+        }
+    };
+    let (current, manifest_rev) = match read_manifest(client).await? {
+        Some((bytes, rev)) => (Some(bytes), rev),
+        None => (None, 0),
+    };
+    if current.as_deref() == Some(&merged.manifest[..]) {
+        return Ok(MergeOutcome::Merged);
+    }
+    if current.is_none() {
+        return Ok(MergeOutcome::Fenced);
+    }
+    let bprefix = cfg.key("borrow/");
+    let borrows = bounded(
+        cfg,
+        client.get(
+            bprefix.clone(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        ),
+    )
+    .await?;
+    let read_at = borrows.header().map_or(0, |h| h.revision());
+    for kv in borrows.kvs() {
+        let named = std::str::from_utf8(kv.value())
+            .ok()
+            .and_then(keys::decode_tables);
+        match named {
+            Some(t) if !t.contains(&lower) && !t.contains(&upper) => {}
+            _ => {
+                return Ok(MergeOutcome::Busy(format!(
+                    "a borrow names {lower} or {upper}"
+                )))
+            }
+        }
+    }
+    let rev = |r: Revision| i64::try_from(r.0).unwrap_or(i64::MAX);
+    let absent = |k: String| Compare::create_revision(cfg.key(&k), CompareOp::Equal, 0);
+    let when = vec![
+        Compare::mod_revision(
+            cfg.key(&keys::owner_key(lower)),
+            CompareOp::Equal,
+            rev(lower_rev),
+        ),
+        Compare::mod_revision(
+            cfg.key(&keys::owner_key(upper)),
+            CompareOp::Equal,
+            rev(upper_rev),
+        ),
+        absent(keys::move_key(lower)),
+        absent(keys::move_key(upper)),
+        absent(keys::home_key(lower)),
+        absent(keys::home_key(upper)),
+        Compare::mod_revision(mkey.clone(), CompareOp::Equal, manifest_rev),
+        Compare::mod_revision(bprefix, CompareOp::Less, read_at.saturating_add(1)).with_prefix(),
+    ];
+    let then = vec![
+        TxnOp::put(
+            cfg.key(&keys::table_key(lower)),
+            keys::encode_range(&merged.range),
+            None,
+        ),
+        TxnOp::put(mkey.clone(), merged.manifest.clone(), None),
+        TxnOp::delete(cfg.key(&keys::table_key(upper)), None),
+        TxnOp::delete(cfg.key(&keys::owner_key(upper)), None),
+        TxnOp::delete(cfg.key(&keys::manifest_key(upper)), None),
+    ];
+    let txn = Txn::new().when(when).and_then(then);
+    match bounded(cfg, client.txn(txn)).await {
+        Ok(r) if r.succeeded() => return Ok(MergeOutcome::Merged),
+        Ok(_) => {}
+        Err(e) => {
+            // Unknown: settle it (see above).
+            tracing::warn!(table = %lower, error = %e, "a merge's transaction got no answer; settling it");
+            let Some((bytes, rev_now)) = read_manifest(client).await? else {
+                return Ok(MergeOutcome::Fenced);
+            };
+            if bytes == merged.manifest {
+                return Ok(MergeOutcome::Merged);
+            }
+            let kill = Txn::new()
+                .when(vec![
+                    Compare::mod_revision(mkey.clone(), CompareOp::Equal, rev_now),
+                    Compare::mod_revision(
+                        cfg.key(&keys::owner_key(lower)),
+                        CompareOp::Equal,
+                        rev(lower_rev),
+                    ),
+                ])
+                .and_then(vec![TxnOp::put(mkey.clone(), bytes, None)]);
+            if !bounded(cfg, client.txn(kill)).await?.succeeded() {
+                // Changed meanwhile: by the lost merge, or by a new owner.
+                return match read_manifest(client).await? {
+                    Some((b, _)) if b == merged.manifest => Ok(MergeOutcome::Merged),
+                    _ => Ok(MergeOutcome::Fenced),
+                };
+            }
+            return Ok(MergeOutcome::Busy(
+                "the merge's transaction was lost and is void now".into(),
+            ));
+        }
+    }
+    // Refused: done by an earlier try, fenced, or busy.
+    if read_manifest(client)
+        .await?
+        .is_some_and(|(b, _)| b == merged.manifest)
+    {
+        return Ok(MergeOutcome::Merged);
+    }
+    let owners = [(lower, lower_rev), (upper, upper_rev)];
+    for (t, granted) in owners {
+        let resp = bounded(cfg, client.get(cfg.key(&keys::owner_key(t)), None)).await?;
+        let still = resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.mod_revision() == rev(granted));
+        if !still {
+            return Ok(MergeOutcome::Fenced);
+        }
+    }
+    Ok(MergeOutcome::Busy(format!(
+        "a move, lend or borrow names {lower} or {upper}"
+    )))
 }
 
 /// Operations etcd allows in one transaction's branch (and compares), by

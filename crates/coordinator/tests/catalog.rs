@@ -135,3 +135,197 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
     assert_eq!(state.tables.len(), 1);
     assert!(state.owner(TableId(100)).is_none());
 }
+
+/// Merges against a real etcd (issue 20, item 6): refused — nothing
+/// written — while a move, a lend (home) or a borrow names either table,
+/// or an owner key moved past its grant; done in one transaction
+/// otherwise, found done when tried again; and a move asked for the
+/// merged-away table after it is refused. A move and a merge racing:
+/// exactly one wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merges_are_one_fenced_transaction_refused_while_a_move_lend_or_borrow_names_a_table() {
+    use sextant_coordinator::admin::request_move;
+    use sextant_coordinator::catalog::{commit_merge, MergeOutcome};
+
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let (mut client, cfg) = connected(&etcd).await;
+    let half = 1u128 << 127;
+    let low_range = SoidRange::new(Soid::MIN, Soid::from_u128(half - 1)).unwrap();
+    let high_range = SoidRange::new(Soid::from_u128(half), Soid::MAX).unwrap();
+    // s2 is a member (moves go to members only).
+    client
+        .put(cfg.key(&keys::member_key("s2")), "addr", None)
+        .await
+        .unwrap();
+    // s1 owns tables `lower` and `upper` over the two halves.
+    async fn setup(
+        client: &mut etcd_client::Client,
+        cfg: &EtcdConfig,
+        lower: TableId,
+        upper: TableId,
+        ranges: (SoidRange, SoidRange),
+    ) -> (Revision, Revision) {
+        let mut revs = Vec::new();
+        for (t, r) in [(lower, ranges.0), (upper, ranges.1)] {
+            client
+                .put(cfg.key(&keys::table_key(t)), keys::encode_range(&r), None)
+                .await
+                .unwrap();
+            client
+                .put(cfg.key(&keys::manifest_key(t)), format!("m{}", t.0), None)
+                .await
+                .unwrap();
+            let put = client
+                .put(cfg.key(&keys::owner_key(t)), "1 s1", None)
+                .await
+                .unwrap();
+            revs.push(Revision(put.header().unwrap().revision() as u64));
+        }
+        (revs[0], revs[1])
+    }
+    let (lower, upper) = (TableId(1), TableId(2));
+    let (lr, ur) = setup(&mut client, &cfg, lower, upper, (low_range, high_range)).await;
+    let merged = TableState {
+        table: lower,
+        range: SoidRange::ALL,
+        manifest: b"merged".to_vec(),
+    };
+    let untouched = |state: &sextant_coordinator::ClusterState| {
+        state.tables.get(&lower) == Some(&low_range)
+            && state.tables.get(&upper) == Some(&high_range)
+            && state.owner(upper).is_some()
+    };
+    // Each of these names a table: refused, nothing written.
+    let holds = [
+        keys::move_key(upper),
+        keys::move_key(lower),
+        keys::home_key(upper),
+        keys::home_key(lower),
+        keys::borrow_key("s2"),
+    ];
+    for k in &holds {
+        let value = if k.starts_with("borrow/") {
+            format!("7 {}", upper.0)
+        } else {
+            "s2".to_string()
+        };
+        client.put(cfg.key(k), value, None).await.unwrap();
+        let got = commit_merge(&mut client, &cfg, &merged, lr, upper, ur)
+            .await
+            .unwrap();
+        assert!(matches!(got, MergeOutcome::Busy(_)), "{k}: {got:?}");
+        let state = map::load(&mut client, &cfg).await.unwrap();
+        assert!(untouched(&state), "{k}: nothing written");
+        client.delete(cfg.key(k), None).await.unwrap();
+    }
+    // A borrow of other tables does not hold the merge back; an owner
+    // past its grant does (R2).
+    client
+        .put(cfg.key(&keys::borrow_key("s2")), "7 8", None)
+        .await
+        .unwrap();
+    let stale = Revision(ur.0 - 1);
+    assert_eq!(
+        commit_merge(&mut client, &cfg, &merged, lr, upper, stale)
+            .await
+            .unwrap(),
+        MergeOutcome::Fenced
+    );
+    assert!(untouched(&map::load(&mut client, &cfg).await.unwrap()));
+    assert_eq!(
+        commit_merge(&mut client, &cfg, &merged, lr, upper, ur)
+            .await
+            .unwrap(),
+        MergeOutcome::Merged
+    );
+    let state = map::load(&mut client, &cfg).await.unwrap();
+    assert_eq!(state.tables.get(&lower), Some(&SoidRange::ALL));
+    assert!(!state.tables.contains_key(&upper) && state.owner(upper).is_none());
+    assert_eq!(
+        state.owner(lower).unwrap().rev,
+        lr,
+        "the lower's fence stays"
+    );
+    assert_eq!(state.table_of(Soid::from_u128(half)), Some(lower));
+    // Tried again (an answer lost): found done.
+    assert_eq!(
+        commit_merge(&mut client, &cfg, &merged, lr, upper, ur)
+            .await
+            .unwrap(),
+        MergeOutcome::Merged
+    );
+    // A move of the merged-away table is refused; of the merged one, fine.
+    assert!(!request_move(&mut client, &cfg, upper, "s2").await.unwrap());
+    client
+        .delete(cfg.key(&keys::borrow_key("s2")), None)
+        .await
+        .unwrap();
+
+    // A move and a merge racing, many times: exactly one wins.
+    let (mut merges, mut moves) = (0, 0);
+    for i in 0..20u32 {
+        let (lower, upper) = (TableId(10 + 2 * i), TableId(11 + 2 * i));
+        // Ranges of their own (the map is not checked for a partition).
+        let (lr, ur) = setup(&mut client, &cfg, lower, upper, (low_range, high_range)).await;
+        let merged = TableState {
+            table: lower,
+            range: SoidRange::ALL,
+            manifest: format!("merged {i}").into_bytes(),
+        };
+        let target = if i % 2 == 0 { upper } else { lower };
+        let (mut c1, cfg1) = (client.clone(), cfg.clone());
+        // Rounds differ in which one starts first.
+        let pause = Duration::from_micros(700 * u64::from(i % 5));
+        let mover = tokio::spawn(async move {
+            tokio::time::sleep(pause).await;
+            request_move(&mut c1, &cfg1, target, "s2").await.unwrap()
+        });
+        let merge = commit_merge(&mut client, &cfg, &merged, lr, upper, ur)
+            .await
+            .unwrap();
+        let moved = mover.await.unwrap();
+        let did_merge = merge == MergeOutcome::Merged;
+        if target == upper {
+            assert!(
+                moved != did_merge,
+                "round {i}: moved {moved}, merge {merge:?}"
+            );
+        } else {
+            // The lower table may move after the merge (as the whole).
+            assert!(moved || did_merge, "round {i}: neither");
+            if moved && did_merge {
+                let state = map::load(&mut client, &cfg).await.unwrap();
+                assert_eq!(state.moves.get(&lower).map(|m| m.to.as_str()), Some("s2"));
+            }
+        }
+        if !did_merge {
+            assert!(
+                matches!(merge, MergeOutcome::Busy(_)),
+                "round {i}: {merge:?}"
+            );
+            assert!(untouched_at(&mut client, &cfg, lower, upper).await);
+        }
+        merges += usize::from(did_merge);
+        moves += usize::from(moved);
+    }
+    eprintln!("{merges} merges, {moves} moves");
+    assert!(
+        merges > 0 && moves > 0,
+        "{merges} merges, {moves} moves: no race"
+    );
+}
+
+async fn untouched_at(
+    client: &mut etcd_client::Client,
+    cfg: &EtcdConfig,
+    lower: TableId,
+    upper: TableId,
+) -> bool {
+    let state = map::load(client, cfg).await.unwrap();
+    state.tables.contains_key(&lower)
+        && state.tables.contains_key(&upper)
+        && state.owner(upper).is_some()
+}

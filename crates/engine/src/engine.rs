@@ -656,6 +656,12 @@ impl Inner {
         if !self.oversized(table) {
             return;
         }
+        if self.member.as_ref().is_some_and(|m| m.merging(table.id)) {
+            // Being merged through the catalogue: its shape must stay the
+            // one the merge commits. The next operation that finds it
+            // oversized splits it (or the merged table).
+            return;
+        }
         let at = match table.split_point() {
             Some(at) if at > table.range.first => at,
             _ => {
@@ -722,23 +728,12 @@ impl Inner {
     /// or not (cold small tables are the usual case: they were emptied and
     /// then evicted). One merge per call keeps the exclusive map lock
     /// short; the flusher calls again on its next tick.
-    fn merge_small_neighbours(&self) {
-        if self.member.is_some() {
-            // Not in member mode yet: neighbours in the map need not both
-            // be this member's, and a merge would have to go through the
-            // catalogue.
-            return;
+    fn merge_small_neighbours(&self) -> bool {
+        if let Some(m) = &self.member {
+            // Through the catalogue, and only after it said yes: see
+            // `member`'s module doc.
+            return m.merge_small(self);
         }
-        let inode_small = self.config.table_inode_limit / 8;
-        let dir_small = self.config.table_dir_limit / 8;
-        // (inodes, directories); an on-disk table's directory count is not
-        // known without loading it, but it is at most its inode count.
-        let size = |slot: &Slot| match slot {
-            Slot::Loaded(t) => (t.inode_count(), t.dir_count()),
-            Slot::OnDisk(e) => (e.inodes as usize, e.inodes as usize),
-            Slot::Merged | Slot::Foreign(_) => (usize::MAX, usize::MAX),
-        };
-        let small = |(inodes, dirs): (usize, usize)| inodes < inode_small && dirs < dir_small;
         let mut map = self.tables.write();
         let starts: Vec<Soid> = map.keys().copied().collect();
         for pair in starts.windows(2) {
@@ -748,8 +743,8 @@ impl Inner {
             };
             let mut ga = sa.state.lock();
             let mut gb = sb.state.lock();
-            let (na, nb) = (size(&ga), size(&gb));
-            if !(small(na) && small(nb) && na.0 + nb.0 < self.config.table_inode_limit / 4) {
+            let (na, nb) = (slot_size(&ga), slot_size(&gb));
+            if !self.mergeable(na, nb) {
                 continue;
             }
             if self.ensure_loaded(&mut ga).is_err() || self.ensure_loaded(&mut gb).is_err() {
@@ -763,8 +758,18 @@ impl Inner {
             drop(ga);
             map.remove(&pair[1]);
             self.stats.merges.fetch_add(1, Ordering::Relaxed);
-            return;
+            return true;
         }
+        false
+    }
+
+    /// Two neighbouring tables of these sizes ([`slot_size`]) are small
+    /// enough to merge.
+    fn mergeable(&self, a: (usize, usize), b: (usize, usize)) -> bool {
+        let inode_small = self.config.table_inode_limit / 8;
+        let dir_small = self.config.table_dir_limit / 8;
+        let small = |(inodes, dirs): (usize, usize)| inodes < inode_small && dirs < dir_small;
+        small(a) && small(b) && a.0 + b.0 < self.config.table_inode_limit / 4
     }
 
     /// Writes back tables chosen by `pick` (and every table that has no
@@ -1233,6 +1238,17 @@ fn load_table(store: &dyn Store, entry: &TableEntry) -> Result<Table, EngineErro
     let mut table = Table::from_snapshot(snap).map_err(|e| corrupt(e.to_string()))?;
     table.snapshot_file = Some(entry.file.clone());
     Ok(table)
+}
+
+/// A table's (inodes, directories), as far as merging cares; an on-disk
+/// table's directory count is not known without loading it, but it is at
+/// most its inode count.
+fn slot_size(slot: &Slot) -> (usize, usize) {
+    match slot {
+        Slot::Loaded(t) => (t.inode_count(), t.dir_count()),
+        Slot::OnDisk(e) => (e.inodes as usize, e.inodes as usize),
+        Slot::Merged | Slot::Foreign(_) => (usize::MAX, usize::MAX),
+    }
 }
 
 /// A snapshot encoded under a table's lock, to be written without it.
@@ -1960,6 +1976,14 @@ impl Engine {
         self.sync()?;
         ll.recovered(&*inner.store)?;
         Ok(report)
+    }
+
+    /// Merges one pair of neighbouring small tables, as the background
+    /// flusher does after each write-back; `true` if it merged two. In
+    /// member mode only two tables both this member's, through the
+    /// catalogue (see the member module's doc).
+    pub fn merge_small_tables(&self) -> bool {
+        self.inner.merge_small_neighbours()
     }
 
     /// Runs one background-flusher tick now (tests and benchmarks).

@@ -171,6 +171,11 @@ pub enum CatalogError {
     /// serving).
     #[error("catalogue view out of date: {0}")]
     Stale(String),
+    /// A merge refused because a table it touches is being moved, lent
+    /// or borrowed (or the catalogue does not merge at all): nothing was
+    /// changed, both tables are still the committer's (not fencing).
+    #[error("merge refused: {0}")]
+    Busy(String),
 }
 
 /// The cluster's table catalogue, as a member engine sees it.
@@ -191,8 +196,40 @@ pub enum CatalogError {
 ///   trims its journal only below it, so a table taken from it (its lease
 ///   ran out) can still be replayed by the new owner, even across the old
 ///   member's restart. (On etcd: from the cached map's `manifest/` keys.)
+/// - `merge` (see [`TableCatalog::merge`]) is atomic and refuses unless
+///   both tables are `member`'s and no move, lend or borrow involves
+///   either.
 pub trait TableCatalog: Send + Sync {
     fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError>;
+    /// A merge of two neighbouring tables of `member`: `merged` (the
+    /// lower table's id, the union of both ranges, a snapshot holding
+    /// both) replaces the lower table's manifest and table `gone` (the
+    /// upper) ceases to exist — all or nothing, in one step that is
+    /// refused unless `member` owns both *as it was granted them* and no
+    /// move, lend (home) or borrow names either (`Busy`; `NotOwner` when
+    /// one is another's). This is the rule that keeps a merge from racing
+    /// a move, DROP, BORROW or failover: each of those changes the owner
+    /// of a table, or announces it will (a `move/`, `home/` or `borrow/`
+    /// key), and the merge's single conditional step sees it — while
+    /// every one of them is itself conditional on the owner it read, which
+    /// the merge deletes for `gone`.
+    ///
+    /// Idempotent: a merge found already done is `Ok`. `Unavailable`:
+    /// the outcome is not known (the same call again settles it).
+    ///
+    /// The default refuses (`Busy`): a catalogue that does not implement
+    /// merges never merges.
+    fn merge(
+        &self,
+        member: &str,
+        merged: TableManifest,
+        gone: TableId,
+    ) -> Result<(), CatalogError> {
+        let _ = (member, merged, gone);
+        Err(CatalogError::Busy(
+            "this catalogue does not merge tables".into(),
+        ))
+    }
     fn next_table_id(&self) -> Result<TableId, CatalogError>;
     fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError>;
     fn journal_floor(&self, member: &str) -> Result<Option<Lsn>, CatalogError>;
@@ -226,6 +263,9 @@ struct MemCatalogInner {
     next_id: TableId,
     /// id → (owner, manifest)
     tables: BTreeMap<TableId, (String, TableManifest)>,
+    /// Tables a move, lend or borrow names (what etcd's `move/`,
+    /// `home/` and `borrow/` keys say): no merge touches them.
+    moving: std::collections::BTreeSet<TableId>,
 }
 
 impl MemCatalog {
@@ -236,13 +276,34 @@ impl MemCatalog {
     /// The coordinator's move: `table` now belongs to `member` (its
     /// manifest unchanged). Returns false if the table is unknown.
     pub fn assign(&self, table: TableId, member: &str) -> bool {
-        match self.inner.lock().tables.get_mut(&table) {
+        let mut inner = self.inner.lock();
+        inner.moving.remove(&table);
+        match inner.tables.get_mut(&table) {
             Some((owner, _)) => {
                 *owner = member.to_owned();
                 true
             }
             None => false,
         }
+    }
+
+    /// The coordinator asks for a move (or a lend, or a server borrows
+    /// the table): `true` marks `table` as moving — no merge may touch it
+    /// until it is marked `false` again (the move done: [`MemCatalog::
+    /// assign`], or given up). Returns false if the table is unknown (a
+    /// merge took it: the move is refused, as etcd refuses a `move/` put
+    /// whose owner key is gone).
+    pub fn set_moving(&self, table: TableId, moving: bool) -> bool {
+        let mut inner = self.inner.lock();
+        if !inner.tables.contains_key(&table) {
+            return false;
+        }
+        if moving {
+            inner.moving.insert(table);
+        } else {
+            inner.moving.remove(&table);
+        }
+        true
     }
 
     pub fn owner(&self, table: TableId) -> Option<String> {
@@ -293,6 +354,41 @@ impl TableCatalog for MemCatalog {
         for m in change.put {
             inner.tables.insert(m.entry.id, (member.to_owned(), m));
         }
+        Ok(())
+    }
+
+    fn merge(
+        &self,
+        member: &str,
+        merged: TableManifest,
+        gone: TableId,
+    ) -> Result<(), CatalogError> {
+        let mut inner = self.inner.lock();
+        let lower = merged.entry.id;
+        if !inner.tables.contains_key(&gone)
+            && inner
+                .tables
+                .get(&lower)
+                .is_some_and(|(o, m)| o == member && *m == merged)
+        {
+            return Ok(()); // done already (a retry)
+        }
+        for id in [lower, gone] {
+            match inner.tables.get(&id) {
+                Some((owner, _)) if owner == member => {}
+                _ => {
+                    return Err(CatalogError::NotOwner {
+                        table: id,
+                        member: member.to_owned(),
+                    })
+                }
+            }
+            if inner.moving.contains(&id) {
+                return Err(CatalogError::Busy(format!("table {id} is moving")));
+            }
+        }
+        inner.tables.remove(&gone);
+        inner.tables.insert(lower, (member.to_owned(), merged));
         Ok(())
     }
 

@@ -28,9 +28,51 @@
 //!   [`TableCatalog::journal_floor`] for this member (every manifest,
 //!   whoever owns the table, that points into this journal) — so a
 //!   failover can replay it, also after this member restarted.
-//! - Drops, adds, revokes and checkpoints are serialized by the
+//! - Drops, adds, revokes, merges and checkpoints are serialized by the
 //!   checkpoint lock, so a checkpoint never commits the manifest of a
 //!   table that is being dropped.
+//!
+//! # Merges
+//! Two neighbouring tables this member holds, both small and both
+//! catalogued in their present shape, merge — but only once the
+//! catalogue has merged them, never the other way round:
+//! 1. under the checkpoint lock (no DROP, ADD, revoke or checkpoint of
+//!    either meanwhile) and with both marked `merging` (neither splits),
+//!    a snapshot of the merged table is written (both tables as they are
+//!    now; the merged floor is the lower of the two, so every record
+//!    either snapshot may lack is replayed from the journal);
+//! 2. [`TableCatalog::merge`] commits it: the lower table's manifest
+//!    becomes the merged one (its range both ranges), the upper table
+//!    ceases to exist — in one step the catalogue refuses unless both
+//!    tables are still this member's as granted and no move, lend or
+//!    borrow names either (on etcd: one transaction comparing both owner
+//!    keys' revisions and the absence of `move/`, `home/` and of any
+//!    `borrow/` naming them);
+//! 3. only then the two slots become one here; refused, nothing changed
+//!    here (the snapshot is deleted; a fenced table stops serving, as a
+//!    fenced checkpoint leaves it), and the pair is not tried again for
+//!    a while (other pairs are).
+//!
+//! **Why a merge cannot race a move, DROP, BORROW or failover:** every
+//! one of those either changes a table's owner key (a handover, a
+//! failover's reassignment) or first announces it in a key the merge's
+//! step compares (`move/`, `home/`, `borrow/`); and each of them is in
+//! turn conditional on the owner key's revision it read — which the merge
+//! deletes for the upper table. So of a merge and a move of either table
+//! exactly one takes effect in the catalogue: the merge first, a move of
+//! the upper table is refused (it no longer exists) and one of the lower
+//! table moves the merged table whole; the move first, the merge is
+//! refused and both tables stay as they were. Locally, a DROP of either
+//! waits for the merge's checkpoint lock and then drops what the
+//! catalogue has; the shell, seeing the upper table gone from the map,
+//! forgets it — a no-op once it is merged (no DROP, ADD or revoke of it
+//! happens afterwards, and its floor is no longer pinned).
+//!
+//! An outcome the catalogue cannot tell (`Unavailable`) is asked again
+//! ([`TableCatalog::merge`] is idempotent: a merge found done is `Ok`);
+//! if it stays unknown, both tables stop serving here (their records stay
+//! in the journal for whoever owns them next) rather than serve in a
+//! shape that may contradict the catalogue.
 
 use super::*;
 use crate::member::{
@@ -48,7 +90,42 @@ pub(crate) struct MemberRun {
     /// The whole shared store (other members' journals are read from it).
     shared: Arc<dyn Store>,
     book: Mutex<Book>,
+    /// The merge under way (lower, upper): neither splits meanwhile. A
+    /// leaf lock.
+    merging: Mutex<Option<(TableId, TableId)>>,
+    /// Pairs the catalogue refused to merge, and when: not picked again
+    /// for [`MERGE_REFUSED_PAUSE`], so that a pair held back (a table
+    /// lent away for long) does not keep every other pair from merging.
+    refused: Mutex<BTreeMap<(TableId, TableId), std::time::Instant>>,
 }
+
+/// How long a pair the catalogue refused to merge is left alone.
+const MERGE_REFUSED_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Two neighbouring tables chosen to merge, as they were when chosen.
+struct MergePick {
+    lower: TableId,
+    upper: TableId,
+    lower_start: Soid,
+    upper_start: Soid,
+    lower_range: SoidRange,
+    upper_range: SoidRange,
+}
+
+impl MergePick {
+    fn range(&self) -> SoidRange {
+        SoidRange {
+            first: self.lower_range.first,
+            last: self.upper_range.last,
+        }
+    }
+}
+
+/// How often a merge whose outcome the catalogue could not tell is asked
+/// again (the catalogue settles it: a merge found done is `Ok`), and the
+/// pause between.
+const MERGE_SETTLE_TRIES: u32 = 20;
+const MERGE_SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[derive(Default)]
 struct Book {
@@ -93,6 +170,272 @@ impl MemberRun {
         if let Some(f) = book.floors.get(&parent).copied() {
             book.floors.insert(child, f);
         }
+    }
+
+    /// Is table `id` part of the merge under way?
+    pub(crate) fn merging(&self, id: TableId) -> bool {
+        self.merging.lock().is_some_and(|(a, b)| a == id || b == id)
+    }
+
+    /// Member mode's merge of two small neighbours (module doc, "Merges"):
+    /// one pair per call; `true` if it merged.
+    pub(crate) fn merge_small(&self, inner: &Inner) -> bool {
+        if inner.check_alive().is_err() {
+            return false;
+        }
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        let Some(pick) = self.pick_merge(inner) else {
+            return false;
+        };
+        *self.merging.lock() = Some((pick.lower, pick.upper));
+        let merged = self.merge_pair(inner, &pick);
+        *self.merging.lock() = None;
+        if !merged {
+            self.refused
+                .lock()
+                .insert((pick.lower, pick.upper), std::time::Instant::now());
+        }
+        merged
+    }
+
+    /// Two neighbouring tables this member holds, both small, both
+    /// catalogued in their present shape (a table split since its last
+    /// commit waits for the split's checkpoint). REQUIRES: the checkpoint
+    /// lock.
+    fn pick_merge(&self, inner: &Inner) -> Option<MergePick> {
+        /// A slot's start, and its table, range and size if held here.
+        type Seen = (Soid, Option<(TableId, SoidRange, (usize, usize))>);
+        let slots: Vec<Seen> = {
+            let map = inner.tables.read();
+            map.iter()
+                .map(|(start, s)| {
+                    let st = s.state.lock();
+                    let held = slot_table(&st)
+                        .zip(slot_range(&st))
+                        .map(|(id, r)| (id, r, slot_size(&st)));
+                    (*start, held)
+                })
+                .collect()
+        };
+        let refused: BTreeSet<(TableId, TableId)> = {
+            let mut refused = self.refused.lock();
+            refused.retain(|_, at| at.elapsed() < MERGE_REFUSED_PAUSE);
+            refused.keys().copied().collect()
+        };
+        let book = self.book.lock();
+        let catalogued = |id: TableId, r: SoidRange| {
+            book.committed.get(&id).is_some_and(|c| c.2 == r) && book.floors.contains_key(&id)
+        };
+        slots.windows(2).find_map(|pair| {
+            let (la, Some((a, ra, na))) = pair[0] else {
+                return None;
+            };
+            let (lb, Some((b, rb, nb))) = pair[1] else {
+                return None;
+            };
+            let pick = ra.last.checked_next() == Some(rb.first)
+                && !refused.contains(&(a, b))
+                && inner.mergeable(na, nb)
+                && catalogued(a, ra)
+                && catalogued(b, rb);
+            pick.then_some(MergePick {
+                lower: a,
+                upper: b,
+                lower_start: la,
+                upper_start: lb,
+                lower_range: ra,
+                upper_range: rb,
+            })
+        })
+    }
+
+    /// Writes the merged snapshot, asks the catalogue, and merges here
+    /// only if it said yes. REQUIRES: the checkpoint lock, `merging` set.
+    fn merge_pair(&self, inner: &Inner, pick: &MergePick) -> bool {
+        // Both tables as they are now (each a consistent state; records
+        // after it are in the journal from the merged floor on).
+        let taken = {
+            let map = inner.tables.read();
+            let take = |start: Soid, id: TableId, range: SoidRange| {
+                let slot = map.get(&start)?;
+                let mut g = slot.state.lock();
+                let t = inner.ensure_loaded(&mut g).ok()?;
+                (t.id == id && t.range == range).then(|| (t.encode_snapshot(), t.last_lsn))
+            };
+            take(pick.lower_start, pick.lower, pick.lower_range).zip(take(
+                pick.upper_start,
+                pick.upper,
+                pick.upper_range,
+            ))
+        };
+        let Some(((lower_bytes, lower_lsn), (upper_bytes, upper_lsn))) = taken else {
+            return false;
+        };
+        // WAL rule: the journal holds everything the snapshot holds.
+        if inner.journal.wait_synced(lower_lsn.max(upper_lsn)).is_err() {
+            return false;
+        }
+        let merged = (|| -> Result<Table, String> {
+            let mut lower =
+                Table::from_snapshot(decode_snapshot(&lower_bytes)?).map_err(|e| e.to_string())?;
+            let upper =
+                Table::from_snapshot(decode_snapshot(&upper_bytes)?).map_err(|e| e.to_string())?;
+            lower.merge(upper);
+            Ok(lower)
+        })();
+        let merged = match merged {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(lower = pick.lower, upper = pick.upper, error = %e, "a merge's snapshot could not be built; no merge");
+                return false;
+            }
+        };
+        let file = inner.snapshot_name(inner.next_snapshot_seq.fetch_add(1, Ordering::Relaxed));
+        if let Err(e) = inner.store.put_blob(&file, &merged.encode_snapshot()) {
+            tracing::warn!(file = %file, error = %e, "a merge's snapshot could not be written; no merge");
+            return false;
+        }
+        inner
+            .stats
+            .snapshots_written
+            .fetch_add(1, Ordering::Relaxed);
+        let floor = {
+            let book = self.book.lock();
+            match (book.floors.get(&pick.lower), book.floors.get(&pick.upper)) {
+                (Some(a), Some(b)) => (*a).min(*b),
+                _ => {
+                    drop(book);
+                    delete_unreferenced(inner, Some(file));
+                    return false;
+                }
+            }
+        };
+        let entry = TableEntry {
+            id: pick.lower,
+            range: pick.range(),
+            file: file.clone(),
+            lsn: merged.last_lsn,
+            inodes: merged.inode_count() as u64,
+        };
+        let manifest = self.manifest(inner, entry, self.here(floor));
+        let mut answer = self.catalog.merge(&self.name, manifest.clone(), pick.upper);
+        for _ in 1..MERGE_SETTLE_TRIES {
+            if !matches!(answer, Err(CatalogError::Unavailable(_))) {
+                break;
+            }
+            std::thread::sleep(MERGE_SETTLE_PAUSE);
+            answer = self.catalog.merge(&self.name, manifest.clone(), pick.upper);
+        }
+        match answer {
+            Ok(()) => {
+                self.merge_locally(inner, pick, file, floor);
+                true
+            }
+            Err(CatalogError::NotOwner { table, .. }) => {
+                // Fencing (R2), as a checkpoint meets it: that table is
+                // another's; it stops serving here.
+                delete_unreferenced(inner, Some(file));
+                tracing::warn!(table, "a merge found a table fenced; it stops serving here");
+                if table == pick.lower || table == pick.upper {
+                    revoke(inner, self, table);
+                }
+                false
+            }
+            Err(CatalogError::Unavailable(what)) => {
+                // Not known whether the catalogue merged them: served as
+                // two tables here they could contradict it (a checkpoint
+                // would commit the upper one's range again), served as one
+                // likewise. Neither serves; their records stay in the
+                // journal (pinned), and whoever owns them next replays
+                // them from the manifests the catalogue holds.
+                tracing::error!(lower = pick.lower, upper = pick.upper, error = %what, "a merge's outcome is unknown; both tables stop serving here");
+                revoke(inner, self, pick.lower);
+                revoke(inner, self, pick.upper);
+                false
+            }
+            Err(e) => {
+                tracing::debug!(lower = pick.lower, upper = pick.upper, error = %e, "merge refused; both tables serve on");
+                delete_unreferenced(inner, Some(file));
+                false
+            }
+        }
+    }
+
+    /// The catalogue merged `pick`: the same here. The upper table's
+    /// slot goes (operations wait on the map lock, then find the lower
+    /// one), its floor and last commit go, the lower's become the merged
+    /// manifest's, and the snapshots both replaced are deleted.
+    /// REQUIRES: the checkpoint lock (no ADD, DROP or revoke changed
+    /// either table since it was picked; `merging` kept splits away).
+    fn merge_locally(&self, inner: &Inner, pick: &MergePick, file: String, floor: Lsn) {
+        let merged = {
+            let mut map = inner.tables.write();
+            let slots = map
+                .get(&pick.lower_start)
+                .cloned()
+                .zip(map.get(&pick.upper_start).cloned());
+            let done = slots.is_some_and(|(sa, sb)| {
+                let mut ga = sa.state.lock();
+                let mut gb = sb.state.lock();
+                let fits = |g: &mut MutexGuard<'_, Slot>, id: TableId, r: SoidRange| {
+                    inner
+                        .ensure_loaded(g)
+                        .is_ok_and(|t| t.id == id && t.range == r)
+                };
+                if !fits(&mut ga, pick.lower, pick.lower_range)
+                    || !fits(&mut gb, pick.upper, pick.upper_range)
+                {
+                    return false;
+                }
+                let upper = std::mem::replace(&mut *gb, Slot::Merged);
+                if let (Slot::Loaded(lower), Slot::Loaded(upper)) = (&mut *ga, upper) {
+                    lower.merge(*upper);
+                }
+                true
+            });
+            if done {
+                map.remove(&pick.upper_start);
+            }
+            done
+        };
+        if !merged {
+            // Cannot happen under the checkpoint lock, short of a table
+            // that no longer loads; the catalogue has the merged table,
+            // so neither half serves here (its records stay pinned).
+            tracing::error!(
+                lower = pick.lower,
+                upper = pick.upper,
+                "merged in the catalogue but not here; both tables stop serving"
+            );
+            revoke(inner, self, pick.lower);
+            revoke(inner, self, pick.upper);
+            return;
+        }
+        forget_derived(inner);
+        inner.stats.merges.fetch_add(1, Ordering::Relaxed);
+        let replaced = {
+            let mut book = self.book.lock();
+            book.floors.remove(&pick.upper);
+            book.floors.insert(pick.lower, floor);
+            let mut old: Vec<String> = [pick.lower, pick.upper]
+                .iter()
+                .filter_map(|id| book.committed.remove(id).map(|c| c.0))
+                .collect();
+            book.committed
+                .insert(pick.lower, (file.clone(), floor, pick.range()));
+            old.retain(|f| *f != file && !book.file_in_use(f));
+            old
+        };
+        for f in replaced {
+            if let Err(e) = inner.store.delete(&f) {
+                tracing::warn!(file = %f, error = %e, "cannot delete a replaced snapshot");
+            }
+        }
+        tracing::info!(
+            lower = pick.lower,
+            upper = pick.upper,
+            "merged two small tables (committed through the catalogue first)"
+        );
     }
 
     fn manifest(
@@ -556,7 +899,8 @@ impl Engine {
     /// for a table whose manifest points into another member's journal —
     /// that one: failover). The first member of an empty catalogue
     /// creates the root table. Log-less durability is refused in member
-    /// mode. Merges of small tables are off in member mode.
+    /// mode. Small neighbouring tables merge only through the catalogue
+    /// (module doc, "Merges").
     pub fn open_member(
         store: Arc<dyn Store>,
         mut config: EngineConfig,
@@ -728,6 +1072,8 @@ impl Engine {
                     committed,
                     pinned: None,
                 }),
+                merging: Mutex::new(None),
+                refused: Mutex::new(BTreeMap::new()),
             }),
         });
         let engine = Engine {

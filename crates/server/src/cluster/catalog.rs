@@ -21,13 +21,18 @@
 //! waits for the answer. Splits and checkpoints are rare next to
 //! operations, so one thread is enough.
 //!
+//! A merge is its own transaction (`commit_merge`): both owner
+//! revisions as the map has them, and no move, lend or borrow naming
+//! either table; see `TableCatalog::merge` for why that keeps a merge from
+//! racing a move, DROP, BORROW or failover.
+//!
 //! Table numbers: the engine's are `u64`, the cluster's `u32`; a number
 //! that does not fit is refused (the counter starts at 1 and grows by
 //! one per split).
 
 use sextant_cluster::ids::TableId as ClusterTable;
 use sextant_coordinator::catalog::{
-    commit_tables, next_table_id, TableState, TablesChange, TXN_OPS,
+    commit_merge, commit_tables, next_table_id, MergeOutcome, TableState, TablesChange, TXN_OPS,
 };
 use sextant_coordinator::{keys, ClusterState, EtcdConfig};
 use sextant_engine::{CatalogChange, CatalogError, TableCatalog, TableManifest};
@@ -308,6 +313,65 @@ impl TableCatalog for EtcdCatalog {
         // A fence failed: the map we planned from was old, or a table is
         // another server's now.
         Err(self.why_refused(&change))
+    }
+
+    /// One transaction ([`commit_merge`]) fenced by both tables' owner
+    /// revisions as the map has them and refused while a move, lend or
+    /// borrow names either. A table the map does not name this server
+    /// for: the merge may be done already (a retry: the map caught up
+    /// with it), else it is refused like a commit (`NotOwner`, or `Stale`
+    /// when only the map is behind).
+    fn merge(&self, member: &str, merged: TableManifest, gone: u64) -> Result<(), CatalogError> {
+        let change = CatalogChange {
+            put: vec![merged.clone()],
+            remove: vec![gone],
+        };
+        if member != self.name {
+            return Err(CatalogError::NotOwner {
+                table: merged.entry.id,
+                member: member.to_string(),
+            });
+        }
+        let (lower, upper) = (cluster_id(merged.entry.id)?, cluster_id(gone)?);
+        let state = self.map.borrow().clone();
+        let rev = |t| {
+            state
+                .owner(t)
+                .filter(|o| o.server == self.name)
+                .map(|o| o.rev)
+        };
+        let revs = rev(lower).zip(rev(upper));
+        let cfg = self.etcd.clone();
+        let bytes = merged.to_bytes();
+        let Some((lower_rev, upper_rev)) = revs else {
+            let done = self.run(move |rt, client| {
+                let resp = rt
+                    .block_on(client.get(cfg.key(&keys::manifest_key(lower)), None))
+                    .map_err(unavailable)?;
+                Ok(resp.kvs().first().is_some_and(|kv| kv.value() == bytes))
+            })?;
+            return if done {
+                Ok(())
+            } else {
+                Err(self.why_refused(&change))
+            };
+        };
+        let state = TableState {
+            table: lower,
+            range: merged.entry.range,
+            manifest: bytes,
+        };
+        let outcome = self.run(move |rt, client| {
+            rt.block_on(commit_merge(
+                client, &cfg, &state, lower_rev, upper, upper_rev,
+            ))
+            .map_err(unavailable)
+        })?;
+        match outcome {
+            MergeOutcome::Merged => Ok(()),
+            MergeOutcome::Busy(why) => Err(CatalogError::Busy(why)),
+            MergeOutcome::Fenced => Err(self.why_refused(&change)),
+        }
     }
 
     fn next_table_id(&self) -> Result<u64, CatalogError> {
