@@ -2984,6 +2984,92 @@ fn a_client_key_added_through_one_server_works_and_is_revoked_on_all() {
     assert!(!ls.contains("node1"), "a still lists the revoked key: {ls}");
 }
 
+/// Client keys across an etcd restart (issue 22): the key book lives in
+/// etcd (`clientkey/<name>`) and every server follows it through a watch,
+/// which etcd does not resume by itself. After etcd is killed and
+/// restarted under the servers, a key added before still works through
+/// both servers, a key added through a afterwards works through b, and a
+/// revocation through a reaches b — b's follow stream was re-created.
+#[test]
+fn client_keys_are_followed_across_an_etcd_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, mut etcd)) = dir_and_etcd() else {
+        return;
+    };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
+    let _b = KillOnDrop(b);
+    sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
+    sextant_ok(&a_addr, &secret, &["chmod", "777", "/pub"]);
+    let add = |name: &str| {
+        let key = dir.path().join(format!("{name}.key"));
+        sextant_ok(
+            &a_addr,
+            &secret,
+            &[
+                "auth",
+                "add",
+                name,
+                "--uids",
+                "1000",
+                "--out",
+                key.to_str().unwrap(),
+            ],
+        );
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        key
+    };
+    let works = |addr: &str, key: &Path, file: &str| {
+        as_key(addr, key, 1000, &["touch", &format!("/pub/{file}")])
+            .status
+            .success()
+    };
+    let before = add("before");
+    wait_for("the key works through b", Duration::from_secs(10), || {
+        works(&b_addr, &before, "b0")
+    });
+
+    etcd.restart();
+
+    wait_for(
+        "the old key through a and b",
+        Duration::from_secs(40),
+        || works(&a_addr, &before, "a1") && works(&b_addr, &before, "b1"),
+    );
+    let after = add("after");
+    wait_for(
+        "a key added after the restart works through b",
+        Duration::from_secs(20),
+        || works(&b_addr, &after, "b2"),
+    );
+    sextant_ok(&a_addr, &secret, &["auth", "revoke", "before"]);
+    wait_for("the revocation reaches b", Duration::from_secs(20), || {
+        let o = as_key(&b_addr, &before, 1000, &["ls", "/pub"]);
+        !o.status.success() && said(&o).contains("authentication failed")
+    });
+    let o = as_key(&b_addr, &after, 1000, &["ls", "/pub"]);
+    assert!(
+        o.status.success(),
+        "the other key still works: {}",
+        said(&o)
+    );
+    for f in ["b0", "a1", "b1", "b2"] {
+        assert!(said(&o).contains(f), "{f} missing: {}", said(&o));
+    }
+}
+
 /// Issue 20, item 6: tables that shrink are merged on every server of a
 /// cluster — each server merges neighbours it owns, through one etcd
 /// transaction fenced by both owner keys and refused while a move, lend or

@@ -591,7 +591,9 @@ impl Client {
     }
 
     /// Manages client keys (the `Keys` RPC; the cluster secret only). A
-    /// refusal comes back as [`Error::Protocol`] with the server's words.
+    /// refusal comes back as [`Error::Protocol`] with the server's words;
+    /// a key store the server cannot reach (etcd) as
+    /// [`Error::Unavailable`].
     pub async fn manage_keys(&self, op: pb::keys_request::Op) -> Result<pb::KeysReply> {
         let mut grpc = pb::sextant_client::SextantClient::new(self.inner.home.channel());
         let mut request = tonic::Request::new(pb::KeysRequest { op: Some(op) });
@@ -600,6 +602,10 @@ impl Client {
         match grpc.keys(request).await {
             Ok(r) => Ok(r.into_inner()),
             Err(s) if s.code() == Code::Unauthenticated => Err(Error::Auth),
+            Err(s) if s.code() == Code::Unavailable => Err(Error::Unavailable {
+                addr: self.inner.home.addr.clone(),
+                reason: s.message().to_string(),
+            }),
             Err(s) => Err(Error::Protocol(s.message().to_string())),
         }
     }

@@ -1048,7 +1048,8 @@ fn keys_admin(
         KeyAdminError::NotFound(_) => Status::not_found(e.to_string()),
         KeyAdminError::Invalid(_) => Status::invalid_argument(e.to_string()),
         KeyAdminError::Unsupported(_) => Status::failed_precondition(e.to_string()),
-        KeyAdminError::Store(_) => Status::internal(e.to_string()),
+        // (etcd, or the book's file: not the caller's fault; try later)
+        KeyAdminError::Store(_) => Status::unavailable(e.to_string()),
     };
     let made = |(k, bytes): (Arc<crate::clientkeys::StoredKey>, [u8; 32])| pb::KeysReply {
         keys: vec![k.info()],

@@ -47,11 +47,17 @@ impl EtcdBook {
         }
     }
 
-    /// Runs `f` with a connected client; a failed call drops it (the next
-    /// one connects again).
+    /// Runs `f` with a connected client; a failed call drops it and is
+    /// tried again on a new connection, up to [`BOOK_TRIES`] times within
+    /// [`BOOK_PATIENCE`] — right after an etcd restart the old connection
+    /// times out and etcd may still be electing itself (found by
+    /// `client_keys_are_followed_across_an_etcd_restart`: `auth add`
+    /// failed once). A retried write is safe: it is conditional on the
+    /// record's revision, so one that went through before its answer was
+    /// lost makes the retry's condition fail instead of applying twice.
     fn with_client<T, F>(&self, f: F) -> Result<T>
     where
-        F: for<'a> FnOnce(
+        F: for<'a> Fn(
             &'a mut EtcdClient,
             &'a EtcdConfig,
         ) -> std::pin::Pin<
@@ -63,26 +69,48 @@ impl EtcdBook {
         >,
     {
         self.runtime.block_on(async {
+            let deadline = tokio::time::Instant::now() + BOOK_PATIENCE;
             let mut slot = self.client.lock().await;
-            if slot.is_none() {
-                *slot = Some(sextant_coordinator::etcd::connect(&self.cfg).await?);
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let r = async {
+                    if slot.is_none() {
+                        *slot = Some(sextant_coordinator::etcd::connect(&self.cfg).await?);
+                    }
+                    let client = slot
+                        .as_mut()
+                        .ok_or_else(|| anyhow::anyhow!("no etcd client"))?;
+                    Ok::<T, anyhow::Error>(f(client, &self.cfg).await?)
+                }
+                .await;
+                match r {
+                    Ok(v) => return Ok(v),
+                    Err(e) => {
+                        *slot = None;
+                        if tries >= BOOK_TRIES || tokio::time::Instant::now() >= deadline {
+                            return Err(e);
+                        }
+                        tracing::warn!(error = %format!("{e:#}"), "the key book's etcd call failed; again on a new connection");
+                        tokio::time::sleep(BOOK_RETRY_PAUSE).await;
+                    }
+                }
             }
-            let client = slot
-                .as_mut()
-                .ok_or_else(|| anyhow::anyhow!("no etcd client"))?;
-            let r = f(client, &self.cfg).await;
-            if r.is_err() {
-                *slot = None;
-            }
-            Ok(r?)
         })
     }
 }
 
+/// Attempts of one key book call ([`EtcdBook::with_client`]).
+const BOOK_TRIES: u32 = 4;
+/// No new attempt starts after this long.
+const BOOK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
+/// The pause between attempts.
+const BOOK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl SharedBook for EtcdBook {
     fn read(&self, name: &str) -> Result<Option<(String, i64)>> {
-        let name = name.to_string();
         self.with_client(move |c, cfg| {
+            let name = name.to_string();
             Box::pin(
                 async move { sextant_coordinator::admin::read_client_key(c, cfg, &name).await },
             )
@@ -90,9 +118,9 @@ impl SharedBook for EtcdBook {
     }
 
     fn write(&self, name: &str, record: Option<&str>, expect: i64) -> Result<Option<i64>> {
-        let name = name.to_string();
-        let record = record.map(str::to_string);
         self.with_client(move |c, cfg| {
+            let name = name.to_string();
+            let record = record.map(str::to_string);
             Box::pin(async move {
                 sextant_coordinator::admin::write_client_key(
                     c,
