@@ -3070,6 +3070,88 @@ fn client_keys_are_followed_across_an_etcd_restart() {
     }
 }
 
+/// A client key used over a cluster server's Unix socket (issue 22): the
+/// proof names the address dialled (`unix:PATH`), which the server must
+/// take as its own; a user the key allows works through the socket, on
+/// tables of either server, and the CLI's commands see one namespace; a
+/// user it does not allow is refused there as over TCP.
+#[test]
+fn a_client_key_works_over_a_cluster_servers_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.path().join("a.sock");
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &[],
+        &[("SEXTANT_SOCKET", sock.to_str().unwrap())],
+    );
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    let (b, _b_addr) = serve(dir.path(), &etcd.url, "b");
+    let _b = KillOnDrop(b);
+    for d in ["/pub", "/other"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", d]);
+        sextant_ok(&a_addr, &secret, &["chmod", "777", d]);
+    }
+    // /other's table on b, so the socket's server forwards for it.
+    let tp = move_table(&etcd.url, &secret, "/pub", "a");
+    let to = move_table(&etcd.url, &secret, "/other", "b");
+    let key = dir.path().join("node1.key");
+    sextant_ok(
+        &a_addr,
+        &secret,
+        &[
+            "auth",
+            "add",
+            "node1",
+            "--uids",
+            "1000",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let unix = format!("unix:{}", sock.display());
+    for d in ["/pub", "/other"] {
+        let o = as_key(&unix, &key, 1000, &["touch", &format!("{d}/by-1000")]);
+        assert!(
+            o.status.success(),
+            "touch in {d} over the socket: {}",
+            said(&o)
+        );
+    }
+    let o = as_key(&unix, &key, 1000, &["find", "/", "-name", "by-1000"]);
+    assert!(o.status.success(), "find over the socket: {}", said(&o));
+    let mut found: Vec<&str> = std::str::from_utf8(&o.stdout).unwrap().lines().collect();
+    found.sort_unstable();
+    assert_eq!(
+        found,
+        ["/other/by-1000", "/pub/by-1000"],
+        "tables {tp} and {to}"
+    );
+    let ls = sextant_ok(&a_addr, &secret, &["ls", "-l", "/other"]);
+    assert!(ls.contains("1000"), "made as uid 1000: {ls}");
+    // The key's limits hold over the socket too: a uid it does not allow
+    // is refused (EPERM), not served as its kernel identity.
+    let o = as_key(&unix, &key, 1001, &["touch", "/pub/by-1001"]);
+    assert!(!o.status.success(), "uid 1001 was let through the socket");
+    assert!(said(&o).contains("not permitted"), "{}", said(&o));
+}
+
 /// Issue 20, item 6: tables that shrink are merged on every server of a
 /// cluster — each server merges neighbours it owns, through one etcd
 /// transaction fenced by both owner keys and refused while a move, lend or
