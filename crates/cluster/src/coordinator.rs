@@ -34,7 +34,8 @@
 //!    one gives all of its away. Without rates and with small tables this
 //!    is balancing by table count. While a table's figures are `unknown`
 //!    (its owner has not published a full measurement of it since it got
-//!    it: just moved or split off), nothing moves for balance. Tables
+//!    it: just moved or split off), its server neither gives nor receives
+//!    for balance (its weight is incomplete); the others go on. Tables
 //!    borrows name, and lent tables until they are home, are not moved
 //!    for balance (rule 4), and a server with a standing borrow gives
 //!    nothing away for balance: its operations need its tables together
@@ -98,10 +99,11 @@ pub struct ClusterView {
     /// here counts 0.
     pub inodes: BTreeMap<TableId, u64>,
     /// Tables whose owner has not published their figures since it got
-    /// them (just moved or split off): balancing waits for them — weighed
-    /// as empty, a big or busy table just moved would make its new server
-    /// look light and draw a second one, which moves back once the
-    /// figures come. Empty when no server publishes loads.
+    /// them (just moved or split off): their servers are left out of
+    /// balancing until they come — weighed as empty, a big or busy table
+    /// just moved would make its new server look light and draw a second
+    /// one, which moves back once the figures come. Empty when no server
+    /// publishes loads.
     pub unknown: BTreeSet<TableId>,
     /// Borrows in queue order: the borrower and the tables it needs
     /// together (rule 4).
@@ -323,11 +325,22 @@ fn balance(
             });
         }
     }
-    if !view.unknown.is_empty() {
-        return None;
-    }
+    // A server holding a table whose figures are unknown (just moved or
+    // split off) has an incomplete weight: it neither gives nor receives
+    // for balance until they come (weighed as empty, a big table just
+    // moved would make its new server look light and draw a second one).
+    // The other servers balance meanwhile.
+    let incomplete: BTreeSet<ServerId> = view
+        .unknown
+        .iter()
+        .filter_map(|t| view.owners.get(t).copied().flatten())
+        .map(|(o, _)| o.server)
+        .collect();
     let weight = |t: &TableId| weight_in(view, t);
-    let weights = weights(view, load.keys().copied());
+    let weights = weights(
+        view,
+        load.keys().copied().filter(|s| !incomplete.contains(s)),
+    );
     let (to, light) = weights.iter().min_by_key(|(s, w)| (**w, **s))?;
     // A server with a standing borrow is in the middle of operations
     // over several tables (the tables a split makes for it among them):
@@ -645,6 +658,41 @@ mod tests {
         view.unknown.insert(TableId(0));
         view.draining.insert(ServerId(1));
         assert!(moved(&decide(&view, 2)).is_some());
+    }
+
+    #[test]
+    fn a_table_with_unknown_figures_holds_back_its_server_only() {
+        // Server 1 holds four 20,000-inode tables, server 3 none, and
+        // server 2 one table just moved there (figures unknown). Before,
+        // nothing moved until server 2 published; now 1 gives to 3, and
+        // server 2 — light as far as is known — receives nothing.
+        let mut view = with_inodes(
+            ClusterView {
+                members: [ServerId(1), ServerId(2), ServerId(3)].into(),
+                ..rated(&[(0, 1), (1, 1), (2, 1), (3, 1), (4, 2)], &[])
+            },
+            &[(0, 20_000), (1, 20_000), (2, 20_000), (3, 20_000)],
+        );
+        view.unknown.insert(TableId(4));
+        let (t, to) = moved(&decide(&view, 2)).expect("server 1 gives a table away");
+        assert_eq!(
+            to,
+            ServerId(3),
+            "table {t} to the server whose weight is known"
+        );
+        // With only the unknown table's server to receive, nothing moves
+        // (it would look empty: the churn of moving twice).
+        view.members.remove(&ServerId(3));
+        assert_eq!(moved(&decide(&view, 2)), None);
+        // Nor does the server holding it give anything away meanwhile.
+        view.members.insert(ServerId(3));
+        view.unknown.clear();
+        view.unknown.insert(TableId(0));
+        assert_eq!(
+            moved(&decide(&view, 2)),
+            None,
+            "server 1's weight is incomplete"
+        );
     }
 
     #[test]

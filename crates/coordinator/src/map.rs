@@ -309,7 +309,8 @@ impl ClusterState {
         // A table's rate and inodes as its current owner published them
         // since it became the owner; once servers publish loads, a table
         // of a member without such figures (just moved or split off, and
-        // not measured there yet) is unknown, and balancing waits for them.
+        // not measured there yet) is unknown, and its server sits balancing
+        // out until they come (see `sextant_cluster::coordinator`).
         for (t, o) in &self.owners {
             let published = self
                 .loads
