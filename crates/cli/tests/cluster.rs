@@ -1895,6 +1895,36 @@ fn renames_round_three_servers_at_once_all_succeed() {
     }
 }
 
+/// After `mv /p/f0 /q/moved` through a BORROW and the fault `what`,
+/// seen through `addr`: the acknowledged rename happened exactly once,
+/// the tree holds `files` files in its five directories, and no borrow
+/// or home is left noted in etcd. Returns the listings of /p and /q.
+fn the_borrowed_rename_happened_once(
+    what: &str,
+    addr: &str,
+    secret: &Path,
+    etcd: &str,
+    files: usize,
+) -> (String, String) {
+    let p = sextant_ok(addr, secret, &["ls", "/p"]);
+    let q = sextant_ok(addr, secret, &["ls", "/q"]);
+    let in_p = p.split_whitespace().any(|n| n == "f0");
+    let in_q = q.split_whitespace().any(|n| n == "moved");
+    assert!(
+        !in_p && in_q,
+        "{what}: the acknowledged rename happened exactly once: /p {p:?} /q {q:?}"
+    );
+    let found = sextant_ok(addr, secret, &["find", "/", "-type", "f"]);
+    assert_eq!(found.lines().count(), files, "{what}: {found}");
+    let dirs = sextant_ok(addr, secret, &["find", "/", "-type", "d"]);
+    assert_eq!(dirs.lines().count(), 5, "{what}: {dirs}");
+    wait_for("no borrow or home left", Duration::from_secs(30), || {
+        etcd_keys(etcd, "/sextant/borrow/").is_empty()
+            && etcd_keys(etcd, "/sextant/home/").is_empty()
+    });
+    (p, q)
+}
+
 /// kill -9 of a borrower at a step of BORROW/RETURN (named fault
 /// points): `borrow-granted` — /q's table lent to a for an `mv /p/f0
 /// /q/moved`, the rename not yet run; `borrow-return` — the rename done
@@ -1942,14 +1972,6 @@ fn killed_at_a_borrow_step(step: &str) {
         };
         tables_by_server(&st).iter().all(|x| x.0 == "b" || x.1 == 0)
     });
-    let p = sextant_ok(&b_addr, &secret, &["ls", "/p"]);
-    let q = sextant_ok(&b_addr, &secret, &["ls", "/q"]);
-    let in_p = p.split_whitespace().any(|n| n == "f0");
-    let in_q = q.split_whitespace().any(|n| n == "moved");
-    assert!(
-        in_p != in_q,
-        "{step}: the rename happened once or not at all: /p {p:?} /q {q:?}"
-    );
     // The client follows the tables to b (it knows b from the route map
     // it took when it connected), where the rename runs once.
     assert!(
@@ -1957,15 +1979,7 @@ fn killed_at_a_borrow_step(step: &str) {
         "{step}: mv: {}",
         String::from_utf8_lossy(&mv.stderr)
     );
-    assert!(in_q, "{step}: an acknowledged rename is lost: /q {q:?}");
-    let files = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "f"]);
-    assert_eq!(files.lines().count(), 16, "{files}");
-    let dirs = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "d"]);
-    assert_eq!(dirs.lines().count(), 5, "{dirs}");
-    wait_for("no borrow or home left", Duration::from_secs(30), || {
-        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
-            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
-    });
+    the_borrowed_rename_happened_once(step, &b_addr, &secret, &etcd.url, 16);
     sextant_ok(&b_addr, &secret, &["mv", "/q/f1", "/p/after"]);
     sextant_ok(&b_addr, &secret, &["mkdir", "/e"]);
 }
@@ -2032,16 +2046,13 @@ fn a_server_leaving_cleanly_during_a_borrow(leaver: &str) {
                 .all(|x| x.0 == stays || x.1 == 0)
         },
     );
-    let p = sextant_ok(&stays_addr, &secret, &["ls", "/p"]);
-    let q = sextant_ok(&stays_addr, &secret, &["ls", "/q"]);
-    assert!(!p.split_whitespace().any(|n| n == "f0"), "/p: {p:?}");
-    assert!(q.split_whitespace().any(|n| n == "moved"), "/q: {q:?}");
-    let files = sextant_ok(&stays_addr, &secret, &["find", "/", "-type", "f"]);
-    assert_eq!(files.lines().count(), 16, "{files}");
-    wait_for("no borrow or home left", Duration::from_secs(30), || {
-        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
-            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
-    });
+    the_borrowed_rename_happened_once(
+        &format!("{leaver} left"),
+        &stays_addr,
+        &secret,
+        &etcd.url,
+        16,
+    );
     sextant_ok(&stays_addr, &secret, &["mv", "/q/f1", "/p/after"]);
     sextant_ok(&stays_addr, &secret, &["mv", "/p/f2", "/r/after"]);
     sextant_ok(&stays_addr, &secret, &["mkdir", "/e"]);
@@ -2119,28 +2130,13 @@ fn paused_at_a_borrow_step(step: &str) {
         "{step}: mv: {}",
         String::from_utf8_lossy(&mv.stderr)
     );
-    let p = sextant_ok(&b_addr, &secret, &["ls", "/p"]);
-    let q = sextant_ok(&b_addr, &secret, &["ls", "/q"]);
-    let in_p = p.split_whitespace().any(|n| n == "f0");
-    let in_q = q.split_whitespace().any(|n| n == "moved");
-    assert!(
-        !in_p && in_q,
-        "{step}: the acknowledged rename happened exactly once: /p {p:?} /q {q:?}"
-    );
+    let (p, q) = the_borrowed_rename_happened_once(step, &b_addr, &secret, &etcd.url, 18);
     for (d, listing) in [("/p", &p), ("/q", &q)] {
         assert!(
             listing.split_whitespace().any(|n| n == "while-a-slept"),
             "{step}: b's write in {d} while a slept is lost: {listing:?}"
         );
     }
-    let files = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "f"]);
-    assert_eq!(files.lines().count(), 18, "{files}");
-    let dirs = sextant_ok(&b_addr, &secret, &["find", "/", "-type", "d"]);
-    assert_eq!(dirs.lines().count(), 5, "{dirs}");
-    wait_for("no borrow or home left", Duration::from_secs(30), || {
-        etcd_keys(&etcd.url, "/sextant/borrow/").is_empty()
-            && etcd_keys(&etcd.url, "/sextant/home/").is_empty()
-    });
     // a rejoins with a new lease and serves the namespace again, and a
     // cross-server rename still works.
     wait_for("a serves again", Duration::from_secs(30), || {
