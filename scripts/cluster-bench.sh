@@ -76,6 +76,13 @@
 #       With SEXTANT_LOG=info,borrow_trace=debug and KEEP=1 the servers log
 #       each step of a BORROW: scripts/borrow-trace.py DIR/s0.log DIR/s1.log
 #       prints where the time goes.
+#   SEXTANT_BIN=... scripts/cluster-bench.sh spread
+#       how fast balancing spreads tables onto servers that join: s0 alone
+#       makes DIRS (24) directories in tables of two (table_dir_limit 2),
+#       waits WARM (12) s so its figures are published, then s1, s2 and s3
+#       join at once; prints when the last move came (no move for QUIET,
+#       15, s after it), the layout, the balancing moves and the longest
+#       gap between two (the coordinator's "move … balancing" log lines).
 #
 # Knobs (environment): SIZES, TASKS (bench tasks per client), ITEMS (items
 # per task), KEEP=1 keeps the work directory, HOLD=FILE (search parts: once
@@ -535,5 +542,36 @@ table_inode_limit = 20000}" >"$work/limits.toml"
     log "borrows asked: $(grep -h -c 'BORROW: asked' "$d"/s*.log | paste -sd' '), returns: $(grep -h -c 'RETURN:' "$d"/s*.log | paste -sd' ')"
     cp "$work/borrow.jsonl" "${OUT:-/tmp}/cluster-bench-borrow.jsonl" 2>/dev/null || true
     ;;
-  *) sed -n '2,82p' "$0"; exit 2;;
+  spread)
+    printf 'table_dir_limit = 2\ntable_inode_limit = 10000000\n' >"$work/small.toml"
+    d=$work/spread; start_etcd "$d"
+    start_server "$d" s0 --config "$work/small.toml"
+    for i in $(seq 0 $((${DIRS:-24} - 1))); do cli "$d" mkdir "/c$i"; done
+    log "s0 alone: $(settle "$d" 3 60) s; $(layout "$d")"
+    # Long enough for s0 to publish its tables' figures (every 5 s): from
+    # then on a table just moved has unknown figures until its new server
+    # publishes them.
+    sleep "${WARM:-12}"
+    t0=$(date +%s.%N)
+    for s in s1 s2 s3; do start_server "$d" "$s" --config "$work/small.toml"; done
+    quiet=${QUIET:-15}
+    settle "$d" "$quiet" 180 >/dev/null
+    t1=$(date +%s.%N)
+    log "joined: no move for $quiet s from $(python3 -c "print(round($t1 - $t0 - $quiet, 1))") s after the joins began; $(layout "$d")"
+    python3 - "$t0" "$d"/s*.log <<'PY'
+import re, sys, datetime
+t0 = float(sys.argv[1]); times = []
+for f in sys.argv[2:]:
+    for line in open(f, errors="replace"):
+        if "coordinator: move" in line and "balancing" in line:
+            ts = line.split()[0].rstrip("Z")
+            t = datetime.datetime.fromisoformat(ts).replace(tzinfo=datetime.timezone.utc).timestamp()
+            if t >= t0: times.append(t)
+times.sort()
+gaps = [b - a for a, b in zip(times, times[1:])]
+print(f"balancing moves {len(times)}, first {times[0] - t0:.1f} s after the joins, last {times[-1] - t0:.1f} s, "
+      f"longest gap {max(gaps, default=0):.1f} s, gaps over 2 s: {sum(g > 2 for g in gaps)}" if times else "no balancing move")
+PY
+    ;;
+  *) sed -n '2,89p' "$0"; exit 2;;
 esac
