@@ -243,6 +243,8 @@ struct Inner {
     retries: Arc<Retries>,
     /// WRONG_SERVER replies received ([`Client::wrong_server_replies`]).
     wrong_server: AtomicU64,
+    /// Pauses between attempts of a call ([`Client::retry_pauses`]).
+    retry_pauses: AtomicU64,
 }
 
 /// Whether failed attempts are retried; see [`Client::call_with`].
@@ -301,6 +303,7 @@ impl Inner {
             session_broke,
             retries,
             wrong_server: AtomicU64::new(0),
+            retry_pauses: AtomicU64::new(0),
         }
     }
 }
@@ -547,6 +550,12 @@ impl Client {
     /// refresh its route map).
     pub fn wrong_server_replies(&self) -> u64 {
         self.inner.wrong_server.load(Ordering::Relaxed)
+    }
+
+    /// How many times a call of this client paused before trying again
+    /// (the retry backoff of [`Client::call_with`]).
+    pub fn retry_pauses(&self) -> u64 {
+        self.inner.retry_pauses.load(Ordering::Relaxed)
     }
 
     /// A gRPC client on the channel of the server-streaming calls (`Search`,
@@ -1032,10 +1041,17 @@ impl Client {
                                     }
                                 }
                                 if unrouted {
-                                    if route_soid.is_some() {
-                                        // Its owner could not finish it either (a
-                                        // path over several servers' tables): the
-                                        // caller walks it name by name.
+                                    // Its owner could not finish it either (a
+                                    // path over several servers' tables), or
+                                    // the server named is the one that just
+                                    // refused (a resolution stopping at another
+                                    // server's table names the root): the
+                                    // caller walks it name by name, at once —
+                                    // asking the same server again after a
+                                    // pause would get the same answer.
+                                    if route_soid.is_some()
+                                        || self.link_for(refused).addr == link.addr
+                                    {
                                         return Err(Error::Fs(FsError::WrongServer {
                                             soid: refused.unwrap_or(Soid::ROOT),
                                         }));
@@ -1103,6 +1119,7 @@ impl Client {
             {
                 return Err(failure);
             }
+            self.inner.retry_pauses.fetch_add(1, Ordering::Relaxed);
             let mut stopping = self.inner.retries.stopping.subscribe();
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
