@@ -1,6 +1,8 @@
 //! The table catalogue's writes that are not moves: new table numbers,
 //! and a server's own change of its tables' ranges (an engine split or
-//! merge) committed as one etcd transaction.
+//! merge) committed as one etcd transaction — or, when it is bigger than
+//! etcd takes in one, as an ordered sequence of them, each leaving the
+//! catalogue's ranges consistent ([`TablesChange::pieces`]).
 //!
 //! A split creates a table that belongs to the splitting server at once:
 //! `table/<new>` (its range), `owner/<new>` (`1 <server>`) and
@@ -87,6 +89,13 @@ pub struct TablesChange {
     pub created: Vec<TableState>,
     /// Tables it owns (fenced likewise) that no longer exist (a merge).
     pub removed: Vec<(TableId, Revision)>,
+    /// Tables an earlier piece of the same change created, with their
+    /// final range and manifest (a split chain cut into pieces, see
+    /// [`TablesChange::pieces`]). Their owner revision is not known when
+    /// the change is planned; the fence is that their owner key is still
+    /// the one the creating piece wrote (`1 <server>`, version 1: never
+    /// moved since).
+    pub carried: Vec<TableState>,
 }
 
 /// Commits `change` for server `me`. `Ok(false)`: a fence failed (a table
@@ -149,6 +158,25 @@ pub async fn commit_tables(
         // The first table of a cluster (the root, made by a server's
         // engine) bootstraps it; later ones leave the key as it is.
         then.push(TxnOp::put(cfg.key(keys::BOOTSTRAPPED_KEY), "1", None));
+    }
+    for t in &change.carried {
+        let key = cfg.key(&keys::owner_key(t.table));
+        let created = OwnerValue {
+            epoch: Epoch(1),
+            server: me.to_string(),
+        };
+        when.push(Compare::version(key.clone(), CompareOp::Equal, 1));
+        when.push(Compare::value(key, CompareOp::Equal, created.encode()));
+        then.push(TxnOp::put(
+            cfg.key(&keys::table_key(t.table)),
+            keys::encode_range(&t.range),
+            None,
+        ));
+        then.push(TxnOp::put(
+            cfg.key(&keys::manifest_key(t.table)),
+            t.manifest.clone(),
+            None,
+        ));
     }
     for (t, rev) in &change.removed {
         when.push(fence(*t, *rev));
@@ -360,9 +388,33 @@ impl TablesChange {
         let writes = 2 * self.updated.len()
             + 3 * self.created.len()
             + usize::from(!self.created.is_empty())
+            + 2 * self.carried.len()
             + 5 * self.removed.len();
-        let compares = self.updated.len() + self.created.len() + self.removed.len();
+        let compares =
+            self.updated.len() + self.created.len() + 2 * self.carried.len() + self.removed.len();
         (writes, compares)
+    }
+
+    fn fits(&self, max: usize) -> bool {
+        let (w, c) = self.cost();
+        w <= max && c <= max
+    }
+
+    /// `next` appended to this change, to be committed in the same
+    /// transaction: a table `next` carries that this change creates is
+    /// created with `next`'s (final) state instead.
+    fn merged(&self, next: &TablesChange) -> TablesChange {
+        let mut m = self.clone();
+        m.updated.extend(next.updated.iter().cloned());
+        m.removed.extend(next.removed.iter().cloned());
+        for c in &next.carried {
+            match m.created.iter_mut().find(|t| t.table == c.table) {
+                Some(t) => *t = c.clone(),
+                None => m.carried.push(c.clone()),
+            }
+        }
+        m.created.extend(next.created.iter().cloned());
+        m
     }
 
     /// The change cut into pieces of at most `max` writes and compares
@@ -372,15 +424,29 @@ impl TablesChange {
     /// the search benchmark: every such checkpoint failed, and the tables
     /// made meanwhile were served by nobody).
     ///
-    /// Each piece is consistent on its own: a table made by a split goes
-    /// with the table just before it in SOID order when that one is in the
-    /// change too (the split's other half: a new table's range was carved
-    /// from the one that precedes it, so committed apart their ranges
-    /// would overlap in the map); removed tables (merges) go with the
-    /// first piece. A group bigger than `max` is a piece of its own (etcd
-    /// then refuses it: nothing is written, the next checkpoint retries).
+    /// The pieces are committed in order, and after each the catalogue's
+    /// ranges are consistent on their own — no two overlap, none is
+    /// missing:
+    /// - a table made by a split goes with the table just before it in
+    ///   SOID order when that one is in the change too (the split's other
+    ///   half: a new table's range was carved from the one that precedes
+    ///   it, so committed apart their ranges would overlap in the map);
+    ///   such a group — a table and the new tables contiguous after it —
+    ///   is kept in one piece when it fits in one;
+    /// - a longer group (a split chain: T split into T, A; A into A, B;
+    ///   B into B, C …) is committed as the splits happened, in SOID
+    ///   order: a piece puts the tables up to some new table X in their
+    ///   final state and creates X with the rest of the group's range
+    ///   (X's own and every later one's); the next piece narrows X to its
+    ///   own range (X in `carried`: fenced by its owner key being still
+    ///   the one the earlier piece created) and goes on. Until the last
+    ///   piece X's manifest is narrower than its catalogue range (its
+    ///   final one: the pieces of one commit follow each other within
+    ///   milliseconds, and a refused piece is retried whole by the next
+    ///   checkpoint);
+    /// - removed tables (merges) go with the first piece.
     pub fn pieces(self, max: usize) -> Vec<TablesChange> {
-        if self.cost().0 <= max && self.cost().1 <= max {
+        if self.fits(max) {
             return vec![self];
         }
         // Groups, in SOID order: a table and the new tables contiguous
@@ -422,24 +488,66 @@ impl TablesChange {
                 ..TablesChange::default()
             }),
         }
-        // Packed greedily, in order.
-        let mut pieces: Vec<TablesChange> = Vec::new();
+        // Each group whole, or its splits one by one: the steps, in
+        // order; then packed greedily, in order.
+        let mut steps: Vec<TablesChange> = Vec::new();
         for g in groups {
-            let fits = pieces.last().is_some_and(|p| {
-                let (pw, pc) = p.cost();
-                let (gw, gc) = g.cost();
-                pw + gw <= max && pc + gc <= max
-            });
-            match pieces.last_mut() {
-                Some(p) if fits => {
-                    p.updated.extend(g.updated);
-                    p.created.extend(g.created);
-                    p.removed.extend(g.removed);
-                }
-                _ => pieces.push(g),
+            if g.fits(max) || g.created.len() < 2 {
+                steps.push(g);
+                continue;
+            }
+            steps.extend(g.chain_steps());
+        }
+        let mut pieces: Vec<TablesChange> = Vec::new();
+        for step in steps {
+            let merged = pieces.last().map(|p| p.merged(&step));
+            match (pieces.last_mut(), merged) {
+                (Some(p), Some(m)) if m.fits(max) => *p = m,
+                _ => pieces.push(step),
             }
         }
         pieces
+    }
+
+    /// A group (its head, if any, and the new tables contiguous after it
+    /// in SOID order) as one step per split: each step puts one table in
+    /// its final state and creates the next with the rest of the group's
+    /// range; the step after carries that one to its final state.
+    fn chain_steps(self) -> Vec<TablesChange> {
+        let TablesChange {
+            updated,
+            created,
+            removed,
+            carried: _,
+        } = self;
+        let Some(end) = created.last().map(|c| c.range.last) else {
+            return Vec::new();
+        };
+        let widened = |c: &TableState| TableState {
+            range: SoidRange {
+                first: c.range.first,
+                last: end,
+            },
+            ..c.clone()
+        };
+        let mut steps = Vec::new();
+        let mut removed = Some(removed);
+        let mut before: Option<TableState> = None;
+        for c in &created {
+            let mut step = TablesChange {
+                removed: removed.take().unwrap_or_default(),
+                created: vec![widened(c)],
+                ..TablesChange::default()
+            };
+            match before.take() {
+                Some(b) => step.carried.push(b),
+                None => step.updated.clone_from(&updated),
+            }
+            steps.push(step);
+            before = Some(c.clone());
+        }
+        // The last new table was created with its own range already.
+        steps
     }
 }
 
@@ -447,12 +555,13 @@ impl TablesChange {
 mod tests {
     use super::*;
     use sextant_types::Soid;
+    use std::collections::{BTreeMap, BTreeSet};
 
     fn state(t: u32, first: u128, last: u128) -> TableState {
         TableState {
             table: TableId(t),
             range: SoidRange::new(Soid::from_u128(first), Soid::from_u128(last)).unwrap(),
-            manifest: Vec::new(),
+            manifest: t.to_le_bytes().to_vec(),
         }
     }
 
@@ -502,5 +611,135 @@ mod tests {
             ..TablesChange::default()
         };
         assert_eq!(small.clone().pieces(TXN_OPS), vec![small]);
+    }
+
+    /// The catalogue `pieces` applied to `old`, one by one: the ranges
+    /// after each.
+    fn apply(
+        old: &BTreeMap<TableId, SoidRange>,
+        pieces: &[TablesChange],
+    ) -> Vec<BTreeMap<TableId, SoidRange>> {
+        let mut now = old.clone();
+        let mut made: BTreeSet<TableId> = BTreeSet::new();
+        let mut after = Vec::new();
+        for p in pieces {
+            for (t, _) in &p.updated {
+                assert!(
+                    now.contains_key(&t.table),
+                    "{:?} updated before it exists",
+                    t.table
+                );
+                now.insert(t.table, t.range);
+            }
+            for t in &p.carried {
+                assert!(
+                    made.contains(&t.table),
+                    "{:?} carried but not created by an earlier piece",
+                    t.table
+                );
+                now.insert(t.table, t.range);
+            }
+            for t in &p.created {
+                assert!(
+                    made.insert(t.table) && now.insert(t.table, t.range).is_none(),
+                    "{:?} created twice",
+                    t.table
+                );
+            }
+            for (t, _) in &p.removed {
+                assert!(now.remove(t).is_some());
+            }
+            after.push(now.clone());
+        }
+        after
+    }
+
+    /// No two ranges overlap and together they cover `all`, no hole.
+    fn covers(catalogue: &BTreeMap<TableId, SoidRange>, all: SoidRange) -> Result<(), String> {
+        let mut ranges: Vec<SoidRange> = catalogue.values().copied().collect();
+        ranges.sort_by_key(|r| r.first);
+        let mut next = Some(all.first);
+        for r in &ranges {
+            if Some(r.first) != next {
+                return Err(format!(
+                    "{r:?} does not start where the one before ended ({next:?})"
+                ));
+            }
+            next = r.last.checked_next();
+        }
+        if ranges.last().map(|r| r.last) != Some(all.last) {
+            return Err("the last range ends early".into());
+        }
+        Ok(())
+    }
+
+    /// A chain of 200 splits between two commits (table 1 split into 1
+    /// and 1000, 1000 into 1000 and 1001, …) next to other tables: one
+    /// group of 600 writes, which `pieces` used to keep whole (etcd
+    /// refused it, every time). Cut in the order of the splits, every
+    /// prefix of the pieces leaves the catalogue a covering without
+    /// overlaps, and all of them together the whole change.
+    #[test]
+    fn a_long_split_chain_is_cut_into_pieces_each_consistent_on_its_own() {
+        let all = state(0, 0, 1_000_000).range;
+        // Before: table 0 [0, 999], table 1 [1000, 500_999], table 2 the
+        // rest.
+        let old: BTreeMap<TableId, SoidRange> = [
+            (TableId(0), state(0, 0, 999).range),
+            (TableId(1), state(1, 1_000, 500_999).range),
+            (TableId(2), state(2, 501_000, 1_000_000).range),
+        ]
+        .into();
+        let mut change = TablesChange {
+            updated: vec![
+                (state(0, 0, 999), Revision(5)),
+                (state(1, 1_000, 1_999), Revision(6)),
+                (state(2, 501_000, 1_000_000), Revision(7)),
+            ],
+            removed: Vec::new(),
+            ..TablesChange::default()
+        };
+        for i in 1..200u32 {
+            let first = 1_000 + u128::from(i) * 1_000;
+            let last = if i == 199 { 500_999 } else { first + 999 };
+            change.created.push(state(1_000 + i, first, last));
+        }
+        let whole = apply(&old, std::slice::from_ref(&change));
+        covers(&whole[0], all).unwrap();
+        assert!(
+            !change.fits(TXN_OPS),
+            "the test needs a change etcd refuses whole"
+        );
+        let pieces = change.clone().pieces(TXN_OPS);
+        assert!(pieces.len() > 5, "{} pieces", pieces.len());
+        for p in &pieces {
+            assert!(p.fits(TXN_OPS), "{:?} writes and compares", p.cost());
+        }
+        let after = apply(&old, &pieces);
+        for (i, catalogue) in after.iter().enumerate() {
+            covers(catalogue, all).unwrap_or_else(|e| panic!("after piece {i}: {e}"));
+        }
+        assert_eq!(
+            after.last(),
+            whole.last(),
+            "the pieces make the whole change"
+        );
+        // Every manifest put is the table's final one.
+        let finals: BTreeMap<TableId, Vec<u8>> = change
+            .created
+            .iter()
+            .chain(change.updated.iter().map(|(t, _)| t))
+            .map(|t| (t.table, t.manifest.clone()))
+            .collect();
+        for p in &pieces {
+            for t in p
+                .created
+                .iter()
+                .chain(&p.carried)
+                .chain(p.updated.iter().map(|(t, _)| t))
+            {
+                assert_eq!(Some(&t.manifest), finals.get(&t.table));
+            }
+        }
     }
 }

@@ -87,6 +87,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
             manifest: b"right".to_vec(),
         }],
         removed: vec![],
+        carried: vec![],
     };
     // A stale grant (another owner since): nothing written.
     assert!(
@@ -127,6 +128,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
         )],
         created: vec![],
         removed: vec![(TableId(100), state.owner(TableId(100)).unwrap().rev)],
+        carried: vec![],
     };
     assert!(commit_tables(&mut client, &cfg, "s1", &merge)
         .await

@@ -751,6 +751,81 @@ async fn a_commit_of_hundreds_of_tables_is_cut_into_transactions_etcd_takes() {
     let s = load(&mut c, &cfg).await.unwrap();
     assert_eq!(s.tables.len(), 200);
     assert!(s.owners.values().all(|o| o.server == "a"));
+
+    // A chain of 150 splits between two commits: table 200 split into
+    // 200 and 1000, 1000 into 1000 and 1001, … — one group of ranges
+    // carved from each other, which used to be one transaction (refused).
+    // Its pieces are taken one by one, and after each the tables' ranges
+    // (those carved from table 200's) still cover it without overlap.
+    let parent = s.tables[&TableId(200)];
+    let rev = s.owners[&TableId(200)].rev;
+    let first = u128::from(200u32) * 100;
+    let state = |t: u32, from: u128, to: u128| TableState {
+        table: TableId(t),
+        range: SoidRange::new(Soid::from_u128(from), Soid::from_u128(to)).unwrap(),
+        manifest: t.to_le_bytes().to_vec(),
+    };
+    let chain = TablesChange {
+        updated: vec![(state(200, first, first), rev)],
+        created: (1..50u32)
+            .map(|i| {
+                let t = 999 + i;
+                let from = first + u128::from(i);
+                let to = if i == 49 { first + 49 } else { from };
+                state(t, from, to)
+            })
+            .collect(),
+        ..TablesChange::default()
+    };
+    let whole = commit_tables(&mut c, &cfg, "a", &chain).await;
+    assert!(
+        whole.is_err(),
+        "one transaction of a 50-table chain is refused by etcd: {whole:?}"
+    );
+    let pieces = chain.clone().pieces(TXN_OPS);
+    assert!(pieces.len() > 1);
+    for piece in pieces {
+        assert!(commit_tables(&mut c, &cfg, "a", &piece).await.unwrap());
+        let s = load(&mut c, &cfg).await.unwrap();
+        let mut carved: Vec<SoidRange> = s
+            .tables
+            .values()
+            .filter(|r| r.first >= parent.first && r.last <= parent.last)
+            .copied()
+            .collect();
+        carved.sort_by_key(|r| r.first);
+        assert_eq!(carved.first().map(|r| r.first), Some(parent.first));
+        assert_eq!(carved.last().map(|r| r.last), Some(parent.last));
+        for w in carved.windows(2) {
+            assert_eq!(w[0].last.checked_next(), Some(w[1].first), "{carved:?}");
+        }
+        let overlapping = s
+            .tables
+            .values()
+            .filter(|r| r.first <= parent.last && r.last >= parent.first)
+            .count();
+        assert_eq!(
+            overlapping,
+            carved.len(),
+            "a range sticks out of table 200's"
+        );
+    }
+    let s = load(&mut c, &cfg).await.unwrap();
+    assert_eq!(s.tables.len(), 249);
+    for t in &chain.created {
+        assert_eq!(s.tables[&t.table], t.range);
+        assert_eq!(s.owners[&t.table].server, "a");
+    }
+    assert_eq!(s.tables[&TableId(200)], chain.updated[0].0.range);
+
+    // A piece that carries a table moved meanwhile is refused (its fence:
+    // the owner key the earlier piece created, never rewritten since).
+    let mut moved = TablesChange::default();
+    moved.carried.push(state(1_000, first + 1, first + 1));
+    c.put(cfg.key(&keys::owner_key(TableId(1_000))), "2 b", None)
+        .await
+        .unwrap();
+    assert!(!commit_tables(&mut c, &cfg, "a", &moved).await.unwrap());
 }
 
 /// Found by the BORROW pause test (crates/cli/tests/cluster.rs): a server

@@ -4,7 +4,9 @@
 //! checkpoint, an ADD, a DROP, a split) through this seam. Each commit is
 //! one etcd transaction (`sextant_coordinator::catalog::commit_tables`),
 //! or several when it is bigger than etcd takes in one
-//! (`TablesChange::pieces`: a split's halves always together):
+//! (`TablesChange::pieces`: a split's halves together, a longer chain of
+//! splits in the order they happened, each piece leaving the catalogue's
+//! ranges consistent):
 //! a put of a table the delegation map says this server owns is fenced by
 //! that owner key's revision (R2: if another server owns it now, nothing
 //! is written and the engine is told `NotOwner`); a put of a table the map
@@ -293,8 +295,8 @@ impl TableCatalog for EtcdCatalog {
             Err(e) => return Err(e),
         };
         let (cfg, me) = (self.etcd.clone(), self.name.clone());
-        // In pieces etcd accepts (each consistent on its own: a split's
-        // halves together); the first refused stops the rest. Pieces
+        // In pieces etcd accepts, in order (each consistent on its own);
+        // the first refused stops the rest. Pieces
         // already written stay: committing them again is harmless.
         let committed = self.run(move |rt, client| {
             for piece in plan.pieces(TXN_OPS) {
