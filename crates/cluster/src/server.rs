@@ -362,6 +362,22 @@ impl Server {
         }
     }
 
+    /// The host stopped serving `table` on its own although etcd may
+    /// still name this server for it (an engine merge whose outcome
+    /// stayed unknown): forgotten if it was serving, so that the next
+    /// [`Server::observe`] that still names this server loads it again
+    /// (from the manifest etcd holds then). A table loading or dropping
+    /// is left to that load or handover.
+    pub fn given_up(&mut self, table: TableId) {
+        if self
+            .tables
+            .get(&table)
+            .is_some_and(|h| h.state == State::Serving)
+        {
+            self.tables.remove(&table);
+        }
+    }
+
     /// An operation on `table` arrives. `Some(epoch)`: apply it and make
     /// it durable (append to this server's journal), then ask
     /// [`Server::acknowledge`]; `None`: WRONG_SERVER.
@@ -452,5 +468,43 @@ mod tests {
             }]
         ));
         assert_eq!(s.acknowledge(TableId(0), Millis(10)), Reply::WrongServer);
+    }
+
+    #[test]
+    fn a_table_the_host_gave_up_is_loaded_again_while_etcd_names_this_server() {
+        let mut s = Server::new(ServerId(1), 100);
+        s.tick(Millis(0));
+        s.joined(LeaseId(1), Millis(0), 1_000);
+        let view = TableView {
+            table: TableId(0),
+            owner: Owner {
+                server: ServerId(1),
+                epoch: Epoch(1),
+            },
+            owner_rev: Revision(4),
+            move_to: None,
+        };
+        let load = vec![Out::Load {
+            table: TableId(0),
+            owner_rev: Revision(4),
+        }];
+        assert_eq!(s.observe(std::slice::from_ref(&view)), load);
+        s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
+        assert!(s.observe(std::slice::from_ref(&view)).is_empty());
+        s.given_up(TableId(0));
+        assert_eq!(s.begin(TableId(0), 1), None, "given up: serves nothing");
+        assert_eq!(s.observe(std::slice::from_ref(&view)), load);
+        // Given up while dropping: the handover decides, no load.
+        s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
+        let moved = TableView {
+            move_to: Some(ServerId(2)),
+            ..view.clone()
+        };
+        assert!(matches!(
+            s.observe(std::slice::from_ref(&moved))[..],
+            [Out::Handover { .. }]
+        ));
+        s.given_up(TableId(0));
+        assert!(matches!(s.observe(&[moved])[..], [Out::Handover { .. }]));
     }
 }

@@ -106,6 +106,13 @@ pub trait TableHost: Send + Sync + 'static {
     /// the lease was lost): discard it without writing anything. Also
     /// called for tables the host does not have.
     fn forget_table(&self, table: TableId);
+    /// Tables the host stopped serving on its own since the last call
+    /// although etcd may still name this server for them (an engine merge
+    /// whose outcome stayed unknown). The shell loads again each that etcd
+    /// still names this server for, from the manifest etcd holds then.
+    fn take_given_up(&self) -> Vec<TableId> {
+        Vec::new()
+    }
 }
 
 /// What [`TableHost::drop_table`] fails with for a table the host does
@@ -363,10 +370,20 @@ async fn drive(inner: Arc<Inner>) {
 fn round(inner: &Arc<Inner>) {
     let state = inner.map.borrow().clone();
     let generation = inner.membership.generation();
+    let given_up = inner.host.take_given_up();
     let mut forget = Vec::new();
     let mut start = Vec::new();
     {
         let mut st = inner.lock();
+        for t in given_up {
+            // Loaded again below if etcd still names this server (a load
+            // or handover in flight decides for itself).
+            if !st.busy.contains(&t) {
+                tracing::warn!(table = %t, "the host gave the table up; loading it again if it is still this server's");
+                st.server.given_up(t);
+                st.grants.remove(&t);
+            }
+        }
         if st.generation != generation {
             tracing::warn!(
                 old = st.generation,
@@ -565,11 +582,30 @@ async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, Stri
     let cfg = &inner.cfg.etcd;
     let mut client = inner.client.clone();
     let mkey = cfg.key(&keys::manifest_key(grant.table));
-    let resp = bounded(cfg, client.get(mkey.as_bytes(), None))
+    let okey = cfg.key(&keys::owner_key(grant.table));
+    // The manifest, read only while the owner key is still the grant's: a
+    // map that lags behind etcd can start a load of a table that no
+    // longer exists (merged away: no manifest, which would otherwise read
+    // as a new, empty table) or is another's now.
+    let read = Txn::new()
+        .when(vec![Compare::mod_revision(
+            okey.clone(),
+            CompareOp::Equal,
+            grant.owner_rev.0 as i64,
+        )])
+        .and_then(vec![TxnOp::get(mkey.clone(), None)]);
+    let resp = bounded(cfg, client.txn(read))
         .await
         .map_err(|e| e.to_string())?;
+    if !resp.succeeded() {
+        return Ok(false);
+    }
     tracing::debug!(target: "borrow_trace", table = %grant.table, "ADD: manifest read");
-    let (manifest, read_rev) = match resp.kvs().first() {
+    let got = resp.op_responses().into_iter().find_map(|r| match r {
+        etcd_client::TxnOpResponse::Get(g) => Some(g),
+        _ => None,
+    });
+    let (manifest, read_rev) = match got.as_ref().and_then(|g| g.kvs().first()) {
         Some(kv) => (Some(kv.value().to_vec()), kv.mod_revision()),
         None => (None, 0),
     };
@@ -580,7 +616,6 @@ async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, Stri
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the host could not load it: {e}"))?;
     tracing::debug!(target: "borrow_trace", table = %grant.table, "ADD: host loaded");
-    let okey = cfg.key(&keys::owner_key(grant.table));
     let Some(new) = new else {
         // Committed by the host: is the grant still the owner key's?
         let resp = bounded(cfg, client.get(okey.as_bytes(), None))

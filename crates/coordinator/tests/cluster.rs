@@ -62,6 +62,9 @@ struct Fake {
     lost: Mutex<BTreeSet<TableId>>,
     /// While true, `forget_table` waits (an engine busy giving a table up).
     forget_gate: (Mutex<bool>, Condvar),
+    /// Tables given up on the host's own (as an engine does after a merge
+    /// whose outcome stayed unknown), not yet told to the shell.
+    given_up: Mutex<Vec<TableId>>,
 }
 
 impl Fake {
@@ -93,6 +96,21 @@ impl Fake {
     fn lose(&self, table: TableId) {
         self.lost.lock().unwrap().insert(table);
         self.loaded.lock().unwrap().remove(&table);
+    }
+
+    fn give_up(&self, table: TableId) {
+        self.loaded.lock().unwrap().remove(&table);
+        self.given_up.lock().unwrap().push(table);
+    }
+
+    fn adds(&self, table: TableId) -> usize {
+        let add = format!("add {table} ");
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(&add))
+            .count()
     }
 }
 
@@ -136,6 +154,10 @@ impl TableHost for Fake {
         }
         self.log.lock().unwrap().push(format!("forget {table}"));
         self.loaded.lock().unwrap().remove(&table);
+    }
+
+    fn take_given_up(&self) -> Vec<TableId> {
+        std::mem::take(&mut *self.given_up.lock().unwrap())
     }
 }
 
@@ -646,6 +668,47 @@ async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
         a.serving(table).is_none() && !ha.holds().contains(&table)
     })
     .await;
+}
+
+/// A table the host gave up on its own (an engine merge whose outcome
+/// stayed unknown) while etcd still names this server is loaded again,
+/// from the manifest etcd holds — it used to stay unserved until the
+/// server lost its lease or restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_the_host_gave_up_is_loaded_again_from_etcd() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    tables(&mut c, &cfg, 1).await;
+    let (a, ha) = server(&etcd, "a").await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .expect("a serves the table");
+    let table = TableId(0);
+    let grant = a.serving(table).unwrap();
+    a.commit_manifest(&grant, b"the catalogue's".to_vec())
+        .await
+        .unwrap();
+    let before = ha.adds(table);
+    ha.give_up(table);
+    within("a loads it again", Duration::from_secs(10), || {
+        ha.adds(table) > before && ha.holds().contains(&table) && a.may_ack(table)
+    })
+    .await;
+    assert_eq!(
+        ha.loaded.lock().unwrap()[&table].as_deref(),
+        Some(&b"the catalogue's"[..]),
+        "loaded from what etcd holds"
+    );
+    assert_eq!(
+        map.current().owner(table).map(|o| o.server.clone()),
+        Some("a".to_string())
+    );
 }
 
 /// A moved table wakes its new owner's `served()` as it begins serving

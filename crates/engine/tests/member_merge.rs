@@ -461,3 +461,52 @@ fn a_merge_whose_outcome_stays_unknown_serves_neither_table_and_loses_nothing() 
     check_catalogue(&catalog, &[("a", &a), ("b", &b)]);
     check_rows(&[&a, &b], &kept);
 }
+
+/// After a merge whose outcome stayed unknown, the engine names both
+/// tables as given up, and loading them again on the same member from
+/// whatever the catalogue holds once it answers — both tables (never
+/// merged) or the merged one (merged, the answer lost) — replays its own
+/// journal and loses nothing: what the cluster shell does instead of
+/// leaving them unserved until the lease is lost.
+#[test]
+fn tables_given_up_after_an_unknown_merge_load_again_here_from_the_catalogue() {
+    for applied in [false, true] {
+        let store = MemStore::new();
+        let catalog = Arc::new(MemCatalog::new());
+        let lossy = Arc::new(LostAnswers {
+            inner: Arc::clone(&catalog),
+            applied,
+            lose: 0.into(),
+        });
+        let a = member_on(&store, Arc::clone(&lossy) as _, "a");
+        let kept = grow_and_shrink(&a);
+        let before = a.owned_tables();
+        lossy
+            .lose
+            .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        assert!(!a.merge_small_tables());
+        let mut given_up = a.take_given_up();
+        given_up.sort_unstable();
+        let mut stopped: Vec<u64> = before
+            .iter()
+            .filter(|t| !a.owned_tables().contains(t))
+            .copied()
+            .collect();
+        stopped.sort_unstable();
+        assert_eq!(given_up, stopped, "applied {applied}: both halves named");
+        assert!(a.take_given_up().is_empty(), "named once");
+        lossy.lose.store(0, std::sync::atomic::Ordering::SeqCst);
+        let manifests: Vec<TableManifest> = given_up
+            .iter()
+            .filter_map(|t| catalog.manifest(*t))
+            .collect();
+        assert_eq!(
+            manifests.len(),
+            if applied { 1 } else { 2 },
+            "applied {applied}: the catalogue's tables"
+        );
+        a.add_tables(&manifests).unwrap();
+        check_catalogue(&catalog, &[("a", &a)]);
+        check_rows(&[&a], &kept);
+    }
+}

@@ -72,7 +72,12 @@
 //! ([`TableCatalog::merge`] is idempotent: a merge found done is `Ok`);
 //! if it stays unknown, both tables stop serving here (their records stay
 //! in the journal for whoever owns them next) rather than serve in a
-//! shape that may contradict the catalogue.
+//! shape that may contradict the catalogue. They are named to the owner of
+//! the delegation map ([`Engine::take_given_up`]), which loads again
+//! whichever of them the catalogue, once it answers, still names this
+//! member for — from the manifests it holds, merged or not, replaying this
+//! member's own journal — instead of leaving them unserved until the lease
+//! is lost.
 
 use super::*;
 use crate::member::{
@@ -93,14 +98,37 @@ pub(crate) struct MemberRun {
     /// The merge under way (lower, upper): neither splits meanwhile. A
     /// leaf lock.
     merging: Mutex<Option<(TableId, TableId)>>,
-    /// Pairs the catalogue refused to merge, and when: not picked again
-    /// for [`MERGE_REFUSED_PAUSE`], so that a pair held back (a table
-    /// lent away for long) does not keep every other pair from merging.
-    refused: Mutex<BTreeMap<(TableId, TableId), std::time::Instant>>,
+    /// Pairs the catalogue refused to merge, when and how often in a row:
+    /// not picked again for [`merge_refused_pause`], so that a pair held
+    /// back (a table lent away for long) neither keeps every other pair
+    /// from merging nor costs a snapshot write every few seconds.
+    refused: Mutex<BTreeMap<(TableId, TableId), Refusal>>,
+    /// Tables this engine stopped serving on its own while the catalogue
+    /// may still name this member for them (a merge whose outcome stayed
+    /// unknown): the owner of the delegation map takes them
+    /// ([`Engine::take_given_up`]) and loads them again from whatever the
+    /// catalogue holds once it answers.
+    given_up: Mutex<Vec<TableId>>,
 }
 
-/// How long a pair the catalogue refused to merge is left alone.
+/// How long a pair the catalogue refused to merge once is left alone.
 const MERGE_REFUSED_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A pair's refusals in a row, the last one when.
+#[derive(Clone, Copy, Debug)]
+struct Refusal {
+    at: std::time::Instant,
+    times: u32,
+}
+
+/// How long a pair refused `times` times in a row is left alone: 10 s,
+/// doubling up to 320 s — each attempt writes the merged snapshot before
+/// the catalogue answers, so a pair refused for hours (one of its tables
+/// lent away) would otherwise cost a snapshot write every 10 s. A pair
+/// not refused again within twice its pause starts over at 10 s.
+fn merge_refused_pause(times: u32) -> std::time::Duration {
+    MERGE_REFUSED_PAUSE * (1u32 << times.clamp(1, 6).saturating_sub(1))
+}
 
 /// Two neighbouring tables chosen to merge, as they were when chosen.
 struct MergePick {
@@ -191,9 +219,13 @@ impl MemberRun {
         let merged = self.merge_pair(inner, &pick);
         *self.merging.lock() = None;
         if !merged {
-            self.refused
-                .lock()
-                .insert((pick.lower, pick.upper), std::time::Instant::now());
+            let mut refused = self.refused.lock();
+            let r = refused.entry((pick.lower, pick.upper)).or_insert(Refusal {
+                at: std::time::Instant::now(),
+                times: 0,
+            });
+            r.at = std::time::Instant::now();
+            r.times = r.times.saturating_add(1);
         }
         merged
     }
@@ -219,8 +251,12 @@ impl MemberRun {
         };
         let refused: BTreeSet<(TableId, TableId)> = {
             let mut refused = self.refused.lock();
-            refused.retain(|_, at| at.elapsed() < MERGE_REFUSED_PAUSE);
-            refused.keys().copied().collect()
+            refused.retain(|_, r| r.at.elapsed() < 2 * merge_refused_pause(r.times));
+            refused
+                .iter()
+                .filter(|(_, r)| r.at.elapsed() < merge_refused_pause(r.times))
+                .map(|(pair, _)| *pair)
+                .collect()
         };
         let book = self.book.lock();
         let catalogued = |id: TableId, r: SoidRange| {
@@ -348,9 +384,10 @@ impl MemberRun {
                 // likewise. Neither serves; their records stay in the
                 // journal (pinned), and whoever owns them next replays
                 // them from the manifests the catalogue holds.
-                tracing::error!(lower = pick.lower, upper = pick.upper, error = %what, "a merge's outcome is unknown; both tables stop serving here");
+                tracing::error!(lower = pick.lower, upper = pick.upper, error = %what, "a merge's outcome is unknown; both tables stop serving here until the catalogue answers");
                 revoke(inner, self, pick.lower);
                 revoke(inner, self, pick.upper);
+                self.given_up.lock().extend([pick.lower, pick.upper]);
                 false
             }
             Err(e) => {
@@ -1074,6 +1111,7 @@ impl Engine {
                 }),
                 merging: Mutex::new(None),
                 refused: Mutex::new(BTreeMap::new()),
+                given_up: Mutex::new(Vec::new()),
             }),
         });
         let engine = Engine {
@@ -1473,6 +1511,18 @@ impl Engine {
         Ok(added)
     }
 
+    /// Tables this engine stopped serving on its own since the last call
+    /// although the catalogue may still name this member for them (a
+    /// merge whose outcome stayed unknown; module docs, "Merges"). The
+    /// caller loads each again if the catalogue still names this member
+    /// for it ([`Engine::add_table`] from its manifest there).
+    pub fn take_given_up(&self) -> Vec<TableId> {
+        match &self.inner.member {
+            Some(m) => std::mem::take(&mut *m.given_up.lock()),
+            None => Vec::new(),
+        }
+    }
+
     /// Fencing (member mode): stops serving table `id` at once, writing
     /// nothing (its lease ran out; another member may already own it).
     /// Its records stay in the journal for a failover to replay. Returns
@@ -1543,4 +1593,21 @@ fn member_of(inner: &Inner) -> Result<&MemberRun, EngineError> {
         .member
         .as_ref()
         .ok_or_else(|| EngineError::Member("this engine is not a cluster member".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_refused_pause;
+    use std::time::Duration;
+
+    #[test]
+    fn a_pair_refused_again_and_again_is_tried_less_and_less_often() {
+        let secs = |n| merge_refused_pause(n).as_secs();
+        assert_eq!(
+            (1..=8).map(secs).collect::<Vec<_>>(),
+            [10, 20, 40, 80, 160, 320, 320, 320]
+        );
+        assert_eq!(merge_refused_pause(0), Duration::from_secs(10));
+        assert_eq!(merge_refused_pause(u32::MAX), Duration::from_secs(320));
+    }
 }

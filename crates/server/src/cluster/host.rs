@@ -95,6 +95,17 @@ impl TableHost for EngineHost {
         Ok(m.to_bytes())
     }
 
+    fn take_given_up(&self) -> Vec<TableId> {
+        let Some(engine) = self.engine.get() else {
+            return Vec::new();
+        };
+        engine
+            .take_given_up()
+            .into_iter()
+            .filter_map(|id| u32::try_from(id).ok().map(TableId))
+            .collect()
+    }
+
     fn forget_table(&self, table: TableId) {
         if let Some(e) = self.engine.get() {
             if e.revoke_table(u64::from(table.0)) {
