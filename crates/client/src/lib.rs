@@ -595,6 +595,12 @@ impl Client {
 
     /// Whether this client has no cluster secret (a local user on the
     /// server's Unix socket, served as the kernel says it is).
+    /// Calls with the cluster secret, not with a client key (whose path
+    /// limit the server applies to every scope it is given).
+    pub(crate) fn unconfined(&self) -> bool {
+        self.inner.secret.is_some() && self.inner.key.is_none()
+    }
+
     pub(crate) fn secret_is_empty(&self) -> bool {
         self.inner.secret.is_none() && self.inner.key.is_none()
     }

@@ -683,3 +683,106 @@ fn remembered_paths_through_another_member_follow_its_changes_once_forgotten() {
         .iter()
         .any(|(p, _)| p.starts_with(b"/d2/s0/")));
 }
+
+/// Root's totals from `/` (`stats /`, `du /`: no depth limit, no path)
+/// need no other member's directory: every link below `/` is in scope and
+/// visible to root, so each member adds up its own tables — from their
+/// summaries, or row by row — without resolving a single exit: it reads
+/// the scope root's record, nothing else. The parts add up to one
+/// engine's answer; before, each member read the other's directories up
+/// every exit's chain (and its server asked every other server for their
+/// epochs first).
+#[test]
+fn roots_totals_from_the_top_read_no_other_members_directory() {
+    use sextant_engine::search::{GroupBy, Pred};
+    use sextant_types::FileType;
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    populate(&a);
+    let tables = a.owned_tables();
+    let below_top = || {
+        Expr::pred(Pred::Depth {
+            min: 1,
+            max: u32::MAX,
+        })
+    };
+    let expressions = [
+        Expr::True,
+        below_top(),
+        Expr::and(below_top(), Expr::pred(Pred::Type(vec![FileType::Regular]))),
+        Expr::and(
+            below_top(),
+            Expr::not(Expr::pred(Pred::Type(vec![FileType::Directory]))),
+        ),
+        Expr::pred(Pred::Name {
+            pattern: b"f*".to_vec().into(),
+            glob: true,
+            ci: false,
+        }),
+    ];
+    let groupings = [None, Some(GroupBy::Uid), Some(GroupBy::Type)];
+    let root = Credentials::root();
+    let scope = || sextant_engine::search::Scope::Soid(Soid::ROOT);
+    let mut truth = Vec::new();
+    for expr in &expressions {
+        for by in groupings {
+            let (agg, _) = a
+                .search_tally(&root, scope(), expr, by, &SearchOptions::default())
+                .unwrap();
+            assert!(agg.total.count > 0, "{expr:?}");
+            truth.push(agg);
+        }
+    }
+    for (n, t) in tables.iter().enumerate() {
+        if n % 2 == 1 {
+            let m = a.drop_table(*t).unwrap();
+            assert!(catalog.assign(*t, "b"));
+            b.add_table(&m).unwrap();
+        }
+    }
+    assert!(!b.owned_tables().is_empty());
+    let (from_a, from_b) = (Counting::new(&b), Counting::new(&a));
+    let mut k = 0;
+    for expr in &expressions {
+        for by in groupings {
+            for summaries in [false, true] {
+                for threads in [1, 4] {
+                    let mut sum = sextant_engine::search::Aggregation::default();
+                    for (e, reader) in [(&a, &from_a), (&b, &from_b)] {
+                        let sp = Spread::new(vec![SoidRange::ALL], reader);
+                        let opts = SearchOptions {
+                            spread: Some(&sp),
+                            threads,
+                            spawn_after: std::time::Duration::ZERO,
+                            summaries,
+                            ..SearchOptions::default()
+                        };
+                        let (part, _) = e.search_tally(&root, scope(), expr, by, &opts).unwrap();
+                        sum.merge(part);
+                    }
+                    assert_eq!(
+                        sum, truth[k],
+                        "{expr:?} by {by:?} summaries {summaries} threads {threads}"
+                    );
+                }
+            }
+            k += 1;
+        }
+    }
+    // a holds `/`; b reads its record once per search (to start from the
+    // same scope root), and nothing else.
+    assert_eq!(
+        from_a.calls.load(Ordering::Relaxed),
+        0,
+        "a read nothing of b"
+    );
+    let asked = from_b.asked.lock().unwrap().clone();
+    assert_eq!(
+        asked.keys().copied().collect::<Vec<_>>(),
+        [Soid::ROOT],
+        "b read nothing of a but the scope root: {asked:?}"
+    );
+    assert_eq!(asked[&Soid::ROOT], from_b.calls.load(Ordering::Relaxed));
+}

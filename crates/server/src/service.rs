@@ -940,10 +940,15 @@ impl Shared {
             let cancelled = || tx.is_closed() || *shutdown.borrow();
             // What this server kept of the others' directories (and the
             // paths it remembered through them) is checked first.
+            // Not for root's totals from `/`, which read none of them.
+            let ancestry_free = spec.limit == 0
+                && (spec.count_only || spec.group_by.is_some())
+                && matches!(spec.scope, sextant_proto::search::SearchScope::Soid(root)
+                    if sextant_engine::search::tally_needs_no_ancestry(&cred, root, &spec.expr, spec.group_by));
             let checked = shared
                 .peers
                 .as_ref()
-                .filter(|_| crate::peers::keeping())
+                .filter(|_| crate::peers::keeping() && !ancestry_free)
                 .and_then(|peers| {
                     peers.check_epochs(&shared.engine, shared.placement.as_ref(), &runtime)
                 });

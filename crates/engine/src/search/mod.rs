@@ -536,7 +536,10 @@ impl Collect<'_> {
                 let e = Entry {
                     path: None,
                     name,
-                    depth: None,
+                    // Every link here is below the scope root; with
+                    // everything visible the depth tests pass at any depth
+                    // ≥ 1 (`Job::everything_visible`), so 1 decides them.
+                    depth: self.job.everything_visible.then_some(1),
                     soid: *soid,
                     inode,
                     dir_has_entries: has,
@@ -883,6 +886,29 @@ impl Engine {
     }
 }
 
+/// Whether a tally (a count, or totals grouped by something other than
+/// the directory) by `cred` of `expr` below `root` counts every link below
+/// `/` without ancestry (`Job::tally_without_ancestry`): root, from `/`, no
+/// path test, depth tests that every depth ≥ 1 passes. A spread search of
+/// it then reads no other member's directory but the scope root's record,
+/// so a server need not check what it kept of the others' directories
+/// first.
+pub fn tally_needs_no_ancestry(
+    cred: &Credentials,
+    root: Soid,
+    expr: &Expr,
+    by: Option<GroupBy>,
+) -> bool {
+    let p = plan::plan(expr);
+    root == Soid::ROOT
+        && cred.is_root()
+        && by != Some(GroupBy::Directory)
+        && !expr.uses_path()
+        && expr.depth_tests_pass_below_root()
+        && p.min_depth <= 1
+        && p.max_depth == u32::MAX
+}
+
 /// See [`Engine::search`].
 pub(crate) fn run(
     engine: &Engine,
@@ -911,11 +937,21 @@ struct Job<'a> {
     /// The memo holds every directory that matters ([`scope::walk_down`]).
     complete: bool,
     /// Root searching from `/` with no depth limit and an expression that
-    /// needs neither path nor depth: every link below `/` is in scope
+    /// needs no path and whose depth tests pass at every depth ≥ 1
+    /// ([`Expr::depth_tests_pass_below_root`]): every link below `/` is in scope
     /// (every directory's chain reaches `/`) and visible (root may list
     /// every directory), so a tally needs no ancestry at all — as the
     /// maintained summaries, which answer the same caller without a search.
     everything_visible: bool,
+    /// [`Job::everything_visible`] while tallying: no table's exits need
+    /// resolving — a table that could be whole ([`scope::could_be_whole`]:
+    /// every link's chain leaves it at an exit, and every exit, a
+    /// directory of the namespace, is below `/` and listable by root) is
+    /// added up from its summary when summaries are taken, any other is
+    /// visited, its links tallied without ancestry. On a spread namespace
+    /// this is what keeps `stats /` and `du /` as root from reading the
+    /// other members' directories at all.
+    tally_without_ancestry: bool,
     /// Tallying with a group-only expression ([`Expr::is_group_only`])
     /// and no depth limit, into tallies that take summaries: a table whose
     /// every path is below the scope root and visible ([`scope::whole`];
@@ -1101,6 +1137,12 @@ pub(crate) fn run_with(
             opts.walk_budget,
             &mut s.stats.dir_reads,
         )?;
+    let everything_visible = root == Soid::ROOT
+        && cred.is_root()
+        && plan.min_depth <= 1
+        && plan.max_depth == u32::MAX
+        && expr.depth_tests_pass_below_root()
+        && !expr.uses_path();
     let job = Job {
         engine,
         cred,
@@ -1108,12 +1150,8 @@ pub(crate) fn run_with(
         expr,
         root,
         complete,
-        everything_visible: root == Soid::ROOT
-            && cred.is_root()
-            && plan.min_depth <= 1
-            && plan.max_depth == u32::MAX
-            && !expr.uses_depth()
-            && !expr.uses_path(),
+        everything_visible,
+        tally_without_ancestry: everything_visible && lean.is_some(),
         summarize: use_index
             && opts.summaries
             && lean.as_deref().is_some_and(Tallies::takes_summaries)
@@ -1126,7 +1164,7 @@ pub(crate) fn run_with(
     };
 
     let t_root = t0.elapsed();
-    if let (Some(sp), usize::MAX) = (spread, limit) {
+    if let (Some(sp), usize::MAX, false) = (spread, limit, job.tally_without_ancestry) {
         prefetch_exits(&s, sp, &plan, use_index)?;
     }
     let t_prefetch = t0.elapsed();
@@ -1339,6 +1377,13 @@ fn visit_range(
                 add_up(&mut std::iter::once(t.summary()));
                 Some(Decision::Summarized)
             };
+            if job.tally_without_ancestry {
+                return if summarizable(t) && scope::could_be_whole(t) {
+                    summarize(t)
+                } else {
+                    Some(Decision::Visit)
+                };
+            }
             let version = t.exits().version();
             let mut place_known = false;
             if let Some((epoch, scope_path)) = &places {

@@ -216,6 +216,14 @@ impl Expr {
         self.any_pred(&|p| matches!(p, Pred::Depth { .. }))
     }
 
+    /// Whether every depth test of the expression passes at every depth
+    /// ≥ 1 (`-mindepth 1` and the like, or none at all): then, for an
+    /// entry below the scope root, any depth ≥ 1 decides them as its own
+    /// would (what `stats` asks: the starting point apart, everything).
+    pub fn depth_tests_pass_below_root(&self) -> bool {
+        !self.any_pred(&|p| matches!(p, Pred::Depth { min, max } if *min > 1 || *max != u32::MAX))
+    }
+
     /// Whether some predicate needs the full path (`-path`).
     pub fn uses_path(&self) -> bool {
         self.any_pred(&|p| matches!(p, Pred::Path { .. }))
