@@ -1029,8 +1029,19 @@ impl Client {
                         match reply {
                             Ok(Ok(resp)) if resp.wrong_server.is_some() => {
                                 self.inner.wrong_server.fetch_add(1, Ordering::Relaxed);
-                                if let Err(Error::Auth) = self.refresh_routes(&link).await {
-                                    return Err(Error::Auth);
+                                // A new map only when the server's is newer
+                                // than ours (or it did not say): a refusal
+                                // under the same map (a path leaving the
+                                // server's tables, a table in transit) would
+                                // fetch the same map again — a `Map` round
+                                // trip per step of a path resolved across
+                                // servers.
+                                let theirs = resp.wrong_server.as_ref().map_or(0, |w| w.revision);
+                                let ours = self.inner.router.map().map(|m| m.revision());
+                                if theirs == 0 || ours.is_none_or(|r| r < theirs) {
+                                    if let Err(Error::Auth) = self.refresh_routes(&link).await {
+                                        return Err(Error::Auth);
+                                    }
                                 }
                                 let refused = resp
                                     .wrong_server

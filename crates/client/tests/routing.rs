@@ -27,19 +27,37 @@ const SPLIT: u128 = 1 << 100;
 struct Movable {
     me: String,
     table: RwLock<RouteTable>,
+    /// While set, every request is refused as a table in transit is: the
+    /// map names this server, which does not serve it yet.
+    in_transit: std::sync::atomic::AtomicBool,
+    /// Route maps handed out (`Map` calls).
+    maps: std::sync::atomic::AtomicUsize,
 }
 
 impl Placement for Movable {
     fn check(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        let table = self.table.read().clone();
+        if self.in_transit.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Box::new(pb::WrongServer {
+                soid: Some(sextant_proto::soid_to_pb(soid)),
+                hint: None,
+                revision: table.revision(),
+            }));
+        }
         Fixed {
             me: self.me.clone(),
-            table: self.table.read().clone(),
+            table,
         }
         .check(soid)
     }
 
     fn map(&self) -> pb::RouteMap {
+        self.maps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.table.read().to_pb()
+    }
+
+    fn revision(&self) -> u64 {
+        self.table.read().revision()
     }
 }
 
@@ -87,6 +105,8 @@ impl Cluster {
             let placement = Arc::new(Movable {
                 me: name.into(),
                 table: RwLock::new(table.clone()),
+                in_transit: false.into(),
+                maps: 0.into(),
             });
             let options = ServeOptions {
                 dedup_window: 1024,
@@ -211,6 +231,38 @@ async fn a_moved_table_is_followed_with_the_newer_map() {
     assert_eq!(ca.wrong_server_replies(), 1);
     assert!(cluster.engines[1].getattr(made.soid).is_ok(), "made on b");
     assert_eq!(ca.route_map().map(|m| m.revision()), Some(2));
+}
+
+/// A refusal under a map no newer than the client's (a table in transit:
+/// the map names the server, which does not serve it yet) fetches no map:
+/// the client waits and asks again. It used to fetch the same map after
+/// every such refusal — and after every hop of a path resolved across
+/// servers.
+#[tokio::test]
+async fn a_refusal_under_the_clients_own_map_fetches_no_map() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let cluster = Cluster::start().await;
+    let root = Credentials::root();
+    let ca = cluster.client(0).await;
+    assert_eq!(ca.route_map().map(|m| m.revision()), Some(1));
+    let a = &cluster.placements[0];
+    let before = a.maps.load(SeqCst);
+    a.in_transit.store(true, SeqCst);
+    let arrived = {
+        let a = Arc::clone(a);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            a.in_transit.store(false, SeqCst);
+        })
+    };
+    let made = ca
+        .mkdir(&root, Soid::ROOT, b"after-transit", 0o755)
+        .await
+        .expect("served once the table arrived");
+    arrived.await.unwrap();
+    assert!(ca.wrong_server_replies() >= 1, "it was refused meanwhile");
+    assert_eq!(a.maps.load(SeqCst), before, "no map fetched");
+    assert!(cluster.engines[0].getattr(made.soid).is_ok());
 }
 
 /// Events of `all` until `done` says enough (at most 10 s).

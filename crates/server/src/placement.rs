@@ -28,6 +28,11 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
+    /// The revision of [`Placement::map`] (0: none kept), named in a
+    /// WRONG_SERVER so that a client whose map is as new fetches none.
+    fn revision(&self) -> u64 {
+        0
+    }
     /// The membership generation (see `Coordination::generation`): the
     /// exactly-once table answers only from replies made under the
     /// current one, or carried by the tables (`crate::dedup`). A single
@@ -97,6 +102,10 @@ impl Placement for Fixed {
 
     fn map(&self) -> pb::RouteMap {
         self.table.to_pb()
+    }
+
+    fn revision(&self) -> u64 {
+        self.table.revision()
     }
 }
 

@@ -420,8 +420,13 @@ impl Shared {
         if let Some(w) = &mut resp.wrong_server {
             // The engine refused a SOID it does not hold: say who does.
             let soid = soid_from_pb(w.soid.as_ref()).ok();
-            if let Some(Err(known)) = soid.map(|s| self.placement.check(s)) {
-                *w = *known;
+            match soid.map(|s| self.placement.check(s)) {
+                Some(Err(known)) => *w = *known,
+                // Held here by the map (a resolution that stopped at
+                // another server's table names the root): refused under
+                // this map, which the client need not fetch again if its
+                // own is as new.
+                _ => w.revision = self.placement.revision(),
             }
             self.wrong_server.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("sextant_wrong_server_total").increment(1);

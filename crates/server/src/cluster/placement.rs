@@ -355,6 +355,10 @@ impl Placement for ClusterPlacement {
         route_table(&self.coordination.map().borrow()).to_pb()
     }
 
+    fn revision(&self) -> u64 {
+        u64::try_from(self.coordination.map().borrow().revision).unwrap_or(0)
+    }
+
     fn can_borrow(&self) -> bool {
         self.node.is_some()
     }
