@@ -899,14 +899,17 @@ pub fn tally_needs_no_ancestry(
     expr: &Expr,
     by: Option<GroupBy>,
 ) -> bool {
-    let p = plan::plan(expr);
+    by != Some(GroupBy::Directory) && everything_visible(cred, root, expr, &plan::plan(expr))
+}
+
+/// See [`Job::everything_visible`].
+fn everything_visible(cred: &Credentials, root: Soid, expr: &Expr, plan: &Plan) -> bool {
     root == Soid::ROOT
         && cred.is_root()
-        && by != Some(GroupBy::Directory)
-        && !expr.uses_path()
+        && plan.min_depth <= 1
+        && plan.max_depth == u32::MAX
         && expr.depth_tests_pass_below_root()
-        && p.min_depth <= 1
-        && p.max_depth == u32::MAX
+        && !expr.uses_path()
 }
 
 /// See [`Engine::search`].
@@ -1137,12 +1140,7 @@ pub(crate) fn run_with(
             opts.walk_budget,
             &mut s.stats.dir_reads,
         )?;
-    let everything_visible = root == Soid::ROOT
-        && cred.is_root()
-        && plan.min_depth <= 1
-        && plan.max_depth == u32::MAX
-        && expr.depth_tests_pass_below_root()
-        && !expr.uses_path();
+    let everything_visible = everything_visible(cred, root, expr, &plan);
     let job = Job {
         engine,
         cred,
