@@ -250,7 +250,15 @@ fn borrow(view: &ClusterView, actions: &mut Vec<Action>) -> BTreeSet<TableId> {
                 });
             }
             None => {} // rule 1 first
-            Some((o, expect)) if o.server == *home || !receives => {
+            // Home — unless a lend is still on its way (its borrow ended
+            // before the table arrived): forgotten now, the home would be
+            // lost once the lend lands, and the next lend would note the
+            // borrower as the table's home (the simulation's seed 42
+            // without faults: tables drifted to their borrowers and
+            // balance moved them back).
+            Some((o, expect))
+                if (o.server == *home && !view.moves.contains_key(table)) || !receives =>
+            {
                 actions.push(Action::ForgetHome {
                     table: *table,
                     expect: Some(expect),
@@ -283,14 +291,17 @@ pub fn weight_in(view: &ClusterView, t: &TableId) -> u64 {
 
 /// The weight of each of `servers` in `view`: the sum of its tables'
 /// (what rule 3 balances; the coordinator logs it with each balancing
-/// move).
+/// move). A table lent away counts for its home, where it goes back:
+/// weighed where a BORROW holds it for a moment, it made balance move
+/// tables that the RETURN then undid.
 pub fn weights(
     view: &ClusterView,
     servers: impl IntoIterator<Item = ServerId>,
 ) -> BTreeMap<ServerId, u64> {
     let mut weights: BTreeMap<ServerId, u64> = servers.into_iter().map(|s| (s, 0)).collect();
     for (t, o) in &view.owners {
-        if let Some(w) = o.and_then(|(o, _)| weights.get_mut(&o.server)) {
+        let at = o.map(|(o, _)| view.homes.get(t).copied().unwrap_or(o.server));
+        if let Some(w) = at.and_then(|s| weights.get_mut(&s)) {
             *w = w.saturating_add(weight_in(view, t));
         }
     }
@@ -952,5 +963,64 @@ mod tests {
             };
             assert_eq!(at(&view.owners), at(&start), "seed {seed}: not home");
         }
+    }
+
+    /// A lend still on its way when its borrow ends (the table is at
+    /// home, a move names the borrower): the home is kept, and once the
+    /// lend lands the table goes home. The home used to be forgotten
+    /// then, and the next lend noted the borrower as its home (the
+    /// simulation's seed 42 without faults).
+    #[test]
+    fn a_home_is_kept_while_a_lend_is_on_its_way() {
+        let mut view = ClusterView {
+            members: [ServerId(1), ServerId(2)].into(),
+            owners: [(TableId(0), owner(1, 3))].into(),
+            moves: [(TableId(0), ServerId(2))].into(),
+            homes: [(TableId(0), ServerId(1))].into(),
+            ..Default::default()
+        };
+        assert!(
+            !decide(&view, 2)
+                .iter()
+                .any(|a| matches!(a, Action::ForgetHome { .. })),
+            "{:?}",
+            decide(&view, 2)
+        );
+        // Landed at the borrower: back home.
+        view.moves.clear();
+        view.owners.insert(TableId(0), owner(2, 4));
+        assert_eq!(moved(&decide(&view, 2)), Some((TableId(0), ServerId(1))));
+        // Home, no move: forgotten.
+        view.owners.insert(TableId(0), owner(1, 5));
+        assert!(matches!(
+            decide(&view, 2)[..],
+            [Action::ForgetHome {
+                table: TableId(0),
+                ..
+            }]
+        ));
+        // A home that is gone is forgotten even with a move on its way.
+        view.moves.insert(TableId(0), ServerId(2));
+        view.members.remove(&ServerId(1));
+        assert!(decide(&view, 2)
+            .iter()
+            .any(|a| matches!(a, Action::ForgetHome { .. })));
+    }
+
+    /// A table lent away weighs for its home: balance does not move a
+    /// table because a BORROW holds another somewhere for a moment.
+    #[test]
+    fn a_lent_table_weighs_for_its_home() {
+        let view = ClusterView {
+            members: [ServerId(1), ServerId(2)].into(),
+            // Server 1's two tables, one of them lent to 2 right now.
+            owners: [(TableId(0), owner(1, 1)), (TableId(1), owner(2, 2))].into(),
+            homes: [(TableId(1), ServerId(1))].into(),
+            borrows: vec![(ServerId(2), [TableId(1)].into())],
+            rates: [(TableId(0), 100), (TableId(1), 100)].into(),
+            ..Default::default()
+        };
+        let w = weights(&view, view.members.iter().copied());
+        assert!(w[&ServerId(1)] > 0 && w[&ServerId(2)] == 0, "{w:?}");
     }
 }

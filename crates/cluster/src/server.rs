@@ -332,6 +332,15 @@ impl Server {
 
     /// The load of `table` finished: `contents` replayed, the new
     /// manifest committed (`Ok`) or refused (the revision moved on).
+    ///
+    /// A refusal leaves the table loading: the next [`Server::observe`]
+    /// that still names this server asks for the load again, and one that
+    /// does not forgets it. It used to forget it at once — but loads are
+    /// asked again while one is in flight, and the refusal of a second
+    /// load (its commit lost to the first's) can arrive before the first
+    /// one's success, which then found nothing to serve: the table went
+    /// unserved round after round (the simulation's seed 12, once homes
+    /// were kept under lends).
     pub fn loaded(&mut self, table: TableId, owner_rev: Revision, result: Result<Contents, ()>) {
         let Some(h) = self.tables.get_mut(&table) else {
             return;
@@ -339,14 +348,9 @@ impl Server {
         if h.owner_rev != owner_rev || h.state != State::Loading {
             return;
         }
-        match result {
-            Ok(contents) => {
-                h.contents = contents;
-                h.state = State::Serving;
-            }
-            Err(()) => {
-                self.tables.remove(&table);
-            }
+        if let Ok(contents) = result {
+            h.contents = contents;
+            h.state = State::Serving;
         }
     }
 
@@ -506,5 +510,49 @@ mod tests {
         ));
         s.given_up(TableId(0));
         assert!(matches!(s.observe(&[moved])[..], [Out::Handover { .. }]));
+    }
+
+    /// Two loads of one table in flight (asked again while loading): the
+    /// second's refusal (its commit lost to the first's) arriving first
+    /// does not undo the first's success.
+    #[test]
+    fn a_duplicate_loads_refusal_before_the_first_loads_success_leaves_it_serving() {
+        let mut s = Server::new(ServerId(1), 100);
+        s.tick(Millis(0));
+        s.joined(LeaseId(1), Millis(0), 1_000);
+        let view = TableView {
+            table: TableId(0),
+            owner: Owner {
+                server: ServerId(1),
+                epoch: Epoch(1),
+            },
+            owner_rev: Revision(4),
+            move_to: None,
+        };
+        assert_eq!(s.observe(std::slice::from_ref(&view)).len(), 1);
+        assert_eq!(
+            s.observe(std::slice::from_ref(&view)).len(),
+            1,
+            "asked again"
+        );
+        s.loaded(TableId(0), Revision(4), Err(()));
+        assert!(!s.is_serving(TableId(0)));
+        s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
+        assert!(
+            s.is_serving(TableId(0)),
+            "the first load's success serves it"
+        );
+        // A refusal alone: loaded again by the next look, if still named.
+        let mut s = Server::new(ServerId(1), 100);
+        s.tick(Millis(0));
+        s.joined(LeaseId(1), Millis(0), 1_000);
+        s.observe(std::slice::from_ref(&view));
+        s.loaded(TableId(0), Revision(4), Err(()));
+        assert!(matches!(
+            s.observe(std::slice::from_ref(&view))[..],
+            [Out::Load { .. }]
+        ));
+        assert!(s.observe(&[]).is_empty(), "not named any more: forgotten");
+        assert!(!s.holds(TableId(0)));
     }
 }

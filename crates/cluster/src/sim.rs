@@ -761,10 +761,11 @@ impl World {
             }
             Action::ForgetHome { table, expect } => {
                 let _ = self.etcd.txn(
-                    &[Compare::ModRevision(
-                        owner_key(table),
-                        expect.unwrap_or(Revision(0)),
-                    )],
+                    &[
+                        Compare::ModRevision(owner_key(table), expect.unwrap_or(Revision(0))),
+                        // No lend or move written since the view.
+                        Compare::ModRevision(move_key(table), Revision(0)),
+                    ],
                     &[Write::Delete(home_key(table))],
                 );
             }

@@ -316,8 +316,12 @@ async fn act(
                     Some(rev) => Compare::mod_revision(okey, CompareOp::Equal, rev.0 as i64),
                     None => Compare::create_revision(okey, CompareOp::Equal, 0),
                 };
+                // No lend or move written since the view (a home
+                // forgotten under a lend on its way is lost).
+                let no_move =
+                    Compare::create_revision(e.key(&keys::move_key(*table)), CompareOp::Equal, 0);
                 let txn = Txn::new()
-                    .when(vec![owner_is, still_coordinator(cfg, lease)])
+                    .when(vec![owner_is, no_move, still_coordinator(cfg, lease)])
                     .and_then(vec![TxnOp::delete(e.key(&keys::home_key(*table)), None)]);
                 (txn, format!("{table} is home (or its home is gone)"))
             }
