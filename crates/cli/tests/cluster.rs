@@ -3244,3 +3244,105 @@ fn tables_that_shrink_are_merged_on_every_server() {
     let after = status_of()["tables"].as_array().unwrap().len();
     eprintln!("{before} tables, {after} after the merges");
 }
+
+/// A client key limited to `/home/alice` on a cluster whose `/`, `/home`
+/// and `/home/alice` are held by three different servers: inside, it
+/// works as on one server (the confinement walks the parent chains across
+/// the servers); outside (`..` out, a rename out, another subtree) is
+/// EACCES; a search of `/` is clamped to the subtree; and once an
+/// ancestor on another server is renamed so that the subtree is no longer
+/// at the key's path, everything is refused at once.
+#[test]
+fn a_path_limited_key_on_a_cluster_walks_across_servers() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 1\ntable_inode_limit = 4\n",
+    );
+    let admin = |args: &[&str]| sextant_ok(&a_addr, &secret, args);
+    for d in ["/home", "/home/alice", "/home/alice/d", "/home/bob"] {
+        admin(&["mkdir", d]);
+    }
+    admin(&["touch", "/home/alice/f"]);
+    admin(&["touch", "/home/bob/secret"]);
+    let c = config.as_str();
+    let (b, _) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    let (s3, _) = serve_with(dir.path(), &etcd.url, "c", &["--config", c]);
+    let _c = KillOnDrop(s3);
+    wait_for("three servers", Duration::from_secs(60), || {
+        tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
+    });
+    for (path, to) in [("/home/alice", "c"), ("/home", "b"), ("/", "a")] {
+        let out = Command::new(BIN)
+            .args(["cluster", "move", path, to, "--etcd", &etcd.url])
+            .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "move {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let key = dir.path().join("alice.key");
+    admin(&[
+        "auth",
+        "add",
+        "alice",
+        "--path",
+        "/home/alice",
+        "--out",
+        key.to_str().unwrap(),
+    ]);
+    let run = |args: &[&str]| {
+        common::cli_with_key(&a_addr, &key, 0, dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let o = run(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let refused = |args: &[&str]| {
+        let o = run(args);
+        let said = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{args:?} was allowed");
+        assert!(
+            said.to_lowercase().contains("permission denied"),
+            "{args:?}: {said}"
+        );
+    };
+    // Inside: as on one server.
+    ok(&["stat", "/home/alice/f"]);
+    ok(&["touch", "/home/alice/g"]);
+    ok(&["mkdir", "/home/alice/d/e"]);
+    ok(&["mv", "/home/alice/g", "/home/alice/d/g"]);
+    let listing = ok(&["ls", "/home/alice"]);
+    assert_eq!(listing.split_whitespace().count(), 2, "{listing}");
+    let found = ok(&["find", "/home/alice"]);
+    assert!(found.contains("/home/alice/d/g"), "{found}");
+    // Outside: EACCES.
+    refused(&["stat", "/home/bob/secret"]);
+    refused(&["stat", "/home/alice/../bob/secret"]);
+    refused(&["ls", "/home"]);
+    refused(&["mv", "/home/alice/f", "/home/bob/f"]);
+    // A search of `/` sees the subtree only.
+    let found = ok(&["find", "/"]);
+    assert!(!found.contains("bob"), "{found}");
+    assert!(found.contains("/home/alice/f"), "{found}");
+    // An ancestor renamed on another server: the key follows the path,
+    // where nothing is now.
+    admin(&["mv", "/home", "/house"]);
+    refused(&["stat", "/home/alice/f"]);
+    refused(&["stat", "/house/alice/f"]);
+}

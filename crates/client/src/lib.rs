@@ -593,14 +593,19 @@ impl Client {
         self.link_to(&addr)
     }
 
-    /// Whether this client has no cluster secret (a local user on the
-    /// server's Unix socket, served as the kernel says it is).
     /// Calls with the cluster secret, not with a client key (whose path
     /// limit the server applies to every scope it is given).
     pub(crate) fn unconfined(&self) -> bool {
         self.inner.secret.is_some() && self.inner.key.is_none()
     }
 
+    /// Whether this client proves a client key (not the secret).
+    pub(crate) fn has_key(&self) -> bool {
+        self.inner.key.is_some()
+    }
+
+    /// Whether this client has no cluster secret (a local user on the
+    /// server's Unix socket, served as the kernel says it is).
     pub(crate) fn secret_is_empty(&self) -> bool {
         self.inner.secret.is_none() && self.inner.key.is_none()
     }

@@ -76,8 +76,8 @@ impl Merged {
         map: Arc<RouteTable>,
     ) -> Result<Merged> {
         crate::timing::mark(|| "spread search: resolving the scope".into());
-        let root = match &spec.scope {
-            SearchScope::Soid(s) => *s,
+        let scope = match &spec.scope {
+            SearchScope::Soid(s) => SearchScope::Soid(*s),
             // `/` is the root whoever asks (no search permission is needed
             // to reach it): no call, which cost a `Map` and a `Resolve`
             // round trip per spread search. With a key, the server clamps
@@ -85,13 +85,23 @@ impl Merged {
             SearchScope::Path(p)
                 if client.unconfined() && !p.is_empty() && p.iter().all(|&c| c == b'/') =>
             {
-                sextant_types::Soid::ROOT
+                SearchScope::Soid(sextant_types::Soid::ROOT)
             }
-            SearchScope::Path(p) => client.resolve(cred, p, false).await?.soid,
+            SearchScope::Path(p) => match client.resolve(cred, p, false).await {
+                Ok(a) => SearchScope::Soid(a.soid),
+                // With a client key limited to a subtree, a scope above
+                // it (`find /`) cannot be resolved by the key, but is
+                // searched clamped to the subtree: each server clamps the
+                // path itself (`sextant_server::confine::search_scope`).
+                Err(Error::Fs(sextant_types::FsError::Access)) if client.has_key() => {
+                    SearchScope::Path(p.clone())
+                }
+                Err(e) => return Err(e),
+            },
         };
         crate::timing::mark(|| "spread search: scope resolved, fanning out".into());
         let mut spec = spec.clone();
-        spec.scope = SearchScope::Soid(root);
+        spec.scope = scope;
         let (tx, rx) = mpsc::channel(QUEUE);
         let (client, cred) = (client.clone(), cred.clone());
         let driver = tokio::spawn(async move {

@@ -1513,6 +1513,24 @@ impl Engine {
         self.read(|t| crate::confine::confine_of(t, path))
     }
 
+    /// Whether `soid` is a directory, and the directories holding its
+    /// links (a directory: its parent; any other inode: every link's),
+    /// read from its own table alone (`WRONG_SERVER` when another server
+    /// holds it; `None`: no such inode). For the confinement walk across
+    /// servers (`sextant_server::confine`).
+    pub fn links_of(&self, soid: Soid) -> Result<Option<(bool, Vec<Soid>)>, FsError> {
+        self.inner.with_table(soid, |t| {
+            t.inode(soid).map(|i| {
+                let dirs = if i.is_dir() {
+                    vec![i.parent]
+                } else {
+                    i.all_links().map(|(d, _)| d).collect()
+                };
+                (i.is_dir(), dirs)
+            })
+        })
+    }
+
     /// Is `soid` in the subtree of `confine` (its root, a directory below
     /// it, or an inode with a link in one)? See [`crate::confine`].
     pub fn within(&self, soid: Soid, confine: &crate::confine::Confine) -> Result<bool, FsError> {

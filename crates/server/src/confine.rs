@@ -40,12 +40,26 @@
 //! would make every tool that starts at `/` useless (depth predicates then
 //! count from the subtree's root); any other scope is refused (`EACCES`),
 //! as a stat of it is. Spread and forwarded searches (clusters) are
-//! refused. On a cluster, a confinement that needs directories another
-//! server holds — the path from `/` to the subtree, or an object's chain
-//! of parents — is refused too (`EACCES`, reason `key-path-cluster`): the
-//! membership walk across servers is not built, so a path-limited key
-//! works on a cluster only where its subtree and the directories above it
-//! are held by one server.
+//! refused; a spread search's parts (`ranges`) are confined by their
+//! scope as a whole search is (a key's client sends a scope it cannot
+//! resolve, such as `/`, as a path: each server clamps it), and keep their
+//! `done.not_held` ranges (SOID spans, for the client to chase).
+//!
+//! Clusters ([`Walk`], [`across`]): every check first walks this server's
+//! tables alone ([`Walk::local`], as on one server — no cost more). When
+//! that meets a directory another server holds — the path from `/` to
+//! the subtree, or an object's chain of parents — it fails with
+//! [`NEEDS_PEERS`], and the service runs the check again across the
+//! servers on a blocking thread ([`Walk::across`]): parent chains read
+//! with `DirChain` (the search's reader, `crate::peers`), lookups on
+//! their directories' holders. Nothing read there is kept past the
+//! request, so a rename on another server acknowledged before a request
+//! is seen by its check. An object the operation itself names that
+//! another server holds stays a WRONG_SERVER (the client goes there, and
+//! that server checks). Where the other servers cannot be reached (no
+//! peers), such a check is refused (`EACCES`, reason
+//! `key-path-cluster`). A watch's filter uses the local walk only: on a
+//! cluster it passes what this server can place in the subtree by itself.
 //!
 //! The scope is rewritten to the SOID the confined walk found (resolved
 //! again, a symlink swapped in between could redirect it); a file scope
@@ -71,27 +85,111 @@
 //! Keys without a path (and every other caller) never reach this module:
 //! they pay nothing.
 
+pub mod across;
+
+use across::Across;
 use sextant_engine::confine::Confine;
 use sextant_engine::{Changes, Engine};
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::{cred_from_pb, soid_from_pb};
-use sextant_types::{FileType, FsError, Soid};
+use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
 
-/// The confinement to `path` now; `EACCES` when no directory is there.
-pub fn confine(engine: &Engine, path: &str) -> Result<Confine, FsError> {
-    engine
-        .confine(path.as_bytes())
-        .map_err(|e| across_servers(e, None))?
+/// How the checks read the namespace: this server's tables alone
+/// ([`Walk::local`], every request first), or across the servers of a
+/// cluster too ([`Walk::across`], on a blocking thread) when the local
+/// walk met a directory another server holds — which it tells by failing
+/// with [`NEEDS_PEERS`].
+pub struct Walk<'a> {
+    pub engine: &'a Engine,
+    pub across: Option<&'a Across>,
+}
+
+/// What a check on [`Walk::local`] fails with when it needs the other
+/// servers (then run it again on a [`Walk::across`]).
+pub const NEEDS_PEERS: FsError = FsError::CrossServer;
+
+fn is_cross(e: &FsError) -> bool {
+    matches!(
+        e,
+        FsError::WrongServer { .. } | FsError::NeedsTable { .. } | FsError::CrossServer
+    )
+}
+
+impl<'a> Walk<'a> {
+    pub fn local(engine: &'a Engine) -> Walk<'a> {
+        Walk {
+            engine,
+            across: None,
+        }
+    }
+
+    pub fn across(engine: &'a Engine, across: &'a Across) -> Walk<'a> {
+        Walk {
+            engine,
+            across: Some(across),
+        }
+    }
+
+    /// A local read met another server's table: [`NEEDS_PEERS`] on a
+    /// local walk, else `across` run (what still crosses servers there:
+    /// `EACCES`, but a `target`'s WRONG_SERVER).
+    fn or_across<T>(
+        &self,
+        target: Option<Soid>,
+        across: impl FnOnce(&Across) -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        match self.across {
+            None => Err(NEEDS_PEERS),
+            Some(a) => across(a).map_err(|e| across_servers(e, target)),
+        }
+    }
+
+    /// The confinement to `path` now; `EACCES` when no directory is there.
+    pub fn confine(&self, path: &str) -> Result<Confine, FsError> {
+        match self.engine.confine(path.as_bytes()) {
+            Err(e) if is_cross(&e) => self.or_across(None, |a| a.confine(path.as_bytes())),
+            r => r,
+        }?
         .ok_or(FsError::Access)
+    }
+
+    /// Is `soid` in the subtree? `target`: the object the operation
+    /// itself names, whose WRONG_SERVER stays one (the client goes to its
+    /// owner, which checks there).
+    fn within(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, FsError> {
+        match self.engine.within(soid, c) {
+            Err(FsError::WrongServer { soid: s }) if target && s == soid => {
+                Err(FsError::WrongServer { soid })
+            }
+            Err(e) if is_cross(&e) => {
+                self.or_across(target.then_some(soid), |a| a.within(soid, c, target))
+            }
+            r => r,
+        }
+    }
+
+    fn resolve_confined(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+        c: &Confine,
+    ) -> Result<(Attr, bool), FsError> {
+        match self.engine.resolve_confined(cred, path, follow_last, c) {
+            Err(e) if is_cross(&e) => {
+                self.or_across(None, |a| a.resolve_confined(cred, path, follow_last, c))
+            }
+            r => r,
+        }
+    }
 }
 
 /// A confinement that needs directories another server of a cluster
-/// holds (the path from `/` to the subtree, or an object's chain of
-/// parents): `EACCES`, counted (`key-path-cluster`) and logged — the
-/// membership walk across servers is not built. `target`: the object the
-/// operation itself names, whose WRONG_SERVER stays one (the client goes
-/// to its owner, which checks there).
-fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
+/// holds, where they cannot be read (a server without peers, or a walk
+/// that met a cross-server error even so): `EACCES`, counted
+/// (`key-path-cluster`) and logged. `target`: the object the operation
+/// itself names, whose WRONG_SERVER stays one.
+pub fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
     match e {
         FsError::WrongServer { soid } if Some(soid) == target => e,
         FsError::WrongServer { .. } | FsError::NeedsTable { .. } | FsError::CrossServer => {
@@ -99,8 +197,8 @@ fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
                 .increment(1);
             tracing::warn!(
                 error = %e,
-                "refused: a path-limited client key whose subtree (or the path to it) spans \
-                 servers of the cluster (not supported: EACCES)"
+                "refused: a path-limited client key's check needs directories of other servers \
+                 it cannot read (EACCES)"
             );
             FsError::Access
         }
@@ -109,12 +207,9 @@ fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
 }
 
 /// `EACCES` unless the object `s` names is in the subtree.
-fn inside(engine: &Engine, c: &Confine, s: &Option<pb::Soid>) -> Result<(), FsError> {
+fn inside(walk: &Walk, c: &Confine, s: &Option<pb::Soid>) -> Result<(), FsError> {
     let soid = soid_from_pb(s.as_ref())?;
-    if engine
-        .within(soid, c)
-        .map_err(|e| across_servers(e, Some(soid)))?
-    {
+    if walk.within(soid, c, true)? {
         Ok(())
     } else {
         Err(FsError::Access)
@@ -123,13 +218,14 @@ fn inside(engine: &Engine, c: &Confine, s: &Option<pb::Soid>) -> Result<(), FsEr
 
 /// What a key confined to `path` gets for `req`: `Ok(None)`, run it;
 /// `Ok(Some(result))`, answered here (a resolve, a statfs); `Err`, the
-/// errno it is refused with.
-pub fn check(engine: &Engine, path: &str, req: &pb::Request) -> Result<Option<Res>, FsError> {
-    let c = confine(engine, path)?;
+/// errno it is refused with ([`NEEDS_PEERS`] on a local walk that needs
+/// the other servers).
+pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, FsError> {
+    let c = walk.confine(path)?;
     let Some(op) = &req.op else {
         return Ok(None);
     };
-    let check = |s: &Option<pb::Soid>| inside(engine, &c, s);
+    let check = |s: &Option<pb::Soid>| inside(walk, &c, s);
     match op {
         Op::Getattr(r) => check(&r.soid)?,
         Op::Readlink(r) => check(&r.soid)?,
@@ -160,9 +256,7 @@ pub fn check(engine: &Engine, path: &str, req: &pb::Request) -> Result<Option<Re
                 return Err(FsError::NameTooLong);
             }
             let cred = cred_from_pb(req.cred.clone())?;
-            let (attr, is_in) = engine
-                .resolve_confined(&cred, &r.path, r.follow_last, &c)
-                .map_err(|e| across_servers(e, None))?;
+            let (attr, is_in) = walk.resolve_confined(&cred, &r.path, r.follow_last, &c)?;
             if !is_in {
                 return Err(FsError::Access);
             }
@@ -182,16 +276,15 @@ pub fn check(engine: &Engine, path: &str, req: &pb::Request) -> Result<Option<Re
 /// scope kept, clamped to `path`, or `EACCES`. The scope is left as the
 /// SOID the confined walk found — a path resolved again by the search
 /// could meet a symlink changed in between.
-pub fn search_scope(
-    engine: &Engine,
-    path: &str,
-    req: &mut pb::SearchRequest,
-) -> Result<(), FsError> {
+pub fn search_scope(walk: &Walk, path: &str, req: &mut pb::SearchRequest) -> Result<(), FsError> {
     use pb::search_request::Scope;
-    if !req.ranges.is_empty() || !req.forward_to.is_empty() {
+    // A spread search's part (`ranges`, the scope then a SOID) is
+    // confined by its scope as a whole search is; a forwarded one is for
+    // callers without the secret or a key (the Unix socket's).
+    if !req.forward_to.is_empty() {
         return Err(FsError::Access);
     }
-    let c = confine(engine, path)?;
+    let c = walk.confine(path)?;
     let cred = cred_from_pb(req.cred.clone())?;
     let found = match &req.scope {
         None => return Ok(()),
@@ -201,13 +294,13 @@ pub fn search_scope(
             }
             // `find`'s starting point: symlinks followed but in the last
             // component. An ancestor passes the walk, but is not in.
-            let (attr, is_in) = engine.resolve_confined(&cred, p, false, &c)?;
+            let (attr, is_in) = walk.resolve_confined(&cred, p, false, &c)?;
             is_in.then_some(attr)
         }
         Some(Scope::Soid(s)) => {
             let soid = soid_from_pb(Some(s))?;
-            if engine.within(soid, &c)? {
-                Some(engine.getattr(soid)?)
+            if walk.within(soid, &c, false)? {
+                Some(getattr(walk, soid)?)
             } else if c.is_ancestor(soid) {
                 None
             } else {
@@ -219,7 +312,7 @@ pub fn search_scope(
         Some(attr) => {
             // A file's scope path is its primary link's: that must be in
             // too (a hard link's other name is outside otherwise).
-            if attr.ftype != FileType::Directory && !engine.within(attr.parent, &c)? {
+            if attr.ftype != FileType::Directory && !walk.within(attr.parent, &c, false)? {
                 return Err(FsError::Access);
             }
             attr.soid
@@ -227,8 +320,7 @@ pub fn search_scope(
         // An ancestor: clamped to the key's subtree, walked down as the
         // caller (search permission on the way, as any path scope).
         None => {
-            engine
-                .resolve_confined(&cred, path.as_bytes(), false, &c)?
+            walk.resolve_confined(&cred, path.as_bytes(), false, &c)?
                 .0
                 .soid
         }
@@ -237,11 +329,20 @@ pub fn search_scope(
     Ok(())
 }
 
+/// `soid`'s attributes (a search scope's), wherever it is held.
+fn getattr(walk: &Walk, soid: Soid) -> Result<Attr, FsError> {
+    match walk.engine.getattr(soid) {
+        Err(e) if is_cross(&e) => walk.or_across(None, |a| a.getattr(soid)),
+        r => r,
+    }
+}
+
 /// The part of a change a key confined to `path` may see: the inodes in
 /// the subtree and the entries of its directories (`None`: nothing).
 pub fn filter_changes(engine: &Engine, path: &str, changes: &Changes) -> Option<Changes> {
-    let c = confine(engine, path).ok()?;
-    let is_in = |s: Soid| engine.within(s, &c).unwrap_or(false);
+    let walk = Walk::local(engine);
+    let c = walk.confine(path).ok()?;
+    let is_in = |s: Soid| walk.within(s, &c, false).unwrap_or(false);
     let out = Changes {
         inodes: changes
             .inodes

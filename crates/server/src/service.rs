@@ -2,6 +2,7 @@
 //! mutation is durable.
 
 use crate::auth::{caller_of, Caller};
+use crate::confine::Walk;
 use crate::dedup::{Dedup, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::placement::Placement;
@@ -293,6 +294,46 @@ impl Shared {
         resp
     }
 
+    /// A path-limited key's check that needs directories other servers
+    /// hold ([`crate::confine::NEEDS_PEERS`]), run again across them on a
+    /// blocking thread; `EACCES` where there are no peers.
+    async fn confine_across(
+        self: &Arc<Self>,
+        path: &str,
+        r: &pb::Request,
+    ) -> Result<Option<pb::response::Result>, FsError> {
+        let (path, r) = (path.to_string(), r.clone());
+        Arc::clone(self)
+            .across(move |walk| crate::confine::check(walk, &path, &r))
+            .await
+    }
+
+    /// Runs `f` on a [`Walk::across`] the servers (see
+    /// [`crate::confine::across`]) on a blocking thread.
+    async fn across<T: Send + 'static>(
+        self: Arc<Self>,
+        f: impl FnOnce(&Walk) -> Result<T, FsError> + Send + 'static,
+    ) -> Result<T, FsError> {
+        let Some(peers) = self.peers.clone() else {
+            return Err(crate::confine::across_servers(
+                crate::confine::NEEDS_PEERS,
+                None,
+            ));
+        };
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let across = crate::confine::across::Across::new(
+                self.engine.clone(),
+                peers,
+                Arc::clone(&self.placement),
+                runtime,
+            );
+            f(&Walk::across(&self.engine, &across))
+        })
+        .await
+        .map_err(|_| FsError::Io)?
+    }
+
     /// [`Shared::handle`] for `caller`: a caller without the secret (a
     /// local user on the Unix socket, served as the kernel says) cannot
     /// reach the other servers of a cluster itself, so what another server
@@ -306,7 +347,11 @@ impl Shared {
                 ll.wait_ready().await;
             }
             let what = r.op.as_ref().map_or("none", |op| op.name());
-            let answered = match crate::confine::check(&self.engine, path, &r) {
+            let checked = match crate::confine::check(&Walk::local(&self.engine), path, &r) {
+                Err(crate::confine::NEEDS_PEERS) => self.confine_across(path, &r).await,
+                c => c,
+            };
+            let answered = match checked {
                 Ok(None) => None,
                 Ok(Some(res)) => Some(reply(r.id, Ok(res))),
                 Err(e) => {
@@ -1013,9 +1058,13 @@ impl Shared {
                             done: Some({
                                 let mut d = sextant_proto::search::done_to_pb(&done);
                                 if confined {
+                                    // The ranges not held here (a spread
+                                    // search's, to ask their holders): SOID
+                                    // spans, no figure about the store.
                                     d = pb::SearchDone {
                                         count: d.count,
                                         total_size: d.total_size,
+                                        not_held: d.not_held,
                                         ..Default::default()
                                     };
                                 }
@@ -1136,7 +1185,21 @@ impl pb::sextant_server::Sextant for Service {
             )));
         }
         if let Some(path) = caller.confined_to() {
-            if let Err(e) = crate::confine::search_scope(&self.shared.engine, path, &mut req) {
+            let engine = &self.shared.engine;
+            let scoped = match crate::confine::search_scope(&Walk::local(engine), path, &mut req) {
+                Err(crate::confine::NEEDS_PEERS) => {
+                    let shared = Arc::clone(&self.shared);
+                    let (path, mut r) = (path.to_string(), req.clone());
+                    shared
+                        .across(move |walk| {
+                            crate::confine::search_scope(walk, &path, &mut r).map(|()| r)
+                        })
+                        .await
+                        .map(|r| req = r)
+                }
+                c => c,
+            };
+            if let Err(e) = scoped {
                 // Answered as the engine answers a scope it cannot
                 // resolve: one batch with the errno.
                 if e == FsError::Access {

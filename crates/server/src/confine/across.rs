@@ -1,0 +1,367 @@
+//! The confinement walk across the servers of a cluster (see the parent
+//! module): what a path-limited key's check needs from directories other
+//! servers hold — the steps from `/` down to the subtree's root, a
+//! directory's chain of parents, a confined path walk.
+//!
+//! Parent chains are read with the search's reader ([`PeerDirs`], the
+//! `DirChain` RPC), lookups and attributes with ordinary requests run on
+//! the holder as root (the steps to the subtree, as on one server) or as
+//! the caller (a path walk: its search permissions are checked there).
+//!
+//! Invariants:
+//! - nothing is kept across requests: every check reads the chains it
+//!   needs again (`PeerDirs` with no `Checked` generation), so an ancestor
+//!   renamed on another server — acknowledged before the request — moves
+//!   the subtree out at once; the records read within one check are kept
+//!   for that check only;
+//! - only a path-limited key's check whose local walk met a directory
+//!   another server holds gets here (on a blocking thread: it waits on the
+//!   runtime); every doubt (a peer that does not answer, a broken chain)
+//!   denies, as on one server.
+
+use crate::peers::{PeerDirs, Peers};
+use crate::placement::Placement;
+use sextant_engine::confine::{Confine, MAX_WALK};
+use sextant_engine::search::ForeignDirs;
+use sextant_engine::Engine;
+use sextant_proto::pb::{self, request::Op, response::Result as Res};
+use sextant_proto::route::RouteTable;
+use sextant_proto::{attr_from_pb, cred_to_pb, error_from_pb, soid_from_pb, soid_to_pb};
+use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Symlinks a confined path walk follows at most (as the engine's).
+const MAX_SYMLINK_FOLLOWS: usize = 40;
+/// Attempts at one request whose holder the route map names wrongly (a
+/// table moving).
+const ATTEMPTS: usize = 20;
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// One check's walk across servers.
+pub struct Across {
+    engine: Engine,
+    dirs: PeerDirs,
+    /// Directory -> parent, read during this check (`None`: not a
+    /// directory, or missing).
+    parents: parking_lot::Mutex<HashMap<Soid, Option<Soid>>>,
+}
+
+fn is_cross(e: &FsError) -> bool {
+    matches!(
+        e,
+        FsError::WrongServer { .. } | FsError::NeedsTable { .. } | FsError::CrossServer
+    )
+}
+
+impl Across {
+    /// REQUIRES: used on a blocking thread (waits on `runtime`).
+    pub fn new(
+        engine: Engine,
+        peers: Arc<Peers>,
+        placement: Arc<dyn Placement>,
+        runtime: tokio::runtime::Handle,
+    ) -> Across {
+        Across {
+            engine,
+            dirs: PeerDirs {
+                peers,
+                placement,
+                runtime,
+                // Never the records kept across searches (see the module doc).
+                checked: None,
+            },
+            parents: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `op` as `cred` on the server holding `key`; a WRONG_SERVER
+    /// naming another SOID is returned as the error.
+    fn run(&self, cred: &Credentials, key: Soid, op: Op) -> Result<Res, FsError> {
+        for _ in 0..ATTEMPTS {
+            let address = RouteTable::from_pb(&self.dirs.placement.map())
+                .ok()
+                .and_then(|t| t.route(key).map(|r| r.address.clone()))
+                .filter(|a| !a.is_empty())
+                .ok_or(FsError::Io)?;
+            let req = pb::Request {
+                cred: Some(cred_to_pb(cred)),
+                op: Some(op.clone()),
+                ..Default::default()
+            };
+            let resp = self
+                .dirs
+                .runtime
+                .block_on(self.dirs.peers.call(&address, req))
+                .map_err(|why| {
+                    tracing::warn!(%why, "a confinement check cannot reach another server");
+                    FsError::Io
+                })?;
+            if let Some(ws) = resp.wrong_server {
+                let soid = soid_from_pb(ws.soid.as_ref())?;
+                if soid != key {
+                    return Err(FsError::WrongServer { soid });
+                }
+                // The map was behind a move: ask again.
+                std::thread::sleep(RETRY_PAUSE);
+                continue;
+            }
+            if let Some(e) = resp.error {
+                return Err(error_from_pb(&e));
+            }
+            return resp.result.ok_or(FsError::Io);
+        }
+        Err(FsError::Io)
+    }
+
+    fn attr_of(res: Res) -> Result<Attr, FsError> {
+        match res {
+            Res::Attr(a) => attr_from_pb(&a),
+            _ => Err(FsError::Io),
+        }
+    }
+
+    /// `soid`'s attributes, wherever it is held.
+    pub fn getattr(&self, soid: Soid) -> Result<Attr, FsError> {
+        match self.engine.getattr(soid) {
+            Err(e) if is_cross(&e) => {
+                let op = Op::Getattr(pb::GetattrRequest {
+                    soid: Some(soid_to_pb(soid)),
+                });
+                Self::attr_of(self.run(&Credentials::root(), soid, op)?)
+            }
+            r => r,
+        }
+    }
+
+    /// `name` in `dir` looked up as `cred`, wherever either is held.
+    fn lookup(&self, cred: &Credentials, dir: Soid, name: &[u8]) -> Result<Attr, FsError> {
+        match self.engine.lookup(cred, dir, name) {
+            Err(e) if is_cross(&e) => {
+                let op = Op::Lookup(pb::LookupRequest {
+                    parent: Some(soid_to_pb(dir)),
+                    name: name.to_vec(),
+                });
+                match self.run(cred, dir, op) {
+                    // The entry is there, its inode elsewhere.
+                    Err(FsError::WrongServer { soid }) => self.getattr(soid),
+                    r => Self::attr_of(r?),
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// The parent of the directory `dir` (`None`: not a directory, or
+    /// missing), read here or from its holder's `DirChain` (the whole
+    /// chain it holds is kept for this check).
+    fn dir_parent(&self, dir: Soid) -> Result<Option<Soid>, FsError> {
+        if let Some(p) = self.parents.lock().get(&dir) {
+            return Ok(*p);
+        }
+        let parent = match self.engine.links_of(dir) {
+            Ok(Some((true, links))) => links.first().copied(),
+            Ok(_) => None,
+            Err(e) if is_cross(&e) => {
+                let chain = self.dirs.chain(dir)?;
+                let mut parents = self.parents.lock();
+                for r in &chain {
+                    parents.insert(r.soid, Some(r.parent));
+                }
+                chain.iter().find(|r| r.soid == dir).map(|r| r.parent)
+            }
+            Err(e) => return Err(e),
+        };
+        self.parents.lock().insert(dir, parent);
+        Ok(parent)
+    }
+
+    /// Is the directory `dir` the subtree's root or below it?
+    fn dir_within(&self, mut dir: Soid, root: Soid) -> Result<bool, FsError> {
+        for _ in 0..MAX_WALK {
+            if dir == root {
+                return Ok(true);
+            }
+            if dir == Soid::ROOT {
+                return Ok(false);
+            }
+            match self.dir_parent(dir)? {
+                Some(p) => dir = p,
+                None => return Ok(false),
+            }
+        }
+        Ok(false)
+    }
+
+    /// [`sextant_engine::confine::within`] across servers. `target`: a
+    /// `soid` another server holds is that server's to check
+    /// (`WRONG_SERVER`, the client goes there); else only a directory
+    /// held elsewhere can be in.
+    pub fn within(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, FsError> {
+        if soid == c.root {
+            return Ok(true);
+        }
+        let links = match self.engine.links_of(soid) {
+            Ok(Some((_, links))) => links,
+            Ok(None) => return Ok(false),
+            Err(FsError::WrongServer { .. }) if target => {
+                return Err(FsError::WrongServer { soid });
+            }
+            Err(e) if is_cross(&e) => match self.dir_parent(soid)? {
+                Some(p) => vec![p],
+                None => return Ok(false),
+            },
+            Err(e) => return Err(e),
+        };
+        for dir in links {
+            if self.dir_within(dir, c.root)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// [`sextant_engine::confine::confine_of`] across servers (`None`: no
+    /// directory at `path`).
+    pub fn confine(&self, path: &[u8]) -> Result<Option<Confine>, FsError> {
+        let root = Credentials::root();
+        let mut cur = Soid::ROOT;
+        let mut steps = Vec::new();
+        for comp in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            if comp == b"." || comp == b".." {
+                return Ok(None);
+            }
+            let child = match self.lookup(&root, cur, comp) {
+                Ok(a) => a,
+                Err(FsError::NotFound) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if child.ftype != FileType::Directory {
+                return Ok(None);
+            }
+            steps.push((cur, Box::from(comp)));
+            cur = child.soid;
+        }
+        Ok(Some(Confine { root: cur, steps }))
+    }
+
+    /// May a confined walk look up `name` in `dir`
+    /// ([`sextant_engine::confine::may_step`])?
+    fn may_step(&self, dir: Soid, name: &[u8], c: &Confine) -> Result<(), FsError> {
+        if c.is_step(dir, name) || self.within(dir, c, false)? {
+            Ok(())
+        } else {
+            Err(FsError::Access)
+        }
+    }
+
+    /// Search permission on the directory `dir` for `cred`, wherever it
+    /// is held; its attributes.
+    fn searchable(&self, cred: &Credentials, dir: Soid) -> Result<Attr, FsError> {
+        let op = Op::Access(pb::AccessRequest {
+            soid: Some(soid_to_pb(dir)),
+            mask: 1,
+        });
+        match self.engine.access(cred, dir, 1) {
+            Err(e) if is_cross(&e) => {
+                self.run(cred, dir, op)?;
+            }
+            r => r?,
+        }
+        let attr = self.getattr(dir)?;
+        if attr.ftype != FileType::Directory {
+            return Err(FsError::NotDir);
+        }
+        Ok(attr)
+    }
+
+    fn readlink(&self, soid: Soid) -> Result<Box<[u8]>, FsError> {
+        match self.engine.readlink(soid) {
+            Err(e) if is_cross(&e) => {
+                let op = Op::Readlink(pb::ReadlinkRequest {
+                    soid: Some(soid_to_pb(soid)),
+                });
+                match self.run(&Credentials::root(), soid, op)? {
+                    Res::Data(d) => Ok(d.data.into()),
+                    _ => Err(FsError::Io),
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// [`Engine::resolve_confined`] across servers: the engine's
+    /// `resolve_path`, step by step, each lookup on its directory's
+    /// holder as `cred`, every step confined; with whether the result is
+    /// in the subtree (else it is one of its root's ancestors).
+    pub fn resolve_confined(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+        c: &Confine,
+    ) -> Result<(Attr, bool), FsError> {
+        let split = |p: &[u8]| -> Vec<Vec<u8>> {
+            p.split(|b| *b == b'/')
+                .filter(|c| !c.is_empty())
+                .rev()
+                .map(<[u8]>::to_vec)
+                .collect()
+        };
+        let mut follows = 0usize;
+        let mut must_be_dir = path.ends_with(b"/");
+        let mut follow_last = follow_last || must_be_dir;
+        let mut pending = split(path);
+        let mut cur = self.getattr(Soid::ROOT)?;
+        while let Some(comp) = pending.pop() {
+            let is_last = pending.is_empty();
+            if comp == b"." {
+                self.searchable(cred, cur.soid)?;
+                continue;
+            }
+            if comp == b".." {
+                let dir = self.searchable(cred, cur.soid)?;
+                cur = self.getattr(dir.parent)?;
+                continue;
+            }
+            self.may_step(cur.soid, &comp, c)?;
+            let attr = self.lookup(cred, cur.soid, &comp)?;
+            if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
+                follows += 1;
+                if follows > MAX_SYMLINK_FOLLOWS {
+                    return Err(FsError::Loop);
+                }
+                let target = self.readlink(attr.soid)?;
+                if is_last && target.ends_with(b"/") {
+                    must_be_dir = true;
+                    follow_last = true;
+                }
+                if target.starts_with(b"/") {
+                    cur = self.getattr(Soid::ROOT)?;
+                }
+                pending.extend(split(&target));
+                continue;
+            }
+            if !is_last && attr.ftype != FileType::Directory {
+                return Err(FsError::NotDir);
+            }
+            cur = attr;
+        }
+        // A file another server holds: by its primary link (the one
+        // walked, or another: its other links are not read — a doubt).
+        let inside = match self.engine.links_of(cur.soid) {
+            Err(e) if is_cross(&e) && cur.ftype != FileType::Directory => {
+                self.dir_within(cur.parent, c.root)?
+            }
+            _ => self.within(cur.soid, c, false)?,
+        };
+        if !inside && !c.is_ancestor(cur.soid) {
+            return Err(FsError::Access);
+        }
+        if must_be_dir && cur.ftype != FileType::Directory {
+            return Err(FsError::NotDir);
+        }
+        Ok((cur, inside))
+    }
+}
