@@ -15,6 +15,8 @@
 //! - [`etcd`]: the semantics Sextant needs from etcd (revisioned keys,
 //!   leases, compare-and-swap transactions), as a model; the simulation's
 //!   etcd, and the reference the real client shell is tested against.
+//! - [`exactly_once`]: whether a retried mutation is answered with its
+//!   remembered reply or runs (the membership-generation rule).
 //! - [`server`]: one metadata server's ownership state machine —
 //!   serving, dropping (migration), loading (ADD, failover replay).
 //! - [`coordinator`]: the coordinator's decisions, recomputed from etcd's
@@ -36,6 +38,7 @@
 
 pub mod coordinator;
 pub mod etcd;
+pub mod exactly_once;
 pub mod ids;
 pub mod lease;
 pub mod server;

@@ -23,13 +23,71 @@
 //! returned [`Out`] values ask for and feeds the results back.
 
 use crate::etcd::LeaseId;
+use crate::exactly_once::{decide, Decision, Remembered};
 use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
 use crate::lease::LeaseTimer;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// A table's contents in this model: the ids of the operations applied to
-/// it (a set, so a retried operation applies once however often it comes).
-pub type Contents = BTreeSet<u64>;
+/// it, each with how many times it was applied (a multiset, so that an
+/// operation applied twice shows, and is carried as such through
+/// snapshots and journal replays). Being in the contents also means the
+/// table carries the operation's reply ([`crate::exactly_once`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Contents(BTreeMap<u64, u32>);
+
+impl Contents {
+    pub fn new() -> Contents {
+        Contents::default()
+    }
+
+    /// Applies `op` once more; returns how many times it is applied now.
+    pub fn apply(&mut self, op: u64) -> u32 {
+        let n = self.0.entry(op).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    pub fn contains(&self, op: u64) -> bool {
+        self.0.contains_key(&op)
+    }
+
+    /// How many times `op` was applied.
+    pub fn count(&self, op: u64) -> u32 {
+        self.0.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Every application, an operation applied twice appearing twice.
+    pub fn applications(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0
+            .iter()
+            .flat_map(|(op, n)| std::iter::repeat_n(*op, *n as usize))
+    }
+
+    /// Operations applied more than once, with their counts.
+    pub fn applied_twice(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.0
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(op, n)| (*op, *n))
+    }
+}
+
+impl Extend<u64> for Contents {
+    fn extend<I: IntoIterator<Item = u64>>(&mut self, ops: I) {
+        for op in ops {
+            self.apply(op);
+        }
+    }
+}
+
+impl FromIterator<u64> for Contents {
+    fn from_iter<I: IntoIterator<Item = u64>>(ops: I) -> Contents {
+        let mut c = Contents::new();
+        c.extend(ops);
+        c
+    }
+}
 
 /// Where a table's state is: its snapshot, and the journal (a server's)
 /// whose records for the table after `position` come after the snapshot.
@@ -42,7 +100,11 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn encode(&self) -> String {
-        let ids: Vec<String> = self.snapshot.iter().map(u64::to_string).collect();
+        let ids: Vec<String> = self
+            .snapshot
+            .applications()
+            .map(|op| op.to_string())
+            .collect();
         format!("{} {} {}", self.journal.0, self.position, ids.join(","))
     }
 
@@ -164,11 +226,33 @@ pub enum Reply {
     WrongServer,
 }
 
+/// What became of an operation that arrived ([`Server::begin`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begun {
+    /// Apply it (done: it is in the table's contents), make it durable,
+    /// then ask [`Server::acknowledge`].
+    Run {
+        epoch: Epoch,
+        /// How many times it is applied to the table now (1 unless the
+        /// exactly-once rule failed).
+        applied: u32,
+    },
+    /// A retry of an operation already done: answered with its
+    /// remembered reply, not run (acknowledged through
+    /// [`Server::acknowledge`] like any other).
+    Answered,
+    /// This server does not serve the table.
+    WrongServer,
+}
+
 pub struct Server {
     pub id: ServerId,
     lease: Option<LeaseId>,
     timer: LeaseTimer,
     tables: BTreeMap<TableId, Held>,
+    /// The replies of the operations run here, with the membership
+    /// generation (lease) each ran under; lost with the process.
+    replies: BTreeMap<u64, u64>,
 }
 
 impl Server {
@@ -178,6 +262,7 @@ impl Server {
             lease: None,
             timer: LeaseTimer::new(margin_ms),
             tables: BTreeMap::new(),
+            replies: BTreeMap::new(),
         }
     }
 
@@ -382,16 +467,39 @@ impl Server {
         }
     }
 
-    /// An operation on `table` arrives. `Some(epoch)`: apply it and make
-    /// it durable (append to this server's journal), then ask
-    /// [`Server::acknowledge`]; `None`: WRONG_SERVER.
-    pub fn begin(&mut self, table: TableId, op: u64) -> Option<Epoch> {
-        let h = self.tables.get_mut(&table)?;
+    /// An operation on `table` arrives (`op`: its client's (client, seq),
+    /// the same for every retry of it). What is remembered for it — the
+    /// table's carried reply if the table's contents hold it, else a reply
+    /// made here with its generation — goes to [`crate::exactly_once::decide`].
+    pub fn begin(&mut self, table: TableId, op: u64) -> Begun {
+        let generation = self.lease.map_or(0, |l| l.0);
+        let Some(h) = self.tables.get_mut(&table) else {
+            return Begun::WrongServer;
+        };
         if h.state != State::Serving {
-            return None;
+            return Begun::WrongServer;
         }
-        h.contents.insert(op);
-        Some(h.epoch)
+        let remembered = if h.contents.contains(op) {
+            Some(Remembered::Carried)
+        } else {
+            self.replies.get(&op).map(|g| Remembered::MadeUnder(*g))
+        };
+        match decide(remembered, generation) {
+            Decision::Answer => Begun::Answered,
+            Decision::Run => {
+                let applied = h.contents.apply(op);
+                self.replies.insert(op, generation);
+                Begun::Run {
+                    epoch: h.epoch,
+                    applied,
+                }
+            }
+        }
+    }
+
+    /// The generation `op` was run under here, if this process ran it.
+    pub fn made_under(&self, op: u64) -> Option<u64> {
+        self.replies.get(&op).copied()
     }
 
     /// R1, checked after the operation is durable and right before its
@@ -453,9 +561,17 @@ mod tests {
                 owner_rev: Revision(4)
             }]
         );
-        assert_eq!(s.begin(TableId(0), 1), None, "loading serves nothing");
+        assert_eq!(
+            s.begin(TableId(0), 1),
+            Begun::WrongServer,
+            "loading serves nothing"
+        );
         s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
-        assert!(s.begin(TableId(0), 1).is_some());
+        assert!(matches!(
+            s.begin(TableId(0), 1),
+            Begun::Run { applied: 1, .. }
+        ));
+        assert_eq!(s.begin(TableId(0), 1), Begun::Answered, "a retry");
         assert_eq!(s.acknowledge(TableId(0), Millis(899)), Reply::Ack);
         assert_eq!(s.acknowledge(TableId(0), Millis(900)), Reply::WrongServer);
         // A move: no more acknowledgements, a handover out.
@@ -496,7 +612,11 @@ mod tests {
         s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
         assert!(s.observe(std::slice::from_ref(&view)).is_empty());
         s.given_up(TableId(0));
-        assert_eq!(s.begin(TableId(0), 1), None, "given up: serves nothing");
+        assert_eq!(
+            s.begin(TableId(0), 1),
+            Begun::WrongServer,
+            "given up: serves nothing"
+        );
         assert_eq!(s.observe(std::slice::from_ref(&view)), load);
         // Given up while dropping: the handover decides, no load.
         s.loaded(TableId(0), Revision(4), Ok(Contents::new()));

@@ -11,14 +11,29 @@
 //! is the [`Etcd`] model; the shared table store is every server's
 //! journal (it survives crashes) plus the manifests in etcd.
 //!
-//! Checked on every acknowledgement: the acknowledging server is the one
+//! Clients number their operations (client, seq) and one of eight clients
+//! retries: after a timeout (its server down or paused, or the reply
+//! lost — 5% of replies are), or after WRONG_SERVER, it sends the same
+//! (client, seq) again to whoever etcd's map names then (another server
+//! after a move, a BORROW or a failover), backing off, until acknowledged.
+//! The others send each operation once. A server answers a retry from a
+//! remembered reply or runs it as [`crate::exactly_once::decide`] says:
+//! the table's contents (a multiset of applied operations, carried by
+//! snapshots and journal replays to each new owner) carry replies; each
+//! server process remembers the replies it made, with the lease they were
+//! made under.
+//!
+//! Checked on every operation run: it is applied to its table once (never
+//! twice); on every retry answered "done": the answering server's table
+//! holds it. Checked on every acknowledgement: the acknowledging server is the one
 //! etcd names as the table's owner, and no other server may acknowledge
 //! for the table at that instant (at most one acknowledger). Checked from
 //! [`recovery_bound_ms`] after the faults' end: no table is unserved for
 //! longer than a planned move's gap ([`stall_bound_ms`]). Checked at the
 //! end, after the cluster settles: every table has
 //! exactly one owner, a live member that serves it, and holds every
-//! operation ever acknowledged for it (nothing acknowledged is lost); no
+//! operation ever acknowledged for it (nothing acknowledged is lost),
+//! each applied once (nothing acknowledged is applied twice); no
 //! borrow is left and every lent table went home (no `home/` key). A
 //! failure names its seed; [`run`] with that seed replays it exactly.
 
@@ -26,8 +41,8 @@ use crate::coordinator::{decide, Action, ClusterView};
 use crate::etcd::{Compare, Etcd, LeaseId, Write};
 use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
 use crate::server::{
-    manifest_key, member_key, move_key, owner_key, Contents, Manifest, Out, Owner, Reply, Server,
-    TableView, COORDINATOR_KEY,
+    manifest_key, member_key, move_key, owner_key, Begun, Contents, Manifest, Out, Owner, Reply,
+    Server, TableView, COORDINATOR_KEY,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -89,6 +104,14 @@ pub struct Report {
     pub crashes: usize,
     pub pauses: usize,
     pub etcd_restarts: usize,
+    /// Client operations sent again (a timeout, a lost reply,
+    /// WRONG_SERVER).
+    pub retries: usize,
+    /// Retries answered "done" from a remembered reply, not run again.
+    pub answered_retries: usize,
+    /// Retries run again because the reply they found was made under a
+    /// lost lease (the generation rule).
+    pub reruns_after_lost_lease: usize,
 }
 
 /// One record of a server's journal in the shared store.
@@ -178,18 +201,29 @@ enum Event {
         inc: u64,
         answer: Answer,
     },
-    /// A client operation arriving at a server.
+    /// A client operation (its (client, seq) as `op`) arriving at a
+    /// server, sent for the `attempt`th time.
     Op {
         to: ServerId,
         table: TableId,
         op: u64,
+        attempt: u32,
     },
-    /// The acknowledgement check of an operation made durable.
+    /// The acknowledgement check of an operation made durable (or of a
+    /// retry answered from a remembered reply), and the reply to the
+    /// client of that attempt.
     Ack {
         at: ServerId,
         inc: u64,
         table: TableId,
         op: u64,
+        attempt: u32,
+    },
+    /// The client's timeout for an attempt (no reply yet), or its
+    /// back-off after WRONG_SERVER: send again.
+    Timeout {
+        op: u64,
+        attempt: u32,
     },
     Client,
     Fault,
@@ -214,6 +248,11 @@ struct Node {
 struct World {
     cfg: Config,
     rng: StdRng,
+    /// The choices for what the retries add (which client, lost replies,
+    /// back-offs, the retries themselves): their own generator, so that a
+    /// seed's first attempts, faults, latencies and BORROWs are drawn
+    /// exactly as before clients retried (see [`World::rng_for`]).
+    client_rng: StdRng,
     now: Millis,
     queue: BinaryHeap<Reverse<(Millis, u64, usize)>>,
     events: Vec<Option<Event>>,
@@ -226,7 +265,12 @@ struct World {
     unserved_since: BTreeMap<TableId, Millis>,
     journals: BTreeMap<ServerId, Vec<Record>>,
     acked: BTreeMap<TableId, BTreeSet<u64>>,
-    next_op: u64,
+    /// Per client, its next seq.
+    next_seq: Vec<u64>,
+    /// Operations sent so far (the clients take turns).
+    turn: u64,
+    /// Operations whose client has had no acknowledgement yet.
+    pending: BTreeMap<u64, Pending>,
     report: Report,
     /// The request rates the coordinator balances by (none for even
     /// seeds; seeds 0 modulo 4 balance by table count). From their own
@@ -237,11 +281,46 @@ struct World {
     inodes: BTreeMap<TableId, u64>,
 }
 
+/// How many clients send operations.
+const CLIENTS: u32 = 8;
+/// Clients `0..RETRYING` (one of eight) send an operation again until it is
+/// acknowledged; the others send each once (fire and forget), which keeps
+/// the run time of many seeds down while every path is still retried.
+const RETRYING: u32 = 1;
+/// How long a client waits for a reply to its first attempt before
+/// sending again.
+const CLIENT_TIMEOUT_MS: u64 = 400;
+/// How often a client sends one operation at most.
+const MAX_ATTEMPTS: u32 = 8;
+
+/// An operation's id: its client and the client's number for it, the
+/// same for every retry (as `client_id` and `seq` in the real protocol).
+/// Packed densely: the ids are written into manifests, whose encoding
+/// costs by their digits.
+fn op_id(client: u32, seq: u64) -> u64 {
+    seq * u64::from(CLIENTS) + u64::from(client)
+}
+
+fn describe(op: u64) -> String {
+    let n = u64::from(CLIENTS);
+    format!("(client {}, seq {})", op % n, op / n)
+}
+
+/// A client operation not acknowledged to its client yet.
+struct Pending {
+    table: TableId,
+    /// The attempt whose reply (or timeout) counts.
+    attempt: u32,
+    /// When it was sent.
+    sent: Millis,
+}
+
 /// Runs one seed; `Err` says which invariant broke, when, and how.
 pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
     let mut w = World {
         cfg: cfg.clone(),
         rng: StdRng::seed_from_u64(seed),
+        client_rng: StdRng::seed_from_u64(seed ^ 0xc11e_4750),
         now: Millis(0),
         queue: BinaryHeap::new(),
         events: Vec::new(),
@@ -252,7 +331,9 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         unserved_since: BTreeMap::new(),
         journals: BTreeMap::new(),
         acked: BTreeMap::new(),
-        next_op: 1,
+        next_seq: vec![1; CLIENTS as usize],
+        turn: 0,
+        pending: BTreeMap::new(),
         report: Report::default(),
         rates: if seed.is_multiple_of(2) {
             BTreeMap::new()
@@ -348,6 +429,19 @@ impl World {
             .push(Reverse((self.now.plus(after_ms), self.seq, i)));
     }
 
+    /// The generator for attempt `attempt` of a client operation: the
+    /// first attempt draws from the seed's main one, as one-shot
+    /// operations did; retries from [`World::client_rng`], so that they do
+    /// not shift what the main one draws next (a seed without faults runs
+    /// the protocol exactly as before retries existed).
+    fn rng_for(&mut self, attempt: u32) -> &mut StdRng {
+        if attempt == 0 {
+            &mut self.rng
+        } else {
+            &mut self.client_rng
+        }
+    }
+
     fn latency(&mut self) -> u64 {
         self.rng.random_range(1..20)
     }
@@ -420,53 +514,124 @@ impl World {
                     self.at_server(to, inc, answer);
                 }
             }
-            Event::Op { to, table, op } => {
-                let e = Event::Op { to, table, op };
+            Event::Op {
+                to,
+                table,
+                op,
+                attempt,
+            } => {
+                let e = Event::Op {
+                    to,
+                    table,
+                    op,
+                    attempt,
+                };
                 if self.deferred(to, &e) {
+                    self.no_reply(op, attempt);
                     return Ok(());
                 }
                 let inc = self.nodes[&to].incarnation;
                 let Some(server) = self.nodes.get_mut(&to).and_then(|n| n.server.as_mut()) else {
+                    // Down: the client's timeout sends it again.
+                    self.no_reply(op, attempt);
                     return Ok(());
                 };
-                if server.begin(table, op).is_some() {
-                    // Durable: in this server's journal in the shared store.
-                    self.journals
-                        .entry(to)
-                        .or_default()
-                        .push(Record { table, op });
-                    let d = self.rng.random_range(0..5);
-                    self.at(
-                        d,
-                        Event::Ack {
-                            at: to,
-                            inc,
-                            table,
-                            op,
-                        },
-                    );
-                } else {
-                    self.report.wrong_server += 1;
+                let ran_before = attempt > 0 && server.made_under(op).is_some();
+                match server.begin(table, op) {
+                    Begun::Run { applied, .. } => {
+                        if applied > 1 {
+                            return Err(format!(
+                                "t={} ms: operation {} on {table} applied {applied} times \
+                                 (attempt {attempt}, at {to})",
+                                self.now.0,
+                                describe(op)
+                            ));
+                        }
+                        if ran_before {
+                            self.report.reruns_after_lost_lease += 1;
+                        }
+                        // Durable: in this server's journal in the shared store.
+                        self.journals
+                            .entry(to)
+                            .or_default()
+                            .push(Record { table, op });
+                    }
+                    Begun::Answered => {
+                        // "Done" only for what is in the table's contents.
+                        if !server.contents(table).is_some_and(|c| c.contains(op)) {
+                            return Err(format!(
+                                "t={} ms: a retry of {} on {table} was answered \"done\" by {to}, \
+                                 which does not hold it in the table",
+                                self.now.0,
+                                describe(op)
+                            ));
+                        }
+                        self.report.answered_retries += 1;
+                    }
+                    Begun::WrongServer => {
+                        self.report.wrong_server += 1;
+                        self.client_reply(op, attempt, false);
+                        return Ok(());
+                    }
                 }
+                let d = self.rng_for(attempt).random_range(0..5);
+                self.at(
+                    d,
+                    Event::Ack {
+                        at: to,
+                        inc,
+                        table,
+                        op,
+                        attempt,
+                    },
+                );
             }
-            Event::Ack { at, inc, table, op } => {
-                let e = Event::Ack { at, inc, table, op };
+            Event::Ack {
+                at,
+                inc,
+                table,
+                op,
+                attempt,
+            } => {
+                let e = Event::Ack {
+                    at,
+                    inc,
+                    table,
+                    op,
+                    attempt,
+                };
                 if self.deferred(at, &e) {
+                    self.no_reply(op, attempt);
                     return Ok(());
                 }
                 if self.nodes[&at].incarnation != inc {
+                    self.no_reply(op, attempt);
                     return Ok(());
                 }
                 let now = self.now;
                 let Some(server) = self.nodes[&at].server.as_ref() else {
+                    self.no_reply(op, attempt);
                     return Ok(());
                 };
                 if server.acknowledge(table, now) == Reply::Ack {
                     self.check_single_acknowledger(at, table)?;
                     self.acked.entry(table).or_default().insert(op);
                     self.report.acknowledged += 1;
+                    // Some replies are lost on the way: the client's
+                    // timeout sends the operation again.
+                    if self.client_rng.random_bool(0.05) {
+                        self.no_reply(op, attempt);
+                        return Ok(());
+                    }
+                    self.client_reply(op, attempt, true);
                 } else {
                     self.report.wrong_server += 1;
+                    self.client_reply(op, attempt, false);
+                }
+            }
+            Event::Timeout { op, attempt } => {
+                if self.pending.get(&op).is_some_and(|p| p.attempt == attempt) {
+                    self.resend(op);
                 }
             }
             Event::Client => {
@@ -1041,14 +1206,102 @@ impl World {
     /// fresh map), sometimes to any server (a stale one).
     fn client_op(&mut self) {
         let table = TableId(self.rng.random_range(0..self.cfg.tables));
+        // The clients take turns (no draw: the seed's generator draws
+        // what it drew before clients retried).
+        self.turn += 1;
+        let client = (self.turn % u64::from(CLIENTS)) as u32;
+        let seq = self.next_seq[client as usize];
+        self.next_seq[client as usize] += 1;
+        let op = op_id(client, seq);
+        if client < RETRYING {
+            self.pending.insert(
+                op,
+                Pending {
+                    table,
+                    attempt: 0,
+                    sent: self.now,
+                },
+            );
+        }
+        // Fire and forget for the others: no retry, no timeout.
+        self.send_op(op, table, 0);
+    }
+
+    /// Sends attempt `attempt` of `op`, and arms its timeout.
+    fn send_op(&mut self, op: u64, table: TableId, attempt: u32) {
         let to = match self.owner_of(table) {
-            Some((o, _)) if self.rng.random_bool(0.9) => o.server,
-            _ => ServerId(self.rng.random_range(0..self.cfg.servers)),
+            Some((o, _)) if self.rng_for(attempt).random_bool(0.9) => o.server,
+            _ => {
+                let n = self.cfg.servers;
+                ServerId(self.rng_for(attempt).random_range(0..n))
+            }
         };
-        let op = self.next_op;
-        self.next_op += 1;
-        let l = self.latency();
-        self.at(l, Event::Op { to, table, op });
+        let l = self.rng_for(attempt).random_range(1..20);
+        self.at(
+            l,
+            Event::Op {
+                to,
+                table,
+                op,
+                attempt,
+            },
+        );
+        // Backing off: twice as long after each attempt, up to 8 times.
+        if let Some(p) = self.pending.get_mut(&op) {
+            p.sent = self.now;
+        }
+    }
+
+    /// The reply to attempt `attempt` of `op` reaches its client: done,
+    /// or WRONG_SERVER (it sends again, to whoever etcd names then).
+    fn client_reply(&mut self, op: u64, attempt: u32, done: bool) {
+        if self.pending.get(&op).is_none_or(|p| p.attempt != attempt) {
+            return;
+        }
+        if done {
+            self.pending.remove(&op);
+        } else {
+            // After a back-off (the map is being refreshed), twice as
+            // long after each attempt, up to 16 times.
+            let d = self.client_rng.random_range(50..150) << attempt.min(4);
+            self.at(d, Event::Timeout { op, attempt });
+        }
+    }
+
+    /// The reply to attempt `attempt` of `op` is lost or late (its server
+    /// is down or paused, or the network lost it): the client's timeout
+    /// fires when it would have — twice as long after each attempt, up to
+    /// 8 times. (Scheduled only then, not for every attempt, which keeps
+    /// the event queue as small as it was without retries.)
+    fn no_reply(&mut self, op: u64, attempt: u32) {
+        let Some(p) = self.pending.get(&op).filter(|p| p.attempt == attempt) else {
+            return;
+        };
+        let timeout = CLIENT_TIMEOUT_MS << attempt.min(3);
+        let waited = self.now.0.saturating_sub(p.sent.0);
+        self.at(
+            timeout.saturating_sub(waited),
+            Event::Timeout { op, attempt },
+        );
+    }
+
+    /// The same (client, seq) again, to whoever etcd's map names now —
+    /// until the client gives up (too many attempts, or the run ends).
+    fn resend(&mut self, op: u64) {
+        let Some(p) = self.pending.get_mut(&op) else {
+            return;
+        };
+        let give_up = op % u64::from(CLIENTS) >= u64::from(RETRYING)
+            || p.attempt + 1 >= MAX_ATTEMPTS
+            || self.now.0 > self.cfg.duration_ms + self.cfg.settle_ms / 2;
+        if give_up {
+            self.pending.remove(&op);
+            return;
+        }
+        p.attempt += 1;
+        let (table, attempt) = (p.table, p.attempt);
+        self.report.retries += 1;
+        self.send_op(op, table, attempt);
     }
 
     fn fault(&mut self) {
@@ -1141,9 +1394,21 @@ impl World {
                 .and_then(|s| s.contents(t))
                 .cloned()
                 .unwrap_or_default();
-            if let Some(lost) = self.acked.get(&t).and_then(|a| a.difference(&held).next()) {
+            if let Some(lost) = self
+                .acked
+                .get(&t)
+                .and_then(|a| a.iter().find(|op| !held.contains(**op)))
+            {
                 return Err(format!(
-                    "operation {lost} on {t} was acknowledged and is lost"
+                    "operation {} on {t} was acknowledged and is lost",
+                    describe(*lost)
+                ));
+            }
+            let twice = held.applied_twice().next();
+            if let Some((op, n)) = twice {
+                return Err(format!(
+                    "operation {} on {t} was applied {n} times",
+                    describe(op)
                 ));
             }
         }

@@ -32,6 +32,9 @@ fn at_most_one_acknowledger_and_nothing_acknowledged_is_lost_under_faults() {
                 totals.etcd_restarts += r.etcd_restarts;
                 totals.borrows += r.borrows;
                 totals.lends += r.lends;
+                totals.retries += r.retries;
+                totals.answered_retries += r.answered_retries;
+                totals.reruns_after_lost_lease += r.reruns_after_lost_lease;
             }
             Err(e) => panic!(
                 "{e}\nreplay: SEXTANT_SIM_SEED={seed} cargo test -p sextant-cluster --test sim"

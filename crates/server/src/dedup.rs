@@ -38,7 +38,8 @@
 //! `EINVAL` instead of another request's reply.
 //!
 //! In a cluster, a reply made here is trusted only under the membership
-//! lease it was made under ([`Dedup::set_generation`]). A server that
+//! lease it was made under ([`Dedup::set_generation`]; the rule is
+//! `sextant_cluster::exactly_once::decide`). A server that
 //! lost its lease (paused past it, say) lost every table with it, and a
 //! mutation it ran meanwhile — refused by R1, never acknowledged — may be
 //! in no table's contents: the next owner loaded the table before the
@@ -53,6 +54,7 @@
 //! were written back earlier (refused with `ESTALE`: they ran, and their
 //! reply is gone). See `sextant_engine::requests`.
 
+use sextant_cluster::exactly_once::{decide, Decision, Remembered};
 use sextant_proto::pb;
 use sextant_types::FsError;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -206,14 +208,16 @@ impl Dedup {
             w.raise_floor(acked_below);
         }
         match w.replies.get(&seq) {
-            // Made under a lost lease: as if never run here (see the
-            // module docs).
-            Some(Known::Reply(_, _, Some(made))) if *made < generation => {}
-            Some(Known::Reply(known, cell, _)) => {
-                if *known != digest {
-                    return Err(FsError::Invalid);
+            Some(Known::Reply(known, cell, made)) => {
+                let remembered = made.map_or(Remembered::Carried, Remembered::MadeUnder);
+                // Made under a lost lease: as if never run here (see the
+                // module docs).
+                if decide(Some(remembered), generation) == Decision::Answer {
+                    if *known != digest {
+                        return Err(FsError::Invalid);
+                    }
+                    return Ok((Arc::clone(cell), true));
                 }
-                return Ok((Arc::clone(cell), true));
             }
             Some(Known::Gone) => return Err(FsError::Stale),
             None => {}
