@@ -443,7 +443,16 @@ impl TablesChange {
     ///   piece X's manifest is narrower than its catalogue range (its
     ///   final one: the pieces of one commit follow each other within
     ///   milliseconds, and a refused piece is retried whole by the next
-    ///   checkpoint);
+    ///   checkpoint). **Known hole, not fixed:** a server that dies
+    ///   between two pieces leaves the later tables of the chain in no
+    ///   manifest; whoever loads X then replays the journal for X's
+    ///   manifest range only, so operations acknowledged in the later
+    ///   tables' ranges since their split are not replayed. Before the
+    ///   pieces, such a chain was one transaction etcd always refused
+    ///   (safe across a crash — the old, wide manifest replayed it all —
+    ///   but the tables made were served by nobody once other servers
+    ///   joined). The fix: a widened X whose manifest covers the wide
+    ///   range with a replay position low enough for every later table;
     /// - removed tables (merges) go with the first piece.
     pub fn pieces(self, max: usize) -> Vec<TablesChange> {
         if self.fits(max) {
