@@ -451,8 +451,9 @@ impl TablesChange {
     ///   pieces, such a chain was one transaction etcd always refused
     ///   (safe across a crash — the old, wide manifest replayed it all —
     ///   but the tables made were served by nobody once other servers
-    ///   joined). The fix: a widened X whose manifest covers the wide
-    ///   range with a replay position low enough for every later table;
+    ///   joined). A fix needs X's widened entry to stand for the later
+    ///   tables' snapshots too (a manifest naming several snapshots), or
+    ///   an order of pieces in which every prefix is recoverable;
     /// - removed tables (merges) go with the first piece.
     pub fn pieces(self, max: usize) -> Vec<TablesChange> {
         if self.fits(max) {
