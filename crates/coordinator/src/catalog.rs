@@ -443,17 +443,16 @@ impl TablesChange {
     ///   piece X's manifest is narrower than its catalogue range (its
     ///   final one: the pieces of one commit follow each other within
     ///   milliseconds, and a refused piece is retried whole by the next
-    ///   checkpoint). **Known hole, not fixed:** a server that dies
-    ///   between two pieces leaves the later tables of the chain in no
-    ///   manifest; whoever loads X then replays the journal for X's
+    ///   checkpoint). **Not recoverable between pieces:** a server that
+    ///   dies between two pieces leaves the later tables of the chain in
+    ///   no manifest; whoever loads X then replays the journal for X's
     ///   manifest range only, so operations acknowledged in the later
-    ///   tables' ranges since their split are not replayed. Before the
-    ///   pieces, such a chain was one transaction etcd always refused
-    ///   (safe across a crash — the old, wide manifest replayed it all —
-    ///   but the tables made were served by nobody once other servers
-    ///   joined). A fix needs X's widened entry to stand for the later
-    ///   tables' snapshots too (a manifest naming several snapshots), or
-    ///   an order of pieces in which every prefix is recoverable;
+    ///   tables' ranges since their split would not be replayed. So the
+    ///   engine never builds such a chain: a table split since its last
+    ///   commit does not split again until a commit takes its present
+    ///   shape (`sextant_engine`'s member mode, `split_since_commit`),
+    ///   and a group is a table and at most the one table split off it.
+    ///   This path stays for a catalogue written by an older build;
     /// - removed tables (merges) go with the first piece.
     pub fn pieces(self, max: usize) -> Vec<TablesChange> {
         if self.fits(max) {

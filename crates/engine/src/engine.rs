@@ -662,6 +662,19 @@ impl Inner {
             // oversized splits it (or the merged table).
             return;
         }
+        if self
+            .member
+            .as_ref()
+            .is_some_and(|m| m.split_since_commit(table.id, table.range))
+        {
+            // Split (or made) since the catalogue last took it — its
+            // split's checkpoint failed: it splits again only once a
+            // checkpoint has committed its present shape. Otherwise a
+            // chain of splits builds up between two commits, which no
+            // single etcd transaction takes and which committed in pieces
+            // is not recoverable between them (`TablesChange::pieces`).
+            return;
+        }
         let at = match table.split_point() {
             Some(at) if at > table.range.first => at,
             _ => {

@@ -510,3 +510,90 @@ fn tables_given_up_after_an_unknown_merge_load_again_here_from_the_catalogue() {
         check_rows(&[&a], &kept);
     }
 }
+
+/// The in-memory catalogue, with commits refused as unavailable while
+/// `down` (etcd not answering).
+struct CommitsDown {
+    inner: Arc<MemCatalog>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl TableCatalog for CommitsDown {
+    fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(CatalogError::Unavailable("etcd does not answer".into()));
+        }
+        self.inner.commit(member, change)
+    }
+    fn merge(&self, member: &str, merged: TableManifest, gone: u64) -> Result<(), CatalogError> {
+        self.inner.merge(member, merged, gone)
+    }
+    fn next_table_id(&self) -> Result<u64, CatalogError> {
+        self.inner.next_table_id()
+    }
+    fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
+        self.inner.tables(member)
+    }
+    fn journal_floor(&self, member: &str) -> Result<Option<u64>, CatalogError> {
+        self.inner.journal_floor(member)
+    }
+}
+
+/// While the catalogue does not take commits, a table split since its
+/// last commit does not split again: no chain of splits builds up between
+/// two commits (committed in pieces, such a chain is not recoverable
+/// between them — `TablesChange::pieces`). Once commits go through, the
+/// splits go on, and nothing is lost.
+#[test]
+fn splits_wait_for_their_commit_so_no_chain_builds_up() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let down = Arc::new(CommitsDown {
+        inner: Arc::clone(&catalog),
+        down: false.into(),
+    });
+    let a = member_on(&store, Arc::clone(&down) as _, "a");
+    let root = Credentials::root();
+    let before = a.owned_tables().len();
+    down.down.store(true, SeqCst);
+    let fill = |from: usize, to: usize| {
+        for i in from..to {
+            let d = a
+                .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
+                .unwrap()
+                .wait(&a)
+                .unwrap();
+            for j in 0..5 {
+                a.create(&root, d.soid, format!("f{j}").as_bytes(), 0o644, true)
+                    .unwrap()
+                    .wait(&a)
+                    .unwrap();
+            }
+        }
+    };
+    fill(0, 12);
+    let while_down = a.owned_tables().len();
+    assert!(
+        while_down <= before + 1,
+        "one split while commits fail, not a chain: {before} -> {while_down} tables"
+    );
+    down.down.store(false, SeqCst);
+    a.flush_tick().unwrap();
+    fill(12, 16);
+    assert!(
+        a.owned_tables().len() > while_down + 1,
+        "splitting goes on once commits do: {} tables",
+        a.owned_tables().len()
+    );
+    a.sync().unwrap();
+    check_catalogue(&catalog, &[("a", &a)]);
+    for i in 0..16 {
+        let d = a
+            .lookup(&root, Soid::ROOT, format!("d{i}").as_bytes())
+            .unwrap();
+        for j in 0..5 {
+            a.lookup(&root, d.soid, format!("f{j}").as_bytes()).unwrap();
+        }
+    }
+}

@@ -111,6 +111,11 @@ pub(crate) struct MemberRun {
     given_up: Mutex<Vec<TableId>>,
 }
 
+/// Whether `book` has table `id` committed with range `range`.
+fn catalogued(book: &Book, id: TableId, range: SoidRange) -> bool {
+    book.committed.get(&id).is_some_and(|c| c.2 == range) && book.floors.contains_key(&id)
+}
+
 /// How long a pair the catalogue refused to merge once is left alone.
 const MERGE_REFUSED_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -200,6 +205,16 @@ impl MemberRun {
         }
     }
 
+    /// Whether table `id`, now with range `range`, was split (or split
+    /// off) since this member last committed it: its journal history is
+    /// tracked here (a floor) but the catalogue has it in another shape,
+    /// or not at all. A table this member holds with nothing to replay
+    /// (opened after a clean DROP: no floor) is not.
+    pub(crate) fn split_since_commit(&self, id: TableId, range: SoidRange) -> bool {
+        let book = self.book.lock();
+        book.floors.contains_key(&id) && book.committed.get(&id).is_none_or(|c| c.2 != range)
+    }
+
     /// Is table `id` part of the merge under way?
     pub(crate) fn merging(&self, id: TableId) -> bool {
         self.merging.lock().is_some_and(|(a, b)| a == id || b == id)
@@ -259,9 +274,7 @@ impl MemberRun {
                 .collect()
         };
         let book = self.book.lock();
-        let catalogued = |id: TableId, r: SoidRange| {
-            book.committed.get(&id).is_some_and(|c| c.2 == r) && book.floors.contains_key(&id)
-        };
+        let catalogued = |id: TableId, r: SoidRange| catalogued(&book, id, r);
         slots.windows(2).find_map(|pair| {
             let (la, Some((a, ra, na))) = pair[0] else {
                 return None;
