@@ -38,7 +38,13 @@ pub async fn request_move(
             Compare::mod_revision(okey, CompareOp::Equal, kv.mod_revision()),
             Compare::create_revision(cfg.key(&keys::member_key(to)), CompareOp::Greater, 0),
         ])
-        .and_then(vec![TxnOp::put(cfg.key(&keys::move_key(table)), to, None)]);
+        .and_then(vec![
+            TxnOp::put(cfg.key(&keys::move_key(table)), to, None),
+            // An admin's move places the table for good: a home a BORROW
+            // noted would send it back there (a RETURN) once it lands —
+            // the coordinator keeps a home while a move is on its way.
+            TxnOp::delete(cfg.key(&keys::home_key(table)), None),
+        ]);
     Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
 }
 

@@ -670,6 +670,42 @@ async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
     .await;
 }
 
+/// An admin's move ends a BORROW's home for the table: the coordinator
+/// keeps a home while a move is on its way (a lend whose borrow ended
+/// before it landed must still go home), so a home left in place would
+/// send an admin-moved table back (a RETURN) once it landed — seen in CI,
+/// a mount test's table moved by `cluster move` went back to its old
+/// server. No coordinator runs here: the keys are written by hand.
+#[tokio::test]
+async fn an_admin_move_ends_the_tables_borrow_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let cfg = etcd_config(&etcd);
+    let mut c = client(&etcd).await;
+    let table = TableId(7);
+    let owner = OwnerValue {
+        epoch: sextant_cluster::ids::Epoch(2),
+        server: "a".into(),
+    };
+    c.put(cfg.key(&keys::owner_key(table)), owner.encode(), None)
+        .await
+        .unwrap();
+    c.put(cfg.key(&keys::member_key("b")), "b.addr:1", None)
+        .await
+        .unwrap();
+    let home = cfg.key(&keys::home_key(table));
+    c.put(home.clone(), "a", None).await.unwrap();
+    assert!(admin::request_move(&mut c, &cfg, table, "b").await.unwrap());
+    assert!(
+        c.get(home, None).await.unwrap().kvs().is_empty(),
+        "the home is gone with the move"
+    );
+    let moving = c.get(cfg.key(&keys::move_key(table)), None).await.unwrap();
+    assert_eq!(moving.kvs().first().map(|kv| kv.value()), Some(&b"b"[..]));
+}
+
 /// A table the host gave up on its own (an engine merge whose outcome
 /// stayed unknown) while etcd still names this server is loaded again,
 /// from the manifest etcd holds — it used to stay unserved until the
