@@ -3276,7 +3276,14 @@ fn a_path_limited_key_on_a_cluster_walks_across_servers() {
     wait_for("three servers", Duration::from_secs(60), || {
         tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
     });
-    for (path, to) in [("/home/alice", "c"), ("/home", "b"), ("/", "a")] {
+    // (`d` in a table of its own, on another server than `/home/alice`:
+    // a rename between them BORROWs.)
+    for (path, to) in [
+        ("/home/alice/d", "b"),
+        ("/home/alice", "c"),
+        ("/home", "b"),
+        ("/", "a"),
+    ] {
         let out = Command::new(BIN)
             .args(["cluster", "move", path, to, "--etcd", &etcd.url])
             .env("SEXTANT_SECRET_FILE", secret.join("secret"))

@@ -56,7 +56,10 @@
 //! request, so a rename on another server acknowledged before a request
 //! is seen by its check. An object the operation itself names that
 //! another server holds stays a WRONG_SERVER (the client goes there, and
-//! that server checks). Where the other servers cannot be reached (no
+//! that server checks) — the one the request is routed by only: a
+//! rename's or link's other directory held elsewhere is walked across
+//! here, and the operation then BORROWs its table (a WRONG_SERVER naming
+//! it would send the client back to this very server). Where the other servers cannot be reached (no
 //! peers), such a check is refused (`EACCES`, reason
 //! `key-path-cluster`). A watch's filter uses the local walk only: on a
 //! cluster it passes what this server can place in the subtree by itself.
@@ -206,10 +209,18 @@ pub fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
     }
 }
 
-/// `EACCES` unless the object `s` names is in the subtree.
-fn inside(walk: &Walk, c: &Confine, s: &Option<pb::Soid>) -> Result<(), FsError> {
+/// `EACCES` unless the object `s` names is in the subtree. `route`: the
+/// SOID the request is routed by — held elsewhere, the WRONG_SERVER
+/// stays one (the client goes to its owner); any other SOID of the
+/// operation (a rename's new parent) is walked across the servers.
+fn inside(
+    walk: &Walk,
+    c: &Confine,
+    s: &Option<pb::Soid>,
+    route: Option<Soid>,
+) -> Result<(), FsError> {
     let soid = soid_from_pb(s.as_ref())?;
-    if walk.within(soid, c, true)? {
+    if walk.within(soid, c, route == Some(soid))? {
         Ok(())
     } else {
         Err(FsError::Access)
@@ -225,7 +236,8 @@ pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, 
     let Some(op) = &req.op else {
         return Ok(None);
     };
-    let check = |s: &Option<pb::Soid>| inside(walk, &c, s);
+    let route = op.route_soid();
+    let check = |s: &Option<pb::Soid>| inside(walk, &c, s, route);
     match op {
         Op::Getattr(r) => check(&r.soid)?,
         Op::Readlink(r) => check(&r.soid)?,
