@@ -108,6 +108,27 @@ pub async fn commit_tables(
 ) -> Result<bool, CoordError> {
     let mut when = Vec::new();
     let mut then = Vec::new();
+    // A table's catalogue range and manifest, as `t` has them.
+    let range_and_manifest = |t: &TableState| {
+        [
+            TxnOp::put(
+                cfg.key(&keys::table_key(t.table)),
+                keys::encode_range(&t.range),
+                None,
+            ),
+            TxnOp::put(
+                cfg.key(&keys::manifest_key(t.table)),
+                t.manifest.clone(),
+                None,
+            ),
+        ]
+    };
+    // The owner key a table this server creates gets (and still has
+    // while nothing moved it: what a carried table is fenced by).
+    let created = OwnerValue {
+        epoch: Epoch(1),
+        server: me.to_string(),
+    };
     let fence = |t: TableId, rev: Revision| {
         Compare::mod_revision(
             cfg.key(&keys::owner_key(t)),
@@ -117,16 +138,7 @@ pub async fn commit_tables(
     };
     for (t, rev) in &change.updated {
         when.push(fence(t.table, *rev));
-        then.push(TxnOp::put(
-            cfg.key(&keys::table_key(t.table)),
-            keys::encode_range(&t.range),
-            None,
-        ));
-        then.push(TxnOp::put(
-            cfg.key(&keys::manifest_key(t.table)),
-            t.manifest.clone(),
-            None,
-        ));
+        then.extend(range_and_manifest(t));
     }
     for t in &change.created {
         when.push(Compare::create_revision(
@@ -134,23 +146,10 @@ pub async fn commit_tables(
             CompareOp::Equal,
             0,
         ));
-        then.push(TxnOp::put(
-            cfg.key(&keys::table_key(t.table)),
-            keys::encode_range(&t.range),
-            None,
-        ));
-        let owner = OwnerValue {
-            epoch: Epoch(1),
-            server: me.to_string(),
-        };
+        then.extend(range_and_manifest(t));
         then.push(TxnOp::put(
             cfg.key(&keys::owner_key(t.table)),
-            owner.encode(),
-            None,
-        ));
-        then.push(TxnOp::put(
-            cfg.key(&keys::manifest_key(t.table)),
-            t.manifest.clone(),
+            created.encode(),
             None,
         ));
     }
@@ -161,22 +160,9 @@ pub async fn commit_tables(
     }
     for t in &change.carried {
         let key = cfg.key(&keys::owner_key(t.table));
-        let created = OwnerValue {
-            epoch: Epoch(1),
-            server: me.to_string(),
-        };
         when.push(Compare::version(key.clone(), CompareOp::Equal, 1));
         when.push(Compare::value(key, CompareOp::Equal, created.encode()));
-        then.push(TxnOp::put(
-            cfg.key(&keys::table_key(t.table)),
-            keys::encode_range(&t.range),
-            None,
-        ));
-        then.push(TxnOp::put(
-            cfg.key(&keys::manifest_key(t.table)),
-            t.manifest.clone(),
-            None,
-        ));
+        then.extend(range_and_manifest(t));
     }
     for (t, rev) in &change.removed {
         when.push(fence(*t, *rev));
