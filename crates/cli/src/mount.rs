@@ -63,6 +63,13 @@ pub struct MountArgs {
     /// a busy thread instead of waking an idle one).
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// Show this directory of the namespace at the mount point instead of
+    /// `/` (as `ceph-fuse -r` or an NFS export path). A client key limited
+    /// to a subtree (`sextant auth add --path`) can mount only its subtree
+    /// or a directory below it. Symlinks on the way are followed; the
+    /// mount keeps the directory itself, even if it is renamed later.
+    #[arg(long, value_name = "PATH")]
+    pub subdir: Option<String>,
     /// Where a detached mount writes its messages [default: nowhere]
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -149,6 +156,13 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
             },
         ))
         .map_err(|e| crate::session::connect_failed(&addr, cli.tls_ca.as_deref(), e))?;
+    let (root, shown) = rt.block_on(mount_root(&client, args.subdir.as_deref(), cli))?;
+    cfg.root = root;
+    if let Some(sub) = shown {
+        // Read back by `sextant find` (find::mounts) to map paths under
+        // the mount point into the namespace.
+        cfg.fsname = format!("sextant:{addr}{}{sub}", crate::find::mounts::SUBDIR_MARK);
+    }
     let log = args.log.clone();
     let mountpoint = cfg.mountpoint.clone();
     let releaser = client.clone();
@@ -164,6 +178,42 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
     .with_context(|| format!("mounting on {}", cfg.mountpoint.display()))?;
     release_backups(&rt, &releaser);
     Ok(())
+}
+
+/// The directory the mount shows at its mount point: `/`, or `--subdir`
+/// resolved as the caller (a directory, else a clear error), with its
+/// normalised path. A mount of `/` the server refuses (a client key
+/// limited to a subtree) says how to mount the subtree instead.
+async fn mount_root(
+    client: &Client,
+    subdir: Option<&str>,
+    cli: &Cli,
+) -> Result<(sextant_types::Soid, Option<String>)> {
+    let cred = crate::session::caller();
+    let Some(sub) = subdir else {
+        return match client.getattr(&cred, sextant_types::Soid::ROOT).await {
+            Err(e) if e.fs() == Some(sextant_types::FsError::Access) && cli.key_file.is_some() => {
+                bail!(
+                    "the server refuses `/` to this client key (it is limited to a subtree):                      mount that subtree with --subdir PATH"
+                )
+            }
+            // Anything else shows once the kernel asks (as before).
+            _ => Ok((sextant_types::Soid::ROOT, None)),
+        };
+    };
+    let path = crate::find::mounts::absolute(std::path::Path::new(sub), std::path::Path::new("/"));
+    if !sub.starts_with('/') {
+        bail!("--subdir {sub:?}: give an absolute path in the namespace");
+    }
+    let shown = path.to_string_lossy().into_owned();
+    let attr = client
+        .resolve(&cred, shown.as_bytes(), true)
+        .await
+        .with_context(|| format!("--subdir {shown}"))?;
+    if attr.ftype != sextant_types::FileType::Directory {
+        bail!("--subdir {shown}: not a directory");
+    }
+    Ok((attr.soid, (shown != "/").then_some(shown)))
 }
 
 /// Log-less: the mount held its programs' backups; before it goes, the

@@ -1986,3 +1986,107 @@ mod issue23 {
         assert_eq!(names, ["t", "u", "u2"].map(String::from).into());
     }
 }
+
+/// `sextant mount --subdir /home/alice` shows that directory at the mount
+/// point: its names, its files' data, new files landing in it, and
+/// `sextant find` on the mount naming the namespace paths below it. A
+/// client key limited to `/home/alice` mounts its subtree this way; asked
+/// for `/`, the mount says how instead of failing on the first `ls`.
+#[test]
+fn a_subdir_mount_shows_that_directory_and_a_path_key_mounts_its_subtree() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    sh(
+        &m.mnt,
+        "mkdir -p home/alice/d home/bob && echo hi > home/alice/f && echo s > home/bob/secret",
+    );
+    let sub = m.dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    m.mount_at(&sub, &["--subdir", "/home//alice/"]);
+    let _unmount = Unmount(sub.clone());
+    let names = |dir: &Path| {
+        let mut n: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&sub), ["d", "f"]);
+    assert_eq!(std::fs::read_to_string(sub.join("f")).unwrap(), "hi\n");
+    std::fs::write(sub.join("d/g"), "new").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.p("home/alice/d/g")).unwrap(),
+        "new",
+        "written through the subdir mount, read through the whole one"
+    );
+    // `sextant find` on the mount: paths under the mount point, searched
+    // in /home/alice.
+    let out = Command::new(BIN)
+        .arg("--data")
+        .arg(m.data())
+        .arg("find")
+        .arg(&sub)
+        .args(["-name", "g"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        sub.join("d/g").to_string_lossy()
+    );
+    // Not a directory, or missing: the mount says so.
+    let refused = |args: &[&str], mp: &Path| {
+        let out = Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .arg("mount")
+            .args(args)
+            .arg(mp)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} mounted");
+        assert!(!is_mounted(mp));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let other = m.dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let said = refused(&["--subdir", "/home/alice/f"], &other);
+    assert!(said.contains("not a directory"), "{said}");
+    let said = refused(&["--subdir", "/nowhere"], &other);
+    assert!(said.to_lowercase().contains("no such file"), "{said}");
+    // A key limited to /home/alice: its subtree mounts; `/` is refused
+    // with the way out.
+    let key = m.dir.path().join("alice.key");
+    let out = Command::new(BIN)
+        .args(["--server", &m.addr, "--data"])
+        .arg(m.data())
+        .args(["auth", "add", "alice", "--path", "/home/alice", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let k = key.to_str().unwrap();
+    let said = refused(&["--key-file", k], &other);
+    assert!(said.contains("--subdir"), "{said}");
+    let keyed = m.dir.path().join("keyed");
+    std::fs::create_dir(&keyed).unwrap();
+    m.mount_at(&keyed, &["--key-file", k, "--subdir", "/home/alice"]);
+    let _unmount_keyed = Unmount(keyed.clone());
+    assert_eq!(names(&keyed), ["d", "f"]);
+    std::fs::write(keyed.join("by-key"), "k").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.p("home/alice/by-key")).unwrap(),
+        "k"
+    );
+}

@@ -50,6 +50,7 @@ mod watch;
 
 use fuser::{Config, MountOption, SessionACL};
 use sextant_client::Client;
+use sextant_types::Soid;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,6 +76,10 @@ pub struct MountConfig {
     /// have an origin (`Options::origin`), or the mount also drops what
     /// its own requests changed.
     pub watch: bool,
+    /// The directory shown at the mount point: `/`, or a subtree
+    /// (`sextant mount --subdir`; a path-limited client key can mount
+    /// only its subtree or below).
+    pub root: Soid,
 }
 
 impl MountConfig {
@@ -88,6 +93,7 @@ impl MountConfig {
             threads: 4,
             fsname: "sextant".into(),
             watch: true,
+            root: Soid::ROOT,
         }
     }
 }
@@ -103,7 +109,7 @@ pub fn mount(
     cfg: &MountConfig,
     ready: impl FnOnce(),
 ) -> io::Result<()> {
-    let nodes = Arc::new(nodes::Nodes::default());
+    let nodes = Arc::new(nodes::Nodes::with_root(cfg.root));
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watcher_client = client.clone();
     let durability_of = client.clone();

@@ -51,6 +51,8 @@ const NAMES_PER_NODE: usize = 8;
 
 #[derive(Debug)]
 struct Inner {
+    /// The SOID of node [`ROOT_INO`].
+    root: Soid,
     by_ino: HashMap<u64, Node>,
     by_soid: HashMap<Soid, u64>,
     next: u64,
@@ -63,29 +65,39 @@ pub struct Nodes {
 
 impl Default for Nodes {
     fn default() -> Self {
+        Nodes::with_root(Soid::ROOT)
+    }
+}
+
+impl Nodes {
+    /// The nodes of a mount whose root (node [`ROOT_INO`]) is the
+    /// directory `root`: `/`, or the subtree a `--subdir` mount shows. The
+    /// root node is never forgotten or detached, and its `..` is itself
+    /// (the kernel answers `..` of a mount's root; a listing must not name
+    /// a directory above the subtree).
+    pub fn with_root(root: Soid) -> Self {
         let mut by_ino = HashMap::new();
         by_ino.insert(
             ROOT_INO,
             Node {
-                soid: Soid::ROOT,
+                soid: root,
                 lookups: 1,
-                parent: Some(Soid::ROOT),
+                parent: Some(root),
                 names: Vec::new(),
             },
         );
         let mut by_soid = HashMap::new();
-        by_soid.insert(Soid::ROOT, ROOT_INO);
+        by_soid.insert(root, ROOT_INO);
         Nodes {
             inner: Mutex::new(Inner {
+                root,
                 by_ino,
                 by_soid,
                 next: ROOT_INO + 1,
             }),
         }
     }
-}
 
-impl Nodes {
     /// The SOID of a node the kernel names, if it is known.
     pub fn soid(&self, ino: u64) -> Option<Soid> {
         self.inner.lock().by_ino.get(&ino).map(|n| n.soid)
@@ -157,6 +169,9 @@ impl Nodes {
 
     /// Records the parent of directory `ino` (from its attributes).
     pub fn set_parent(&self, ino: u64, parent: Soid) {
+        if ino == ROOT_INO {
+            return;
+        }
         if let Some(n) = self.inner.lock().by_ino.get_mut(&ino) {
             n.parent = Some(parent);
         }
@@ -190,11 +205,11 @@ impl Nodes {
     /// `soid`'s inode is gone: a later inode with the same SOID gets a new
     /// node id. Nodes nobody references are dropped at once.
     pub fn detach(&self, soid: Soid) {
-        if soid == Soid::ROOT {
-            return;
-        }
         let mut g = self.inner.lock();
         let inner = &mut *g;
+        if soid == inner.root {
+            return;
+        }
         if let Some(ino) = inner.by_soid.remove(&soid) {
             if inner.by_ino.get(&ino).is_some_and(|n| n.lookups == 0) {
                 inner.by_ino.remove(&ino);
@@ -278,6 +293,25 @@ mod tests {
         n.forget(a, 1);
         assert_eq!(n.soid(b), Some(s(5)), "forgetting the old id keeps the new");
         assert_eq!(n.ino(s(5), false), b);
+    }
+
+    #[test]
+    fn a_subtree_root_is_node_one_and_its_own_parent() {
+        let root = s(77);
+        let n = Nodes::with_root(root);
+        assert_eq!(n.soid(ROOT_INO), Some(root));
+        assert_eq!(n.ino(root, true), ROOT_INO);
+        // Its attributes name the directory above the subtree: not kept.
+        n.set_parent(ROOT_INO, s(3));
+        assert_eq!(n.parent(ROOT_INO), Some(root));
+        n.detach(root);
+        n.forget(ROOT_INO, 5);
+        assert_eq!(n.soid(ROOT_INO), Some(root));
+        // `/` is an ordinary node there.
+        let top = n.ino(Soid::ROOT, true);
+        assert_ne!(top, ROOT_INO);
+        n.detach(Soid::ROOT);
+        assert_eq!(n.find(Soid::ROOT), None);
     }
 
     #[test]

@@ -7,12 +7,19 @@
 //! `fuse.sextant` when `fusermount3` mounted it (a user, or `-o
 //! allow_other`), plain `fuse` when root's mount called mount(2) itself
 //! (the kernel records a subtype only from `fusermount3`); a `fuse` mount
-//! counts only with that source. Paths are made absolute against the
+//! counts only with that source. A `--subdir` mount's source is
+//! `sextant:ADDR#/SUBDIR` ([`SUBDIR_MARK`]): a path under it is that
+//! directory's. Paths are made absolute against the
 //! working directory and normalised lexically (`.`, `..`, repeated
 //! slashes) only to find the mount and the namespace path; what is printed
 //! keeps the prefix as typed.
 
 use std::path::{Component, Path, PathBuf};
+
+/// Between the server address and the namespace directory a `--subdir`
+/// mount shows, in its source (`sextant:ADDR#/SUBDIR`). No server address
+/// holds it (a host:port, or `unix:PATH` of a socket).
+pub const SUBDIR_MARK: &str = "#";
 
 /// One Sextant mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +27,9 @@ pub struct Mount {
     pub point: PathBuf,
     /// The server address from the source `sextant:ADDR`, if given.
     pub server: Option<String>,
+    /// The namespace directory shown at the mount point (`/` unless
+    /// mounted with `--subdir`), absolute, no trailing slash but for `/`.
+    pub subdir: Vec<u8>,
     /// The file system type the kernel records (`fuse.sextant` through
     /// fusermount3, `fuse` for root's own mount): find's `-fstype`, `%F`.
     pub fstype: String,
@@ -65,12 +75,16 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
             if !ours {
                 return None;
             }
+            let source = unescape(source);
+            let rest = source.strip_prefix("sextant:").unwrap_or("");
+            let (server, subdir) = match rest.split_once(SUBDIR_MARK) {
+                Some((a, sub)) if sub.starts_with('/') => (a, sub),
+                _ => (rest, "/"),
+            };
             Some(Mount {
                 point: PathBuf::from(unescape(point)),
-                server: source
-                    .strip_prefix("sextant:")
-                    .filter(|a| !a.is_empty())
-                    .map(unescape),
+                server: (!server.is_empty()).then(|| server.to_string()),
+                subdir: subdir.as_bytes().to_vec(),
                 fstype: fstype.to_string(),
             })
         })
@@ -123,8 +137,14 @@ pub fn locate(typed: &str, cwd: &Path, mounts: &[Mount]) -> Result<Located, Stri
         .max_by_key(|m| m.point.components().count());
     if let Some(m) = best {
         let rest = abs.strip_prefix(&m.point).unwrap_or(Path::new(""));
-        let mut ns = b"/".to_vec();
-        ns.extend_from_slice(rest.as_os_str().as_bytes());
+        let mut ns = m.subdir.clone();
+        let rest = rest.as_os_str().as_bytes();
+        if !rest.is_empty() {
+            if ns.last() != Some(&b'/') {
+                ns.push(b'/');
+            }
+            ns.extend_from_slice(rest);
+        }
         return Ok(Located {
             ns,
             mount: Some(m.clone()),
@@ -170,6 +190,24 @@ mod tests {
             (m[0].fstype.as_str(), m[2].fstype.as_str()),
             ("fuse.sextant", "fuse")
         );
+    }
+
+    #[test]
+    fn a_subdir_mount_maps_paths_into_its_directory() {
+        let info = "84 25 0:49 / /mnt/alice rw - fuse.sextant \
+                    sextant:unix:/run/s.sock#/home/al\\040ice rw\n\
+                    85 25 0:50 / /mnt/top rw - fuse.sextant sextant:10.0.0.1:7411 rw\n";
+        let m = parse_mountinfo(info);
+        assert_eq!(m[0].server.as_deref(), Some("unix:/run/s.sock"));
+        assert_eq!(m[0].subdir, b"/home/al ice");
+        assert_eq!(m[1].subdir, b"/");
+        let cwd = Path::new("/");
+        assert_eq!(locate("/mnt/alice", cwd, &m).unwrap().ns, b"/home/al ice");
+        assert_eq!(
+            locate("/mnt/alice/d/../f", cwd, &m).unwrap().ns,
+            b"/home/al ice/f"
+        );
+        assert_eq!(locate("/mnt/top/x", cwd, &m).unwrap().ns, b"/x");
     }
 
     #[test]
