@@ -1530,6 +1530,106 @@ fn a_fuse_mount_of_a_cluster_sees_changes_made_through_every_server() {
     drop(etcd.child);
 }
 
+/// A mount with a client key limited to /home/alice (`--subdir
+/// /home/alice`) on a cluster keeps its kernel caches (60 s) exact for
+/// changes in the subtree made through a server that holds part of the
+/// subtree but not the directories above it: /home/alice is a's,
+/// /home/alice/d b's. b places d's changes in the key's subtree by reading
+/// a's directories (the key's watch filter across servers); before, it
+/// passed on only what it could place by itself — nothing here — and the
+/// mount kept these stale for the whole timeout.
+#[test]
+fn a_keyed_mount_of_a_cluster_sees_changes_whose_ancestors_another_server_holds() {
+    if !common::fuse_available() {
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 1\ntable_inode_limit = 4\n",
+    );
+    for d in ["/home", "/home/alice", "/home/alice/d", "/home/bob"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", d]);
+    }
+    for f in ["/home/alice/g", "/home/bob/secret", "/home/alice/d/f"] {
+        sextant_ok(&a_addr, &secret, &["touch", f]);
+    }
+    let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", config.as_str()]);
+    let _b = KillOnDrop(b);
+    wait_for("b is a member", Duration::from_secs(60), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "b")
+    });
+    let d_table = move_table(&etcd.url, &secret, "/home/alice/d", "b");
+    let alice_table = move_table(&etcd.url, &secret, "/home/alice", "a");
+    assert_ne!(
+        d_table, alice_table,
+        "the test's premise: d's table is not /home/alice's"
+    );
+    let key = dir.path().join("alice.key");
+    sextant_ok(
+        &a_addr,
+        &secret,
+        &[
+            "auth",
+            "add",
+            "alice",
+            "--path",
+            "/home/alice",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+    );
+    let mnt = dir.path().join("keyed");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(dir.path().join("keyed-data"))
+        .arg("--key-file")
+        .arg(&key)
+        .env_remove("SEXTANT_SECRET_FILE")
+        .args(["mount", "--subdir", "/home/alice"])
+        .args(["--attr-timeout", "60", "--entry-timeout", "60", "--log"])
+        .arg(dir.path().join("keyed-mount.log"))
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _unmount = common::Unmount(mnt.clone());
+    let d = mnt.join("d");
+    let mode = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok()
+    };
+    // The kernel caches these (and the absent name) for 60 s.
+    assert_eq!(mode(&d.join("f")), Some(0o644));
+    assert!(!d.join("new").exists());
+    let soon = Duration::from_secs(5);
+    sextant_ok(&b_addr, &secret, &["chmod", "600", "/home/alice/d/f"]);
+    seen_within("a chmod in d through b", soon, || {
+        mode(&d.join("f")) == Some(0o600)
+    });
+    sextant_ok(&b_addr, &secret, &["touch", "/home/alice/d/new"]);
+    seen_within("a create in d through b", soon, || d.join("new").exists());
+    assert_eq!(
+        (
+            owner_of(&etcd.url, &secret, d_table).0,
+            owner_of(&etcd.url, &secret, alice_table).0
+        ),
+        ("b".to_string(), "a".to_string()),
+        "the test's premise: the tables stayed where they were put"
+    );
+    drop(etcd.child);
+}
+
 /// Concurrent renames across servers that together would form a cycle
 /// (issue 21 item 2): `/p` held by a, `/q` by b; each round a client of a
 /// runs `mv /p/xN /q/yN/xN` while a client of b runs `mv /q/yN

@@ -61,8 +61,10 @@
 //! here, and the operation then BORROWs its table (a WRONG_SERVER naming
 //! it would send the client back to this very server). Where the other servers cannot be reached (no
 //! peers), such a check is refused (`EACCES`, reason
-//! `key-path-cluster`). A watch's filter uses the local walk only: on a
-//! cluster it passes what this server can place in the subtree by itself.
+//! `key-path-cluster`). A watch's filter judges each batch of changes
+//! on the local walk, and what that cannot place across the servers (one
+//! [`Across`] per batch, on a blocking thread; without peers it is left
+//! out).
 //!
 //! The scope is rewritten to the SOID the confined walk found (resolved
 //! again, a symlink swapped in between could redirect it); a file scope
@@ -349,35 +351,90 @@ fn getattr(walk: &Walk, soid: Soid) -> Result<Attr, FsError> {
     }
 }
 
-/// The part of a change a key confined to `path` may see: the inodes in
-/// the subtree and the entries of its directories (`None`: nothing).
-pub fn filter_changes(engine: &Engine, path: &str, changes: &Changes) -> Option<Changes> {
-    let walk = Walk::local(engine);
-    let c = walk.confine(path).ok()?;
-    let is_in = |s: Soid| walk.within(s, &c, false).unwrap_or(false);
-    let out = Changes {
-        inodes: changes
-            .inodes
-            .iter()
-            .copied()
-            .filter(|s| is_in(*s))
-            .collect(),
-        entries: changes
-            .entries
-            .iter()
-            .filter(|(parent, _)| is_in(*parent))
-            .cloned()
-            .collect(),
+/// The part of `changes` a key confined to `c` may see: the inodes in the
+/// subtree and the entries of its directories (`Ok(None)`: nothing).
+/// [`NEEDS_PEERS`] when `walk` is local and some object's place needs
+/// another server's directories; on a walk across the servers, an object
+/// that cannot be placed (a peer down) is left out — never passed on in
+/// doubt.
+fn filter_changes(walk: &Walk, c: &Confine, changes: &Changes) -> Result<Option<Changes>, FsError> {
+    let is_in = |s: Soid| match walk.within(s, c, false) {
+        Ok(inside) => Ok(inside),
+        Err(NEEDS_PEERS) if walk.across.is_none() => Err(NEEDS_PEERS),
+        Err(_) => Ok(false),
     };
-    (!out.is_empty()).then_some(out)
+    let mut out = Changes::default();
+    for s in &changes.inodes {
+        if is_in(*s)? {
+            out.inodes.push(*s);
+        }
+    }
+    for (parent, name) in &changes.entries {
+        if is_in(*parent)? {
+            out.entries.push((*parent, name.clone()));
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
 }
 
-/// A watch's filter of changes (see [`crate::watchers::Watchers::watch`]).
-pub type Filter = std::sync::Arc<dyn Fn(&Changes) -> Option<Changes> + Send + Sync>;
+/// A watch's filter of changes (see [`crate::watchers::Watchers::watch`]):
+/// given a batch of changes, what of each the watcher may see. Run on a
+/// blocking thread (it may wait on other servers).
+pub type Filter = std::sync::Arc<dyn Fn(&[std::sync::Arc<Changes>]) -> Vec<Changes> + Send + Sync>;
 
-/// The filter of a watch by a key confined to `path`.
-pub fn watch_filter(engine: Engine, path: String) -> Filter {
-    std::sync::Arc::new(move |c: &Changes| filter_changes(&engine, &path, c))
+/// What a watch filter needs to read other servers' directories (a
+/// cluster), as [`Across::new`] takes it.
+pub struct Peered {
+    pub peers: std::sync::Arc<crate::peers::Peers>,
+    pub placement: std::sync::Arc<dyn crate::placement::Placement>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// The filter of a watch by a key confined to `path`. Each batch is judged
+/// on this server's tables first; the changes whose place needs another
+/// server's directories (a subtree whose ancestors, or part of it, other
+/// servers hold) are judged again across the servers, with one
+/// [`Across`] per batch — its records are read for that batch and kept
+/// for it only, as a request's check keeps them (so a rename of an
+/// ancestor elsewhere counts from the next batch on). Without peers those
+/// changes are left out.
+pub fn watch_filter(engine: Engine, path: String, peered: Option<Peered>) -> Filter {
+    std::sync::Arc::new(move |batch: &[std::sync::Arc<Changes>]| {
+        let local = Walk::local(&engine);
+        let local_confine = local.confine(&path);
+        let mut across: Option<(Across, Result<Confine, FsError>)> = None;
+        let mut kept = Vec::new();
+        for changes in batch {
+            let here = match &local_confine {
+                Ok(c) => filter_changes(&local, c, changes),
+                Err(e) => Err(*e),
+            };
+            let judged = match here {
+                Err(NEEDS_PEERS) => {
+                    let Some(p) = &peered else { continue };
+                    let (a, c) = across.get_or_insert_with(|| {
+                        let a = Across::new(
+                            engine.clone(),
+                            std::sync::Arc::clone(&p.peers),
+                            std::sync::Arc::clone(&p.placement),
+                            p.runtime.clone(),
+                        );
+                        let c = Walk::across(&engine, &a).confine(&path);
+                        (a, c)
+                    });
+                    match c {
+                        Ok(c) => filter_changes(&Walk::across(&engine, a), c, changes),
+                        Err(_) => continue,
+                    }
+                }
+                r => r,
+            };
+            if let Ok(Some(c)) = judged {
+                kept.push(c);
+            }
+        }
+        kept
+    })
 }
 
 #[cfg(test)]

@@ -1154,9 +1154,14 @@ impl pb::sextant_server::Sextant for Service {
             ));
         }
         // A key limited to a subtree sees its subtree's changes only.
-        let filter = caller
-            .confined_to()
-            .map(|p| crate::confine::watch_filter(shared.engine.clone(), p.to_string()));
+        let filter = caller.confined_to().map(|p| {
+            let peered = shared.peers.as_ref().map(|peers| crate::confine::Peered {
+                peers: Arc::clone(peers),
+                placement: Arc::clone(&shared.placement),
+                runtime: tokio::runtime::Handle::current(),
+            });
+            crate::confine::watch_filter(shared.engine.clone(), p.to_string(), peered)
+        });
         let mut rx = shared.watchers.watch(
             &shared.engine,
             request.into_inner().origin,

@@ -139,21 +139,37 @@ impl Watchers {
                 };
                 let Some(first) = first else { break };
                 let mut batch = pb::WatchBatch::default();
-                let mut bytes = 0;
-                let mut next = Some(first);
-                while let Some(event) = next {
-                    let c = match &filter {
-                        None => Some(changed_to_pb(&event)),
-                        Some(f) => f(&event).map(|c| changed_to_pb(&c)),
-                    };
-                    if let Some(c) = c {
-                        bytes += prost::Message::encoded_len(&c);
-                        batch.changes.push(c);
-                        if bytes >= BATCH_BYTES {
-                            break;
+                match &filter {
+                    None => {
+                        let mut bytes = 0;
+                        let mut next = Some(first);
+                        while let Some(event) = next {
+                            let c = changed_to_pb(&event);
+                            bytes += prost::Message::encoded_len(&c);
+                            batch.changes.push(c);
+                            if bytes >= BATCH_BYTES {
+                                break;
+                            }
+                            next = rx.try_recv().ok();
                         }
                     }
-                    next = rx.try_recv().ok();
+                    Some(f) => {
+                        // What is queued (up to a batch's bytes before
+                        // filtering), judged together on a blocking thread
+                        // (the filter may ask other servers).
+                        let mut events = vec![first];
+                        let mut bytes = approx_bytes(&events[0]);
+                        while bytes < BATCH_BYTES {
+                            let Ok(event) = rx.try_recv() else { break };
+                            bytes += approx_bytes(&event);
+                            events.push(event);
+                        }
+                        let f = Arc::clone(f);
+                        let Ok(kept) = tokio::task::spawn_blocking(move || f(&events)).await else {
+                            break;
+                        };
+                        batch.changes = kept.iter().map(changed_to_pb).collect();
+                    }
                 }
                 // Read after draining: a change dropped for want of room
                 // came after everything queued, so it is reported with (or
@@ -181,6 +197,12 @@ impl Drop for Gone {
     fn drop(&mut self) {
         metrics::gauge!("sextant_watchers").decrement(1.0);
     }
+}
+
+/// About what `c` takes encoded (a SOID: 16 bytes and framing; an entry:
+/// its parent and name).
+fn approx_bytes(c: &Changes) -> usize {
+    c.inodes.len() * 20 + c.entries.iter().map(|(_, n)| 22 + n.len()).sum::<usize>()
 }
 
 fn changed_to_pb(c: &Changes) -> pb::Changed {
