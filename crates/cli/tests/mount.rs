@@ -1907,6 +1907,42 @@ mod issue23 {
         assert_eq!((md.nlink(), md.len()), (1, 5001));
     }
 
+    /// git checkout writes each new file and fstats it before close (to
+    /// record its stat data): the kernel dropped the attributes at the
+    /// write and asks again; the create's reply answers (the server knows
+    /// nothing newer before the close), with the size written here.
+    #[test]
+    fn an_fstat_of_a_new_file_before_close_asks_the_server_nothing() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        let before = requests(port, "getattr");
+        let mut f = std::fs::File::create(m.p("n")).unwrap();
+        f.write_all(&[7; 3000]).unwrap();
+        let md = f.metadata().unwrap();
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        assert_eq!((md.len(), md.mode() & 0o7777, md.nlink()), (3000, 0o644, 1));
+        // Changed elsewhere before the stat: the server is asked.
+        let mut f = std::fs::File::create(m.p("o")).unwrap();
+        f.write_all(&[7; 10]).unwrap();
+        let out = Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .args(["chmod", "600", "/o"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eventually("the chmod elsewhere is seen", || {
+            f.metadata().unwrap().mode() & 0o7777 == 0o600
+        });
+    }
+
     /// tar x and cp -a into a new directory: the kernel's lookup before
     /// each create is answered by the mount (it made the directory and
     /// every name in it), and nothing made here or elsewhere goes unseen.

@@ -96,6 +96,30 @@ impl DirAttrs {
         }
     }
 
+    /// Keeps `attr`, the reply to the request that made the file `ino`
+    /// (a create), sent at epoch `sent`; `now` is the epoch now. The
+    /// kernel learns the node id from that reply, so no other change of
+    /// it can have been in flight; a change started since (an
+    /// overlapping [`DirAttrs::begin`]) or an epoch that moved keeps
+    /// nothing. Its first write makes the kernel drop the attributes and
+    /// ask again (git's fstat before close): the server would answer the
+    /// same, as the data written is this mount's (its size is shown from
+    /// here) and the server hears of it only at close.
+    pub fn keep_made(&self, ino: u64, attr: Attr, sent: u64, now: u64) {
+        if sent != now {
+            return;
+        }
+        let mut dirs = self.dirs.lock();
+        let d = dirs.entry(ino).or_default();
+        if d.in_flight > 0 {
+            return;
+        }
+        d.kept = Some((attr, now));
+        if dirs.len() > MAX_KEPT {
+            dirs.retain(|_, d| d.in_flight > 0);
+        }
+    }
+
     /// Directory `ino` is gone (or changed in a way not announced with
     /// [`DirAttrs::begin`]): drop what is kept for it.
     pub fn forget(&self, ino: u64) {
@@ -150,6 +174,25 @@ mod tests {
             ctime: Nanos(0),
             parent: Soid::ROOT,
         }
+    }
+
+    #[test]
+    fn a_made_file_keeps_its_reply_unless_the_epoch_moved_or_a_change_began() {
+        let d = DirAttrs::default();
+        d.keep_made(7, attr(1), 3, 3);
+        assert_eq!(d.take(7, 3).map(|a| a.nlink), Some(1));
+        assert!(d.take(7, 3).is_none(), "used once");
+        d.keep_made(7, attr(1), 3, 4);
+        assert!(d.take(7, 4).is_none(), "a change elsewhere came between");
+        let c = d.begin(7, 4);
+        d.keep_made(7, attr(1), 4, 4);
+        assert!(d.take(7, 4).is_none(), "a change of it is in flight");
+        d.end(c, None, 4);
+        d.keep_made(7, attr(1), 4, 4);
+        let c = d.begin(7, 4);
+        assert!(d.take(7, 4).is_none(), "a change began since");
+        d.end(c, None, 4);
+        assert!(d.is_empty());
     }
 
     #[test]

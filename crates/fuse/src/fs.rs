@@ -1121,6 +1121,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .create_with_dir(&c, p, name(n), perm, exclusive, want_dir)
                 .await;
+            let mut made_here = false;
             let a = match made {
                 Ok(made) => {
                     change.end(made.dir);
@@ -1128,6 +1129,7 @@ impl Filesystem for SextantFs {
                     if self.coherent {
                         self.no_caps.learned(made.value.soid, sent, self.epoch());
                     }
+                    made_here = true;
                     made.value
                 }
                 Err(e)
@@ -1148,7 +1150,13 @@ impl Filesystem for SextantFs {
                 Err(e) => return Err(e.into()),
             };
             let fh = self.opened(self.data.open(&a)?, flags);
-            Ok((self.entry(parent, n, &a), fh))
+            let entry = self.entry(parent, n, &a);
+            if made_here && self.coherent {
+                // For the GETATTR after its first write (crate::dirattrs).
+                self.dir_attrs
+                    .keep_made(entry.attr.ino.0, a, sent, self.epoch());
+            }
+            Ok((entry, fh))
         })
     }
 }
