@@ -3453,3 +3453,324 @@ fn a_path_limited_key_on_a_cluster_walks_across_servers() {
     refused(&["stat", "/home/alice/f"]);
     refused(&["stat", "/house/alice/f"]);
 }
+
+/// A cluster of three servers (`table_dir_limit = 1`) and a key limited
+/// to `/home/alice`, its objects on different servers on purpose:
+/// `/home/bob` (with `secret`, also hard-linked as `/home/alice/hl`) on
+/// a; `/`, `/home` and `/home/alice/d` on b (a path walk runs on b, the
+/// root's holder); `/home/alice` (with `f`) on c.
+struct ConfinedCluster {
+    // (Dropped in this order: the servers, etcd, the directory.)
+    _servers: Vec<KillOnDrop>,
+    etcd: Etcd,
+    dir: tempfile::TempDir,
+    a_addr: String,
+    /// Every server's address, by name.
+    addrs: std::collections::HashMap<&'static str, String>,
+    secret: PathBuf,
+    key: PathBuf,
+}
+
+/// Where each object is placed (path, server) in [`ConfinedCluster`].
+const CONFINED_PLACES: [(&str, &str); 7] = [
+    ("/home/alice/d", "b"),
+    ("/home/alice", "c"),
+    ("/home/alice/f", "c"),
+    ("/home/bob", "a"),
+    ("/home/bob/secret", "a"),
+    ("/home", "b"),
+    ("/", "b"),
+];
+
+impl ConfinedCluster {
+    fn start() -> Option<ConfinedCluster> {
+        let (dir, etcd) = dir_and_etcd()?;
+        let (a, a_addr, secret, config) = first_server(
+            dir.path(),
+            &etcd.url,
+            "table_dir_limit = 1\ntable_inode_limit = 4\n",
+        );
+        let admin = |args: &[&str]| sextant_ok(&a_addr, &secret, args);
+        // (`e` between `d` and `/home/bob`: a table splits at a
+        // directory boundary, never between two directories made one
+        // after the other.)
+        for d in [
+            "/home",
+            "/home/alice",
+            "/home/alice/d",
+            "/home/alice/d/e",
+            "/home/bob",
+        ] {
+            admin(&["mkdir", d]);
+        }
+        admin(&["touch", "/home/alice/f"]);
+        admin(&["touch", "/home/bob/secret"]);
+        admin(&["ln", "/home/bob/secret", "/home/alice/hl"]);
+        let c = config.as_str();
+        let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+        let (s3, c_addr) = serve_with(dir.path(), &etcd.url, "c", &["--config", c]);
+        let servers = vec![a, KillOnDrop(b), KillOnDrop(s3)];
+        let addrs = [("a", a_addr.clone()), ("b", b_addr), ("c", c_addr)].into();
+        wait_for("three servers", Duration::from_secs(60), || {
+            tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
+        });
+        let key = dir.path().join("alice.key");
+        admin(&[
+            "auth",
+            "add",
+            "alice",
+            "--path",
+            "/home/alice",
+            "--out",
+            key.to_str().unwrap(),
+        ]);
+        let cluster = ConfinedCluster {
+            dir,
+            etcd,
+            a_addr,
+            addrs,
+            secret,
+            key,
+            _servers: servers,
+        };
+        cluster.place();
+        Some(cluster)
+    }
+
+    /// Puts every table of [`CONFINED_PLACES`] where it belongs (again:
+    /// a borrow or a balancing move may have taken one elsewhere), and
+    /// checks that they are on different servers as planned.
+    fn place(&self) {
+        // (A table holding objects meant for two servers splits soon,
+        // and a table lent to a borrower comes home soon: the first moves
+        // may not hold.)
+        let start = Instant::now();
+        loop {
+            let mut tables = Vec::new();
+            for (path, to) in CONFINED_PLACES {
+                let table = move_table(&self.etcd.url, &self.secret, path, to);
+                tables.push((table, path, to));
+            }
+            let shared = tables
+                .iter()
+                .any(|(t, _, to)| tables.iter().any(|(u, _, tu)| t == u && to != tu));
+            let elsewhere: Vec<_> = tables
+                .iter()
+                .filter(|(t, _, to)| owner_of(&self.etcd.url, &self.secret, *t).0 != *to)
+                .collect();
+            if !shared && elsewhere.is_empty() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the tables cannot be placed: {tables:?}, not where moved: {elsewhere:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn admin(&self, args: &[&str]) -> String {
+        sextant_ok(&self.a_addr, &self.secret, args)
+    }
+
+    /// The SOID of `path`, as the admin sees it.
+    fn soid(&self, path: &str) -> sextant_types::Soid {
+        let out = self.admin(&["--json", "stat", path]);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let hex = v["soid"].as_str().unwrap();
+        sextant_types::Soid::from_u128(u128::from_str_radix(hex, 16).unwrap())
+    }
+
+    /// The CLI with the key (as uid 0: only the path limit can refuse).
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        common::cli_with_key(&self.a_addr, &self.key, 0, self.dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+
+    fn refused(&self, args: &[&str]) {
+        let o = self.run(args);
+        let said = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{args:?} was allowed");
+        assert!(
+            said.to_lowercase().contains("permission denied"),
+            "{args:?}: {said}"
+        );
+    }
+
+    /// A client of the library with the key (raw requests by SOID),
+    /// sending them to `server` first (it checks them before it finds
+    /// that another server holds what they are routed by).
+    fn client(&self, rt: &tokio::runtime::Runtime, server: &str) -> sextant_client::Client {
+        use sextant_proto::keyauth::ClientKey;
+        let text = std::fs::read_to_string(&self.key).unwrap();
+        let key = ClientKey::parse_file(&text).unwrap();
+        let options = sextant_client::Options {
+            retry_for: Duration::from_secs(10),
+            ..sextant_client::Options::default()
+        };
+        rt.block_on(sextant_client::Client::connect(
+            &self.addrs[server],
+            &key.credential(),
+            options,
+        ))
+        .unwrap()
+    }
+}
+
+fn is_eacces<T>(r: &Result<T, sextant_client::Error>) -> bool {
+    matches!(
+        r,
+        Err(sextant_client::Error::Fs(sextant_types::FsError::Access))
+    )
+}
+
+/// Hard links of a path-limited key across servers: a file held by
+/// another server than the new link's directory is placed by all its
+/// links, read from its holder — a file inside links inside (`f` on c
+/// into `d` on b; a FIFO on b into `/home/alice` on c), a file whose
+/// primary link is outside but which has a link inside (`hl`, held on a)
+/// is reached and linked by that link, and a file with no link inside,
+/// named by its path or by its SOID, is refused.
+#[test]
+fn a_path_limited_key_links_files_held_on_other_servers() {
+    let Some(w) = ConfinedCluster::start() else {
+        return;
+    };
+    use sextant_types::{Credentials, FileType};
+    // Inside, across servers: f (c) into d (b).
+    w.ok(&["ln", "/home/alice/f", "/home/alice/d/f2"]);
+    let st = w.ok(&["stat", "/home/alice/d/f2"]);
+    assert!(st.contains("Links: 2"), "{st}");
+    // A file whose primary link is outside, with one inside (hl, its
+    // table on a): reached and linked by its link inside.
+    w.place();
+    w.ok(&["stat", "/home/alice/hl"]);
+    w.ok(&["ln", "/home/alice/hl", "/home/alice/d/hl2"]);
+    w.ok(&["stat", "/home/alice/d/hl2"]);
+
+    // The same resolved by the server (a `Resolve` runs on b, the root's
+    // holder; `hl`'s inode is on a): placed by its link inside.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let on_b = w.client(&rt, "b");
+    let root = Credentials::root();
+    w.place();
+    let hl = rt.block_on(on_b.resolve(&root, b"/home/alice/hl", true));
+    assert_eq!(hl.unwrap().soid, w.soid("/home/bob/secret"));
+    let r = rt.block_on(on_b.resolve(&root, b"/home/bob/secret", true));
+    assert!(is_eacces(&r), "resolved outside: {r:?}");
+
+    // A file with no link inside, by path (the walk) and by SOID (the
+    // link's own check, on the new directory's holder: the file is on
+    // a): refused.
+    w.place();
+    w.admin(&["touch", "/home/bob/only"]);
+    w.refused(&["ln", "/home/bob/only", "/home/alice/d/only"]);
+    let (only, d, alice) = (
+        w.soid("/home/bob/only"),
+        w.soid("/home/alice/d"),
+        w.soid("/home/alice"),
+    );
+    let on_c = w.client(&rt, "c");
+    for (on, parent) in [(&on_b, d), (&on_c, alice)] {
+        let r = rt.block_on(on.link(&root, only, parent, b"only"));
+        assert!(is_eacces(&r), "linked in: {r:?}");
+    }
+    // Nor by a link of the whole secret file (its soid, outside only
+    // once `hl` and `hl2` are gone).
+    w.admin(&["rm", "/home/alice/hl", "/home/alice/d/hl2"]);
+    let secret = w.soid("/home/bob/secret");
+    let r = rt.block_on(on_b.link(&root, secret, d, b"s"));
+    assert!(is_eacces(&r), "linked in: {r:?}");
+    let listing = w.admin(&["ls", "/home/alice/d"]);
+    let names: Vec<&str> = listing.split_whitespace().collect();
+    assert_eq!(names, ["e", "f2"], "{listing}");
+
+    // A FIFO (not a regular file) made in d (b), linked into
+    // /home/alice (c); one in /home/bob is refused.
+    w.place();
+    let fifo = rt
+        .block_on(on_b.mknod(&root, d, b"p", FileType::Fifo, 0o644, 0))
+        .unwrap();
+    assert_eq!(fifo.ftype, FileType::Fifo);
+    w.ok(&["ln", "/home/alice/d/p", "/home/alice/p2"]);
+    let st = w.ok(&["stat", "/home/alice/p2"]);
+    assert!(st.contains("Links: 2"), "{st}");
+    let bob = w.soid("/home/bob");
+    let r = rt.block_on(on_b.mknod(&root, bob, b"p", FileType::Fifo, 0o644, 0));
+    assert!(is_eacces(&r), "made in bob's: {r:?}");
+}
+
+/// Symlinks and renames of a path-limited key across servers: a symlink
+/// inside pointing outside (absolute, or by `..`) is made and read, but
+/// not followed; one pointing inside (to a file another server holds) is
+/// followed; a directory cannot be renamed out of the subtree to a
+/// directory another server holds.
+#[test]
+fn a_path_limited_key_follows_symlinks_and_renames_only_inside_across_servers() {
+    let Some(w) = ConfinedCluster::start() else {
+        return;
+    };
+    // Pointing outside: made and read (`stat` shows the target), not
+    // followed.
+    for (link, target) in [
+        ("/home/alice/d/out", "/home/bob/secret"),
+        ("/home/alice/d/rel", "../../bob/secret"),
+        ("/home/alice/d/bobdir", "/home/bob"),
+    ] {
+        w.ok(&["ln", "-s", target, link]);
+        let st = w.ok(&["stat", link]);
+        assert!(st.contains(&format!("-> {target}")), "{st}");
+        w.refused(&["stat", "-L", link]);
+    }
+    w.refused(&["stat", "/home/alice/d/bobdir/secret"]);
+    w.refused(&["ls", "/home/alice/d/bobdir/"]);
+    // Pointing inside: followed (d on b, f on c).
+    for (link, target) in [
+        ("/home/alice/d/in", "/home/alice/f"),
+        ("/home/alice/d/rin", "../f"),
+    ] {
+        w.ok(&["ln", "-s", target, link]);
+        let st = w.ok(&["stat", "-L", link]);
+        assert!(st.contains("Type: file"), "{st}");
+    }
+    // A directory renamed out, across servers: d (b) from /home/alice
+    // (c) to /home/bob (a); e from d (b) to /home/bob (a).
+    // By path (the client cannot even name `/home/bob`) and by SOID (the
+    // rename's own check: its new parent is outside, on a).
+    w.place();
+    w.refused(&["mv", "/home/alice/d", "/home/bob/d"]);
+    w.refused(&["mv", "/home/alice/d/e", "/home/bob/e"]);
+    w.refused(&["mv", "/home/alice/d/e", "/home/e"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = sextant_types::Credentials::root();
+    let (alice, d, bob) = (
+        w.soid("/home/alice"),
+        w.soid("/home/alice/d"),
+        w.soid("/home/bob"),
+    );
+    // (Sent to the old directory's holder: bob's is on a.)
+    for (on, from, name) in [("c", alice, &b"d"[..]), ("b", d, b"e")] {
+        w.place();
+        let client = w.client(&rt, on);
+        let flags = sextant_engine::RenameFlags::default();
+        let r = rt.block_on(client.rename(&root, from, name, bob, name, flags));
+        assert!(is_eacces(&r), "renamed out: {r:?}");
+    }
+    assert_eq!(w.admin(&["ls", "/home/bob"]).trim(), "secret");
+    w.admin(&["stat", "/home/alice/d/e"]);
+    // Inside, it moves (across servers too).
+    w.ok(&["mv", "/home/alice/d/e", "/home/alice/e"]);
+    w.admin(&["stat", "/home/alice/e"]);
+}

@@ -681,6 +681,7 @@ fn forged_claims_child() {
                         .dir_chain(pb::DirChainRequest {
                             dir: Some(sextant_proto::soid_to_pb(sextant_types::Soid::ROOT)),
                             more: vec![sextant_proto::soid_to_pb(sextant_types::Soid::ROOT)],
+                            ..Default::default()
                         })
                         .await;
                     assert_eq!(

@@ -51,11 +51,13 @@
 //! the subtree, or an object's chain of parents — it fails with
 //! [`NEEDS_PEERS`], and the service runs the check again across the
 //! servers on a blocking thread ([`Walk::across`]): parent chains read
-//! with `DirChain` (the search's reader, `crate::peers`), lookups on
-//! their directories' holders. Nothing read there is kept past the
-//! request, so a rename on another server acknowledged before a request
-//! is seen by its check. An object the operation itself names that
-//! another server holds stays a WRONG_SERVER (the client goes there, and
+//! with `DirChain` (the search's reader, `crate::peers`), an inode's
+//! links (every link's directory, hard links included) with `DirChain`'s
+//! `links` from its holder, lookups on their directories' holders.
+//! Nothing read there is kept past the request, so a rename on another
+//! server acknowledged before a request is seen by its check. An object
+//! the operation itself names that another server holds stays a
+//! WRONG_SERVER (the client goes there, and
 //! that server checks) — the one the request is routed by only: a
 //! rename's or link's other directory held elsewhere is walked across
 //! here, and the operation then BORROWs its table (a WRONG_SERVER naming

@@ -12,6 +12,11 @@
 //! a peer that cannot be reached in that time fails the search with EIO —
 //! never a silently shorter answer.
 //!
+//! A confinement check (`crate::confine::across`) reads through it too,
+//! never the kept records: the directories of an inode's links
+//! ([`PeerDirs::links`], `DirChain` with `links`) — a file another server
+//! holds is placed by all of them.
+//!
 //! It also forwards a search for a caller without the secret (a local
 //! user on the Unix socket, `SearchRequest.forward_to`): the part runs on
 //! its holder as the caller this server admitted, and the batches pass
@@ -414,6 +419,7 @@ impl Peers {
         let ask = pb::DirChainRequest {
             dir: Some(soid_to_pb(first)),
             more: more.iter().map(|d| soid_to_pb(*d)).collect(),
+            links: false,
         };
         let (mut grpc, request) = self.client(address, ask).map_err(Attempt::Fatal)?;
         let call = grpc.dir_chain(request);
@@ -476,6 +482,106 @@ pub fn record_to_pb(r: &DirRecord) -> pb::DirRecord {
         perm: u32::from(r.perm),
         uid: r.uid,
         gid: r.gid,
+    }
+}
+
+/// The reply to `DirChain` with `links` for the inode `soid`: where it
+/// has links (every link's directory), with the chains of those
+/// directories this server holds; `not_held` when its table is not held
+/// here.
+pub fn links_reply(engine: &Engine, soid: Soid) -> pb::DirChainReply {
+    let mut reply = pb::DirChainReply {
+        dir_epoch: engine.dir_epoch(),
+        incarnation: incarnation(),
+        ..Default::default()
+    };
+    let (is_dir, dirs) = match engine.links_of(soid) {
+        Ok(Some(links)) => links,
+        Ok(None) => return reply,
+        Err(FsError::WrongServer { .. } | FsError::NeedsTable { .. } | FsError::CrossServer) => {
+            reply.not_held = true;
+            return reply;
+        }
+        Err(e) => {
+            reply.error = Some(sextant_proto::error_to_pb(e));
+            return reply;
+        }
+    };
+    // The chains too (those held here; the asker reads the rest): one
+    // call places a file whose directories are held with it.
+    if let Ok(chains) = engine.dir_chains(&dirs, sextant_proto::MAX_MESSAGE_BYTES / 2) {
+        reply.dirs = chains.records.iter().map(record_to_pb).collect();
+    }
+    reply.links_of = Some(pb::InodeLinks {
+        is_dir,
+        dirs: dirs.into_iter().map(soid_to_pb).collect(),
+    });
+    reply
+}
+
+/// Where an inode another server holds has links (`DirChain` with
+/// `links`): what a confinement check places it by.
+#[derive(Debug)]
+pub struct Links {
+    pub is_dir: bool,
+    /// The directories of its links (a directory's: its parent).
+    pub dirs: Vec<Soid>,
+    /// Chains of those directories, as far as the holder holds them.
+    pub records: Vec<DirRecord>,
+}
+
+impl Peers {
+    /// One `DirChain` call with `links` for `soid` (`None`: it is gone).
+    async fn inode_links(&self, address: &str, soid: Soid) -> Result<Option<Links>, Attempt> {
+        let ask = pb::DirChainRequest {
+            dir: Some(soid_to_pb(soid)),
+            more: Vec::new(),
+            links: true,
+        };
+        let (mut grpc, request) = self.client(address, ask).map_err(Attempt::Fatal)?;
+        let reply = tokio::time::timeout(CALL_TIMEOUT, grpc.dir_chain(request))
+            .await
+            .map_err(|_| Attempt::Again(format!("{address}: no answer")))?
+            .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
+            .into_inner();
+        if let Some(e) = reply.error {
+            let e = sextant_proto::error_from_pb(&e);
+            return Err(Attempt::Fatal(format!("{address}: {e}")));
+        }
+        if reply.not_held {
+            return Attempt::again(format!("{address}: not held there"));
+        }
+        let malformed = || Attempt::Fatal(format!("{address}: a malformed links reply"));
+        let records = reply
+            .dirs
+            .into_iter()
+            .map(record_from_pb)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(malformed)?;
+        let Some(links) = reply.links_of else {
+            // Gone; or a server that predates `links` answered `soid` as
+            // a directory: its record, if it is one.
+            return Ok(records
+                .iter()
+                .find(|r| r.soid == soid)
+                .map(|r| r.parent)
+                .map(|parent| Links {
+                    is_dir: true,
+                    dirs: vec![parent],
+                    records,
+                }));
+        };
+        let dirs = links
+            .dirs
+            .iter()
+            .map(|d| soid_from_pb(Some(d)).ok())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(malformed)?;
+        Ok(Some(Links {
+            is_dir: links.is_dir,
+            dirs,
+            records,
+        }))
     }
 }
 
@@ -615,6 +721,36 @@ impl ForeignDirs for PeerDirs {
 }
 
 impl PeerDirs {
+    /// Where the inode `soid` has links, read from its holder (`None`:
+    /// gone); asked again of a new holder while its table moves, as
+    /// [`PeerDirs::chain`] does.
+    pub fn links(&self, soid: Soid) -> Result<Option<Links>, FsError> {
+        let deadline = Instant::now() + READ_FOR;
+        loop {
+            let last = match Self::holder(self.route_map().as_ref(), soid) {
+                None => "no server holds it in the route map".to_string(),
+                Some(address) => {
+                    match self
+                        .runtime
+                        .block_on(self.peers.inode_links(&address, soid))
+                    {
+                        Ok(links) => return Ok(links),
+                        Err(Attempt::Fatal(why)) => {
+                            tracing::warn!(%why, "cannot read an inode's links on another server");
+                            return Err(FsError::Io);
+                        }
+                        Err(Attempt::Again(why)) => why,
+                    }
+                }
+            };
+            if Instant::now() >= deadline {
+                tracing::warn!(why = %last, ?soid, "gave up reading an inode's links on another server");
+                return Err(FsError::Io);
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+
     /// The current route map (built from the placement's: once per
     /// batch, not per directory — it costs as much as the batch's reads).
     fn route_map(&self) -> Option<RouteTable> {

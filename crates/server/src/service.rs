@@ -1249,6 +1249,17 @@ impl pb::sextant_server::Sextant for Service {
         }
         let dir = soid_from_pb(request.dir.as_ref())
             .map_err(|_| Status::invalid_argument("dir is missing"))?;
+        if request.links {
+            if !request.more.is_empty() {
+                return Err(Status::invalid_argument("links are asked of one inode"));
+            }
+            let shared = Arc::clone(&self.shared);
+            let reply =
+                tokio::task::spawn_blocking(move || crate::peers::links_reply(&shared.engine, dir))
+                    .await
+                    .map_err(|_| Status::internal("the links read failed"))?;
+            return Ok(Response::new(reply));
+        }
         // Many at once (a search's batch), or `dir` alone.
         let mut dirs = vec![dir];
         for d in &request.more {

@@ -663,6 +663,7 @@ async fn dir_chain_answers_a_batch_in_one_reply() {
         let mut req = Request::new(pb::DirChainRequest {
             dir: Some(soid_to_pb(dir)),
             more: more.into_iter().map(soid_to_pb).collect(),
+            ..Default::default()
         });
         req.extensions_mut().insert(Caller::Trusted(Trust::Secret));
         req
@@ -686,6 +687,76 @@ async fn dir_chain_answers_a_batch_in_one_reply() {
     let mut want = vec![Soid::ROOT, x.priv_, d];
     want.sort();
     assert_eq!(soids, want, "each directory once; the file has none");
+}
+
+/// `DirChain` with `links` (a confinement check placing an inode another
+/// server holds): a file's every link's directory (a hard link's too),
+/// with their chains; a directory's parent; nothing for a missing inode;
+/// and it is asked of one inode at a time.
+#[tokio::test]
+async fn dir_chain_with_links_answers_every_link_of_an_inode() {
+    let x = fixture().await;
+    let root = Credentials::root();
+    let e = &x.svc.shared.engine;
+    let d = e.lookup(&root, x.priv_, b"d").unwrap().soid;
+    let _ = e.link(&root, x.f, d, b"hard").unwrap();
+    let ask = |soid: Soid, more: Vec<Soid>| {
+        let mut req = Request::new(pb::DirChainRequest {
+            dir: Some(soid_to_pb(soid)),
+            more: more.into_iter().map(soid_to_pb).collect(),
+            links: true,
+        });
+        req.extensions_mut().insert(Caller::Trusted(Trust::Secret));
+        req
+    };
+    let soids = |v: &[pb::Soid]| -> Vec<Soid> {
+        let mut v: Vec<Soid> = v
+            .iter()
+            .map(|s| sextant_proto::soid_from_pb(Some(s)).unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let sorted = |mut v: Vec<Soid>| {
+        v.sort();
+        v
+    };
+    let file = x
+        .svc
+        .dir_chain(ask(x.f, vec![]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(file.error.is_none() && !file.not_held);
+    let links = file.links_of.expect("a file's links");
+    assert!(!links.is_dir);
+    assert_eq!(soids(&links.dirs), sorted(vec![x.priv_, d]), "both links");
+    let chained: Vec<pb::Soid> = file.dirs.iter().filter_map(|r| r.soid).collect();
+    assert_eq!(
+        soids(&chained),
+        sorted(vec![Soid::ROOT, x.priv_, d]),
+        "their chains, each directory once"
+    );
+
+    let dir = x.svc.dir_chain(ask(d, vec![])).await.unwrap().into_inner();
+    let links = dir.links_of.expect("a directory's links");
+    assert!(links.is_dir);
+    assert_eq!(soids(&links.dirs), vec![x.priv_], "its parent");
+
+    let gone = Soid::from_u128(x.f.as_u128() + 1000);
+    let none = x
+        .svc
+        .dir_chain(ask(gone, vec![]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(none.links_of.is_none() && none.dirs.is_empty() && none.error.is_none());
+
+    let many = x.svc.dir_chain(ask(x.f, vec![d])).await;
+    assert_eq!(
+        many.map(|_| ()).map_err(|s| s.code()),
+        Err(tonic::Code::InvalidArgument)
+    );
 }
 
 /// Records by name, with the revision each was written at.

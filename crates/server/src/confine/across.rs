@@ -4,7 +4,10 @@
 //! directory's chain of parents, a confined path walk.
 //!
 //! Parent chains are read with the search's reader ([`PeerDirs`], the
-//! `DirChain` RPC), lookups and attributes with ordinary requests run on
+//! `DirChain` RPC), and so are the links of an inode another server holds
+//! (`DirChain` with `links`: every link's directory, hard links included,
+//! so a file is placed as on one server — by any of its links), lookups
+//! and attributes with ordinary requests run on
 //! the holder as root (the steps to the subtree, as on one server) or as
 //! the caller (a path walk: its search permissions are checked there).
 //!
@@ -189,6 +192,30 @@ impl Across {
         Ok(parent)
     }
 
+    /// [`Engine::links_of`] wherever `soid` is held: whether it is a
+    /// directory, and the directories of its links — all of them, hard
+    /// links included (a directory's: its parent). Another server's are
+    /// read from it (`DirChain` with `links`), with the chains of those
+    /// directories it holds (kept for this check).
+    fn links_of(&self, soid: Soid) -> Result<Option<(bool, Vec<Soid>)>, FsError> {
+        match self.engine.links_of(soid) {
+            Err(e) if is_cross(&e) => {
+                let Some(links) = self.dirs.links(soid)? else {
+                    return Ok(None);
+                };
+                let mut parents = self.parents.lock();
+                for r in &links.records {
+                    parents.insert(r.soid, Some(r.parent));
+                }
+                if links.is_dir {
+                    parents.insert(soid, links.dirs.first().copied());
+                }
+                Ok(Some((links.is_dir, links.dirs)))
+            }
+            r => r,
+        }
+    }
+
     /// Is the directory `dir` the subtree's root or below it?
     fn dir_within(&self, mut dir: Soid, root: Soid) -> Result<bool, FsError> {
         for _ in 0..MAX_WALK {
@@ -208,8 +235,9 @@ impl Across {
 
     /// [`sextant_engine::confine::within`] across servers. `target`: a
     /// `soid` another server holds is that server's to check
-    /// (`WRONG_SERVER`, the client goes there); else only a directory
-    /// held elsewhere can be in.
+    /// (`WRONG_SERVER`, the client goes there); else it is placed by its
+    /// links, read from its holder — any inode, a file by every link
+    /// (hard links included), as on one server.
     pub fn within(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, FsError> {
         if soid == c.root {
             return Ok(true);
@@ -220,8 +248,8 @@ impl Across {
             Err(FsError::WrongServer { .. }) if target => {
                 return Err(FsError::WrongServer { soid });
             }
-            Err(e) if is_cross(&e) => match self.dir_parent(soid)? {
-                Some(p) => vec![p],
+            Err(e) if is_cross(&e) => match self.links_of(soid)? {
+                Some((_, links)) => links,
                 None => return Ok(false),
             },
             Err(e) => return Err(e),
@@ -360,14 +388,8 @@ impl Across {
             }
             cur = attr;
         }
-        // A file another server holds: by its primary link (the one
-        // walked, or another: its other links are not read — a doubt).
-        let inside = match self.engine.links_of(cur.soid) {
-            Err(e) if is_cross(&e) && cur.ftype != FileType::Directory => {
-                self.dir_within(cur.parent, c.root)?
-            }
-            _ => self.within(cur.soid, c, false)?,
-        };
+        // (Wherever it is held: a file by every link, as on one server.)
+        let inside = self.within(cur.soid, c, false)?;
         if !inside && !c.is_ancestor(cur.soid) {
             return Err(FsError::Access);
         }
