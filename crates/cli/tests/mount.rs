@@ -1422,10 +1422,15 @@ fn a_signalled_program_does_not_wait_for_a_stopped_server() {
         &m.mnt,
         "mkdir d && echo x > d/f && cat d/f && : > d/g && ls -l d/g",
     );
+    // d/h made elsewhere: the mount has seen no attributes of it that an
+    // open could use (d/f's open needs no server: see
+    // crate::dirattrs in the fuse crate), so its open asks the server.
+    m.sextant_ok(&["touch", "/d/h"]);
+    eventually("d/h is seen", || m.p("d/h").exists());
     let server = m.server.id() as i32;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(server, libc::SIGSTOP) };
-    for (op, path) in [("access", "never-looked-up"), ("open", "d/f")] {
+    for (op, path) in [("access", "never-looked-up"), ("open", "d/h")] {
         let mut program = signalled(&m.p(path), op);
         std::thread::sleep(Duration::from_millis(1000));
         assert!(
@@ -1454,7 +1459,11 @@ fn a_signalled_program_does_not_wait_for_a_stopped_server() {
     assert_eq!(out, "OK", "the unlink, done once");
     eprintln!("unlink: done {took:?} after SIGCONT");
     let listing = m.sextant_ok(&["ls", "/d"]);
-    assert_eq!(listing.trim(), "f", "on the server");
+    assert_eq!(
+        listing.split_whitespace().collect::<Vec<_>>(),
+        ["f", "h"],
+        "on the server"
+    );
     assert!(!m.p("d/g").exists());
     // Reads answer again.
     assert_eq!(std::fs::read(m.p("d/f")).unwrap(), b"x\n");
@@ -1941,6 +1950,53 @@ mod issue23 {
         eventually("the chmod elsewhere is seen", || {
             f.metadata().unwrap().mode() & 0o7777 == 0o600
         });
+    }
+
+    /// Opening a file asks the server nothing while nothing changed: the
+    /// mount's own check of an open uses the attributes it last saw of
+    /// the file (its create, the size sent at close, an earlier open's
+    /// fetch), until a change elsewhere (then the server is asked again).
+    #[test]
+    fn opens_of_an_unchanged_file_ask_the_server_nothing() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        std::fs::write(m.p("r"), b"data").unwrap();
+        let before = requests(port, "getattr");
+        for _ in 0..3 {
+            assert_eq!(std::fs::read(m.p("r")).unwrap(), b"data");
+        }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(m.p("r"))
+            .unwrap()
+            .write_all(b"+")
+            .unwrap();
+        assert_eq!(std::fs::read(m.p("r")).unwrap(), b"data+");
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        // A change elsewhere: the server is asked again.
+        let before = requests(port, "getattr");
+        let out = Command::new(BIN)
+            .args(["--server", &m.addr, "--data"])
+            .arg(m.data())
+            .args(["chmod", "600", "/r"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eventually("the chmod elsewhere is seen", || {
+            std::fs::metadata(m.p("r")).unwrap().mode() & 0o7777 == 0o600
+        });
+        assert_eq!(std::fs::read(m.p("r")).unwrap(), b"data+");
+        assert!(
+            requests(port, "getattr") > before,
+            "the server is asked after a change elsewhere"
+        );
     }
 
     /// tar x and cp -a into a new directory: the kernel's lookup before

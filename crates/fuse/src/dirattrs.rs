@@ -29,6 +29,16 @@
 //!   [`MAX_KEPT`] directories have state: past that, kept values are
 //!   dropped (the kernel then asks the server, as without this module).
 //! - Pure bookkeeping: no I/O.
+//!
+//! Opens: the mount's own check of each open ([`crate::perms`]) and its
+//! data layer need a file's attributes, which the open fetched from the
+//! server every time. The last attributes seen of a file (from an open's
+//! fetch, a create, a kept reply) are kept for the next opens too
+//! ([`DirAttrs::last_seen`], used many times) under the rules above: only
+//! while the cache epoch is the one they were stored under (no change made
+//! elsewhere since: the watcher bumps it), dropped by any change of the
+//! file through this mount ([`DirAttrs::begin`], [`DirAttrs::forget`]),
+//! not stored or used while a change of it is in flight.
 
 use parking_lot::Mutex;
 use sextant_types::Attr;
@@ -50,6 +60,8 @@ struct Dir {
 #[derive(Default)]
 pub struct DirAttrs {
     dirs: Mutex<HashMap<u64, Dir>>,
+    /// Files' last seen attributes and their epoch, for opens.
+    opens: Mutex<HashMap<u64, (Attr, u64)>>,
 }
 
 /// One change of a directory in flight (from [`DirAttrs::begin`]).
@@ -70,6 +82,8 @@ impl DirAttrs {
         }
         d.in_flight += 1;
         d.kept = None;
+        drop(dirs);
+        self.opens.lock().remove(&ino);
         Change { ino, epoch }
     }
 
@@ -85,6 +99,9 @@ impl DirAttrs {
             Some(a) if !d.overlapped && epoch == change.epoch => Some((a, epoch)),
             _ => None,
         };
+        if let (Some((a, e)), 0) = (&d.kept, d.in_flight) {
+            self.keep_last_seen(change.ino, a.clone(), *e);
+        }
         if d.in_flight == 0 {
             d.overlapped = false;
             if d.kept.is_none() {
@@ -114,15 +131,56 @@ impl DirAttrs {
         if d.in_flight > 0 {
             return;
         }
-        d.kept = Some((attr, now));
+        d.kept = Some((attr.clone(), now));
         if dirs.len() > MAX_KEPT {
             dirs.retain(|_, d| d.in_flight > 0);
+        }
+        drop(dirs);
+        self.keep_last_seen(ino, attr, now);
+    }
+
+    /// File `ino`'s attributes as an open fetched them, the fetch sent at
+    /// epoch `sent`; `now` is the epoch now. Kept for the next opens
+    /// unless the epoch moved or a change of it is in flight.
+    pub fn saw(&self, ino: u64, attr: Attr, sent: u64, now: u64) {
+        if sent != now {
+            return;
+        }
+        let in_flight = self.dirs.lock().get(&ino).is_some_and(|d| d.in_flight > 0);
+        if !in_flight {
+            self.keep_last_seen(ino, attr, now);
+        }
+    }
+
+    fn keep_last_seen(&self, ino: u64, attr: Attr, epoch: u64) {
+        let mut opens = self.opens.lock();
+        if opens.len() >= MAX_KEPT && !opens.contains_key(&ino) {
+            opens.clear();
+        }
+        opens.insert(ino, (attr, epoch));
+    }
+
+    /// The last attributes seen of file `ino`, for an open, if still good
+    /// at `epoch` (no change of it in flight). Used any number of times.
+    pub fn last_seen(&self, ino: u64, epoch: u64) -> Option<Attr> {
+        if self.dirs.lock().get(&ino).is_some_and(|d| d.in_flight > 0) {
+            return None;
+        }
+        let mut opens = self.opens.lock();
+        match opens.get(&ino) {
+            Some((a, e)) if *e == epoch => Some(a.clone()),
+            Some(_) => {
+                opens.remove(&ino);
+                None
+            }
+            None => None,
         }
     }
 
     /// Directory `ino` is gone (or changed in a way not announced with
     /// [`DirAttrs::begin`]): drop what is kept for it.
     pub fn forget(&self, ino: u64) {
+        self.opens.lock().remove(&ino);
         let mut dirs = self.dirs.lock();
         if let Some(d) = dirs.get_mut(&ino) {
             d.kept = None;
@@ -193,6 +251,43 @@ mod tests {
         assert!(d.take(7, 4).is_none(), "a change began since");
         d.end(c, None, 4);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn opens_reuse_what_was_seen_until_a_change_or_the_epoch_moves() {
+        let d = DirAttrs::default();
+        d.saw(9, attr(1), 2, 2);
+        assert_eq!(d.last_seen(9, 2).map(|a| a.nlink), Some(1));
+        assert_eq!(d.last_seen(9, 2).map(|a| a.nlink), Some(1), "many uses");
+        assert!(d.last_seen(9, 3).is_none(), "a change elsewhere");
+        assert!(d.last_seen(9, 2).is_none(), "dropped at the mismatch");
+        d.saw(9, attr(1), 3, 4);
+        assert!(
+            d.last_seen(9, 4).is_none(),
+            "the epoch moved during the fetch"
+        );
+        d.saw(9, attr(1), 4, 4);
+        let c = d.begin(9, 4);
+        assert!(d.last_seen(9, 4).is_none(), "a change of it began");
+        d.saw(9, attr(1), 4, 4);
+        assert!(
+            d.last_seen(9, 4).is_none(),
+            "not stored while one is in flight"
+        );
+        // Its reply is what opens see next.
+        d.end(c, Some(attr(2)), 4);
+        assert_eq!(d.last_seen(9, 4).map(|a| a.nlink), Some(2));
+        d.forget(9);
+        assert!(
+            d.last_seen(9, 4).is_none(),
+            "gone with the file's last name"
+        );
+        d.keep_made(10, attr(1), 4, 4);
+        assert_eq!(
+            d.last_seen(10, 4).map(|a| a.nlink),
+            Some(1),
+            "a create's reply"
+        );
     }
 
     #[test]

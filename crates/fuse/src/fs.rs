@@ -567,10 +567,24 @@ impl Filesystem for SextantFs {
                     return Ok(self.attr(&a, ino));
                 }
             }
+            // The last seen, if nothing changed since: what the server
+            // would answer (a file's data is this mount's; see
+            // crate::dirattrs).
+            if self.coherent {
+                if let Some(a) = self.dir_attrs.last_seen(ino.0, self.epoch()) {
+                    if a.soid == soid {
+                        return Ok(self.attr(&a, ino));
+                    }
+                }
+            }
+            let sent = self.epoch();
             let a = match self.client().getattr(&self.cred(req), soid).await {
                 Err(e) if e.fs() == Some(FsError::NotFound) => self.data.orphan(soid).ok_or(e)?,
                 r => r?,
             };
+            if self.coherent && a.ftype == FileType::Regular {
+                self.dir_attrs.saw(ino.0, a.clone(), sent, self.epoch());
+            }
             Ok(self.attr(&a, ino))
         })
     }
@@ -808,7 +822,23 @@ impl Filesystem for SextantFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.run_read(req, reply, async {
             let c = self.cred(req);
-            let a = self.client().getattr(&c, self.soid(ino)?).await?;
+            let soid = self.soid(ino)?;
+            // The last attributes seen of it, if nothing changed since
+            // (see crate::dirattrs); else the server's.
+            let a = match self
+                .coherent
+                .then(|| self.dir_attrs.last_seen(ino.0, self.epoch()))
+            {
+                Some(Some(a)) if a.soid == soid => a,
+                _ => {
+                    let sent = self.epoch();
+                    let a = self.client().getattr(&c, soid).await?;
+                    if self.coherent {
+                        self.dir_attrs.saw(ino.0, a.clone(), sent, self.epoch());
+                    }
+                    a
+                }
+            };
             self.check_open(&a, &c, flags.0)?;
             Ok((
                 self.opened(self.data.open(&a)?, flags.0),
