@@ -38,7 +38,10 @@
 //! while the cache epoch is the one they were stored under (no change made
 //! elsewhere since: the watcher bumps it), dropped by any change of the
 //! file through this mount ([`DirAttrs::begin`], [`DirAttrs::forget`]),
-//! not stored or used while a change of it is in flight.
+//! not stored or used while a change of it is in flight — and used only
+//! while every change stream the watcher follows is open (`fs` asks
+//! `watching`: a broken stream bumps the epoch once, and changes made
+//! elsewhere until it reopens would not move it again).
 
 use parking_lot::Mutex;
 use sextant_types::Attr;

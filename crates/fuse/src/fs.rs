@@ -42,6 +42,10 @@ pub struct SextantFs {
     /// names and directory listings may be cached too, and directory
     /// attributes from the replies to our own changes ([`DirAttrs`]).
     pub(crate) coherent: bool,
+    /// Every change stream the watcher follows is open (see
+    /// [`crate::watch`]): the last attributes seen of a file answer opens
+    /// and GETATTRs only then ([`crate::dirattrs`]).
+    pub(crate) watching: Arc<std::sync::atomic::AtomicBool>,
     pub(crate) dir_attrs: DirAttrs,
     /// Moved by the watcher before it applies other clients' changes.
     pub(crate) cache_epoch: Arc<AtomicU64>,
@@ -271,6 +275,12 @@ impl SextantFs {
             .then(|| self.dir_attrs.begin(parent.0, self.epoch()));
         let want = change.is_some();
         (DirChange { fs: self, change }, want)
+    }
+
+    /// Changes made elsewhere reach this mount now (see
+    /// [`SextantFs::watching`]).
+    fn live(&self) -> bool {
+        self.coherent && self.watching.load(Ordering::Acquire)
     }
 
     /// The client to call: this thread's lane inside [`SextantFs::run`].
@@ -570,7 +580,7 @@ impl Filesystem for SextantFs {
             // The last seen, if nothing changed since: what the server
             // would answer (a file's data is this mount's; see
             // crate::dirattrs).
-            if self.coherent {
+            if self.live() {
                 if let Some(a) = self.dir_attrs.last_seen(ino.0, self.epoch()) {
                     if a.soid == soid {
                         return Ok(self.attr(&a, ino));

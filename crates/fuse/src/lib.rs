@@ -111,6 +111,8 @@ pub fn mount(
 ) -> io::Result<()> {
     let nodes = Arc::new(nodes::Nodes::with_root(cfg.root));
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Set by the watcher while every change stream it follows is open.
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher_client = client.clone();
     let durability_of = client.clone();
     let data = Arc::new(
@@ -137,6 +139,7 @@ pub fn mount(
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
+        watching: Arc::clone(&watching),
         write_handles: Default::default(),
         interrupts: Default::default(),
         no_caps: Default::default(),
@@ -165,7 +168,15 @@ pub fn mount(
             std::thread::Builder::new()
                 .name("sextant-watch".into())
                 .spawn(move || {
-                    watch::run(watcher_client, rt, nodes, data, notifier, epoch, stopped)
+                    watch::run(
+                        watcher_client,
+                        rt,
+                        nodes,
+                        data,
+                        notifier,
+                        (epoch, watching),
+                        stopped,
+                    )
                 })?,
         )
     } else {

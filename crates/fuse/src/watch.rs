@@ -51,7 +51,7 @@ use sextant_client::{ChangeBatch, Client, Error, Watched};
 use sextant_types::{Credentials, FsError, Soid};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -155,9 +155,19 @@ pub(crate) fn run(
     nodes: Arc<Nodes>,
     data: Arc<Data>,
     notifier: Notifier,
-    epoch: Arc<AtomicU64>,
+    (epoch, watching): (Arc<AtomicU64>, Arc<AtomicBool>),
     mut stop: watch::Receiver<bool>,
 ) {
+    // Whatever ends the watcher, nothing is watched any more.
+    struct NotWatching(Arc<AtomicBool>);
+    impl Drop for NotWatching {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let _not_watching = NotWatching(Arc::clone(&watching));
+    // Servers whose stream broke and is not open again.
+    let mut broken: std::collections::HashSet<String> = Default::default();
     rt.block_on(async {
         // Every server of a cluster (one on a single server); each
         // stream is reopened by itself, with a backoff of up to 2 s.
@@ -198,6 +208,13 @@ pub(crate) fn run(
                         _ => tracing::debug!(?w, "watching a server"),
                     }
                     reset(&nodes, &notifier, &epoch);
+                    match &w {
+                        Watched::Opened { server } | Watched::Left { server } => {
+                            broken.remove(server);
+                        }
+                        _ => {}
+                    }
+                    watching.store(broken.is_empty(), Ordering::Release);
                     // Changes made while it was not watched are unknown:
                     // removals among them left objects here.
                     if let Some(s) = sweeping.take() {
@@ -207,6 +224,8 @@ pub(crate) fn run(
                 }
                 Ok(Watched::Broke { server, error }) => {
                     tracing::info!(%server, %error, "a change stream broke; reopening it");
+                    watching.store(false, Ordering::Release);
+                    broken.insert(server.clone());
                     // What the mount keeps of the server's state is
                     // good only while changes are being watched.
                     epoch.fetch_add(1, Ordering::AcqRel);
