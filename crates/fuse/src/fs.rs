@@ -836,7 +836,7 @@ impl Filesystem for SextantFs {
             // The last attributes seen of it, if nothing changed since
             // (see crate::dirattrs); else the server's.
             let a = match self
-                .coherent
+                .live()
                 .then(|| self.dir_attrs.last_seen(ino.0, self.epoch()))
             {
                 Some(Some(a)) if a.soid == soid => a,
