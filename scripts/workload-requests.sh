@@ -3,9 +3,10 @@
 # fresh server (journal, nosync: counts, not times) with /metrics, its
 # mount, the workload, and the difference of sextant_requests_total
 # before and after. The counts are exact (they repeat to the digit).
-#   WORKLOAD=git|postmark scripts/workload-requests.sh [SEXTANT_BINARY] [SRC]
+#   WORKLOAD=git|postmark|rsync|tar scripts/workload-requests.sh [SEXTANT_BINARY] [SRC]
 # git: a checkout of SRC (default /usr/include/linux/netfilter);
-# postmark: PM_FILES files (200), PM_TX transactions (400), seed 42.
+# postmark: PM_FILES files (200), PM_TX transactions (400), seed 42;
+# rsync: rsync -a of SRC; tar: tar x of a tar of SRC.
 # (scripts/workload-breakdown.sh times the whole set against bindfs.)
 set -euo pipefail
 B=${1:-target/debug/sextant}
@@ -38,7 +39,18 @@ case $WORKLOAD in
       "$W/mnt/co" "${PM_FILES:-200}" "${PM_TX:-400}" | postmark >"$W/postmark.txt"
     snap >"$W/after"
     echo "files created: $(awk '/^Files:/ {f = 1; next} f && / created/ {print $1; exit}' "$W/postmark.txt")" ;;
-  *) echo "WORKLOAD: git or postmark" >&2; exit 2 ;;
+  rsync)
+    snap >"$W/before"
+    rsync -a "$SRC" "$W/mnt/co/"
+    snap >"$W/after"
+    echo "entries: $(find "$SRC" | wc -l)" ;;
+  tar)
+    tar cf "$W/src.tar" -C "$(dirname "$SRC")" "$(basename "$SRC")"
+    snap >"$W/before"
+    tar xf "$W/src.tar" -C "$W/mnt/co"
+    snap >"$W/after"
+    echo "entries: $(find "$SRC" | wc -l)" ;;
+  *) echo "WORKLOAD: git, postmark, rsync or tar" >&2; exit 2 ;;
 esac
 join -a2 -e0 -o 2.1,1.2,2.2 <(sed 's/ /\t/' "$W/before" | tr '\t' ' ') <(sed 's/ /\t/' "$W/after" | tr '\t' ' ') |
   awk '{ d = $3 - $2; if (d) { sub(/sextant_requests_total/, "", $1); print $1, d } }'

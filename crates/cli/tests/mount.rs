@@ -1999,6 +1999,39 @@ mod issue23 {
         );
     }
 
+    /// rsync into a new directory writes each file under a temporary name
+    /// and renames it: the kernel's lookups of both new names are answered
+    /// by the mount (this mount's renames record the name they put and
+    /// no longer make it forget the directory), and every name reads back.
+    #[test]
+    fn renames_into_a_directory_made_here_look_nothing_up() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        std::fs::create_dir(m.p("d")).unwrap();
+        std::fs::write(m.p("elsewhere"), b"moved in").unwrap();
+        let before = requests(port, "lookup");
+        for i in 0..5 {
+            let tmp = m.p(&format!("d/.f{i}.XXXX"));
+            std::fs::write(&tmp, format!("{i}")).unwrap();
+            std::fs::rename(&tmp, m.p(&format!("d/f{i}"))).unwrap();
+        }
+        assert_eq!(requests(port, "lookup") - before, 0, "lookup requests");
+        // A name a rename brought in is the server's to answer.
+        std::fs::rename(m.p("elsewhere"), m.p("d/in")).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(m.p("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["f0", "f1", "f2", "f3", "f4", "in"]);
+        assert_eq!(std::fs::read(m.p("d/f3")).unwrap(), b"3");
+        assert_eq!(std::fs::read(m.p("d/in")).unwrap(), b"moved in");
+        assert!(!m.p("d/.f0.XXXX").exists());
+    }
+
     /// tar x and cp -a into a new directory: the kernel's lookup before
     /// each create is answered by the mount (it made the directory and
     /// every name in it), and nothing made here or elsewhere goes unseen.

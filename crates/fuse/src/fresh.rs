@@ -9,12 +9,14 @@
 //! it came from this mount.
 //!
 //! Invariants (the epoch rules of [`crate::dirattrs`]):
-//! - A directory is known only within the cache epoch of its mkdir: the
-//!   watcher moves the epoch before it applies any other client's change,
-//!   and a rename of this mount moves it too (it may bring names in).
-//!   A mkdir whose request saw the epoch move teaches nothing.
+//! - A directory is known only within the epoch of changes made
+//!   elsewhere in which it was made (`SextantFs::elsewhere_epoch`): the
+//!   watcher moves it before it applies any other client's change. A
+//!   mkdir whose request saw it move teaches nothing. (This mount's own
+//!   renames do not move it: they record the names they put.)
 //! - Every name this mount may add to a known directory (create, mknod,
-//!   mkdir, symlink, link) is recorded before its request is sent; a name
+//!   mkdir, symlink, link, a rename's new name) is recorded before its
+//!   request is sent; a name
 //!   recorded is never answered from here (removals are not tracked: the
 //!   server answers those names).
 //! - Only when the kernel's caches are coherent (the watcher runs).

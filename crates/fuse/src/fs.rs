@@ -49,6 +49,11 @@ pub struct SextantFs {
     pub(crate) dir_attrs: DirAttrs,
     /// Moved by the watcher before it applies other clients' changes.
     pub(crate) cache_epoch: Arc<AtomicU64>,
+    /// Moved by this mount's own changes that may change what it cannot
+    /// name (a rename: the moved directory's `..`; a capability set):
+    /// part of [`SextantFs::epoch`], not of
+    /// [`SextantFs::elsewhere_epoch`].
+    pub(crate) own_epoch: AtomicU64,
     /// The file handles open for writing: a size change through one
     /// (`ftruncate`) was permitted at its open (`Client::setattr_with`).
     pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
@@ -264,6 +269,15 @@ impl SextantFs {
     }
 
     fn epoch(&self) -> u64 {
+        self.cache_epoch
+            .load(Ordering::Acquire)
+            .wrapping_add(self.own_epoch.load(Ordering::Acquire))
+    }
+
+    /// The epoch of changes made elsewhere only (the watcher's): what
+    /// [`crate::fresh`] goes by, since this mount records every name it
+    /// puts in a directory itself (a rename's new name too).
+    fn elsewhere_epoch(&self) -> u64 {
         self.cache_epoch.load(Ordering::Acquire)
     }
 
@@ -472,7 +486,7 @@ impl SextantFs {
     /// cache epoch moves now and when the change ends (see
     /// [`crate::nocaps`]).
     fn caps_change(&self, n: &OsStr) -> Option<EpochBump<'_>> {
-        (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.cache_epoch))
+        (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.own_epoch))
     }
 
     /// After the name `victim` was removed or replaced: when that was its
@@ -545,7 +559,7 @@ impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run_read(req, reply, async {
             // In a directory made here: only the names put there exist.
-            if self.coherent && self.fresh.absent(parent.0, name(n), self.epoch()) {
+            if self.coherent && self.fresh.absent(parent.0, name(n), self.elsewhere_epoch()) {
                 return Ok(self.negative_entry());
             }
             let found = self
@@ -722,7 +736,7 @@ impl Filesystem for SextantFs {
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
             self.fresh.naming(parent.0, name(n));
-            let sent = self.epoch();
+            let sent = self.elsewhere_epoch();
             let made = self
                 .client()
                 .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
@@ -730,7 +744,7 @@ impl Filesystem for SextantFs {
             change.end(made.dir);
             let e = self.entry(parent, n, &made.value);
             if self.coherent {
-                self.fresh.made(e.attr.ino.0, sent, self.epoch());
+                self.fresh.made(e.attr.ino.0, sent, self.elsewhere_epoch());
             }
             Ok(e)
         })
@@ -780,7 +794,7 @@ impl Filesystem for SextantFs {
             // A rename also changes the moved directory (its `..`), whose
             // node id we do not know here: everything kept is old, before
             // and after.
-            let _bump = EpochBump::new(&self.cache_epoch);
+            let _bump = EpochBump::new(&self.own_epoch);
             if flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
                 return Err(Fail(libc::EINVAL));
             }
@@ -790,6 +804,12 @@ impl Filesystem for SextantFs {
             };
             let c = self.cred(req);
             let (p, np) = (self.soid(parent)?, self.soid(newparent)?);
+            // The names it puts: recorded before it is sent (see
+            // crate::fresh; an exchange puts the old name back too).
+            self.fresh.naming(newparent.0, name(newname));
+            if flags.exchange {
+                self.fresh.naming(parent.0, name(n));
+            }
             // The reply names the inode whose name was replaced (as it
             // was): no lookup of the target first.
             let victim = self

@@ -139,6 +139,7 @@ pub fn mount(
         coherent: cfg.watch && !cfg.attr_ttl.is_zero() && !cfg.entry_ttl.is_zero(),
         dir_attrs: dirattrs::DirAttrs::default(),
         cache_epoch: Arc::clone(&epoch),
+        own_epoch: Default::default(),
         watching: Arc::clone(&watching),
         write_handles: Default::default(),
         interrupts: Default::default(),
