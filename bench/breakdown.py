@@ -6,9 +6,11 @@
 OUT holds one directory per run, TARGET-WORKLOAD, with: entries (the
 count to divide by), wall (seconds), trace.txt (the fuse_request_send
 tracepoint's lines), metrics0/metrics1 (the server's /metrics before and
-after), mount0/mount1 and server0/server1 (context switches, /proc/PID/io,
-CPU ticks). Prints a markdown table per workload, one row per target, every
-count divided by the entries; with --json, one JSON object per run.
+after: request counts and seconds by op, journal syncs), mount0/mount1 and
+server0/server1 (context switches, /proc/PID/io, CPU ticks), times0/times1
+(bash's `times`: the workload's own CPU). Prints a markdown table per
+workload, one row per target, every count divided by the entries; with
+--json, one JSON object per run.
 """
 
 import json
@@ -54,6 +56,19 @@ def pairs(text):
     return out
 
 
+def child_cpu(text):
+    """User + system seconds of the children in bash's `times` output."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        return 0.0
+    total = 0.0
+    for t in lines[1].split():
+        m = re.fullmatch(r"(\d+)m([0-9.]+)s", t)
+        if m:
+            total += int(m.group(1)) * 60 + float(m.group(2))
+    return total
+
+
 def delta(before, after):
     return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
@@ -86,8 +101,21 @@ def run(path):
                 key += "!"  # failed (e.g. ENOENT of a lookup, ENODATA of a getxattr)
             server[key] += v
     r["server"] = dict(server)
+    # Seconds the server spent per op, arrival to reply (sync included).
+    seconds = Counter()
+    for (name, labels), v in m.items():
+        if name == "sextant_request_seconds_sum" and v:
+            op = re.search(r'op="([^"]+)"', labels)
+            seconds[op.group(1) if op else "?"] += v
+    r["server_seconds"] = dict(seconds)
+    r["server_seconds_total"] = sum(seconds.values())
     r["server_total"] = sum(server.values())
+    r["workload_cpu_s"] = child_cpu(read(os.path.join(path, "times1"))) - child_cpu(
+        read(os.path.join(path, "times0"))
+    )
     r["journal_syncs"] = m.get(("sextant_journal_syncs_total", ""), 0.0)
+    # Their fdatasyncs, as timed by the server (0 from builds without it).
+    r["journal_sync_s"] = m.get(("sextant_journal_sync_microseconds_total", ""), 0.0) / 1e6
     for who in ("mount", "server"):
         d = delta(
             pairs(read(os.path.join(path, who + "0"))),

@@ -9,11 +9,16 @@
 #     tracepoint (kernel >= 6.16), in a private tracefs instance filtered
 #     on the mount's connection (works for bindfs too, no debug logging);
 #   - server requests by op and journal syncs: the server's /metrics
-#     (`SEXTANT_METRICS`): sextant_requests_total, sextant_journal_syncs_total;
+#     (`SEXTANT_METRICS`): sextant_requests_total, sextant_journal_syncs_total
+#     and the time they took (sextant_journal_sync_microseconds_total);
+#     and the server's time per request (sextant_request_seconds_sum/_count:
+#     from the request's arrival to its reply, journal sync included);
 #   - the mount's and the server's context switches (all threads:
 #     /proc/PID/task/*/status) and the mount's I/O syscalls and bytes
 #     (/proc/PID/io: they include the /dev/fuse reads and writes, one of
 #     each per request);
+#   - the workload's own CPU time (bash's `times`: user + system of the
+#     children reaped, before and after);
 #   - wall time.
 #
 # The parser (bench/breakdown.py) turns $OUT into the markdown table of
@@ -21,6 +26,9 @@
 #
 #   scripts/workload-breakdown.sh [WORKLOAD...]   (default: tar cp rsync git postmark)
 #
+# PERF ("perf record" options, e.g. "-F 499 --call-graph dwarf,8192"):
+# profile the server and the mount during each workload ($OUT/*/perf.data;
+# it slows them: not for timed runs).
 # Environment: TARGETS ("journal logless bindfs local"; also "background": the journal synced in the background), SRC (/usr/include),
 # SEXTANT (a built binary; default: build --release into $CARGO_TARGET_DIR
 # or target/), WORK (${TMPDIR:-/tmp}/sextant-breakdown: scratch, wiped), OUT
@@ -132,7 +140,7 @@ proc_snapshot() {
 
 metrics() {
   if [ -n "$SERVER_PID" ]; then
-    curl -s "http://$METRICS/metrics" | grep -E '^sextant_(requests_total|journal_syncs_total|journal_bytes_total)' || true
+    curl -s "http://$METRICS/metrics" | grep -E '^sextant_(requests_total|request_seconds_(sum|count)|journal_syncs_total|journal_sync_microseconds_total|journal_bytes_total)' || true
   fi
 }
 
@@ -153,7 +161,20 @@ run() {
   fi
   metrics >"$r/metrics0"
   proc_snapshot "$MOUNT_PID" "$r/mount0"; proc_snapshot "$SERVER_PID" "$r/server0"
-  local t0 t1
+  local t0 t1 perf_pid=
+  # PERF: a profile of the server and the mount (or bindfs) while the
+  # workload runs, into $r/perf.data (diagnosis only: it slows them).
+  local pids
+  pids=$(echo $SERVER_PID $MOUNT_PID | tr ' ' ,)
+  if [ -n "${PERF:-}" ] && [ -n "$pids" ]; then
+    # shellcheck disable=SC2086 # PERF is a list of options
+    perf record $PERF -o "$r/perf.data" -p "$pids" 2>"$r/perf.log" &
+    perf_pid=$!
+    sleep 1
+  fi
+  # The workload's own CPU (user and system, the kernel's FUSE side of
+  # its calls included): `times`' second line, children reaped so far.
+  times >"$r/times0"
   t0=$(date +%s.%N)
   # A workload that fails is noted (in $r/failed and the log), not fatal.
   local rc=0
@@ -169,6 +190,8 @@ run() {
       awk '/^Files:/ {f = 1; next} f && / created/ {print $1; exit}' "$r/postmark.txt" >"$r/entries" ;;
   esac
   t1=$(date +%s.%N)
+  times >"$r/times1"
+  if [ -n "$perf_pid" ]; then kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" 2>/dev/null || true; fi
   [ $rc -eq 0 ] || { echo "$rc" >"$r/failed"; log "$target $w FAILED (exit $rc)"; }
   # RELEASE is sent after close returns: let the last ones arrive.
   sleep 1

@@ -84,6 +84,12 @@ fn metrics_count_requests_by_operation() {
     );
     assert!(body.contains("sextant_request_seconds"), "{body}");
     assert!(body.contains("sextant_journal_syncs_total"), "{body}");
+    // Two mkdirs synced: their syncs took some time, and it is shown.
+    let sync_us = body
+        .lines()
+        .find_map(|l| l.strip_prefix("sextant_journal_sync_microseconds_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(sync_us.is_some_and(|us| us > 0.0), "{body}");
 }
 
 #[test]

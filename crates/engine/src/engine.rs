@@ -206,6 +206,8 @@ pub struct EngineStats {
     pub loaded_tables: usize,
     pub resident_bytes: usize,
     pub journal_syncs: u64,
+    /// Time the journal's syncs took, in total.
+    pub journal_sync_time: std::time::Duration,
     pub journal_bytes: u64,
     pub durable_lsn: Lsn,
     pub checkpoints: u64,
@@ -2049,6 +2051,7 @@ impl Engine {
             loaded_tables: fs.loaded_tables,
             resident_bytes: self.inner.resident_bytes(),
             journal_syncs: js.syncs,
+            journal_sync_time: js.sync_time,
             journal_bytes: js.bytes_written,
             durable_lsn: js.durable_lsn,
             checkpoints: c.checkpoints.load(Ordering::Relaxed),

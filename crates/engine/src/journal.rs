@@ -446,6 +446,9 @@ struct Shared {
     /// Segments on disk, oldest first; the last is being appended to.
     segments: Mutex<Vec<Segment>>,
     syncs: AtomicU64,
+    /// Nanoseconds the counted syncs took (the fdatasync, and the
+    /// benchmarks' sync floor when set).
+    sync_nanos: AtomicU64,
     bytes_written: AtomicU64,
 }
 
@@ -453,6 +456,8 @@ struct Shared {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct JournalStats {
     pub syncs: u64,
+    /// Time spent in those syncs, in total.
+    pub sync_time: Duration,
     pub bytes_written: u64,
     pub durable_lsn: Lsn,
     pub segments: usize,
@@ -507,6 +512,7 @@ impl Journal {
             stop: StopState::default(),
             segments: Mutex::new(segments),
             syncs: AtomicU64::new(0),
+            sync_nanos: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
         });
         if shared.config.mode.background().is_some() {
@@ -701,6 +707,7 @@ impl Journal {
     pub fn stats(&self) -> JournalStats {
         JournalStats {
             syncs: self.shared.syncs.load(Ordering::Relaxed),
+            sync_time: Duration::from_nanos(self.shared.sync_nanos.load(Ordering::Relaxed)),
             bytes_written: self.shared.bytes_written.load(Ordering::Relaxed),
             durable_lsn: self.durable_lsn(),
             segments: self.shared.segments.lock().len(),
@@ -939,6 +946,7 @@ impl Syncer {
                     if let Some(floor) = self.shared.config.sync_floor {
                         std::thread::sleep(floor.saturating_sub(syncing.elapsed()));
                     }
+                    self.shared.count_sync(syncing.elapsed());
                 }
                 Ok(())
             })();
@@ -953,9 +961,6 @@ impl Syncer {
             let pending = self.shared.state.lock().open.count;
             policy.synced(batch.count, started.elapsed(), pending);
             last_sync_end = Instant::now();
-            if self.shared.config.mode == SyncMode::Fsync {
-                self.shared.syncs.fetch_add(1, Ordering::Relaxed);
-            }
             self.shared
                 .bytes_written
                 .fetch_add(buf.len() as u64, Ordering::Relaxed);
@@ -1002,10 +1007,12 @@ impl Syncer {
     /// as synced.
     fn sync_for_write_back(&mut self) -> Result<(), JournalError> {
         let written = self.shared.durable_lsn.load(Ordering::Acquire);
+        let started = Instant::now();
         self.writer.sync().map_err(|source| JournalError::Io {
             file: "journal segment".into(),
             source,
         })?;
+        self.shared.count_sync(started.elapsed());
         self.shared.synced(written);
         Ok(())
     }
@@ -1029,10 +1036,16 @@ impl Shared {
         self.wake(true);
     }
 
-    /// A sync covering every record up to `lsn` is done: counts it,
+    /// Counts one sync that took `took` (for [`JournalStats`]).
+    fn count_sync(&self, took: Duration) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.sync_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// A sync covering every record up to `lsn` is done (and counted):
     /// publishes it, wakes [`Journal::wait_synced`].
     fn synced(&self, lsn: Lsn) {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
         self.synced_lsn.fetch_max(lsn, Ordering::AcqRel);
         let _held = self.state.lock();
         self.durable_cv.notify_all();
@@ -1109,6 +1122,7 @@ fn run_background(shared: Arc<Shared>, every: Duration) {
         if let Some(floor) = shared.config.sync_floor {
             std::thread::sleep(floor.saturating_sub(started.elapsed()));
         }
+        shared.count_sync(started.elapsed());
         shared.synced(target);
     }
 }
@@ -1357,9 +1371,20 @@ mod tests {
             let lsn = j.append(format!("record {i}").as_bytes()).unwrap();
             j.wait_durable(lsn).unwrap();
         }
-        // Three records waited for one by one: three syncs, each ≥ floor.
+        // Three records waited for one by one: three syncs, each ≥ floor,
+        // and the time they took is counted.
         assert!(started.elapsed() >= 3 * floor);
         assert_eq!(j.stats().syncs, 3);
+        let took = j.stats().sync_time;
+        assert!(
+            took >= 3 * floor,
+            "{took:?} counted for 3 syncs of ≥ {floor:?}"
+        );
+        assert!(
+            took <= started.elapsed(),
+            "{took:?} counted in {:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -244,6 +244,8 @@ pub fn stats_from_pb(s: &pb::Stats) -> EngineStats {
         loaded_tables: s.loaded_tables as usize,
         resident_bytes: s.resident_bytes as usize,
         journal_syncs: s.journal_syncs,
+        // Not carried by pb::Stats (the server's /metrics shows it).
+        journal_sync_time: std::time::Duration::ZERO,
         journal_bytes: s.journal_bytes,
         durable_lsn: s.durable_lsn,
         checkpoints: s.checkpoints,

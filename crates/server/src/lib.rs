@@ -426,6 +426,9 @@ pub(crate) fn start_metrics(addr: &str, engine: &Engine) {
             metrics::gauge!("sextant_resident_bytes").set(s.resident_bytes as f64);
             metrics::gauge!("sextant_durable_lsn").set(s.durable_lsn as f64);
             metrics::counter!("sextant_journal_syncs_total").absolute(s.journal_syncs);
+            // What those syncs took (fdatasync), for the time per sync.
+            metrics::counter!("sextant_journal_sync_microseconds_total")
+                .absolute(u64::try_from(s.journal_sync_time.as_micros()).unwrap_or(u64::MAX));
             metrics::counter!("sextant_journal_bytes_total").absolute(s.journal_bytes);
             metrics::counter!("sextant_checkpoints_total").absolute(s.checkpoints);
             metrics::counter!("sextant_snapshots_written_total").absolute(s.snapshots_written);
