@@ -609,25 +609,9 @@ pub struct PeerDirs {
 
 impl ForeignDirs for PeerDirs {
     fn chain(&self, dir: Soid) -> Result<Vec<DirRecord>, FsError> {
-        let deadline = Instant::now() + READ_FOR;
-        loop {
-            let last = match Self::holder(self.route_map().as_ref(), dir) {
-                None => "no server holds it in the route map".to_string(),
-                Some(address) => match self.runtime.block_on(self.peers.dir_chain(&address, dir)) {
-                    Ok(chain) => return Ok(chain),
-                    Err(Attempt::Fatal(why)) => {
-                        tracing::warn!(%why, "a search cannot read a directory of another server");
-                        return Err(FsError::Io);
-                    }
-                    Err(Attempt::Again(why)) => why,
-                },
-            };
-            if Instant::now() >= deadline {
-                tracing::warn!(why = %last, ?dir, "a search gave up reading a directory of another server");
-                return Err(FsError::Io);
-            }
-            std::thread::sleep(RETRY_PAUSE);
-        }
+        self.at_holder(dir, "a directory", |address| async move {
+            self.peers.dir_chain(&address, dir).await
+        })
     }
 
     /// Every holder's directories in one call per holder (and [`BATCH`]),
@@ -725,26 +709,35 @@ impl PeerDirs {
     /// gone); asked again of a new holder while its table moves, as
     /// [`PeerDirs::chain`] does.
     pub fn links(&self, soid: Soid) -> Result<Option<Links>, FsError> {
+        self.at_holder(soid, "an inode's links", |address| async move {
+            self.peers.inode_links(&address, soid).await
+        })
+    }
+
+    /// `call` on the server holding `soid` by the current route map,
+    /// asked again (a newer map, a pause) while it answers that it is not
+    /// the holder or cannot answer now, for up to [`READ_FOR`]; `what` is
+    /// read, for the log.
+    fn at_holder<T, F, Fut>(&self, soid: Soid, what: &str, call: F) -> Result<T, FsError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Attempt>>,
+    {
         let deadline = Instant::now() + READ_FOR;
         loop {
             let last = match Self::holder(self.route_map().as_ref(), soid) {
                 None => "no server holds it in the route map".to_string(),
-                Some(address) => {
-                    match self
-                        .runtime
-                        .block_on(self.peers.inode_links(&address, soid))
-                    {
-                        Ok(links) => return Ok(links),
-                        Err(Attempt::Fatal(why)) => {
-                            tracing::warn!(%why, "cannot read an inode's links on another server");
-                            return Err(FsError::Io);
-                        }
-                        Err(Attempt::Again(why)) => why,
+                Some(address) => match self.runtime.block_on(call(address)) {
+                    Ok(got) => return Ok(got),
+                    Err(Attempt::Fatal(why)) => {
+                        tracing::warn!(%why, "cannot read {what} on another server");
+                        return Err(FsError::Io);
                     }
-                }
+                    Err(Attempt::Again(why)) => why,
+                },
             };
             if Instant::now() >= deadline {
-                tracing::warn!(why = %last, ?soid, "gave up reading an inode's links on another server");
+                tracing::warn!(why = %last, ?soid, "gave up reading {what} on another server");
                 return Err(FsError::Io);
             }
             std::thread::sleep(RETRY_PAUSE);
