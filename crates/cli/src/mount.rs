@@ -194,7 +194,8 @@ async fn mount_root(
         return match client.getattr(&cred, sextant_types::Soid::ROOT).await {
             Err(e) if e.fs() == Some(sextant_types::FsError::Access) && cli.key_file.is_some() => {
                 bail!(
-                    "the server refuses `/` to this client key (it is limited to a subtree):                      mount that subtree with --subdir PATH"
+                    "the server refuses `/` to this client key (it is limited to a subtree): \
+                     mount that subtree with --subdir PATH"
                 )
             }
             // Anything else shows once the kernel asks (as before).
@@ -206,6 +207,11 @@ async fn mount_root(
         bail!("--subdir {sub:?}: give an absolute path in the namespace");
     }
     let shown = path.to_string_lossy().into_owned();
+    if shown.contains(',') {
+        // The mount's source carries it, among comma-separated mount
+        // options.
+        bail!("--subdir {shown}: a path with a comma cannot be mounted (mount its parent)");
+    }
     let attr = client
         .resolve(&cred, shown.as_bytes(), true)
         .await
