@@ -4,8 +4,14 @@
 //! Node ids are handed out from a counter and never reused: a node id the
 //! kernel may still hold always names the SOID it was first given for. The
 //! kernel's references are counted (each entry reply adds one, `forget`
-//! removes n); a node is dropped when its count reaches zero. Node id 1 is
-//! the root and is never dropped.
+//! removes n). A node the kernel forgot keeps its id (and drops the names
+//! it was given under): the SOID gets the same id when it is looked up
+//! again, so a file's `st_ino` is stable for as long as it exists, as a
+//! program that compares inode numbers across a walk expects (hard-link
+//! detection in tar, du and rsync -H, `find -inum`, GNU find against a
+//! later run) — the kernel forgets inodes whenever it likes (memory
+//! pressure, an invalidation). Node id 1 is the root and is never
+//! dropped.
 //!
 //! When the mount learns that a SOID's inode is gone (the last link
 //! removed), it *detaches* the SOID: the node stays until the kernel forgets
@@ -195,9 +201,13 @@ impl Nodes {
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups == 0 {
             let soid = node.soid;
-            inner.by_ino.remove(&ino);
             if inner.by_soid.get(&soid) == Some(&ino) {
-                inner.by_soid.remove(&soid);
+                // Kept for its SOID (see the module docs); the kernel
+                // holds no name of it now.
+                node.names = Vec::new();
+            } else {
+                // Detached: its inode is gone.
+                inner.by_ino.remove(&ino);
             }
         }
     }
@@ -253,8 +263,8 @@ mod tests {
         assert_eq!(n.cached().1.len(), NAMES_PER_NODE, "bounded per node");
         assert!(n.named(a, ROOT_INO, b"b"), "one remembered stays so");
         n.forget(a, 1);
-        assert_eq!(n.find(s(5)), None);
-        assert!(n.cached().1.is_empty());
+        assert_eq!(n.find(s(5)), Some(a), "its id is kept");
+        assert!(n.cached().1.is_empty(), "its names go");
     }
 
     #[test]
@@ -268,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn lookups_are_counted_and_ids_never_reused() {
+    fn lookups_are_counted_and_a_soid_keeps_its_id() {
         let n = Nodes::default();
         let big = s(u128::MAX - 7);
         let a = n.ino(big, true);
@@ -277,9 +287,17 @@ mod tests {
         n.forget(a, 1);
         assert_eq!(n.soid(a), Some(big), "one reference left");
         n.forget(a, 1);
+        // Forgotten by the kernel: looked up again, the same id (st_ino
+        // is stable while the file exists).
+        assert_eq!(n.soid(a), Some(big));
+        assert_eq!(n.ino(big, true), a);
+        // Its inode gone: the id is never handed out again, to it or
+        // anything else.
+        n.detach(big);
+        n.forget(a, 1);
         assert_eq!(n.soid(a), None);
         let b = n.ino(big, true);
-        assert_ne!(a, b, "a forgotten id is not handed out again");
+        assert_ne!(a, b, "an id of a gone inode is not handed out again");
     }
 
     #[test]
@@ -325,6 +343,8 @@ mod tests {
         n.set_parent(a, s(4));
         assert_eq!(n.parent(a), Some(s(4)), "the last one seen wins");
         n.forget(a, 1);
+        assert_eq!(n.parent(a), Some(s(4)), "kept with its node");
+        n.detach(s(5));
         assert_eq!(n.parent(a), None, "gone with its node");
     }
 
