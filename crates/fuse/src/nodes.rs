@@ -10,8 +10,10 @@
 //! program that compares inode numbers across a walk expects (hard-link
 //! detection in tar, du and rsync -H, `find -inum`, GNU find against a
 //! later run) — the kernel forgets inodes whenever it likes (memory
-//! pressure, an invalidation). Node id 1 is the root and is never
-//! dropped.
+//! pressure, an invalidation). Bounded: past [`MAX_NODES`] nodes, those
+//! the kernel holds no reference to are dropped at once (their SOIDs get
+//! new ids later), so a walk of a huge tree costs bounded memory. Node
+//! id 1 is the root and is never dropped.
 //!
 //! When the mount learns that a SOID's inode is gone (the last link
 //! removed), it *detaches* the SOID: the node stays until the kernel forgets
@@ -38,6 +40,10 @@ use std::collections::HashMap;
 /// The root directory's node id (FUSE_ROOT_ID).
 pub const ROOT_INO: u64 = 1;
 
+/// Most nodes kept before those without a kernel reference are dropped
+/// (~100 bytes each).
+pub const MAX_NODES: usize = 1 << 20;
+
 #[derive(Debug)]
 struct Node {
     soid: Soid,
@@ -62,6 +68,21 @@ struct Inner {
     by_ino: HashMap<u64, Node>,
     by_soid: HashMap<Soid, u64>,
     next: u64,
+}
+
+impl Inner {
+    /// Drops every node the kernel holds no reference to (but the root).
+    fn drop_unreferenced(&mut self) {
+        let root = self.root;
+        let by_soid = &mut self.by_soid;
+        self.by_ino.retain(|&ino, n| {
+            let keep = n.lookups > 0 || ino == ROOT_INO;
+            if !keep && by_soid.get(&n.soid) == Some(&ino) && n.soid != root {
+                by_soid.remove(&n.soid);
+            }
+            keep
+        });
+    }
 }
 
 #[derive(Debug)]
@@ -118,6 +139,9 @@ impl Nodes {
         let ino = match inner.by_soid.get(&soid) {
             Some(&ino) => ino,
             None => {
+                if inner.by_ino.len() >= MAX_NODES {
+                    inner.drop_unreferenced();
+                }
                 let ino = inner.next;
                 inner.next += 1;
                 inner.by_soid.insert(soid, ino);
@@ -330,6 +354,21 @@ mod tests {
         assert_ne!(top, ROOT_INO);
         n.detach(Soid::ROOT);
         assert_eq!(n.find(Soid::ROOT), None);
+    }
+
+    #[test]
+    fn past_the_bound_unreferenced_nodes_go() {
+        let n = Nodes::default();
+        let held = n.ino(s(1), true);
+        let shown = n.ino(s(2), false);
+        {
+            let mut g = n.inner.lock();
+            g.drop_unreferenced();
+        }
+        assert_eq!(n.soid(held), Some(s(1)), "a referenced node stays");
+        assert_eq!(n.soid(ROOT_INO), Some(Soid::ROOT));
+        assert_eq!(n.soid(shown), None);
+        assert_ne!(n.ino(s(2), false), shown, "a new id, never an old one");
     }
 
     #[test]
