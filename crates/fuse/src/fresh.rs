@@ -19,7 +19,9 @@
 //!   request is sent; a name
 //!   recorded is never answered from here (removals are not tracked: the
 //!   server answers those names).
-//! - Only when the kernel's caches are coherent (the watcher runs).
+//! - Only when the kernel's caches are coherent and every change stream
+//!   is open (`SextantFs::live`): before the first stream opens, or while
+//!   one is broken, nothing would move the epoch for a change elsewhere.
 //! - Bounded: at most [`MAX_DIRS`] directories and [`MAX_NAMES`] names
 //!   each; past that a directory (or all) is forgotten.
 //! - Pure bookkeeping: no I/O.

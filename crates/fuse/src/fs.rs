@@ -559,7 +559,7 @@ impl Filesystem for SextantFs {
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run_read(req, reply, async {
             // In a directory made here: only the names put there exist.
-            if self.coherent && self.fresh.absent(parent.0, name(n), self.elsewhere_epoch()) {
+            if self.live() && self.fresh.absent(parent.0, name(n), self.elsewhere_epoch()) {
                 return Ok(self.negative_entry());
             }
             let found = self
