@@ -590,8 +590,9 @@ mod tests {
         assert_eq!(s.acknowledge(TableId(0), Millis(10)), Reply::WrongServer);
     }
 
-    #[test]
-    fn a_table_the_host_gave_up_is_loaded_again_while_etcd_names_this_server() {
+    /// Server 1, joined, and etcd's view of table 0 owned by it (owner
+    /// key at revision 4, no move).
+    fn joined_with_table_0() -> (Server, TableView) {
         let mut s = Server::new(ServerId(1), 100);
         s.tick(Millis(0));
         s.joined(LeaseId(1), Millis(0), 1_000);
@@ -604,6 +605,12 @@ mod tests {
             owner_rev: Revision(4),
             move_to: None,
         };
+        (s, view)
+    }
+
+    #[test]
+    fn a_table_the_host_gave_up_is_loaded_again_while_etcd_names_this_server() {
+        let (mut s, view) = joined_with_table_0();
         let load = vec![Out::Load {
             table: TableId(0),
             owner_rev: Revision(4),
@@ -637,18 +644,7 @@ mod tests {
     /// does not undo the first's success.
     #[test]
     fn a_duplicate_loads_refusal_before_the_first_loads_success_leaves_it_serving() {
-        let mut s = Server::new(ServerId(1), 100);
-        s.tick(Millis(0));
-        s.joined(LeaseId(1), Millis(0), 1_000);
-        let view = TableView {
-            table: TableId(0),
-            owner: Owner {
-                server: ServerId(1),
-                epoch: Epoch(1),
-            },
-            owner_rev: Revision(4),
-            move_to: None,
-        };
+        let (mut s, view) = joined_with_table_0();
         assert_eq!(s.observe(std::slice::from_ref(&view)).len(), 1);
         assert_eq!(
             s.observe(std::slice::from_ref(&view)).len(),

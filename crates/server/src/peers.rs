@@ -421,17 +421,7 @@ impl Peers {
             more: more.iter().map(|d| soid_to_pb(*d)).collect(),
             links: false,
         };
-        let (mut grpc, request) = self.client(address, ask).map_err(Attempt::Fatal)?;
-        let call = grpc.dir_chain(request);
-        let reply = tokio::time::timeout(CALL_TIMEOUT, call)
-            .await
-            .map_err(|_| Attempt::Again(format!("{address}: no answer")))?
-            .map_err(|s| Attempt::Again(format!("{address}: {}", s.message())))?
-            .into_inner();
-        if let Some(e) = reply.error {
-            let e = sextant_proto::error_from_pb(&e);
-            return Err(Attempt::Fatal(format!("{address}: {e}")));
-        }
+        let reply = self.ask_dir_chain(address, ask).await?;
         let malformed = || Attempt::Fatal(format!("{address}: a malformed directory record"));
         let mut not_held = reply
             .not_held_dirs
@@ -531,13 +521,14 @@ pub struct Links {
 }
 
 impl Peers {
-    /// One `DirChain` call with `links` for `soid` (`None`: it is gone).
-    async fn inode_links(&self, address: &str, soid: Soid) -> Result<Option<Links>, Attempt> {
-        let ask = pb::DirChainRequest {
-            dir: Some(soid_to_pb(soid)),
-            more: Vec::new(),
-            links: true,
-        };
+    /// One `DirChain` call to `address`: its reply, or why not (no answer
+    /// in time, a transport error: again; an error the server gave:
+    /// fatal).
+    async fn ask_dir_chain(
+        &self,
+        address: &str,
+        ask: pb::DirChainRequest,
+    ) -> Result<pb::DirChainReply, Attempt> {
         let (mut grpc, request) = self.client(address, ask).map_err(Attempt::Fatal)?;
         let reply = tokio::time::timeout(CALL_TIMEOUT, grpc.dir_chain(request))
             .await
@@ -548,6 +539,17 @@ impl Peers {
             let e = sextant_proto::error_from_pb(&e);
             return Err(Attempt::Fatal(format!("{address}: {e}")));
         }
+        Ok(reply)
+    }
+
+    /// One `DirChain` call with `links` for `soid` (`None`: it is gone).
+    async fn inode_links(&self, address: &str, soid: Soid) -> Result<Option<Links>, Attempt> {
+        let ask = pb::DirChainRequest {
+            dir: Some(soid_to_pb(soid)),
+            more: Vec::new(),
+            links: true,
+        };
+        let reply = self.ask_dir_chain(address, ask).await?;
         if reply.not_held {
             return Attempt::again(format!("{address}: not held there"));
         }
