@@ -600,7 +600,7 @@ impl Client {
     }
 
     /// Whether this client proves a client key (not the secret).
-    pub(crate) fn has_key(&self) -> bool {
+    pub fn has_key(&self) -> bool {
         self.inner.key.is_some()
     }
 

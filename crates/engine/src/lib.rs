@@ -50,6 +50,7 @@ pub mod quarantine;
 pub mod record;
 pub mod requests;
 pub mod search;
+pub mod setattr;
 pub mod soid;
 pub mod stop;
 pub mod store;

@@ -9,15 +9,13 @@
 //! Time: every change uses `txn.now`, one timestamp per operation.
 
 use crate::inode::{Dentry, Inode};
-use crate::perm::{
-    check_access, check_owner, check_sticky, may_chmod, MAY_EXEC, MAY_READ, MAY_WRITE,
-};
+use crate::perm::{check_access, check_owner, check_sticky, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::soid::{allocate, AllocError, ChildKind};
 use crate::txn::{OpError, OpResult, Txn};
 use serde::{Deserialize, Serialize};
 use sextant_types::{
-    validate_name, Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, TimeSet, LINK_MAX,
-    SYMLINK_MAX, S_ISGID, S_ISUID, XATTR_NAME_MAX, XATTR_SIZE_MAX,
+    validate_name, Attr, Credentials, FileType, FsError, Nanos, SetAttr, Soid, LINK_MAX,
+    SYMLINK_MAX, S_ISGID, XATTR_NAME_MAX, XATTR_SIZE_MAX,
 };
 
 /// Largest file size accepted (ext4's limit with 4 KiB blocks is 16 TiB;
@@ -501,107 +499,17 @@ pub fn setattr(
     write_handle: bool,
 ) -> OpResult<Attr> {
     let mut inode = txn.inode_or(soid, FsError::NotFound)?;
-    let now = txn.now;
-    if let Some(size) = set.size {
-        if inode.is_dir() {
-            return Err(FsError::IsDir.into());
-        }
-        if inode.ftype != FileType::Regular {
-            return Err(FsError::Invalid.into());
-        }
-        // Through a handle open for writing (ftruncate) the permission was
-        // granted at the open, whatever the mode says now.
-        if !write_handle {
-            check_access(&inode, cred, MAY_WRITE)?;
-        }
-        if size > MAX_FILE_SIZE {
-            return Err(FsError::FileTooBig.into());
-        }
-    }
-    let is_dir = inode.is_dir();
-    // chown_ok: only root may change the owner; the owner may "change" it
-    // to itself (a no-op that still clears set-id bits).
-    if let Some(uid) = set.uid {
-        let owner_keeps_own_uid = cred.uid == inode.uid && uid == inode.uid;
-        if !(cred.is_root() || owner_keeps_own_uid) {
-            return Err(FsError::Perm.into());
-        }
-    }
-    if let Some(gid) = set.gid {
-        let allowed =
-            cred.is_root() || (cred.uid == inode.uid && (gid == inode.gid || cred.in_group(gid)));
-        if !allowed {
-            return Err(FsError::Perm.into());
-        }
-    }
-    if let Some(perm) = set.perm {
-        may_chmod(&inode, cred, perm)?;
-    }
-    // vfs_utimes: setting both times to "now" (touch) needs ownership or
-    // write permission; anything else is an explicit time update
-    // (ATTR_TIMES_SET) and needs ownership.
-    match (set.atime, set.mtime) {
-        (None, None) => {}
-        (Some(TimeSet::Now), Some(TimeSet::Now)) => {
-            if check_owner(&inode, cred).is_err() {
-                check_access(&inode, cred, MAY_WRITE)?;
-            }
-        }
-        _ => check_owner(&inode, cred)?,
-    }
-    // All checks passed: apply.
-    if let Some(size) = set.size {
-        inode.size = size;
-        inode.mtime = now;
-        if !cred.is_root() {
-            kill_suid(&mut inode);
-        }
-    }
-    if set.uid.is_some() || set.gid.is_some() {
-        if let Some(uid) = set.uid {
-            inode.uid = uid;
-        }
-        if let Some(gid) = set.gid {
-            inode.gid = gid;
-        }
-        if !is_dir {
-            kill_suid(&mut inode);
-        }
-    }
-    if let Some(perm) = set.perm {
-        let mut perm = perm & 0o7777;
-        // An owner outside the file's group cannot set set-group-ID (a
-        // writer's clearing of set-ID bits keeps the rest as it is).
-        let owner = check_owner(&inode, cred).is_ok();
-        if owner && perm & S_ISGID != 0 && !cred.is_root() && !cred.in_group(inode.gid) {
-            perm &= !S_ISGID;
-        }
-        inode.perm = perm as u16;
-    }
-    let resolve = |t: TimeSet| match t {
-        TimeSet::Now => now,
-        TimeSet::At(n) => n,
-    };
-    if let Some(t) = set.atime {
-        inode.atime = resolve(t);
-    }
-    if let Some(t) = set.mtime {
-        inode.mtime = resolve(t);
-    }
-    inode.ctime = now;
-    let attr = inode.attr(soid);
+    let mut attr = inode.attr(soid);
+    crate::setattr::apply(&mut attr, cred, set, write_handle, txn.now)?;
+    inode.perm = attr.perm as u16;
+    inode.uid = attr.uid;
+    inode.gid = attr.gid;
+    inode.size = attr.size;
+    inode.atime = attr.atime;
+    inode.mtime = attr.mtime;
+    inode.ctime = attr.ctime;
     txn.put_inode(soid, inode)?;
     Ok(attr)
-}
-
-/// Clears set-user-id, and set-group-id when group-execute is set (Linux
-/// `should_remove_suid`).
-fn kill_suid(inode: &mut Inode) {
-    let mut perm = inode.perm as u32 & !S_ISUID;
-    if perm & S_ISGID != 0 && perm & 0o010 != 0 {
-        perm &= !S_ISGID;
-    }
-    inode.perm = perm as u16;
 }
 
 /// Is `ancestor` on the `..` chain of `dir` (including `dir` itself)?

@@ -63,6 +63,10 @@ pub struct SextantFs {
     pub(crate) no_caps: crate::nocaps::NoCaps,
     /// Directories made here and the names put there ([`crate::fresh`]).
     pub(crate) fresh: crate::fresh::FreshDirs,
+    /// Attribute changes of files open for writing here, sent with their
+    /// size ([`crate::held`]); `hold` off: every change is sent at once.
+    pub(crate) held: crate::held::HeldChanges,
+    pub(crate) hold: bool,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -134,6 +138,30 @@ impl Unsent<'_> {
     }
 }
 
+/// Attribute changes taken from [`crate::held::HeldChanges`] to be sent:
+/// held again when dropped unless [`Unheld::sent`] (the request failed
+/// or was abandoned).
+struct Unheld<'a> {
+    held: &'a crate::held::HeldChanges,
+    soid: Soid,
+    taken: Option<crate::held::Held>,
+}
+
+impl Unheld<'_> {
+    fn sent(mut self) {
+        self.taken = None;
+        self.held.sent(self.soid);
+    }
+}
+
+impl Drop for Unheld<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.taken.take() {
+            self.held.put_back(self.soid, h);
+        }
+    }
+}
+
 impl Drop for Unsent<'_> {
     fn drop(&mut self) {
         if let Some(d) = self.dirty.take() {
@@ -163,6 +191,11 @@ fn nanos(t: SystemTime) -> OpResult<Nanos> {
         Err(e) => i64::try_from(e.duration().as_nanos()).ok().map(|v| -v),
     };
     n.map(Nanos).ok_or(Fail(libc::EINVAL))
+}
+
+/// Now, as the server stores times.
+fn nanos_now() -> Nanos {
+    nanos(SystemTime::now()).unwrap_or_default()
 }
 
 fn time_set(t: TimeOrNow) -> OpResult<TimeSet> {
@@ -319,6 +352,14 @@ impl SextantFs {
             self.nodes.set_parent(ino, a.parent);
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
+        let held;
+        let a = match self.held.over(a) {
+            Some(h) => {
+                held = h;
+                &held
+            }
+            None => a,
+        };
         FileAttr {
             ino: INodeNo(ino),
             size,
@@ -422,34 +463,99 @@ impl SextantFs {
         }
     }
 
-    /// [`SextantFs::send_dirty`] for file `ino`, whose attributes from
-    /// the reply are kept for the kernel's next GETATTR (the write made
-    /// the kernel drop its own; see [`crate::dirattrs`]).
-    /// Put back if the request fails or is abandoned (an interrupted
-    /// flush), as [`SextantFs::send_dirty`] does.
-    async fn send_dirty_of(&self, ino: INodeNo, d: Option<Dirty>) -> OpResult<()> {
-        let Some(d) = d else { return Ok(()) };
+    /// [`SextantFs::send_dirty`] for file `ino` (`soid`), whose
+    /// attributes from the reply are kept for the kernel's next GETATTR
+    /// (the write made the kernel drop its own; see [`crate::dirattrs`]),
+    /// with the attribute changes held for it ([`crate::held`]) in the
+    /// same request, as their caller. Put back if the request fails or is
+    /// abandoned (an interrupted flush), as [`SextantFs::send_dirty`]
+    /// does; held changes the server refuses are dropped (the error is the
+    /// flush's, as a write-back error is close's on NFS).
+    async fn send_dirty_of(&self, ino: INodeNo, soid: Soid, d: Option<Dirty>) -> OpResult<()> {
+        let held = Unheld {
+            held: &self.held,
+            soid,
+            taken: self.held.take(soid),
+        };
+        if d.is_none() && held.taken.is_none() {
+            return Ok(());
+        }
         let (change, _) = self.dir_change(ino);
-        let set = SetAttr {
-            size: Some(d.size),
-            ..Default::default()
+        let size = d.map(|d| d.size);
+        let (cred, set) = match &held.taken {
+            Some(h) => (
+                h.cred.clone(),
+                SetAttr {
+                    size,
+                    ..h.set.clone()
+                },
+            ),
+            None => (
+                root(),
+                SetAttr {
+                    size,
+                    ..Default::default()
+                },
+            ),
         };
         let unsent = Unsent {
             data: &self.data,
-            dirty: Some(d),
+            dirty: d,
         };
-        match self.client().setattr(&root(), d.soid, &set).await {
+        // The size through the writer's handle (its permission was checked
+        // at open); the held changes as their caller.
+        let write_handle = held.taken.is_some();
+        match self
+            .client()
+            .setattr_with(&cred, soid, &set, write_handle)
+            .await
+        {
             Ok(a) => {
                 unsent.sent();
+                held.sent();
                 change.end(Some(a));
                 Ok(())
             }
             Err(sextant_client::Error::Fs(FsError::NotFound)) => {
                 unsent.sent();
+                held.sent();
                 Ok(())
+            }
+            Err(sextant_client::Error::Fs(e)) if held.taken.is_some() => {
+                // Refused for good: the size goes alone next time.
+                tracing::warn!(%soid, error = %e, "held attribute changes refused at close");
+                held.sent();
+                Err(sextant_client::Error::Fs(e).into())
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Holds attribute change `set` of file `ino` (`soid`) by `c` when
+    /// [`crate::held`] may: the file is open for writing here, its
+    /// attributes are known, a change of owner or group is made without a
+    /// client key (whose uid and gid limits the mount does not know).
+    /// Returns the attributes after it.
+    fn try_hold(&self, ino: INodeNo, soid: Soid, c: &Credentials, set: &SetAttr) -> Option<Attr> {
+        if !self.hold || !self.live() || set.size.is_some() {
+            return None;
+        }
+        if (set.uid.is_some() || set.gid.is_some()) && self.client().has_key() {
+            return None;
+        }
+        if !self.open_for_writing(soid) {
+            return None;
+        }
+        let known = self.dir_attrs.last_seen(ino.0, self.epoch());
+        self.held.hold(soid, c, set, known, nanos_now())
+    }
+
+    /// Is `soid` open for writing through this mount?
+    fn open_for_writing(&self, soid: Soid) -> bool {
+        self.write_handles
+            .lock()
+            .iter()
+            .any(|fh| self.data.soid_of(*fh).is_ok_and(|s| s == soid))
     }
 
     /// `set` (no size) as `c`, with the size of the data written since
@@ -497,7 +603,9 @@ impl SextantFs {
         if let Some(ino) = self.nodes.find(victim.soid) {
             self.dir_attrs.forget(ino);
         }
+        self.held.links(victim.soid, victim.nlink);
         if last {
+            self.held.forget(victim.soid);
             self.nodes.detach(victim.soid);
             if victim.ftype == FileType::Regular {
                 self.data.remove(victim.soid)?;
@@ -586,6 +694,10 @@ impl Filesystem for SextantFs {
             // A directory or file this mount just changed: the reply told
             // us (see crate::dirattrs).
             let soid = self.soid(ino)?;
+            // Changes held for it: what the server will have (crate::held).
+            if let Some(a) = self.held.attr(soid) {
+                return Ok(self.attr(&a, ino));
+            }
             if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
                 if a.soid == soid {
                     return Ok(self.attr(&a, ino));
@@ -632,9 +744,6 @@ impl Filesystem for SextantFs {
         reply: ReplyAttr,
     ) {
         self.run(req, reply, async {
-            // Any kept attributes of it are old now; the reply's are kept
-            // for the kernel's next GETATTR (see crate::dirattrs).
-            let (change, _) = self.dir_change(ino);
             let soid = self.soid(ino)?;
             let set = SetAttr {
                 perm: mode.map(|m| m & 0o7777),
@@ -644,6 +753,20 @@ impl Filesystem for SextantFs {
                 atime: atime.map(time_set).transpose()?,
                 mtime: mtime.map(time_set).transpose()?,
             };
+            let c = self.cred(req);
+            // A file open for writing here: sent with its size at close
+            // (see crate::held).
+            if let Some(a) = self.try_hold(ino, soid, &c, &set) {
+                return Ok(self.attr(&a, ino));
+            }
+            // What is held goes first, with the size written so far.
+            if self.held.attr(soid).is_some() {
+                self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+                    .await?;
+            }
+            // Any kept attributes of it are old now; the reply's are kept
+            // for the kernel's next GETATTR (see crate::dirattrs).
+            let (change, _) = self.dir_change(ino);
             // ftruncate: permitted at the open of a writable handle.
             let write_handle =
                 size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains(&h.0));
@@ -658,7 +781,6 @@ impl Filesystem for SextantFs {
                     None
                 }
             };
-            let c = self.cred(req);
             // A file not open here: its size before the truncate tells
             // which bytes of the object are its own (data::Data::truncate).
             let before = match size {
@@ -844,6 +966,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
                 .await?;
+            self.held.links(a.soid, a.nlink);
             file_change.end(Some(a.clone()));
             Ok(self.entry(newparent, newname, &a))
         })
@@ -869,6 +992,8 @@ impl Filesystem for SextantFs {
                     a
                 }
             };
+            // Changes held for it count (see crate::held).
+            let a = self.held.over(&a).unwrap_or(a);
             self.check_open(&a, &c, flags.0)?;
             Ok((
                 self.opened(self.data.open(&a)?, flags.0),
@@ -903,7 +1028,15 @@ impl Filesystem for SextantFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.run_local(reply, async { Ok(self.data.write(fh.0, offset, data)?) })
+        self.run_local(reply, async {
+            let n = self.data.write(fh.0, offset, data)?;
+            if !self.held.is_empty() {
+                if let Ok(soid) = self.data.soid_of(fh.0) {
+                    self.held.written(soid);
+                }
+            }
+            Ok(n)
+        })
     }
 
     fn flush(
@@ -916,7 +1049,8 @@ impl Filesystem for SextantFs {
     ) {
         self.run(req, reply, async {
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, self.data.take_dirty(soid)).await
+            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+                .await
         })
     }
 
@@ -934,7 +1068,9 @@ impl Filesystem for SextantFs {
         // Not abandoned: the handle is gone once `Data::release` ran, so
         // an update not sent would be lost.
         self.run_whole(reply, async {
-            self.send_dirty_of(ino, self.data.release(fh.0)?).await
+            let soid = self.data.soid_of(fh.0);
+            let dirty = self.data.release(fh.0)?;
+            self.send_dirty_of(ino, soid?, dirty).await
         })
     }
 
@@ -949,7 +1085,8 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, self.data.take_dirty(soid)).await
+            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+                .await
         })
     }
 

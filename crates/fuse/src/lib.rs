@@ -30,6 +30,8 @@
 //! - [`nocaps`]: files known to have no `security.capability`, for the
 //!   kernel's check before each write.
 //! - [`data`]: object files, open handles, size updates sent to the server.
+//! - [`held`]: attribute changes of files open for writing here, sent
+//!   with their size at close (tar's chown, chmod and utimes: one request).
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
 
@@ -39,6 +41,7 @@ pub mod dirs;
 pub mod fresh;
 mod fs;
 pub mod groups;
+pub mod held;
 pub mod interrupts;
 pub mod killed;
 pub mod lane;
@@ -145,6 +148,10 @@ pub fn mount(
         interrupts: Default::default(),
         no_caps: Default::default(),
         fresh: Default::default(),
+        held: Default::default(),
+        // SEXTANT_HOLD_ATTRS=0: every attribute change is sent at once
+        // (for comparisons; see crate::held).
+        hold: std::env::var("SEXTANT_HOLD_ATTRS").map_or(true, |v| v != "0"),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.

@@ -249,6 +249,12 @@ impl Mounted {
         self.mount_at(&self.mnt, &[]);
     }
 
+    /// [`Mounted::mount`] with `env` set for the mount's process.
+    #[allow(dead_code)]
+    pub fn mount_env(&self, env: &[(&str, &str)]) {
+        self.mount_from_with_env(&self.addr, &self.mnt, &["-o", "allow_other"], &[], env);
+    }
+
     /// Another mount of the same server on `mp` (a directory under the
     /// test directory, unmounted by the caller), with extra `mount` args.
     pub fn mount_at(&self, mp: &Path, args: &[&str]) {
@@ -274,8 +280,20 @@ impl Mounted {
     }
 
     fn mount_from_with(&self, addr: &str, mp: &Path, options: &[&str], args: &[&str]) {
+        self.mount_from_with_env(addr, mp, options, args, &[]);
+    }
+
+    fn mount_from_with_env(
+        &self,
+        addr: &str,
+        mp: &Path,
+        options: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) {
         let log = format!("mount-{}.log", mp.file_name().unwrap().to_string_lossy());
         let out = Command::new(BIN)
+            .envs(env.iter().copied())
             .args(["--server", addr, "--data"])
             .arg(self.data())
             .arg("mount")
