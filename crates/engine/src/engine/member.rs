@@ -206,13 +206,14 @@ impl MemberRun {
     }
 
     /// Whether table `id`, now with range `range`, was split (or split
-    /// off) since this member last committed it: its journal history is
-    /// tracked here (a floor) but the catalogue has it in another shape,
-    /// or not at all. A table this member holds with nothing to replay
-    /// (opened after a clean DROP: no floor) is not.
+    /// off, or opened clean) since this member last committed it: the
+    /// catalogue has it in another shape, or not at all. Every table this
+    /// member holds has a floor (an ADD sets it, `open_member` sets one for
+    /// a clean DROP's manifest too), so no held table escapes the gate.
     pub(crate) fn split_since_commit(&self, id: TableId, range: SoidRange) -> bool {
         let book = self.book.lock();
-        book.floors.contains_key(&id) && book.committed.get(&id).is_none_or(|c| c.2 != range)
+        debug_assert!(book.floors.contains_key(&id), "held table {id} has no floor");
+        book.committed.get(&id).is_none_or(|c| c.2 != range)
     }
 
     /// Is table `id` part of the merge under way?
