@@ -2152,6 +2152,46 @@ mod issue23 {
         assert!(!m.p("d/.f0.XXXX").exists());
     }
 
+    /// rsync renames each temporary file to its name in the same
+    /// directory: a file this mount put there, so the rename changes no
+    /// directory's `..`, and its reply carries the directory's attributes
+    /// for the kernel's next permission check (a GETATTR per file
+    /// before). A directory renamed the same way is still seen under its
+    /// new name with the right `..`, and stat shows the server's times.
+    #[test]
+    fn renames_of_files_made_here_ask_nothing_more() {
+        if !fuse_available() {
+            return;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        std::fs::create_dir(m.p("d")).unwrap();
+        let before = requests(port, "getattr");
+        for i in 0..5 {
+            let tmp = m.p(&format!("d/.f{i}.XXXX"));
+            std::fs::write(&tmp, format!("{i}")).unwrap();
+            std::fs::rename(&tmp, m.p(&format!("d/f{i}"))).unwrap();
+        }
+        assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
+        // The directory's times are the server's after the renames.
+        let st: serde_json::Value =
+            serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/d"])).unwrap();
+        let md = std::fs::metadata(m.p("d")).unwrap();
+        let ns = md.mtime() as u64 * 1_000_000_000 + md.mtime_nsec() as u64;
+        assert_eq!(Some(ns), st["mtime_ns"].as_u64(), "{st}");
+        // A directory made here and renamed: its `..` follows.
+        std::fs::create_dir_all(m.p("d/sub/deep")).unwrap();
+        std::fs::create_dir(m.p("e")).unwrap();
+        std::fs::rename(m.p("d/sub"), m.p("e/sub")).unwrap();
+        assert_eq!(
+            std::fs::canonicalize(m.p("e/sub/deep/..")).unwrap(),
+            m.p("e/sub")
+        );
+        assert_eq!(std::fs::read(m.p("d/f4")).unwrap(), b"4");
+        assert!(!m.p("d/.f0.XXXX").exists());
+    }
+
     /// tar x and cp -a into a new directory: the kernel's lookup before
     /// each create is answered by the mount (it made the directory and
     /// every name in it), and nothing made here or elsewhere goes unseen.

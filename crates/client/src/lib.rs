@@ -1554,6 +1554,23 @@ impl Client {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<Option<Attr>> {
+        let names = (old_parent, old_name, new_parent, new_name);
+        Ok(self
+            .rename_replacing_with_dir(cred, names, flags, false)
+            .await?
+            .value)
+    }
+
+    /// [`Client::rename_replacing`] of `(old_parent, old_name,
+    /// new_parent, new_name)`, with the directory's attributes after it
+    /// when `want_dir` and both parents are one (see [`WithDir`]).
+    pub async fn rename_replacing_with_dir(
+        &self,
+        cred: &Credentials,
+        (old_parent, old_name, new_parent, new_name): (Soid, &[u8], Soid, &[u8]),
+        flags: RenameFlags,
+        want_dir: bool,
+    ) -> Result<WithDir<Option<Attr>>> {
         let op = Op::Rename(pb::RenameRequest {
             old_parent: Some(soid_to_pb(old_parent)),
             old_name: old_name.to_vec(),
@@ -1562,10 +1579,12 @@ impl Client {
             noreplace: flags.noreplace,
             exchange: flags.exchange,
         });
-        match self.call(cred, op).await? {
-            Res::Done(_) => Ok(None),
-            r => expect_attr(r).map(Some),
-        }
+        let (r, dir) = self.call_with(cred, op, want_dir).await?;
+        let value = match r {
+            Res::Done(_) => None,
+            r => Some(expect_attr(r)?),
+        };
+        Ok(WithDir { value, dir })
     }
 
     pub async fn link(

@@ -24,10 +24,16 @@
 //!   one is broken, nothing would move the epoch for a change elsewhere.
 //! - Bounded: at most [`MAX_DIRS`] directories and [`MAX_NAMES`] names
 //!   each; past that a directory (or all) is forgotten.
+//! - A name is also known to hold a non-directory (and which) once the
+//!   reply to the request that put it there came ([`FreshDirs::put_file`]),
+//!   until the next request that may change what it holds
+//!   ([`FreshDirs::naming`]): a rename of it then changes no directory's
+//!   `..` (`SextantFs::rename`).
 //! - Pure bookkeeping: no I/O.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use sextant_types::Soid;
+use std::collections::HashMap;
 
 /// Most directories known at once.
 pub const MAX_DIRS: usize = 4096;
@@ -36,7 +42,8 @@ pub const MAX_NAMES: usize = 65536;
 
 struct Dir {
     epoch: u64,
-    names: HashSet<Box<[u8]>>,
+    /// Names put here; `Some`: the non-directory it holds.
+    names: HashMap<Box<[u8]>, Option<Soid>>,
 }
 
 /// See the module docs.
@@ -60,7 +67,7 @@ impl FreshDirs {
             ino,
             Dir {
                 epoch: now,
-                names: HashSet::new(),
+                names: HashMap::new(),
             },
         );
     }
@@ -73,16 +80,34 @@ impl FreshDirs {
             if d.names.len() >= MAX_NAMES {
                 dirs.remove(&dir);
             } else {
-                d.names.insert(Box::from(name));
+                d.names.insert(Box::from(name), None);
             }
         }
+    }
+
+    /// The request that put `name` in `dir` (after [`FreshDirs::naming`])
+    /// made it a non-directory, `soid`.
+    pub fn put_file(&self, dir: u64, name: &[u8], soid: Soid) {
+        if let Some(d) = self.dirs.lock().get_mut(&dir) {
+            if let Some(held) = d.names.get_mut(name) {
+                *held = Some(soid);
+            }
+        }
+    }
+
+    /// The non-directory this mount put at `name` in `dir`, if known at
+    /// epoch `now`.
+    pub fn file_at(&self, dir: u64, name: &[u8], now: u64) -> Option<Soid> {
+        let dirs = self.dirs.lock();
+        let d = dirs.get(&dir).filter(|d| d.epoch == now)?;
+        d.names.get(name).copied().flatten()
     }
 
     /// Is `name` known not to exist in `dir` at epoch `now`?
     pub fn absent(&self, dir: u64, name: &[u8], now: u64) -> bool {
         let mut dirs = self.dirs.lock();
         match dirs.get(&dir) {
-            Some(d) if d.epoch == now => !d.names.contains(name),
+            Some(d) if d.epoch == now => !d.names.contains_key(name),
             Some(_) => {
                 dirs.remove(&dir);
                 false
@@ -114,6 +139,24 @@ mod tests {
         assert!(!f.absent(9, b"a", 1));
         assert!(f.absent(9, b"b", 1));
         assert!(!f.absent(8, b"b", 1), "a directory not made here");
+    }
+
+    #[test]
+    fn a_file_put_here_is_known_until_its_name_may_change() {
+        let f = FreshDirs::default();
+        let s = Soid::from_u128(5);
+        f.made(9, 1, 1);
+        f.put_file(9, b"a", s);
+        assert_eq!(f.file_at(9, b"a", 1), None, "not named first: not taken");
+        f.naming(9, b"a");
+        assert_eq!(f.file_at(9, b"a", 1), None, "no reply yet");
+        f.put_file(9, b"a", s);
+        assert_eq!(f.file_at(9, b"a", 1), Some(s));
+        assert_eq!(f.file_at(9, b"a", 2), None, "the epoch moved");
+        f.naming(9, b"a");
+        assert_eq!(f.file_at(9, b"a", 1), None, "a request may change it");
+        f.put_file(8, b"a", s);
+        assert_eq!(f.file_at(8, b"a", 1), None, "a directory not made here");
     }
 
     #[test]

@@ -347,20 +347,25 @@ impl SextantFs {
         self.nodes.soid(ino.0).ok_or(Fail(libc::ESTALE))
     }
 
-    fn file_attr(&self, a: &Attr, ino: u64) -> FileAttr {
+    /// The kernel's view of `a` (node `ino`) and how long it may keep it:
+    /// with changes held for the file ([`crate::held`]) laid over, not at
+    /// all — the server sets the ctime (and a non-owner's "now") when it
+    /// takes them, so the kernel asks again and is answered from here
+    /// until then, from the server's reply after.
+    fn file_attr(&self, a: &Attr, ino: u64) -> (FileAttr, Duration) {
         if a.ftype == FileType::Directory {
             self.nodes.set_parent(ino, a.parent);
         }
         let size = self.data.dirty_size(a.soid).unwrap_or(a.size);
         let held;
-        let a = match self.held.over(a) {
+        let (a, ttl) = match self.held.over(a) {
             Some(h) => {
                 held = h;
-                &held
+                (&held, Duration::ZERO)
             }
-            None => a,
+            None => (a, self.attr_ttl),
         };
-        FileAttr {
+        let attr = FileAttr {
             ino: INodeNo(ino),
             size,
             blocks: size.div_ceil(512),
@@ -376,7 +381,8 @@ impl SextantFs {
             rdev: a.rdev,
             blksize: 4096,
             flags: 0,
-        }
+        };
+        (attr, ttl)
     }
 
     /// An entry reply for `a`, named `name` in `parent`: the kernel gains a
@@ -384,9 +390,10 @@ impl SextantFs {
     fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr) -> Entry {
         let ino = self.nodes.ino(a.soid, true);
         let remembered = self.nodes.named(ino, parent.0, name.as_bytes());
+        let (attr, attr_ttl) = self.file_attr(a, ino);
         Entry {
-            attr: self.file_attr(a, ino),
-            attr_ttl: self.attr_ttl,
+            attr,
+            attr_ttl,
             entry_ttl: if remembered {
                 self.entry_ttl
             } else {
@@ -436,7 +443,14 @@ impl SextantFs {
     }
 
     fn attr(&self, a: &Attr, ino: INodeNo) -> (FileAttr, Duration) {
-        (self.file_attr(a, ino.0), self.attr_ttl)
+        self.file_attr(a, ino.0)
+    }
+
+    /// [`SextantFs::attr`] of attributes computed with changes held
+    /// ([`crate::held`]): never kept by the kernel, even if the changes
+    /// were sent meanwhile.
+    fn held_attr(&self, a: &Attr, ino: INodeNo) -> (FileAttr, Duration) {
+        (self.file_attr(a, ino.0).0, Duration::ZERO)
     }
 
     /// Sends a pending size/mtime update to the server (as the mount: the
@@ -696,7 +710,7 @@ impl Filesystem for SextantFs {
             let soid = self.soid(ino)?;
             // Changes held for it: what the server will have (crate::held).
             if let Some(a) = self.held.attr(soid) {
-                return Ok(self.attr(&a, ino));
+                return Ok(self.held_attr(&a, ino));
             }
             if let Some(a) = self.dir_attrs.take(ino.0, self.epoch()) {
                 if a.soid == soid {
@@ -757,7 +771,7 @@ impl Filesystem for SextantFs {
             // A file open for writing here: sent with its size at close
             // (see crate::held).
             if let Some(a) = self.try_hold(ino, soid, &c, &set) {
-                return Ok(self.attr(&a, ino));
+                return Ok(self.held_attr(&a, ino));
             }
             // What is held goes first, with the size written so far.
             if self.held.attr(soid).is_some() {
@@ -840,6 +854,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
                 .await?;
+            self.fresh.put_file(parent.0, name(n), a.soid);
             Ok(self.entry(parent, n, &a))
         })
     }
@@ -898,6 +913,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .symlink(&self.cred(req), p, name(link_name), t)
                 .await?;
+            self.fresh.put_file(parent.0, name(link_name), a.soid);
             Ok(self.entry(parent, link_name, &a))
         })
     }
@@ -913,10 +929,6 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
-            // A rename also changes the moved directory (its `..`), whose
-            // node id we do not know here: everything kept is old, before
-            // and after.
-            let _bump = EpochBump::new(&self.own_epoch);
             if flags.contains(FuseRenameFlags::RENAME_WHITEOUT) {
                 return Err(Fail(libc::EINVAL));
             }
@@ -926,6 +938,35 @@ impl Filesystem for SextantFs {
             };
             let c = self.cred(req);
             let (p, np) = (self.soid(parent)?, self.soid(newparent)?);
+            // A rename of a directory also changes it (its `..`), whose
+            // node id we may not know: everything kept is old, before and
+            // after. A non-directory this mount put at the name (rsync's
+            // temporary file; see crate::fresh) changes only the two
+            // directories and itself: only what is kept of them is.
+            let file = (self.live() && !flags.exchange)
+                .then(|| {
+                    self.fresh
+                        .file_at(parent.0, name(n), self.elsewhere_epoch())
+                })
+                .flatten();
+            let _bump = file.is_none().then(|| EpochBump::new(&self.own_epoch));
+            let no_change = || DirChange {
+                fs: self,
+                change: None,
+            };
+            let (dir_change, want_dir) = match file {
+                Some(_) => self.dir_change(parent),
+                None => (no_change(), false),
+            };
+            let want_dir = want_dir && parent == newparent;
+            let _new_dir_change = match file {
+                Some(_) if parent != newparent => self.dir_change(newparent).0,
+                _ => no_change(),
+            };
+            let _file_change = match file.and_then(|s| self.nodes.find(s)) {
+                Some(ino) => self.dir_change(INodeNo(ino)).0,
+                None => no_change(),
+            };
             // The names it puts: recorded before it is sent (see
             // crate::fresh; an exchange puts the old name back too).
             self.fresh.naming(newparent.0, name(newname));
@@ -934,11 +975,17 @@ impl Filesystem for SextantFs {
             }
             // The reply names the inode whose name was replaced (as it
             // was): no lookup of the target first.
-            let victim = self
+            let names = (p, name(n), np, name(newname));
+            let renamed = self
                 .client()
-                .rename_replacing(&c, p, name(n), np, name(newname), flags)
+                .rename_replacing_with_dir(&c, names, flags, want_dir)
                 .await?;
-            match victim {
+            dir_change.end(renamed.dir);
+            if let Some(soid) = file {
+                self.fresh.naming(parent.0, name(n));
+                self.fresh.put_file(newparent.0, name(newname), soid);
+            }
+            match renamed.value {
                 Some(v) => self.unlinked(&v),
                 None => Ok(()),
             }
@@ -967,6 +1014,7 @@ impl Filesystem for SextantFs {
                 .link(&self.cred(req), s, np, name(newname))
                 .await?;
             self.held.links(a.soid, a.nlink);
+            self.fresh.put_file(newparent.0, name(newname), a.soid);
             file_change.end(Some(a.clone()));
             Ok(self.entry(newparent, newname, &a))
         })
@@ -1322,6 +1370,7 @@ impl Filesystem for SextantFs {
             let a = match made {
                 Ok(made) => {
                     change.end(made.dir);
+                    self.fresh.put_file(parent.0, name(n), made.value.soid);
                     // New: no xattrs (see crate::nocaps).
                     if self.coherent {
                         self.no_caps.learned(made.value.soid, sent, self.epoch());

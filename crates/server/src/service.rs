@@ -129,6 +129,12 @@ fn changed_dir(op: &Op) -> Option<Soid> {
         | Op::Mkdir(pb::MkdirRequest { parent, .. })
         | Op::Unlink(pb::UnlinkRequest { parent, .. })
         | Op::Rmdir(pb::RmdirRequest { parent, .. }) => soid(parent).ok(),
+        // Within one directory (rsync's temporary name to the final one).
+        Op::Rename(pb::RenameRequest {
+            old_parent,
+            new_parent,
+            ..
+        }) if old_parent == new_parent => soid(old_parent).ok(),
         _ => None,
     }
 }

@@ -212,7 +212,10 @@ impl MemberRun {
     /// a clean DROP's manifest too), so no held table escapes the gate.
     pub(crate) fn split_since_commit(&self, id: TableId, range: SoidRange) -> bool {
         let book = self.book.lock();
-        debug_assert!(book.floors.contains_key(&id), "held table {id} has no floor");
+        debug_assert!(
+            book.floors.contains_key(&id),
+            "held table {id} has no floor"
+        );
         book.committed.get(&id).is_none_or(|c| c.2 != range)
     }
 
