@@ -8,7 +8,7 @@
 use crate::Cli;
 use anyhow::{bail, Context, Result};
 use sextant_client::{Client, Options};
-use sextant_fuse::MountConfig;
+use sextant_fuse::{MountConfig, ReaddirPlus};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -73,6 +73,32 @@ pub struct MountArgs {
     /// Where a detached mount writes its messages [default: nowhere]
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// READDIRPLUS: listings carry each entry's attributes, so `ls -l`,
+    /// `du` and `find` need no server call per entry. always: every
+    /// listing batch; auto: the kernel chooses (the first batch of a
+    /// listing, and batches of a directory whose entries were looked up
+    /// since); off: names only. Only on a watching mount with nonzero
+    /// timeouts (else off).
+    #[arg(long, value_name = "WHEN", default_value = "always")]
+    pub readdirplus: ReaddirPlusArg,
+}
+
+/// `--readdirplus`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ReaddirPlusArg {
+    Always,
+    Auto,
+    Off,
+}
+
+impl From<ReaddirPlusArg> for ReaddirPlus {
+    fn from(a: ReaddirPlusArg) -> ReaddirPlus {
+        match a {
+            ReaddirPlusArg::Always => ReaddirPlus::Always,
+            ReaddirPlusArg::Auto => ReaddirPlus::Auto,
+            ReaddirPlusArg::Off => ReaddirPlus::Off,
+        }
+    }
 }
 
 fn seconds(s: f64, what: &str) -> Result<Duration> {
@@ -124,6 +150,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
     cfg.entry_ttl = seconds(args.entry_timeout.unwrap_or(default_ttl), "entry-timeout")?;
     cfg.threads = args.threads;
     cfg.watch = !args.no_watch;
+    cfg.readdirplus = args.readdirplus.into();
     for o in &args.options {
         match o.as_str() {
             "allow_other" => cfg.allow_other = true,

@@ -2270,6 +2270,196 @@ mod issue23 {
             .collect();
         assert_eq!(names, ["t", "u", "u2"].map(String::from).into());
     }
+
+    // -----------------------------------------------------------------------
+    // READDIRPLUS: listings carry attributes, so `ls -l` needs no lookups.
+    // -----------------------------------------------------------------------
+
+    /// `ls -l` (one `lstat` per name) of a directory of `n` files the
+    /// mount's kernel has never seen (made through another mount): with
+    /// READDIRPLUS (the default) a readdir per batch of 1,024 and the
+    /// end, no lookup per name; with `--readdirplus off` a lookup each.
+    #[test]
+    fn ls_l_of_a_directory_sends_no_lookup_per_entry() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let (other, off) = (m.dir.path().join("other"), m.dir.path().join("off"));
+        std::fs::create_dir(&other).unwrap();
+        std::fs::create_dir(&off).unwrap();
+        m.mount_at(&other, &[]);
+        m.mount_at(&off, &["--readdirplus", "off"]);
+        let _unmount = (Unmount(other.clone()), Unmount(off.clone()));
+        watcher_up(&m);
+        let n = 1_500;
+        sh(
+            &other,
+            &format!("mkdir d && cd d && seq -w 1 {n} | sed 's/^/f/' | xargs touch"),
+        );
+        let counts = |mnt: &Path| {
+            let (l, r) = (requests(port, "lookup"), requests(port, "readdir"));
+            let out = sh(mnt, "ls -l d | grep -c '^-rw-r--r-- 1 root root 0 '");
+            assert_eq!(
+                out.trim(),
+                n.to_string(),
+                "every file listed with its attributes"
+            );
+            (requests(port, "lookup") - l, requests(port, "readdir") - r)
+        };
+        let (lookups, readdirs) = counts(&m.mnt);
+        // `d` itself may be looked up once; 1,500 names: two batches and
+        // the empty end.
+        assert!(lookups <= 1, "{lookups} lookups for ls -l of {n} files");
+        assert!(readdirs <= 3, "{readdirs} readdirs for {n} files");
+        let (lookups, _) = counts(&off);
+        assert!(lookups >= n as u64, "--readdirplus off: {lookups} lookups");
+    }
+
+    /// A directory its reader may list but not search (r, no x): `ls -l`
+    /// shows the names, and a stat of one fails EACCES, as on a local file
+    /// system — and the listing gave the kernel no attributes: root's stat
+    /// of a name afterwards is a lookup of its own.
+    #[test]
+    fn a_listing_without_search_permission_gives_names_only() {
+        if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!("needs FUSE and setpriv");
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let other = m.dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        m.mount_at(&other, &[]);
+        let _unmount = Unmount(other.clone());
+        watcher_up(&m);
+        let local = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(local.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let make = "mkdir -m 744 d && touch d/a d/b d/c";
+        sh(&other, make);
+        sh(local.path(), make);
+        let as_nobody = |dir: &Path, script: &str| {
+            let out = Command::new("setpriv")
+                .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+                .args(["sh", "-c", script])
+                .current_dir(dir)
+                .output()
+                .unwrap();
+            (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).replace(&dir.display().to_string(), "."),
+            )
+        };
+        let script = "ls -l d; ls d; stat d/a";
+        let (out, err) = as_nobody(&m.mnt, script);
+        let want = as_nobody(local.path(), script);
+        assert_eq!(
+            (&out, &err),
+            (&want.0, &want.1),
+            "as on a local file system"
+        );
+        assert!(out.contains("? a\n") && out.contains("\nb\n"), "{out}");
+        assert!(err.contains("Permission denied"), "{err}");
+        let before = requests(port, "lookup");
+        let md = std::fs::metadata(m.p("d/b")).unwrap();
+        assert_eq!(md.mode() & 0o7777, 0o644);
+        assert_eq!(
+            requests(port, "lookup") - before,
+            1,
+            "root's stat looks d/b up"
+        );
+    }
+
+    /// `ls -l` shows the link count, size and mtime another client gave a
+    /// file after this mount listed it, however the listing got them: a
+    /// listing read whole (the attributes then in the kernel's cache), and
+    /// one read in part before the change (the rest then from the batch
+    /// the mount fetched before it: its attributes must not be used).
+    #[test]
+    fn ls_l_shows_what_another_client_changed_after_a_listing() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, _port) = mounted_with_metrics();
+        let other = m.dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        m.mount_at(&other, &[]);
+        let _unmount = Unmount(other.clone());
+        watcher_up(&m);
+        // nlink, size, mtime (s) of `name` in `dir` as `ls -l` shows them.
+        let shown = |dir: &str, name: &str| -> (u64, u64, i64) {
+            let out = sh(&m.mnt, &format!("ls -ln --time-style=+%s {dir}"));
+            let line = out
+                .lines()
+                .find(|l| l.ends_with(&format!(" {name}")))
+                .unwrap_or_else(|| panic!("{name} not in {out}"));
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (
+                f[1].parse().unwrap(),
+                f[4].parse().unwrap(),
+                f[5].parse().unwrap(),
+            )
+        };
+        sh(&other, "mkdir d && touch d/a d/b d/c");
+        let (nlink, size, _) = shown("d", "a");
+        assert_eq!((nlink, size), (1, 0));
+        sh(
+            &other,
+            "printf 12345 > d/a && ln d/b d/b2 && touch -d @1000000000 d/c",
+        );
+        eventually("ls -l shows the new size", || shown("d", "a").1 == 5);
+        eventually("ls -l shows the new link count", || shown("d", "b").0 == 2);
+        eventually("ls -l shows the new mtime", || {
+            shown("d", "c").2 == 1_000_000_000
+        });
+
+        // A listing read in part, then a change elsewhere, then the rest.
+        let n = 600;
+        sh(
+            &other,
+            &format!("mkdir e && cd e && seq -w 1 {n} | sed 's/^/f/' | xargs touch"),
+        );
+        // The last name in listing order: past the first reply (at most
+        // 256 entries with their attributes).
+        let order = sh(&other, "ls -U e");
+        let last = order.lines().last().unwrap().to_string();
+        // A name this mount caches as absent, made after the change: once
+        // it shows, the change has reached the mount.
+        assert!(!m.p("sentinel").exists());
+        let mut py = Command::new("python3")
+            .args([
+                "-c",
+                "import os,sys\n\
+                 it = os.scandir('e'); next(it)\n\
+                 print('ready', flush=True); sys.stdin.readline()\n\
+                 n = 1 + sum(1 for _ in it)\n\
+                 st = os.lstat('e/' + sys.argv[1])\n\
+                 print(n, st.st_size, st.st_nlink, flush=True)",
+                &last,
+            ])
+            .current_dir(&m.mnt)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        sh(
+            &other,
+            &format!("printf 1234567 > e/{last} && ln e/{last} link && touch sentinel"),
+        );
+        eventually("the change reached the mount", || m.p("sentinel").exists());
+        writeln!(py.stdin.take().unwrap()).unwrap();
+        line.clear();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(py.wait().unwrap().success());
+        assert_eq!(
+            line.trim(),
+            format!("{n} 7 2"),
+            "the rest of the listing, and {last} as changed"
+        );
+    }
 }
 
 /// `sextant mount --subdir /home/alice` shows that directory at the mount
@@ -2302,6 +2492,10 @@ fn a_subdir_mount_shows_that_directory_and_a_path_key_mounts_its_subtree() {
     assert_eq!(names(&sub), ["d", "f"]);
     assert_eq!(std::fs::read_to_string(sub.join("f")).unwrap(), "hi\n");
     std::fs::write(sub.join("d/g"), "new").unwrap();
+    // Another client's change: seen once the whole mount's watcher has it
+    // (the whole mount made `d`, so until then it answers "no such name"
+    // itself, see sextant-fuse's `fresh`).
+    eventually("the whole mount sees g", || m.p("home/alice/d/g").exists());
     assert_eq!(
         std::fs::read_to_string(m.p("home/alice/d/g")).unwrap(),
         "new",

@@ -1313,17 +1313,48 @@ impl Client {
         after: u64,
         limit: usize,
     ) -> Result<Vec<DirEntry>> {
+        let entries = self.readdir_call(cred, dir, after, limit, false).await?;
+        entries
+            .into_iter()
+            .map(|e| dirent_from_pb(e).map_err(|_| bad_reply("a bad directory entry")))
+            .collect()
+    }
+
+    /// [`Client::readdir`] with each entry's attributes where the server
+    /// read them with the listing (READDIRPLUS): `None` for an entry the
+    /// caller may not look up (no search permission on `dir`), whose inode
+    /// another table holds, or from a server that predates it — look those
+    /// up.
+    pub async fn readdir_plus(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        let entries = self.readdir_call(cred, dir, after, limit, true).await?;
+        entries
+            .into_iter()
+            .map(|e| dirent_plus_from_pb(e).map_err(|_| bad_reply("a bad directory entry")))
+            .collect()
+    }
+
+    async fn readdir_call(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+        plus: bool,
+    ) -> Result<Vec<pb::DirEntry>> {
         let op = Op::Readdir(pb::ReaddirRequest {
             dir: Some(soid_to_pb(dir)),
             after,
             limit: limit.min(READDIR_MAX as usize) as u32,
+            plus,
         });
         match self.call(cred, op).await? {
-            Res::Entries(e) => e
-                .entries
-                .into_iter()
-                .map(|e| dirent_from_pb(e).map_err(|_| bad_reply("a bad directory entry")))
-                .collect(),
+            Res::Entries(e) => Ok(e.entries),
             _ => Err(bad_reply("not a readdir reply")),
         }
     }

@@ -1568,6 +1568,18 @@ impl Engine {
         self.read(|t| namespace::readdir(t, cred, dir, after, limit))
     }
 
+    /// [`Engine::readdir`] with each entry's attributes where a lookup
+    /// would give them from this table (see [`namespace::readdir_plus`]).
+    pub fn readdir_plus(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>, FsError> {
+        self.read(|t| namespace::readdir_plus(t, cred, dir, after, limit))
+    }
+
     pub fn getxattr(
         &self,
         cred: &Credentials,

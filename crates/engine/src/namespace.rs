@@ -489,6 +489,41 @@ pub fn readdir(
         .collect())
 }
 
+/// [`readdir`] with each entry's attributes, read in the same transaction
+/// (READDIRPLUS). An entry gets them only when `cred` may also search
+/// `dir` — a lookup of it would be refused otherwise — and its inode is in
+/// `dir`'s own table (a hard link or a moved subtree may have it in another
+/// table, or on another server: that entry is left for a lookup, so a
+/// listing never locks more than one table).
+pub fn readdir_plus(
+    txn: &mut Txn,
+    cred: &Credentials,
+    dir: Soid,
+    after: u64,
+    limit: usize,
+) -> OpResult<Vec<(DirEntry, Option<Attr>)>> {
+    let d = dir_inode(txn, dir)?;
+    check_access(&d, cred, MAY_READ)?;
+    let searchable = check_access(&d, cred, MAY_EXEC).is_ok();
+    let table = txn.table_for(dir)?;
+    Ok(table
+        .readdir(dir, after, limit.max(1))
+        .into_iter()
+        .map(|(cookie, e)| {
+            let attr = searchable
+                .then(|| table.inode(e.child).map(|i| i.attr(e.child)))
+                .flatten();
+            let entry = DirEntry {
+                cookie,
+                name: Box::from(&*e.name),
+                soid: e.child,
+                ftype: e.ftype,
+            };
+            (entry, attr)
+        })
+        .collect())
+}
+
 /// `write_handle`: the size changes through a file the caller holds open
 /// for writing (`ftruncate`), so it needs no write permission now.
 pub fn setattr(

@@ -1221,3 +1221,34 @@ fn a_drop_after_an_uncommitted_split_commits_the_split_off_table_first() {
     }
     assert_eq!(next, None, "the catalogue ends before the last SOID");
 }
+
+/// READDIRPLUS reads the directory's table only: an entry whose inode a
+/// split put in another table (on a cluster: maybe another server's) gets
+/// no attributes — the client looks it up — and the others exactly what a
+/// lookup gives.
+#[test]
+fn readdir_plus_leaves_entries_of_other_tables_without_attributes() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = member(&store, &catalog, "a");
+    populate(&a);
+    let root = Credentials::root();
+    let home = a.table_holding(Soid::ROOT);
+    let listed = a.readdir_plus(&root, Soid::ROOT, 0, 100).unwrap();
+    assert_eq!(listed.len(), 10);
+    let (mut here, mut elsewhere) = (0, 0);
+    for (entry, attr) in listed {
+        if a.table_holding(entry.soid) == home {
+            here += 1;
+            let looked_up = a.lookup(&root, Soid::ROOT, &entry.name).unwrap();
+            assert_eq!(attr, Some(looked_up), "{:?}", entry.name);
+        } else {
+            elsewhere += 1;
+            assert_eq!(attr, None, "{:?} is in another table", entry.name);
+        }
+    }
+    assert!(
+        here > 0 && elsewhere > 0,
+        "{here} here, {elsewhere} elsewhere"
+    );
+}

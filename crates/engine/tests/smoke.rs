@@ -468,3 +468,63 @@ fn a_writable_handle_truncates_whatever_the_mode() {
         FsError::Perm
     );
 }
+
+/// READDIRPLUS: every entry comes with the attributes a lookup gives, for
+/// a caller who may search the directory; one who may only read it gets
+/// the names alone (a lookup would be refused), one who may not read it
+/// nothing.
+#[test]
+fn readdir_plus_gives_attributes_only_to_who_may_look_up() {
+    let e = Engine::open(Arc::new(MemStore::new()), config()).unwrap();
+    let root = Credentials::root();
+    let user = Credentials::user(1001, 1001);
+    let d = e
+        .mkdir(&root, Soid::ROOT, b"d", 0o755)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    for name in [&b"a"[..], b"b", b"c"] {
+        e.create(&root, d.soid, name, 0o644, true)
+            .unwrap()
+            .wait(&e)
+            .unwrap();
+    }
+    e.mkdir(&root, d.soid, b"sub", 0o700)
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    let listed = e.readdir_plus(&user, d.soid, 0, 100).unwrap();
+    assert_eq!(listed.len(), 4);
+    for (entry, attr) in &listed {
+        let looked_up = e.lookup(&user, d.soid, &entry.name).unwrap();
+        assert_eq!(attr.as_ref(), Some(&looked_up), "{:?}", entry.name);
+    }
+    let plain: Vec<_> = e.readdir(&user, d.soid, 0, 100).unwrap();
+    let names = |v: &[sextant_engine::DirEntry]| -> Vec<(u64, Box<[u8]>)> {
+        v.iter().map(|e| (e.cookie, e.name.clone())).collect()
+    };
+    let plus: Vec<_> = listed.into_iter().map(|(e, _)| e).collect();
+    assert_eq!(names(&plus), names(&plain), "the same entries as readdir");
+    // Read but not search: the names, no attributes (lookup: EACCES).
+    let chmod = |perm: u32| sextant_types::SetAttr {
+        perm: Some(perm),
+        ..Default::default()
+    };
+    e.setattr(&root, d.soid, &chmod(0o744))
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    assert_eq!(e.lookup(&user, d.soid, b"a").unwrap_err(), FsError::Access);
+    let listed = e.readdir_plus(&user, d.soid, 0, 100).unwrap();
+    assert_eq!(listed.len(), 4);
+    assert!(listed.iter().all(|(_, a)| a.is_none()), "{listed:?}");
+    // Search but not read: no listing at all, as readdir.
+    e.setattr(&root, d.soid, &chmod(0o711))
+        .unwrap()
+        .wait(&e)
+        .unwrap();
+    assert_eq!(
+        e.readdir_plus(&user, d.soid, 0, 100).unwrap_err(),
+        FsError::Access
+    );
+}

@@ -6,6 +6,11 @@
 //! following READDIRs from it while the kernel asks for the offsets it
 //! holds.
 //!
+//! A READDIRPLUS batch keeps each entry's attributes too, with the cache
+//! epoch they were read at: a later reply from the buffer hands them to
+//! the kernel only if no change elsewhere came since (else the names
+//! alone, which the kernel looks up).
+//!
 //! Invariants:
 //! - A buffer holds the entries after cookie `after`, in cookie order, as
 //!   the server returned them. It never says where the directory ends: past
@@ -20,6 +25,7 @@
 
 use parking_lot::Mutex;
 use sextant_engine::DirEntry;
+use sextant_types::Attr;
 use std::collections::HashMap;
 
 /// Entries asked of the server per round trip (the protocol's maximum,
@@ -30,10 +36,20 @@ pub const BATCH: usize = 1024;
 /// kernel's buffer is full; this bounds the copying).
 pub const REPLY_MAX: usize = 512;
 
+/// Entries handed to one READDIRPLUS reply at most: each takes a node
+/// reference, released again if it does not fit (an entry with its
+/// attributes is ~150 bytes; the kernel's buffer is 4 KiB to 128 KiB).
+pub const PLUS_REPLY_MAX: usize = 256;
+
+/// An entry as listed, with its attributes if they came with it.
+pub type Listed = (DirEntry, Option<Attr>);
+
 #[derive(Debug)]
 struct Buffer {
     after: u64,
-    entries: Vec<DirEntry>,
+    entries: Vec<Listed>,
+    /// The cache epoch the attributes were read at (see the module docs).
+    epoch: u64,
 }
 
 #[derive(Debug, Default)]
@@ -64,8 +80,9 @@ impl DirHandles {
 
     /// The entries after `offset` from `fh`'s buffer (at most
     /// [`REPLY_MAX`]), or `None` when the buffer holds nothing after
-    /// `offset` and the server must be asked.
-    pub fn cached(&self, fh: u64, offset: u64) -> Option<Vec<DirEntry>> {
+    /// `offset` and the server must be asked. Attributes are kept only if
+    /// they were read at cache epoch `epoch` (see the module docs).
+    pub fn cached(&self, fh: u64, offset: u64, epoch: u64) -> Option<Vec<Listed>> {
         if offset == 0 {
             return None;
         }
@@ -74,22 +91,33 @@ impl DirHandles {
         let start = if offset == b.after {
             0
         } else {
-            b.entries.iter().position(|e| e.cookie == offset)? + 1
+            b.entries.iter().position(|(e, _)| e.cookie == offset)? + 1
         };
         if start == b.entries.len() {
             return None;
         }
         let end = b.entries.len().min(start + REPLY_MAX);
-        Some(b.entries[start..end].to_vec())
+        let fresh = b.epoch == epoch;
+        Some(
+            b.entries[start..end]
+                .iter()
+                .map(|(e, a)| (e.clone(), a.clone().filter(|_| fresh)))
+                .collect(),
+        )
     }
 
-    /// Keeps a batch fetched for `fh` (the entries after `after`) and
-    /// returns the part for one reply.
-    pub fn fill(&self, fh: u64, after: u64, entries: Vec<DirEntry>) -> Vec<DirEntry> {
+    /// Keeps a batch fetched for `fh` (the entries after `after`, their
+    /// attributes read at cache epoch `epoch`) and returns the part for one
+    /// reply.
+    pub fn fill(&self, fh: u64, after: u64, entries: Vec<Listed>, epoch: u64) -> Vec<Listed> {
         let reply = entries[..entries.len().min(REPLY_MAX)].to_vec();
         let mut g = self.inner.lock();
         if let Some(slot) = g.open.get_mut(&fh) {
-            *slot = Some(Buffer { after, entries });
+            *slot = Some(Buffer {
+                after,
+                entries,
+                epoch,
+            });
         }
         reply
     }
@@ -109,47 +137,89 @@ mod tests {
     use super::*;
     use sextant_types::{FileType, Soid};
 
-    fn entries(cookies: impl IntoIterator<Item = u64>) -> Vec<DirEntry> {
+    fn entries(cookies: impl IntoIterator<Item = u64>) -> Vec<Listed> {
         cookies
             .into_iter()
-            .map(|c| DirEntry {
-                name: format!("f{c}").into_bytes().into_boxed_slice(),
-                soid: Soid::from_u128(c as u128),
-                ftype: FileType::Regular,
-                cookie: c,
+            .map(|c| {
+                let e = DirEntry {
+                    name: format!("f{c}").into_bytes().into_boxed_slice(),
+                    soid: Soid::from_u128(c as u128),
+                    ftype: FileType::Regular,
+                    cookie: c,
+                };
+                (e, None)
             })
             .collect()
     }
 
-    fn cookies(e: &[DirEntry]) -> Vec<u64> {
-        e.iter().map(|e| e.cookie).collect()
+    fn cookies(e: &[Listed]) -> Vec<u64> {
+        e.iter().map(|(e, _)| e.cookie).collect()
     }
 
     #[test]
     fn a_full_batch_is_served_in_pieces_then_refetched() {
         let d = DirHandles::default();
         let fh = d.open();
-        assert!(d.cached(fh, 0).is_none(), "offset 0 always asks the server");
+        assert!(
+            d.cached(fh, 0, 0).is_none(),
+            "offset 0 always asks the server"
+        );
         let batch = entries(256..256 + BATCH as u64);
-        let first = d.fill(fh, 0, batch);
+        let first = d.fill(fh, 0, batch, 0);
         assert_eq!(first.len(), REPLY_MAX);
-        assert_eq!(cookies(&d.cached(fh, 355).unwrap())[0], 356);
+        assert_eq!(cookies(&d.cached(fh, 355, 0).unwrap())[0], 356);
         let last = 256 + BATCH as u64 - 1;
         assert!(
-            d.cached(fh, last).is_none(),
+            d.cached(fh, last, 0).is_none(),
             "past the buffer: ask the server"
         );
-        assert!(d.cached(fh, 7).is_none(), "an offset not in the buffer");
-        let tail = d.fill(fh, last, entries([last + 1, last + 2]));
+        assert!(d.cached(fh, 7, 0).is_none(), "an offset not in the buffer");
+        let tail = d.fill(fh, last, entries([last + 1, last + 2]), 0);
         assert_eq!(cookies(&tail), vec![last + 1, last + 2]);
         assert_eq!(
-            cookies(&d.cached(fh, last).unwrap()),
+            cookies(&d.cached(fh, last, 0).unwrap()),
             vec![last + 1, last + 2]
         );
-        assert_eq!(cookies(&d.cached(fh, last + 1).unwrap()), vec![last + 2]);
+        assert_eq!(cookies(&d.cached(fh, last + 1, 0).unwrap()), vec![last + 2]);
         assert!(
-            d.cached(fh, last + 2).is_none(),
+            d.cached(fh, last + 2, 0).is_none(),
             "the end is the server's to say"
+        );
+    }
+
+    /// Attributes from the buffer only while nothing changed elsewhere
+    /// since they were read.
+    #[test]
+    fn buffered_attributes_go_stale_when_the_epoch_moves() {
+        let d = DirHandles::default();
+        let fh = d.open();
+        let mut batch = entries([256, 257, 258]);
+        for (e, a) in batch.iter_mut() {
+            *a = Some(Attr {
+                soid: e.soid,
+                ftype: FileType::Regular,
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+                nlink: 1,
+                size: 0,
+                rdev: 0,
+                atime: sextant_types::Nanos(0),
+                mtime: sextant_types::Nanos(0),
+                ctime: sextant_types::Nanos(0),
+                parent: Soid::ROOT,
+            });
+        }
+        let first = d.fill(fh, 0, batch, 7);
+        assert!(first.iter().all(|(_, a)| a.is_some()));
+        let same = d.cached(fh, 256, 7).unwrap();
+        assert_eq!(cookies(&same), vec![257, 258]);
+        assert!(same.iter().all(|(_, a)| a.is_some()), "same epoch: kept");
+        let moved = d.cached(fh, 256, 8).unwrap();
+        assert_eq!(cookies(&moved), vec![257, 258], "the names stay");
+        assert!(
+            moved.iter().all(|(_, a)| a.is_none()),
+            "epoch moved: dropped"
         );
     }
 
@@ -157,13 +227,13 @@ mod tests {
     fn released_and_unknown_handles_cache_nothing() {
         let d = DirHandles::default();
         let fh = d.open();
-        d.fill(fh, 0, entries([256, 257]));
-        assert_eq!(cookies(&d.cached(fh, 256).unwrap()), vec![257]);
+        d.fill(fh, 0, entries([256, 257]), 0);
+        assert_eq!(cookies(&d.cached(fh, 256, 0).unwrap()), vec![257]);
         d.release(fh);
-        assert!(d.cached(fh, 256).is_none());
-        assert_eq!(cookies(&d.fill(fh, 0, entries([256]))), vec![256]);
+        assert!(d.cached(fh, 256, 0).is_none());
+        assert_eq!(cookies(&d.fill(fh, 0, entries([256]), 0)), vec![256]);
         assert!(
-            d.cached(fh, 256).is_none(),
+            d.cached(fh, 256, 0).is_none(),
             "a released handle keeps nothing"
         );
         assert!(d.is_empty());

@@ -4,18 +4,19 @@
 
 use crate::data::{Data, Dirty};
 use crate::dirattrs::{Change, DirAttrs};
-use crate::dirs::{DirHandles, BATCH};
+use crate::dirs::{DirHandles, Listed, BATCH, PLUS_REPLY_MAX};
 use crate::groups::GroupCache;
 use crate::interrupts::{InFlight, Interrupts};
 use crate::lane::Lanes;
-use crate::nodes::Nodes;
+use crate::nodes::{Nodes, Reference};
 use crate::perms;
-use crate::reply::{DirItem, Entry, Fail, OpResult, Respond, Statfs, Xattr};
+use crate::reply::{DirItem, Entry, Fail, OpResult, PlusItem, Respond, Statfs, Xattr};
+use crate::ReaddirPlus;
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, LockOwner,
-    OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, RequestId,
-    TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 use sextant_client::Client;
 use sextant_engine::{RenameFlags, XattrFlags};
@@ -67,6 +68,9 @@ pub struct SextantFs {
     /// size ([`crate::held`]); `hold` off: every change is sent at once.
     pub(crate) held: crate::held::HeldChanges,
     pub(crate) hold: bool,
+    /// Whether (and how) the kernel is asked for READDIRPLUS (see
+    /// [`ReaddirPlus`]); only on a coherent mount.
+    pub(crate) readdirplus: ReaddirPlus,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -322,6 +326,68 @@ impl SextantFs {
             .then(|| self.dir_attrs.begin(parent.0, self.epoch()));
         let want = change.is_some();
         (DirChange { fs: self, change }, want)
+    }
+
+    /// `.` and `..` of directory `ino`, those of them a listing from
+    /// `offset` still has to give (cookies 1 and 2: never a name's, the
+    /// engine's start at 256).
+    async fn dots(&self, req: &Request, ino: INodeNo, offset: u64) -> OpResult<Vec<DirItem>> {
+        let mut items: Vec<DirItem> = Vec::new();
+        let dir = fuser::FileType::Directory;
+        if offset < 1 {
+            items.push((ino.0, 1, dir, ".".into()));
+        }
+        if offset < 2 {
+            let parent = match self.nodes.parent(ino.0) {
+                Some(p) => p,
+                None => {
+                    let soid = self.soid(ino)?;
+                    self.client().getattr(&self.cred(req), soid).await?.parent
+                }
+            };
+            items.push((self.nodes.ino(parent, false), 2, dir, "..".into()));
+        }
+        Ok(items)
+    }
+
+    /// The entries of a listing of `ino` after `offset` for one reply:
+    /// from `fh`'s buffer, else a batch from the server (with attributes
+    /// when `plus`). Attributes are kept only if no change elsewhere came
+    /// since they were read, and from the buffer only while changes reach
+    /// this mount ([`SextantFs::live`]), as for the last-seen attributes of
+    /// [`crate::dirattrs`].
+    async fn listing(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        plus: bool,
+    ) -> OpResult<Vec<Listed>> {
+        let soid = self.soid(ino)?;
+        let after = if offset < 2 { 0 } else { offset };
+        let mut entries = match self.dirs.cached(fh.0, after, self.epoch()) {
+            Some(e) if self.live() || !plus => e,
+            Some(e) => e.into_iter().map(|(e, _)| (e, None)).collect(),
+            None => {
+                let (c, sent) = (self.cred(req), self.epoch());
+                let batch = if plus {
+                    self.client().readdir_plus(&c, soid, after, BATCH).await?
+                } else {
+                    let batch = self.client().readdir(&c, soid, after, BATCH).await?;
+                    batch.into_iter().map(|e| (e, None)).collect()
+                };
+                let mut part = self.dirs.fill(fh.0, after, batch, sent);
+                if sent != self.epoch() {
+                    part.iter_mut().for_each(|(_, a)| *a = None);
+                }
+                part
+            }
+        };
+        if !plus {
+            entries.iter_mut().for_each(|(_, a)| *a = None);
+        }
+        Ok(entries)
     }
 
     /// Changes made elsewhere reach this mount now (see
@@ -671,6 +737,22 @@ impl SextantFs {
 }
 
 impl Filesystem for SextantFs {
+    /// READDIRPLUS on a coherent mount only: the attributes it hands the
+    /// kernel are cached as a lookup's are, which the watcher keeps exact.
+    /// `Auto` lets the kernel choose per listing (its first batch, and the
+    /// batches after lookups in the directory); `Always`, every batch.
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let flags = match self.readdirplus {
+            _ if !self.coherent => InitFlags::empty(),
+            ReaddirPlus::Off => InitFlags::empty(),
+            ReaddirPlus::Auto => InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
+            ReaddirPlus::Always => InitFlags::FUSE_DO_READDIRPLUS,
+        };
+        // A kernel without it simply never sends READDIRPLUS.
+        let _ = config.add_capabilities(flags);
+        Ok(())
+    }
+
     /// No reply to the interrupt itself: the request it names is answered
     /// EINTR if it may be abandoned (see [`SextantFs::run`]).
     fn interrupt(&self, _req: &Request, unique: RequestId) -> Result<(), Errno> {
@@ -1177,36 +1259,56 @@ impl Filesystem for SextantFs {
         reply: ReplyDirectory,
     ) {
         self.run_read(req, reply, async {
-            let soid = self.soid(ino)?;
-            let mut items: Vec<DirItem> = Vec::new();
-            let dir = fuser::FileType::Directory;
-            // Cookies 1 and 2 are never a name's (the engine's start at 256).
-            if offset < 1 {
-                items.push((ino.0, 1, dir, ".".into()));
-            }
-            if offset < 2 {
-                let parent = match self.nodes.parent(ino.0) {
-                    Some(p) => p,
-                    None => self.client().getattr(&self.cred(req), soid).await?.parent,
-                };
-                items.push((self.nodes.ino(parent, false), 2, dir, "..".into()));
-            }
-            let after = if offset < 2 { 0 } else { offset };
-            let entries = match self.dirs.cached(fh.0, after) {
-                Some(e) => e,
-                None => {
-                    let c = self.cred(req);
-                    let batch = self.client().readdir(&c, soid, after, BATCH).await?;
-                    self.dirs.fill(fh.0, after, batch)
-                }
-            };
-            items.extend(entries.into_iter().map(|e| {
+            let mut items = self.dots(req, ino, offset).await?;
+            let entries = self.listing(req, ino, fh, offset, false).await?;
+            items.extend(entries.into_iter().map(|(e, _)| {
                 (
                     self.nodes.ino(e.soid, false),
                     e.cookie,
                     kind(e.ftype),
                     OsString::from_vec(e.name.into_vec()),
                 )
+            }));
+            Ok(items)
+        })
+    }
+
+    /// READDIR with each entry's attributes: an entry the server sent them
+    /// for is given to the kernel as a lookup would give it (a reference
+    /// taken, the same timeouts, see [`SextantFs::entry`]); the others
+    /// (no search permission, the inode in another table, attributes read
+    /// before a change elsewhere) and `.`/`..` go as names only, which the
+    /// kernel looks up when it needs them.
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.run_read(req, reply, async {
+            let dots = self.dots(req, ino, offset).await?;
+            let mut items: Vec<PlusItem> = dots
+                .into_iter()
+                .map(|item| PlusItem { item, entry: None })
+                .collect();
+            let mut entries = self.listing(req, ino, fh, offset, true).await?;
+            entries.truncate(PLUS_REPLY_MAX);
+            items.extend(entries.into_iter().map(|(e, attr)| {
+                let name = OsString::from_vec(e.name.into_vec());
+                let (node, entry) = match attr {
+                    Some(a) if a.soid == e.soid && a.ftype == e.ftype => {
+                        let entry = self.entry(ino, &name, &a);
+                        let node = entry.attr.ino.0;
+                        (node, Some((entry, Reference::taken(&self.nodes, node))))
+                    }
+                    _ => (self.nodes.ino(e.soid, false), None),
+                };
+                PlusItem {
+                    item: (node, e.cookie, kind(e.ftype), name),
+                    entry,
+                }
             }));
             Ok(items)
         })

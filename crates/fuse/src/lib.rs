@@ -83,6 +83,24 @@ pub struct MountConfig {
     /// (`sextant mount --subdir`; a path-limited client key can mount
     /// only its subtree or below).
     pub root: Soid,
+    /// READDIRPLUS (listings that carry each entry's attributes, so `ls
+    /// -l`, `du` and `find` need no lookup per entry); only on a coherent
+    /// mount (watching, nonzero timeouts).
+    pub readdirplus: ReaddirPlus,
+}
+
+/// When the kernel asks for READDIRPLUS instead of READDIR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReaddirPlus {
+    /// Never.
+    Off,
+    /// The kernel chooses (FUSE_READDIRPLUS_AUTO): a listing's first
+    /// batch, and later batches of a directory whose entries were looked
+    /// up since.
+    Auto,
+    /// Every batch.
+    #[default]
+    Always,
 }
 
 impl MountConfig {
@@ -97,6 +115,7 @@ impl MountConfig {
             fsname: "sextant".into(),
             watch: true,
             root: Soid::ROOT,
+            readdirplus: ReaddirPlus::default(),
         }
     }
 }
@@ -152,6 +171,7 @@ pub fn mount(
         // SEXTANT_HOLD_ATTRS=0: every attribute change is sent at once
         // (for comparisons; see crate::held).
         hold: std::env::var("SEXTANT_HOLD_ATTRS").map_or(true, |v| v != "0"),
+        readdirplus: cfg.readdirplus,
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.

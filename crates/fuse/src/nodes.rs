@@ -36,6 +36,7 @@
 use parking_lot::Mutex;
 use sextant_types::Soid;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The root directory's node id (FUSE_ROOT_ID).
 pub const ROOT_INO: u64 = 1;
@@ -82,6 +83,39 @@ impl Inner {
             }
             keep
         });
+    }
+}
+
+/// One kernel reference to a node, taken for an entry not yet in a reply
+/// (READDIRPLUS: a reply holds as many entries as fit). Dropped unless
+/// [`Reference::given`]: the reference is released as a `forget` would.
+#[derive(Debug)]
+pub struct Reference {
+    nodes: Option<Arc<Nodes>>,
+    ino: u64,
+}
+
+impl Reference {
+    /// Takes over the reference [`Nodes::ino`] with `lookup` took to `ino`.
+    pub fn taken(nodes: &Arc<Nodes>, ino: u64) -> Reference {
+        Reference {
+            nodes: Some(Arc::clone(nodes)),
+            ino,
+        }
+    }
+
+    /// The kernel got the entry: it holds the reference now (and will
+    /// forget it).
+    pub fn given(mut self) {
+        self.nodes = None;
+    }
+}
+
+impl Drop for Reference {
+    fn drop(&mut self) {
+        if let Some(nodes) = self.nodes.take() {
+            nodes.forget(self.ino, 1);
+        }
     }
 }
 
@@ -289,6 +323,25 @@ mod tests {
         n.forget(a, 1);
         assert_eq!(n.find(s(5)), Some(a), "its id is kept");
         assert!(n.cached().1.is_empty(), "its names go");
+    }
+
+    fn lookups(n: &Nodes, ino: u64) -> u64 {
+        n.inner.lock().by_ino.get(&ino).map_or(0, |n| n.lookups)
+    }
+
+    /// A READDIRPLUS entry's reference stays only if the entry was sent.
+    #[test]
+    fn a_reference_not_given_is_released() {
+        let n = Arc::new(Nodes::default());
+        let a = n.ino(s(5), true);
+        Reference::taken(&n, a).given();
+        assert_eq!(lookups(&n, a), 1, "given: the kernel holds it");
+        let b = n.ino(s(5), true);
+        assert_eq!(a, b);
+        drop(Reference::taken(&n, b));
+        assert_eq!(lookups(&n, a), 1, "not sent: released");
+        n.forget(a, 1);
+        assert_eq!(lookups(&n, a), 0);
     }
 
     #[test]

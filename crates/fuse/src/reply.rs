@@ -6,13 +6,13 @@
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 use sextant_types::FsError;
 use std::ffi::OsString;
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Why an operation failed, as an errno.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +149,76 @@ respond!(ReplyDirectory, Vec<DirItem>, |r, items| {
     }
     r.ok()
 });
+
+/// One READDIRPLUS item: a [`DirItem`] and, when the kernel is given the
+/// node too, its entry and the reference taken for it — kept if the item
+/// fits in the reply, released if not. Without an entry only the name goes
+/// (node id 0): the kernel looks it up when it needs it.
+pub struct PlusItem {
+    pub item: DirItem,
+    pub entry: Option<(Entry, crate::nodes::Reference)>,
+}
+
+/// The attributes sent with a name only: its `d_ino` and type, nothing
+/// the kernel keeps.
+fn name_only(ino: u64, kind: FileType) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+impl Respond for ReplyDirectoryPlus {
+    type Ok = Vec<PlusItem>;
+
+    fn ok(mut self, items: Vec<PlusItem>) {
+        for PlusItem { item, entry } in items {
+            let (ino, off, kind, name) = item;
+            let full = match &entry {
+                Some((e, _)) => self.add_entry(
+                    true,
+                    off,
+                    &name,
+                    &e.entry_ttl,
+                    &e.attr_ttl,
+                    &e.attr,
+                    Generation(0),
+                ),
+                None => {
+                    let zero = Duration::ZERO;
+                    let attr = name_only(ino, kind);
+                    self.add_entry(false, off, &name, &zero, &zero, &attr, Generation(0))
+                }
+            };
+            if full {
+                // The kernel asks again from the last offset sent; this
+                // item's reference and the rest's are dropped (released).
+                break;
+            }
+            if let Some((_, reference)) = entry {
+                reference.given();
+            }
+        }
+        ReplyDirectoryPlus::ok(self)
+    }
+
+    fn error(self, e: Errno) {
+        ReplyDirectoryPlus::error(self, e)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -113,7 +113,27 @@ pub fn dirent_to_pb(e: &DirEntry) -> pb::DirEntry {
         name: e.name.to_vec(),
         soid: Some(soid_to_pb(e.soid)),
         ftype: ftype_to_pb(e.ftype) as i32,
+        attr: None,
     }
+}
+
+/// A READDIRPLUS entry: the entry, and its attributes if read with it.
+pub fn dirent_plus_to_pb(e: &DirEntry, attr: Option<&Attr>) -> pb::DirEntry {
+    pb::DirEntry {
+        attr: attr.map(attr_to_pb),
+        ..dirent_to_pb(e)
+    }
+}
+
+/// A READDIRPLUS entry from the wire: the entry and, if sent, its
+/// attributes (which must name the entry's SOID).
+pub fn dirent_plus_from_pb(mut e: pb::DirEntry) -> Result<(DirEntry, Option<Attr>), FsError> {
+    let attr = e.attr.take().map(|a| attr_from_pb(&a)).transpose()?;
+    let entry = dirent_from_pb(e)?;
+    if attr.as_ref().is_some_and(|a| a.soid != entry.soid) {
+        return Err(FsError::Invalid);
+    }
+    Ok((entry, attr))
 }
 
 pub fn dirent_from_pb(e: pb::DirEntry) -> Result<DirEntry, FsError> {

@@ -16,7 +16,9 @@
 //!   `access`, `setattr`, `setxattr`, `removexattr`): the object is in;
 //! - in a directory (`lookup`, `readdir`, `create`, `mknod`, `mkdir`,
 //!   `symlink`, `unlink`, `rmdir`): the directory is in — then so is every
-//!   entry it has (lookups never take `.` or `..`, readdir lists neither);
+//!   entry it has (lookups never take `.` or `..`, readdir lists neither;
+//!   a `plus` readdir's attributes are of those entries, and only where a
+//!   lookup of them would be allowed);
 //! - `rename`: both directories are in (nothing moves in or out, and the
 //!   subtree's root, whose entry is outside, can be neither moved nor
 //!   removed); `link`: the inode and the new directory are in;

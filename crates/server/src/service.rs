@@ -709,10 +709,19 @@ impl Shared {
                     0 => READDIR_MAX,
                     n => n.min(READDIR_MAX),
                 };
-                let entries = e.readdir(cred, soid(&r.dir)?, r.after, limit as usize)?;
-                Res::Entries(pb::DirEntries {
-                    entries: entries.iter().map(dirent_to_pb).collect(),
-                })
+                let (dir, limit) = (soid(&r.dir)?, limit as usize);
+                let entries = if r.plus {
+                    // Attributes from this table only (see
+                    // `Engine::readdir_plus`): never a peer's.
+                    e.readdir_plus(cred, dir, r.after, limit)?
+                        .iter()
+                        .map(|(d, a)| dirent_plus_to_pb(d, a.as_ref()))
+                        .collect()
+                } else {
+                    let entries = e.readdir(cred, dir, r.after, limit)?;
+                    entries.iter().map(dirent_to_pb).collect()
+                };
+                Res::Entries(pb::DirEntries { entries })
             }
             Op::Getxattr(r) => Res::Data(pb::Bytes {
                 data: e

@@ -781,6 +781,37 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// PATCHED (see PATCHED.md): an entry with its own name and attribute
+    /// timeouts. With `node` the kernel takes a reference to `attr.ino` (as
+    /// for a lookup reply); without, only the name is given (`nodeid` 0,
+    /// `attr.ino` as the `d_ino`, `attr.kind` as the type): the kernel
+    /// looks the name up when it needs it. Returns true if the buffer is
+    /// full (the entry was not added).
+    #[must_use]
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_entry<T: AsRef<OsStr>>(
+        &mut self,
+        node: bool,
+        offset: u64,
+        name: T,
+        entry_ttl: &Duration,
+        attr_ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+    ) -> bool {
+        let name = name.as_ref();
+        let ino = if node { attr.ino } else { INodeNo(0) };
+        self.buf.push(&DirEntryPlus::new(
+            ino,
+            generation,
+            DirEntOffset(offset),
+            name,
+            *entry_ttl,
+            attr.into(),
+            *attr_ttl,
+        ))
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

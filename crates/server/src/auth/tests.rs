@@ -192,6 +192,7 @@ fn sample(name: &str, x: &Fixture) -> (Op, bool) {
                 dir: s(x.priv_),
                 after: 0,
                 limit: 0,
+                plus: false,
             }),
             true,
         ),

@@ -199,6 +199,7 @@ fn sample(name: &str, x: &Fixture, inside: bool) -> Op {
             dir: s(dir),
             after: 0,
             limit: 0,
+            plus: false,
         }),
         "getxattr" => Op::Getxattr(pb::GetxattrRequest {
             soid: s(obj),
@@ -388,12 +389,15 @@ async fn a_path_limited_key_resolves_nothing_outside() {
     // The subtree's root's parent (what `..` names): refused by SOID too.
     let up = Op::Getattr(pb::GetattrRequest { soid: s(x.home) });
     assert_eq!(errno(&run(&x, &key, up).await), EACCES);
-    let root = Op::Readdir(pb::ReaddirRequest {
-        dir: s(Soid::ROOT),
-        after: 0,
-        limit: 0,
-    });
-    assert_eq!(errno(&run(&x, &key, root).await), EACCES);
+    for plus in [false, true] {
+        let root = Op::Readdir(pb::ReaddirRequest {
+            dir: s(Soid::ROOT),
+            after: 0,
+            limit: 0,
+            plus,
+        });
+        assert_eq!(errno(&run(&x, &key, root).await), EACCES, "plus {plus}");
+    }
 }
 
 /// Renames and links across the boundary, either way, and of the subtree's

@@ -464,7 +464,9 @@ impl DirEntList {
 
 #[derive(Debug)]
 pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
-    #[allow(unused)] // We use `attr.ino` instead
+    /// PATCHED: the entry's node id (`entry_out.nodeid`): `attr.ino` for an
+    /// entry the kernel takes a reference to, 0 for a name only (the
+    /// dirent keeps `attr.ino`).
     ino: INodeNo,
     generation: Generation,
     offset: DirEntOffset,
@@ -518,7 +520,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: x.ino.0, // PATCHED: was x.attr.attr.ino
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
