@@ -257,26 +257,27 @@ pub fn admit_key(
     let Some(mut c) = claim else {
         return Ok(None);
     };
-    let claimed = c.clone();
-    let squash = |id: &mut u32| {
-        let hit = l.root_squash && *id == 0;
-        if hit {
+    // An id passes squashed (root, with root squash: then NOBODY, which
+    // the key always allows) or in the key's ranges. Judged on the claim
+    // as sent (kept for the audit line), squashed only once allowed: no
+    // copy of the claim per request.
+    let squashed = |id: u32| l.root_squash && id == 0;
+    let ok = (squashed(c.uid) || l.allows_uid(c.uid))
+        && (squashed(c.gid) || l.allows_gid(c.gid))
+        && c.groups
+            .iter()
+            .all(|&grp| squashed(grp) || l.allows_gid(grp));
+    if !ok {
+        refused_key_claim(g, &c, what);
+        return Err(FsError::Perm);
+    }
+    for id in std::iter::once(&mut c.uid)
+        .chain(std::iter::once(&mut c.gid))
+        .chain(c.groups.iter_mut())
+    {
+        if squashed(*id) {
             *id = NOBODY;
         }
-        hit
-    };
-    let uid_squashed = squash(&mut c.uid);
-    let gid_squashed = squash(&mut c.gid);
-    let mut groups_ok = true;
-    for grp in &mut c.groups {
-        let s = squash(grp);
-        groups_ok &= s || l.allows_gid(*grp);
-    }
-    let ok =
-        (uid_squashed || l.allows_uid(c.uid)) && (gid_squashed || l.allows_gid(c.gid)) && groups_ok;
-    if !ok {
-        refused_key_claim(g, &claimed, what);
-        return Err(FsError::Perm);
     }
     Ok(Some(c))
 }

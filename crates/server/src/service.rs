@@ -1375,6 +1375,18 @@ impl pb::sextant_server::Sextant for Service {
                 let _ = tx.send(Err(key_revoked())).await;
                 return;
             }
+            // Ends once the key is revoked or rotated (or the book is
+            // gone). One future for the whole stream, not a new
+            // `changed()` per message: a request pays no waiter
+            // registered and dropped on the book's notifier.
+            let revocation = async {
+                while key_changes.changed().await.is_ok() {
+                    if !live(&shared) {
+                        return;
+                    }
+                }
+            };
+            tokio::pin!(revocation);
             let slots = Arc::new(Semaphore::new(SESSION_IN_FLIGHT));
             // Log-less: a notice when the written-back watermark moves.
             let mut notices = tokio::time::interval(NOTICE_INTERVAL);
@@ -1391,8 +1403,8 @@ impl pb::sextant_server::Sextant for Service {
                     m = inbound.message() => Some(m),
                     _ = shutdown.wait_for(|stop| *stop) => break,
                     _ = notices.tick(), if shared.logless.is_some() => None,
-                    c = key_changes.changed(), if grant.is_some() => {
-                        revoked = c.is_err() || !live(&shared);
+                    () = &mut revocation, if grant.is_some() && !revoked => {
+                        revoked = true;
                         None
                     }
                 };
