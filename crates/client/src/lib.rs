@@ -1240,62 +1240,28 @@ impl Client {
         path: &[u8],
         follow_last: bool,
     ) -> Result<Attr> {
-        const MAX_SYMLINK_FOLLOWS: usize = 40;
-        let mut must_be_dir = path.ends_with(b"/");
-        let mut follow_last = follow_last || must_be_dir;
-        let split = |p: &[u8]| -> Vec<Vec<u8>> {
-            p.split(|b| *b == b'/')
-                .filter(|c| !c.is_empty())
-                .rev()
-                .map(<[u8]>::to_vec)
-                .collect()
-        };
-        let mut pending = split(path);
-        let mut cur = self.getattr(cred, Soid::ROOT).await?;
-        // The directories walked from the root (or from an absolute
-        // symlink's target), so that `..` is the physical parent.
-        let mut walked: Vec<Attr> = Vec::new();
-        let mut follows = 0;
-        while let Some(comp) = pending.pop() {
-            let is_last = pending.is_empty();
-            if cur.ftype != FileType::Directory {
-                return Err(FsError::NotDir.into());
-            }
-            if comp == b"." || comp == b".." {
-                // Search permission on the directory, as for any name.
-                self.access(cred, cur.soid, 1).await?;
-                if comp == b".." {
-                    // The root's parent is the root.
-                    if let Some(parent) = walked.pop() {
-                        cur = parent;
+        use sextant_types::walk::{PathWalk, Step};
+        let mut walk = PathWalk::new(path, follow_last, self.getattr(cred, Soid::ROOT).await?);
+        loop {
+            match walk.step()? {
+                Step::Search { dir, up } => {
+                    // Search permission on the directory, as for any name.
+                    self.access(cred, dir.soid, 1).await?;
+                    if up {
+                        // `..` is the physical parent, as walked; the
+                        // root's parent is the root.
+                        let parent = walk.walked_parent().cloned().unwrap_or(dir);
+                        walk.up(parent);
                     }
                 }
-                continue;
+                Step::Lookup { dir, name, .. } => {
+                    walk.found(self.lookup(cred, dir, &name).await?)?
+                }
+                Step::Readlink { link } => walk.target(&self.readlink(cred, link).await?),
+                Step::Root => walk.at_root(self.getattr(cred, Soid::ROOT).await?),
+                Step::Done(attr) => return Ok(attr),
             }
-            let attr = self.lookup(cred, cur.soid, &comp).await?;
-            if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
-                follows += 1;
-                if follows > MAX_SYMLINK_FOLLOWS {
-                    return Err(FsError::Loop.into());
-                }
-                let target = self.readlink(cred, attr.soid).await?;
-                if is_last && target.ends_with(b"/") {
-                    must_be_dir = true;
-                    follow_last = true;
-                }
-                if target.starts_with(b"/") {
-                    cur = self.getattr(cred, Soid::ROOT).await?;
-                    walked.clear();
-                }
-                pending.extend(split(&target));
-                continue;
-            }
-            walked.push(std::mem::replace(&mut cur, attr));
         }
-        if must_be_dir && cur.ftype != FileType::Directory {
-            return Err(FsError::NotDir.into());
-        }
-        Ok(cur)
     }
 
     pub async fn readlink(&self, cred: &Credentials, soid: Soid) -> Result<Box<[u8]>> {

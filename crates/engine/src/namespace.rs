@@ -24,7 +24,7 @@ pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 /// Most bytes of extended attributes (names + values) one inode may hold.
 pub const XATTR_TOTAL_MAX: usize = 64 * 1024;
 /// How many symlinks path resolution follows before `ELOOP` (Linux: 40).
-pub const MAX_SYMLINK_FOLLOWS: usize = 40;
+pub const MAX_SYMLINK_FOLLOWS: usize = sextant_types::walk::MAX_SYMLINK_FOLLOWS;
 /// Most bytes an inode's secondary hard links (names + directory ids) may
 /// take. Every operation on the inode journals its whole link list, so an
 /// unbounded list makes each link O(n) and the total O(n²). 256 KiB is
@@ -895,66 +895,47 @@ pub fn resolve_path(
     follow_last: bool,
     confine: Option<&crate::confine::Confine>,
 ) -> OpResult<Attr> {
-    let mut follows = 0usize;
-    // A trailing slash ("/a/") asks for a directory: the last component
-    // must be one, and a symlink there is followed (path_lookupat).
-    let mut must_be_dir = path.ends_with(b"/");
-    let mut follow_last = follow_last || must_be_dir;
-    let mut pending: Vec<Vec<u8>> = components(path).rev().map(|c| c.to_vec()).collect();
-    let mut cur = Soid::ROOT;
-    let mut cur_attr = txn.inode_or(cur, FsError::NotFound)?.attr(cur);
-    while let Some(comp) = pending.pop() {
-        let is_last = pending.is_empty();
-        if comp == b"." {
-            searchable_dir(txn, cred, cur)?;
-            continue;
-        }
-        if comp == b".." {
-            let dir = searchable_dir(txn, cred, cur)?;
-            cur = dir.parent;
-            cur_attr = txn.inode_or(cur, FsError::NotFound)?.attr(cur);
-            continue;
-        }
-        if let Some(c) = confine {
-            crate::confine::may_step(txn, cur, &comp, c)?;
-        }
-        let attr = lookup(txn, cred, cur, &comp)?;
-        if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
-            follows += 1;
-            if follows > MAX_SYMLINK_FOLLOWS {
-                return Err(FsError::Loop.into());
+    use sextant_types::walk::{PathWalk, Step};
+    let root = txn
+        .inode_or(Soid::ROOT, FsError::NotFound)?
+        .attr(Soid::ROOT);
+    let mut walk = PathWalk::new(path, follow_last, root);
+    loop {
+        match walk.step()? {
+            Step::Search { dir, up } => {
+                searchable_dir(txn, cred, dir.soid)?;
+                if up {
+                    let parent = match walk.walked_parent() {
+                        Some(p) => p.clone(),
+                        None => txn
+                            .inode_or(dir.parent, FsError::NotFound)?
+                            .attr(dir.parent),
+                    };
+                    walk.up(parent);
+                }
             }
-            let target = readlink(txn, attr.soid)?;
-            if is_last && target.ends_with(b"/") {
-                must_be_dir = true;
-                follow_last = true;
+            Step::Lookup { dir, name, .. } => {
+                if let Some(c) = confine {
+                    crate::confine::may_step(txn, dir, &name, c)?;
+                }
+                walk.found(lookup(txn, cred, dir, &name)?)?;
             }
-            if target.starts_with(b"/") {
-                cur = Soid::ROOT;
-                cur_attr = txn.inode_or(cur, FsError::NotFound)?.attr(cur);
+            Step::Readlink { link } => walk.target(&readlink(txn, link)?),
+            Step::Root => walk.at_root(
+                txn.inode_or(Soid::ROOT, FsError::NotFound)?
+                    .attr(Soid::ROOT),
+            ),
+            Step::Done(attr) => {
+                if let Some(c) = confine {
+                    // An ancestor of the subtree's root passes (the caller
+                    // decides: a search clamps it); anything else outside
+                    // is EACCES.
+                    if !c.is_ancestor(attr.soid) {
+                        crate::confine::require_within(txn, attr.soid, c)?;
+                    }
+                }
+                return Ok(attr);
             }
-            pending.extend(components(&target).rev().map(|c| c.to_vec()));
-            continue;
-        }
-        if !is_last && attr.ftype != FileType::Directory {
-            return Err(FsError::NotDir.into());
-        }
-        cur = attr.soid;
-        cur_attr = attr;
-    }
-    if let Some(c) = confine {
-        // An ancestor of the subtree's root passes (the caller decides:
-        // a search clamps it); anything else outside is EACCES.
-        if !c.is_ancestor(cur) {
-            crate::confine::require_within(txn, cur, c)?;
         }
     }
-    if must_be_dir && cur_attr.ftype != FileType::Directory {
-        return Err(FsError::NotDir.into());
-    }
-    Ok(cur_attr)
-}
-
-fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
-    path.split(|&b| b == b'/').filter(|c| !c.is_empty())
 }

@@ -10,6 +10,7 @@ mod attr;
 mod cred;
 mod error;
 mod soid;
+pub mod walk;
 
 pub use attr::{
     Attr, FileType, Nanos, SetAttr, TimeSet, MODE_PERM_MASK, S_ISGID, S_ISUID, S_ISVTX,

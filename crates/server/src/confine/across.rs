@@ -35,8 +35,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Symlinks a confined path walk follows at most (as the engine's).
-const MAX_SYMLINK_FOLLOWS: usize = 40;
 /// Attempts at one request whose holder the route map names wrongly (a
 /// table moving).
 const ATTEMPTS: usize = 20;
@@ -342,59 +340,33 @@ impl Across {
         follow_last: bool,
         c: &Confine,
     ) -> Result<(Attr, bool), FsError> {
-        let split = |p: &[u8]| -> Vec<Vec<u8>> {
-            p.split(|b| *b == b'/')
-                .filter(|c| !c.is_empty())
-                .rev()
-                .map(<[u8]>::to_vec)
-                .collect()
+        use sextant_types::walk::{PathWalk, Step};
+        let mut walk = PathWalk::new(path, follow_last, self.getattr(Soid::ROOT)?);
+        let cur = loop {
+            match walk.step()? {
+                Step::Search { dir, up } => {
+                    let dir = self.searchable(cred, dir.soid)?;
+                    if up {
+                        let parent = match walk.walked_parent() {
+                            Some(p) => p.clone(),
+                            None => self.getattr(dir.parent)?,
+                        };
+                        walk.up(parent);
+                    }
+                }
+                Step::Lookup { dir, name, .. } => {
+                    self.may_step(dir, &name, c)?;
+                    walk.found(self.lookup(cred, dir, &name)?)?;
+                }
+                Step::Readlink { link } => walk.target(&self.readlink(link)?),
+                Step::Root => walk.at_root(self.getattr(Soid::ROOT)?),
+                Step::Done(attr) => break attr,
+            }
         };
-        let mut follows = 0usize;
-        let mut must_be_dir = path.ends_with(b"/");
-        let mut follow_last = follow_last || must_be_dir;
-        let mut pending = split(path);
-        let mut cur = self.getattr(Soid::ROOT)?;
-        while let Some(comp) = pending.pop() {
-            let is_last = pending.is_empty();
-            if comp == b"." {
-                self.searchable(cred, cur.soid)?;
-                continue;
-            }
-            if comp == b".." {
-                let dir = self.searchable(cred, cur.soid)?;
-                cur = self.getattr(dir.parent)?;
-                continue;
-            }
-            self.may_step(cur.soid, &comp, c)?;
-            let attr = self.lookup(cred, cur.soid, &comp)?;
-            if attr.ftype == FileType::Symlink && (!is_last || follow_last) {
-                follows += 1;
-                if follows > MAX_SYMLINK_FOLLOWS {
-                    return Err(FsError::Loop);
-                }
-                let target = self.readlink(attr.soid)?;
-                if is_last && target.ends_with(b"/") {
-                    must_be_dir = true;
-                    follow_last = true;
-                }
-                if target.starts_with(b"/") {
-                    cur = self.getattr(Soid::ROOT)?;
-                }
-                pending.extend(split(&target));
-                continue;
-            }
-            if !is_last && attr.ftype != FileType::Directory {
-                return Err(FsError::NotDir);
-            }
-            cur = attr;
-        }
         // (Wherever it is held: a file by every link, as on one server.)
         let inside = self.within(cur.soid, c, false)?;
         if !inside && !c.is_ancestor(cur.soid) {
             return Err(FsError::Access);
-        }
-        if must_be_dir && cur.ftype != FileType::Directory {
-            return Err(FsError::NotDir);
         }
         Ok((cur, inside))
     }
