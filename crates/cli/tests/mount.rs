@@ -1786,6 +1786,52 @@ mod issue23 {
         assert_eq!(stat(&m), ("0755".into(), 5));
     }
 
+    /// Only the writer's own changes before its close are held: a chmod
+    /// by another process of a file open for writing here, and one made
+    /// after the close (the kernel's RELEASE may still be on its way),
+    /// reach the server before the call returns.
+    #[test]
+    fn changes_by_another_process_or_after_the_close_are_sent_at_once() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        let mode = |m: &Mounted| -> String {
+            let st: serde_json::Value =
+                serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/h"])).unwrap();
+            st["mode"].as_str().unwrap_or_default().to_string()
+        };
+        use std::os::unix::fs::PermissionsExt;
+        let mut f = std::fs::File::create(m.p("h")).unwrap();
+        f.write_all(b"x").unwrap();
+        // (The child's exec closes its copy of the handle: a FLUSH that
+        // sends the size, not the writer's close.)
+        sh(&m.mnt, "chmod 600 h");
+        assert_eq!(mode(&m), "0600", "another process's chmod");
+        // The writer's own change: held (no subprocess in between: its
+        // exec's close of the handle's copy would send it).
+        let before = requests(port, "setattr");
+        f.set_permissions(std::fs::Permissions::from_mode(0o604))
+            .unwrap();
+        assert_eq!(
+            requests(port, "setattr") - before,
+            0,
+            "the writer's own: held"
+        );
+        drop(f);
+        assert_eq!(requests(port, "setattr") - before, 1, "sent at the close");
+        assert_eq!(mode(&m), "0604");
+        let before = requests(port, "setattr");
+        std::fs::set_permissions(m.p("h"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(
+            requests(port, "setattr") - before,
+            1,
+            "a chmod after the close"
+        );
+        assert_eq!(mode(&m), "0640");
+    }
+
     fn mounted_with_metrics() -> (Mounted, u16) {
         mounted_with_metrics_env(&[])
     }

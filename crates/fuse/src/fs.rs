@@ -56,8 +56,9 @@ pub struct SextantFs {
     /// [`SextantFs::elsewhere_epoch`].
     pub(crate) own_epoch: AtomicU64,
     /// The file handles open for writing: a size change through one
-    /// (`ftruncate`) was permitted at its open (`Client::setattr_with`).
-    pub(crate) write_handles: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// (`ftruncate`) was permitted at its open (`Client::setattr_with`);
+    /// and who opened it, for [`crate::held`].
+    pub(crate) write_handles: parking_lot::Mutex<std::collections::HashMap<u64, Writer>>,
     /// The requests in flight, for the kernel's interrupts.
     pub(crate) interrupts: Interrupts,
     /// Files known to have no `security.capability` ([`crate::nocaps`]).
@@ -71,6 +72,21 @@ pub struct SextantFs {
     /// Whether (and how) the kernel is asked for READDIRPLUS (see
     /// [`ReaddirPlus`]); only on a coherent mount.
     pub(crate) readdirplus: ReaddirPlus,
+}
+
+/// Who holds a write handle: the process (the kernel's thread id) that
+/// opened it, and whether it closed it (FLUSH) since its last write.
+/// Attribute changes are held ([`crate::held`]) only for that process and
+/// until that close, which sends them: a change made after it must reach
+/// the server before its call returns, even while the kernel's RELEASE of
+/// the handle is still on its way. Another process's close of a copy of
+/// the handle (every fork + exec makes one) sends the size only; so does
+/// a close by another thread of the writer, whose held changes then go
+/// with the RELEASE, milliseconds later.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Writer {
+    pid: u32,
+    flushed: bool,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -477,23 +493,7 @@ impl SextantFs {
     /// "No such name", cacheable for as long as a name (node id 0).
     fn negative_entry(&self) -> Entry {
         Entry {
-            attr: FileAttr {
-                ino: INodeNo(0),
-                size: 0,
-                blocks: 0,
-                atime: UNIX_EPOCH,
-                mtime: UNIX_EPOCH,
-                ctime: UNIX_EPOCH,
-                crtime: UNIX_EPOCH,
-                kind: fuser::FileType::RegularFile,
-                perm: 0,
-                nlink: 0,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                blksize: 4096,
-                flags: 0,
-            },
+            attr: crate::reply::name_only(0, fuser::FileType::RegularFile),
             attr_ttl: Duration::ZERO,
             entry_ttl: self.entry_ttl,
         }
@@ -501,9 +501,13 @@ impl SextantFs {
 
     /// Opened with `flags`: handle `fh` is a writer's (see
     /// [`SextantFs::write_handles`]).
-    fn opened(&self, fh: u64, flags: i32) -> u64 {
+    fn opened(&self, fh: u64, flags: i32, pid: u32) -> u64 {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
-            self.write_handles.lock().insert(fh);
+            let writer = Writer {
+                pid,
+                flushed: false,
+            };
+            self.write_handles.lock().insert(fh, writer);
         }
         fh
     }
@@ -550,12 +554,20 @@ impl SextantFs {
     /// same request, as their caller. Put back if the request fails or is
     /// abandoned (an interrupted flush), as [`SextantFs::send_dirty`]
     /// does; held changes the server refuses are dropped (the error is the
-    /// flush's, as a write-back error is close's on NFS).
-    async fn send_dirty_of(&self, ino: INodeNo, soid: Soid, d: Option<Dirty>) -> OpResult<()> {
+    /// flush's, as a write-back error is close's on NFS). `with_held`
+    /// false: the size alone (another process's close of a copy of the
+    /// handle, see [`Writer`]).
+    async fn send_dirty_of(
+        &self,
+        ino: INodeNo,
+        soid: Soid,
+        d: Option<Dirty>,
+        with_held: bool,
+    ) -> OpResult<()> {
         let held = Unheld {
             held: &self.held,
             soid,
-            taken: self.held.take(soid),
+            taken: with_held.then(|| self.held.take(soid)).flatten(),
         };
         if d.is_none() && held.taken.is_none() {
             return Ok(());
@@ -611,31 +623,39 @@ impl SextantFs {
         }
     }
 
-    /// Holds attribute change `set` of file `ino` (`soid`) by `c` when
-    /// [`crate::held`] may: the file is open for writing here, its
-    /// attributes are known, a change of owner or group is made without a
-    /// client key (whose uid and gid limits the mount does not know).
-    /// Returns the attributes after it.
-    fn try_hold(&self, ino: INodeNo, soid: Soid, c: &Credentials, set: &SetAttr) -> Option<Attr> {
+    /// Holds attribute change `set` of file `ino` (`soid`) by `c`, made by
+    /// process `pid`, when [`crate::held`] may: that process has the file
+    /// open for writing here and has not closed it since its last write
+    /// ([`Writer`]), its attributes are known, a change of owner or group
+    /// is made without a client key (whose uid and gid limits the mount
+    /// does not know). Returns the attributes after it.
+    fn try_hold(
+        &self,
+        ino: INodeNo,
+        soid: Soid,
+        c: &Credentials,
+        set: &SetAttr,
+        pid: u32,
+    ) -> Option<Attr> {
         if !self.hold || !self.live() || set.size.is_some() {
             return None;
         }
         if (set.uid.is_some() || set.gid.is_some()) && self.client().has_key() {
             return None;
         }
-        if !self.open_for_writing(soid) {
+        if !self.writing(soid, pid) {
             return None;
         }
         let known = self.dir_attrs.last_seen(ino.0, self.epoch());
         self.held.hold(soid, c, set, known, nanos_now())
     }
 
-    /// Is `soid` open for writing through this mount?
-    fn open_for_writing(&self, soid: Soid) -> bool {
-        self.write_handles
-            .lock()
-            .iter()
-            .any(|fh| self.data.soid_of(*fh).is_ok_and(|s| s == soid))
+    /// Is `soid` open for writing through this mount by process `pid`,
+    /// not closed since its last write?
+    fn writing(&self, soid: Soid, pid: u32) -> bool {
+        self.write_handles.lock().iter().any(|(fh, w)| {
+            w.pid == pid && !w.flushed && self.data.soid_of(*fh).is_ok_and(|s| s == soid)
+        })
     }
 
     /// `set` (no size) as `c`, with the size of the data written since
@@ -852,12 +872,12 @@ impl Filesystem for SextantFs {
             let c = self.cred(req);
             // A file open for writing here: sent with its size at close
             // (see crate::held).
-            if let Some(a) = self.try_hold(ino, soid, &c, &set) {
+            if let Some(a) = self.try_hold(ino, soid, &c, &set, req.pid()) {
                 return Ok(self.held_attr(&a, ino));
             }
             // What is held goes first, with the size written so far.
             if self.held.attr(soid).is_some() {
-                self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+                self.send_dirty_of(ino, soid, self.data.take_dirty(soid), true)
                     .await?;
             }
             // Any kept attributes of it are old now; the reply's are kept
@@ -865,7 +885,7 @@ impl Filesystem for SextantFs {
             let (change, _) = self.dir_change(ino);
             // ftruncate: permitted at the open of a writable handle.
             let write_handle =
-                size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains(&h.0));
+                size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains_key(&h.0));
             // Written data first, so explicit times given now win: in
             // this same request when it changes no size itself (one round
             // trip and one journal sync instead of two), else before it.
@@ -1126,7 +1146,7 @@ impl Filesystem for SextantFs {
             let a = self.held.over(&a).unwrap_or(a);
             self.check_open(&a, &c, flags.0)?;
             Ok((
-                self.opened(self.data.open(&a)?, flags.0),
+                self.opened(self.data.open(&a)?, flags.0, req.pid()),
                 FopenFlags::empty(),
             ))
         })
@@ -1160,6 +1180,9 @@ impl Filesystem for SextantFs {
     ) {
         self.run_local(reply, async {
             let n = self.data.write(fh.0, offset, data)?;
+            if let Some(w) = self.write_handles.lock().get_mut(&fh.0) {
+                w.flushed = false;
+            }
             if !self.held.is_empty() {
                 if let Ok(soid) = self.data.soid_of(fh.0) {
                     self.held.written(soid);
@@ -1178,8 +1201,19 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
+            // The writer's close: its changes after it are sent at once
+            // (Writer), those held before go now. Another process's close
+            // of a copy of the handle (a child's exec) is not the writer's:
+            // the size goes, held changes stay held.
+            let writers = match self.write_handles.lock().get_mut(&fh.0) {
+                Some(w) if w.pid == req.pid() => {
+                    w.flushed = true;
+                    true
+                }
+                _ => false,
+            };
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+            self.send_dirty_of(ino, soid, self.data.take_dirty(soid), writers)
                 .await
         })
     }
@@ -1200,7 +1234,7 @@ impl Filesystem for SextantFs {
         self.run_whole(reply, async {
             let soid = self.data.soid_of(fh.0);
             let dirty = self.data.release(fh.0)?;
-            self.send_dirty_of(ino, soid?, dirty).await
+            self.send_dirty_of(ino, soid?, dirty, true).await
         })
     }
 
@@ -1215,7 +1249,7 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+            self.send_dirty_of(ino, soid, self.data.take_dirty(soid), true)
                 .await
         })
     }
@@ -1497,7 +1531,7 @@ impl Filesystem for SextantFs {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let fh = self.opened(self.data.open(&a)?, flags);
+            let fh = self.opened(self.data.open(&a)?, flags, req.pid());
             let entry = self.entry(parent, n, &a);
             if made_here && self.coherent {
                 // For the GETATTR after its first write (crate::dirattrs).

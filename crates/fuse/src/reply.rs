@@ -160,8 +160,8 @@ pub struct PlusItem {
 }
 
 /// The attributes sent with a name only: its `d_ino` and type, nothing
-/// the kernel keeps.
-fn name_only(ino: u64, kind: FileType) -> FileAttr {
+/// the kernel keeps (node id 0 with a negative entry too).
+pub(crate) fn name_only(ino: u64, kind: FileType) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: 0,
