@@ -1,6 +1,7 @@
 //! Attribute changes held back: a chmod, chown or utimes of a file this
-//! mount has open for writing is answered at once and sent to the server
-//! with the file's size, at flush (close), fsync or release — one request
+//! mount has open for writing, made by the process that opened it before
+//! it closes it (`fs::Writer`), is answered at once and sent to the server
+//! with the file's size, at that close, fsync or release — one request
 //! instead of one per change (tar sets owner, mode and times of each file
 //! it writes before closing it: four requests and four journal syncs per
 //! file became two).
