@@ -3,10 +3,10 @@
 # fresh server (journal, nosync: counts, not times) with /metrics, its
 # mount, the workload, and the difference of sextant_requests_total
 # before and after. The counts are exact (they repeat to the digit).
-#   WORKLOAD=git|postmark|rsync|tar scripts/workload-requests.sh [SEXTANT_BINARY] [SRC]
+#   WORKLOAD=cp|git|postmark|rsync|tar scripts/workload-requests.sh [SEXTANT_BINARY] [SRC]
 # git: a checkout of SRC (default /usr/include/linux/netfilter);
 # postmark: PM_FILES files (200), PM_TX transactions (400), seed 42;
-# rsync: rsync -a of SRC; tar: tar x of a tar of SRC.
+# rsync: rsync -a of SRC; tar: tar x of a tar of SRC; cp: cp -a of SRC.
 # (scripts/workload-breakdown.sh times the whole set against bindfs.)
 set -euo pipefail
 B=${1:-target/debug/sextant}
@@ -44,13 +44,18 @@ case $WORKLOAD in
     rsync -a "$SRC" "$W/mnt/co/"
     snap >"$W/after"
     echo "entries: $(find "$SRC" | wc -l)" ;;
+  cp)
+    snap >"$W/before"
+    cp -a "$SRC" "$W/mnt/co/"
+    snap >"$W/after"
+    echo "entries: $(find "$SRC" | wc -l)" ;;
   tar)
     tar cf "$W/src.tar" -C "$(dirname "$SRC")" "$(basename "$SRC")"
     snap >"$W/before"
     tar xf "$W/src.tar" -C "$W/mnt/co"
     snap >"$W/after"
     echo "entries: $(find "$SRC" | wc -l)" ;;
-  *) echo "WORKLOAD: git, postmark, rsync or tar" >&2; exit 2 ;;
+  *) echo "WORKLOAD: cp, git, postmark, rsync or tar" >&2; exit 2 ;;
 esac
 join -a2 -e0 -o 2.1,1.2,2.2 <(sed 's/ /\t/' "$W/before" | tr '\t' ' ') <(sed 's/ /\t/' "$W/after" | tr '\t' ' ') |
   awk '{ d = $3 - $2; if (d) { sub(/sextant_requests_total/, "", $1); print $1, d } }'
