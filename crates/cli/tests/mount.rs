@@ -2354,12 +2354,76 @@ mod issue23 {
             (requests(port, "lookup") - l, requests(port, "readdir") - r)
         };
         let (lookups, readdirs) = counts(&m.mnt);
-        // `d` itself may be looked up once; 1,500 names: two batches and
-        // the empty end.
+        // `d` itself may be looked up once; 1,500 names: two batches, the
+        // second saying it ends the directory.
         assert!(lookups <= 1, "{lookups} lookups for ls -l of {n} files");
-        assert!(readdirs <= 3, "{readdirs} readdirs for {n} files");
+        assert_eq!(readdirs, 2, "readdirs for {n} files");
         let (lookups, _) = counts(&off);
         assert!(lookups >= n as u64, "--readdirplus off: {lookups} lookups");
+    }
+
+    /// `ls` of a small directory (and of an empty one) is one server
+    /// READDIR, with and without READDIRPLUS: the batch says it ends the
+    /// directory (`DirEntries.end`), so the mount answers the kernel's
+    /// READDIR past its last entry itself instead of asking for an empty
+    /// batch.
+    #[test]
+    fn ls_of_a_small_directory_is_one_readdir() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let (other, off) = (m.dir.path().join("other"), m.dir.path().join("off"));
+        std::fs::create_dir(&other).unwrap();
+        std::fs::create_dir(&off).unwrap();
+        m.mount_at(&other, &[]);
+        m.mount_at(&off, &["--readdirplus", "off"]);
+        let _unmount = (Unmount(other.clone()), Unmount(off.clone()));
+        watcher_up(&m);
+        sh(&other, "mkdir d e && touch d/a d/b d/c");
+        for mnt in [&m.mnt, &off] {
+            for (dir, want) in [("d", "a\nb\nc"), ("e", "")] {
+                let before = requests(port, "readdir");
+                let out = sh(mnt, &format!("ls {dir}"));
+                assert_eq!(out.trim(), want, "ls {dir} in {mnt:?}");
+                let sent = requests(port, "readdir") - before;
+                assert_eq!(sent, 1, "readdirs for ls {dir} in {mnt:?}");
+            }
+        }
+    }
+
+    /// Directories of exactly one server batch (1,024 entries, the
+    /// protocol's maximum: a full batch never says it ends the directory)
+    /// and of one more list completely, in two server READDIRs each.
+    #[test]
+    fn a_directory_larger_than_one_batch_lists_completely() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        let (other, off) = (m.dir.path().join("other"), m.dir.path().join("off"));
+        std::fs::create_dir(&other).unwrap();
+        std::fs::create_dir(&off).unwrap();
+        m.mount_at(&other, &[]);
+        m.mount_at(&off, &["--readdirplus", "off"]);
+        let _unmount = (Unmount(other.clone()), Unmount(off.clone()));
+        watcher_up(&m);
+        for n in [1024, 1025] {
+            sh(
+                &other,
+                &format!("mkdir d{n} && cd d{n} && seq -w 1 {n} | sed 's/^/f/' | xargs touch"),
+            );
+            let want: Vec<String> = (1..=n).map(|i| format!("f{i:04}")).collect();
+            for mnt in [&m.mnt, &off] {
+                let before = requests(port, "readdir");
+                let out = sh(mnt, &format!("ls -f d{n}"));
+                let mut got: Vec<&str> = out.lines().filter(|l| !l.starts_with('.')).collect();
+                got.sort_unstable();
+                assert_eq!(got, want, "ls -f d{n} in {mnt:?}");
+                let sent = requests(port, "readdir") - before;
+                assert_eq!(sent, 2, "readdirs for {n} entries in {mnt:?}");
+            }
+        }
     }
 
     /// A directory its reader may list but not search (r, no x): `ls -l`

@@ -32,7 +32,7 @@ pub use target::{unix_path, UNIX_PREFIX};
 pub use watch::{new_origin, AllChanges, ChangeBatch, ChangeStream, Watched, MAP_POLL};
 
 use parking_lot::Mutex;
-use sextant_engine::{DirEntry, EngineStats, RenameFlags, StatFs, XattrFlags};
+use sextant_engine::{DirEntry, EngineStats, PlusPage, RenameFlags, StatFs, XattrFlags};
 use sextant_proto::keyauth;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::*;
@@ -1279,11 +1279,26 @@ impl Client {
         after: u64,
         limit: usize,
     ) -> Result<Vec<DirEntry>> {
-        let entries = self.readdir_call(cred, dir, after, limit, false).await?;
-        entries
+        Ok(self.readdir_page(cred, dir, after, limit).await?.0)
+    }
+
+    /// [`Client::readdir`], and whether the server said the directory ends
+    /// with these entries (none after the last one). `false` does not say
+    /// there are more: a server that predates the flag always says it, and
+    /// an empty batch is the end either way.
+    pub async fn readdir_page(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let (entries, end) = self.readdir_call(cred, dir, after, limit, false).await?;
+        let entries = entries
             .into_iter()
             .map(|e| dirent_from_pb(e).map_err(|_| bad_reply("a bad directory entry")))
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((entries, end))
     }
 
     /// [`Client::readdir`] with each entry's attributes where the server
@@ -1298,11 +1313,24 @@ impl Client {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
-        let entries = self.readdir_call(cred, dir, after, limit, true).await?;
-        entries
+        Ok(self.readdir_plus_page(cred, dir, after, limit).await?.0)
+    }
+
+    /// [`Client::readdir_plus`], and whether the directory ends with these
+    /// entries (see [`Client::readdir_page`]).
+    pub async fn readdir_plus_page(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<PlusPage> {
+        let (entries, end) = self.readdir_call(cred, dir, after, limit, true).await?;
+        let entries = entries
             .into_iter()
             .map(|e| dirent_plus_from_pb(e).map_err(|_| bad_reply("a bad directory entry")))
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((entries, end))
     }
 
     async fn readdir_call(
@@ -1312,7 +1340,7 @@ impl Client {
         after: u64,
         limit: usize,
         plus: bool,
-    ) -> Result<Vec<pb::DirEntry>> {
+    ) -> Result<(Vec<pb::DirEntry>, bool)> {
         let op = Op::Readdir(pb::ReaddirRequest {
             dir: Some(soid_to_pb(dir)),
             after,
@@ -1320,7 +1348,11 @@ impl Client {
             plus,
         });
         match self.call(cred, op).await? {
-            Res::Entries(e) => Ok(e.entries),
+            // An empty batch is the end whatever the server says.
+            Res::Entries(e) => {
+                let end = e.end || e.entries.is_empty();
+                Ok((e.entries, end))
+            }
             _ => Err(bad_reply("not a readdir reply")),
         }
     }

@@ -32,7 +32,7 @@ use crate::inode::Inode;
 use crate::journal::{self, Durable, Journal, JournalConfig, Lsn, SyncMode};
 use crate::logless::{self, Decision, Redo};
 use crate::manifest::{Manifest, TableEntry, MANIFEST_NAME};
-use crate::namespace::{self, DirEntry, NodeKind, RenameFlags, XattrFlags};
+use crate::namespace::{self, DirEntry, NodeKind, PlusPage, RenameFlags, XattrFlags};
 use crate::perm::check_access;
 use crate::record::{decode_tagged_record, Mutation};
 use crate::requests::{
@@ -1565,6 +1565,18 @@ impl Engine {
         after: u64,
         limit: usize,
     ) -> Result<Vec<DirEntry>, FsError> {
+        Ok(self.readdir_page(cred, dir, after, limit)?.0)
+    }
+
+    /// [`Engine::readdir`], and whether the directory ends with these
+    /// entries (none after the last one), read together.
+    pub fn readdir_page(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool), FsError> {
         self.read(|t| namespace::readdir(t, cred, dir, after, limit))
     }
 
@@ -1577,6 +1589,18 @@ impl Engine {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(DirEntry, Option<Attr>)>, FsError> {
+        Ok(self.readdir_plus_page(cred, dir, after, limit)?.0)
+    }
+
+    /// [`Engine::readdir_plus`], and whether the directory ends with these
+    /// entries (see [`Engine::readdir_page`]).
+    pub fn readdir_plus_page(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        after: u64,
+        limit: usize,
+    ) -> Result<PlusPage, FsError> {
         self.read(|t| namespace::readdir_plus(t, cred, dir, after, limit))
     }
 

@@ -72,4 +72,4 @@ pub use member::{
     CatalogChange, CatalogError, JournalPos, ManifestDecodeError, MemCatalog, MemberConfig,
     PrefixStore, TableCatalog, TableManifest,
 };
-pub use namespace::{DirEntry, RenameFlags, XattrFlags};
+pub use namespace::{DirEntry, PlusPage, RenameFlags, XattrFlags};

@@ -467,18 +467,24 @@ pub fn readlink(txn: &mut Txn, soid: Soid) -> OpResult<Box<[u8]>> {
         .ok_or(OpError::Fs(FsError::Invalid))
 }
 
+/// A READDIRPLUS page: entries with their attributes where read (see
+/// [`readdir_plus`]), and whether the directory ends with them.
+pub type PlusPage = (Vec<(DirEntry, Option<Attr>)>, bool);
+
+/// Up to `limit` entries of `dir` after cookie `after`, and whether the
+/// directory ends with them (no entry after the last one).
 pub fn readdir(
     txn: &mut Txn,
     cred: &Credentials,
     dir: Soid,
     after: u64,
     limit: usize,
-) -> OpResult<Vec<DirEntry>> {
+) -> OpResult<(Vec<DirEntry>, bool)> {
     let d = dir_inode(txn, dir)?;
     check_access(&d, cred, MAY_READ)?;
     let table = txn.table_for(dir)?;
-    Ok(table
-        .readdir(dir, after, limit.max(1))
+    let (page, end) = table.readdir_page(dir, after, limit.max(1));
+    let entries = page
         .into_iter()
         .map(|(cookie, e)| DirEntry {
             cookie,
@@ -486,7 +492,8 @@ pub fn readdir(
             soid: e.child,
             ftype: e.ftype,
         })
-        .collect())
+        .collect();
+    Ok((entries, end))
 }
 
 /// [`readdir`] with each entry's attributes, read in the same transaction
@@ -501,13 +508,13 @@ pub fn readdir_plus(
     dir: Soid,
     after: u64,
     limit: usize,
-) -> OpResult<Vec<(DirEntry, Option<Attr>)>> {
+) -> OpResult<PlusPage> {
     let d = dir_inode(txn, dir)?;
     check_access(&d, cred, MAY_READ)?;
     let searchable = check_access(&d, cred, MAY_EXEC).is_ok();
     let table = txn.table_for(dir)?;
-    Ok(table
-        .readdir(dir, after, limit.max(1))
+    let (page, end) = table.readdir_page(dir, after, limit.max(1));
+    let entries = page
         .into_iter()
         .map(|(cookie, e)| {
             let attr = searchable
@@ -521,7 +528,8 @@ pub fn readdir_plus(
             };
             (entry, attr)
         })
-        .collect())
+        .collect();
+    Ok((entries, end))
 }
 
 /// `write_handle`: the size changes through a file the caller holds open

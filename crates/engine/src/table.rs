@@ -572,8 +572,20 @@ impl Table {
     /// Up to `limit` entries of `parent` with cookie > `after`, in cookie
     /// order.
     pub fn readdir(&self, parent: Soid, after: u64, limit: usize) -> Vec<(u64, Dentry)> {
+        self.readdir_page(parent, after, limit).0
+    }
+
+    /// [`Table::readdir`], and whether the directory ends there: no entry
+    /// of `parent` after the last one returned (fewer than `limit` were
+    /// left).
+    pub fn readdir_page(
+        &self,
+        parent: Soid,
+        after: u64,
+        limit: usize,
+    ) -> (Vec<(u64, Dentry)>, bool) {
         let Some(start) = after.checked_add(1) else {
-            return Vec::new();
+            return (Vec::new(), true);
         };
         let page: Vec<(u64, u32)> = self
             .entries
@@ -581,6 +593,9 @@ impl Table {
             .take(limit)
             .map(|((_, cookie), &v)| (*cookie, v))
             .collect();
+        // Counted before entries that do not resolve are dropped below, so
+        // a short page is the end and never a gap.
+        let end = page.len() < limit;
         // Cookie order is random over the rows, which a directory's files
         // fill in creation order: reading the rows in row order instead
         // turns a cache miss per entry into a sequential scan (2-3× faster
@@ -592,7 +607,7 @@ impl Table {
             let (cookie, v) = page[i as usize];
             out[i as usize] = self.to_dentry(v).map(|d| (cookie, d));
         }
-        out.into_iter().flatten().collect()
+        (out.into_iter().flatten().collect(), end)
     }
 
     /// All entries, as `(parent, dentry)`, in key order.

@@ -13,10 +13,14 @@
 //!
 //! Invariants:
 //! - A buffer holds the entries after cookie `after`, in cookie order, as
-//!   the server returned them. It never says where the directory ends: past
-//!   its last entry the server is asked again (an empty answer is the end),
-//!   so a server that returns short batches mid-directory is still read
-//!   whole.
+//!   the server returned them, and whether the server said the directory
+//!   ends with them (`DirEntries.end`). Past its last entry the buffer
+//!   answers "no more" (an empty reply) only if the server said so; else
+//!   the server is asked again (an empty answer is the end), so a server
+//!   that predates the flag, or returns short batches mid-directory, is
+//!   still read whole. A listing that fits one batch is one server request.
+//! - Cookies 1 and 2 are `.` and `..`, never a name's (the engine's start
+//!   at 256): after cookie 2 is where after 0 is.
 //! - Offset 0 (a fresh listing or `rewinddir`) is never answered from the
 //!   buffer, so every listing starts with what the server has now. Later
 //!   offsets may be answered from entries read earlier in the same listing:
@@ -48,6 +52,8 @@ pub type Listed = (DirEntry, Option<Attr>);
 struct Buffer {
     after: u64,
     entries: Vec<Listed>,
+    /// The server said no entry follows the last of `entries`.
+    end: bool,
     /// The cache epoch the attributes were read at (see the module docs).
     epoch: u64,
 }
@@ -79,8 +85,9 @@ impl DirHandles {
     }
 
     /// The entries after `offset` from `fh`'s buffer (at most
-    /// [`REPLY_MAX`]), or `None` when the buffer holds nothing after
-    /// `offset` and the server must be asked. Attributes are kept only if
+    /// [`REPLY_MAX`]; none when `offset` is the buffer's last and the
+    /// directory ends there), or `None` when the buffer cannot say what
+    /// follows `offset` and the server must be asked. Attributes are kept only if
     /// they were read at cache epoch `epoch` (see the module docs).
     pub fn cached(&self, fh: u64, offset: u64, epoch: u64) -> Option<Vec<Listed>> {
         if offset == 0 {
@@ -88,12 +95,12 @@ impl DirHandles {
         }
         let g = self.inner.lock();
         let b = g.open.get(&fh)?.as_ref()?;
-        let start = if offset == b.after {
+        let start = if offset == b.after || (offset == 2 && b.after == 0) {
             0
         } else {
             b.entries.iter().position(|(e, _)| e.cookie == offset)? + 1
         };
-        if start == b.entries.len() {
+        if start == b.entries.len() && !b.end {
             return None;
         }
         let end = b.entries.len().min(start + REPLY_MAX);
@@ -107,15 +114,23 @@ impl DirHandles {
     }
 
     /// Keeps a batch fetched for `fh` (the entries after `after`, their
-    /// attributes read at cache epoch `epoch`) and returns the part for one
-    /// reply.
-    pub fn fill(&self, fh: u64, after: u64, entries: Vec<Listed>, epoch: u64) -> Vec<Listed> {
+    /// attributes read at cache epoch `epoch`; `end`: the server said the
+    /// directory ends with them) and returns the part for one reply.
+    pub fn fill(
+        &self,
+        fh: u64,
+        after: u64,
+        entries: Vec<Listed>,
+        end: bool,
+        epoch: u64,
+    ) -> Vec<Listed> {
         let reply = entries[..entries.len().min(REPLY_MAX)].to_vec();
         let mut g = self.inner.lock();
         if let Some(slot) = g.open.get_mut(&fh) {
             *slot = Some(Buffer {
                 after,
                 entries,
+                end,
                 epoch,
             });
         }
@@ -165,7 +180,7 @@ mod tests {
             "offset 0 always asks the server"
         );
         let batch = entries(256..256 + BATCH as u64);
-        let first = d.fill(fh, 0, batch, 0);
+        let first = d.fill(fh, 0, batch, false, 0);
         assert_eq!(first.len(), REPLY_MAX);
         assert_eq!(cookies(&d.cached(fh, 355, 0).unwrap())[0], 356);
         let last = 256 + BATCH as u64 - 1;
@@ -174,7 +189,7 @@ mod tests {
             "past the buffer: ask the server"
         );
         assert!(d.cached(fh, 7, 0).is_none(), "an offset not in the buffer");
-        let tail = d.fill(fh, last, entries([last + 1, last + 2]), 0);
+        let tail = d.fill(fh, last, entries([last + 1, last + 2]), false, 0);
         assert_eq!(cookies(&tail), vec![last + 1, last + 2]);
         assert_eq!(
             cookies(&d.cached(fh, last, 0).unwrap()),
@@ -210,7 +225,7 @@ mod tests {
                 parent: Soid::ROOT,
             });
         }
-        let first = d.fill(fh, 0, batch, 7);
+        let first = d.fill(fh, 0, batch, false, 7);
         assert!(first.iter().all(|(_, a)| a.is_some()));
         let same = d.cached(fh, 256, 7).unwrap();
         assert_eq!(cookies(&same), vec![257, 258]);
@@ -223,15 +238,47 @@ mod tests {
         );
     }
 
+    /// A batch the server said ends the directory answers the READDIR past
+    /// its last entry with nothing; one that did not (an old server, a
+    /// full batch) sends it to the server.
+    #[test]
+    fn the_end_is_answered_from_the_buffer_only_when_the_server_said_it() {
+        let d = DirHandles::default();
+        let fh = d.open();
+        d.fill(fh, 0, entries([256, 257]), true, 0);
+        assert_eq!(cookies(&d.cached(fh, 256, 0).unwrap()), vec![257]);
+        assert_eq!(d.cached(fh, 257, 0).unwrap().len(), 0, "the end");
+        assert!(
+            d.cached(fh, 300, 0).is_none(),
+            "an offset not in the buffer"
+        );
+        assert!(d.cached(fh, 0, 0).is_none(), "offset 0 always asks");
+        assert_eq!(
+            cookies(&d.cached(fh, 2, 0).unwrap()),
+            vec![256, 257],
+            "after `..` is after 0"
+        );
+        let empty = d.open();
+        d.fill(empty, 0, Vec::new(), true, 0);
+        assert_eq!(
+            d.cached(empty, 2, 0).unwrap().len(),
+            0,
+            "an empty directory"
+        );
+        let old = d.open();
+        d.fill(old, 0, entries([256, 257]), false, 0);
+        assert!(d.cached(old, 257, 0).is_none(), "no flag: ask the server");
+    }
+
     #[test]
     fn released_and_unknown_handles_cache_nothing() {
         let d = DirHandles::default();
         let fh = d.open();
-        d.fill(fh, 0, entries([256, 257]), 0);
+        d.fill(fh, 0, entries([256, 257]), false, 0);
         assert_eq!(cookies(&d.cached(fh, 256, 0).unwrap()), vec![257]);
         d.release(fh);
         assert!(d.cached(fh, 256, 0).is_none());
-        assert_eq!(cookies(&d.fill(fh, 0, entries([256]), 0)), vec![256]);
+        assert_eq!(cookies(&d.fill(fh, 0, entries([256]), false, 0)), vec![256]);
         assert!(
             d.cached(fh, 256, 0).is_none(),
             "a released handle keeps nothing"

@@ -387,13 +387,15 @@ impl SextantFs {
             Some(e) => e.into_iter().map(|(e, _)| (e, None)).collect(),
             None => {
                 let (c, sent) = (self.cred(req), self.epoch());
-                let batch = if plus {
-                    self.client().readdir_plus(&c, soid, after, BATCH).await?
+                let (batch, end) = if plus {
+                    self.client()
+                        .readdir_plus_page(&c, soid, after, BATCH)
+                        .await?
                 } else {
-                    let batch = self.client().readdir(&c, soid, after, BATCH).await?;
-                    batch.into_iter().map(|e| (e, None)).collect()
+                    let (batch, end) = self.client().readdir_page(&c, soid, after, BATCH).await?;
+                    (batch.into_iter().map(|e| (e, None)).collect(), end)
                 };
-                let mut part = self.dirs.fill(fh.0, after, batch, sent);
+                let mut part = self.dirs.fill(fh.0, after, batch, end, sent);
                 if sent != self.epoch() {
                     part.iter_mut().for_each(|(_, a)| *a = None);
                 }

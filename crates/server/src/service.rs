@@ -710,18 +710,20 @@ impl Shared {
                     n => n.min(READDIR_MAX),
                 };
                 let (dir, limit) = (soid(&r.dir)?, limit as usize);
-                let entries = if r.plus {
+                let (entries, end) = if r.plus {
                     // Attributes from this table only (see
                     // `Engine::readdir_plus`): never a peer's.
-                    e.readdir_plus(cred, dir, r.after, limit)?
+                    let (page, end) = e.readdir_plus_page(cred, dir, r.after, limit)?;
+                    let entries = page
                         .iter()
                         .map(|(d, a)| dirent_plus_to_pb(d, a.as_ref()))
-                        .collect()
+                        .collect();
+                    (entries, end)
                 } else {
-                    let entries = e.readdir(cred, dir, r.after, limit)?;
-                    entries.iter().map(dirent_to_pb).collect()
+                    let (page, end) = e.readdir_page(cred, dir, r.after, limit)?;
+                    (page.iter().map(dirent_to_pb).collect(), end)
                 };
-                Res::Entries(pb::DirEntries { entries })
+                Res::Entries(pb::DirEntries { entries, end })
             }
             Op::Getxattr(r) => Res::Data(pb::Bytes {
                 data: e

@@ -105,18 +105,31 @@ fn check(t: &Table, (inodes, entries): &Model) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Every entry's cookie, by (parent, name), read through paged readdir.
+/// Every entry's cookie, by (parent, name), read through paged readdir,
+/// stopping where a page says the directory ends (which must be true: no
+/// entry after it; and a page that does not say so is full).
 fn cookies(t: &Table) -> BTreeMap<(Soid, Vec<u8>), u64> {
     let mut out = BTreeMap::new();
     for p in 0..12 {
         let mut after = 0;
         loop {
-            let page = t.readdir(soid(p), after, 2);
-            let Some((last, _)) = page.last() else { break };
-            after = *last;
+            let (page, end) = t.readdir_page(soid(p), after, 2);
+            let last = page.last().map(|(c, _)| *c);
             for (c, d) in page {
                 out.insert((soid(p), d.name.to_vec()), c);
             }
+            let Some(last) = last else {
+                assert!(end, "an empty page is the end");
+                break;
+            };
+            if end {
+                assert!(
+                    t.readdir(soid(p), last, 2).is_empty(),
+                    "entries past the end"
+                );
+                break;
+            }
+            after = last;
         }
     }
     out
