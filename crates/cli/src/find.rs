@@ -1067,6 +1067,7 @@ impl<'a> Run<'a> {
                     mtime: Nanos(0),
                     ctime: Nanos(0),
                     parent: dir.soid,
+                    no_xattrs: false,
                 },
                 depth,
             };
@@ -1158,6 +1159,7 @@ fn local_attr(m: &std::fs::Metadata) -> Attr {
         mtime: t(m.mtime(), m.mtime_nsec()),
         ctime: t(m.ctime(), m.ctime_nsec()),
         parent: sextant_types::Soid::ROOT,
+        no_xattrs: false,
     }
 }
 
@@ -1457,6 +1459,7 @@ fn test_hit(path: &str, depth: u32) -> SearchHit {
             mtime: Nanos(0),
             ctime: Nanos(0),
             parent: Soid::ROOT,
+            no_xattrs: false,
         },
         depth,
     }

@@ -153,6 +153,7 @@ mod tests {
             ctime: Nanos(6),
             rdev: 0,
             parent: Soid::ROOT,
+            no_xattrs: false,
         }
     }
 

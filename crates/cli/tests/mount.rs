@@ -1980,6 +1980,105 @@ mod issue23 {
             .status();
     }
 
+    /// `ls -l` reads `security.selinux` (and an ACL name) of every entry it
+    /// lists: for entries the server said have no xattrs at all, the mount
+    /// answers itself (crate sextant-fuse, `nocaps`).
+    #[test]
+    fn ls_l_asks_the_server_nothing_about_xattrs() {
+        if !fuse_available() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        // Made elsewhere: what the mount knows comes from the server's
+        // attributes (readdirplus, lookup), not from making them.
+        m.sextant_ok(&["mkdir", "/d"]);
+        for i in 0..20 {
+            m.sextant_ok(&["touch", &format!("/d/f{i}")]);
+        }
+        eventually("the files are seen", || m.p("d/f19").exists());
+        let before = requests(port, "getxattr");
+        let out = Command::new("ls").arg("-l").arg(m.p("d")).output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 21);
+        let after = requests(port, "getxattr");
+        // One at most: a change elsewhere (the watcher) may move the cache
+        // epoch while a reply is out.
+        assert!(
+            after - before <= 1,
+            "{} getxattr requests for ls -l of 20 files",
+            after - before
+        );
+    }
+
+    fn getxattr(p: &Path, name: &str) -> Option<String> {
+        let out = Command::new("getfattr")
+            .args(["-n", name, "--only-values"])
+            .arg(p)
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn setxattr(p: &Path, name: &str, value: &str) {
+        let st = Command::new("setfattr")
+            .args(["-n", name, "-v", value])
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success(), "setfattr {name}");
+    }
+
+    /// The names of `p`'s xattrs (`getfattr -d`: a LISTXATTR, which the
+    /// mount answers itself for a file it knows has none).
+    fn xattr_names(p: &Path) -> String {
+        let out = Command::new("getfattr")
+            .args(["-d", "-m", "-"])
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// What the mount knows of "no xattrs at all" ends with an xattr set
+    /// through this mount or through another client.
+    #[test]
+    fn an_xattr_set_here_or_elsewhere_is_seen() {
+        if !fuse_available() || Command::new("setfattr").arg("--version").output().is_err() {
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        std::fs::write(m.p("here"), b"x").unwrap();
+        // Made here: known to have none, listed without asking.
+        let before = requests(port, "listxattr");
+        assert_eq!(xattr_names(&m.p("here")), "");
+        assert_eq!(requests(port, "listxattr"), before, "answered by the mount");
+        setxattr(&m.p("here"), "user.x", "1");
+        assert!(
+            xattr_names(&m.p("here")).contains("user.x=\"1\""),
+            "set through this mount"
+        );
+        assert_eq!(getxattr(&m.p("here"), "user.x").as_deref(), Some("1"));
+
+        std::fs::write(m.p("there"), b"x").unwrap();
+        assert_eq!(xattr_names(&m.p("there")), "");
+        let other = m.dir.path().join("mnt2");
+        std::fs::create_dir(&other).unwrap();
+        m.mount_at(&other, &[]);
+        setxattr(&other.join("there"), "security.x", "2");
+        eventually("the other mount's xattr is seen here", || {
+            xattr_names(&m.p("there")).contains("security.x=\"2\"")
+                && getxattr(&m.p("there"), "security.x").as_deref() == Some("2")
+        });
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&other)
+            .status();
+    }
+
     /// tar x sets a file's times, owner and mode while it is still open
     /// after writing it: the size of the data written goes to the server
     /// with them, not in a request of its own — here with the watcher not

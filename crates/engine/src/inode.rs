@@ -92,6 +92,7 @@ impl Inode {
             mtime: self.mtime,
             ctime: self.ctime,
             parent: self.parent,
+            no_xattrs: self.xattrs().is_none_or(|x| x.is_empty()),
         }
     }
 

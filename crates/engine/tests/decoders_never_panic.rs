@@ -538,6 +538,7 @@ fn request_tag() -> impl Strategy<Value = RequestTag> {
                 mtime: Nanos(t / 3),
                 ctime: Nanos(t / 7),
                 parent,
+                no_xattrs: false,
             },
         );
     let reply = prop_oneof![Just(Reply::Done), attr.prop_map(Reply::Attr)];

@@ -570,6 +570,7 @@ mod tests {
             mtime: Default::default(),
             ctime: Default::default(),
             parent: Soid::ROOT,
+            no_xattrs: false,
         }
     }
 

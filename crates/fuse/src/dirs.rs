@@ -223,6 +223,7 @@ mod tests {
                 mtime: sextant_types::Nanos(0),
                 ctime: sextant_types::Nanos(0),
                 parent: Soid::ROOT,
+                no_xattrs: false,
             });
         }
         let first = d.fill(fh, 0, batch, false, 7);

@@ -51,7 +51,7 @@ pub struct SextantFs {
     /// Moved by the watcher before it applies other clients' changes.
     pub(crate) cache_epoch: Arc<AtomicU64>,
     /// Moved by this mount's own changes that may change what it cannot
-    /// name (a rename: the moved directory's `..`; a capability set):
+    /// name (a rename: the moved directory's `..`; an xattr set):
     /// part of [`SextantFs::epoch`], not of
     /// [`SextantFs::elsewhere_epoch`].
     pub(crate) own_epoch: AtomicU64,
@@ -61,8 +61,9 @@ pub struct SextantFs {
     pub(crate) write_handles: parking_lot::Mutex<std::collections::HashMap<u64, Writer>>,
     /// The requests in flight, for the kernel's interrupts.
     pub(crate) interrupts: Interrupts,
-    /// Files known to have no `security.capability` ([`crate::nocaps`]).
-    pub(crate) no_caps: crate::nocaps::NoCaps,
+    /// Files known to have no xattrs, or no `security.capability`
+    /// ([`crate::nocaps`]).
+    pub(crate) no_xattrs: crate::nocaps::NoXattrs,
     /// Directories made here and the names put there ([`crate::fresh`]).
     pub(crate) fresh: crate::fresh::FreshDirs,
     /// Attribute changes of files open for writing here, sent with their
@@ -471,7 +472,9 @@ impl SextantFs {
 
     /// An entry reply for `a`, named `name` in `parent`: the kernel gains a
     /// reference to its node (and may cache the name, see [`crate::watch`]).
-    fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr) -> Entry {
+    /// `a` came in a reply to a request sent at cache epoch `sent`.
+    fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr, sent: u64) -> Entry {
+        self.saw_attr(a, sent);
         let ino = self.nodes.ino(a.soid, true);
         let remembered = self.nodes.named(ino, parent.0, name.as_bytes());
         let (attr, attr_ttl) = self.file_attr(a, ino);
@@ -690,11 +693,19 @@ impl SextantFs {
         }
     }
 
-    /// A change of xattr `n` starts: if it is `security.capability`, the
-    /// cache epoch moves now and when the change ends (see
+    /// A change of an xattr starts: the cache epoch moves now and when the
+    /// change ends (see [`crate::nocaps`]).
+    fn xattr_change(&self) -> EpochBump<'_> {
+        EpochBump::new(&self.own_epoch)
+    }
+
+    /// The server sent `a` in a reply to a request sent at cache epoch
+    /// `sent`: whether it has no xattrs at all is known (see
     /// [`crate::nocaps`]).
-    fn caps_change(&self, n: &OsStr) -> Option<EpochBump<'_>> {
-        (name(n) == crate::nocaps::NAME).then(|| EpochBump::new(&self.own_epoch))
+    fn saw_attr(&self, a: &Attr, sent: u64) {
+        if self.coherent && a.no_xattrs {
+            self.no_xattrs.learned(a.soid, sent, self.epoch());
+        }
     }
 
     /// After the name `victim` was removed or replaced: when that was its
@@ -788,6 +799,7 @@ impl Filesystem for SextantFs {
             if self.live() && self.fresh.absent(parent.0, name(n), self.elsewhere_epoch()) {
                 return Ok(self.negative_entry());
             }
+            let sent = self.epoch();
             let found = self
                 .client()
                 .lookup(&self.cred(req), self.soid(parent)?, name(n))
@@ -798,7 +810,7 @@ impl Filesystem for SextantFs {
                 Err(e) if e.fs() == Some(FsError::NotFound) && self.coherent => {
                     Ok(self.negative_entry())
                 }
-                found => Ok(self.entry(parent, n, &found?)),
+                found => Ok(self.entry(parent, n, &found?, sent)),
             }
         })
     }
@@ -839,6 +851,7 @@ impl Filesystem for SextantFs {
             if self.coherent && a.ftype == FileType::Regular {
                 self.dir_attrs.saw(ino.0, a.clone(), sent, self.epoch());
             }
+            self.saw_attr(&a, sent);
             Ok(self.attr(&a, ino))
         })
     }
@@ -954,12 +967,13 @@ impl Filesystem for SextantFs {
             let perm = mode & !umask & 0o7777;
             let p = self.soid(parent)?;
             self.fresh.naming(parent.0, name(n));
+            let sent = self.epoch();
             let a = self
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
                 .await?;
             self.fresh.put_file(parent.0, name(n), a.soid);
-            Ok(self.entry(parent, n, &a))
+            Ok(self.entry(parent, n, &a, sent))
         })
     }
 
@@ -977,13 +991,13 @@ impl Filesystem for SextantFs {
             let p = self.soid(parent)?;
             let (change, want_dir) = self.dir_change(parent);
             self.fresh.naming(parent.0, name(n));
-            let sent = self.elsewhere_epoch();
+            let (sent, sent_all) = (self.elsewhere_epoch(), self.epoch());
             let made = self
                 .client()
                 .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
                 .await?;
             change.end(made.dir);
-            let e = self.entry(parent, n, &made.value);
+            let e = self.entry(parent, n, &made.value, sent_all);
             if self.coherent {
                 self.fresh.made(e.attr.ino.0, sent, self.elsewhere_epoch());
             }
@@ -1013,12 +1027,13 @@ impl Filesystem for SextantFs {
             let p = self.soid(parent)?;
             self.fresh.naming(parent.0, name(link_name));
             let t = target.as_os_str().as_bytes();
+            let sent = self.epoch();
             let a = self
                 .client()
                 .symlink(&self.cred(req), p, name(link_name), t)
                 .await?;
             self.fresh.put_file(parent.0, name(link_name), a.soid);
-            Ok(self.entry(parent, link_name, &a))
+            Ok(self.entry(parent, link_name, &a, sent))
         })
     }
 
@@ -1113,6 +1128,7 @@ impl Filesystem for SextantFs {
             self.fresh.naming(newparent.0, name(newname));
             // The file's link count changes: what is kept of it is old.
             let (file_change, _) = self.dir_change(ino);
+            let sent = self.epoch();
             let a = self
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
@@ -1120,7 +1136,7 @@ impl Filesystem for SextantFs {
             self.held.links(a.soid, a.nlink);
             self.fresh.put_file(newparent.0, name(newname), a.soid);
             file_change.end(Some(a.clone()));
-            Ok(self.entry(newparent, newname, &a))
+            Ok(self.entry(newparent, newname, &a, sent))
         })
     }
 
@@ -1329,13 +1345,15 @@ impl Filesystem for SextantFs {
                 .into_iter()
                 .map(|item| PlusItem { item, entry: None })
                 .collect();
+            // Attributes listed are as of this epoch or a later one.
+            let sent = self.epoch();
             let mut entries = self.listing(req, ino, fh, offset, true).await?;
             entries.truncate(PLUS_REPLY_MAX);
             items.extend(entries.into_iter().map(|(e, attr)| {
                 let name = OsString::from_vec(e.name.into_vec());
                 let (node, entry) = match attr {
                     Some(a) if a.soid == e.soid && a.ftype == e.ftype => {
-                        let entry = self.entry(ino, &name, &a);
+                        let entry = self.entry(ino, &name, &a, sent);
                         let node = entry.attr.ino.0;
                         (node, Some((entry, Reference::taken(&self.nodes, node))))
                     }
@@ -1378,7 +1396,7 @@ impl Filesystem for SextantFs {
             }
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
-            let _caps = self.caps_change(n);
+            let _xattrs = self.xattr_change();
             let flags = match flags {
                 0 if position == 0 => XattrFlags::Any,
                 libc::XATTR_CREATE => XattrFlags::Create,
@@ -1399,15 +1417,16 @@ impl Filesystem for SextantFs {
             if crate::nocaps::unsupported(name(n)) {
                 return Err(Fail(libc::EOPNOTSUPP));
             }
-            // The kernel's check before each write (see crate::nocaps).
-            let caps = self.coherent && name(n) == crate::nocaps::NAME;
+            // The kernel's check before each write, ls -l's read of
+            // security.selinux (see crate::nocaps).
             let sent = self.epoch();
-            if caps && self.no_caps.has_none(s, sent) {
+            if self.coherent && self.no_xattrs.has_none(s, name(n), sent) {
                 return Err(Fail(libc::ENODATA));
             }
+            let caps = self.coherent && name(n) == crate::nocaps::NAME;
             let v = match self.client().getxattr(&self.cred(req), s, name(n)).await {
                 Err(e) if caps && e.fs() == Some(FsError::NoData) => {
-                    self.no_caps.learned(s, sent, self.epoch());
+                    self.no_xattrs.learned_no_caps(s, sent, self.epoch());
                     return Err(e.into());
                 }
                 v => v?,
@@ -1418,10 +1437,12 @@ impl Filesystem for SextantFs {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         self.run_read(req, reply, async {
-            let names = self
-                .client()
-                .listxattr(&self.cred(req), self.soid(ino)?)
-                .await?;
+            let s = self.soid(ino)?;
+            // Known to have none (see crate::nocaps).
+            if self.coherent && self.no_xattrs.has_no_xattrs(s, self.epoch()) {
+                return Xattr::fit(Vec::new(), size);
+            }
+            let names = self.client().listxattr(&self.cred(req), s).await?;
             let mut list = Vec::new();
             for n in names.iter() {
                 list.extend_from_slice(n);
@@ -1439,7 +1460,7 @@ impl Filesystem for SextantFs {
             }
             // Any kept attributes of the directories it changes are old now.
             let _changing0 = self.dir_change(ino).0;
-            let _caps = self.caps_change(n);
+            let _xattrs = self.xattr_change();
             let s = self.soid(ino)?;
             Ok(self
                 .client()
@@ -1511,7 +1532,7 @@ impl Filesystem for SextantFs {
                     self.fresh.put_file(parent.0, name(n), made.value.soid);
                     // New: no xattrs (see crate::nocaps).
                     if self.coherent {
-                        self.no_caps.learned(made.value.soid, sent, self.epoch());
+                        self.no_xattrs.learned(made.value.soid, sent, self.epoch());
                     }
                     made_here = true;
                     made.value
@@ -1534,7 +1555,7 @@ impl Filesystem for SextantFs {
                 Err(e) => return Err(e.into()),
             };
             let fh = self.opened(self.data.open(&a)?, flags, req.pid());
-            let entry = self.entry(parent, n, &a);
+            let entry = self.entry(parent, n, &a, sent);
             if made_here && self.coherent {
                 // For the GETATTR after its first write (crate::dirattrs).
                 self.dir_attrs

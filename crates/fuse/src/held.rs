@@ -237,6 +237,7 @@ mod tests {
             mtime: Nanos(2),
             ctime: Nanos(3),
             parent: Soid::ROOT,
+            no_xattrs: false,
         }
     }
 

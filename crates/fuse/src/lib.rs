@@ -27,8 +27,9 @@
 //!   to this mount's own changes, for the GETATTR the kernel sends next.
 //! - [`fresh`]: directories this mount made and the names it put there,
 //!   for the failing LOOKUP before each create.
-//! - [`nocaps`]: files known to have no `security.capability`, for the
-//!   kernel's check before each write.
+//! - [`nocaps`]: files known to have no xattrs (or no
+//!   `security.capability`), for the kernel's check before each write and
+//!   `ls -l`'s read of `security.selinux`.
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - [`held`]: attribute changes of files open for writing here, sent
 //!   with their size at close (tar's chown, chmod and utimes: one request).
@@ -165,7 +166,7 @@ pub fn mount(
         watching: Arc::clone(&watching),
         write_handles: Default::default(),
         interrupts: Default::default(),
-        no_caps: Default::default(),
+        no_xattrs: Default::default(),
         fresh: Default::default(),
         held: Default::default(),
         // SEXTANT_HOLD_ATTRS=0: every attribute change is sent at once

@@ -83,6 +83,7 @@ mod tests {
             mtime: Default::default(),
             ctime: Default::default(),
             parent: sextant_types::Soid::ROOT,
+            no_xattrs: false,
         }
     }
 

@@ -55,6 +55,7 @@ pub fn attr_to_pb(a: &Attr) -> pb::Attr {
         mtime_ns: a.mtime.0,
         ctime_ns: a.ctime.0,
         parent: Some(soid_to_pb(a.parent)),
+        no_xattrs: a.no_xattrs,
     }
 }
 
@@ -72,6 +73,7 @@ pub fn attr_from_pb(a: &pb::Attr) -> Result<Attr, FsError> {
         mtime: Nanos(a.mtime_ns),
         ctime: Nanos(a.ctime_ns),
         parent: soid_from_pb(a.parent.as_ref())?,
+        no_xattrs: a.no_xattrs,
     })
 }
 

@@ -932,6 +932,7 @@ mod tests {
                 mtime: Nanos(0),
                 ctime: Nanos(0),
                 parent: Soid::ROOT,
+                no_xattrs: false,
             },
             depth: 1,
         };

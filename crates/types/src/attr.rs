@@ -139,6 +139,12 @@ pub struct Attr {
     /// The directory this inode was last linked into (for a directory: its
     /// only parent, i.e. `..`; the root is its own parent).
     pub parent: Soid,
+    /// The inode has no extended attributes at all, as its server said
+    /// with these attributes (a hint for a mount, which then answers
+    /// getxattr itself). `false` means "not known": ask. Not serialized
+    /// (a replayed reply says `false`, which is always safe).
+    #[serde(skip, default)]
+    pub no_xattrs: bool,
 }
 
 impl Attr {

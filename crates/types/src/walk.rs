@@ -233,6 +233,7 @@ mod tests {
             mtime: Nanos(0),
             ctime: Nanos(0),
             parent: Soid::from_u128(*parent),
+            no_xattrs: false,
         }
     }
 

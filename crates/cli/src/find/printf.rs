@@ -561,6 +561,7 @@ mod tests {
             mtime: Nanos(1_767_323_045_123_456_789),
             ctime: Nanos(5),
             parent: Soid::ROOT,
+            no_xattrs: false,
         }
     }
 

@@ -283,6 +283,7 @@ impl Harness {
             mtime: Nanos(n.mtime),
             ctime: Nanos(n.ctime),
             parent,
+            no_xattrs: n.xattrs.is_empty(),
         }
     }
 
