@@ -2068,15 +2068,13 @@ mod issue23 {
         let other = m.dir.path().join("mnt2");
         std::fs::create_dir(&other).unwrap();
         m.mount_at(&other, &[]);
+        // Unmounted however the test ends.
+        let _unmount = common::Unmount(other.clone());
         setxattr(&other.join("there"), "security.x", "2");
         eventually("the other mount's xattr is seen here", || {
             xattr_names(&m.p("there")).contains("security.x=\"2\"")
                 && getxattr(&m.p("there"), "security.x").as_deref() == Some("2")
         });
-        let _ = Command::new("fusermount3")
-            .args(["-u", "-z"])
-            .arg(&other)
-            .status();
     }
 
     /// tar x sets a file's times, owner and mode while it is still open
