@@ -1720,8 +1720,7 @@ mod issue23 {
             1,
             "chown + chmod + futimens + the size: one request at close"
         );
-        let st: serde_json::Value =
-            serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/f"])).unwrap();
+        let st = server_stat(&m, "/f");
         assert_eq!(
             (
                 st["size"].as_u64(),
@@ -1754,8 +1753,7 @@ mod issue23 {
         let (m, port) = mounted_with_metrics();
         watcher_up(&m);
         let stat = |m: &Mounted| -> (String, u64) {
-            let st: serde_json::Value =
-                serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/g"])).unwrap();
+            let st = server_stat(m, "/g");
             let mode = st["mode"].as_str().unwrap_or_default().to_string();
             (mode, st["uid"].as_u64().unwrap_or(u64::MAX))
         };
@@ -1798,8 +1796,7 @@ mod issue23 {
         let (m, port) = mounted_with_metrics();
         watcher_up(&m);
         let mode = |m: &Mounted| -> String {
-            let st: serde_json::Value =
-                serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/h"])).unwrap();
+            let st = server_stat(m, "/h");
             st["mode"].as_str().unwrap_or_default().to_string()
         };
         use std::os::unix::fs::PermissionsExt;
@@ -1830,6 +1827,11 @@ mod issue23 {
             "a chmod after the close"
         );
         assert_eq!(mode(&m), "0640");
+    }
+
+    /// The server's `stat --json` of `path` (what every other client sees).
+    fn server_stat(m: &Mounted, path: &str) -> serde_json::Value {
+        serde_json::from_str(&m.sextant_ok(&["--json", "stat", path])).unwrap()
     }
 
     fn mounted_with_metrics() -> (Mounted, u16) {
@@ -2099,8 +2101,7 @@ mod issue23 {
         drop(f);
         let after = requests(port, "setattr");
         assert_eq!(after - before, 2, "setattr requests for chmod + futimens");
-        let st: serde_json::Value =
-            serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/f"])).unwrap();
+        let st = server_stat(&m, "/f");
         assert_eq!(st["size"].as_u64(), Some(10000), "{st}");
         let md = std::fs::metadata(m.p("f")).unwrap();
         assert_eq!(md.len(), 10000);
@@ -2318,8 +2319,7 @@ mod issue23 {
         }
         assert_eq!(requests(port, "getattr") - before, 0, "getattr requests");
         // The directory's times are the server's after the renames.
-        let st: serde_json::Value =
-            serde_json::from_str(&m.sextant_ok(&["--json", "stat", "/d"])).unwrap();
+        let st = server_stat(&m, "/d");
         let md = std::fs::metadata(m.p("d")).unwrap();
         let ns = md.mtime() as u64 * 1_000_000_000 + md.mtime_nsec() as u64;
         assert_eq!(Some(ns), st["mtime_ns"].as_u64(), "{st}");
