@@ -1,6 +1,12 @@
 //! `sextant auth`: client keys — add one for a client node (written to a
 //! 0600 file to copy there), list, revoke, rotate. Each is one `Keys` call
-//! to the server with the cluster secret (see `sextant_server::clientkeys`).
+//! to the server with the cluster secret (see `sextant_server::clientkeys`)
+//! or, with `--etcd`, the same call made here on a cluster's book in etcd
+//! (`clientkey/<name>`, `sextant_server::cluster::keys::open_book`): no
+//! server need run — the first keys of a new cluster, or every server
+//! down — and the servers follow etcd, so they see each change within
+//! seconds (a revocation ends the key's sessions). The records and their
+//! conditional writes are the servers' own code, never written twice.
 
 use crate::Cli;
 use anyhow::{bail, Context, Result};
@@ -11,7 +17,28 @@ use sextant_proto::pb::keys_request::Op;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Without --etcd each command is a call to the server (--server, \
+or the default address) with the cluster secret. With --etcd URL[,URL] it is made directly \
+in the cluster's etcd, where the servers keep the keys (PREFIX clientkey/NAME): no server \
+need run, e.g. to make the first keys before any server starts, or while every server is \
+down; running servers see each change within seconds, and a revoked or rotated key's \
+sessions end. Whoever can write etcd can make keys: etcd access is admin access.\n\n\
+Examples:\n  sextant auth --etcd http://10.0.0.5:2379 add node7 --uids 1000-1999 --out node7.key\n  \
+sextant auth --etcd http://10.0.0.5:2379 ls\n  sextant auth --etcd http://10.0.0.5:2379 revoke node7"
+)]
 pub struct AuthArgs {
+    /// Manage the keys of a cluster directly in its etcd (client URLs,
+    /// comma-separated), with no server: see below
+    /// [default: through the server, with the cluster secret]
+    #[arg(long, value_name = "URLS")]
+    pub etcd: Option<String>,
+    /// With --etcd: the cluster's key prefix in etcd [default: /sextant/,
+    /// the servers']
+    #[arg(long, value_name = "PREFIX", requires = "etcd")]
+    pub prefix: Option<String>,
+    #[command(flatten)]
+    pub etcd_credentials: crate::cluster::EtcdCredentialArgs,
     #[command(subcommand)]
     pub command: AuthCommand,
 }
@@ -115,6 +142,54 @@ fn write_key_file(file: &Path, key: &ClientKey) -> Result<()> {
 
 /// `sextant auth`.
 pub fn run(cli: &Cli, args: &AuthArgs) -> Result<()> {
+    let op = op_of(&args.command)?;
+    let reply = match &args.etcd {
+        Some(urls) => on_etcd(args, urls, op)?,
+        None => on_server(cli, op)?,
+    };
+    show(cli, &args.command, reply)
+}
+
+/// The `Keys` call `command` makes.
+fn op_of(command: &AuthCommand) -> Result<Op> {
+    Ok(match command {
+        AuthCommand::Add {
+            name,
+            uids,
+            gids,
+            path,
+            root_squash,
+            read_only,
+            ..
+        } => {
+            let limits = pb::KeyLimits {
+                uids: uids
+                    .as_deref()
+                    .map(parse_ranges)
+                    .transpose()?
+                    .unwrap_or_default(),
+                gids: gids
+                    .as_deref()
+                    .map(parse_ranges)
+                    .transpose()?
+                    .unwrap_or_default(),
+                path: path.clone().unwrap_or_default().into_bytes(),
+                root_squash: *root_squash,
+                read_only: *read_only,
+            };
+            Op::Add(pb::KeyAdd {
+                name: name.clone(),
+                limits: Some(limits),
+            })
+        }
+        AuthCommand::Rotate { name, .. } => Op::Rotate(name.clone()),
+        AuthCommand::Revoke { name } => Op::Revoke(name.clone()),
+        AuthCommand::Ls => Op::List(pb::Empty {}),
+    })
+}
+
+/// `op` made by the server, with the cluster secret.
+fn on_server(cli: &Cli, op: Op) -> Result<pb::KeysReply> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -128,131 +203,137 @@ pub fn run(cli: &Cli, args: &AuthArgs) -> Result<()> {
         let client = Client::connect(&addr, &secret, options)
             .await
             .map_err(|e| crate::session::connect_failed(&addr, cli.tls_ca.as_deref(), e))?;
-        let call = |op| async {
-            client
-                .manage_keys(op)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))
-        };
-        let written = |reply: pb::KeysReply, name: &str, out: &Option<PathBuf>| -> Result<()> {
-            let key = ClientKey::new(name, &reply.key).context("the server's key")?;
-            let file = out
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("{name}.key")));
-            write_key_file(&file, &key)?;
-            println!(
-                "wrote the key {name} to {} (mode 0600): copy it to the client node and use \
-                 it there with --key-file {} (or SEXTANT_KEY_FILE)",
-                file.display(),
-                file.display()
-            );
-            Ok(())
-        };
-        match &args.command {
-            AuthCommand::Add {
-                name,
-                uids,
-                gids,
-                path,
-                root_squash,
-                read_only,
-                out,
-            } => {
-                let limits = pb::KeyLimits {
-                    uids: uids
-                        .as_deref()
-                        .map(parse_ranges)
-                        .transpose()?
-                        .unwrap_or_default(),
-                    gids: gids
-                        .as_deref()
-                        .map(parse_ranges)
-                        .transpose()?
-                        .unwrap_or_default(),
-                    path: path.clone().unwrap_or_default().into_bytes(),
-                    root_squash: *root_squash,
-                    read_only: *read_only,
-                };
-                let reply = call(Op::Add(pb::KeyAdd {
-                    name: name.clone(),
-                    limits: Some(limits),
-                }))
-                .await?;
-                written(reply, name, out)
-            }
-            AuthCommand::Rotate { name, out } => {
-                let reply = call(Op::Rotate(name.clone())).await?;
-                written(reply, name, out)
-            }
-            AuthCommand::Revoke { name } => {
-                call(Op::Revoke(name.clone())).await?;
-                println!("revoked the key {name}");
-                Ok(())
-            }
-            AuthCommand::Ls => {
-                let reply = call(Op::List(pb::Empty {})).await?;
-                if cli.json {
-                    let keys: Vec<_> = reply
-                        .keys
-                        .iter()
-                        .map(|k| {
-                            let l = k.limits.clone().unwrap_or_default();
-                            let ranges = |rs: &[pb::U32Range]| {
-                                rs.iter().map(|r| [r.lo, r.hi]).collect::<Vec<_>>()
-                            };
-                            serde_json::json!({
-                                "name": k.name,
-                                "uids": ranges(&l.uids),
-                                "gids": ranges(&l.gids),
-                                "root_squash": l.root_squash,
-                                "read_only": l.read_only,
-                                "path": String::from_utf8_lossy(if l.path.is_empty() {
-                                    b"/"
-                                } else {
-                                    &l.path
-                                }),
-                                "created": k.created,
-                            })
-                        })
-                        .collect();
-                    println!("{}", serde_json::Value::Array(keys));
-                } else {
-                    println!(
-                        "{:<24} {:<20} {:<20} {:<24} FLAGS",
-                        "NAME", "UIDS", "GIDS", "PATH"
-                    );
-                    for k in &reply.keys {
-                        let l = k.limits.clone().unwrap_or_default();
-                        let mut flags = Vec::new();
-                        if l.root_squash {
-                            flags.push("root-squash");
-                        }
-                        if l.read_only {
-                            flags.push("read-only");
-                        }
-                        let path = if l.path.is_empty() {
-                            "/".into()
-                        } else {
-                            String::from_utf8_lossy(&l.path).into_owned()
-                        };
-                        println!(
-                            "{:<24} {:<20} {:<20} {:<24} {}",
-                            k.name,
-                            show_ranges(&l.uids),
-                            show_ranges(&l.gids),
-                            path,
-                            if flags.is_empty() {
-                                "-".into()
-                            } else {
-                                flags.join(",")
-                            }
-                        );
-                    }
-                }
-                Ok(())
-            }
-        }
+        client
+            .manage_keys(op)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
     })
+}
+
+/// `op` made here on the book of the cluster on etcd `urls` (the servers'
+/// own code: `sextant_server::clientkeys::manage`).
+fn on_etcd(args: &AuthArgs, urls: &str, op: Op) -> Result<pb::KeysReply> {
+    let security = args.etcd_credentials.security()?;
+    let mut cfg = security.config(security.endpoints(urls))?;
+    if let Some(p) = &args.prefix {
+        cfg.prefix = etcd_prefix(p)?;
+    }
+    // The book's calls wait on the runtime from this thread: a worker of
+    // its own drives it meanwhile.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let book = sextant_server::cluster::keys::open_book(cfg, rt.handle().clone())
+        .with_context(|| format!("cannot read the cluster's client keys from etcd at {urls}"))?;
+    sextant_server::clientkeys::manage(&book, Some(op))
+        .map_err(|status| anyhow::anyhow!("{}", status.message()))
+}
+
+/// `--prefix` as etcd keys start with it: ending in `/`.
+fn etcd_prefix(p: &str) -> Result<String> {
+    if p.is_empty() {
+        bail!("--prefix: empty (the servers' is /sextant/)");
+    }
+    Ok(if p.ends_with('/') {
+        p.to_string()
+    } else {
+        format!("{p}/")
+    })
+}
+
+/// Prints what `command` did (`reply`), writing the key file of a new
+/// secret.
+fn show(cli: &Cli, command: &AuthCommand, reply: pb::KeysReply) -> Result<()> {
+    let written = |reply: pb::KeysReply, name: &str, out: &Option<PathBuf>| -> Result<()> {
+        let key = ClientKey::new(name, &reply.key).context("the server's key")?;
+        let file = out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{name}.key")));
+        write_key_file(&file, &key)?;
+        println!(
+            "wrote the key {name} to {} (mode 0600): copy it to the client node and use \
+             it there with --key-file {} (or SEXTANT_KEY_FILE)",
+            file.display(),
+            file.display()
+        );
+        Ok(())
+    };
+    match command {
+        AuthCommand::Add { name, out, .. } | AuthCommand::Rotate { name, out } => {
+            written(reply, name, out)
+        }
+        AuthCommand::Revoke { name } => {
+            println!("revoked the key {name}");
+            Ok(())
+        }
+        AuthCommand::Ls => {
+            list(cli, &reply);
+            Ok(())
+        }
+    }
+}
+
+/// `auth ls`'s table (or JSON).
+fn list(cli: &Cli, reply: &pb::KeysReply) {
+    if cli.json {
+        let keys: Vec<_> = reply
+            .keys
+            .iter()
+            .map(|k| {
+                let l = k.limits.clone().unwrap_or_default();
+                let ranges =
+                    |rs: &[pb::U32Range]| rs.iter().map(|r| [r.lo, r.hi]).collect::<Vec<_>>();
+                serde_json::json!({
+                    "name": k.name,
+                    "uids": ranges(&l.uids),
+                    "gids": ranges(&l.gids),
+                    "root_squash": l.root_squash,
+                    "read_only": l.read_only,
+                    "path": String::from_utf8_lossy(if l.path.is_empty() {
+                        b"/"
+                    } else {
+                        &l.path
+                    }),
+                    "created": k.created,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(keys));
+        return;
+    }
+    println!(
+        "{:<24} {:<20} {:<20} {:<24} FLAGS",
+        "NAME", "UIDS", "GIDS", "PATH"
+    );
+    for k in &reply.keys {
+        let l = k.limits.clone().unwrap_or_default();
+        let mut flags = Vec::new();
+        if l.root_squash {
+            flags.push("root-squash");
+        }
+        if l.read_only {
+            flags.push("read-only");
+        }
+        let path = if l.path.is_empty() {
+            "/".into()
+        } else {
+            String::from_utf8_lossy(&l.path).into_owned()
+        };
+        println!(
+            "{:<24} {:<20} {:<20} {:<24} {}",
+            k.name,
+            show_ranges(&l.uids),
+            show_ranges(&l.gids),
+            path,
+            if flags.is_empty() {
+                "-".into()
+            } else {
+                flags.join(",")
+            }
+        );
+    }
 }
 
 #[cfg(test)]
@@ -272,5 +353,12 @@ mod tests {
         assert!(parse_ranges("5-1").is_err());
         assert!(parse_ranges("x").is_err());
         assert_eq!(show_ranges(&r), "1000-1999,42");
+    }
+
+    #[test]
+    fn etcd_prefixes_end_in_a_slash() {
+        assert_eq!(etcd_prefix("/sextant").unwrap(), "/sextant/");
+        assert_eq!(etcd_prefix("/c2/").unwrap(), "/c2/");
+        assert!(etcd_prefix("").is_err());
     }
 }

@@ -106,7 +106,7 @@ pub struct EtcdCredentialArgs {
 }
 
 impl EtcdCredentialArgs {
-    fn security(&self) -> Result<EtcdSecurity> {
+    pub(crate) fn security(&self) -> Result<EtcdSecurity> {
         EtcdSecurity::from_parts(
             self.etcd_user.clone(),
             self.etcd_password_file.clone(),

@@ -134,7 +134,8 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Client keys: `add` one for a client node (written to a 0600 file
     /// to copy there; the node uses it with --key-file), `ls`, `revoke`,
-    /// `rotate`. Needs the cluster secret.
+    /// `rotate`. Needs the cluster secret — or, with --etcd, a cluster's
+    /// etcd and no server at all (the first keys, every server down).
     Auth(auth::AuthArgs),
     /// Show the store's state: inodes, tables, journal; and which data
     /// directory, server and secret this command used, and where each

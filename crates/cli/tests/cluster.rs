@@ -3166,6 +3166,189 @@ fn client_keys_are_followed_across_an_etcd_restart() {
     }
 }
 
+/// `sextant auth --etcd URL ARGS…`: client keys managed in the cluster's
+/// etcd directly, with no server (no secret, no `--server`).
+fn auth_on_etcd(etcd: &str, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["--data", "/nonexistent", "auth", "--etcd", etcd])
+        .args(args)
+        .env_remove("SEXTANT_SERVER")
+        .env_remove("SEXTANT_SECRET")
+        .env_remove("SEXTANT_SECRET_FILE")
+        .output()
+        .unwrap()
+}
+
+fn auth_on_etcd_ok(etcd: &str, args: &[&str]) -> String {
+    let o = auth_on_etcd(etcd, args);
+    assert!(o.status.success(), "auth --etcd {args:?}: {}", said(&o));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `sextant auth --etcd` (issue 22) before any server exists: a key made
+/// in etcd alone (the cluster has never run) is listed there, and the
+/// first server to start takes it — the key works through it, as the
+/// uids it allows only, and the server lists it.
+#[test]
+fn a_client_key_made_in_etcd_before_any_server_works_once_one_starts() {
+    use std::os::unix::fs::PermissionsExt;
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = dir.path().join("node1.key");
+    let made = auth_on_etcd_ok(
+        &etcd.url,
+        &[
+            "add",
+            "node1",
+            "--uids",
+            "1000",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(made.contains("wrote the key node1"), "{made}");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key file's mode");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let ls = auth_on_etcd_ok(&etcd.url, &["ls"]);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("node1 ") && l.contains("1000")),
+        "etcd lists the key: {ls}"
+    );
+    // A second add of the name is refused, as through a server.
+    let again = auth_on_etcd(&etcd.url, &["add", "node1", "--out", "/dev/null"]);
+    assert!(!again.status.success(), "a second node1 was added");
+    assert!(said(&again).contains("exists"), "{}", said(&again));
+
+    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
+    sextant_ok(&a_addr, &secret, &["chmod", "777", "/pub"]);
+    let o = as_key(&a_addr, &key, 1000, &["touch", "/pub/from-node1"]);
+    assert!(o.status.success(), "the key made in etcd: {}", said(&o));
+    let o = as_key(&a_addr, &key, 1000, &["ls", "/pub"]);
+    assert!(said(&o).contains("from-node1"), "{}", said(&o));
+    let o = as_key(&a_addr, &key, 1001, &["touch", "/pub/not-mine"]);
+    assert!(!o.status.success(), "uid 1001 was let through");
+    assert!(said(&o).contains("not permitted"), "{}", said(&o));
+    let ls = sextant_ok(&a_addr, &secret, &["auth", "ls"]);
+    assert!(ls.contains("node1"), "the server lists the key: {ls}");
+}
+
+/// `sextant auth --etcd` beside a running server (issue 22): `ls` there
+/// lists a key the server added, a key added there works through the
+/// server within seconds, and its revocation there ends a live session
+/// and watch using it within seconds (as `auth revoke` through a server
+/// does), refuses new calls, and leaves the other key working.
+#[test]
+fn client_keys_revoked_in_etcd_end_a_running_servers_sessions() {
+    use sextant_client::{Client, Error, Options};
+    use sextant_proto::keyauth::ClientKey;
+    use sextant_types::Credentials;
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
+    let by_server = dir.path().join("by-server.key");
+    sextant_ok(
+        &a_addr,
+        &secret,
+        &[
+            "auth",
+            "add",
+            "by-server",
+            "--out",
+            by_server.to_str().unwrap(),
+        ],
+    );
+    let in_etcd = dir.path().join("in-etcd.key");
+    auth_on_etcd_ok(
+        &etcd.url,
+        &["add", "in-etcd", "--out", in_etcd.to_str().unwrap()],
+    );
+    let ls = auth_on_etcd_ok(&etcd.url, &["ls"]);
+    assert!(
+        ls.contains("by-server") && ls.contains("in-etcd"),
+        "etcd's list: {ls}"
+    );
+    let read = |f: &Path| ClientKey::parse_file(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let (key, other) = (read(&in_etcd), read(&by_server));
+    let root = Credentials::root();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let options = Options {
+            retry_for: Duration::from_secs(3),
+            ..Options::default()
+        };
+        // The server follows etcd: the key works within seconds.
+        let started = Instant::now();
+        let c = loop {
+            match Client::connect(&a_addr, &key.credential(), options.clone()).await {
+                Ok(c) => break c,
+                Err(e) => assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the key made in etcd does not work: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let pub_ = c.resolve(&root, b"/pub", true).await.unwrap().soid;
+        let mut changes = c.watch().await.unwrap();
+        c.create(&root, pub_, b"before", 0o644, true).await.unwrap();
+
+        let out = auth_on_etcd_ok(&etcd.url, &["revoke", "in-etcd"]);
+        assert!(out.contains("revoked the key in-etcd"), "{out}");
+        let started = Instant::now();
+        let cut = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if changes.next_batch().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(cut.is_ok(), "the watch outlived the revocation in etcd");
+        let e = c.getattr(&root, pub_).await.unwrap_err();
+        assert_eq!(e, Error::Auth, "the session outlived the revocation");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let again = Client::connect(&a_addr, &key.credential(), options.clone()).await;
+        assert!(matches!(again, Err(Error::Auth)), "a revoked key connected");
+        let c = Client::connect(&a_addr, &other.credential(), options)
+            .await
+            .unwrap();
+        c.getattr(&root, pub_).await.unwrap();
+    });
+    let ls = sextant_ok(&a_addr, &secret, &["auth", "ls"]);
+    assert!(!ls.contains("in-etcd"), "the server lists it still: {ls}");
+    assert!(ls.contains("by-server"), "{ls}");
+    let ls = auth_on_etcd_ok(&etcd.url, &["ls"]);
+    assert!(!ls.contains("in-etcd") && ls.contains("by-server"), "{ls}");
+    let gone = auth_on_etcd(&etcd.url, &["revoke", "in-etcd"]);
+    assert!(!gone.status.success(), "a second revocation succeeded");
+    assert!(said(&gone).contains("no key named"), "{}", said(&gone));
+}
+
 /// A client key used over a cluster server's Unix socket (issue 22): the
 /// proof names the address dialled (`unix:PATH`), which the server must
 /// take as its own; a user the key allows works through the socket, on

@@ -647,6 +647,47 @@ impl KeyBook {
     }
 }
 
+/// One admin call on `book` (the `Keys` RPC's, admission checked by the
+/// caller; `sextant auth --etcd` makes the same calls on the cluster's
+/// book in etcd): its reply, or the status it fails with. REQUIRES: on a
+/// blocking thread (a shared book waits on its store).
+pub fn manage(
+    book: &KeyBook,
+    op: Option<pb::keys_request::Op>,
+) -> Result<pb::KeysReply, tonic::Status> {
+    use pb::keys_request::Op as K;
+    use tonic::Status;
+    let status = |e: KeyAdminError| match e {
+        KeyAdminError::Exists(_) => Status::already_exists(e.to_string()),
+        KeyAdminError::NotFound(_) => Status::not_found(e.to_string()),
+        KeyAdminError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        KeyAdminError::Unsupported(_) => Status::failed_precondition(e.to_string()),
+        // (etcd, or the book's file: not the caller's fault; try later)
+        KeyAdminError::Store(_) => Status::unavailable(e.to_string()),
+    };
+    let made = |(k, bytes): (Arc<StoredKey>, [u8; KEY_BYTES])| pb::KeysReply {
+        keys: vec![k.info()],
+        key: keyauth::hex(&bytes),
+    };
+    match op {
+        Some(K::Add(add)) => {
+            let limits = Limits::from_pb(&add.limits.unwrap_or_default())
+                .map_err(Status::invalid_argument)?;
+            book.add(&add.name, limits).map(made).map_err(status)
+        }
+        Some(K::Rotate(name)) => book.rotate(&name).map(made).map_err(status),
+        Some(K::Revoke(name)) => {
+            book.revoke(&name).map_err(status)?;
+            Ok(pb::KeysReply::default())
+        }
+        Some(K::List(_)) => Ok(pb::KeysReply {
+            keys: book.list().iter().map(|k| k.info()).collect(),
+            key: String::new(),
+        }),
+        None => Err(Status::invalid_argument("op is missing")),
+    }
+}
+
 /// Writes `book` to `file` atomically (see the module doc), mode 0600.
 fn write_book(file: &Path, book: &BookFile) -> Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));

@@ -50,8 +50,10 @@
 //! Clusters ([`Walk`], [`across`]): every check first walks this server's
 //! tables alone ([`Walk::local`], as on one server — no cost more). When
 //! that meets a directory another server holds — the path from `/` to
-//! the subtree, or an object's chain of parents — it fails with
-//! [`NEEDS_PEERS`], and the service runs the check again across the
+//! the subtree, or an object's chain of parents — it stops with
+//! [`CheckError::NeedsPeers`] (a type of its own, never an errno: a
+//! client's EXDEV from the engine cannot be taken for it), and the
+//! service runs the check again across the
 //! servers on a blocking thread ([`Walk::across`]): parent chains read
 //! with `DirChain` (the search's reader, `crate::peers`), an inode's
 //! links (every link's directory, hard links included) with `DirChain`'s
@@ -107,15 +109,37 @@ use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
 /// ([`Walk::local`], every request first), or across the servers of a
 /// cluster too ([`Walk::across`], on a blocking thread) when the local
 /// walk met a directory another server holds — which it tells by failing
-/// with [`NEEDS_PEERS`].
+/// with [`CheckError::NeedsPeers`].
 pub struct Walk<'a> {
     pub engine: &'a Engine,
     pub across: Option<&'a Across>,
 }
 
-/// What a check on [`Walk::local`] fails with when it needs the other
-/// servers (then run it again on a [`Walk::across`]).
-pub const NEEDS_PEERS: FsError = FsError::CrossServer;
+/// Why a check did not admit a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// Refused with this errno (or a WRONG_SERVER, for the client to
+    /// follow): decided.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// Undecided: a [`Walk::local`] met a directory another server holds;
+    /// run the check again on a [`Walk::across`]. Never from a walk
+    /// across the servers.
+    #[error("the check needs directories other servers hold")]
+    NeedsPeers,
+}
+
+impl CheckError {
+    /// The errno the client gets: a check that needs other servers where
+    /// they cannot be read (no peers) is refused as [`across_servers`]
+    /// refuses (`EACCES`, counted and logged).
+    pub fn decided(self) -> FsError {
+        match self {
+            CheckError::Fs(e) => e,
+            CheckError::NeedsPeers => refused_across(&self),
+        }
+    }
+}
 
 fn is_cross(e: &FsError) -> bool {
     matches!(
@@ -139,41 +163,42 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// A local read met another server's table: [`NEEDS_PEERS`] on a
-    /// local walk, else `across` run (what still crosses servers there:
-    /// `EACCES`, but a `target`'s WRONG_SERVER).
+    /// A local read met another server's table:
+    /// [`CheckError::NeedsPeers`] on a local walk, else `across` run
+    /// (what still crosses servers there: `EACCES`, but a `target`'s
+    /// WRONG_SERVER).
     fn or_across<T>(
         &self,
         target: Option<Soid>,
         across: impl FnOnce(&Across) -> Result<T, FsError>,
-    ) -> Result<T, FsError> {
+    ) -> Result<T, CheckError> {
         match self.across {
-            None => Err(NEEDS_PEERS),
-            Some(a) => across(a).map_err(|e| across_servers(e, target)),
+            None => Err(CheckError::NeedsPeers),
+            Some(a) => across(a).map_err(|e| across_servers(e, target).into()),
         }
     }
 
     /// The confinement to `path` now; `EACCES` when no directory is there.
-    pub fn confine(&self, path: &str) -> Result<Confine, FsError> {
-        match self.engine.confine(path.as_bytes()) {
-            Err(e) if is_cross(&e) => self.or_across(None, |a| a.confine(path.as_bytes())),
-            r => r,
-        }?
-        .ok_or(FsError::Access)
+    pub fn confine(&self, path: &str) -> Result<Confine, CheckError> {
+        let found = match self.engine.confine(path.as_bytes()) {
+            Err(e) if is_cross(&e) => self.or_across(None, |a| a.confine(path.as_bytes()))?,
+            r => r?,
+        };
+        Ok(found.ok_or(FsError::Access)?)
     }
 
     /// Is `soid` in the subtree? `target`: the object the operation
     /// itself names, whose WRONG_SERVER stays one (the client goes to its
     /// owner, which checks there).
-    fn within(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, FsError> {
+    fn within(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, CheckError> {
         match self.engine.within(soid, c) {
             Err(FsError::WrongServer { soid: s }) if target && s == soid => {
-                Err(FsError::WrongServer { soid })
+                Err(FsError::WrongServer { soid }.into())
             }
             Err(e) if is_cross(&e) => {
                 self.or_across(target.then_some(soid), |a| a.within(soid, c, target))
             }
-            r => r,
+            r => Ok(r?),
         }
     }
 
@@ -183,12 +208,12 @@ impl<'a> Walk<'a> {
         path: &[u8],
         follow_last: bool,
         c: &Confine,
-    ) -> Result<(Attr, bool), FsError> {
+    ) -> Result<(Attr, bool), CheckError> {
         match self.engine.resolve_confined(cred, path, follow_last, c) {
             Err(e) if is_cross(&e) => {
                 self.or_across(None, |a| a.resolve_confined(cred, path, follow_last, c))
             }
-            r => r,
+            r => Ok(r?),
         }
     }
 }
@@ -202,17 +227,22 @@ pub fn across_servers(e: FsError, target: Option<Soid>) -> FsError {
     match e {
         FsError::WrongServer { soid } if Some(soid) == target => e,
         FsError::WrongServer { .. } | FsError::NeedsTable { .. } | FsError::CrossServer => {
-            metrics::counter!("sextant_auth_refused_total", "reason" => "key-path-cluster")
-                .increment(1);
-            tracing::warn!(
-                error = %e,
-                "refused: a path-limited client key's check needs directories of other servers \
-                 it cannot read (EACCES)"
-            );
-            FsError::Access
+            refused_across(&e)
         }
         e => e,
     }
+}
+
+/// The refusal of a check that needs other servers' directories it
+/// cannot read (`why`): `EACCES`, counted (`key-path-cluster`) and logged.
+fn refused_across(why: &dyn std::fmt::Display) -> FsError {
+    metrics::counter!("sextant_auth_refused_total", "reason" => "key-path-cluster").increment(1);
+    tracing::warn!(
+        error = %why,
+        "refused: a path-limited client key's check needs directories of other servers \
+         it cannot read (EACCES)"
+    );
+    FsError::Access
 }
 
 /// `EACCES` unless the object `s` names is in the subtree. `route`: the
@@ -224,20 +254,20 @@ fn inside(
     c: &Confine,
     s: &Option<pb::Soid>,
     route: Option<Soid>,
-) -> Result<(), FsError> {
+) -> Result<(), CheckError> {
     let soid = soid_from_pb(s.as_ref())?;
     if walk.within(soid, c, route == Some(soid))? {
         Ok(())
     } else {
-        Err(FsError::Access)
+        Err(FsError::Access.into())
     }
 }
 
 /// What a key confined to `path` gets for `req`: `Ok(None)`, run it;
 /// `Ok(Some(result))`, answered here (a resolve, a statfs); `Err`, the
-/// errno it is refused with ([`NEEDS_PEERS`] on a local walk that needs
-/// the other servers).
-pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, FsError> {
+/// errno it is refused with, or [`CheckError::NeedsPeers`] (a local walk
+/// that needs the other servers).
+pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, CheckError> {
     let c = walk.confine(path)?;
     let Some(op) = &req.op else {
         return Ok(None);
@@ -271,20 +301,20 @@ pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, 
         }
         Op::Resolve(r) => {
             if r.path.len() > sextant_proto::PATH_MAX {
-                return Err(FsError::NameTooLong);
+                return Err(FsError::NameTooLong.into());
             }
             let cred = cred_from_pb(req.cred.clone())?;
             let (attr, is_in) = walk.resolve_confined(&cred, &r.path, r.follow_last, &c)?;
             if !is_in {
-                return Err(FsError::Access);
+                return Err(FsError::Access.into());
             }
             return Ok(Some(Res::Attr(sextant_proto::attr_to_pb(&attr))));
         }
         Op::Statfs(_) => return Ok(Some(Res::Statfs(pb::StatFs::default()))),
-        Op::Status(_) => return Err(FsError::Access),
+        Op::Status(_) => return Err(FsError::Access.into()),
         // Releasing one's own backups is every client's; a sync for its
         // own sake is an admin's.
-        Op::Sync(r) if r.release_through == 0 => return Err(FsError::Access),
+        Op::Sync(r) if r.release_through == 0 => return Err(FsError::Access.into()),
         Op::Sync(_) => {}
     }
     Ok(None)
@@ -293,14 +323,19 @@ pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, 
 /// Confines a search by a key limited to `path` (see the module doc): the
 /// scope kept, clamped to `path`, or `EACCES`. The scope is left as the
 /// SOID the confined walk found — a path resolved again by the search
-/// could meet a symlink changed in between.
-pub fn search_scope(walk: &Walk, path: &str, req: &mut pb::SearchRequest) -> Result<(), FsError> {
+/// could meet a symlink changed in between. [`CheckError::NeedsPeers`]:
+/// a local walk that needs the other servers.
+pub fn search_scope(
+    walk: &Walk,
+    path: &str,
+    req: &mut pb::SearchRequest,
+) -> Result<(), CheckError> {
     use pb::search_request::Scope;
     // A spread search's part (`ranges`, the scope then a SOID) is
     // confined by its scope as a whole search is; a forwarded one is for
     // callers without the secret or a key (the Unix socket's).
     if !req.forward_to.is_empty() {
-        return Err(FsError::Access);
+        return Err(FsError::Access.into());
     }
     let c = walk.confine(path)?;
     let cred = cred_from_pb(req.cred.clone())?;
@@ -308,7 +343,7 @@ pub fn search_scope(walk: &Walk, path: &str, req: &mut pb::SearchRequest) -> Res
         None => return Ok(()),
         Some(Scope::Path(p)) => {
             if p.len() > sextant_proto::PATH_MAX {
-                return Err(FsError::NameTooLong);
+                return Err(FsError::NameTooLong.into());
             }
             // `find`'s starting point: symlinks followed but in the last
             // component. An ancestor passes the walk, but is not in.
@@ -322,7 +357,7 @@ pub fn search_scope(walk: &Walk, path: &str, req: &mut pb::SearchRequest) -> Res
             } else if c.is_ancestor(soid) {
                 None
             } else {
-                return Err(FsError::Access);
+                return Err(FsError::Access.into());
             }
         }
     };
@@ -331,7 +366,7 @@ pub fn search_scope(walk: &Walk, path: &str, req: &mut pb::SearchRequest) -> Res
             // A file's scope path is its primary link's: that must be in
             // too (a hard link's other name is outside otherwise).
             if attr.ftype != FileType::Directory && !walk.within(attr.parent, &c, false)? {
-                return Err(FsError::Access);
+                return Err(FsError::Access.into());
             }
             attr.soid
         }
@@ -348,24 +383,28 @@ pub fn search_scope(walk: &Walk, path: &str, req: &mut pb::SearchRequest) -> Res
 }
 
 /// `soid`'s attributes (a search scope's), wherever it is held.
-fn getattr(walk: &Walk, soid: Soid) -> Result<Attr, FsError> {
+fn getattr(walk: &Walk, soid: Soid) -> Result<Attr, CheckError> {
     match walk.engine.getattr(soid) {
         Err(e) if is_cross(&e) => walk.or_across(None, |a| a.getattr(soid)),
-        r => r,
+        r => Ok(r?),
     }
 }
 
 /// The part of `changes` a key confined to `c` may see: the inodes in the
 /// subtree and the entries of its directories (`Ok(None)`: nothing).
-/// [`NEEDS_PEERS`] when `walk` is local and some object's place needs
-/// another server's directories; on a walk across the servers, an object
-/// that cannot be placed (a peer down) is left out — never passed on in
-/// doubt.
-fn filter_changes(walk: &Walk, c: &Confine, changes: &Changes) -> Result<Option<Changes>, FsError> {
+/// [`CheckError::NeedsPeers`] when `walk` is local and some object's
+/// place needs another server's directories; on a walk across the
+/// servers, an object that cannot be placed (a peer down) is left out —
+/// never passed on in doubt.
+fn filter_changes(
+    walk: &Walk,
+    c: &Confine,
+    changes: &Changes,
+) -> Result<Option<Changes>, CheckError> {
     let is_in = |s: Soid| match walk.within(s, c, false) {
         Ok(inside) => Ok(inside),
-        Err(NEEDS_PEERS) if walk.across.is_none() => Err(NEEDS_PEERS),
-        Err(_) => Ok(false),
+        Err(CheckError::NeedsPeers) => Err(CheckError::NeedsPeers),
+        Err(CheckError::Fs(_)) => Ok(false),
     };
     let mut out = Changes::default();
     for s in &changes.inodes {
@@ -406,7 +445,7 @@ pub fn watch_filter(engine: Engine, path: String, peered: Option<Peered>) -> Fil
     std::sync::Arc::new(move |batch: &[std::sync::Arc<Changes>]| {
         let local = Walk::local(&engine);
         let local_confine = local.confine(&path);
-        let mut across: Option<(Across, Result<Confine, FsError>)> = None;
+        let mut across: Option<(Across, Result<Confine, CheckError>)> = None;
         let mut kept = Vec::new();
         for changes in batch {
             let here = match &local_confine {
@@ -414,7 +453,7 @@ pub fn watch_filter(engine: Engine, path: String, peered: Option<Peered>) -> Fil
                 Err(e) => Err(*e),
             };
             let judged = match here {
-                Err(NEEDS_PEERS) => {
+                Err(CheckError::NeedsPeers) => {
                     let Some(p) = &peered else { continue };
                     let (a, c) = across.get_or_insert_with(|| {
                         let a = Across::new(

@@ -2,7 +2,7 @@
 //! mutation is durable.
 
 use crate::auth::{caller_of, Caller};
-use crate::confine::Walk;
+use crate::confine::{CheckError, Walk};
 use crate::dedup::{Dedup, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::placement::Placement;
@@ -301,7 +301,7 @@ impl Shared {
     }
 
     /// A path-limited key's check that needs directories other servers
-    /// hold ([`crate::confine::NEEDS_PEERS`]), run again across them on a
+    /// hold ([`CheckError::NeedsPeers`]), run again across them on a
     /// blocking thread; `EACCES` where there are no peers.
     async fn confine_across(
         self: &Arc<Self>,
@@ -315,16 +315,14 @@ impl Shared {
     }
 
     /// Runs `f` on a [`Walk::across`] the servers (see
-    /// [`crate::confine::across`]) on a blocking thread.
+    /// [`crate::confine::across`]) on a blocking thread: its errno (where
+    /// there are no peers, [`CheckError::decided`]'s refusal).
     async fn across<T: Send + 'static>(
         self: Arc<Self>,
-        f: impl FnOnce(&Walk) -> Result<T, FsError> + Send + 'static,
+        f: impl FnOnce(&Walk) -> Result<T, CheckError> + Send + 'static,
     ) -> Result<T, FsError> {
         let Some(peers) = self.peers.clone() else {
-            return Err(crate::confine::across_servers(
-                crate::confine::NEEDS_PEERS,
-                None,
-            ));
+            return Err(CheckError::NeedsPeers.decided());
         };
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
@@ -334,7 +332,7 @@ impl Shared {
                 Arc::clone(&self.placement),
                 runtime,
             );
-            f(&Walk::across(&self.engine, &across))
+            f(&Walk::across(&self.engine, &across)).map_err(CheckError::decided)
         })
         .await
         .map_err(|_| FsError::Io)?
@@ -354,8 +352,8 @@ impl Shared {
             }
             let what = r.op.as_ref().map_or("none", |op| op.name());
             let checked = match crate::confine::check(&Walk::local(&self.engine), path, &r) {
-                Err(crate::confine::NEEDS_PEERS) => self.confine_across(path, &r).await,
-                c => c,
+                Err(CheckError::NeedsPeers) => self.confine_across(path, &r).await,
+                c => c.map_err(CheckError::decided),
             };
             let answered = match checked {
                 Ok(None) => None,
@@ -1112,44 +1110,6 @@ impl Shared {
     }
 }
 
-/// The `Keys` RPC on `book` (admission checked).
-fn keys_admin(
-    book: &crate::clientkeys::KeyBook,
-    op: Option<pb::keys_request::Op>,
-) -> Result<pb::KeysReply, Status> {
-    use crate::clientkeys::{KeyAdminError, Limits};
-    use pb::keys_request::Op as K;
-    let status = |e: KeyAdminError| match e {
-        KeyAdminError::Exists(_) => Status::already_exists(e.to_string()),
-        KeyAdminError::NotFound(_) => Status::not_found(e.to_string()),
-        KeyAdminError::Invalid(_) => Status::invalid_argument(e.to_string()),
-        KeyAdminError::Unsupported(_) => Status::failed_precondition(e.to_string()),
-        // (etcd, or the book's file: not the caller's fault; try later)
-        KeyAdminError::Store(_) => Status::unavailable(e.to_string()),
-    };
-    let made = |(k, bytes): (Arc<crate::clientkeys::StoredKey>, [u8; 32])| pb::KeysReply {
-        keys: vec![k.info()],
-        key: sextant_proto::keyauth::hex(&bytes),
-    };
-    match op {
-        Some(K::Add(add)) => {
-            let limits = Limits::from_pb(&add.limits.unwrap_or_default())
-                .map_err(Status::invalid_argument)?;
-            book.add(&add.name, limits).map(made).map_err(status)
-        }
-        Some(K::Rotate(name)) => book.rotate(&name).map(made).map_err(status),
-        Some(K::Revoke(name)) => {
-            book.revoke(&name).map_err(status)?;
-            Ok(pb::KeysReply::default())
-        }
-        Some(K::List(_)) => Ok(pb::KeysReply {
-            keys: book.list().iter().map(|k| k.info()).collect(),
-            key: String::new(),
-        }),
-        None => Err(Status::invalid_argument("op is missing")),
-    }
-}
-
 #[tonic::async_trait]
 impl pb::sextant_server::Sextant for Service {
     type SessionStream = ResponseStream;
@@ -1209,7 +1169,7 @@ impl pb::sextant_server::Sextant for Service {
         if let Some(path) = caller.confined_to() {
             let engine = &self.shared.engine;
             let scoped = match crate::confine::search_scope(&Walk::local(engine), path, &mut req) {
-                Err(crate::confine::NEEDS_PEERS) => {
+                Err(CheckError::NeedsPeers) => {
                     let shared = Arc::clone(&self.shared);
                     let (path, mut r) = (path.to_string(), req.clone());
                     shared
@@ -1219,7 +1179,7 @@ impl pb::sextant_server::Sextant for Service {
                         .await
                         .map(|r| req = r)
                 }
-                c => c,
+                c => c.map_err(CheckError::decided),
             };
             if let Err(e) = scoped {
                 // Answered as the engine answers a scope it cannot
@@ -1334,7 +1294,7 @@ impl pb::sextant_server::Sextant for Service {
         }
         let keys = Arc::clone(&self.shared.keys);
         let op = request.into_inner().op;
-        let reply = tokio::task::spawn_blocking(move || keys_admin(&keys, op))
+        let reply = tokio::task::spawn_blocking(move || crate::clientkeys::manage(&keys, op))
             .await
             .map_err(|_| Status::internal("the key book task failed"))??;
         Ok(Response::new(reply))

@@ -4,6 +4,9 @@
 //!
 //! - [`EtcdBook`]: the book's store — a change is one conditional write
 //!   of one key's record (`sextant_coordinator::admin::write_client_key`);
+//! - [`open_book`]: the book as a program other than a server holds it
+//!   (`sextant auth --etcd`, no server running), its changes the same
+//!   writes;
 //! - [`follow`]: every state of the delegation map (which watches the
 //!   whole cluster prefix, re-created from its last revision when etcd
 //!   restarts) replaces this server's copy when its keys changed — so an
@@ -133,6 +136,24 @@ impl SharedBook for EtcdBook {
             })
         })
     }
+}
+
+/// The book of the cluster on `cfg`'s etcd as it is now, each change a
+/// conditional write there as a server's ([`EtcdBook`]) — for `sextant
+/// auth --etcd`, which manages the keys with no server running; the
+/// servers follow etcd, so they see its changes as any other. REQUIRES:
+/// called off `runtime`'s threads (a blocking thread, or another); its
+/// calls, too.
+pub fn open_book(cfg: EtcdConfig, runtime: Handle) -> Result<KeyBook> {
+    let state = runtime.block_on(async {
+        let mut client = sextant_coordinator::etcd::connect(&cfg).await?;
+        Ok::<_, anyhow::Error>(sextant_coordinator::map::load(&mut client, &cfg).await?)
+    })?;
+    Ok(KeyBook::shared(
+        Arc::new(EtcdBook::new(cfg, runtime)),
+        &records(&state),
+        state.revision,
+    ))
 }
 
 /// Keeps `book` at the map's keys until the map's channel closes.

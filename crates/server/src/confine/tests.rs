@@ -802,3 +802,17 @@ fn a_confinement_across_servers_is_refused_the_target_elsewhere_redirected() {
         FsError::NotFound
     ));
 }
+
+/// The signal that a local walk needs the other servers is a type of its
+/// own: an errno the engine answers with — EXDEV included — is decided
+/// and passed on as it is, never run again across the servers nor turned
+/// into the refusal of a check without peers (EACCES).
+#[test]
+fn a_real_cross_server_errno_is_not_the_needs_peers_signal() {
+    use super::CheckError;
+    use sextant_types::FsError;
+    let real = CheckError::from(FsError::CrossServer);
+    assert_ne!(real, CheckError::NeedsPeers);
+    assert_eq!(real.decided(), FsError::CrossServer);
+    assert_eq!(CheckError::NeedsPeers.decided(), FsError::Access);
+}
