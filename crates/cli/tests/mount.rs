@@ -1829,6 +1829,311 @@ mod issue23 {
         assert_eq!(mode(&m), "0640");
     }
 
+    /// Mode, owner, group, size and mtime (ns) of a file as the server
+    /// has them (what every other client sees).
+    fn server_view(m: &Mounted, path: &str) -> (String, u64, u64, u64, u64) {
+        let st = server_stat(m, path);
+        (
+            st["mode"].as_str().unwrap_or_default().to_string(),
+            st["uid"].as_u64().unwrap_or(u64::MAX),
+            st["gid"].as_u64().unwrap_or(u64::MAX),
+            st["size"].as_u64().unwrap_or(u64::MAX),
+            st["mtime_ns"].as_u64().unwrap_or(u64::MAX),
+        )
+    }
+
+    /// The same of a file on a local file system.
+    fn local_view(p: &Path) -> (String, u64, u64, u64, u64) {
+        let md = std::fs::metadata(p).unwrap();
+        (
+            format!("{:04o}", md.mode() & 0o7777),
+            md.uid() as u64,
+            md.gid() as u64,
+            md.len(),
+            (md.mtime() * 1_000_000_000 + md.mtime_nsec()) as u64,
+        )
+    }
+
+    /// A program that opens a file in one thread and changes or closes it
+    /// in another leaves the server what a local file system has, once
+    /// the close returns — whatever the mount held: (a) another thread's
+    /// changes through the writer's descriptor (not the writer's: sent at
+    /// once); (b) the writer's own changes, then another thread's close
+    /// while a copy of the descriptor stays open (no RELEASE follows: the
+    /// close must send them); (c) another thread's chmod by path between
+    /// the writer's held changes (those go first), then the writer's
+    /// chown (clearing set-user-ID) and times, and its close.
+    #[test]
+    fn threads_sharing_a_file_leave_the_server_what_a_local_file_system_has() {
+        if !fuse_available() {
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        use std::sync::mpsc;
+        use std::thread;
+        let (m, _port) = mounted_with_metrics();
+        watcher_up(&m);
+        let local = tempfile::tempdir().unwrap();
+        let past = |s: u64| std::time::UNIX_EPOCH + Duration::from_secs(s);
+        let mode = |p: u32| std::fs::Permissions::from_mode(p);
+        // Runs the three programs in `dir`; returns the copy of (b)'s
+        // descriptor, still open.
+        let run = |dir: &Path| -> std::fs::File {
+            // (a)
+            let (tx, rx) = mpsc::channel();
+            let p = dir.join("a");
+            let a = thread::spawn(move || {
+                let mut f = std::fs::File::create(p).unwrap();
+                f.write_all(&[1; 1000]).unwrap();
+                tx.send(f).unwrap();
+            });
+            let b = thread::spawn(move || {
+                let f = rx.recv().unwrap();
+                f.set_permissions(mode(0o604)).unwrap();
+                std::os::unix::fs::fchown(&f, Some(1000), Some(1000)).unwrap();
+                f.set_modified(past(1_000_000_000)).unwrap();
+            });
+            a.join().unwrap();
+            b.join().unwrap();
+            // (b)
+            let (tx, rx) = mpsc::channel();
+            let p = dir.join("b");
+            let a = thread::spawn(move || {
+                let mut f = std::fs::File::create(p).unwrap();
+                f.write_all(&[2; 2000]).unwrap();
+                std::os::unix::fs::fchown(&f, Some(1000), Some(1000)).unwrap();
+                f.set_permissions(mode(0o640)).unwrap();
+                f.set_modified(past(1_100_000_000)).unwrap();
+                let copy = f.try_clone().unwrap();
+                tx.send(f).unwrap();
+                copy
+            });
+            let b = thread::spawn(move || drop(rx.recv().unwrap()));
+            let copy = a.join().unwrap();
+            b.join().unwrap();
+            // (c)
+            let (tx, rx) = mpsc::channel();
+            let (done_tx, done_rx) = mpsc::channel();
+            let p = dir.join("c");
+            let a = thread::spawn(move || {
+                let mut f = std::fs::File::create(&p).unwrap();
+                f.write_all(&[3; 3000]).unwrap();
+                f.set_permissions(mode(0o600)).unwrap();
+                tx.send(p).unwrap();
+                done_rx.recv().unwrap();
+                std::os::unix::fs::fchown(&f, Some(1000), Some(1000)).unwrap();
+                f.set_modified(past(1_200_000_000)).unwrap();
+            });
+            let b = thread::spawn(move || {
+                let p: PathBuf = rx.recv().unwrap();
+                std::fs::set_permissions(p, mode(0o4755)).unwrap();
+                done_tx.send(()).unwrap();
+            });
+            b.join().unwrap();
+            a.join().unwrap();
+            copy
+        };
+        let here = run(&m.mnt);
+        let there = run(local.path());
+        for name in ["a", "b", "c"] {
+            let want = local_view(&local.path().join(name));
+            assert_eq!(
+                server_view(&m, &format!("/{name}")),
+                want,
+                "({name}) the server's, once the close returned"
+            );
+            assert_eq!(local_view(&m.p(name)), want, "({name}) through the mount");
+        }
+        drop((here, there));
+        let want = local_view(&local.path().join("b"));
+        eventually("(b) after the last close", || server_view(&m, "/b") == want);
+    }
+
+    /// A user's `tar x` through the mount (tar sets each file's mode and
+    /// times before closing it: held, sent with its size) gives the modes,
+    /// times and sizes the same tar gives on a local file system, as the
+    /// same user. The mount lets other users in (allow_other) and the
+    /// kernel checks their permissions (default_permissions).
+    #[test]
+    fn tar_x_as_a_user_gives_what_it_gives_on_a_local_file_system() {
+        if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!("needs FUSE and setpriv");
+            return;
+        }
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = info
+            .lines()
+            .find(|l| l.split(' ').nth(4) == m.mnt.to_str())
+            .unwrap();
+        assert!(
+            line.contains("allow_other") && line.contains("default_permissions"),
+            "{line}"
+        );
+        // The tarball, made as root: modes 0600/0755/0444/0640, past times.
+        let src = m.dir.path().join("src");
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        let files: [(&str, u32, usize, u64); 5] = [
+            ("secret", 0o600, 5000, 1_000_000_000),
+            ("tool", 0o755, 70_000, 1_100_000_000),
+            ("readonly", 0o444, 1, 1_200_000_000),
+            ("empty", 0o644, 0, 1_300_000_000),
+            ("d/inner", 0o640, 123, 1_400_000_000),
+        ];
+        for (name, perm, size, mtime) in files {
+            let p = src.join(name);
+            std::fs::write(&p, vec![b'x'; size]).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(perm)).unwrap();
+            let f = std::fs::File::options().write(true).open(&p).unwrap();
+            f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(mtime))
+                .unwrap();
+        }
+        std::fs::set_permissions(src.join("d"), std::fs::Permissions::from_mode(0o750)).unwrap();
+        let d = std::fs::File::open(src.join("d")).unwrap();
+        d.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_500_000_000))
+            .unwrap();
+        let tarball = m.dir.path().join("t.tar");
+        let out = Command::new("tar")
+            .arg("cf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&src)
+            .arg(".")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tar c: {out:?}");
+        // A directory the user owns, here and on a local file system.
+        let local = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(local.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for dir in [&m.mnt, &local.path().to_path_buf()] {
+            std::fs::create_dir(dir.join("u")).unwrap();
+            std::os::unix::fs::chown(dir.join("u"), Some(65534), Some(65534)).unwrap();
+        }
+        let tar_x = |dir: &Path| {
+            let out = Command::new("setpriv")
+                .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+                .args(["sh", "-c", "umask 022 && tar xf -"])
+                .stdin(std::fs::File::open(&tarball).unwrap())
+                .current_dir(dir.join("u"))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "tar x as nobody in {dir:?}: {out:?}");
+        };
+        let before = requests(port, "setattr");
+        tar_x(&m.mnt);
+        let setattrs = requests(port, "setattr") - before;
+        tar_x(local.path());
+        // Name, type, mode, size (files), mtime (s.ns), owner of each.
+        let list = |dir: &Path| {
+            let mut l = sh(
+                &dir.join("u"),
+                "find . \\( -type f -printf '%p %y %m %U %G %T@ %s\\n' \\) \
+                 -o -printf '%p %y %m %U %G %T@\\n'",
+            )
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+            l.sort();
+            l.join("\n")
+        };
+        let want = list(local.path());
+        assert!(
+            want.contains("./tool f 755 65534 65534 1100000000"),
+            "{want}"
+        );
+        assert_eq!(list(&m.mnt), want, "tar x as nobody: the mount vs local");
+        // And what other clients see: the server's.
+        for (name, ..) in files {
+            assert_eq!(
+                server_view(&m, &format!("/u/{name}")),
+                local_view(&local.path().join("u").join(name)),
+                "{name}: the server's"
+            );
+        }
+        // Each file's times went with its size at close: no more than one
+        // setattr per file (and one for each directory's times).
+        assert!(setattrs <= 7, "{setattrs} setattr requests");
+    }
+
+    /// A held change the server refuses at close: a user chmods the file
+    /// it writes (held), another client gives the file to root meanwhile,
+    /// and the close sends the chmod with the size — refused (EPERM). The
+    /// close returns the error, as a write-back error is close's on NFS;
+    /// the server keeps the other client's owner and the mode before the
+    /// chmod, and has the size once the close returns (sent again, alone:
+    /// a copy of the descriptor stays open, so no RELEASE sends it); the
+    /// mount shows the server's.
+    #[test]
+    fn a_held_change_refused_at_close_is_closes_error() {
+        if !fuse_available()
+            || Command::new("setpriv").arg("--version").output().is_err()
+            || Command::new("perl").arg("-v").output().is_err()
+        {
+            eprintln!("needs FUSE, setpriv and perl");
+            return;
+        }
+        use std::io::BufRead;
+        let (m, port) = mounted_with_metrics();
+        watcher_up(&m);
+        std::fs::create_dir(m.p("u")).unwrap();
+        std::os::unix::fs::chown(m.p("u"), Some(65534), Some(65534)).unwrap();
+        // One process: open, write, chmod (held: the writer's own), then
+        // wait for a line, then close.
+        let script = r#"
+            $| = 1;
+            open(my $f, ">", "f") or die "open: $!";
+            syswrite($f, "x" x 100) == 100 or die "write: $!";
+            chmod(0600, "f") or die "chmod: $!";
+            my @st = stat("f");
+            printf("held %o\n", $st[2] & 07777);
+            open(my $copy, ">&", $f) or die "dup: $!";
+            my $go = <STDIN>;
+            if (close($f)) { print "closed\n" } else { print "close: $!\n" }
+            my $end = <STDIN>;
+            close($copy) or die "close of the copy: $!";
+        "#;
+        let mut perl = KillOnDrop(
+            Command::new("setpriv")
+                .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+                .args(["perl", "-e", script])
+                .current_dir(m.p("u"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut stdin = perl.0.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(perl.0.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "held 600\n", "the writer sees its chmod at once");
+        let before = requests(port, "setattr");
+        // Another client gives the file to root.
+        m.sextant_ok(&["chown", "0:0", "/u/f"]);
+        assert_eq!(requests(port, "setattr") - before, 1, "the chmod was held");
+        let (mode, uid, _, _, _) = server_view(&m, "/u/f");
+        assert_eq!((mode.as_str(), uid), ("0644", 0), "the chown only");
+        stdin.write_all(b"go\n").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "close: Operation not permitted\n", "close's error");
+        // The server, once the close returned: the other client's owner,
+        // the mode before the refused chmod, and the size.
+        let (mode, uid, gid, size, _) = server_view(&m, "/u/f");
+        assert_eq!((mode.as_str(), uid, gid, size), ("0644", 0, 0, 100));
+        stdin.write_all(b"end\n").unwrap();
+        drop(stdin);
+        assert!(perl.0.wait().unwrap().success());
+        // The mount shows the server's.
+        let md = std::fs::metadata(m.p("u/f")).unwrap();
+        assert_eq!(
+            (md.mode() & 0o7777, md.uid(), md.gid(), md.len()),
+            (0o644, 0, 0, 100),
+            "through the mount"
+        );
+    }
+
     /// The server's `stat --json` of `path` (what every other client sees).
     fn server_stat(m: &Mounted, path: &str) -> serde_json::Value {
         serde_json::from_str(&m.sextant_ok(&["--json", "stat", path])).unwrap()

@@ -55,10 +55,9 @@ pub struct SextantFs {
     /// part of [`SextantFs::epoch`], not of
     /// [`SextantFs::elsewhere_epoch`].
     pub(crate) own_epoch: AtomicU64,
-    /// The file handles open for writing: a size change through one
-    /// (`ftruncate`) was permitted at its open (`Client::setattr_with`);
-    /// and who opened it, for [`crate::held`].
-    pub(crate) write_handles: parking_lot::Mutex<std::collections::HashMap<u64, Writer>>,
+    /// The file handles open for writing, and who opened each
+    /// ([`crate::writers`]).
+    pub(crate) write_handles: parking_lot::Mutex<crate::writers::WriteHandles>,
     /// The requests in flight, for the kernel's interrupts.
     pub(crate) interrupts: Interrupts,
     /// Files known to have no xattrs, or no `security.capability`
@@ -73,21 +72,6 @@ pub struct SextantFs {
     /// Whether (and how) the kernel is asked for READDIRPLUS (see
     /// [`ReaddirPlus`]); only on a coherent mount.
     pub(crate) readdirplus: ReaddirPlus,
-}
-
-/// Who holds a write handle: the process (the kernel's thread id) that
-/// opened it, and whether it closed it (FLUSH) since its last write.
-/// Attribute changes are held ([`crate::held`]) only for that process and
-/// until that close, which sends them: a change made after it must reach
-/// the server before its call returns, even while the kernel's RELEASE of
-/// the handle is still on its way. Another process's close of a copy of
-/// the handle (every fork + exec makes one) sends the size only; so does
-/// a close by another thread of the writer, whose held changes then go
-/// with the RELEASE, milliseconds later.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Writer {
-    pid: u32,
-    flushed: bool,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -506,13 +490,9 @@ impl SextantFs {
 
     /// Opened with `flags`: handle `fh` is a writer's (see
     /// [`SextantFs::write_handles`]).
-    fn opened(&self, fh: u64, flags: i32, pid: u32) -> u64 {
+    fn opened(&self, fh: u64, soid: Soid, flags: i32, pid: u32) -> u64 {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
-            let writer = Writer {
-                pid,
-                flushed: false,
-            };
-            self.write_handles.lock().insert(fh, writer);
+            self.write_handles.lock().opened(fh, soid, pid);
         }
         fh
     }
@@ -558,21 +538,14 @@ impl SextantFs {
     /// with the attribute changes held for it ([`crate::held`]) in the
     /// same request, as their caller. Put back if the request fails or is
     /// abandoned (an interrupted flush), as [`SextantFs::send_dirty`]
-    /// does; held changes the server refuses are dropped (the error is the
-    /// flush's, as a write-back error is close's on NFS). `with_held`
-    /// false: the size alone (another process's close of a copy of the
-    /// handle, see [`Writer`]).
-    async fn send_dirty_of(
-        &self,
-        ino: INodeNo,
-        soid: Soid,
-        d: Option<Dirty>,
-        with_held: bool,
-    ) -> OpResult<()> {
+    /// does; held changes the server refuses are dropped and the size is
+    /// sent alone at once (the error is the flush's, as a write-back error
+    /// is close's on NFS).
+    async fn send_dirty_of(&self, ino: INodeNo, soid: Soid, d: Option<Dirty>) -> OpResult<()> {
         let held = Unheld {
             held: &self.held,
             soid,
-            taken: with_held.then(|| self.held.take(soid)).flatten(),
+            taken: self.held.take(soid),
         };
         if d.is_none() && held.taken.is_none() {
             return Ok(());
@@ -619,9 +592,13 @@ impl SextantFs {
                 Ok(())
             }
             Err(sextant_client::Error::Fs(e)) if held.taken.is_some() => {
-                // Refused for good: the size goes alone next time.
+                // Refused for good: dropped, and the size goes alone now,
+                // so that other clients have it once the close returns
+                // (if that fails too it is put back for the release).
                 tracing::warn!(%soid, error = %e, "held attribute changes refused at close");
                 held.sent();
+                drop(unsent);
+                let _ = self.send_dirty(self.data.take_dirty(soid)).await;
                 Err(sextant_client::Error::Fs(e).into())
             }
             Err(e) => Err(e.into()),
@@ -631,9 +608,9 @@ impl SextantFs {
     /// Holds attribute change `set` of file `ino` (`soid`) by `c`, made by
     /// process `pid`, when [`crate::held`] may: that process has the file
     /// open for writing here and has not closed it since its last write
-    /// ([`Writer`]), its attributes are known, a change of owner or group
-    /// is made without a client key (whose uid and gid limits the mount
-    /// does not know). Returns the attributes after it.
+    /// ([`crate::writers`]), its attributes are known, a change of owner
+    /// or group is made without a client key (whose uid and gid limits the
+    /// mount does not know). Returns the attributes after it.
     fn try_hold(
         &self,
         ino: INodeNo,
@@ -658,9 +635,7 @@ impl SextantFs {
     /// Is `soid` open for writing through this mount by process `pid`,
     /// not closed since its last write?
     fn writing(&self, soid: Soid, pid: u32) -> bool {
-        self.write_handles.lock().iter().any(|(fh, w)| {
-            w.pid == pid && !w.flushed && self.data.soid_of(*fh).is_ok_and(|s| s == soid)
-        })
+        self.write_handles.lock().writing(soid, pid)
     }
 
     /// `set` (no size) as `c`, with the size of the data written since
@@ -892,7 +867,7 @@ impl Filesystem for SextantFs {
             }
             // What is held goes first, with the size written so far.
             if self.held.attr(soid).is_some() {
-                self.send_dirty_of(ino, soid, self.data.take_dirty(soid), true)
+                self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
                     .await?;
             }
             // Any kept attributes of it are old now; the reply's are kept
@@ -900,7 +875,7 @@ impl Filesystem for SextantFs {
             let (change, _) = self.dir_change(ino);
             // ftruncate: permitted at the open of a writable handle.
             let write_handle =
-                size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains_key(&h.0));
+                size.is_some() && fh.is_some_and(|h| self.write_handles.lock().contains(h.0));
             // Written data first, so explicit times given now win: in
             // this same request when it changes no size itself (one round
             // trip and one journal sync instead of two), else before it.
@@ -1164,7 +1139,7 @@ impl Filesystem for SextantFs {
             let a = self.held.over(&a).unwrap_or(a);
             self.check_open(&a, &c, flags.0)?;
             Ok((
-                self.opened(self.data.open(&a)?, flags.0, req.pid()),
+                self.opened(self.data.open(&a)?, a.soid, flags.0, req.pid()),
                 FopenFlags::empty(),
             ))
         })
@@ -1198,9 +1173,7 @@ impl Filesystem for SextantFs {
     ) {
         self.run_local(reply, async {
             let n = self.data.write(fh.0, offset, data)?;
-            if let Some(w) = self.write_handles.lock().get_mut(&fh.0) {
-                w.flushed = false;
-            }
+            self.write_handles.lock().wrote(fh.0);
             if !self.held.is_empty() {
                 if let Ok(soid) = self.data.soid_of(fh.0) {
                     self.held.written(soid);
@@ -1219,19 +1192,13 @@ impl Filesystem for SextantFs {
         reply: ReplyEmpty,
     ) {
         self.run(req, reply, async {
-            // The writer's close: its changes after it are sent at once
-            // (Writer), those held before go now. Another process's close
-            // of a copy of the handle (a child's exec) is not the writer's:
-            // the size goes, held changes stay held.
-            let writers = match self.write_handles.lock().get_mut(&fh.0) {
-                Some(w) if w.pid == req.pid() => {
-                    w.flushed = true;
-                    true
-                }
-                _ => false,
-            };
+            // Any close sends what is held (close-to-open: another thread
+            // of the writer may close its descriptor while a copy stays
+            // open). The writer's own close also ends the holding: its
+            // changes after it are sent at once (crate::writers).
+            self.write_handles.lock().flushed(fh.0, req.pid());
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, soid, self.data.take_dirty(soid), writers)
+            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
                 .await
         })
     }
@@ -1246,13 +1213,13 @@ impl Filesystem for SextantFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.write_handles.lock().remove(&fh.0);
+        self.write_handles.lock().released(fh.0);
         // Not abandoned: the handle is gone once `Data::release` ran, so
         // an update not sent would be lost.
         self.run_whole(reply, async {
             let soid = self.data.soid_of(fh.0);
             let dirty = self.data.release(fh.0)?;
-            self.send_dirty_of(ino, soid?, dirty, true).await
+            self.send_dirty_of(ino, soid?, dirty).await
         })
     }
 
@@ -1267,7 +1234,7 @@ impl Filesystem for SextantFs {
         self.run(req, reply, async {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, soid, self.data.take_dirty(soid), true)
+            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
                 .await
         })
     }
@@ -1554,7 +1521,7 @@ impl Filesystem for SextantFs {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let fh = self.opened(self.data.open(&a)?, flags, req.pid());
+            let fh = self.opened(self.data.open(&a)?, a.soid, flags, req.pid());
             let entry = self.entry(parent, n, &a, sent);
             if made_here && self.coherent {
                 // For the GETATTR after its first write (crate::dirattrs).

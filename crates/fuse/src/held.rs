@@ -1,7 +1,8 @@
 //! Attribute changes held back: a chmod, chown or utimes of a file this
 //! mount has open for writing, made by the process that opened it before
-//! it closes it (`fs::Writer`), is answered at once and sent to the server
-//! with the file's size, at that close, fsync or release — one request
+//! it closes it ([`crate::writers`]), is answered at once and sent to the
+//! server with the file's size at the next close of the file (by any
+//! process or thread), fsync or release — one request
 //! instead of one per change (tar sets owner, mode and times of each file
 //! it writes before closing it: four requests and four journal syncs per
 //! file became two).
@@ -27,6 +28,10 @@
 //!   a failed send can be put back as it was.
 //! - A time set to "now" by the owner is held as that instant, so the
 //!   server stores the time the kernel was told.
+//! - A send the server refuses (the file's owner changed elsewhere
+//!   meanwhile, say) drops what was held: the close or fsync returns the
+//!   error, the size is sent alone at once, and the file shows the
+//!   server's attributes again.
 //! - Pure bookkeeping: no I/O.
 
 use parking_lot::Mutex;

@@ -33,6 +33,8 @@
 //! - [`data`]: object files, open handles, size updates sent to the server.
 //! - [`held`]: attribute changes of files open for writing here, sent
 //!   with their size at close (tar's chown, chmod and utimes: one request).
+//! - [`writers`]: the handles open for writing and who opened each,
+//!   indexed by file.
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
 
@@ -51,6 +53,7 @@ pub mod nodes;
 pub mod perms;
 mod reply;
 mod watch;
+pub mod writers;
 
 use fuser::{Config, MountOption, SessionACL};
 use sextant_client::Client;
