@@ -235,6 +235,9 @@ struct Inner {
     stream_channel: Mutex<Option<Channel>>,
     /// Log-less redo backups (empty with a journaling server).
     backups: Arc<Mutex<backup::Backups>>,
+    /// Log-less on a cluster: the backups of the other servers' runs, per
+    /// server address ([`keep_peer_backups`]).
+    peer_backups: Arc<Mutex<PeerBackups>>,
     /// Woken when a session breaks while backups are held (see
     /// [`keep_backups`]).
     session_broke: Arc<tokio::sync::Notify>,
@@ -266,6 +269,7 @@ struct Retries {
 #[derive(Default)]
 struct Family {
     backups: Arc<Mutex<backup::Backups>>,
+    peer_backups: Arc<Mutex<PeerBackups>>,
     session_broke: Arc<tokio::sync::Notify>,
     retries: Arc<Retries>,
     router: route::Router,
@@ -282,6 +286,7 @@ impl Inner {
     ) -> Inner {
         let Family {
             backups,
+            peer_backups,
             session_broke,
             retries,
             router,
@@ -300,6 +305,7 @@ impl Inner {
             mutations: tokio::sync::Semaphore::new(MAX_MUTATIONS_IN_FLIGHT),
             stream_channel: Mutex::new(None),
             backups,
+            peer_backups,
             session_broke,
             retries,
             wrong_server: AtomicU64::new(0),
@@ -379,6 +385,7 @@ async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
     loop {
         broke.notified().await;
         let mut backoff = Duration::from_millis(50);
+        let broken = std::time::Instant::now();
         loop {
             tokio::time::sleep(backoff).await;
             let Some(inner) = client.upgrade() else {
@@ -387,11 +394,104 @@ async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
             if inner.backups.lock().is_empty() {
                 break;
             }
-            match (Client { inner }).conn().await {
+            let client = Client { inner };
+            match client.conn().await {
                 Ok(_) | Err(Error::Auth) => break,
                 Err(_) => backoff = (backoff * 2).min(Duration::from_millis(500)),
             }
+            // On a cluster the home server may be gone for good (its
+            // tables failed over): its backups go to another server, which
+            // keeps them for the completion of its journal.
+            let home = &client.inner.home.addr;
+            let elsewhere = client.inner.router.known().iter().any(|k| k != home);
+            if elsewhere && broken.elapsed() >= UPLOAD_ELSEWHERE_AFTER {
+                let requests = client
+                    .inner
+                    .backups
+                    .lock()
+                    .recover_requests(client.inner.client_id);
+                let home = client.inner.home.addr.clone();
+                if let Some((incarnation, _)) = client.hand_back_elsewhere(&home, &requests).await {
+                    let done = {
+                        let mut b = client.inner.backups.lock();
+                        b.drop_run(incarnation);
+                        b.finished_spool()
+                    };
+                    if let Some(files) = done {
+                        spool::remove(&files);
+                    }
+                    break;
+                }
+            }
         }
+    }
+}
+
+/// How long a client tries to hand a server's log-less backups back to
+/// that server before it gives them to another server of the cluster.
+/// Well within a lease (the dead server's tables are failed over only
+/// once its lease is gone and its journal completed with them).
+const UPLOAD_ELSEWHERE_AFTER: Duration = Duration::from_secs(1);
+
+/// Log-less on a cluster: what a client holds for servers other than its
+/// home, per server address (each server's runs are its own; one
+/// [`backup::Backups`] per server, so replies of several servers do not
+/// take each other for a new run).
+#[derive(Default)]
+struct PeerBackups {
+    by_server: std::collections::BTreeMap<String, backup::Backups>,
+    /// Servers whose broken session a [`keep_peer_backups`] task serves.
+    handing: std::collections::HashSet<String>,
+}
+
+/// Whenever the session with cluster server `addr` broke while backups of
+/// its run are held: hands them back to it (a restarted server collects
+/// its crashed run's backups), or, once it stayed unreachable for
+/// [`UPLOAD_ELSEWHERE_AFTER`], to another server, which keeps them in the
+/// shared store for the completion of its journal before its tables fail
+/// over. Dropped once accepted or of no more use; kept while the server
+/// answers that they are still its current run's (only the session broke).
+async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
+    let broken = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let client = Client { inner };
+        let requests = {
+            let peers = client.inner.peer_backups.lock();
+            match peers.by_server.get(&addr) {
+                Some(b) if !b.is_empty() => b.recover_requests(client.inner.client_id),
+                _ => Vec::new(),
+            }
+        };
+        if requests.is_empty() {
+            break;
+        }
+        let mut handed = client.hand_back_to(&addr, &requests).await.ok();
+        if handed.is_none() && broken.elapsed() >= UPLOAD_ELSEWHERE_AFTER {
+            handed = client
+                .hand_back_elsewhere(&addr, &requests)
+                .await
+                .map(|(_, o)| o);
+        }
+        match handed {
+            Some(pb::RecoverOutcome::RecoverNotNeeded) => break,
+            Some(_) => {
+                let incarnation = requests.first().map_or(0, |r| r.incarnation);
+                if let Some(b) = client.inner.peer_backups.lock().by_server.get_mut(&addr) {
+                    b.drop_run(incarnation);
+                }
+                break;
+            }
+            None => {}
+        }
+    }
+    if let Some(inner) = client.upgrade() {
+        inner.peer_backups.lock().handing.remove(&addr);
     }
 }
 
@@ -528,6 +628,7 @@ impl Client {
                 options,
                 Family {
                     backups: Arc::clone(&self.inner.backups),
+                    peer_backups: Arc::clone(&self.inner.peer_backups),
                     session_broke: Arc::clone(&self.inner.session_broke),
                     retries: Arc::clone(&self.inner.retries),
                     router: self.inner.router.sharing_map(),
@@ -571,8 +672,18 @@ impl Client {
     }
 
     /// What this client holds for a log-less server's recovery.
+    /// On a cluster the counts include what is held for the other
+    /// servers (the run and watermarks are the home server's).
     pub fn backup_stats(&self) -> BackupStats {
-        self.inner.backups.lock().stats()
+        let mut stats = self.inner.backups.lock().stats();
+        for b in self.inner.peer_backups.lock().by_server.values() {
+            let p = b.stats();
+            stats.entries += p.entries;
+            stats.bytes += p.bytes;
+            stats.peak_bytes += p.peak_bytes;
+            stats.received += p.received;
+        }
+        stats
     }
 
     /// The live session with the home server, connecting if there is none.
@@ -819,6 +930,14 @@ impl Client {
         let (p, d) = (Arc::clone(&pending), Arc::clone(&dead));
         let backups = Arc::clone(&self.inner.backups);
         let broke = Arc::clone(&self.inner.session_broke);
+        // Another server of a cluster: its backups are kept apart.
+        let peer = (!home).then(|| {
+            (
+                Arc::clone(&self.inner.peer_backups),
+                link.addr.clone(),
+                Arc::downgrade(&self.inner),
+            )
+        });
         tokio::spawn(async move {
             let end = loop {
                 match stream.message().await {
@@ -826,13 +945,22 @@ impl Client {
                         // Kept before the caller sees the reply: an
                         // acknowledged log-less mutation is backed up here.
                         if resp.incarnation != 0 {
-                            let done = {
-                                let mut b = backups.lock();
-                                b.absorb(&mut resp);
-                                b.finished_spool()
-                            };
-                            if let Some(files) = done {
-                                spool::remove(&files);
+                            if let Some((peers, addr, _)) = &peer {
+                                peers
+                                    .lock()
+                                    .by_server
+                                    .entry(addr.clone())
+                                    .or_default()
+                                    .absorb(&mut resp);
+                            } else {
+                                let done = {
+                                    let mut b = backups.lock();
+                                    b.absorb(&mut resp);
+                                    b.finished_spool()
+                                };
+                                if let Some(files) = done {
+                                    spool::remove(&files);
+                                }
                             }
                         }
                         if let Some(w) = p.lock().waiters.remove(&resp.id) {
@@ -852,11 +980,95 @@ impl Client {
             for (_, w) in waiters {
                 let _ = w.send(Err(end.clone()));
             }
-            if !backups.lock().is_empty() {
-                broke.notify_one();
+            match peer {
+                None => {
+                    if !backups.lock().is_empty() {
+                        broke.notify_one();
+                    }
+                }
+                Some((peers, addr, client)) => {
+                    let mut peers = peers.lock();
+                    let held = peers.by_server.get(&addr).is_some_and(|b| !b.is_empty());
+                    if held && peers.handing.insert(addr.clone()) {
+                        tokio::spawn(keep_peer_backups(client, addr));
+                    }
+                }
             }
         });
         Ok(Conn { tx, pending, dead })
+    }
+
+    /// Sends `requests` (one run's backups) to the server at `addr` with
+    /// `Recover`; the outcome of the last message (`Err`: unreachable).
+    async fn hand_back_to(
+        &self,
+        addr: &str,
+        requests: &[pb::RecoverRequest],
+    ) -> Result<pb::RecoverOutcome> {
+        let link = self.link_to(addr);
+        let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
+        let mut outcome = pb::RecoverOutcome::RecoverNotNeeded;
+        for req in requests {
+            let mut request = tonic::Request::new(req.clone());
+            self.inner.authorize(&mut request, "Recover", addr);
+            let call =
+                tokio::time::timeout(self.inner.options.connect_timeout, grpc.recover(request));
+            let reply = match call.await {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(s)) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+                Ok(Err(s)) => {
+                    return Err(Error::Unavailable {
+                        addr: addr.to_string(),
+                        reason: format!("handing back log-less backups: {}", s.message()),
+                    })
+                }
+                Err(_) => {
+                    return Err(Error::Unavailable {
+                        addr: addr.to_string(),
+                        reason: "handing back log-less backups: no answer".into(),
+                    })
+                }
+            };
+            outcome = pb::RecoverOutcome::try_from(reply.outcome)
+                .unwrap_or(pb::RecoverOutcome::RecoverNotNeeded);
+            if outcome != pb::RecoverOutcome::RecoverAccepted {
+                break;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Hands one run's backups of the server at `gone` to another server of
+    /// the cluster (home first, then every server a map named): the first
+    /// that keeps them or says they are of no more use. `None`: none could
+    /// (or it is a single server).
+    async fn hand_back_elsewhere(
+        &self,
+        gone: &str,
+        requests: &[pb::RecoverRequest],
+    ) -> Option<(u64, pb::RecoverOutcome)> {
+        let incarnation = requests.first()?.incarnation;
+        let mut targets = vec![self.inner.home.addr.clone()];
+        targets.extend(self.inner.router.known());
+        targets.retain(|t| t != gone);
+        targets.dedup();
+        for t in targets {
+            match self.hand_back_to(&t, requests).await {
+                Ok(
+                    o @ (pb::RecoverOutcome::RecoverAccepted | pb::RecoverOutcome::RecoverTooLate),
+                ) => {
+                    tracing::info!(
+                        from = gone,
+                        to = %t,
+                        accepted = o == pb::RecoverOutcome::RecoverAccepted,
+                        "handed a server's log-less backups to another server of the cluster"
+                    );
+                    return Some((incarnation, o));
+                }
+                _ => continue,
+            }
+        }
+        None
     }
 
     /// Sends every backup to the server (`Recover`), in messages under the

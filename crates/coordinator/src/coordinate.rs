@@ -54,7 +54,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Settings of the coordinator loop.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CoordinatorConfig {
     pub etcd: EtcdConfig,
     /// This server's name.
@@ -70,6 +70,9 @@ pub struct CoordinatorConfig {
     pub bootstrap: bool,
     /// How often to look without a map change.
     pub tick: Duration,
+    /// Asked before a dead server's table is reassigned
+    /// ([`crate::TableHost::ready_for_failover`]).
+    pub host: Option<Arc<dyn crate::TableHost>>,
 }
 
 /// The loop, on every server; it acts only while this server holds the
@@ -187,6 +190,8 @@ async fn act(
     }
     let (view, names) = state.cluster_view();
     let actions = decide(&view, cfg.spread);
+    // Per dead server, asked once a round.
+    let mut failover_ready: std::collections::HashMap<String, bool> = Default::default();
     tracing::debug!(target: "borrow_trace", revision = state.revision, actions = actions.len(), "coordinator: decided");
     for action in actions {
         let (txn, what) = match &action {
@@ -200,6 +205,23 @@ async fn act(
                 let Some(server) = names.name(owner.server) else {
                     continue;
                 };
+                if let (Some(old), Some(host)) = (gone.and_then(|g| names.name(g)), &cfg.host) {
+                    let ready = match failover_ready.get(old) {
+                        Some(r) => *r,
+                        None => {
+                            let (h, dead) = (Arc::clone(host), old.to_string());
+                            let r =
+                                tokio::task::spawn_blocking(move || h.ready_for_failover(&dead))
+                                    .await
+                                    .unwrap_or(false);
+                            failover_ready.insert(old.to_string(), r);
+                            r
+                        }
+                    };
+                    if !ready {
+                        continue;
+                    }
+                }
                 let mut when = vec![
                     Compare::mod_revision(
                         e.key(&keys::owner_key(*table)),

@@ -120,7 +120,7 @@ impl EtcdCluster {
             client.clone(),
             Arc::clone(&membership),
             map.subscribe(),
-            host,
+            Arc::clone(&host),
         );
         let coordinator = CoordinatorLoop::start(
             CoordinatorConfig {
@@ -129,6 +129,7 @@ impl EtcdCluster {
                 spread: cfg.spread,
                 bootstrap: cfg.bootstrap,
                 tick: cfg.tick,
+                host: Some(host),
             },
             client,
             Arc::clone(&membership),

@@ -113,6 +113,15 @@ pub trait TableHost: Send + Sync + 'static {
     fn take_given_up(&self) -> Vec<TableId> {
         Vec::new()
     }
+    /// Failover (R3): may the tables of `dead`, a server whose lease is
+    /// gone, be given to others now? The coordinator asks (on a blocking
+    /// thread) before every reassignment of a dead server's table; `false`:
+    /// not yet, asked again next round. A log-less server's journal must
+    /// first be completed from its clients' backups.
+    fn ready_for_failover(&self, dead: &str) -> bool {
+        let _ = dead;
+        true
+    }
 }
 
 /// What [`TableHost::drop_table`] fails with for a table the host does

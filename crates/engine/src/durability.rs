@@ -120,7 +120,7 @@ pub(crate) fn read_run_state(store: &dyn Store) -> Result<Option<RunState>, Engi
         })
 }
 
-fn write_run_state(store: &dyn Store, state: RunState) -> Result<(), EngineError> {
+pub(crate) fn write_run_state(store: &dyn Store, state: RunState) -> Result<(), EngineError> {
     store
         .put_blob(STATE_FILE, &state.encode())
         .map_err(|source| EngineError::Io {
@@ -131,7 +131,7 @@ fn write_run_state(store: &dyn Store, state: RunState) -> Result<(), EngineError
 
 /// `(incarnation, lsn)` of `logless.acked`, if it exists and parses (a
 /// damaged one counts as absent: the mark is a check, not data).
-fn read_acked(store: &dyn Store) -> Result<Option<(u64, Lsn)>, EngineError> {
+pub(crate) fn read_acked(store: &dyn Store) -> Result<Option<(u64, Lsn)>, EngineError> {
     let Some(b) = store
         .get_blob(ACKED_FILE)
         .map_err(|source| EngineError::Io {
@@ -149,6 +149,21 @@ fn read_acked(store: &dyn Store) -> Result<Option<(u64, Lsn)>, EngineError> {
     let incarnation = parts.next().and_then(|p| p.parse().ok());
     let lsn = parts.next().and_then(|p| p.parse().ok());
     Ok(incarnation.zip(lsn))
+}
+
+/// Persists run `incarnation`'s acknowledged mark (`logless.acked`).
+pub(crate) fn write_acked(
+    store: &dyn Store,
+    incarnation: u64,
+    acked: Lsn,
+) -> Result<(), EngineError> {
+    let text = format!("{ACKED_MAGIC} {incarnation} {acked}\n");
+    store
+        .put_blob(ACKED_FILE, text.as_bytes())
+        .map_err(|source| EngineError::Io {
+            file: store.describe(ACKED_FILE),
+            source,
+        })
 }
 
 /// Random bytes from the kernel.
@@ -277,13 +292,7 @@ impl Logless {
         if acked <= *persisted {
             return Ok(false);
         }
-        let text = format!("{ACKED_MAGIC} {} {acked}\n", self.incarnation);
-        store
-            .put_blob(ACKED_FILE, text.as_bytes())
-            .map_err(|source| EngineError::Io {
-                file: store.describe(ACKED_FILE),
-                source,
-            })?;
+        write_acked(store, self.incarnation, acked)?;
         *persisted = acked;
         Ok(true)
     }

@@ -400,6 +400,13 @@ fn snapshot_name(seq: u64) -> String {
 }
 
 impl Inner {
+    /// A log-less member's redo state ([`crate::member_logless`]).
+    pub(crate) fn member_redo(&self) -> Option<&crate::member_logless::MemberRedo> {
+        self.member.as_ref().and_then(|m| m.redo.as_ref())
+    }
+}
+
+impl Inner {
     /// The tag of the directory paths remembered across searches: any
     /// advance of `dir_epoch` or `dir_forgets` changes it.
     pub(crate) fn dir_tag(&self) -> u64 {
@@ -1886,10 +1893,19 @@ impl Engine {
     /// Log-less: the ARL entries with an LSN above `lsn`, oldest first
     /// (empty with the journal).
     pub fn arl_since(&self, lsn: Lsn) -> Vec<Redo> {
+        if let Some(r) = self.inner.member_redo() {
+            return r.arl_since(lsn);
+        }
         self.inner
             .logless
             .as_ref()
             .map_or_else(Vec::new, |ll| ll.arl_since(lsn))
+    }
+
+    /// A log-less member ([`crate::member_logless`]): its journal is synced
+    /// only in the background and its commits yield redo entries.
+    pub fn is_member_logless(&self) -> bool {
+        self.inner.member_redo().is_some()
     }
 
     /// Turns on (or off) change reports: from now on every commit that
@@ -1902,13 +1918,21 @@ impl Engine {
 
     /// Log-less: every operation with an LSN at or below this is written
     /// back (clients may drop those backups). 0 with the journal.
+    /// A log-less member: the journal's synced LSN (what a power loss
+    /// keeps; [`crate::member_logless`]).
     pub fn written_back_lsn(&self) -> Lsn {
+        if self.inner.member_redo().is_some() {
+            return self.inner.journal.synced_lsn();
+        }
         self.inner.logless.as_ref().map_or(0, Logless::written_back)
     }
 
     /// Log-less: a reply carried the redo entries up to `lsn` to a client
     /// (the server calls this; see [`Engine::persist_acked`]).
     pub fn note_acked(&self, lsn: Lsn) {
+        if let Some(r) = self.inner.member_redo() {
+            r.note_acked(lsn);
+        }
         if let Some(ll) = &self.inner.logless {
             ll.note_acked(lsn);
         }
@@ -1918,6 +1942,9 @@ impl Engine {
     /// [`Engine::note_acked`], if it grew; a recovery compares the entries
     /// handed back with it. Returns whether it wrote.
     pub fn persist_acked(&self) -> Result<bool, EngineError> {
+        if let Some(r) = self.inner.member_redo() {
+            return r.persist_acked(&*self.inner.store);
+        }
         match &self.inner.logless {
             Some(ll) => ll.persist_acked(&*self.inner.store),
             None => Ok(false),
@@ -1926,12 +1953,18 @@ impl Engine {
 
     /// Log-less: this run's id (0 with the journal).
     pub fn incarnation(&self) -> u64 {
+        if let Some(r) = self.inner.member_redo() {
+            return r.incarnation;
+        }
         self.inner.logless.as_ref().map_or(0, |ll| ll.incarnation)
     }
 
     /// Log-less: the id of the crashed run whose clients' backups must be
     /// given to [`Engine::recover_logless`] before anything else is done.
     pub fn crashed_incarnation(&self) -> Option<u64> {
+        if let Some(r) = self.inner.member_redo() {
+            return r.crashed();
+        }
         self.inner.logless.as_ref().and_then(Logless::crashed)
     }
 
@@ -1953,6 +1986,9 @@ impl Engine {
         backups: impl IntoIterator<Item = Vec<u8>>,
     ) -> Result<LoglessRecovery, EngineError> {
         let inner = &*self.inner;
+        if inner.member_redo().is_some() {
+            return self.recover_member_logless(backups.into_iter().collect());
+        }
         let Some(ll) = &inner.logless else {
             return Ok(LoglessRecovery::default());
         };
@@ -2066,6 +2102,9 @@ impl Engine {
     pub fn close(self) -> Result<(), EngineError> {
         self.flusher.stop();
         self.sync()?;
+        if let Some(r) = self.inner.member_redo() {
+            return r.closed_cleanly(&*self.inner.store);
+        }
         match &self.inner.logless {
             // A crashed run not yet recovered stays marked as such.
             Some(ll) if ll.crashed().is_none() => ll.closed_cleanly(&*self.inner.store),

@@ -598,6 +598,46 @@ impl Journal {
         Ok(lsn)
     }
 
+    /// [`Journal::append`], running `f` with the record's LSN under the lock
+    /// that orders LSNs: whatever `f` records (a log-less member's stamps
+    /// and ARL, [`crate::member_logless`]) is in LSN order.
+    pub fn append_with<T>(
+        &self,
+        record: &[u8],
+        f: impl FnOnce(Lsn) -> T,
+    ) -> Result<(Lsn, T), FsError> {
+        if let Some(e) = self.shared.stop.error() {
+            return Err(e);
+        }
+        if record.len() > MAX_RECORD_LEN {
+            return Err(FsError::TooBig);
+        }
+        if !config_writes(&self.shared.config) {
+            return Err(FsError::Io);
+        }
+        let mut st = self.shared.state.lock();
+        let lsn = st.next_lsn;
+        st.next_lsn += 1;
+        let out = f(lsn);
+        if st.open.count == 0 {
+            st.open.first_lsn = lsn;
+        }
+        st.open.count += 1;
+        st.open
+            .payload
+            .extend_from_slice(&(record.len() as u32).to_le_bytes());
+        st.open.payload.extend_from_slice(record);
+        drop(st);
+        self.shared.syncer_wake.notify_one();
+        Ok((lsn, out))
+    }
+
+    /// Records up to here are on the disk itself (fdatasync), not only
+    /// written: what survives a power loss.
+    pub fn synced_lsn(&self) -> Lsn {
+        self.shared.synced_lsn.load(Ordering::Acquire)
+    }
+
     /// With the journal [`SyncMode::Off`] (log-less durability): takes the
     /// next LSN and runs `f` with it under the lock that orders LSNs, so
     /// whatever `f` records (the log-less stamps and ARL) is in LSN order.

@@ -42,6 +42,7 @@ pub mod kdtree;
 pub mod logless;
 pub mod manifest;
 pub mod member;
+pub mod member_logless;
 pub mod name;
 pub mod namespace;
 pub mod perm;

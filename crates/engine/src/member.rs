@@ -486,6 +486,11 @@ impl Store for PrefixStore {
         self.inner.put_blob(&self.full(name), bytes)
     }
 
+    fn put_blob_new(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        self.writable()?;
+        self.inner.put_blob_new(&self.full(name), bytes)
+    }
+
     fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         self.inner.get_blob(&self.full(name))
     }

@@ -29,6 +29,12 @@ use std::sync::Arc;
 /// - `delete_*` and `truncate_log` are durable when they return.
 pub trait Store: Send + Sync + 'static {
     fn put_blob(&self, name: &str, bytes: &[u8]) -> io::Result<()>;
+    /// Writes blob `name` only if it does not exist, atomically: of
+    /// callers racing (other processes on a shared store included) exactly
+    /// one writes. Returns whether this one did. Durable as `put_blob`.
+    /// For decisions that must be taken once (a log-less member's journal
+    /// completion).
+    fn put_blob_new(&self, name: &str, bytes: &[u8]) -> io::Result<bool>;
     fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
     fn delete(&self, name: &str) -> io::Result<()>;
     /// Names starting with `prefix`, sorted.
@@ -145,6 +151,33 @@ impl Store for LocalDirStore {
         }
         fs::rename(&tmp, &path)?;
         Self::sync_parent(&path)
+    }
+
+    fn put_blob_new(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        let path = self.path(name)?;
+        Self::ensure_parent(&path)?;
+        // A name of this writer's own, then a hard link to the final name:
+        // link(2) fails with EEXIST if the name exists, atomically (on NFS
+        // too), where a check then rename would let two writers both win.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let tmp = path.with_extension(format!("new.{}.{nanos}", std::process::id()));
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_data()?;
+        }
+        let linked = fs::hard_link(&tmp, &path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                Self::sync_parent(&path)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
@@ -384,6 +417,16 @@ impl Store for MemStore {
         Ok(())
     }
 
+    fn put_blob_new(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        let mut inner = self.inner.lock();
+        if inner.blobs.contains_key(name) {
+            return Ok(false);
+        }
+        Self::charge_write(&mut inner)?;
+        inner.blobs.insert(name.to_owned(), bytes.to_vec());
+        Ok(true)
+    }
+
     fn get_blob(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         Ok(self.inner.lock().blobs.get(name).cloned())
     }
@@ -495,6 +538,14 @@ mod tests {
     use super::*;
 
     fn exercise(store: &dyn Store) {
+        assert!(store.put_blob_new("decided", b"first").unwrap());
+        assert!(!store.put_blob_new("decided", b"second").unwrap());
+        assert_eq!(store.get_blob("decided").unwrap().unwrap(), b"first");
+        assert_eq!(
+            store.list("decid").unwrap(),
+            vec!["decided".to_string()],
+            "no temporary file is left"
+        );
         store.put_blob("tables/a.snap", b"one").unwrap();
         store.put_blob("tables/a.snap", b"two").unwrap();
         assert_eq!(store.get_blob("tables/a.snap").unwrap().unwrap(), b"two");

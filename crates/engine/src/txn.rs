@@ -306,10 +306,25 @@ impl<'m> Txn<'m> {
                     // record writes a ledger that has it.
                     self.inner.requests.lock().note(&tag.id);
                 }
-                (
-                    self.inner.journal.append(&record).map_err(OpError::Fs)?,
-                    None,
-                )
+                match self.inner.member_redo() {
+                    None => (
+                        self.inner.journal.append(&record).map_err(OpError::Fs)?,
+                        None,
+                    ),
+                    // A log-less member: journaled as any member, and a
+                    // redo entry for the clients, in the same LSN order.
+                    Some(r) => {
+                        let body = encode_mutations(&mutations);
+                        let keys = stamp_keys(&mutations);
+                        let synced = self.inner.journal.synced_lsn();
+                        let (lsn, redo) = self
+                            .inner
+                            .journal
+                            .append_with(&record, |lsn| r.commit(lsn, &keys, &body, synced))
+                            .map_err(OpError::Fs)?;
+                        (lsn, Some(redo))
+                    }
+                }
             }
             Some(ll) => {
                 // Log-less: the redo entry is built under the LSN lock (its

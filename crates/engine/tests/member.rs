@@ -456,24 +456,6 @@ fn a_new_table_from_the_coordinator_can_be_the_root() {
 }
 
 #[test]
-fn log_less_durability_is_refused_in_member_mode() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let r = Engine::open_member(
-        Arc::new(store) as Arc<dyn Store>,
-        EngineConfig {
-            logless: Some(Default::default()),
-            ..config()
-        },
-        MemberConfig {
-            name: "a".into(),
-            catalog: catalog as _,
-        },
-    );
-    assert!(matches!(r, Err(sextant_engine::EngineError::Member(_))));
-}
-
-#[test]
 fn search_sees_only_the_members_own_tables() {
     use sextant_engine::search::{Expr, Scope};
     let store = MemStore::new();

@@ -414,9 +414,6 @@ impl ServerConfig {
                 if lease_ttl < Duration::from_secs(2) {
                     bail!("lease_ttl must be at least 2s (etcd counts whole seconds)");
                 }
-                if c.logless.is_some() {
-                    bail!("log-less durability is not available on a cluster yet: use --durability journal");
-                }
                 Some(ClusterSettings {
                     etcd: endpoints,
                     store,

@@ -75,7 +75,7 @@ pub struct LoglessServer {
 impl LoglessServer {
     /// `None` for a journaling engine.
     pub fn new(engine: &Engine) -> Option<LoglessServer> {
-        if !engine.is_logless() {
+        if !engine.is_logless() && !engine.is_member_logless() {
             return None;
         }
         let crashed = engine.crashed_incarnation();
@@ -170,7 +170,8 @@ impl LoglessServer {
             .as_mut()
             .filter(|_| Some(req.incarnation) == self.crashed)
         else {
-            return Ok(answer(pb::RecoverOutcome::RecoverTooLate));
+            drop(collecting);
+            return self.keep_for_another_member(engine, req).map(answer);
         };
         let bytes: usize = req.backups.iter().map(|b| b.entry.len()).sum();
         if c.bytes + bytes > MAX_RECOVERY_BYTES {
@@ -182,6 +183,38 @@ impl LoglessServer {
         c.uploads += 1;
         c.backups.extend(req.backups.into_iter().map(|b| b.entry));
         Ok(answer(pb::RecoverOutcome::RecoverAccepted))
+    }
+
+    /// On a cluster: backups of another member's run (dead, or
+    /// restarting) are kept in the shared store for whoever completes its
+    /// journal (`sextant_engine::member_logless`); the client may drop them
+    /// once kept.
+    fn keep_for_another_member(
+        &self,
+        engine: &Engine,
+        req: pb::RecoverRequest,
+    ) -> Result<pb::RecoverOutcome, Status> {
+        use sextant_engine::member_logless::Handed;
+        if req.backups.iter().map(|b| b.entry.len()).sum::<usize>() > MAX_RECOVERY_BYTES {
+            return Err(Status::resource_exhausted(
+                "too many backups in one message",
+            ));
+        }
+        let entries = req.backups.into_iter().map(|b| b.entry).collect();
+        match engine.keep_backups_for(req.incarnation, req.client_id, entries) {
+            Ok(Handed::Kept) => {
+                tracing::info!(
+                    incarnation = req.incarnation,
+                    client = req.client_id,
+                    "kept a client's log-less backups of another member's run for its recovery"
+                );
+                Ok(pb::RecoverOutcome::RecoverAccepted)
+            }
+            Ok(Handed::TooLate | Handed::Unknown) => Ok(pb::RecoverOutcome::RecoverTooLate),
+            Err(e) => Err(Status::unavailable(format!(
+                "cannot keep the backups in the shared store: {e}"
+            ))),
+        }
     }
 
     /// Collects backups for `grace`, recovers, then lets requests through.

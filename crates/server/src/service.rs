@@ -857,7 +857,7 @@ impl Shared {
                 .await?,
             ),
             Op::Sync(r) => {
-                let release = r.release_through > 0 && e.is_logless();
+                let release = r.release_through > 0 && (e.is_logless() || e.is_member_logless());
                 if release && e.written_back_lsn() >= r.release_through {
                     return Ok(done(()));
                 }
@@ -894,8 +894,9 @@ impl Shared {
 /// listxattr) keep their task, so they run beside the session's other
 /// requests; with the journal, mutations too: they wait for the journal
 /// sync, which the session's other mutations must be able to share.
-/// Log-less mutations do not wait (durable once the client has the reply),
-/// so namespace mutations are answered inline too (`sync` is not: it
+/// Log-less mutations on a single server do not wait (durable once the
+/// client has the reply), so namespace mutations are answered inline too
+/// (not on a cluster: a mutation there may wait for a BORROW) (`sync` is not: it
 /// writes everything back). Inline is safe for a mutation: the session
 /// loop is a task of its own, which a dropped connection does not cancel.
 fn answers_inline(r: &pb::Request, logless: bool) -> bool {
@@ -1306,7 +1307,10 @@ impl pb::sextant_server::Sextant for Service {
     ) -> Result<Response<pb::RecoverReply>, Status> {
         let shared = &self.shared;
         let reply = match &shared.logless {
-            Some(ll) => ll.recover(&shared.engine, request.into_inner())?,
+            // Blocking: backups for another member go to the shared store.
+            Some(ll) => {
+                tokio::task::block_in_place(|| ll.recover(&shared.engine, request.into_inner()))?
+            }
             None => pb::RecoverReply {
                 outcome: pb::RecoverOutcome::RecoverNotNeeded as i32,
                 incarnation: 0,
@@ -1405,7 +1409,7 @@ impl pb::sextant_server::Sextant for Service {
                     Err(status) => Err(status),
                 };
                 match next {
-                    Ok(Some(req)) if answers_inline(&req, shared.logless.is_some()) => {
+                    Ok(Some(req)) if answers_inline(&req, shared.engine.is_logless()) => {
                         // See answers_inline: microseconds, no waiting.
                         let resp = Arc::clone(&shared).handle_for(req, &caller).await;
                         drop((permit, global));

@@ -89,6 +89,9 @@ use crate::table::TableId;
 /// Member mode's state in a running engine.
 pub(crate) struct MemberRun {
     pub(crate) name: String,
+    /// Log-less durability ([`crate::member_logless`]); `None`: the
+    /// journal is synced as configured.
+    pub(crate) redo: Option<crate::member_logless::MemberRedo>,
     /// `members/<name>/`.
     pub(crate) prefix: String,
     pub(crate) catalog: Arc<dyn TableCatalog>,
@@ -115,6 +118,11 @@ pub(crate) struct MemberRun {
 fn catalogued(book: &Book, id: TableId, range: SoidRange) -> bool {
     book.committed.get(&id).is_some_and(|c| c.2 == range) && book.floors.contains_key(&id)
 }
+
+/// How often a log-less member syncs its journal: a power loss of its
+/// machine loses at most this much of acknowledged work to what its
+/// clients must hand back ([`crate::member_logless`]).
+const LOGLESS_MEMBER_SYNC: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How long a pair the catalogue refused to merge once is left alone.
 const MERGE_REFUSED_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -675,6 +683,14 @@ impl MemberRun {
                 .map_err(inner.io(LEDGER_NAME))?;
         }
         let next_lsn = inner.journal.next_lsn();
+        // The state names no LSN the disk may lack: a restart starts its
+        // journal there, and the completion of a log-less member's
+        // journal reads it from there (`crate::member_logless`), so a
+        // record below it that a power loss took must not look durable.
+        inner
+            .journal
+            .wait_synced(next_lsn.saturating_sub(1))
+            .map_err(|_| EngineError::Stopped)?;
         let state = MemberState {
             next_lsn,
             high_water: inner.high_water.lock().clone(),
@@ -961,15 +977,23 @@ impl Engine {
         member: MemberConfig,
     ) -> Result<Engine, EngineError> {
         config.layout.validate()?;
-        if config.logless.is_some() {
-            return Err(EngineError::Member(
-                "log-less durability is not supported in member mode".into(),
-            ));
-        }
         let name = member.name.clone();
         check_member_name(&name)?;
         let prefix = member_prefix(&name);
         let view: Arc<dyn Store> = Arc::new(PrefixStore::new(Arc::clone(&store), prefix.clone()));
+        // Log-less on a cluster: the member's journal, synced in the
+        // background, plus redo entries for the clients to keep
+        // (`crate::member_logless`); not the single server's journal-less
+        // engine.
+        let redo = match config.logless.take() {
+            None => None,
+            Some(ll) => {
+                if config.journal.mode == SyncMode::Fsync {
+                    config.journal.mode = SyncMode::Background(LOGLESS_MEMBER_SYNC);
+                }
+                Some(crate::member_logless::MemberRedo::open(&*view, &ll)?)
+            }
+        };
         let state = match view
             .get_blob(MEMBER_STATE_NAME)
             .map_err(io_error(&*view, MEMBER_STATE_NAME))?
@@ -1091,6 +1115,9 @@ impl Engine {
             next_lsn,
             outcome.segments.clone(),
         )?;
+        if let Some(r) = &redo {
+            r.opened_through.store(next_lsn - 1, Ordering::Relaxed);
+        }
         let flush_interval = config.flush_interval;
         let inner = Arc::new(Inner {
             config,
@@ -1118,6 +1145,7 @@ impl Engine {
             carried_sink: Mutex::new(None),
             member: Some(MemberRun {
                 name,
+                redo,
                 prefix,
                 catalog,
                 shared: store,
@@ -1255,6 +1283,13 @@ impl Engine {
         let m = member_of(inner)?;
         inner.check_alive().map_err(|_| EngineError::Stopped)?;
         let _one_at_a_time = inner.checkpoint_lock.lock();
+        if m.redo.as_ref().is_some_and(|r| r.crashed().is_some()) {
+            // Its final snapshot would lack the entries the crashed run's
+            // completion still has to apply (`recover_member_logless`).
+            return Err(EngineError::Member(format!(
+                "table {id} cannot leave yet: this member is completing its crashed run's journal"
+            )));
+        }
         // Tables split off (or merged) and not yet in the catalogue in
         // their present shape (the split's own checkpoint has not run):
         // commit them first, or the final manifest's smaller range would
@@ -1452,8 +1487,15 @@ impl Engine {
             ));
             let mut high_water = GlobalHighWater::default();
             let now = crate::table::carried::unix_now();
-            journal::replay(&*store, from, |lsn, rec| {
-                let (tag, mutations) = decode_tagged_record(rec)?;
+            // A log-less member's journal completed from its clients'
+            // backups: its records up to P, then the decided entries, and
+            // nothing else of it (`crate::member_logless`).
+            let completion = crate::member_logless::current_completion(&*store)?;
+            let through = completion.as_ref().map_or(Lsn::MAX, |c| c.through);
+            let mut apply = |lsn: Lsn,
+                             tag: Option<RequestTag>,
+                             mutations: Vec<Mutation>|
+             -> Result<(), String> {
                 let mut noted: Vec<usize> = Vec::new();
                 for mu in mutations {
                     let Some(key) = mu.table_key() else {
@@ -1477,7 +1519,20 @@ impl Engine {
                     }
                 }
                 Ok(())
+            };
+            journal::replay(&*store, from, |lsn, rec| {
+                if lsn > through {
+                    return Ok(());
+                }
+                let (tag, mutations) = decode_tagged_record(rec)?;
+                apply(lsn, tag, mutations)
             })?;
+            for (lsn, mutations) in completion.map(|c| c.entries).unwrap_or_default() {
+                apply(lsn, None, mutations).map_err(|what| EngineError::Corrupt {
+                    file: store.describe("logless.completion"),
+                    what: format!("entry {lsn}: {what}"),
+                })?;
+            }
             inner.high_water.lock().merge_max(&high_water);
         }
         let mut added = Vec::with_capacity(manifests.len());
@@ -1526,6 +1581,153 @@ impl Engine {
             added.push(install(inner, m, table, entry, floor)?);
         }
         Ok(added)
+    }
+
+    /// A log-less member whose last run crashed: completes that run's
+    /// journal from the backups its clients handed back — or takes the
+    /// completion another member (the coordinator, before a failover)
+    /// already decided — and applies the decided entries to the tables
+    /// held here as new journal records. Call it before serving anything
+    /// (the server answers only `Recover` until then). Entries of tables
+    /// no longer held here were applied by their new owners.
+    pub(crate) fn recover_member_logless(
+        &self,
+        backups: Vec<Vec<u8>>,
+    ) -> Result<LoglessRecovery, EngineError> {
+        let inner = &*self.inner;
+        let m = member_of(inner)?;
+        let Some(r) = m.redo.as_ref() else {
+            return Ok(LoglessRecovery::default());
+        };
+        let Some(run) = r.crashed() else {
+            return Ok(LoglessRecovery::default());
+        };
+        let decided = crate::member_logless::complete_member_journal(
+            Arc::clone(&m.shared),
+            &m.name,
+            backups,
+        )?;
+        let file = crate::member_logless::completion_file(run);
+        let c = crate::member_logless::read_completion(&*inner.store, run)?.ok_or_else(|| {
+            EngineError::Member(format!("member {}'s journal completion vanished", m.name))
+        })?;
+        let opened = r.opened_through.load(Ordering::Relaxed);
+        if c.through != opened || inner.journal.next_lsn() != opened + 1 {
+            return Err(EngineError::Member(format!(
+                "member {}'s journal ends at {opened} but its completion was decided at {}: \
+                 the journal changed after the decision; not applying it",
+                m.name, c.through
+            )));
+        }
+        let mut last = 0;
+        {
+            let _no_checkpoint = inner.checkpoint_lock.lock();
+            let map = inner.tables.read();
+            let epoch = inner.epoch();
+            for (_, mutations) in &c.entries {
+                let record = crate::record::encode_tagged_record(None, mutations);
+                let lsn = inner.journal.append(&record).map_err(|e| {
+                    EngineError::Member(format!("appending a completed entry to the journal: {e}"))
+                })?;
+                last = lsn;
+                for mu in mutations {
+                    let Some(key) = mu.table_key() else {
+                        if let Mutation::HighWater(hw) = mu {
+                            inner.high_water.lock().merge_max(hw);
+                        }
+                        continue;
+                    };
+                    let mut guard = lock_loaded(&*inner.store, &map, key, &|t| m.place_loaded(t))?;
+                    if let Slot::Loaded(table) = &mut *guard {
+                        table.apply(mu.clone()).map_err(|e| EngineError::Corrupt {
+                            file: inner.store.describe(&file),
+                            what: format!("a completed entry does not apply: {e}"),
+                        })?;
+                        table.mark_applied(lsn, epoch);
+                    }
+                }
+            }
+            inner
+                .inode_count
+                .store(count_inodes(&map), Ordering::Relaxed);
+        }
+        // Replayed renames bypass transactions: no remembered path holds.
+        inner.dir_epoch.fetch_add(1, Ordering::AcqRel);
+        inner.dir_changes.fetch_add(1, Ordering::AcqRel);
+        if last > 0 {
+            inner
+                .journal
+                .wait_synced(last)
+                .map_err(|_| EngineError::Stopped)?;
+        }
+        // The entries are in the journal now, at new LSNs after the
+        // decided end: a later reader replays it whole.
+        // The state file names this run first: a reader must not take the
+        // completion once the entries are in the journal; then it goes.
+        r.recovered(&*inner.store)?;
+        inner.store.delete(&file).map_err(inner.io(&file))?;
+        crate::member_logless::forget_kept_backups(&*m.shared, &m.name, run);
+        Ok(LoglessRecovery {
+            received: decided.received,
+            distinct: decided.above,
+            applied: c.entries.len(),
+            discarded: decided.discarded,
+            missing: decided.missing,
+            forged: decided.forged,
+            malformed: decided.malformed,
+            acked_mark: decided.acked_mark,
+            unreturned: decided.unreturned,
+            ..Default::default()
+        })
+    }
+
+    /// Log-less on a cluster: backups a client hands in for run
+    /// `incarnation` of another member (dead, or restarting) are kept in
+    /// the shared store for whoever completes that member's journal
+    /// ([`crate::member_logless::keep_backups`]). `Unknown` on a single
+    /// server.
+    pub fn keep_backups_for(
+        &self,
+        incarnation: u64,
+        client_id: u64,
+        backups: Vec<Vec<u8>>,
+    ) -> Result<crate::member_logless::Handed, EngineError> {
+        match &self.inner.member {
+            Some(m) => {
+                crate::member_logless::keep_backups(&m.shared, incarnation, client_id, backups)
+            }
+            None => Ok(crate::member_logless::Handed::Unknown),
+        }
+    }
+
+    /// Failover (R3) of member `dead`, whose lease is gone: `false` while
+    /// it is a log-less member whose crashed run's journal is not
+    /// completed yet ([`Engine::complete_dead_member`] first).
+    pub fn failover_ready(&self, dead: &str) -> Result<bool, EngineError> {
+        let m = member_of(&self.inner)?;
+        let view = PrefixStore::read_only(Arc::clone(&m.shared), member_prefix(dead));
+        if view
+            .get_blob(crate::member_logless::KEY_FILE)
+            .map_err(io_error(&view, crate::member_logless::KEY_FILE))?
+            .is_none()
+        {
+            return Ok(true);
+        }
+        match crate::member_logless::unclean_run(&view)? {
+            None => Ok(true),
+            Some(run) => Ok(crate::member_logless::read_completion(&view, run)?.is_some()),
+        }
+    }
+
+    /// Completes dead member `dead`'s journal from the backups its clients
+    /// handed in (kept in the shared store), once; see
+    /// [`crate::member_logless`].
+    pub fn complete_dead_member(
+        &self,
+        dead: &str,
+    ) -> Result<crate::member_logless::CompletionReport, EngineError> {
+        let m = member_of(&self.inner)?;
+        crate::member_logless::complete_member_journal(Arc::clone(&m.shared), dead, Vec::new())
     }
 
     /// Tables this engine stopped serving on its own since the last call

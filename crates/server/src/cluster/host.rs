@@ -25,9 +25,20 @@ const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 #[derive(Default)]
 pub struct EngineHost {
     engine: OnceLock<Engine>,
+    /// How long clients get to hand in a dead log-less server's backups,
+    /// counted from the first time the coordinator here asks to fail it
+    /// over (its lease is gone by then).
+    failover_grace: OnceLock<std::time::Duration>,
+    /// When each dead log-less server was first asked about.
+    first_asked: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl EngineHost {
+    /// See `failover_grace` (default: none).
+    pub fn set_failover_grace(&self, grace: std::time::Duration) {
+        let _ = self.failover_grace.set(grace);
+    }
+
     /// The engine is open: ADDs may begin.
     pub fn set_engine(&self, engine: Engine) {
         let _ = self.engine.set(engine);
@@ -104,6 +115,68 @@ impl TableHost for EngineHost {
             .into_iter()
             .filter_map(|id| u32::try_from(id).ok().map(TableId))
             .collect()
+    }
+
+    /// A dead log-less server's journal is completed from its clients'
+    /// backups (kept in the shared store by whichever server they reached)
+    /// once the grace has passed; until then, and while it fails, `false`.
+    fn ready_for_failover(&self, dead: &str) -> bool {
+        let Some(engine) = self.engine.get() else {
+            return false;
+        };
+        match engine.failover_ready(dead) {
+            Ok(true) => {
+                self.first_asked.lock().remove(dead);
+                return true;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(server = dead, error = %e, "cannot tell whether a dead server's journal needs completing");
+                return false;
+            }
+        }
+        let first = *self
+            .first_asked
+            .lock()
+            .entry(dead.to_string())
+            .or_insert_with(std::time::Instant::now);
+        let grace = self.failover_grace.get().copied().unwrap_or_default();
+        if first.elapsed() < grace {
+            return false;
+        }
+        match engine.complete_dead_member(dead) {
+            Ok(r) => {
+                self.first_asked.lock().remove(dead);
+                if !r.maybe_lost() {
+                    tracing::info!(
+                        server = dead,
+                        through = r.through,
+                        replayed = r.applied,
+                        backups = r.received,
+                        decided_here = r.written,
+                        "log-less failover: the dead server's journal is completed from its clients' backups"
+                    );
+                } else {
+                    tracing::error!(
+                        server = dead,
+                        through = r.through,
+                        replayed = r.applied,
+                        missing = ?r.missing,
+                        discarded = ?r.discarded,
+                        acknowledged_through = r.acked_mark,
+                        unreturned = ?r.unreturned,
+                        forged = r.forged,
+                        "log-less failover: operations are MISSING (every client that held them is gone); \
+                         later operations that built on them were discarded, leaving an older but consistent state"
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(server = dead, error = %e, "cannot complete a dead log-less server's journal; its tables wait");
+                false
+            }
+        }
     }
 
     fn forget_table(&self, table: TableId) {

@@ -24,7 +24,10 @@
 //!
 //! An operation over tables held by several servers BORROWs them here
 //! together and RETURNs them once unused ([`placement`]). What a cluster
-//! does not do yet (issue 21): log-less durability is refused. Search covers every server (the client asks them all at once,
+//! does with log-less durability (`--durability logless`): see
+//! `sextant_engine::member_logless` (a dead server's journal is completed
+//! from its clients' backups before its tables are failed over,
+//! [`host::EngineHost`]). Search covers every server (the client asks them all at once,
 //! [`crate::peers`] reads other servers' directories).
 
 pub mod catalog;
@@ -258,6 +261,7 @@ async fn join(
             .context("cannot start the catalogue thread")?,
     );
     let host = Arc::new(host::EngineHost::default());
+    host.set_failover_grace(config.recovery_grace);
     let mut membership = MembershipConfig::new(etcd.clone(), &name, &cluster.advertise);
     membership.ttl = cluster.lease_ttl;
     let mut cfg = ClusterConfig::new(membership);

@@ -1,0 +1,369 @@
+//! Log-less durability on a cluster, the engine's side (issue 21, item 6;
+//! `sextant_engine::member_logless`): a log-less member's power loss cuts
+//! its journal's unsynced tail; its clients' backups complete the journal
+//! once; the members that take its tables over see every acknowledged
+//! operation some backup holds, and never half of an operation.
+
+use sextant_engine::logless::Redo;
+use sextant_engine::member_logless::{complete_member_journal, current_completion};
+use sextant_engine::store::{MemStore, Store};
+use sextant_engine::{
+    Engine, EngineConfig, JournalConfig, MemCatalog, MemberConfig, RenameFlags, SyncMode,
+    TableCatalog,
+};
+use sextant_types::{Attr, Credentials, FsError, Soid};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn config(logless: bool) -> EngineConfig {
+    EngineConfig {
+        flush_interval: None,
+        table_dir_limit: 3,
+        table_inode_limit: 12,
+        logless: logless.then(Default::default),
+        journal: JournalConfig {
+            // Synced only before a write-back: everything after the last
+            // one is the unsynced tail a power loss cuts.
+            mode: SyncMode::Background(Duration::from_secs(3600)),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn open(store: &MemStore, catalog: &Arc<MemCatalog>, name: &str, logless: bool) -> Engine {
+    Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        config(logless),
+        MemberConfig {
+            name: name.into(),
+            catalog: Arc::clone(catalog) as _,
+        },
+    )
+    .unwrap()
+}
+
+fn root() -> Credentials {
+    Credentials::root()
+}
+
+/// A log-less member "a" with ten directories of four files each, written
+/// back (durable in snapshots), and an idle member "b".
+fn cluster() -> (MemStore, Arc<MemCatalog>, Engine, Engine, Vec<Attr>) {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let a = open(&store, &catalog, "a", true);
+    assert!(a.is_member_logless());
+    let b = open(&store, &catalog, "b", false);
+    let mut dirs = Vec::new();
+    for i in 0..10 {
+        let d = a
+            .mkdir(&root(), Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&a)
+            .unwrap();
+        for j in 0..4 {
+            a.create(&root(), d.soid, format!("f{j}").as_bytes(), 0o644, true)
+                .unwrap()
+                .wait(&a)
+                .unwrap();
+        }
+        dirs.push(d);
+    }
+    a.sync().unwrap();
+    (store, catalog, a, b, dirs)
+}
+
+/// The tail: per directory an xattr, a rename of `f0` into the next
+/// directory (often another table) and a new file. Returns each
+/// operation's redo entry, as its client got it with the reply.
+fn tail(a: &Engine, dirs: &[Attr]) -> Vec<Redo> {
+    let mut redo = Vec::new();
+    for (i, d) in dirs.iter().enumerate() {
+        let c = a
+            .setxattr(&root(), d.soid, b"user.k", b"acked", Default::default())
+            .unwrap();
+        redo.push(c.redo.clone().unwrap());
+        c.wait(a).unwrap();
+        let next = &dirs[(i + 1) % dirs.len()];
+        let c = a
+            .rename(
+                &root(),
+                d.soid,
+                b"f0",
+                next.soid,
+                format!("g{i}").as_bytes(),
+                RenameFlags::default(),
+            )
+            .unwrap();
+        redo.push(c.redo.clone().unwrap());
+        c.wait(a).unwrap();
+        let c = a.create(&root(), d.soid, b"new", 0o600, true).unwrap();
+        redo.push(c.redo.clone().unwrap());
+        c.wait(a).unwrap();
+    }
+    redo
+}
+
+/// "a"'s machine loses power; the coordinator hands all of a's tables to
+/// "b", which loads them.
+fn fail_over(store: &MemStore, catalog: &Arc<MemCatalog>, a: Engine, b: &Engine) {
+    drop(a);
+    store.crash(None);
+    for (id, owner, _) in catalog.all() {
+        assert_eq!(owner, "a");
+        catalog.assign(id, "b");
+    }
+    let taken = catalog.tables("b").unwrap();
+    assert!(taken.len() > 1, "the tail spans several tables");
+    b.add_tables(&taken).unwrap();
+}
+
+fn names(e: &Engine, dir: Soid) -> Vec<String> {
+    let mut n: Vec<String> = e
+        .readdir(&root(), dir, 0, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|d| String::from_utf8_lossy(&d.name).into_owned())
+        .collect();
+    n.sort();
+    n
+}
+
+fn backups(redo: &[Redo]) -> Vec<Vec<u8>> {
+    redo.iter().map(|r| r.bytes.to_vec()).collect()
+}
+
+#[test]
+fn a_power_loss_loses_nothing_a_client_holds() {
+    let (store, catalog, a, b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let report = complete_after_power_loss(&store, &redo);
+    // The tail really was cut: every one of its operations came back from
+    // a backup, none from the journal.
+    assert!(report.through < redo[0].lsn, "{report:?}");
+    assert_eq!(report.applied, redo.len());
+    assert!(report.missing.is_empty() && report.discarded.is_empty());
+    fail_over(&store, &catalog, a, &b);
+    for (i, d) in dirs.iter().enumerate() {
+        assert_eq!(
+            b.getxattr(&root(), d.soid, b"user.k").unwrap().to_vec(),
+            b"acked"
+        );
+        let prev = (i + dirs.len() - 1) % dirs.len();
+        let want = ["f1", "f2", "f3", &format!("g{prev}"), "new"];
+        let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(names(&b, d.soid), want, "d{i}");
+    }
+}
+
+/// Completes a's journal as the coordinator would once a's lease is gone,
+/// on what a power cut now would leave of the store; the decision is then
+/// put into the store the members share (`a` runs on).
+fn complete_after_power_loss(
+    store: &MemStore,
+    redo: &[Redo],
+) -> sextant_engine::member_logless::CompletionReport {
+    let cut = store.power_cut_copy();
+    let report = complete_member_journal(Arc::new(cut.clone()) as _, "a", backups(redo)).unwrap();
+    for name in cut.list("members/a/logless.completion").unwrap() {
+        let bytes = cut.get_blob(&name).unwrap().unwrap();
+        store.put_blob(&name, &bytes).unwrap();
+    }
+    report
+}
+
+#[test]
+fn an_operation_no_client_handed_back_is_gone() {
+    // The control: the same history, no backups handed in.
+    let (store, catalog, a, b, dirs) = cluster();
+    let _redo = tail(&a, &dirs);
+    let report = complete_after_power_loss(&store, &[]);
+    assert_eq!((report.applied, report.above), (0, 0));
+    fail_over(&store, &catalog, a, &b);
+    for d in &dirs {
+        assert_eq!(
+            b.getxattr(&root(), d.soid, b"user.k"),
+            Err(FsError::NoData),
+            "an operation no client handed back is gone"
+        );
+    }
+}
+
+#[test]
+fn a_lost_backup_takes_its_followers_on_the_same_keys_and_never_half_an_operation() {
+    let (store, catalog, a, b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    // The rename of d3/f0 to d4/g3 (index 3*3+1) reached no surviving client.
+    let lost = redo[10].lsn;
+    let kept: Vec<Redo> = redo.iter().filter(|r| r.lsn != lost).cloned().collect();
+    let report = complete_after_power_loss(&store, &kept);
+    assert_eq!(report.missing, vec![(lost, lost)]);
+    assert!(
+        !report.discarded.is_empty(),
+        "later operations on d3 or d4 built on it"
+    );
+    fail_over(&store, &catalog, a, &b);
+    // Not half of it: f0 is still in d3 and g3 not in d4, and the inode's
+    // parent is d3.
+    let in_d3 = names(&b, dirs[3].soid);
+    let in_d4 = names(&b, dirs[4].soid);
+    assert!(in_d3.contains(&"f0".to_string()), "{in_d3:?}");
+    assert!(!in_d4.contains(&"g3".to_string()), "{in_d4:?}");
+    // Everything before it came back; every later operation is chained to
+    // it (each rename links a directory to the next) and is thrown away.
+    assert_eq!(report.applied, 10);
+    assert_eq!(report.discarded.len(), redo.len() - 11);
+    assert_eq!(
+        b.getxattr(&root(), dirs[2].soid, b"user.k")
+            .unwrap()
+            .to_vec(),
+        b"acked"
+    );
+    assert_eq!(
+        b.getxattr(&root(), dirs[4].soid, b"user.k"),
+        Err(FsError::NoData)
+    );
+}
+
+#[test]
+fn the_first_completion_is_the_decision_and_forged_backups_are_counted() {
+    let (store, _catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let other = {
+        // Entries sealed by another member's key.
+        let (_s, _c, x, _y, xdirs) = cluster();
+        tail(&x, &xdirs)
+    };
+    let mut handed = backups(&redo[..3]);
+    handed.extend(backups(&other[..2]));
+    handed.push(vec![9, 9, 9]);
+    let cut = store.power_cut_copy();
+    let first = complete_member_journal(Arc::new(cut.clone()) as _, "a", handed).unwrap();
+    assert!(first.written);
+    assert_eq!((first.forged, first.malformed, first.applied), (2, 1, 3));
+    let again = complete_member_journal(Arc::new(cut.clone()) as _, "a", backups(&redo)).unwrap();
+    assert!(!again.written);
+    assert_eq!(again.applied, 3, "the first decision stands");
+    let view = sextant_engine::member::PrefixStore::read_only(Arc::new(cut) as _, "members/a/");
+    assert_eq!(current_completion(&view).unwrap().unwrap().entries.len(), 3);
+}
+
+#[test]
+fn a_member_that_never_ran_log_less_cannot_be_completed() {
+    let store = MemStore::new();
+    let catalog = Arc::new(MemCatalog::new());
+    let _b = open(&store, &catalog, "b", false);
+    let r = complete_member_journal(Arc::new(store) as _, "b", Vec::new());
+    assert!(matches!(r, Err(sextant_engine::EngineError::Member(_))));
+}
+
+/// The machine of the member running `e` on `store` loses power: what it
+/// had not synced is gone (the store as it is left; `e` is dropped after
+/// the cut, so its shutdown cannot sync anything into it).
+fn power_loss(store: &MemStore, e: Engine) -> MemStore {
+    let cut = store.power_cut_copy();
+    drop(e);
+    cut
+}
+
+#[test]
+fn a_restarted_member_completes_its_own_journal_before_serving() {
+    let (store, catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let store = power_loss(&store, a);
+    let a = open(&store, &catalog, "a", true);
+    assert!(a.crashed_incarnation().is_some());
+    // Before recovery the tail is not there.
+    assert_eq!(
+        a.getxattr(&root(), dirs[0].soid, b"user.k"),
+        Err(FsError::NoData)
+    );
+    let report = a.recover_logless(backups(&redo)).unwrap();
+    assert_eq!(report.applied, redo.len());
+    assert!(!report.maybe_lost());
+    assert_eq!(a.crashed_incarnation(), None);
+    let check = |e: &Engine| {
+        for d in &dirs {
+            assert_eq!(
+                e.getxattr(&root(), d.soid, b"user.k").unwrap().to_vec(),
+                b"acked"
+            );
+            assert!(names(e, d.soid).contains(&"new".to_string()));
+        }
+    };
+    check(&a);
+    // The entries are journal records now: a second power loss right after
+    // keeps them, and nothing is left to complete.
+    a.create(&root(), dirs[0].soid, b"later", 0o600, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    let store = power_loss(&store, a);
+    let a = open(&store, &catalog, "a", true);
+    let again = a.recover_logless(Vec::new()).unwrap();
+    assert_eq!(again.applied, 0);
+    check(&a);
+    // A clean shutdown leaves nothing to recover.
+    a.close().unwrap();
+    let a = open(&store, &catalog, "a", true);
+    assert_eq!(a.crashed_incarnation(), None);
+    check(&a);
+}
+
+#[test]
+fn a_restart_takes_the_decision_the_coordinator_already_wrote() {
+    let (store, catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let store = power_loss(&store, a);
+    // The coordinator decided with the first six backups only.
+    let first =
+        complete_member_journal(Arc::new(store.clone()) as _, "a", backups(&redo[..6])).unwrap();
+    assert_eq!(first.applied, 6);
+    let a = open(&store, &catalog, "a", true);
+    let report = a.recover_logless(backups(&redo)).unwrap();
+    assert_eq!(report.applied, 6, "one decision, whoever applies it");
+    assert_eq!(
+        a.getxattr(&root(), dirs[1].soid, b"user.k")
+            .unwrap()
+            .to_vec(),
+        b"acked"
+    );
+    assert_eq!(
+        a.getxattr(&root(), dirs[2].soid, b"user.k"),
+        Err(FsError::NoData)
+    );
+}
+
+#[test]
+fn backups_handed_in_through_another_server_are_kept_for_the_completion() {
+    use sextant_engine::member_logless::{keep_backups, Handed};
+    let (store, _catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let run = a.incarnation();
+    // The replies carried everything to clients; the mark is persisted.
+    a.note_acked(redo.last().unwrap().lsn);
+    assert!(a.persist_acked().unwrap());
+    let cut = power_loss(&store, a);
+    let shared: Arc<dyn Store> = Arc::new(cut);
+    // Only the first ten come back, through another server.
+    assert_eq!(
+        keep_backups(&shared, run, 7, backups(&redo[..10])).unwrap(),
+        Handed::Kept
+    );
+    assert_eq!(
+        keep_backups(&shared, run ^ 1, 7, backups(&redo)).unwrap(),
+        Handed::Unknown
+    );
+    let r = complete_member_journal(Arc::clone(&shared), "a", Vec::new()).unwrap();
+    assert_eq!((r.received, r.applied), (10, 10));
+    // The tail no one returned is reported, not silent.
+    let last = redo.last().unwrap().lsn;
+    assert_eq!(r.unreturned, Some((redo[9].lsn + 1, last)));
+    assert!(r.maybe_lost());
+    assert_eq!(
+        keep_backups(&shared, run, 7, backups(&redo)).unwrap(),
+        Handed::TooLate
+    );
+}
