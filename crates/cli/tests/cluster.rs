@@ -4050,3 +4050,100 @@ fn a_log_less_servers_power_loss_loses_nothing_its_client_holds() {
     drop(rt);
     drop(etcd.child);
 }
+
+/// Log-less on a cluster, the restart path (issue 21, item 6): the only
+/// server of a cluster loses power — SIGKILL, its journal cut back as in
+/// [`a_log_less_servers_power_loss_loses_nothing_its_client_holds`] — and
+/// comes back on the same address. Nobody else can complete its journal:
+/// it collects its client's backups itself (the client hands them back
+/// when it reconnects), completes its journal with them, and serves
+/// every file the client was told was made.
+#[test]
+fn a_restarted_log_less_server_completes_its_journal_from_its_clients() {
+    use sextant_client::{Client, Options};
+    use sextant_types::Credentials;
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let listen = format!("127.0.0.1:{}", free_ports(1));
+    let start = || {
+        let mut args = vec![
+            "--durability",
+            "logless",
+            "--journal-sync",
+            "background:10s",
+            "--recovery-grace",
+            "2s",
+            "--etcd",
+            &etcd.url,
+            "--name",
+            "a",
+            "--cluster-store",
+        ];
+        let store = dir.path().join("store");
+        args.push(store.to_str().unwrap());
+        let (child, addr) = common::spawn_server_env(
+            &dir.path().join("a"),
+            &listen,
+            &args,
+            Stdio::inherit(),
+            &[("SEXTANT_LEASE_TTL", "2s")],
+        );
+        (KillOnDrop(child), addr)
+    };
+    let (mut a, a_addr) = start();
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.0 == "a" && t.1 > 0)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
+    let journal = dir.path().join("store/members/a/journal");
+    let lengths: Vec<(PathBuf, u64)> = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let len = std::fs::metadata(&p).unwrap().len();
+            (p, len)
+        })
+        .collect();
+    let root = Credentials::root();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
+    let client = rt.block_on(async {
+        let client = Client::connect(&a_addr, &text, Options::default())
+            .await
+            .unwrap();
+        let d = client.resolve(&root, b"/d", true).await.unwrap();
+        for i in 0..20 {
+            client
+                .create(&root, d.soid, format!("f{i}").as_bytes(), 0o644, true)
+                .await
+                .unwrap();
+        }
+        client
+    });
+    assert!(
+        client.backup_stats().entries >= 20,
+        "{:?}",
+        client.backup_stats()
+    );
+    common::kill9(&mut a.0);
+    for entry in std::fs::read_dir(&journal).unwrap() {
+        let p = entry.unwrap().path();
+        let keep = lengths.iter().find(|(q, _)| *q == p).map_or(0, |(_, l)| *l);
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(keep).unwrap();
+    }
+    let (_a, _) = start();
+    let listing = sextant_ok(&a_addr, &secret, &["ls", "/d"]);
+    let mut names: Vec<&str> = listing.split_whitespace().collect();
+    names.sort_unstable();
+    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
