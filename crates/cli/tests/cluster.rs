@@ -3954,6 +3954,124 @@ fn a_path_limited_key_follows_symlinks_and_renames_only_inside_across_servers() 
     w.admin(&["stat", "/home/alice/e"]);
 }
 
+/// Log-less servers a (holding the root) and b, `/d` made on a, and what
+/// a's journal holds then (its files and lengths): what a power loss of
+/// a's machine keeps ([`cut_journal`]).
+struct LoglessPair {
+    a: KillOnDrop,
+    b: KillOnDrop,
+    a_addr: String,
+    b_addr: String,
+    secret: PathBuf,
+    journal: PathBuf,
+    kept: Vec<(PathBuf, u64)>,
+}
+
+const LOGLESS_FLAGS: [&str; 6] = [
+    "--durability",
+    "logless",
+    "--journal-sync",
+    "background:10s",
+    "--recovery-grace",
+    "1s",
+];
+
+fn logless_pair(dir: &Path, etcd: &str) -> LoglessPair {
+    let (a, a_addr) = serve_env(dir, etcd, "a", &LOGLESS_FLAGS, &[]);
+    let a = KillOnDrop(a);
+    let secret = dir.join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(etcd, &secret))
+            .iter()
+            .any(|t| t.0 == "a" && t.1 > 0)
+    });
+    let (b, b_addr) = serve_env(dir, etcd, "b", &LOGLESS_FLAGS, &[]);
+    let b = KillOnDrop(b);
+    wait_for("b a member", Duration::from_secs(30), || {
+        status_on(etcd, &secret)["servers"]
+            .as_array()
+            .is_some_and(|s| s.len() == 2)
+    });
+    sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
+    let journal = dir.join("store/members/a/journal");
+    let kept = journal_lengths(&journal);
+    LoglessPair {
+        a,
+        b,
+        a_addr,
+        b_addr,
+        secret,
+        journal,
+        kept,
+    }
+}
+
+fn journal_lengths(journal: &Path) -> Vec<(PathBuf, u64)> {
+    std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let len = std::fs::metadata(&p).unwrap().len();
+            (p, len)
+        })
+        .collect()
+}
+
+/// A power loss of a server's machine after SIGKILL: its journal files are
+/// cut back to `kept` (files made since are emptied).
+fn cut_journal(journal: &Path, kept: &[(PathBuf, u64)]) {
+    for entry in std::fs::read_dir(journal).unwrap() {
+        let p = entry.unwrap().path();
+        let keep = kept.iter().find(|(q, _)| *q == p).map_or(0, |(_, l)| *l);
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(keep).unwrap();
+    }
+}
+
+/// Kills a, cuts its journal back, waits for b to hold every table and
+/// returns `ls /d` through b, sorted.
+fn after_power_loss_of_a(p: &mut LoglessPair, etcd: &str) -> Vec<String> {
+    common::kill9(&mut p.a.0);
+    cut_journal(&p.journal, &p.kept);
+    wait_for("b took a's tables", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(etcd, &p.secret));
+        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+    });
+    let listing = sextant_ok(&p.b_addr, &p.secret, &["ls", "/d"]);
+    let mut names: Vec<String> = listing.split_whitespace().map(String::from).collect();
+    names.sort_unstable();
+    names
+}
+
+/// A client of the cluster whose home is `addr`, on `rt`.
+fn logless_client(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    secret: &Path,
+) -> sextant_client::Client {
+    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
+    rt.block_on(sextant_client::Client::connect(
+        addr,
+        &text,
+        sextant_client::Options::default(),
+    ))
+    .unwrap()
+}
+
+/// Creates `/d/<name>` for each of `names` through `client`.
+fn create_in_d(rt: &tokio::runtime::Runtime, client: &sextant_client::Client, names: &[String]) {
+    let root = sextant_types::Credentials::root();
+    rt.block_on(async {
+        let d = client.resolve(&root, b"/d", true).await.unwrap();
+        for n in names {
+            client
+                .create(&root, d.soid, n.as_bytes(), 0o644, true)
+                .await
+                .unwrap();
+        }
+    });
+}
+
 /// Log-less durability on a cluster (issue 21, item 6): server a's machine
 /// loses power — SIGKILL, then a's journal cut back to what it held before
 /// the last operations (a power loss keeps only what was synced; a syncs
@@ -3964,89 +4082,64 @@ fn a_path_limited_key_follows_symlinks_and_renames_only_inside_across_servers() 
 /// client was told is done is lost.
 #[test]
 fn a_log_less_servers_power_loss_loses_nothing_its_client_holds() {
-    use sextant_client::{Client, Options};
-    use sextant_types::Credentials;
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let logless = [
-        "--durability",
-        "logless",
-        "--journal-sync",
-        "background:10s",
-        "--recovery-grace",
-        "1s",
-    ];
-    let (a, a_addr) = serve_env(dir.path(), &etcd.url, "a", &logless, &[]);
-    let mut a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "a" && t.1 > 0)
-    });
-    let (b, b_addr) = serve_env(dir.path(), &etcd.url, "b", &logless, &[]);
-    let _b = KillOnDrop(b);
-    wait_for("b a member", Duration::from_secs(30), || {
-        status_on(&etcd.url, &secret)["servers"]
-            .as_array()
-            .is_some_and(|s| s.len() == 2)
-    });
-    sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
-    // What a's journal holds now is what its "disk" keeps.
-    let journal = dir.path().join("store/members/a/journal");
-    let lengths: Vec<(PathBuf, u64)> = std::fs::read_dir(&journal)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let len = std::fs::metadata(&p).unwrap().len();
-            (p, len)
-        })
-        .collect();
-    let root = Credentials::root();
+    let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    let client = rt.block_on(async {
-        let client = Client::connect(&b_addr, &text, Options::default())
-            .await
-            .unwrap();
-        let d = client.resolve(&root, b"/d", true).await.unwrap();
-        for i in 0..20 {
-            client
-                .create(&root, d.soid, format!("f{i}").as_bytes(), 0o644, true)
-                .await
-                .unwrap();
-        }
-        client
-    });
+    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let want: Vec<String> = {
+        let mut w: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+        w.sort_unstable();
+        w
+    };
+    create_in_d(&rt, &client, &want);
     assert!(
         client.backup_stats().entries >= 20,
         "the client holds a's redo entries: {:?}",
         client.backup_stats()
     );
-    common::kill9(&mut a.0);
-    for entry in std::fs::read_dir(&journal).unwrap() {
-        let p = entry.unwrap().path();
-        let keep = lengths.iter().find(|(q, _)| *q == p).map_or(0, |(_, l)| *l);
-        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f.set_len(keep).unwrap();
-    }
-    wait_for("b took a's tables", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
-    });
-    let listing = sextant_ok(&b_addr, &secret, &["ls", "/d"]);
-    let mut names: Vec<&str> = listing.split_whitespace().collect();
-    names.sort_unstable();
-    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
-    want.sort_unstable();
-    assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(after_power_loss_of_a(&mut pair, &etcd.url), want);
     assert_eq!(
         client.backup_stats().entries,
         0,
         "handed over, then dropped"
     );
+    let _ = (&pair.a_addr, &pair.b);
     drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
+/// As on one server, an operation survives its own client's death through
+/// the other clients its server's later replies gave it to (the Active
+/// Request List, K = 4): client 1 makes `/d/f0` on a and dies with its
+/// backups; client 2's next three operations on a carried f0's entry;
+/// after a's power loss all four files are there.
+#[test]
+fn a_log_less_operation_outlives_its_dead_client_through_another_clients_backups() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let mut pair = logless_pair(dir.path(), &etcd.url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let first = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let second = logless_client(&rt, &pair.b_addr, &pair.secret);
+    create_in_d(&rt, &first, &["f0".to_string()]);
+    // The first client dies: what it held is gone with it.
+    drop(first);
+    let later: Vec<String> = (0..3).map(|i| format!("g{i}")).collect();
+    create_in_d(&rt, &second, &later);
+    assert!(
+        second.backup_stats().entries >= 4,
+        "{:?}",
+        second.backup_stats()
+    );
+    assert_eq!(
+        after_power_loss_of_a(&mut pair, &etcd.url),
+        ["f0", "g0", "g1", "g2"]
+    );
+    drop(second);
     drop(rt);
     drop(etcd.child);
 }
