@@ -4153,27 +4153,14 @@ fn a_log_less_operation_outlives_its_dead_client_through_another_clients_backups
 /// every file the client was told was made.
 #[test]
 fn a_restarted_log_less_server_completes_its_journal_from_its_clients() {
-    use sextant_client::{Client, Options};
-    use sextant_types::Credentials;
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
     let listen = format!("127.0.0.1:{}", free_ports(1));
+    let store = dir.path().join("store");
     let start = || {
-        let mut args = vec![
-            "--durability",
-            "logless",
-            "--journal-sync",
-            "background:10s",
-            "--recovery-grace",
-            "2s",
-            "--etcd",
-            &etcd.url,
-            "--name",
-            "a",
-            "--cluster-store",
-        ];
-        let store = dir.path().join("store");
+        let mut args = LOGLESS_FLAGS.to_vec();
+        args.extend(["--etcd", &etcd.url, "--name", "a", "--cluster-store"]);
         args.push(store.to_str().unwrap());
         let (child, addr) = common::spawn_server_env(
             &dir.path().join("a"),
@@ -4192,49 +4179,24 @@ fn a_restarted_log_less_server_completes_its_journal_from_its_clients() {
             .any(|t| t.0 == "a" && t.1 > 0)
     });
     sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
-    let journal = dir.path().join("store/members/a/journal");
-    let lengths: Vec<(PathBuf, u64)> = std::fs::read_dir(&journal)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let len = std::fs::metadata(&p).unwrap().len();
-            (p, len)
-        })
-        .collect();
-    let root = Credentials::root();
+    let journal = store.join("members/a/journal");
+    let kept = journal_lengths(&journal);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    let client = rt.block_on(async {
-        let client = Client::connect(&a_addr, &text, Options::default())
-            .await
-            .unwrap();
-        let d = client.resolve(&root, b"/d", true).await.unwrap();
-        for i in 0..20 {
-            client
-                .create(&root, d.soid, format!("f{i}").as_bytes(), 0o644, true)
-                .await
-                .unwrap();
-        }
-        client
-    });
+    let client = logless_client(&rt, &a_addr, &secret);
+    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    want.sort_unstable();
+    create_in_d(&rt, &client, &want);
     assert!(
         client.backup_stats().entries >= 20,
         "{:?}",
         client.backup_stats()
     );
     common::kill9(&mut a.0);
-    for entry in std::fs::read_dir(&journal).unwrap() {
-        let p = entry.unwrap().path();
-        let keep = lengths.iter().find(|(q, _)| *q == p).map_or(0, |(_, l)| *l);
-        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f.set_len(keep).unwrap();
-    }
+    cut_journal(&journal, &kept);
     let (_a, _) = start();
     let listing = sextant_ok(&a_addr, &secret, &["ls", "/d"]);
     let mut names: Vec<&str> = listing.split_whitespace().collect();
     names.sort_unstable();
-    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
-    want.sort_unstable();
     assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
     drop(client);
     drop(rt);

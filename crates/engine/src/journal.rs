@@ -571,31 +571,7 @@ impl Journal {
     /// holding the locks that ordered the operation, so LSN order agrees
     /// with the order in which conflicting operations applied.
     pub fn append(&self, record: &[u8]) -> Result<Lsn, FsError> {
-        if let Some(e) = self.shared.stop.error() {
-            return Err(e);
-        }
-        if record.len() > MAX_RECORD_LEN {
-            // Refused before anything is applied: the operation fails whole.
-            return Err(FsError::TooBig);
-        }
-        let mut st = self.shared.state.lock();
-        let lsn = st.next_lsn;
-        st.next_lsn += 1;
-        if !config_writes(&self.shared.config) {
-            self.shared.durable_lsn.store(lsn, Ordering::Release);
-            return Ok(lsn);
-        }
-        if st.open.count == 0 {
-            st.open.first_lsn = lsn;
-        }
-        st.open.count += 1;
-        st.open
-            .payload
-            .extend_from_slice(&(record.len() as u32).to_le_bytes());
-        st.open.payload.extend_from_slice(record);
-        drop(st);
-        self.shared.syncer_wake.notify_one();
-        Ok(lsn)
+        self.append_with(record, |_| ()).map(|(lsn, ())| lsn)
     }
 
     /// [`Journal::append`], running `f` with the record's LSN under the lock
@@ -610,15 +586,17 @@ impl Journal {
             return Err(e);
         }
         if record.len() > MAX_RECORD_LEN {
+            // Refused before anything is applied: the operation fails whole.
             return Err(FsError::TooBig);
-        }
-        if !config_writes(&self.shared.config) {
-            return Err(FsError::Io);
         }
         let mut st = self.shared.state.lock();
         let lsn = st.next_lsn;
         st.next_lsn += 1;
         let out = f(lsn);
+        if !config_writes(&self.shared.config) {
+            self.shared.durable_lsn.store(lsn, Ordering::Release);
+            return Ok((lsn, out));
+        }
         if st.open.count == 0 {
             st.open.first_lsn = lsn;
         }
