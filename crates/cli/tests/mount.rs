@@ -3081,3 +3081,64 @@ fn a_subdir_mount_shows_that_directory_and_a_path_key_mounts_its_subtree() {
         "k"
     );
 }
+
+/// A name looked up before the mount's change stream is open (here made
+/// long: SEXTANT_WATCH_DELAY_MS) is not cached as absent: nothing would
+/// report its creation elsewhere, and the reset when the stream opens
+/// drops only the names the mount recorded. It was: `stat` said ENOENT
+/// for the whole entry timeout (30 s) after a `sextant touch` (issue 23).
+#[test]
+fn a_name_absent_before_the_change_stream_opens_is_not_cached() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::start();
+    m.umount();
+    const DELAY: Duration = Duration::from_secs(4);
+    let mounted = Instant::now();
+    m.mount_env(&[("SEXTANT_WATCH_DELAY_MS", &DELAY.as_millis().to_string())]);
+    assert_eq!(errno(std::fs::metadata(m.p("late"))), libc::ENOENT);
+    m.sextant_ok(&["touch", "/late"]);
+    assert!(
+        mounted.elapsed() < DELAY,
+        "too slow: the stream may be open already, nothing tested"
+    );
+    assert!(m.p("late").exists(), "seen at once: its absence not cached");
+    // Once the stream is open, absent names are cached again, and a
+    // creation elsewhere drops them.
+    std::thread::sleep(DELAY.saturating_sub(mounted.elapsed()) + Duration::from_millis(500));
+    assert_eq!(errno(std::fs::metadata(m.p("later"))), libc::ENOENT);
+    m.sextant_ok(&["touch", "/later"]);
+    eventually("a creation elsewhere is seen", || m.p("later").exists());
+}
+
+/// A name cached as absent while the change stream was open, then made
+/// while the stream was down (the server killed; the name made by the
+/// embedded engine on its data): when the stream reopens, its reset drops
+/// that name too. It did not: the reset dropped only the names of nodes,
+/// and `stat` said ENOENT for the whole entry timeout (30 s).
+#[test]
+fn a_name_absent_and_made_while_the_stream_is_down_is_seen_when_it_reopens() {
+    if !fuse_available() {
+        return;
+    }
+    let mut m = Mounted::start();
+    // The stream is open: a change elsewhere reaches the kernel's cache
+    // (a notice, or the reset when the stream opens).
+    std::fs::write(m.p("probe"), b"").unwrap();
+    let mode = |p: &str| std::fs::metadata(m.p(p)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode("probe"), 0o644);
+    m.sextant_ok(&["chmod", "600", "/probe"]);
+    eventually("the stream is open", || mode("probe") == 0o600);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(errno(std::fs::metadata(m.p("x"))), libc::ENOENT);
+    let _ = m.server.kill();
+    let _ = m.server.wait();
+    common::local_ok(&m.data(), &["touch", "/x"]);
+    let (server, addr) = spawn_server(&m.data(), "nosync", &m.addr);
+    assert_eq!(addr, m.addr, "restarted on the same address");
+    m.server = server;
+    eventually("a name made while the stream was down is seen", || {
+        m.p("x").exists()
+    });
+}

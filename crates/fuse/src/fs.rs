@@ -65,6 +65,9 @@ pub struct SextantFs {
     pub(crate) no_xattrs: crate::nocaps::NoXattrs,
     /// Directories made here and the names put there ([`crate::fresh`]).
     pub(crate) fresh: crate::fresh::FreshDirs,
+    /// The names answered "no such name" with a timeout, for the
+    /// watcher's resets ([`crate::absent`]).
+    pub(crate) absent: Arc<crate::absent::Absent>,
     /// Attribute changes of files open for writing here, sent with their
     /// size ([`crate::held`]); `hold` off: every change is sent at once.
     pub(crate) held: crate::held::HeldChanges,
@@ -456,11 +459,19 @@ impl SextantFs {
 
     /// An entry reply for `a`, named `name` in `parent`: the kernel gains a
     /// reference to its node (and may cache the name, see [`crate::watch`]).
-    /// `a` came in a reply to a request sent at cache epoch `sent`.
-    fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr, sent: u64) -> Entry {
+    /// `a` came in a reply to a request sent at cache epoch `sent` and
+    /// reset generation `resets` ([`crate::absent`]). The name may be
+    /// cached only if the node remembers it and no reset came since the
+    /// request was sent: a reset that did may have missed it (the name
+    /// recorded after the reset looked), and the change it stands for
+    /// (one nothing reported) may be this name's removal.
+    fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr, sent: u64, resets: u64) -> Entry {
         self.saw_attr(a, sent);
         let ino = self.nodes.ino(a.soid, true);
-        let remembered = self.nodes.named(ino, parent.0, name.as_bytes());
+        // Named first, then the generation checked (a reset moves it
+        // before it looks at the names: see crate::watch's `reset`).
+        let remembered =
+            self.nodes.named(ino, parent.0, name.as_bytes()) && self.absent.generation() == resets;
         let (attr, attr_ttl) = self.file_attr(a, ino);
         Entry {
             attr,
@@ -479,12 +490,29 @@ impl SextantFs {
         Ok(perms::check(a, c, perms::open_mask(flags))?)
     }
 
-    /// "No such name", cacheable for as long as a name (node id 0).
-    fn negative_entry(&self) -> Entry {
+    /// "No such name" for `name` in `parent`, read by a request sent at
+    /// reset generation `sent` ([`crate::absent`]). The kernel may cache
+    /// it (for as long as a name, node id 0) only while every change
+    /// stream is open, so that a creation elsewhere is reported, and only
+    /// once it is recorded for the next reset to drop (a creation made
+    /// while a stream is down is reported by none).
+    fn negative_entry(&self, parent: INodeNo, name: &OsStr, sent: u64) -> Entry {
+        let cached = self.live()
+            && self.absent.record(
+                parent.0,
+                name.as_bytes(),
+                sent,
+                self.entry_ttl,
+                std::time::Instant::now(),
+            );
         Entry {
             attr: crate::reply::name_only(0, fuser::FileType::RegularFile),
             attr_ttl: Duration::ZERO,
-            entry_ttl: self.entry_ttl,
+            entry_ttl: if cached {
+                self.entry_ttl
+            } else {
+                Duration::ZERO
+            },
         }
     }
 
@@ -770,9 +798,10 @@ impl Filesystem for SextantFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.run_read(req, reply, async {
+            let resets = self.absent.generation();
             // In a directory made here: only the names put there exist.
             if self.live() && self.fresh.absent(parent.0, name(n), self.elsewhere_epoch()) {
-                return Ok(self.negative_entry());
+                return Ok(self.negative_entry(parent, n, resets));
             }
             let sent = self.epoch();
             let found = self
@@ -783,9 +812,9 @@ impl Filesystem for SextantFs {
                 // A name that does not exist may be cached too (a negative
                 // entry) when a creation elsewhere will invalidate it.
                 Err(e) if e.fs() == Some(FsError::NotFound) && self.coherent => {
-                    Ok(self.negative_entry())
+                    Ok(self.negative_entry(parent, n, resets))
                 }
-                found => Ok(self.entry(parent, n, &found?, sent)),
+                found => Ok(self.entry(parent, n, &found?, sent, resets)),
             }
         })
     }
@@ -943,12 +972,13 @@ impl Filesystem for SextantFs {
             let p = self.soid(parent)?;
             self.fresh.naming(parent.0, name(n));
             let sent = self.epoch();
+            let resets = self.absent.generation();
             let a = self
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
                 .await?;
             self.fresh.put_file(parent.0, name(n), a.soid);
-            Ok(self.entry(parent, n, &a, sent))
+            Ok(self.entry(parent, n, &a, sent, resets))
         })
     }
 
@@ -967,12 +997,13 @@ impl Filesystem for SextantFs {
             let (change, want_dir) = self.dir_change(parent);
             self.fresh.naming(parent.0, name(n));
             let (sent, sent_all) = (self.elsewhere_epoch(), self.epoch());
+            let resets = self.absent.generation();
             let made = self
                 .client()
                 .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
                 .await?;
             change.end(made.dir);
-            let e = self.entry(parent, n, &made.value, sent_all);
+            let e = self.entry(parent, n, &made.value, sent_all, resets);
             if self.coherent {
                 self.fresh.made(e.attr.ino.0, sent, self.elsewhere_epoch());
             }
@@ -1003,12 +1034,13 @@ impl Filesystem for SextantFs {
             self.fresh.naming(parent.0, name(link_name));
             let t = target.as_os_str().as_bytes();
             let sent = self.epoch();
+            let resets = self.absent.generation();
             let a = self
                 .client()
                 .symlink(&self.cred(req), p, name(link_name), t)
                 .await?;
             self.fresh.put_file(parent.0, name(link_name), a.soid);
-            Ok(self.entry(parent, link_name, &a, sent))
+            Ok(self.entry(parent, link_name, &a, sent, resets))
         })
     }
 
@@ -1104,6 +1136,7 @@ impl Filesystem for SextantFs {
             // The file's link count changes: what is kept of it is old.
             let (file_change, _) = self.dir_change(ino);
             let sent = self.epoch();
+            let resets = self.absent.generation();
             let a = self
                 .client()
                 .link(&self.cred(req), s, np, name(newname))
@@ -1111,7 +1144,7 @@ impl Filesystem for SextantFs {
             self.held.links(a.soid, a.nlink);
             self.fresh.put_file(newparent.0, name(newname), a.soid);
             file_change.end(Some(a.clone()));
-            Ok(self.entry(newparent, newname, &a, sent))
+            Ok(self.entry(newparent, newname, &a, sent, resets))
         })
     }
 
@@ -1314,13 +1347,14 @@ impl Filesystem for SextantFs {
                 .collect();
             // Attributes listed are as of this epoch or a later one.
             let sent = self.epoch();
+            let resets = self.absent.generation();
             let mut entries = self.listing(req, ino, fh, offset, true).await?;
             entries.truncate(PLUS_REPLY_MAX);
             items.extend(entries.into_iter().map(|(e, attr)| {
                 let name = OsString::from_vec(e.name.into_vec());
                 let (node, entry) = match attr {
                     Some(a) if a.soid == e.soid && a.ftype == e.ftype => {
-                        let entry = self.entry(ino, &name, &a, sent);
+                        let entry = self.entry(ino, &name, &a, sent, resets);
                         let node = entry.attr.ino.0;
                         (node, Some((entry, Reference::taken(&self.nodes, node))))
                     }
@@ -1488,6 +1522,7 @@ impl Filesystem for SextantFs {
             let (change, want_dir) = self.dir_change(parent);
             self.fresh.naming(parent.0, name(n));
             let sent = self.epoch();
+            let resets = self.absent.generation();
             let made = self
                 .client()
                 .create_with_dir(&c, p, name(n), perm, exclusive, want_dir)
@@ -1522,7 +1557,7 @@ impl Filesystem for SextantFs {
                 Err(e) => return Err(e.into()),
             };
             let fh = self.opened(self.data.open(&a)?, a.soid, flags, req.pid());
-            let entry = self.entry(parent, n, &a, sent);
+            let entry = self.entry(parent, n, &a, sent, resets);
             if made_here && self.coherent {
                 // For the GETATTR after its first write (crate::dirattrs).
                 self.dir_attrs

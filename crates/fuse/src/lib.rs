@@ -25,6 +25,8 @@
 //!   client changes them (so long cache timeouts stay exact).
 //! - [`dirattrs`]: a directory's (or file's) attributes from the replies
 //!   to this mount's own changes, for the GETATTR the kernel sends next.
+//! - [`absent`]: the names answered "no such name" with a timeout, for
+//!   the watcher's resets.
 //! - [`fresh`]: directories this mount made and the names it put there,
 //!   for the failing LOOKUP before each create.
 //! - [`nocaps`]: files known to have no xattrs (or no
@@ -38,6 +40,7 @@
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
 
+pub mod absent;
 pub mod data;
 pub mod dirattrs;
 pub mod dirs;
@@ -139,6 +142,7 @@ pub fn mount(
     let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Set by the watcher while every change stream it follows is open.
     let watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let absent = Arc::new(absent::Absent::default());
     let watcher_client = client.clone();
     let durability_of = client.clone();
     let data = Arc::new(
@@ -171,6 +175,7 @@ pub fn mount(
         interrupts: Default::default(),
         no_xattrs: Default::default(),
         fresh: Default::default(),
+        absent: Arc::clone(&absent),
         held: Default::default(),
         // SEXTANT_HOLD_ATTRS=0: every attribute change is sent at once
         // (for comparisons; see crate::held).
@@ -193,6 +198,12 @@ pub fn mount(
     config.n_threads = Some(cfg.threads.max(1));
     let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
     let (stop_watch, stopped) = tokio::sync::watch::channel(false);
+    // For tests: SEXTANT_WATCH_DELAY_MS delays the watcher's first stream
+    // (the window before it, when nothing reports changes elsewhere).
+    let start_delay = std::env::var("SEXTANT_WATCH_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
     let caching = !(cfg.attr_ttl.is_zero() && cfg.entry_ttl.is_zero());
     let watcher = if cfg.watch && caching {
         let (notifier, rt) = (session.notifier(), rt.clone());
@@ -203,10 +214,15 @@ pub fn mount(
                     watch::run(
                         watcher_client,
                         rt,
-                        nodes,
+                        watch::Caches {
+                            nodes,
+                            absent,
+                            epoch,
+                        },
                         data,
                         notifier,
-                        (epoch, watching),
+                        watching,
+                        start_delay,
                         stopped,
                     )
                 })?,

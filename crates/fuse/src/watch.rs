@@ -32,7 +32,8 @@
 //!
 //! Invariants:
 //! - Every stream the watcher opens (to any server) starts with a reset
-//!   (every cached attribute and every remembered name invalidated):
+//!   (every cached attribute and every remembered name invalidated, the
+//!   names given as absent too, [`crate::absent`]):
 //!   changes made through that server while its stream was not open are
 //!   unknown. The same on a batch marked `lost`, and when a server leaves
 //!   the map (its stream closed with notices perhaps on their way).
@@ -44,6 +45,7 @@
 //! - The watcher never blocks a FUSE thread: it has its own thread, and
 //!   invalidating a name waits only for requests in flight to finish.
 
+use crate::absent::Absent;
 use crate::data::{Data, ObjectStamp};
 use crate::nodes::Nodes;
 use fuser::{INodeNo, Notifier};
@@ -53,14 +55,16 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// Tells the kernel to drop what it caches of these changes, after moving
 /// the cache epoch (see [`crate::dirattrs`]).
-pub(crate) fn apply(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64, batch: &ChangeBatch) {
+pub(crate) fn apply(caches: &Caches, notifier: &Notifier, batch: &ChangeBatch) {
+    let Caches { nodes, epoch, .. } = caches;
     epoch.fetch_add(1, Ordering::AcqRel);
     if batch.lost {
-        reset(nodes, notifier, epoch);
+        reset(caches, notifier);
     }
     let inos = batch.inodes.iter().filter_map(|s| nodes.find(*s));
     let names = batch
@@ -86,14 +90,29 @@ fn invalidate<'a>(
     }
 }
 
-/// Drops every attribute and every name the kernel may cache.
-fn reset(nodes: &Nodes, notifier: &Notifier, epoch: &AtomicU64) {
-    epoch.fetch_add(1, Ordering::AcqRel);
-    let (inos, names) = nodes.cached();
+/// What the mount keeps of the kernel's caches, which the watcher drops.
+pub(crate) struct Caches {
+    /// The nodes the kernel may hold, and their names.
+    pub nodes: Arc<Nodes>,
+    /// The names the kernel may hold as absent.
+    pub absent: Arc<Absent>,
+    /// The cache epoch (see [`crate::dirattrs`]).
+    pub epoch: Arc<AtomicU64>,
+}
+
+/// Drops every attribute and every name the kernel may cache, the names
+/// it holds as absent too (taken first: see [`crate::absent`]).
+fn reset(caches: &Caches, notifier: &Notifier) {
+    caches.epoch.fetch_add(1, Ordering::AcqRel);
+    let absent = caches.absent.reset();
+    let (inos, names) = caches.nodes.cached();
     invalidate(
         notifier,
         inos.into_iter(),
-        names.iter().map(|(parent, name)| (*parent, &name[..])),
+        names
+            .iter()
+            .chain(absent.iter())
+            .map(|(parent, name)| (*parent, &name[..])),
     );
 }
 
@@ -152,12 +171,14 @@ async fn sweep_store(client: Client, data: Arc<Data>) {
 pub(crate) fn run(
     client: Client,
     rt: tokio::runtime::Handle,
-    nodes: Arc<Nodes>,
+    caches: Caches,
     data: Arc<Data>,
     notifier: Notifier,
-    (epoch, watching): (Arc<AtomicU64>, Arc<AtomicBool>),
+    watching: Arc<AtomicBool>,
+    start_delay: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
+    let epoch = &caches.epoch;
     // Whatever ends the watcher, nothing is watched any more.
     struct NotWatching(Arc<AtomicBool>);
     impl Drop for NotWatching {
@@ -169,6 +190,15 @@ pub(crate) fn run(
     // Servers whose stream broke and is not open again.
     let mut broken: std::collections::HashSet<String> = Default::default();
     rt.block_on(async {
+        // A test's hook (SEXTANT_WATCH_DELAY_MS): the window before the
+        // first stream opens, made long.
+        if !start_delay.is_zero() {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(start_delay) => {}
+            }
+        }
         // Every server of a cluster (one on a single server); each
         // stream is reopened by itself, with a backoff of up to 2 s.
         let mut all = client.watch_all();
@@ -191,7 +221,7 @@ pub(crate) fn run(
                     if batch.lost {
                         tracing::warn!("change notices were lost; dropped every kernel cache");
                     }
-                    apply(&nodes, &notifier, &epoch, &batch);
+                    apply(&caches, &notifier, &batch);
                     // Beside the stream, so that asking the server
                     // never delays the next batch's invalidations.
                     let held = leftovers(&data, batch.inodes.iter().copied());
@@ -207,7 +237,7 @@ pub(crate) fn run(
                         ),
                         _ => tracing::debug!(?w, "watching a server"),
                     }
-                    reset(&nodes, &notifier, &epoch);
+                    reset(&caches, &notifier);
                     match &w {
                         Watched::Opened { server } | Watched::Left { server } => {
                             broken.remove(server);
