@@ -18,6 +18,9 @@
 //!    started dropping must not serve again before it knows its
 //!    handover's outcome; a handover to a server that died meanwhile is
 //!    then reassigned by this rule.)
+//!    A log-less owner's tables wait until its journals are completed
+//!    (`uncompleted`, [`completions_due`]): the one decision point of the
+//!    unsynced tail comes before any reassignment.
 //! 3. Balance, with hysteresis: a table weighs [`table_weight`] — 1 plus
 //!    its request rate (operations per second) plus one per
 //!    [`INODES_PER_UNIT`] inodes, both as its owner last published them
@@ -110,6 +113,10 @@ pub struct ClusterView {
     pub borrows: Vec<(ServerId, BTreeSet<TableId>)>,
     /// Where each lent table goes back to once no borrow names it.
     pub homes: BTreeMap<TableId, ServerId>,
+    /// Log-less servers with a journal of a dead generation (its lease
+    /// gone) not completed yet ([`crate::logless`]): their tables are not
+    /// reassigned before (rule 2). Empty when no server is log-less.
+    pub uncompleted: BTreeSet<ServerId>,
 }
 
 /// A write the coordinator asks for.
@@ -158,6 +165,19 @@ pub enum Action {
     },
 }
 
+/// The log-less servers whose dead journals the coordinator completes
+/// now: all in `uncompleted`, owners of tables or not — before it
+/// reassigns their tables if they are gone; before they load their tables
+/// again if they joined again meanwhile; and before anyone loads a table
+/// whose manifest a server handed over and then died still points into
+/// its journal (a load cannot tell what the unsynced tail of a dead
+/// journal held: it waits for the completion of any dead journal it
+/// replays — the simulation's seed 1734 waited for ever when only
+/// owners' journals were completed).
+pub fn completions_due(view: &ClusterView) -> BTreeSet<ServerId> {
+    view.uncompleted.clone()
+}
+
 /// The writes that bring `view` where it should be.
 pub fn decide(view: &ClusterView, spread: usize) -> Vec<Action> {
     let mut actions = Vec::new();
@@ -174,6 +194,8 @@ pub fn decide(view: &ClusterView, spread: usize) -> Vec<Action> {
     for (table, owner) in &view.owners {
         let (expect, gone, epoch, reason) = match owner {
             None => (Revision(0), None, Epoch(1), "no owner yet"),
+            // Log-less: not before its journals are completed.
+            Some((o, _)) if view.uncompleted.contains(&o.server) => continue,
             Some((o, rev)) if !view.members.contains(&o.server) => (
                 *rev,
                 Some(o.server),
@@ -443,6 +465,34 @@ mod tests {
                 reason: "its owner's lease is gone",
             }]
         );
+    }
+
+    #[test]
+    fn a_log_less_owners_tables_wait_for_the_completion_of_its_journals() {
+        let mut view = ClusterView {
+            members: [ServerId(2)].into(),
+            owners: [(TableId(0), owner(1, 3)), (TableId(1), owner(2, 1))].into(),
+            uncompleted: [ServerId(1)].into(),
+            ..Default::default()
+        };
+        assert_eq!(completions_due(&view), [ServerId(1)].into());
+        assert!(decide(&view, 2).is_empty(), "not reassigned before");
+        view.uncompleted.insert(ServerId(3));
+        assert_eq!(
+            completions_due(&view),
+            [ServerId(1), ServerId(3)].into(),
+            "owner of no table: completed too"
+        );
+        view.uncompleted.remove(&ServerId(3));
+        view.uncompleted.clear();
+        assert!(completions_due(&view).is_empty());
+        assert!(matches!(
+            decide(&view, 2)[..],
+            [Action::Assign {
+                gone: Some(ServerId(1)),
+                ..
+            }]
+        ));
     }
 
     #[test]

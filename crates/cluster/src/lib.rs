@@ -21,6 +21,9 @@
 //!   serving, dropping (migration), loading (ADD, failover replay).
 //! - [`coordinator`]: the coordinator's decisions, recomputed from etcd's
 //!   state every time (it keeps none of its own, Ursa Minor §3.7).
+//! - [`logless`]: log-less durability — a journal synced late, the
+//!   clients' backups of its unsynced tail, and the completion of a dead
+//!   journal decided once before its tables are reassigned.
 //! - [`sim`]: the deterministic simulation: simulated time, network,
 //!   etcd and shared store; crashes, pauses, partitions, etcd restarts.
 //!
@@ -41,5 +44,6 @@ pub mod etcd;
 pub mod exactly_once;
 pub mod ids;
 pub mod lease;
+pub mod logless;
 pub mod server;
 pub mod sim;

@@ -89,12 +89,35 @@ impl FromIterator<u64> for Contents {
     }
 }
 
-/// Where a table's state is: its snapshot, and the journal (a server's)
-/// whose records for the table after `position` come after the snapshot.
+/// A journal in the shared store: one per server and membership
+/// generation (the lease it joined under; 0 before any). A server that
+/// joins again — after a lost lease or a restart — starts a new one, so
+/// that a dead generation's journal is closed: its completion
+/// ([`crate::logless`]) is decided once, and nothing is appended to it
+/// after (a record written late by a partitioned server is past the
+/// completion's prefix and never replayed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JournalId {
+    pub server: ServerId,
+    pub generation: u64,
+}
+
+impl std::fmt::Display for JournalId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}'s journal of generation {}",
+            self.server, self.generation
+        )
+    }
+}
+
+/// Where a table's state is: its snapshot, and the journal whose records
+/// for the table after `position` come after the snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Manifest {
     pub snapshot: Contents,
-    pub journal: ServerId,
+    pub journal: JournalId,
     pub position: usize,
 }
 
@@ -105,12 +128,22 @@ impl Manifest {
             .applications()
             .map(|op| op.to_string())
             .collect();
-        format!("{} {} {}", self.journal.0, self.position, ids.join(","))
+        format!(
+            "{}.{} {} {}",
+            self.journal.server.0,
+            self.journal.generation,
+            self.position,
+            ids.join(",")
+        )
     }
 
     pub fn decode(s: &str) -> Option<Manifest> {
         let mut it = s.splitn(3, ' ');
-        let journal = ServerId(it.next()?.parse().ok()?);
+        let (server, generation) = it.next()?.split_once('.')?;
+        let journal = JournalId {
+            server: ServerId(server.parse().ok()?),
+            generation: generation.parse().ok()?,
+        };
         let position = it.next()?.parse().ok()?;
         let ids = it.next().unwrap_or("");
         let snapshot = ids
@@ -268,6 +301,15 @@ impl Server {
 
     pub fn lease(&self) -> Option<LeaseId> {
         self.lease
+    }
+
+    /// The journal this server appends to now: its current membership
+    /// generation's ([`JournalId`]).
+    pub fn journal(&self) -> JournalId {
+        JournalId {
+            server: self.id,
+            generation: self.lease.map_or(0, |l| l.0),
+        }
     }
 
     pub fn lease_remaining(&self, now: Millis) -> u64 {
@@ -521,13 +563,19 @@ mod tests {
     fn values_round_trip() {
         let m = Manifest {
             snapshot: [1, 5, 9].into_iter().collect(),
-            journal: ServerId(3),
+            journal: JournalId {
+                server: ServerId(3),
+                generation: 12,
+            },
             position: 17,
         };
         assert_eq!(Manifest::decode(&m.encode()), Some(m));
         let empty = Manifest {
             snapshot: Contents::new(),
-            journal: ServerId(0),
+            journal: JournalId {
+                server: ServerId(0),
+                generation: 0,
+            },
             position: 0,
         };
         assert_eq!(Manifest::decode(&empty.encode()), Some(empty));
@@ -544,6 +592,7 @@ mod tests {
         let mut s = Server::new(ServerId(1), 100);
         assert_eq!(s.tick(Millis(0)), vec![Out::Join]);
         s.joined(LeaseId(1), Millis(0), 1_000);
+        assert_eq!(s.journal().generation, 1, "a journal per membership");
         let view = TableView {
             table: TableId(0),
             owner: Owner {
