@@ -3257,7 +3257,25 @@ fn client_keys_revoked_in_etcd_end_a_running_servers_sessions() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
+    // Its log, for the audit lines of changes made in etcd alone.
+    let log = dir.path().join("a.log");
+    let store = dir.path().join("store");
+    let (a, a_addr) = common::spawn_server_env(
+        &dir.path().join("a"),
+        "127.0.0.1:0",
+        &[
+            "--journal-sync",
+            "fsync",
+            "--etcd",
+            &etcd.url,
+            "--name",
+            "a",
+            "--cluster-store",
+            store.to_str().unwrap(),
+        ],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+        &[("SEXTANT_LEASE_TTL", "2s"), ("SEXTANT_LOG_FORMAT", "json")],
+    );
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
     wait_for("the root table assigned", Duration::from_secs(30), || {
@@ -3343,6 +3361,13 @@ fn client_keys_revoked_in_etcd_end_a_running_servers_sessions() {
     let gone = auth_on_etcd(&etcd.url, &["revoke", "in-etcd"]);
     assert!(!gone.status.success(), "a second revocation succeeded");
     assert!(said(&gone).contains("no key named"), "{}", said(&gone));
+    // The server's audit log says what it enforces now.
+    let audit = std::fs::read_to_string(&log).unwrap();
+    let revoked = audit
+        .lines()
+        .filter(|l| l.contains("\"target\":\"audit\"") && l.contains("in-etcd"))
+        .any(|l| l.contains("client key revoked"));
+    assert!(revoked, "no audit line for the revocation made in etcd");
 }
 
 /// A client key used over a cluster server's Unix socket (issue 22): the

@@ -402,6 +402,23 @@ impl KeyBook {
         }
         let mut keys = self.keys.write();
         if *keys != next {
+            // The audit log of every server says what it enforces from
+            // now on, whoever changed the book (another server, or
+            // `sextant auth --etcd` with no server involved).
+            for name in keys.keys().filter(|n| !next.contains_key(*n)) {
+                tracing::warn!(target: "audit", key = %name, "client key revoked (the shared key book changed)");
+            }
+            for (name, k) in &next {
+                match keys.get(name) {
+                    None => {
+                        tracing::info!(target: "audit", key = %name, "client key added (the shared key book changed)")
+                    }
+                    Some(old) if old != k => {
+                        tracing::warn!(target: "audit", key = %name, "client key changed (rotated or new limits; the shared key book changed)")
+                    }
+                    Some(_) => {}
+                }
+            }
             *keys = next;
             drop(keys);
             self.changed.send_modify(|g| *g += 1);
