@@ -13,6 +13,27 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+/// Tests that count the server's requests run alone; the others run
+/// together. A test's open files are copied into every child another
+/// test forks, and the child's exec closes them: a FLUSH of the file, and
+/// with it a request of its own, at a moment the counting test does not
+/// choose. Every test takes a side of this gate first.
+mod gate {
+    use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+    static GATE: RwLock<()> = RwLock::new(());
+
+    /// For a test that counts requests: no other test runs meanwhile.
+    pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+        GATE.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// For any other test.
+    pub fn shared() -> RwLockReadGuard<'static, ()> {
+        GATE.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 use common::{
     eventually, fuse_available, is_mounted, kill9, sh, spawn_server, KillOnDrop, Mounted, Unmount,
     BIN,
@@ -71,6 +92,7 @@ fn source_tree(base: &Path) -> PathBuf {
 
 #[test]
 fn ordinary_tools_copy_and_compare_a_real_tree() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -185,6 +207,7 @@ fn errno<T>(r: std::io::Result<T>) -> i32 {
 
 #[test]
 fn errors_as_programs_see_them() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -347,6 +370,7 @@ fn foreground_mount(m: &Mounted, args: &[&str]) -> KillOnDrop {
 /// is in memory), but none may hang.
 #[test]
 fn server_kill9_under_the_mount_loses_nothing_acknowledged() {
+    let _gate = gate::shared();
     if !fuse_available() {
         eprintln!("SKIPPED: /dev/fuse or fusermount3 is not available");
         return;
@@ -430,6 +454,7 @@ fn server_kill9_under_the_mount_loses_nothing_acknowledged() {
 /// 30 s budget) and the program gets an error.
 #[test]
 fn sigterm_ends_a_mount_whose_server_is_gone_promptly() {
+    let _gate = gate::shared();
     if !fuse_available() {
         eprintln!("SKIPPED: /dev/fuse or fusermount3 is not available");
         return;
@@ -470,6 +495,7 @@ fn sigterm_ends_a_mount_whose_server_is_gone_promptly() {
 /// (which unlinks while it reads) leaving nothing behind.
 #[test]
 fn long_listings_are_complete_and_dotdot_is_the_parent() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -521,6 +547,7 @@ fn long_listings_are_complete_and_dotdot_is_the_parent() {
 /// shows the caches are real.
 #[test]
 fn a_mount_sees_other_clients_changes_despite_long_cache_timeouts() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -654,6 +681,7 @@ fn grown_files_show_zeros(path: &Path) {
 /// new empty file showed 16 bytes of the old one).
 #[test]
 fn a_file_removed_elsewhere_leaves_no_data_behind() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -729,6 +757,7 @@ fn a_file_removed_elsewhere_leaves_no_data_behind() {
 /// source's sizes, modes and times.
 #[test]
 fn import_with_data_reads_back_on_the_mount() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -783,6 +812,7 @@ fn import_with_data_reads_back_on_the_mount() {
 /// would. Run on both mounts, each the other's "other client".
 #[test]
 fn permissions_hold_through_cached_names() {
+    let _gate = gate::shared();
     if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("needs FUSE and setpriv");
         return;
@@ -903,6 +933,7 @@ fn permissions_hold_through_cached_names() {
 /// `sextant find` on it finds the server from the mount's source.
 #[test]
 fn a_mount_over_the_unix_socket() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1059,6 +1090,7 @@ fn perm_helper(base: &Path, dir: &Path, user: Option<(u32, u32)>, args: &[&str])
 /// no device node opens there; `access(2)` still follows their modes.
 #[test]
 fn permissions_hold_for_fifos_sockets_and_devices() {
+    let _gate = gate::shared();
     if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("needs FUSE and setpriv");
         return;
@@ -1104,6 +1136,7 @@ fn permissions_hold_for_fifos_sockets_and_devices() {
 /// Many rounds, the opens right after the chmod.
 #[test]
 fn a_chmod_holds_before_it_returns() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1134,6 +1167,7 @@ fn a_chmod_holds_before_it_returns() {
 /// sends the clearing as a chmod with the writer's credentials.
 #[test]
 fn a_writer_clears_set_id_bits() {
+    let _gate = gate::shared();
     if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("needs FUSE and setpriv");
         return;
@@ -1191,6 +1225,7 @@ fn a_writer_clears_set_id_bits() {
 /// open. As on the local file system (pjdfstest ftruncate/00.t).
 #[test]
 fn ftruncate_through_a_writable_descriptor() {
+    let _gate = gate::shared();
     if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("needs FUSE and setpriv");
         return;
@@ -1250,6 +1285,7 @@ os.close(fd)
 /// for each, tens of thousands a minute under a Python load).
 #[test]
 fn ioctls_answer_enotty_quietly() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1291,6 +1327,7 @@ for _ in range(20):
 /// the mount's 30 s retry gives up.
 #[test]
 fn a_killed_program_does_not_wait_for_a_server_that_is_down() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1407,6 +1444,7 @@ fn ended_within(p: &mut KillOnDrop, limit: Duration, what: &str) -> (Duration, S
 /// is let go as quickly (the connection would wait 3 s).
 #[test]
 fn a_signalled_program_does_not_wait_for_a_stopped_server() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1507,6 +1545,7 @@ fn a_signalled_program_does_not_wait_for_a_stopped_server() {
 /// time; raise the rounds to be surer.
 #[test]
 fn unmounting_while_the_change_stream_reopens_exits_cleanly() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1611,6 +1650,7 @@ print("OK" if r >= 0 else errno.errorcode[ctypes.get_errno()], flush=True)
 /// waits for the mount's connections to be replaced.)
 #[test]
 fn an_interrupted_close_keeps_its_size_update() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -1692,6 +1732,7 @@ mod issue23 {
     /// sees them at once, other clients at close.
     #[test]
     fn owner_mode_and_times_of_an_open_file_go_with_its_size_at_close() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -1746,6 +1787,7 @@ mod issue23 {
     /// request), and so does the one request at close.
     #[test]
     fn fsync_sends_the_attribute_changes_held_for_an_open_file() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -1790,6 +1832,7 @@ mod issue23 {
     /// reach the server before the call returns.
     #[test]
     fn changes_by_another_process_or_after_the_close_are_sent_at_once() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -1865,6 +1908,7 @@ mod issue23 {
     /// chown (clearing set-user-ID) and times, and its close.
     #[test]
     fn threads_sharing_a_file_leave_the_server_what_a_local_file_system_has() {
+        let _gate = gate::shared();
         if !fuse_available() {
             return;
         }
@@ -1956,6 +2000,7 @@ mod issue23 {
     /// kernel checks their permissions (default_permissions).
     #[test]
     fn tar_x_as_a_user_gives_what_it_gives_on_a_local_file_system() {
+        let _gate = gate::exclusive();
         if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
             eprintln!("needs FUSE and setpriv");
             return;
@@ -2066,6 +2111,7 @@ mod issue23 {
     /// mount shows the server's.
     #[test]
     fn a_held_change_refused_at_close_is_closes_error() {
+        let _gate = gate::exclusive();
         if !fuse_available()
             || Command::new("setpriv").arg("--version").output().is_err()
             || Command::new("perl").arg("-v").output().is_err()
@@ -2207,6 +2253,7 @@ mod issue23 {
     /// per write.
     #[test]
     fn writes_to_a_new_file_ask_the_server_nothing_about_capabilities() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2263,6 +2310,7 @@ mod issue23 {
     /// through this mount or through another client.
     #[test]
     fn a_capability_set_here_or_elsewhere_is_seen() {
+        let _gate = gate::shared();
         if !fuse_available() || Command::new("setfattr").arg("--version").output().is_err() {
             return;
         }
@@ -2292,6 +2340,7 @@ mod issue23 {
     /// answers itself (crate sextant-fuse, `nocaps`).
     #[test]
     fn ls_l_asks_the_server_nothing_about_xattrs() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2353,6 +2402,7 @@ mod issue23 {
     /// through this mount or through another client.
     #[test]
     fn an_xattr_set_here_or_elsewhere_is_seen() {
+        let _gate = gate::exclusive();
         if !fuse_available() || Command::new("setfattr").arg("--version").output().is_err() {
             return;
         }
@@ -2391,6 +2441,7 @@ mod issue23 {
     /// nothing then) and the size goes in the first of them.
     #[test]
     fn the_written_size_goes_with_the_next_setattr() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2418,6 +2469,7 @@ mod issue23 {
     /// namespace no server keeps: the mount refuses it itself.
     #[test]
     fn cp_a_asks_the_server_nothing_about_acls() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2439,6 +2491,7 @@ mod issue23 {
     /// answers it, not a server call.
     #[test]
     fn attributes_after_a_write_come_from_the_mounts_own_last_change() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2484,6 +2537,7 @@ mod issue23 {
     /// nothing newer before the close), with the size written here.
     #[test]
     fn an_fstat_of_a_new_file_before_close_asks_the_server_nothing() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2527,6 +2581,7 @@ mod issue23 {
     /// fetch), until a change elsewhere (then the server is asked again).
     #[test]
     fn opens_of_an_unchanged_file_ask_the_server_nothing() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2574,6 +2629,7 @@ mod issue23 {
     /// no longer make it forget the directory), and every name reads back.
     #[test]
     fn renames_into_a_directory_made_here_look_nothing_up() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2609,6 +2665,7 @@ mod issue23 {
     /// new name with the right `..`, and stat shows the server's times.
     #[test]
     fn renames_of_files_made_here_ask_nothing_more() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2645,6 +2702,7 @@ mod issue23 {
     /// every name in it), and nothing made here or elsewhere goes unseen.
     #[test]
     fn creates_in_a_directory_made_here_look_nothing_up() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2687,6 +2745,7 @@ mod issue23 {
     /// link keeps its data, and the name shows the new file.
     #[test]
     fn the_mount_looks_nothing_up_before_a_rename_over_a_file() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2729,6 +2788,7 @@ mod issue23 {
     /// end, no lookup per name; with `--readdirplus off` a lookup each.
     #[test]
     fn ls_l_of_a_directory_sends_no_lookup_per_entry() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2771,6 +2831,7 @@ mod issue23 {
     /// batch.
     #[test]
     fn ls_of_a_small_directory_is_one_readdir() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2799,6 +2860,7 @@ mod issue23 {
     /// and of one more list completely, in two server READDIRs each.
     #[test]
     fn a_directory_larger_than_one_batch_lists_completely() {
+        let _gate = gate::exclusive();
         if !fuse_available() {
             return;
         }
@@ -2834,6 +2896,7 @@ mod issue23 {
     /// of a name afterwards is a lookup of its own.
     #[test]
     fn a_listing_without_search_permission_gives_names_only() {
+        let _gate = gate::exclusive();
         if !fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
             eprintln!("needs FUSE and setpriv");
             return;
@@ -2888,6 +2951,7 @@ mod issue23 {
     /// the mount fetched before it: its attributes must not be used).
     #[test]
     fn ls_l_shows_what_another_client_changed_after_a_listing() {
+        let _gate = gate::shared();
         if !fuse_available() {
             return;
         }
@@ -2981,6 +3045,7 @@ mod issue23 {
 /// for `/`, the mount says how instead of failing on the first `ls`.
 #[test]
 fn a_subdir_mount_shows_that_directory_and_a_path_key_mounts_its_subtree() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -3089,6 +3154,7 @@ fn a_subdir_mount_shows_that_directory_and_a_path_key_mounts_its_subtree() {
 /// for the whole entry timeout (30 s) after a `sextant touch` (issue 23).
 #[test]
 fn a_name_absent_before_the_change_stream_opens_is_not_cached() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
@@ -3119,6 +3185,7 @@ fn a_name_absent_before_the_change_stream_opens_is_not_cached() {
 /// and `stat` said ENOENT for the whole entry timeout (30 s).
 #[test]
 fn a_name_absent_and_made_while_the_stream_is_down_is_seen_when_it_reopens() {
+    let _gate = gate::shared();
     if !fuse_available() {
         return;
     }
