@@ -303,12 +303,18 @@ impl Logless {
 
     /// Called with the LSN just taken for an operation: stamps its keys,
     /// builds its redo entry, pushes it on the ARL.
-    pub fn commit(&self, lsn: Lsn, keys: &[Soid], mutations: &[u8]) -> Redo {
+    pub fn commit(
+        &self,
+        lsn: Lsn,
+        keys: &[Soid],
+        tag: Option<&crate::requests::RequestTag>,
+        mutations: &[u8],
+    ) -> Redo {
         let mut o = self.ordered.lock();
         let prev = o.stamps.stamp(lsn, keys);
         let redo = Redo {
             lsn,
-            bytes: Arc::from(self.key.encode(lsn, &prev, mutations)),
+            bytes: Arc::from(self.key.encode_tagged(lsn, &prev, tag, mutations)),
         };
         o.arl.push(redo.clone());
         drop(o);

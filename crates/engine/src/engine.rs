@@ -2022,12 +2022,16 @@ impl Engine {
         let list: Vec<(Lsn, &[(Soid, Lsn)])> =
             entries.values().map(|e| (e.lsn, &e.prev[..])).collect();
         let decisions = logless::plan_recovery(&list, |k| ll.floor(k));
+        // The replies of the operations kept, for their retries: answered,
+        // not run again (an entry of an older server has none).
+        let mut replies = Vec::new();
         {
             let _no_checkpoint = inner.checkpoint_lock.lock();
             let map = inner.tables.read();
             let epoch = inner.epoch();
             for (e, d) in entries.values().zip(&decisions) {
                 if !matches!(d, Decision::Discard { .. }) {
+                    replies.extend(e.tag.clone());
                     // The SOID counters only grow: merged for every entry
                     // that is not thrown away (durable ones included).
                     for m in &e.mutations {
@@ -2080,6 +2084,14 @@ impl Engine {
         ll.recovery_applied();
         self.sync()?;
         ll.recovered(&*inner.store)?;
+        Engine::deliver_carried(
+            inner,
+            Recovered {
+                floors: Vec::new(),
+                gone: Vec::new(),
+                replies,
+            },
+        );
         Ok(report)
     }
 

@@ -62,8 +62,12 @@ use sextant_types::Soid;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-/// Version byte of an entry sealed with XChaCha20-Poly1305 (what the
-/// server writes).
+/// Version byte of an entry sealed with XChaCha20-Poly1305 that carries
+/// its request's tag (what the server writes): a retry of an operation
+/// recovered from backups is answered with its reply, not run again.
+const REDO_SEALED_TAGGED: u8 = 3;
+/// Version byte of a sealed entry without a request tag (servers before
+/// 2026-12-06): still opened.
 const REDO_SEALED: u8 = 2;
 /// Version byte of an entry of servers before sealing: plain text and a
 /// keyed hash. Still opened, so an upgrade across a crash loses nothing;
@@ -92,6 +96,9 @@ pub struct Redo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedoEntry {
     pub lsn: Lsn,
+    /// The client request the operation answered, with its reply (`None`:
+    /// no request identity, or an entry of an older server).
+    pub tag: Option<crate::requests::RequestTag>,
     /// (stamp key, the key's stamp before this operation; 0: in a snapshot).
     pub prev: Vec<(Soid, Lsn)>,
     pub mutations: Vec<Mutation>,
@@ -107,6 +114,18 @@ pub fn encode_mutations(mutations: &[Mutation]) -> Vec<u8> {
 pub fn redo_plaintext(lsn: Lsn, prev: &[(Soid, Lsn)], mutations: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(mutations.len() + 24 + prev.len() * 20);
     append_plaintext(&mut out, lsn, prev, mutations);
+    out
+}
+
+/// The plain text of a version-3 entry: `postcard(lsn, prev, tag) | mutations`.
+pub fn redo_plaintext_tagged(
+    lsn: Lsn,
+    prev: &[(Soid, Lsn)],
+    tag: Option<&crate::requests::RequestTag>,
+    mutations: &[u8],
+) -> Vec<u8> {
+    let mut out = postcard::to_stdvec(&(lsn, prev, tag)).expect("serializing to a Vec cannot fail");
+    out.extend_from_slice(mutations);
     out
 }
 
@@ -156,17 +175,38 @@ impl RedoKey {
         }
     }
 
-    /// Builds and seals one entry:
-    /// `2 | nonce | sealed(postcard(lsn, prev) | mutations) | tag`.
+    /// Builds and seals one entry without a request tag.
     pub fn encode(&self, lsn: Lsn, prev: &[(Soid, Lsn)], mutations: &[u8]) -> Vec<u8> {
+        self.encode_tagged(lsn, prev, None, mutations)
+    }
+
+    /// Builds and seals one entry:
+    /// `3 | nonce | sealed(postcard(lsn, prev, tag) | mutations) | tag`.
+    pub fn encode_tagged(
+        &self,
+        lsn: Lsn,
+        prev: &[(Soid, Lsn)],
+        tag: Option<&crate::requests::RequestTag>,
+        mutations: &[u8],
+    ) -> Vec<u8> {
         let mut out = self.header(mutations.len() + 24 + prev.len() * 20 + TAG_LEN);
-        append_plaintext(&mut out, lsn, prev, mutations);
+        postcard::to_io(&(lsn, prev, tag), &mut out).expect("serializing to a Vec cannot fail");
+        out.extend_from_slice(mutations);
         self.finish(out)
     }
 
     /// Seals `plaintext` as an entry (what [`RedoKey::open`] opens; the
     /// decoder tests use it to reach the parser behind the tag).
     pub fn seal(&self, plaintext: &[u8]) -> Vec<u8> {
+        let mut out = self.header(plaintext.len() + TAG_LEN);
+        out[0] = REDO_SEALED;
+        out.extend_from_slice(plaintext);
+        self.finish(out)
+    }
+
+    /// [`RedoKey::seal`] as a version-3 entry (its plain text starts with
+    /// `postcard(lsn, prev, tag)`, [`redo_plaintext_tagged`]).
+    pub fn seal_tagged(&self, plaintext: &[u8]) -> Vec<u8> {
         let mut out = self.header(plaintext.len() + TAG_LEN);
         out.extend_from_slice(plaintext);
         self.finish(out)
@@ -178,7 +218,7 @@ impl RedoKey {
             .counter
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut out = Vec::with_capacity(1 + NONCE_LEN + more);
-        out.push(REDO_SEALED);
+        out.push(REDO_SEALED_TAGGED);
         out.extend_from_slice(&self.nonce_prefix);
         out.extend_from_slice(&n.to_le_bytes());
         out
@@ -189,9 +229,10 @@ impl RedoKey {
         use chacha20poly1305::AeadInPlace;
         let (head, plain) = out.split_at_mut(1 + NONCE_LEN);
         let nonce: [u8; NONCE_LEN] = head[1..].try_into().expect("the header holds a nonce");
+        let version = head[0];
         let tag = self
             .cipher
-            .encrypt_in_place_detached(&nonce.into(), &[REDO_SEALED], plain)
+            .encrypt_in_place_detached(&nonce.into(), &[version], plain)
             .expect("XChaCha20-Poly1305 seals any length a Vec holds");
         out.extend_from_slice(&tag);
         out
@@ -200,7 +241,7 @@ impl RedoKey {
     /// Checks, opens and decodes one entry. Never panics.
     pub fn open(&self, b: &[u8]) -> Result<RedoEntry, RedoError> {
         match b.first() {
-            Some(&REDO_SEALED) => {
+            Some(&version @ (REDO_SEALED | REDO_SEALED_TAGGED)) => {
                 use chacha20poly1305::AeadInPlace;
                 if b.len() < 1 + NONCE_LEN + TAG_LEN {
                     return Err(RedoError::Truncated);
@@ -211,14 +252,13 @@ impl RedoKey {
                 let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| RedoError::Truncated)?;
                 let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| RedoError::Truncated)?;
                 self.cipher
-                    .decrypt_in_place_detached(
-                        &nonce.into(),
-                        &[REDO_SEALED],
-                        &mut plain,
-                        &tag.into(),
-                    )
+                    .decrypt_in_place_detached(&nonce.into(), &[version], &mut plain, &tag.into())
                     .map_err(|_| RedoError::Forged)?;
-                parse_plaintext(&plain)
+                if version == REDO_SEALED_TAGGED {
+                    parse_tagged_plaintext(&plain)
+                } else {
+                    parse_plaintext(&plain)
+                }
             }
             Some(&REDO_MACED) => {
                 if b.len() < 1 + MAC_LEN {
@@ -280,6 +320,27 @@ fn parse_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
     }
     Ok(RedoEntry {
         lsn,
+        tag: None,
+        prev,
+        mutations,
+    })
+}
+
+/// A version-3 entry's plain text: `postcard(lsn, prev, tag) | mutations`.
+fn parse_tagged_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
+    type Head = (Lsn, Vec<(Soid, Lsn)>, Option<crate::requests::RequestTag>);
+    let malformed = |e: postcard::Error| RedoError::Malformed(e.to_string());
+    let ((lsn, prev, tag), rest) = postcard::take_from_bytes::<Head>(plain).map_err(malformed)?;
+    let (mutations, extra) = postcard::take_from_bytes::<Vec<Mutation>>(rest).map_err(malformed)?;
+    if !extra.is_empty() {
+        return Err(RedoError::Malformed(format!(
+            "{} trailing bytes",
+            extra.len()
+        )));
+    }
+    Ok(RedoEntry {
+        lsn,
+        tag,
         prev,
         mutations,
     })

@@ -54,6 +54,7 @@ use crate::journal::{self, Lsn};
 use crate::logless::{self, Arl, Decision, Redo, RedoEntry, RedoKey, Stamps, KEY_LEN};
 use crate::member::{member_prefix, MemberState, PrefixStore, MEMBER_STATE_NAME};
 use crate::record::Mutation;
+use crate::requests::RequestTag;
 use crate::store::Store;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -217,7 +218,14 @@ impl MemberRedo {
     /// LSN lock): stamps its keys, seals its redo entry, pushes it on the
     /// ARL. `synced` is the journal's synced LSN, below which stamps may
     /// be forgotten.
-    pub fn commit(&self, lsn: Lsn, keys: &[Soid], mutations: &[u8], synced: Lsn) -> Redo {
+    pub fn commit(
+        &self,
+        lsn: Lsn,
+        keys: &[Soid],
+        tag: Option<&RequestTag>,
+        mutations: &[u8],
+        synced: Lsn,
+    ) -> Redo {
         let mut o = self.ordered.lock();
         if lsn.is_multiple_of(FORGET_EVERY) {
             o.stamps.forget_below(synced.saturating_add(1));
@@ -225,7 +233,7 @@ impl MemberRedo {
         let prev = o.stamps.stamp(lsn, keys);
         let redo = Redo {
             lsn,
-            bytes: Arc::from(self.key.encode(lsn, &prev, mutations)),
+            bytes: Arc::from(self.key.encode_tagged(lsn, &prev, tag, mutations)),
         };
         o.arl.push(redo.clone());
         redo
@@ -278,7 +286,18 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], EngineError> {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
     pub through: Lsn,
-    pub entries: Vec<(Lsn, Vec<Mutation>)>,
+    /// (LSN, the request it answered and its reply, the write set).
+    pub entries: Vec<CompletedEntry>,
+}
+
+/// One decided entry of a [`Completion`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletedEntry {
+    pub lsn: Lsn,
+    /// Carried to the tables' next owners, so a retry is answered, not run
+    /// again (`None`: no request identity, or an older server's entry).
+    pub tag: Option<RequestTag>,
+    pub mutations: Vec<Mutation>,
 }
 
 impl Completion {
@@ -306,8 +325,8 @@ impl Completion {
             return Err("checksum mismatch".into());
         }
         let c: Completion = postcard::from_bytes(body).map_err(|e| e.to_string())?;
-        if c.entries.windows(2).any(|w| w[0].0 >= w[1].0)
-            || c.entries.first().is_some_and(|e| e.0 <= c.through)
+        if c.entries.windows(2).any(|w| w[0].lsn >= w[1].lsn)
+            || c.entries.first().is_some_and(|e| e.lsn <= c.through)
         {
             return Err("entries out of order".into());
         }
@@ -528,7 +547,11 @@ pub fn plan_completion(
         match d {
             Decision::Apply => {
                 report.applied += 1;
-                completion.entries.push((e.lsn, e.mutations));
+                completion.entries.push(CompletedEntry {
+                    lsn: e.lsn,
+                    tag: e.tag,
+                    mutations: e.mutations,
+                });
             }
             // Above P nothing is durable; kept for completeness.
             Decision::Durable => {}
@@ -648,9 +671,14 @@ mod tests {
 
     #[test]
     fn completion_round_trips_and_damage_is_an_error() {
+        let entry = |lsn| CompletedEntry {
+            lsn,
+            tag: None,
+            mutations: vec![],
+        };
         let c = Completion {
             through: 7,
-            entries: vec![(8, vec![]), (10, vec![])],
+            entries: vec![entry(8), entry(10)],
         };
         let b = c.encode();
         assert_eq!(Completion::decode(&b).unwrap(), c);
@@ -663,7 +691,7 @@ mod tests {
         assert!(Completion::decode(&flipped).is_err());
         let disordered = Completion {
             through: 9,
-            entries: vec![(8, vec![])],
+            entries: vec![entry(8)],
         };
         assert!(Completion::decode(&disordered.encode()).is_err());
     }
@@ -686,7 +714,7 @@ mod tests {
         ];
         let (c, r) = plan_completion(10, entries);
         assert_eq!(c.through, 10);
-        let lsns: Vec<Lsn> = c.entries.iter().map(|e| e.0).collect();
+        let lsns: Vec<Lsn> = c.entries.iter().map(|e| e.lsn).collect();
         assert_eq!(lsns, vec![11, 12, 13, 16]);
         assert_eq!(r.discarded, vec![15]);
         assert_eq!(r.missing, vec![(14, 14)]);

@@ -320,7 +320,9 @@ impl<'m> Txn<'m> {
                         let (lsn, redo) = self
                             .inner
                             .journal
-                            .append_with(&record, |lsn| r.commit(lsn, &keys, &body, synced))
+                            .append_with(&record, |lsn| {
+                                r.commit(lsn, &keys, tag.as_ref(), &body, synced)
+                            })
                             .map_err(OpError::Fs)?;
                         (lsn, Some(redo))
                     }
@@ -337,7 +339,7 @@ impl<'m> Txn<'m> {
                 let (lsn, redo) = self
                     .inner
                     .journal
-                    .assign_lsn(|lsn| ll.commit(lsn, &keys, &body))
+                    .assign_lsn(|lsn| ll.commit(lsn, &keys, tag.as_ref(), &body))
                     .map_err(OpError::Fs)?;
                 // Before the deletes are applied (their tables are still
                 // locked): a freed SOID is never seen free meanwhile.

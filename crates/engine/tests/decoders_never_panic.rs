@@ -791,20 +791,51 @@ proptest! {
 
     #[test]
     fn mutated_redo(m in mutations(), lsn in any::<u64>(), prev in vec((soid(), any::<u64>()), 0..4),
-                    e in edits(), reseal in any::<bool>()) {
+                    e in edits(), reseal in 0u8..3, seq in any::<u64>()) {
         let key = RedoKey::new(&[3u8; 32], [4; 16]);
-        let mut b = key.encode(lsn, &prev, &encode_mutations(&m));
+        let tag = sextant_engine::requests::RequestTag {
+            id: RequestId { client: 7, seq, acked_below: 0, digest: seq ^ 5 },
+            reply: sextant_engine::requests::Reply::Done,
+        };
+        let mut b = key.encode_tagged(lsn, &prev, Some(&tag), &encode_mutations(&m));
         let d = key.open(&b).unwrap();
-        prop_assert_eq!((d.lsn, d.prev, d.mutations), (lsn, prev.clone(), m.clone()));
-        if reseal {
-            // Behind the tag: reach the parser itself.
+        prop_assert_eq!((d.lsn, d.prev, d.mutations, d.tag), (lsn, prev.clone(), m.clone(), Some(tag.clone())));
+        if reseal == 1 {
+            // Behind the tag: reach the parser itself (version 2).
             b = redo_plaintext(lsn, &prev, &encode_mutations(&m));
             apply_edits(&mut b, &e);
             b = key.seal(&b);
+        } else if reseal == 2 {
+            // The version-3 parser (with the request's tag).
+            b = sextant_engine::logless::redo_plaintext_tagged(lsn, &prev, Some(&tag), &encode_mutations(&m));
+            apply_edits(&mut b, &e);
+            b = key.seal_tagged(&b);
         } else {
             apply_edits(&mut b, &e);
         }
         let _ = key.open(&b);
+    }
+
+    #[test]
+    fn mutated_completion(m in mutations(), through in 0u64..1000, n in 0usize..4,
+                          e in edits(), reseal in any::<bool>()) {
+        use sextant_engine::member_logless::{CompletedEntry, Completion};
+        let c = Completion {
+            through,
+            entries: (0..n as u64)
+                .map(|i| CompletedEntry { lsn: through + 1 + i, tag: None, mutations: m.clone() })
+                .collect(),
+        };
+        let mut b = c.encode();
+        prop_assert_eq!(Completion::decode(&b).unwrap(), c);
+        apply_edits(&mut b, &e);
+        if reseal && b.len() >= 12 {
+            // A right checksum over the damaged body: reach postcard itself.
+            let crc = crc32c::crc32c(&b[12..]);
+            b[..8].copy_from_slice(b"SXTCMP1\n");
+            b[8..12].copy_from_slice(&crc.to_le_bytes());
+        }
+        let _ = Completion::decode(&b);
     }
 
     #[test]

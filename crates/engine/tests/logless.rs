@@ -241,3 +241,37 @@ fn acknowledged_operations_nobody_returned_are_reported() {
         e.close().unwrap();
     }
 }
+
+/// Exactly-once across a recovery: an operation a client made (its reply
+/// perhaps lost, so it retries) comes back from a backup with its request's
+/// identity and reply, which the engine hands to the server's exactly-once
+/// table: the retry is answered, not run again.
+#[test]
+fn a_recovered_operations_reply_goes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Credentials::root();
+    let redo = {
+        let e = open(dir.path());
+        e.sync().unwrap();
+        let id = sextant_engine::requests::RequestId {
+            client: 77,
+            seq: 5,
+            acked_below: 1,
+            digest: 1005,
+        };
+        let c = e
+            .for_request(id)
+            .create(&root, Soid::ROOT, b"once", 0o644, true)
+            .unwrap();
+        c.redo.unwrap()
+    };
+    let e = open(dir.path());
+    let got = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let into = std::sync::Arc::clone(&got);
+    e.set_carried_sink(Box::new(move |found| into.lock().extend(found.replies)));
+    e.recover_logless([bytes(&redo)]).unwrap();
+    let seen = got.lock().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!((seen[0].id.client, seen[0].id.seq), (77, 5));
+    assert!(names(&e, Soid::ROOT).contains(&"once".to_string()));
+}

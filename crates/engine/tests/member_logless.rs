@@ -367,3 +367,59 @@ fn backups_handed_in_through_another_server_are_kept_for_the_completion() {
         Handed::TooLate
     );
 }
+
+fn carried_into(e: &Engine) -> Arc<parking_lot::Mutex<Vec<sextant_engine::requests::RequestTag>>> {
+    let got = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let into = Arc::clone(&got);
+    e.set_carried_sink(Box::new(move |found| into.lock().extend(found.replies)));
+    got
+}
+
+fn request(client: u64, seq: u64) -> sextant_engine::requests::RequestId {
+    sextant_engine::requests::RequestId {
+        client,
+        seq,
+        acked_below: 1,
+        digest: 1000 + seq,
+    }
+}
+
+/// Exactly-once across a power loss: a client's operation whose reply it
+/// never got (so it retries) comes back from another client's backup with
+/// its request's identity and reply, and whoever applies it — a failover's
+/// new owner, or the member itself restarting — is told, so the retry is
+/// answered, not run again.
+#[test]
+fn a_recovered_operations_reply_goes_with_it() {
+    for restart in [false, true] {
+        let (store, catalog, a, b, dirs) = cluster();
+        let redo = a
+            .for_request(request(77, 5))
+            .create(&root(), dirs[0].soid, b"once", 0o644, true)
+            .unwrap()
+            .redo
+            .unwrap();
+        if restart {
+            let cut = power_loss(&store, a);
+            let a = open(&cut, &catalog, "a", true);
+            let got = carried_into(&a);
+            a.recover_logless(backups(&[redo])).unwrap();
+            let seen = got.lock().clone();
+            assert_eq!(seen.len(), 1, "{seen:?}");
+            assert_eq!((seen[0].id.client, seen[0].id.seq), (77, 5));
+            assert!(names(&a, dirs[0].soid).contains(&"once".to_string()));
+        } else {
+            complete_after_power_loss(&store, &[redo]);
+            let got = carried_into(&b);
+            fail_over(&store, &catalog, a, &b);
+            let seen: Vec<_> = got
+                .lock()
+                .iter()
+                .filter(|t| t.id.client == 77)
+                .cloned()
+                .collect();
+            assert_eq!(seen.len(), 1, "{seen:?}");
+            assert_eq!(seen[0].id.seq, 5);
+        }
+    }
+}

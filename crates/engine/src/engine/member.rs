@@ -1527,8 +1527,9 @@ impl Engine {
                 let (tag, mutations) = decode_tagged_record(rec)?;
                 apply(lsn, tag, mutations)
             })?;
-            for (lsn, mutations) in completion.map(|c| c.entries).unwrap_or_default() {
-                apply(lsn, None, mutations).map_err(|what| EngineError::Corrupt {
+            for e in completion.map(|c| c.entries).unwrap_or_default() {
+                let lsn = e.lsn;
+                apply(lsn, e.tag, e.mutations).map_err(|what| EngineError::Corrupt {
                     file: store.describe("logless.completion"),
                     what: format!("entry {lsn}: {what}"),
                 })?;
@@ -1620,17 +1621,24 @@ impl Engine {
             )));
         }
         let mut last = 0;
+        // Their replies, for retries: answered, not run again.
+        let mut replies = Vec::new();
         {
             let _no_checkpoint = inner.checkpoint_lock.lock();
             let map = inner.tables.read();
             let epoch = inner.epoch();
-            for (_, mutations) in &c.entries {
-                let record = crate::record::encode_tagged_record(None, mutations);
+            for e in &c.entries {
+                let record = crate::record::encode_tagged_record(e.tag.as_ref(), &e.mutations);
+                if let Some(tag) = &e.tag {
+                    // Before the append, as a commit does.
+                    inner.requests.lock().note(&tag.id);
+                    replies.push(tag.clone());
+                }
                 let lsn = inner.journal.append(&record).map_err(|e| {
                     EngineError::Member(format!("appending a completed entry to the journal: {e}"))
                 })?;
                 last = lsn;
-                for mu in mutations {
+                for mu in &e.mutations {
                     let Some(key) = mu.table_key() else {
                         if let Mutation::HighWater(hw) = mu {
                             inner.high_water.lock().merge_max(hw);
@@ -1667,6 +1675,14 @@ impl Engine {
         r.recovered(&*inner.store)?;
         inner.store.delete(&file).map_err(inner.io(&file))?;
         crate::member_logless::forget_kept_backups(&*m.shared, &m.name, run);
+        Engine::deliver_carried(
+            inner,
+            Recovered {
+                floors: Vec::new(),
+                gone: Vec::new(),
+                replies,
+            },
+        );
         Ok(LoglessRecovery {
             received: decided.received,
             distinct: decided.above,
