@@ -167,7 +167,7 @@ pub(crate) fn write_acked(
 }
 
 /// Random bytes from the kernel.
-fn random_bytes<const N: usize>() -> Result<[u8; N], std::io::Error> {
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], std::io::Error> {
     let mut b = [0u8; N];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
     Ok(b)

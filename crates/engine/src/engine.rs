@@ -1970,6 +1970,9 @@ impl Engine {
 
     /// Log-less: (stamped keys, redo bytes handed out so far, ARL size).
     pub fn logless_stats(&self) -> Option<(usize, u64, usize)> {
+        if let Some(r) = self.inner.member_redo() {
+            return Some((r.stamps_len(), r.handed_out_bytes(), r.arl_size()));
+        }
         self.inner
             .logless
             .as_ref()

@@ -60,7 +60,6 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sextant_types::Soid;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::sync::Arc;
 
 /// The member's redo key, in its own part of the shared store.
@@ -99,6 +98,8 @@ pub struct MemberRedo {
     /// every holder is gone is reported, not silent.
     acked: std::sync::atomic::AtomicU64,
     acked_persisted: Mutex<Lsn>,
+    /// Redo bytes sealed so far (`sextant status`, metrics).
+    handed_out: std::sync::atomic::AtomicU64,
 }
 
 struct Ordered {
@@ -157,6 +158,7 @@ impl MemberRedo {
             opened_through: std::sync::atomic::AtomicU64::new(0),
             acked: std::sync::atomic::AtomicU64::new(0),
             acked_persisted: Mutex::new(0),
+            handed_out: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -236,7 +238,16 @@ impl MemberRedo {
             bytes: Arc::from(self.key.encode_tagged(lsn, &prev, tag, mutations)),
         };
         o.arl.push(redo.clone());
+        drop(o);
+        self.handed_out.fetch_add(
+            redo.bytes.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         redo
+    }
+
+    pub fn handed_out_bytes(&self) -> u64 {
+        self.handed_out.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The ARL's entries above `lsn`, oldest first.
@@ -271,14 +282,10 @@ fn read_key(store: &dyn Store) -> Result<Option<[u8; KEY_LEN]>, EngineError> {
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], EngineError> {
-    let mut b = [0u8; N];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|source| EngineError::Io {
-            file: "/dev/urandom".into(),
-            source,
-        })?;
-    Ok(b)
+    crate::durability::random_bytes().map_err(|source| EngineError::Io {
+        file: "/dev/urandom".into(),
+        source,
+    })
 }
 
 /// The decided end of a dead member's journal: replay its records up to
