@@ -11,7 +11,8 @@ the line arrives is the phase's end, its JSON `seconds` gives the start).
 Usage: cluster-bench-clients.py BIN SECRET_FILE DATA PIDS ADDRS DIRS -- BENCH_ARGS...
 (PIDS, ADDRS, DIRS comma-separated, one per client/server). Prints one JSON
 object: per phase the ops of all clients, the paired server CPU µs per op,
-the whole-window CPU of all servers per op, aggregate ops/s, worst p99/max.
+the whole-window CPU of all servers per op, aggregate ops/s, worst p99/max;
+and `backups` (the clients' sums) when a client held log-less backups.
 """
 import bisect, json, os, re, subprocess, sys, threading, time
 
@@ -121,4 +122,9 @@ for name, e in phases.items():
         "p99_us_worst": max(e["p99_us"]), "max_us_worst": max(e["max_us"]),
         **({"entries": e["entries"]} if "entries" in e else {}),
     }
+# what the clients held for the servers' recovery when they finished
+# (log-less servers; `sextant bench` reports it when it held anything)
+held = [r["backups"] for r in res if r.get("backups")]
+if held:
+    out["backups"] = {k: sum(b[k] for b in held) for k in ("entries", "bytes", "peak_bytes", "received")}
 print(json.dumps(out))

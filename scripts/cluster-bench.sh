@@ -21,6 +21,20 @@
 #       aggregate durable creates/s, servers at SEXTANT_BENCH_SYNC_FLOOR=7ms
 #       (journal fsync), same layout and interleaving; ratio to N x the
 #       1-server cluster of the same round. -F -n TASKS -i ITEMS --shared.
+#   SEXTANT_BIN=... scripts/cluster-bench.sh durability [ROUNDS]
+#       what `--durability logless` buys on a cluster (issue 21 item 6):
+#       for each sync floor of FLOORS (default "7ms 0ms": the issues'
+#       disk, SEXTANT_BENCH_SYNC_FLOOR, and this machine's own), two
+#       clusters of SERVERS (3) servers, each with its own etcd, one
+#       journaling and one log-less, all up at once; every round runs
+#       both modes of each floor back to back (the order alternates by
+#       round), one `sextant bench` client per server as in `creates`
+#       (-F -n TASKS -i ITEMS --shared --phases create,remove). Round 0 is
+#       a warm-up. Prints per floor the medians of aggregate creates/s and
+#       removes/s and the logless/journal ratio of each round and their
+#       median, the load average at each round, and what the clients held
+#       for the servers' recovery (entries and peak bytes, from the
+#       bench's `backups` report). JSON lines in OUT/cluster-bench-durability.jsonl.
 #   SEXTANT_BIN=... scripts/cluster-bench.sh migration [MOVES]
 #       /big, FILES (20000) files in one table (limits 100000 directories,
 #       1000000 inodes), moved between s0 and s1 MOVES times (12), GAP
@@ -84,7 +98,9 @@
 #       15, s after it), the layout, the balancing moves and the longest
 #       gap between two (the coordinator's "move … balancing" log lines).
 #
-# Knobs (environment): SIZES, TASKS (bench tasks per client), ITEMS (items
+# Knobs (environment): DURABILITY (journal, the default, or logless: the
+# servers' --durability in the parts that use `cluster`: layout, cpu,
+# creates), SIZES, TASKS (bench tasks per client), ITEMS (items
 # per task), KEEP=1 keeps the work directory, HOLD=FILE (search parts: once
 # the cluster has settled, writes the two command lines to FILE and waits
 # until FILE is removed, to probe by hand), ETCD_FLAGS (search parts:
@@ -239,6 +255,7 @@ place() {
 # finally each /cI's table is moved to sI.
 cluster() {
   local dir=$1 n=$2 config=$3; shift 3
+  [ -n "${DURABILITY:-}" ] && set -- --durability "$DURABILITY" "$@"
   start_etcd "$dir"
   start_server "$dir" s0 --config "$config" "$@"
   local i j
@@ -348,6 +365,61 @@ case "${1:-}" in
     for n in $SIZES; do log "after: N=$n $(layout "$work/n$n"); $(placement "$work/n$n" "$n")"; done
     summary "$work/results.jsonl"
     cp "$work/results.jsonl" "${OUT:-/tmp}/cluster-bench-$part.jsonl" 2>/dev/null || true
+    ;;
+  durability)
+    r=${2:-3}; n=${SERVERS:-3}; FLOORS=${FLOORS:-7ms 0ms}; TASKS=${TASKS:-16}; ITEMS=${ITEMS:-500}
+    printf 'table_dir_limit = %s\ntable_inode_limit = 10000000\n' "${DIRLIMIT:-2}" >"$work/small.toml"
+    for f in $FLOORS; do
+      for mode in journal logless; do
+        DURABILITY=$mode SEXTANT_BENCH_SYNC_FLOOR=$f cluster "$work/$mode-$f" "$n" "$work/small.toml"
+      done
+    done
+    for i in $(seq 0 "$r"); do
+      order="journal logless"; [ $((i % 2)) = 1 ] && order="logless journal"
+      for f in $FLOORS; do
+        for mode in $order; do
+          d=$work/$mode-$f
+          place "$d" "$n"
+          before=$(placement "$d" "$n")
+          load=$(cut -d' ' -f1-3 /proc/loadavg)
+          j=$(clients "$d" "$n" -F -n "$TASKS" -i "$ITEMS" --shared --phases create,remove) ||
+            { log "round $i $mode floor $f failed: $j"; continue; }
+          after=$(placement "$d" "$n")
+          [ "$before" = "$after" ] || log "$mode floor $f: placement changed during the round: $before -> $after"
+          echo "{\"part\":\"durability\",\"round\":$i,\"floor\":\"$f\",\"mode\":\"$mode\",\"n\":$n,\"load\":\"$load\",\"ok\":$([ "$before" = "$after" ] && echo true || echo false),\"r\":$j}" |
+            tee -a "$work/durability.jsonl" |
+            python3 -c 'import json,sys;d=json.load(sys.stdin);print("round",d["round"],d["mode"],"floor",d["floor"],"load",d["load"]," ".join("%s %.0f/s"%(k[5:],v["agg_ops_per_sec"]) for k,v in d["r"]["phases"].items()),"held",d["r"].get("backups"))' >&2
+        done
+      done
+    done
+    mkdir -p "${OUT:-/tmp}"
+    cp "$work/durability.jsonl" "${OUT:-/tmp}/cluster-bench-durability.jsonl"
+    python3 - "$work/durability.jsonl" <<'PY'
+import json, statistics as st, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [x for x in rows if x["round"] > 0]  # round 0: warm-up
+for f in dict.fromkeys(x["floor"] for x in rows):
+    print(f"sync floor {f}:")
+    for ph in ("file-create", "file-remove"):
+        med, ratios = {}, []
+        for m in ("journal", "logless"):
+            med[m] = st.median(x["r"]["phases"][ph]["agg_ops_per_sec"] for x in rows if x["floor"] == f and x["mode"] == m)
+        for i in sorted({x["round"] for x in rows}):
+            v = {x["mode"]: x["r"]["phases"][ph]["agg_ops_per_sec"] for x in rows if x["floor"] == f and x["round"] == i}
+            if len(v) == 2: ratios.append(v["logless"] / v["journal"])
+        print(f"  {ph[5:]:6}: journal {med['journal']:8.0f}/s, logless {med['logless']:8.0f}/s (medians); "
+              f"logless/journal per round " + " ".join(f"{x:.2f}" for x in ratios) + f", median {st.median(ratios):.2f}")
+    for m in ("journal", "logless"):
+        v = [x for x in rows if x["floor"] == f and x["mode"] == m]
+        p50 = {ph: st.median(x["r"]["phases"][ph]["p50_us_median"] for x in v) / 1e3 for ph in ("file-create", "file-remove")}
+        b = [x["r"]["backups"] for x in v if x["r"].get("backups")]
+        held = (f"; clients held at the end {st.median(x['entries'] for x in b):.0f} entries, "
+                f"peak {st.median(x['peak_bytes'] for x in b)/1024:.0f} KiB, received {st.median(x['received'] for x in b):.0f} entries "
+                "(sum over the clients, median over rounds)") if b else ""
+        print(f"  {m:7}: median client p50 create {p50['file-create']:.2f} ms, remove {p50['file-remove']:.2f} ms; "
+              f"rounds kept placement {sum(x['ok'] for x in v)}/{len(v)}{held}")
+print("load average (1/5/15 min) at each run: " + ", ".join(f"r{x['round']} {x['mode'][0]} {x['floor']}: {x['load']}" for x in rows))
+PY
     ;;
   migration)
     m=${2:-12}; files=${FILES:-20000}
@@ -573,5 +645,5 @@ print(f"balancing moves {len(times)}, first {times[0] - t0:.1f} s after the join
       f"longest gap {max(gaps, default=0):.1f} s, gaps over 2 s: {sum(g > 2 for g in gaps)}" if times else "no balancing move")
 PY
     ;;
-  *) sed -n '2,89p' "$0"; exit 2;;
+  *) sed -n '2,110p' "$0"; exit 2;;
 esac

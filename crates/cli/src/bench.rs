@@ -189,6 +189,38 @@ struct Report {
     median: Vec<Summary>,
     /// Every repetition's phases.
     runs: Vec<Vec<Summary>>,
+    /// What the client held for log-less servers' recovery when the run
+    /// ended (absent when it never received a backup: a journaling server,
+    /// or `--dir`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backups: Option<Held>,
+}
+
+/// The client's log-less backups (all servers'), see
+/// [`Client::backup_stats`].
+#[derive(Serialize, Debug, PartialEq, Eq)]
+struct Held {
+    /// Entries held at the end.
+    entries: usize,
+    /// Their bytes.
+    bytes: usize,
+    /// The most bytes held at once during the run, per server, summed
+    /// over the servers (the peaks may not coincide: an upper bound).
+    peak_bytes: usize,
+    /// Entries received in all (with duplicates).
+    received: u64,
+}
+
+impl Held {
+    fn of(client: &Client) -> Option<Held> {
+        let b = client.backup_stats();
+        (b.received > 0).then_some(Held {
+            entries: b.entries,
+            bytes: b.bytes,
+            peak_bytes: b.peak_bytes,
+            received: b.received,
+        })
+    }
 }
 
 /// How operations are issued.
@@ -307,6 +339,10 @@ pub fn run(cli: &Cli, args: &BenchArgs) -> Result<()> {
         reps: args.reps,
         median: medians(&runs),
         runs,
+        backups: match &backend {
+            Backend::Remote { client, .. } => Held::of(client),
+            Backend::Local { .. } => None,
+        },
     };
     if cli.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -592,6 +628,12 @@ fn print_text(r: &Report) {
                 .collect();
             println!("{:<14} ops/s per repetition: {}", s.phase, all.join(" / "));
         }
+    }
+    if let Some(b) = &r.backups {
+        println!(
+            "log-less backups held at the end: {} entries, {} bytes (peak {} bytes; {} received)",
+            b.entries, b.bytes, b.peak_bytes, b.received
+        );
     }
 }
 

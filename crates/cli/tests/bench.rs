@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{fuse_available, is_mounted, spawn_server, KillOnDrop, BIN};
+use common::{fuse_available, is_mounted, spawn_server, spawn_server_with, KillOnDrop, BIN};
 
 /// Runs `sextant <args> --json` and returns the report.
 fn bench_json(args: &[&str]) -> serde_json::Value {
@@ -86,6 +86,8 @@ fn bench_over_the_client_library() {
         .concat(),
     );
     assert_eq!(phases(&r), [("file-stat".to_string(), 20)]);
+    // A journaling server hands out no backups: none reported.
+    assert!(r.get("backups").is_none(), "{r}");
 
     // Nothing left behind.
     let out = Command::new(BIN)
@@ -94,6 +96,36 @@ fn bench_over_the_client_library() {
         .unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+}
+
+/// Against a log-less server the report says what the client held for
+/// the server's recovery when the run ended.
+#[test]
+fn bench_reports_the_backups_a_client_holds_for_a_log_less_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = spawn_server_with(
+        &data,
+        "127.0.0.1:0",
+        &["--durability", "logless"],
+        std::process::Stdio::inherit(),
+    );
+    let _server = KillOnDrop(server);
+    let data = data.to_str().unwrap();
+    let r = bench_json(&[
+        "--server", &addr, "--data", data, "bench", "-q", "--tasks", "2", "--items", "10", "-F",
+        "--phases", "create",
+    ]);
+    assert_eq!(phases(&r), [("file-create".to_string(), 20)]);
+    let b = &r["backups"];
+    // every create (and the run's mkdirs, the cleanup's removes) came
+    // back with at least its own entry
+    assert!(b["received"].as_u64().unwrap() >= 20, "{r}");
+    assert!(
+        b["peak_bytes"].as_u64().unwrap() >= b["bytes"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert!(b["peak_bytes"].as_u64().unwrap() > 0, "{r}");
 }
 
 /// Unmounts (lazily) when dropped, however the test ends.
