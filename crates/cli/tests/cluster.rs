@@ -4136,6 +4136,28 @@ fn a_log_less_servers_power_loss_loses_nothing_its_client_holds() {
     drop(etcd.child);
 }
 
+/// A log-less server killed (SIGKILL, its machine still up): the kernel
+/// kept its whole journal, so the completion finds every backup already in
+/// it and adds nothing; the files are there once, after the failover.
+#[test]
+fn a_killed_log_less_server_loses_nothing_and_adds_nothing_twice() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let mut pair = logless_pair(dir.path(), &etcd.url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    want.sort_unstable();
+    create_in_d(&rt, &client, &want);
+    // Nothing is cut: what a process crash leaves.
+    pair.kept = journal_lengths(&pair.journal);
+    assert_eq!(after_power_loss_of_a(&mut pair, &etcd.url), want);
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
 /// As on one server, an operation survives its own client's death through
 /// the other clients its server's later replies gave it to (the Active
 /// Request List, K = 4): client 1 makes `/d/f0` on a and dies with its
