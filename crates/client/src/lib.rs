@@ -449,8 +449,10 @@ struct PeerBackups {
 /// its crashed run's backups), or, once it stayed unreachable for
 /// [`UPLOAD_ELSEWHERE_AFTER`], to another server, which keeps them in the
 /// shared store for the completion of its journal before its tables fail
-/// over. Dropped once accepted or of no more use; kept while the server
-/// answers that they are still its current run's (only the session broke).
+/// over. Dropped once another server kept them or any server says they
+/// are of no more use; kept while the server itself answers that they are
+/// its current run's (only the session broke) or that it collects them
+/// (until a reply of its new run, as with a single server).
 async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
     let broken = std::time::Instant::now();
     let mut backoff = Duration::from_millis(50);
@@ -471,23 +473,29 @@ async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
         if requests.is_empty() {
             break;
         }
-        let mut handed = client.hand_back_to(&addr, &requests).await.ok();
-        if handed.is_none() && broken.elapsed() >= UPLOAD_ELSEWHERE_AFTER {
-            handed = client
-                .hand_back_elsewhere(&addr, &requests)
-                .await
-                .map(|(_, o)| o);
-        }
-        match handed {
-            Some(pb::RecoverOutcome::RecoverNotNeeded) => break,
-            Some(_) => {
-                let incarnation = requests.first().map_or(0, |r| r.incarnation);
-                if let Some(b) = client.inner.peer_backups.lock().by_server.get_mut(&addr) {
-                    b.drop_run(incarnation);
-                }
+        let incarnation = requests.first().map_or(0, |r| r.incarnation);
+        let drop_run = |client: &Client| {
+            if let Some(b) = client.inner.peer_backups.lock().by_server.get_mut(&addr) {
+                b.drop_run(incarnation);
+            }
+        };
+        match client.hand_back_to(&addr, &requests).await {
+            // Alive with that run (only the session broke), or restarted
+            // and collecting them (kept here until its new run answers, as
+            // with a single server: it may crash again while recovering).
+            Ok(pb::RecoverOutcome::RecoverNotNeeded | pb::RecoverOutcome::RecoverAccepted) => break,
+            Ok(_) => {
+                drop_run(&client);
                 break;
             }
-            None => {}
+            Err(_) => {}
+        }
+        if broken.elapsed() >= UPLOAD_ELSEWHERE_AFTER {
+            // Kept in the shared store by the server that took them.
+            if client.hand_back_elsewhere(&addr, &requests).await.is_some() {
+                drop_run(&client);
+                break;
+            }
         }
     }
     if let Some(inner) = client.upgrade() {
