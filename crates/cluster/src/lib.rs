@@ -10,6 +10,8 @@
 //!
 //! Modules, bottom up:
 //! - [`ids`]: servers, tables, epochs, revisions, time.
+//! - [`keys`]: key ranges — each table covers one, `table/<id>` in etcd;
+//!   an operation's key; whether ranges partition the key space.
 //! - [`lease`]: R1 — a server's own view of whether its lease is alive,
 //!   measured from the *send* time of its last acknowledged keep-alive.
 //! - [`etcd`]: the semantics Sextant needs from etcd (revisioned keys,
@@ -25,7 +27,8 @@
 //!   clients' backups of its unsynced tail, and the completion of a dead
 //!   journal decided once before its tables are reassigned.
 //! - [`sim`]: the deterministic simulation: simulated time, network,
-//!   etcd and shared store; crashes, pauses, partitions, etcd restarts.
+//!   etcd and shared store; crashes, pauses, partitions, etcd restarts,
+//!   splits and merges of tables.
 //!
 //! The fencing rules (docs/DESIGN.md), each enforced in one place:
 //! - **R1** ([`lease::LeaseTimer`], used by [`server::Server::may_ack`]):
@@ -43,6 +46,7 @@ pub mod coordinator;
 pub mod etcd;
 pub mod exactly_once;
 pub mod ids;
+pub mod keys;
 pub mod lease;
 pub mod logless;
 pub mod server;

@@ -1,7 +1,7 @@
 //! One metadata server's part of the protocol: its membership lease, the
 //! tables it holds and what it may do with them.
 //!
-//! A table held by a server is in one of three states:
+//! A table held by a server is in one of four states:
 //! - `Loading`: etcd names this server as owner; it is reading the
 //!   table's manifest, replaying the journal the manifest points into,
 //!   and committing a manifest that points into *its own* journal (so a
@@ -13,6 +13,15 @@
 //!   have finished, new ones get WRONG_SERVER; the server commits, in one
 //!   etcd transaction conditional on its ownership revision (R2), the
 //!   final manifest and the new owner — its acknowledged DROP (R3).
+//! - `Reshaping`: this server is splitting it or merging it with a
+//!   neighbour it also serves; acknowledges nothing until the
+//!   transaction's outcome (one reshape at a time per server).
+//!
+//! A table's key range ([`crate::keys`]) is what the server last saw of
+//! `table/<id>` (by revision, never an older one) or what its own split or
+//! merge committed; it runs and acknowledges an operation only in a table
+//! covering the operation's key ([`Server::begin_key`],
+//! [`Server::acknowledge_key`]).
 //!
 //! Whatever etcd says overrides: a table etcd no longer names this server
 //! for is forgotten at once, and a failed manifest commit (a conflict on
@@ -25,6 +34,7 @@
 use crate::etcd::LeaseId;
 use crate::exactly_once::{decide, Decision, Remembered};
 use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
+use crate::keys::{key_of, KeyRange};
 use crate::lease::LeaseTimer;
 use std::collections::BTreeMap;
 
@@ -214,6 +224,10 @@ enum State {
     Loading,
     Serving,
     Dropping,
+    /// Being split or merged by this server ([`Server::split`],
+    /// [`Server::merge`]): acknowledges nothing until the transaction's
+    /// outcome comes back.
+    Reshaping,
 }
 
 #[derive(Clone, Debug)]
@@ -222,6 +236,38 @@ struct Held {
     owner_rev: Revision,
     state: State,
     contents: Contents,
+    /// The table's key range as last seen, with the revision of
+    /// `table/<id>` it was seen at (none yet: it serves no key).
+    range: Option<(KeyRange, Revision)>,
+}
+
+/// A split this server began ([`Server::split`]): one etcd transaction,
+/// conditional on the table's owner key and range key revisions and on
+/// no move naming it, writes both ranges, the new table's owner key (this
+/// server) and both manifests (each half's contents, this server's
+/// journal at its current end), and takes the new id from the counter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Split {
+    pub table: TableId,
+    pub owner_rev: Revision,
+    pub range_rev: Revision,
+    pub epoch: Epoch,
+    pub lower: (KeyRange, Contents),
+    pub upper: (KeyRange, Contents),
+}
+
+/// A merge this server began ([`Server::merge`]): `upper` into `lower`,
+/// one etcd transaction conditional on both owner keys' and range keys'
+/// revisions and on no move, borrow or home naming either; it writes the
+/// union range and the merged manifest and deletes the upper table's keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merge {
+    pub lower: TableId,
+    pub upper: TableId,
+    pub owner_revs: (Revision, Revision),
+    pub range_revs: (Revision, Revision),
+    pub range: KeyRange,
+    pub contents: Contents,
 }
 
 /// What the server asks its shell to do.
@@ -407,8 +453,12 @@ impl Server {
             mine.get(t)
                 .is_some_and(|v| v.owner_rev == h.owner_rev && v.owner.epoch == h.epoch)
         });
+        // A split in flight names a new table in etcd before its outcome
+        // comes back: it is taken from the outcome, not loaded.
+        let reshaping = self.tables.values().any(|h| h.state == State::Reshaping);
         for (t, v) in mine {
             match self.tables.get_mut(&t) {
+                None if reshaping => {}
                 None => {
                     self.tables.insert(
                         t,
@@ -417,6 +467,7 @@ impl Server {
                             owner_rev: v.owner_rev,
                             state: State::Loading,
                             contents: Contents::new(),
+                            range: None,
                         },
                     );
                     out.push(Out::Load {
@@ -451,6 +502,8 @@ impl Server {
                     // never cancels a move; a handover to a server that
                     // is gone is reassigned by R3 like any other.)
                     (State::Dropping, None) | (State::Serving, None) => {}
+                    // Not before the split's or merge's outcome.
+                    (State::Reshaping, _) => {}
                 },
             }
         }
@@ -509,6 +562,180 @@ impl Server {
         }
     }
 
+    /// What etcd says about tables' key ranges (with each `table/<id>`'s
+    /// revision): a held table learns its range, or a newer one. Not while
+    /// it is being split or merged (the outcome sets it).
+    pub fn ranges_seen(&mut self, ranges: &[(TableId, KeyRange, Revision)]) {
+        for (t, r, rev) in ranges {
+            if let Some(h) = self.tables.get_mut(t) {
+                if h.state != State::Reshaping && h.range.is_none_or(|(_, seen)| seen < *rev) {
+                    h.range = Some((*r, *rev));
+                }
+            }
+        }
+    }
+
+    /// The table this server may acknowledge `key` in at `now`, if any
+    /// (R1, and the table's range as it knows it covers the key).
+    pub fn may_ack_key(&self, key: u64, now: Millis) -> Option<TableId> {
+        if !self.timer.valid(now) {
+            return None;
+        }
+        self.tables
+            .iter()
+            .find(|(_, h)| {
+                h.state == State::Serving && h.range.is_some_and(|(r, _)| r.contains(key))
+            })
+            .map(|(t, _)| *t)
+    }
+
+    /// The key range of a held table, as this server knows it.
+    pub fn range(&self, table: TableId) -> Option<KeyRange> {
+        self.tables.get(&table)?.range.map(|(r, _)| r)
+    }
+
+    /// Is a split or merge of this server's in flight?
+    pub fn reshaping(&self) -> bool {
+        self.tables.values().any(|h| h.state == State::Reshaping)
+    }
+
+    /// Begins splitting `table` (serving, its range known) at key `at`
+    /// (strictly inside): it acknowledges nothing until
+    /// [`Server::split_done`]. One reshape at a time.
+    pub fn split(&mut self, table: TableId, at: u64) -> Option<Split> {
+        if self.reshaping() {
+            return None;
+        }
+        let h = self.tables.get_mut(&table)?;
+        let (range, range_rev) = h.range?;
+        if h.state != State::Serving {
+            return None;
+        }
+        let (lo, hi) = range.split(at)?;
+        let (mut lower, mut upper) = (Contents::new(), Contents::new());
+        for op in h.contents.applications() {
+            if hi.contains(key_of(op)) {
+                upper.apply(op);
+            } else {
+                lower.apply(op);
+            }
+        }
+        h.state = State::Reshaping;
+        Some(Split {
+            table,
+            owner_rev: h.owner_rev,
+            range_rev,
+            epoch: h.epoch,
+            lower: (lo, lower),
+            upper: (hi, upper),
+        })
+    }
+
+    /// The outcome of `split`: committed at revision `rev`, the upper half
+    /// named `new` (it serves both halves then), or refused (it serves the
+    /// whole table again — nothing changed in etcd).
+    pub fn split_done(&mut self, split: &Split, outcome: Option<(TableId, Revision)>) {
+        let Some(h) = self.tables.get_mut(&split.table) else {
+            return;
+        };
+        if h.owner_rev != split.owner_rev || h.state != State::Reshaping {
+            return;
+        }
+        h.state = State::Serving;
+        if let Some((new, rev)) = outcome {
+            h.range = Some((split.lower.0, rev));
+            h.contents = split.lower.1.clone();
+            let epoch = h.epoch;
+            self.tables.insert(
+                new,
+                Held {
+                    epoch,
+                    owner_rev: rev,
+                    state: State::Serving,
+                    contents: split.upper.1.clone(),
+                    range: Some((split.upper.0, rev)),
+                },
+            );
+        }
+    }
+
+    /// Begins merging `upper` into `lower` (both serving here, `upper`'s
+    /// range starting where `lower`'s ends): neither acknowledges anything
+    /// until [`Server::merge_done`]. One reshape at a time.
+    pub fn merge(&mut self, lower: TableId, upper: TableId) -> Option<Merge> {
+        if self.reshaping() || lower == upper {
+            return None;
+        }
+        let l = self.tables.get(&lower)?;
+        let u = self.tables.get(&upper)?;
+        if l.state != State::Serving || u.state != State::Serving {
+            return None;
+        }
+        let ((lr, lrev), (ur, urev)) = (l.range?, u.range?);
+        let range = lr.merge(&ur)?;
+        let mut contents = l.contents.clone();
+        contents.extend(u.contents.applications());
+        let m = Merge {
+            lower,
+            upper,
+            owner_revs: (l.owner_rev, u.owner_rev),
+            range_revs: (lrev, urev),
+            range,
+            contents,
+        };
+        for t in [lower, upper] {
+            if let Some(h) = self.tables.get_mut(&t) {
+                h.state = State::Reshaping;
+            }
+        }
+        Some(m)
+    }
+
+    /// The outcome of `merge`: committed at revision `rev` (the lower
+    /// table serves the union; the upper one no longer exists) or refused
+    /// (both serve again as they were).
+    pub fn merge_done(&mut self, merge: &Merge, outcome: Option<Revision>) {
+        let held = |s: &Server, t: TableId, rev: Revision| {
+            s.tables
+                .get(&t)
+                .is_some_and(|h| h.owner_rev == rev && h.state == State::Reshaping)
+        };
+        let lower_held = held(self, merge.lower, merge.owner_revs.0);
+        let upper_held = held(self, merge.upper, merge.owner_revs.1);
+        match outcome {
+            Some(rev) => {
+                self.tables.remove(&merge.upper);
+                if let Some(h) = self.tables.get_mut(&merge.lower).filter(|_| lower_held) {
+                    h.state = State::Serving;
+                    h.contents = merge.contents.clone();
+                    h.range = Some((merge.range, rev));
+                }
+            }
+            None => {
+                for (t, ok) in [(merge.lower, lower_held), (merge.upper, upper_held)] {
+                    if let Some(h) = self.tables.get_mut(&t).filter(|_| ok) {
+                        h.state = State::Serving;
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Server::begin`] for an operation on `key`: only if `table`'s range
+    /// as this server knows it covers the key (else WRONG_SERVER: the
+    /// client's map is stale, a split or merge moved the key).
+    pub fn begin_key(&mut self, table: TableId, key: u64, op: u64) -> Begun {
+        let covers = self
+            .tables
+            .get(&table)
+            .and_then(|h| h.range)
+            .is_some_and(|(r, _)| r.contains(key));
+        if !covers {
+            return Begun::WrongServer;
+        }
+        self.begin(table, op)
+    }
+
     /// An operation on `table` arrives (`op`: its client's (client, seq),
     /// the same for every retry of it). What is remembered for it — the
     /// table's carried reply if the table's contents hold it, else a reply
@@ -542,6 +769,22 @@ impl Server {
     /// The generation `op` was run under here, if this process ran it.
     pub fn made_under(&self, op: u64) -> Option<u64> {
         self.replies.get(&op).copied()
+    }
+
+    /// [`Server::acknowledge`] for an operation on `key`: also only if the
+    /// table still covers the key (a split in between may have moved it to
+    /// another table: the client's retry finds it there).
+    pub fn acknowledge_key(&self, table: TableId, key: u64, now: Millis) -> Reply {
+        let covers = self
+            .tables
+            .get(&table)
+            .and_then(|h| h.range)
+            .is_some_and(|(r, _)| r.contains(key));
+        if covers {
+            self.acknowledge(table, now)
+        } else {
+            Reply::WrongServer
+        }
     }
 
     /// R1, checked after the operation is durable and right before its
@@ -585,6 +828,91 @@ mod tests {
         };
         assert_eq!(Owner::decode(&o.encode()), Some(o));
         assert_eq!(Manifest::decode("x"), None);
+    }
+
+    /// A split serves nothing until its outcome, then each half serves
+    /// only its keys with only its operations (one begun before the split
+    /// on a key now in the upper half is not acknowledged in the lower);
+    /// a merge serves the union in the lower table; a refusal serves as
+    /// before.
+    #[test]
+    fn splits_and_merges_serve_each_key_in_one_table() {
+        use crate::keys::{key_of, KEYSPACE};
+        let mut s = Server::new(ServerId(1), 100);
+        s.joined(LeaseId(1), Millis(0), 10_000);
+        let view = TableView {
+            table: TableId(0),
+            owner: Owner {
+                server: ServerId(1),
+                epoch: Epoch(1),
+            },
+            owner_rev: Revision(4),
+            move_to: None,
+        };
+        s.observe(std::slice::from_ref(&view));
+        let all = KeyRange {
+            start: 0,
+            end: KEYSPACE,
+        };
+        s.ranges_seen(&[(TableId(0), all, Revision(2))]);
+        s.loaded(TableId(0), Revision(4), Ok(Contents::new()));
+        let at = KEYSPACE / 2;
+        let (lo_op, hi_op) = {
+            let mut ops = 1..;
+            let lo = ops.find(|op| key_of(*op) < at).unwrap();
+            let hi = (1..).find(|op| key_of(*op) >= at).unwrap();
+            (lo, hi)
+        };
+        for op in [lo_op, hi_op] {
+            assert!(matches!(
+                s.begin_key(TableId(0), key_of(op), op),
+                Begun::Run { .. }
+            ));
+        }
+        let split = s.split(TableId(0), at).expect("serving, range known");
+        assert!(split.lower.1.contains(lo_op) && !split.lower.1.contains(hi_op));
+        assert!(split.upper.1.contains(hi_op) && !split.upper.1.contains(lo_op));
+        assert_eq!(s.acknowledge(TableId(0), Millis(1)), Reply::WrongServer);
+        assert!(s.merge(TableId(0), TableId(0)).is_none() && s.split(TableId(0), 7).is_none());
+        // Refused: the whole table serves again.
+        s.split_done(&split, None);
+        assert_eq!(
+            s.acknowledge_key(TableId(0), key_of(hi_op), Millis(1)),
+            Reply::Ack
+        );
+        let split = s.split(TableId(0), at).expect("again");
+        s.split_done(&split, Some((TableId(9), Revision(8))));
+        // The operation begun before the split: not in the lower half.
+        assert_eq!(
+            s.acknowledge_key(TableId(0), key_of(hi_op), Millis(1)),
+            Reply::WrongServer
+        );
+        assert_eq!(
+            s.acknowledge_key(TableId(9), key_of(hi_op), Millis(1)),
+            Reply::Ack
+        );
+        assert_eq!(
+            s.begin_key(TableId(0), key_of(hi_op), hi_op),
+            Begun::WrongServer
+        );
+        assert_eq!(
+            s.begin_key(TableId(9), key_of(hi_op), hi_op),
+            Begun::Answered
+        );
+        assert_eq!(s.may_ack_key(key_of(lo_op), Millis(1)), Some(TableId(0)));
+        assert_eq!(s.may_ack_key(key_of(hi_op), Millis(1)), Some(TableId(9)));
+        // An older range read afterwards does not undo the split.
+        s.ranges_seen(&[(TableId(0), all, Revision(2))]);
+        assert_eq!(s.range(TableId(0)), all.split(at).map(|(l, _)| l));
+        let merge = s.merge(TableId(0), TableId(9)).expect("neighbours");
+        assert!(s.merge(TableId(0), TableId(9)).is_none(), "one at a time");
+        s.merge_done(&merge, Some(Revision(11)));
+        assert!(!s.holds(TableId(9)));
+        assert_eq!(s.range(TableId(0)), Some(all));
+        assert_eq!(
+            s.begin_key(TableId(0), key_of(hi_op), hi_op),
+            Begun::Answered
+        );
     }
 
     #[test]

@@ -32,6 +32,26 @@
 //! server's): an acknowledged record whose backup was lost and that the
 //! crash cut is lost, and reported as a GAP.
 //!
+//! Tables cover key ranges ([`crate::keys`]): etcd holds each table's
+//! range (`table/<id>`) apart from its owner key (`owner/<id>`), and a
+//! counter names new tables. Every operation has a key (a function of its
+//! id); clients address it to the table etcd's map says covers the key,
+//! and a server runs and acknowledges it only in a table whose range as it
+//! knows it covers the key (else WRONG_SERVER). Among the faults, servers
+//! split and merge tables they serve ([`Server::split`],
+//! [`Server::merge`]): the tables acknowledge nothing during the work (up
+//! to a lease) and until the transaction's outcome. A split's transaction
+//! compares the owner key's and range key's revisions, no `move/` key, the
+//! counter, and the server's membership generation (`member/<server>` on
+//! the lease it began under); it writes both ranges, the new table's owner
+//! key (the same server) and both halves' manifests, and advances the
+//! counter. A merge's compares both owner and range keys, the generation,
+//! no `move/` or `home/` key and no borrow naming either; it writes the
+//! union range and the merged manifest and deletes the upper table's keys.
+//! Neither writes the (lower) table's owner key: R2's fence keeps its
+//! revision. A transaction that etcd does not reach is refused (the
+//! connection failed), and the tables serve as before.
+//!
 //! Clients number their operations (client, seq), and every client
 //! retries: after a timeout (its server down or paused, or the reply
 //! lost — 5% of replies are), or after WRONG_SERVER, it sends the same
@@ -47,8 +67,12 @@
 //! Checked on every operation run: it is applied to its table once (never
 //! twice); on every retry answered "done": the answering server's table
 //! holds it. Checked on every acknowledgement: the acknowledging server is the one
-//! etcd names as the table's owner, and no other server may acknowledge
-//! for the table at that instant (at most one acknowledger). Checked from
+//! etcd names as the table's owner, the table's range in etcd covers the
+//! key, and no other server may acknowledge for the table, nor any server
+//! for the key in another table, at that instant (at most one
+//! acknowledger, per table and per key). Checked at every split or merge:
+//! the ranges of the existing tables partition the key space, and the
+//! owner key's revision is unchanged. Checked from
 //! [`recovery_bound_ms`] after the faults' end: no table is unserved for
 //! longer than a planned move's gap ([`stall_bound_ms`]). Checked at the
 //! end, after the cluster settles: every table has
@@ -59,7 +83,11 @@
 //! whose backups were lost with their record, reported as a GAP by the
 //! completion, may be missing), each applied once
 //! (nothing acknowledged is applied twice); no borrow is left and every
-//! lent table went home (no `home/` key). Log-less, checked at every
+//! lent table went home (no `home/` key); the ranges partition the key
+//! space, every operation a table holds has its key in the table's range,
+//! none is applied twice over all tables, and every acknowledged one is
+//! held by the table covering its key now (however many splits and merges
+//! it went through). Log-less, checked at every
 //! reassignment of a table from a server whose lease is gone: each of
 //! that server's dead journals is completed; at every load: a dead
 //! journal holding records of the table past the manifest's position is
@@ -67,15 +95,19 @@
 //! owner serves the table); at every completion: the backups agree with
 //! the journal and each other. A failure names its seed; [`run`] with
 //! that seed replays it exactly. [`Config::complete_from_backups`] off
-//! shows the checks catch a completion that leaves the backups out.
+//! shows the checks catch a completion that leaves the backups out;
+//! [`Config::reshape_fault`] shows they catch a split or merge without
+//! the generation compare, without the move/home/borrow compares, or
+//! writing the halves' contents into each other's manifests.
 
 use crate::coordinator::{completions_due, decide, Action, ClusterView};
 use crate::etcd::{Compare, Etcd, LeaseId, Write};
 use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
+use crate::keys::{check_partition, key_of, range_key, KeyRange, KEYSPACE, NEXT_TABLE_KEY};
 use crate::logless::{self, Backups, Completion, Record};
 use crate::server::{
-    manifest_key, member_key, move_key, owner_key, Begun, Contents, JournalId, Manifest, Out,
-    Owner, Reply, Server, TableView, COORDINATOR_KEY,
+    manifest_key, member_key, move_key, owner_key, Begun, Contents, JournalId, Manifest, Merge,
+    Out, Owner, Reply, Server, Split, TableView, COORDINATOR_KEY,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -110,6 +142,26 @@ pub struct Config {
     /// completion that does not: new owners then replay the synced prefix
     /// alone).
     pub complete_from_backups: bool,
+    /// Splits and merges among the faults (with `faults` only).
+    pub reshapes: bool,
+    /// A hole deliberately left in splits' and merges' transactions, to
+    /// show what the checks catch (`None`: the protocol as it is).
+    pub reshape_fault: Option<ReshapeFault>,
+}
+
+/// What [`Config::reshape_fault`] leaves out of a split's or merge's
+/// transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReshapeFault {
+    /// It is not refused when begun in an earlier membership generation
+    /// of its server (no compare on `member/<server>`'s lease).
+    AnyGeneration,
+    /// A merge does not compare the owner keys' revisions.
+    NoOwnerCompare,
+    /// Neither compares `move/` and `home/` keys or looks at borrows.
+    NoMoveCompare,
+    /// A split writes each half's contents into the other's manifest.
+    SwappedManifests,
 }
 
 /// Which runs have log-less servers: journals synced in the background,
@@ -134,6 +186,8 @@ impl Default for Config {
             faults: true,
             logless: Logless::BySeed,
             complete_from_backups: true,
+            reshapes: true,
+            reshape_fault: None,
         }
     }
 }
@@ -188,6 +242,11 @@ pub struct Report {
     /// Of those, the ones inside a reported range (the others lie past
     /// the last LSN any backup restored).
     pub gaps_in_ranges: usize,
+    /// Splits and merges committed, and those etcd refused (a move,
+    /// borrow, failover or the like raced them).
+    pub splits: usize,
+    pub merges: usize,
+    pub reshapes_refused: usize,
 }
 
 /// A journal in the shared store: its records (LSN = index), how many
@@ -239,6 +298,18 @@ enum Call {
         journal: JournalId,
         position: usize,
     },
+    /// A split's or merge's transaction (`position`: this server's
+    /// journal's end when the contents were taken).
+    Split {
+        split: Split,
+        journal: JournalId,
+        position: usize,
+    },
+    Merge {
+        merge: Merge,
+        journal: JournalId,
+        position: usize,
+    },
     CoordRead,
     /// The coordinator's writes: first the completions of the servers'
     /// dead journals, then the actions.
@@ -263,7 +334,15 @@ enum Answer {
     LeaseLost {
         lease: LeaseId,
     },
-    Views(Vec<TableView>),
+    Views(Vec<TableView>, Vec<(TableId, KeyRange, Revision)>),
+    SplitDone {
+        split: Split,
+        outcome: Option<(TableId, Revision)>,
+    },
+    MergeDone {
+        merge: Merge,
+        outcome: Option<Revision>,
+    },
     LoadManifest {
         table: TableId,
         owner_rev: Revision,
@@ -330,6 +409,14 @@ enum Event {
         inc: u64,
     },
     Restart(ServerId),
+    /// A server splits or merges tables it serves (drawn at random).
+    Reshape,
+    /// The split's or merge's work is done: its transaction goes to etcd.
+    ReshapeSend {
+        server: ServerId,
+        inc: u64,
+        call: Call,
+    },
     EtcdUp,
     /// Log-less: the background sync of a journal (everything written so
     /// far is on disk).
@@ -382,7 +469,13 @@ struct World {
     gaps: BTreeSet<u64>,
     /// A check that failed inside etcd's or the store's handling.
     violation: Option<String>,
-    acked: BTreeMap<TableId, BTreeSet<u64>>,
+    /// The `table/<id>` keys as etcd holds them (id order), and by where
+    /// each range starts: read again after every write of them (the
+    /// clients' map, and the tables that exist).
+    ranges: Vec<(TableId, KeyRange, Revision)>,
+    by_start: BTreeMap<u64, TableId>,
+    /// Acknowledged operations (each is on the table covering its key).
+    acked: BTreeSet<u64>,
     /// Per client, its next seq.
     next_seq: Vec<u64>,
     /// Operations sent so far (the clients take turns).
@@ -428,7 +521,6 @@ fn describe(op: u64) -> String {
 
 /// A client operation not acknowledged to its client yet.
 struct Pending {
-    table: TableId,
     /// The attempt whose reply (or timeout) counts.
     attempt: u32,
     /// When it was sent.
@@ -464,7 +556,9 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         forgotten: BTreeMap::new(),
         gaps: BTreeSet::new(),
         violation: None,
-        acked: BTreeMap::new(),
+        acked: BTreeSet::new(),
+        ranges: Vec::new(),
+        by_start: BTreeMap::new(),
         next_seq: vec![1; CLIENTS as usize],
         turn: 0,
         pending: BTreeMap::new(),
@@ -513,6 +607,24 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         w.at(1_000, Event::Fault);
     }
     w.at(500, Event::Borrow(ServerId(0)));
+    // The initial tables cover equal parts of the key space; the counter
+    // names the next one.
+    for t in 0..cfg.tables {
+        let range = KeyRange {
+            start: KEYSPACE * u64::from(t) / u64::from(cfg.tables),
+            end: KEYSPACE * u64::from(t + 1) / u64::from(cfg.tables),
+        };
+        w.etcd
+            .put(&range_key(TableId(t)), &range.encode(), None)
+            .map_err(|e| format!("seed {seed}: {e:?}"))?;
+    }
+    w.etcd
+        .put(NEXT_TABLE_KEY, &cfg.tables.to_string(), None)
+        .map_err(|e| format!("seed {seed}: {e:?}"))?;
+    w.check_ranges();
+    if cfg.faults && cfg.reshapes {
+        w.at(700, Event::Reshape);
+    }
     let end = Millis(cfg.duration_ms + cfg.settle_ms);
     // At the end a balancing move may be half done: the cluster has until
     // a move's gap ([`stall_bound_ms`]) more to show every table served.
@@ -627,19 +739,34 @@ impl World {
                 }
             }
             Event::AtEtcd { from, inc, call } => {
-                if self.etcd_reachable(from) {
+                let answer = if self.etcd_reachable(from) {
                     self.etcd.expire(self.now);
-                    if let Some(answer) = self.at_etcd(from, call) {
-                        let l = self.latency();
-                        self.at(
-                            l,
-                            Event::AtServer {
-                                to: from,
-                                inc,
-                                answer,
-                            },
-                        );
+                    self.at_etcd(from, call)
+                } else {
+                    // Not executed: a split or merge learns it (the
+                    // connection was refused) and serves its tables again.
+                    match call {
+                        Call::Split { split, .. } => Some(Answer::SplitDone {
+                            split,
+                            outcome: None,
+                        }),
+                        Call::Merge { merge, .. } => Some(Answer::MergeDone {
+                            merge,
+                            outcome: None,
+                        }),
+                        _ => None,
                     }
+                };
+                if let Some(answer) = answer {
+                    let l = self.latency();
+                    self.at(
+                        l,
+                        Event::AtServer {
+                            to: from,
+                            inc,
+                            answer,
+                        },
+                    );
                 }
             }
             Event::AtServer { to, inc, answer } => {
@@ -678,7 +805,7 @@ impl World {
                 };
                 let ran_before = attempt > 0 && server.made_under(op).is_some();
                 let journal = server.journal();
-                match server.begin(table, op) {
+                match server.begin_key(table, key_of(op), op) {
                     Begun::Run { applied, .. } => {
                         if applied > 1 {
                             return Err(format!(
@@ -752,16 +879,16 @@ impl World {
                     self.no_reply(op, attempt);
                     return Ok(());
                 };
-                if server.acknowledge(table, now) == Reply::Ack {
+                if server.acknowledge_key(table, key_of(op), now) == Reply::Ack {
                     let journal = server.journal();
-                    self.check_single_acknowledger(at, table)?;
+                    self.check_single_acknowledger(at, table, key_of(op))?;
                     // Some replies are lost on the way: the client's
                     // timeout sends the operation again. (Log-less, what
                     // counts is what reaches the client: a reply lost
                     // carried the only backup of a record not synced.)
                     let lost = self.client_rng.random_bool(0.05);
                     if !self.logless || !lost {
-                        self.acked.entry(table).or_default().insert(op);
+                        self.acked.insert(op);
                     }
                     self.report.acknowledged += 1;
                     if lost {
@@ -825,6 +952,25 @@ impl World {
                 n.incarnation += 1;
                 n.server = Some(Server::new(s, self.cfg.margin_ms));
                 self.at(1, Event::Tick(s));
+            }
+            Event::Reshape => {
+                if self.faulting() {
+                    self.reshape();
+                    let next = self.rng.random_range(200..1_200);
+                    self.at(next, Event::Reshape);
+                }
+            }
+            Event::ReshapeSend { server, inc, call } => {
+                let e = Event::ReshapeSend { server, inc, call };
+                if self.deferred(server, &e) {
+                    return Ok(());
+                }
+                let Event::ReshapeSend { call, .. } = e else {
+                    unreachable!()
+                };
+                if self.nodes[&server].incarnation == inc {
+                    self.send(server, inc, call);
+                }
             }
             Event::EtcdUp => {
                 self.etcd_down_until = None;
@@ -951,7 +1097,7 @@ impl World {
                         .range((j, c.prefix)..=(j, usize::MAX))
                         .filter(|((_, l), _)| !restored.contains(l));
                     for ((_, lsn), r) in lost {
-                        if self.acked.get(&r.table).is_some_and(|a| a.contains(&r.op)) {
+                        if self.acked.contains(&r.op) {
                             self.gaps.insert(r.op);
                             self.report.acknowledged_in_gaps += 1;
                             if gaps.iter().any(|(a, b)| (a..=b).contains(&lsn)) {
@@ -964,9 +1110,7 @@ impl World {
                     self.report.acknowledged_restored += c
                         .tail
                         .iter()
-                        .filter(|(_, r)| {
-                            self.acked.get(&r.table).is_some_and(|a| a.contains(&r.op))
-                        })
+                        .filter(|(_, r)| self.acked.contains(&r.op))
                         .count();
                     self.completions.insert(j, c);
                 }
@@ -1093,7 +1237,23 @@ impl World {
                 },
                 Err(_) => Answer::LeaseLost { lease },
             },
-            Call::Poll => Answer::Views(self.views()),
+            Call::Poll => Answer::Views(self.views(), self.ranges()),
+            Call::Split {
+                split,
+                journal,
+                position,
+            } => {
+                let outcome = self.commit_split(from, &split, journal, position);
+                Answer::SplitDone { split, outcome }
+            }
+            Call::Merge {
+                merge,
+                journal,
+                position,
+            } => {
+                let outcome = self.commit_merge(from, &merge, journal, position);
+                Answer::MergeDone { merge, outcome }
+            }
             Call::LoadRead { table, owner_rev } => {
                 let entry = self.etcd.get(&manifest_key(table));
                 Answer::LoadManifest {
@@ -1203,6 +1363,17 @@ impl World {
     }
 
     fn apply_action(&mut self, a: Action) {
+        // An action on a table a merge deleted since the view does nothing
+        // (the real shell compares `table/<id>`'s revision as read).
+        let table = match &a {
+            Action::Assign { table, .. }
+            | Action::Lend { table, .. }
+            | Action::ForgetHome { table, .. }
+            | Action::Move { table, .. } => *table,
+        };
+        if self.etcd.get(&range_key(table)).is_none() {
+            return;
+        }
         match a {
             Action::Assign {
                 table,
@@ -1331,9 +1502,35 @@ impl World {
         Some((Owner::decode(&e.value)?, e.mod_revision))
     }
 
+    /// The tables that exist (`table/<id>` keys).
+    fn tables(&self) -> Vec<TableId> {
+        self.ranges.iter().map(|(t, _, _)| *t).collect()
+    }
+
+    /// Every table's range, with its key's revision.
+    fn ranges(&self) -> Vec<(TableId, KeyRange, Revision)> {
+        self.ranges.clone()
+    }
+
+    /// The `table/<id>` keys, read from etcd.
+    fn read_ranges(&self) -> Vec<(TableId, KeyRange, Revision)> {
+        self.etcd
+            .range("table/")
+            .filter_map(|(k, e)| {
+                let t = TableId(k.strip_prefix("table/")?.parse().ok()?);
+                Some((t, KeyRange::decode(&e.value)?, e.mod_revision))
+            })
+            .collect()
+    }
+
+    /// The table whose range covers `key`, per etcd.
+    fn covering(&self, key: u64) -> Option<TableId> {
+        self.by_start.range(..=key).next_back().map(|(_, t)| *t)
+    }
+
     fn views(&self) -> Vec<TableView> {
-        (0..self.cfg.tables)
-            .map(TableId)
+        self.tables()
+            .into_iter()
             .filter_map(|t| {
                 let (owner, owner_rev) = self.owner_of(t)?;
                 let move_to = self
@@ -1359,13 +1556,17 @@ impl World {
                 .filter_map(|(k, _)| k.strip_prefix("member/")?.parse().ok().map(ServerId))
                 .collect(),
             draining: BTreeSet::new(),
-            owners: (0..self.cfg.tables)
-                .map(|t| (TableId(t), self.owner_of(TableId(t))))
+            owners: self
+                .tables()
+                .into_iter()
+                .map(|t| (t, self.owner_of(t)))
                 .collect(),
-            moves: (0..self.cfg.tables)
+            moves: self
+                .tables()
+                .into_iter()
                 .filter_map(|t| {
-                    let e = self.etcd.get(&move_key(TableId(t)))?;
-                    Some((TableId(t), ServerId(e.value.parse().ok()?)))
+                    let e = self.etcd.get(&move_key(t))?;
+                    Some((t, ServerId(e.value.parse().ok()?)))
                 })
                 .collect(),
             rates: self.rates.clone(),
@@ -1405,6 +1606,280 @@ impl World {
         }
     }
 
+    /// A random server that is up, a member and not paused begins a split
+    /// of one of its tables at a random key, or a merge of two
+    /// neighbouring ones it serves (the table count kept between half and
+    /// twice the initial one); its transaction goes to etcd after the
+    /// work (up to a lease: the engine's split or merge), during which
+    /// faults, moves, borrows and failovers race it.
+    fn reshape(&mut self) {
+        let s = ServerId(self.rng.random_range(0..self.cfg.servers));
+        let count = self.tables().len();
+        let split = self.rng.random_bool(0.5);
+        let pick = self.rng.random_range(0..1_000usize);
+        let at_frac = self.rng.random_range(1..1_000u64);
+        let work = self.rng.random_range(0..self.cfg.ttl_ms);
+        let inc = self.nodes[&s].incarnation;
+        if self.now < self.nodes[&s].paused_until {
+            return;
+        }
+        let Some(server) = self.nodes.get_mut(&s).and_then(|n| n.server.as_mut()) else {
+            return;
+        };
+        if server.lease().is_none() {
+            return;
+        }
+        let journal = server.journal();
+        let serving: Vec<(TableId, KeyRange)> = server
+            .serving()
+            .filter_map(|t| Some((t, server.range(t)?)))
+            .collect();
+        let call = if split && count < 2 * self.cfg.tables as usize {
+            let candidates: Vec<&(TableId, KeyRange)> = serving
+                .iter()
+                .filter(|(_, r)| r.end - r.start >= 2)
+                .collect();
+            if candidates.is_empty() {
+                return;
+            }
+            let (t, r) = *candidates[pick % candidates.len()];
+            let at = r.start + 1 + (r.end - r.start - 1) * at_frac / 1_000;
+            let Some(split) = server.split(t, at.min(r.end - 1)) else {
+                return;
+            };
+            let position = self.journals.get(&journal).map_or(0, |j| j.records.len());
+            Call::Split {
+                split,
+                journal,
+                position,
+            }
+        } else if !split && count > (self.cfg.tables as usize).div_ceil(2) {
+            let pairs: Vec<(TableId, TableId)> = serving
+                .iter()
+                .flat_map(|(a, ra)| {
+                    serving
+                        .iter()
+                        .filter(move |(_, rb)| ra.end == rb.start)
+                        .map(move |(b, _)| (*a, *b))
+                })
+                .collect();
+            if pairs.is_empty() {
+                return;
+            }
+            let (a, b) = pairs[pick % pairs.len()];
+            let Some(merge) = server.merge(a, b) else {
+                return;
+            };
+            let position = self.journals.get(&journal).map_or(0, |j| j.records.len());
+            Call::Merge {
+                merge,
+                journal,
+                position,
+            }
+        } else {
+            return;
+        };
+        self.at(
+            work,
+            Event::ReshapeSend {
+                server: s,
+                inc,
+                call,
+            },
+        );
+    }
+
+    /// etcd runs a split's transaction: conditional on the table's owner
+    /// and range keys as the server saw them, on no move naming it, and on
+    /// the counter as read; it writes both ranges, the new table's owner
+    /// key (the same server, the same epoch) and both manifests, and
+    /// advances the counter. The table's owner key is not written (its
+    /// revision, the fence of R2, stays).
+    fn commit_split(
+        &mut self,
+        from: ServerId,
+        split: &Split,
+        journal: JournalId,
+        position: usize,
+    ) -> Option<(TableId, Revision)> {
+        if !self.same_generation(from, journal)
+            && self.cfg.reshape_fault != Some(ReshapeFault::AnyGeneration)
+        {
+            self.report.reshapes_refused += 1;
+            return None;
+        }
+        let counter = self.etcd.get(NEXT_TABLE_KEY)?;
+        let (next, counter_rev) = (counter.value.parse::<u32>().ok()?, counter.mod_revision);
+        let (t, new) = (split.table, TableId(next));
+        let manifest = |contents: &Contents| Manifest {
+            snapshot: contents.clone(),
+            journal,
+            position,
+        };
+        let fault = self.cfg.reshape_fault;
+        let mut compares = vec![
+            Compare::ModRevision(owner_key(t), split.owner_rev),
+            Compare::ModRevision(range_key(t), split.range_rev),
+            Compare::ModRevision(NEXT_TABLE_KEY.into(), counter_rev),
+        ];
+        if fault != Some(ReshapeFault::NoMoveCompare) {
+            compares.push(Compare::ModRevision(move_key(t), Revision(0)));
+        }
+        let (mut lower, mut upper) = (&split.lower.1, &split.upper.1);
+        if fault == Some(ReshapeFault::SwappedManifests) {
+            std::mem::swap(&mut lower, &mut upper);
+        }
+        let put = |key: String, value: String| Write::Put {
+            key,
+            value,
+            lease: None,
+        };
+        let r = self.etcd.txn(
+            &compares,
+            &[
+                put(range_key(t), split.lower.0.encode()),
+                put(range_key(new), split.upper.0.encode()),
+                put(
+                    owner_key(new),
+                    Owner {
+                        server: from,
+                        epoch: split.epoch,
+                    }
+                    .encode(),
+                ),
+                put(manifest_key(t), manifest(lower).encode()),
+                put(manifest_key(new), manifest(upper).encode()),
+                put(NEXT_TABLE_KEY.into(), (next + 1).to_string()),
+            ],
+        );
+        match r {
+            Ok(rev) => {
+                self.report.splits += 1;
+                self.check_ranges();
+                // The owner key's revision (R2's fence) is untouched.
+                if self.owner_of(t).map(|(_, r)| r) != Some(split.owner_rev) {
+                    self.violation = Some(format!(
+                        "t={} ms: the split of {t} changed its owner key",
+                        self.now.0
+                    ));
+                }
+                Some((new, rev))
+            }
+            Err(_) => {
+                self.report.reshapes_refused += 1;
+                None
+            }
+        }
+    }
+
+    /// etcd runs a merge's transaction: conditional on both tables' owner
+    /// and range keys as the server saw them, and on no move, home or
+    /// borrow naming either (the borrows as read: the model's etcd runs
+    /// the read and the transaction at once); it writes the union range
+    /// and the merged manifest and deletes the upper table's keys.
+    fn commit_merge(
+        &mut self,
+        from: ServerId,
+        merge: &Merge,
+        journal: JournalId,
+        position: usize,
+    ) -> Option<Revision> {
+        let (lo, up) = (merge.lower, merge.upper);
+        let fault = self.cfg.reshape_fault;
+        let borrowed = fault != Some(ReshapeFault::NoMoveCompare)
+            && self.etcd.range("borrow/").any(|(_, e)| {
+                e.value
+                    .split_whitespace()
+                    .any(|t| t == lo.0.to_string() || t == up.0.to_string())
+            });
+        let mut compares = vec![
+            Compare::ModRevision(range_key(lo), merge.range_revs.0),
+            Compare::ModRevision(range_key(up), merge.range_revs.1),
+        ];
+        if fault != Some(ReshapeFault::NoOwnerCompare) {
+            compares.push(Compare::ModRevision(owner_key(lo), merge.owner_revs.0));
+            compares.push(Compare::ModRevision(owner_key(up), merge.owner_revs.1));
+        }
+        for t in [lo, up] {
+            if fault != Some(ReshapeFault::NoMoveCompare) {
+                compares.push(Compare::ModRevision(move_key(t), Revision(0)));
+                compares.push(Compare::ModRevision(home_key(t), Revision(0)));
+            }
+        }
+        let manifest = Manifest {
+            snapshot: merge.contents.clone(),
+            journal,
+            position,
+        };
+        let stale =
+            !self.same_generation(from, journal) && fault != Some(ReshapeFault::AnyGeneration);
+        let owner_before = self.owner_of(lo).map(|(_, r)| r);
+        let r = if borrowed || stale {
+            Err(crate::etcd::EtcdError::Conflict)
+        } else {
+            self.etcd.txn(
+                &compares,
+                &[
+                    Write::Put {
+                        key: range_key(lo),
+                        value: merge.range.encode(),
+                        lease: None,
+                    },
+                    Write::Put {
+                        key: manifest_key(lo),
+                        value: manifest.encode(),
+                        lease: None,
+                    },
+                    Write::Delete(range_key(up)),
+                    Write::Delete(owner_key(up)),
+                    Write::Delete(manifest_key(up)),
+                ],
+            )
+        };
+        match r {
+            Ok(rev) => {
+                self.report.merges += 1;
+                self.check_ranges();
+                // The lower table's owner key (R2's fence) is untouched.
+                if self.owner_of(lo).map(|(_, r)| r) != owner_before {
+                    self.violation = Some(format!(
+                        "t={} ms: the merge into {lo} changed its owner key",
+                        self.now.0
+                    ));
+                }
+                Some(rev)
+            }
+            Err(_) => {
+                self.report.reshapes_refused += 1;
+                None
+            }
+        }
+    }
+
+    /// Is `from` still a member of the generation whose journal is
+    /// `journal` (`member/<s>` on that lease: etcd's compare on a key's
+    /// lease)? A split or merge begun in an earlier generation is refused:
+    /// the server may have loaded the tables again since, and acknowledged
+    /// operations its contents then lack (seed 175, when only the owner
+    /// keys were compared).
+    fn same_generation(&self, from: ServerId, journal: JournalId) -> bool {
+        self.etcd
+            .get(&member_key(from))
+            .is_some_and(|e| e.lease == Some(LeaseId(journal.generation)))
+    }
+
+    /// After every change of the ranges: reads them again, and they
+    /// partition the key space.
+    fn check_ranges(&mut self) {
+        self.ranges = self.read_ranges();
+        self.by_start = self.ranges.iter().map(|(t, r, _)| (r.start, *t)).collect();
+        let parts: Vec<(TableId, KeyRange)> =
+            self.ranges().into_iter().map(|(t, r, _)| (t, r)).collect();
+        if let Err(e) = check_partition(&parts) {
+            self.violation = Some(format!("t={} ms: {e}", self.now.0));
+        }
+    }
+
     /// Server `s` (up, with a lease) asks to BORROW two or three tables
     /// together, and RETURNs them a little later.
     fn borrow(&mut self, s: ServerId) {
@@ -1415,9 +1890,10 @@ impl World {
         if !self.etcd_reachable(s) || self.now < self.nodes[&s].paused_until {
             return;
         }
-        let n = self.rng.random_range(2..=3u32.min(self.cfg.tables));
+        let existing = self.tables();
+        let n = self.rng.random_range(2..=3usize.min(existing.len()));
         let tables: BTreeSet<u32> = (0..n)
-            .map(|_| self.rng.random_range(0..self.cfg.tables))
+            .map(|_| existing[self.rng.random_range(0..existing.len())].0)
             .collect();
         let value: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
         self.etcd.expire(self.now);
@@ -1457,7 +1933,12 @@ impl World {
                 ttl,
             } => server.kept_alive(lease, sent_at, ttl),
             Answer::LeaseLost { lease } => server.lease_lost(lease),
-            Answer::Views(v) => outs = server.observe(&v),
+            Answer::Views(v, ranges) => {
+                outs = server.observe(&v);
+                server.ranges_seen(&ranges);
+            }
+            Answer::SplitDone { split, outcome } => server.split_done(&split, outcome),
+            Answer::MergeDone { merge, outcome } => server.merge_done(&merge, outcome),
             Answer::LoadManifest {
                 table,
                 owner_rev,
@@ -1523,7 +2004,8 @@ impl World {
         if self.now.0 < self.cfg.duration_ms {
             return Ok(());
         }
-        for t in (0..self.cfg.tables).map(TableId) {
+        for i in 0..self.ranges.len() {
+            let t = self.ranges[i].0;
             let served = self
                 .nodes
                 .values()
@@ -1549,8 +2031,31 @@ impl World {
 
     /// At the instant `at` acknowledges for `table`: etcd names it as the
     /// owner, and no other server may acknowledge for the table.
-    fn check_single_acknowledger(&self, at: ServerId, table: TableId) -> Result<(), String> {
+    fn check_single_acknowledger(
+        &self,
+        at: ServerId,
+        table: TableId,
+        key: u64,
+    ) -> Result<(), String> {
         let now = self.now;
+        // (The ranges as etcd holds them: read again after every write.)
+        let covering = self.covering(key);
+        if covering != Some(table) {
+            return Err(format!(
+                "t={} ms: {at} acknowledged key {key} in {table}, but etcd's map puts it in {covering:?}",
+                now.0
+            ));
+        }
+        for (id, n) in &self.nodes {
+            if let Some(other) = n.server.as_ref().and_then(|s| s.may_ack_key(key, now)) {
+                if *id != at || other != table {
+                    return Err(format!(
+                        "t={} ms: {at} acknowledged key {key} in {table}, and {id} may acknowledge it in {other}",
+                        now.0
+                    ));
+                }
+            }
+        }
         match self.owner_of(table) {
             Some((o, _)) if o.server == at => {}
             other => {
@@ -1574,7 +2079,6 @@ impl World {
     /// A client sends a new operation, mostly to the owner etcd names (a
     /// fresh map), sometimes to any server (a stale one).
     fn client_op(&mut self) {
-        let table = TableId(self.rng.random_range(0..self.cfg.tables));
         // The clients take turns (no draw: the seed's generator draws
         // what it drew before clients retried).
         self.turn += 1;
@@ -1586,18 +2090,21 @@ impl World {
             self.pending.insert(
                 op,
                 Pending {
-                    table,
                     attempt: 0,
                     sent: self.now,
                 },
             );
         }
         // Fire and forget for the others: no retry, no timeout.
-        self.send_op(op, table, 0);
+        self.send_op(op, 0);
     }
 
     /// Sends attempt `attempt` of `op`, and arms its timeout.
-    fn send_op(&mut self, op: u64, table: TableId, attempt: u32) {
+    /// The table is the one etcd's map says covers the op's key now.
+    fn send_op(&mut self, op: u64, attempt: u32) {
+        let Some(table) = self.covering(key_of(op)) else {
+            return;
+        };
         let to = match self.owner_of(table) {
             Some((o, _)) if self.rng_for(attempt).random_bool(0.9) => o.server,
             _ => {
@@ -1668,9 +2175,9 @@ impl World {
             return;
         }
         p.attempt += 1;
-        let (table, attempt) = (p.table, p.attempt);
+        let attempt = p.attempt;
         self.report.retries += 1;
-        self.send_op(op, table, attempt);
+        self.send_op(op, attempt);
     }
 
     fn fault(&mut self) {
@@ -1738,7 +2245,7 @@ impl World {
             .range("member/")
             .filter_map(|(k, _)| k.strip_prefix("member/")?.parse().ok().map(ServerId))
             .collect();
-        for t in (0..self.cfg.tables).map(TableId) {
+        for t in self.tables() {
             let Some((owner, _)) = self.owner_of(t) else {
                 return Err(format!("{t} has no owner"));
             };
@@ -1774,17 +2281,6 @@ impl World {
                 .and_then(|s| s.contents(t))
                 .cloned()
                 .unwrap_or_default();
-            // Only an operation whose every backup holder lost it (a GAP
-            // reported at its journal's completion) may be missing.
-            if let Some(lost) = self.acked.get(&t).and_then(|a| {
-                a.iter()
-                    .find(|op| !held.contains(**op) && !self.gaps.contains(op))
-            }) {
-                return Err(format!(
-                    "operation {} on {t} was acknowledged and is lost",
-                    describe(*lost)
-                ));
-            }
             let twice = held.applied_twice().next();
             if let Some((op, n)) = twice {
                 return Err(format!(
@@ -1792,6 +2288,66 @@ impl World {
                     describe(op)
                 ));
             }
+        }
+        self.check_keys()
+    }
+
+    /// The ranges of the existing tables partition the key space; each
+    /// operation is applied once at most over all tables and held only by
+    /// the table covering its key; every acknowledged one is held (but
+    /// those in a completion's GAP).
+    fn check_keys(&self) -> Result<(), String> {
+        let ranges = self.read_ranges();
+        let parts: Vec<(TableId, KeyRange)> = ranges.iter().map(|(t, r, _)| (*t, *r)).collect();
+        check_partition(&parts)?;
+        // Over all tables: each operation applied once at most, and held
+        // only by the table covering its key.
+        let mut applied: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut held_in: BTreeMap<u64, TableId> = BTreeMap::new();
+        for (t, range, _) in &ranges {
+            let Some((owner, _)) = self.owner_of(*t) else {
+                return Err(format!("{t} has no owner"));
+            };
+            let Some(held) = self.nodes[&owner.server]
+                .server
+                .as_ref()
+                .and_then(|s| s.contents(*t))
+            else {
+                continue;
+            };
+            for op in held.applications() {
+                *applied.entry(op).or_default() += 1;
+                held_in.insert(op, *t);
+                if !range.contains(key_of(op)) {
+                    return Err(format!(
+                        "{t} ({}..{}) holds operation {} of key {}, outside its range",
+                        range.start,
+                        range.end,
+                        describe(op),
+                        key_of(op)
+                    ));
+                }
+            }
+        }
+        if let Some((op, n)) = applied.iter().find(|(_, n)| **n > 1) {
+            return Err(format!(
+                "operation {} was applied {n} times (across tables)",
+                describe(*op)
+            ));
+        }
+        // Only an operation whose every backup holder lost it (a GAP
+        // reported at its journal's completion) may be missing.
+        if let Some(lost) = self
+            .acked
+            .iter()
+            .find(|op| !held_in.contains_key(op) && !self.gaps.contains(op))
+        {
+            return Err(format!(
+                "operation {} (key {}, table {:?} now) was acknowledged and is lost",
+                describe(*lost),
+                key_of(*lost),
+                self.covering(key_of(*lost))
+            ));
         }
         Ok(())
     }
