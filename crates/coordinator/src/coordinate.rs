@@ -188,10 +188,30 @@ async fn act(
         }
         return Ok(());
     }
-    let (view, names) = state.cluster_view();
+    let (mut view, names) = state.cluster_view();
+    // R3 for log-less servers (sextant_cluster::coordinator rule 2): a dead
+    // server's tables wait until the host has completed its journal from
+    // its clients' backups ([`crate::TableHost::ready_for_failover`]).
+    if let Some(host) = &cfg.host {
+        let dead: std::collections::BTreeSet<_> = view
+            .owners
+            .values()
+            .flatten()
+            .map(|(o, _)| o.server)
+            .filter(|s| !view.members.contains(s))
+            .collect();
+        for id in dead {
+            let Some(name) = names.name(id) else { continue };
+            let (h, name) = (Arc::clone(host), name.to_string());
+            let ready = tokio::task::spawn_blocking(move || h.ready_for_failover(&name))
+                .await
+                .unwrap_or(false);
+            if !ready {
+                view.uncompleted.insert(id);
+            }
+        }
+    }
     let actions = decide(&view, cfg.spread);
-    // Per dead server, asked once a round.
-    let mut failover_ready: std::collections::HashMap<String, bool> = Default::default();
     tracing::debug!(target: "borrow_trace", revision = state.revision, actions = actions.len(), "coordinator: decided");
     for action in actions {
         let (txn, what) = match &action {
@@ -205,23 +225,6 @@ async fn act(
                 let Some(server) = names.name(owner.server) else {
                     continue;
                 };
-                if let (Some(old), Some(host)) = (gone.and_then(|g| names.name(g)), &cfg.host) {
-                    let ready = match failover_ready.get(old) {
-                        Some(r) => *r,
-                        None => {
-                            let (h, dead) = (Arc::clone(host), old.to_string());
-                            let r =
-                                tokio::task::spawn_blocking(move || h.ready_for_failover(&dead))
-                                    .await
-                                    .unwrap_or(false);
-                            failover_ready.insert(old.to_string(), r);
-                            r
-                        }
-                    };
-                    if !ready {
-                        continue;
-                    }
-                }
                 let mut when = vec![
                     Compare::mod_revision(
                         e.key(&keys::owner_key(*table)),
