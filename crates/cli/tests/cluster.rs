@@ -4002,7 +4002,11 @@ const LOGLESS_FLAGS: [&str; 6] = [
 ];
 
 fn logless_pair(dir: &Path, etcd: &str) -> LoglessPair {
-    let (a, a_addr) = serve_env(dir, etcd, "a", &LOGLESS_FLAGS, &[]);
+    logless_pair_with(dir, etcd, &LOGLESS_FLAGS)
+}
+
+fn logless_pair_with(dir: &Path, etcd: &str, flags: &[&str]) -> LoglessPair {
+    let (a, a_addr) = serve_env(dir, etcd, "a", flags, &[]);
     let a = KillOnDrop(a);
     let secret = dir.join("a");
     wait_for("the root table assigned", Duration::from_secs(30), || {
@@ -4010,7 +4014,7 @@ fn logless_pair(dir: &Path, etcd: &str) -> LoglessPair {
             .iter()
             .any(|t| t.0 == "a" && t.1 > 0)
     });
-    let (b, b_addr) = serve_env(dir, etcd, "b", &LOGLESS_FLAGS, &[]);
+    let (b, b_addr) = serve_env(dir, etcd, "b", flags, &[]);
     let b = KillOnDrop(b);
     wait_for("b a member", Duration::from_secs(30), || {
         status_on(etcd, &secret)["servers"]
@@ -4153,6 +4157,47 @@ fn a_killed_log_less_server_loses_nothing_and_adds_nothing_twice() {
     // Nothing is cut: what a process crash leaves.
     pair.kept = journal_lengths(&pair.journal);
     assert_eq!(after_power_loss_of_a(&mut pair, &etcd.url), want);
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
+/// A machine that dies closes no connection: server a stops (SIGSTOP, its
+/// sockets open, nothing answered) and its journal is cut back. The
+/// client, holding a's backups and hearing nothing from a for a few
+/// seconds, asks a, gets no answer, and gives the backups to b — within
+/// the grace b's coordinator waits before completing a's journal (8 s
+/// here; the defaults are a 6 s lease and 5 s of grace).
+#[test]
+fn a_silent_log_less_server_is_noticed_and_its_backups_go_elsewhere() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let mut flags = LOGLESS_FLAGS.to_vec();
+    flags.truncate(4);
+    flags.extend(["--recovery-grace", "8s"]);
+    let mut pair = logless_pair_with(dir.path(), &etcd.url, &flags);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    want.sort_unstable();
+    create_in_d(&rt, &client, &want);
+    assert!(
+        client.backup_stats().entries >= 20,
+        "{:?}",
+        client.backup_stats()
+    );
+    signal(&pair.a.0, "-STOP");
+    cut_journal(&pair.journal, &pair.kept);
+    wait_for("b took a's tables", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &pair.secret));
+        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+    });
+    let listing = sextant_ok(&pair.b_addr, &pair.secret, &["ls", "/d"]);
+    let mut names: Vec<&str> = listing.split_whitespace().collect();
+    names.sort_unstable();
+    assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
+    common::kill9(&mut pair.a.0);
     drop(client);
     drop(rt);
     drop(etcd.child);

@@ -442,6 +442,91 @@ struct PeerBackups {
     by_server: std::collections::BTreeMap<String, backup::Backups>,
     /// Servers whose broken session a [`keep_peer_backups`] task serves.
     handing: std::collections::HashSet<String>,
+    /// When each server (the home server under "") last answered or sent
+    /// a notice ([`watch_silent_servers`]).
+    heard: std::collections::HashMap<String, std::time::Instant>,
+}
+
+/// A server the client holds backups of that has sent nothing for this
+/// long is asked whether it is there: a server that holds a client's
+/// backups syncs its journal within milliseconds and says so in its next
+/// notice (every second), so silence means it is stopped, cut off, or its
+/// machine is dead — which closes no connection, and HTTP/2's keep-alive
+/// would take ~50 s to notice, longer than a failover waits for backups.
+const SILENT_FOR: Duration = Duration::from_secs(3);
+
+/// One per client: every second, the servers it holds log-less backups of
+/// that have been silent for [`SILENT_FOR`] get their backups handed back
+/// or, if they do not answer, handed to another server
+/// ([`keep_peer_backups`]; the home server's through [`keep_backups`]'s
+/// path). Ends when the client is dropped.
+async fn watch_silent_servers(client: Weak<Inner>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let silent =
+            |heard: Option<&std::time::Instant>| heard.is_some_and(|t| t.elapsed() >= SILENT_FOR);
+        let mut peers = inner.peer_backups.lock();
+        let due: Vec<String> = peers
+            .by_server
+            .iter()
+            .filter(|(addr, b)| !b.is_empty() && silent(peers.heard.get(*addr)))
+            .map(|(addr, _)| addr.clone())
+            .filter(|addr| !peers.handing.contains(addr))
+            .collect();
+        for addr in due {
+            peers.handing.insert(addr.clone());
+            tokio::spawn(keep_peer_backups(Weak::clone(&client), addr));
+        }
+        // Only on a cluster: a single log-less server keeps its clients'
+        // backups until a write-back, up to ~30 s of silence by design.
+        let home = &inner.home.addr;
+        let cluster = inner.router.known().iter().any(|k| k != home);
+        let home_due = cluster && silent(peers.heard.get("")) && !inner.backups.lock().is_empty();
+        if home_due {
+            // Not again before it is heard from or SILENT_FOR passes anew.
+            peers.heard.insert(String::new(), std::time::Instant::now());
+            drop(peers);
+            tokio::spawn(hand_home_backups_elsewhere_if_gone(Weak::clone(&client)));
+        }
+    }
+}
+
+/// The home server has been silent: if it does not answer `Recover`
+/// either, its backups go to another server of the cluster (as after a
+/// broken session, [`keep_backups`]).
+async fn hand_home_backups_elsewhere_if_gone(client: Weak<Inner>) {
+    let Some(inner) = client.upgrade() else {
+        return;
+    };
+    let client = Client { inner };
+    let requests = client
+        .inner
+        .backups
+        .lock()
+        .recover_requests(client.inner.client_id);
+    let home = client.inner.home.addr.clone();
+    if requests.is_empty() || client.hand_back_to(&home, &requests).await.is_ok() {
+        return;
+    }
+    tokio::time::sleep(UPLOAD_ELSEWHERE_AFTER).await;
+    if client.hand_back_to(&home, &requests).await.is_ok() {
+        return;
+    }
+    if let Some((incarnation, _)) = client.hand_back_elsewhere(&home, &requests).await {
+        let done = {
+            let mut b = client.inner.backups.lock();
+            b.drop_run(incarnation);
+            b.finished_spool()
+        };
+        if let Some(files) = done {
+            spool::remove(&files);
+        }
+    }
 }
 
 /// Whenever the session with cluster server `addr` broke while backups of
@@ -576,6 +661,7 @@ impl Client {
             Arc::downgrade(&client.inner),
             Arc::clone(&client.inner.session_broke),
         ));
+        tokio::spawn(watch_silent_servers(Arc::downgrade(&client.inner)));
         timing::mark(|| "connecting".into());
         client.conn().await?;
         timing::mark(|| "session open".into());
@@ -938,6 +1024,7 @@ impl Client {
         let (p, d) = (Arc::clone(&pending), Arc::clone(&dead));
         let backups = Arc::clone(&self.inner.backups);
         let broke = Arc::clone(&self.inner.session_broke);
+        let heard_home = Arc::clone(&self.inner.peer_backups);
         // Another server of a cluster: its backups are kept apart.
         let peer = (!home).then(|| {
             (
@@ -954,13 +1041,18 @@ impl Client {
                         // acknowledged log-less mutation is backed up here.
                         if resp.incarnation != 0 {
                             if let Some((peers, addr, _)) = &peer {
+                                let mut peers = peers.lock();
+                                peers.heard.insert(addr.clone(), std::time::Instant::now());
                                 peers
-                                    .lock()
                                     .by_server
                                     .entry(addr.clone())
                                     .or_default()
                                     .absorb(&mut resp);
                             } else {
+                                heard_home
+                                    .lock()
+                                    .heard
+                                    .insert(String::new(), std::time::Instant::now());
                                 let done = {
                                     let mut b = backups.lock();
                                     b.absorb(&mut resp);
