@@ -3,9 +3,13 @@
 # this machine; the owner of the root table is killed with SIGKILL and the
 # time until the survivor answers `sextant ls /` for it is measured.
 # Rounds alternate the lease TTL (2 s and 6 s, the default) so both are
-# measured in the same run. Prints one line per round and the medians.
+# measured in the same run, and the durability modes in MODES (default
+# "journal"; "journal logless" measures both: a log-less server's tables
+# wait --recovery-grace, GRACE, default 5 s as the server's, for its
+# clients' backups before they move). Prints one line per round and the
+# medians.
 #
-#   scripts/cluster-failover.sh [ROUNDS]    (default 5 per TTL)
+#   scripts/cluster-failover.sh [ROUNDS]    (default 5 per TTL and mode)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -22,8 +26,11 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 now() { python3 -c 'import time;print(time.monotonic())'; }
 
-round() {  # $1 = TTL
-  local ttl=$1 dir; dir=$(mktemp -d "$work/r.XXXX")
+MODES=${MODES:-journal}
+GRACE=${GRACE:-5s}
+
+round() {  # $1 = TTL, $2 = durability
+  local ttl=$1 mode=$2 dir; dir=$(mktemp -d "$work/r.XXXX")
   local c p; c=$(free_port); p=$(free_port)
   etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$c" \
     --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p" \
@@ -35,6 +42,7 @@ round() {  # $1 = TTL
   for n in a b; do
     SEXTANT_METRICS=off SEXTANT_LEASE_TTL=${ttl}s "$BIN" serve --data "$dir/$n" --listen 127.0.0.1:0 \
       --etcd "http://127.0.0.1:$c" --name "$n" --cluster-store "$dir/store" --socket off \
+      --durability "$mode" --recovery-grace "$GRACE" \
       >"$dir/$n.out" 2>"$dir/$n.log" &
     pid[$n]=$!; pids+=("${pid[$n]}")
     until grep -q "listening on" "$dir/$n.out" 2>/dev/null; do sleep 0.05; done
@@ -47,20 +55,22 @@ round() {  # $1 = TTL
   kill -9 "${pid[a]}"
   until "$BIN" --server "${addr[b]}" --data "$dir/a" ls / 2>/dev/null | grep -q acked; do sleep 0.02; done
   local t1; t1=$(now)
-  python3 -c "print(f'ttl {$ttl} s: served again after {($t1-$t0):.2f} s')"
+  python3 -c "print(f'$mode ttl {$ttl} s: served again after {($t1-$t0):.2f} s')"
   kill "${pid[b]}" "$etcd_pid" 2>/dev/null || true
   wait "${pid[b]}" "$etcd_pid" 2>/dev/null || true
 }
 
 for i in $(seq "$ROUNDS"); do
-  for ttl in 2 6; do round "$ttl"; done
+  for mode in $MODES; do
+    for ttl in 2 6; do round "$ttl" "$mode"; done
+  done
 done | tee "$work/out.txt"
 python3 - "$work/out.txt" <<'PY'
 import re, statistics, sys
 by = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"ttl (\d+) s: served again after ([\d.]+) s", line)
-    if m: by.setdefault(int(m[1]), []).append(float(m[2]))
-for ttl, v in sorted(by.items()):
-    print(f"TTL {ttl} s: median {statistics.median(v):.2f} s, max {max(v):.2f} s over {len(v)} rounds (target <= TTL + 2 s = {ttl+2} s)")
+    m = re.match(r"(\w+) ttl (\d+) s: served again after ([\d.]+) s", line)
+    if m: by.setdefault((m[1], int(m[2])), []).append(float(m[3]))
+for (mode, ttl), v in sorted(by.items()):
+    print(f"{mode}, TTL {ttl} s: median {statistics.median(v):.2f} s, max {max(v):.2f} s over {len(v)} rounds (target <= TTL + 2 s = {ttl+2} s)")
 PY

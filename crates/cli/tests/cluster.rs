@@ -3992,13 +3992,17 @@ struct LoglessPair {
     kept: Vec<(PathBuf, u64)>,
 }
 
+/// The servers' settings: a 10 s background sync (so the tail stays
+/// unsynced for the test to cut), and a grace of 4 s counted from a dead
+/// server's death (the lease is 2 s here), well past a client's hand-over
+/// (1 s after its session breaks).
 const LOGLESS_FLAGS: [&str; 6] = [
     "--durability",
     "logless",
     "--journal-sync",
     "background:10s",
     "--recovery-grace",
-    "1s",
+    "4s",
 ];
 
 fn logless_pair(dir: &Path, etcd: &str) -> LoglessPair {

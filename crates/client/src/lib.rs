@@ -453,7 +453,13 @@ struct PeerBackups {
 /// notice (every second), so silence means it is stopped, cut off, or its
 /// machine is dead — which closes no connection, and HTTP/2's keep-alive
 /// would take ~50 s to notice, longer than a failover waits for backups.
-const SILENT_FOR: Duration = Duration::from_secs(3);
+const SILENT_FOR: Duration = Duration::from_secs(2);
+
+/// How long a hand-back to the server the backups are of may take before
+/// that server counts as unreachable: a live server answers `Recover` in
+/// milliseconds, and one that is stopped or whose machine died accepts
+/// the connection (the kernel does) but never answers.
+const HAND_BACK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One per client: every second, the servers it holds log-less backups of
 /// that have been silent for [`SILENT_FOR`] get their backups handed back
@@ -510,11 +516,20 @@ async fn hand_home_backups_elsewhere_if_gone(client: Weak<Inner>) {
         .lock()
         .recover_requests(client.inner.client_id);
     let home = client.inner.home.addr.clone();
-    if requests.is_empty() || client.hand_back_to(&home, &requests).await.is_ok() {
+    if requests.is_empty()
+        || client
+            .hand_back_to(&home, &requests, HAND_BACK_TIMEOUT)
+            .await
+            .is_ok()
+    {
         return;
     }
     tokio::time::sleep(UPLOAD_ELSEWHERE_AFTER).await;
-    if client.hand_back_to(&home, &requests).await.is_ok() {
+    if client
+        .hand_back_to(&home, &requests, HAND_BACK_TIMEOUT)
+        .await
+        .is_ok()
+    {
         return;
     }
     if let Some((incarnation, _)) = client.hand_back_elsewhere(&home, &requests).await {
@@ -564,7 +579,10 @@ async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
                 b.drop_run(incarnation);
             }
         };
-        match client.hand_back_to(&addr, &requests).await {
+        match client
+            .hand_back_to(&addr, &requests, HAND_BACK_TIMEOUT)
+            .await
+        {
             // Alive with that run (only the session broke), or restarted
             // and collecting them (kept here until its new run answers, as
             // with a single server: it may crash again while recovering).
@@ -1104,6 +1122,7 @@ impl Client {
         &self,
         addr: &str,
         requests: &[pb::RecoverRequest],
+        timeout: Duration,
     ) -> Result<pb::RecoverOutcome> {
         let link = self.link_to(addr);
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
@@ -1111,8 +1130,7 @@ impl Client {
         for req in requests {
             let mut request = tonic::Request::new(req.clone());
             self.inner.authorize(&mut request, "Recover", addr);
-            let call =
-                tokio::time::timeout(self.inner.options.connect_timeout, grpc.recover(request));
+            let call = tokio::time::timeout(timeout, grpc.recover(request));
             let reply = match call.await {
                 Ok(Ok(r)) => r.into_inner(),
                 Ok(Err(s)) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
@@ -1153,7 +1171,8 @@ impl Client {
         targets.retain(|t| t != gone);
         targets.dedup();
         for t in targets {
-            match self.hand_back_to(&t, requests).await {
+            let timeout = self.inner.options.connect_timeout;
+            match self.hand_back_to(&t, requests, timeout).await {
                 Ok(
                     o @ (pb::RecoverOutcome::RecoverAccepted | pb::RecoverOutcome::RecoverTooLate),
                 ) => {

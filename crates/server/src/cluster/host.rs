@@ -26,17 +26,19 @@ const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 pub struct EngineHost {
     engine: OnceLock<Engine>,
     /// How long clients get to hand in a dead log-less server's backups,
-    /// counted from the first time the coordinator here asks to fail it
-    /// over (its lease is gone by then).
+    /// counted from its death — of which the coordinator learns a lease
+    /// TTL later at the earliest (its lease is gone): so the wait from
+    /// the first time the coordinator here asks is the grace less the TTL.
     failover_grace: OnceLock<std::time::Duration>,
     /// When each dead log-less server was first asked about.
     first_asked: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl EngineHost {
-    /// See `failover_grace` (default: none).
-    pub fn set_failover_grace(&self, grace: std::time::Duration) {
-        let _ = self.failover_grace.set(grace);
+    /// See `failover_grace`: the `--recovery-grace` less the lease TTL
+    /// (default: none).
+    pub fn set_failover_grace(&self, grace: std::time::Duration, lease_ttl: std::time::Duration) {
+        let _ = self.failover_grace.set(grace.saturating_sub(lease_ttl));
     }
 
     /// The engine is open: ADDs may begin.

@@ -261,7 +261,7 @@ async fn join(
             .context("cannot start the catalogue thread")?,
     );
     let host = Arc::new(host::EngineHost::default());
-    host.set_failover_grace(config.recovery_grace);
+    host.set_failover_grace(config.recovery_grace, cluster.lease_ttl);
     let mut membership = MembershipConfig::new(etcd.clone(), &name, &cluster.advertise);
     membership.ttl = cluster.lease_ttl;
     let mut cfg = ClusterConfig::new(membership);
