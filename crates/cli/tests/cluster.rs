@@ -4070,10 +4070,7 @@ fn after_power_loss_of_a(p: &mut LoglessPair, etcd: &str) -> Vec<String> {
         let t = tables_by_server(&status_on(etcd, &p.secret));
         t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
     });
-    let listing = sextant_ok(&p.b_addr, &p.secret, &["ls", "/d"]);
-    let mut names: Vec<String> = listing.split_whitespace().map(String::from).collect();
-    names.sort_unstable();
-    names
+    ls_d(&p.b_addr, &p.secret)
 }
 
 /// A client of the cluster whose home is `addr`, on `rt`.
@@ -4105,6 +4102,27 @@ fn create_in_d(rt: &tokio::runtime::Runtime, client: &sextant_client::Client, na
     });
 }
 
+/// Creates `/d/f0` … `/d/f19` through `client`; their names, sorted.
+fn twenty_files_in_d(rt: &tokio::runtime::Runtime, client: &sextant_client::Client) -> Vec<String> {
+    let mut names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    names.sort_unstable();
+    create_in_d(rt, client, &names);
+    assert!(
+        client.backup_stats().entries >= 20,
+        "the client holds the redo entries: {:?}",
+        client.backup_stats()
+    );
+    names
+}
+
+/// `ls /d` through the server at `addr`, sorted.
+fn ls_d(addr: &str, secret: &Path) -> Vec<String> {
+    let listing = sextant_ok(addr, secret, &["ls", "/d"]);
+    let mut names: Vec<String> = listing.split_whitespace().map(String::from).collect();
+    names.sort_unstable();
+    names
+}
+
 /// Log-less durability on a cluster (issue 21, item 6): server a's machine
 /// loses power — SIGKILL, then a's journal cut back to what it held before
 /// the last operations (a power loss keeps only what was synced; a syncs
@@ -4121,17 +4139,7 @@ fn a_log_less_servers_power_loss_loses_nothing_its_client_holds() {
     let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = logless_client(&rt, &pair.b_addr, &pair.secret);
-    let want: Vec<String> = {
-        let mut w: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
-        w.sort_unstable();
-        w
-    };
-    create_in_d(&rt, &client, &want);
-    assert!(
-        client.backup_stats().entries >= 20,
-        "the client holds a's redo entries: {:?}",
-        client.backup_stats()
-    );
+    let want = twenty_files_in_d(&rt, &client);
     assert_eq!(after_power_loss_of_a(&mut pair, &etcd.url), want);
     assert_eq!(
         client.backup_stats().entries,
@@ -4155,9 +4163,7 @@ fn a_killed_log_less_server_loses_nothing_and_adds_nothing_twice() {
     let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = logless_client(&rt, &pair.b_addr, &pair.secret);
-    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
-    want.sort_unstable();
-    create_in_d(&rt, &client, &want);
+    let want = twenty_files_in_d(&rt, &client);
     // Nothing is cut: what a process crash leaves.
     pair.kept = journal_lengths(&pair.journal);
     assert_eq!(after_power_loss_of_a(&mut pair, &etcd.url), want);
@@ -4183,24 +4189,14 @@ fn a_silent_log_less_server_is_noticed_and_its_backups_go_elsewhere() {
     let mut pair = logless_pair_with(dir.path(), &etcd.url, &flags);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = logless_client(&rt, &pair.b_addr, &pair.secret);
-    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
-    want.sort_unstable();
-    create_in_d(&rt, &client, &want);
-    assert!(
-        client.backup_stats().entries >= 20,
-        "{:?}",
-        client.backup_stats()
-    );
+    let want = twenty_files_in_d(&rt, &client);
     signal(&pair.a.0, "-STOP");
     cut_journal(&pair.journal, &pair.kept);
     wait_for("b took a's tables", Duration::from_secs(60), || {
         let t = tables_by_server(&status_on(&etcd.url, &pair.secret));
         t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
     });
-    let listing = sextant_ok(&pair.b_addr, &pair.secret, &["ls", "/d"]);
-    let mut names: Vec<&str> = listing.split_whitespace().collect();
-    names.sort_unstable();
-    assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(ls_d(&pair.b_addr, &pair.secret), want);
     common::kill9(&mut pair.a.0);
     drop(client);
     drop(rt);
@@ -4279,21 +4275,11 @@ fn a_restarted_log_less_server_completes_its_journal_from_its_clients() {
     let kept = journal_lengths(&journal);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = logless_client(&rt, &a_addr, &secret);
-    let mut want: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
-    want.sort_unstable();
-    create_in_d(&rt, &client, &want);
-    assert!(
-        client.backup_stats().entries >= 20,
-        "{:?}",
-        client.backup_stats()
-    );
+    let want = twenty_files_in_d(&rt, &client);
     common::kill9(&mut a.0);
     cut_journal(&journal, &kept);
     let (_a, _) = start();
-    let listing = sextant_ok(&a_addr, &secret, &["ls", "/d"]);
-    let mut names: Vec<&str> = listing.split_whitespace().collect();
-    names.sort_unstable();
-    assert_eq!(names, want.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(ls_d(&a_addr, &secret), want);
     drop(client);
     drop(rt);
     drop(etcd.child);
