@@ -4115,6 +4115,23 @@ fn twenty_files_in_d(rt: &tokio::runtime::Runtime, client: &sextant_client::Clie
     names
 }
 
+/// Every file under `dir` (none if it does not exist).
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// `ls /d` through the server at `addr`, sorted.
 fn ls_d(addr: &str, secret: &Path) -> Vec<String> {
     let listing = sextant_ok(addr, secret, &["ls", "/d"]);
@@ -4146,6 +4163,10 @@ fn a_log_less_servers_power_loss_loses_nothing_its_client_holds() {
         0,
         "handed over, then dropped"
     );
+    // The shared store keeps no backups once a's journal is completed.
+    let kept = dir.path().join("store/members/a/backups");
+    let left: Vec<_> = walk_files(&kept);
+    assert!(left.is_empty(), "kept backups left behind: {left:?}");
     let _ = (&pair.a_addr, &pair.b);
     drop(client);
     drop(rt);

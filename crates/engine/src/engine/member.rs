@@ -1743,7 +1743,19 @@ impl Engine {
         dead: &str,
     ) -> Result<crate::member_logless::CompletionReport, EngineError> {
         let m = member_of(&self.inner)?;
-        crate::member_logless::complete_member_journal(Arc::clone(&m.shared), dead, Vec::new())
+        let view = PrefixStore::read_only(Arc::clone(&m.shared), member_prefix(dead));
+        let run = crate::member_logless::unclean_run(&view)?;
+        let report = crate::member_logless::complete_member_journal(
+            Arc::clone(&m.shared),
+            dead,
+            Vec::new(),
+        )?;
+        // Decided: the backups kept for it are of no more use (a late
+        // hand-in is told "too late").
+        if let Some(run) = run {
+            crate::member_logless::forget_kept_backups(&*m.shared, dead, run);
+        }
+        Ok(report)
     }
 
     /// Tables this engine stopped serving on its own since the last call
