@@ -412,14 +412,7 @@ async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
                     .recover_requests(client.inner.client_id);
                 let home = client.inner.home.addr.clone();
                 if let Some((incarnation, _)) = client.hand_back_elsewhere(&home, &requests).await {
-                    let done = {
-                        let mut b = client.inner.backups.lock();
-                        b.drop_run(incarnation);
-                        b.finished_spool()
-                    };
-                    if let Some(files) = done {
-                        spool::remove(&files);
-                    }
+                    client.drop_home_run(incarnation);
                     break;
                 }
             }
@@ -533,14 +526,7 @@ async fn hand_home_backups_elsewhere_if_gone(client: Weak<Inner>) {
         return;
     }
     if let Some((incarnation, _)) = client.hand_back_elsewhere(&home, &requests).await {
-        let done = {
-            let mut b = client.inner.backups.lock();
-            b.drop_run(incarnation);
-            b.finished_spool()
-        };
-        if let Some(files) = done {
-            spool::remove(&files);
-        }
+        client.drop_home_run(incarnation);
     }
 }
 
@@ -1116,6 +1102,19 @@ impl Client {
         Ok(Conn { tx, pending, dead })
     }
 
+    /// The home server's backups of run `incarnation` are of no more use:
+    /// dropped, and the spool files that held only them removed.
+    fn drop_home_run(&self, incarnation: u64) {
+        let done = {
+            let mut b = self.inner.backups.lock();
+            b.drop_run(incarnation);
+            b.finished_spool()
+        };
+        if let Some(files) = done {
+            spool::remove(&files);
+        }
+    }
+
     /// Sends `requests` (one run's backups) to the server at `addr` with
     /// `Recover`; the outcome of the last message (`Err`: unreachable).
     async fn hand_back_to(
@@ -1224,14 +1223,7 @@ impl Client {
                         "the server recovered without this client's backups (it came back \
                          after the grace period); dropping them"
                     );
-                    let done = {
-                        let mut b = self.inner.backups.lock();
-                        b.drop_run(incarnation);
-                        b.finished_spool()
-                    };
-                    if let Some(files) = done {
-                        spool::remove(&files);
-                    }
+                    self.drop_home_run(incarnation);
                     break;
                 }
                 _ => break,

@@ -151,6 +151,35 @@ pub(crate) fn read_acked(store: &dyn Store) -> Result<Option<(u64, Lsn)>, Engine
     Ok(incarnation.zip(lsn))
 }
 
+/// Starts a log-less run on `store` (a single server's, or a cluster
+/// member's part of the shared store): the crashed run to recover, if the
+/// last one did not end cleanly, and this run's new id. Records this run
+/// as not clean — while the crashed run is not recovered its id stays in
+/// the file, so a second crash during recovery still asks for the same
+/// backups.
+pub(crate) fn begin_run(store: &dyn Store) -> Result<(Option<u64>, u64), EngineError> {
+    let crashed = read_run_state(store)?
+        .filter(|s| !s.clean)
+        .map(|s| s.incarnation);
+    let incarnation = loop {
+        let i = u64::from_le_bytes(random_bytes::<8>().map_err(|source| EngineError::Io {
+            file: "/dev/urandom".into(),
+            source,
+        })?);
+        if i != 0 && Some(i) != crashed {
+            break i;
+        }
+    };
+    write_run_state(
+        store,
+        RunState {
+            clean: false,
+            incarnation: crashed.unwrap_or(incarnation),
+        },
+    )?;
+    Ok((crashed, incarnation))
+}
+
 /// Persists run `incarnation`'s acknowledged mark (`logless.acked`).
 pub(crate) fn write_acked(
     store: &dyn Store,
@@ -231,29 +260,11 @@ impl Logless {
                 k
             }
         };
-        let crashed = read_run_state(store)?
-            .filter(|s| !s.clean)
-            .map(|s| s.incarnation);
+        let (crashed, incarnation) = begin_run(store)?;
         let crashed_acked = match (crashed, read_acked(store)?) {
             (Some(c), Some((i, lsn))) if i == c => lsn,
             _ => 0,
         };
-        let incarnation = loop {
-            let i = u64::from_le_bytes(random_bytes::<8>().map_err(io("/dev/urandom"))?);
-            if i != 0 && Some(i) != crashed {
-                break i;
-            }
-        };
-        // A crash from here on is one to recover; while the crashed run is
-        // not recovered yet, its id stays in the file (a second crash
-        // during recovery must still ask for the same backups).
-        write_run_state(
-            store,
-            RunState {
-                clean: false,
-                incarnation: crashed.unwrap_or(incarnation),
-            },
-        )?;
         Ok(Logless {
             ordered: Mutex::new(Ordered {
                 stamps: Stamps::default(),

@@ -308,16 +308,9 @@ pub enum RedoError {
 
 /// Decodes an entry's plain text. Never panics.
 fn parse_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
-    let malformed = |e: postcard::Error| RedoError::Malformed(e.to_string());
     let ((lsn, prev), rest) =
         postcard::take_from_bytes::<(Lsn, Vec<(Soid, Lsn)>)>(plain).map_err(malformed)?;
-    let (mutations, extra) = postcard::take_from_bytes::<Vec<Mutation>>(rest).map_err(malformed)?;
-    if !extra.is_empty() {
-        return Err(RedoError::Malformed(format!(
-            "{} trailing bytes",
-            extra.len()
-        )));
-    }
+    let mutations = parse_write_set(rest)?;
     Ok(RedoEntry {
         lsn,
         tag: None,
@@ -326,11 +319,12 @@ fn parse_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
     })
 }
 
-/// A version-3 entry's plain text: `postcard(lsn, prev, tag) | mutations`.
-fn parse_tagged_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
-    type Head = (Lsn, Vec<(Soid, Lsn)>, Option<crate::requests::RequestTag>);
-    let malformed = |e: postcard::Error| RedoError::Malformed(e.to_string());
-    let ((lsn, prev, tag), rest) = postcard::take_from_bytes::<Head>(plain).map_err(malformed)?;
+fn malformed(e: postcard::Error) -> RedoError {
+    RedoError::Malformed(e.to_string())
+}
+
+/// The write set that ends every entry's plain text, and nothing after it.
+fn parse_write_set(rest: &[u8]) -> Result<Vec<Mutation>, RedoError> {
     let (mutations, extra) = postcard::take_from_bytes::<Vec<Mutation>>(rest).map_err(malformed)?;
     if !extra.is_empty() {
         return Err(RedoError::Malformed(format!(
@@ -338,6 +332,14 @@ fn parse_tagged_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
             extra.len()
         )));
     }
+    Ok(mutations)
+}
+
+/// A version-3 entry's plain text: `postcard(lsn, prev, tag) | mutations`.
+fn parse_tagged_plaintext(plain: &[u8]) -> Result<RedoEntry, RedoError> {
+    type Head = (Lsn, Vec<(Soid, Lsn)>, Option<crate::requests::RequestTag>);
+    let ((lsn, prev, tag), rest) = postcard::take_from_bytes::<Head>(plain).map_err(malformed)?;
+    let mutations = parse_write_set(rest)?;
     Ok(RedoEntry {
         lsn,
         tag,

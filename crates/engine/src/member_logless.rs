@@ -47,7 +47,7 @@
 //! [`Engine::add_tables`]: crate::engine::Engine::add_tables
 
 use crate::durability::{
-    read_acked, read_run_state, write_acked, write_run_state, LoglessConfig, RunState,
+    begin_run, read_acked, read_run_state, write_acked, write_run_state, LoglessConfig, RunState,
 };
 use crate::error::EngineError;
 use crate::journal::{self, Lsn};
@@ -129,24 +129,7 @@ impl MemberRedo {
                 k
             }
         };
-        let crashed = read_run_state(view)?
-            .filter(|s| !s.clean)
-            .map(|s| s.incarnation);
-        let incarnation = loop {
-            let i = u64::from_le_bytes(random_bytes::<8>()?);
-            if i != 0 && Some(i) != crashed {
-                break i;
-            }
-        };
-        // Until a crashed run is completed, the file keeps naming it (a
-        // second crash meanwhile must still complete the same run).
-        write_run_state(
-            view,
-            RunState {
-                clean: false,
-                incarnation: crashed.unwrap_or(incarnation),
-            },
-        )?;
+        let (crashed, incarnation) = begin_run(view)?;
         Ok(MemberRedo {
             key: RedoKey::new(&key, random_bytes::<16>()?),
             ordered: Mutex::new(Ordered {

@@ -77,6 +77,23 @@ pub fn encode_tagged_record(tag: Option<&RequestTag>, mutations: &[Mutation]) ->
     out
 }
 
+/// [`encode_tagged_record`] from the write set already encoded as
+/// `postcard(mutations)` ([`crate::logless::encode_mutations`]): the same
+/// bytes (postcard writes a tuple as its fields one after another), for a
+/// log-less member that needs both the record and the redo entry's body.
+pub fn encode_tagged_record_from_body(tag: Option<&RequestTag>, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 64);
+    match tag {
+        None => out.push(RECORD_VERSION),
+        Some(tag) => {
+            out.push(TAGGED_RECORD_VERSION);
+            postcard::to_io(tag, &mut out).expect("serializing to a Vec cannot fail");
+        }
+    }
+    out.extend_from_slice(body);
+    out
+}
+
 /// Decodes a record payload (either version), dropping any tag. Never
 /// panics.
 pub fn decode_record(b: &[u8]) -> Result<Vec<Mutation>, String> {
@@ -108,6 +125,29 @@ pub fn decode_tagged_record(b: &[u8]) -> Result<(Option<RequestTag>, Vec<Mutatio
 mod tests {
     use super::*;
     use sextant_types::FileType;
+
+    #[test]
+    fn a_record_from_the_encoded_body_is_the_same_bytes() {
+        let m = vec![Mutation::DeleteInode {
+            soid: sextant_types::Soid::from_u128(9),
+        }];
+        let body = crate::logless::encode_mutations(&m);
+        let tag = RequestTag {
+            id: crate::requests::RequestId {
+                client: 3,
+                seq: 4,
+                acked_below: 1,
+                digest: 5,
+            },
+            reply: crate::requests::Reply::Done,
+        };
+        for t in [None, Some(&tag)] {
+            assert_eq!(
+                encode_tagged_record_from_body(t, &body),
+                encode_tagged_record(t, &m)
+            );
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -297,7 +297,16 @@ impl<'m> Txn<'m> {
         // below can ask for a retry once the record is in the journal.
         let (lsn, redo) = match &self.inner.logless {
             None => {
-                let record = encode_tagged_record(tag.as_ref(), &mutations);
+                // A log-less member encodes the write set once, for the
+                // record and for the redo entry.
+                let body = self
+                    .inner
+                    .member_redo()
+                    .map(|_| encode_mutations(&mutations));
+                let record = match &body {
+                    Some(b) => crate::record::encode_tagged_record_from_body(tag.as_ref(), b),
+                    None => encode_tagged_record(tag.as_ref(), &mutations),
+                };
                 if let Some(tag) = &tag {
                     if record.len() > MAX_RECORD_LEN {
                         return Err(OpError::Fs(FsError::TooBig));
@@ -306,15 +315,14 @@ impl<'m> Txn<'m> {
                     // record writes a ledger that has it.
                     self.inner.requests.lock().note(&tag.id);
                 }
-                match self.inner.member_redo() {
+                match self.inner.member_redo().zip(body) {
                     None => (
                         self.inner.journal.append(&record).map_err(OpError::Fs)?,
                         None,
                     ),
                     // A log-less member: journaled as any member, and a
                     // redo entry for the clients, in the same LSN order.
-                    Some(r) => {
-                        let body = encode_mutations(&mutations);
+                    Some((r, body)) => {
                         let keys = stamp_keys(&mutations);
                         let synced = self.inner.journal.synced_lsn();
                         let (lsn, redo) = self
