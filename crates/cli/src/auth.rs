@@ -33,9 +33,14 @@ pub struct AuthArgs {
     /// [default: through the server, with the cluster secret]
     #[arg(long, value_name = "URLS")]
     pub etcd: Option<String>,
-    /// With --etcd: the cluster's key prefix in etcd [default: /sextant/,
-    /// the servers']
-    #[arg(long, value_name = "PREFIX", requires = "etcd")]
+    /// With --etcd: the cluster's key prefix in etcd, its servers'
+    /// --etcd-prefix; also SEXTANT_ETCD_PREFIX [default: /sextant/]
+    #[arg(
+        long,
+        visible_alias = "etcd-prefix",
+        value_name = "PREFIX",
+        requires = "etcd"
+    )]
     pub prefix: Option<String>,
     #[command(flatten)]
     pub etcd_credentials: crate::cluster::EtcdCredentialArgs,
@@ -215,8 +220,11 @@ fn on_server(cli: &Cli, op: Op) -> Result<pb::KeysReply> {
 fn on_etcd(args: &AuthArgs, urls: &str, op: Op) -> Result<pb::KeysReply> {
     let security = args.etcd_credentials.security()?;
     let mut cfg = security.config(security.endpoints(urls))?;
-    if let Some(p) = &args.prefix {
-        cfg.prefix = etcd_prefix(p)?;
+    let env = std::env::var("SEXTANT_ETCD_PREFIX")
+        .ok()
+        .filter(|p| !p.is_empty());
+    if let Some(p) = args.prefix.clone().or(env) {
+        cfg.prefix = etcd_prefix(&p)?;
     }
     // The book's calls wait on the runtime from this thread: a worker of
     // its own drives it meanwhile.
@@ -231,16 +239,10 @@ fn on_etcd(args: &AuthArgs, urls: &str, op: Op) -> Result<pb::KeysReply> {
         .map_err(|status| anyhow::anyhow!("{}", status.message()))
 }
 
-/// `--prefix` as etcd keys start with it: ending in `/`.
+/// `--prefix` as etcd keys start with it (as the servers' etcd_prefix:
+/// [`sextant_coordinator::normalize_prefix`]).
 fn etcd_prefix(p: &str) -> Result<String> {
-    if p.is_empty() {
-        bail!("--prefix: empty (the servers' is /sextant/)");
-    }
-    Ok(if p.ends_with('/') {
-        p.to_string()
-    } else {
-        format!("{p}/")
-    })
+    sextant_coordinator::normalize_prefix(p).map_err(|e| anyhow::anyhow!("--prefix: {e}"))
 }
 
 /// Prints what `command` did (`reply`), writing the key file of a new
@@ -360,5 +362,7 @@ mod tests {
         assert_eq!(etcd_prefix("/sextant").unwrap(), "/sextant/");
         assert_eq!(etcd_prefix("/c2/").unwrap(), "/c2/");
         assert!(etcd_prefix("").is_err());
+        // Not a prefix a server would take: refused, not made "c2/".
+        assert!(etcd_prefix("c2").is_err());
     }
 }

@@ -7,7 +7,7 @@
 //! unchanged — waits until each listens, prints how to reach them, and on
 //! Ctrl-C or SIGTERM stops the servers (each writes its tables back) and
 //! then etcd. If any of them dies it stops the rest and fails. It writes
-//! `<data>/cluster.toml` (etcd's URL and the servers), where the other
+//! `<data>/cluster.toml` (etcd's URL, its key prefix, the servers), where the other
 //! `cluster` commands find etcd without flags.
 //!
 //! The other commands talk to etcd, the cluster's source of truth for
@@ -43,7 +43,7 @@ pub enum ClusterCommand {
     /// every table with its SOID range, owner, epoch, pending move, and
     /// the request rate and inodes its owner published since it got it
     /// (the balancer's figures; none yet: the balancer waits for them).
-    /// With --json: {"etcd", "revision", "coordinator", "servers": [{"name",
+    /// With --json: {"etcd", "etcd_prefix", "revision", "coordinator", "servers": [{"name",
     /// "address", "tables", "inodes", "requests", "draining"}], "tables":
     /// [{"table", "first", "last", "owner", "epoch", "moving_to", "home",
     /// "rate", "inodes"}],
@@ -79,6 +79,11 @@ pub struct EtcdArgs {
     /// cluster up` recorded in <data>/cluster.toml]
     #[arg(long, env = "SEXTANT_ETCD", value_name = "URLS")]
     pub etcd: Option<String>,
+    /// The cluster's key prefix in etcd (the servers' --etcd-prefix)
+    /// [default: without --etcd, the one `sextant cluster up` recorded;
+    /// else /sextant/]
+    #[arg(long, env = "SEXTANT_ETCD_PREFIX", value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
     #[command(flatten)]
     pub credentials: EtcdCredentialArgs,
 }
@@ -149,6 +154,11 @@ pub struct UpArgs {
     /// With --etcd: its credentials, handed to every server.
     #[command(flatten)]
     pub credentials: EtcdCredentialArgs,
+    /// The cluster's key prefix in etcd, handed to every server (`sextant
+    /// serve --etcd-prefix`): clusters sharing one etcd give different
+    /// ones [default: /sextant/]
+    #[arg(long, env = "SEXTANT_ETCD_PREFIX", value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
     /// The first server's port; the others take the following ones.
     #[arg(long, default_value_t = 7411, value_name = "PORT")]
     pub base_port: u16,
@@ -175,6 +185,10 @@ pub struct UpArgs {
 #[derive(serde::Serialize, serde::Deserialize, Debug)]
 struct Record {
     etcd: String,
+    /// The servers' etcd key prefix (absent: the default; records from
+    /// before it existed have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    etcd_prefix: Option<String>,
     servers: Vec<ServerEntry>,
 }
 
@@ -210,10 +224,10 @@ pub fn run(data: &Path, json: bool, args: &ClusterArgs) -> Result<()> {
     })
 }
 
-/// etcd's URLs as given, else as `up` recorded them.
+/// etcd's URLs (and the key prefix) as given, else as `up` recorded them.
 fn etcd_config(data: &Path, args: &EtcdArgs) -> Result<EtcdConfig> {
-    let urls = match &args.etcd {
-        Some(u) => u.clone(),
+    let (urls, recorded_prefix) = match &args.etcd {
+        Some(u) => (u.clone(), None),
         None => {
             let file = data.join(RECORD);
             let text = std::fs::read_to_string(&file).with_context(|| {
@@ -225,11 +239,20 @@ fn etcd_config(data: &Path, args: &EtcdArgs) -> Result<EtcdConfig> {
             })?;
             let r: Record =
                 toml::from_str(&text).with_context(|| format!("bad {}", file.display()))?;
-            r.etcd
+            (r.etcd, r.etcd_prefix)
         }
     };
     let security = args.credentials.security()?;
-    security.config(security.endpoints(&urls))
+    let mut cfg = security.config(security.endpoints(&urls))?;
+    if let Some(p) = args.etcd_prefix.clone().or(recorded_prefix) {
+        cfg.prefix = prefix_arg(&p)?;
+    }
+    Ok(cfg)
+}
+
+/// `--etcd-prefix` normalized (see [`sextant_coordinator::normalize_prefix`]).
+pub(crate) fn prefix_arg(p: &str) -> Result<String> {
+    sextant_coordinator::normalize_prefix(p).map_err(|e| anyhow::anyhow!("--etcd-prefix: {e}"))
 }
 
 async fn read_state(cfg: &EtcdConfig) -> Result<ClusterState> {
@@ -398,6 +421,9 @@ fn start_server(
     if let Some(c) = &args.server_config {
         cmd.arg("--config").arg(c);
     }
+    if let Some(p) = &args.etcd_prefix {
+        cmd.args(["--etcd-prefix", p]);
+    }
     // Its own etcd has no authentication: no credentials from this shell's
     // environment either.
     let credentials = match &args.etcd {
@@ -463,6 +489,8 @@ async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
         servers: Vec::new(),
         etcd: None,
     };
+    // Checked before anything starts.
+    let etcd_prefix = args.etcd_prefix.as_deref().map(prefix_arg).transpose()?;
     let etcd = match &args.etcd {
         Some(u) => args.credentials.security()?.endpoints(u).join(","),
         None => start_etcd(&data, &mut sup)?,
@@ -486,6 +514,7 @@ async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
     }
     let record = Record {
         etcd: etcd.clone(),
+        etcd_prefix: etcd_prefix.clone(),
         servers: entries.clone(),
     };
     let text = toml::to_string(&record).context("cannot write the cluster record")?;
@@ -496,6 +525,7 @@ async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
             "{}",
             serde_json::json!({
                 "etcd": etcd,
+                "etcd_prefix": etcd_prefix.as_deref().unwrap_or(sextant_coordinator::DEFAULT_PREFIX),
                 "data": data,
                 "servers": entries.iter().map(|e| serde_json::json!({
                     "name": e.name, "address": e.address,
@@ -504,7 +534,13 @@ async fn up(data: &Path, json: bool, args: &UpArgs) -> Result<()> {
             })
         );
     } else {
-        println!("a cluster of {} servers on etcd {etcd}:", entries.len());
+        println!(
+            "a cluster of {} servers on etcd {etcd} (keys under {}):",
+            entries.len(),
+            etcd_prefix
+                .as_deref()
+                .unwrap_or(sextant_coordinator::DEFAULT_PREFIX)
+        );
         for e in &entries {
             println!("  {:<4} {:<21} log {}", e.name, e.address, e.log.display());
         }
@@ -600,6 +636,7 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
             "{}",
             serde_json::json!({
                 "etcd": cfg.endpoints.join(","),
+                "etcd_prefix": cfg.prefix,
                 "revision": state.revision,
                 "coordinator": coordinator,
                 "servers": servers,
@@ -610,8 +647,9 @@ async fn status(data: &Path, cfg: &EtcdConfig, json: bool) -> Result<()> {
         return Ok(());
     }
     println!(
-        "cluster on etcd {} at revision {}; coordinator {}",
+        "cluster on etcd {} (keys under {}) at revision {}; coordinator {}",
         cfg.endpoints.join(","),
+        cfg.prefix,
         state.revision,
         coordinator.as_deref().unwrap_or("(none elected)")
     );

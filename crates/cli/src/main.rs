@@ -124,7 +124,7 @@ enum Command {
     /// file (keys: data, listen, socket, memory, journal_sync, dedup_window,
     /// dedup_clients, metrics, durability, arl_size, recovery_grace,
     /// tls_cert, tls_key; for a cluster server etcd, cluster_store, name,
-    /// advertise, lease_ttl, and etcd's own credentials etcd_user,
+    /// advertise, lease_ttl, etcd_prefix, and etcd's own credentials etcd_user,
     /// etcd_password_file, etcd_ca, etcd_cert, etcd_key), then defaults. The first start creates the cluster
     /// secret <data>/secret (mode 0600) that clients must present. SIGINT
     /// or SIGTERM stops it gracefully (tables written back).
@@ -440,6 +440,13 @@ struct ServeArgs {
     /// is not one (e.g. 0.0.0.0:7411) [default: the --listen address]
     #[arg(long, value_name = "HOST:PORT", help_heading = "Cluster")]
     advertise: Option<String>,
+    /// Cluster: every etcd key of the cluster starts with it, so several
+    /// clusters can share one etcd under different prefixes (which must
+    /// not nest, e.g. /a/ and /a/b/); every server of a cluster gives the
+    /// same. A '/' is added at its end; also SEXTANT_ETCD_PREFIX
+    /// [default: /sextant/]
+    #[arg(long, value_name = "PREFIX", help_heading = "Cluster")]
+    etcd_prefix: Option<String>,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -469,6 +476,7 @@ fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             cluster_store: args.cluster_store.clone(),
             name: args.name.clone(),
             advertise: args.advertise.clone(),
+            etcd_prefix: args.etcd_prefix.clone(),
         },
     )?;
     let data = config.data.clone();

@@ -114,11 +114,43 @@ impl EtcdTls {
     }
 }
 
+/// The key prefix of a cluster that names none.
+pub const DEFAULT_PREFIX: &str = "/sextant/";
+
+/// `prefix` as every key of a cluster starts with it: ending in `/` (one
+/// is added). Refused ([`CoordError::BadPrefix`]) when empty, not starting
+/// with `/`, or holding a space or control character (a typo in a file,
+/// which would make a cluster of its own nobody finds).
+///
+/// Several clusters share one etcd under different prefixes; they must
+/// not nest (`/a/` and `/a/b/`): a cluster reads and watches every key
+/// under its prefix.
+pub fn normalize_prefix(prefix: &str) -> Result<String, CoordError> {
+    let bad = |reason: &'static str| CoordError::BadPrefix {
+        prefix: prefix.to_string(),
+        reason,
+    };
+    if prefix.is_empty() {
+        return Err(bad("it is empty (the default is /sextant/)"));
+    }
+    if !prefix.starts_with('/') {
+        return Err(bad("it must start with '/', e.g. /sextant/"));
+    }
+    if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("it holds a space or a control character"));
+    }
+    Ok(if prefix.ends_with('/') {
+        prefix.to_string()
+    } else {
+        format!("{prefix}/")
+    })
+}
+
 impl EtcdConfig {
     pub fn new(endpoints: Vec<String>) -> EtcdConfig {
         EtcdConfig {
             endpoints,
-            prefix: "/sextant/".to_string(),
+            prefix: DEFAULT_PREFIX.to_string(),
             request_timeout: Duration::from_secs(1),
             user: None,
             tls: None,
@@ -247,5 +279,44 @@ pub(crate) async fn bounded<T>(
             endpoints: cfg.endpoints_text(),
             timeout: cfg.request_timeout,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_end_in_a_slash_and_start_with_one() {
+        assert_eq!(normalize_prefix("/sextant/").unwrap(), "/sextant/");
+        assert_eq!(normalize_prefix("/c2").unwrap(), "/c2/");
+        assert_eq!(normalize_prefix("/a/b").unwrap(), "/a/b/");
+        assert_eq!(normalize_prefix("/").unwrap(), "/");
+        assert_eq!(EtcdConfig::new(vec![]).prefix, DEFAULT_PREFIX);
+        assert_eq!(normalize_prefix(DEFAULT_PREFIX).unwrap(), DEFAULT_PREFIX);
+        for bad in ["", "c2", "c2/", " /c2/", "/c2/ ", "/c 2/", "/c2\n"] {
+            let e = normalize_prefix(bad).expect_err(bad);
+            assert!(
+                matches!(&e, CoordError::BadPrefix { prefix, .. } if prefix == bad),
+                "{bad:?}: {e}"
+            );
+            assert!(e.is_settings(), "{bad:?}: retrying would not help");
+            assert!(e.to_string().contains("etcd key prefix"), "{e}");
+        }
+        assert!(normalize_prefix("")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        assert!(normalize_prefix("c2")
+            .unwrap_err()
+            .to_string()
+            .contains("start with '/'"));
+    }
+
+    #[test]
+    fn a_key_is_under_the_prefix() {
+        let mut cfg = EtcdConfig::new(vec![]);
+        cfg.prefix = normalize_prefix("/b").unwrap();
+        assert_eq!(cfg.key("members/s1"), "/b/members/s1");
     }
 }

@@ -76,7 +76,7 @@ pub mod membership;
 pub mod node;
 pub mod ownership;
 
-pub use etcd::{EtcdConfig, EtcdTls, EtcdUser};
+pub use etcd::{normalize_prefix, EtcdConfig, EtcdTls, EtcdUser, DEFAULT_PREFIX};
 /// The etcd client this crate speaks through (for callers that run their own
 /// calls next to the shell's, e.g. a catalogue).
 pub use etcd_client;
@@ -125,6 +125,13 @@ pub enum CoordError {
         who: String,
         reason: String,
     },
+    /// Not a key prefix a cluster can live under (see
+    /// [`etcd::normalize_prefix`]).
+    #[error("etcd key prefix {prefix:?}: {reason}")]
+    BadPrefix {
+        prefix: String,
+        reason: &'static str,
+    },
     /// A credential or certificate file cannot be read or used.
     #[error("etcd {what} {path}: {reason}")]
     EtcdFile {
@@ -139,7 +146,9 @@ impl CoordError {
     pub fn is_settings(&self) -> bool {
         matches!(
             self,
-            CoordError::EtcdAuth { .. } | CoordError::EtcdFile { .. }
+            CoordError::EtcdAuth { .. }
+                | CoordError::EtcdFile { .. }
+                | CoordError::BadPrefix { .. }
         )
     }
 }

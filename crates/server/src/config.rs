@@ -26,6 +26,10 @@
 //! advertise = "10.0.0.5:7411"        # where clients reach it (default: listen)
 //! lease_ttl = "6s"                   # its membership lease (whole seconds;
 //!                                    # also SEXTANT_LEASE_TTL)
+//! etcd_prefix = "/sextant/"          # every etcd key of the cluster starts
+//!                                    # with it: several clusters share one
+//!                                    # etcd under different (not nested)
+//!                                    # prefixes; also SEXTANT_ETCD_PREFIX
 //! # etcd's own credentials, if its authentication / TLS is on
 //! etcd_user = "sextant"                # also SEXTANT_ETCD_USER
 //! etcd_password_file = "/etc/sextant/etcd.pass"  # its first line is the
@@ -84,6 +88,7 @@ pub struct FileConfig {
     pub name: Option<String>,
     pub advertise: Option<String>,
     pub lease_ttl: Option<String>,
+    pub etcd_prefix: Option<String>,
     pub etcd_user: Option<String>,
     pub etcd_password_file: Option<PathBuf>,
     pub etcd_ca: Option<PathBuf>,
@@ -152,6 +157,20 @@ pub struct ClusterSettings {
     pub lease_ttl: Duration,
     /// etcd's credentials (none: anonymous, plain HTTP).
     pub etcd_security: EtcdSecurity,
+    /// Every etcd key of the cluster starts with it (normalized: starts
+    /// and ends with `/`; default [`sextant_coordinator::DEFAULT_PREFIX`]).
+    pub etcd_prefix: String,
+}
+
+impl ClusterSettings {
+    /// The connection to etcd every part of the server uses (membership,
+    /// the map, the catalogue, the client keys, the coordinator): the
+    /// credentials' files read, under the cluster's prefix.
+    pub fn etcd_config(&self) -> Result<EtcdConfig> {
+        let mut cfg = self.etcd_security.config(self.etcd.clone())?;
+        cfg.prefix = self.etcd_prefix.clone();
+        Ok(cfg)
+    }
 }
 
 /// How to prove who we are to etcd, as given (file names; the files are
@@ -296,6 +315,8 @@ pub struct Overrides {
     pub cluster_store: Option<PathBuf>,
     pub name: Option<String>,
     pub advertise: Option<String>,
+    /// `--etcd-prefix` (over `SEXTANT_ETCD_PREFIX`, over the file).
+    pub etcd_prefix: Option<String>,
 }
 
 impl ServerConfig {
@@ -379,10 +400,17 @@ impl ServerConfig {
         let store = o.cluster_store.or(f.cluster_store);
         let name = o.name.or(f.name);
         let advertise = o.advertise.or(f.advertise);
+        // The variable only counts for a cluster server (a single server
+        // ignores an environment set for the CLI); the flag and the file
+        // name one.
+        let given_prefix = o.etcd_prefix.or(f.etcd_prefix);
         c.cluster = match (etcd, store) {
             (None, None) => {
                 if name.is_some() {
                     bail!("name and lease_ttl are settings of a cluster server (give --etcd and --cluster-store too)");
+                }
+                if given_prefix.is_some() {
+                    bail!("etcd_prefix is a setting of a cluster server (give --etcd and --cluster-store too)");
                 }
                 None
             }
@@ -414,6 +442,11 @@ impl ServerConfig {
                 if lease_ttl < Duration::from_secs(2) {
                     bail!("lease_ttl must be at least 2s (etcd counts whole seconds)");
                 }
+                let etcd_prefix = match given_prefix.or_else(|| env("SEXTANT_ETCD_PREFIX")) {
+                    Some(p) => sextant_coordinator::normalize_prefix(&p)
+                        .map_err(|e| anyhow::anyhow!("bad etcd_prefix (--etcd-prefix): {e}"))?,
+                    None => sextant_coordinator::DEFAULT_PREFIX.to_string(),
+                };
                 Some(ClusterSettings {
                     etcd: endpoints,
                     store,
@@ -421,6 +454,7 @@ impl ServerConfig {
                     advertise,
                     lease_ttl,
                     etcd_security,
+                    etcd_prefix,
                 })
             }
         };
@@ -576,6 +610,55 @@ mod tests {
         wild.advertise = Some("10.1.1.1:7411".into());
         let c = ServerConfig::resolve(None, wild).unwrap().cluster.unwrap();
         assert_eq!(c.advertise, "10.1.1.1:7411");
+    }
+
+    #[test]
+    fn the_etcd_prefix_is_normalized_and_checked() {
+        let o = |prefix: Option<&str>| Overrides {
+            etcd: Some("e:1".into()),
+            cluster_store: Some(PathBuf::from("/s")),
+            name: Some("a".into()),
+            etcd_prefix: prefix.map(String::from),
+            ..Overrides::default()
+        };
+        let prefix = |o: Overrides, f: Option<FileConfig>| {
+            ServerConfig::resolve(f, o).map(|c| c.cluster.unwrap().etcd_prefix)
+        };
+        assert_eq!(prefix(o(None), None).unwrap(), "/sextant/");
+        assert_eq!(prefix(o(Some("/c2")), None).unwrap(), "/c2/");
+        assert_eq!(prefix(o(Some("/c2/")), None).unwrap(), "/c2/");
+        let file = |p: &str| {
+            Some(FileConfig {
+                etcd_prefix: Some(p.into()),
+                ..FileConfig::default()
+            })
+        };
+        assert_eq!(prefix(o(None), file("/from-file")).unwrap(), "/from-file/");
+        assert_eq!(prefix(o(Some("/flag")), file("/file")).unwrap(), "/flag/");
+        for bad in ["", "c2", " /c2"] {
+            let e = prefix(o(Some(bad)), None).unwrap_err().to_string();
+            assert!(
+                e.contains("etcd_prefix") && e.contains("etcd key prefix"),
+                "{bad:?}: {e}"
+            );
+            let e = prefix(o(None), file(bad)).unwrap_err().to_string();
+            assert!(e.contains("etcd_prefix"), "{bad:?}: {e}");
+        }
+        // What every part of the server talks to etcd with.
+        let c = ServerConfig::resolve(None, o(Some("/b")))
+            .unwrap()
+            .cluster
+            .unwrap();
+        let cfg = c.etcd_config().unwrap();
+        assert_eq!(cfg.prefix, "/b/");
+        assert_eq!(cfg.key("members/a"), "/b/members/a");
+        // A single server has no etcd: the prefix is a mistake.
+        let single = Overrides {
+            etcd_prefix: Some("/b/".into()),
+            ..Overrides::default()
+        };
+        let e = ServerConfig::resolve(None, single).unwrap_err().to_string();
+        assert!(e.contains("cluster server"), "{e}");
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub fn run(
         .thread_name("sextant-server")
         .build()
         .context("cannot start the async runtime")?;
-    let etcd = cluster.etcd_security.config(cluster.etcd.clone())?;
+    let etcd = cluster.etcd_config()?;
     let mut cluster = cluster;
     // Bound before joining: the map names the address clients reach.
     let listener = rt.block_on(async {
@@ -290,7 +290,7 @@ async fn join(
             Err(e) => return Err(e).context("cannot join the cluster"),
         }
     };
-    tracing::info!(%name, address = %cluster.advertise, "joined the cluster");
+    tracing::info!(%name, address = %cluster.advertise, prefix = %etcd.prefix, "joined the cluster");
     let store = cluster.store.clone();
     let engine_config = config.engine_config();
     let member = MemberConfig {
