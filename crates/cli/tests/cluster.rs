@@ -3840,6 +3840,47 @@ fn is_eacces<T>(r: &Result<T, sextant_client::Error>) -> bool {
     )
 }
 
+/// A path-limited key's checks keep other servers' directory records
+/// across requests under leases (`server/src/dir_leases.rs`): an ancestor
+/// of the key's subtree renamed on its holder must be seen by the very
+/// next request checked on another server, though that server read the
+/// ancestor's record a moment before. `/` and `/home` are b's, the key's
+/// `/home/alice` c's; the key creates in `/home/alice` by its SOID through
+/// c, so c resolves the key's path through b's directories; the admin
+/// renames `/home` away on b; the next create must be refused (the key's
+/// path leads nowhere now). Fails when b acknowledges the rename without
+/// revoking c's lease.
+#[test]
+fn a_path_limited_keys_next_request_sees_an_ancestor_renamed_on_another_server() {
+    let Some(w) = ConfinedCluster::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = sextant_types::Credentials::root();
+    let alice = w.soid("/home/alice");
+    let b_addr = w.addrs["b"].clone();
+    w.place();
+    let client = w.client(&rt, "c");
+    // Warm: c reads b's records (and holds a lease on them).
+    for k in 0..3 {
+        let name = format!("warm{k}");
+        rt.block_on(client.create(&root, alice, name.as_bytes(), 0o644, true))
+            .unwrap();
+    }
+    sextant_ok(&b_addr, &w.secret, &["mv", "/home", "/house"]);
+    let r = rt.block_on(client.create(&root, alice, b"after", 0o644, true));
+    assert!(
+        is_eacces(&r),
+        "created after the subtree left the key's path: {r:?}"
+    );
+    assert!(
+        w.admin(&["ls", "/house/alice"])
+            .lines()
+            .all(|l| l != "after"),
+        "the refused create left a file"
+    );
+}
+
 /// Hard links of a path-limited key across servers: a file held by
 /// another server than the new link's directory is placed by all its
 /// links, read from its holder — a file inside links inside (`f` on c

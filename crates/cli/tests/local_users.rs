@@ -690,6 +690,16 @@ fn forged_claims_child() {
                         "a local user may not read directories raw"
                     );
                 }
+                "RevokeDirs" => {
+                    // Dropping the leases a server holds on others'
+                    // directories: the trusted only.
+                    let r = raw.revoke_dirs(pb::RevokeDirsRequest::default()).await;
+                    assert_eq!(
+                        r.map(|_| ()).map_err(|s| s.code()),
+                        Err(tonic::Code::PermissionDenied),
+                        "a local user may not revoke directory leases"
+                    );
+                }
                 "Keys" => {
                     // Client keys: the cluster secret only.
                     let r = raw

@@ -58,8 +58,10 @@
 //! with `DirChain` (the search's reader, `crate::peers`), an inode's
 //! links (every link's directory, hard links included) with `DirChain`'s
 //! `links` from its holder, lookups on their directories' holders.
-//! Nothing read there is kept past the request, so a rename on another
-//! server acknowledged before a request is seen by its check. An object
+//! Other servers' directory records are kept across requests only under
+//! leases that a directory change revokes before it is acknowledged
+//! ([`across`], `crate::dir_leases`), so a rename on another server
+//! acknowledged before a request is seen by its check. An object
 //! the operation itself names that another server holds stays a
 //! WRONG_SERVER (the client goes there, and
 //! that server checks) — the one the request is routed by only: a

@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod config;
 pub mod confine;
 pub mod dedup;
+pub mod dir_leases;
 pub mod fault;
 pub mod local_socket;
 pub mod logless;
@@ -154,6 +155,7 @@ pub async fn serve(
     if let Some(found) = engine.take_recovered_requests() {
         service::seed_dedup(&mut dedup, found);
     }
+    let dir_epoch = engine.dir_epoch();
     let shared = Arc::new(Shared {
         logless: logless::LoglessServer::new(&engine),
         engine,
@@ -165,7 +167,7 @@ pub async fn serve(
         watchers: watchers::Watchers::default(),
         placement,
         wrong_server: AtomicU64::new(0),
-        peers: peers::Peers::new(&secret, peer_ca).map(Arc::new),
+        peers: peers::Peers::new(&secret, peer_ca, dir_epoch).map(Arc::new),
         keys: Arc::clone(&keys),
     });
     // A table added later (a move, a failover) brings the replies of the

@@ -51,6 +51,7 @@
 //! - The engine's search calls [`PeerDirs::chain`] on a blocking thread
 //!   (never a runtime worker), which waits on the runtime's handle.
 
+use crate::dir_leases::DirLeases;
 use crate::placement::Placement;
 use sextant_engine::search::{DirRecord, ForeignDirs};
 use sextant_engine::Engine;
@@ -122,6 +123,8 @@ struct CacheState {
     /// Advanced whenever `records` are dropped.
     generation: u64,
     records: HashMap<Soid, DirRecord>,
+    /// `records` by (parent, name): which directory is at a name.
+    children: HashMap<(Soid, Box<[u8]>), Soid>,
 }
 
 /// What a search checked ([`Peers::check_epochs`]): it may use and fill
@@ -140,16 +143,21 @@ pub struct Peers {
     channels: parking_lot::Mutex<HashMap<String, Channel>>,
     /// The other servers' directories, kept across searches.
     pub cache: ForeignCache,
+    /// Leases on directory records, granted and held
+    /// ([`crate::dir_leases`]).
+    pub leases: DirLeases,
 }
 
 impl Peers {
-    /// Peers reached with `secret`, over TLS trusting `ca` when given.
-    pub fn new(secret: &str, ca: Option<Vec<u8>>) -> Option<Peers> {
+    /// Peers reached with `secret`, over TLS trusting `ca` when given, of
+    /// a server whose directory epoch is `dir_epoch` now.
+    pub fn new(secret: &str, ca: Option<Vec<u8>>, dir_epoch: u64) -> Option<Peers> {
         Some(Peers {
             secret: secret.parse().ok()?,
             ca,
             channels: parking_lot::Mutex::new(HashMap::new()),
             cache: ForeignCache::default(),
+            leases: DirLeases::new(dir_epoch),
         })
     }
 
@@ -166,7 +174,7 @@ impl Peers {
         placement: &dyn Placement,
         runtime: &tokio::runtime::Handle,
     ) -> Option<Checked> {
-        let others: Vec<String> = match RouteTable::from_pb(&placement.map()) {
+        let (others, me) = match RouteTable::from_pb(&placement.map()) {
             Ok(map) => {
                 let me = engine.member_name();
                 let mut v: Vec<String> = map
@@ -177,39 +185,67 @@ impl Peers {
                     .collect();
                 v.sort_unstable();
                 v.dedup();
-                v
+                let mine = map
+                    .routes()
+                    .iter()
+                    .find(|r| Some(r.server.as_str()) == me)
+                    .map(|r| r.address.clone())
+                    .unwrap_or_default();
+                (v, mine)
             }
             Err(_) => {
                 self.cache.drop_all(engine, Epochs::new());
                 return None;
             }
         };
-        let peers = Arc::clone(self);
-        let asked = runtime.block_on(async move {
-            let mut set = tokio::task::JoinSet::new();
+        // Servers whose lease is live need not be asked: they revoke it
+        // before acknowledging a directory change (crate::dir_leases).
+        let mut epochs = Epochs::new();
+        let mut ask = Vec::new();
+        {
+            let held = self.leases.held.lock();
+            let now = Instant::now();
             for address in others {
-                let peers = Arc::clone(&peers);
-                set.spawn(async move {
-                    let got = peers.epoch_of(&address).await;
-                    (address, got)
-                });
-            }
-            let mut epochs = Epochs::new();
-            let mut all = true;
-            while let Some(done) = set.join_next().await {
-                match done {
-                    Ok((address, Some(e))) => {
-                        epochs.insert(address, e);
+                match held.live(&address, now) {
+                    Some(stamp) => {
+                        epochs.insert(address, stamp);
                     }
-                    _ => all = false,
+                    None => ask.push(address),
                 }
             }
-            all.then_some(epochs)
-        });
-        let Some(mut epochs) = asked else {
-            self.cache.drop_all(engine, Epochs::new());
-            return None;
-        };
+        }
+        metrics::counter!("sextant_search_epoch_checks_skipped_total")
+            .increment(epochs.len() as u64);
+        if !ask.is_empty() {
+            let peers = Arc::clone(self);
+            let asked = runtime.block_on(async move {
+                let mut set = tokio::task::JoinSet::new();
+                for address in ask {
+                    let peers = Arc::clone(&peers);
+                    let me = me.clone();
+                    set.spawn(async move {
+                        let got = peers.epoch_of(&address, &me).await;
+                        (address, got)
+                    });
+                }
+                let mut epochs = Epochs::new();
+                let mut all = true;
+                while let Some(done) = set.join_next().await {
+                    match done {
+                        Ok((address, Some(e))) => {
+                            epochs.insert(address, e);
+                        }
+                        _ => all = false,
+                    }
+                }
+                all.then_some(epochs)
+            });
+            let Some(asked) = asked else {
+                self.cache.drop_all(engine, Epochs::new());
+                return None;
+            };
+            epochs.extend(asked);
+        }
         // This server's own too (under no address): a table may come
         // here, have a directory changed, and go back.
         epochs.insert(String::new(), (incarnation(), engine.dir_epoch()));
@@ -230,16 +266,51 @@ impl Peers {
     }
 
     /// The incarnation and directory epoch of the server at `address`
-    /// (`None`: no answer, or a server that predates them).
-    async fn epoch_of(&self, address: &str) -> Option<(u64, u64)> {
-        let (mut grpc, request) = self.client(address, pb::DirChainRequest::default()).ok()?;
+    /// (`None`: no answer, or a server that predates them); asked with
+    /// `me` (this server's address, when known), it grants a lease, which
+    /// is installed unless a revocation came meanwhile.
+    async fn epoch_of(&self, address: &str, me: &str) -> Option<(u64, u64)> {
+        let ask = pb::DirChainRequest {
+            lease_for: me.to_string(),
+            ..Default::default()
+        };
+        let (mut grpc, request) = self.client(address, ask).ok()?;
+        let ticket = self.leases.held.lock().ticket();
+        let sent = Instant::now();
         let reply = tokio::time::timeout(EPOCH_TIMEOUT, grpc.dir_chain(request))
             .await
             .ok()?
             .ok()?
             .into_inner();
-        (reply.error.is_none() && reply.incarnation != 0)
-            .then_some((reply.incarnation, reply.dir_epoch))
+        if reply.error.is_some() || reply.incarnation == 0 {
+            return None;
+        }
+        let stamp = (reply.incarnation, reply.dir_epoch);
+        if reply.lease_ms > 0 {
+            let lease = Duration::from_millis(u64::from(reply.lease_ms));
+            self.leases
+                .held
+                .lock()
+                .install(address, stamp, sent, lease, ticket);
+        }
+        Some(stamp)
+    }
+
+    /// Asks the server at `address` to drop the leases it holds on this
+    /// server's directory records (this server's directory epoch is
+    /// `dir_epoch`): whether it answered.
+    pub async fn revoke(&self, address: &str, dir_epoch: u64) -> bool {
+        let ask = pb::RevokeDirsRequest {
+            incarnation: incarnation(),
+            dir_epoch,
+        };
+        let Ok((mut grpc, request)) = self.client(address, ask) else {
+            return false;
+        };
+        matches!(
+            tokio::time::timeout(CALL_TIMEOUT, grpc.revoke_dirs(request)).await,
+            Ok(Ok(_))
+        )
     }
 
     fn channel(&self, address: &str) -> Result<Channel, String> {
@@ -335,6 +406,7 @@ impl ForeignCache {
         let mut st = self.state.lock();
         engine.forget_remembered_dirs();
         st.records.clear();
+        st.children.clear();
         st.generation += 1;
         st.epochs = epochs;
     }
@@ -384,8 +456,25 @@ impl ForeignCache {
             if st.records.len() >= MAX_KEPT {
                 return;
             }
+            st.children.insert((r.parent, r.name.clone()), r.soid);
             st.records.insert(r.soid, r.clone());
         }
+    }
+
+    /// The directory kept at `name` in `parent` in generation `checked`
+    /// (`None`: none kept there — which says nothing about what is).
+    pub fn child(&self, checked: &Checked, parent: Soid, name: &[u8]) -> Option<Soid> {
+        let st = self.state.lock();
+        if st.generation != checked.generation {
+            return None;
+        }
+        let soid = *st.children.get(&(parent, Box::from(name)))?;
+        // A record kept again with another place would leave its old
+        // name behind: only a name the record still has counts.
+        st.records
+            .get(&soid)
+            .filter(|r| r.parent == parent && &*r.name == name)
+            .map(|r| r.soid)
     }
 
     /// How many records are kept (tests).
@@ -420,6 +509,7 @@ impl Peers {
             dir: Some(soid_to_pb(first)),
             more: more.iter().map(|d| soid_to_pb(*d)).collect(),
             links: false,
+            lease_for: String::new(),
         };
         let reply = self.ask_dir_chain(address, ask).await?;
         let malformed = || Attempt::Fatal(format!("{address}: a malformed directory record"));
@@ -548,6 +638,7 @@ impl Peers {
             dir: Some(soid_to_pb(soid)),
             more: Vec::new(),
             links: true,
+            lease_for: String::new(),
         };
         let reply = self.ask_dir_chain(address, ask).await?;
         if reply.not_held {

@@ -465,7 +465,13 @@ impl Shared {
         if let Some(Err(wrong)) = route.map(|s| self.placement.check(s)) {
             return self.wrong_server_reply(id, *wrong);
         }
+        let mutation = r.op.as_ref().is_some_and(Op::is_mutation);
         let mut resp = Arc::clone(&self).run_admitted(r).await;
+        if mutation {
+            // A directory changed here: other servers' leases on the
+            // records first (crate::dir_leases).
+            self.settle_dir_leases().await;
+        }
         if let Some(w) = &mut resp.wrong_server {
             // The engine refused a SOID it does not hold: say who does.
             let soid = soid_from_pb(w.soid.as_ref()).ok();
@@ -491,6 +497,49 @@ impl Shared {
             return self.wrong_server_reply(id, *wrong);
         }
         resp
+    }
+
+    /// Before a mutation's reply: when the directory epoch advanced, every
+    /// live lease on this server's directory records revoked or run out
+    /// ([`crate::dir_leases::DirLeases::settle`]).
+    async fn settle_dir_leases(&self) {
+        let Some(peers) = &self.peers else {
+            return;
+        };
+        if !peers.leases.unsettled(self.engine.dir_epoch()) {
+            return;
+        }
+        let everyone = self.other_addresses();
+        let engine = self.engine.clone();
+        let revoker = Arc::clone(peers);
+        peers
+            .leases
+            .settle(
+                move || engine.dir_epoch(),
+                everyone,
+                move |address, epoch| {
+                    let peers = Arc::clone(&revoker);
+                    async move { peers.revoke(&address, epoch).await }
+                },
+            )
+            .await;
+    }
+
+    /// The other servers' addresses in the route map.
+    fn other_addresses(&self) -> Vec<String> {
+        let me = self.engine.member_name();
+        let Ok(map) = sextant_proto::route::RouteTable::from_pb(&self.placement.map()) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = map
+            .routes()
+            .iter()
+            .filter(|r| Some(r.server.as_str()) != me && !r.address.is_empty())
+            .map(|r| r.address.clone())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     fn wrong_server_reply(&self, id: u64, wrong: pb::WrongServer) -> pb::Response {
@@ -1200,6 +1249,22 @@ impl pb::sextant_server::Sextant for Service {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    async fn revoke_dirs(
+        &self,
+        request: Request<pb::RevokeDirsRequest>,
+    ) -> Result<Response<pb::RevokeDirsReply>, Status> {
+        if !caller_of(&request)?.may_read_directories() {
+            return Err(Status::permission_denied(
+                "revoking directory leases needs the cluster secret",
+            ));
+        }
+        if let Some(peers) = &self.shared.peers {
+            peers.leases.held.lock().revoke_all();
+            metrics::counter!("sextant_dir_leases_revoked_total").increment(1);
+        }
+        Ok(Response::new(pb::RevokeDirsReply {}))
+    }
+
     async fn map(
         &self,
         _request: Request<pb::MapRequest>,
@@ -1218,10 +1283,18 @@ impl pb::sextant_server::Sextant for Service {
         }
         let request = request.into_inner();
         if request.dir.is_none() && request.more.is_empty() {
-            // Only the epoch (a search checking what it kept).
+            // Only the epoch (a search checking what it kept), with a
+            // lease granted before the epoch is read (crate::dir_leases).
+            let lease = match (&self.shared.peers, request.lease_for.is_empty()) {
+                (Some(peers), false) if crate::dir_leases::granting() => {
+                    peers.leases.grant(&request.lease_for)
+                }
+                _ => std::time::Duration::ZERO,
+            };
             return Ok(Response::new(pb::DirChainReply {
                 dir_epoch: self.shared.engine.dir_epoch(),
                 incarnation: crate::peers::incarnation(),
+                lease_ms: u32::try_from(lease.as_millis()).unwrap_or(u32::MAX),
                 ..Default::default()
             }));
         }

@@ -388,6 +388,7 @@ fn every_rpc_has_a_rule() {
             "Search" => "the search runs as the caller (admit_search; confine::search_scope)",
             "Watch" => "the trusted and keys (may_watch; confine's filter)",
             "DirChain" => "the trusted only (may_read_directories)",
+            "RevokeDirs" => "the trusted only (may_read_directories: a lease on directory records)",
             "Recover" => "carries no identity: backups are authenticated by the server's key",
             "Map" => "carries no identity: the route map names tables and servers, no name",
             "Keys" => "the trusted only (may_manage_keys)",
@@ -706,6 +707,7 @@ async fn dir_chain_with_links_answers_every_link_of_an_inode() {
             dir: Some(soid_to_pb(soid)),
             more: more.into_iter().map(soid_to_pb).collect(),
             links: true,
+            lease_for: String::new(),
         });
         req.extensions_mut().insert(Caller::Trusted(Trust::Secret));
         req

@@ -12,11 +12,18 @@
 //! the caller (a path walk: its search permissions are checked there).
 //!
 //! Invariants:
-//! - nothing is kept across requests: every check reads the chains it
-//!   needs again (`PeerDirs` with no `Checked` generation), so an ancestor
-//!   renamed on another server — acknowledged before the request — moves
-//!   the subtree out at once; the records read within one check are kept
-//!   for that check only;
+//! - other servers' directory records are kept across requests only
+//!   under their leases (`crate::dir_leases`: every other server's live,
+//!   or its epoch asked at the check's start — `Peers::check_epochs`, the
+//!   search's cache and generation): a server acknowledges a change of a
+//!   directory (rename, removal, mode, owner) only once every lease on its
+//!   records is revoked or run out, so an ancestor renamed on another
+//!   server — acknowledged before the request — moves the subtree out at
+//!   once. Read from them: parent chains, and the steps to the subtree's
+//!   root (a directory kept at that name in that parent). Nothing else is
+//!   kept (an inode's links, attributes, lookups of files); with leases
+//!   off (`SEXTANT_DIR_LEASES=0`) nothing is, and every check reads what
+//!   it needs again;
 //! - only a path-limited key's check whose local walk met a directory
 //!   another server holds gets here (on a blocking thread: it waits on the
 //!   runtime); every doubt (a peer that does not answer, a broken chain)
@@ -68,14 +75,21 @@ impl Across {
         placement: Arc<dyn Placement>,
         runtime: tokio::runtime::Handle,
     ) -> Across {
+        // The records kept across requests, while every other server's
+        // lease on them is live (or its epoch was asked now): see the
+        // module doc.
+        let checked = if crate::dir_leases::granting() && crate::peers::keeping() {
+            peers.check_epochs(&engine, placement.as_ref(), &runtime)
+        } else {
+            None
+        };
         Across {
             engine,
             dirs: PeerDirs {
                 peers,
                 placement,
                 runtime,
-                // Never the records kept across searches (see the module doc).
-                checked: None,
+                checked,
             },
             parents: parking_lot::Mutex::new(HashMap::new()),
             routes: parking_lot::Mutex::new(None),
@@ -177,7 +191,12 @@ impl Across {
             Ok(Some((true, links))) => links.first().copied(),
             Ok(_) => None,
             Err(e) if is_cross(&e) => {
-                let chain = self.dirs.chain(dir)?;
+                let chain = match &self.dirs.checked {
+                    // The kept records first, then the holders (and
+                    // kept).
+                    Some(_) => self.dirs.chains(&[dir])?,
+                    None => self.dirs.chain(dir)?,
+                };
                 let mut parents = self.parents.lock();
                 for r in &chain {
                     parents.insert(r.soid, Some(r.parent));
@@ -270,6 +289,11 @@ impl Across {
             if comp == b"." || comp == b".." {
                 return Ok(None);
             }
+            if let Some(child) = self.kept_child(cur, comp) {
+                steps.push((cur, Box::from(comp)));
+                cur = child;
+                continue;
+            }
             let child = match self.lookup(&root, cur, comp) {
                 Ok(a) => a,
                 Err(FsError::NotFound) => return Ok(None),
@@ -278,10 +302,22 @@ impl Across {
             if child.ftype != FileType::Directory {
                 return Ok(None);
             }
+            if self.dirs.checked.is_some() {
+                // Its record (and its chain) kept for the next checks:
+                // this step is then read from it.
+                self.dir_parent(child.soid)?;
+            }
             steps.push((cur, Box::from(comp)));
             cur = child.soid;
         }
         Ok(Some(Confine { root: cur, steps }))
+    }
+
+    /// The directory at `name` in `dir` by the records kept across
+    /// requests (`None`: not kept, or none may be used).
+    fn kept_child(&self, dir: Soid, name: &[u8]) -> Option<Soid> {
+        let checked = self.dirs.checked.as_ref()?;
+        self.dirs.peers.cache.child(checked, dir, name)
     }
 
     /// May a confined walk look up `name` in `dir`
