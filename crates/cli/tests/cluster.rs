@@ -2694,9 +2694,38 @@ fn the_catalogue_tells_a_map_behind_etcd_from_fencing() {
     let (_map, behind) =
         tokio::sync::watch::channel(Arc::new(sextant_coordinator::ClusterState::default()));
     let catalog = EtcdCatalog::start("a", cfg.clone(), behind).unwrap();
-    // Unknown to the map and to etcd: created as a's (as the first
-    // server's engine makes the root). etcd may still be electing itself.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // a is a member (its commits require `member/a` on the lease they
+    // were planned under: the map has none, so the catalogue reads it).
+    // etcd may still be electing itself.
     let deadline = Instant::now() + Duration::from_secs(20);
+    rt.block_on(async {
+        loop {
+            let joined = async {
+                let mut c = sextant_coordinator::etcd::connect(&cfg).await.ok()?;
+                let lease = c.lease_grant(60, None).await.ok()?.id();
+                let on_lease =
+                    sextant_coordinator::etcd_client::PutOptions::new().with_lease(lease);
+                c.put(
+                    cfg.key(&keys::member_key("a")),
+                    "127.0.0.1:1",
+                    Some(on_lease),
+                )
+                .await
+                .ok()
+            };
+            if joined.await.is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "etcd did not answer");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    // Unknown to the map and to etcd: created as a's (as the first
+    // server's engine makes the root).
     loop {
         match catalog.commit("a", change()) {
             Ok(()) => break,
@@ -2712,10 +2741,6 @@ fn the_catalogue_tells_a_map_behind_etcd_from_fencing() {
     let r = catalog.commit("a", change());
     assert!(matches!(r, Err(CatalogError::Stale(_))), "{r:?}");
     // etcd gives the table to b: now it is.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     rt.block_on(async {
         let mut c = sextant_coordinator::etcd::connect(&cfg).await.unwrap();
         let owner = OwnerValue {

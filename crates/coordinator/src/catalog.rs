@@ -9,7 +9,10 @@
 //! `manifest/<new>` are written together with the shrunk range and new
 //! manifest of the table it came from, conditional on every touched
 //! table's `owner/<id>` revision being the one this server was granted
-//! (R2) and on the new table number being unused. The shell then sees a
+//! (R2), on the new table number being unused and on `member/<server>`
+//! being on the membership lease the change was planned under (a
+//! transaction applied late, after a lease loss and a rejoin, writes
+//! nothing: [`TablesChange::member_lease`]). The shell then sees a
 //! table of its own it never loaded and ADDs it (the host answers with
 //! the table it already has).
 //!
@@ -89,13 +92,15 @@ pub struct TablesChange {
     pub created: Vec<TableState>,
     /// Tables it owns (fenced likewise) that no longer exist (a merge).
     pub removed: Vec<(TableId, Revision)>,
-    /// Tables an earlier piece of the same change created, with their
-    /// final range and manifest (a split chain cut into pieces, see
-    /// [`TablesChange::pieces`]). Their owner revision is not known when
-    /// the change is planned; the fence is that their owner key is still
-    /// the one the creating piece wrote (`1 <server>`, version 1: never
-    /// moved since).
-    pub carried: Vec<TableState>,
+    /// The membership lease the change was planned under: the commit
+    /// requires `member/<server>` to be on it still. A lease loss without
+    /// a reassignment leaves every owner key as it was, so the owner
+    /// revisions alone let a transaction planned before the loss — whose
+    /// answer was lost, and which etcd applies late — land after the
+    /// server rejoined and loaded its tables again from the catalogue
+    /// (issue 20, the simulation's seed 175: a split's stale halves over
+    /// the reloaded table). `None`: not compared.
+    pub member_lease: Option<i64>,
 }
 
 /// Commits `change` for server `me`. `Ok(false)`: a fence failed (a table
@@ -123,8 +128,7 @@ pub async fn commit_tables(
             ),
         ]
     };
-    // The owner key a table this server creates gets (and still has
-    // while nothing moved it: what a carried table is fenced by).
+    // The owner key a table this server creates gets.
     let created = OwnerValue {
         epoch: Epoch(1),
         server: me.to_string(),
@@ -136,6 +140,13 @@ pub async fn commit_tables(
             i64::try_from(rev.0).unwrap_or(i64::MAX),
         )
     };
+    if let Some(lease) = change.member_lease {
+        when.push(Compare::lease(
+            cfg.key(&keys::member_key(me)),
+            CompareOp::Equal,
+            lease,
+        ));
+    }
     for (t, rev) in &change.updated {
         when.push(fence(t.table, *rev));
         then.extend(range_and_manifest(t));
@@ -157,12 +168,6 @@ pub async fn commit_tables(
         // The first table of a cluster (the root, made by a server's
         // engine) bootstraps it; later ones leave the key as it is.
         then.push(TxnOp::put(cfg.key(keys::BOOTSTRAPPED_KEY), "1", None));
-    }
-    for t in &change.carried {
-        let key = cfg.key(&keys::owner_key(t.table));
-        when.push(Compare::version(key.clone(), CompareOp::Equal, 1));
-        when.push(Compare::value(key, CompareOp::Equal, created.encode()));
-        then.extend(range_and_manifest(t));
     }
     for (t, rev) in &change.removed {
         when.push(fence(*t, *rev));
@@ -374,10 +379,11 @@ impl TablesChange {
         let writes = 2 * self.updated.len()
             + 3 * self.created.len()
             + usize::from(!self.created.is_empty())
-            + 2 * self.carried.len()
             + 5 * self.removed.len();
-        let compares =
-            self.updated.len() + self.created.len() + 2 * self.carried.len() + self.removed.len();
+        let compares = self.updated.len()
+            + self.created.len()
+            + self.removed.len()
+            + usize::from(self.member_lease.is_some());
         (writes, compares)
     }
 
@@ -387,18 +393,11 @@ impl TablesChange {
     }
 
     /// `next` appended to this change, to be committed in the same
-    /// transaction: a table `next` carries that this change creates is
-    /// created with `next`'s (final) state instead.
+    /// transaction.
     fn merged(&self, next: &TablesChange) -> TablesChange {
         let mut m = self.clone();
         m.updated.extend(next.updated.iter().cloned());
         m.removed.extend(next.removed.iter().cloned());
-        for c in &next.carried {
-            match m.created.iter_mut().find(|t| t.table == c.table) {
-                Some(t) => *t = c.clone(),
-                None => m.carried.push(c.clone()),
-            }
-        }
         m.created.extend(next.created.iter().cloned());
         m
     }
@@ -418,32 +417,24 @@ impl TablesChange {
     ///   half: a new table's range was carved from the one that precedes
     ///   it, so committed apart their ranges would overlap in the map);
     ///   such a group — a table and the new tables contiguous after it —
-    ///   is kept in one piece when it fits in one;
-    /// - a longer group (a split chain: T split into T, A; A into A, B;
-    ///   B into B, C …) is committed as the splits happened, in SOID
-    ///   order: a piece puts the tables up to some new table X in their
-    ///   final state and creates X with the rest of the group's range
-    ///   (X's own and every later one's); the next piece narrows X to its
-    ///   own range (X in `carried`: fenced by its owner key being still
-    ///   the one the earlier piece created) and goes on. Until the last
-    ///   piece X's manifest is narrower than its catalogue range (its
-    ///   final one: the pieces of one commit follow each other within
-    ///   milliseconds, and a refused piece is retried whole by the next
-    ///   checkpoint). **Not recoverable between pieces:** a server that
-    ///   dies between two pieces leaves the later tables of the chain in
-    ///   no manifest; whoever loads X then replays the journal for X's
-    ///   manifest range only, so operations acknowledged in the later
-    ///   tables' ranges since their split would not be replayed. So the
-    ///   engine never builds such a chain: a table split since its last
-    ///   commit does not split again until a commit takes its present
-    ///   shape (`sextant_engine`'s member mode, `split_since_commit`),
-    ///   and a group is a table and at most the one table split off it.
-    ///   This path stays for a catalogue written by an older build;
+    ///   is never cut;
     /// - removed tables (merges) go with the first piece.
+    ///
+    /// A group is a table and at most the one table split off it: the
+    /// engine never builds a chain of splits between two commits (a table
+    /// split since its last commit does not split again until a commit
+    /// takes its present shape: `sextant_engine`'s member mode,
+    /// `split_since_commit`), so a group always fits. (A group with more
+    /// new tables is planned only from a delegation map that lags behind
+    /// etcd — tables committed already look new — and etcd refuses it
+    /// whole, cut or not: their `table/` keys exist. An older build cut
+    /// such chains into steps, which was not recoverable between them; it
+    /// is gone.)
     pub fn pieces(self, max: usize) -> Vec<TablesChange> {
         if self.fits(max) {
             return vec![self];
         }
+        let lease = self.member_lease;
         // Groups, in SOID order: a table and the new tables contiguous
         // after it.
         enum Item {
@@ -483,66 +474,18 @@ impl TablesChange {
                 ..TablesChange::default()
             }),
         }
-        // Each group whole, or its splits one by one: the steps, in
-        // order; then packed greedily, in order.
-        let mut steps: Vec<TablesChange> = Vec::new();
-        for g in groups {
-            if g.fits(max) || g.created.len() < 2 {
-                steps.push(g);
-                continue;
-            }
-            steps.extend(g.chain_steps());
-        }
+        // Each group whole, packed greedily, in order; every piece fenced
+        // by the lease.
         let mut pieces: Vec<TablesChange> = Vec::new();
-        for step in steps {
-            let merged = pieces.last().map(|p| p.merged(&step));
+        for mut g in groups {
+            g.member_lease = lease;
+            let merged = pieces.last().map(|p| p.merged(&g));
             match (pieces.last_mut(), merged) {
                 (Some(p), Some(m)) if m.fits(max) => *p = m,
-                _ => pieces.push(step),
+                _ => pieces.push(g),
             }
         }
         pieces
-    }
-
-    /// A group (its head, if any, and the new tables contiguous after it
-    /// in SOID order) as one step per split: each step puts one table in
-    /// its final state and creates the next with the rest of the group's
-    /// range; the step after carries that one to its final state.
-    fn chain_steps(self) -> Vec<TablesChange> {
-        let TablesChange {
-            updated,
-            created,
-            removed,
-            carried: _,
-        } = self;
-        let Some(end) = created.last().map(|c| c.range.last) else {
-            return Vec::new();
-        };
-        let widened = |c: &TableState| TableState {
-            range: SoidRange {
-                first: c.range.first,
-                last: end,
-            },
-            ..c.clone()
-        };
-        let mut steps = Vec::new();
-        let mut removed = Some(removed);
-        let mut before: Option<TableState> = None;
-        for c in &created {
-            let mut step = TablesChange {
-                removed: removed.take().unwrap_or_default(),
-                created: vec![widened(c)],
-                ..TablesChange::default()
-            };
-            match before.take() {
-                Some(b) => step.carried.push(b),
-                None => step.updated.clone_from(&updated),
-            }
-            steps.push(step);
-            before = Some(c.clone());
-        }
-        // The last new table was created with its own range already.
-        steps
     }
 }
 
@@ -550,7 +493,6 @@ impl TablesChange {
 mod tests {
     use super::*;
     use sextant_types::Soid;
-    use std::collections::{BTreeMap, BTreeSet};
 
     fn state(t: u32, first: u128, last: u128) -> TableState {
         TableState {
@@ -606,135 +548,5 @@ mod tests {
             ..TablesChange::default()
         };
         assert_eq!(small.clone().pieces(TXN_OPS), vec![small]);
-    }
-
-    /// The catalogue `pieces` applied to `old`, one by one: the ranges
-    /// after each.
-    fn apply(
-        old: &BTreeMap<TableId, SoidRange>,
-        pieces: &[TablesChange],
-    ) -> Vec<BTreeMap<TableId, SoidRange>> {
-        let mut now = old.clone();
-        let mut made: BTreeSet<TableId> = BTreeSet::new();
-        let mut after = Vec::new();
-        for p in pieces {
-            for (t, _) in &p.updated {
-                assert!(
-                    now.contains_key(&t.table),
-                    "{:?} updated before it exists",
-                    t.table
-                );
-                now.insert(t.table, t.range);
-            }
-            for t in &p.carried {
-                assert!(
-                    made.contains(&t.table),
-                    "{:?} carried but not created by an earlier piece",
-                    t.table
-                );
-                now.insert(t.table, t.range);
-            }
-            for t in &p.created {
-                assert!(
-                    made.insert(t.table) && now.insert(t.table, t.range).is_none(),
-                    "{:?} created twice",
-                    t.table
-                );
-            }
-            for (t, _) in &p.removed {
-                assert!(now.remove(t).is_some());
-            }
-            after.push(now.clone());
-        }
-        after
-    }
-
-    /// No two ranges overlap and together they cover `all`, no hole.
-    fn covers(catalogue: &BTreeMap<TableId, SoidRange>, all: SoidRange) -> Result<(), String> {
-        let mut ranges: Vec<SoidRange> = catalogue.values().copied().collect();
-        ranges.sort_by_key(|r| r.first);
-        let mut next = Some(all.first);
-        for r in &ranges {
-            if Some(r.first) != next {
-                return Err(format!(
-                    "{r:?} does not start where the one before ended ({next:?})"
-                ));
-            }
-            next = r.last.checked_next();
-        }
-        if ranges.last().map(|r| r.last) != Some(all.last) {
-            return Err("the last range ends early".into());
-        }
-        Ok(())
-    }
-
-    /// A chain of 200 splits between two commits (table 1 split into 1
-    /// and 1000, 1000 into 1000 and 1001, …) next to other tables: one
-    /// group of 600 writes, which `pieces` used to keep whole (etcd
-    /// refused it, every time). Cut in the order of the splits, every
-    /// prefix of the pieces leaves the catalogue a covering without
-    /// overlaps, and all of them together the whole change.
-    #[test]
-    fn a_long_split_chain_is_cut_into_pieces_each_consistent_on_its_own() {
-        let all = state(0, 0, 1_000_000).range;
-        // Before: table 0 [0, 999], table 1 [1000, 500_999], table 2 the
-        // rest.
-        let old: BTreeMap<TableId, SoidRange> = [
-            (TableId(0), state(0, 0, 999).range),
-            (TableId(1), state(1, 1_000, 500_999).range),
-            (TableId(2), state(2, 501_000, 1_000_000).range),
-        ]
-        .into();
-        let mut change = TablesChange {
-            updated: vec![
-                (state(0, 0, 999), Revision(5)),
-                (state(1, 1_000, 1_999), Revision(6)),
-                (state(2, 501_000, 1_000_000), Revision(7)),
-            ],
-            removed: Vec::new(),
-            ..TablesChange::default()
-        };
-        for i in 1..200u32 {
-            let first = 1_000 + u128::from(i) * 1_000;
-            let last = if i == 199 { 500_999 } else { first + 999 };
-            change.created.push(state(1_000 + i, first, last));
-        }
-        let whole = apply(&old, std::slice::from_ref(&change));
-        covers(&whole[0], all).unwrap();
-        assert!(
-            !change.fits(TXN_OPS),
-            "the test needs a change etcd refuses whole"
-        );
-        let pieces = change.clone().pieces(TXN_OPS);
-        assert!(pieces.len() > 5, "{} pieces", pieces.len());
-        for p in &pieces {
-            assert!(p.fits(TXN_OPS), "{:?} writes and compares", p.cost());
-        }
-        let after = apply(&old, &pieces);
-        for (i, catalogue) in after.iter().enumerate() {
-            covers(catalogue, all).unwrap_or_else(|e| panic!("after piece {i}: {e}"));
-        }
-        assert_eq!(
-            after.last(),
-            whole.last(),
-            "the pieces make the whole change"
-        );
-        // Every manifest put is the table's final one.
-        let finals: BTreeMap<TableId, Vec<u8>> = change
-            .created
-            .iter()
-            .chain(change.updated.iter().map(|(t, _)| t))
-            .map(|t| (t.table, t.manifest.clone()))
-            .collect();
-        for p in &pieces {
-            for t in p
-                .created
-                .iter()
-                .chain(&p.carried)
-                .chain(p.updated.iter().map(|(t, _)| t))
-            {
-                assert_eq!(Some(&t.manifest), finals.get(&t.table));
-            }
-        }
     }
 }

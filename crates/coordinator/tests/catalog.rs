@@ -87,7 +87,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
             manifest: b"right".to_vec(),
         }],
         removed: vec![],
-        carried: vec![],
+        member_lease: None,
     };
     // A stale grant (another owner since): nothing written.
     assert!(
@@ -128,7 +128,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
         )],
         created: vec![],
         removed: vec![(TableId(100), state.owner(TableId(100)).unwrap().rev)],
-        carried: vec![],
+        member_lease: None,
     };
     assert!(commit_tables(&mut client, &cfg, "s1", &merge)
         .await
@@ -136,6 +136,116 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
     let state = map::load(&mut client, &cfg).await.unwrap();
     assert_eq!(state.tables.len(), 1);
     assert!(state.owner(TableId(100)).is_none());
+}
+
+/// Issue 20 (the simulation's seed 175, on real etcd): a split planned
+/// under membership lease L1 whose transaction etcd applies only after
+/// the server lost L1, rejoined under L2 and loaded its table again (its
+/// reload's commit put the table's whole range and a new manifest). No
+/// owner key changed — nobody took the table — so the owner revision the
+/// split is fenced by is still the granted one; only the compare on
+/// `member/<server>`'s lease refuses it. (Without it the late split
+/// landed: the reloaded table's range overlapped the new table's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_planned_under_a_lost_lease_is_refused_after_the_rejoin() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let (mut client, cfg) = connected(&etcd).await;
+    let member = cfg.key(&keys::member_key("s1"));
+    let join = |mut c: etcd_client::Client| {
+        let member = member.clone();
+        async move {
+            let lease = c.lease_grant(60, None).await.unwrap().id();
+            c.put(
+                member,
+                "127.0.0.1:1",
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .unwrap();
+            lease
+        }
+    };
+    let l1 = join(client.clone()).await;
+    let root = TableId(0);
+    client
+        .put(
+            cfg.key(&keys::table_key(root)),
+            keys::encode_range(&SoidRange::ALL),
+            None,
+        )
+        .await
+        .unwrap();
+    let put = client
+        .put(cfg.key(&keys::owner_key(root)), "1 s1", None)
+        .await
+        .unwrap();
+    let granted = Revision(put.header().unwrap().revision() as u64);
+    let half = Soid::from_u128(1 << 127);
+    // Planned under L1; its answer lost, etcd applies it later.
+    let late_split = TablesChange {
+        updated: vec![(
+            TableState {
+                table: root,
+                range: SoidRange::new(Soid::MIN, Soid::from_u128((1 << 127) - 1)).unwrap(),
+                manifest: b"left, as of L1".to_vec(),
+            },
+            granted,
+        )],
+        created: vec![TableState {
+            table: TableId(100),
+            range: SoidRange::new(half, Soid::MAX).unwrap(),
+            manifest: b"right, as of L1".to_vec(),
+        }],
+        removed: vec![],
+        member_lease: Some(l1),
+    };
+    // L1 is lost (its member key goes with it); s1 rejoins under L2 and,
+    // etcd still naming it, loads the table again: its commit, planned
+    // under L2, puts the whole range.
+    client.lease_revoke(l1).await.unwrap();
+    let l2 = join(client.clone()).await;
+    assert_ne!(l1, l2);
+    let reload = TablesChange {
+        updated: vec![(
+            TableState {
+                table: root,
+                range: SoidRange::ALL,
+                manifest: b"reloaded under L2".to_vec(),
+            },
+            granted,
+        )],
+        member_lease: Some(l2),
+        ..TablesChange::default()
+    };
+    assert!(commit_tables(&mut client, &cfg, "s1", &reload)
+        .await
+        .unwrap());
+    // The late split: refused, nothing written.
+    assert!(
+        !commit_tables(&mut client, &cfg, "s1", &late_split)
+            .await
+            .unwrap(),
+        "a split planned under a lost lease landed after the rejoin"
+    );
+    let state = map::load(&mut client, &cfg).await.unwrap();
+    assert_eq!(state.tables.len(), 1, "{:?}", state.tables);
+    assert_eq!(state.tables[&root], SoidRange::ALL);
+    let manifest = client
+        .get(cfg.key(&keys::manifest_key(root)), None)
+        .await
+        .unwrap();
+    assert_eq!(manifest.kvs()[0].value(), b"reloaded under L2");
+    // Between the loss and the rejoin (no member key at all) it is
+    // refused too.
+    client.lease_revoke(l2).await.unwrap();
+    let mut again = reload.clone();
+    again.member_lease = Some(l2);
+    assert!(!commit_tables(&mut client, &cfg, "s1", &again)
+        .await
+        .unwrap());
 }
 
 /// Merges against a real etcd (issue 20, item 6): refused — nothing

@@ -680,8 +680,10 @@ impl Inner {
             // split's checkpoint failed: it splits again only once a
             // checkpoint has committed its present shape. Otherwise a
             // chain of splits builds up between two commits, which no
-            // single etcd transaction takes and which committed in pieces
-            // is not recoverable between them (`TablesChange::pieces`).
+            // single etcd transaction takes (`TablesChange::pieces` keeps
+            // a table and the one split off it together, and cuts no
+            // chain: committed in steps, one is not recoverable between
+            // them).
             return;
         }
         let at = match table.split_point() {

@@ -541,8 +541,9 @@ impl TableCatalog for CommitsDown {
 
 /// While the catalogue does not take commits, a table split since its
 /// last commit does not split again: no chain of splits builds up between
-/// two commits (committed in pieces, such a chain is not recoverable
-/// between them — `TablesChange::pieces`). Once commits go through, the
+/// two commits (no etcd transaction takes a long one, and committed in
+/// steps one is not recoverable between them — `TablesChange::pieces`
+/// relies on this). Once commits go through, the
 /// splits go on, and nothing is lost.
 #[test]
 fn splits_wait_for_their_commit_so_no_chain_builds_up() {

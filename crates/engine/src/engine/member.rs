@@ -632,35 +632,11 @@ impl MemberRun {
                     // Fencing (R2): the catalogue says the table is no
                     // longer ours. Stop serving it and commit the rest.
                     tracing::warn!(table, "the catalogue fenced a table; it stops serving here");
-                    fenced.push(table);
-                    let parent = self.book.lock().committed.get(&table).map(|c| c.2);
-                    revoke(inner, self, table);
-                    put.retain(|e| e.id != table);
-                    // A table split off it since its last commit is part
-                    // of it for the cluster (its new owner loads the whole
-                    // committed range): committed alone it would overlap
-                    // its parent's range in the map. It goes too.
-                    if let Some(parent) = parent {
-                        let children: Vec<TableId> = {
-                            let book = self.book.lock();
-                            put.iter()
-                                .filter(|e| !book.committed.contains_key(&e.id))
-                                .filter(|e| {
-                                    e.range.first >= parent.first && e.range.last <= parent.last
-                                })
-                                .map(|e| e.id)
-                                .collect()
-                        };
-                        for child in children {
-                            tracing::warn!(
-                                table = child,
-                                parent = table,
-                                "a table split off a fenced one stops serving here too"
-                            );
-                            fenced.push(child);
-                            revoke(inner, self, child);
-                            put.retain(|e| e.id != child);
-                        }
+                    // With the tables split off it since its last commit
+                    // (`revoke_with_split_off`).
+                    for gone in revoke_with_split_off(inner, self, table) {
+                        fenced.push(gone);
+                        put.retain(|e| e.id != gone);
                     }
                 }
                 Err(CatalogError::Unavailable(what) | CatalogError::Stale(what)) => {
@@ -848,6 +824,56 @@ fn revoke(inner: &Inner, m: &MemberRun, id: TableId) -> bool {
     }
     book.committed.remove(&id);
     held
+}
+
+/// Stops serving `id` like [`revoke`], and with it every table split off
+/// it since its last commit (held here, never committed, inside `id`'s
+/// committed range): for the cluster such a table is part of `id` — whoever
+/// loads `id` next loads its whole committed range, replaying this
+/// journal — so committed alone later (a new table is fenced only by its
+/// number being unused) it would overlap `id`'s range in the catalogue and
+/// serve SOIDs another server serves (issue 20: a split whose commit
+/// failed, then the lease lost). Returns the tables revoked, `id` first;
+/// empty if `id` was not held. REQUIRES: the checkpoint lock.
+fn revoke_with_split_off(inner: &Inner, m: &MemberRun, id: TableId) -> Vec<TableId> {
+    let parent = m.book.lock().committed.get(&id).map(|c| c.2);
+    let held = revoke(inner, m, id);
+    let mut gone = Vec::new();
+    if held {
+        gone.push(id);
+    }
+    let Some(parent) = parent else {
+        return gone;
+    };
+    let children: Vec<TableId> = {
+        let shapes: Vec<(TableId, SoidRange)> = inner
+            .tables
+            .read()
+            .values()
+            .filter_map(|s| {
+                let st = s.state.lock();
+                Some((slot_table(&st)?, slot_range(&st)?))
+            })
+            .collect();
+        let book = m.book.lock();
+        shapes
+            .into_iter()
+            .filter(|(t, r)| {
+                !book.committed.contains_key(t) && r.first >= parent.first && r.last <= parent.last
+            })
+            .map(|(t, _)| t)
+            .collect()
+    };
+    for child in children {
+        tracing::warn!(
+            table = child,
+            parent = id,
+            "a table split off one no longer served here stops serving too"
+        );
+        revoke(inner, m, child);
+        gone.push(child);
+    }
+    gone
 }
 
 /// Undoes [`take_out`] of table `id`: `old`, what its slot held, goes back
@@ -1771,14 +1797,18 @@ impl Engine {
     }
 
     /// Fencing (member mode): stops serving table `id` at once, writing
-    /// nothing (its lease ran out; another member may already own it).
-    /// Its records stay in the journal for a failover to replay. Returns
-    /// whether it was held.
+    /// nothing (its lease ran out; another member may already own it) —
+    /// and every table split off it since its last commit, which the
+    /// cluster knows only as part of `id` (issue 20: kept, such a table
+    /// blocked `id`'s reload after a rejoin, and its next checkpoint
+    /// committed it over a range the catalogue still gave `id`). Their
+    /// records stay in the journal for a failover to replay. Returns
+    /// whether `id` was held.
     pub fn revoke_table(&self, id: TableId) -> bool {
         let inner = &*self.inner;
         let Some(m) = &inner.member else { return false };
         let _one_at_a_time = inner.checkpoint_lock.lock();
-        revoke(inner, m, id)
+        revoke_with_split_off(inner, m, id).first() == Some(&id)
     }
 }
 

@@ -4,13 +4,20 @@
 //! checkpoint, an ADD, a DROP, a split) through this seam. Each commit is
 //! one etcd transaction (`sextant_coordinator::catalog::commit_tables`),
 //! or several when it is bigger than etcd takes in one
-//! (`TablesChange::pieces`: a split's halves together, a longer chain of
-//! splits in the order they happened, each piece leaving the catalogue's
-//! ranges consistent):
+//! (`TablesChange::pieces`: a split's halves together, each piece leaving
+//! the catalogue's ranges consistent):
 //! a put of a table the delegation map says this server owns is fenced by
 //! that owner key's revision (R2: if another server owns it now, nothing
 //! is written and the engine is told `NotOwner`); a put of a table the map
 //! does not know is a new table of a split, created as this server's.
+//! Every commit also requires `member/<name>` to be on the membership
+//! lease it was planned under (from the map; read from etcd when the map
+//! has no member key for this server yet): a transaction etcd applies
+//! late — its answer was lost — writes nothing once the server lost its
+//! lease and rejoined, when it may have loaded its tables again from the
+//! catalogue (issue 20). The engine's side of the same interleaving: a
+//! table forgotten on a lease loss takes the tables split off it since its
+//! last commit with it (`Engine::revoke_table`).
 //! The map is a watch of its own and may lag behind etcd (and behind the
 //! shell's map): a refused commit is checked against etcd's owner keys,
 //! and one refused only because the map is behind is `Stale`, not
@@ -164,7 +171,10 @@ impl EtcdCatalog {
     /// now: the owner revision of every touched table this server owns.
     fn plan(&self, change: &CatalogChange) -> Result<TablesChange, CatalogError> {
         let state = self.map.borrow().clone();
-        let mut plan = TablesChange::default();
+        let mut plan = TablesChange {
+            member_lease: state.members.get(&self.name).map(|m| m.lease),
+            ..TablesChange::default()
+        };
         for m in &change.put {
             let table = cluster_id(m.entry.id)?;
             let t = TableState {
@@ -207,9 +217,10 @@ impl EtcdCatalog {
     /// - a touched table etcd names another server for (or a table to
     ///   remove that has no owner): `NotOwner` naming it — fencing, R2;
     /// - every touched table this server's (or, for a put, not in etcd
-    ///   yet: a split's new table): the map is behind, nothing was
-    ///   written, `Stale` — the engine keeps serving and commits again
-    ///   later. (Issue 20: a DROP refused on a map that had not yet seen
+    ///   yet: a split's new table): the map is behind (or the change was
+    ///   planned under a membership lease that is gone: a rejoin the map
+    ///   does not show yet), nothing was written, `Stale` — the engine
+    ///   keeps serving and commits again later. (Issue 20: a DROP refused on a map that had not yet seen
     ///   this server's own root table took the table out for good.)
     ///
     /// etcd not answering: `Unavailable`.
@@ -268,7 +279,7 @@ impl EtcdCatalog {
             }
         }
         CatalogError::Stale(format!(
-            "the delegation map (revision {}) is behind etcd, which still names {} for every table of the change",
+            "refused while etcd still names {1} for every table of the change: the delegation map (revision {0}) is behind etcd, or {1}'s membership lease it was planned under is gone",
             self.map.borrow().revision,
             self.name
         ))
@@ -299,6 +310,18 @@ impl TableCatalog for EtcdCatalog {
         // the first refused stops the rest. Pieces
         // already written stay: committing them again is harmless.
         let committed = self.run(move |rt, client| {
+            let mut plan = plan;
+            if plan.member_lease.is_none() {
+                // The map has not seen this server's member key (yet): the
+                // lease it is on now, or no commit at all without one.
+                let resp = rt
+                    .block_on(client.get(cfg.key(&keys::member_key(&me)), None))
+                    .map_err(unavailable)?;
+                match resp.kvs().first() {
+                    Some(kv) => plan.member_lease = Some(kv.lease()),
+                    None => return Ok(false),
+                }
+            }
             for piece in plan.pieces(TXN_OPS) {
                 let done = rt
                     .block_on(commit_tables(client, &cfg, &me, &piece))

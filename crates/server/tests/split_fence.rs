@@ -1,0 +1,526 @@
+//! Issue 20: a table split begun before a membership-lease loss, on the
+//! real pieces — a real etcd, the delegation map, the engine's catalogue
+//! on etcd ([`EtcdCatalog`]), the engine in member mode and the shell's
+//! table host ([`EngineHost`]). The shell's reactions (forget every table
+//! when the lease is lost, load a table again when etcd still names this
+//! server for it) are driven by hand, exactly as the ownership shell calls
+//! the host; the lease itself is not consulted by the catalogue (its fence
+//! is the owner key's revision, which a lease loss without a reassignment
+//! leaves as it was — the case the simulation found, seed 175 — and the
+//! member key's lease, lost and taken again here as the membership does).
+//!
+//! The interleaving: the split's commit fails (etcd unreachable — why the
+//! lease runs out); the lease is lost (the host forgets the table); then
+//! either the server rejoins and loads the table again from etcd, or the
+//! table is failed over to another server; writes are acknowledged; then
+//! the next checkpoint — the old split's commit — runs. Checked: the
+//! catalogue's ranges still partition the SOID space, the reload works,
+//! and every acknowledged operation is found after a crash and restart
+//! (or by the server the table was failed over to).
+
+use sextant_cluster::ids::{Epoch, TableId};
+use sextant_coordinator::etcd_client::PutOptions;
+use sextant_coordinator::keys::{member_key, owner_key, OwnerValue};
+use sextant_coordinator::{DelegationMap, EtcdConfig, Grant, TableHost};
+use sextant_engine::member::ROOT_TABLE_ID;
+use sextant_engine::store::{MemStore, Store};
+use sextant_engine::{
+    CatalogChange, CatalogError, Engine, EngineConfig, MemberConfig, TableCatalog, TableManifest,
+};
+use sextant_server::cluster::catalog::EtcdCatalog;
+use sextant_server::cluster::host::EngineHost;
+use sextant_types::{Credentials, Soid};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A one-node etcd on free ports, killed when dropped.
+struct Etcd {
+    child: Child,
+    client: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    fn start(dir: &Path) -> Option<Etcd> {
+        if Command::new("etcd").arg("--version").output().is_err() {
+            eprintln!("skipped: no etcd binary (apt-get install etcd-server)");
+            return None;
+        }
+        let (client, peer) = (free_port(), free_port());
+        let c = format!("http://127.0.0.1:{client}");
+        let p = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+            .args([
+                "--listen-peer-urls",
+                &p,
+                "--initial-advertise-peer-urls",
+                &p,
+            ])
+            .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn etcd");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Etcd { child, client })
+    }
+
+    fn config(&self) -> EtcdConfig {
+        EtcdConfig::new(vec![format!("http://127.0.0.1:{}", self.client)])
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The catalogue on etcd, whose next commit can be made to fail (etcd
+/// unreachable) once.
+struct Flaky {
+    inner: EtcdCatalog,
+    fail_next: Mutex<Option<CatalogError>>,
+}
+
+impl TableCatalog for Flaky {
+    fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError> {
+        if let Some(e) = self.fail_next.lock().unwrap().take() {
+            return Err(e);
+        }
+        self.inner.commit(member, change)
+    }
+    fn merge(&self, member: &str, merged: TableManifest, gone: u64) -> Result<(), CatalogError> {
+        self.inner.merge(member, merged, gone)
+    }
+    fn next_table_id(&self) -> Result<u64, CatalogError> {
+        self.inner.next_table_id()
+    }
+    fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
+        self.inner.tables(member)
+    }
+    fn journal_floor(&self, member: &str) -> Result<Option<u64>, CatalogError> {
+        self.inner.journal_floor(member)
+    }
+}
+
+/// The root table, as the cluster numbers it.
+const ROOT: TableId = TableId(1);
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        flush_interval: None,
+        table_dir_limit: 3,
+        table_inode_limit: 12,
+        ..Default::default()
+    }
+}
+
+/// One server's pieces: the map, its catalogue, its engine, its host.
+struct Server {
+    name: String,
+    map: DelegationMap,
+    catalog: Arc<Flaky>,
+    engine: Engine,
+    host: EngineHost,
+}
+
+fn server(rt: &tokio::runtime::Runtime, cfg: &EtcdConfig, store: &MemStore, name: &str) -> Server {
+    let map = rt.block_on(DelegationMap::start(cfg.clone())).unwrap();
+    let catalog = Arc::new(Flaky {
+        inner: EtcdCatalog::start(name, cfg.clone(), map.subscribe()).unwrap(),
+        fail_next: Mutex::new(None),
+    });
+    let engine = Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        engine_config(),
+        MemberConfig {
+            name: name.into(),
+            catalog: Arc::clone(&catalog) as _,
+        },
+    )
+    .unwrap();
+    let host = EngineHost::default();
+    host.set_engine(engine.clone());
+    Server {
+        name: name.into(),
+        map,
+        catalog,
+        engine,
+        host,
+    }
+}
+
+impl Server {
+    /// Checkpoints until the map names this server for every table its
+    /// engine holds (a commit planned on a map that lags is `Stale`).
+    fn settle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            self.engine.sync().unwrap();
+            let state = self.map.current();
+            let held = self.engine.owned_tables();
+            let known = held.iter().all(|t| {
+                let t = TableId(u32::try_from(*t).unwrap());
+                state.owner(t).is_some_and(|o| o.server == self.name)
+            });
+            if known {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the map never named {} for {held:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The grant the shell makes for `table` as etcd has it now, under
+    /// membership generation `generation`, and the manifest it loads.
+    fn grant(&self, table: u64, generation: u64) -> (Grant, Vec<u8>) {
+        let t = TableId(u32::try_from(table).unwrap());
+        let state = self.map.current();
+        let owner = state.owner(t).expect("an owner").clone();
+        let range = *state.tables.get(&t).expect("a range");
+        let manifest = self
+            .catalog
+            .tables(&self.name)
+            .unwrap()
+            .into_iter()
+            .find(|m| m.entry.id == table)
+            .expect("its manifest");
+        (
+            Grant {
+                table: t,
+                range,
+                epoch: owner.epoch,
+                owner_rev: owner.rev,
+                generation,
+            },
+            manifest.to_bytes(),
+        )
+    }
+}
+
+/// Joins as `name`: a lease and `member/<name>` on it, as the
+/// membership does. Returns the lease.
+fn join(rt: &tokio::runtime::Runtime, cfg: &EtcdConfig, name: &str) -> i64 {
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(cfg).await.unwrap();
+        let lease = c.lease_grant(60, None).await.unwrap().id();
+        c.put(
+            cfg.key(&member_key(name)),
+            "127.0.0.1:1",
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+        lease
+    })
+}
+
+/// The lease is gone (as when it expired while etcd was unreachable).
+fn lose(rt: &tokio::runtime::Runtime, cfg: &EtcdConfig, lease: i64) {
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(cfg).await.unwrap();
+        c.lease_revoke(lease).await.unwrap();
+    });
+}
+
+/// Until `map` has `name` on `lease`.
+fn until_member(map: &DelegationMap, name: &str, lease: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while map.current().members.get(name).map(|m| m.lease) != Some(lease) {
+        assert!(
+            Instant::now() < deadline,
+            "the map never saw {name} on {lease}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The catalogue's ranges (from etcd, through the map once it caught up
+/// with `min_revision`): no two overlap and together they cover every
+/// SOID.
+fn check_partition(map: &DelegationMap, min_revision: i64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let state = loop {
+        let s = map.current();
+        if s.revision >= min_revision || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut ranges: Vec<(Soid, Soid, TableId)> = state
+        .tables
+        .iter()
+        .map(|(t, r)| (r.first, r.last, *t))
+        .collect();
+    ranges.sort();
+    let mut next = Some(Soid::MIN);
+    for (first, last, t) in &ranges {
+        if Some(*first) != next {
+            return Err(format!(
+                "a gap or an overlap before table {t} in the catalogue: {ranges:?}"
+            ));
+        }
+        next = last.checked_next();
+    }
+    if next.is_some() {
+        return Err(format!("the catalogue ends early: {ranges:?}"));
+    }
+    Ok(())
+}
+
+/// The etcd revision now (a put of a scratch key).
+fn revision_now(rt: &tokio::runtime::Runtime, cfg: &EtcdConfig) -> i64 {
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(cfg).await.unwrap();
+        let r = c.put(cfg.key("test/scratch"), "x", None).await.unwrap();
+        r.header().unwrap().revision()
+    })
+}
+
+/// The root table split while etcd did not answer: the split's commit
+/// failed, the new table is only in the engine. Returns it, with the
+/// directories made (each holding a file `f`), acknowledged.
+fn split_uncommitted(a: &Server) -> (u64, Vec<Soid>) {
+    let root = Credentials::root();
+    a.settle();
+    assert_eq!(a.engine.owned_tables(), vec![ROOT_TABLE_ID]);
+    *a.catalog.fail_next.lock().unwrap() = Some(CatalogError::Unavailable(
+        "etcd unreachable (the lease is running out)".into(),
+    ));
+    let mut dirs = Vec::new();
+    for i in 0..40 {
+        let d = a
+            .engine
+            .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
+            .unwrap()
+            .wait(&a.engine)
+            .unwrap();
+        a.engine
+            .create(&root, d.soid, b"f", 0o644, true)
+            .unwrap()
+            .wait(&a.engine)
+            .unwrap();
+        dirs.push(d.soid);
+        if a.engine.owned_tables().len() > 1 {
+            break;
+        }
+    }
+    let held = a.engine.owned_tables();
+    assert_eq!(held.len(), 2, "the root table split once: {held:?}");
+    assert!(
+        a.catalog.fail_next.lock().unwrap().is_none(),
+        "the split's commit was the one refused"
+    );
+    let n = held.into_iter().find(|t| *t != ROOT_TABLE_ID).unwrap();
+    assert!(
+        a.map.current().tables.keys().all(|t| u64::from(t.0) != n),
+        "the split is not in etcd"
+    );
+    // Acknowledged under the old lease, after the split: in both halves.
+    for d in &dirs {
+        a.engine
+            .create(&root, *d, b"after-split", 0o644, true)
+            .unwrap()
+            .wait(&a.engine)
+            .unwrap();
+    }
+    assert!(dirs.iter().any(|d| a.engine.table_holding(*d) == Some(n)));
+    assert!(dirs
+        .iter()
+        .any(|d| a.engine.table_holding(*d) == Some(ROOT_TABLE_ID)));
+    (n, dirs)
+}
+
+/// The lease lost and the server back under a new one before anybody
+/// took its table (the owner key unchanged): it loads the table again
+/// from etcd, acknowledges writes, and then checkpoints — the old split's
+/// commit. Before the fix the table split off stayed in the engine when
+/// the shell forgot its parent: the reload was refused ("overlaps table
+/// N this member holds"), and the checkpoint committed N alone, over a
+/// range etcd still gave the root table (the catalogue's ranges
+/// overlapped; the root table was served by nobody).
+#[test]
+fn a_split_from_before_a_lost_lease_does_not_commit_after_the_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let root = Credentials::root();
+    let l1 = join(&rt, &cfg, "a");
+    let a = server(&rt, &cfg, &store, "a");
+    until_member(&a.map, "a", l1);
+    let (n, dirs) = split_uncommitted(&a);
+
+    // The lease is lost: the shell forgets every table etcd names it for.
+    lose(&rt, &cfg, l1);
+    a.host.forget_table(ROOT);
+    let held_after_forget = a.engine.owned_tables();
+    // Back under a new lease, etcd still naming it: the shell loads the
+    // table again from the manifest etcd holds.
+    let l2 = join(&rt, &cfg, "a");
+    until_member(&a.map, "a", l2);
+    let (grant, manifest) = a.grant(ROOT_TABLE_ID, 2);
+    let reload = a.host.add_table(&grant, Some(&manifest));
+    if reload.is_ok() {
+        for d in &dirs {
+            a.engine
+                .create(&root, *d, b"after-reload", 0o644, true)
+                .unwrap()
+                .wait(&a.engine)
+                .unwrap();
+        }
+    }
+    // The next checkpoint: whatever the engine still has of the old split.
+    a.engine.sync().unwrap();
+    let rev = revision_now(&rt, &cfg);
+    check_partition(&a.map, rev).unwrap();
+    reload.expect("the table loads again after the rejoin");
+    assert!(
+        held_after_forget.is_empty(),
+        "a table split off a forgotten one is forgotten too: {held_after_forget:?} still held"
+    );
+    a.settle();
+    check_partition(&a.map, revision_now(&rt, &cfg)).unwrap();
+    // Table numbers are never handed out twice: the old split's table
+    // is in the catalogue only if its commit landed.
+    assert!(
+        a.map.current().tables.keys().all(|t| u64::from(t.0) != n),
+        "the split from before the lease loss was committed"
+    );
+
+    // A crash and a restart: every acknowledged operation is there.
+    let Server {
+        map,
+        catalog,
+        engine,
+        host,
+        ..
+    } = a;
+    drop(host);
+    drop(engine);
+    store.crash(None);
+    let engine = Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        engine_config(),
+        MemberConfig {
+            name: "a".into(),
+            catalog: Arc::clone(&catalog) as _,
+        },
+    )
+    .unwrap();
+    for d in &dirs {
+        for name in [&b"f"[..], b"after-split", b"after-reload"] {
+            engine
+                .lookup(&root, *d, name)
+                .unwrap_or_else(|e| panic!("{} in {d:?} lost: {e}", String::from_utf8_lossy(name)));
+        }
+    }
+    drop(engine);
+    drop(map);
+}
+
+/// The lease lost and the root table failed over to server b before a
+/// comes back (its owner key rewritten). a's next checkpoint must not
+/// commit the table split off it — before the fix it did (a new table is
+/// fenced only by its number being unused), and the catalogue then gave
+/// the split-off range both to b (inside the root table) and to a (the
+/// new table), which a served again as soon as the map named it. b, loading
+/// the root table, replays a's journal: every write a acknowledged before
+/// the lease was lost is there.
+#[test]
+fn a_split_from_before_a_lost_lease_does_not_commit_after_a_failover() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let root = Credentials::root();
+    let l1 = join(&rt, &cfg, "a");
+    let a = server(&rt, &cfg, &store, "a");
+    until_member(&a.map, "a", l1);
+    let lb = join(&rt, &cfg, "b");
+    let b = server(&rt, &cfg, &store, "b");
+    until_member(&b.map, "b", lb);
+    let (n, dirs) = split_uncommitted(&a);
+
+    // The lease is lost; the coordinator gives the root table to b, and a
+    // rejoins.
+    lose(&rt, &cfg, l1);
+    a.host.forget_table(ROOT);
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(&cfg).await.unwrap();
+        let owner = OwnerValue {
+            epoch: Epoch(2),
+            server: "b".into(),
+        };
+        c.put(cfg.key(&owner_key(ROOT)), owner.encode(), None)
+            .await
+            .unwrap();
+    });
+    let l2 = join(&rt, &cfg, "a");
+    until_member(&a.map, "a", l2);
+    // a checkpoints (what it still holds), then b loads the table.
+    a.engine.sync().unwrap();
+    let rev = revision_now(&rt, &cfg);
+    check_partition(&a.map, rev).unwrap();
+    assert!(
+        a.engine.owned_tables().is_empty(),
+        "a serves nothing: {:?}",
+        a.engine.owned_tables()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.map.current().owner(ROOT).is_none_or(|o| o.server != "b") {
+        assert!(Instant::now() < deadline, "b's map never names it");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (grant, manifest) = b.grant(ROOT_TABLE_ID, 1);
+    b.host.add_table(&grant, Some(&manifest)).unwrap();
+    for d in &dirs {
+        for name in [&b"f"[..], b"after-split"] {
+            b.engine
+                .lookup(&root, *d, name)
+                .unwrap_or_else(|e| panic!("{} in {d:?} lost: {e}", String::from_utf8_lossy(name)));
+        }
+    }
+    b.settle();
+    check_partition(&b.map, revision_now(&rt, &cfg)).unwrap();
+    assert!(
+        b.map.current().tables.keys().all(|t| u64::from(t.0) != n),
+        "the split from before the lease loss was committed"
+    );
+}
