@@ -43,6 +43,9 @@ struct Object {
     doomed: bool,
     /// Its attributes when first opened here (shown once it is doomed).
     attr: Attr,
+    /// Tells this opening of the file from a later one (after its last
+    /// release) with the same SOID ([`Seen`]).
+    generation: u64,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +53,7 @@ struct Inner {
     objects: HashMap<Soid, Object>,
     handles: HashMap<u64, Soid>,
     next_fh: u64,
+    next_generation: u64,
     /// Objects whose file is gone by a removal not yet durable.
     pending: HashMap<Soid, Pending>,
 }
@@ -268,6 +272,7 @@ impl Data {
         let obj = match inner.objects.entry(soid) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
+                inner.next_generation += 1;
                 let file = if server_size == 0 {
                     None
                 } else {
@@ -284,6 +289,7 @@ impl Data {
                     dirty: false,
                     doomed: false,
                     attr: attr.clone(),
+                    generation: inner.next_generation,
                 })
             }
         };
@@ -403,28 +409,41 @@ impl Data {
         }
     }
 
-    /// The identity of `soid`'s object file, if there is one and the file
-    /// is not open here: a leftover candidate ([`Data::remove_leftover`]).
-    pub fn leftover(&self, soid: Soid) -> Option<ObjectStamp> {
+    /// What this mount holds of `soid`'s data — its object file, if there
+    /// is one, and whether the file is open here — when another client's
+    /// change names it: a leftover candidate ([`Data::remove_leftover`]).
+    /// `None`: nothing (no object file, not open).
+    pub fn leftover(&self, soid: Soid) -> Option<Seen> {
         let g = self.inner.lock();
-        if g.objects.contains_key(&soid) {
-            return None;
-        }
-        stamp(&self.path(soid))
+        let open = g.objects.get(&soid).map(|o| o.generation);
+        let stamp = stamp(&self.path(soid));
+        (open.is_some() || stamp.is_some()).then_some(Seen { stamp, open })
     }
 
-    /// Removes `soid`'s object file — the server said its inode is gone —
-    /// if the file is still not open here and the object file is the one
-    /// `stamp` saw (a new file with the SOID, created and written here
+    /// The server said `soid`'s inode is gone (removed by another client),
+    /// and `seen` is what [`Data::leftover`] found before it asked. If the
+    /// file was open here then and still is (the same opening: a RELEASE
+    /// may come after the removal's notice), its data goes at its last
+    /// release, as after a removal made here. Else the object file is
+    /// removed if the file is not open here and the object file is the one
+    /// `seen` saw (a new file with the SOID, created and written here
     /// meanwhile, changed it). Under the lock, so no open can slip in.
-    /// Returns whether it was removed.
+    /// Returns whether it was removed or doomed.
     ///
     /// Log-less, the removal waits until the server's watermark passes
     /// what this client has seen acknowledged (see the module docs).
-    pub fn remove_leftover(&self, soid: Soid, seen: ObjectStamp) -> io::Result<bool> {
+    pub fn remove_leftover(&self, soid: Soid, seen: Seen) -> io::Result<bool> {
         let mut g = self.inner.lock();
+        if let Some(obj) = g.objects.get_mut(&soid) {
+            if seen.open != Some(obj.generation) {
+                // Opened since: perhaps a new file with the SOID.
+                return Ok(false);
+            }
+            obj.doomed = true;
+            return Ok(true);
+        }
         let path = self.path(soid);
-        if g.objects.contains_key(&soid) || stamp(&path) != Some(seen) {
+        if seen.stamp.is_none() || stamp(&path) != seen.stamp {
             return Ok(false);
         }
         self.remove_when_durable(&mut g, soid)?;
@@ -520,6 +539,15 @@ impl Data {
         }
         self.remove_when_durable(&mut g, soid)
     }
+}
+
+/// What [`Data::leftover`] found of a file's data: its object file (none:
+/// not materialized), and the opening of the file here it was part of,
+/// if it was open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    stamp: Option<ObjectStamp>,
+    open: Option<u64>,
 }
 
 /// What tells one object file from another at the same path: its inode,
@@ -673,7 +701,6 @@ mod tests {
         let seen = d.leftover(s).unwrap();
         // Opened meanwhile (a new file with the SOID): kept.
         let fh = d.open(&attr(s, 0)).unwrap();
-        assert_eq!(d.leftover(s), None);
         assert!(!d.remove_leftover(s, seen).unwrap());
         // Written and closed meanwhile: a different object, kept.
         d.write(fh, 0, b"new!").unwrap();
@@ -689,6 +716,47 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
         std::fs::write(dir.path().join("z".repeat(32)), b"").unwrap();
         assert_eq!(d.stored().unwrap(), vec![s]);
+    }
+
+    #[test]
+    fn a_file_open_when_removed_elsewhere_goes_at_its_last_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Data::open_dir(dir.path()).unwrap();
+        let s = Soid::from_u128(13);
+        let obj = dir.path().join(s.to_string());
+        let fh = d.open(&attr(s, 0)).unwrap();
+        d.write(fh, 0, b"data").unwrap();
+        // Seen open (the RELEASE after the removal's notice): doomed, its
+        // data readable until the last release, then removed.
+        let seen = d.leftover(s).unwrap();
+        assert!(d.remove_leftover(s, seen).unwrap());
+        assert_eq!(d.read(fh, 0, 4).unwrap(), b"data");
+        assert!(obj.exists());
+        d.release(fh).unwrap();
+        assert!(!obj.exists());
+        // Open, not yet written (no object file) when seen: the same.
+        let fh = d.open(&attr(s, 0)).unwrap();
+        let seen = d.leftover(s).unwrap();
+        d.write(fh, 0, b"late").unwrap();
+        assert!(d.remove_leftover(s, seen).unwrap());
+        d.release(fh).unwrap();
+        assert!(!obj.exists());
+        // Seen open, released and opened again (a new file with the
+        // SOID) before the server answered: kept.
+        let fh = d.open(&attr(s, 0)).unwrap();
+        d.write(fh, 0, b"old").unwrap();
+        let seen = d.leftover(s).unwrap();
+        d.release(fh).unwrap();
+        let fh = d.open(&attr(s, 3)).unwrap();
+        assert!(!d.remove_leftover(s, seen).unwrap());
+        d.release(fh).unwrap();
+        assert!(obj.exists());
+        // Seen open, released since, the object unchanged: removed.
+        let fh = d.open(&attr(s, 3)).unwrap();
+        let seen = d.leftover(s).unwrap();
+        d.release(fh).unwrap();
+        assert!(d.remove_leftover(s, seen).unwrap());
+        assert!(!obj.exists());
     }
 
     #[test]

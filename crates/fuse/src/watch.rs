@@ -46,7 +46,7 @@
 //!   invalidating a name waits only for requests in flight to finish.
 
 use crate::absent::Absent;
-use crate::data::{Data, ObjectStamp};
+use crate::data::{Data, Seen};
 use crate::nodes::Nodes;
 use fuser::{INodeNo, Notifier};
 use sextant_client::{ChangeBatch, Client, Error, Watched};
@@ -120,8 +120,10 @@ fn reset(caches: &Caches, notifier: &Notifier) {
 /// server says are gone (removed by another client: this mount's own
 /// removals drop their objects themselves), so they neither take space
 /// nor wait for their SOID to come back ([`Data::remove_leftover`] keeps
-/// one that was opened or rewritten since it was seen). One getattr each.
-async fn drop_leftovers(client: Client, data: Arc<Data>, held: Vec<(Soid, ObjectStamp)>) {
+/// one that was opened or rewritten since it was seen); those of files
+/// open here go at their last release (the kernel's RELEASE may come
+/// after the removal's notice). One getattr each.
+async fn drop_leftovers(client: Client, data: Arc<Data>, held: Vec<(Soid, Seen)>) {
     let root = Credentials::root();
     for (soid, seen) in held {
         // Gone on the server: drop it (still there, or unknown now: keep).
@@ -135,9 +137,9 @@ async fn drop_leftovers(client: Client, data: Arc<Data>, held: Vec<(Soid, Object
     }
 }
 
-/// Those of `soids` with an object file here and not open, with what
-/// their object file is now (see [`Data::remove_leftover`]).
-fn leftovers(data: &Data, soids: impl Iterator<Item = Soid>) -> Vec<(Soid, ObjectStamp)> {
+/// Those of `soids` with an object file here or open here, with what
+/// was seen of them (see [`Data::remove_leftover`]).
+fn leftovers(data: &Data, soids: impl Iterator<Item = Soid>) -> Vec<(Soid, Seen)> {
     soids
         .filter_map(|s| data.leftover(s).map(|seen| (s, seen)))
         .collect()
