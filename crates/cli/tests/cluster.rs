@@ -329,10 +329,22 @@ fn first_server_env(
     limits: &str,
     env: &[(&str, &str)],
 ) -> (KillOnDrop, String, PathBuf, String) {
+    first_server_with(dir, etcd, limits, env, &[])
+}
+
+/// [`first_server_env`] with more flags for a.
+fn first_server_with(
+    dir: &Path,
+    etcd: &str,
+    limits: &str,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> (KillOnDrop, String, PathBuf, String) {
     let config = dir.join("small-tables.toml");
     std::fs::write(&config, limits).unwrap();
     let config = config.to_str().unwrap().to_string();
-    let (a, a_addr) = serve_env(dir, etcd, "a", &["--config", &config], env);
+    let args = [&["--config", config.as_str()][..], flags].concat();
+    let (a, a_addr) = serve_env(dir, etcd, "a", &args, env);
     let a = KillOnDrop(a);
     let secret = dir.join("a");
     wait_for("the root table assigned", Duration::from_secs(30), || {
@@ -359,11 +371,22 @@ fn pqrs_on_two_servers_env(
     etcd: &str,
     a_env: &[(&str, &str)],
 ) -> (KillOnDrop, KillOnDrop, String, String, PathBuf) {
-    let (a, a_addr, secret, config) = first_server_env(
+    pqrs_on_two_servers_with(dir, etcd, a_env, &[])
+}
+
+/// [`pqrs_on_two_servers_env`] with more flags for both servers.
+fn pqrs_on_two_servers_with(
+    dir: &Path,
+    etcd: &str,
+    a_env: &[(&str, &str)],
+    flags: &[&str],
+) -> (KillOnDrop, KillOnDrop, String, String, PathBuf) {
+    let (a, a_addr, secret, config) = first_server_with(
         dir,
         etcd,
         "table_dir_limit = 4\ntable_inode_limit = 32\n",
         a_env,
+        flags,
     );
     for d in ["p", "q", "r", "s"] {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
@@ -371,7 +394,8 @@ fn pqrs_on_two_servers_env(
             sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
         }
     }
-    let (b, b_addr) = serve_with(dir, etcd, "b", &["--config", &config]);
+    let args = [&["--config", config.as_str()][..], flags].concat();
+    let (b, b_addr) = serve_with(dir, etcd, "b", &args);
     let b = KillOnDrop(b);
     wait_for("tables on both servers", Duration::from_secs(60), || {
         let t = tables_by_server(&status_on(etcd, &secret));
@@ -4116,15 +4140,52 @@ fn journal_lengths(journal: &Path) -> Vec<(PathBuf, u64)> {
         .collect()
 }
 
-/// A power loss of a server's machine after SIGKILL: its journal files are
-/// cut back to `kept` (files made since are emptied).
+/// A power loss of a server's machine after SIGKILL: its newest journal
+/// segment is cut back to its length in `kept` (emptied if made since).
+/// Older segments stay whole: the journal syncs a segment whole when it
+/// leaves it for the next, so a power loss keeps them.
 fn cut_journal(journal: &Path, kept: &[(PathBuf, u64)]) {
-    for entry in std::fs::read_dir(journal).unwrap() {
-        let p = entry.unwrap().path();
-        let keep = kept.iter().find(|(q, _)| *q == p).map_or(0, |(_, l)| *l);
-        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f.set_len(keep).unwrap();
+    cut_journal_above(journal, kept, 0);
+}
+
+/// [`cut_journal`], keeping at least the records up to `synced` (the
+/// watermark the server last told its clients: they dropped their
+/// backups of those, and a power loss keeps what was synced).
+fn cut_journal_above(journal: &Path, kept: &[(PathBuf, u64)], synced: u64) {
+    let Some(newest) = std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+    else {
+        return;
+    };
+    let keep = kept
+        .iter()
+        .find(|(q, _)| *q == newest)
+        .map_or(0, |(_, l)| *l)
+        .max(segment_bytes_through(&newest, synced));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap();
+    f.set_len(keep).unwrap();
+}
+
+/// How many bytes of journal segment `segment` hold its records up to
+/// `lsn` (its header and whole batches; 0 if it holds none).
+fn segment_bytes_through(segment: &Path, lsn: u64) -> u64 {
+    const SEGMENT_HEADER_LEN: usize = 32;
+    let bytes = std::fs::read(segment).unwrap();
+    let mut at = SEGMENT_HEADER_LEN;
+    let mut through = 0;
+    while let Ok(batch) = sextant_engine::journal::decode_batch(&bytes[at.min(bytes.len())..]) {
+        if batch.first_lsn > lsn {
+            break;
+        }
+        at += batch.len;
+        through = at;
     }
+    through as u64
 }
 
 /// Kills a, cuts its journal back, waits for b to hold every table and
@@ -4643,4 +4704,334 @@ fn cluster_up_runs_its_servers_under_its_etcd_prefix() {
             .all(|k| k.starts_with("/up1/") || k.starts_with("/up2/")),
         "keys outside the two prefixes: {all:?}"
     );
+}
+
+/// What one creating task of
+/// [`a_log_less_power_loss_under_concurrent_creates_loses_no_acknowledged_file`]
+/// was told: the names whose create was acknowledged, and those whose
+/// create returned an error (with it).
+#[derive(Default)]
+struct Creates {
+    acked: Vec<String>,
+    failed: Vec<(String, String)>,
+}
+
+/// Log-less on a cluster, many operations in flight across a power loss
+/// (issue 21, item 6): eight clients (their home b), each creating files
+/// in `/d` (on a) one after another, as fast as a answers; a's machine
+/// loses power while they run (SIGKILL, its journal cut back to what it
+/// held before the load) and the clients go on through the failover —
+/// their in-flight creates retried on b once it holds a's tables. Then
+/// every file whose create was acknowledged is in `/d` exactly once,
+/// every file in `/d` was asked for, and every entry names a whole file
+/// (nothing half-done); no create returned an error (an in-flight one
+/// that a had run and a backup brought back is answered on b, not run
+/// again and refused with EEXIST). The cut keeps what a's journal held
+/// once it had synced `mkdir /d`, older segments whole, and every record
+/// up to the watermark a last told its clients (a checkpoint or a new
+/// segment syncs too): nothing it throws away was synced (a power loss
+/// keeps what was), and the load runs well within a's 10 s sync.
+#[test]
+fn a_log_less_power_loss_under_concurrent_creates_loses_no_acknowledged_file() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let mut pair = logless_pair(dir.path(), &etcd.url);
+    // a's journal syncs 10 s after the first record written since its last
+    // sync: once `mkdir /d` is synced, the load's first create starts the
+    // next 10 s, and the cut must come before they end.
+    std::thread::sleep(Duration::from_secs(11));
+    pair.kept = journal_lengths(&pair.journal);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    const TASKS: usize = 8;
+    let clients: Vec<sextant_client::Client> = (0..TASKS)
+        .map(|_| logless_client(&rt, &pair.b_addr, &pair.secret))
+        .collect();
+    let root = sextant_types::Credentials::root();
+    let d = rt
+        .block_on(clients[0].resolve(&root, b"/d", true))
+        .unwrap()
+        .soid;
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicUsize::new(0));
+    let load = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(t, client)| {
+            let (client, stop, acked) = (client.clone(), Arc::clone(&stop), Arc::clone(&acked));
+            rt.spawn(async move {
+                let root = sextant_types::Credentials::root();
+                let mut out = Creates::default();
+                for n in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let name = format!("t{t}-{n}");
+                    match client.create(&root, d, name.as_bytes(), 0o644, true).await {
+                        Ok(_) => {
+                            out.acked.push(name);
+                            acked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => out.failed.push((name, e.to_string())),
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    wait_for("creates acknowledged", Duration::from_secs(30), || {
+        acked.load(Ordering::Relaxed) >= 400
+    });
+    let held: usize = clients.iter().map(|c| c.backup_stats().entries).sum();
+    let killed_at = acked.load(Ordering::Relaxed);
+    common::kill9(&mut pair.a.0);
+    // What a told the clients was synced (a checkpoint or a new segment
+    // syncs the journal too): the cut keeps it.
+    let synced = clients
+        .iter()
+        .filter_map(|c| c.peer_backup_stats(&pair.a_addr))
+        .map(|s| s.written_back)
+        .max()
+        .unwrap_or(0);
+    cut_journal_above(&pair.journal, &pair.kept, synced);
+    let loaded_for = load.elapsed();
+    assert!(
+        loaded_for < Duration::from_secs(8),
+        "the load ran {loaded_for:?}: a may have synced part of it, which the cut would drop"
+    );
+    let failover = Instant::now();
+    wait_for("b took a's tables", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &pair.secret));
+        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+    });
+    let failed_over_after = failover.elapsed();
+    // The clients go on, now on b.
+    let at_failover = acked.load(Ordering::Relaxed);
+    wait_for("creates acknowledged on b", Duration::from_secs(30), || {
+        acked.load(Ordering::Relaxed) >= at_failover + 100
+    });
+    stop.store(true, Ordering::Relaxed);
+    let outcomes: Vec<Creates> = tasks.into_iter().map(|t| rt.block_on(t).unwrap()).collect();
+    let listed = ls_d(&pair.b_addr, &pair.secret);
+    let mut unique = listed.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), listed.len(), "a name listed twice in /d");
+    let listed: std::collections::BTreeSet<String> = unique.into_iter().collect();
+    let mut asked = std::collections::BTreeSet::new();
+    let mut lost = Vec::new();
+    let mut failed = Vec::new();
+    let mut total_acked = 0;
+    for o in &outcomes {
+        total_acked += o.acked.len();
+        for name in &o.acked {
+            asked.insert(name.clone());
+            if !listed.contains(name) {
+                lost.push(name.clone());
+            }
+        }
+        for (name, e) in &o.failed {
+            asked.insert(name.clone());
+            failed.push(format!("{name}: {e}"));
+        }
+    }
+    let unasked: Vec<&String> = listed.difference(&asked).collect();
+    eprintln!(
+        "{TASKS} clients: {total_acked} creates acknowledged ({killed_at} in {loaded_for:?} \
+         before a's power loss, the clients holding {held} backups then, a's journal \
+         synced through LSN {synced}), {} failed, \
+         {} files in /d; b held every table {failed_over_after:?} after the kill",
+        failed.len(),
+        listed.len()
+    );
+    let some = |v: &[String]| v.iter().take(10).cloned().collect::<Vec<_>>().join(" ");
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged, then lost: {} …",
+        lost.len(),
+        some(&lost)
+    );
+    assert!(unasked.is_empty(), "in /d, never asked for: {unasked:?}");
+    assert!(
+        failed.is_empty(),
+        "{} creates failed: {} …",
+        failed.len(),
+        some(&failed)
+    );
+    // Nothing half-done: every entry names a regular file, found by name.
+    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    rt.block_on(async {
+        for name in &listed {
+            let attr = client.lookup(&root, d, name.as_bytes()).await;
+            assert!(
+                attr.as_ref()
+                    .is_ok_and(|a| a.ftype == sextant_types::FileType::Regular
+                        && a.nlink == 1
+                        && a.parent == d),
+                "{name}: {attr:?}"
+            );
+        }
+    });
+    drop(client);
+    drop(clients);
+    drop(rt);
+    drop(etcd.child);
+}
+
+/// Log-less on a cluster, a clean leave in the middle of a cross-server
+/// rename (issue 21, item 6): log-less a (holding /p) and b (holding /q);
+/// a client whose home is the server that stays has files made in /p and
+/// /q (acknowledged, their backups held by it); `mv /p/f0 /q/moved` is
+/// sent to a, which borrows /q's table from b and stops right there (the
+/// test-only `stop-at:borrow-granted`: the table lent, the rename not yet
+/// run). Then `leaver` is told to leave (SIGTERM) and a carries on: the
+/// borrower leaving with the rename in hand, or the lender leaving while
+/// its table is away on a. The leave ends cleanly; the other server
+/// serves every table; the rename happened exactly once (all of it: f0
+/// gone from /p and `moved` in /q, no file doubled or lost); every file
+/// the client was told was made is there; and the leaver's run needed no
+/// completion from its clients' backups (its journal was whole: no
+/// `logless.completion-*` was written for it).
+fn a_log_less_server_leaving_cleanly_mid_borrow(leaver: &str) {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (mut a, mut b, a_addr, b_addr, secret) = pqrs_on_two_servers_with(
+        dir.path(),
+        &etcd.url,
+        &[("SEXTANT_FAULT", "stop-at:borrow-granted")],
+        &LOGLESS_FLAGS,
+    );
+    let tp = move_table(&etcd.url, &secret, "/p", "a");
+    let tq = move_table(&etcd.url, &secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    let (stays, stays_addr) = match leaver {
+        "a" => ("b", b_addr.clone()),
+        _ => ("a", a_addr.clone()),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = logless_client(&rt, &stays_addr, &secret);
+    let root = sextant_types::Credentials::root();
+    let acked: Vec<String> = ["p", "q"]
+        .iter()
+        .flat_map(|d| (0..4).map(move |i| format!("/{d}/acked{i}")))
+        .collect();
+    rt.block_on(async {
+        for path in &acked {
+            let (parent, name) = path.rsplit_once('/').unwrap();
+            let dir = client
+                .resolve(&root, parent.as_bytes(), true)
+                .await
+                .unwrap();
+            client
+                .create(&root, dir.soid, name.as_bytes(), 0o644, true)
+                .await
+                .unwrap();
+        }
+    });
+    assert!(
+        client.backup_stats().entries > 0,
+        "the client holds log-less backups: {:?}",
+        client.backup_stats()
+    );
+    let mv = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(&secret)
+        .args(["mv", "/p/f0", "/q/moved"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stat = format!("/proc/{}/stat", a.0.id());
+    wait_for(
+        "a stopped with /q's table borrowed",
+        Duration::from_secs(30),
+        || {
+            // The state is the field after the parenthesised command name.
+            std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with('T'))
+                })
+                .unwrap_or(false)
+        },
+    );
+    // Within a's lease (2 s): the leave starts with the rename in hand.
+    let leaving = if leaver == "a" { &mut a } else { &mut b };
+    signal(&leaving.0, "-TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    signal(&a.0, "-CONT");
+    let leaving = if leaver == "a" { &mut a } else { &mut b };
+    let mut left = None;
+    wait_for(
+        &format!("{leaver}'s clean leave"),
+        Duration::from_secs(60),
+        || {
+            left = leaving.0.try_wait().unwrap();
+            left.is_some()
+        },
+    );
+    assert!(
+        left.is_some_and(|s| s.success()),
+        "{leaver} left mid-rename: {left:?}"
+    );
+    wait_for(
+        &format!("{stays} serves every table"),
+        Duration::from_secs(40),
+        || {
+            let Ok(st) = try_status_on(&etcd.url, &secret) else {
+                return false;
+            };
+            tables_by_server(&st)
+                .iter()
+                .all(|x| x.0 == stays || x.1 == 0)
+        },
+    );
+    let mv = mv.wait_with_output().unwrap();
+    assert!(
+        mv.status.success(),
+        "{leaver} left: mv: {}",
+        String::from_utf8_lossy(&mv.stderr)
+    );
+    let what = format!("log-less {leaver} left mid-rename");
+    let (p, q) =
+        the_borrowed_rename_happened_once(&what, &stays_addr, &secret, &etcd.url, 16 + acked.len());
+    for path in &acked {
+        let (parent, name) = path.rsplit_once('/').unwrap();
+        let listing = if parent == "/p" { &p } else { &q };
+        assert!(
+            listing.split_whitespace().any(|n| n == name),
+            "{what}: acknowledged {path} lost: {listing:?}"
+        );
+    }
+    let completions: Vec<PathBuf> = walk_files(&dir.path().join("store/members"))
+        .into_iter()
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("logless.completion"))
+        })
+        .collect();
+    assert!(
+        completions.is_empty(),
+        "{what}: a clean leave needs no completion: {completions:?}"
+    );
+    sextant_ok(&stays_addr, &secret, &["mv", "/q/f1", "/p/after"]);
+    sextant_ok(&stays_addr, &secret, &["mkdir", "/e"]);
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
+#[test]
+fn a_log_less_borrower_leaving_cleanly_mid_rename_loses_nothing() {
+    a_log_less_server_leaving_cleanly_mid_borrow("a");
+}
+
+#[test]
+fn a_log_less_lender_leaving_cleanly_mid_rename_loses_nothing() {
+    a_log_less_server_leaving_cleanly_mid_borrow("b");
 }

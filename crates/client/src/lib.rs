@@ -784,6 +784,22 @@ impl Client {
         stats
     }
 
+    /// What this client holds for the log-less server at `addr` (another
+    /// than its home server), with that server's watermark as last
+    /// reported (`None`: nothing was ever received from it).
+    pub fn peer_backup_stats(&self, addr: &str) -> Option<BackupStats> {
+        let peers = self.inner.peer_backups.lock();
+        let b = peers.by_server.get(addr).or_else(|| {
+            // Keys are as the route map spells them (`http://host:port`).
+            peers
+                .by_server
+                .iter()
+                .find(|(k, _)| k.rsplit('/').next() == Some(addr))
+                .map(|(_, b)| b)
+        })?;
+        Some(b.stats())
+    }
+
     /// The live session with the home server, connecting if there is none.
     async fn conn(&self) -> Result<Arc<Conn>> {
         self.link_conn(&self.inner.home).await

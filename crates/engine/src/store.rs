@@ -144,11 +144,7 @@ impl Store for LocalDirStore {
         let path = self.path(name)?;
         Self::ensure_parent(&path)?;
         let tmp = path.with_extension("tmp");
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_data()?;
-        }
+        write_whole(&tmp, bytes)?;
         fs::rename(&tmp, &path)?;
         Self::sync_parent(&path)
     }
@@ -163,11 +159,7 @@ impl Store for LocalDirStore {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let tmp = path.with_extension(format!("new.{}.{nanos}", std::process::id()));
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_data()?;
-        }
+        write_whole(&tmp, bytes)?;
         let linked = fs::hard_link(&tmp, &path);
         let _ = fs::remove_file(&tmp);
         match linked {
@@ -256,6 +248,20 @@ impl Store for LocalDirStore {
 }
 
 /// Takes an exclusive `flock` on `dir/LOCK` (held while the file is open).
+/// Writes `bytes` to a new file at `path` and syncs it; on failure (a full
+/// disk) removes what it wrote, so no partial file stays behind to fill
+/// the disk further or to be listed.
+fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let written = File::create(path).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_data()
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    written
+}
+
 fn lock_dir(dir: &Path) -> io::Result<File> {
     let lock = OpenOptions::new()
         .create(true)
@@ -571,6 +577,27 @@ mod tests {
             "second open must fail"
         );
         assert!(store.put_blob("../escape", b"x").is_err());
+    }
+
+    /// A put that fails part-way (the disk is full: its temporary file is
+    /// `/dev/full` here) returns the disk's error, leaves neither the blob
+    /// nor a partial temporary file, and succeeds once retried with space.
+    #[test]
+    fn a_put_on_a_full_disk_leaves_no_partial_file() {
+        if !Path::new("/dev/full").exists() {
+            eprintln!("skipped: no /dev/full");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalDirStore::open(dir.path()).unwrap();
+        let tmp = dir.path().join("blob.tmp");
+        std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+        let e = store.put_blob("blob", b"bytes").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        assert!(tmp.symlink_metadata().is_err(), "the partial file stays");
+        assert_eq!(store.get_blob("blob").unwrap(), None);
+        store.put_blob("blob", b"bytes").unwrap();
+        assert_eq!(store.get_blob("blob").unwrap().unwrap(), b"bytes");
     }
 
     #[test]

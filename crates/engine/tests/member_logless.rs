@@ -5,7 +5,9 @@
 //! operation some backup holds, and never half of an operation.
 
 use sextant_engine::logless::Redo;
-use sextant_engine::member_logless::{complete_member_journal, current_completion};
+use sextant_engine::member_logless::{
+    complete_member_journal, current_completion, keep_backups, Handed,
+};
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::{
     Engine, EngineConfig, JournalConfig, MemCatalog, MemberConfig, RenameFlags, SyncMode,
@@ -338,7 +340,6 @@ fn a_restart_takes_the_decision_the_coordinator_already_wrote() {
 
 #[test]
 fn backups_handed_in_through_another_server_are_kept_for_the_completion() {
-    use sextant_engine::member_logless::{keep_backups, Handed};
     let (store, _catalog, a, _b, dirs) = cluster();
     let redo = tail(&a, &dirs);
     let run = a.incarnation();
@@ -422,4 +423,112 @@ fn a_recovered_operations_reply_goes_with_it() {
             assert_eq!(seen[0].id.seq, 5);
         }
     }
+}
+
+/// The error is the disk's: an I/O error carrying `ENOSPC`.
+fn is_enospc<T: std::fmt::Debug>(r: &Result<T, sextant_engine::EngineError>) -> bool {
+    matches!(r, Err(sextant_engine::EngineError::Io { source, .. }) if source.raw_os_error() == Some(28))
+}
+
+/// A full disk under the failover of a log-less member (issue 21, item 6):
+/// a's machine loses power; b keeps the backups a client hands in for
+/// a's run, then completes a's journal — and the shared store is full
+/// for both. Each fails with a typed error (an I/O error carrying
+/// `ENOSPC`), and nothing is decided on what was half written: no
+/// backups are kept, no completion exists, a's tables are not ready to
+/// fail over. Once there is space again the client's retry is kept, the
+/// completion is decided from it (every entry applied) and b serves
+/// every acknowledged operation.
+#[test]
+fn a_full_disk_while_keeping_backups_or_completing_decides_nothing_and_a_retry_succeeds() {
+    let (store, catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let run = a.incarnation();
+    let cut = power_loss(&store, a);
+    // b, on what a's power loss left of the shared store.
+    let b = open(&cut, &catalog, "b", false);
+    let shared: Arc<dyn Store> = Arc::new(cut.clone());
+    let view = sextant_engine::member::PrefixStore::read_only(Arc::clone(&shared), "members/a/");
+    cut.fail_after_with_errno(0, 28);
+    let kept = keep_backups(&shared, run, 7, backups(&redo));
+    assert!(is_enospc(&kept), "{kept:?}");
+    assert_eq!(
+        cut.list("members/a/backups/").unwrap(),
+        Vec::<String>::new()
+    );
+    let completed = b.complete_dead_member("a");
+    assert!(is_enospc(&completed), "{completed:?}");
+    assert_eq!(current_completion(&view).unwrap(), None, "nothing decided");
+    assert!(!b.failover_ready("a").unwrap());
+    // Space again (no write fails any more); the client hands them in again.
+    cut.fail_after(u64::MAX);
+    assert_eq!(
+        keep_backups(&shared, run, 7, backups(&redo)).unwrap(),
+        Handed::Kept
+    );
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written, "{report:?}");
+    assert_eq!(report.applied, redo.len(), "{report:?}");
+    assert!(!report.maybe_lost(), "{report:?}");
+    assert!(b.failover_ready("a").unwrap());
+    assert_eq!(
+        cut.list("members/a/backups/").unwrap(),
+        Vec::<String>::new()
+    );
+    for (id, _, _) in catalog.all() {
+        catalog.assign(id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    for d in &dirs {
+        assert_eq!(
+            b.getxattr(&root(), d.soid, b"user.k").unwrap().to_vec(),
+            b"acked"
+        );
+        assert!(names(&b, d.soid).contains(&"new".to_string()));
+    }
+}
+
+/// A full disk while a restarted log-less member completes its own
+/// journal (writes the completion, appends its entries to the journal,
+/// notes the run recovered): for every point at which the disk fills up,
+/// the recovery fails with an error and the member serves nothing; after
+/// a restart with space again, recovery succeeds and every acknowledged
+/// operation is there once.
+#[test]
+fn a_full_disk_during_a_members_own_recovery_is_an_error_and_a_restart_recovers() {
+    let mut failed_at = Vec::new();
+    for n in 0.. {
+        let (store, catalog, a, _b, dirs) = cluster();
+        let redo = tail(&a, &dirs);
+        let store = power_loss(&store, a);
+        let a = open(&store, &catalog, "a", true);
+        assert!(a.crashed_incarnation().is_some());
+        store.fail_after_with_errno(n, 28);
+        let r = a.recover_logless(backups(&redo));
+        if let Ok(report) = r {
+            assert_eq!(report.applied, redo.len(), "{report:?}");
+            break;
+        }
+        failed_at.push(format!("{n}: {}", r.unwrap_err()));
+        // The process ends; it restarts with space again.
+        drop(a);
+        store.fail_after(u64::MAX);
+        let a = open(&store, &catalog, "a", true);
+        let report = a
+            .recover_logless(backups(&redo))
+            .unwrap_or_else(|e| panic!("disk full after {n} writes, then restarted: {e}"));
+        assert_eq!(a.crashed_incarnation(), None);
+        assert!(!report.maybe_lost(), "{report:?}");
+        for d in &dirs {
+            assert_eq!(
+                a.getxattr(&root(), d.soid, b"user.k").unwrap().to_vec(),
+                b"acked",
+                "disk full after {n} writes"
+            );
+            let new = names(&a, d.soid).iter().filter(|x| *x == "new").count();
+            assert_eq!(new, 1, "disk full after {n} writes");
+        }
+        assert!(n < 1000, "recovery never got through");
+    }
+    eprintln!("recovery failed with the disk full after: {failed_at:#?}");
 }

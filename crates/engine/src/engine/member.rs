@@ -700,6 +700,41 @@ impl MemberRun {
     }
 }
 
+/// How many of completion `c`'s entries an earlier attempt to apply it
+/// appended to member `m`'s journal, which now ends at `opened`: the
+/// records after the decided end, each exactly the next entry's record
+/// (an attempt appends them in order and may stop anywhere: a full disk,
+/// a crash). `None`: the journal holds anything else after the decided
+/// end, or ends before it.
+fn appended_before(
+    m: &MemberRun,
+    c: &crate::member_logless::Completion,
+    opened: Lsn,
+) -> Result<Option<usize>, EngineError> {
+    let Some(extra) = opened.checked_sub(c.through) else {
+        return Ok(None);
+    };
+    if extra == 0 {
+        return Ok(Some(0));
+    }
+    if extra > c.entries.len() as u64 {
+        return Ok(None);
+    }
+    let view = PrefixStore::read_only(Arc::clone(&m.shared), member_prefix(&m.name));
+    let mut matching = 0usize;
+    crate::journal::replay(&view, c.through + 1, |lsn, record| {
+        let i = (lsn - c.through - 1) as usize;
+        let same = c.entries.get(i).is_some_and(|e| {
+            crate::record::encode_tagged_record(e.tag.as_ref(), &e.mutations) == record
+        });
+        if same && i == matching {
+            matching += 1;
+        }
+        Ok(())
+    })?;
+    Ok((matching as u64 == extra).then_some(matching))
+}
+
 /// The range a slot covers (`None`: merged away).
 fn slot_range(slot: &Slot) -> Option<SoidRange> {
     match slot {
@@ -1616,7 +1651,10 @@ impl Engine {
     /// already decided — and applies the decided entries to the tables
     /// held here as new journal records. Call it before serving anything
     /// (the server answers only `Recover` until then). Entries of tables
-    /// no longer held here were applied by their new owners.
+    /// no longer held here were applied by their new owners. An attempt
+    /// that stopped part-way (a full disk, a crash) is taken up again
+    /// after a restart: the entries it appended are in the journal right
+    /// after the decided end and are not appended twice.
     pub(crate) fn recover_member_logless(
         &self,
         backups: Vec<Vec<u8>>,
@@ -1639,27 +1677,37 @@ impl Engine {
             EngineError::Member(format!("member {}'s journal completion vanished", m.name))
         })?;
         let opened = r.opened_through.load(Ordering::Relaxed);
-        if c.through != opened || inner.journal.next_lsn() != opened + 1 {
+        let appended = if inner.journal.next_lsn() == opened + 1 {
+            appended_before(m, &c, opened)?
+        } else {
+            None
+        };
+        let Some(appended) = appended else {
             return Err(EngineError::Member(format!(
                 "member {}'s journal ends at {opened} but its completion was decided at {}: \
                  the journal changed after the decision; not applying it",
                 m.name, c.through
             )));
-        }
-        let mut last = 0;
+        };
+        // Those an earlier attempt appended were replayed at open: synced
+        // with the rest before the run is noted recovered.
+        let mut last = if appended > 0 { opened } else { 0 };
         // Their replies, for retries: answered, not run again.
         let mut replies = Vec::new();
         {
             let _no_checkpoint = inner.checkpoint_lock.lock();
             let map = inner.tables.read();
             let epoch = inner.epoch();
-            for e in &c.entries {
-                let record = crate::record::encode_tagged_record(e.tag.as_ref(), &e.mutations);
+            for (i, e) in c.entries.iter().enumerate() {
                 if let Some(tag) = &e.tag {
                     // Before the append, as a commit does.
                     inner.requests.lock().note(&tag.id);
                     replies.push(tag.clone());
                 }
+                if i < appended {
+                    continue;
+                }
+                let record = crate::record::encode_tagged_record(e.tag.as_ref(), &e.mutations);
                 let lsn = inner.journal.append(&record).map_err(|e| {
                     EngineError::Member(format!("appending a completed entry to the journal: {e}"))
                 })?;
