@@ -3501,6 +3501,292 @@ fn a_client_key_works_over_a_cluster_servers_unix_socket() {
     assert!(said(&o).contains("not permitted"), "{}", said(&o));
 }
 
+/// The environment variables that make [`socket_forwards_overlap_child`]
+/// run: the socket's path, and /other's SOID (hex).
+const OVERLAP_SOCKET: &str = "SEXTANT_TEST_OVERLAP_SOCKET";
+const OVERLAP_DIR: &str = "SEXTANT_TEST_OVERLAP_DIR";
+
+/// The half of `the_socket_forwards_without_waiting_on_one_another` that
+/// runs as `nobody` (the test binary re-executed through setpriv). While
+/// b runs: 64 lookups in /other (b's table, so a forwards them) in flight
+/// at once on two Session streams through a's socket, and a create there
+/// claiming root, made as nobody. Then it says `ready` and waits for
+/// `go` (b stopped): on one stream, a lookup in /other (a forwards it; b
+/// does not answer), then a getattr of / (a's): the second is answered
+/// first. A no-op when run as a test of its own.
+#[test]
+fn socket_forwards_overlap_child() {
+    let Ok(socket) = std::env::var(OVERLAP_SOCKET) else {
+        return;
+    };
+    use sextant_proto::pb::{self, request::Op};
+    use sextant_types::{Credentials, Soid};
+    assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
+    let other = std::env::var(OVERLAP_DIR).unwrap();
+    let other = Soid::from_be_bytes(u128::from_str_radix(&other, 16).unwrap().to_be_bytes());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let connect = || async {
+            let socket = socket.clone();
+            let channel = tonic::transport::Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let path = socket.clone();
+                    async move {
+                        let s = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+                    }
+                }))
+                .await
+                .unwrap();
+            let mut raw = pb::sextant_client::SextantClient::new(channel);
+            let (tx, rx) = tokio::sync::mpsc::channel(128);
+            let answers = raw
+                .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .unwrap()
+                .into_inner();
+            (tx, answers)
+        };
+        let lookup = |id, parent: Soid, name: &str| pb::Request {
+            id,
+            op: Some(Op::Lookup(pb::LookupRequest {
+                parent: Some(sextant_proto::soid_to_pb(parent)),
+                name: name.as_bytes().to_vec(),
+            })),
+            ..Default::default()
+        };
+        let attr = |r: pb::Response| match r.result {
+            Some(pb::response::Result::Attr(a)) => a,
+            other => panic!("{other:?} {:?} {:?}", r.error, r.wrong_server),
+        };
+        // Many forwards in flight at once, from two connections.
+        let (mut streams, mut all) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            let (tx, answers) = connect().await;
+            for i in 0..32u64 {
+                let name = format!("f{}", i % 8);
+                tx.send(lookup(i + 1, other, &name)).await.unwrap();
+            }
+            streams.push(tx);
+            all.push(answers);
+        }
+        for answers in &mut all {
+            let mut ids = Vec::new();
+            for _ in 0..32 {
+                let r = answers.message().await.unwrap().unwrap();
+                ids.push(r.id);
+                attr(r);
+            }
+            ids.sort_unstable();
+            assert_eq!(ids, (1..=32).collect::<Vec<u64>>());
+        }
+        // A create in /other claiming root: made as nobody.
+        let (tx, mut answers) = (streams.pop().unwrap(), all.pop().unwrap());
+        tx.send(pb::Request {
+            id: 100,
+            cred: Some(sextant_proto::cred_to_pb(&Credentials::root())),
+            op: Some(Op::Create(pb::CreateRequest {
+                parent: Some(sextant_proto::soid_to_pb(other)),
+                name: b"by-nobody".to_vec(),
+                perm: 0o644,
+                exclusive: true,
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let made = attr(answers.message().await.unwrap().unwrap());
+        assert_eq!((made.uid, made.gid), (65534, 65534), "made as nobody");
+        // The parent stops b, then says go.
+        println!("ready");
+        let mut go = String::new();
+        tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut go))
+            .await
+            .unwrap()
+            .unwrap();
+        // Forwarded to b, which is stopped: no answer until it wakes.
+        tx.send(lookup(200, other, "f0")).await.unwrap();
+        // Answered by a itself (/ is a's): must not wait for the forward.
+        tx.send(pb::Request {
+            id: 201,
+            op: Some(Op::Getattr(pb::GetattrRequest {
+                soid: Some(sextant_proto::soid_to_pb(Soid::ROOT)),
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let first = answers.message().await.unwrap().unwrap();
+        assert_eq!(
+            first.id, 201,
+            "the session waited for a forward before a's own answer: {first:?}"
+        );
+        attr(first);
+        println!("overlapped");
+    });
+}
+
+/// Issue 22: a local user's requests that another server holds are
+/// forwarded without holding up the user's other requests (a stopped
+/// holder does not stop the requests of the same session that a's own
+/// tables answer), all on one stream to the holder however many are in
+/// flight and from however many connections (a's
+/// `sextant_forward_streams_opened_total` is 1), still as that user
+/// (a create claiming root is made as nobody).
+#[test]
+fn the_socket_forwards_without_waiting_on_one_another() {
+    use std::os::unix::fs::PermissionsExt;
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Split tables at 2 directories: /other's table is not /'s.
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 2\n").unwrap();
+    let c = config.to_str().unwrap();
+    let sock = dir.path().join("a.sock");
+    let sock_env = sock.to_str().unwrap();
+    let metrics_port = free_ports(1);
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &["--config", c],
+        &[("SEXTANT_SOCKET", sock_env), ("SEXTANT_METRICS", &metrics)],
+    );
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let b_pid = b.id() as i32;
+    let _b = KillOnDrop(b);
+    for d in ["/pub", "/other"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", d]);
+        sextant_ok(&a_addr, &secret, &["chmod", "777", d]);
+    }
+    for f in 0..8 {
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/other/f{f}")]);
+    }
+    let root_table = move_table(&etcd.url, &secret, "/", "a");
+    let other_table = move_table(&etcd.url, &secret, "/other", "b");
+    assert_ne!(root_table, other_table, "/other has a table of its own");
+    let settled = || {
+        let s = status_on(&etcd.url, &secret);
+        let on = |table, server| {
+            s["tables"].as_array().unwrap().iter().any(|t| {
+                t["table"].as_u64() == Some(table)
+                    && t["owner"].as_str() == Some(server)
+                    && t["moving_to"].is_null()
+            })
+        };
+        on(root_table, "a") && on(other_table, "b")
+    };
+    wait_for("/ on a, /other on b", Duration::from_secs(30), settled);
+    // Both served (the owners have added them), read with the secret.
+    let mut stat = String::new();
+    wait_for("/other served", Duration::from_secs(30), || {
+        let o = sextant(&a_addr, &secret, &["stat", "/other"]);
+        stat = String::from_utf8_lossy(&o.stdout).into_owned();
+        o.status.success()
+    });
+    let other = stat
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("SOID: "))
+        .unwrap_or_else(|| panic!("no SOID in {stat}"))
+        .to_string();
+    let mut child = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "socket_forwards_overlap_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env_remove("SEXTANT_SECRET")
+        .env_remove("SEXTANT_SECRET_FILE")
+        .env(OVERLAP_SOCKET, sock_env)
+        .env(OVERLAP_DIR, &other)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut said_ready = String::new();
+    while out.read_line(&mut said_ready).unwrap() > 0 && !said_ready.contains("ready") {}
+    // b stopped: a forward to it waits (up to the forward's limit).
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(b_pid, libc::SIGSTOP) };
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(b"go\n");
+    }
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    let child = child.wait_with_output().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(b_pid, libc::SIGCONT) };
+    assert!(
+        child.status.success() && rest.contains("overlapped"),
+        "the child failed: {said_ready}{rest}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    assert!(
+        settled(),
+        "a table moved during the test: its answer says nothing"
+    );
+    let ls = sextant_ok(&a_addr, &secret, &["ls", "-l", "/other"]);
+    let line = ls
+        .lines()
+        .find(|l| l.contains("by-nobody"))
+        .unwrap_or_default();
+    assert!(line.contains("nobody"), "made as nobody: {ls}");
+    let body = scrape_metrics(metrics_port);
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let forwarded = value("sextant_requests_forwarded_total");
+    assert!(forwarded >= 65.0, "{forwarded} forwarded:\n{body}");
+    assert_eq!(
+        value("sextant_forward_streams_opened_total"),
+        1.0,
+        "{forwarded} forwards opened other than one stream:\n{body}"
+    );
+}
+
+/// A server's /metrics (retried for a few seconds while the exporter
+/// starts).
+fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut out = String::new();
+            if s.read_to_string(&mut out).is_ok() && out.contains("sextant_") {
+                return out;
+            }
+        }
+        assert!(Instant::now() < deadline, "no metrics on {port}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Issue 20, item 6: tables that shrink are merged on every server of a
 /// cluster — each server merges neighbours it owns, through one etcd
 /// transaction fenced by both owner keys and refused while a move, lend or

@@ -32,6 +32,7 @@ pub mod confine;
 pub mod dedup;
 pub mod dir_leases;
 pub mod fault;
+pub mod forward;
 pub mod local_socket;
 pub mod logless;
 pub mod peers;

@@ -20,7 +20,8 @@
 //! It also forwards a search for a caller without the secret (a local
 //! user on the Unix socket, `SearchRequest.forward_to`): the part runs on
 //! its holder as the caller this server admitted, and the batches pass
-//! back through.
+//! back through; and that caller's other requests, on one stream per
+//! peer ([`crate::forward`]).
 //!
 //! Across searches, a server keeps the other servers' directory records
 //! it has read ([`ForeignCache`]), valid while every server's directory
@@ -146,6 +147,8 @@ pub struct Peers {
     /// Leases on directory records, granted and held
     /// ([`crate::dir_leases`]).
     pub leases: DirLeases,
+    /// Requests forwarded for local users: a stream per peer.
+    pub forwarder: crate::forward::Forwarder,
 }
 
 impl Peers {
@@ -158,6 +161,7 @@ impl Peers {
             channels: parking_lot::Mutex::new(HashMap::new()),
             cache: ForeignCache::default(),
             leases: DirLeases::new(dir_epoch),
+            forwarder: crate::forward::Forwarder::default(),
         })
     }
 
@@ -340,7 +344,7 @@ impl Peers {
 
     /// A client of the server at `address` and `msg` as a request to it,
     /// with the cluster secret.
-    fn client<T>(
+    pub(crate) fn client<T>(
         &self,
         address: &str,
         msg: T,
@@ -356,7 +360,16 @@ impl Peers {
     }
 
     /// Runs `req` on the server at `address` (a request forwarded for a
-    /// local user: `service::Shared::handle_for`).
+    /// local user: `service::Shared::handle_for`) on the stream to it
+    /// ([`crate::forward`]).
+    pub async fn forward(&self, address: &str, req: pb::Request) -> Result<pb::Response, String> {
+        self.forwarder
+            .call(self, address, req, FORWARD_TIMEOUT)
+            .await
+    }
+
+    /// Runs `req` on the server at `address` by a unary call of its own (a
+    /// confinement check's lookup; a forward too large for the stream).
     pub async fn call(&self, address: &str, req: pb::Request) -> Result<pb::Response, String> {
         let (mut grpc, request) = self.client(address, req)?;
         match tokio::time::timeout(FORWARD_TIMEOUT, grpc.call(request)).await {

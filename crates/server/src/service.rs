@@ -43,6 +43,17 @@ const MAX_BORROWED: usize = 8;
 /// ([`Shared::handle_for`]); then the client gets the last one.
 const FORWARD_HOPS: usize = 3;
 
+/// What [`Shared::handle_here`] did with a request.
+enum Handled {
+    Answered(pb::Response),
+    /// Not held here, for a caller this server forwards for (see
+    /// [`Shared::handle_for`]): the request, and the WRONG_SERVER it got.
+    Forward(pb::Request, pb::Response),
+    /// A request of a caller confined to this path, whose check needs
+    /// directories other servers hold ([`Shared::confine_across`]).
+    Across(String, pb::Request),
+}
+
 /// What every connection shares.
 pub struct Shared {
     pub engine: Engine,
@@ -344,54 +355,90 @@ impl Shared {
     /// holds is run there for it — forwarded with the secret, as the
     /// identity this server admitted, its exactly-once identity kept.
     pub async fn handle_for(self: Arc<Self>, r: pb::Request, caller: &Caller) -> pb::Response {
+        let handled = Arc::clone(&self).handle_here(r, caller).await;
+        self.finish(handled, caller).await
+    }
+
+    /// The answer to what [`Shared::handle_here`] left: a forward run, a
+    /// confinement check across the servers made (and the request run if
+    /// it passed).
+    async fn finish(self: Arc<Self>, handled: Handled, caller: &Caller) -> pb::Response {
+        match handled {
+            Handled::Answered(resp) => resp,
+            Handled::Forward(r, resp) => self.forward(r, resp).await,
+            Handled::Across(path, r) => {
+                let checked = self.confine_across(&path, &r).await;
+                self.confined(r, caller, checked).await
+            }
+        }
+    }
+
+    /// A confined caller's request `r` once its check said `checked`:
+    /// refused or answered by the check, else run here.
+    async fn confined(
+        self: Arc<Self>,
+        r: pb::Request,
+        caller: &Caller,
+        checked: Result<Option<pb::response::Result>, FsError>,
+    ) -> pb::Response {
+        let what = r.op.as_ref().map_or("none", |op| op.name());
+        let answered = match checked {
+            Ok(None) => None,
+            Ok(Some(res)) => Some(reply(r.id, Ok(res))),
+            Err(e) => {
+                if e == FsError::Access {
+                    caller.refused_outside(what);
+                }
+                Some(reply(r.id, Err(e)))
+            }
+        };
+        if let Some(resp) = answered {
+            let outcome = if resp.error.is_some() { "error" } else { "ok" };
+            metrics::counter!("sextant_requests_total", "op" => what, "outcome" => outcome)
+                .increment(1);
+            return resp;
+        }
+        // Keys are single-server (no forwarding); other clients' backups
+        // are not for it (see crate::confine).
+        self.handle_sharing(r, false).await
+    }
+
+    /// [`Shared::handle_for`]'s part on this server: the answer, or what
+    /// waits for other servers (a forward, a confinement check across
+    /// them: [`Handled`]) — which a session runs on a task of its own
+    /// ([`Shared::finish`]), never in its loop.
+    async fn handle_here(self: Arc<Self>, r: pb::Request, caller: &Caller) -> Handled {
         if let Some(path) = caller.confined_to() {
             // A key limited to a subtree (see crate::confine), checked on
             // the state requests run on (log-less: once recovered).
             if let Some(ll) = &self.logless {
                 ll.wait_ready().await;
             }
-            let what = r.op.as_ref().map_or("none", |op| op.name());
-            let checked = match crate::confine::check(&Walk::local(&self.engine), path, &r) {
-                Err(CheckError::NeedsPeers) => self.confine_across(path, &r).await,
-                c => c.map_err(CheckError::decided),
+            return match crate::confine::check(&Walk::local(&self.engine), path, &r) {
+                Err(CheckError::NeedsPeers) => Handled::Across(path.to_string(), r),
+                c => Handled::Answered(
+                    self.confined(r, caller, c.map_err(CheckError::decided))
+                        .await,
+                ),
             };
-            let answered = match checked {
-                Ok(None) => None,
-                Ok(Some(res)) => Some(reply(r.id, Ok(res))),
-                Err(e) => {
-                    if e == FsError::Access {
-                        caller.refused_outside(what);
-                    }
-                    Some(reply(r.id, Err(e)))
-                }
-            };
-            if let Some(resp) = answered {
-                let outcome = if resp.error.is_some() { "error" } else { "ok" };
-                metrics::counter!("sextant_requests_total", "op" => what, "outcome" => outcome)
-                    .increment(1);
-                return resp;
-            }
-            // Keys are single-server (no forwarding); other clients'
-            // backups are not for it (see crate::confine).
-            return self.handle_sharing(r, false).await;
         }
         if !matches!(caller, Caller::Kernel(_))
             || self.peers.is_none()
             || !self.placement.can_borrow()
         {
             // (One server, or a caller that reaches the others itself.)
-            return self.handle(r).await;
+            return Handled::Answered(self.handle(r).await);
         }
         // A path resolution that leaves this server is walked name by
         // name by the client (each lookup forwarded here as needed):
         // forwarded whole, it would stop at the next server again.
         if matches!(r.op, Some(Op::Resolve(_))) {
-            return self.handle(r).await;
+            return Handled::Answered(self.handle(r).await);
         }
         let resp = Arc::clone(&self).handle(r.clone()).await;
         match resp.wrong_server {
-            Some(_) => self.forward(r, resp).await,
-            None => resp,
+            Some(_) => Handled::Forward(r, resp),
+            None => Handled::Answered(resp),
         }
     }
 
@@ -422,7 +469,7 @@ impl Shared {
                     }
                 }
             };
-            match peers.call(&address, r.clone()).await {
+            match peers.forward(&address, r.clone()).await {
                 Ok(mut there) => {
                     there.id = r.id;
                     metrics::counter!("sextant_requests_forwarded_total").increment(1);
@@ -948,6 +995,8 @@ impl Shared {
 /// (not on a cluster: a mutation there may wait for a BORROW) (`sync` is not: it
 /// writes everything back). Inline is safe for a mutation: the session
 /// loop is a task of its own, which a dropped connection does not cancel.
+/// Only this server's part is inline: a request forwarded for a local
+/// user (one another server holds) waits on a task of its own.
 fn answers_inline(r: &pb::Request, logless: bool) -> bool {
     match &r.op {
         Some(
@@ -1483,11 +1532,27 @@ impl pb::sextant_server::Sextant for Service {
                 };
                 match next {
                     Ok(Some(req)) if answers_inline(&req, shared.engine.is_logless()) => {
-                        // See answers_inline: microseconds, no waiting.
-                        let resp = Arc::clone(&shared).handle_for(req, &caller).await;
-                        drop((permit, global));
-                        if tx.send(Ok(resp)).await.is_err() {
-                            break;
+                        // See answers_inline: microseconds, no waiting —
+                        // but what waits for another server (a forward, a
+                        // confined check across them) runs on a task of
+                        // its own, so the loop reads on.
+                        match Arc::clone(&shared).handle_here(req, &caller).await {
+                            Handled::Answered(resp) => {
+                                drop((permit, global));
+                                if tx.send(Ok(resp)).await.is_err() {
+                                    break;
+                                }
+                            }
+                            later => {
+                                let tx = tx.clone();
+                                let shared = Arc::clone(&shared);
+                                let caller = caller.clone();
+                                tokio::spawn(async move {
+                                    let resp = shared.finish(later, &caller).await;
+                                    let _ = tx.send(Ok(resp)).await;
+                                    drop((permit, global));
+                                });
+                            }
                         }
                     }
                     Ok(Some(req)) => {
