@@ -3769,6 +3769,142 @@ fn the_socket_forwards_without_waiting_on_one_another() {
     );
 }
 
+/// Issue 22: a local user stats and lists, through a's socket, a directory
+/// whose entry is in a's table (`/`) and whose inode is in b's (`/other`,
+/// `/closed`): a forwarded lookup answered with a WRONG_SERVER naming the
+/// inode gets the inode's attributes from its holder, as a client with
+/// the secret does (`Client::lookup`). Before, a forwarded the same lookup
+/// to b, b (not holding `/`) back to a, until the hop limit: "the server
+/// does not serve this table". Permissions still apply: root's 0700
+/// `/closed` can be stat'ed but not listed or searched by nobody.
+#[test]
+fn a_local_user_stats_a_directory_held_elsewhere_through_the_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Split tables at 2 directories: /other's table is not /'s.
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 2\n").unwrap();
+    let c = config.to_str().unwrap();
+    let sock = dir.path().join("a.sock");
+    let sock_env = sock.to_str().unwrap();
+    let (a, a_addr) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "a",
+        &["--config", c],
+        &[("SEXTANT_SOCKET", sock_env)],
+    );
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    for d in ["/pub", "/other", "/closed"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", d]);
+    }
+    sextant_ok(&a_addr, &secret, &["chmod", "700", "/closed"]);
+    for f in 0..4 {
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/other/f{f}")]);
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/closed/f{f}")]);
+    }
+    let root_table = move_table(&etcd.url, &secret, "/", "a");
+    let other_table = move_table(&etcd.url, &secret, "/other", "b");
+    let closed_table = move_table(&etcd.url, &secret, "/closed", "b");
+    assert_ne!(root_table, other_table, "/other has a table of its own");
+    assert_ne!(root_table, closed_table, "/closed has a table of its own");
+    let settled = || {
+        let s = status_on(&etcd.url, &secret);
+        let on = |table, server| {
+            s["tables"].as_array().unwrap().iter().any(|t| {
+                t["table"].as_u64() == Some(table)
+                    && t["owner"].as_str() == Some(server)
+                    && t["moving_to"].is_null()
+            })
+        };
+        on(root_table, "a") && on(other_table, "b") && on(closed_table, "b")
+    };
+    wait_for(
+        "/ on a, /other and /closed on b",
+        Duration::from_secs(30),
+        settled,
+    );
+    wait_for("/other served", Duration::from_secs(30), || {
+        sextant(&a_addr, &secret, &["stat", "/other/f0"])
+            .status
+            .success()
+            && sextant(&a_addr, &secret, &["stat", "/closed/f0"])
+                .status
+                .success()
+    });
+    let nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(BIN)
+            .args(["--server", &format!("unix:{sock_env}")])
+            .args(args)
+            .env_remove("SEXTANT_SECRET")
+            .env_remove("SEXTANT_SECRET_FILE")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // As nobody, what root sees (the same attributes: same SOID, mode).
+    for path in ["/other", "/other/f1", "/closed"] {
+        let root = sextant_ok(&a_addr, &secret, &["--json", "stat", path]);
+        let (ok, out, err) = nobody(&["--json", "stat", path]);
+        assert!(ok, "stat {path} as nobody: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let w: serde_json::Value = serde_json::from_str(&root).unwrap();
+        assert_eq!(v["soid"], w["soid"], "stat {path}: {out} vs {root}");
+        assert_eq!(v["mode"], w["mode"], "stat {path}: {out} vs {root}");
+    }
+    let (ok, out, err) = nobody(&["ls", "-l", "/other"]);
+    assert!(ok, "ls -l /other as nobody: {err}");
+    assert_eq!(out.lines().filter(|l| l.contains(" f")).count(), 4, "{out}");
+    let (ok, out, err) = nobody(&["ls", "-l", "/other/f2"]);
+    assert!(
+        ok && out.contains("f2"),
+        "ls -l /other/f2 as nobody: {out}{err}"
+    );
+    let (ok, out, err) = nobody(&["ls", "-l", "/"]);
+    assert!(ok, "ls -l / as nobody: {err}");
+    for d in ["pub", "other", "closed"] {
+        assert!(out.lines().any(|l| l.ends_with(d)), "no {d} in {out}");
+    }
+    // Root's 0700 directory stays closed to nobody.
+    for args in [
+        &["ls", "/closed"][..],
+        &["ls", "-l", "/closed"],
+        &["stat", "/closed/f1"],
+        &["ls", "-l", "/closed/f1"],
+    ] {
+        let (ok, out, err) = nobody(args);
+        assert!(
+            !ok && err.contains("permission denied (errno 13)"),
+            "{args:?} as nobody: {out}{err}"
+        );
+    }
+    assert!(
+        settled(),
+        "a table moved during the test: its answer says nothing"
+    );
+}
+
 /// A server's /metrics (retried for a few seconds while the exporter
 /// starts).
 fn scrape_metrics(port: u16) -> String {

@@ -444,7 +444,14 @@ impl Shared {
 
     /// Runs `r` on the server `resp` (a WRONG_SERVER) names, following
     /// further WRONG_SERVERs a few times; the last answer otherwise.
-    async fn forward(&self, r: pb::Request, mut resp: pb::Response) -> pb::Response {
+    ///
+    /// A lookup refused with a WRONG_SERVER naming another SOID than its
+    /// directory was answered by the directory's holder (search permission
+    /// checked there): the entry is there, its inode in another server's
+    /// table — what follows is a getattr of that inode at its holder, as
+    /// `Client::lookup` does. Forwarded as the same lookup, it would go
+    /// back to the directory's holder, and round until the hop limit.
+    async fn forward(&self, mut r: pb::Request, mut resp: pb::Response) -> pb::Response {
         let Some(peers) = &self.peers else {
             return resp;
         };
@@ -452,6 +459,11 @@ impl Shared {
             let Some(wrong) = &resp.wrong_server else {
                 return resp;
             };
+            if let Some(Op::Lookup(l)) = &r.op {
+                if wrong.soid.is_some() && wrong.soid != l.parent {
+                    r.op = Some(Op::Getattr(pb::GetattrRequest { soid: wrong.soid }));
+                }
+            }
             let address = match wrong.hint.as_ref().map(|h| h.address.clone()) {
                 Some(a) if !a.is_empty() => a,
                 _ => {
