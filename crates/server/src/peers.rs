@@ -165,8 +165,11 @@ impl Peers {
         })
     }
 
-    /// Before a search on `engine`: asks every other server of the route
-    /// map for its directory epoch and incarnation, all at once; when any
+    /// Before a search on `engine` (or a path-limited key's check across
+    /// servers): asks every other server of the route map whose lease on
+    /// its directory records is not live ([`crate::dir_leases`]; the
+    /// answer grants a new one) for its directory epoch and incarnation,
+    /// all at once, and takes the others' as their leases say; when any
     /// differs from what the kept records are valid for (or a server is
     /// new or gone), drops them and makes `engine` forget the directory
     /// paths it remembered. `None` when some server did not answer (then
