@@ -147,6 +147,8 @@ pub struct Peers {
     /// Leases on directory records, granted and held
     /// ([`crate::dir_leases`]).
     pub leases: DirLeases,
+    /// [`Peers::servers_of`] at a map revision.
+    servers: parking_lot::Mutex<Option<(u64, Vec<String>, String)>>,
     /// Requests forwarded for local users: a stream per peer.
     pub forwarder: crate::forward::Forwarder,
 }
@@ -161,8 +163,50 @@ impl Peers {
             channels: parking_lot::Mutex::new(HashMap::new()),
             cache: ForeignCache::default(),
             leases: DirLeases::new(dir_epoch),
+            servers: parking_lot::Mutex::new(None),
             forwarder: crate::forward::Forwarder::default(),
         })
+    }
+
+    /// The other servers' addresses in the route map, sorted, and this
+    /// server's (empty when the map does not name it); `None` when the
+    /// map cannot be read. Kept per map revision: building the route
+    /// table from the placement's map per call was most of a
+    /// path-limited key's check (its allocations), BENCHMARKS "Leases on
+    /// directory records".
+    fn servers_of(
+        &self,
+        engine: &Engine,
+        placement: &dyn Placement,
+    ) -> Option<(Vec<String>, String)> {
+        let revision = placement.revision();
+        if revision != 0 {
+            if let Some((r, others, me)) = &*self.servers.lock() {
+                if *r == revision {
+                    return Some((others.clone(), me.clone()));
+                }
+            }
+        }
+        let map = RouteTable::from_pb(&placement.map()).ok()?;
+        let me = engine.member_name();
+        let mut others: Vec<String> = map
+            .routes()
+            .iter()
+            .filter(|r| Some(r.server.as_str()) != me && !r.address.is_empty())
+            .map(|r| r.address.clone())
+            .collect();
+        others.sort_unstable();
+        others.dedup();
+        let mine = map
+            .routes()
+            .iter()
+            .find(|r| Some(r.server.as_str()) == me)
+            .map(|r| r.address.clone())
+            .unwrap_or_default();
+        if revision != 0 {
+            *self.servers.lock() = Some((revision, others.clone(), mine.clone()));
+        }
+        Some((others, mine))
     }
 
     /// Before a search on `engine` (or a path-limited key's check across
@@ -181,29 +225,9 @@ impl Peers {
         placement: &dyn Placement,
         runtime: &tokio::runtime::Handle,
     ) -> Option<Checked> {
-        let (others, me) = match RouteTable::from_pb(&placement.map()) {
-            Ok(map) => {
-                let me = engine.member_name();
-                let mut v: Vec<String> = map
-                    .routes()
-                    .iter()
-                    .filter(|r| Some(r.server.as_str()) != me && !r.address.is_empty())
-                    .map(|r| r.address.clone())
-                    .collect();
-                v.sort_unstable();
-                v.dedup();
-                let mine = map
-                    .routes()
-                    .iter()
-                    .find(|r| Some(r.server.as_str()) == me)
-                    .map(|r| r.address.clone())
-                    .unwrap_or_default();
-                (v, mine)
-            }
-            Err(_) => {
-                self.cache.drop_all(engine, Epochs::new());
-                return None;
-            }
+        let Some((others, me)) = self.servers_of(engine, placement) else {
+            self.cache.drop_all(engine, Epochs::new());
+            return None;
         };
         // Servers whose lease is live need not be asked: they revoke it
         // before acknowledging a directory change (crate::dir_leases).
