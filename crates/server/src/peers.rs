@@ -170,11 +170,13 @@ impl Peers {
 
     /// The other servers' addresses in the route map, sorted, and this
     /// server's (empty when the map does not name it); `None` when the
-    /// map cannot be read. Kept per map revision: building the route
-    /// table from the placement's map per call was most of a
-    /// path-limited key's check (its allocations), BENCHMARKS "Leases on
-    /// directory records".
-    fn servers_of(
+    /// map cannot be read. Kept per map revision: built from the
+    /// placement's map at every check, the route table took a large share
+    /// of a path-limited key's checks (`perf`: `route_table` 6.8 % of the
+    /// servers' CPU, with allocations; BENCHMARKS "Leases on directory
+    /// records"). Also the servers a restarted server's first revocation
+    /// round asks (`service::Shared::settle_dir_leases`).
+    pub fn servers_of(
         &self,
         engine: &Engine,
         placement: &dyn Placement,

@@ -568,7 +568,10 @@ impl Shared {
         if !peers.leases.unsettled(self.engine.dir_epoch()) {
             return;
         }
-        let everyone = self.other_addresses();
+        let everyone = peers
+            .servers_of(&self.engine, self.placement.as_ref())
+            .map(|(others, _me)| others)
+            .unwrap_or_default();
         let engine = self.engine.clone();
         let revoker = Arc::clone(peers);
         peers
@@ -582,23 +585,6 @@ impl Shared {
                 },
             )
             .await;
-    }
-
-    /// The other servers' addresses in the route map.
-    fn other_addresses(&self) -> Vec<String> {
-        let me = self.engine.member_name();
-        let Ok(map) = sextant_proto::route::RouteTable::from_pb(&self.placement.map()) else {
-            return Vec::new();
-        };
-        let mut v: Vec<String> = map
-            .routes()
-            .iter()
-            .filter(|r| Some(r.server.as_str()) != me && !r.address.is_empty())
-            .map(|r| r.address.clone())
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 
     fn wrong_server_reply(&self, id: u64, wrong: pb::WrongServer) -> pb::Response {
