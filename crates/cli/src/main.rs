@@ -442,7 +442,8 @@ struct ServeArgs {
     advertise: Option<String>,
     /// Cluster: every etcd key of the cluster starts with it, so several
     /// clusters can share one etcd under different prefixes (which must
-    /// not nest, e.g. /a/ and /a/b/); every server of a cluster gives the
+    /// not nest, e.g. /a/ and /a/b/: a server refuses to start under one
+    /// inside or around a set-up cluster's); every server of a cluster gives the
     /// same. A '/' is added at its end; also SEXTANT_ETCD_PREFIX
     /// [default: /sextant/]
     #[arg(long, value_name = "PREFIX", help_heading = "Cluster")]

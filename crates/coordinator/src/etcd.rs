@@ -13,7 +13,7 @@
 //! refusing them is [`CoordError::EtcdAuth`], naming etcd and the user.
 
 use crate::CoordError;
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use std::path::Path;
 use std::time::Duration;
 
@@ -194,6 +194,55 @@ pub async fn connect(cfg: &EtcdConfig) -> Result<Client, CoordError> {
         None => options,
     };
     bounded(cfg, Client::connect(&cfg.endpoints, Some(options))).await
+}
+
+/// Refuses ([`CoordError::NestedPrefix`]) a cluster whose prefix encloses
+/// another cluster's, or lies inside one: each would read and watch the
+/// other's keys. A cluster counts once its bootstrap mark is written. The
+/// enclosing prefixes are read at every start (one count per level); the
+/// keys inside this prefix only while this cluster has no mark of its own
+/// (then it holds a few member keys at most: a cluster bootstrapped
+/// first refuses the nested one at that one's start). Two clusters
+/// bootstrapped at the same instant are not told apart.
+pub async fn refuse_nested_prefix(cfg: &EtcdConfig, client: &mut Client) -> Result<(), CoordError> {
+    use crate::keys::{enclosing_prefixes, nested_cluster, BOOTSTRAPPED_KEY};
+    let count_only = || Some(GetOptions::new().with_count_only());
+    for outer in enclosing_prefixes(&cfg.prefix) {
+        let mark = format!("{outer}{BOOTSTRAPPED_KEY}");
+        if bounded(cfg, client.get(mark, count_only())).await?.count() > 0 {
+            return Err(CoordError::NestedPrefix {
+                prefix: cfg.prefix.clone(),
+                other: outer,
+                relation: "which encloses it",
+            });
+        }
+    }
+    let own = cfg.key(BOOTSTRAPPED_KEY);
+    if bounded(cfg, client.get(own, count_only())).await?.count() > 0 {
+        return Ok(());
+    }
+    let inside = bounded(
+        cfg,
+        client.get(
+            cfg.prefix.as_bytes(),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        ),
+    )
+    .await?;
+    for kv in inside.kvs() {
+        let tail = kv.key().get(cfg.prefix.len()..).unwrap_or_default();
+        let Ok(tail) = std::str::from_utf8(tail) else {
+            continue;
+        };
+        if let Some(inner) = nested_cluster(tail) {
+            return Err(CoordError::NestedPrefix {
+                prefix: cfg.prefix.clone(),
+                other: format!("{}{inner}", cfg.prefix),
+                relation: "inside it",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Where a user of this crate's callers sets the credentials.

@@ -142,6 +142,27 @@ pub fn move_key(t: TableId) -> String {
 pub const COORDINATOR_KEY: &str = sextant_cluster::server::COORDINATOR_KEY;
 pub const BOOTSTRAPPED_KEY: &str = "meta/bootstrapped";
 
+/// The prefixes enclosing a cluster's `prefix` (normalized: starting and
+/// ending with `/`): every proper ancestor ending in `/`, outermost first
+/// (`/a/b/` → `/`, `/a/`). A cluster under one of them would read and
+/// watch every key of this one.
+pub fn enclosing_prefixes(prefix: &str) -> Vec<String> {
+    prefix
+        .char_indices()
+        .filter(|&(i, c)| c == '/' && i + 1 < prefix.len())
+        .map(|(i, _)| prefix[..=i].to_string())
+        .collect()
+}
+
+/// The prefix (relative to this cluster's) of another cluster nested
+/// inside this one, if `tail` (a key with this cluster's prefix removed)
+/// is that cluster's bootstrap mark: `b/meta/bootstrapped` → `b/`. This
+/// cluster's own mark (`meta/bootstrapped`) is not one.
+pub fn nested_cluster(tail: &str) -> Option<&str> {
+    let inner = tail.strip_suffix(BOOTSTRAPPED_KEY)?;
+    (!inner.is_empty() && inner.ends_with('/')).then_some(inner)
+}
+
 /// The root table every cluster starts with: the whole SOID space.
 pub const ROOT_TABLE: TableId = TableId(0);
 
@@ -312,5 +333,18 @@ mod tests {
             decode_load("x=1 i=5 ix=2 i3 4= i5=60000 junk"),
             [(TableId(5), l(0, 60_000))].into()
         );
+    }
+
+    #[test]
+    fn prefixes_that_would_nest_are_named() {
+        assert_eq!(enclosing_prefixes("/sextant/"), ["/"]);
+        assert_eq!(enclosing_prefixes("/a/b/"), ["/", "/a/"]);
+        assert!(enclosing_prefixes("/").is_empty());
+        assert_eq!(nested_cluster("b/meta/bootstrapped"), Some("b/"));
+        assert_eq!(nested_cluster("b/c/meta/bootstrapped"), Some("b/c/"));
+        assert_eq!(nested_cluster("meta/bootstrapped"), None);
+        assert_eq!(nested_cluster("member/meta/bootstrappedx"), None);
+        assert_eq!(nested_cluster("xmeta/bootstrapped"), None);
+        assert_eq!(nested_cluster("owner/000001"), None);
     }
 }

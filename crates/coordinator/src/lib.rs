@@ -132,6 +132,20 @@ pub enum CoordError {
         prefix: String,
         reason: &'static str,
     },
+    /// Another cluster lives under a prefix that encloses this one's, or
+    /// inside it (its bootstrap mark is there): each would read and watch
+    /// the other's keys.
+    #[error(
+        "etcd key prefix {prefix:?}: another cluster was set up under {other:?}, \
+         {relation}; clusters sharing an etcd need prefixes neither of which \
+         starts with the other, e.g. /a/ and /b/"
+    )]
+    NestedPrefix {
+        prefix: String,
+        other: String,
+        /// `which encloses it` or `inside it`.
+        relation: &'static str,
+    },
     /// A credential or certificate file cannot be read or used.
     #[error("etcd {what} {path}: {reason}")]
     EtcdFile {
@@ -149,6 +163,7 @@ impl CoordError {
             CoordError::EtcdAuth { .. }
                 | CoordError::EtcdFile { .. }
                 | CoordError::BadPrefix { .. }
+                | CoordError::NestedPrefix { .. }
         )
     }
 }

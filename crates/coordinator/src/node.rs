@@ -108,6 +108,7 @@ impl EtcdCluster {
     ) -> Result<EtcdCluster, CoordError> {
         let etcd = cfg.membership.etcd.clone();
         let name = cfg.membership.name.clone();
+        crate::etcd::refuse_nested_prefix(&etcd, &mut connect(&etcd).await?).await?;
         let membership = Arc::new(Membership::join(cfg.membership.clone()).await?);
         let map = DelegationMap::start(etcd.clone()).await?;
         let client = connect(&etcd).await?;

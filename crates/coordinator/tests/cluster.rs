@@ -909,3 +909,50 @@ async fn a_table_given_back_after_a_lease_loss_is_loaded_after_its_forget() {
         });
     drop(a);
 }
+
+/// Clusters share an etcd under prefixes that do not nest: a server whose
+/// prefix lies inside a set-up cluster's, or encloses one, does not start
+/// (a typed settings error naming the other prefix); a sibling prefix
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_prefix_inside_or_around_another_clusters_is_refused() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let _ = client(&etcd).await;
+    let start = |prefix: &str, name: &str| {
+        let m = MembershipConfig {
+            ttl: TTL,
+            margin: Duration::from_millis(300),
+            ..MembershipConfig::new(
+                EtcdConfig {
+                    prefix: prefix.into(),
+                    ..etcd_config(&etcd)
+                },
+                name,
+                &format!("{name}.addr:1"),
+            )
+        };
+        EtcdCluster::start(ClusterConfig::new(m), Fake::new(name))
+    };
+    let a = start("/a/", "a").await.expect("the first cluster starts");
+    a.delegation_map()
+        .until(Duration::from_secs(10), |s| s.bootstrapped)
+        .await
+        .expect("the first cluster is set up");
+    let refused = |r: Result<EtcdCluster, sextant_coordinator::CoordError>, other: &str| match r {
+        Err(e @ sextant_coordinator::CoordError::NestedPrefix { .. }) => {
+            assert!(e.is_settings(), "{e}");
+            assert!(e.to_string().contains(other), "{e}");
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a nested prefix was accepted"),
+    };
+    refused(start("/a/b/", "inner").await, "\"/a/\"");
+    refused(start("/", "outer").await, "\"/a/\"");
+    start("/ab/", "sibling")
+        .await
+        .expect("a sibling prefix is its own cluster");
+}
