@@ -4773,6 +4773,71 @@ fn a_silent_log_less_server_is_noticed_and_its_backups_go_elsewhere() {
     drop(etcd.child);
 }
 
+/// A log-less server that was only paused (a zombie: SIGSTOP past its
+/// lease, its journal whole) while the others completed its journal and
+/// took its tables, then woken: it joins again with a new lease, is given
+/// a table back and acknowledges operations again. Those must survive
+/// its next death like any other — a failover must not cut its journal
+/// at the first completion's end.
+///
+/// KNOWN DEFECT (found 2026-12-06, not fixed): the woken member goes on
+/// with the same run, whose completion (`logless.completion-<run>`) every
+/// later reader of its journal takes as its end, so the ten files it
+/// acknowledged after it was let back in are lost at its next death (this
+/// test fails at its last assertion). See ARCHITECTURE, "Log-less
+/// durability on a cluster", "Not covered yet".
+#[test]
+#[ignore = "known defect: a log-less member let back in after its journal was completed loses what it acknowledges next"]
+fn a_woken_log_less_server_keeps_what_it_acknowledged_after_its_journal_was_completed() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let mut pair = logless_pair(dir.path(), &etcd.url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let mut want = twenty_files_in_d(&rt, &client);
+    signal(&pair.a.0, "-STOP");
+    let a_gone = |etcd: &str, secret: &Path| {
+        let t = tables_by_server(&status_on(etcd, secret));
+        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+    };
+    wait_for("b took a's tables", Duration::from_secs(60), || {
+        a_gone(&etcd.url, &pair.secret)
+    });
+    assert_eq!(ls_d(&pair.b_addr, &pair.secret), want);
+    signal(&pair.a.0, "-CONT");
+    wait_for("a is a member again", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &pair.secret))
+            .iter()
+            .any(|t| t.0 == "a")
+    });
+    let moved = Command::new(BIN)
+        .args(["cluster", "move", "/d", "a", "--etcd", &etcd.url])
+        .env("SEXTANT_SECRET_FILE", pair.secret.join("secret"))
+        .output()
+        .unwrap();
+    assert!(moved.status.success(), "{moved:?}");
+    wait_for("a holds /d's table again", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &pair.secret))
+            .iter()
+            .any(|t| t.0 == "a" && t.1 > 0)
+    });
+    let later: Vec<String> = (0..10).map(|i| format!("g{i}")).collect();
+    create_in_d(&rt, &client, &later);
+    want.extend(later);
+    want.sort_unstable();
+    assert_eq!(ls_d(&pair.a_addr, &pair.secret), want, "acknowledged by a");
+    // a's process dies; its machine (and so its whole journal) stays.
+    common::kill9(&mut pair.a.0);
+    wait_for("b took a's tables again", Duration::from_secs(60), || {
+        a_gone(&etcd.url, &pair.secret)
+    });
+    assert_eq!(ls_d(&pair.b_addr, &pair.secret), want);
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
 /// As on one server, an operation survives its own client's death through
 /// the other clients its server's later replies gave it to (the Active
 /// Request List, K = 4): client 1 makes `/d/f0` on a and dies with its
