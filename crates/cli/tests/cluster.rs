@@ -4352,6 +4352,60 @@ fn a_path_limited_keys_next_request_sees_an_ancestor_renamed_on_another_server()
     );
 }
 
+/// The subtree a path-limited key's path names is kept across requests
+/// on a server that resolved it through other servers' directories
+/// (`server/src/confine/across.rs`, per generation of kept records):
+/// the key's directory renamed away and another made at its path, on the
+/// servers that hold them, the very next request through c must follow
+/// the path — the old directory refused, the new one allowed. `/` and
+/// `/home` are b's, `/home/alice` c's. Fails when c keeps the subtree it
+/// found before the rename.
+#[test]
+fn a_path_limited_keys_next_request_follows_its_path_to_a_new_directory() {
+    let Some(w) = ConfinedCluster::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = sextant_types::Credentials::root();
+    let alice = w.soid("/home/alice");
+    let b_addr = w.addrs["b"].clone();
+    w.place();
+    let client = w.client(&rt, "c");
+    // Warm: c finds the key's subtree through b's records, and keeps it.
+    for k in 0..3 {
+        let name = format!("warm{k}");
+        rt.block_on(client.create(&root, alice, name.as_bytes(), 0o644, true))
+            .unwrap();
+    }
+    sextant_ok(&b_addr, &w.secret, &["mv", "/home/alice", "/home/old"]);
+    sextant_ok(&b_addr, &w.secret, &["mkdir", "/home/alice"]);
+    // (The rename borrowed the old directory's table to b: back to c, so
+    // that c — which kept the subtree — checks the next request itself.)
+    wait_for(
+        "the old directory's table on c",
+        Duration::from_secs(20),
+        || {
+            let table = move_table(&w.etcd.url, &w.secret, "/home/old", "c");
+            owner_of(&w.etcd.url, &w.secret, table).0 == "c"
+        },
+    );
+    // (Several: a request may reach c before the table is served there,
+    // and be checked by another server.)
+    for k in 0..5 {
+        let name = format!("after{k}");
+        let r = rt.block_on(client.create(&root, alice, name.as_bytes(), 0o644, true));
+        assert!(
+            is_eacces(&r),
+            "created in the key's old directory after it left the path: {r:?}"
+        );
+    }
+    let new = w.soid("/home/alice");
+    assert_ne!(new, alice);
+    let on_b = w.client(&rt, "b");
+    rt.block_on(on_b.create(&root, new, b"new", 0o644, true))
+        .expect("a create in the directory now at the key's path");
+}
+
 /// Hard links of a path-limited key across servers: a file held by
 /// another server than the new link's directory is placed by all its
 /// links, read from its holder — a file inside links inside (`f` on c

@@ -9,7 +9,10 @@
 //! path (as root, symlinks not followed) at every request — so the limit
 //! is the path, as with CephFS's `path=` capabilities: if the directory
 //! there is renamed away, the key follows the path, not the directory, and
-//! while nothing is there the key may name nothing.
+//! while nothing is there the key may name nothing. (Across the servers
+//! of a cluster, the resolution is kept for the checks of one generation
+//! of the other servers' kept directory records, which ends with any
+//! directory change anywhere: [`across`].)
 //!
 //! Per operation ([`check`]):
 //! - on an object (`getattr`, `readlink`, `getxattr`, `listxattr`,
@@ -53,8 +56,11 @@
 //! the subtree, or an object's chain of parents — it stops with
 //! [`CheckError::NeedsPeers`] (a type of its own, never an errno: a
 //! client's EXDEV from the engine cannot be taken for it), and the
-//! service runs the check again across the
-//! servers on a blocking thread ([`Walk::across`]): parent chains read
+//! service runs the check again across the servers ([`Walk::across`]):
+//! first inline, on the records kept under live leases alone
+//! ([`Across::kept`]: no call, no blocking thread — the common case once
+//! the records are kept), then, where that would need a call, from the
+//! start on a blocking thread ([`Across::new`]): parent chains read
 //! with `DirChain` (the search's reader, `crate::peers`), an inode's
 //! links (every link's directory, hard links included) with `DirChain`'s
 //! `links` from its holder, lookups on their directories' holders.
@@ -106,6 +112,7 @@ use sextant_engine::{Changes, Engine};
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::{cred_from_pb, soid_from_pb};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
+use std::sync::Arc;
 
 /// How the checks read the namespace: this server's tables alone
 /// ([`Walk::local`], every request first), or across the servers of a
@@ -181,10 +188,15 @@ impl<'a> Walk<'a> {
     }
 
     /// The confinement to `path` now; `EACCES` when no directory is there.
-    pub fn confine(&self, path: &str) -> Result<Confine, CheckError> {
+    /// Across the servers, the one found by an earlier check of the same
+    /// generation of kept records, if any ([`Across::confine`]).
+    pub fn confine(&self, path: &str) -> Result<Arc<Confine>, CheckError> {
+        if let Some(c) = self.across.and_then(|a| a.kept_confine(path)) {
+            return Ok(c);
+        }
         let found = match self.engine.confine(path.as_bytes()) {
-            Err(e) if is_cross(&e) => self.or_across(None, |a| a.confine(path.as_bytes()))?,
-            r => r?,
+            Err(e) if is_cross(&e) => self.or_across(None, |a| a.confine(path))?,
+            r => r?.map(Arc::new),
         };
         Ok(found.ok_or(FsError::Access)?)
     }
@@ -447,7 +459,7 @@ pub fn watch_filter(engine: Engine, path: String, peered: Option<Peered>) -> Fil
     std::sync::Arc::new(move |batch: &[std::sync::Arc<Changes>]| {
         let local = Walk::local(&engine);
         let local_confine = local.confine(&path);
-        let mut across: Option<(Across, Result<Confine, CheckError>)> = None;
+        let mut across: Option<(Across, Result<Arc<Confine>, CheckError>)> = None;
         let mut kept = Vec::new();
         for changes in batch {
             let here = match &local_confine {

@@ -41,6 +41,12 @@
 //! there, acknowledged before a search starts, is never seen by that
 //! search as it was before.
 //!
+//! A path-limited key's check across the servers (`crate::confine::across`)
+//! checks the epochs the same way ([`Peers::check_epochs`], or without
+//! a call where every lease is live: [`Peers::check_epochs_kept`]), and
+//! keeps the subtree its key's path names per generation
+//! ([`ForeignCache::keep_confine`]), dropped with the records.
+//!
 //! Invariants:
 //! - A record is kept only from a reply whose server's epoch and
 //!   incarnation equal the ones the current generation of the cache was
@@ -54,6 +60,7 @@
 
 use crate::dir_leases::DirLeases;
 use crate::placement::Placement;
+use sextant_engine::confine::Confine;
 use sextant_engine::search::{DirRecord, ForeignDirs};
 use sextant_engine::Engine;
 use sextant_proto::pb::sextant_client::SextantClient;
@@ -107,8 +114,20 @@ pub fn keeping() -> bool {
     *KEEPING.get_or_init(|| std::env::var("SEXTANT_SEARCH_KEEP_FOREIGN").map_or(true, |v| v != "0"))
 }
 
+/// Keys' subtrees kept per generation at most.
+const MAX_CONFINES: usize = 4096;
+
 /// Every other server's (incarnation, directory epoch), by address.
 type Epochs = BTreeMap<String, (u64, u64)>;
+
+/// The servers of the route map ([`Peers::servers_of`]).
+#[derive(Debug)]
+struct Servers {
+    /// The others' addresses, sorted.
+    others: Vec<String>,
+    /// This server's (empty when the map does not name it).
+    me: String,
+}
 
 /// The other servers' directory records kept across searches (see the
 /// module docs).
@@ -120,12 +139,18 @@ pub struct ForeignCache {
 #[derive(Default)]
 struct CacheState {
     /// What `records` are valid for.
-    epochs: Epochs,
+    epochs: Arc<Epochs>,
     /// Advanced whenever `records` are dropped.
     generation: u64,
     records: HashMap<Soid, DirRecord>,
     /// `records` by (parent, name): which directory is at a name.
     children: HashMap<(Soid, Box<[u8]>), Soid>,
+    /// Path-limited keys' subtrees, by the key's path, found across the
+    /// servers in this generation (`crate::confine::across`): dropped
+    /// with `records`, as they are read from them, from this server's
+    /// own directories (its epoch is one of `epochs`) and from other
+    /// servers' replies during the generation.
+    confines: HashMap<Box<str>, Arc<Confine>>,
 }
 
 /// What a search checked ([`Peers::check_epochs`]): it may use and fill
@@ -133,7 +158,7 @@ struct CacheState {
 #[derive(Clone, Debug)]
 pub struct Checked {
     generation: u64,
-    epochs: Epochs,
+    epochs: Arc<Epochs>,
 }
 
 /// Channels to the other servers, one per address.
@@ -148,7 +173,7 @@ pub struct Peers {
     /// ([`crate::dir_leases`]).
     pub leases: DirLeases,
     /// [`Peers::servers_of`] at a map revision.
-    servers: parking_lot::Mutex<Option<(u64, Vec<String>, String)>>,
+    servers: parking_lot::Mutex<Option<(u64, Arc<Servers>)>>,
     /// Requests forwarded for local users: a stream per peer.
     pub forwarder: crate::forward::Forwarder,
 }
@@ -181,11 +206,17 @@ impl Peers {
         engine: &Engine,
         placement: &dyn Placement,
     ) -> Option<(Vec<String>, String)> {
+        self.servers(engine, placement)
+            .map(|s| (s.others.clone(), s.me.clone()))
+    }
+
+    /// [`Peers::servers_of`], shared (no copy per check).
+    fn servers(&self, engine: &Engine, placement: &dyn Placement) -> Option<Arc<Servers>> {
         let revision = placement.revision();
         if revision != 0 {
-            if let Some((r, others, me)) = &*self.servers.lock() {
+            if let Some((r, servers)) = &*self.servers.lock() {
                 if *r == revision {
-                    return Some((others.clone(), me.clone()));
+                    return Some(Arc::clone(servers));
                 }
             }
         }
@@ -205,10 +236,11 @@ impl Peers {
             .find(|r| Some(r.server.as_str()) == me)
             .map(|r| r.address.clone())
             .unwrap_or_default();
+        let servers = Arc::new(Servers { others, me: mine });
         if revision != 0 {
-            *self.servers.lock() = Some((revision, others.clone(), mine.clone()));
+            *self.servers.lock() = Some((revision, Arc::clone(&servers)));
         }
-        Some((others, mine))
+        Some(servers)
     }
 
     /// Before a search on `engine` (or a path-limited key's check across
@@ -227,30 +259,17 @@ impl Peers {
         placement: &dyn Placement,
         runtime: &tokio::runtime::Handle,
     ) -> Option<Checked> {
-        let Some((others, me)) = self.servers_of(engine, placement) else {
+        let Some(servers) = self.servers(engine, placement) else {
             self.cache.drop_all(engine, Epochs::new());
             return None;
         };
-        // Servers whose lease is live need not be asked: they revoke it
-        // before acknowledging a directory change (crate::dir_leases).
-        let mut epochs = Epochs::new();
-        let mut ask = Vec::new();
-        {
-            let held = self.leases.held.lock();
-            let now = Instant::now();
-            for address in others {
-                match held.live(&address, now) {
-                    Some(stamp) => {
-                        epochs.insert(address, stamp);
-                    }
-                    None => ask.push(address),
-                }
-            }
+        if let Some(checked) = self.unchanged(engine, &servers) {
+            return Some(checked);
         }
-        metrics::counter!("sextant_search_epoch_checks_skipped_total")
-            .increment(epochs.len() as u64);
+        let (mut epochs, ask) = self.live_epochs(&servers);
         if !ask.is_empty() {
             let peers = Arc::clone(self);
+            let me = servers.me.clone();
             let asked = runtime.block_on(async move {
                 let mut set = tokio::task::JoinSet::new();
                 for address in ask {
@@ -279,22 +298,96 @@ impl Peers {
             };
             epochs.extend(asked);
         }
+        self.settle_epochs(engine, epochs)
+    }
+
+    /// [`Peers::check_epochs`] where it needs no call: every other
+    /// server's lease is live (`None`: some server must be asked, or the
+    /// map cannot be read — run [`Peers::check_epochs`] on a blocking
+    /// thread). Never waits: for a runtime worker.
+    pub fn check_epochs_kept(&self, engine: &Engine, placement: &dyn Placement) -> Option<Checked> {
+        let servers = self.servers(engine, placement)?;
+        if let Some(checked) = self.unchanged(engine, &servers) {
+            return Some(checked);
+        }
+        let (epochs, ask) = self.live_epochs(&servers);
+        if !ask.is_empty() {
+            return None;
+        }
+        self.settle_epochs(engine, epochs)
+    }
+
+    /// The common case of a check, without a copy: every other server's
+    /// lease live at the stamp the kept records are valid for, and this
+    /// server's epoch unchanged — the current generation as it is.
+    fn unchanged(&self, engine: &Engine, servers: &Servers) -> Option<Checked> {
+        // (Lock order: `held`, then the cache's state; nothing takes them
+        // the other way round.)
+        let held = self.leases.held.lock();
+        let st = self.cache.state.lock();
+        if st.epochs.len() != servers.others.len() + 1
+            || st.epochs.get("") != Some(&(incarnation(), engine.dir_epoch()))
+        {
+            return None;
+        }
+        let now = Instant::now();
+        for address in &servers.others {
+            if held.live(address, now)? != *st.epochs.get(address)? {
+                return None;
+            }
+        }
+        metrics::counter!("sextant_search_epoch_checks_skipped_total")
+            .increment(servers.others.len() as u64);
+        Some(Checked {
+            generation: st.generation,
+            epochs: Arc::clone(&st.epochs),
+        })
+    }
+
+    /// The other servers' epochs as their live leases say, and the
+    /// servers without a live lease (to be asked). Servers whose lease is
+    /// live need not be asked: they revoke it before acknowledging a
+    /// directory change (crate::dir_leases).
+    fn live_epochs(&self, servers: &Servers) -> (Epochs, Vec<String>) {
+        let mut epochs = Epochs::new();
+        let mut ask = Vec::new();
+        {
+            let held = self.leases.held.lock();
+            let now = Instant::now();
+            for address in &servers.others {
+                match held.live(address, now) {
+                    Some(stamp) => {
+                        epochs.insert(address.clone(), stamp);
+                    }
+                    None => ask.push(address.clone()),
+                }
+            }
+        }
+        metrics::counter!("sextant_search_epoch_checks_skipped_total")
+            .increment(epochs.len() as u64);
+        (epochs, ask)
+    }
+
+    /// The generation valid for the other servers' `epochs` and this
+    /// server's own now (the kept records dropped first when they were
+    /// valid for others).
+    fn settle_epochs(&self, engine: &Engine, mut epochs: Epochs) -> Option<Checked> {
         // This server's own too (under no address): a table may come
         // here, have a directory changed, and go back.
         epochs.insert(String::new(), (incarnation(), engine.dir_epoch()));
         let mut st = self.cache.state.lock();
-        if st.epochs != epochs {
+        if *st.epochs != epochs {
             drop(st);
             self.cache.drop_all(engine, epochs.clone());
             st = self.cache.state.lock();
-            if st.epochs != epochs {
+            if *st.epochs != epochs {
                 // Another search checked meanwhile and saw other values.
                 return None;
             }
         }
         Some(Checked {
             generation: st.generation,
-            epochs,
+            epochs: Arc::clone(&st.epochs),
         })
     }
 
@@ -449,14 +542,15 @@ impl ForeignCache {
         engine.forget_remembered_dirs();
         st.records.clear();
         st.children.clear();
+        st.confines.clear();
         st.generation += 1;
-        st.epochs = epochs;
+        st.epochs = Arc::new(epochs);
     }
 
     /// The kept chains of those of `dirs` kept in generation `checked`
     /// (each record once; a chain stops at the first ancestor not kept),
     /// and the directories not kept.
-    fn lookup(&self, checked: &Checked, dirs: &[Soid]) -> (Vec<DirRecord>, Vec<Soid>) {
+    pub fn lookup(&self, checked: &Checked, dirs: &[Soid]) -> (Vec<DirRecord>, Vec<Soid>) {
         let st = self.state.lock();
         if st.generation != checked.generation {
             return (Vec::new(), dirs.to_vec());
@@ -517,6 +611,30 @@ impl ForeignCache {
             .get(&soid)
             .filter(|r| r.parent == parent && &*r.name == name)
             .map(|r| r.soid)
+    }
+
+    /// The subtree of a key limited to `path`, found across the servers
+    /// in generation `checked` ([`ForeignCache::keep_confine`]; `None`:
+    /// not found in it).
+    pub fn confine(&self, checked: &Checked, path: &str) -> Option<Arc<Confine>> {
+        let st = self.state.lock();
+        if st.generation != checked.generation {
+            return None;
+        }
+        st.confines.get(path).cloned()
+    }
+
+    /// Keeps `confine`, the subtree at `path` as a check of generation
+    /// `checked` found it — from records valid in that generation, this
+    /// server's own directories, and what other servers answered during
+    /// it — for the next checks of that generation (none once it is
+    /// dropped: a directory changed anywhere).
+    pub fn keep_confine(&self, checked: &Checked, path: &str, confine: Arc<Confine>) {
+        let mut st = self.state.lock();
+        if st.generation != checked.generation || st.confines.len() >= MAX_CONFINES {
+            return;
+        }
+        st.confines.insert(Box::from(path), confine);
     }
 
     /// How many records are kept (tests).
@@ -899,5 +1017,104 @@ pub struct NoPeers;
 impl ForeignDirs for NoPeers {
     fn chain(&self, _: Soid) -> Result<Vec<DirRecord>, FsError> {
         Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_engine::store::MemStore;
+    use sextant_engine::EngineConfig;
+    use sextant_types::Credentials;
+
+    fn engine() -> Engine {
+        let config = EngineConfig {
+            flush_interval: None,
+            ..Default::default()
+        };
+        Engine::open(Arc::new(MemStore::new()), config).unwrap()
+    }
+
+    const B: &str = "127.0.0.1:2";
+
+    /// `b`'s lease live, granted at `stamp`.
+    fn lease(peers: &Peers, stamp: (u64, u64)) {
+        let mut held = peers.leases.held.lock();
+        let ticket = held.ticket();
+        assert!(held.install(B, stamp, Instant::now(), crate::dir_leases::LEASE, ticket));
+    }
+
+    /// The subtree a key's path names, kept across requests
+    /// (`ForeignCache::keep_confine`), is read only in the generation it
+    /// was found in: another server's epoch moved (a directory renamed
+    /// there), this server's own, or a lease revoked or run out, and the
+    /// next check finds none kept — it resolves the path again. Fails
+    /// when a kept subtree outlives its generation.
+    #[test]
+    fn a_kept_subtree_is_dropped_when_a_directory_changes_anywhere() {
+        let engine = engine();
+        let peers = Peers::new("secret", None, 0).unwrap();
+        let servers = Servers {
+            others: vec![B.to_string()],
+            me: "127.0.0.1:1".into(),
+        };
+        let sub = Arc::new(Confine {
+            root: Soid::from_u128(0x5b),
+            steps: vec![(Soid::ROOT, Box::from(&b"sub"[..]))],
+        });
+        // Nothing checked yet: a check must ask.
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        lease(&peers, (7, 1));
+        let (epochs, ask) = peers.live_epochs(&servers);
+        assert!(ask.is_empty());
+        let first = peers.settle_epochs(&engine, epochs).unwrap();
+        peers.cache.keep_confine(&first, "/sub", Arc::clone(&sub));
+        // The next check, nothing changed: the same generation, kept.
+        let next = peers.unchanged(&engine, &servers).unwrap();
+        assert_eq!(next.generation, first.generation);
+        assert_eq!(peers.cache.confine(&next, "/sub"), Some(Arc::clone(&sub)));
+        assert_eq!(peers.cache.confine(&next, "/other"), None);
+
+        // b changed a directory: it revoked the lease; the next check
+        // asks b, whose epoch moved.
+        peers.leases.held.lock().revoke_all();
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        let (_, ask) = peers.live_epochs(&servers);
+        assert_eq!(ask, [B.to_string()]);
+        lease(&peers, (7, 2));
+        let (epochs, _) = peers.live_epochs(&servers);
+        let moved = peers.settle_epochs(&engine, epochs).unwrap();
+        assert_ne!(moved.generation, first.generation);
+        assert_eq!(peers.cache.confine(&moved, "/sub"), None);
+        // A check of the old generation keeps nothing into the new one.
+        peers.cache.keep_confine(&first, "/sub", Arc::clone(&sub));
+        assert_eq!(peers.cache.confine(&moved, "/sub"), None);
+        peers.cache.keep_confine(&moved, "/sub", Arc::clone(&sub));
+        assert!(peers.cache.confine(&moved, "/sub").is_some());
+
+        // This server renamed a directory of its own: its epoch moved.
+        let r = Credentials::root();
+        let _ = engine.mkdir(&r, Soid::ROOT, b"d", 0o755).unwrap();
+        assert!(peers.unchanged(&engine, &servers).is_some());
+        let _ = engine
+            .rename(&r, Soid::ROOT, b"d", Soid::ROOT, b"e", Default::default())
+            .unwrap();
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        let (epochs, _) = peers.live_epochs(&servers);
+        let renamed = peers.settle_epochs(&engine, epochs).unwrap();
+        assert_ne!(renamed.generation, moved.generation);
+        assert_eq!(peers.cache.confine(&renamed, "/sub"), None);
+
+        // A lease that runs out: the check must ask again (never taken
+        // as unchanged).
+        peers.cache.keep_confine(&renamed, "/sub", sub);
+        {
+            let mut held = peers.leases.held.lock();
+            let ticket = held.ticket();
+            let long_ago = Instant::now() - Duration::from_secs(10);
+            held.install(B, (7, 2), long_ago, crate::dir_leases::LEASE, ticket);
+        }
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        assert!(!peers.live_epochs(&servers).1.is_empty());
     }
 }

@@ -349,6 +349,26 @@ impl Shared {
         .map_err(|_| FsError::Io)?
     }
 
+    /// `f` on a [`Walk::across`] the servers that reads the records kept
+    /// under live leases alone, here on the runtime's worker
+    /// ([`crate::confine::across::Across::kept`]): its errno; `None` when
+    /// that cannot decide without a call to another server (then
+    /// [`Shared::across`] runs it again on a blocking thread) or there
+    /// are no peers.
+    fn across_kept<T>(
+        &self,
+        f: impl FnOnce(&Walk) -> Result<T, CheckError>,
+    ) -> Option<Result<T, FsError>> {
+        let across = crate::confine::across::Across::kept(
+            self.engine.clone(),
+            Arc::clone(self.peers.as_ref()?),
+            Arc::clone(&self.placement),
+            tokio::runtime::Handle::current(),
+        )?;
+        let decided = f(&Walk::across(&self.engine, &across));
+        (!across.needed_call()).then(|| decided.map_err(CheckError::decided))
+    }
+
     /// [`Shared::handle`] for `caller`: a caller without the secret (a
     /// local user on the Unix socket, served as the kernel says) cannot
     /// reach the other servers of a cluster itself, so what another server
@@ -415,7 +435,12 @@ impl Shared {
                 ll.wait_ready().await;
             }
             return match crate::confine::check(&Walk::local(&self.engine), path, &r) {
-                Err(CheckError::NeedsPeers) => Handled::Across(path.to_string(), r),
+                Err(CheckError::NeedsPeers) => {
+                    match self.across_kept(|walk| crate::confine::check(walk, path, &r)) {
+                        Some(c) => Handled::Answered(self.confined(r, caller, c).await),
+                        None => Handled::Across(path.to_string(), r),
+                    }
+                }
                 c => Handled::Answered(
                     self.confined(r, caller, c.map_err(CheckError::decided))
                         .await,
@@ -1267,14 +1292,23 @@ impl pb::sextant_server::Sextant for Service {
             let engine = &self.shared.engine;
             let scoped = match crate::confine::search_scope(&Walk::local(engine), path, &mut req) {
                 Err(CheckError::NeedsPeers) => {
-                    let shared = Arc::clone(&self.shared);
-                    let (path, mut r) = (path.to_string(), req.clone());
-                    shared
-                        .across(move |walk| {
-                            crate::confine::search_scope(walk, &path, &mut r).map(|()| r)
-                        })
-                        .await
-                        .map(|r| req = r)
+                    let kept = self.shared.across_kept(|walk| {
+                        let mut r = req.clone();
+                        crate::confine::search_scope(walk, path, &mut r).map(|()| r)
+                    });
+                    match kept {
+                        Some(scoped) => scoped.map(|r| req = r),
+                        None => {
+                            let shared = Arc::clone(&self.shared);
+                            let (path, mut r) = (path.to_string(), req.clone());
+                            shared
+                                .across(move |walk| {
+                                    crate::confine::search_scope(walk, &path, &mut r).map(|()| r)
+                                })
+                                .await
+                                .map(|r| req = r)
+                        }
+                    }
                 }
                 c => c.map_err(CheckError::decided),
             };

@@ -24,10 +24,26 @@
 //!   kept (an inode's links, attributes, lookups of files); with leases
 //!   off (`SEXTANT_DIR_LEASES=0`) nothing is, and every check reads what
 //!   it needs again;
+//! - the subtree a key's path names (a [`Confine`]: its root and the
+//!   steps down to it) is kept too, per key path, in the generation of
+//!   the kept records it was found in (`ForeignCache::keep_confine`): it
+//!   is read from those records, this server's own directories (whose
+//!   epoch is part of the generation's check) and lookups other servers
+//!   answered during the generation — any of which changing drops the
+//!   generation at the next check, so the path is not resolved again at
+//!   every request, yet a rename acknowledged before a request is seen
+//!   by its check;
 //! - only a path-limited key's check whose local walk met a directory
-//!   another server holds gets here (on a blocking thread: it waits on the
-//!   runtime); every doubt (a peer that does not answer, a broken chain)
-//!   denies, as on one server.
+//!   another server holds gets here. First inline, on the runtime's
+//!   worker ([`Across::kept`]): the records kept under leases alone, no
+//!   call — when every other server's lease is live and every record the
+//!   check reads is kept, that decides, without the hop to a blocking
+//!   thread. A kept walk that would need a call (a lease run out, a
+//!   record or an inode's links not kept, a lookup elsewhere) makes
+//!   none: it gives up ([`Across::needed_call`]), and the check runs
+//!   again from the start on a blocking thread ([`Across::new`]: it
+//!   waits on the runtime). Every doubt (a peer that does not answer, a
+//!   broken chain) denies, as on one server.
 
 use crate::peers::{PeerDirs, Peers};
 use crate::placement::Placement;
@@ -39,6 +55,7 @@ use sextant_proto::route::RouteTable;
 use sextant_proto::{attr_from_pb, cred_to_pb, error_from_pb, soid_from_pb, soid_to_pb};
 use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +75,10 @@ pub struct Across {
     /// only after a WRONG_SERVER (building it per request cost a search
     /// ~11 % of its CPU: BENCHMARKS, "After batching the directory reads").
     routes: parking_lot::Mutex<Option<RouteTable>>,
+    /// A walk of kept records alone ([`Across::kept`]): it calls no other
+    /// server, and sets `needed_call` where it would have.
+    kept_only: bool,
+    needed_call: AtomicBool,
 }
 
 fn is_cross(e: &FsError) -> bool {
@@ -83,6 +104,17 @@ impl Across {
         } else {
             None
         };
+        Across::with(engine, peers, placement, runtime, checked, false)
+    }
+
+    fn with(
+        engine: Engine,
+        peers: Arc<Peers>,
+        placement: Arc<dyn Placement>,
+        runtime: tokio::runtime::Handle,
+        checked: Option<crate::peers::Checked>,
+        kept_only: bool,
+    ) -> Across {
         Across {
             engine,
             dirs: PeerDirs {
@@ -93,12 +125,58 @@ impl Across {
             },
             parents: parking_lot::Mutex::new(HashMap::new()),
             routes: parking_lot::Mutex::new(None),
+            kept_only,
+            needed_call: AtomicBool::new(false),
         }
+    }
+
+    /// A walk across the servers that reads other servers' directories
+    /// from the records kept under their live leases alone, and calls
+    /// none of them: never waits, so it may run on a runtime worker. A
+    /// read it cannot make so fails (EIO) and sets
+    /// [`Across::needed_call`]: its check's outcome is then void, and the
+    /// check must run again on an [`Across::new`]. `None` when records
+    /// cannot be used without a call (a lease not live, leases or kept
+    /// records off).
+    pub fn kept(
+        engine: Engine,
+        peers: Arc<Peers>,
+        placement: Arc<dyn Placement>,
+        runtime: tokio::runtime::Handle,
+    ) -> Option<Across> {
+        if !(crate::dir_leases::granting() && crate::peers::keeping()) {
+            return None;
+        }
+        let checked = peers.check_epochs_kept(&engine, placement.as_ref())?;
+        Some(Across::with(
+            engine,
+            peers,
+            placement,
+            runtime,
+            Some(checked),
+            true,
+        ))
+    }
+
+    /// Whether this walk (an [`Across::kept`]) met a read it could not
+    /// make without a call: whatever its check decided, it must run again
+    /// on an [`Across::new`].
+    pub fn needed_call(&self) -> bool {
+        self.needed_call.load(Ordering::Relaxed)
+    }
+
+    /// A read a kept walk cannot make: marked, and failed.
+    fn call_needed(&self) -> FsError {
+        self.needed_call.store(true, Ordering::Relaxed);
+        FsError::Io
     }
 
     /// Runs `op` as `cred` on the server holding `key`; a WRONG_SERVER
     /// naming another SOID is returned as the error.
     fn run(&self, cred: &Credentials, key: Soid, op: Op) -> Result<Res, FsError> {
+        if self.kept_only {
+            return Err(self.call_needed());
+        }
         for _ in 0..ATTEMPTS {
             let address = {
                 let mut routes = self.routes.lock();
@@ -192,9 +270,18 @@ impl Across {
             Ok(_) => None,
             Err(e) if is_cross(&e) => {
                 let chain = match &self.dirs.checked {
+                    // The kept records alone.
+                    Some(c) if self.kept_only => {
+                        let (kept, rest) = self.dirs.peers.cache.lookup(c, &[dir]);
+                        if !rest.is_empty() {
+                            return Err(self.call_needed());
+                        }
+                        kept
+                    }
                     // The kept records first, then the holders (and
                     // kept).
                     Some(_) => self.dirs.chains(&[dir])?,
+                    None if self.kept_only => return Err(self.call_needed()),
                     None => self.dirs.chain(dir)?,
                 };
                 let mut parents = self.parents.lock();
@@ -216,6 +303,7 @@ impl Across {
     /// directories it holds (kept for this check).
     fn links_of(&self, soid: Soid) -> Result<Option<(bool, Vec<Soid>)>, FsError> {
         match self.engine.links_of(soid) {
+            Err(e) if is_cross(&e) && self.kept_only => Err(self.call_needed()),
             Err(e) if is_cross(&e) => {
                 let Some(links) = self.dirs.links(soid)? else {
                     return Ok(None);
@@ -279,9 +367,37 @@ impl Across {
         Ok(false)
     }
 
+    /// The subtree at `path` as a check of this generation found it
+    /// before ([`Across::confine`]; `None`: none kept).
+    pub fn kept_confine(&self, path: &str) -> Option<Arc<Confine>> {
+        let checked = self.dirs.checked.as_ref()?;
+        self.dirs.peers.cache.confine(checked, path)
+    }
+
     /// [`sextant_engine::confine::confine_of`] across servers (`None`: no
-    /// directory at `path`).
-    pub fn confine(&self, path: &[u8]) -> Result<Option<Confine>, FsError> {
+    /// directory at `path`); what it finds is kept for the next checks of
+    /// this generation of kept records (see the module doc).
+    pub fn confine(&self, path: &str) -> Result<Option<Arc<Confine>>, FsError> {
+        if let Some(c) = self.kept_confine(path) {
+            return Ok(Some(c));
+        }
+        let Some(found) = self.confine_walk(path.as_bytes())? else {
+            // (Not kept: a directory made there later changes no epoch.)
+            return Ok(None);
+        };
+        let found = Arc::new(found);
+        if let Some(checked) = &self.dirs.checked {
+            if !self.needed_call() {
+                self.dirs
+                    .peers
+                    .cache
+                    .keep_confine(checked, path, Arc::clone(&found));
+            }
+        }
+        Ok(Some(found))
+    }
+
+    fn confine_walk(&self, path: &[u8]) -> Result<Option<Confine>, FsError> {
         let root = Credentials::root();
         let mut cur = Soid::ROOT;
         let mut steps = Vec::new();
