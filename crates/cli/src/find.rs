@@ -218,6 +218,13 @@ struct Run<'a> {
     /// The current starting point's file system type (`-fstype`, `%F`):
     /// its mount's, else `sextant`.
     fstype: std::rc::Rc<str>,
+    /// The last starting point's SOID, as its depth-0 search (step (1) of
+    /// [`Run::start_at`]) found it (`None`: clamped to a client key's
+    /// subtree, or not found): the later searches of that starting point
+    /// start there, so its path is resolved once per starting point, not
+    /// once per search (on a cluster each resolution is a walk across the
+    /// servers, BENCHMARKS "Search across servers: one resolution").
+    scope_root: Option<sextant_types::Soid>,
 }
 
 /// A removal in flight: (printed path, namespace parent path, outcome).
@@ -268,12 +275,17 @@ fn refused_by_mount(typed: &str, loc: &mounts::Located) -> bool {
     }
 }
 
-/// Collects every hit of `expr` under `ns`.
-async fn collect(s: &Session, ns: &[u8], expr: Expr, limit: u64) -> Result<Vec<SearchHit>, Error> {
+/// Collects every hit of `expr` under `scope`.
+async fn collect(
+    s: &Session,
+    scope: SearchScope,
+    expr: Expr,
+    limit: u64,
+) -> Result<Vec<SearchHit>, Error> {
     if expr == Expr::False {
         return Ok(Vec::new());
     }
-    let mut spec = SearchSpec::new(SearchScope::Path(ns.to_vec()), expr);
+    let mut spec = SearchSpec::new(scope, expr);
     spec.limit = limit;
     let mut h = s.search(&spec).await?;
     let mut all = Vec::new();
@@ -424,6 +436,7 @@ impl<'a> Run<'a> {
             fstype: "sextant".into(),
             pipelined: false,
             removing: Default::default(),
+            scope_root: None,
         };
         cmd.expr.for_each_leaf(&mut |n| match n {
             Node::Test(Test::Client(ClientTest::Access(_) | ClientTest::XType(_))) => {
@@ -814,7 +827,11 @@ impl<'a> Run<'a> {
         let (min, max) = (self.cmd.min_depth, self.cmd.max_depth);
         let ns = loc.ns.clone();
         // (1) The starting point.
-        let root_hit = match collect(self.s, &ns, depth(0, 0), 1).await?.pop() {
+        self.scope_root = None;
+        let root_hit = match collect(self.s, SearchScope::Path(ns.clone()), depth(0, 0), 1)
+            .await?
+            .pop()
+        {
             Some(h) => h,
             None => return Err(Error::Fs(FsError::NotFound)),
         };
@@ -831,6 +848,15 @@ impl<'a> Run<'a> {
             ));
         }
         let tb: &[u8] = if clamped { &root } else { typed.as_bytes() };
+        // The later searches start at the object (1) found, as find goes
+        // on in the directory it opened: its path is not resolved again.
+        // (Clamped: the server clamps the path again, as it did.)
+        let scope = if clamped {
+            SearchScope::Path(ns.clone())
+        } else {
+            self.scope_root = Some(root_hit.soid);
+            SearchScope::Soid(root_hit.soid)
+        };
         // Printed paths are namespace paths: the server may decide -path.
         let same = |t: &[u8]| t == root.as_slice();
         let filters =
@@ -854,7 +880,7 @@ impl<'a> Run<'a> {
                 depth(min, max),
                 plan::opaque_query(&p, &plan::or(depth(0, 0), relevant.clone())),
             );
-            let paths = collect(self.s, &ns, q, 0)
+            let paths = collect(self.s, scope.clone(), q, 0)
                 .await?
                 .into_iter()
                 .map(|h| h.path.to_vec())
@@ -871,7 +897,7 @@ impl<'a> Run<'a> {
                 ),
                 plan::or(depth(0, 0), filters.prune.clone()),
             );
-            for hit in collect(self.s, &ns, q, 0).await? {
+            for hit in collect(self.s, scope.clone(), q, 0).await? {
                 let shown = printed(tb, &root, &hit);
                 let name: &[u8] = if hit.depth == 0 {
                     typed_name(tb)
@@ -929,7 +955,7 @@ impl<'a> Run<'a> {
         let q = plan::and(depth(min.max(1), max), filters.out.clone());
         let mut dirs = Vec::new();
         if descend && q != Expr::False {
-            let spec = SearchSpec::new(SearchScope::Path(ns.clone()), q);
+            let spec = SearchSpec::new(scope.clone(), q);
             let mut hits = self.s.search(&spec).await?;
             while let Some(batch) = hits.next_batch().await? {
                 for hit in batch {
@@ -989,7 +1015,7 @@ impl<'a> Run<'a> {
                 ),
                 fold_not_listable(&cred),
             );
-            for hit in collect(self.s, &ns, q, 0).await? {
+            for hit in collect(self.s, scope.clone(), q, 0).await? {
                 if self.quit || sink.stopped() {
                     break;
                 }

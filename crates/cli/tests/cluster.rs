@@ -1874,6 +1874,74 @@ fn a_local_user_searches_a_spread_cluster_through_the_socket() {
     );
 }
 
+/// `find`, `stats` and `du` of a directory on a cluster whose namespace
+/// is spread resolve the starting point's path once (the depth-0 search
+/// that finds it), not again for the search below it: on a cluster every
+/// resolution is a walk across the servers, the larger part of what a
+/// small query's scope below `/` cost more than on one server
+/// (BENCHMARKS, "Search across servers: one resolution per starting
+/// point"). Counted by the client's phase marks (`SEXTANT_SEARCH_TIMING`);
+/// the answers are checked too.
+#[test]
+fn a_spread_search_resolves_its_starting_point_once() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
+    let c = config.to_str().unwrap();
+    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+    for d in 0..8 {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
+        let files: Vec<String> = (0..6).map(|f| format!("/d{d}/f{f}")).collect();
+        let mut args = vec!["touch"];
+        args.extend(files.iter().map(String::as_str));
+        sextant_ok(&a_addr, &secret, &args);
+    }
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let _b = KillOnDrop(b);
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(&etcd.url, &secret));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+    // (output, resolutions of a scope path)
+    let timed = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["--server", &a_addr, "--data"])
+            .arg(&secret)
+            .args(args)
+            .env("SEXTANT_SEARCH_TIMING", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{args:?}: {err}");
+        let resolved = err
+            .lines()
+            .filter(|l| l.contains("resolving the scope's path"))
+            .count();
+        (String::from_utf8(out.stdout).unwrap(), resolved, err)
+    };
+    for d in ["/d2", "/d5"] {
+        let (out, n, err) = timed(&["find", d, "-name", "f1"]);
+        assert_eq!(out.trim(), format!("{d}/f1"), "{err}");
+        assert_eq!(n, 1, "find {d}: the path resolved {n} times: {err}");
+        let (out, n, err) = timed(&["--json", "stats", d]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["total"]["count"].as_u64(), Some(7), "{out}");
+        assert_eq!(n, 1, "stats {d}: the path resolved {n} times: {err}");
+        let (out, n, err) = timed(&["du", d]);
+        assert!(out.contains("7 entries"), "{out}");
+        assert_eq!(n, 1, "du {d}: the path resolved {n} times: {err}");
+    }
+}
+
 /// RETURN (issue 21 item 1): a table an operation pulled goes back to the
 /// server it came from once nothing uses it there. `/q`'s table is b's;
 /// `mv /p/f0 /q/moved` through a pulls it to a (one local transaction

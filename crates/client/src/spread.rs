@@ -5,7 +5,11 @@
 //! How a query runs:
 //! 1. The scope path is resolved here, as the caller (each name's search
 //!    permission checked by the server holding it), to a SOID: every
-//!    server then starts from the same directory.
+//!    server then starts from the same directory. (A path leaving the
+//!    home server's tables is walked name by name, a round trip per
+//!    name: a caller searching one starting point several times — `find`,
+//!    `stats` and `du` search it at depth 0, then below it — resolves it
+//!    once and gives its SOID after.)
 //! 2. The route map splits the SOID space by server; each server gets
 //!    its ranges (`SearchRequest.ranges`). It searches the tables it holds
 //!    in them — reading the directories other servers hold for ancestry,
@@ -87,17 +91,23 @@ impl Merged {
             {
                 SearchScope::Soid(sextant_types::Soid::ROOT)
             }
-            SearchScope::Path(p) => match client.resolve(cred, p, false).await {
-                Ok(a) => SearchScope::Soid(a.soid),
-                // With a client key limited to a subtree, a scope above
-                // it (`find /`) cannot be resolved by the key, but is
-                // searched clamped to the subtree: each server clamps the
-                // path itself (`sextant_server::confine::search_scope`).
-                Err(Error::Fs(sextant_types::FsError::Access)) if client.has_key() => {
-                    SearchScope::Path(p.clone())
+            // (A walk across the servers, name by name, when the path
+            // leaves the home server's tables: a caller that searches the
+            // same starting point again gives its SOID, as `find` does.)
+            SearchScope::Path(p) => {
+                crate::timing::mark(|| "spread search: resolving the scope's path".into());
+                match client.resolve(cred, p, false).await {
+                    Ok(a) => SearchScope::Soid(a.soid),
+                    // With a client key limited to a subtree, a scope above
+                    // it (`find /`) cannot be resolved by the key, but is
+                    // searched clamped to the subtree: each server clamps
+                    // the path itself (`sextant_server::confine::search_scope`).
+                    Err(Error::Fs(sextant_types::FsError::Access)) if client.has_key() => {
+                        SearchScope::Path(p.clone())
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
-            },
+            }
         };
         crate::timing::mark(|| "spread search: scope resolved, fanning out".into());
         let mut spec = spec.clone();

@@ -255,6 +255,9 @@ async fn totals(
                     run.failed = true;
                     return Ok(());
                 }
+                // The starting point's SOID as the depth-0 search found
+                // it: the totals start there, its path not resolved again.
+                let mut scope_root = None;
                 if run.cmd.min_depth == 0 {
                     let probe = Command {
                         max_depth: 0,
@@ -265,6 +268,7 @@ async fn totals(
                     sub.filters = run.filters.clone();
                     sub.start(p, &mut counter).await?;
                     run.failed |= sub.failed;
+                    scope_root = sub.scope_root;
                 }
                 if saved > 0 {
                     let q = plan::and(
@@ -272,7 +276,11 @@ async fn totals(
                         run.filters.out.clone(),
                     );
                     if q != Expr::False {
-                        let mut spec = SearchSpec::new(SearchScope::Path(loc.ns), q);
+                        let scope = match scope_root {
+                            Some(soid) => SearchScope::Soid(soid),
+                            None => SearchScope::Path(loc.ns),
+                        };
+                        let mut spec = SearchSpec::new(scope, q);
                         ask_totals(&mut spec, grouped);
                         let mut h = s.search(&spec).await?;
                         while h.next_batch().await?.is_some() {}
