@@ -157,6 +157,19 @@ impl Client {
         cred: &Credentials,
         spec: &SearchSpec,
     ) -> Result<SearchStream> {
+        let retry_for = self.inner.options.retry_for;
+        self.search_at_within(link, cred, spec, retry_for).await
+    }
+
+    /// [`Client::search_at`], retrying a server that does not answer for
+    /// `retry_for` at most.
+    pub(crate) async fn search_at_within(
+        &self,
+        link: Option<Arc<crate::route::Link>>,
+        cred: &Credentials,
+        spec: &SearchSpec,
+        retry_for: Duration,
+    ) -> Result<SearchStream> {
         let req = spec_to_pb(spec, cred);
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
             return Err(Error::Fs(FsError::TooBig));
@@ -192,7 +205,7 @@ impl Client {
                 },
                 Err(s) => return Err(status_error(&s)),
             };
-            if started.elapsed() + backoff > self.inner.options.retry_for {
+            if started.elapsed() + backoff > retry_for {
                 return Err(failure);
             }
             tokio::time::sleep(backoff).await;

@@ -29,6 +29,11 @@
 //! server, naming the holder in `forward_to`: the server runs it there,
 //! with the secret, as the caller it admitted.
 //!
+//! A server that cannot be reached is retried; once a fresh map no longer
+//! names it (it left the cluster, or its tables failed over), its ranges
+//! are asked of their holders like those a server did not hold. (Only
+//! when its search never started: no hit of it was passed on.)
+//!
 //! Invariants: the merged stream ends with `Done` only when every range
 //! was searched by some server; any server's failure fails the query (no
 //! silently partial answer). Dropping the stream cancels every server's
@@ -49,6 +54,9 @@ use tokio::task::JoinSet;
 const CHASE_FOR: Duration = Duration::from_secs(30);
 /// Between rounds (a table on its way to its new holder).
 const ROUND_PAUSE: Duration = Duration::from_millis(50);
+/// A server that does not answer a part for this long is looked up in a
+/// fresh map: gone from it, its ranges are asked of their new holders.
+const REROUTE_AFTER: Duration = Duration::from_secs(1);
 /// Batches queued from the servers for the reader.
 const QUEUE: usize = 16;
 
@@ -202,17 +210,46 @@ async fn drive(
                 }
                 let link = (!address.is_empty() && !forward).then(|| client.link_to(&address));
                 crate::timing::mark(|| format!("part {address}: asked"));
-                let mut s: SearchStream = match client.search_at(link, &cred, &part).await {
-                    // Typically a local user on the Unix socket, who has
-                    // no secret for the other servers' TCP ports.
-                    Err(Error::Auth) if client.secret_is_empty() => {
-                        return Err(Error::Protocol(format!(
-                            "the namespace is spread over several servers, and searching \
-                             {address} needs the cluster secret (without it, only the server \
-                             on this machine's socket answers)"
-                        )))
+                let asked = Instant::now();
+                let retry_for = client.inner.options.retry_for;
+                let mut s: SearchStream = loop {
+                    let within = REROUTE_AFTER.min(retry_for.saturating_sub(asked.elapsed()));
+                    match client
+                        .search_at_within(link.clone(), &cred, &part, within)
+                        .await
+                    {
+                        // Typically a local user on the Unix socket, who has
+                        // no secret for the other servers' TCP ports.
+                        Err(Error::Auth) if client.secret_is_empty() => {
+                            return Err(Error::Protocol(format!(
+                                "the namespace is spread over several servers, and searching \
+                                 {address} needs the cluster secret (without it, only the \
+                                 server on this machine's socket answers)"
+                            )))
+                        }
+                        // A server that does not answer and that the map
+                        // no longer names (it left, or its tables failed
+                        // over) searched nothing: its ranges are asked
+                        // again of their holders, by a fresh map.
+                        Err(e @ Error::Unavailable { .. }) if !forward => {
+                            let gone = client
+                                .peek_route_map()
+                                .await
+                                .is_ok_and(|m| !m.routes().iter().any(|r| r.address == address));
+                            if gone {
+                                return Ok(Part {
+                                    done: SearchDone {
+                                        not_held: part.ranges.clone(),
+                                        ..SearchDone::default()
+                                    },
+                                });
+                            }
+                            if asked.elapsed() >= retry_for {
+                                return Err(e);
+                            }
+                        }
+                        other => break other?,
                     }
-                    other => other?,
                 };
                 crate::timing::mark(|| format!("part {address}: stream open"));
                 while let Some(batch) = s.next_batch().await? {

@@ -272,6 +272,11 @@ impl DirLeases {
         }
         if first_after_start {
             self.predecessor_revoked.store(true, Ordering::Release);
+            tracing::info!(
+                asked,
+                answered,
+                "the first directory change since this server started revoked at every server"
+            );
         }
         if asked > 0 {
             metrics::counter!("sextant_dir_lease_revocations_total").increment(asked as u64);
