@@ -43,6 +43,22 @@ pub async fn request_move(
             // An admin's move places the table for good: a home a BORROW
             // noted would send it back there (a RETURN) once it lands —
             // the coordinator keeps a home while a move is on its way.
+            //
+            // Why here and not the coordinator's ordinary `ForgetHome`
+            // (issue 20, looked at and kept): the pure `decide` sees only
+            // `move/<table>` = a server, the same key a lend writes; it
+            // cannot tell an operator's move from a lend to a borrower, so
+            // it keeps the home while any move is pending (a lend whose
+            // borrow ended before it landed must still go home: the
+            // simulation's seed 42) and returns the table once it lands.
+            // Making it ordinary needs a move record that says whose it
+            // is, read by `decide` and checked by the simulation — a
+            // change of the state machine, not of this shell. Deleting the
+            // home in the same transaction as the move is atomic with it
+            // (conditional on the owner revision read and no move
+            // pending), so no round of the coordinator sees one without
+            // the other; a BORROW still waiting re-lends the table from
+            // its new place and notes that as its home.
             TxnOp::delete(cfg.key(&keys::home_key(table)), None),
         ]);
     Ok(bounded(cfg, client.txn(txn)).await?.succeeded())

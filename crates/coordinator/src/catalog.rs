@@ -188,6 +188,40 @@ pub async fn commit_tables(
     Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
 }
 
+/// Reads back whether etcd holds `change` as [`commit_tables`] writes it
+/// — every updated or created table's `manifest/` key is its manifest,
+/// every removed table's `owner/` key is gone — after a transaction
+/// whose answer was lost. `true`: it was applied (a manifest names a
+/// snapshot written for that commit; only the table's owner writes its
+/// manifest), so the outcome is known and that transaction cannot apply
+/// again. `false`: not (yet) applied — still unknown.
+pub async fn tables_change_applied(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    change: &TablesChange,
+) -> Result<bool, CoordError> {
+    let puts = change
+        .updated
+        .iter()
+        .map(|(t, _)| t)
+        .chain(change.created.iter());
+    for t in puts {
+        let key = cfg.key(&keys::manifest_key(t.table));
+        let resp = bounded(cfg, client.get(key, None)).await?;
+        if resp.kvs().first().map(|kv| kv.value()) != Some(&t.manifest[..]) {
+            return Ok(false);
+        }
+    }
+    for (t, _) in &change.removed {
+        let key = cfg.key(&keys::owner_key(*t));
+        let resp = bounded(cfg, client.get(key, None)).await?;
+        if !resp.kvs().is_empty() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// What [`commit_merge`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MergeOutcome {

@@ -33,8 +33,11 @@
 //!   LSNs of different members' journals are unrelated numbers; the
 //!   snapshot's own LSN (`entry.lsn`) only identifies the blob.
 //! - A snapshot blob is deleted only by the member that committed a
-//!   manifest replacing it (never by listing): so a blob a dropped table's
-//!   manifest names stays until its new owner supersedes it.
+//!   manifest replacing it, or by the member that wrote it in its present
+//!   run once no manifest in the catalogue names it, no table it holds
+//!   uses it and no commit that may still take effect names it (the sweep
+//!   of `engine::member`): so a blob a dropped table's manifest names
+//!   stays until its new owner supersedes it.
 
 use crate::journal::Lsn;
 use crate::manifest::TableEntry;
@@ -233,6 +236,29 @@ pub trait TableCatalog: Send + Sync {
     fn next_table_id(&self) -> Result<TableId, CatalogError>;
     fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError>;
     fn journal_floor(&self, member: &str) -> Result<Option<Lsn>, CatalogError>;
+    /// Every snapshot blob a manifest in the catalogue names, read at one
+    /// instant. A member's sweep of the snapshots it wrote deletes none of
+    /// these. The default: unknown (nothing is swept).
+    fn referenced_files(&self) -> Result<std::collections::BTreeSet<String>, CatalogError> {
+        Err(CatalogError::Unavailable(
+            "this catalogue does not list the snapshots it names".into(),
+        ))
+    }
+    /// The fence `member`'s last commit was planned under, as an opaque
+    /// number (on etcd: the membership lease `member/<member>` was on).
+    /// `None`: unknown (a snapshot in a commit whose outcome is unknown is
+    /// then never swept in this run).
+    fn last_commit_fence(&self, member: &str) -> Option<u64> {
+        let _ = member;
+        None
+    }
+    /// Whether no commit of `member` planned under `fence` can take effect
+    /// any more, also one still in flight (on etcd: `member/<member>` is on
+    /// another lease — a lease never comes back). The default: `false`.
+    fn fence_void(&self, member: &str, fence: u64) -> Result<bool, CatalogError> {
+        let _ = (member, fence);
+        Ok(false)
+    }
 }
 
 /// How an engine joins a cluster ([`crate::Engine::open_member`]).

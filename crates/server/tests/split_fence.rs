@@ -17,6 +17,13 @@
 //! catalogue's ranges still partition the SOID space, the reload works,
 //! and every acknowledged operation is found after a crash and restart
 //! (or by the server the table was failed over to).
+//!
+//! The late apply for real: the split's transaction applied by etcd and
+//! its answer lost (the server told the outcome is unknown), with the
+//! lease kept (the server serves on and commits both halves once) or lost
+//! (both halves fail over whole). And the shared store's hygiene: the
+//! snapshots a failed split wrote are swept once nothing can name them,
+//! never one a manifest in etcd names.
 
 use sextant_cluster::ids::{Epoch, TableId};
 use sextant_coordinator::etcd_client::PutOptions;
@@ -94,7 +101,9 @@ impl Drop for Etcd {
 }
 
 /// The catalogue on etcd, whose next commit can be made to fail (etcd
-/// unreachable) once.
+/// unreachable) once. (A lost answer is the catalogue's own fault point,
+/// [`EtcdCatalog::lose_next_reply`]: etcd applies the transaction, the
+/// answer is dropped after it was sent.)
 struct Flaky {
     inner: EtcdCatalog,
     fail_next: Mutex<Option<CatalogError>>,
@@ -106,6 +115,15 @@ impl TableCatalog for Flaky {
             return Err(e);
         }
         self.inner.commit(member, change)
+    }
+    fn referenced_files(&self) -> Result<std::collections::BTreeSet<String>, CatalogError> {
+        self.inner.referenced_files()
+    }
+    fn last_commit_fence(&self, member: &str) -> Option<u64> {
+        self.inner.last_commit_fence(member)
+    }
+    fn fence_void(&self, member: &str, fence: u64) -> Result<bool, CatalogError> {
+        self.inner.fence_void(member, fence)
     }
     fn merge(&self, member: &str, merged: TableManifest, gone: u64) -> Result<(), CatalogError> {
         self.inner.merge(member, merged, gone)
@@ -299,16 +317,51 @@ fn revision_now(rt: &tokio::runtime::Runtime, cfg: &EtcdConfig) -> i64 {
     })
 }
 
+/// Snapshots of member `name` in the shared store that no manifest in
+/// etcd names (left behind: nothing will ever read them).
+fn unreferenced(store: &MemStore, catalog: &Flaky, name: &str) -> Vec<String> {
+    let named = catalog.referenced_files().unwrap();
+    store
+        .list(&format!("members/{name}/tables/"))
+        .unwrap()
+        .into_iter()
+        .filter(|f| !named.contains(f))
+        .collect()
+}
+
+/// Snapshots a manifest in etcd names that the shared store lacks (a
+/// table nobody can load).
+fn missing(store: &MemStore, catalog: &Flaky) -> Vec<String> {
+    let held: std::collections::BTreeSet<String> =
+        store.list("members/").unwrap().into_iter().collect();
+    catalog
+        .referenced_files()
+        .unwrap()
+        .into_iter()
+        .filter(|f| !held.contains(f))
+        .collect()
+}
+
 /// The root table split while etcd did not answer: the split's commit
 /// failed, the new table is only in the engine. Returns it, with the
 /// directories made (each holding a file `f`), acknowledged.
 fn split_uncommitted(a: &Server) -> (u64, Vec<Soid>) {
+    split_failing(a, false)
+}
+
+/// [`split_uncommitted`], or (`lost_reply`) the split's commit applied by
+/// etcd and its answer lost: the engine was told `Unavailable`.
+fn split_failing(a: &Server, lost_reply: bool) -> (u64, Vec<Soid>) {
     let root = Credentials::root();
     a.settle();
     assert_eq!(a.engine.owned_tables(), vec![ROOT_TABLE_ID]);
-    *a.catalog.fail_next.lock().unwrap() = Some(CatalogError::Unavailable(
-        "etcd unreachable (the lease is running out)".into(),
-    ));
+    if lost_reply {
+        a.catalog.inner.lose_next_reply();
+    } else {
+        *a.catalog.fail_next.lock().unwrap() = Some(CatalogError::Unavailable(
+            "etcd unreachable (the lease is running out)".into(),
+        ));
+    }
     let mut dirs = Vec::new();
     for i in 0..40 {
         let d = a
@@ -334,10 +387,24 @@ fn split_uncommitted(a: &Server) -> (u64, Vec<Soid>) {
         "the split's commit was the one refused"
     );
     let n = held.into_iter().find(|t| *t != ROOT_TABLE_ID).unwrap();
-    assert!(
-        a.map.current().tables.keys().all(|t| u64::from(t.0) != n),
-        "the split is not in etcd"
-    );
+    if lost_reply {
+        // In etcd, owned by a: the map shows it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a
+            .map
+            .current()
+            .owner(TableId(u32::try_from(n).unwrap()))
+            .is_none_or(|o| o.server != a.name)
+        {
+            assert!(Instant::now() < deadline, "the split is not in etcd");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    } else {
+        assert!(
+            a.map.current().tables.keys().all(|t| u64::from(t.0) != n),
+            "the split is not in etcd"
+        );
+    }
     // Acknowledged under the old lease, after the split: in both halves.
     for d in &dirs {
         a.engine
@@ -415,6 +482,16 @@ fn a_split_from_before_a_lost_lease_does_not_commit_after_the_reload() {
     assert!(
         a.map.current().tables.keys().all(|t| u64::from(t.0) != n),
         "the split from before the lease loss was committed"
+    );
+    // The snapshots the failed split wrote (and the one the reload
+    // replaced) are gone from the shared store; every one etcd names is
+    // there.
+    a.engine.sync().unwrap();
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+    assert_eq!(
+        unreferenced(&store, &a.catalog, "a"),
+        Vec::<String>::new(),
+        "snapshots nothing names are left in the shared store"
     );
 
     // A crash and a restart: every acknowledged operation is there.
@@ -522,5 +599,197 @@ fn a_split_from_before_a_lost_lease_does_not_commit_after_a_failover() {
     assert!(
         b.map.current().tables.keys().all(|t| u64::from(t.0) != n),
         "the split from before the lease loss was committed"
+    );
+    // a's next checkpoint sweeps what it wrote that nothing names now:
+    // the failed split's snapshots, and the root table's b replaced.
+    a.engine.sync().unwrap();
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+    assert_eq!(
+        unreferenced(&store, &a.catalog, "a"),
+        Vec::<String>::new(),
+        "snapshots nothing names are left in the shared store"
+    );
+}
+
+/// Starts etcd and the runtime for a test (`None`: no etcd here).
+fn setup(dir: &Path) -> Option<(Etcd, tokio::runtime::Runtime)> {
+    let etcd = Etcd::start(dir)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    Some((etcd, rt))
+}
+
+/// Until `map` names `server` for `table`.
+fn until_owner(map: &DelegationMap, table: u64, server: &str) {
+    let t = TableId(u32::try_from(table).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while map.current().owner(t).is_none_or(|o| o.server != server) {
+        assert!(
+            Instant::now() < deadline,
+            "the map never named {server} for {t}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The split's transaction applied by etcd, its reply lost (the server
+/// was told the outcome is unknown), the lease kept: the server serves
+/// both halves on, the shell's ADD of the new table (the map names the
+/// server for it) finds it held, the next checkpoint commits both again
+/// (as updates now), nothing it wrote is deleted while etcd names it, and
+/// a crash and restart finds every acknowledged write.
+#[test]
+fn a_split_whose_reply_was_lost_commits_once_and_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((etcd, rt)) = setup(dir.path()) else {
+        return;
+    };
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let root = Credentials::root();
+    let l1 = join(&rt, &cfg, "a");
+    let a = server(&rt, &cfg, &store, "a");
+    until_member(&a.map, "a", l1);
+    let (n, dirs) = split_failing(&a, true);
+    check_partition(&a.map, revision_now(&rt, &cfg)).unwrap();
+    let (grant, manifest) = a.grant(n, 1);
+    a.host.add_table(&grant, Some(&manifest)).unwrap();
+    let mut held = a.engine.owned_tables();
+    held.sort_unstable();
+    assert_eq!(held, vec![ROOT_TABLE_ID, n], "both halves serve here");
+    for d in &dirs {
+        a.engine
+            .create(&root, *d, b"after-lost-reply", 0o644, true)
+            .unwrap()
+            .wait(&a.engine)
+            .unwrap();
+    }
+    a.settle();
+    a.engine.sync().unwrap();
+    check_partition(&a.map, revision_now(&rt, &cfg)).unwrap();
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+    let state = a.map.current();
+    assert_eq!(
+        state.tables.len(),
+        2,
+        "two tables in the catalogue: {:?}",
+        state.tables
+    );
+    // The commit was read back as applied: none of its snapshots is kept
+    // in doubt (left in the store once replaced).
+    assert_eq!(
+        unreferenced(&store, &a.catalog, "a"),
+        Vec::<String>::new(),
+        "snapshots nothing names are left in the shared store"
+    );
+
+    let Server {
+        map,
+        catalog,
+        engine,
+        host,
+        ..
+    } = a;
+    drop(host);
+    drop(engine);
+    store.crash(None);
+    let engine = Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        engine_config(),
+        MemberConfig {
+            name: "a".into(),
+            catalog: Arc::clone(&catalog) as _,
+        },
+    )
+    .unwrap();
+    let mut held = engine.owned_tables();
+    held.sort_unstable();
+    assert_eq!(held, vec![ROOT_TABLE_ID, n]);
+    for d in &dirs {
+        for name in [&b"f"[..], b"after-split", b"after-lost-reply"] {
+            engine
+                .lookup(&root, *d, name)
+                .unwrap_or_else(|e| panic!("{} in {d:?} lost: {e}", String::from_utf8_lossy(name)));
+        }
+    }
+    drop(engine);
+    drop(map);
+}
+
+/// The split's transaction applied, its reply lost, then the lease lost
+/// too (etcd unreachable: why the reply was lost): the shell forgets the
+/// tables, both halves are failed over to b, a rejoins. a must serve
+/// nothing and must not delete the snapshots etcd names for them (its
+/// sweep of unreferenced snapshots runs meanwhile); b loads both halves
+/// and finds every acknowledged write; once b replaced them, a's next
+/// checkpoint removes a's snapshots nothing names.
+#[test]
+fn a_split_whose_reply_was_lost_fails_over_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((etcd, rt)) = setup(dir.path()) else {
+        return;
+    };
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let root = Credentials::root();
+    let l1 = join(&rt, &cfg, "a");
+    let a = server(&rt, &cfg, &store, "a");
+    until_member(&a.map, "a", l1);
+    let lb = join(&rt, &cfg, "b");
+    let b = server(&rt, &cfg, &store, "b");
+    until_member(&b.map, "b", lb);
+    let (n, dirs) = split_failing(&a, true);
+    let (grant, manifest) = a.grant(n, 1);
+    a.host.add_table(&grant, Some(&manifest)).unwrap();
+
+    lose(&rt, &cfg, l1);
+    a.host.forget_table(ROOT);
+    a.host.forget_table(TableId(u32::try_from(n).unwrap()));
+    assert!(a.engine.owned_tables().is_empty());
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(&cfg).await.unwrap();
+        for t in [ROOT, TableId(u32::try_from(n).unwrap())] {
+            let owner = OwnerValue {
+                epoch: Epoch(2),
+                server: "b".into(),
+            };
+            c.put(cfg.key(&owner_key(t)), owner.encode(), None)
+                .await
+                .unwrap();
+        }
+    });
+    let l2 = join(&rt, &cfg, "a");
+    until_member(&a.map, "a", l2);
+    // a's checkpoint and sweep: what etcd names stays.
+    a.engine.sync().unwrap();
+    assert_eq!(
+        missing(&store, &a.catalog),
+        Vec::<String>::new(),
+        "a deleted a snapshot etcd names"
+    );
+    assert!(a.engine.owned_tables().is_empty());
+    for t in [ROOT_TABLE_ID, n] {
+        until_owner(&b.map, t, "b");
+        let (grant, manifest) = b.grant(t, 1);
+        b.host.add_table(&grant, Some(&manifest)).unwrap();
+    }
+    for d in &dirs {
+        for name in [&b"f"[..], b"after-split"] {
+            b.engine
+                .lookup(&root, *d, name)
+                .unwrap_or_else(|e| panic!("{} in {d:?} lost: {e}", String::from_utf8_lossy(name)));
+        }
+    }
+    b.settle();
+    check_partition(&b.map, revision_now(&rt, &cfg)).unwrap();
+    a.engine.sync().unwrap();
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+    assert_eq!(
+        unreferenced(&store, &a.catalog, "a"),
+        Vec::<String>::new(),
+        "snapshots nothing names are left in the shared store"
     );
 }

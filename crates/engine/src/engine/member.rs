@@ -22,6 +22,10 @@
 //!   committed. A table loaded from its snapshot starts at `last_lsn =
 //!   floor - 1`, whoever wrote the snapshot (LSNs of other members'
 //!   journals mean nothing here).
+//! - A snapshot this run wrote that no manifest commits (the commit
+//!   failed, the table was given up or split meanwhile) is deleted by the
+//!   sweep after a committed checkpoint ([`MemberRun::sweep`]), never
+//!   while a commit that may still take effect names it (`doubt`).
 //! - The journal is trimmed only below every owned table's floor, below
 //!   `pinned` (the floors of tables revoked or dropped without a known
 //!   commit in this run) and below the catalogue's
@@ -112,6 +116,17 @@ pub(crate) struct MemberRun {
     /// ([`Engine::take_given_up`]) and loads them again from whatever the
     /// catalogue holds once it answers.
     given_up: Mutex<Vec<TableId>>,
+    /// Snapshots of this run named in a commit whose outcome is unknown
+    /// (the catalogue did not answer) or handed to the shell by a DROP:
+    /// file → the fence the commit was planned under
+    /// ([`TableCatalog::last_commit_fence`]; `None`: never known void in
+    /// this run — a DROP's, whose handover the shell commits). The sweep
+    /// leaves them while a commit naming them may still take effect, and
+    /// a commit replacing one leaves it to the sweep.
+    doubt: Mutex<BTreeMap<String, Option<u64>>>,
+    /// The first snapshot sequence number of this run: the sweep looks
+    /// only at snapshots this run wrote.
+    first_seq: u64,
 }
 
 /// Whether `book` has table `id` committed with range `range`.
@@ -225,6 +240,116 @@ impl MemberRun {
             "held table {id} has no floor"
         );
         book.committed.get(&id).is_none_or(|c| c.2 != range)
+    }
+
+    /// [`TableCatalog::commit`]; an outcome it cannot tell
+    /// (`Unavailable`: the transaction may have been applied, its answer
+    /// lost, or may still be) puts the change's snapshots in doubt.
+    fn commit(&self, change: CatalogChange) -> Result<(), CatalogError> {
+        let files: Vec<String> = change.put.iter().map(|m| m.entry.file.clone()).collect();
+        let result = self.catalog.commit(&self.name, change);
+        if matches!(result, Err(CatalogError::Unavailable(_))) {
+            let fence = self.catalog.last_commit_fence(&self.name);
+            self.in_doubt(files, fence);
+        }
+        result
+    }
+
+    /// `files` may be named by a commit that takes effect later (`fence`:
+    /// the one it was planned under; `None`: unknown).
+    fn in_doubt(&self, files: impl IntoIterator<Item = String>, fence: Option<u64>) {
+        let mut doubt = self.doubt.lock();
+        for f in files {
+            let known = doubt.entry(f).or_insert(fence);
+            if *known != fence {
+                // In doubt under two fences: kept for the run.
+                *known = None;
+            }
+        }
+    }
+
+    /// Deletes the snapshots this run wrote that nothing may name any
+    /// more: a split's or a checkpoint's whose commit failed, one made
+    /// useless by a split while it was written, an ADD's whose commit was
+    /// refused, one of a table given up (fenced, or forgotten with its
+    /// lease). Safe because, for each one deleted:
+    /// - no table held here uses it and no manifest this member committed
+    ///   and still holds names it;
+    /// - no commit of this member that may still take effect names it:
+    ///   commits run under the checkpoint lock (held here), one whose
+    ///   outcome was unknown put its files in doubt, kept until the
+    ///   catalogue says its fence is void (on etcd: a transaction
+    ///   requires `member/<me>` on the lease it was planned under, and a
+    ///   lease never comes back), a DROP's are kept for the run;
+    /// - no manifest in the catalogue names it, read after the above: a
+    ///   snapshot of this member's that another member uses (a clean table
+    ///   it loaded) is named by that table's manifest for as long as it
+    ///   uses it, since only its owner changes the manifest.
+    ///
+    /// Only files of this run are looked at (a previous run's commits and
+    /// handovers are not tracked). REQUIRES: the checkpoint lock.
+    fn sweep(&self, inner: &Inner) {
+        let dir = format!("{}tables/", self.prefix);
+        let listed = match self.shared.list(&dir) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list this member's snapshots; none swept");
+                return;
+            }
+        };
+        let mut keep: BTreeSet<String> = inner
+            .tables
+            .read()
+            .values()
+            .filter_map(|s| match &*s.state.lock() {
+                Slot::Loaded(t) => t.snapshot_file.clone(),
+                Slot::OnDisk(e) => Some(e.file.clone()),
+                Slot::Foreign(_) | Slot::Merged => None,
+            })
+            .collect();
+        keep.extend(self.book.lock().committed.values().map(|c| c.0.clone()));
+        let doubt = self.doubt.lock().clone();
+        let mut void: BTreeMap<u64, bool> = BTreeMap::new();
+        let candidates: Vec<String> = listed
+            .into_iter()
+            .filter(|n| {
+                n.strip_prefix(&self.prefix)
+                    .and_then(snapshot_seq)
+                    .is_some_and(|seq| seq >= self.first_seq)
+                    && !keep.contains(n)
+            })
+            .filter(|n| match doubt.get(n) {
+                None => true,
+                Some(None) => false,
+                Some(Some(fence)) => *void.entry(*fence).or_insert_with(|| {
+                    self.catalog.fence_void(&self.name, *fence).unwrap_or(false)
+                }),
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let named = match self.catalog.referenced_files() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(error = %e, "the catalogue's snapshots are unknown; none swept");
+                return;
+            }
+        };
+        for f in candidates {
+            if named.contains(&f) {
+                continue;
+            }
+            match inner.store.delete(&f) {
+                Ok(()) => {
+                    tracing::debug!(file = %f, "swept a snapshot nothing names");
+                    self.doubt.lock().remove(&f);
+                }
+                Err(e) => {
+                    tracing::warn!(file = %f, error = %e, "cannot delete an unreferenced snapshot")
+                }
+            }
+        }
     }
 
     /// Is table `id` part of the merge under way?
@@ -413,6 +538,7 @@ impl MemberRun {
                 revoke(inner, self, pick.lower);
                 revoke(inner, self, pick.upper);
                 self.given_up.lock().extend([pick.lower, pick.upper]);
+                self.in_doubt([file], None);
                 false
             }
             Err(e) => {
@@ -606,7 +732,7 @@ impl MemberRun {
                     (m.entry.id, m.entry.file.clone(), from, m.entry.range)
                 })
                 .collect();
-            match self.catalog.commit(&self.name, change) {
+            match self.commit(change) {
                 Ok(()) => {
                     let mut book = self.book.lock();
                     let mut replaced = Vec::new();
@@ -621,6 +747,10 @@ impl MemberRun {
                     }
                     replaced.retain(|f| !book.file_in_use(f));
                     drop(book);
+                    // One a commit in doubt named is the sweep's.
+                    let doubt = self.doubt.lock();
+                    replaced.retain(|f| !doubt.contains_key(f));
+                    drop(doubt);
                     for f in replaced {
                         if let Err(e) = inner.store.delete(&f) {
                             tracing::warn!(file = %f, error = %e, "cannot delete a replaced snapshot");
@@ -648,6 +778,7 @@ impl MemberRun {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.sweep(inner);
         let ledger = {
             let mut l = inner.requests.lock();
             l.dirty().then(|| l.encode())
@@ -1074,6 +1205,7 @@ impl Engine {
             .max()
             .unwrap_or(0)
             + 1;
+        let first_seq = next_snapshot_seq;
         let catalog = Arc::clone(&member.catalog);
         let mut owned = catalog.tables(&name)?;
         if owned.is_empty() && catalog.next_table_id()? == ROOT_TABLE_ID {
@@ -1218,6 +1350,8 @@ impl Engine {
                 merging: Mutex::new(None),
                 refused: Mutex::new(BTreeMap::new()),
                 given_up: Mutex::new(Vec::new()),
+                doubt: Mutex::new(BTreeMap::new()),
+                first_seq,
             }),
         });
         let engine = Engine {
@@ -1380,14 +1514,21 @@ impl Engine {
             put: vec![man.clone()],
             remove: Vec::new(),
         };
-        let committed = m.catalog.commit(&m.name, change);
+        let committed = m.commit(change);
         tracing::debug!(target: "borrow_trace", table = id, ok = committed.is_ok(), "DROP: final manifest committed (catalogue)");
+        if matches!(committed, Ok(()) | Err(CatalogError::Unavailable(_))) {
+            // Handed to the shell, whose handover commits it.
+            m.in_doubt([man.entry.file.clone()], None);
+        }
         match committed {
             Ok(()) => {
                 let mut book = m.book.lock();
                 book.floors.remove(&id);
                 if let Some((old_file, _, _)) = book.committed.remove(&id) {
-                    if old_file != man.entry.file && !book.file_in_use(&old_file) {
+                    if old_file != man.entry.file
+                        && !book.file_in_use(&old_file)
+                        && !m.doubt.lock().contains_key(&old_file)
+                    {
                         drop(book);
                         if let Err(e) = inner.store.delete(&old_file) {
                             tracing::warn!(file = %old_file, error = %e, "cannot delete a replaced snapshot");
@@ -1891,7 +2032,7 @@ fn install(
         put: vec![committed.clone()],
         remove: Vec::new(),
     };
-    let result = m.catalog.commit(&m.name, change);
+    let result = m.commit(change);
     tracing::debug!(target: "borrow_trace", table = id, ok = result.is_ok(), "ADD: manifest committed (catalogue)");
     if let Err(e) = result {
         take_out(inner, id);

@@ -35,16 +35,29 @@
 //! either table; see `TableCatalog::merge` for why that keeps a merge from
 //! racing a move, DROP, BORROW or failover.
 //!
+//! A commit whose transaction got no answer (a timeout, a broken
+//! connection) reads back whether etcd applied it
+//! ([`tables_change_applied`]): applied, it is `Ok` (the engine records
+//! it committed); not, `Unavailable` (unknown: it may still apply).
+//!
+//! For the engine's sweep of snapshots nothing names
+//! (`TableCatalog::referenced_files`, `last_commit_fence`, `fence_void`):
+//! every `manifest/` key's snapshot at one revision; the fence of a
+//! commit is the membership lease its transactions require
+//! `member/<me>` on, void once that key is on another lease.
+//!
 //! Table numbers: the engine's are `u64`, the cluster's `u32`; a number
 //! that does not fit is refused (the counter starts at 1 and grows by
 //! one per split).
 
 use sextant_cluster::ids::TableId as ClusterTable;
 use sextant_coordinator::catalog::{
-    commit_merge, commit_tables, next_table_id, MergeOutcome, TableState, TablesChange, TXN_OPS,
+    commit_merge, commit_tables, next_table_id, tables_change_applied, MergeOutcome, TableState,
+    TablesChange, TXN_OPS,
 };
 use sextant_coordinator::{keys, ClusterState, EtcdConfig};
 use sextant_engine::{CatalogChange, CatalogError, TableCatalog, TableManifest};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -58,6 +71,12 @@ pub struct EtcdCatalog {
     etcd: EtcdConfig,
     map: watch::Receiver<Arc<ClusterState>>,
     jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    /// The membership lease the last commit was planned under
+    /// ([`TableCatalog::last_commit_fence`]).
+    last_fence: Arc<std::sync::Mutex<Option<i64>>>,
+    /// A test's fault point: the next commit's transaction is sent and
+    /// applied, and its answer treated as lost ([`Self::lose_next_reply`]).
+    lose_reply: Arc<AtomicBool>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> CatalogError {
@@ -111,7 +130,17 @@ impl EtcdCatalog {
             etcd,
             map,
             jobs: std::sync::Mutex::new(tx),
+            last_fence: Arc::new(std::sync::Mutex::new(None)),
+            lose_reply: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// A fault point for tests: the next commit's transaction is sent
+    /// (and applied by etcd, if its conditions hold) and its answer then
+    /// treated as lost, as when it does not come back within the request
+    /// timeout. The commit then reads back whether it was applied.
+    pub fn lose_next_reply(&self) {
+        self.lose_reply.store(true, Ordering::SeqCst);
     }
 
     /// Runs `f` on the catalogue's thread and waits for its answer.
@@ -306,6 +335,9 @@ impl TableCatalog for EtcdCatalog {
             Err(e) => return Err(e),
         };
         let (cfg, me) = (self.etcd.clone(), self.name.clone());
+        let last_fence = Arc::clone(&self.last_fence);
+        let lose_reply = Arc::clone(&self.lose_reply);
+        *last_fence.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // In pieces etcd accepts, in order (each consistent on its own);
         // the first refused stops the rest. Pieces
         // already written stay: committing them again is harmless.
@@ -322,10 +354,28 @@ impl TableCatalog for EtcdCatalog {
                     None => return Ok(false),
                 }
             }
+            *last_fence.lock().unwrap_or_else(|p| p.into_inner()) = plan.member_lease;
             for piece in plan.pieces(TXN_OPS) {
-                let done = rt
-                    .block_on(commit_tables(client, &cfg, &me, &piece))
-                    .map_err(unavailable)?;
+                let answer = match rt.block_on(commit_tables(client, &cfg, &me, &piece)) {
+                    Ok(_) if lose_reply.swap(false, Ordering::SeqCst) => {
+                        Err("its reply was lost (a test's fault point)".to_string())
+                    }
+                    Ok(done) => Ok(done),
+                    Err(e) => Err(e.to_string()),
+                };
+                let done = match answer {
+                    Ok(done) => done,
+                    Err(why) => {
+                        // No answer: read back whether etcd applied it.
+                        match rt.block_on(tables_change_applied(client, &cfg, &piece)) {
+                            Ok(true) => {
+                                tracing::info!(error = %why, "a commit's answer was lost; read back: it was applied");
+                                true
+                            }
+                            _ => return Err(unavailable(why)),
+                        }
+                    }
+                };
                 if !done {
                     return Ok(false);
                 }
@@ -418,6 +468,46 @@ impl TableCatalog for EtcdCatalog {
             .filter_map(|(_, m)| m.replay.filter(|p| p.member == member))
             .map(|p| p.from)
             .min())
+    }
+
+    /// Every `manifest/` key's snapshot, at one revision.
+    fn referenced_files(&self) -> Result<std::collections::BTreeSet<String>, CatalogError> {
+        Ok(self
+            .manifests()?
+            .into_iter()
+            .map(|(_, m)| m.entry.file)
+            .collect())
+    }
+
+    /// The lease `member/<me>` was on when the last commit was planned
+    /// (every transaction of it requires that lease still there).
+    fn last_commit_fence(&self, member: &str) -> Option<u64> {
+        if member != self.name {
+            return None;
+        }
+        let lease = *self.last_fence.lock().unwrap_or_else(|p| p.into_inner());
+        lease.and_then(|l| u64::try_from(l).ok())
+    }
+
+    /// `member/<me>` is on another lease now (read from etcd): a
+    /// transaction planned under `fence` compares the key's lease with
+    /// it and can never succeed again — the lease `fence` is gone for
+    /// good (the key is put on another only after it was lost). The key
+    /// missing: not known (`false`).
+    fn fence_void(&self, member: &str, fence: u64) -> Result<bool, CatalogError> {
+        if member != self.name {
+            return Ok(false);
+        }
+        let Ok(fence) = i64::try_from(fence) else {
+            return Ok(false);
+        };
+        let (cfg, me) = (self.etcd.clone(), self.name.clone());
+        self.run(move |rt, client| {
+            let resp = rt
+                .block_on(client.get(cfg.key(&keys::member_key(&me)), None))
+                .map_err(unavailable)?;
+            Ok(resp.kvs().first().is_some_and(|kv| kv.lease() != fence))
+        })
     }
 
     fn tables(&self, member: &str) -> Result<Vec<TableManifest>, CatalogError> {
