@@ -4902,14 +4902,14 @@ fn a_silent_log_less_server_is_noticed_and_its_backups_go_elsewhere() {
 /// its next death like any other — a failover must not cut its journal
 /// at the first completion's end.
 ///
-/// KNOWN DEFECT (found 2026-12-06, not fixed): the woken member goes on
-/// with the same run, whose completion (`logless.completion-<run>`) every
-/// later reader of its journal takes as its end, so the ten files it
-/// acknowledged after it was let back in are lost at its next death (this
-/// test fails at its last assertion). See ARCHITECTURE, "Log-less
-/// durability on a cluster", "Not covered yet".
+/// A defect found 2026-12-06: the woken member went on with the same
+/// run, whose completion (`logless.completion-<run>`) every later reader
+/// of its journal took as its end, so the ten files it acknowledged after
+/// it was let back in were lost at its next death (this test failed at
+/// its last assertion). Fixed: the member retires that completion before
+/// it takes a table again (ARCHITECTURE, "A member let back in after its
+/// journal was completed").
 #[test]
-#[ignore = "known defect: a log-less member let back in after its journal was completed loses what it acknowledges next"]
 fn a_woken_log_less_server_keeps_what_it_acknowledged_after_its_journal_was_completed() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;

@@ -39,6 +39,18 @@
 //! Every reader ([`Engine::add_tables`]) replays the dead member's journal
 //! up to P and then the completion's entries.
 //!
+//! # A member let back in after its journal was completed
+//! A member only cut off (not dead) past its lease and the grace has its
+//! current run completed behind its back; woken, it joins again in the
+//! same process and goes on with that run. Before it takes a table again
+//! (every ADD), it *retires* that completion: once no manifest replays its
+//! journal from at or below the completion's P, it syncs its journal,
+//! deletes the completion and the backups kept for the run, and only then
+//! serves (refusing the ADD until then). Nobody needs the completion any
+//! more, and the run's next completion (its next death) is decided
+//! afresh at the journal's new end. The argument is on
+//! `retire_stale_completion` in `crate::engine::member`.
+//!
 //! What survives: every acknowledged operation some live client still
 //! holds, and every later one that builds on it; an operation no holder
 //! returned is reported missing, and every later operation on the same

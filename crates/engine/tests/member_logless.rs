@@ -532,3 +532,147 @@ fn a_full_disk_during_a_members_own_recovery_is_an_error_and_a_restart_recovers(
     }
     eprintln!("recovery failed with the disk full after: {failed_at:#?}");
 }
+
+/// a is cut off (SIGSTOP, a partition: its process and whole journal go
+/// on) past its lease and the grace: the coordinator completes its run
+/// (through P) and b takes all its tables. Before a notices, one more
+/// operation lands in its journal after P, never acknowledged. Returns P
+/// and the table holding `dirs[0]`.
+fn cut_off_and_taken_over(
+    catalog: &Arc<MemCatalog>,
+    a: &Engine,
+    b: &Engine,
+    dirs: &[Attr],
+) -> (u64, u64) {
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    let _unacked = a
+        .setxattr(
+            &root(),
+            dirs[1].soid,
+            b"user.cut",
+            b"late",
+            Default::default(),
+        )
+        .unwrap();
+    let t = a.table_holding(dirs[0].soid).unwrap();
+    for (id, owner, _) in catalog.all() {
+        assert_eq!(owner, "a");
+        a.revoke_table(id);
+        catalog.assign(id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    (report.through, t)
+}
+
+/// a's tables go to b again (its second death); b loads them.
+fn take_over_again(catalog: &Arc<MemCatalog>, b: &Engine) {
+    let held = b.owned_tables();
+    for (id, owner, _) in catalog.all() {
+        if owner == "a" {
+            catalog.assign(id, "b");
+        }
+    }
+    let taken: Vec<_> = catalog
+        .tables("b")
+        .unwrap()
+        .into_iter()
+        .filter(|m| !held.contains(&m.entry.id))
+        .collect();
+    assert!(!taken.is_empty());
+    b.add_tables(&taken).unwrap();
+}
+
+/// The defect found 2026-12-06: a woken member let back in (same
+/// process, same run) is given a table again and acknowledges operations;
+/// the completion decided while it was cut off must not be taken as its
+/// journal's end at its next death — a process crash (journal whole) or a
+/// power loss (the unsynced tail cut, its client's backups handed in).
+fn let_back_in_then_die(power_loss: bool) {
+    let (store, catalog, a, b, dirs) = cluster();
+    let (through, t) = cut_off_and_taken_over(&catalog, &a, &b, &dirs);
+    // Woken, a joins again and is given dirs[0]'s table back.
+    let back = b.drop_table(t).unwrap();
+    assert!(catalog.assign(t, "a"));
+    a.add_table(&back).unwrap();
+    let mut redo = Vec::new();
+    let later: Vec<String> = (0..3).map(|i| format!("later{i}")).collect();
+    for name in &later {
+        let c = a
+            .create(&root(), dirs[0].soid, name.as_bytes(), 0o600, true)
+            .unwrap();
+        redo.push(c.redo.clone().unwrap());
+        c.wait(&a).unwrap();
+    }
+    assert!(redo[0].lsn > through + 1);
+    if power_loss {
+        let report = complete_after_power_loss(&store, &redo);
+        assert!(
+            report.written,
+            "a decision of its own, not the one taken while a was cut off: {report:?}"
+        );
+        assert_eq!(report.applied, redo.len(), "{report:?}");
+        assert!(!report.maybe_lost(), "{report:?}");
+        drop(a);
+        store.crash(None);
+    } else {
+        drop(a);
+        let report = b.complete_dead_member("a").unwrap();
+        assert!(report.written && !report.maybe_lost(), "{report:?}");
+    }
+    take_over_again(&catalog, &b);
+    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(later)
+        .collect();
+    want.sort();
+    assert_eq!(names(&b, dirs[0].soid), want, "what a acknowledged again");
+    // The operation a ran after P, cut off, was never acknowledged: gone.
+    assert_eq!(
+        b.getxattr(&root(), dirs[1].soid, b"user.cut"),
+        Err(FsError::NoData)
+    );
+}
+
+#[test]
+fn a_member_let_back_in_after_its_journal_was_completed_keeps_what_it_acknowledges_through_a_crash()
+{
+    let_back_in_then_die(false);
+}
+
+#[test]
+fn a_member_let_back_in_after_its_journal_was_completed_keeps_what_it_acknowledges_through_a_power_loss(
+) {
+    let_back_in_then_die(true);
+}
+
+/// While a table still replays the woken member's journal from at or
+/// below the completed end (its own old table, not yet taken over), the
+/// member takes no table: that reader needs the completion, which must
+/// go before the member acknowledges anything again.
+#[test]
+fn a_woken_member_takes_no_table_while_its_completed_journal_is_still_read() {
+    let (_store, catalog, a, b, dirs) = cluster();
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written);
+    let t = a.table_holding(dirs[0].soid).unwrap();
+    let all = catalog.all();
+    for (id, _, _) in &all {
+        a.revoke_table(*id);
+    }
+    // Its own old table granted back to it: refused, nothing served.
+    assert!(catalog.assign(t, "a"));
+    let old = catalog.tables("a").unwrap();
+    assert!(a.add_tables(&old).is_err());
+    assert!(a.owned_tables().is_empty());
+    // Everything taken over by b: a may take a table again.
+    for (id, _, _) in &all {
+        catalog.assign(*id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    let back = b.drop_table(t).unwrap();
+    assert!(catalog.assign(t, "a"));
+    a.add_table(&back).unwrap();
+    assert!(names(&a, dirs[0].soid).contains(&"f0".to_string()));
+}

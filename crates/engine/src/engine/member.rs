@@ -1592,6 +1592,7 @@ impl Engine {
                 "table {id} is already held here"
             )));
         }
+        retire_stale_completion(inner, m)?;
         let mut table = if range.contains(Soid::ROOT) {
             let root = root_table(&inner.config);
             let inode = root.inode(Soid::ROOT).cloned();
@@ -1661,6 +1662,7 @@ impl Engine {
                 )));
             }
         }
+        retire_stale_completion(inner, m)?;
         let mut tables = Vec::with_capacity(manifests.len());
         for man in manifests {
             inner.high_water.lock().merge_max(&man.high_water);
@@ -2044,6 +2046,94 @@ fn install(
         (committed.entry.file.clone(), floor, committed.entry.range),
     );
     Ok(committed)
+}
+
+/// A log-less member let back in after its journal was completed (a
+/// defect found 2026-12-06, fixed here): cut off (SIGSTOP, a partition) past its lease
+/// and the grace, its current run R was completed by another server
+/// (`completion-<R>`, through P) and its tables handed out; woken in the
+/// same process it joins again under a new lease and goes on with run R.
+/// Every reader of its journal takes that completion as the journal's
+/// end, so what it acknowledged after P was lost at its next death.
+///
+/// Called at the start of every ADD (the only way a member begins serving
+/// a table after its tables were revoked, so before it can acknowledge
+/// anything again): when this member's own current run has a completion
+/// (someone else wrote it behind its back; a restarting member's crashed
+/// run is `crashed()`, not this), the completion is *retired* — deleted,
+/// with the backups kept for it — once no manifest replays this member's
+/// journal from at or below P; until then the ADD is refused (the shell
+/// tries again, the coordinator may give the table elsewhere).
+///
+/// Why that is right (design B of the analysis; a new run per wake-up,
+/// with readers that skip a completed run's records after P, would need
+/// a second kind of journal reader and state-file format for the same
+/// guarantee):
+/// - Nobody needs the completion any more: a reader replays a journal
+///   only for the manifests that replay from it, each from its `from`.
+///   Those from at or below P are gone (checked: their tables were taken
+///   over, and the new owner wrote its own snapshot and replays from
+///   itself; a reader still at work holds its old manifest); the set only
+///   shrinks (this member's new manifests start at its next LSN, above
+///   P; nobody else commits a manifest replaying from it). The
+///   completion's entries live in the snapshots of those who applied them.
+/// - Records after P in run R written before now were never acknowledged
+///   (the lease was gone); no manifest replays from at or below them
+///   (every later manifest of this member starts at or above the next
+///   LSN), so no reader applies them.
+/// - The journal is synced through everything written so far before any
+///   table serves: a later power loss cuts it at or above that point, so
+///   every stamp a new operation can carry from before now is at or
+///   below the new cut (durable for the stamp rule), and the unsynced
+///   tail is again exactly what the clients hold.
+/// - Run R goes on, now without a completion: at the member's next death
+///   `failover_ready` is `false` again, and the coordinator (or the
+///   member's own restart) completes run R afresh from its clients'
+///   backups (which carry run R's id) with the new end of the journal.
+///   A power loss after the re-admission thus keeps what the clients hold.
+fn retire_stale_completion(inner: &Inner, m: &MemberRun) -> Result<(), EngineError> {
+    let Some(r) = m.redo.as_ref() else {
+        return Ok(());
+    };
+    if r.crashed().is_some() {
+        // A restart's own crashed run: `recover_member_logless` applies
+        // that completion before anything serves.
+        return Ok(());
+    }
+    let run = r.incarnation;
+    if crate::member_logless::unclean_run(&*inner.store)? != Some(run) {
+        return Ok(());
+    }
+    let Some(c) = crate::member_logless::read_completion(&*inner.store, run)? else {
+        return Ok(());
+    };
+    if let Some(floor) = m.catalog.journal_floor(&m.name)? {
+        if floor <= c.through {
+            return Err(EngineError::Member(format!(
+                "member {}'s journal was completed through {} while it was cut off, and a table \
+                 still replays it from {floor}: no table is taken here until that one has \
+                 moved on",
+                m.name, c.through
+            )));
+        }
+    }
+    let last = inner.journal.next_lsn() - 1;
+    if last > 0 {
+        inner
+            .journal
+            .wait_synced(last)
+            .map_err(|_| EngineError::Stopped)?;
+    }
+    let file = crate::member_logless::completion_file(run);
+    inner.store.delete(&file).map_err(inner.io(&file))?;
+    crate::member_logless::forget_kept_backups(&*m.shared, &m.name, run);
+    tracing::warn!(
+        member = %m.name,
+        through = c.through,
+        "log-less: this server's journal was completed while it was cut off; that completion is retired \
+         (no table replays its journal from there any more) before it serves again"
+    );
+    Ok(())
 }
 
 /// A member name is one path component of the shared store.
