@@ -10,7 +10,9 @@
 //! Retries: starting a search is retried like any read (until
 //! `Options::retry_for`) while the server cannot be reached; once batches
 //! have arrived a broken stream is an error (the search cannot resume where
-//! it stopped).
+//! it stopped). A stream broken by its connection (the server died or its
+//! connection was reset) is an [`Error::Unavailable`] naming the server; one
+//! the server ended with an error is that error.
 
 use crate::{bad_reply, error_chain, Client, Error, Result};
 use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
@@ -33,8 +35,8 @@ pub struct SearchStream {
 
 /// Where a search's batches come from.
 enum Source {
-    /// One server's stream.
-    One(Box<tonic::Streaming<pb::SearchBatch>>),
+    /// One server's stream, and that server's address.
+    One(Box<tonic::Streaming<pb::SearchBatch>>, String),
     /// Several servers' streams, merged ([`crate::spread`]).
     Spread(crate::spread::Merged),
 }
@@ -43,8 +45,8 @@ impl SearchStream {
     /// The next batch of hits; `None` once the search finished (then
     /// [`SearchStream::done`] holds its summary).
     pub async fn next_batch(&mut self) -> Result<Option<Vec<SearchHit>>> {
-        let inner = match &mut self.source {
-            Source::One(inner) => inner,
+        let (inner, addr) = match &mut self.source {
+            Source::One(inner, addr) => (inner, addr),
             Source::Spread(merged) => {
                 if self.done.is_some() {
                     return Ok(None);
@@ -65,7 +67,7 @@ impl SearchStream {
             let msg = match inner.message().await {
                 Ok(Some(m)) => m,
                 Ok(None) => return Err(bad_reply("a search stream without an end")),
-                Err(s) => return Err(status_error(&s)),
+                Err(s) => return Err(stream_error(&s, addr)),
             };
             if let Some(e) = msg.error {
                 return Err(batch_error(&e));
@@ -112,6 +114,26 @@ fn status_error(s: &tonic::Status) -> Error {
     match s.code() {
         Code::Unauthenticated => Error::Auth,
         _ => Error::Protocol(format!("the search stream failed: {}", s.message())),
+    }
+}
+
+/// A search call's failure: broken by its connection (`Unavailable`, or a
+/// status tonic made here from a transport error — one the server sent
+/// has no source: a reset or closed HTTP/2 connection, the server may have
+/// died) an [`Error::Unavailable`] of `addr`, otherwise as
+/// [`status_error`].
+fn stream_error(s: &tonic::Status, addr: &str) -> Error {
+    let local = std::error::Error::source(s);
+    if s.code() == Code::Unavailable || local.is_some() {
+        Error::Unavailable {
+            addr: addr.to_string(),
+            reason: match local {
+                Some(src) => error_chain(src),
+                None => s.message().to_string(),
+            },
+        }
+    } else {
+        status_error(s)
     }
 }
 
@@ -190,20 +212,16 @@ impl Client {
             let failure = match grpc.search(request).await {
                 Ok(r) => {
                     return Ok(SearchStream {
-                        source: Source::One(Box::new(r.into_inner())),
+                        source: Source::One(Box::new(r.into_inner()), addr),
                         groups: Vec::new(),
                         done: None,
                     })
                 }
                 Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
-                Err(s) if s.code() == Code::Unavailable => Error::Unavailable {
-                    addr: addr.clone(),
-                    reason: match std::error::Error::source(&s) {
-                        Some(src) => error_chain(src),
-                        None => s.message().to_string(),
-                    },
+                Err(s) => match stream_error(&s, &addr) {
+                    e @ Error::Unavailable { .. } => e,
+                    e => return Err(e),
                 },
-                Err(s) => return Err(status_error(&s)),
             };
             if started.elapsed() + backoff > retry_for {
                 return Err(failure);

@@ -29,17 +29,20 @@
 //! server, naming the holder in `forward_to`: the server runs it there,
 //! with the secret, as the caller it admitted.
 //!
-//! A server that cannot be reached is retried; once a fresh map no longer
-//! names it (it left the cluster, or its tables failed over), its ranges
-//! are asked of their holders like those a server did not hold. (Only
-//! when its search never started: no hit of it was passed on.)
+//! A server that cannot be reached, or whose search stream breaks (its
+//! connection reset: the server was killed) before any hit of its part was
+//! passed on, is asked again; once a fresh map no longer names it (it left
+//! the cluster, or its tables failed over), its ranges are asked of their
+//! holders like those a server did not hold. A part whose stream breaks
+//! after some of its hits were passed on fails the query (asked again,
+//! they would be doubled).
 //!
 //! Invariants: the merged stream ends with `Done` only when every range
 //! was searched by some server; any server's failure fails the query (no
 //! silently partial answer). Dropping the stream cancels every server's
 //! search.
 
-use crate::{Client, Error, Result, SearchStream};
+use crate::{Client, Error, Result};
 use sextant_engine::search::{GroupKey, SearchHit, Totals};
 use sextant_proto::route::RouteTable;
 use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN};
@@ -212,9 +215,13 @@ async fn drive(
                 crate::timing::mark(|| format!("part {address}: asked"));
                 let asked = Instant::now();
                 let retry_for = client.inner.options.retry_for;
-                let mut s: SearchStream = loop {
+                // Whether a hit of this part was passed on (then a broken
+                // stream cannot be asked again: its hits would be doubled).
+                let mut passed = false;
+                let mut done = SearchDone::default();
+                'ask: loop {
                     let within = REROUTE_AFTER.min(retry_for.saturating_sub(asked.elapsed()));
-                    match client
+                    let failure = match client
                         .search_at_within(link.clone(), &cred, &part, within)
                         .await
                     {
@@ -227,11 +234,41 @@ async fn drive(
                                  server on this machine's socket answers)"
                             )))
                         }
+                        Err(e) => e,
+                        Ok(mut s) => {
+                            crate::timing::mark(|| format!("part {address}: stream open"));
+                            let failure = loop {
+                                match s.next_batch().await {
+                                    Ok(Some(batch)) => {
+                                        passed = true;
+                                        if hits_tx.send(batch).await.is_err() {
+                                            break 'ask;
+                                        }
+                                    }
+                                    Ok(None) => {
+                                        done = s.done().cloned().unwrap_or_default();
+                                        break 'ask;
+                                    }
+                                    Err(e) => break e,
+                                }
+                            };
+                            // A stream broken by its connection before any of
+                            // its hits was passed on (a server killed as the
+                            // query reached it) searched nothing yet: asked
+                            // again like a server that does not answer.
+                            if passed {
+                                return Err(failure);
+                            }
+                            tokio::time::sleep(ROUND_PAUSE).await;
+                            failure
+                        }
+                    };
+                    match failure {
                         // A server that does not answer and that the map
                         // no longer names (it left, or its tables failed
                         // over) searched nothing: its ranges are asked
                         // again of their holders, by a fresh map.
-                        Err(e @ Error::Unavailable { .. }) if !forward => {
+                        e @ Error::Unavailable { .. } if !forward => {
                             let gone = client
                                 .peek_route_map()
                                 .await
@@ -248,17 +285,10 @@ async fn drive(
                                 return Err(e);
                             }
                         }
-                        other => break other?,
-                    }
-                };
-                crate::timing::mark(|| format!("part {address}: stream open"));
-                while let Some(batch) = s.next_batch().await? {
-                    if hits_tx.send(batch).await.is_err() {
-                        break;
+                        e => return Err(e),
                     }
                 }
                 crate::timing::mark(|| format!("part {address}: done"));
-                let done = s.done().cloned().unwrap_or_default();
                 Ok(Part { done })
             });
         }
