@@ -10,19 +10,16 @@
 
 mod common;
 
-use common::{free_ports, KillOnDrop, BIN};
+use common::{
+    dir_and_etcd, free_ports, have_etcd, move_table, serve, serve_env, serve_with, sextant,
+    sextant_ok, signal, start_etcd, status_on, tables_by_server, try_status_on, wait_for,
+    wait_root_assigned, wait_tables_on_both, Etcd, KillOnDrop, BIN,
+};
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn have_etcd() -> bool {
-    let ok = Command::new("etcd").arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
-    }
-    ok
-}
 
 fn status(data: &Path) -> serde_json::Value {
     let out = Command::new(BIN)
@@ -37,49 +34,6 @@ fn status(data: &Path) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// `sextant --server ADDR` with the cluster's secret.
-fn sextant(addr: &str, secret_dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(["--server", addr, "--data"])
-        .arg(secret_dir)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn sextant_ok(addr: &str, secret_dir: &Path, args: &[&str]) -> String {
-    let out = sextant(addr, secret_dir, args);
-    assert!(
-        out.status.success(),
-        "sextant {args:?} at {addr}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The servers' total of tables in a status.
-fn tables_by_server(s: &serde_json::Value) -> Vec<(String, u64)> {
-    s["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["name"].as_str().unwrap().to_string(),
-                x["tables"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -197,121 +151,165 @@ fn cluster_up_serves_one_namespace_from_several_processes() {
     );
 }
 
-/// `sextant cluster status --json` of the cluster on `etcd`, with the
-/// secret in `secret_dir`.
-fn status_on(etcd: &str, secret_dir: &Path) -> serde_json::Value {
-    try_status_on(etcd, secret_dir).unwrap_or_else(|e| panic!("cluster status: {e}"))
+/// Moves /p's table to a and /q's to b (tables apart, or the test
+/// fails): their tables.
+fn p_on_a_q_on_b(etcd: &str, secret: &Path) -> (u64, u64) {
+    let tp = move_table(etcd, secret, "/p", "a");
+    let tq = move_table(etcd, secret, "/q", "b");
+    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    (tp, tq)
 }
 
-/// `status_on`, or why it failed (etcd restarting).
-fn try_status_on(etcd: &str, secret_dir: &Path) -> Result<serde_json::Value, String> {
-    let out = Command::new(BIN)
-        .args(["--json", "cluster", "status", "--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+/// Does `server` alone hold tables (false while etcd does not answer)?
+fn only_one_serves(etcd: &str, secret: &Path, server: &str) -> bool {
+    let Ok(st) = try_status_on(etcd, secret) else {
+        return false;
+    };
+    tables_by_server(&st)
+        .iter()
+        .all(|x| x.0 == server || x.1 == 0)
 }
 
-/// etcd for one test.
-struct Etcd {
-    child: KillOnDrop,
-    url: String,
-    dir: PathBuf,
-    client: u16,
-    peer: u16,
+/// Does b hold tables, and a none?
+fn b_took_as_tables(etcd: &str, secret: &Path) -> bool {
+    let t = tables_by_server(&status_on(etcd, secret));
+    t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
 }
 
-impl Etcd {
-    /// kill -9, then the same etcd (data, ports) again.
-    fn restart(&mut self) {
-        common::kill9(&mut self.child.0);
-        self.child = spawn_etcd(&self.dir, self.client, self.peer);
-    }
+/// `sextant --server ADDR --data SECRET_DIR ARGS` started, its output
+/// piped.
+fn sextant_child(addr: &str, secret_dir: &Path, args: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(["--server", addr, "--data"])
+        .arg(secret_dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
-/// A scratch directory and an etcd of its own for one test (`None`: no
-/// etcd on this machine, the test is skipped).
-fn dir_and_etcd() -> Option<(tempfile::TempDir, Etcd)> {
-    if !have_etcd() {
+/// Runs `mount` (a `sextant ... mount ... MNT` command), which must
+/// succeed: MNT unmounted (lazily) when the guard drops.
+fn mount_ok(mount: &mut Command, mnt: &Path) -> common::Unmount {
+    let out = mount.output().unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::Unmount(mnt.to_path_buf())
+}
+
+/// The permission bits of `p` (`None`: no such file).
+fn mode(p: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok()
+}
+
+/// Is the process whose `/proc/PID/stat` is `stat` stopped (SIGSTOP)?
+fn stopped(stat: &str) -> bool {
+    // The state is the field after the parenthesised command name.
+    std::fs::read_to_string(stat)
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// Waits (60 s at most) for `leaving` (server `leaver`, sent SIGTERM) to
+/// exit, which it must do cleanly (`during`: when, for the failure).
+fn left_cleanly(leaving: &mut KillOnDrop, leaver: &str, during: &str) {
+    let mut left = None;
+    wait_for(
+        &format!("{leaver}'s clean leave"),
+        Duration::from_secs(60),
+        || {
+            left = leaving.0.try_wait().unwrap();
+            left.is_some()
+        },
+    );
+    assert!(
+        left.is_some_and(|s| s.success()),
+        "{leaver} left {during}: {left:?}"
+    );
+}
+
+/// `auth add NAME --uids 1000` through `addr`: the client key file
+/// `dir/NAME.key`, readable by all (mode 0644).
+fn user_key(dir: &Path, addr: &str, secret: &Path, name: &str) -> PathBuf {
+    let key = dir.join(format!("{name}.key"));
+    sextant_ok(
+        addr,
+        secret,
+        &[
+            "auth",
+            "add",
+            name,
+            "--uids",
+            "1000",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    key
+}
+
+/// Small tables: a split every four directories or 32 inodes.
+const SMALL_TABLES: &str = "table_dir_limit = 4\ntable_inode_limit = 32\n";
+
+/// The servers' inodes in a status, all added up.
+fn inodes(st: &serde_json::Value) -> u64 {
+    st["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["inodes"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Does a hold tables?
+fn a_holds_tables(etcd: &str, secret: &Path) -> bool {
+    tables_by_server(&status_on(etcd, secret))
+        .iter()
+        .any(|t| t.0 == "a" && t.1 > 0)
+}
+
+/// Tiny tables: a split at every directory, or four inodes.
+const TINY_TABLES: &str = "table_dir_limit = 1\ntable_inode_limit = 4\n";
+
+/// Server a of a new cluster (default settings), once the root table is
+/// assigned (to a): a, its address, the directory holding the secret.
+fn first_plain_server(dir: &Path, etcd: &str) -> (KillOnDrop, String, PathBuf) {
+    let (a, a_addr) = serve(dir, etcd, "a");
+    let a = KillOnDrop(a);
+    let secret = dir.join("a");
+    wait_root_assigned(etcd, &secret);
+    (a, a_addr, secret)
+}
+
+/// Is `server` a member of the cluster (in its status)?
+fn is_member(etcd: &str, secret: &Path, server: &str) -> bool {
+    tables_by_server(&status_on(etcd, secret))
+        .iter()
+        .any(|t| t.0 == server)
+}
+
+/// [`dir_and_etcd`] for a test that runs the CLI as other users
+/// (`setpriv`; without it `None`, said so): the directory is open (0755)
+/// for them to reach what is in it.
+fn dir_and_etcd_for_users() -> Option<(tempfile::TempDir, Etcd)> {
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs setpriv");
         return None;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd = start_etcd(dir.path());
+    let (dir, etcd) = dir_and_etcd()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     Some((dir, etcd))
-}
-
-fn start_etcd(dir: &Path) -> Etcd {
-    let client = free_ports(1);
-    let peer = free_ports(1);
-    let child = spawn_etcd(dir, client, peer);
-    Etcd {
-        child,
-        url: format!("http://127.0.0.1:{client}"),
-        dir: dir.to_path_buf(),
-        client,
-        peer,
-    }
-}
-
-fn spawn_etcd(dir: &Path, client: u16, peer: u16) -> KillOnDrop {
-    let c = format!("http://127.0.0.1:{client}");
-    let p = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
-        .args(["--name", "t", "--data-dir"])
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-        .args([
-            "--listen-peer-urls",
-            &p,
-            "--initial-advertise-peer-urls",
-            &p,
-        ])
-        .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("etcd listens", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
-    });
-    KillOnDrop(child)
-}
-
-fn serve(dir: &Path, etcd: &str, name: &str) -> (Child, String) {
-    serve_with(dir, etcd, name, &[])
-}
-
-fn serve_with(dir: &Path, etcd: &str, name: &str, more: &[&str]) -> (Child, String) {
-    serve_env(dir, etcd, name, more, &[])
-}
-
-fn serve_env(
-    dir: &Path,
-    etcd: &str,
-    name: &str,
-    more: &[&str],
-    env: &[(&str, &str)],
-) -> (Child, String) {
-    let mut args = Vec::new();
-    if !more.contains(&"--journal-sync") {
-        args.extend(["--journal-sync", "fsync"]);
-    }
-    args.extend(["--etcd", etcd, "--name", name, "--cluster-store"]);
-    let store = dir.join("store");
-    args.push(store.to_str().unwrap());
-    args.extend_from_slice(more);
-    let (child, addr) = common::spawn_server_env(
-        &dir.join(name),
-        "127.0.0.1:0",
-        &args,
-        Stdio::inherit(),
-        &[&[("SEXTANT_LEASE_TTL", "2s")], env].concat(),
-    );
-    (child, addr)
 }
 
 /// Server a of a new cluster whose tables split early (`limits`: the text
@@ -347,12 +345,22 @@ fn first_server_with(
     let (a, a_addr) = serve_env(dir, etcd, "a", &args, env);
     let a = KillOnDrop(a);
     let secret = dir.join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(etcd, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    wait_root_assigned(etcd, &secret);
     (a, a_addr, secret, config)
+}
+
+/// [`first_server_env`] with a's Unix socket at `dir/a.sock` (and more
+/// environment `env`): also the socket's path.
+fn first_server_on_socket(
+    dir: &Path,
+    etcd: &str,
+    limits: &str,
+    env: &[(&str, &str)],
+) -> (KillOnDrop, String, PathBuf, String, PathBuf) {
+    let sock = dir.join("a.sock");
+    let sock_env = [&[("SEXTANT_SOCKET", sock.to_str().unwrap())], env].concat();
+    let (a, a_addr, secret, config) = first_server_env(dir, etcd, limits, &sock_env);
+    (a, a_addr, secret, config, sock)
 }
 
 /// Servers a and b with small tables, `/p /q /r /s` (four files each)
@@ -381,13 +389,7 @@ fn pqrs_on_two_servers_with(
     a_env: &[(&str, &str)],
     flags: &[&str],
 ) -> (KillOnDrop, KillOnDrop, String, String, PathBuf) {
-    let (a, a_addr, secret, config) = first_server_with(
-        dir,
-        etcd,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-        a_env,
-        flags,
-    );
+    let (a, a_addr, secret, config) = first_server_with(dir, etcd, SMALL_TABLES, a_env, flags);
     for d in ["p", "q", "r", "s"] {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
         for f in 0..4 {
@@ -397,10 +399,7 @@ fn pqrs_on_two_servers_with(
     let args = [&["--config", config.as_str()][..], flags].concat();
     let (b, b_addr) = serve_with(dir, etcd, "b", &args);
     let b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(etcd, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(etcd, &secret);
     (a, b, a_addr, b_addr, secret)
 }
 
@@ -415,11 +414,7 @@ fn two_servers_a_holding_the_root(
     let (b, b_addr) = serve(dir, etcd, "b");
     let b = KillOnDrop(b);
     let secret = dir.join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(etcd, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    wait_root_assigned(etcd, &secret);
     if tables_by_server(&status_on(etcd, &secret))
         .iter()
         .any(|t| t.0 == "b" && t.1 > 0)
@@ -484,9 +479,7 @@ fn a_killed_server_loses_nothing_it_acknowledged() {
     let _b = KillOnDrop(b);
     let secret = dir.path().join("a");
     let status_of = || status_on(&etcd.url, &secret);
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_of()).iter().any(|t| t.1 > 0)
-    });
+    wait_root_assigned(&etcd.url, &secret);
     // Make sure a owns it (move it there if b got it).
     if tables_by_server(&status_of())
         .iter()
@@ -533,15 +526,13 @@ fn tables_split_and_spread_over_the_servers() {
         return;
     };
     let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
+    std::fs::write(&config, SMALL_TABLES).unwrap();
     let c = config.to_str().unwrap();
     let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
     let status_of = || status_on(&etcd.url, &secret);
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_of()).iter().any(|t| t.1 > 0)
-    });
+    wait_root_assigned(&etcd.url, &secret);
     // The tree is made on one server (its tables split as it grows), then
     // a second one joins and the tables spread.
     let tree: String = (0..12)
@@ -563,10 +554,7 @@ fn tables_split_and_spread_over_the_servers() {
     // A second server joins: the coordinator gives it tables.
     let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_of());
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     let st = status_of();
     assert!(st["tables"].as_array().unwrap().len() >= 3, "{st}");
     // Search across the servers: `find`, `du` and `stats` through either
@@ -605,14 +593,6 @@ fn tables_split_and_spread_over_the_servers() {
     }
     // Every inode counted once over the servers (once no move is under
     // way: a table being handed over may be counted by neither or both).
-    let inodes = |st: &serde_json::Value| -> u64 {
-        st["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["inodes"].as_u64().unwrap_or(0))
-            .sum()
-    };
     wait_for("every inode counted once", Duration::from_secs(30), || {
         inodes(&status_of()) == 1 + 12 + 72
     });
@@ -676,15 +656,6 @@ fn tables_split_and_spread_over_the_servers() {
     assert!(linked.contains("Links: 2"), "{linked}");
 }
 
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
 /// Fencing on real processes (R1), under an mdtest-like load: a `sextant
 /// bench` (create, stat, lookup, readdir, remove of 8,000 files; it
 /// fails on any missing, doubled or lost operation) runs through server
@@ -728,14 +699,11 @@ fn paused_past_its_lease(restart_etcd: bool) {
     for i in 0..10 {
         sextant_ok(&b_addr, &secret, &["touch", &format!("/d/f{i}")]);
     }
-    let bench = Command::new(BIN)
-        .args(["--server", &a_addr, "--data"])
-        .arg(&secret)
-        .args(["bench", "-F", "-n", "4", "-i", "2000", "--under", "/load"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bench = sextant_child(
+        &a_addr,
+        &secret,
+        &["bench", "-F", "-n", "4", "-i", "2000", "--under", "/load"],
+    );
     std::thread::sleep(Duration::from_millis(700));
     signal(&a.0, "-STOP");
     if restart_etcd {
@@ -797,9 +765,7 @@ fn killed_mid_migration(step: &str) {
     let mut a = KillOnDrop(a);
     let secret = dir.path().join("a");
     wait_for("a holds the root table", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "a" && t.1 > 0)
+        a_holds_tables(&etcd.url, &secret)
     });
     sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
     for i in 0..20 {
@@ -814,9 +780,7 @@ fn killed_mid_migration(step: &str) {
     );
     let mut b = KillOnDrop(b);
     wait_for("b is a member", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "b")
+        is_member(&etcd.url, &secret, "b")
     });
     // The move; it cannot finish as asked when a side dies.
     let mover = Command::new(BIN)
@@ -987,11 +951,7 @@ fn the_etcd_leader_killed_under_a_cluster() {
     let (a, a_addr) = serve(dir.path(), &urls, "a");
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&urls, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    wait_root_assigned(&urls, &secret);
     let (b, b_addr) = serve(dir.path(), &urls, "b");
     let _b = KillOnDrop(b);
     sextant_ok(&b_addr, &secret, &["mkdir", "/d"]);
@@ -1050,12 +1010,7 @@ fn tools_on_a_mount_of_a_cluster_see_one_file_system() {
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = start_etcd(dir.path());
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
-    let c = config.as_str();
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let out = Command::new(BIN)
@@ -1089,12 +1044,9 @@ fn tools_on_a_mount_of_a_cluster_see_one_file_system() {
     );
     common::sh(dir.path(), "cp -a ref/. mnt/");
     // b joins; the coordinator spreads the tables over both.
-    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     // The same changes on both trees.
     for root in [&mnt, &reference] {
         common::sh(
@@ -1152,14 +1104,11 @@ fn moves_and_a_leave_under_hundreds_of_requests_in_flight() {
     let _b = b;
     sextant_ok(&b_addr, &secret, &["mkdir", "/load"]);
     // Through b, so the bench outlives a.
-    let bench = Command::new(BIN)
-        .args(["--server", &b_addr, "--data"])
-        .arg(&secret)
-        .args(["bench", "-F", "-n", "256", "-i", "30", "--under", "/load"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bench = sextant_child(
+        &b_addr,
+        &secret,
+        &["bench", "-F", "-n", "256", "-i", "30", "--under", "/load"],
+    );
     let started = Instant::now();
     let mut moves = 0;
     for to in ["b", "a", "b", "a"] {
@@ -1201,24 +1150,16 @@ fn a_busy_server_gives_its_idle_tables_away() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
-    let c = config.as_str();
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
     for d in ["hot", "c1", "c2", "c3", "c4", "c5"] {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
         for f in 0..8 {
             sextant_ok(&a_addr, &secret, &["touch", &format!("/{d}/f{f}")]);
         }
     }
-    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     // a holds /hot's table and the last directory's (two tables; one
     // more than b at most, which counting tables would leave alone).
     for path in ["/hot", "/c5"] {
@@ -1274,8 +1215,7 @@ fn pulled_tables_are_not_balanced_straight_back() {
         &etcd.url,
         "table_dir_limit = 8\ntable_inode_limit = 200\n",
     );
-    let c = config.as_str();
-    let (b, _) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let (b, _) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
     sextant_ok(&a_addr, &secret, &["mkdir", "/c0", "/c1"]);
     let started = Instant::now();
@@ -1417,22 +1357,6 @@ fn owner_of(etcd: &str, secret: &Path, table: u64) -> (String, u64) {
     )
 }
 
-/// `cluster move PATH SERVER`: the table moved (once done).
-fn move_table(etcd: &str, secret: &Path, path: &str, server: &str) -> u64 {
-    let out = Command::new(BIN)
-        .args(["--json", "cluster", "move", path, server, "--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cluster move {path} {server}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["table"].as_u64().unwrap()
-}
-
 /// A mount of a cluster keeps its kernel caches (60 s here) exact for
 /// changes made through *other* servers: a server streams only the
 /// changes it ran, so the mount (through a) watches every server of the
@@ -1450,11 +1374,7 @@ fn a_fuse_mount_of_a_cluster_sees_changes_made_through_every_server() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
     let c = config.as_str();
     // A few tables (the limits are small), then b joins and takes some.
     for d in ["d0", "d1", "d2", "d3", "w", "w/sub"] {
@@ -1464,35 +1384,23 @@ fn a_fuse_mount_of_a_cluster_sees_changes_made_through_every_server() {
     sextant_ok(&a_addr, &secret, &["touch", "/w/g"]);
     let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     let table = move_table(&etcd.url, &secret, "/w", "b");
     let on_b = owner_of(&etcd.url, &secret, table);
     assert_eq!(on_b.0, "b");
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let out = Command::new(BIN)
-        .args(["--server", &a_addr, "--data"])
-        .arg(&secret)
-        .args(["mount", "--attr-timeout", "60", "--entry-timeout", "60"])
-        .arg("--log")
-        .arg(dir.path().join("mount.log"))
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mount: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let _unmount = mount_ok(
+        Command::new(BIN)
+            .args(["--server", &a_addr, "--data"])
+            .arg(&secret)
+            .args(["mount", "--attr-timeout", "60", "--entry-timeout", "60"])
+            .arg("--log")
+            .arg(dir.path().join("mount.log"))
+            .arg(&mnt),
+        &mnt,
     );
-    let _unmount = common::Unmount(mnt.clone());
     let w = mnt.join("w");
-    let mode = |p: &Path| {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok()
-    };
     // The kernel caches these (and the absent names) for 60 s.
     assert_eq!(mode(&w.join("f")), Some(0o644));
     assert!(w.join("g").exists());
@@ -1524,9 +1432,7 @@ fn a_fuse_mount_of_a_cluster_sees_changes_made_through_every_server() {
     let (c3, c_addr) = serve_with(dir.path(), &etcd.url, "c", &["--config", c]);
     let _c = KillOnDrop(c3);
     wait_for("c is a member", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "c")
+        is_member(&etcd.url, &secret, "c")
     });
     move_table(&etcd.url, &secret, "/w", "c");
     let on_c = owner_of(&etcd.url, &secret, table);
@@ -1566,11 +1472,7 @@ fn a_keyed_mount_of_a_cluster_sees_changes_whose_ancestors_another_server_holds(
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 1\ntable_inode_limit = 4\n",
-    );
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
     for d in ["/home", "/home/alice", "/home/alice/d", "/home/bob"] {
         sextant_ok(&a_addr, &secret, &["mkdir", d]);
     }
@@ -1580,9 +1482,7 @@ fn a_keyed_mount_of_a_cluster_sees_changes_whose_ancestors_another_server_holds(
     let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", config.as_str()]);
     let _b = KillOnDrop(b);
     wait_for("b is a member", Duration::from_secs(60), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "b")
+        is_member(&etcd.url, &secret, "b")
     });
     let d_table = move_table(&etcd.url, &secret, "/home/alice/d", "b");
     let alice_table = move_table(&etcd.url, &secret, "/home/alice", "a");
@@ -1606,29 +1506,20 @@ fn a_keyed_mount_of_a_cluster_sees_changes_whose_ancestors_another_server_holds(
     );
     let mnt = dir.path().join("keyed");
     std::fs::create_dir(&mnt).unwrap();
-    let out = Command::new(BIN)
-        .args(["--server", &a_addr, "--data"])
-        .arg(dir.path().join("keyed-data"))
-        .arg("--key-file")
-        .arg(&key)
-        .env_remove("SEXTANT_SECRET_FILE")
-        .args(["mount", "--subdir", "/home/alice"])
-        .args(["--attr-timeout", "60", "--entry-timeout", "60", "--log"])
-        .arg(dir.path().join("keyed-mount.log"))
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mount: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let _unmount = mount_ok(
+        Command::new(BIN)
+            .args(["--server", &a_addr, "--data"])
+            .arg(dir.path().join("keyed-data"))
+            .arg("--key-file")
+            .arg(&key)
+            .env_remove("SEXTANT_SECRET_FILE")
+            .args(["mount", "--subdir", "/home/alice"])
+            .args(["--attr-timeout", "60", "--entry-timeout", "60", "--log"])
+            .arg(dir.path().join("keyed-mount.log"))
+            .arg(&mnt),
+        &mnt,
     );
-    let _unmount = common::Unmount(mnt.clone());
     let d = mnt.join("d");
-    let mode = |p: &Path| {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(p).map(|md| md.mode() & 0o7777).ok()
-    };
     // The kernel caches these (and the absent name) for 60 s.
     assert_eq!(mode(&d.join("f")), Some(0o644));
     assert!(!d.join("new").exists());
@@ -1671,9 +1562,7 @@ fn cycle_forming_renames_across_servers_never_make_a_cycle() {
         let (x, y) = (format!("/p/x{n}"), format!("/q/y{n}"));
         sextant_ok(&a_addr, &secret, &["mkdir", &x]);
         sextant_ok(&a_addr, &secret, &["mkdir", &y]);
-        let tp = move_table(&etcd.url, &secret, "/p", "a");
-        let tq = move_table(&etcd.url, &secret, "/q", "b");
-        assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+        p_on_a_q_on_b(&etcd.url, &secret);
         let start = |addr: &str, from: &str, to: &str| {
             Command::new(BIN)
                 .args(["--server", addr, "--data"])
@@ -1742,6 +1631,7 @@ fn cycle_forming_renames_across_servers_never_make_a_cycle() {
         );
     }
 }
+
 /// A local user without the secret (the server's Unix socket, identity
 /// from the kernel) searches a cluster whose namespace is spread: every
 /// part of the search goes through the socket's server, which runs it on
@@ -1753,34 +1643,12 @@ fn cycle_forming_renames_across_servers_never_make_a_cycle() {
 /// for want of the secret.
 #[test]
 fn a_local_user_searches_a_spread_cluster_through_the_socket() {
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
-    let c = config.to_str().unwrap();
-    let sock = dir.path().join("a.sock");
+    let (_a, a_addr, secret, config, sock) =
+        first_server_on_socket(dir.path(), &etcd.url, SMALL_TABLES, &[]);
     let sock_env = sock.to_str().unwrap();
-    let (a, a_addr) = serve_env(
-        dir.path(),
-        &etcd.url,
-        "a",
-        &["--config", c],
-        &[("SEXTANT_SOCKET", sock_env)],
-    );
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
     for d in 0..8 {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
         for f in 0..6 {
@@ -1788,12 +1656,9 @@ fn a_local_user_searches_a_spread_cluster_through_the_socket() {
         }
     }
     sextant_ok(&a_addr, &secret, &["chmod", "700", "/d3"]);
-    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     let sorted = |out: &str| {
         let mut v: Vec<String> = out.lines().map(str::to_string).collect();
         v.sort();
@@ -1887,17 +1752,7 @@ fn a_spread_search_resolves_its_starting_point_once() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 4\ntable_inode_limit = 32\n").unwrap();
-    let c = config.to_str().unwrap();
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &["--config", c]);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
     for d in 0..8 {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
         let files: Vec<String> = (0..6).map(|f| format!("/d{d}/f{f}")).collect();
@@ -1905,12 +1760,9 @@ fn a_spread_search_resolves_its_starting_point_once() {
         args.extend(files.iter().map(String::as_str));
         sextant_ok(&a_addr, &secret, &args);
     }
-    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     // (output, resolutions of a scope path)
     let timed = |args: &[&str]| {
         let out = Command::new(BIN)
@@ -1952,9 +1804,7 @@ fn a_pulled_table_goes_home_once_unused() {
         return;
     };
     let (_a, _b, a_addr, b_addr, secret) = pqrs_on_two_servers(dir.path(), &etcd.url);
-    let tp = move_table(&etcd.url, &secret, "/p", "a");
-    let tq = move_table(&etcd.url, &secret, "/q", "b");
-    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    let (_, tq) = p_on_a_q_on_b(&etcd.url, &secret);
     let (_, epoch) = owner_of(&etcd.url, &secret, tq);
     sextant_ok(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
     let (owner, pulled) = owner_of(&etcd.url, &secret, tq);
@@ -2129,18 +1979,9 @@ fn killed_at_a_borrow_step(step: &str) {
     let fault = format!("exit-at:{step}");
     let (mut a, _b, a_addr, b_addr, secret) =
         pqrs_on_two_servers_env(dir.path(), &etcd.url, &[("SEXTANT_FAULT", &fault)]);
-    let tp = move_table(&etcd.url, &secret, "/p", "a");
-    let tq = move_table(&etcd.url, &secret, "/q", "b");
-    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    p_on_a_q_on_b(&etcd.url, &secret);
     let mv_started = Instant::now();
-    let mv = Command::new(BIN)
-        .args(["--server", &a_addr, "--data"])
-        .arg(&secret)
-        .args(["mv", "/p/f0", "/q/moved"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mv = sextant_child(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
     let mut code = None;
     wait_for("a reached the fault point", Duration::from_secs(30), || {
         code = a.0.try_wait().unwrap().map(|s| s.code());
@@ -2155,10 +1996,7 @@ fn killed_at_a_borrow_step(step: &str) {
         String::from_utf8_lossy(&mv.stderr).trim()
     );
     wait_for("b serves every table", Duration::from_secs(40), || {
-        let Ok(st) = try_status_on(&etcd.url, &secret) else {
-            return false;
-        };
-        tables_by_server(&st).iter().all(|x| x.0 == "b" || x.1 == 0)
+        only_one_serves(&etcd.url, &secret, "b")
     });
     // The client follows the tables to b (it knows b from the route map
     // it took when it connected), where the rename runs once.
@@ -2200,39 +2038,18 @@ fn a_server_leaving_cleanly_during_a_borrow(leaver: &str) {
         &etcd.url,
         &[("SEXTANT_BENCH_RETURN_AFTER", "5s")],
     );
-    let tp = move_table(&etcd.url, &secret, "/p", "a");
-    let tq = move_table(&etcd.url, &secret, "/q", "b");
-    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    p_on_a_q_on_b(&etcd.url, &secret);
     sextant_ok(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
     let (mut leaving, stays, stays_addr, _kept) = match leaver {
         "a" => (a, "b", b_addr, b),
         _ => (b, "a", a_addr, a),
     };
     signal(&leaving.0, "-TERM");
-    let mut left = None;
-    wait_for(
-        &format!("{leaver}'s clean leave"),
-        Duration::from_secs(60),
-        || {
-            left = leaving.0.try_wait().unwrap();
-            left.is_some()
-        },
-    );
-    assert!(
-        left.is_some_and(|s| s.success()),
-        "{leaver} left during a borrow: {left:?}"
-    );
+    left_cleanly(&mut leaving, leaver, "during a borrow");
     wait_for(
         &format!("{stays} serves every table"),
         Duration::from_secs(40),
-        || {
-            let Ok(st) = try_status_on(&etcd.url, &secret) else {
-                return false;
-            };
-            tables_by_server(&st)
-                .iter()
-                .all(|x| x.0 == stays || x.1 == 0)
-        },
+        || only_one_serves(&etcd.url, &secret, stays),
     );
     the_borrowed_rename_happened_once(
         &format!("{leaver} left"),
@@ -2273,38 +2090,16 @@ fn paused_at_a_borrow_step(step: &str) {
     let fault = format!("stop-at:{step}");
     let (a, _b, a_addr, b_addr, secret) =
         pqrs_on_two_servers_env(dir.path(), &etcd.url, &[("SEXTANT_FAULT", &fault)]);
-    let tp = move_table(&etcd.url, &secret, "/p", "a");
-    let tq = move_table(&etcd.url, &secret, "/q", "b");
-    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
-    let mv = Command::new(BIN)
-        .args(["--server", &a_addr, "--data"])
-        .arg(&secret)
-        .args(["mv", "/p/f0", "/q/moved"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    p_on_a_q_on_b(&etcd.url, &secret);
+    let mv = sextant_child(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
     let stat = format!("/proc/{}/stat", a.0.id());
     wait_for(
         "a stopped at the fault point",
         Duration::from_secs(30),
-        || {
-            // The state is the field after the parenthesised command name.
-            std::fs::read_to_string(&stat)
-                .ok()
-                .and_then(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .map(|r| r.trim_start().starts_with('T'))
-                })
-                .unwrap_or(false)
-        },
+        || stopped(&stat),
     );
     wait_for("b serves every table", Duration::from_secs(40), || {
-        let Ok(st) = try_status_on(&etcd.url, &secret) else {
-            return false;
-        };
-        tables_by_server(&st).iter().all(|x| x.0 == "b" || x.1 == 0)
+        only_one_serves(&etcd.url, &secret, "b")
     });
     sextant_ok(
         &b_addr,
@@ -2367,9 +2162,7 @@ fn renames_under_load_through(fault: LoadFault) {
         return;
     };
     let (a, mut b, a_addr, b_addr, secret) = pqrs_on_two_servers(dir.path(), &etcd.url);
-    let tp = move_table(&etcd.url, &secret, "/p", "a");
-    let tq = move_table(&etcd.url, &secret, "/q", "b");
-    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    p_on_a_q_on_b(&etcd.url, &secret);
     const CLIENTS: usize = 3;
     const FILES: usize = 3;
     const ROUNDS: usize = 6;
@@ -2674,20 +2467,9 @@ fn an_etcd_over_tls_with_client_certificates() {
     let c = format!("https://127.0.0.1:{client}");
     let p = format!("http://127.0.0.1:{peer}");
     let _etcd = KillOnDrop(
-        Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.join("etcd"))
-            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+        common::etcd_command(dir, &c, &p)
             .args(["--cert-file", &ca, "--key-file", &etcd_key])
             .args(["--client-cert-auth", "--trusted-ca-file", &cert])
-            .args([
-                "--listen-peer-urls",
-                &p,
-                "--initial-advertise-peer-urls",
-                &p,
-            ])
-            .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
             .spawn()
             .unwrap(),
@@ -2875,9 +2657,7 @@ fn a_drop_whose_commit_is_refused_still_moves_the_table() {
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
     wait_for("a holds the root table", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "a" && t.1 > 0)
+        a_holds_tables(&etcd.url, &secret)
     });
     sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
     for i in 0..20 {
@@ -2886,9 +2666,7 @@ fn a_drop_whose_commit_is_refused_still_moves_the_table() {
     let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
     let _b = KillOnDrop(b);
     wait_for("b is a member", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.0 == "b")
+        is_member(&etcd.url, &secret, "b")
     });
     let moved = Command::new(BIN)
         .args(["cluster", "move", "/d", "b", "--etcd", &etcd.url])
@@ -2925,11 +2703,7 @@ fn big_tables_are_spread_by_their_inodes() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
     for d in ["c1", "c2", "c3", "c4", "c5"] {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/{d}")]);
         let files: Vec<String> = (0..4).map(|f| format!("/{d}/f{f}")).collect();
@@ -3011,20 +2785,10 @@ fn big_tables_are_spread_by_their_inodes() {
 /// nobody warm every cache first.
 #[test]
 fn no_path_or_permission_from_before_a_rename_or_chmod_on_another_server_survives() {
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 4\ntable_inode_limit = 32\n",
-    );
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
     sextant_ok(&a_addr, &secret, &["mkdir", "/top"]);
     for k in 0..16 {
         sextant_ok(&a_addr, &secret, &["mkdir", &format!("/top/s{k}")]);
@@ -3032,10 +2796,7 @@ fn no_path_or_permission_from_before_a_rename_or_chmod_on_another_server_survive
     }
     let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &secret));
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     let key = std::fs::read_to_string(secret.join("secret")).unwrap();
     let find = |nobody: bool| -> Vec<String> {
         let mut cmd = if nobody {
@@ -3125,43 +2886,16 @@ fn said(o: &std::process::Output) -> String {
 /// map (WRONG_SERVER): the key's proof is made for each server dialled.
 #[test]
 fn a_client_key_added_through_one_server_works_and_is_revoked_on_all() {
-    use std::os::unix::fs::PermissionsExt;
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret) = first_plain_server(dir.path(), &etcd.url);
     let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
     let _b = KillOnDrop(b);
     sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
     sextant_ok(&a_addr, &secret, &["chmod", "777", "/pub"]);
 
-    let key = dir.path().join("node1.key");
-    sextant_ok(
-        &a_addr,
-        &secret,
-        &[
-            "auth",
-            "add",
-            "node1",
-            "--uids",
-            "1000",
-            "--out",
-            key.to_str().unwrap(),
-        ],
-    );
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let key = user_key(dir.path(), &a_addr, &secret, "node1");
     let ls = sextant_ok(&b_addr, &secret, &["auth", "ls"]);
     assert!(
         ls.contains("node1"),
@@ -3201,45 +2935,15 @@ fn a_client_key_added_through_one_server_works_and_is_revoked_on_all() {
 /// revocation through a reaches b — b's follow stream was re-created.
 #[test]
 fn client_keys_are_followed_across_an_etcd_restart() {
-    use std::os::unix::fs::PermissionsExt;
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, mut etcd)) = dir_and_etcd() else {
+    let Some((dir, mut etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret) = first_plain_server(dir.path(), &etcd.url);
     let (b, b_addr) = serve(dir.path(), &etcd.url, "b");
     let _b = KillOnDrop(b);
     sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
     sextant_ok(&a_addr, &secret, &["chmod", "777", "/pub"]);
-    let add = |name: &str| {
-        let key = dir.path().join(format!("{name}.key"));
-        sextant_ok(
-            &a_addr,
-            &secret,
-            &[
-                "auth",
-                "add",
-                name,
-                "--uids",
-                "1000",
-                "--out",
-                key.to_str().unwrap(),
-            ],
-        );
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-        key
-    };
+    let add = |name: &str| user_key(dir.path(), &a_addr, &secret, name);
     let works = |addr: &str, key: &Path, file: &str| {
         as_key(addr, key, 1000, &["touch", &format!("/pub/{file}")])
             .status
@@ -3304,15 +3008,9 @@ fn auth_on_etcd_ok(etcd: &str, args: &[&str]) -> String {
 /// uids it allows only, and the server lists it.
 #[test]
 fn a_client_key_made_in_etcd_before_any_server_works_once_one_starts() {
-    use std::os::unix::fs::PermissionsExt;
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let key = dir.path().join("node1.key");
     let made = auth_on_etcd_ok(
         &etcd.url,
@@ -3340,14 +3038,7 @@ fn a_client_key_made_in_etcd_before_any_server_works_once_one_starts() {
     assert!(!again.status.success(), "a second node1 was added");
     assert!(said(&again).contains("exists"), "{}", said(&again));
 
-    let (a, a_addr) = serve(dir.path(), &etcd.url, "a");
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    let (_a, a_addr, secret) = first_plain_server(dir.path(), &etcd.url);
     sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
     sextant_ok(&a_addr, &secret, &["chmod", "777", "/pub"]);
     let o = as_key(&a_addr, &key, 1000, &["touch", "/pub/from-node1"]);
@@ -3395,11 +3086,7 @@ fn client_keys_revoked_in_etcd_end_a_running_servers_sessions() {
     );
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    wait_root_assigned(&etcd.url, &secret);
     sextant_ok(&a_addr, &secret, &["mkdir", "/pub"]);
     let by_server = dir.path().join("by-server.key");
     sextant_ok(
@@ -3494,15 +3181,9 @@ fn client_keys_revoked_in_etcd_end_a_running_servers_sessions() {
 /// user it does not allow is refused there as over TCP.
 #[test]
 fn a_client_key_works_over_a_cluster_servers_unix_socket() {
-    use std::os::unix::fs::PermissionsExt;
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let sock = dir.path().join("a.sock");
     let (a, a_addr) = serve_env(
         dir.path(),
@@ -3513,11 +3194,7 @@ fn a_client_key_works_over_a_cluster_servers_unix_socket() {
     );
     let _a = KillOnDrop(a);
     let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
+    wait_root_assigned(&etcd.url, &secret);
     let (b, _b_addr) = serve(dir.path(), &etcd.url, "b");
     let _b = KillOnDrop(b);
     for d in ["/pub", "/other"] {
@@ -3527,21 +3204,7 @@ fn a_client_key_works_over_a_cluster_servers_unix_socket() {
     // /other's table on b, so the socket's server forwards for it.
     let tp = move_table(&etcd.url, &secret, "/pub", "a");
     let to = move_table(&etcd.url, &secret, "/other", "b");
-    let key = dir.path().join("node1.key");
-    sextant_ok(
-        &a_addr,
-        &secret,
-        &[
-            "auth",
-            "add",
-            "node1",
-            "--uids",
-            "1000",
-            "--out",
-            key.to_str().unwrap(),
-        ],
-    );
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let key = user_key(dir.path(), &a_addr, &secret, "node1");
     let unix = format!("unix:{}", sock.display());
     for d in ["/pub", "/other"] {
         let o = as_key(&unix, &key, 1000, &["touch", &format!("{d}/by-1000")]);
@@ -3703,38 +3366,20 @@ fn socket_forwards_overlap_child() {
 /// (a create claiming root is made as nobody).
 #[test]
 fn the_socket_forwards_without_waiting_on_one_another() {
-    use std::os::unix::fs::PermissionsExt;
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Split tables at 2 directories: /other's table is not /'s.
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 2\n").unwrap();
-    let c = config.to_str().unwrap();
-    let sock = dir.path().join("a.sock");
-    let sock_env = sock.to_str().unwrap();
     let metrics_port = free_ports(1);
     let metrics = format!("127.0.0.1:{metrics_port}");
-    let (a, a_addr) = serve_env(
+    let (_a, a_addr, secret, config, sock) = first_server_on_socket(
         dir.path(),
         &etcd.url,
-        "a",
-        &["--config", c],
-        &[("SEXTANT_SOCKET", sock_env), ("SEXTANT_METRICS", &metrics)],
+        "table_dir_limit = 2\n",
+        &[("SEXTANT_METRICS", &metrics)],
     );
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
-    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let sock_env = sock.to_str().unwrap();
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let b_pid = b.id() as i32;
     let _b = KillOnDrop(b);
     for d in ["/pub", "/other"] {
@@ -3847,36 +3492,14 @@ fn the_socket_forwards_without_waiting_on_one_another() {
 /// `/closed` can be stat'ed but not listed or searched by nobody.
 #[test]
 fn a_local_user_stats_a_directory_held_elsewhere_through_the_socket() {
-    use std::os::unix::fs::PermissionsExt;
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: needs setpriv");
-        return;
-    }
-    let Some((dir, etcd)) = dir_and_etcd() else {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Split tables at 2 directories: /other's table is not /'s.
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 2\n").unwrap();
-    let c = config.to_str().unwrap();
-    let sock = dir.path().join("a.sock");
+    let (_a, a_addr, secret, config, sock) =
+        first_server_on_socket(dir.path(), &etcd.url, "table_dir_limit = 2\n", &[]);
     let sock_env = sock.to_str().unwrap();
-    let (a, a_addr) = serve_env(
-        dir.path(),
-        &etcd.url,
-        "a",
-        &["--config", c],
-        &[("SEXTANT_SOCKET", sock_env)],
-    );
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret))
-            .iter()
-            .any(|t| t.1 > 0)
-    });
-    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", c]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
     for d in ["/pub", "/other", "/closed"] {
         sextant_ok(&a_addr, &secret, &["mkdir", d]);
@@ -4017,10 +3640,7 @@ fn tables_that_shrink_are_merged_on_every_server() {
     }
     let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
-    wait_for("tables on both servers", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_of());
-        t.len() == 2 && t.iter().all(|x| x.1 > 0)
-    });
+    wait_tables_on_both(&etcd.url, &secret);
     let before = status_of()["tables"].as_array().unwrap().len();
     assert!(before >= 4, "the tree split: {before} tables");
     // Everything but /d0/f0, /d6/f0 and /d11/f0 goes.
@@ -4051,14 +3671,6 @@ fn tables_that_shrink_are_merged_on_every_server() {
         got.sort();
         assert_eq!(got, want, "find / at {addr}");
     }
-    let inodes = |st: &serde_json::Value| -> u64 {
-        st["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["inodes"].as_u64().unwrap_or(0))
-            .sum()
-    };
     wait_for("every inode counted once", Duration::from_secs(30), || {
         inodes(&status_of()) == 1 + 2 * kept.len() as u64
     });
@@ -4100,11 +3712,7 @@ fn a_path_limited_key_on_a_cluster_walks_across_servers() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(
-        dir.path(),
-        &etcd.url,
-        "table_dir_limit = 1\ntable_inode_limit = 4\n",
-    );
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
     let admin = |args: &[&str]| sextant_ok(&a_addr, &secret, args);
     for d in ["/home", "/home/alice", "/home/alice/d", "/home/bob"] {
         admin(&["mkdir", d]);
@@ -4228,11 +3836,7 @@ const CONFINED_PLACES: [(&str, &str); 7] = [
 impl ConfinedCluster {
     fn start() -> Option<ConfinedCluster> {
         let (dir, etcd) = dir_and_etcd()?;
-        let (a, a_addr, secret, config) = first_server(
-            dir.path(),
-            &etcd.url,
-            "table_dir_limit = 1\ntable_inode_limit = 4\n",
-        );
+        let (a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
         let admin = |args: &[&str]| sextant_ok(&a_addr, &secret, args);
         // (`e` between `d` and `/home/bob`: a table splits at a
         // directory boundary, never between two directories made one
@@ -4738,8 +4342,7 @@ fn after_power_loss_of_a(p: &mut LoglessPair, etcd: &str) -> Vec<String> {
     common::kill9(&mut p.a.0);
     cut_journal(&p.journal, &p.kept);
     wait_for("b took a's tables", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(etcd, &p.secret));
-        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+        b_took_as_tables(etcd, &p.secret)
     });
     ls_d(&p.b_addr, &p.secret)
 }
@@ -4885,8 +4488,7 @@ fn a_silent_log_less_server_is_noticed_and_its_backups_go_elsewhere() {
     signal(&pair.a.0, "-STOP");
     cut_journal(&pair.journal, &pair.kept);
     wait_for("b took a's tables", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &pair.secret));
-        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+        b_took_as_tables(&etcd.url, &pair.secret)
     });
     assert_eq!(ls_d(&pair.b_addr, &pair.secret), want);
     common::kill9(&mut pair.a.0);
@@ -4919,19 +4521,13 @@ fn a_woken_log_less_server_keeps_what_it_acknowledged_after_its_journal_was_comp
     let client = logless_client(&rt, &pair.b_addr, &pair.secret);
     let mut want = twenty_files_in_d(&rt, &client);
     signal(&pair.a.0, "-STOP");
-    let a_gone = |etcd: &str, secret: &Path| {
-        let t = tables_by_server(&status_on(etcd, secret));
-        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
-    };
     wait_for("b took a's tables", Duration::from_secs(60), || {
-        a_gone(&etcd.url, &pair.secret)
+        b_took_as_tables(&etcd.url, &pair.secret)
     });
     assert_eq!(ls_d(&pair.b_addr, &pair.secret), want);
     signal(&pair.a.0, "-CONT");
     wait_for("a is a member again", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &pair.secret))
-            .iter()
-            .any(|t| t.0 == "a")
+        is_member(&etcd.url, &pair.secret, "a")
     });
     let moved = Command::new(BIN)
         .args(["cluster", "move", "/d", "a", "--etcd", &etcd.url])
@@ -4952,7 +4548,7 @@ fn a_woken_log_less_server_keeps_what_it_acknowledged_after_its_journal_was_comp
     // a's process dies; its machine (and so its whole journal) stays.
     common::kill9(&mut pair.a.0);
     wait_for("b took a's tables again", Duration::from_secs(60), || {
-        a_gone(&etcd.url, &pair.secret)
+        b_took_as_tables(&etcd.url, &pair.secret)
     });
     assert_eq!(ls_d(&pair.b_addr, &pair.secret), want);
     drop(client);
@@ -5078,7 +4674,6 @@ fn member_names(s: &serde_json::Value) -> Vec<String> {
 /// cluster under /sextant/ and see each other's files.
 #[test]
 fn two_clusters_share_one_etcd_under_their_prefixes() {
-    use std::os::unix::fs::PermissionsExt;
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
@@ -5413,8 +5008,7 @@ fn a_log_less_power_loss_under_concurrent_creates_loses_no_acknowledged_file() {
     );
     let failover = Instant::now();
     wait_for("b took a's tables", Duration::from_secs(60), || {
-        let t = tables_by_server(&status_on(&etcd.url, &pair.secret));
-        t.iter().all(|x| x.0 != "a" || x.1 == 0) && t.iter().any(|x| x.0 == "b" && x.1 > 0)
+        b_took_as_tables(&etcd.url, &pair.secret)
     });
     let failed_over_after = failover.elapsed();
     // The clients go on, now on b.
@@ -5513,9 +5107,7 @@ fn a_log_less_server_leaving_cleanly_mid_borrow(leaver: &str) {
         &[("SEXTANT_FAULT", "stop-at:borrow-granted")],
         &LOGLESS_FLAGS,
     );
-    let tp = move_table(&etcd.url, &secret, "/p", "a");
-    let tq = move_table(&etcd.url, &secret, "/q", "b");
-    assert_ne!(tp, tq, "/p and /q share a table: the test needs them apart");
+    p_on_a_q_on_b(&etcd.url, &secret);
     let (stays, stays_addr) = match leaver {
         "a" => ("b", b_addr.clone()),
         _ => ("a", a_addr.clone()),
@@ -5545,29 +5137,12 @@ fn a_log_less_server_leaving_cleanly_mid_borrow(leaver: &str) {
         "the client holds log-less backups: {:?}",
         client.backup_stats()
     );
-    let mv = Command::new(BIN)
-        .args(["--server", &a_addr, "--data"])
-        .arg(&secret)
-        .args(["mv", "/p/f0", "/q/moved"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mv = sextant_child(&a_addr, &secret, &["mv", "/p/f0", "/q/moved"]);
     let stat = format!("/proc/{}/stat", a.0.id());
     wait_for(
         "a stopped with /q's table borrowed",
         Duration::from_secs(30),
-        || {
-            // The state is the field after the parenthesised command name.
-            std::fs::read_to_string(&stat)
-                .ok()
-                .and_then(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .map(|r| r.trim_start().starts_with('T'))
-                })
-                .unwrap_or(false)
-        },
+        || stopped(&stat),
     );
     // Within a's lease (2 s): the leave starts with the rename in hand.
     let leaving = if leaver == "a" { &mut a } else { &mut b };
@@ -5575,30 +5150,11 @@ fn a_log_less_server_leaving_cleanly_mid_borrow(leaver: &str) {
     std::thread::sleep(Duration::from_millis(200));
     signal(&a.0, "-CONT");
     let leaving = if leaver == "a" { &mut a } else { &mut b };
-    let mut left = None;
-    wait_for(
-        &format!("{leaver}'s clean leave"),
-        Duration::from_secs(60),
-        || {
-            left = leaving.0.try_wait().unwrap();
-            left.is_some()
-        },
-    );
-    assert!(
-        left.is_some_and(|s| s.success()),
-        "{leaver} left mid-rename: {left:?}"
-    );
+    left_cleanly(leaving, leaver, "mid-rename");
     wait_for(
         &format!("{stays} serves every table"),
         Duration::from_secs(40),
-        || {
-            let Ok(st) = try_status_on(&etcd.url, &secret) else {
-                return false;
-            };
-            tables_by_server(&st)
-                .iter()
-                .all(|x| x.0 == stays || x.1 == 0)
-        },
+        || only_one_serves(&etcd.url, &secret, stays),
     );
     let mv = mv.wait_with_output().unwrap();
     assert!(

@@ -14,89 +14,21 @@
 
 mod common;
 
-use common::{free_ports, KillOnDrop, BIN};
+use common::{
+    have_etcd, move_table, sextant_ok, signal, start_etcd, tables_by_server, try_status_on,
+    wait_for_every, Etcd, KillOnDrop,
+};
 use sextant_client::Client;
 use sextant_engine::search::Expr;
 use sextant_proto::search::{SearchScope, SearchSpec};
 use sextant_types::{Credentials, SetAttr, Soid};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// How many `/top/sK` directories.
 const DIRS: usize = 4;
-
-fn have_etcd() -> bool {
-    let ok = Command::new("etcd").arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
-    }
-    ok
-}
-
-fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
-/// `sextant --server ADDR --data SECRET_DIR ARGS`, which must succeed.
-fn sextant_ok(addr: &str, secret_dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(["--server", addr, "--data"])
-        .arg(secret_dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "sextant {args:?} at {addr}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// `sextant cluster status --json`, or why it failed.
-fn try_status(etcd: &str, secret_dir: &Path) -> Result<serde_json::Value, String> {
-    let out = Command::new(BIN)
-        .args(["--json", "cluster", "status", "--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
-}
-
-/// The servers of a status, with how many tables each holds.
-fn tables_by_server(s: &serde_json::Value) -> Vec<(String, u64)> {
-    s["servers"]
-        .as_array()
-        .map(|v| {
-            v.iter()
-                .map(|x| {
-                    (
-                        x["name"].as_str().unwrap_or_default().to_string(),
-                        x["tables"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// The owner of `table` in a status.
 fn owner_in(s: &serde_json::Value, table: u64) -> String {
@@ -119,47 +51,9 @@ fn table_of(s: &serde_json::Value, soid: u128) -> Option<u64> {
     })
 }
 
-/// `cluster move PATH SERVER`: the table moved.
-fn move_table(etcd: &str, secret_dir: &Path, path: &str, server: &str) -> u64 {
-    let out = Command::new(BIN)
-        .args(["--json", "cluster", "move", path, server, "--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cluster move {path} {server}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["table"].as_u64().unwrap()
-}
-
-fn spawn_etcd(dir: &Path) -> (KillOnDrop, String) {
-    let client = free_ports(1);
-    let peer = free_ports(1);
-    let c = format!("http://127.0.0.1:{client}");
-    let p = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
-        .args(["--name", "t", "--data-dir"])
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-        .args([
-            "--listen-peer-urls",
-            &p,
-            "--initial-advertise-peer-urls",
-            &p,
-        ])
-        .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child = KillOnDrop(child);
-    wait_for("etcd listens", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
-    });
-    (child, c)
+/// Polls `f` every 50 ms until it holds; fails after `within`.
+fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    wait_for_every(what, within, Duration::from_millis(50), f);
 }
 
 fn nobody() -> Credentials {
@@ -195,7 +89,7 @@ struct Cluster {
     // (Dropped in this order: the servers, etcd, the directory.)
     a: KillOnDrop,
     b: KillOnDrop,
-    _etcd: KillOnDrop,
+    _etcd: Etcd,
     dir: tempfile::TempDir,
     etcd: String,
     a_addr: String,
@@ -214,7 +108,8 @@ impl Cluster {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let (etcd_child, etcd) = spawn_etcd(dir.path());
+        let etcd_child = start_etcd(dir.path());
+        let etcd = etcd_child.url.clone();
         let config = dir.path().join("small-tables.toml");
         std::fs::write(&config, "table_dir_limit = 1\ntable_inode_limit = 4\n").unwrap();
         let config = config.to_str().unwrap().to_string();
@@ -222,7 +117,7 @@ impl Cluster {
         let a = KillOnDrop(a);
         let secret = dir.path().join("a");
         wait_for("the root table assigned", Duration::from_secs(30), || {
-            try_status(&etcd, &secret)
+            try_status_on(&etcd, &secret)
                 .map(|s| tables_by_server(&s).iter().any(|t| t.1 > 0))
                 .unwrap_or(false)
         });
@@ -246,7 +141,7 @@ impl Cluster {
         let (b, b_addr) = serve(dir.path(), &etcd, "b", &config, ttl, "127.0.0.1:0");
         let b = KillOnDrop(b);
         wait_for("two servers", Duration::from_secs(60), || {
-            try_status(&etcd, &secret)
+            try_status_on(&etcd, &secret)
                 .map(|s| tables_by_server(&s).len() == 2)
                 .unwrap_or(false)
         });
@@ -285,7 +180,7 @@ impl Cluster {
             .collect();
         let start = Instant::now();
         loop {
-            let st = try_status(&self.etcd, &self.secret).unwrap_or_default();
+            let st = try_status_on(&self.etcd, &self.secret).unwrap_or_default();
             let tables: Vec<Option<u64>> = soids.iter().map(|s| table_of(&st, *s)).collect();
             // Each table wanted on one server only.
             let apart = tables.iter().zip(&places).all(|(t, (_, to))| {
@@ -482,7 +377,7 @@ fn a_grantor_killed_and_restarted_at_once_still_revokes_before_its_first_change(
     let s0 = c.soid(&via_a, "/top/s0");
     let waited = c.chmod(&via_a, s0, 0o700);
     let changed = searched.elapsed();
-    let st = try_status(&c.etcd, &c.secret).unwrap_or_default();
+    let st = try_status_on(&c.etcd, &c.secret).unwrap_or_default();
     eprintln!(
         "a restarted (listening) {restarted:?} after b's last search; the first chmod \
          acknowledged {changed:?} after it (took {waited:?}); tables: {:?}",
@@ -560,7 +455,7 @@ fn a_change_right_after_a_holder_leaves_cleanly_waits_at_most_the_lease() {
         // b's tables came to a: a's search sees the change (a new client:
         // the map the last one fetched may still name b).
         wait_for("b's tables on a", Duration::from_secs(15), || {
-            try_status(&c.etcd, &c.secret)
+            try_status_on(&c.etcd, &c.secret)
                 .map(|s| tables_by_server(&s).iter().all(|t| t.0 == "a" || t.1 == 0))
                 .unwrap_or(false)
         });
@@ -574,7 +469,7 @@ fn a_change_right_after_a_holder_leaves_cleanly_waits_at_most_the_lease() {
         c.b = KillOnDrop(b);
         c.b_addr = b_addr;
         wait_for("two servers", Duration::from_secs(30), || {
-            try_status(&c.etcd, &c.secret)
+            try_status_on(&c.etcd, &c.secret)
                 .map(|s| tables_by_server(&s).len() == 2)
                 .unwrap_or(false)
         });
@@ -851,7 +746,7 @@ fn searches_while_a_server_is_killed_and_its_tables_fail_over_are_exact_or_fail(
     assert_eq!(root_finds(&via_a), want);
     assert_eq!(c.nobody_finds(&via_a), want);
     // b holds the tables of every /top/sK/d.
-    let st = try_status(&c.etcd, &c.secret).unwrap();
+    let st = try_status_on(&c.etcd, &c.secret).unwrap();
     for k in 0..DIRS {
         let soid = c.soid(&via_a, &format!("/top/s{k}/d")).as_u128();
         assert_eq!(owner_in(&st, table_of(&st, soid).unwrap()), "b");
@@ -882,7 +777,7 @@ fn searches_while_a_server_is_killed_and_its_tables_fail_over_are_exact_or_fail(
     std::thread::sleep(Duration::from_millis(300));
     burst.store(false, Ordering::SeqCst);
     wait_for("b's tables on a", Duration::from_secs(20), || {
-        try_status(&c.etcd, &c.secret)
+        try_status_on(&c.etcd, &c.secret)
             .map(|s| tables_by_server(&s).iter().all(|t| t.0 == "a" || t.1 == 0))
             .unwrap_or(false)
     });

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{logs, within, Etcd, SIGCONT, SIGSTOP};
+use common::{dir_and_etcd, logs, within, Etcd, SIGCONT, SIGSTOP};
 use etcd_client::{Client, CompactionOptions, GetOptions};
 use sextant_cluster::ids::TableId;
 use sextant_coordinator::keys::{self, OwnerValue};
@@ -30,22 +30,6 @@ fn etcd_config(e: &Etcd) -> EtcdConfig {
         request_timeout: Duration::from_millis(1_000),
         prefix: "/t/".into(),
         ..EtcdConfig::new(vec![e.endpoint()])
-    }
-}
-
-/// A connected client, once etcd answers (it listens before it has
-/// elected itself leader).
-async fn client(e: &Etcd) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = Client::connect([e.endpoint()], None).await;
-        if let Ok(mut c) = c {
-            if c.get("x", None).await.is_ok() {
-                return c;
-            }
-        }
-        assert!(Instant::now() < deadline, "etcd does not answer");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -201,6 +185,45 @@ async fn tables(c: &mut Client, cfg: &EtcdConfig, n: u32) {
         .unwrap();
 }
 
+/// A scratch directory, a test's etcd in it, the servers' etcd settings
+/// for it and a client it answers; `None` (said why) without an etcd
+/// binary: the test is skipped.
+async fn setup() -> Option<(tempfile::TempDir, Etcd, EtcdConfig, Client)> {
+    let (dir, etcd) = dir_and_etcd()?;
+    let cfg = etcd_config(&etcd);
+    let c = etcd.client().await;
+    Some((dir, etcd, cfg, c))
+}
+
+/// `n` tables cut before any server starts, then server a, and a map
+/// once a serves them all (`what`: the failure's words).
+async fn served_by_a(
+    etcd: &Etcd,
+    cfg: &EtcdConfig,
+    c: &mut Client,
+    n: u32,
+    what: &str,
+) -> (EtcdCluster, Arc<Fake>, DelegationMap) {
+    tables(c, cfg, n).await;
+    let (a, ha) = server(etcd, "a").await;
+    let map = DelegationMap::start(cfg.clone()).await.unwrap();
+    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
+        .await
+        .expect(what);
+    (a, ha, map)
+}
+
+/// `server`'s manifest of `table` (which it serves) committed as
+/// `manifest`: the grant it was committed under.
+async fn committed(server: &EtcdCluster, table: TableId, manifest: &[u8]) -> Grant {
+    let grant = server.serving(table).unwrap();
+    server
+        .commit_manifest(&grant, manifest.to_vec())
+        .await
+        .unwrap();
+    grant
+}
+
 fn owners(s: &ClusterState) -> BTreeMap<TableId, String> {
     s.owners
         .iter()
@@ -266,12 +289,9 @@ fn same(a: &ClusterState, b: &ClusterState) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_map_misses_nothing_across_an_etcd_kill_and_a_compaction() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, mut etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     tables(&mut c, &cfg, 3).await;
     let map = DelegationMap::start(cfg.clone()).await.unwrap();
     assert_eq!(map.current().tables.len(), 3);
@@ -294,7 +314,7 @@ async fn the_map_misses_nothing_across_an_etcd_kill_and_a_compaction() {
     // kill -9 and restart; changes made as soon as it is back, before
     // the map has watched again, must all arrive.
     etcd.kill_and_restart();
-    let mut c = client(&etcd).await;
+    let mut c = etcd.client().await;
     c.put(cfg.key(&keys::owner_key(TableId(1))), owner("b", 1), None)
         .await
         .unwrap();
@@ -350,12 +370,9 @@ async fn the_map_misses_nothing_across_an_etcd_kill_and_a_compaction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_then_a_reassigned_table_fences_its_old_owner() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     // An empty cluster: the first coordinator creates the root table and
     // gives it to a member.
     let (a, ha) = server(&etcd, "a").await;
@@ -383,10 +400,7 @@ async fn bootstrap_then_a_reassigned_table_fences_its_old_owner() {
         a.may_ack(keys::ROOT_TABLE)
     })
     .await;
-    let grant = a.serving(keys::ROOT_TABLE).unwrap();
-    a.commit_manifest(&grant, b"a's snapshot".to_vec())
-        .await
-        .unwrap();
+    let grant = committed(&a, keys::ROOT_TABLE, b"a's snapshot").await;
 
     let (b, hb) = server(&etcd, "b").await;
     // a's lease revoked (as if it expired): R3 lets the coordinator give
@@ -442,12 +456,9 @@ async fn bootstrap_then_a_reassigned_table_fences_its_old_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_coordinator_lets_a_half_done_move_finish_and_a_drain_empties_a_server() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     tables(&mut c, &cfg, 6).await;
     let mut servers = BTreeMap::new();
     for n in ["a", "b", "c"] {
@@ -565,12 +576,9 @@ async fn a_new_coordinator_lets_a_half_done_move_finish_and_a_drain_empties_a_se
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_servers_tables_are_served_again_within_ttl_and_a_margin() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     tables(&mut c, &cfg, 4).await;
     let (a, ha) = server(&etcd, "a").await;
     let (b, hb) = server(&etcd, "b").await;
@@ -621,25 +629,14 @@ async fn a_dead_servers_tables_are_served_again_within_ttl_and_a_margin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     // One table: the balancer moves nothing (1 against 0 is within its
     // spread), so the only move is the one asked for below.
-    tables(&mut c, &cfg, 1).await;
-    let (a, ha) = server(&etcd, "a").await;
-    let map = DelegationMap::start(cfg.clone()).await.unwrap();
-    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
-        .await
-        .expect("a serves the table");
+    let (a, ha, map) = served_by_a(&etcd, &cfg, &mut c, 1, "a serves the table").await;
     let table = TableId(0);
-    let grant = a.serving(table).unwrap();
-    a.commit_manifest(&grant, b"a's last commit".to_vec())
-        .await
-        .unwrap();
+    committed(&a, table, b"a's last commit").await;
     ha.lose(table);
     let (b, hb) = server(&etcd, "b").await;
     assert!(admin::request_move(&mut c, &cfg, table, "b").await.unwrap());
@@ -678,12 +675,9 @@ async fn a_move_of_a_table_the_host_lost_hands_it_over_as_etcd_has_it() {
 /// server. No coordinator runs here: the keys are written by hand.
 #[tokio::test]
 async fn an_admin_move_ends_the_tables_borrow_home() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, _etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     let table = TableId(7);
     let owner = OwnerValue {
         epoch: sextant_cluster::ids::Epoch(2),
@@ -713,23 +707,12 @@ async fn an_admin_move_ends_the_tables_borrow_home() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_the_host_gave_up_is_loaded_again_from_etcd() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
-    tables(&mut c, &cfg, 1).await;
-    let (a, ha) = server(&etcd, "a").await;
-    let map = DelegationMap::start(cfg.clone()).await.unwrap();
-    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
-        .await
-        .expect("a serves the table");
+    let (a, ha, map) = served_by_a(&etcd, &cfg, &mut c, 1, "a serves the table").await;
     let table = TableId(0);
-    let grant = a.serving(table).unwrap();
-    a.commit_manifest(&grant, b"the catalogue's".to_vec())
-        .await
-        .unwrap();
+    committed(&a, table, b"the catalogue's").await;
     let before = ha.adds(table);
     ha.give_up(table);
     within("a loads it again", Duration::from_secs(10), || {
@@ -755,18 +738,10 @@ async fn a_table_the_host_gave_up_is_loaded_again_from_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_table_wakes_its_new_owner_and_its_old_owner_adds_nothing() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
-    tables(&mut c, &cfg, 1).await;
-    let (a, ha) = server(&etcd, "a").await;
-    let map = DelegationMap::start(cfg.clone()).await.unwrap();
-    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
-        .await
-        .expect("a serves the table");
+    let (a, ha, _map) = served_by_a(&etcd, &cfg, &mut c, 1, "a serves the table").await;
     let table = TableId(0);
     let (b, hb) = server(&etcd, "b").await;
     for round in 0..6 {
@@ -817,12 +792,9 @@ async fn a_moved_table_wakes_its_new_owner_and_its_old_owner_adds_nothing() {
 #[tokio::test]
 async fn a_commit_of_hundreds_of_tables_is_cut_into_transactions_etcd_takes() {
     use sextant_coordinator::catalog::{commit_tables, TableState, TablesChange, TXN_OPS};
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, _etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
     // (Tables apart from each other: new tables contiguous with the one
     // before them are a split's, kept in one transaction.)
     let change = TablesChange {
@@ -865,18 +837,10 @@ async fn a_commit_of_hundreds_of_tables_is_cut_into_transactions_etcd_takes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_given_back_after_a_lease_loss_is_loaded_after_its_forget() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
         return;
     };
-    let cfg = etcd_config(&etcd);
-    let mut c = client(&etcd).await;
-    tables(&mut c, &cfg, 2).await;
-    let (a, ha) = server(&etcd, "a").await;
-    let map = DelegationMap::start(cfg.clone()).await.unwrap();
-    map.until(Duration::from_secs(15), |s| settled(s, &[(&a, &ha)]))
-        .await
-        .expect("a serves both tables");
+    let (a, ha, map) = served_by_a(&etcd, &cfg, &mut c, 2, "a serves both tables").await;
     /// Opens the gate however the test ends (a blocked forget would
     /// otherwise hold the runtime's shutdown, and the test, forever).
     struct Open(Arc<Fake>);
@@ -917,11 +881,9 @@ async fn a_table_given_back_after_a_lease_loss_is_loaded_after_its_forget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_prefix_inside_or_around_another_clusters_is_refused() {
     logs();
-    let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((_dir, etcd, _, _)) = setup().await else {
         return;
     };
-    let _ = client(&etcd).await;
     let start = |prefix: &str, name: &str| {
         let m = MembershipConfig {
             ttl: TTL,

@@ -15,6 +15,9 @@
 //!   served as it was, and a retry moves it; one the catalogue fences
 //!   leaves it to its new owner.
 
+mod common;
+
+use common::{config, create, member, member_of, mkdir, store_and_catalog};
 use sextant_engine::member::{ManifestDecodeError, ROOT_TABLE_ID};
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::{
@@ -24,25 +27,18 @@ use sextant_engine::{
 use sextant_types::{Attr, Credentials, FsError, Soid};
 use std::sync::{Arc, Mutex};
 
-fn config() -> EngineConfig {
-    EngineConfig {
-        flush_interval: None,
-        table_dir_limit: 3,
-        table_inode_limit: 12,
-        ..Default::default()
-    }
-}
-
-fn member(store: &MemStore, catalog: &Arc<MemCatalog>, name: &str) -> Engine {
-    Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        config(),
-        MemberConfig {
-            name: name.into(),
-            catalog: Arc::clone(catalog) as _,
-        },
+/// Sets the xattr `user.k` of `soid` to `value` as root on `e`, durable.
+fn set_k(e: &Engine, soid: Soid, value: &[u8]) {
+    e.setxattr(
+        &Credentials::root(),
+        soid,
+        b"user.k",
+        value,
+        Default::default(),
     )
     .unwrap()
+    .wait(e)
+    .unwrap();
 }
 
 fn names(e: &Engine, dir: Soid) -> Vec<Vec<u8>> {
@@ -59,19 +55,11 @@ fn names(e: &Engine, dir: Soid) -> Vec<Vec<u8>> {
 /// Ten directories under the root, each with four files: enough to split
 /// the root table several times with the small limits of `config`.
 fn populate(e: &Engine) -> Vec<Attr> {
-    let root = Credentials::root();
     let mut dirs = Vec::new();
     for i in 0..10 {
-        let d = e
-            .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
-            .unwrap()
-            .wait(e)
-            .unwrap();
+        let d = mkdir(e, Soid::ROOT, format!("d{i}").as_bytes());
         for j in 0..4 {
-            e.create(&root, d.soid, format!("f{j}").as_bytes(), 0o644, true)
-                .unwrap()
-                .wait(e)
-                .unwrap();
+            create(e, d.soid, format!("f{j}").as_bytes());
         }
         dirs.push(d);
     }
@@ -80,8 +68,7 @@ fn populate(e: &Engine) -> Vec<Attr> {
 
 #[test]
 fn first_member_creates_the_root_and_the_others_get_wrong_server() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
     assert_eq!(a.owned_tables(), vec![ROOT_TABLE_ID]);
@@ -94,18 +81,14 @@ fn first_member_creates_the_root_and_the_others_get_wrong_server() {
     assert_eq!(b.getattr(Soid::ROOT).unwrap_err(), wrong);
     assert_eq!(b.lookup(&root, Soid::ROOT, b"x").unwrap_err(), wrong);
     assert!(names(&a, Soid::ROOT).is_empty(), "b changed nothing");
-    a.mkdir(&root, Soid::ROOT, b"x", 0o755)
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    mkdir(&a, Soid::ROOT, b"x");
     assert_eq!(names(&a, Soid::ROOT), vec![b"x".to_vec()]);
     assert_eq!(catalog.owner(ROOT_TABLE_ID).as_deref(), Some("a"));
 }
 
 #[test]
 fn splits_make_owned_catalogued_tables() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let a = member(&store, &catalog, "a");
     let dirs = populate(&a);
     let owned = a.owned_tables();
@@ -167,20 +150,34 @@ fn movable(e: &Engine, dirs: &[Attr]) -> (u64, Attr) {
         .expect("some directory is in a table of its own")
 }
 
-#[test]
-fn drop_and_add_move_a_table_with_every_acknowledged_change() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+/// Members a and b on one store (with its catalogue), the tree of
+/// [`populate`] made through a, and a table of a's to move with a
+/// directory in it ([`movable`]).
+type Pair = (
+    MemStore,
+    Arc<MemCatalog>,
+    Engine,
+    Engine,
+    Vec<Attr>,
+    u64,
+    Attr,
+);
+
+fn pair_with_a_movable_table() -> Pair {
+    let (store, catalog) = store_and_catalog();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
-    let root = Credentials::root();
     let dirs = populate(&a);
     let (t, d) = movable(&a, &dirs);
+    (store, catalog, a, b, dirs, t, d)
+}
+
+#[test]
+fn drop_and_add_move_a_table_with_every_acknowledged_change() {
+    let (store, catalog, a, b, _, t, d) = pair_with_a_movable_table();
+    let root = Credentials::root();
     // An acknowledged change not yet written back.
-    a.setxattr(&root, d.soid, b"user.k", b"v1", Default::default())
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    set_k(&a, d.soid, b"v1");
     let before = names(&a, d.soid);
     let snapshots_before = store.list("").unwrap().len();
 
@@ -211,10 +208,7 @@ fn drop_and_add_move_a_table_with_every_acknowledged_change() {
     );
     assert_eq!(b.table_holding(d.soid), Some(t));
     // b changes it; then it goes back to a, which sees the change.
-    b.setxattr(&root, d.soid, b"user.k", b"v2", Default::default())
-        .unwrap()
-        .wait(&b)
-        .unwrap();
+    set_k(&b, d.soid, b"v2");
     b.unlink(&root, d.soid, b"f0").unwrap().wait(&b).unwrap();
     let back = b.drop_table(t).unwrap();
     assert!(catalog.assign(t, "a"));
@@ -232,12 +226,7 @@ fn drop_and_add_move_a_table_with_every_acknowledged_change() {
 
 #[test]
 fn an_add_without_ownership_is_refused_and_changes_nothing() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
-    let dirs = populate(&a);
-    let (t, d) = movable(&a, &dirs);
+    let (_, _, a, b, _, t, d) = pair_with_a_movable_table();
     let m = a.drop_table(t).unwrap();
     // Not assigned to b: the catalogue refuses b's commit.
     assert!(b.add_table(&m).is_err());
@@ -253,13 +242,8 @@ fn an_add_without_ownership_is_refused_and_changes_nothing() {
 
 #[test]
 fn operations_spanning_members_are_cross_server_and_change_nothing() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_, catalog, a, b, dirs, t, d) = pair_with_a_movable_table();
     let root = Credentials::root();
-    let dirs = populate(&a);
-    let (t, d) = movable(&a, &dirs);
     let m = a.drop_table(t).unwrap();
     catalog.assign(t, "b");
     b.add_table(&m).unwrap();
@@ -288,8 +272,7 @@ fn operations_spanning_members_are_cross_server_and_change_nothing() {
 
 #[test]
 fn a_member_recovers_its_tables_after_a_crash() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
     let (dirs, t, d) = {
         let a = member(&store, &catalog, "a");
@@ -299,14 +282,8 @@ fn a_member_recovers_its_tables_after_a_crash() {
         let m = a.drop_table(t).unwrap();
         catalog.assign(t, "b");
         b.add_table(&m).unwrap();
-        b.create(&root, d.soid, b"new", 0o644, true)
-            .unwrap()
-            .wait(&b)
-            .unwrap();
-        a.create(&root, Soid::ROOT, b"top", 0o644, true)
-            .unwrap()
-            .wait(&a)
-            .unwrap();
+        create(&b, d.soid, b"new");
+        create(&a, Soid::ROOT, b"top");
         (dirs, t, d)
     };
     store.crash(None);
@@ -327,8 +304,7 @@ fn a_member_recovers_its_tables_after_a_crash() {
 
 #[test]
 fn failover_replays_the_dead_members_journal() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
@@ -336,10 +312,7 @@ fn failover_replays_the_dead_members_journal() {
         let dirs = populate(&a);
         // Acknowledged, never written back: only in a's journal.
         for d in &dirs {
-            a.setxattr(&root, d.soid, b"user.k", b"acked", Default::default())
-                .unwrap()
-                .wait(&a)
-                .unwrap();
+            set_k(&a, d.soid, b"acked");
         }
         drop(a); // a dies (no close): what was not synced is lost below
         dirs
@@ -384,8 +357,7 @@ fn bad_manifest_bytes_are_a_typed_error() {
         TableManifest::from_bytes(b"not a manifest at all"),
         Err(ManifestDecodeError::BadHeader)
     );
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let _a = member(&store, &catalog, "a");
     let mut bytes = catalog.manifest(ROOT_TABLE_ID).unwrap().to_bytes();
     let n = bytes.len();
@@ -398,13 +370,8 @@ fn bad_manifest_bytes_are_a_typed_error() {
 
 #[test]
 fn revoke_stops_serving_at_once_and_keeps_the_records_for_failover() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (_, catalog, a, b, _, t, d) = pair_with_a_movable_table();
     let root = Credentials::root();
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
-    let dirs = populate(&a);
-    let (t, d) = movable(&a, &dirs);
     a.setxattr(
         &root,
         d.soid,
@@ -434,8 +401,7 @@ fn revoke_stops_serving_at_once_and_keeps_the_records_for_failover() {
 
 #[test]
 fn a_new_table_from_the_coordinator_can_be_the_root() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     // The coordinator bootstraps: id 1 is taken before any member opens.
     assert_eq!(catalog.next_table_id().unwrap(), ROOT_TABLE_ID);
     let a = member(&store, &catalog, "a");
@@ -444,11 +410,7 @@ fn a_new_table_from_the_coordinator_can_be_the_root() {
         .add_new_table(ROOT_TABLE_ID, sextant_types::SoidRange::ALL)
         .unwrap();
     assert_eq!(catalog.manifest(ROOT_TABLE_ID), Some(m));
-    let root = Credentials::root();
-    a.mkdir(&root, Soid::ROOT, b"d", 0o755)
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    mkdir(&a, Soid::ROOT, b"d");
     drop(a);
     store.crash(None);
     let a = member(&store, &catalog, "a");
@@ -458,8 +420,7 @@ fn a_new_table_from_the_coordinator_can_be_the_root() {
 #[test]
 fn search_sees_only_the_members_own_tables() {
     use sextant_engine::search::{Expr, Scope};
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
     let root = Credentials::root();
@@ -489,8 +450,7 @@ fn search_sees_only_the_members_own_tables() {
 /// at the end, on the table's owner, and every refused one is not.
 #[test]
 fn moves_under_load_lose_nothing_acknowledged() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
     let root = Credentials::root();
@@ -581,13 +541,8 @@ fn moves_under_load_lose_nothing_acknowledged() {
 
 #[test]
 fn lookup_across_members_is_cross_server_but_lookup_entry_answers() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_, catalog, a, b, dirs, t, d) = pair_with_a_movable_table();
     let root = Credentials::root();
-    let dirs = populate(&a);
-    let (t, d) = movable(&a, &dirs);
     let name = dirs
         .iter()
         .position(|x| x.soid == d.soid)
@@ -616,13 +571,8 @@ fn lookup_across_members_is_cross_server_but_lookup_entry_answers() {
 /// still points at (`TableCatalog::journal_floor`).
 #[test]
 fn a_restarted_member_keeps_the_records_of_a_table_taken_from_it() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog, a, b, _, t, d) = pair_with_a_movable_table();
     let root = Credentials::root();
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
-    let dirs = populate(&a);
-    let (t, d) = movable(&a, &dirs);
     for id in a.owned_tables() {
         if id != t {
             let m = a.drop_table(id).unwrap();
@@ -630,10 +580,7 @@ fn a_restarted_member_keeps_the_records_of_a_table_taken_from_it() {
             b.add_table(&m).unwrap();
         }
     }
-    a.setxattr(&root, d.soid, b"user.k", b"acked", Default::default())
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    set_k(&a, d.soid, b"acked");
     // The lease ran out: a is fenced, the coordinator gives t to b.
     assert!(a.revoke_table(t));
     catalog.assign(t, "b");
@@ -679,10 +626,7 @@ fn members_share_a_local_directory() {
     assert!(dir.path().join(&m.entry.file).exists());
     catalog.assign(t, "b");
     b.add_table(&m).unwrap();
-    b.create(&root, d.soid, b"on-b", 0o644, true)
-        .unwrap()
-        .wait(&b)
-        .unwrap();
+    create(&b, d.soid, b"on-b");
     a.close().unwrap();
     b.close().unwrap();
     let a = open("a").unwrap();
@@ -696,8 +640,7 @@ fn members_share_a_local_directory() {
 /// manifest), so the journal is trimmed while another table takes writes.
 #[test]
 fn a_clean_table_does_not_hold_the_journal_back() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
     let a = Engine::open_member(
         Arc::new(store.clone()) as Arc<dyn Store>,
@@ -777,8 +720,7 @@ fn measure_member_mode() {
         let (_, t) = fill(&s, n);
         single.push(n as f64 / t.as_secs_f64());
 
-        let store = MemStore::new();
-        let catalog = Arc::new(MemCatalog::new());
+        let (store, catalog) = store_and_catalog();
         let open = |name: &str| {
             Engine::open_member(
                 Arc::new(store.clone()) as Arc<dyn Store>,
@@ -844,8 +786,7 @@ fn request(client: u64, seq: u64) -> sextant_engine::requests::RequestId {
 #[test]
 fn the_replies_of_a_tables_mutations_move_with_it() {
     use sextant_engine::requests::Reply;
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
@@ -908,8 +849,7 @@ fn the_replies_of_a_tables_mutations_move_with_it() {
 /// Replies noted before the server set its sink wait for it.
 #[test]
 fn carried_replies_wait_for_the_sink() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
     let a = member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
@@ -932,6 +872,16 @@ fn carried_replies_wait_for_the_sink() {
 struct Flaky {
     inner: Arc<MemCatalog>,
     fail_next: Mutex<Option<CatalogError>>,
+}
+
+/// A member named `name` on `store` whose catalogue is `catalog` behind a
+/// [`Flaky`]: the member, and the [`Flaky`] that fails its next commit.
+fn flaky_member(store: &MemStore, catalog: &Arc<MemCatalog>, name: &str) -> (Engine, Arc<Flaky>) {
+    let flaky = Arc::new(Flaky {
+        inner: Arc::clone(catalog),
+        fail_next: Mutex::new(None),
+    });
+    (member_of(store, Arc::clone(&flaky) as _, name), flaky)
 }
 
 impl Flaky {
@@ -958,6 +908,17 @@ impl TableCatalog for Flaky {
     }
 }
 
+/// The catalogue's tables as (first SOID, last SOID, table), sorted.
+fn catalogued_ranges(catalog: &MemCatalog) -> Vec<(Soid, Soid, u64)> {
+    let mut ranges: Vec<(Soid, Soid, u64)> = catalog
+        .all()
+        .into_iter()
+        .map(|(id, _, m)| (m.entry.range.first, m.entry.range.last, id))
+        .collect();
+    ranges.sort();
+    ranges
+}
+
 /// The snapshot files in the shared store.
 fn snapshots(store: &MemStore) -> Vec<String> {
     let mut v: Vec<String> = store
@@ -977,31 +938,15 @@ fn snapshots(store: &MemStore) -> Vec<String> {
 /// acknowledged change, and a retried DROP moves it.
 #[test]
 fn a_drop_whose_commit_is_refused_serves_on_and_a_retry_moves_the_table() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let flaky = Arc::new(Flaky {
-        inner: Arc::clone(&catalog),
-        fail_next: Mutex::new(None),
-    });
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
-    let a = Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        config(),
-        MemberConfig {
-            name: "a".into(),
-            catalog: Arc::clone(&flaky) as _,
-        },
-    )
-    .unwrap();
+    let (a, flaky) = flaky_member(&store, &catalog, "a");
     let b = member(&store, &catalog, "b");
     let dirs = populate(&a);
     let (t, d) = movable(&a, &dirs);
     a.sync().unwrap();
     // Acknowledged, not written back: the DROP writes a snapshot for it.
-    a.setxattr(&root, d.soid, b"user.k", b"v1", Default::default())
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    set_k(&a, d.soid, b"v1");
     let files = snapshots(&store);
     let listing = names(&a, d.soid);
 
@@ -1022,14 +967,8 @@ fn a_drop_whose_commit_is_refused_serves_on_and_a_retry_moves_the_table() {
     assert_eq!(catalog.owner(t).as_deref(), Some("a"));
     assert_eq!(snapshots(&store), files, "the uncommitted snapshot is gone");
     // And it takes changes.
-    a.setxattr(&root, d.soid, b"user.k", b"v2", Default::default())
-        .unwrap()
-        .wait(&a)
-        .unwrap();
-    a.create(&root, d.soid, b"after", 0o644, true)
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    set_k(&a, d.soid, b"v2");
+    create(&a, d.soid, b"after");
 
     // The retry commits; the next owner sees everything.
     let m = a.drop_table(t).unwrap();
@@ -1049,17 +988,9 @@ fn a_drop_whose_commit_is_refused_serves_on_and_a_retry_moves_the_table() {
 /// stops serving it and keeps its records for the new owner.
 #[test]
 fn a_drop_the_catalogue_fences_leaves_the_table_to_its_new_owner() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (_, catalog, a, b, _, t, d) = pair_with_a_movable_table();
     let root = Credentials::root();
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
-    let dirs = populate(&a);
-    let (t, d) = movable(&a, &dirs);
-    a.setxattr(&root, d.soid, b"user.k", b"acked", Default::default())
-        .unwrap()
-        .wait(&a)
-        .unwrap();
+    set_k(&a, d.soid, b"acked");
     // a's lease ran out meanwhile: the table is b's.
     assert!(catalog.assign(t, "b"));
     let err = a.drop_table(t).unwrap_err();
@@ -1091,8 +1022,7 @@ fn a_drop_the_catalogue_fences_leaves_the_table_to_its_new_owner() {
 /// four-server cluster: "route overlaps", clients without a route).
 #[test]
 fn a_table_split_off_a_fenced_one_is_not_committed_alone() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
     let a = member(&store, &catalog, "a");
     let dirs = populate(&a);
@@ -1118,12 +1048,7 @@ fn a_table_split_off_a_fenced_one_is_not_committed_alone() {
     );
     // No table a made from it is in the catalogue, and the catalogue's
     // ranges do not overlap.
-    let mut ranges: Vec<(Soid, Soid, u64)> = catalog
-        .all()
-        .into_iter()
-        .map(|(id, _, m)| (m.entry.range.first, m.entry.range.last, id))
-        .collect();
-    ranges.sort();
+    let ranges = catalogued_ranges(&catalog);
     for w in ranges.windows(2) {
         assert!(
             w[0].1 < w[1].0,
@@ -1148,22 +1073,8 @@ fn a_table_split_off_a_fenced_one_is_not_committed_alone() {
 /// uncatalogued.
 #[test]
 fn a_drop_after_an_uncommitted_split_commits_the_split_off_table_first() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let flaky = Arc::new(Flaky {
-        inner: Arc::clone(&catalog),
-        fail_next: Mutex::new(None),
-    });
-    let root = Credentials::root();
-    let a = Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        config(),
-        MemberConfig {
-            name: "a".into(),
-            catalog: Arc::clone(&flaky) as _,
-        },
-    )
-    .unwrap();
+    let (store, catalog) = store_and_catalog();
+    let (a, flaky) = flaky_member(&store, &catalog, "a");
     let dirs = populate(&a);
     let (t, d) = movable(&a, &dirs);
     a.sync().unwrap();
@@ -1171,10 +1082,7 @@ fn a_drop_after_an_uncommitted_split_commits_the_split_off_table_first() {
     // The split's commit fails: the table split off is not catalogued.
     flaky.fail_next_commit(CatalogError::Unavailable("etcd paused".into()));
     for i in 0..40 {
-        a.mkdir(&root, d.soid, format!("s{i}").as_bytes(), 0o755)
-            .unwrap()
-            .wait(&a)
-            .unwrap();
+        mkdir(&a, d.soid, format!("s{i}").as_bytes());
         if a.owned_tables().len() > before.len() {
             break;
         }
@@ -1191,12 +1099,7 @@ fn a_drop_after_an_uncommitted_split_commits_the_split_off_table_first() {
     );
     a.drop_table(t).unwrap();
     // The catalogue's ranges still cover every SOID, once.
-    let mut ranges: Vec<(Soid, Soid, u64)> = catalog
-        .all()
-        .into_iter()
-        .map(|(id, _, m)| (m.entry.range.first, m.entry.range.last, id))
-        .collect();
-    ranges.sort();
+    let ranges = catalogued_ranges(&catalog);
     let mut next = Some(Soid::MIN);
     for (first, last, id) in &ranges {
         assert_eq!(
@@ -1215,8 +1118,7 @@ fn a_drop_after_an_uncommitted_split_commits_the_split_off_table_first() {
 /// lookup gives.
 #[test]
 fn readdir_plus_leaves_entries_of_other_tables_without_attributes() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
+    let (store, catalog) = store_and_catalog();
     let a = member(&store, &catalog, "a");
     populate(&a);
     let root = Credentials::root();
@@ -1251,40 +1153,15 @@ fn readdir_plus_leaves_entries_of_other_tables_without_attributes() {
 /// crates/server/tests/split_fence.rs.)
 #[test]
 fn a_table_split_off_a_revoked_one_is_revoked_too() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let flaky = Arc::new(Flaky {
-        inner: Arc::clone(&catalog),
-        fail_next: Mutex::new(None),
-    });
+    let (store, catalog) = store_and_catalog();
     let root = Credentials::root();
-    let a = Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        config(),
-        MemberConfig {
-            name: "a".into(),
-            catalog: Arc::clone(&flaky) as _,
-        },
-    )
-    .unwrap();
+    let (a, flaky) = flaky_member(&store, &catalog, "a");
     flaky.fail_next_commit(CatalogError::Unavailable("etcd unreachable".into()));
     let mut dirs = Vec::new();
     while a.owned_tables().len() == 1 {
         assert!(dirs.len() < 40, "the root table never split");
-        let d = a
-            .mkdir(
-                &root,
-                Soid::ROOT,
-                format!("d{}", dirs.len()).as_bytes(),
-                0o755,
-            )
-            .unwrap()
-            .wait(&a)
-            .unwrap();
-        a.create(&root, d.soid, b"f", 0o644, true)
-            .unwrap()
-            .wait(&a)
-            .unwrap();
+        let d = mkdir(&a, Soid::ROOT, format!("d{}", dirs.len()).as_bytes());
+        create(&a, d.soid, b"f");
         dirs.push(d.soid);
     }
     let child = a

@@ -5,34 +5,43 @@
 //! caller may list, even where the ancestors of a table live on the other
 //! member. Ranges a member does not hold are reported, never searched.
 
+mod common;
+
+use common::{create, member, mkdir, store_and_catalog};
 use sextant_engine::search::{DirRecord, Expr, ForeignDirs, Pred, SearchOptions, Spread};
-use sextant_engine::store::{MemStore, Store};
-use sextant_engine::{Engine, EngineConfig, MemCatalog, MemberConfig};
+use sextant_engine::store::MemStore;
+use sextant_engine::{Engine, MemCatalog, TableManifest};
 use sextant_types::{Credentials, FsError, SetAttr, Soid, SoidRange};
 use std::collections::{BTreeSet, HashMap};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-fn config() -> EngineConfig {
-    EngineConfig {
-        flush_interval: None,
-        table_dir_limit: 3,
-        table_inode_limit: 12,
-        ..Default::default()
-    }
+/// Members a and b on one store and catalogue, nothing moved yet.
+fn two_members() -> (MemStore, Arc<MemCatalog>, Engine, Engine) {
+    let (store, catalog) = store_and_catalog();
+    let a = member(&store, &catalog, "a");
+    let b = member(&store, &catalog, "b");
+    (store, catalog, a, b)
 }
 
-fn member(store: &MemStore, catalog: &Arc<MemCatalog>, name: &str) -> Engine {
-    Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        config(),
-        MemberConfig {
-            name: name.into(),
-            catalog: Arc::clone(catalog) as _,
-        },
-    )
-    .unwrap()
+/// Moves `table` from a to b (DROP, the catalogue's new owner, ADD): its
+/// manifest.
+fn move_to_b(catalog: &MemCatalog, a: &Engine, b: &Engine, table: u64) -> TableManifest {
+    let m = a.drop_table(table).unwrap();
+    assert!(catalog.assign(table, "b"));
+    b.add_table(&m).unwrap();
+    m
+}
+
+/// Every other table of `tables` (the second, the fourth, ...: the root's
+/// table stays on a) moves from a to b.
+fn every_other_to_b(catalog: &MemCatalog, a: &Engine, b: &Engine, tables: &[u64]) {
+    for (n, t) in tables.iter().enumerate() {
+        if n % 2 == 1 {
+            move_to_b(catalog, a, b, *t);
+        }
+    }
 }
 
 /// The other member, read as a server reads it for a peer.
@@ -102,22 +111,11 @@ fn user() -> Credentials {
 fn populate(e: &Engine) {
     let root = Credentials::root();
     for i in 0..6 {
-        let d = e
-            .mkdir(&root, Soid::ROOT, format!("d{i}").as_bytes(), 0o755)
-            .unwrap()
-            .wait(e)
-            .unwrap();
+        let d = mkdir(e, Soid::ROOT, format!("d{i}").as_bytes());
         for j in 0..3 {
-            let s = e
-                .mkdir(&root, d.soid, format!("s{j}").as_bytes(), 0o755)
-                .unwrap()
-                .wait(e)
-                .unwrap();
+            let s = mkdir(e, d.soid, format!("s{j}").as_bytes());
             for k in 0..3 {
-                e.create(&root, s.soid, format!("f{k}").as_bytes(), 0o644, true)
-                    .unwrap()
-                    .wait(e)
-                    .unwrap();
+                create(e, s.soid, format!("f{k}").as_bytes());
             }
         }
         let mode = [0o700, 0o711, 0o744, 0o755, 0o755, 0o755][i];
@@ -168,10 +166,7 @@ fn search(
 
 #[test]
 fn spread_searches_add_up_to_one_engines_answer() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate(&a);
     let tables = a.owned_tables();
     assert!(
@@ -209,13 +204,7 @@ fn spread_searches_add_up_to_one_engines_answer() {
     assert!(truth.iter().any(|t| t.len() > 50));
     // Every other table (the root's table stays on a) moves to b: chains
     // cross members at every level.
-    for (n, t) in tables.iter().enumerate() {
-        if n % 2 == 1 {
-            let m = a.drop_table(*t).unwrap();
-            assert!(catalog.assign(*t, "b"));
-            b.add_table(&m).unwrap();
-        }
-    }
+    every_other_to_b(&catalog, &a, &b, &tables);
     assert!(!b.owned_tables().is_empty());
     let (from_a, from_b) = (Peer(&b), Peer(&a));
     let mut k = 0;
@@ -253,16 +242,11 @@ fn spread_searches_add_up_to_one_engines_answer() {
 
 #[test]
 fn without_a_reader_the_other_members_tables_are_only_reported() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate(&a);
     let tables = a.owned_tables();
     let moved = tables[tables.len() - 1];
-    let m = a.drop_table(moved).unwrap();
-    assert!(catalog.assign(moved, "b"));
-    b.add_table(&m).unwrap();
+    let m = move_to_b(&catalog, &a, &b, moved);
     let range = m.entry.range;
     let peer = Peer(&b);
     let on_a = Spread::new(vec![SoidRange::ALL], &peer);
@@ -294,10 +278,7 @@ fn without_a_reader_the_other_members_tables_are_only_reported() {
 #[test]
 fn a_table_moving_during_the_query_is_searched_exactly_once() {
     for moved_at_hit in [1, 5, 20, 60] {
-        let store = MemStore::new();
-        let catalog = Arc::new(MemCatalog::new());
-        let a = member(&store, &catalog, "a");
-        let b = member(&store, &catalog, "b");
+        let (_store, catalog, a, b) = two_members();
         populate(&a);
         let truth = search(&a, &Credentials::root(), Soid::ROOT, &Expr::True, None);
         let tables = a.owned_tables();
@@ -355,17 +336,12 @@ fn a_table_moving_during_the_query_is_searched_exactly_once() {
 /// balancer move tables back and forth).
 #[test]
 fn a_directory_held_elsewhere_is_not_taken_for_gone_and_searches_are_not_load() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate(&a);
     let root = Credentials::root();
     let d4 = a.lookup(&root, Soid::ROOT, b"d4").unwrap().soid;
     let table = a.table_holding(d4).unwrap();
-    let m = a.drop_table(table).unwrap();
-    assert!(catalog.assign(table, "b"));
-    b.add_table(&m).unwrap();
+    move_to_b(&catalog, &a, &b, table);
     assert_eq!(
         a.dir_chain(d4).unwrap_err(),
         FsError::WrongServer { soid: d4 }
@@ -384,14 +360,7 @@ fn a_directory_held_elsewhere_is_not_taken_for_gone_and_searches_are_not_load() 
 
 /// A deeper tree, like the benchmark's copies: `/u/cI/dJ/eK/fL`.
 fn populate_deep(e: &Engine) {
-    let root = Credentials::root();
-    let dir = |p: Soid, n: String| {
-        e.mkdir(&root, p, n.as_bytes(), 0o755)
-            .unwrap()
-            .wait(e)
-            .unwrap()
-            .soid
-    };
+    let dir = |p: Soid, n: String| mkdir(e, p, n.as_bytes()).soid;
     let u = dir(Soid::ROOT, "u".into());
     for i in 0..3 {
         let c = dir(u, format!("c{i}"));
@@ -400,10 +369,7 @@ fn populate_deep(e: &Engine) {
             for k in 0..3 {
                 let x = dir(d, format!("e{k}"));
                 for l in 0..2 {
-                    e.create(&root, x, format!("f{l}").as_bytes(), 0o644, true)
-                        .unwrap()
-                        .wait(e)
-                        .unwrap();
+                    create(e, x, format!("f{l}").as_bytes());
                 }
             }
         }
@@ -418,10 +384,7 @@ fn populate_deep(e: &Engine) {
 /// answers stay exactly one engine's.
 #[test]
 fn a_search_reads_each_foreign_directory_once_in_a_few_batches() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate_deep(&a);
     let root = Credentials::root();
     let u = a.lookup(&root, Soid::ROOT, b"u").unwrap().soid;
@@ -436,13 +399,7 @@ fn a_search_reads_each_foreign_directory_once_in_a_few_batches() {
     }
     let tables = a.owned_tables();
     assert!(tables.len() >= 20, "{tables:?}");
-    for (n, t) in tables.iter().enumerate() {
-        if n % 2 == 1 {
-            let m = a.drop_table(*t).unwrap();
-            assert!(catalog.assign(*t, "b"));
-            b.add_table(&m).unwrap();
-        }
-    }
+    every_other_to_b(&catalog, &a, &b, &tables);
     let mut k = 0;
     for cred in &callers {
         for &scope in &scopes {
@@ -498,10 +455,7 @@ fn a_search_reads_each_foreign_directory_once_in_a_few_batches() {
 /// such (never as gone), and no more than fits in the budget.
 #[test]
 fn a_member_answers_many_directories_at_once() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate_deep(&a);
     let root = Credentials::root();
     let at = |path: &[&str]| {
@@ -518,9 +472,7 @@ fn a_member_answers_many_directories_at_once() {
     assert!(![e1, e2, e3]
         .iter()
         .any(|d| a.table_holding(*d) == Some(table)));
-    let m = a.drop_table(table).unwrap();
-    assert!(catalog.assign(table, "b"));
-    b.add_table(&m).unwrap();
+    move_to_b(&catalog, &a, &b, table);
 
     let asked = [e1, e2, moved, file, e3, e1];
     let got = a.dir_chains(&asked, usize::MAX).unwrap();
@@ -564,22 +516,13 @@ fn a_member_answers_many_directories_at_once() {
 /// answer is again what reading every directory gives.
 #[test]
 fn remembered_paths_through_another_member_follow_its_changes_once_forgotten() {
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate(&a);
     let root = Credentials::root();
     let lookup = |name: &[u8]| a.lookup(&root, Soid::ROOT, name).unwrap().soid;
     let (d2, d4) = (lookup(b"d2"), lookup(b"d4"));
     let open_dirs = [(lookup(b"d3"), "d3"), (lookup(b"d5"), "d5")];
-    for (n, t) in a.owned_tables().into_iter().enumerate() {
-        if n % 2 == 1 {
-            let m = a.drop_table(t).unwrap();
-            assert!(catalog.assign(t, "b"));
-            b.add_table(&m).unwrap();
-        }
-    }
+    every_other_to_b(&catalog, &a, &b, &a.owned_tables());
     let callers = [root.clone(), user()];
     let (from_a, from_b) = (Peer(&b), Peer(&a));
     let answer = |cred: &Credentials, remembering: bool| -> Answer {
@@ -696,10 +639,7 @@ fn remembered_paths_through_another_member_follow_its_changes_once_forgotten() {
 fn roots_totals_from_the_top_read_no_other_members_directory() {
     use sextant_engine::search::{GroupBy, Pred};
     use sextant_types::FileType;
-    let store = MemStore::new();
-    let catalog = Arc::new(MemCatalog::new());
-    let a = member(&store, &catalog, "a");
-    let b = member(&store, &catalog, "b");
+    let (_store, catalog, a, b) = two_members();
     populate(&a);
     let tables = a.owned_tables();
     let below_top = || {
@@ -735,13 +675,7 @@ fn roots_totals_from_the_top_read_no_other_members_directory() {
             truth.push(agg);
         }
     }
-    for (n, t) in tables.iter().enumerate() {
-        if n % 2 == 1 {
-            let m = a.drop_table(*t).unwrap();
-            assert!(catalog.assign(*t, "b"));
-            b.add_table(&m).unwrap();
-        }
-    }
+    every_other_to_b(&catalog, &a, &b, &tables);
     assert!(!b.owned_tables().is_empty());
     let (from_a, from_b) = (Counting::new(&b), Counting::new(&a));
     let mut k = 0;

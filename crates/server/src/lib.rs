@@ -40,6 +40,8 @@ pub mod placement;
 pub mod search;
 pub mod secret;
 mod service;
+#[cfg(test)]
+mod test_engine;
 pub mod watchers;
 
 pub use auth::AUTH_FAILED;

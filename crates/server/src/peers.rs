@@ -1023,17 +1023,8 @@ impl ForeignDirs for NoPeers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_engine::store::MemStore;
-    use sextant_engine::EngineConfig;
+    use crate::test_engine::engine;
     use sextant_types::Credentials;
-
-    fn engine() -> Engine {
-        let config = EngineConfig {
-            flush_interval: None,
-            ..Default::default()
-        };
-        Engine::open(Arc::new(MemStore::new()), config).unwrap()
-    }
 
     const B: &str = "127.0.0.1:2";
 

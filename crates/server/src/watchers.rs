@@ -222,17 +222,8 @@ fn changed_to_pb(c: &Changes) -> pb::Changed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_engine::store::MemStore;
-    use sextant_engine::EngineConfig;
+    use crate::test_engine::engine;
     use sextant_types::Soid;
-
-    fn engine() -> Engine {
-        let config = EngineConfig {
-            flush_interval: None,
-            ..Default::default()
-        };
-        Engine::open(Arc::new(MemStore::new()), config).unwrap()
-    }
 
     fn change(n: u128) -> Changes {
         Changes {

@@ -1,5 +1,9 @@
 //! What the CLI's integration tests share: the binary, and starting a real
-//! `sextant serve`.
+//! `sextant serve`; for the cluster tests (`cluster.rs`, `dir_leases.rs`)
+//! an etcd of the test's own, servers joining it, `sextant` run against
+//! one of them, and `cluster status --json` read back. Every child
+//! process a helper starts is killed when the test ends, however it ends
+//! ([`KillOnDrop`], or the caller's to wrap).
 
 #![allow(dead_code)] // each test file uses a different part
 
@@ -413,4 +417,252 @@ pub fn cli_with_key(addr: &str, key: &Path, uid: u32, home: &Path) -> Command {
         .env_remove("SEXTANT_SECRET_FILE")
         .current_dir("/");
     c
+}
+
+// ---- clusters on a real etcd ----------------------------------------------
+
+/// Is there an `etcd` binary? Says so when not (the test is skipped).
+pub fn have_etcd() -> bool {
+    let ok = Command::new("etcd").arg("--version").output().is_ok();
+    if !ok {
+        eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
+    }
+    ok
+}
+
+/// Polls `f` every 100 ms until it holds; fails after `within`.
+pub fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    wait_for_every(what, within, Duration::from_millis(100), f);
+}
+
+/// [`wait_for`], polling every `every`.
+pub fn wait_for_every(what: &str, within: Duration, every: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(every);
+    }
+}
+
+/// `kill SIG PID` of `child` (`-STOP`, `-CONT`, `-TERM`...), which must
+/// succeed.
+pub fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// `sextant --server ADDR --data SECRET_DIR ARGS`: the cluster's secret
+/// found in `secret_dir`.
+pub fn sextant(addr: &str, secret_dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["--server", addr, "--data"])
+        .arg(secret_dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// [`sextant`], which must succeed; its stdout.
+pub fn sextant_ok(addr: &str, secret_dir: &Path, args: &[&str]) -> String {
+    let out = sextant(addr, secret_dir, args);
+    assert!(
+        out.status.success(),
+        "sextant {args:?} at {addr}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The servers of a `cluster status --json`, with how many tables each
+/// holds.
+pub fn tables_by_server(s: &serde_json::Value) -> Vec<(String, u64)> {
+    s["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap().to_string(),
+                x["tables"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `sextant cluster status --json` of the cluster on `etcd`, with the
+/// secret in `secret_dir`.
+pub fn status_on(etcd: &str, secret_dir: &Path) -> serde_json::Value {
+    try_status_on(etcd, secret_dir).unwrap_or_else(|e| panic!("cluster status: {e}"))
+}
+
+/// [`status_on`], or why it failed (etcd restarting).
+pub fn try_status_on(etcd: &str, secret_dir: &Path) -> Result<serde_json::Value, String> {
+    let out = Command::new(BIN)
+        .args(["--json", "cluster", "status", "--etcd", etcd])
+        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+/// Waits (30 s at most) until some server of the cluster on `etcd`
+/// holds a table: the root table is assigned.
+pub fn wait_root_assigned(etcd: &str, secret_dir: &Path) {
+    wait_for("the root table assigned", Duration::from_secs(30), || {
+        tables_by_server(&status_on(etcd, secret_dir))
+            .iter()
+            .any(|t| t.1 > 0)
+    });
+}
+
+/// Waits (60 s at most) until the cluster on `etcd` has two servers,
+/// each holding tables.
+pub fn wait_tables_on_both(etcd: &str, secret_dir: &Path) {
+    wait_for("tables on both servers", Duration::from_secs(60), || {
+        let t = tables_by_server(&status_on(etcd, secret_dir));
+        t.len() == 2 && t.iter().all(|x| x.1 > 0)
+    });
+}
+
+/// `cmd` run, which must succeed (else fails with "WHAT: its stderr"):
+/// its output.
+pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `cluster move PATH SERVER` on the cluster on `etcd`: the table moved
+/// (once done).
+pub fn move_table(etcd: &str, secret_dir: &Path, path: &str, server: &str) -> u64 {
+    let mut mv = Command::new(BIN);
+    mv.args(["--json", "cluster", "move", path, server, "--etcd", etcd])
+        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"));
+    let out = output_ok(&mut mv, &format!("cluster move {path} {server}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["table"].as_u64().unwrap()
+}
+
+/// etcd for one test (one member, no fsync), killed when dropped.
+pub struct Etcd {
+    pub child: KillOnDrop,
+    /// Its client URL.
+    pub url: String,
+    dir: PathBuf,
+    client: u16,
+    peer: u16,
+}
+
+impl Etcd {
+    /// kill -9, then the same etcd (data, ports) again.
+    pub fn restart(&mut self) {
+        kill9(&mut self.child.0);
+        self.child = spawn_etcd(&self.dir, self.client, self.peer);
+    }
+}
+
+/// A scratch directory and an etcd of its own for one test (`None`: no
+/// etcd on this machine, the test is skipped).
+pub fn dir_and_etcd() -> Option<(tempfile::TempDir, Etcd)> {
+    if !have_etcd() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    Some((dir, etcd))
+}
+
+/// An etcd with its data in `dir/etcd`, on free ports, once it listens.
+pub fn start_etcd(dir: &Path) -> Etcd {
+    let client = free_ports(1);
+    let peer = free_ports(1);
+    let child = spawn_etcd(dir, client, peer);
+    Etcd {
+        child,
+        url: format!("http://127.0.0.1:{client}"),
+        dir: dir.to_path_buf(),
+        client,
+        peer,
+    }
+}
+
+fn spawn_etcd(dir: &Path, client: u16, peer: u16) -> KillOnDrop {
+    let c = format!("http://127.0.0.1:{client}");
+    let p = format!("http://127.0.0.1:{peer}");
+    let child = etcd_command(dir, &c, &p)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = KillOnDrop(child);
+    wait_for("etcd listens", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
+    });
+    child
+}
+
+/// `etcd` as the one member (`t`) of its cluster, with its data in
+/// `dir/etcd`, clients at `client_url`, peers at `peer_url`, no fsync and
+/// its stdout discarded: add flags, then spawn.
+pub fn etcd_command(dir: &Path, client_url: &str, peer_url: &str) -> Command {
+    let mut etcd = Command::new("etcd");
+    etcd.args(["--name", "t", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", client_url])
+        .args(["--advertise-client-urls", client_url])
+        .args(["--listen-peer-urls", peer_url])
+        .args(["--initial-advertise-peer-urls", peer_url])
+        .args(["--initial-cluster", &format!("t={peer_url}")])
+        .arg("--unsafe-no-fsync")
+        .stdout(Stdio::null());
+    etcd
+}
+
+/// `sextant serve` as cluster member `name` of the cluster on `etcd`:
+/// data in `dir/name`, the shared store `dir/store`, journal synced, an
+/// etcd lease of 2 s; the process and its address.
+pub fn serve(dir: &Path, etcd: &str, name: &str) -> (Child, String) {
+    serve_with(dir, etcd, name, &[])
+}
+
+/// [`serve`] with more `serve` flags (`--journal-sync` among them
+/// replaces fsync).
+pub fn serve_with(dir: &Path, etcd: &str, name: &str, more: &[&str]) -> (Child, String) {
+    serve_env(dir, etcd, name, more, &[])
+}
+
+/// [`serve_with`] with more environment (a later `SEXTANT_LEASE_TTL`
+/// replaces 2 s).
+pub fn serve_env(
+    dir: &Path,
+    etcd: &str,
+    name: &str,
+    more: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, String) {
+    let mut args = Vec::new();
+    if !more.contains(&"--journal-sync") {
+        args.extend(["--journal-sync", "fsync"]);
+    }
+    args.extend(["--etcd", etcd, "--name", name, "--cluster-store"]);
+    let store = dir.join("store");
+    args.push(store.to_str().unwrap());
+    args.extend_from_slice(more);
+    spawn_server_env(
+        &dir.join(name),
+        "127.0.0.1:0",
+        &args,
+        Stdio::inherit(),
+        &[&[("SEXTANT_LEASE_TTL", "2s")], env].concat(),
+    )
 }

@@ -74,6 +74,22 @@ impl Etcd {
         format!("http://127.0.0.1:{}", self.client)
     }
 
+    /// A connected client, once etcd answers (it listens before it has
+    /// elected itself leader).
+    pub async fn client(&self) -> etcd_client::Client {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let c = etcd_client::Client::connect([self.endpoint()], None).await;
+            if let Ok(mut c) = c {
+                if c.get("x", None).await.is_ok() {
+                    return c;
+                }
+            }
+            assert!(Instant::now() < deadline, "etcd does not answer");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: signalling our own child.
         unsafe { libc_kill(self.child.id() as i32, sig) };
@@ -85,6 +101,14 @@ impl Etcd {
         self.child = Etcd::spawn(&self.dir, self.client, self.peer);
         self.wait_ready();
     }
+}
+
+/// A scratch directory and an etcd of the test's own in it (`None`,
+/// said why, without an etcd binary: the test is skipped).
+pub fn dir_and_etcd() -> Option<(tempfile::TempDir, Etcd)> {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(dir.path())?;
+    Some((dir, etcd))
 }
 
 impl Drop for Etcd {
