@@ -12,7 +12,10 @@
 //! (R2), on the new table number being unused and on `member/<server>`
 //! being on the membership lease the change was planned under (a
 //! transaction applied late, after a lease loss and a rejoin, writes
-//! nothing: [`TablesChange::member_lease`]). The shell then sees a
+//! nothing: [`TablesChange::member_lease`]), and on every updated table's
+//! `manifest/` revision being the one the server last saw
+//! ([`TablesChange::manifest_revs`]): a manifest never goes back. The
+//! shell then sees a
 //! table of its own it never loaded and ADDs it (the host answers with
 //! the table it already has).
 //!
@@ -101,16 +104,40 @@ pub struct TablesChange {
     /// (issue 20, the simulation's seed 175: a split's stale halves over
     /// the reloaded table). `None`: not compared.
     pub member_lease: Option<i64>,
+    /// For updated tables: the `manifest/` key's mod revision the change
+    /// replaces, as the server last saw it (0: no manifest yet); the
+    /// commit requires it unchanged. Neither the owner revision nor the
+    /// lease changes between two commits of one server, so without this
+    /// a commit whose answer was lost, applied late by etcd after a later
+    /// commit of the same table, moved the table's manifest back to an
+    /// older snapshot and journal position (issue 20). With it, a commit
+    /// applied moves the key's revision past every revision read before
+    /// it, so no commit prepared earlier can apply after it. A table not
+    /// in it: not compared.
+    pub manifest_revs: std::collections::BTreeMap<TableId, i64>,
 }
 
 /// Commits `change` for server `me`. `Ok(false)`: a fence failed (a table
-/// is no longer this server's, or a number was taken): nothing written.
+/// is no longer this server's, or a number was taken, or a manifest
+/// changed since it was read): nothing written.
 pub async fn commit_tables(
     client: &mut Client,
     cfg: &EtcdConfig,
     me: &str,
     change: &TablesChange,
 ) -> Result<bool, CoordError> {
+    Ok(commit_tables_at(client, cfg, me, change).await?.is_some())
+}
+
+/// [`commit_tables`], answering the revision of the transaction when it
+/// was applied (every key it put has that mod revision), `None` when a
+/// fence failed.
+pub async fn commit_tables_at(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    me: &str,
+    change: &TablesChange,
+) -> Result<Option<i64>, CoordError> {
     let mut when = Vec::new();
     let mut then = Vec::new();
     // A table's catalogue range and manifest, as `t` has them.
@@ -149,6 +176,13 @@ pub async fn commit_tables(
     }
     for (t, rev) in &change.updated {
         when.push(fence(t.table, *rev));
+        if let Some(seen) = change.manifest_revs.get(&t.table) {
+            when.push(Compare::mod_revision(
+                cfg.key(&keys::manifest_key(t.table)),
+                CompareOp::Equal,
+                *seen,
+            ));
+        }
         then.extend(range_and_manifest(t));
     }
     for t in &change.created {
@@ -182,10 +216,85 @@ pub async fn commit_tables(
         }
     }
     if then.is_empty() {
-        return Ok(true);
+        return Ok(Some(0));
     }
     let txn = Txn::new().when(when).and_then(then);
-    Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
+    let resp = bounded(cfg, client.txn(txn)).await?;
+    Ok(resp
+        .succeeded()
+        .then(|| resp.header().map_or(0, |h| h.revision())))
+}
+
+/// Whether `change`, sent by server `me` and not known to be applied, can
+/// never apply from now on (it may have applied already): one of the
+/// conditions [`commit_tables`] puts on it is false now and can never be
+/// true again —
+/// - `member/<me>` is on another lease than `member_lease`: the key is
+///   only ever put by a join, on a lease granted for it, so it never
+///   comes back to an earlier one;
+/// - an updated or removed table's `owner/` revision is not the one
+///   granted, or an updated table's `manifest/` revision is not the one
+///   compared (nonzero): a key's mod revision only grows while it exists,
+///   a deleted key reads 0, and one put again gets a revision above every
+///   earlier one.
+///
+/// `false`: it may still apply (or this cannot be told now).
+pub async fn tables_change_settled(
+    client: &mut Client,
+    cfg: &EtcdConfig,
+    me: &str,
+    change: &TablesChange,
+) -> Result<bool, CoordError> {
+    let mod_rev = |client: &mut Client, key: String| {
+        let mut c = client.clone();
+        async move {
+            let resp = bounded(
+                cfg,
+                c.get(key, Some(etcd_client::GetOptions::new().with_keys_only())),
+            )
+            .await?;
+            Ok::<_, CoordError>(resp.kvs().first().map_or(0, |kv| kv.mod_revision()))
+        }
+    };
+    if let Some(lease) = change.member_lease {
+        let resp = bounded(cfg, client.get(cfg.key(&keys::member_key(me)), None)).await?;
+        if resp.kvs().first().is_some_and(|kv| kv.lease() != lease) {
+            return Ok(true);
+        }
+    }
+    let granted = |r: Revision| i64::try_from(r.0).unwrap_or(i64::MAX);
+    let owners = change
+        .updated
+        .iter()
+        .map(|(t, r)| (t.table, *r))
+        .chain(change.removed.iter().copied());
+    for (t, r) in owners {
+        if mod_rev(client, cfg.key(&keys::owner_key(t))).await? != granted(r) {
+            return Ok(true);
+        }
+    }
+    for (t, seen) in &change.manifest_revs {
+        if *seen != 0 && mod_rev(client, cfg.key(&keys::manifest_key(*t))).await? != *seen {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `later`, applied, makes `earlier` (sent before it, outcome
+/// unknown) unable to apply from then on: `later` put the manifest of a
+/// table whose manifest revision `earlier` compares (nonzero — `later`
+/// moved it past every revision read before it), or removed a table
+/// `earlier` touches (its owner key is gone for good: table numbers are
+/// never handed out twice). Pure: no etcd read.
+pub fn settles(later: &TablesChange, earlier: &TablesChange) -> bool {
+    let compared = |t: TableId| earlier.manifest_revs.get(&t).is_some_and(|r| *r != 0);
+    let touched = |t: TableId| {
+        earlier.updated.iter().any(|(u, _)| u.table == t)
+            || earlier.removed.iter().any(|(r, _)| *r == t)
+    };
+    later.updated.iter().any(|(t, _)| compared(t.table))
+        || later.removed.iter().any(|(t, _)| touched(*t))
 }
 
 /// Reads back whether etcd holds `change` as [`commit_tables`] writes it
@@ -417,6 +526,7 @@ impl TablesChange {
         let compares = self.updated.len()
             + self.created.len()
             + self.removed.len()
+            + self.manifest_revs.len()
             + usize::from(self.member_lease.is_some());
         (writes, compares)
     }
@@ -430,6 +540,8 @@ impl TablesChange {
     /// transaction.
     fn merged(&self, next: &TablesChange) -> TablesChange {
         let mut m = self.clone();
+        m.manifest_revs
+            .extend(next.manifest_revs.iter().map(|(t, r)| (*t, *r)));
         m.updated.extend(next.updated.iter().cloned());
         m.removed.extend(next.removed.iter().cloned());
         m.created.extend(next.created.iter().cloned());
@@ -469,6 +581,7 @@ impl TablesChange {
             return vec![self];
         }
         let lease = self.member_lease;
+        let revs = self.manifest_revs;
         // Groups, in SOID order: a table and the new tables contiguous
         // after it.
         enum Item {
@@ -496,7 +609,12 @@ impl TablesChange {
             }
             let g = groups.last_mut().expect("a group was just made");
             match item {
-                Item::Updated(u) => g.updated.push(u),
+                Item::Updated(u) => {
+                    if let Some(r) = revs.get(&u.0.table) {
+                        g.manifest_revs.insert(u.0.table, *r);
+                    }
+                    g.updated.push(u)
+                }
                 Item::Created(c) => g.created.push(c),
             }
             last = Some(r);
@@ -557,8 +675,26 @@ mod tests {
                     .push((state(i, base, base + 999), Revision(u64::from(i))));
             }
         }
+        // Every updated table's manifest revision compared.
+        change.manifest_revs = change
+            .updated
+            .iter()
+            .map(|(t, _)| (t.table, i64::from(t.table.0) + 7))
+            .collect();
         let pieces = change.clone().pieces(TXN_OPS);
         assert!(pieces.len() > 1);
+        for p in &pieces {
+            // Each piece compares exactly its own updated tables'.
+            let mine: Vec<TableId> = p.updated.iter().map(|(t, _)| t.table).collect();
+            let compared: Vec<TableId> = p.manifest_revs.keys().copied().collect();
+            let mut sorted = mine.clone();
+            sorted.sort();
+            assert_eq!(compared, sorted);
+            assert!(p
+                .manifest_revs
+                .iter()
+                .all(|(t, r)| *r == i64::from(t.0) + 7));
+        }
         let (mut updated, mut created) = (0, 0);
         for p in &pieces {
             let (w, c) = p.cost();

@@ -88,6 +88,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
         }],
         removed: vec![],
         member_lease: None,
+        manifest_revs: Default::default(),
     };
     // A stale grant (another owner since): nothing written.
     assert!(
@@ -129,6 +130,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
         created: vec![],
         removed: vec![(TableId(100), state.owner(TableId(100)).unwrap().rev)],
         member_lease: None,
+        manifest_revs: Default::default(),
     };
     assert!(commit_tables(&mut client, &cfg, "s1", &merge)
         .await
@@ -201,6 +203,7 @@ async fn a_split_planned_under_a_lost_lease_is_refused_after_the_rejoin() {
         }],
         removed: vec![],
         member_lease: Some(l1),
+        manifest_revs: Default::default(),
     };
     // L1 is lost (its member key goes with it); s1 rejoins under L2 and,
     // etcd still naming it, loads the table again: its commit, planned
@@ -218,6 +221,7 @@ async fn a_split_planned_under_a_lost_lease_is_refused_after_the_rejoin() {
             granted,
         )],
         member_lease: Some(l2),
+        manifest_revs: Default::default(),
         ..TablesChange::default()
     };
     assert!(commit_tables(&mut client, &cfg, "s1", &reload)
@@ -440,4 +444,77 @@ async fn untouched_at(
     state.tables.contains_key(&lower)
         && state.tables.contains_key(&upper)
         && state.owner(upper).is_some()
+}
+
+/// Issue 20: two commits of one table by its owner under the same owner
+/// revision (and lease): A prepared first and delivered last (its answer
+/// was lost, it sat in the network), B applied in between. A compares the
+/// manifest revision it replaced, which B moved past: refused, and known
+/// settled (by B's put alone, and read from etcd). Without the manifest
+/// compare A applied and the manifest went back to A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_prepared_before_an_applied_one_never_applies() {
+    use sextant_coordinator::catalog::{
+        commit_tables_at, settles, tables_change_applied, tables_change_settled,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(etcd) = Etcd::start(dir.path()) else {
+        return;
+    };
+    let (mut client, cfg) = connected(&etcd).await;
+    let t = TableId(3);
+    client
+        .put(
+            cfg.key(&keys::table_key(t)),
+            keys::encode_range(&SoidRange::ALL),
+            None,
+        )
+        .await
+        .unwrap();
+    let owner = client
+        .put(cfg.key(&keys::owner_key(t)), "1 s1", None)
+        .await
+        .unwrap();
+    let owner_rev = Revision(owner.header().unwrap().revision() as u64);
+    let first = client
+        .put(cfg.key(&keys::manifest_key(t)), "m0", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let change = |manifest: &str, seen: i64| TablesChange {
+        updated: vec![(
+            TableState {
+                table: t,
+                range: SoidRange::ALL,
+                manifest: manifest.as_bytes().to_vec(),
+            },
+            owner_rev,
+        )],
+        manifest_revs: [(t, seen)].into_iter().collect(),
+        ..TablesChange::default()
+    };
+    let a = change("mA", first);
+    let b = change("mB", first);
+    assert!(!tables_change_settled(&mut client, &cfg, "s1", &a)
+        .await
+        .unwrap());
+    let applied = commit_tables_at(&mut client, &cfg, "s1", &b).await.unwrap();
+    assert!(applied.is_some_and(|r| r > first));
+    assert!(settles(&b, &a));
+    assert!(tables_change_settled(&mut client, &cfg, "s1", &a)
+        .await
+        .unwrap());
+    // A delivered now.
+    assert!(!commit_tables(&mut client, &cfg, "s1", &a).await.unwrap());
+    let now = client
+        .get(cfg.key(&keys::manifest_key(t)), None)
+        .await
+        .unwrap();
+    assert_eq!(now.kvs()[0].value(), b"mB", "the manifest went back");
+    assert!(!tables_change_applied(&mut client, &cfg, &a).await.unwrap());
+    // The next commit compares what B left: applies.
+    let c = change("mC", applied.unwrap());
+    assert!(commit_tables(&mut client, &cfg, "s1", &c).await.unwrap());
 }

@@ -36,8 +36,10 @@
 //!   manifest replacing it, or by the member that wrote it in its present
 //!   run once no manifest in the catalogue names it, no table it holds
 //!   uses it and no commit that may still take effect names it (the sweep
-//!   of `engine::member`): so a blob a dropped table's manifest names
-//!   stays until its new owner supersedes it.
+//!   of `engine::member`), or by a later run of that member once also
+//!   nothing an earlier run sent can take effect
+//!   ([`TableCatalog::earlier_runs_void`]): so a blob a dropped table's
+//!   manifest names stays until its new owner supersedes it.
 
 use crate::journal::Lsn;
 use crate::manifest::TableEntry;
@@ -244,9 +246,9 @@ pub trait TableCatalog: Send + Sync {
             "this catalogue does not list the snapshots it names".into(),
         ))
     }
-    /// The fence `member`'s last commit was planned under, as an opaque
-    /// number (on etcd: the membership lease `member/<member>` was on).
-    /// `None`: unknown (a snapshot in a commit whose outcome is unknown is
+    /// The fence of `member`'s last commit, as an opaque number asked
+    /// about by [`Self::fence_void`] (on etcd: its transaction kept as a
+    /// doubt, with the lease and the revisions it compares). `None`: unknown (a snapshot in a commit whose outcome is unknown is
     /// then never swept in this run).
     fn last_commit_fence(&self, member: &str) -> Option<u64> {
         let _ = member;
@@ -254,9 +256,19 @@ pub trait TableCatalog: Send + Sync {
     }
     /// Whether no commit of `member` planned under `fence` can take effect
     /// any more, also one still in flight (on etcd: `member/<member>` is on
-    /// another lease — a lease never comes back). The default: `false`.
+    /// another lease — a lease never comes back —, or a later commit of a
+    /// table it updates applied). The default: `false`.
     fn fence_void(&self, member: &str, fence: u64) -> Result<bool, CatalogError> {
         let _ = (member, fence);
+        Ok(false)
+    }
+    /// Whether nothing an earlier run of `member` (an engine opened before
+    /// this one, on this store) sent to the catalogue — a commit, or a
+    /// handover of the shell's naming one of its snapshots — can take
+    /// effect any more, also one still in flight. Then that run's
+    /// snapshots that no manifest names are swept. The default: `false`.
+    fn earlier_runs_void(&self, member: &str) -> Result<bool, CatalogError> {
+        let _ = member;
         Ok(false)
     }
 }

@@ -100,6 +100,32 @@ impl Drop for Etcd {
     }
 }
 
+/// Starts etcd and the runtime for a test (`None`: no etcd here), and
+/// waits until etcd answers requests (its port opens before it has a
+/// leader: a first request then failed under load).
+fn setup(dir: &Path) -> Option<(Etcd, tokio::runtime::Runtime)> {
+    let etcd = Etcd::start(dir)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = etcd.config();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    rt.block_on(async {
+        loop {
+            if let Ok(mut c) = sextant_coordinator::etcd::connect(&cfg).await {
+                if c.lease_grant(5, None).await.is_ok() && c.get("x", None).await.is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "etcd does not answer");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    Some((etcd, rt))
+}
+
 /// The catalogue on etcd, whose next commit can be made to fail (etcd
 /// unreachable) once. (A lost answer is the catalogue's own fault point,
 /// [`EtcdCatalog::lose_next_reply`]: etcd applies the transaction, the
@@ -125,6 +151,9 @@ impl TableCatalog for Flaky {
     fn fence_void(&self, member: &str, fence: u64) -> Result<bool, CatalogError> {
         self.inner.fence_void(member, fence)
     }
+    fn earlier_runs_void(&self, member: &str) -> Result<bool, CatalogError> {
+        self.inner.earlier_runs_void(member)
+    }
     fn merge(&self, member: &str, merged: TableManifest, gone: u64) -> Result<(), CatalogError> {
         self.inner.merge(member, merged, gone)
     }
@@ -137,6 +166,31 @@ impl TableCatalog for Flaky {
     fn journal_floor(&self, member: &str) -> Result<Option<u64>, CatalogError> {
         self.inner.journal_floor(member)
     }
+}
+
+/// A crash of server `a` (the store loses what was not synced) and its
+/// engine opened again on the same catalogue and map.
+fn crash_and_reopen(a: Server, store: &MemStore) -> (Engine, DelegationMap) {
+    let Server {
+        name,
+        map,
+        catalog,
+        engine,
+        host,
+    } = a;
+    drop(host);
+    drop(engine);
+    store.crash(None);
+    let engine = Engine::open_member(
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        engine_config(),
+        MemberConfig {
+            name,
+            catalog: catalog as _,
+        },
+    )
+    .unwrap();
+    (engine, map)
 }
 
 /// The root table, as the cluster numbers it.
@@ -431,14 +485,9 @@ fn split_failing(a: &Server, lost_reply: bool) -> (u64, Vec<Soid>) {
 #[test]
 fn a_split_from_before_a_lost_lease_does_not_commit_after_the_reload() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((etcd, rt)) = setup(dir.path()) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let cfg = etcd.config();
     let store = MemStore::new();
     let root = Credentials::root();
@@ -495,25 +544,7 @@ fn a_split_from_before_a_lost_lease_does_not_commit_after_the_reload() {
     );
 
     // A crash and a restart: every acknowledged operation is there.
-    let Server {
-        map,
-        catalog,
-        engine,
-        host,
-        ..
-    } = a;
-    drop(host);
-    drop(engine);
-    store.crash(None);
-    let engine = Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        engine_config(),
-        MemberConfig {
-            name: "a".into(),
-            catalog: Arc::clone(&catalog) as _,
-        },
-    )
-    .unwrap();
+    let (engine, map) = crash_and_reopen(a, &store);
     for d in &dirs {
         for name in [&b"f"[..], b"after-split", b"after-reload"] {
             engine
@@ -536,14 +567,9 @@ fn a_split_from_before_a_lost_lease_does_not_commit_after_the_reload() {
 #[test]
 fn a_split_from_before_a_lost_lease_does_not_commit_after_a_failover() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(etcd) = Etcd::start(dir.path()) else {
+    let Some((etcd, rt)) = setup(dir.path()) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let cfg = etcd.config();
     let store = MemStore::new();
     let root = Credentials::root();
@@ -611,17 +637,6 @@ fn a_split_from_before_a_lost_lease_does_not_commit_after_a_failover() {
     );
 }
 
-/// Starts etcd and the runtime for a test (`None`: no etcd here).
-fn setup(dir: &Path) -> Option<(Etcd, tokio::runtime::Runtime)> {
-    let etcd = Etcd::start(dir)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    Some((etcd, rt))
-}
-
 /// Until `map` names `server` for `table`.
 fn until_owner(map: &DelegationMap, table: u64, server: &str) {
     let t = TableId(u32::try_from(table).unwrap());
@@ -686,25 +701,7 @@ fn a_split_whose_reply_was_lost_commits_once_and_serves_on() {
         "snapshots nothing names are left in the shared store"
     );
 
-    let Server {
-        map,
-        catalog,
-        engine,
-        host,
-        ..
-    } = a;
-    drop(host);
-    drop(engine);
-    store.crash(None);
-    let engine = Engine::open_member(
-        Arc::new(store.clone()) as Arc<dyn Store>,
-        engine_config(),
-        MemberConfig {
-            name: "a".into(),
-            catalog: Arc::clone(&catalog) as _,
-        },
-    )
-    .unwrap();
+    let (engine, map) = crash_and_reopen(a, &store);
     let mut held = engine.owned_tables();
     held.sort_unstable();
     assert_eq!(held, vec![ROOT_TABLE_ID, n]);
@@ -792,4 +789,227 @@ fn a_split_whose_reply_was_lost_fails_over_whole() {
         Vec::<String>::new(),
         "snapshots nothing names are left in the shared store"
     );
+}
+
+/// Acknowledged creates of `names` in the root directory.
+fn create_all(a: &Server, names: &[&str]) {
+    let root = Credentials::root();
+    for n in names {
+        a.engine
+            .create(&root, Soid::ROOT, n.as_bytes(), 0o644, true)
+            .unwrap()
+            .wait(&a.engine)
+            .unwrap();
+    }
+}
+
+/// The root table's manifest as etcd has it now.
+fn root_manifest(a: &Server) -> TableManifest {
+    a.catalog
+        .tables(&a.name)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.entry.id == ROOT_TABLE_ID)
+        .expect("the root table's manifest")
+}
+
+/// Server a, settled, with a checkpoint of the root table (commit A)
+/// whose transaction is held back by the network (the server is told
+/// the outcome is unknown), then writes and a later checkpoint (commit
+/// B) that applies. Returns A's snapshot (in nobody's manifest) and the
+/// manifest B committed.
+fn held_then_later(a: &Server, store: &MemStore) -> (String, TableManifest) {
+    a.settle();
+    assert_eq!(unreferenced(store, &a.catalog, "a"), Vec::<String>::new());
+    create_all(a, &["a1", "a2"]);
+    a.catalog.inner.hold_next();
+    a.engine.sync().unwrap();
+    let held = unreferenced(store, &a.catalog, "a");
+    assert_eq!(held.len(), 1, "commit A's snapshot: {held:?}");
+    create_all(a, &["b1", "b2"]);
+    a.engine.sync().unwrap();
+    let later = root_manifest(a);
+    assert_ne!(later.entry.file, held[0], "commit B applied");
+    (held[0].clone(), later)
+}
+
+/// Issue 20, a manifest going back: commit A of a table sent and not
+/// answered (held in the network), commit B of the same table sent and
+/// applied under the same lease and owner revision, then A delivered.
+/// Before the fix A applied (its fences — the owner key's revision and
+/// the member key's lease — were unchanged by B) and moved the manifest
+/// back to A's snapshot and journal position: what B committed was lost
+/// to a reload, and the snapshot A names was already swept. Now A
+/// compares the manifest revision B moved past: refused.
+#[test]
+fn a_commit_delivered_after_a_later_one_never_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((etcd, rt)) = setup(dir.path()) else {
+        return;
+    };
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let l1 = join(&rt, &cfg, "a");
+    let a = server(&rt, &cfg, &store, "a");
+    until_member(&a.map, "a", l1);
+    let (_, later) = held_then_later(&a, &store);
+    assert_eq!(
+        a.catalog.inner.release_held().unwrap(),
+        Some(false),
+        "the commit prepared before the applied one applied after it"
+    );
+    assert_eq!(
+        root_manifest(&a),
+        later,
+        "the root table's manifest went back"
+    );
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+    // A restart from the catalogue finds every acknowledged write.
+    let (engine, map) = crash_and_reopen(a, &store);
+    let root = Credentials::root();
+    for name in ["a1", "a2", "b1", "b2"] {
+        engine
+            .lookup(&root, Soid::ROOT, name.as_bytes())
+            .unwrap_or_else(|e| panic!("{name} lost: {e}"));
+    }
+    drop(engine);
+    drop(map);
+}
+
+/// Issue 20, a commit in doubt while the lease is kept: A's answer lost
+/// and A not found applied, so its snapshot may still be named — until
+/// commit B of the same table applied, after which A can never apply
+/// (it compares the manifest revision B moved past). The sweep after B
+/// deletes A's snapshot; before, it stayed in doubt (its only fence was
+/// the membership lease, which was kept) until the server restarted.
+#[test]
+fn a_commit_in_doubt_is_void_once_a_later_one_applied_and_its_snapshot_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((etcd, rt)) = setup(dir.path()) else {
+        return;
+    };
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let l1 = join(&rt, &cfg, "a");
+    let a = server(&rt, &cfg, &store, "a");
+    until_member(&a.map, "a", l1);
+    let (held, _) = held_then_later(&a, &store);
+    assert_eq!(
+        unreferenced(&store, &a.catalog, "a"),
+        Vec::<String>::new(),
+        "the snapshot of the commit in doubt ({held}) is left although a later commit applied"
+    );
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+    // And indeed it can never apply.
+    assert_eq!(a.catalog.inner.release_held().unwrap(), Some(false));
+    assert_eq!(missing(&store, &a.catalog), Vec::<String>::new());
+}
+
+/// Issue 20, earlier runs' snapshots: run 1 of server a leaves a snapshot
+/// nothing names (a checkpoint whose transaction is held in the network)
+/// and dies. Run 2 (a new process: a new lease, a new catalogue) holds
+/// the root table again without its owner key rewritten: run 1's
+/// leftover stays (a DROP handover of run 1, fenced by the owner revision
+/// only, could still apply). Once the owner key was rewritten (a failover
+/// re-granting it), run 3 sweeps every earlier run's snapshot nothing
+/// names — and run 1's held commit, delivered then, is refused (the
+/// member key is on another lease). Before, earlier runs' snapshots were
+/// never swept.
+#[test]
+fn earlier_runs_snapshots_are_swept_once_nothing_of_theirs_can_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((etcd, rt)) = setup(dir.path()) else {
+        return;
+    };
+    let cfg = etcd.config();
+    let store = MemStore::new();
+    let open = |name: &str, lease: i64| {
+        let s = server(&rt, &cfg, &store, name);
+        until_member(&s.map, name, lease);
+        s.settle();
+        s
+    };
+    // Run 1: a checkpoint held back, then the process dies.
+    let l1 = join(&rt, &cfg, "a");
+    let run1 = open("a", l1);
+    create_all(&run1, &["r1a", "r1b"]);
+    run1.catalog.inner.hold_next();
+    run1.engine.sync().unwrap();
+    let leftover = unreferenced(&store, &run1.catalog, "a");
+    assert_eq!(leftover.len(), 1, "run 1's held snapshot: {leftover:?}");
+    let Server {
+        engine,
+        host,
+        catalog: run1_catalog,
+        map: run1_map,
+        ..
+    } = run1;
+    drop(host);
+    drop(engine);
+    lose(&rt, &cfg, l1);
+
+    // Run 2: the owner key as run 1 left it.
+    let l2 = join(&rt, &cfg, "a");
+    let run2 = open("a", l2);
+    create_all(&run2, &["r2"]);
+    run2.engine.sync().unwrap();
+    assert!(
+        !run2.catalog.earlier_runs_void("a").unwrap(),
+        "the owner key was not rewritten since run 1"
+    );
+    assert!(
+        store
+            .list("members/a/tables/")
+            .unwrap()
+            .contains(&leftover[0]),
+        "run 1's snapshot was swept while a handover of run 1 could still apply"
+    );
+    let Server {
+        engine, host, map, ..
+    } = run2;
+    drop(host);
+    drop(engine);
+    drop(map);
+    lose(&rt, &cfg, l2);
+
+    // Run 3, after a failover re-granted the root table to a.
+    let l3 = join(&rt, &cfg, "a");
+    rt.block_on(async {
+        let mut c = sextant_coordinator::etcd::connect(&cfg).await.unwrap();
+        let owner = OwnerValue {
+            epoch: Epoch(2),
+            server: "a".into(),
+        };
+        c.put(cfg.key(&owner_key(ROOT)), owner.encode(), None)
+            .await
+            .unwrap();
+    });
+    let rev = revision_now(&rt, &cfg);
+    let run3 = server(&rt, &cfg, &store, "a");
+    until_member(&run3.map, "a", l3);
+    while run3.map.current().revision < rev {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run3.settle();
+    create_all(&run3, &["r3"]);
+    run3.engine.sync().unwrap();
+    assert_eq!(missing(&store, &run3.catalog), Vec::<String>::new());
+    assert_eq!(
+        unreferenced(&store, &run3.catalog, "a"),
+        Vec::<String>::new(),
+        "earlier runs' snapshots nothing names are left in the shared store"
+    );
+    assert_eq!(
+        run1_catalog.inner.release_held().unwrap(),
+        Some(false),
+        "run 1's commit applied after run 3's"
+    );
+    assert_eq!(missing(&store, &run3.catalog), Vec::<String>::new());
+    let root = Credentials::root();
+    for name in ["r1a", "r1b", "r2", "r3"] {
+        run3.engine
+            .lookup(&root, Soid::ROOT, name.as_bytes())
+            .unwrap_or_else(|e| panic!("{name} lost: {e}"));
+    }
+    drop(run1_map);
 }

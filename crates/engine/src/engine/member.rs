@@ -25,7 +25,9 @@
 //! - A snapshot this run wrote that no manifest commits (the commit
 //!   failed, the table was given up or split meanwhile) is deleted by the
 //!   sweep after a committed checkpoint ([`MemberRun::sweep`]), never
-//!   while a commit that may still take effect names it (`doubt`).
+//!   while a commit that may still take effect names it (`doubt`); one an
+//!   earlier run wrote, once the catalogue says nothing an earlier run
+//!   sent can take effect any more ([`TableCatalog::earlier_runs_void`]).
 //! - The journal is trimmed only below every owned table's floor, below
 //!   `pinned` (the floors of tables revoked or dropped without a known
 //!   commit in this run) and below the catalogue's
@@ -118,16 +120,29 @@ pub(crate) struct MemberRun {
     given_up: Mutex<Vec<TableId>>,
     /// Snapshots of this run named in a commit whose outcome is unknown
     /// (the catalogue did not answer) or handed to the shell by a DROP:
-    /// file → the fence the commit was planned under
+    /// file → the fences of the commits naming it
     /// ([`TableCatalog::last_commit_fence`]; `None`: never known void in
     /// this run — a DROP's, whose handover the shell commits). The sweep
-    /// leaves them while a commit naming them may still take effect, and
-    /// a commit replacing one leaves it to the sweep.
-    doubt: Mutex<BTreeMap<String, Option<u64>>>,
-    /// The first snapshot sequence number of this run: the sweep looks
-    /// only at snapshots this run wrote.
+    /// leaves them while a commit naming them may still take effect
+    /// (until every fence is void), and a commit replacing one leaves it
+    /// to the sweep.
+    doubt: Mutex<BTreeMap<String, BTreeSet<Option<u64>>>>,
+    /// The first snapshot sequence number of this run: snapshots below it
+    /// are earlier runs'.
     first_seq: u64,
+    /// The sweep of earlier runs' snapshots: `None` once done; else when
+    /// to ask the catalogue again whether it may be done
+    /// ([`TableCatalog::earlier_runs_void`]) and the pause after that.
+    earlier: Mutex<Option<(std::time::Instant, std::time::Duration)>>,
+    /// A commit of this run was applied (the catalogue is asked about
+    /// earlier runs only then).
+    committed_any: std::sync::atomic::AtomicBool,
 }
+
+/// The first pause before the catalogue is asked again whether earlier
+/// runs' snapshots may be swept; it doubles up to [`EARLIER_MAX_PAUSE`].
+const EARLIER_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
+const EARLIER_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Whether `book` has table `id` committed with range `range`.
 fn catalogued(book: &Book, id: TableId, range: SoidRange) -> bool {
@@ -248,6 +263,9 @@ impl MemberRun {
     fn commit(&self, change: CatalogChange) -> Result<(), CatalogError> {
         let files: Vec<String> = change.put.iter().map(|m| m.entry.file.clone()).collect();
         let result = self.catalog.commit(&self.name, change);
+        if result.is_ok() {
+            self.committed_any.store(true, Ordering::Relaxed);
+        }
         if matches!(result, Err(CatalogError::Unavailable(_))) {
             let fence = self.catalog.last_commit_fence(&self.name);
             self.in_doubt(files, fence);
@@ -260,11 +278,7 @@ impl MemberRun {
     fn in_doubt(&self, files: impl IntoIterator<Item = String>, fence: Option<u64>) {
         let mut doubt = self.doubt.lock();
         for f in files {
-            let known = doubt.entry(f).or_insert(fence);
-            if *known != fence {
-                // In doubt under two fences: kept for the run.
-                *known = None;
-            }
+            doubt.entry(f).or_default().insert(fence);
         }
     }
 
@@ -278,17 +292,24 @@ impl MemberRun {
     /// - no commit of this member that may still take effect names it:
     ///   commits run under the checkpoint lock (held here), one whose
     ///   outcome was unknown put its files in doubt, kept until the
-    ///   catalogue says its fence is void (on etcd: a transaction
-    ///   requires `member/<me>` on the lease it was planned under, and a
-    ///   lease never comes back), a DROP's are kept for the run;
+    ///   catalogue says each of their fences is void (on etcd: a
+    ///   transaction requires `member/<me>` on the lease it was planned
+    ///   under, and a lease never comes back; and each updated table's
+    ///   manifest revision as it was before, so a later commit of the
+    ///   same table that applied voids it), a DROP's are kept for the run;
     /// - no manifest in the catalogue names it, read after the above: a
     ///   snapshot of this member's that another member uses (a clean table
     ///   it loaded) is named by that table's manifest for as long as it
     ///   uses it, since only its owner changes the manifest.
     ///
-    /// Only files of this run are looked at (a previous run's commits and
-    /// handovers are not tracked). REQUIRES: the checkpoint lock.
+    /// An earlier run's commits and handovers are not tracked: its files
+    /// are looked at only once the catalogue says nothing an earlier run
+    /// sent can still take effect ([`TableCatalog::earlier_runs_void`],
+    /// asked at the first sweep and then after a pause that doubles, so
+    /// that the catalogue is read rarely), and then once. REQUIRES: the
+    /// checkpoint lock.
     fn sweep(&self, inner: &Inner) {
+        let earlier = self.earlier_runs_void();
         let dir = format!("{}tables/", self.prefix);
         let listed = match self.shared.list(&dir) {
             Ok(l) => l,
@@ -310,23 +331,30 @@ impl MemberRun {
         keep.extend(self.book.lock().committed.values().map(|c| c.0.clone()));
         let doubt = self.doubt.lock().clone();
         let mut void: BTreeMap<u64, bool> = BTreeMap::new();
+        let mut is_void = |fence: &Option<u64>| match fence {
+            None => false,
+            Some(f) => *void
+                .entry(*f)
+                .or_insert_with(|| self.catalog.fence_void(&self.name, *f).unwrap_or(false)),
+        };
         let candidates: Vec<String> = listed
             .into_iter()
             .filter(|n| {
                 n.strip_prefix(&self.prefix)
                     .and_then(snapshot_seq)
-                    .is_some_and(|seq| seq >= self.first_seq)
+                    .is_some_and(|seq| seq >= self.first_seq || earlier)
                     && !keep.contains(n)
             })
-            .filter(|n| match doubt.get(n) {
-                None => true,
-                Some(None) => false,
-                Some(Some(fence)) => *void.entry(*fence).or_insert_with(|| {
-                    self.catalog.fence_void(&self.name, *fence).unwrap_or(false)
-                }),
+            .filter(|n| {
+                doubt
+                    .get(n)
+                    .is_none_or(|fences| fences.iter().all(&mut is_void))
             })
             .collect();
         if candidates.is_empty() {
+            if earlier {
+                *self.earlier.lock() = None;
+            }
             return;
         }
         let named = match self.catalog.referenced_files() {
@@ -336,6 +364,10 @@ impl MemberRun {
                 return;
             }
         };
+        if earlier {
+            // Done once the candidates are deleted (or found named).
+            *self.earlier.lock() = None;
+        }
         for f in candidates {
             if named.contains(&f) {
                 continue;
@@ -348,6 +380,33 @@ impl MemberRun {
                 Err(e) => {
                     tracing::warn!(file = %f, error = %e, "cannot delete an unreferenced snapshot")
                 }
+            }
+        }
+    }
+
+    /// Whether this sweep looks at earlier runs' snapshots: not done yet,
+    /// due, and the catalogue says nothing an earlier run sent can still
+    /// take effect (undecided: asked again after a longer pause).
+    fn earlier_runs_void(&self) -> bool {
+        let mut earlier = self.earlier.lock();
+        let Some((due, pause)) = *earlier else {
+            return false;
+        };
+        if !self.committed_any.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        if now < due {
+            return false;
+        }
+        match self.catalog.earlier_runs_void(&self.name) {
+            Ok(true) => true,
+            answer => {
+                if let Err(e) = answer {
+                    tracing::debug!(error = %e, "cannot tell whether earlier runs' snapshots may go");
+                }
+                *earlier = Some((now + pause, (pause * 2).min(EARLIER_MAX_PAUSE)));
+                false
             }
         }
     }
@@ -1352,6 +1411,8 @@ impl Engine {
                 given_up: Mutex::new(Vec::new()),
                 doubt: Mutex::new(BTreeMap::new()),
                 first_seq,
+                earlier: Mutex::new(Some((std::time::Instant::now(), EARLIER_FIRST_PAUSE))),
+                committed_any: std::sync::atomic::AtomicBool::new(false),
             }),
         });
         let engine = Engine {

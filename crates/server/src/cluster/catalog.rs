@@ -35,28 +35,50 @@
 //! either table; see `TableCatalog::merge` for why that keeps a merge from
 //! racing a move, DROP, BORROW or failover.
 //!
+//! A manifest never goes back: every updated table's transaction also
+//! requires the table's `manifest/` mod revision to be the one this
+//! server last saw (`TablesChange::manifest_revs`) — from its own last
+//! applied commit of the table under the same owner revision (`seen`),
+//! else read from etcd just before (one keys-only read). A transaction
+//! applied moves that revision past every one read before it, so a
+//! commit whose answer was lost can never apply after a later commit of
+//! the same table (issue 20: it moved the manifest back to an older
+//! snapshot and journal position — the owner revision and the lease, the
+//! other fences, do not change between two commits). A refused or
+//! read-back commit forgets what it saw of its tables; one whose outcome
+//! is unknown keeps it (the next commit compares the same revision: at
+//! most one of the two applies).
+//!
 //! A commit whose transaction got no answer (a timeout, a broken
 //! connection) reads back whether etcd applied it
 //! ([`tables_change_applied`]): applied, it is `Ok` (the engine records
-//! it committed); not, `Unavailable` (unknown: it may still apply).
+//! it committed); not, `Unavailable` (unknown: it may still apply), and
+//! the transaction is kept as a *doubt*.
 //!
 //! For the engine's sweep of snapshots nothing names
-//! (`TableCatalog::referenced_files`, `last_commit_fence`, `fence_void`):
-//! every `manifest/` key's snapshot at one revision; the fence of a
-//! commit is the membership lease its transactions require
-//! `member/<me>` on, void once that key is on another lease.
+//! (`TableCatalog::referenced_files`, `last_commit_fence`, `fence_void`,
+//! `earlier_runs_void`): every `manifest/` key's snapshot at one
+//! revision; the fence of a commit is a number naming its doubt (or
+//! [`NOTHING_SENT`]). A doubt is settled — it can never apply — once a
+//! later commit of this catalogue applied that put a manifest it compares
+//! or removed a table it touches (`settles`, no etcd read), or once etcd
+//! shows one of its conditions false for good (`tables_change_settled`,
+//! read only when the sweep asks about a doubt not settled in memory).
+//! Earlier runs' commits: see [`TableCatalog::earlier_runs_void`] below.
 //!
 //! Table numbers: the engine's are `u64`, the cluster's `u32`; a number
 //! that does not fit is refused (the counter starts at 1 and grows by
 //! one per split).
 
+use sextant_cluster::ids::Revision;
 use sextant_cluster::ids::TableId as ClusterTable;
 use sextant_coordinator::catalog::{
-    commit_merge, commit_tables, next_table_id, tables_change_applied, MergeOutcome, TableState,
-    TablesChange, TXN_OPS,
+    commit_merge, commit_tables_at, next_table_id, settles, tables_change_applied,
+    tables_change_settled, MergeOutcome, TableState, TablesChange, TXN_OPS,
 };
 use sextant_coordinator::{keys, ClusterState, EtcdConfig};
 use sextant_engine::{CatalogChange, CatalogError, TableCatalog, TableManifest};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -71,12 +93,59 @@ pub struct EtcdCatalog {
     etcd: EtcdConfig,
     map: watch::Receiver<Arc<ClusterState>>,
     jobs: std::sync::Mutex<mpsc::Sender<Job>>,
-    /// The membership lease the last commit was planned under
-    /// ([`TableCatalog::last_commit_fence`]).
-    last_fence: Arc<std::sync::Mutex<Option<i64>>>,
+    /// The fence of the last commit ([`TableCatalog::last_commit_fence`]):
+    /// its doubt's number, or [`NOTHING_SENT`].
+    last_fence: Arc<std::sync::Mutex<Option<u64>>>,
+    /// Per table: the owner revision and the `manifest/` mod revision of
+    /// this catalogue's last applied commit of it (what the next commit
+    /// under the same owner revision compares).
+    seen: Arc<std::sync::Mutex<BTreeMap<ClusterTable, (Revision, i64)>>>,
+    /// Commits whose transaction may still apply (`Some`) or is settled
+    /// (`None`), by fence number.
+    doubts: Arc<std::sync::Mutex<Doubts>>,
+    /// The membership lease of this catalogue's last applied commit.
+    applied_lease: Arc<std::sync::Mutex<Option<i64>>>,
     /// A test's fault point: the next commit's transaction is sent and
     /// applied, and its answer treated as lost ([`Self::lose_next_reply`]).
     lose_reply: Arc<AtomicBool>,
+    /// A test's fault point: the next commit's transaction is held back
+    /// (as by the network) and its answer lost ([`Self::hold_next`]).
+    hold: Arc<AtomicBool>,
+    held: Arc<std::sync::Mutex<Option<TablesChange>>>,
+}
+
+/// The fence of a commit of which nothing can apply: nothing was sent.
+pub const NOTHING_SENT: u64 = 0;
+
+/// Commits whose outcome was not known when they returned.
+#[derive(Default)]
+struct Doubts {
+    /// The last number handed out ([`NOTHING_SENT`] is never one).
+    last: u64,
+    /// Fence number → the transaction that may still apply (`None`:
+    /// settled, it never will).
+    open: BTreeMap<u64, Option<TablesChange>>,
+}
+
+impl Doubts {
+    fn add(&mut self, change: TablesChange) -> u64 {
+        self.last += 1;
+        self.open.insert(self.last, Some(change));
+        self.last
+    }
+
+    /// `applied` was applied after every open doubt was sent.
+    fn settle_by(&mut self, applied: &TablesChange) {
+        for d in self.open.values_mut() {
+            if d.as_ref().is_some_and(|earlier| settles(applied, earlier)) {
+                *d = None;
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn unavailable(e: impl std::fmt::Display) -> CatalogError {
@@ -131,7 +200,35 @@ impl EtcdCatalog {
             map,
             jobs: std::sync::Mutex::new(tx),
             last_fence: Arc::new(std::sync::Mutex::new(None)),
+            seen: Arc::default(),
+            doubts: Arc::default(),
+            applied_lease: Arc::default(),
             lose_reply: Arc::new(AtomicBool::new(false)),
+            hold: Arc::new(AtomicBool::new(false)),
+            held: Arc::default(),
+        })
+    }
+
+    /// A fault point for tests: the next commit's (first) transaction is
+    /// not sent but held back, as by a slow network or etcd's queue, and
+    /// its answer treated as lost (the commit reads back that it was not
+    /// applied: `Unavailable`, in doubt). [`Self::release_held`] delivers
+    /// it later; this catalogue never learns its outcome.
+    pub fn hold_next(&self) {
+        self.hold.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends the transaction [`Self::hold_next`] held back, now: whether
+    /// etcd applied it (`None`: none held).
+    pub fn release_held(&self) -> Result<Option<bool>, CatalogError> {
+        let Some(piece) = lock(&self.held).take() else {
+            return Ok(None);
+        };
+        let (cfg, me) = (self.etcd.clone(), self.name.clone());
+        self.run(move |rt, client| {
+            rt.block_on(commit_tables_at(client, &cfg, &me, &piece))
+                .map(|r| Some(r.is_some()))
+                .map_err(unavailable)
         })
     }
 
@@ -337,7 +434,11 @@ impl TableCatalog for EtcdCatalog {
         let (cfg, me) = (self.etcd.clone(), self.name.clone());
         let last_fence = Arc::clone(&self.last_fence);
         let lose_reply = Arc::clone(&self.lose_reply);
-        *last_fence.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let (hold, held) = (Arc::clone(&self.hold), Arc::clone(&self.held));
+        let seen = Arc::clone(&self.seen);
+        let doubts = Arc::clone(&self.doubts);
+        let applied_lease = Arc::clone(&self.applied_lease);
+        *lock(&last_fence) = Some(NOTHING_SENT);
         // In pieces etcd accepts, in order (each consistent on its own);
         // the first refused stops the rest. Pieces
         // already written stay: committing them again is harmless.
@@ -354,30 +455,119 @@ impl TableCatalog for EtcdCatalog {
                     None => return Ok(false),
                 }
             }
-            *last_fence.lock().unwrap_or_else(|p| p.into_inner()) = plan.member_lease;
-            for piece in plan.pieces(TXN_OPS) {
-                let answer = match rt.block_on(commit_tables(client, &cfg, &me, &piece)) {
-                    Ok(_) if lose_reply.swap(false, Ordering::SeqCst) => {
-                        Err("its reply was lost (a test's fault point)".to_string())
+            // The manifest revisions the change replaces: as this
+            // catalogue's last commit of the table left them, else read.
+            let known = lock(&seen).clone();
+            let mut unread = Vec::new();
+            for (t, owner_rev) in &plan.updated {
+                match known.get(&t.table) {
+                    Some((r, m)) if r == owner_rev => {
+                        plan.manifest_revs.insert(t.table, *m);
                     }
-                    Ok(done) => Ok(done),
-                    Err(e) => Err(e.to_string()),
+                    _ => unread.push(t.table),
+                }
+            }
+            if !unread.is_empty() {
+                let resp = rt
+                    .block_on(client.get(
+                        cfg.key("manifest/"),
+                        Some(
+                            sextant_coordinator::etcd_client::GetOptions::new()
+                                .with_prefix()
+                                .with_keys_only(),
+                        ),
+                    ))
+                    .map_err(unavailable)?;
+                let mut revs = BTreeMap::new();
+                for kv in resp.kvs() {
+                    let key = String::from_utf8_lossy(kv.key());
+                    if let Some(keys::Key::Manifest(t)) =
+                        key.strip_prefix(&cfg.prefix).map(keys::parse_key)
+                    {
+                        revs.insert(t, kv.mod_revision());
+                    }
+                }
+                for t in unread {
+                    // No manifest yet: compared as absent (0).
+                    plan.manifest_revs
+                        .insert(t, revs.get(&t).copied().unwrap_or(0));
+                }
+            }
+            let owner_revs: BTreeMap<ClusterTable, Revision> = plan
+                .updated
+                .iter()
+                .map(|(t, r)| (t.table, *r))
+                .collect();
+            let forget = |piece: &TablesChange| {
+                let mut seen = lock(&seen);
+                for (t, _) in &piece.updated {
+                    seen.remove(&t.table);
+                }
+                for t in &piece.created {
+                    seen.remove(&t.table);
+                }
+                for (t, _) in &piece.removed {
+                    seen.remove(t);
+                }
+            };
+            for piece in plan.pieces(TXN_OPS) {
+                let answer = if hold.swap(false, Ordering::SeqCst) {
+                    *lock(&held) = Some(piece.clone());
+                    Err("it was held back (a test's fault point)".to_string())
+                } else {
+                    match rt.block_on(commit_tables_at(client, &cfg, &me, &piece)) {
+                        Ok(Some(_)) if lose_reply.swap(false, Ordering::SeqCst) => {
+                            Err("its reply was lost (a test's fault point)".to_string())
+                        }
+                        Ok(done) => Ok(done),
+                        Err(e) => Err(e.to_string()),
+                    }
                 };
-                let done = match answer {
-                    Ok(done) => done,
+                match answer {
+                    Ok(Some(rev)) => {
+                        let mut s = lock(&seen);
+                        for (t, _) in &piece.removed {
+                            s.remove(t);
+                        }
+                        for (t, _) in &piece.updated {
+                            let owner = owner_revs.get(&t.table).copied().unwrap_or_default();
+                            s.insert(t.table, (owner, rev));
+                        }
+                        // A created table's owner key is put by the same
+                        // transaction.
+                        let at = Revision(u64::try_from(rev).unwrap_or(0));
+                        for t in &piece.created {
+                            s.insert(t.table, (at, rev));
+                        }
+                        drop(s);
+                        lock(&doubts).settle_by(&piece);
+                        *lock(&applied_lease) = piece.member_lease;
+                    }
+                    Ok(None) => {
+                        forget(&piece);
+                        return Ok(false);
+                    }
                     Err(why) => {
                         // No answer: read back whether etcd applied it.
                         match rt.block_on(tables_change_applied(client, &cfg, &piece)) {
                             Ok(true) => {
                                 tracing::info!(error = %why, "a commit's answer was lost; read back: it was applied");
-                                true
+                                // Its revision is unknown: read next time.
+                                forget(&piece);
+                                lock(&doubts).settle_by(&piece);
+                                *lock(&applied_lease) = piece.member_lease;
                             }
-                            _ => return Err(unavailable(why)),
+                            _ => {
+                                // It may still apply: a doubt. What was
+                                // seen of its tables stays, so that the
+                                // next commit and this one cannot both
+                                // apply.
+                                let fence = lock(&doubts).add(piece);
+                                *lock(&last_fence) = Some(fence);
+                                return Err(unavailable(why));
+                            }
                         }
                     }
-                };
-                if !done {
-                    return Ok(false);
                 }
             }
             Ok(true)
@@ -436,6 +626,12 @@ impl TableCatalog for EtcdCatalog {
             range: merged.entry.range,
             manifest: bytes,
         };
+        {
+            // The merge changes both tables' keys: read again next time.
+            let mut seen = lock(&self.seen);
+            seen.remove(&lower);
+            seen.remove(&upper);
+        }
         let outcome = self.run(move |rt, client| {
             rt.block_on(commit_merge(
                 client, &cfg, &state, lower_rev, upper, upper_rev,
@@ -479,26 +675,77 @@ impl TableCatalog for EtcdCatalog {
             .collect())
     }
 
-    /// The lease `member/<me>` was on when the last commit was planned
-    /// (every transaction of it requires that lease still there).
+    /// The last commit's fence: the number of its doubt when its outcome
+    /// was not known, else [`NOTHING_SENT`].
     fn last_commit_fence(&self, member: &str) -> Option<u64> {
         if member != self.name {
             return None;
         }
-        let lease = *self.last_fence.lock().unwrap_or_else(|p| p.into_inner());
-        lease.and_then(|l| u64::try_from(l).ok())
+        *lock(&self.last_fence)
     }
 
-    /// `member/<me>` is on another lease now (read from etcd): a
-    /// transaction planned under `fence` compares the key's lease with
-    /// it and can never succeed again — the lease `fence` is gone for
-    /// good (the key is put on another only after it was lost). The key
-    /// missing: not known (`false`).
+    /// The doubt `fence` is settled: in memory (a later commit of this
+    /// catalogue applied that settles it), else read from etcd
+    /// ([`tables_change_settled`]: a condition of its transaction is false
+    /// for good). A number this catalogue never handed out: `false`.
     fn fence_void(&self, member: &str, fence: u64) -> Result<bool, CatalogError> {
         if member != self.name {
             return Ok(false);
         }
-        let Ok(fence) = i64::try_from(fence) else {
+        if fence == NOTHING_SENT {
+            return Ok(true);
+        }
+        let change = match lock(&self.doubts).open.get(&fence) {
+            None => return Ok(false),
+            Some(None) => return Ok(true),
+            Some(Some(c)) => c.clone(),
+        };
+        let (cfg, me) = (self.etcd.clone(), self.name.clone());
+        let settled = self.run(move |rt, client| {
+            rt.block_on(tables_change_settled(client, &cfg, &me, &change))
+                .map_err(unavailable)
+        })?;
+        if settled {
+            lock(&self.doubts).open.insert(fence, None);
+        }
+        Ok(settled)
+    }
+
+    /// No commit or handover an earlier run of this member sent can apply
+    /// any more. Read from etcd (the engine asks rarely: at its first
+    /// committed checkpoint, then with a growing pause until it is so):
+    /// - every doubt of this catalogue is settled (an earlier engine run
+    ///   on this catalogue, in this process);
+    /// - a commit of this catalogue applied under lease L, and
+    ///   `member/<me>` is on L now: every commit of another process of
+    ///   this member requires the key on a lease of its own (L is this
+    ///   process's: the server joins before it opens its engine —
+    ///   `cluster::join` — and a join creates the key only when absent,
+    ///   on a lease granted for it; the key never goes back to an earlier
+    ///   lease, so those commits can never apply);
+    /// - every `owner/` key naming this member was written at or after
+    ///   the key's creation (this process's join): the shell's DROP
+    ///   handover and ADD commits are fenced by the owner revision only
+    ///   (`sextant_coordinator::ownership`), and an earlier run's were
+    ///   planned with a grant made before this join — once its owner key
+    ///   was rewritten (a failover, a move) they can never apply. One not
+    ///   rewritten since (the table kept across the restart): `false`.
+    fn earlier_runs_void(&self, member: &str) -> Result<bool, CatalogError> {
+        if member != self.name {
+            return Ok(false);
+        }
+        let open: Vec<u64> = lock(&self.doubts)
+            .open
+            .iter()
+            .filter(|(_, d)| d.is_some())
+            .map(|(f, _)| *f)
+            .collect();
+        for fence in open {
+            if !self.fence_void(member, fence)? {
+                return Ok(false);
+            }
+        }
+        let Some(lease) = *lock(&self.applied_lease) else {
             return Ok(false);
         };
         let (cfg, me) = (self.etcd.clone(), self.name.clone());
@@ -506,7 +753,23 @@ impl TableCatalog for EtcdCatalog {
             let resp = rt
                 .block_on(client.get(cfg.key(&keys::member_key(&me)), None))
                 .map_err(unavailable)?;
-            Ok(resp.kvs().first().is_some_and(|kv| kv.lease() != fence))
+            let joined = match resp.kvs().first() {
+                Some(kv) if kv.lease() == lease => kv.create_revision(),
+                _ => return Ok(false),
+            };
+            let resp = rt
+                .block_on(client.get(
+                    cfg.key("owner/"),
+                    Some(sextant_coordinator::etcd_client::GetOptions::new().with_prefix()),
+                ))
+                .map_err(unavailable)?;
+            Ok(resp.kvs().iter().all(|kv| {
+                let mine = std::str::from_utf8(kv.value())
+                    .ok()
+                    .and_then(keys::OwnerValue::decode)
+                    .is_some_and(|o| o.server == me);
+                !mine || kv.mod_revision() >= joined
+            }))
         })
     }
 
