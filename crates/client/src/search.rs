@@ -7,12 +7,28 @@
 //! stream resets the HTTP/2 stream, and the server stops the search at its
 //! next hit.
 //!
+//! A search read to its `done` message is also read to the end of its
+//! HTTP/2 stream (the trailers, a moment later) before it is let go: a
+//! stream dropped before its trailers is reset, and under thousands of
+//! searches a second the trailers arriving on streams h2 no longer
+//! remembers made it close the whole connection
+//! (`GOAWAY(ENHANCE_YOUR_CALM, "too_many_internal_resets")`; see
+//! `crate::target` for the resets that are legitimate, a search dropped
+//! early).
+//!
 //! Retries: starting a search is retried like any read (until
-//! `Options::retry_for`) while the server cannot be reached; once batches
-//! have arrived a broken stream is an error (the search cannot resume where
-//! it stopped). A stream broken by its connection (the server died or its
-//! connection was reset) is an [`Error::Unavailable`] naming the server; one
-//! the server ended with an error is that error.
+//! `Options::retry_for`) while the server cannot be reached. A search of
+//! one server ([`Client::search`] without a spread map) whose stream breaks
+//! by its connection before any of its hits was handed out is asked again
+//! (within the same retry time: nothing was passed on, so nothing can be
+//! doubled), and [`Client::search_collect`], which hands out nothing until
+//! the end, asks such a search again whenever it breaks so; otherwise,
+//! once hits were handed out, a broken stream is an error (the search
+//! cannot resume where it stopped). A stream broken by its connection (the
+//! server died, its connection was reset or closed by a GOAWAY) is an
+//! [`Error::Unavailable`] naming the server; one the server ended with an
+//! error is that error. (A spread search's parts are asked again by
+//! [`crate::spread`], which knows whether a part's hits were passed on.)
 
 use crate::{bad_reply, error_chain, Client, Error, Result};
 use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
@@ -35,18 +51,88 @@ pub struct SearchStream {
 
 /// Where a search's batches come from.
 enum Source {
-    /// One server's stream, and that server's address.
-    One(Box<tonic::Streaming<pb::SearchBatch>>, String),
+    /// One server's stream.
+    One(Box<One>),
     /// Several servers' streams, merged ([`crate::spread`]).
     Spread(crate::spread::Merged),
+}
+
+/// One server's search stream.
+struct One {
+    stream: tonic::Streaming<pb::SearchBatch>,
+    /// The server's address.
+    addr: String,
+    /// How to ask the search again if its stream breaks by its connection
+    /// before any hit was handed out (`None`: a spread search's part, which
+    /// its caller asks again).
+    again: Option<Again>,
+    /// Whether a hit was handed out (then it cannot be asked again).
+    passed: bool,
+}
+
+/// What asking a search again takes.
+struct Again {
+    client: Client,
+    link: Option<Arc<crate::route::Link>>,
+    cred: Credentials,
+    spec: SearchSpec,
+    /// When it was first asked: the retry time counts from here.
+    started: Instant,
+}
+
+impl Again {
+    /// The search asked again on a new stream, within what is left of the
+    /// retry time; `None` when none is left.
+    async fn ask(&self) -> Option<Result<tonic::Streaming<pb::SearchBatch>>> {
+        let left = self
+            .client
+            .inner
+            .options
+            .retry_for
+            .checked_sub(self.started.elapsed())?;
+        if left.is_zero() {
+            return None;
+        }
+        let fresh = self
+            .client
+            .search_at_within(self.link.clone(), &self.cred, &self.spec, left)
+            .await;
+        Some(fresh.and_then(|s| match s.source {
+            Source::One(one) => Ok(one.stream),
+            Source::Spread(_) => Err(bad_reply("a spread search for one server")),
+        }))
+    }
+}
+
+/// How long the end of a search's stream is waited for after its `done`
+/// message (the server ends it at once).
+const FINISH_WAIT: Duration = Duration::from_secs(2);
+
+/// Reads `stream` to its end after its `done` message: its trailers, which
+/// close the HTTP/2 stream (dropped before them, the stream would be reset;
+/// see the module docs). The search's answer is whole already: a
+/// connection broken now loses nothing, and is not an error.
+async fn finish(stream: &mut tonic::Streaming<pb::SearchBatch>, addr: &str) -> Result<()> {
+    let Ok(end) = tokio::time::timeout(FINISH_WAIT, stream.message()).await else {
+        // A server that does not end the stream: let go (reset) anyway.
+        return Ok(());
+    };
+    match end {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => Err(bad_reply("a search batch after the search's end")),
+        Err(s) => match stream_error(&s, addr) {
+            Error::Unavailable { .. } => Ok(()),
+            e => Err(e),
+        },
+    }
 }
 
 impl SearchStream {
     /// The next batch of hits; `None` once the search finished (then
     /// [`SearchStream::done`] holds its summary).
     pub async fn next_batch(&mut self) -> Result<Option<Vec<SearchHit>>> {
-        let (inner, addr) = match &mut self.source {
-            Source::One(inner, addr) => (inner, addr),
+        let one = match &mut self.source {
+            Source::One(one) => one,
             Source::Spread(merged) => {
                 if self.done.is_some() {
                     return Ok(None);
@@ -64,10 +150,25 @@ impl SearchStream {
             if self.done.is_some() {
                 return Ok(None);
             }
-            let msg = match inner.message().await {
+            let msg = match one.stream.message().await {
                 Ok(Some(m)) => m,
                 Ok(None) => return Err(bad_reply("a search stream without an end")),
-                Err(s) => return Err(stream_error(&s, addr)),
+                Err(s) => {
+                    let e = stream_error(&s, &one.addr);
+                    // Broken by its connection before any hit was handed
+                    // out: asked again on a new one (groups received so
+                    // far are dropped; they come again).
+                    if let (Error::Unavailable { .. }, false, Some(again)) =
+                        (&e, one.passed, &one.again)
+                    {
+                        if let Some(fresh) = again.ask().await {
+                            one.stream = fresh?;
+                            self.groups.clear();
+                            continue;
+                        }
+                    }
+                    return Err(e);
+                }
             };
             if let Some(e) = msg.error {
                 return Err(batch_error(&e));
@@ -80,6 +181,7 @@ impl SearchStream {
                 let mut done = done_from_pb(d);
                 done.groups = std::mem::take(&mut self.groups);
                 self.done = Some(done);
+                finish(&mut one.stream, &one.addr).await?;
             }
             if !msg.hits.is_empty() {
                 let hits = msg
@@ -88,6 +190,7 @@ impl SearchStream {
                     .map(hit_from_pb)
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|_| bad_reply("a bad search hit"))?;
+                one.passed = true;
                 return Ok(Some(hits));
             }
         }
@@ -153,7 +256,18 @@ impl Client {
                 });
             }
         }
-        self.search_at(None, cred, spec).await
+        let started = Instant::now();
+        let mut stream = self.search_at(None, cred, spec).await?;
+        if let Source::One(one) = &mut stream.source {
+            one.again = Some(Again {
+                client: self.clone(),
+                link: None,
+                cred: cred.clone(),
+                spec: spec.clone(),
+                started,
+            });
+        }
+        Ok(stream)
     }
 
     /// The route map when it names more than one server (`None`: one
@@ -212,7 +326,12 @@ impl Client {
             let failure = match grpc.search(request).await {
                 Ok(r) => {
                     return Ok(SearchStream {
-                        source: Source::One(Box::new(r.into_inner()), addr),
+                        source: Source::One(Box::new(One {
+                            stream: r.into_inner(),
+                            addr,
+                            again: None,
+                            passed: false,
+                        })),
                         groups: Vec::new(),
                         done: None,
                     })
@@ -237,10 +356,28 @@ impl Client {
         cred: &Credentials,
         spec: &SearchSpec,
     ) -> Result<(Vec<SearchHit>, SearchDone)> {
+        let started = Instant::now();
         let mut s = self.search(cred, spec).await?;
         let mut all = Vec::new();
-        while let Some(b) = s.next_batch().await? {
-            all.extend(b);
+        loop {
+            match s.next_batch().await {
+                Ok(Some(b)) => all.extend(b),
+                Ok(None) => break,
+                // One server's search broken by its connection after some
+                // hits came: none was handed out yet (they are all here),
+                // so the whole search is asked again, within the retry
+                // time. (A spread search's parts are asked again by
+                // `crate::spread`, as far as they can be.)
+                Err(e @ Error::Unavailable { .. }) if matches!(s.source, Source::One(_)) => {
+                    if started.elapsed() >= self.inner.options.retry_for {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    s = self.search(cred, spec).await?;
+                    all.clear();
+                }
+                Err(e) => return Err(e),
+            }
         }
         let done = s.done.take().unwrap_or_default();
         Ok((all, done))

@@ -7,6 +7,20 @@
 //! (docs/BENCHMARKS.md, "… and a Unix socket"); through the mount, where
 //! other hand-overs dominate, it measured the same as TCP.
 //!
+//! Resets: every channel remembers [`REMEMBERED_RESETS`] streams it reset
+//! itself, for h2's second. A search dropped before its end (a limit
+//! reached, `find | head`, a spread search's part cancelled) is reset
+//! (`RST_STREAM(CANCEL)`, legitimate), and the server's batches already on
+//! their way for it arrive after the reset. h2 ignores a frame of a stream
+//! it remembers; one of a stream it forgot it answers with
+//! `RST_STREAM(STREAM_CLOSED)`, and counts: past 1024 such resets in the
+//! connection's life (`max_local_error_reset_streams`, kept at h2's
+//! default), it closes the connection with
+//! `GOAWAY(ENHANCE_YOUR_CALM, "too_many_internal_resets")`, failing every
+//! search and call on it. h2 remembers 50 by default: a client dropping
+//! more than 50 searches a second lost its connection within seconds
+//! (`tests/many_streams.rs`).
+//!
 //! Invariants: a `unix:` address never takes TLS (the socket file's
 //! permissions and the cluster secret guard it); every other address is
 //! what it always was, `host:port` over TCP.
@@ -14,6 +28,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// How many streams it reset itself a channel remembers (for h2's default
+/// second; see the module docs): a client may drop this many searches a
+/// second before frames still arriving for them count against its
+/// connection. A remembered stream costs a few hundred bytes, only while
+/// remembered. The count of resets for protocol errors that closes the
+/// connection (h2's guard against a peer making it reset streams, the
+/// "MadeYouReset" kind of attack) stays at h2's default: only frames of
+/// streams the client itself cancelled are no longer counted, as long as
+/// it remembers them.
+pub(crate) const REMEMBERED_RESETS: usize = 4096;
 
 /// The prefix that names a Unix domain socket.
 pub const UNIX_PREFIX: &str = "unix:";
@@ -66,7 +91,8 @@ impl Target {
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(20));
+            .keep_alive_timeout(Duration::from_secs(20))
+            .http2_max_concurrent_reset_streams(REMEMBERED_RESETS);
         if let Some(tls) = tls {
             let config = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(tls.ca))

@@ -273,6 +273,21 @@ pub async fn serve(
 const REPLY_FLUSH: Duration = Duration::from_millis(200);
 
 /// A gRPC server with the settings every listener shares.
+///
+/// h2's guards against abusive clients are kept at their defaults, on
+/// purpose: streams a client opens and resets before this server took
+/// them (20 at a time, hyper's `max_pending_accept_reset_streams`: the
+/// "rapid reset" attack, CVE-2023-44487), and streams this server resets
+/// itself for a client's protocol error or refuses past
+/// `max_concurrent_streams` (1024 in a connection's life,
+/// `max_local_error_reset_streams`, h2 0.4.2's limit on connections that
+/// keep provoking stream errors), past which the connection is closed
+/// with `GOAWAY(ENHANCE_YOUR_CALM)`. A client cancelling a search it was
+/// answered (`RST_STREAM(CANCEL)`) counts against neither. (The
+/// `too_many_internal_resets` closure seen under thousands of searches a
+/// second was the *client's* own count, of frames arriving on streams it
+/// had reset and forgotten; fixed in `sextant_client`'s `search` and
+/// `target`, not by loosening these.)
 fn server_builder(
     tls: Option<tonic::transport::ServerTlsConfig>,
 ) -> Result<tonic::transport::Server> {

@@ -73,6 +73,9 @@ use std::time::{Duration, Instant};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
+/// Streams a peer channel reset itself that it remembers (for h2's second).
+const REMEMBERED_RESETS: usize = 4096;
+
 /// How long one directory is asked for before the search fails.
 pub const READ_FOR: Duration = Duration::from_secs(10);
 /// One call's limit.
@@ -447,7 +450,13 @@ impl Peers {
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
             .map_err(|e| format!("bad peer address {address}: {e}"))?
             .connect_timeout(CALL_TIMEOUT)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            // A forwarded search its caller cancels is reset here: remember
+            // such streams, so that the batches still on their way for them
+            // are ignored rather than counted by h2 until it closes the
+            // connection every peer call shares (`GOAWAY(ENHANCE_YOUR_CALM,
+            // "too_many_internal_resets")`; see `sextant_client`'s `target`).
+            .http2_max_concurrent_reset_streams(REMEMBERED_RESETS);
         if let Some(ca) = &self.ca {
             let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
             let tls = ClientTlsConfig::new()
