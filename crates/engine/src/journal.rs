@@ -26,6 +26,10 @@
 //! corruption of acknowledged data and stops recovery with
 //! [`JournalError::Corrupt`] naming the file and offset.
 //!
+//! The one other cut: [`truncate_after`] removes every record after a
+//! given LSN at a batch boundary, when a decision taken elsewhere fixed
+//! the journal's end there (a log-less member's completed run).
+//!
 //! # Group commit
 //!
 //! [`Journal::append`] only copies a record into the open batch and returns
@@ -325,6 +329,83 @@ pub fn replay(
     }
     out.next_lsn = expected_lsn.unwrap_or(1).max(from_lsn);
     Ok(out)
+}
+
+/// Cuts every record after LSN `last` off the journal in `store`: the
+/// segments that start after it are deleted (the last first, so what is
+/// left is always a prefix of the journal) and the one holding `last` is
+/// cut right after the batch that ends with it. Returns how many records
+/// were cut. Used when a decision taken elsewhere fixed the journal's end
+/// at `last` and nothing after it was ever acknowledged (a log-less
+/// member's completed run, `crate::member_logless`). Errors: `last` falls
+/// inside a batch (a batch is all or nothing: not cut), I/O.
+pub fn truncate_after(store: &dyn Store, last: Lsn) -> Result<u64, JournalError> {
+    let io = |file: String| move |source| JournalError::Io { file, source };
+    let mut segments: Vec<(u64, String)> = store
+        .list("journal/")
+        .map_err(io(store.describe("journal/")))?
+        .into_iter()
+        .filter_map(|n| {
+            let seq = n
+                .strip_prefix("journal/")?
+                .strip_suffix(".log")?
+                .parse()
+                .ok()?;
+            Some((seq, n))
+        })
+        .collect();
+    segments.sort();
+    let mut cut = 0u64;
+    for (_, name) in segments.iter().rev() {
+        let file = store.describe(name);
+        let bytes = store.read_log(name).map_err(io(file.clone()))?;
+        let first = bytes
+            .get(..SEGMENT_HEADER_LEN)
+            .filter(|h| &h[..8] == SEGMENT_MAGIC)
+            .and_then(|h| le_u64(h, 16));
+        let mut at = SEGMENT_HEADER_LEN;
+        let mut records = Vec::new();
+        while let Ok(b) = bytes.get(at..).map_or(Err(String::new()), decode_batch) {
+            records.push((at, b.first_lsn, b.records.len() as u64, b.len));
+            at += b.len;
+        }
+        match first {
+            // Wholly after `last` (or a header a crash left torn).
+            None => {
+                store.delete(name).map_err(io(file))?;
+            }
+            Some(f) if f > last => {
+                cut += records.iter().map(|r| r.2).sum::<u64>();
+                store.delete(name).map_err(io(file))?;
+            }
+            Some(_) => {
+                let mut keep = SEGMENT_HEADER_LEN;
+                for (off, first_lsn, n, len) in records {
+                    if first_lsn > last {
+                        cut += n;
+                        continue;
+                    }
+                    if n > 0 && first_lsn + n - 1 > last {
+                        return Err(JournalError::Corrupt {
+                            file,
+                            offset: off as u64,
+                            what: format!(
+                                "LSN {last} is inside the batch of LSNs {first_lsn}..{}: \
+                                 a batch is not cut",
+                                first_lsn + n - 1
+                            ),
+                        });
+                    }
+                    keep = off + len;
+                }
+                if keep < bytes.len() {
+                    store.truncate_log(name, keep as u64).map_err(io(file))?;
+                }
+                break;
+            }
+        }
+    }
+    Ok(cut)
 }
 
 /// Is there a valid batch anywhere at or after `from`? Checksumming every
@@ -1295,6 +1376,31 @@ mod tests {
             assert_eq!(r, format!("rec{i}").as_bytes());
         }
         assert_eq!(out.next_lsn, 11);
+    }
+
+    #[test]
+    fn truncate_after_leaves_exactly_the_prefix_across_segments() {
+        let store = MemStore::new();
+        write_records(&store, 5);
+        let (_, out) = collect(&store).unwrap();
+        let s: Arc<dyn Store> = Arc::new(store.clone());
+        let mut j = Journal::start(s, JournalConfig::default(), 6, out.segments).unwrap();
+        for i in 5..8 {
+            let lsn = j.append(format!("rec{i}").as_bytes()).unwrap();
+            j.wait_durable(lsn).unwrap();
+        }
+        j.shutdown();
+        assert_eq!(store.list("journal/").unwrap().len(), 2);
+        assert_eq!(truncate_after(&store, 3).unwrap(), 5);
+        assert_eq!(store.list("journal/").unwrap().len(), 1);
+        let (recs, out) = collect(&store).unwrap();
+        let lsns: Vec<Lsn> = recs.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lsns, vec![1, 2, 3]);
+        assert_eq!(out.next_lsn, 4);
+        assert!(out.torn_tail.is_none());
+        assert_eq!(truncate_after(&store, 3).unwrap(), 0, "idempotent");
+        assert_eq!(truncate_after(&store, 9).unwrap(), 0);
+        assert_eq!(collect(&store).unwrap().0.len(), 3);
     }
 
     #[test]

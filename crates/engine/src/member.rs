@@ -271,6 +271,30 @@ pub trait TableCatalog: Send + Sync {
         let _ = member;
         Ok(false)
     }
+    /// Log-less failover's fence (issue 21 item 6): before another server
+    /// completes `member`'s journal it *claims* the completion — only
+    /// while `member` is not a member (its lease gone), read at the
+    /// moment of the claim, not from a view that may be old; the claim
+    /// lives until [`TableCatalog::release_completion_claim`] or the
+    /// claimer's death. `Ok(false)`: `member` is one (it joined again):
+    /// its journal must not be completed. The default: `Ok(true)` (a
+    /// catalogue that knows no membership).
+    fn claim_completion(&self, member: &str) -> Result<bool, CatalogError> {
+        let _ = member;
+        Ok(true)
+    }
+    /// Ends a claim [`TableCatalog::claim_completion`] made.
+    fn release_completion_claim(&self, member: &str) -> Result<(), CatalogError> {
+        let _ = member;
+        Ok(())
+    }
+    /// Whether some server is completing `member`'s journal now (read at
+    /// this moment). A log-less member asks before every ADD: it serves
+    /// nothing while one is, and afterwards finds the completion.
+    fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {
+        let _ = member;
+        Ok(false)
+    }
 }
 
 /// How an engine joins a cluster ([`crate::Engine::open_member`]).
@@ -304,11 +328,27 @@ struct MemCatalogInner {
     /// Tables a move, lend or borrow names (what etcd's `move/`,
     /// `home/` and `borrow/` keys say): no merge touches them.
     moving: std::collections::BTreeSet<TableId>,
+    /// Members whose lease is alive (what etcd's `member/` keys say), as
+    /// a test sets them ([`MemCatalog::set_member`]); and the members
+    /// whose journal completion is claimed.
+    members: std::collections::BTreeSet<String>,
+    claims: std::collections::BTreeSet<String>,
 }
 
 impl MemCatalog {
     pub fn new() -> MemCatalog {
         MemCatalog::default()
+    }
+
+    /// `member` is (`true`) or is not a member, its lease alive (only
+    /// [`TableCatalog::claim_completion`] asks).
+    pub fn set_member(&self, member: &str, present: bool) {
+        let mut inner = self.inner.lock();
+        if present {
+            inner.members.insert(member.to_string());
+        } else {
+            inner.members.remove(member);
+        }
     }
 
     /// The coordinator's move: `table` now belongs to `member` (its
@@ -364,6 +404,24 @@ impl MemCatalog {
 }
 
 impl TableCatalog for MemCatalog {
+    fn claim_completion(&self, member: &str) -> Result<bool, CatalogError> {
+        let mut inner = self.inner.lock();
+        if inner.members.contains(member) {
+            return Ok(false);
+        }
+        inner.claims.insert(member.to_string());
+        Ok(true)
+    }
+
+    fn release_completion_claim(&self, member: &str) -> Result<(), CatalogError> {
+        self.inner.lock().claims.remove(member);
+        Ok(())
+    }
+
+    fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {
+        Ok(self.inner.lock().claims.contains(member))
+    }
+
     fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError> {
         let mut inner = self.inner.lock();
         let touched = change

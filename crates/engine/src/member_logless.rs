@@ -51,6 +51,24 @@
 //! afresh at the journal's new end. The argument is on
 //! `retire_stale_completion` in `crate::engine::member`.
 //!
+//! # A member restarted after its journal was completed
+//! Restarted (rather than woken) while the completion of its crashed run
+//! exists, a member first cuts its journal back to the completion's P
+//! (`cut_after_completion` in `crate::engine::member`,
+//! [`crate::journal::truncate_after`]): what it wrote after P, cut off,
+//! was never acknowledged (R1), and no reader ever took it; then
+//! [`crate::engine::Engine::recover_logless`] appends the decided entries
+//! right after P as for any crashed run. No operator is needed.
+//!
+//! # Completions are claimed
+//! Another server decides a member's completion only under a claim made
+//! while that member is not a member at that moment
+//! (`TableCatalog::claim_completion`: the caller's view of the membership
+//! may be older than the member's rejoin), and a log-less member takes no
+//! table while a claim on its journal stands: so no completion is ever
+//! written behind the back of a member that serves again (see
+//! `refuse_while_claimed` in `crate::engine::member`).
+//!
 //! What survives: every acknowledged operation some live client still
 //! holds, and every later one that builds on it; an operation no holder
 //! returned is reported missing, and every later operation on the same

@@ -647,10 +647,11 @@ fn a_member_let_back_in_after_its_journal_was_completed_keeps_what_it_acknowledg
     let_back_in_then_die(true);
 }
 
-/// While a table still replays the woken member's journal from at or
-/// below the completed end (its own old table, not yet taken over), the
-/// member takes no table: that reader needs the completion, which must
-/// go before the member acknowledges anything again.
+/// While a table another member was given still replays the woken
+/// member's journal from at or below the completed end (that member has
+/// not loaded it yet), the woken member serves no table: that reader
+/// needs the completion, which must go before the member acknowledges
+/// anything again.
 #[test]
 fn a_woken_member_takes_no_table_while_its_completed_journal_is_still_read() {
     let (_store, catalog, a, b, dirs) = cluster();
@@ -661,18 +662,313 @@ fn a_woken_member_takes_no_table_while_its_completed_journal_is_still_read() {
     for (id, _, _) in &all {
         a.revoke_table(*id);
     }
-    // Its own old table granted back to it: refused, nothing served.
-    assert!(catalog.assign(t, "a"));
+    // Every other table handed to b, not loaded there yet; a joins again
+    // and is given its own old table: refused, nothing served.
+    for (id, _, _) in &all {
+        if *id != t {
+            catalog.assign(*id, "b");
+        }
+    }
     let old = catalog.tables("a").unwrap();
+    assert_eq!(old.len(), 1);
     assert!(a.add_tables(&old).is_err());
     assert!(a.owned_tables().is_empty());
-    // Everything taken over by b: a may take a table again.
-    for (id, _, _) in &all {
-        catalog.assign(*id, "b");
+    // b has loaded its tables: a may take one again.
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    a.add_tables(&catalog.tables("a").unwrap()).unwrap();
+    assert!(names(&a, dirs[0].soid).contains(&"f0".to_string()));
+}
+
+/// Item 2 of the same: the woken member joined again before its tables
+/// were handed out, so the catalogue keeps them its own (R3: nobody may
+/// take a live member's tables). Its ADDs of them must not be refused for
+/// ever (they were, while any manifest replayed its journal from at or
+/// below P — its own old ones): each ADD loads a table as another member
+/// would (the journal up to P and the decided entries: what it wrote
+/// after P, never acknowledged, is not applied) and commits its manifest
+/// past P; once all were ADDed the completion is retired. One ADD at a
+/// time (as the shell does), at most one refusal per table.
+#[test]
+fn a_woken_member_given_its_own_old_tables_back_takes_them_and_keeps_what_it_acknowledges() {
+    let (_store, catalog, a, b, dirs) = cluster();
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    let _unacked = a
+        .setxattr(
+            &root(),
+            dirs[1].soid,
+            b"user.cut",
+            b"late",
+            Default::default(),
+        )
+        .unwrap();
+    for (id, _, _) in catalog.all() {
+        a.revoke_table(id);
+    }
+    let mine = catalog.tables("a").unwrap();
+    assert!(mine.len() > 1);
+    let mut refused = 0;
+    for round in 0..2 {
+        for man in catalog.tables("a").unwrap() {
+            if a.owned_tables().contains(&man.entry.id) {
+                continue;
+            }
+            if a.add_table(&man).is_err() {
+                refused += 1;
+            }
+        }
+        if a.owned_tables().len() == mine.len() {
+            break;
+        }
+        assert_eq!(round, 0, "the second round takes every table");
+    }
+    assert_eq!(a.owned_tables().len(), mine.len());
+    assert!(refused < mine.len(), "{refused} refusals");
+    assert_eq!(
+        a.getxattr(&root(), dirs[1].soid, b"user.cut"),
+        Err(FsError::NoData),
+        "never acknowledged: not applied"
+    );
+    let later: Vec<String> = (0..3).map(|i| format!("later{i}")).collect();
+    for name in &later {
+        a.create(&root(), dirs[0].soid, name.as_bytes(), 0o600, true)
+            .unwrap()
+            .wait(&a)
+            .unwrap();
+    }
+    drop(a);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    for (id, owner, _) in catalog.all() {
+        assert_eq!(owner, "a");
+        catalog.assign(id, "b");
     }
     b.add_tables(&catalog.tables("b").unwrap()).unwrap();
-    let back = b.drop_table(t).unwrap();
-    assert!(catalog.assign(t, "a"));
-    a.add_table(&back).unwrap();
-    assert!(names(&a, dirs[0].soid).contains(&"f0".to_string()));
+    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(later)
+        .collect();
+    want.sort();
+    assert_eq!(names(&b, dirs[0].soid), want);
+    assert_eq!(
+        b.getxattr(&root(), dirs[1].soid, b"user.cut"),
+        Err(FsError::NoData)
+    );
+}
+
+/// Issue 21 item 6, left over from the fix above: a member *restarted*
+/// (its process crashed, not woken) after its journal was completed while
+/// it was cut off, having written a record after the completed end P that
+/// was never acknowledged. It recovers on its own (no operator): the
+/// records after P are discarded, the decided entries take their place,
+/// and what it acknowledges afterwards survives its next death. With
+/// `taken_over`, b took its tables meanwhile and gives one back; without,
+/// it restarted before any was handed out and still owns them all.
+fn restarted_after_completion(taken_over: bool) {
+    let (store, catalog, a, b, dirs) = cluster();
+    let t = if taken_over {
+        cut_off_and_taken_over(&catalog, &a, &b, &dirs).1
+    } else {
+        let report = b.complete_dead_member("a").unwrap();
+        assert!(report.written && !report.maybe_lost(), "{report:?}");
+        let _unacked = a
+            .setxattr(
+                &root(),
+                dirs[1].soid,
+                b"user.cut",
+                b"late",
+                Default::default(),
+            )
+            .unwrap();
+        a.table_holding(dirs[0].soid).unwrap()
+    };
+    // The process dies (its journal whole, the record after P in it).
+    drop(a);
+    let a = open(&store, &catalog, "a", true);
+    assert!(a.crashed_incarnation().is_some());
+    let report = a.recover_logless(Vec::new()).unwrap();
+    assert!(!report.maybe_lost(), "{report:?}");
+    assert_eq!(a.crashed_incarnation(), None);
+    if taken_over {
+        assert!(a.owned_tables().is_empty());
+        assert_eq!(
+            b.getxattr(&root(), dirs[1].soid, b"user.cut"),
+            Err(FsError::NoData)
+        );
+        let back = b.drop_table(t).unwrap();
+        assert!(catalog.assign(t, "a"));
+        a.add_table(&back).unwrap();
+    } else {
+        assert_eq!(
+            a.getxattr(&root(), dirs[1].soid, b"user.cut"),
+            Err(FsError::NoData),
+            "never acknowledged: not replayed"
+        );
+    }
+    let later: Vec<String> = (0..3).map(|i| format!("later{i}")).collect();
+    for name in &later {
+        a.create(&root(), dirs[0].soid, name.as_bytes(), 0o600, true)
+            .unwrap()
+            .wait(&a)
+            .unwrap();
+    }
+    // Its next death: a process crash; b completes the new run and takes
+    // everything of a's.
+    drop(a);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    take_over_again(&catalog, &b);
+    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(later)
+        .collect();
+    want.sort();
+    assert_eq!(
+        names(&b, dirs[0].soid),
+        want,
+        "what a acknowledged after its restart"
+    );
+    assert_eq!(
+        b.getxattr(&root(), dirs[1].soid, b"user.cut"),
+        Err(FsError::NoData)
+    );
+}
+
+#[test]
+fn a_member_restarted_after_its_journal_was_completed_recovers_without_an_operator() {
+    restarted_after_completion(true);
+}
+
+#[test]
+fn a_member_restarted_before_its_completed_tables_were_handed_out_discards_what_it_wrote_after() {
+    restarted_after_completion(false);
+}
+
+/// Item 3, the coordinator-view race: the coordinator decides that a is
+/// dead from a view taken before a joined again. Were the completion then
+/// written after a re-added its own tables (no completion existed then)
+/// and while it acknowledges, it would fix the journal's end below what a
+/// acknowledged, lost at a's next death. The fence: a completion is
+/// decided only under a claim made while a is not a member *at that
+/// moment* (`TableCatalog::claim_completion`); here a is one, so the
+/// late completion is refused and nothing is lost.
+#[test]
+fn a_completion_from_a_view_older_than_the_members_rejoin_is_refused_and_nothing_is_lost() {
+    let (_store, catalog, a, b, dirs) = cluster();
+    for (id, _, _) in catalog.all() {
+        a.revoke_table(id);
+    }
+    // a joins again and takes its own tables back (no completion yet).
+    catalog.set_member("a", true);
+    a.add_tables(&catalog.tables("a").unwrap()).unwrap();
+    a.create(&root(), dirs[0].soid, b"before", 0o600, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    // The coordinator, on its old view, would complete a's run now.
+    assert!(b.complete_dead_member("a").is_err());
+    assert!(b.failover_ready("a").map_or(true, |r| !r));
+    a.create(&root(), dirs[0].soid, b"after", 0o600, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    // a's process dies; its tables go to b.
+    drop(a);
+    catalog.set_member("a", false);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    for (id, _, _) in catalog.all() {
+        catalog.assign(id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    let n = names(&b, dirs[0].soid);
+    assert!(n.contains(&"before".to_string()), "{n:?}");
+    assert!(n.contains(&"after".to_string()), "acknowledged: {n:?}");
+}
+
+/// The other order of the same race: the coordinator claimed the
+/// completion while a was not a member, and a joins again before the
+/// completion is written. a takes no table while the claim stands; once
+/// it is released the completion is there and a's ADD takes it as stale
+/// (its own old tables loaded up to the completed end, the completion
+/// retired before they serve): what a acknowledges afterwards survives.
+#[test]
+fn a_member_that_joins_again_while_its_completion_is_claimed_waits_for_it() {
+    let (store, catalog, a, b, dirs) = cluster();
+    for (id, _, _) in catalog.all() {
+        a.revoke_table(id);
+    }
+    assert!(catalog.claim_completion("a").unwrap());
+    catalog.set_member("a", true);
+    assert!(
+        !catalog.claim_completion("a").unwrap(),
+        "a is a member again: no new claim"
+    );
+    let mine = catalog.tables("a").unwrap();
+    assert!(a.add_tables(&mine).is_err(), "claimed: refused");
+    assert!(a.owned_tables().is_empty());
+    // The claimer decides and lets go.
+    let report = complete_member_journal(Arc::new(store.clone()) as _, "a", Vec::new()).unwrap();
+    assert!(report.written);
+    catalog.release_completion_claim("a").unwrap();
+    a.add_tables(&mine).unwrap();
+    a.create(&root(), dirs[0].soid, b"after", 0o600, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    drop(a);
+    catalog.set_member("a", false);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    for (id, _, _) in catalog.all() {
+        catalog.assign(id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    assert!(names(&b, dirs[0].soid).contains(&"after".to_string()));
+}
+
+/// The same race after a restart: a restarts (its run crashed), opens
+/// with its tables and recovers; a claim made while it was not a member
+/// yet decides the journal of its *new* run after that recovery. The
+/// tables a opened with are not ADDed again (the host has them), so the
+/// check comes when each begins serving (`check_before_serving`): a lets
+/// them go, loads them again from the completed journal and retires the
+/// completion before any serves; what it acknowledges afterwards
+/// survives its next death.
+#[test]
+fn a_restarted_member_whose_new_run_was_completed_before_it_joined_reloads_before_serving() {
+    let (store, catalog, a, b, dirs) = cluster();
+    drop(a);
+    let a = open(&store, &catalog, "a", true);
+    a.recover_logless(Vec::new()).unwrap();
+    let held = a.owned_tables();
+    assert!(!held.is_empty());
+    // A coordinator that saw a dead claims and completes its new run.
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written);
+    catalog.set_member("a", true);
+    // The shell's ADD of each table the host has: let go, then loaded.
+    if a.check_before_serving().is_err() {
+        assert!(a.owned_tables().is_empty());
+        a.add_tables(&catalog.tables("a").unwrap()).unwrap();
+    }
+    a.check_before_serving().unwrap();
+    assert_eq!(a.owned_tables().len(), held.len());
+    a.create(&root(), dirs[0].soid, b"after", 0o600, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    drop(a);
+    catalog.set_member("a", false);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    for (id, _, _) in catalog.all() {
+        catalog.assign(id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    let n = names(&b, dirs[0].soid);
+    assert!(n.contains(&"after".to_string()), "acknowledged: {n:?}");
+    assert!(n.contains(&"f0".to_string()), "{n:?}");
 }

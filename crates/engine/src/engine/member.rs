@@ -1245,7 +1245,7 @@ impl Engine {
                 Some(crate::member_logless::MemberRedo::open(&*view, &ll)?)
             }
         };
-        let state = match view
+        let mut state = match view
             .get_blob(MEMBER_STATE_NAME)
             .map_err(io_error(&*view, MEMBER_STATE_NAME))?
         {
@@ -1255,6 +1255,13 @@ impl Engine {
             })?,
             None => MemberState::default(),
         };
+        if let Some(r) = &redo {
+            if let Some(through) = cut_after_completion(&*view, &name, r)? {
+                // Nothing of this journal after the decided end counts;
+                // the crashed run's next records follow it.
+                state.next_lsn = state.next_lsn.min(through + 1);
+            }
+        }
         let tables_prefix = format!("{prefix}tables/");
         let mut next_snapshot_seq = store
             .list(&tables_prefix)
@@ -1653,6 +1660,7 @@ impl Engine {
                 "table {id} is already held here"
             )));
         }
+        refuse_while_claimed(m)?;
         retire_stale_completion(inner, m)?;
         let mut table = if range.contains(Soid::ROOT) {
             let root = root_table(&inner.config);
@@ -1723,7 +1731,48 @@ impl Engine {
                 )));
             }
         }
-        retire_stale_completion(inner, m)?;
+        // A woken member whose run was completed behind its back: its own
+        // old tables (the catalogue kept them its own when it joined
+        // again) load like anyone's — from the journal up to the completed
+        // end and the decided entries — and commit manifests replaying
+        // from above it; once no manifest replays from at or below it, the
+        // completion is retired before any of them serves.
+        refuse_while_claimed(m)?;
+        let stale = stale_completion(inner, m)?;
+        let mut added = Vec::with_capacity(manifests.len());
+        let result = load_and_install(inner, m, manifests, &mut added);
+        let Some((run, c)) = stale else {
+            return result.map(|()| added);
+        };
+        if let Err(e) = result.and_then(|()| retire_completion(inner, m, run, &c)) {
+            // Nothing served while the completion stands (what it
+            // acknowledged would be lost at its next death); the manifests
+            // committed stay (they replay from above the completed end,
+            // from snapshots holding what it decided): a retry goes on
+            // from there.
+            for man in &added {
+                let id = man.entry.id;
+                take_out(inner, id);
+                let mut book = m.book.lock();
+                book.floors.remove(&id);
+                book.committed.remove(&id);
+            }
+            return Err(e);
+        }
+        Ok(added)
+    }
+}
+
+/// The rest of [`Engine::add_tables`]: loads `manifests`' tables, replays
+/// the journals they name, installs each and commits its manifest, pushing
+/// it on `added` (those installed before an error stay installed).
+fn load_and_install(
+    inner: &Inner,
+    m: &MemberRun,
+    manifests: &[TableManifest],
+    added: &mut Vec<TableManifest>,
+) -> Result<(), EngineError> {
+    {
         let mut tables = Vec::with_capacity(manifests.len());
         for man in manifests {
             inner.high_water.lock().merge_max(&man.high_water);
@@ -1801,7 +1850,6 @@ impl Engine {
             }
             inner.high_water.lock().merge_max(&high_water);
         }
-        let mut added = Vec::with_capacity(manifests.len());
         for (man, mut table) in manifests.iter().zip(tables) {
             let (entry, floor) = match &man.replay {
                 None => {
@@ -1846,9 +1894,11 @@ impl Engine {
             );
             added.push(install(inner, m, table, entry, floor)?);
         }
-        Ok(added)
+        Ok(())
     }
+}
 
+impl Engine {
     /// A log-less member whose last run crashed: completes that run's
     /// journal from the backups its clients handed back — or takes the
     /// completion another member (the coordinator, before a failover)
@@ -1975,6 +2025,35 @@ impl Engine {
         })
     }
 
+    /// Log-less on a cluster: before a table this engine holds already
+    /// (opened with it at a restart, or split off here) begins serving
+    /// under a grant — the shell's ADD of a table the host has, which
+    /// loads nothing and so passes neither check of [`Engine::add_tables`]:
+    /// refused while another server is completing this member's journal
+    /// (`refuse_while_claimed`); and when the journal of this member's
+    /// current run was completed behind its back (a claim made before it
+    /// joined, decided after its restart's recovery), every table held is
+    /// let go (revoked, nothing written) and refused, so the shell's next
+    /// ADD loads each from the journal up to the completed end and retires
+    /// the completion before it serves. `Ok` on a single server or a
+    /// journaling member.
+    pub fn check_before_serving(&self) -> Result<(), EngineError> {
+        let inner = &*self.inner;
+        let m = member_of(inner)?;
+        refuse_while_claimed(m)?;
+        if stale_completion(inner, m)?.is_none() {
+            return Ok(());
+        }
+        for id in self.owned_tables() {
+            self.revoke_table(id);
+        }
+        Err(EngineError::Member(format!(
+            "member {}'s journal was completed while it was not a member: its tables are loaded \
+             again from the completed journal",
+            m.name
+        )))
+    }
+
     /// Log-less on a cluster: backups a client hands in for run
     /// `incarnation` of another member (dead, or restarting) are kept in
     /// the shared store for whoever completes that member's journal
@@ -2023,11 +2102,29 @@ impl Engine {
         let m = member_of(&self.inner)?;
         let view = PrefixStore::read_only(Arc::clone(&m.shared), member_prefix(dead));
         let run = crate::member_logless::unclean_run(&view)?;
-        let report = crate::member_logless::complete_member_journal(
-            Arc::clone(&m.shared),
-            dead,
-            Vec::new(),
-        )?;
+        // Deciding anew: only under a claim made while `dead` is not a
+        // member *now* (the caller's view of the membership may be older
+        // than its rejoin: issue 21 item 6, "the coordinator-view race").
+        // A member that joined again serves nothing while a claim stands
+        // and finds the completion once it is released.
+        let claim = match run {
+            Some(run) => crate::member_logless::read_completion(&view, run)?.is_none(),
+            None => false,
+        };
+        if claim && !m.catalog.claim_completion(dead)? {
+            return Err(EngineError::Member(format!(
+                "member {dead} joined again (after the view that found it dead): \
+                 its journal is not completed"
+            )));
+        }
+        let report =
+            crate::member_logless::complete_member_journal(Arc::clone(&m.shared), dead, Vec::new());
+        if claim {
+            if let Err(e) = m.catalog.release_completion_claim(dead) {
+                tracing::warn!(member = dead, error = %e, "cannot release the claim on a journal completion (it goes with this server's lease)");
+            }
+        }
+        let report = report?;
         // Decided: the backups kept for it are of no more use (a late
         // hand-in is told "too late").
         if let Some(run) = run {
@@ -2109,6 +2206,26 @@ fn install(
     Ok(committed)
 }
 
+/// A log-less member takes no table while another server is completing
+/// its journal (`TableCatalog::completion_claimed`, asked at this
+/// moment): that server decided from a view in which this member was
+/// dead, and claimed the completion before this member joined again
+/// (a claim needs the member absent). Once released, the completion is
+/// there and the ADD takes it as stale (`retire_stale_completion`); a
+/// claim made after this member joined is refused, so no completion is
+/// written behind the back of a member that serves (the coordinator-view
+/// race). Refused: the shell tries again; a claimer that dies takes its
+/// claim with it (its lease).
+fn refuse_while_claimed(m: &MemberRun) -> Result<(), EngineError> {
+    if m.redo.is_some() && m.catalog.completion_claimed(&m.name)? {
+        return Err(EngineError::Member(format!(
+            "another server is completing member {}'s journal: no table is taken here until it is done",
+            m.name
+        )));
+    }
+    Ok(())
+}
+
 /// A log-less member let back in after its journal was completed (a
 /// defect found 2026-12-06, fixed here): cut off (SIGSTOP, a partition) past its lease
 /// and the grace, its current run R was completed by another server
@@ -2125,6 +2242,18 @@ fn install(
 /// with the backups kept for it — once no manifest replays this member's
 /// journal from at or below P; until then the ADD is refused (the shell
 /// tries again, the coordinator may give the table elsewhere).
+///
+/// An ADD of tables ([`Engine::add_tables`]) retires it at its *end*,
+/// before the tables serve (the shell marks a table served only once its
+/// ADD returned; a refused one is taken out again): its own old tables,
+/// which the catalogue kept its own when it joined again before they were
+/// handed out (R3: a member back in time keeps its tables), are loaded
+/// like anyone's from its journal up to P and the decided entries, and
+/// their manifests committed replaying from above P — so once every such
+/// table was ADDed once, none replays from at or below P and the
+/// completion goes. Refusing those ADDs up front instead (the first
+/// version of this fix) refused them for ever: nobody else may take a
+/// live member's tables, so its own old tables never moved on.
 ///
 /// Why that is right (design B of the analysis; a new run per wake-up,
 /// with readers that skip a completed run's records after P, would need
@@ -2153,21 +2282,42 @@ fn install(
 ///   backups (which carry run R's id) with the new end of the journal.
 ///   A power loss after the re-admission thus keeps what the clients hold.
 fn retire_stale_completion(inner: &Inner, m: &MemberRun) -> Result<(), EngineError> {
+    match stale_completion(inner, m)? {
+        Some((run, c)) => retire_completion(inner, m, run, &c),
+        None => Ok(()),
+    }
+}
+
+/// The completion of this member's own current run, written by someone
+/// else while it was cut off (`None`: none).
+fn stale_completion(
+    inner: &Inner,
+    m: &MemberRun,
+) -> Result<Option<(u64, crate::member_logless::Completion)>, EngineError> {
     let Some(r) = m.redo.as_ref() else {
-        return Ok(());
+        return Ok(None);
     };
     if r.crashed().is_some() {
         // A restart's own crashed run: `recover_member_logless` applies
         // that completion before anything serves.
-        return Ok(());
+        return Ok(None);
     }
     let run = r.incarnation;
     if crate::member_logless::unclean_run(&*inner.store)? != Some(run) {
-        return Ok(());
+        return Ok(None);
     }
-    let Some(c) = crate::member_logless::read_completion(&*inner.store, run)? else {
-        return Ok(());
-    };
+    Ok(crate::member_logless::read_completion(&*inner.store, run)?.map(|c| (run, c)))
+}
+
+/// Retires completion `c` of this member's run `run` (see
+/// [`retire_stale_completion`]); refused while a manifest replays this
+/// member's journal from at or below its end.
+fn retire_completion(
+    inner: &Inner,
+    m: &MemberRun,
+    run: u64,
+    c: &crate::member_logless::Completion,
+) -> Result<(), EngineError> {
     if let Some(floor) = m.catalog.journal_floor(&m.name)? {
         if floor <= c.through {
             return Err(EngineError::Member(format!(
@@ -2195,6 +2345,53 @@ fn retire_stale_completion(inner: &Inner, m: &MemberRun) -> Result<(), EngineErr
          (no table replays its journal from there any more) before it serves again"
     );
     Ok(())
+}
+
+/// A log-less member restarting after its crashed run was completed —
+/// by another server while it was cut off, or by an earlier attempt of
+/// its own recovery: every record its journal holds after the decided end
+/// P is cut off before anything is replayed, so the run's journal is
+/// exactly what every reader took it to be (records up to P), and
+/// [`Engine::recover_member_logless`] appends the decided entries right
+/// after P. Returns P (`None`: no completion for the crashed run).
+///
+/// Why cutting is right (nothing acknowledged is lost): a completion is
+/// written only once the member's membership lease is gone from etcd
+/// (and the grace has passed), when by R1 its own lease timer — which
+/// runs out before etcd's lease does — has stopped every
+/// acknowledgement; the journal's end P is read after that. A record
+/// written after that read was therefore never acknowledged (its client
+/// was told to ask again, and asks the table's next owner, which never
+/// saw it: readers stop at P). An acknowledged record a reader could not
+/// see at P (a shared mount's late write) was unsynced, so its clients
+/// hold it and it is among the completion's entries, appended again. The
+/// same holds for entries an interrupted recovery appended after P: the
+/// completion still exists, so they are appended again, once. And while
+/// the completion exists the member acknowledges nothing: a woken member
+/// retires it before it serves (`retire_stale_completion`), a restarted
+/// one deletes it only after its recovery.
+fn cut_after_completion(
+    view: &dyn Store,
+    name: &str,
+    r: &crate::member_logless::MemberRedo,
+) -> Result<Option<Lsn>, EngineError> {
+    let Some(run) = r.crashed() else {
+        return Ok(None);
+    };
+    let Some(c) = crate::member_logless::read_completion(view, run)? else {
+        return Ok(None);
+    };
+    let cut = crate::journal::truncate_after(view, c.through)?;
+    if cut > 0 {
+        tracing::warn!(
+            member = name,
+            through = c.through,
+            records = cut,
+            "log-less: this server's journal was completed while it was cut off; the records it \
+             wrote after the completed end (never acknowledged) are discarded"
+        );
+    }
+    Ok(Some(c.through))
 }
 
 /// A member name is one path component of the shared store.

@@ -66,6 +66,13 @@
 //! read only when the sweep asks about a doubt not settled in memory).
 //! Earlier runs' commits: see [`TableCatalog::earlier_runs_void`] below.
 //!
+//! Log-less failover's fence (`TableCatalog::claim_completion`): the
+//! claim on completing a dead member's journal is
+//! `logless-claim/<member>`, put on this server's membership lease by a
+//! transaction that requires `member/<member>` absent at that moment and
+//! `member/<me>` on that lease; the member reads it (linearizably, not
+//! from the map) before every ADD.
+//!
 //! Table numbers: the engine's are `u64`, the cluster's `u32`; a number
 //! that does not fit is refused (the counter starts at 1 and grows by
 //! one per split).
@@ -146,6 +153,11 @@ impl Doubts {
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The claim on completing `member`'s journal (module doc).
+fn claim_key(member: &str) -> String {
+    format!("logless-claim/{member}")
 }
 
 fn unavailable(e: impl std::fmt::Display) -> CatalogError {
@@ -770,6 +782,65 @@ impl TableCatalog for EtcdCatalog {
                     .is_some_and(|o| o.server == me);
                 !mine || kv.mod_revision() >= joined
             }))
+        })
+    }
+
+    fn claim_completion(&self, member: &str) -> Result<bool, CatalogError> {
+        use sextant_coordinator::etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+        let (cfg, me, dead) = (self.etcd.clone(), self.name.clone(), member.to_string());
+        self.run(move |rt, client| {
+            let mine = cfg.key(&keys::member_key(&me));
+            let theirs = cfg.key(&keys::member_key(&dead));
+            let resp = rt
+                .block_on(client.get(mine.clone(), None))
+                .map_err(unavailable)?;
+            let Some(lease) = resp.kvs().first().map(|kv| kv.lease()) else {
+                return Err(unavailable(
+                    "this server is not a member: it claims nothing",
+                ));
+            };
+            let txn = Txn::new()
+                .when(vec![
+                    Compare::create_revision(theirs.clone(), CompareOp::Equal, 0),
+                    Compare::lease(mine, CompareOp::Equal, lease),
+                ])
+                .and_then(vec![TxnOp::put(
+                    cfg.key(&claim_key(&dead)),
+                    me.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            if rt
+                .block_on(client.txn(txn))
+                .map_err(unavailable)?
+                .succeeded()
+            {
+                return Ok(true);
+            }
+            let back = rt.block_on(client.get(theirs, None)).map_err(unavailable)?;
+            if back.kvs().is_empty() {
+                Err(unavailable("this server's membership lease changed"))
+            } else {
+                Ok(false)
+            }
+        })
+    }
+
+    fn release_completion_claim(&self, member: &str) -> Result<(), CatalogError> {
+        let (cfg, dead) = (self.etcd.clone(), member.to_string());
+        self.run(move |rt, client| {
+            rt.block_on(client.delete(cfg.key(&claim_key(&dead)), None))
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {
+        let (cfg, who) = (self.etcd.clone(), member.to_string());
+        self.run(move |rt, client| {
+            let resp = rt
+                .block_on(client.get(cfg.key(&claim_key(&who)), None))
+                .map_err(unavailable)?;
+            Ok(!resp.kvs().is_empty())
         })
     }
 

@@ -73,7 +73,10 @@ impl TableHost for EngineHost {
         let engine = self.engine()?;
         let id = u64::from(grant.table.0);
         if engine.owned_tables().contains(&id) {
-            // Opened with it (a restart), or made here (a split).
+            // Opened with it (a restart), or made here (a split): serves
+            // unless a log-less journal completion stands in the way (the
+            // engine lets its tables go, and the next ADD loads them).
+            engine.check_before_serving()?;
             return Ok(None);
         }
         let Some(bytes) = manifest else {
