@@ -1548,8 +1548,11 @@ impl Client {
 
     /// The attributes of `path` (from the root), following symlinks on
     /// the way (and at its end with `follow_last`), as path resolution on
-    /// Linux does. One call to one server; a path whose names live on
-    /// several servers (a cluster) is walked name by name.
+    /// Linux does. One call to one server: on a cluster, a server walks a
+    /// path whose names live on several servers on across them itself
+    /// (`Across::resolve` in sextant-server); one that refuses it (a
+    /// server that predates that, or whose peers do not answer now) has
+    /// it walked here name by name.
     pub async fn resolve(
         &self,
         cred: &Credentials,
@@ -1570,9 +1573,10 @@ impl Client {
 
     /// [`Client::resolve`] one name at a time, each lookup going to the
     /// server of its directory — the engine's `resolve_path`, step by step
-    /// (search permission checked by each lookup, and for `.` and `..`;
-    /// `..` is the directory walked before, the root's own parent the
-    /// root).
+    /// (search permission checked by each lookup, and for `.` and `..`,
+    /// before a name too long; `..` is the directory walked before, the
+    /// root's own parent the root). For a server that refuses a `Resolve`
+    /// leaving its tables (see [`Client::resolve`]).
     async fn resolve_by_names(
         &self,
         cred: &Credentials,
@@ -1594,6 +1598,12 @@ impl Client {
                     }
                 }
                 Step::Lookup { dir, name, .. } => {
+                    if name.len() > sextant_types::NAME_MAX {
+                        // As the engine's walk: search permission first
+                        // (a server's `Lookup` checks the name first).
+                        self.access(cred, dir, 1).await?;
+                        return Err(Error::Fs(FsError::NameTooLong));
+                    }
                     walk.found(self.lookup(cred, dir, &name).await?)?
                 }
                 Step::Readlink { link } => walk.target(&self.readlink(cred, link).await?),

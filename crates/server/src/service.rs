@@ -16,7 +16,7 @@ use sextant_engine::Engine;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::*;
 use sextant_types::{
-    Credentials, FsError, Soid, NAME_MAX, SYMLINK_MAX, XATTR_NAME_MAX, XATTR_SIZE_MAX,
+    Attr, Credentials, FsError, Soid, NAME_MAX, SYMLINK_MAX, XATTR_NAME_MAX, XATTR_SIZE_MAX,
 };
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -454,9 +454,10 @@ impl Shared {
             // (One server, or a caller that reaches the others itself.)
             return Handled::Answered(self.handle(r).await);
         }
-        // A path resolution that leaves this server is walked name by
-        // name by the client (each lookup forwarded here as needed):
-        // forwarded whole, it would stop at the next server again.
+        // A path resolution that leaves this server is walked on here
+        // across the servers (`Shared::resolve_across`), or name by name
+        // by the client (each lookup forwarded here as needed): forwarded
+        // whole, it would stop at the next server again.
         if matches!(r.op, Some(Op::Resolve(_))) {
             return Handled::Answered(self.handle(r).await);
         }
@@ -774,6 +775,32 @@ impl Shared {
         Ok(c.value)
     }
 
+    /// A `Resolve` whose path leaves this server's tables, walked on here
+    /// across the servers, on a blocking thread
+    /// ([`crate::confine::across::Across::resolve`]: the records kept
+    /// under other servers' leases, else calls to them); `None` without
+    /// peers.
+    async fn resolve_across(
+        &self,
+        cred: &Credentials,
+        path: Vec<u8>,
+        follow_last: bool,
+    ) -> Option<Result<Attr, FsError>> {
+        let peers = Arc::clone(self.peers.as_ref()?);
+        let (engine, placement) = (self.engine.clone(), Arc::clone(&self.placement));
+        let cred = cred.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let walked = tokio::task::spawn_blocking(move || {
+            crate::confine::across::Across::new(engine, peers, placement, runtime).resolve(
+                &cred,
+                &path,
+                follow_last,
+            )
+        })
+        .await;
+        Some(walked.unwrap_or(Err(FsError::Io)))
+    }
+
     async fn execute(
         &self,
         cred: &Credentials,
@@ -810,10 +837,18 @@ impl Shared {
                     return Err(FsError::NameTooLong);
                 }
                 match e.resolve(cred, &r.path, r.follow_last) {
-                    // The path crosses into another server's table: the
-                    // client walks it name by name (Client::resolve).
-                    Err(FsError::NeedsTable { .. }) => {
-                        return Err(FsError::WrongServer { soid: Soid::ROOT })
+                    // The path crosses into another server's table: walked
+                    // on here across the servers (`Across::resolve`), or,
+                    // where that cannot answer (no peers, a peer not
+                    // reachable now), by the client name by name
+                    // (`Client::resolve`), which retries.
+                    Err(FsError::NeedsTable { .. } | FsError::WrongServer { .. }) => {
+                        match self.resolve_across(cred, r.path, r.follow_last).await {
+                            Some(Err(FsError::Io)) | None => {
+                                return Err(FsError::WrongServer { soid: Soid::ROOT })
+                            }
+                            Some(r) => attr(r?),
+                        }
                     }
                     r => attr(r?),
                 }

@@ -1,7 +1,10 @@
 //! The confinement walk across the servers of a cluster (see the parent
 //! module): what a path-limited key's check needs from directories other
 //! servers hold — the steps from `/` down to the subtree's root, a
-//! directory's chain of parents, a confined path walk.
+//! directory's chain of parents, a confined path walk. And a caller's
+//! path resolution across the servers ([`Across::resolve`]), which a
+//! server answers whole (a `Resolve` whose path leaves its tables:
+//! `service`) instead of the client walking it name by name.
 //!
 //! Parent chains are read with the search's reader ([`PeerDirs`], the
 //! `DirChain` RPC), and so are the links of an inode another server holds
@@ -43,18 +46,29 @@
 //!   none: it gives up ([`Across::needed_call`]), and the check runs
 //!   again from the start on a blocking thread ([`Across::new`]: it
 //!   waits on the runtime). Every doubt (a peer that does not answer, a
-//!   broken chain) denies, as on one server.
+//!   broken chain) denies, as on one server;
+//! - [`Across::resolve`] is [`Engine::resolve`]'s walk (the same
+//!   [`PathWalk`](sextant_types::walk::PathWalk), so the same rules):
+//!   search permission on every directory as the caller — on a directory
+//!   another server holds, from its kept record (mode and owner, as that
+//!   server would check them: no ACLs) or by an `Access` there as the
+//!   caller; lookups of names not kept (files, symlinks, directories not
+//!   kept yet) on their directory's holder as the caller. A directory
+//!   walked through from a kept record is carried as a partial `Attr`
+//!   (its type, mode, owner and parent); the walk's answer is always
+//!   read whole from its holder.
 
 use crate::peers::{PeerDirs, Peers};
 use crate::placement::Placement;
 use sextant_engine::confine::{Confine, MAX_WALK};
+use sextant_engine::search::DirRecord;
 use sextant_engine::search::ForeignDirs;
 use sextant_engine::Engine;
 use sextant_proto::pb::{self, request::Op, response::Result as Res};
 use sextant_proto::route::RouteTable;
 use sextant_proto::{attr_from_pb, cred_to_pb, error_from_pb, soid_from_pb, soid_to_pb};
-use sextant_types::{Attr, Credentials, FileType, FsError, Soid};
-use std::collections::HashMap;
+use sextant_types::{Attr, Credentials, FileType, FsError, Nanos, Soid, NAME_MAX};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -521,5 +535,170 @@ impl Across {
             return Err(FsError::Access);
         }
         Ok((cur, inside))
+    }
+
+    /// The kept record of the directory `dir` another server holds
+    /// (`None`: not kept, or none may be used).
+    fn kept_record(&self, dir: Soid) -> Option<DirRecord> {
+        let checked = self.dirs.checked.as_ref()?;
+        let (kept, _) = self.dirs.peers.cache.lookup(checked, &[dir]);
+        kept.into_iter().find(|r| r.soid == dir)
+    }
+
+    /// Search permission on the directory `dir` for `cred` (`EACCES`
+    /// otherwise), wherever it is held: here, else by its kept record,
+    /// else asked of its holder as `cred`.
+    fn may_search(&self, cred: &Credentials, dir: Soid) -> Result<(), FsError> {
+        match self.engine.access(cred, dir, 1) {
+            Err(e) if is_cross(&e) => {}
+            r => return r,
+        }
+        if let Some(r) = self.kept_record(dir) {
+            let allowed =
+                cred.is_root() || sextant_engine::perm::class_allows(r.uid, r.gid, r.perm, cred, 1);
+            return if allowed {
+                Ok(())
+            } else {
+                Err(FsError::Access)
+            };
+        }
+        let op = Op::Access(pb::AccessRequest {
+            soid: Some(soid_to_pb(dir)),
+            mask: 1,
+        });
+        self.run(cred, dir, op).map(|_| ())
+    }
+
+    /// The directory `dir`'s attributes for the walk to go on from: read
+    /// here, else from its kept record (partial: noted in `partial`),
+    /// else from its holder.
+    fn walk_dir(&self, dir: Soid, partial: &mut HashSet<Soid>) -> Result<Attr, FsError> {
+        match self.engine.getattr(dir) {
+            Err(e) if is_cross(&e) => {}
+            r => return r,
+        }
+        if let Some(r) = self.kept_record(dir) {
+            partial.insert(dir);
+            return Ok(partial_attr(&r));
+        }
+        self.getattr(dir)
+    }
+
+    /// `name` in the directory `dir` looked up as `cred` for
+    /// [`Across::resolve`]: as [`Engine::lookup`] checks it (search
+    /// permission first, then the name), wherever `dir` and the entry's
+    /// inode are held. A directory found in the kept records comes back
+    /// partial (noted in `partial`); one another server answered for is
+    /// kept (its chain read) for the next resolutions.
+    fn resolve_lookup(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        name: &[u8],
+        partial: &mut HashSet<Soid>,
+    ) -> Result<Attr, FsError> {
+        match self.engine.lookup(cred, dir, name) {
+            Err(e) if is_cross(&e) => {}
+            r => return r,
+        }
+        if name.len() > NAME_MAX {
+            // (A peer's `Lookup` checks the name before the permission.)
+            self.may_search(cred, dir)?;
+            return Err(FsError::NameTooLong);
+        }
+        if let Some(child) = self.kept_child(dir, name) {
+            if let Some(r) = self.kept_record(child) {
+                self.may_search(cred, dir)?;
+                partial.insert(child);
+                return Ok(partial_attr(&r));
+            }
+        }
+        let found = match self.engine.lookup_entry(cred, dir, name) {
+            // The entry is here, its inode elsewhere.
+            Ok((child, _)) => self.getattr(child)?,
+            Err(e) if is_cross(&e) => {
+                let op = Op::Lookup(pb::LookupRequest {
+                    parent: Some(soid_to_pb(dir)),
+                    name: name.to_vec(),
+                });
+                match self.run(cred, dir, op) {
+                    // The entry is there, its inode elsewhere.
+                    Err(FsError::WrongServer { soid }) => self.getattr(soid)?,
+                    r => Self::attr_of(r?)?,
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if found.ftype == FileType::Directory
+            && self.dirs.checked.is_some()
+            && matches!(self.engine.links_of(found.soid), Err(e) if is_cross(&e))
+        {
+            // Its record (and chain) kept, so the next resolution steps
+            // through it without a call. Only an optimisation: a failure
+            // here changes nothing of this answer.
+            let _ = self.dir_parent(found.soid);
+        }
+        Ok(found)
+    }
+
+    /// [`Engine::resolve`] across servers: the path walk of `path` as
+    /// `cred`, following symlinks on the way (and at its end with
+    /// `follow_last`), each step where the directory is held — here, in
+    /// the records kept under other servers' leases, or asked of its
+    /// holder as `cred` (see the module doc). The answer is the inode's
+    /// attributes as its holder has them.
+    pub fn resolve(
+        &self,
+        cred: &Credentials,
+        path: &[u8],
+        follow_last: bool,
+    ) -> Result<Attr, FsError> {
+        use sextant_types::walk::{PathWalk, Step};
+        let mut partial = HashSet::new();
+        let mut walk = PathWalk::new(path, follow_last, self.walk_dir(Soid::ROOT, &mut partial)?);
+        loop {
+            match walk.step()? {
+                Step::Search { dir, up } => {
+                    self.may_search(cred, dir.soid)?;
+                    if up {
+                        // `..` is the physical parent, as walked (at the
+                        // walk's root: the root's parent, the root).
+                        let parent = match walk.walked_parent() {
+                            Some(p) => p.clone(),
+                            None => self.walk_dir(dir.parent, &mut partial)?,
+                        };
+                        walk.up(parent);
+                    }
+                }
+                Step::Lookup { dir, name, .. } => {
+                    walk.found(self.resolve_lookup(cred, dir, &name, &mut partial)?)?
+                }
+                Step::Readlink { link } => walk.target(&self.readlink(link)?),
+                Step::Root => walk.at_root(self.walk_dir(Soid::ROOT, &mut partial)?),
+                Step::Done(attr) if partial.contains(&attr.soid) => return self.getattr(attr.soid),
+                Step::Done(attr) => return Ok(attr),
+            }
+        }
+    }
+}
+
+/// A directory's attributes as far as its kept record says (type, mode,
+/// owner, parent; the rest zero): enough to walk through it, never an
+/// answer ([`Across::resolve`] reads the answer whole).
+fn partial_attr(r: &DirRecord) -> Attr {
+    Attr {
+        soid: r.soid,
+        ftype: FileType::Directory,
+        perm: u32::from(r.perm),
+        uid: r.uid,
+        gid: r.gid,
+        nlink: 0,
+        size: 0,
+        rdev: 0,
+        atime: Nanos(0),
+        mtime: Nanos(0),
+        ctime: Nanos(0),
+        parent: r.parent,
+        no_xattrs: false,
     }
 }
