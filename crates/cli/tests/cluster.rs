@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::{cut_journal, cut_journal_above, journal_lengths, ls_d, walk_files};
 use common::{
     dir_and_etcd, free_ports, have_etcd, move_table, serve, serve_env, serve_with, sextant,
     sextant_ok, signal, start_etcd, status_on, tables_by_server, try_status_on, wait_for,
@@ -4277,65 +4278,6 @@ fn logless_pair_with(dir: &Path, etcd: &str, flags: &[&str]) -> LoglessPair {
     }
 }
 
-fn journal_lengths(journal: &Path) -> Vec<(PathBuf, u64)> {
-    std::fs::read_dir(journal)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let len = std::fs::metadata(&p).unwrap().len();
-            (p, len)
-        })
-        .collect()
-}
-
-/// A power loss of a server's machine after SIGKILL: its newest journal
-/// segment is cut back to its length in `kept` (emptied if made since).
-/// Older segments stay whole: the journal syncs a segment whole when it
-/// leaves it for the next, so a power loss keeps them.
-fn cut_journal(journal: &Path, kept: &[(PathBuf, u64)]) {
-    cut_journal_above(journal, kept, 0);
-}
-
-/// [`cut_journal`], keeping at least the records up to `synced` (the
-/// watermark the server last told its clients: they dropped their
-/// backups of those, and a power loss keeps what was synced).
-fn cut_journal_above(journal: &Path, kept: &[(PathBuf, u64)], synced: u64) {
-    let Some(newest) = std::fs::read_dir(journal)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .max()
-    else {
-        return;
-    };
-    let keep = kept
-        .iter()
-        .find(|(q, _)| *q == newest)
-        .map_or(0, |(_, l)| *l)
-        .max(segment_bytes_through(&newest, synced));
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&newest)
-        .unwrap();
-    f.set_len(keep).unwrap();
-}
-
-/// How many bytes of journal segment `segment` hold its records up to
-/// `lsn` (its header and whole batches; 0 if it holds none).
-fn segment_bytes_through(segment: &Path, lsn: u64) -> u64 {
-    const SEGMENT_HEADER_LEN: usize = 32;
-    let bytes = std::fs::read(segment).unwrap();
-    let mut at = SEGMENT_HEADER_LEN;
-    let mut through = 0;
-    while let Ok(batch) = sextant_engine::journal::decode_batch(&bytes[at.min(bytes.len())..]) {
-        if batch.first_lsn > lsn {
-            break;
-        }
-        at += batch.len;
-        through = at;
-    }
-    through as u64
-}
-
 /// Kills a, cuts its journal back, waits for b to hold every table and
 /// returns `ls /d` through b, sorted.
 fn after_power_loss_of_a(p: &mut LoglessPair, etcd: &str) -> Vec<String> {
@@ -4386,31 +4328,6 @@ fn twenty_files_in_d(rt: &tokio::runtime::Runtime, client: &sextant_client::Clie
         "the client holds the redo entries: {:?}",
         client.backup_stats()
     );
-    names
-}
-
-/// Every file under `dir` (none if it does not exist).
-fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// `ls /d` through the server at `addr`, sorted.
-fn ls_d(addr: &str, secret: &Path) -> Vec<String> {
-    let listing = sextant_ok(addr, secret, &["ls", "/d"]);
-    let mut names: Vec<String> = listing.split_whitespace().map(String::from).collect();
-    names.sort_unstable();
     names
 }
 

@@ -17,6 +17,7 @@
 
 mod common;
 
+use common::{cut_journal, journal_lengths, ls_d, walk_files};
 use common::{
     dir_and_etcd, free_ports, sextant_ok, spawn_server_env, status_on, tables_by_server, wait_for,
     KillOnDrop,
@@ -53,66 +54,11 @@ fn start(dir: &Path, etcd: &str, name: &str, listen: &str) -> (KillOnDrop, Strin
     (KillOnDrop(child), addr)
 }
 
-fn journal_lengths(journal: &Path) -> Vec<(PathBuf, u64)> {
-    std::fs::read_dir(journal)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let len = std::fs::metadata(&p).unwrap().len();
-            (p, len)
-        })
-        .collect()
-}
-
-/// A power loss: a's newest journal segment cut back to its length in
-/// `kept` (emptied if made since).
-fn cut_journal(journal: &Path, kept: &[(PathBuf, u64)]) {
-    let Some(newest) = std::fs::read_dir(journal)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .max()
-    else {
-        return;
-    };
-    let keep = kept
-        .iter()
-        .find(|(q, _)| *q == newest)
-        .map_or(0, |(_, l)| *l);
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&newest)
-        .unwrap();
-    f.set_len(keep).unwrap();
-}
-
-fn ls_d(addr: &str, secret: &Path) -> Vec<String> {
-    let listing = sextant_ok(addr, secret, &["ls", "/d"]);
-    let mut names: Vec<String> = listing.split_whitespace().map(String::from).collect();
-    names.sort_unstable();
-    names
-}
-
 fn tables_of(etcd: &str, secret: &Path, server: &str) -> u64 {
     tables_by_server(&status_on(etcd, secret))
         .iter()
         .find(|t| t.0 == server)
         .map_or(0, |t| t.1)
-}
-
-fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 struct Pair {

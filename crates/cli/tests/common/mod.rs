@@ -666,3 +666,87 @@ pub fn serve_env(
         &[&[("SEXTANT_LEASE_TTL", "2s")], env].concat(),
     )
 }
+
+pub fn journal_lengths(journal: &Path) -> Vec<(PathBuf, u64)> {
+    std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let len = std::fs::metadata(&p).unwrap().len();
+            (p, len)
+        })
+        .collect()
+}
+
+/// A power loss of a server's machine after SIGKILL: its newest journal
+/// segment is cut back to its length in `kept` (emptied if made since).
+/// Older segments stay whole: the journal syncs a segment whole when it
+/// leaves it for the next, so a power loss keeps them.
+pub fn cut_journal(journal: &Path, kept: &[(PathBuf, u64)]) {
+    cut_journal_above(journal, kept, 0);
+}
+
+/// [`cut_journal`], keeping at least the records up to `synced` (the
+/// watermark the server last told its clients: they dropped their
+/// backups of those, and a power loss keeps what was synced).
+pub fn cut_journal_above(journal: &Path, kept: &[(PathBuf, u64)], synced: u64) {
+    let Some(newest) = std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+    else {
+        return;
+    };
+    let keep = kept
+        .iter()
+        .find(|(q, _)| *q == newest)
+        .map_or(0, |(_, l)| *l)
+        .max(segment_bytes_through(&newest, synced));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap();
+    f.set_len(keep).unwrap();
+}
+
+/// Every file under `dir` (none if it does not exist).
+pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `ls /d` through the server at `addr`, sorted.
+pub fn ls_d(addr: &str, secret: &Path) -> Vec<String> {
+    let listing = sextant_ok(addr, secret, &["ls", "/d"]);
+    let mut names: Vec<String> = listing.split_whitespace().map(String::from).collect();
+    names.sort_unstable();
+    names
+}
+
+/// How many bytes of journal segment `segment` hold its records up to
+/// `lsn` (its header and whole batches; 0 if it holds none).
+pub fn segment_bytes_through(segment: &Path, lsn: u64) -> u64 {
+    const SEGMENT_HEADER_LEN: usize = 32;
+    let bytes = std::fs::read(segment).unwrap();
+    let mut at = SEGMENT_HEADER_LEN;
+    let mut through = 0;
+    while let Ok(batch) = sextant_engine::journal::decode_batch(&bytes[at.min(bytes.len())..]) {
+        if batch.first_lsn > lsn {
+            break;
+        }
+        at += batch.len;
+        through = at;
+    }
+    through as u64
+}
