@@ -17,7 +17,9 @@
 
 mod common;
 
-use common::{free_ports, KillOnDrop, BIN};
+use common::{
+    free_ports, have_etcd, start_etcd, tables_by_server, try_status_on, wait_for, KillOnDrop, BIN,
+};
 use sextant_client::Client;
 use sextant_types::{Credentials, FsError, SetAttr, Soid};
 use std::collections::HashMap;
@@ -25,52 +27,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn have_etcd() -> bool {
-    let ok = Command::new("etcd").arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("SKIPPED: no etcd binary (apt-get install etcd-server)");
-    }
-    ok
-}
-
-fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// `sextant cluster status --json`, or why it failed.
-fn try_status(etcd: &str, secret_dir: &Path) -> Result<serde_json::Value, String> {
-    let out = Command::new(BIN)
-        .args(["--json", "cluster", "status", "--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
-}
-
-/// The servers of a status, with how many tables each holds.
-fn tables_by_server(s: &serde_json::Value) -> Vec<(String, u64)> {
-    s["servers"]
-        .as_array()
-        .map(|v| {
-            v.iter()
-                .map(|x| {
-                    (
-                        x["name"].as_str().unwrap_or_default().to_string(),
-                        x["tables"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// The owner of `table` in a status.
 fn owner_in(s: &serde_json::Value, table: u64) -> String {
@@ -106,33 +62,6 @@ fn move_table(etcd: &str, secret_dir: &Path, table: u64, server: &str) {
         "cluster move {table} {server}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn spawn_etcd(dir: &Path) -> (KillOnDrop, String) {
-    let client = free_ports(1);
-    let peer = free_ports(1);
-    let c = format!("http://127.0.0.1:{client}");
-    let p = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
-        .args(["--name", "t", "--data-dir"])
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-        .args([
-            "--listen-peer-urls",
-            &p,
-            "--initial-advertise-peer-urls",
-            &p,
-        ])
-        .args(["--initial-cluster", &format!("t={p}"), "--unsafe-no-fsync"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child = KillOnDrop(child);
-    wait_for("etcd listens", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", client)).is_ok()
-    });
-    (child, c)
 }
 
 /// `sextant serve` as cluster member `name` (data in `dir/name`), its
@@ -359,7 +288,8 @@ fn a_resolution_across_servers_is_the_single_servers_and_one_request() {
     build(&rt, &one);
 
     // The cluster: the namespace made on a, then b joins, then placed.
-    let (etcd_child, etcd) = spawn_etcd(dir.path());
+    let etcd_proc = start_etcd(dir.path());
+    let etcd = etcd_proc.url.clone();
     let config = dir.path().join("small-tables.toml");
     std::fs::write(&config, "table_dir_limit = 1\ntable_inode_limit = 4\n").unwrap();
     let config = config.to_str().unwrap();
@@ -371,7 +301,7 @@ fn a_resolution_across_servers_is_the_single_servers_and_one_request() {
     let a = KillOnDrop(a);
     let secret = dir.path().join("a");
     wait_for("the root table assigned", Duration::from_secs(30), || {
-        try_status(&etcd, &secret)
+        try_status_on(&etcd, &secret)
             .map(|s| tables_by_server(&s).iter().any(|t| t.1 > 0))
             .unwrap_or(false)
     });
@@ -380,7 +310,7 @@ fn a_resolution_across_servers_is_the_single_servers_and_one_request() {
     let (b, b_addr) = serve(dir.path(), &etcd, "b", config, &b_metrics);
     let b = KillOnDrop(b);
     wait_for("two servers", Duration::from_secs(60), || {
-        try_status(&etcd, &secret)
+        try_status_on(&etcd, &secret)
             .map(|s| tables_by_server(&s).len() == 2)
             .unwrap_or(false)
     });
@@ -397,7 +327,7 @@ fn a_resolution_across_servers_is_the_single_servers_and_one_request() {
     // one elsewhere), once the tables have split apart.
     let start = Instant::now();
     loop {
-        let st = try_status(&etcd, &secret).unwrap_or_default();
+        let st = try_status_on(&etcd, &secret).unwrap_or_default();
         let tables: Vec<Option<u64>> = places.iter().map(|(s, _)| table_of(&st, *s)).collect();
         let apart = tables.iter().zip(&places).all(|(t, (_, to))| {
             t.is_some()
@@ -481,5 +411,5 @@ fn a_resolution_across_servers_is_the_single_servers_and_one_request() {
         per <= 6.0,
         "a resolution across the servers cost {per:.2} requests (the client's walk?)"
     );
-    drop((a, b, etcd_child));
+    drop((a, b, etcd_proc));
 }
