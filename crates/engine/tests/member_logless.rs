@@ -583,6 +583,34 @@ fn take_over_again(catalog: &Arc<MemCatalog>, b: &Engine) {
     b.add_tables(&taken).unwrap();
 }
 
+/// a's process dies (the journal it wrote stays whole); b completes a's
+/// run, once, and takes every table a held. The names b then lists in
+/// `dir`.
+fn a_dies_and_b_takes_over(
+    catalog: &Arc<MemCatalog>,
+    a: Engine,
+    b: &Engine,
+    dir: Soid,
+) -> Vec<String> {
+    drop(a);
+    catalog.set_member("a", false);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    take_over_again(catalog, b);
+    names(b, dir)
+}
+
+/// The names of `cluster()`'s first directory (f0 – f3) and `later`, sorted.
+fn with_f0_to_f3(later: Vec<String>) -> Vec<String> {
+    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(later)
+        .collect();
+    want.sort();
+    want
+}
+
 /// The defect found 2026-12-06: a woken member let back in (same
 /// process, same run) is given a table again and acknowledges operations;
 /// the completion decided while it was cut off must not be taken as its
@@ -621,13 +649,11 @@ fn let_back_in_then_die(power_loss: bool) {
         assert!(report.written && !report.maybe_lost(), "{report:?}");
     }
     take_over_again(&catalog, &b);
-    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(later)
-        .collect();
-    want.sort();
-    assert_eq!(names(&b, dirs[0].soid), want, "what a acknowledged again");
+    assert_eq!(
+        names(&b, dirs[0].soid),
+        with_f0_to_f3(later),
+        "what a acknowledged again"
+    );
     // The operation a ran after P, cut off, was never acknowledged: gone.
     assert_eq!(
         b.getxattr(&root(), dirs[1].soid, b"user.cut"),
@@ -736,21 +762,8 @@ fn a_woken_member_given_its_own_old_tables_back_takes_them_and_keeps_what_it_ack
             .wait(&a)
             .unwrap();
     }
-    drop(a);
-    let report = b.complete_dead_member("a").unwrap();
-    assert!(report.written && !report.maybe_lost(), "{report:?}");
-    for (id, owner, _) in catalog.all() {
-        assert_eq!(owner, "a");
-        catalog.assign(id, "b");
-    }
-    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
-    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(later)
-        .collect();
-    want.sort();
-    assert_eq!(names(&b, dirs[0].soid), want);
+    let n = a_dies_and_b_takes_over(&catalog, a, &b, dirs[0].soid);
+    assert_eq!(n, with_f0_to_f3(later));
     assert_eq!(
         b.getxattr(&root(), dirs[1].soid, b"user.cut"),
         Err(FsError::NoData)
@@ -815,19 +828,10 @@ fn restarted_after_completion(taken_over: bool) {
     }
     // Its next death: a process crash; b completes the new run and takes
     // everything of a's.
-    drop(a);
-    let report = b.complete_dead_member("a").unwrap();
-    assert!(report.written && !report.maybe_lost(), "{report:?}");
-    take_over_again(&catalog, &b);
-    let mut want: Vec<String> = ["f0", "f1", "f2", "f3"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(later)
-        .collect();
-    want.sort();
+    let n = a_dies_and_b_takes_over(&catalog, a, &b, dirs[0].soid);
     assert_eq!(
-        names(&b, dirs[0].soid),
-        want,
+        n,
+        with_f0_to_f3(later),
         "what a acknowledged after its restart"
     );
     assert_eq!(
@@ -875,15 +879,7 @@ fn a_completion_from_a_view_older_than_the_members_rejoin_is_refused_and_nothing
         .wait(&a)
         .unwrap();
     // a's process dies; its tables go to b.
-    drop(a);
-    catalog.set_member("a", false);
-    let report = b.complete_dead_member("a").unwrap();
-    assert!(report.written && !report.maybe_lost(), "{report:?}");
-    for (id, _, _) in catalog.all() {
-        catalog.assign(id, "b");
-    }
-    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
-    let n = names(&b, dirs[0].soid);
+    let n = a_dies_and_b_takes_over(&catalog, a, &b, dirs[0].soid);
     assert!(n.contains(&"before".to_string()), "{n:?}");
     assert!(n.contains(&"after".to_string()), "acknowledged: {n:?}");
 }
@@ -918,15 +914,7 @@ fn a_member_that_joins_again_while_its_completion_is_claimed_waits_for_it() {
         .unwrap()
         .wait(&a)
         .unwrap();
-    drop(a);
-    catalog.set_member("a", false);
-    let report = b.complete_dead_member("a").unwrap();
-    assert!(report.written && !report.maybe_lost(), "{report:?}");
-    for (id, _, _) in catalog.all() {
-        catalog.assign(id, "b");
-    }
-    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
-    assert!(names(&b, dirs[0].soid).contains(&"after".to_string()));
+    assert!(a_dies_and_b_takes_over(&catalog, a, &b, dirs[0].soid).contains(&"after".to_string()));
 }
 
 /// The same race after a restart: a restarts (its run crashed), opens
@@ -960,15 +948,7 @@ fn a_restarted_member_whose_new_run_was_completed_before_it_joined_reloads_befor
         .unwrap()
         .wait(&a)
         .unwrap();
-    drop(a);
-    catalog.set_member("a", false);
-    let report = b.complete_dead_member("a").unwrap();
-    assert!(report.written && !report.maybe_lost(), "{report:?}");
-    for (id, _, _) in catalog.all() {
-        catalog.assign(id, "b");
-    }
-    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
-    let n = names(&b, dirs[0].soid);
+    let n = a_dies_and_b_takes_over(&catalog, a, &b, dirs[0].soid);
     assert!(n.contains(&"after".to_string()), "acknowledged: {n:?}");
     assert!(n.contains(&"f0".to_string()), "{n:?}");
 }
