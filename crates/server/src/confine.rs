@@ -50,7 +50,15 @@
 //! resolve, such as `/`, as a path: each server clamps it), and keep their
 //! `done.not_held` ranges (SOID spans, for the client to chase).
 //!
-//! Clusters ([`Walk`], [`across`]): every check first walks this server's
+//! Clusters ([`Walk`], [`across`]): on a cluster whose leases on the
+//! other servers' directory records are all live, a request's check is
+//! first the walk over those records ([`Across::kept`], which reads this
+//! server's tables as the local walk does): the subtree found and the
+//! directories proven inside it are kept per generation of the records
+//! (dropped when any directory changes anywhere), so the common check is
+//! the kept subtree and one read of the object's links, whose directory
+//! is known inside (`Walk::within`). Otherwise (one server, a lease
+//! not live, a search, a watch) the check first walks this server's
 //! tables alone ([`Walk::local`], as on one server — no cost more). When
 //! that meets a directory another server holds — the path from `/` to
 //! the subtree, or an object's chain of parents — it stops with
@@ -196,7 +204,15 @@ impl<'a> Walk<'a> {
         }
         let found = match self.engine.confine(path.as_bytes()) {
             Err(e) if is_cross(&e) => self.or_across(None, |a| a.confine(path))?,
-            r => r?.map(Arc::new),
+            r => {
+                let found = r?.map(Arc::new);
+                if let (Some(a), Some(c)) = (self.across, &found) {
+                    // Found on this server's tables alone: kept for the
+                    // generation too (this server's epoch is part of it).
+                    a.keep_confine(path, c);
+                }
+                found
+            }
         };
         Ok(found.ok_or(FsError::Access)?)
     }
@@ -204,7 +220,62 @@ impl<'a> Walk<'a> {
     /// Is `soid` in the subtree? `target`: the object the operation
     /// itself names, whose WRONG_SERVER stays one (the client goes to its
     /// owner, which checks there).
+    ///
+    /// Across the servers, by the directories this generation of kept
+    /// records already proved inside (`Across::known_inside`) where it
+    /// can: `soid` read here (one read: is it a directory, and the
+    /// directories of its links), it is in when it, or the directory of
+    /// one of its links, is known inside; else walked
+    /// ([`Walk::within_walked`]), and what that proves inside noted for
+    /// the next checks (`soid` if a directory, else its one link's
+    /// directory).
     fn within(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, CheckError> {
+        let Some(a) = self.across else {
+            return self.within_walked(soid, c, target);
+        };
+        if soid == c.root {
+            return Ok(true);
+        }
+        let (is_dir, links) = match self.engine.links_of(soid) {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(false),
+            // Held elsewhere: the operation's own object is its holder's
+            // to check; another (a directory) may be known inside.
+            Err(e) if is_cross(&e) => {
+                if !target && a.known_inside(c.root, &[soid]) {
+                    return Ok(true);
+                }
+                return self.within_walked(soid, c, target);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let known = |dirs: &[Soid]| dirs.contains(&c.root) || a.known_inside(c.root, dirs);
+        if is_dir {
+            if a.known_inside(c.root, &[soid]) {
+                return Ok(true);
+            }
+            if known(&links) {
+                a.note_inside(c.root, soid);
+                return Ok(true);
+            }
+        } else if known(&links) {
+            return Ok(true);
+        }
+        let inside = self.within_walked(soid, c, target)?;
+        if inside {
+            match (is_dir, links.as_slice()) {
+                (true, _) => a.note_inside(c.root, soid),
+                // (Several links: which one is inside is not known here.)
+                (false, [dir]) => a.note_inside(c.root, *dir),
+                (false, _) => {}
+            }
+        }
+        Ok(inside)
+    }
+
+    /// [`Walk::within`] by walking the parent chains (here, then across
+    /// the servers), no memo.
+    fn within_walked(&self, soid: Soid, c: &Confine, target: bool) -> Result<bool, CheckError> {
         match self.engine.within(soid, c) {
             Err(FsError::WrongServer { soid: s }) if target && s == soid => {
                 Err(FsError::WrongServer { soid }.into())

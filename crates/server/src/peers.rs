@@ -45,7 +45,11 @@
 //! checks the epochs the same way ([`Peers::check_epochs`], or without
 //! a call where every lease is live: [`Peers::check_epochs_kept`]), and
 //! keeps the subtree its key's path names per generation
-//! ([`ForeignCache::keep_confine`]), dropped with the records.
+//! ([`ForeignCache::keep_confine`]), dropped with the records — and the
+//! directories already proven inside each such subtree
+//! ([`ForeignCache::note_inside`]), dropped with them too: a directory's
+//! place changes only by a rename or removal of it or of an ancestor,
+//! which moves the epoch of the server holding that directory.
 //!
 //! Invariants:
 //! - A record is kept only from a reply whose server's epoch and
@@ -120,6 +124,11 @@ pub fn keeping() -> bool {
 /// Keys' subtrees kept per generation at most.
 const MAX_CONFINES: usize = 4096;
 
+/// Directories proven inside keys' subtrees kept per generation at most
+/// (all subtrees together; then no more are noted until the next
+/// generation).
+const MAX_INSIDE: usize = 1 << 18;
+
 /// Every other server's (incarnation, directory epoch), by address.
 type Epochs = BTreeMap<String, (u64, u64)>;
 
@@ -154,6 +163,14 @@ struct CacheState {
     /// own directories (its epoch is one of `epochs`) and from other
     /// servers' replies during the generation.
     confines: HashMap<Box<str>, Arc<Confine>>,
+    /// By a subtree's root: the directories a check of this generation
+    /// proved to be that root or below it (`crate::confine`'s memo).
+    /// Dropped with `records`: a directory's place changes only by a
+    /// rename or removal (of it or an ancestor), which moves the epoch of
+    /// the server that holds the directory changed — this one's included.
+    inside: HashMap<Soid, HashSet<Soid>>,
+    /// Directories in `inside`, all roots together.
+    inside_count: usize,
 }
 
 /// What a search checked ([`Peers::check_epochs`]): it may use and fill
@@ -552,6 +569,8 @@ impl ForeignCache {
         st.records.clear();
         st.children.clear();
         st.confines.clear();
+        st.inside.clear();
+        st.inside_count = 0;
         st.generation += 1;
         st.epochs = Arc::new(epochs);
     }
@@ -644,6 +663,34 @@ impl ForeignCache {
             return;
         }
         st.confines.insert(Box::from(path), confine);
+    }
+
+    /// Whether a check of generation `checked` proved one of `dirs`
+    /// (directories) to be `root` or below it ([`ForeignCache::note_inside`]).
+    /// `false` says nothing: not proven yet, or another generation.
+    pub fn known_inside(&self, checked: &Checked, root: Soid, dirs: &[Soid]) -> bool {
+        let st = self.state.lock();
+        if st.generation != checked.generation {
+            return false;
+        }
+        st.inside
+            .get(&root)
+            .is_some_and(|set| dirs.iter().any(|d| set.contains(d)))
+    }
+
+    /// Notes that a check of generation `checked` proved the directory
+    /// `dir` to be `root` or below it — from records valid in that
+    /// generation, this server's own directories and what other servers
+    /// answered during it — for the next checks of that generation (none
+    /// once it is dropped: a directory changed anywhere).
+    pub fn note_inside(&self, checked: &Checked, root: Soid, dir: Soid) {
+        let mut st = self.state.lock();
+        if st.generation != checked.generation || st.inside_count >= MAX_INSIDE {
+            return;
+        }
+        if st.inside.entry(root).or_default().insert(dir) {
+            st.inside_count += 1;
+        }
     }
 
     /// How many records are kept (tests).
@@ -1116,5 +1163,82 @@ mod tests {
         }
         assert!(peers.unchanged(&engine, &servers).is_none());
         assert!(!peers.live_epochs(&servers).1.is_empty());
+    }
+    /// The directories proven inside a key's subtree
+    /// (`ForeignCache::note_inside`) are known only in the generation
+    /// they were proven in: another server's epoch moved (a directory
+    /// renamed there), this server's own, or a lease ran out, and the
+    /// next check knows none — it walks again. A check of an old
+    /// generation notes nothing into the new one. Fails when the memo
+    /// outlives its generation.
+    #[test]
+    fn directories_known_inside_are_forgotten_when_a_directory_changes_anywhere() {
+        let engine = engine();
+        let peers = Peers::new("secret", None, 0).unwrap();
+        let servers = Servers {
+            others: vec![B.to_string()],
+            me: "127.0.0.1:1".into(),
+        };
+        let root = Soid::from_u128(0x5b);
+        let (d, e, f) = (
+            Soid::from_u128(0x60),
+            Soid::from_u128(0x61),
+            Soid::from_u128(0x62),
+        );
+        let generation = |peers: &Peers| {
+            let (epochs, ask) = peers.live_epochs(&servers);
+            assert!(ask.is_empty());
+            peers.settle_epochs(&engine, epochs).unwrap()
+        };
+        lease(&peers, (7, 1));
+        let first = generation(&peers);
+        peers.cache.note_inside(&first, root, d);
+        let next = peers.unchanged(&engine, &servers).unwrap();
+        assert!(peers.cache.known_inside(&next, root, &[d]));
+        assert!(peers.cache.known_inside(&next, root, &[f, d]));
+        // Per subtree: not known under another root, nor another dir.
+        assert!(!peers.cache.known_inside(&next, d, &[d]));
+        assert!(!peers.cache.known_inside(&next, root, &[e]));
+
+        // b changed a directory: the lease revoked, b's epoch moved.
+        peers.leases.held.lock().revoke_all();
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        lease(&peers, (7, 2));
+        let moved = generation(&peers);
+        assert_ne!(moved.generation, first.generation);
+        assert!(!peers.cache.known_inside(&moved, root, &[d]));
+        // An old generation's check notes nothing into the new one.
+        peers.cache.note_inside(&first, root, e);
+        assert!(!peers.cache.known_inside(&moved, root, &[e]));
+        peers.cache.note_inside(&moved, root, e);
+        assert!(peers.cache.known_inside(&moved, root, &[e]));
+
+        // This server renamed a directory of its own: its epoch moved.
+        let r = Credentials::root();
+        let _ = engine.mkdir(&r, Soid::ROOT, b"d", 0o755).unwrap();
+        assert!(peers.unchanged(&engine, &servers).is_some());
+        let _ = engine
+            .rename(&r, Soid::ROOT, b"d", Soid::ROOT, b"e", Default::default())
+            .unwrap();
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        let renamed = generation(&peers);
+        assert_ne!(renamed.generation, moved.generation);
+        assert!(!peers.cache.known_inside(&renamed, root, &[e]));
+
+        // A lease that runs out: never taken as unchanged (the check asks
+        // b again), and b answered at a moved epoch: forgotten.
+        peers.cache.note_inside(&renamed, root, f);
+        {
+            let mut held = peers.leases.held.lock();
+            let ticket = held.ticket();
+            let long_ago = Instant::now() - Duration::from_secs(10);
+            held.install(B, (7, 2), long_ago, crate::dir_leases::LEASE, ticket);
+        }
+        assert!(peers.unchanged(&engine, &servers).is_none());
+        assert!(!peers.live_epochs(&servers).1.is_empty());
+        lease(&peers, (7, 3));
+        let asked = generation(&peers);
+        assert_ne!(asked.generation, renamed.generation);
+        assert!(!peers.cache.known_inside(&asked, root, &[f]));
     }
 }

@@ -54,6 +54,17 @@ enum Handled {
     Across(String, pb::Request),
 }
 
+/// What a walk over the records kept under live leases made of a check
+/// ([`Shared::kept_walk`]).
+enum Kept<T> {
+    /// Decided without a call: its errno.
+    Decided(Result<T, FsError>),
+    /// It would have needed a call: run the check on a blocking thread.
+    NeedsCall,
+    /// None made: no peers, or some lease not live.
+    Unavailable,
+}
+
 /// What every connection shares.
 pub struct Shared {
     pub engine: Engine,
@@ -359,14 +370,33 @@ impl Shared {
         &self,
         f: impl FnOnce(&Walk) -> Result<T, CheckError>,
     ) -> Option<Result<T, FsError>> {
-        let across = crate::confine::across::Across::kept(
+        match self.kept_walk(f) {
+            Kept::Decided(d) => Some(d),
+            Kept::NeedsCall | Kept::Unavailable => None,
+        }
+    }
+
+    /// [`Shared::across_kept`], telling a walk that needed a call
+    /// ([`Kept::NeedsCall`]) from none made ([`Kept::Unavailable`]: no
+    /// peers, or some lease not live).
+    fn kept_walk<T>(&self, f: impl FnOnce(&Walk) -> Result<T, CheckError>) -> Kept<T> {
+        let Some(peers) = self.peers.as_ref() else {
+            return Kept::Unavailable;
+        };
+        let Some(across) = crate::confine::across::Across::kept(
             self.engine.clone(),
-            Arc::clone(self.peers.as_ref()?),
+            Arc::clone(peers),
             Arc::clone(&self.placement),
             tokio::runtime::Handle::current(),
-        )?;
+        ) else {
+            return Kept::Unavailable;
+        };
         let decided = f(&Walk::across(&self.engine, &across));
-        (!across.needed_call()).then(|| decided.map_err(CheckError::decided))
+        if across.needed_call() {
+            Kept::NeedsCall
+        } else {
+            Kept::Decided(decided.map_err(CheckError::decided))
+        }
     }
 
     /// [`Shared::handle`] for `caller`: a caller without the secret (a
@@ -434,13 +464,25 @@ impl Shared {
             if let Some(ll) = &self.logless {
                 ll.wait_ready().await;
             }
-            return match crate::confine::check(&Walk::local(&self.engine), path, &r) {
-                Err(CheckError::NeedsPeers) => {
-                    match self.across_kept(|walk| crate::confine::check(walk, path, &r)) {
-                        Some(c) => Handled::Answered(self.confined(r, caller, c).await),
-                        None => Handled::Across(path.to_string(), r),
+            // On a cluster (a route map with a revision) whose leases are
+            // live, the walk over the records kept under them comes
+            // first: it reads this server's tables as the local walk
+            // does, and the subtree and the directories proven inside it
+            // are kept per generation (crate::confine::across) — so the
+            // common check is a few lookups, with no local walk that
+            // fails first. (A single server's map has no revision: its
+            // checks are the local walk alone, as before.)
+            if self.placement.revision() != 0 {
+                match self.kept_walk(|walk| crate::confine::check(walk, path, &r)) {
+                    Kept::Decided(c) => {
+                        return Handled::Answered(self.confined(r, caller, c).await)
                     }
+                    Kept::NeedsCall => return Handled::Across(path.to_string(), r),
+                    Kept::Unavailable => {}
                 }
+            }
+            return match crate::confine::check(&Walk::local(&self.engine), path, &r) {
+                Err(CheckError::NeedsPeers) => Handled::Across(path.to_string(), r),
                 c => Handled::Answered(
                     self.confined(r, caller, c.map_err(CheckError::decided))
                         .await,

@@ -36,10 +36,21 @@
 //!   generation at the next check, so the path is not resolved again at
 //!   every request, yet a rename acknowledged before a request is seen
 //!   by its check;
-//! - only a path-limited key's check whose local walk met a directory
-//!   another server holds gets here. First inline, on the runtime's
-//!   worker ([`Across::kept`]): the records kept under leases alone, no
-//!   call — when every other server's lease is live and every record the
+//! - the directories a check proved inside a key's subtree (by the
+//!   subtree's root) are kept the same way, per generation
+//!   ([`Across::note_inside`], `ForeignCache::note_inside`): read from
+//!   the same sources, and a directory's place changes only by a rename
+//!   or removal (of it or an ancestor) — a directory change, which moves
+//!   an epoch and so drops the generation. The next checks of the
+//!   generation take an object whose directory (a file's: one of its
+//!   links') is known inside as in, with one read of its links
+//!   (`crate::confine`'s `Walk::within`);
+//! - a path-limited key's check on a cluster gets here first inline, on
+//!   the runtime's worker ([`Across::kept`]), where every other server's
+//!   lease is live (else its walk of this server's tables alone comes
+//!   first, and only one that met a directory another server holds gets
+//!   here): the records kept under leases alone, no
+//!   call — when every record the
 //!   check reads is kept, that decides, without the hop to a blocking
 //!   thread. A kept walk that would need a call (a lease run out, a
 //!   record or an inode's links not kept, a lookup elsewhere) makes
@@ -386,6 +397,44 @@ impl Across {
     pub fn kept_confine(&self, path: &str) -> Option<Arc<Confine>> {
         let checked = self.dirs.checked.as_ref()?;
         self.dirs.peers.cache.confine(checked, path)
+    }
+
+    /// Keeps `confine`, the subtree at `path` as this check found it on
+    /// this server's tables alone, for the next checks of this
+    /// generation (its epoch is part of the generation's check). Nothing
+    /// without a generation, or once this walk needed a call.
+    pub fn keep_confine(&self, path: &str, confine: &Arc<Confine>) {
+        if let Some(checked) = self.checked_here() {
+            self.dirs
+                .peers
+                .cache
+                .keep_confine(checked, path, Arc::clone(confine));
+        }
+    }
+
+    /// Whether a check of this generation proved one of `dirs`
+    /// (directories) to be `root` or below it (`false`: not known).
+    pub fn known_inside(&self, root: Soid, dirs: &[Soid]) -> bool {
+        self.dirs
+            .checked
+            .as_ref()
+            .is_some_and(|c| self.dirs.peers.cache.known_inside(c, root, dirs))
+    }
+
+    /// Notes that this check proved the directory `dir` to be `root` or
+    /// below it, for the next checks of this generation (see the module
+    /// doc). Nothing without a generation, or once this walk needed a
+    /// call (its outcome is void).
+    pub fn note_inside(&self, root: Soid, dir: Soid) {
+        if let Some(checked) = self.checked_here() {
+            self.dirs.peers.cache.note_inside(checked, root, dir);
+        }
+    }
+
+    /// The generation this walk may fill, if any (not once it needed a
+    /// call).
+    fn checked_here(&self) -> Option<&crate::peers::Checked> {
+        self.dirs.checked.as_ref().filter(|_| !self.needed_call())
     }
 
     /// [`sextant_engine::confine::confine_of`] across servers (`None`: no

@@ -816,3 +816,86 @@ fn a_real_cross_server_errno_is_not_the_needs_peers_signal() {
     assert_eq!(real.decided(), FsError::CrossServer);
     assert_eq!(CheckError::NeedsPeers.decided(), FsError::Access);
 }
+
+/// On a cluster, a check over the records kept under live leases
+/// ([`super::across::Across::kept`]) remembers the directories it proved
+/// inside the key's subtree for the next checks of the same generation;
+/// a directory the admin then moves out (this server's epoch moves) is
+/// out at the next check, with every object below it — and a hard link
+/// into the subtree, a symlink in it and a file outside are judged as on
+/// one server, first walked, then by the memo. Fails when what was
+/// remembered outlives its generation.
+#[tokio::test]
+async fn a_directory_known_inside_is_out_once_it_moves_out() {
+    use super::across::Across;
+    use super::{CheckError, Walk};
+    use crate::placement::{Everything, Placement};
+    use sextant_types::FsError;
+    let x = fixture().await;
+    let engine = x.svc.shared.engine.clone();
+    let r = Credentials::root();
+    let g = engine
+        .create(&r, x.d, b"g", 0o644, true)
+        .unwrap()
+        .value
+        .soid;
+    // One other server, whose lease on its records is live.
+    let other = "127.0.0.1:2";
+    let peers = Arc::new(crate::peers::Peers::new("secret", None, 0).unwrap());
+    let placement: Arc<dyn Placement> = Arc::new(Everything {
+        name: "s2".into(),
+        address: other.into(),
+    });
+    {
+        let mut held = peers.leases.held.lock();
+        let ticket = held.ticket();
+        let now = std::time::Instant::now();
+        assert!(held.install(other, (7, 1), now, crate::dir_leases::LEASE, ticket));
+    }
+    let kept = || {
+        Across::kept(
+            engine.clone(),
+            Arc::clone(&peers),
+            Arc::clone(&placement),
+            tokio::runtime::Handle::current(),
+        )
+        .expect("every lease live")
+    };
+    let getattr = |a: &Across, soid: Soid| {
+        let req = pb::Request {
+            cred: Some(root_claim()),
+            op: Some(Op::Getattr(pb::GetattrRequest { soid: s(soid) })),
+            ..Default::default()
+        };
+        let got = super::check(&Walk::across(&engine, a), "/home/alice", &req).map(|_| ());
+        assert!(!a.needed_call(), "all here: no call needed");
+        got
+    };
+    let refused = Err(CheckError::Fs(FsError::Access));
+    for round in 0..2 {
+        let a = kept();
+        for (what, soid) in [
+            ("g in d", g),
+            ("d", x.d),
+            ("f", x.f),
+            ("the symlink l", x.l),
+            ("a hard link in", x.secret),
+        ] {
+            assert_eq!(getattr(&a, soid), Ok(()), "{what}, round {round}");
+        }
+        for (what, soid) in [("passwd", x.passwd), ("bob", x.bob), ("bob/x", x.bob_x)] {
+            assert_eq!(getattr(&a, soid), refused, "{what}, round {round}");
+        }
+        assert!(a.known_inside(x.alice, &[x.d]), "d remembered inside");
+        assert!(!a.known_inside(x.alice, &[x.bob]));
+    }
+    // The admin moves d (with g) out.
+    let _ = engine
+        .rename(&r, x.alice, b"d", x.bob, b"d", Default::default())
+        .unwrap();
+    let a = kept();
+    assert_eq!(getattr(&a, g), refused, "g moved out");
+    assert_eq!(getattr(&a, x.d), refused, "d moved out");
+    assert_eq!(getattr(&a, x.f), Ok(()));
+    assert!(!a.known_inside(x.alice, &[x.d]), "forgotten");
+}
