@@ -420,6 +420,41 @@ async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
     }
 }
 
+/// One server's backups copied out for [`Client::spool_backups`], with
+/// the spool files they were read back from (removed once written anew).
+struct Held {
+    incarnation: u64,
+    entries: Vec<(u64, Vec<u8>)>,
+    old: Vec<std::path::PathBuf>,
+}
+
+impl Held {
+    fn copy(b: &mut backup::Backups) -> Held {
+        Held {
+            incarnation: b.stats().incarnation,
+            entries: b.entries().map(|(l, e)| (l, e.to_vec())).collect(),
+            old: b.take_spool_files(),
+        }
+    }
+
+    /// Writes them to the spool of `addr` under `dir`; the file.
+    fn write(
+        self,
+        dir: &std::path::Path,
+        addr: &str,
+        client_id: u64,
+    ) -> Result<std::path::PathBuf, spool::SpoolError> {
+        let view: Vec<(u64, &[u8])> = self
+            .entries
+            .iter()
+            .map(|(l, e)| (*l, e.as_slice()))
+            .collect();
+        let path = spool::write(dir, addr, self.incarnation, client_id, &view)?;
+        spool::remove(&self.old);
+        Ok(path)
+    }
+}
+
 /// How long a client tries to hand a server's log-less backups back to
 /// that server before it gives them to another server of the cluster.
 /// Well within a lease (the dead server's tables are failed over only
@@ -1275,6 +1310,20 @@ impl Client {
         op: Op,
         want_dir: bool,
     ) -> Result<(Res, Option<Attr>)> {
+        self.call_at(cred, op, want_dir, None).await
+    }
+
+    /// [`Client::call_with`], sent to the server at `pinned` (an address
+    /// as the route map spells it) instead of where the request routes:
+    /// an operation for one server itself (releasing its log-less
+    /// backups), not for a table.
+    async fn call_at(
+        &self,
+        cred: &Credentials,
+        op: Op,
+        want_dir: bool,
+        pinned: Option<&str>,
+    ) -> Result<(Res, Option<Attr>)> {
         let mutation = op.is_mutation();
         let exactly_once = mutation && self.inner.client_id != 0;
         let mut req = pb::Request {
@@ -1324,7 +1373,10 @@ impl Client {
         // owner; beyond this many, retries back off (owners in flux).
         let mut redirects = 0;
         loop {
-            let link = self.link_for(route_soid);
+            let link = match pinned {
+                Some(addr) => self.link_to(addr),
+                None => self.link_for(route_soid),
+            };
             let failure = match self.link_conn(&link).await {
                 Ok(conn) => {
                     req.id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
@@ -2034,54 +2086,142 @@ impl Client {
         )
     }
 
-    /// Log-less: before this client goes away on purpose, has the server
-    /// write back what its backups hold, so that nothing acknowledged to
-    /// it depends on it any more; then they are dropped. Returns the
-    /// entries still held (newer ones that arrived with the reply, which
-    /// other clients hold too). Any client may; a no-op without backups.
+    /// Log-less: before this client goes away on purpose, has every server
+    /// it holds backups of write back what they hold, so that nothing
+    /// acknowledged to it depends on it any more; then they are dropped.
+    /// On a cluster that is its home server and each other server it did
+    /// operations on (each asked on its own session, whose reply carries
+    /// its watermark). Returns the entries still held (newer ones that
+    /// arrived with the replies, which other clients hold too). Any client
+    /// may; a no-op without backups. Every server is asked even when one
+    /// fails; the first failure is returned (the caller then spools what
+    /// is still held, [`Client::spool_backups`]). A server whose backups
+    /// this client drops meanwhile (handed to another server after it
+    /// died) is not waited for.
     /// A client dropped without this is a client death (which the stamp
     /// rule tolerates only while fewer than K holders of an entry die).
     pub async fn release_backups(&self, cred: &Credentials) -> Result<usize> {
-        let Some(through) = self.inner.backups.lock().newest() else {
-            return Ok(0);
+        let mut failed = None;
+        // Not in the `if let`: its guard would be held across the call.
+        let newest = self.inner.backups.lock().newest();
+        if let Some(through) = newest {
+            let home = self.inner.home.addr.clone();
+            if let Err(e) = self.release_on(cred, &home, through).await {
+                failed.get_or_insert(e);
+            }
+        }
+        let peers: Vec<(String, u64)> = {
+            let peers = self.inner.peer_backups.lock();
+            let held = peers.by_server.iter();
+            held.filter_map(|(addr, b)| b.newest().map(|n| (addr.clone(), n)))
+                .collect()
         };
+        for (addr, through) in peers {
+            let release = self.release_on(cred, &addr, through);
+            let dropped = self.peer_backups_dropped(&addr);
+            tokio::select! {
+                r = release => {
+                    if let Err(e) = r {
+                        failed.get_or_insert(e);
+                    }
+                }
+                () = dropped => {}
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(self.backup_stats().entries),
+        }
+    }
+
+    /// Asks the server at `addr` to write back its log-less entries up to
+    /// LSN `through` (a `Sync` with `release_through`, on its session).
+    async fn release_on(&self, cred: &Credentials, addr: &str, through: u64) -> Result<()> {
         let op = Op::Sync(pb::SyncRequest {
             release_through: through,
         });
-        expect_done(self.call(cred, op).await?)?;
-        Ok(self.backup_stats().entries)
+        expect_done(self.call_at(cred, op, false, Some(addr)).await?.0)
+    }
+
+    /// Returns once nothing is held for the server at `addr` (another than
+    /// the home server): its backups were written back or handed on.
+    async fn peer_backups_dropped(&self, addr: &str) {
+        loop {
+            let held = {
+                let peers = self.inner.peer_backups.lock();
+                peers.by_server.get(addr).is_some_and(|b| !b.is_empty())
+            };
+            if !held {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Log-less: keeps the backups held on local disk under
-    /// [`Options::backup_dir`], for the next client of this server on this
+    /// [`Options::backup_dir`], for the next client of that server on this
     /// machine to hand back ([`spool`]) — what a client that ends without
     /// having released them ([`Client::release_backups`], e.g. while the
     /// server is down) must do, or the acknowledged operations only it
-    /// holds are lost with it. Written and synced before it returns; the
-    /// files it read back at connect are then removed (this one holds
-    /// their entries). `None`: nothing held, or no directory configured.
+    /// holds are lost with it. On a cluster every server's backups are
+    /// kept, each under its own address (the home server's and those of
+    /// the other servers it did operations on). Written and synced before
+    /// it returns; the files it read back at connect are then removed
+    /// (this one holds their entries). Returns the first file written
+    /// (the home server's when it has any); `None`: nothing held, or no
+    /// directory configured. A failure for one server does not stop the
+    /// others; the first is returned.
     pub fn spool_backups(&self) -> Result<Option<std::path::PathBuf>, spool::SpoolError> {
         let Some(dir) = &self.inner.options.backup_dir else {
             return Ok(None);
         };
-        let (incarnation, entries, old) = {
-            let mut b = self.inner.backups.lock();
+        let (mut first, mut failed) =
+            match self.spool_one(dir, &self.inner.addr, &self.inner.backups) {
+                Ok(p) => (p, None),
+                Err(e) => (None, Some(e)),
+            };
+        // Collected first: writing (fsync) is not done under the lock the
+        // session readers take.
+        let peers: Vec<(String, Held)> = {
+            let mut peers = self.inner.peer_backups.lock();
+            peers
+                .by_server
+                .iter_mut()
+                .filter(|(_, b)| !b.is_empty())
+                .map(|(addr, b)| (addr.clone(), Held::copy(b)))
+                .collect()
+        };
+        for (addr, held) in peers {
+            match held.write(dir, &addr, self.inner.client_id) {
+                Ok(path) => {
+                    first.get_or_insert(path);
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(first),
+        }
+    }
+
+    /// [`Client::spool_backups`] for the home server's backups.
+    fn spool_one(
+        &self,
+        dir: &std::path::Path,
+        addr: &str,
+        backups: &Mutex<backup::Backups>,
+    ) -> Result<Option<std::path::PathBuf>, spool::SpoolError> {
+        let held = {
+            let mut b = backups.lock();
             if b.is_empty() {
                 return Ok(None);
             }
-            let entries: Vec<(u64, Vec<u8>)> = b.entries().map(|(l, e)| (l, e.to_vec())).collect();
-            (b.stats().incarnation, entries, b.take_spool_files())
+            Held::copy(&mut b)
         };
-        let view: Vec<(u64, &[u8])> = entries.iter().map(|(l, e)| (*l, e.as_slice())).collect();
-        let path = spool::write(
-            dir,
-            &self.inner.addr,
-            incarnation,
-            self.inner.client_id,
-            &view,
-        )?;
-        spool::remove(&old);
-        Ok(Some(path))
+        held.write(dir, addr, self.inner.client_id).map(Some)
     }
 
     /// Reads back what earlier clients of this server on this machine

@@ -4,7 +4,9 @@
 //! to the same server.
 //!
 //! Layout: `<dir>/<server address, escaped>/<incarnation>-<client id>-<pid>.bak`
-//! (hex), directories mode 0700 and files 0600: the entries are
+//! (hex; the address without `http://`, see [`server_dir`]: on a cluster
+//! a client spools each server's backups under that server's address),
+//! directories mode 0700 and files 0600: the entries are
 //! sealed redo of other users' operations. A file is written to a
 //! temporary name, fsynced, renamed, and the directory fsynced, so a crash
 //! leaves either the whole file or none.
@@ -57,9 +59,12 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
     }
 }
 
-/// The directory of `addr`'s files under `dir`: the address with every
-/// byte outside `[A-Za-z0-9.-]` escaped as `_XX`.
+/// The directory of `addr`'s files under `dir`: the address without an
+/// `http://` scheme (a cluster's route map spells its servers
+/// `http://host:port`, a user `host:port`: one server, one directory),
+/// with every byte outside `[A-Za-z0-9.-]` escaped as `_XX`.
 pub fn server_dir(dir: &Path, addr: &str) -> PathBuf {
+    let addr = addr.strip_prefix("http://").unwrap_or(addr);
     let mut name = String::new();
     for b in addr.bytes() {
         if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' {
@@ -311,6 +316,27 @@ mod tests {
         assert_eq!(load(dir.path(), addr).unwrap(), Spooled::default());
         assert!(b.with_extension("bad").exists());
         remove(std::slice::from_ref(&b));
+    }
+
+    /// A server a cluster's route map names (`http://host:port`, how a
+    /// client keeps its backups of another server) is the server a user
+    /// names `host:port`: what one client spools, the next one's home
+    /// server reads back.
+    #[test]
+    fn route_map_and_user_spellings_share_a_spool() {
+        let dir = TempDir::new("spelling");
+        assert_eq!(
+            server_dir(dir.path(), "http://127.0.0.1:7411"),
+            server_dir(dir.path(), "127.0.0.1:7411")
+        );
+        let f = write(dir.path(), "http://127.0.0.1:7411", 4, 1, &[(3, b"e")]).unwrap();
+        let got = load(dir.path(), "127.0.0.1:7411").unwrap();
+        assert_eq!((got.incarnation, got.files), (4, vec![f]));
+        assert_ne!(
+            server_dir(dir.path(), "https://127.0.0.1:7411"),
+            server_dir(dir.path(), "127.0.0.1:7411"),
+            "only the plain scheme the map writes is dropped"
+        );
     }
 
     #[test]

@@ -45,4 +45,13 @@ pub enum EngineError {
     /// carried out (named in the message); nothing was changed.
     #[error("member mode: {0}")]
     Member(String),
+    /// Member mode: the completion of dead member `member`'s journal was
+    /// not claimed, because `member` is a member again (it joined after
+    /// the view that found it dead); nothing was changed, and nothing is
+    /// wrong — it serves its own journal again.
+    #[error(
+        "member {member} joined again (after the view that found it dead): its journal \
+         is not completed"
+    )]
+    CompletionRefused { member: String },
 }

@@ -24,6 +24,9 @@
 //!   there, and carries on from there when it is sent SIGCONT: a server
 //!   paused at an exact step for as long as the test likes (past its
 //!   lease). Used by the BORROW pause tests (crates/cli/tests/cluster.rs).
+//!   Also `completion-claimed` (`cluster/catalog.rs`): the claim on a dead
+//!   log-less member's journal completion is made, the completion not yet
+//!   decided (crates/cli/tests/logless_exit.rs).
 //!
 //! - `stale-drop-commit:N` — the engine's catalogue on etcd refuses the
 //!   first N commits of a DROP's final manifest as `Stale`, sending

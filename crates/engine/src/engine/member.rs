@@ -2112,10 +2112,9 @@ impl Engine {
             None => false,
         };
         if claim && !m.catalog.claim_completion(dead)? {
-            return Err(EngineError::Member(format!(
-                "member {dead} joined again (after the view that found it dead): \
-                 its journal is not completed"
-            )));
+            return Err(EngineError::CompletionRefused {
+                member: dead.to_string(),
+            });
         }
         let report =
             crate::member_logless::complete_member_journal(Arc::clone(&m.shared), dead, Vec::new());

@@ -814,6 +814,7 @@ impl TableCatalog for EtcdCatalog {
                 .map_err(unavailable)?
                 .succeeded()
             {
+                crate::fault::step("completion-claimed");
                 return Ok(true);
             }
             let back = rt.block_on(client.get(theirs, None)).map_err(unavailable)?;

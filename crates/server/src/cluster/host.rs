@@ -177,6 +177,17 @@ impl TableHost for EngineHost {
                 }
                 true
             }
+            // A view older than the server's return: refused (the claim
+            // fences it), harmless and rare.
+            Err(sextant_engine::EngineError::CompletionRefused { .. }) => {
+                tracing::info!(
+                    server = dead,
+                    "not completing the journal of a log-less server thought dead: it is a \
+                     member again (it came back after the view that found it dead) and serves \
+                     its own journal; nothing to do"
+                );
+                false
+            }
             Err(e) => {
                 tracing::error!(server = dead, error = %e, "cannot complete a dead log-less server's journal; its tables wait");
                 false
