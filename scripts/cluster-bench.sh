@@ -150,12 +150,15 @@ start_etcd() {
 
 # start_server DIR NAME [serve flags...]: the server's data is DIR/NAME;
 # writes DIR/NAME.addr and DIR/NAME.pid. Environment passes through
-# (SEXTANT_BENCH_SYNC_FLOOR etc.).
+# (SEXTANT_BENCH_SYNC_FLOOR etc.). The journal syncs before every reply
+# (JOURNAL_SYNC, default fsync: these runs measure durable creates; the
+# server's own default is background since issue 23).
 start_server() {
   local dir=$1 name=$2; shift 2
   SEXTANT_METRICS=${SERVER_METRICS:-off} SEXTANT_LEASE_TTL=${LEASE:-2s} "$BIN" serve --data "$dir/$name" \
     --listen 127.0.0.1:0 --etcd "$(cat "$dir/etcd.url")" --name "$name" \
-    --cluster-store "$dir/store" --socket off "$@" >"$dir/$name.out" 2>"$dir/$name.log" &
+    --cluster-store "$dir/store" --socket off --journal-sync "${JOURNAL_SYNC:-fsync}" "$@" \
+    >"$dir/$name.out" 2>"$dir/$name.log" &
   local pid=$!; pids+=("$pid"); echo "$pid" >"$dir/$name.pid"
   until grep -q "listening on" "$dir/$name.out" 2>/dev/null; do
     kill -0 "$pid" 2>/dev/null || { echo "server $name died; see $dir/$name.log" >&2; exit 1; }

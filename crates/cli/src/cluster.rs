@@ -167,7 +167,8 @@ pub struct UpArgs {
     #[arg(long, value_name = "PORT")]
     pub metrics_base: Option<u16>,
     /// The servers' journal sync mode: fsync, background[:INTERVAL],
-    /// nosync, off (see `sextant serve --help`) [default: fsync]
+    /// nosync, off (see `sextant serve --help`) [default: background
+    /// (5ms), the server's]
     #[arg(long, value_name = "MODE")]
     pub journal_sync: Option<String>,
     /// The membership lease of each server: a dead server's tables move

@@ -373,12 +373,15 @@ struct ServeArgs {
     /// Memory budget of the table cache, e.g. 4GiB [default: 4GiB]
     #[arg(long, env = "SEXTANT_MEMORY")]
     memory: Option<String>,
-    /// Journal sync mode: fsync (every reply waits for its sync: nothing
-    /// acknowledged is lost, power loss included), background[:INTERVAL]
-    /// (replies once written, synced within INTERVAL, 5ms by default: a
-    /// process crash loses nothing, a power loss at most the last
-    /// interval), nosync (synced only at table write-backs: benchmarks),
-    /// off (benchmarks only) [default: fsync]
+    /// Journal sync mode: background[:INTERVAL] (replies once written,
+    /// synced within INTERVAL, 5ms by default: a process crash loses
+    /// nothing, a power loss at most what was acknowledged in the last
+    /// interval and one sync and not fsync'd), fsync (every reply waits
+    /// for its sync: nothing acknowledged is lost, power loss included),
+    /// nosync (synced only at table write-backs and fsyncs: benchmarks),
+    /// off (benchmarks only). In every mode fsync, fsyncdir through a
+    /// mount (and Client::sync_journal) return once everything the server
+    /// acknowledged is synced [default: background (5ms)]
     #[arg(long, env = "SEXTANT_JOURNAL_SYNC", value_name = "MODE")]
     journal_sync: Option<String>,
     /// How acknowledged operations survive a crash: `journal` (written and

@@ -40,6 +40,9 @@ fn metrics_count_requests_by_operation() {
         Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(&data)
+            // Each mkdir's reply waits for its sync (not the default's
+            // background sync, which may not have run when scraped).
+            .args(["--journal-sync", "fsync"])
             .env("SEXTANT_METRICS", format!("127.0.0.1:{metrics_port}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -2086,6 +2086,23 @@ impl Client {
         )
     }
 
+    /// fsync's promise: returns once every operation the server holding
+    /// `soid`'s table acknowledged before (to any client) survives a power
+    /// loss — at once with the journal's `fsync`, after one shared journal
+    /// sync with `background` or `nosync` (and on a log-less cluster
+    /// member). A log-less single server has no journal and answers at
+    /// once: there a power loss keeps only what was written back (see the
+    /// protocol's `SyncRequest`). Any caller may.
+    /// What fsync and fsyncdir through a mount call.
+    pub async fn sync_journal(&self, cred: &Credentials, soid: Soid) -> Result<()> {
+        let op = Op::Sync(pb::SyncRequest {
+            journal: true,
+            soid: Some(soid_to_pb(soid)),
+            ..Default::default()
+        });
+        expect_done(self.call(cred, op).await?)
+    }
+
     /// Log-less: before this client goes away on purpose, has every server
     /// it holds backups of write back what they hold, so that nothing
     /// acknowledged to it depends on it any more; then they are dropped.
@@ -2139,6 +2156,7 @@ impl Client {
     async fn release_on(&self, cred: &Credentials, addr: &str, through: u64) -> Result<()> {
         let op = Op::Sync(pb::SyncRequest {
             release_through: through,
+            ..Default::default()
         });
         expect_done(self.call_at(cred, op, false, Some(addr)).await?.0)
     }

@@ -1872,6 +1872,34 @@ impl Engine {
         self.inner.journal.durable(lsn)
     }
 
+    /// Does [`Engine::sync_journal`] have nothing to wait for: is every
+    /// operation acknowledged so far already on the disk itself? (Always
+    /// with the journal's `fsync`, and with no journal; a server answers
+    /// at once then.)
+    pub fn journal_synced(&self) -> bool {
+        self.inner.logless.is_some()
+            || self.inner.journal.synced_lsn() >= self.inner.journal.durable_lsn()
+    }
+
+    /// Blocks until every journal record written before the call — every
+    /// operation acknowledged before it — is on the disk itself, so it
+    /// survives a power loss (fsync's promise): one sync, shared by the
+    /// calls and write-backs waiting meanwhile; at once with
+    /// [`SyncMode::Fsync`] (every reply waited for its sync). A log-less
+    /// member's journal too. Log-less on one server there is no journal:
+    /// it returns at once, and what was acknowledged survives a power loss
+    /// only once written back (≤ ~30 s; the clients' backups keep it
+    /// across process deaths, [`crate::logless`]).
+    pub fn sync_journal(&self) -> Result<(), FsError> {
+        self.inner.check_alive()?;
+        if self.inner.logless.is_some() {
+            return Ok(());
+        }
+        self.inner
+            .journal
+            .wait_synced(self.inner.journal.durable_lsn())
+    }
+
     /// Writes every dirty table back and trims the journal.
     pub fn sync(&self) -> Result<(), EngineError> {
         if self.inner.stop.stopped() {

@@ -1268,7 +1268,28 @@ impl Filesystem for SextantFs {
             self.data.sync(fh.0)?;
             let soid = self.data.soid_of(fh.0)?;
             self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
-                .await
+                .await?;
+            // The server may have acknowledged the file's creation (and
+            // the size just sent) before syncing its journal (its
+            // `--journal-sync background`): wait for that sync.
+            Ok(self.client().sync_journal(&self.cred(req), soid).await?)
+        })
+    }
+
+    /// A directory's entries (a create, unlink or rename in it) survive a
+    /// power loss once this returns: the journal of the server holding
+    /// its table synced through everything it acknowledged.
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, reply, async {
+            let soid = self.soid(ino)?;
+            Ok(self.client().sync_journal(&self.cred(req), soid).await?)
         })
     }
 

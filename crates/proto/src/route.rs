@@ -180,6 +180,8 @@ impl pb::request::Op {
             Setattr(r) => &r.soid,
             Setxattr(r) => &r.soid,
             Removexattr(r) => &r.soid,
+            // fsync's journal sync goes to the server of the file's table.
+            Sync(r) if r.journal => &r.soid,
             Resolve(_) | Statfs(_) | Status(_) | Sync(_) => return None,
         };
         soid_from_pb(s.as_ref()).ok()

@@ -7,7 +7,9 @@
 //! socket = "/run/sextant.sock"   # the Unix socket for local users; "off":
 //!                                # none (default: see crate::local_socket)
 //! memory = "8GiB"                # table cache budget (default 4GiB)
-//! journal_sync = "fsync"         # fsync | background[:5ms] | nosync | off
+//! journal_sync = "background"    # background[:5ms] (default) | fsync |
+//!                                # nosync | off; fsync through a mount
+//!                                # syncs the journal in every mode
 //! metrics = "127.0.0.1:7412"     # Prometheus /metrics; "off" disables
 //! durability = "journal"         # journal | logless
 //! arl_size = 4                   # logless: Active Request List size K
@@ -283,7 +285,7 @@ impl Default for ServerConfig {
             listen: sextant_proto::DEFAULT_LISTEN.to_string(),
             socket: SocketSetting::Default,
             cache_bytes: EngineConfig::default().cache_bytes,
-            sync: SyncMode::Fsync,
+            sync: SyncMode::Background(DEFAULT_BACKGROUND_SYNC),
             dedup_window: sextant_proto::DEDUP_WINDOW,
             dedup_clients: 4096,
             metrics: Some(DEFAULT_METRICS.to_string()),
@@ -339,8 +341,9 @@ impl ServerConfig {
         if let Some(m) = o.memory.or(f.memory) {
             c.cache_bytes = parse_size(&m)?;
         }
-        if let Some(s) = o.journal_sync.or(f.journal_sync) {
-            c.sync = parse_sync(&s)?;
+        let journal_sync = o.journal_sync.or(f.journal_sync);
+        if let Some(s) = &journal_sync {
+            c.sync = parse_sync(s)?;
         }
         if let Some(w) = f.dedup_window {
             c.dedup_window = w.max(1);
@@ -354,6 +357,12 @@ impl ServerConfig {
             .or(f.durability);
         if let Some(d) = durability {
             c.logless = parse_durability(&d)?;
+        }
+        if journal_sync.is_none() && c.logless.is_some() {
+            // Log-less chooses its own journal sync when none is asked
+            // for (none on one server; a member's every 10 ms): the
+            // engine reads `Fsync` as "not chosen" there.
+            c.sync = SyncMode::Fsync;
         }
         if let Some(k) = o.arl_size.or(f.arl_size) {
             if k == 0 {
@@ -740,6 +749,10 @@ mod tests {
             parse_sync("background").unwrap(),
             SyncMode::Background(DEFAULT_BACKGROUND_SYNC)
         );
+        // The default: replies once written, synced within 5 ms (fsync
+        // through a mount waits for the sync).
+        let default = ServerConfig::resolve(None, Overrides::default()).unwrap();
+        assert_eq!(default.sync, SyncMode::Background(Duration::from_millis(5)));
         assert_eq!(
             parse_sync("Background:20ms").unwrap(),
             SyncMode::Background(Duration::from_millis(20))

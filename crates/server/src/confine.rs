@@ -397,8 +397,14 @@ pub fn check(walk: &Walk, path: &str, req: &pb::Request) -> Result<Option<Res>, 
         }
         Op::Statfs(_) => return Ok(Some(Res::Statfs(pb::StatFs::default()))),
         Op::Status(_) => return Err(FsError::Access.into()),
-        // Releasing one's own backups is every client's; a sync for its
-        // own sake is an admin's.
+        // fsync's wait for the journal is every client's (routed by a
+        // SOID inside, when it names one); releasing one's own backups too;
+        // a sync for its own sake is an admin's.
+        Op::Sync(r) if r.journal => {
+            if r.soid.is_some() {
+                check(&r.soid)?;
+            }
+        }
         Op::Sync(r) if r.release_through == 0 => return Err(FsError::Access.into()),
         Op::Sync(_) => {}
     }

@@ -1052,6 +1052,21 @@ impl Shared {
                 )
                 .await?,
             ),
+            Op::Sync(r) if r.journal => {
+                // fsync's promise (any caller: it reveals nothing): every
+                // operation acknowledged before is on the disk itself. At
+                // once when it already is (the journal's `fsync`; a
+                // log-less single server, which has no journal: see the
+                // protocol's SyncRequest), else on a blocking thread: one
+                // journal sync, shared by the requests waiting meanwhile.
+                if !e.journal_synced() {
+                    let engine = e.clone();
+                    tokio::task::spawn_blocking(move || engine.sync_journal())
+                        .await
+                        .map_err(|_| FsError::Io)??;
+                }
+                done(())
+            }
             Op::Sync(r) => {
                 let release = r.release_through > 0 && (e.is_logless() || e.is_member_logless());
                 if release && e.written_back_lsn() >= r.release_through {

@@ -307,7 +307,13 @@ fn sample(name: &str, x: &Fixture) -> (Op, bool) {
             }),
             true,
         ),
-        "sync" => (Op::Sync(pb::SyncRequest { release_through: 0 }), true),
+        "sync" => (
+            Op::Sync(pb::SyncRequest {
+                release_through: 0,
+                ..Default::default()
+            }),
+            true,
+        ),
         other => panic!("the schema has an operation without a case here: {other}"),
     }
 }

@@ -271,7 +271,10 @@ fn sample(name: &str, x: &Fixture, inside: bool) -> Op {
             soid: s(obj),
             name: n("user.x"),
         }),
-        "sync" => Op::Sync(pb::SyncRequest { release_through: 0 }),
+        "sync" => Op::Sync(pb::SyncRequest {
+            release_through: 0,
+            ..Default::default()
+        }),
         other => panic!("the schema has an operation without a case here: {other}"),
     }
 }
