@@ -17,6 +17,18 @@
 //!   neighbour it also serves; acknowledges nothing until the
 //!   transaction's outcome (one reshape at a time per server).
 //!
+//! A serving table is checkpointed now and then ([`Server::checkpoint`]):
+//! its snapshot and this server's journal position become its manifest,
+//! in a transaction conditional on the owner revision (R2), the server's
+//! membership generation and the `manifest/` key's revision as this
+//! server last saw it — the real commit's `TablesChange::manifest_revs`
+//! — so that a commit etcd applies late, after a later one of the same
+//! table, is refused: a table's manifest never goes back. The revision is
+//! known from this server's own commits (a checkpoint's, a split's, a
+//! merge's) or read again from etcd ([`Server::manifests_seen`]) after a
+//! load, a refusal, or a checkpoint whose answer did not come back within
+//! [`CHECKPOINT_TIMEOUT_MS`] (one checkpoint per table in flight).
+//!
 //! A table's key range ([`crate::keys`]) is what the server last saw of
 //! `table/<id>` (by revision, never an older one) or what its own split or
 //! merge committed; it runs and acknowledges an operation only in a table
@@ -147,6 +159,18 @@ impl Manifest {
         )
     }
 
+    /// The journal and position of an encoded manifest, without its
+    /// snapshot.
+    pub fn position_of(s: &str) -> Option<(JournalId, usize)> {
+        let mut it = s.splitn(3, ' ');
+        let (server, generation) = it.next()?.split_once('.')?;
+        let journal = JournalId {
+            server: ServerId(server.parse().ok()?),
+            generation: generation.parse().ok()?,
+        };
+        Some((journal, it.next()?.parse().ok()?))
+    }
+
     pub fn decode(s: &str) -> Option<Manifest> {
         let mut it = s.splitn(3, ' ');
         let (server, generation) = it.next()?.split_once('.')?;
@@ -239,6 +263,33 @@ struct Held {
     /// The table's key range as last seen, with the revision of
     /// `table/<id>` it was seen at (none yet: it serves no key).
     range: Option<(KeyRange, Revision)>,
+    /// The `manifest/<id>` key's mod revision as this server last knew it
+    /// (its own last commit's, or read from etcd); `None`: not known —
+    /// read it again before a checkpoint ([`Server::manifests_seen`]).
+    manifest_rev: Option<Revision>,
+    /// The checkpoint in flight: its number and when it began.
+    checkpoint: Option<(u64, Millis)>,
+}
+
+/// How long a checkpoint's answer is waited for; then its outcome counts
+/// as unknown (the transaction may still apply, late: its compare on the
+/// manifest revision refuses it then if a later commit came first), and
+/// the manifest revision is read again.
+pub const CHECKPOINT_TIMEOUT_MS: u64 = 1_000;
+
+/// A checkpoint this server began ([`Server::checkpoint`]): one etcd
+/// transaction puts the table's manifest (`snapshot`, this server's
+/// journal at its end when the snapshot was taken), conditional on the
+/// owner key's revision (R2), on `member/<server>` being on the lease it
+/// began under, and on the `manifest/` key's revision being
+/// `manifest_rev` (a manifest never goes back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub table: TableId,
+    pub id: u64,
+    pub owner_rev: Revision,
+    pub manifest_rev: Revision,
+    pub snapshot: Contents,
 }
 
 /// A split this server began ([`Server::split`]): one etcd transaction,
@@ -251,6 +302,9 @@ pub struct Split {
     pub table: TableId,
     pub owner_rev: Revision,
     pub range_rev: Revision,
+    /// The table's `manifest/` revision as last known, compared by the
+    /// transaction (`None`: not known, not compared).
+    pub manifest_rev: Option<Revision>,
     pub epoch: Epoch,
     pub lower: (KeyRange, Contents),
     pub upper: (KeyRange, Contents),
@@ -266,6 +320,9 @@ pub struct Merge {
     pub upper: TableId,
     pub owner_revs: (Revision, Revision),
     pub range_revs: (Revision, Revision),
+    /// Both tables' `manifest/` revisions as last known (`None`: not
+    /// compared).
+    pub manifest_revs: (Option<Revision>, Option<Revision>),
     pub range: KeyRange,
     pub contents: Contents,
 }
@@ -332,6 +389,8 @@ pub struct Server {
     /// The replies of the operations run here, with the membership
     /// generation (lease) each ran under; lost with the process.
     replies: BTreeMap<u64, u64>,
+    /// The number of the last checkpoint begun.
+    checkpoints: u64,
 }
 
 impl Server {
@@ -342,6 +401,7 @@ impl Server {
             timer: LeaseTimer::new(margin_ms),
             tables: BTreeMap::new(),
             replies: BTreeMap::new(),
+            checkpoints: 0,
         }
     }
 
@@ -365,7 +425,17 @@ impl Server {
     /// Periodic work: join (again at every tick until it worked: a join
     /// is a create-if-absent of `member/<id>`, so a repeated one fails
     /// while an earlier one's key lives), or keep the lease alive.
+    /// A checkpoint in flight for longer than [`CHECKPOINT_TIMEOUT_MS`] is
+    /// given up (its outcome unknown: the manifest revision is read again).
     pub fn tick(&mut self, now: Millis) -> Vec<Out> {
+        for h in self.tables.values_mut() {
+            if h.checkpoint
+                .is_some_and(|(_, at)| now.0 >= at.0 + CHECKPOINT_TIMEOUT_MS)
+            {
+                h.checkpoint = None;
+                h.manifest_rev = None;
+            }
+        }
         match self.lease {
             None => vec![Out::Join],
             Some(lease) => vec![Out::KeepAlive {
@@ -468,6 +538,8 @@ impl Server {
                             state: State::Loading,
                             contents: Contents::new(),
                             range: None,
+                            manifest_rev: None,
+                            checkpoint: None,
                         },
                     );
                     out.push(Out::Load {
@@ -608,7 +680,7 @@ impl Server {
         }
         let h = self.tables.get_mut(&table)?;
         let (range, range_rev) = h.range?;
-        if h.state != State::Serving {
+        if h.state != State::Serving || h.checkpoint.is_some() {
             return None;
         }
         let (lo, hi) = range.split(at)?;
@@ -625,6 +697,7 @@ impl Server {
             table,
             owner_rev: h.owner_rev,
             range_rev,
+            manifest_rev: h.manifest_rev,
             epoch: h.epoch,
             lower: (lo, lower),
             upper: (hi, upper),
@@ -642,6 +715,8 @@ impl Server {
             return;
         }
         h.state = State::Serving;
+        // Refused: perhaps for a manifest changed since (read it again).
+        h.manifest_rev = outcome.map(|(_, rev)| rev);
         if let Some((new, rev)) = outcome {
             h.range = Some((split.lower.0, rev));
             h.contents = split.lower.1.clone();
@@ -654,6 +729,8 @@ impl Server {
                     state: State::Serving,
                     contents: split.upper.1.clone(),
                     range: Some((split.upper.0, rev)),
+                    manifest_rev: Some(rev),
+                    checkpoint: None,
                 },
             );
         }
@@ -671,6 +748,9 @@ impl Server {
         if l.state != State::Serving || u.state != State::Serving {
             return None;
         }
+        if l.checkpoint.is_some() || u.checkpoint.is_some() {
+            return None;
+        }
         let ((lr, lrev), (ur, urev)) = (l.range?, u.range?);
         let range = lr.merge(&ur)?;
         let mut contents = l.contents.clone();
@@ -680,6 +760,7 @@ impl Server {
             upper,
             owner_revs: (l.owner_rev, u.owner_rev),
             range_revs: (lrev, urev),
+            manifest_revs: (l.manifest_rev, u.manifest_rev),
             range,
             contents,
         };
@@ -709,13 +790,66 @@ impl Server {
                     h.state = State::Serving;
                     h.contents = merge.contents.clone();
                     h.range = Some((merge.range, rev));
+                    h.manifest_rev = Some(rev);
                 }
             }
             None => {
                 for (t, ok) in [(merge.lower, lower_held), (merge.upper, upper_held)] {
                     if let Some(h) = self.tables.get_mut(&t).filter(|_| ok) {
                         h.state = State::Serving;
+                        h.manifest_rev = None;
                     }
+                }
+            }
+        }
+    }
+
+    /// Begins a checkpoint of `table` at `now` (serving, its manifest
+    /// revision known, none in flight): its snapshot is the table's
+    /// contents now; the caller adds this server's journal position now.
+    /// The table goes on serving meanwhile.
+    pub fn checkpoint(&mut self, table: TableId, now: Millis) -> Option<Checkpoint> {
+        let h = self.tables.get_mut(&table)?;
+        if h.state != State::Serving || h.checkpoint.is_some() {
+            return None;
+        }
+        let manifest_rev = h.manifest_rev?;
+        self.checkpoints += 1;
+        h.checkpoint = Some((self.checkpoints, now));
+        Some(Checkpoint {
+            table,
+            id: self.checkpoints,
+            owner_rev: h.owner_rev,
+            manifest_rev,
+            snapshot: h.contents.clone(),
+        })
+    }
+
+    /// The outcome of checkpoint `cp`: committed at revision `rev` (the
+    /// manifest's revision now), or refused (read the revision again).
+    /// Ignored unless it is the table's checkpoint in flight (one given up
+    /// left the revision unknown already).
+    pub fn checkpointed(&mut self, cp: &Checkpoint, outcome: Option<Revision>) {
+        let Some(h) = self.tables.get_mut(&cp.table) else {
+            return;
+        };
+        if h.owner_rev != cp.owner_rev || h.checkpoint.map(|(id, _)| id) != Some(cp.id) {
+            return;
+        }
+        h.checkpoint = None;
+        h.manifest_rev = outcome;
+    }
+
+    /// The `manifest/` keys' revisions as read from etcd: a serving table
+    /// whose revision this server does not know, with no checkpoint in
+    /// flight, learns it. (Any revision read is safe to compare against:
+    /// a commit applied after the read moved the key past it, and one
+    /// compared against it applies only if none did.)
+    pub fn manifests_seen(&mut self, revs: &[(TableId, Revision)]) {
+        for (t, rev) in revs {
+            if let Some(h) = self.tables.get_mut(t) {
+                if h.state == State::Serving && h.manifest_rev.is_none() && h.checkpoint.is_none() {
+                    h.manifest_rev = Some(*rev);
                 }
             }
         }
@@ -983,6 +1117,42 @@ mod tests {
             move_to: None,
         };
         (s, view)
+    }
+
+    /// Checkpoints: one in flight per table, only with the manifest
+    /// revision known; committed, the revision is the commit's; refused
+    /// or given up after the timeout, it is read again (and only then a
+    /// checkpoint begins again, comparing what was read).
+    #[test]
+    fn a_checkpoint_compares_the_manifest_revision_last_known() {
+        let (mut s, view) = joined_with_table_0();
+        let t = TableId(0);
+        s.observe(std::slice::from_ref(&view));
+        s.loaded(t, Revision(4), Ok(Contents::from_iter([1])));
+        assert_eq!(s.checkpoint(t, Millis(10)), None, "revision unknown");
+        s.manifests_seen(&[(t, Revision(5))]);
+        let cp = s
+            .checkpoint(t, Millis(10))
+            .expect("serving, revision known");
+        assert_eq!(cp.manifest_rev, Revision(5));
+        assert_eq!(cp.snapshot, Contents::from_iter([1]));
+        assert_eq!(s.checkpoint(t, Millis(11)), None, "one in flight");
+        assert!(s.split(t, 7).is_none(), "no split while one is in flight");
+        s.manifests_seen(&[(t, Revision(3))]);
+        s.checkpointed(&cp, Some(Revision(9)));
+        let next = s.checkpoint(t, Millis(20)).expect("the first is done");
+        assert_eq!(next.manifest_rev, Revision(9));
+        // Its answer lost: given up at the timeout, the revision unknown.
+        s.tick(Millis(20 + CHECKPOINT_TIMEOUT_MS));
+        assert_eq!(s.checkpoint(t, Millis(2_000)), None);
+        // A late answer of the given-up one changes nothing.
+        s.checkpointed(&next, Some(Revision(12)));
+        assert_eq!(s.checkpoint(t, Millis(2_000)), None);
+        s.manifests_seen(&[(t, Revision(12))]);
+        let third = s.checkpoint(t, Millis(2_000)).expect("read again");
+        assert_eq!(third.manifest_rev, Revision(12));
+        s.checkpointed(&third, None);
+        assert_eq!(s.checkpoint(t, Millis(2_001)), None, "refused: read again");
     }
 
     #[test]

@@ -52,6 +52,19 @@
 //! revision. A transaction that etcd does not reach is refused (the
 //! connection failed), and the tables serve as before.
 //!
+//! Servers checkpoint tables they serve now and then ([`Checkpoint`]):
+//! the table's snapshot and the server's journal position become its
+//! manifest, in a transaction that compares the owner key's revision, the
+//! server's membership generation and the `manifest/` key's revision the
+//! server last saw (as the real `commit_tables_at` does with
+//! `TablesChange::manifest_revs`; splits and merges compare it too). One
+//! checkpoint in five is *held* on the way to etcd: etcd applies it 0.3 to
+//! 3 s later and its answer is lost, so that it may arrive after a later
+//! checkpoint of the same table (the server gives the first up after
+//! [`crate::server::CHECKPOINT_TIMEOUT_MS`] and reads the revision again)
+//! — the reordered delivery of a commit. [`Config::manifest_compare`] off
+//! shows the checks catch such a commit moving a manifest back.
+//!
 //! Clients number their operations (client, seq), and every client
 //! retries: after a timeout (its server down or paused, or the reply
 //! lost — 5% of replies are), or after WRONG_SERVER, it sends the same
@@ -70,7 +83,10 @@
 //! etcd names as the table's owner, the table's range in etcd covers the
 //! key, and no other server may acknowledge for the table, nor any server
 //! for the key in another table, at that instant (at most one
-//! acknowledger, per table and per key). Checked at every split or merge:
+//! acknowledger, per table and per key). Checked at every transaction
+//! that puts a manifest: a table's manifest never goes back — put again
+//! pointing into the same journal, its position is the same or later.
+//! Checked at every split or merge:
 //! the ranges of the existing tables partition the key space, and the
 //! owner key's revision is unchanged. Checked from
 //! [`recovery_bound_ms`] after the faults' end: no table is unserved for
@@ -101,13 +117,13 @@
 //! writing the halves' contents into each other's manifests.
 
 use crate::coordinator::{completions_due, decide, Action, ClusterView};
-use crate::etcd::{Compare, Etcd, LeaseId, Write};
+use crate::etcd::{Compare, Etcd, EtcdError, LeaseId, Write};
 use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
 use crate::keys::{check_partition, key_of, range_key, KeyRange, KEYSPACE, NEXT_TABLE_KEY};
 use crate::logless::{self, Backups, Completion, Record};
 use crate::server::{
-    manifest_key, member_key, move_key, owner_key, Begun, Contents, JournalId, Manifest, Merge,
-    Out, Owner, Reply, Server, Split, TableView, COORDINATOR_KEY,
+    manifest_key, member_key, move_key, owner_key, Begun, Checkpoint, Contents, JournalId,
+    Manifest, Merge, Out, Owner, Reply, Server, Split, TableView, COORDINATOR_KEY,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -147,6 +163,15 @@ pub struct Config {
     /// A hole deliberately left in splits' and merges' transactions, to
     /// show what the checks catch (`None`: the protocol as it is).
     pub reshape_fault: Option<ReshapeFault>,
+    /// Whether manifest commits (checkpoints, splits, merges) compare the
+    /// `manifest/` key's revision as the server last saw it (`false` only
+    /// to show that the checks catch a commit applied late moving a
+    /// table's manifest back).
+    pub manifest_compare: bool,
+    /// Whether a handover is refused unless `member/<server>` is still on
+    /// the lease of the generation that sent it (`false` only to show
+    /// what the checks catch without it).
+    pub handover_member_compare: bool,
 }
 
 /// What [`Config::reshape_fault`] leaves out of a split's or merge's
@@ -188,6 +213,8 @@ impl Default for Config {
             complete_from_backups: true,
             reshapes: true,
             reshape_fault: None,
+            manifest_compare: true,
+            handover_member_compare: true,
         }
     }
 }
@@ -247,6 +274,15 @@ pub struct Report {
     pub splits: usize,
     pub merges: usize,
     pub reshapes_refused: usize,
+    /// Checkpoints committed, refused, and held on the way to etcd (their
+    /// answers lost) to be applied late.
+    pub checkpoints: usize,
+    pub checkpoints_refused: usize,
+    pub checkpoints_held: usize,
+    /// Handovers held on the way to etcd (applied late, answers lost), and
+    /// handovers refused because their server's generation had ended.
+    pub handovers_held: usize,
+    pub handovers_refused_stale: usize,
 }
 
 /// A journal in the shared store: its records (LSN = index), how many
@@ -297,6 +333,8 @@ enum Call {
         /// this.)
         journal: JournalId,
         position: usize,
+        /// Held on the way (arrives late) with its answer lost.
+        held: bool,
     },
     /// A split's or merge's transaction (`position`: this server's
     /// journal's end when the contents were taken).
@@ -309,6 +347,15 @@ enum Call {
         merge: Merge,
         journal: JournalId,
         position: usize,
+    },
+    /// A checkpoint's transaction (`position`: this server's journal's
+    /// end when the snapshot was taken). `held`: it was held on the way
+    /// (it arrives late, whenever that is) and its answer is lost.
+    Checkpoint {
+        cp: Checkpoint,
+        journal: JournalId,
+        position: usize,
+        held: bool,
     },
     CoordRead,
     /// The coordinator's writes: first the completions of the servers'
@@ -334,7 +381,16 @@ enum Answer {
     LeaseLost {
         lease: LeaseId,
     },
-    Views(Vec<TableView>, Vec<(TableId, KeyRange, Revision)>),
+    /// The owner keys, the ranges and the `manifest/` keys' revisions.
+    Views(
+        Vec<TableView>,
+        Vec<(TableId, KeyRange, Revision)>,
+        Vec<(TableId, Revision)>,
+    ),
+    Checkpointed {
+        cp: Checkpoint,
+        outcome: Option<Revision>,
+    },
     SplitDone {
         split: Split,
         outcome: Option<(TableId, Revision)>,
@@ -421,6 +477,8 @@ enum Event {
     /// Log-less: the background sync of a journal (everything written so
     /// far is on disk).
     Sync(JournalId),
+    /// A random server begins a checkpoint of a random table it serves.
+    Checkpoint,
 }
 
 struct Node {
@@ -457,6 +515,11 @@ struct World {
     /// main one draws as before.
     logless: bool,
     logless_rng: StdRng,
+    /// The generator of the checkpoints (when, which, their latencies,
+    /// which are held), so that the main one draws as before.
+    checkpoint_rng: StdRng,
+    /// Which handovers are held, and how long (likewise).
+    handover_rng: StdRng,
     /// Per client, its backups of acknowledged records not synced yet.
     backups: Vec<Backups>,
     /// Where each operation's record was last written (journal, LSN).
@@ -551,6 +614,8 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         completions: BTreeMap::new(),
         logless,
         logless_rng,
+        checkpoint_rng: StdRng::seed_from_u64(seed ^ 0xc4ec_4901),
+        handover_rng: StdRng::seed_from_u64(seed ^ 0x4a4d_0e55),
         backups: vec![Backups::default(); CLIENTS as usize],
         written_at: BTreeMap::new(),
         forgotten: BTreeMap::new(),
@@ -607,6 +672,9 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         w.at(1_000, Event::Fault);
     }
     w.at(500, Event::Borrow(ServerId(0)));
+    if cfg.faults {
+        w.at(300, Event::Checkpoint);
+    }
     // The initial tables cover equal parts of the key space; the counter
     // names the next one.
     for t in 0..cfg.tables {
@@ -754,6 +822,9 @@ impl World {
                             merge,
                             outcome: None,
                         }),
+                        Call::Checkpoint {
+                            cp, held: false, ..
+                        } => Some(Answer::Checkpointed { cp, outcome: None }),
                         _ => None,
                     }
                 };
@@ -941,7 +1012,7 @@ impl World {
                 if self.nodes[&server].incarnation == inc {
                     if self.etcd_reachable(server) {
                         self.etcd.expire(self.now);
-                        let _ = self.etcd.txn(&[], &[Write::Delete(borrow_key(server))]);
+                        let _ = self.txn(&[], &[Write::Delete(borrow_key(server))]);
                     } else {
                         self.at(200, e);
                     }
@@ -982,8 +1053,145 @@ impl World {
                     jr.sync_pending = false;
                 }
             }
+            Event::Checkpoint => {
+                if self.faulting() {
+                    self.checkpoint();
+                    let next = self.checkpoint_rng.random_range(50..500);
+                    self.at(next, Event::Checkpoint);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A random server (up, not paused, a member) begins a checkpoint of a
+    /// random table it serves (while the faults go on); one in five is held
+    /// on the way to etcd — applied late (0.3 to 3 s), its answer lost —
+    /// so that it may arrive after a later checkpoint of the same table
+    /// (the server gives it up after [`CHECKPOINT_TIMEOUT_MS`], reads the
+    /// manifest's revision again, and checkpoints again).
+    ///
+    /// [`CHECKPOINT_TIMEOUT_MS`]: crate::server::CHECKPOINT_TIMEOUT_MS
+    fn checkpoint(&mut self) {
+        let s = ServerId(self.checkpoint_rng.random_range(0..self.cfg.servers));
+        let pick = self.checkpoint_rng.random_range(0..1_000usize);
+        let held = self.checkpoint_rng.random_bool(0.2);
+        let delay = if held {
+            self.checkpoint_rng.random_range(300..3_000)
+        } else {
+            self.checkpoint_rng.random_range(1..20)
+        };
+        let now = self.now;
+        let inc = self.nodes[&s].incarnation;
+        if now < self.nodes[&s].paused_until {
+            return;
+        }
+        let Some(server) = self.nodes.get_mut(&s).and_then(|n| n.server.as_mut()) else {
+            return;
+        };
+        if server.lease().is_none() {
+            return;
+        }
+        let serving: Vec<TableId> = server.serving().collect();
+        if serving.is_empty() {
+            return;
+        }
+        let journal = server.journal();
+        let Some(cp) = server.checkpoint(serving[pick % serving.len()], now) else {
+            return;
+        };
+        let position = self.journals.get(&journal).map_or(0, |j| j.records.len());
+        if held {
+            self.report.checkpoints_held += 1;
+        }
+        self.at(
+            delay,
+            Event::AtEtcd {
+                from: s,
+                inc,
+                call: Call::Checkpoint {
+                    cp,
+                    journal,
+                    position,
+                    held,
+                },
+            },
+        );
+    }
+
+    /// etcd runs a checkpoint's transaction: conditional on the owner key
+    /// (R2), the server's membership generation, and the manifest's
+    /// revision as the server last saw it (unless
+    /// [`Config::manifest_compare`] is off); it puts the manifest.
+    fn commit_checkpoint(
+        &mut self,
+        from: ServerId,
+        cp: &Checkpoint,
+        journal: JournalId,
+        position: usize,
+    ) -> Option<Revision> {
+        let mut compares = vec![Compare::ModRevision(owner_key(cp.table), cp.owner_rev)];
+        if self.cfg.manifest_compare {
+            compares.push(Compare::ModRevision(
+                manifest_key(cp.table),
+                cp.manifest_rev,
+            ));
+        }
+        let manifest = Manifest {
+            snapshot: cp.snapshot.clone(),
+            journal,
+            position,
+        };
+        let r = if self.same_generation(from, journal) {
+            self.txn(
+                &compares,
+                &[Write::Put {
+                    key: manifest_key(cp.table),
+                    value: manifest.encode(),
+                    lease: None,
+                }],
+            )
+            .ok()
+        } else {
+            None
+        };
+        if r.is_some() {
+            self.report.checkpoints += 1;
+        } else {
+            self.report.checkpoints_refused += 1;
+        }
+        r
+    }
+
+    /// etcd's transaction, and the check that no manifest it puts goes
+    /// back: a `manifest/` key put again pointing into the same journal
+    /// as before points at the same position or a later one. (A manifest
+    /// going back names an older snapshot — in the real store one that a
+    /// later commit let be deleted — and an older journal position.)
+    fn txn(&mut self, compares: &[Compare], writes: &[Write]) -> Result<Revision, EtcdError> {
+        let position = |e: Option<&crate::etcd::Entry>| Manifest::position_of(&e?.value);
+        let before: Vec<(&String, (JournalId, usize))> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Put { key, .. } if key.starts_with("manifest/") => {
+                    Some((key, position(self.etcd.get(key))?))
+                }
+                _ => None,
+            })
+            .collect();
+        let r = self.etcd.txn(compares, writes)?;
+        for (key, (journal, old)) in before {
+            match position(self.etcd.get(key)) {
+                Some((j, new)) if j == journal && new < old => {
+                    self.violation = Some(format!(
+                        "t={} ms: {key} went back: from {journal} at position {old} to position {new}",
+                        self.now.0
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(r)
     }
 
     /// Appends `r` to journal `j` in the shared store: synced at once, or
@@ -1169,6 +1377,7 @@ impl World {
 
     fn perform(&mut self, s: ServerId, inc: u64, outs: Vec<Out>) {
         for o in outs {
+            let mut hold = 0;
             let call = match o {
                 Out::Join => Call::Join { sent_at: self.now },
                 Out::KeepAlive { lease, sent_at } => Call::KeepAlive { lease, sent_at },
@@ -1187,6 +1396,15 @@ impl World {
                         },
                         Server::journal,
                     );
+                    // While the faults go on, one in five is held on the
+                    // way: etcd applies it 0.3 to 3 s later, its answer
+                    // lost (the server sends it again meanwhile).
+                    let held =
+                        self.cfg.faults && self.faulting() && self.handover_rng.random_bool(0.2);
+                    if held {
+                        hold = self.handover_rng.random_range(300..3_000);
+                        self.report.handovers_held += 1;
+                    }
                     Call::Handover {
                         table,
                         owner_rev,
@@ -1195,10 +1413,12 @@ impl World {
                         snapshot,
                         journal,
                         position: self.journals.get(&journal).map_or(0, |j| j.records.len()),
+                        held,
                     }
                 }
             };
-            self.send(s, inc, call);
+            let l = self.latency();
+            self.at(l + hold, Event::AtEtcd { from: s, inc, call });
         }
     }
 
@@ -1211,7 +1431,7 @@ impl World {
                 // earlier lease (a join whose answer was lost) is not
                 // taken over; it expires, and a later join succeeds.
                 let lease = self.etcd.grant(self.cfg.ttl_ms, now);
-                let created = self.etcd.txn(
+                let created = self.txn(
                     &[Compare::ModRevision(member_key(from), Revision(0))],
                     &[Write::Put {
                         key: member_key(from),
@@ -1237,7 +1457,19 @@ impl World {
                 },
                 Err(_) => Answer::LeaseLost { lease },
             },
-            Call::Poll => Answer::Views(self.views(), self.ranges()),
+            Call::Poll => Answer::Views(self.views(), self.ranges(), self.manifest_revs()),
+            Call::Checkpoint {
+                cp,
+                journal,
+                position,
+                held,
+            } => {
+                let outcome = self.commit_checkpoint(from, &cp, journal, position);
+                if held {
+                    return None;
+                }
+                Answer::Checkpointed { cp, outcome }
+            }
             Call::Split {
                 split,
                 journal,
@@ -1273,7 +1505,7 @@ impl World {
                 // loads of one assignment (a retried one), only the first
                 // commits — a late second one would set the journal
                 // position past what the table acknowledged meanwhile.
-                let r = self.etcd.txn(
+                let r = self.txn(
                     &[
                         Compare::ModRevision(owner_key(table), owner_rev),
                         Compare::ModRevision(manifest_key(table), read_rev),
@@ -1298,13 +1530,23 @@ impl World {
                 snapshot,
                 journal,
                 position,
+                held,
             } => {
                 let manifest = Manifest {
                     snapshot,
                     journal,
                     position,
                 };
-                let r = self.etcd.txn(
+                // R2, and the generation that sent it still a member (as
+                // the real `handover_txn` compares `member/<server>`'s
+                // lease): a handover of a generation whose lease is gone
+                // would otherwise land after the server joined again and
+                // loaded the table again under the same owner revision.
+                if self.cfg.handover_member_compare && !self.same_generation(from, journal) {
+                    self.report.handovers_refused_stale += 1;
+                    return (!held).then_some(Answer::HandedOver { table });
+                }
+                let r = self.txn(
                     &[Compare::ModRevision(owner_key(table), owner_rev)],
                     &[
                         Write::Put {
@@ -1327,6 +1569,9 @@ impl World {
                 if r.is_ok() {
                     self.report.moves += 1;
                 }
+                if held {
+                    return None;
+                }
                 Answer::HandedOver { table }
             }
             Call::CoordRead => {
@@ -1334,7 +1579,7 @@ impl World {
                 let holder = self.etcd.get(COORDINATOR_KEY).map(|e| e.value.clone());
                 match holder {
                     None => {
-                        let _ = self.etcd.txn(
+                        let _ = self.txn(
                             &[Compare::ModRevision(COORDINATOR_KEY.into(), Revision(0))],
                             &[Write::Put {
                                 key: COORDINATOR_KEY.into(),
@@ -1386,7 +1631,7 @@ impl World {
                 if let Some(old) = gone {
                     compares.push(Compare::ModRevision(member_key(old), Revision(0)));
                 }
-                let r = self.etcd.txn(
+                let r = self.txn(
                     &compares,
                     &[
                         Write::Put {
@@ -1442,7 +1687,7 @@ impl World {
                     lease: None,
                 }];
                 writes.extend(home_write);
-                let r = self.etcd.txn(
+                let r = self.txn(
                     &[
                         Compare::ModRevision(move_key(table), Revision(0)),
                         Compare::ModRevision(owner_key(table), expect),
@@ -1455,7 +1700,7 @@ impl World {
                 }
             }
             Action::ForgetHome { table, expect } => {
-                let _ = self.etcd.txn(
+                let _ = self.txn(
                     &[
                         Compare::ModRevision(owner_key(table), expect.unwrap_or(Revision(0))),
                         // No lend or move written since the view.
@@ -1473,7 +1718,7 @@ impl World {
                 let from = self.owner_of(table).map(|(o, _)| o.server);
                 // Only if the table has no pending move yet, and its
                 // owner is still the one the view saw.
-                let r = self.etcd.txn(
+                let r = self.txn(
                     &[
                         Compare::ModRevision(move_key(table), Revision(0)),
                         Compare::ModRevision(owner_key(table), expect),
@@ -1526,6 +1771,14 @@ impl World {
     /// The table whose range covers `key`, per etcd.
     fn covering(&self, key: u64) -> Option<TableId> {
         self.by_start.range(..=key).next_back().map(|(_, t)| *t)
+    }
+
+    /// Every table's `manifest/` key's revision.
+    fn manifest_revs(&self) -> Vec<(TableId, Revision)> {
+        self.tables()
+            .into_iter()
+            .filter_map(|t| Some((t, self.etcd.get(&manifest_key(t))?.mod_revision)))
+            .collect()
     }
 
     fn views(&self) -> Vec<TableView> {
@@ -1725,6 +1978,9 @@ impl World {
         if fault != Some(ReshapeFault::NoMoveCompare) {
             compares.push(Compare::ModRevision(move_key(t), Revision(0)));
         }
+        if let Some(rev) = split.manifest_rev.filter(|_| self.cfg.manifest_compare) {
+            compares.push(Compare::ModRevision(manifest_key(t), rev));
+        }
         let (mut lower, mut upper) = (&split.lower.1, &split.upper.1);
         if fault == Some(ReshapeFault::SwappedManifests) {
             std::mem::swap(&mut lower, &mut upper);
@@ -1734,7 +1990,7 @@ impl World {
             value,
             lease: None,
         };
-        let r = self.etcd.txn(
+        let r = self.txn(
             &compares,
             &[
                 put(range_key(t), split.lower.0.encode()),
@@ -1800,7 +2056,11 @@ impl World {
             compares.push(Compare::ModRevision(owner_key(lo), merge.owner_revs.0));
             compares.push(Compare::ModRevision(owner_key(up), merge.owner_revs.1));
         }
-        for t in [lo, up] {
+        let (lm, um) = merge.manifest_revs;
+        for (t, rev) in [(lo, lm), (up, um)] {
+            if let Some(rev) = rev.filter(|_| self.cfg.manifest_compare) {
+                compares.push(Compare::ModRevision(manifest_key(t), rev));
+            }
             if fault != Some(ReshapeFault::NoMoveCompare) {
                 compares.push(Compare::ModRevision(move_key(t), Revision(0)));
                 compares.push(Compare::ModRevision(home_key(t), Revision(0)));
@@ -1817,7 +2077,7 @@ impl World {
         let r = if borrowed || stale {
             Err(crate::etcd::EtcdError::Conflict)
         } else {
-            self.etcd.txn(
+            self.txn(
                 &compares,
                 &[
                     Write::Put {
@@ -1898,7 +2158,7 @@ impl World {
         let value: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
         self.etcd.expire(self.now);
         if self.etcd.lease_alive(lease) {
-            let put = self.etcd.txn(
+            let put = self.txn(
                 &[],
                 &[Write::Put {
                     key: borrow_key(s),
@@ -1933,10 +2193,12 @@ impl World {
                 ttl,
             } => server.kept_alive(lease, sent_at, ttl),
             Answer::LeaseLost { lease } => server.lease_lost(lease),
-            Answer::Views(v, ranges) => {
+            Answer::Views(v, ranges, manifests) => {
                 outs = server.observe(&v);
                 server.ranges_seen(&ranges);
+                server.manifests_seen(&manifests);
             }
+            Answer::Checkpointed { cp, outcome } => server.checkpointed(&cp, outcome),
             Answer::SplitDone { split, outcome } => server.split_done(&split, outcome),
             Answer::MergeDone { merge, outcome } => server.merge_done(&merge, outcome),
             Answer::LoadManifest {

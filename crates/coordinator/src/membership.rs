@@ -171,6 +171,13 @@ impl Membership {
     pub fn generation(&self) -> u64 {
         self.lock().generation
     }
+
+    /// [`Membership::generation`] and the lease `member/<name>` is on in
+    /// it, read together (never a generation with another one's lease).
+    pub fn generation_and_lease(&self) -> (u64, i64) {
+        let s = self.lock();
+        (s.generation, s.lease)
+    }
 }
 
 /// The keeper: a keep-alive every third of the TTL, one at a time.

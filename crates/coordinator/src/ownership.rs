@@ -14,9 +14,16 @@
 //!   serve.
 //! - **DROP** (a `move/<table>` to another server): no acknowledgement
 //!   from then on; the host lets running operations finish and writes the
-//!   table back; one transaction conditional on the owner revision writes
-//!   the final manifest, the new owner (epoch + 1) and deletes the move —
-//!   the acknowledged DROP of R3. Its outcome unknown (etcd did not
+//!   table back; one transaction ([`handover_txn`]) conditional on the
+//!   owner revision *and* on `member/<server>` being on the lease of the
+//!   membership generation the DROP began in writes the final manifest,
+//!   the new owner (epoch + 1) and deletes the move — the acknowledged
+//!   DROP of R3. (The owner revision alone does not change when this
+//!   server loses its lease and, joined again before anyone reassigned
+//!   the table, loads it again: a DROP transaction of the earlier
+//!   generation that etcd applies late would then hand over that
+//!   generation's stale final manifest, losing what the table
+//!   acknowledged since.) Its outcome unknown (etcd did not
 //!   answer), the same manifest is committed again; the table never
 //!   serves again here before the outcome is known.
 //! - A **failed DROP** (the host could not write the table back or commit
@@ -160,6 +167,8 @@ pub struct OwnershipConfig {
 struct St {
     server: Server,
     generation: u64,
+    /// The lease `member/<name>` is on in `generation`.
+    lease: i64,
     grants: BTreeMap<TableId, Grant>,
     /// Tables with a load or handover in flight.
     busy: BTreeSet<TableId>,
@@ -211,7 +220,7 @@ impl Ownership {
         map: watch::Receiver<Arc<ClusterState>>,
         host: Arc<dyn TableHost>,
     ) -> Ownership {
-        let generation = membership.generation();
+        let (generation, lease) = membership.generation_and_lease();
         let mut server = Server::new(ME, 0);
         // The pure server's own timer is not used: R1 is the
         // membership's timer (see `may_ack`).
@@ -225,6 +234,7 @@ impl Ownership {
             st: Mutex::new(St {
                 server,
                 generation,
+                lease,
                 grants: BTreeMap::new(),
                 busy: BTreeSet::new(),
                 dropped: BTreeMap::new(),
@@ -378,7 +388,7 @@ async fn drive(inner: Arc<Inner>) {
 /// One look at the map: forget what is gone, start loads and handovers.
 fn round(inner: &Arc<Inner>) {
     let state = inner.map.borrow().clone();
-    let generation = inner.membership.generation();
+    let (generation, lease) = inner.membership.generation_and_lease();
     let given_up = inner.host.take_given_up();
     let mut forget = Vec::new();
     let mut start = Vec::new();
@@ -404,6 +414,13 @@ fn round(inner: &Arc<Inner>) {
             st.server
                 .joined(LeaseId(generation), Millis(0), u64::MAX / 4);
             st.generation = generation;
+            st.lease = lease;
+            // The earlier generation's handovers say nothing about this
+            // one: a handover refused because the lease was gone left the
+            // owner key where it was, and an entry kept for it would keep
+            // this generation from loading the table while the map shows
+            // that revision.
+            st.handed.clear();
             let held: Vec<TableId> = st.grants.keys().copied().collect();
             for t in held {
                 st.grants.remove(&t);
@@ -489,6 +506,7 @@ fn round(inner: &Arc<Inner>) {
                         epoch,
                         dropped,
                         generation,
+                        lease: st.lease,
                     });
                 }
                 Out::Join | Out::KeepAlive { .. } => {} // the membership's
@@ -520,6 +538,8 @@ enum Task {
         epoch: Epoch,
         dropped: Option<Vec<u8>>,
         generation: u64,
+        /// The membership lease of `generation`.
+        lease: i64,
     },
 }
 
@@ -533,7 +553,15 @@ async fn run(inner: Arc<Inner>, task: Task) {
             epoch,
             dropped,
             generation,
-        } => handover(&inner, table, owner_rev, &to, epoch, dropped, generation).await,
+            lease,
+        } => {
+            let fence = HandoverFence {
+                owner_rev,
+                generation,
+                lease,
+            };
+            handover(&inner, table, fence, &to, epoch, dropped).await
+        }
     }
     inner.wake.notify_one();
 }
@@ -651,15 +679,94 @@ async fn load_and_commit(inner: &Arc<Inner>, grant: &Grant) -> Result<bool, Stri
         .succeeded())
 }
 
-async fn handover(
-    inner: &Arc<Inner>,
+/// What a DROP is fenced with: the owner key's revision it was granted
+/// the table under, and the membership generation (with its lease) the
+/// DROP began in.
+#[derive(Clone, Copy, Debug)]
+struct HandoverFence {
+    owner_rev: Revision,
+    generation: u64,
+    lease: i64,
+}
+
+/// The handover transaction of server `me`: conditional on the table's
+/// owner key being at `owner_rev` (R2) and on `member/<me>` being on
+/// `member_lease`, the lease of the membership generation the DROP began
+/// in; it puts the final manifest (if any), the new owner `to` at `epoch`
+/// + 1, and deletes the move.
+///
+/// Why the lease: a server that lost its lease forgets its tables; if it
+/// joins again before the coordinator reassigned them, etcd still names
+/// it at the same owner revision and it loads them again (a load commits
+/// a manifest but leaves the owner key as it is) and acknowledges
+/// operations. A DROP transaction of the earlier generation — sent before
+/// the lease was lost, its answer lost, and applied late by etcd — would
+/// pass an owner-revision compare alone and hand the table over with the
+/// earlier generation's final manifest: the new owner would load that
+/// snapshot and replay the earlier journal, and the operations acknowledged
+/// since the reload (in the new generation's journal) would be lost. The
+/// member key is only ever put by a join, on a lease granted for it, so it
+/// never comes back to an earlier lease: such a transaction can never
+/// apply once the server joined again. (The same rule as a table change's
+/// [`crate::catalog::TablesChange::member_lease`].)
+#[allow(clippy::too_many_arguments)]
+pub fn handover_txn(
+    cfg: &EtcdConfig,
+    me: &str,
+    member_lease: i64,
     table: TableId,
     owner_rev: Revision,
     to: &str,
     epoch: Epoch,
+    manifest: Option<Vec<u8>>,
+) -> Txn {
+    let owner = OwnerValue {
+        epoch: Epoch(epoch.0 + 1),
+        server: to.to_string(),
+    };
+    let mut then = Vec::new();
+    if let Some(manifest) = manifest {
+        then.push(TxnOp::put(
+            cfg.key(&keys::manifest_key(table)),
+            manifest,
+            None,
+        ));
+    }
+    then.push(TxnOp::put(
+        cfg.key(&keys::owner_key(table)),
+        owner.encode(),
+        None,
+    ));
+    then.push(TxnOp::delete(cfg.key(&keys::move_key(table)), None));
+    Txn::new()
+        .when(vec![
+            Compare::mod_revision(
+                cfg.key(&keys::owner_key(table)),
+                CompareOp::Equal,
+                i64::try_from(owner_rev.0).unwrap_or(i64::MAX),
+            ),
+            Compare::lease(
+                cfg.key(&keys::member_key(me)),
+                CompareOp::Equal,
+                member_lease,
+            ),
+        ])
+        .and_then(then)
+}
+
+async fn handover(
+    inner: &Arc<Inner>,
+    table: TableId,
+    fence: HandoverFence,
+    to: &str,
+    epoch: Epoch,
     dropped: Option<Vec<u8>>,
-    generation: u64,
 ) {
+    let HandoverFence {
+        owner_rev,
+        generation,
+        lease,
+    } = fence;
     let dropped = match dropped {
         Some(m) => Ok(m),
         None => {
@@ -691,31 +798,16 @@ async fn handover(
         }
     };
     let cfg = &inner.cfg.etcd;
-    let owner = OwnerValue {
-        epoch: Epoch(epoch.0 + 1),
-        server: to.to_string(),
-    };
-    let mut then = Vec::new();
-    if let Some(manifest) = manifest {
-        then.push(TxnOp::put(
-            cfg.key(&keys::manifest_key(table)),
-            manifest,
-            None,
-        ));
-    }
-    then.push(TxnOp::put(
-        cfg.key(&keys::owner_key(table)),
-        owner.encode(),
-        None,
-    ));
-    then.push(TxnOp::delete(cfg.key(&keys::move_key(table)), None));
-    let txn = Txn::new()
-        .when(vec![Compare::mod_revision(
-            cfg.key(&keys::owner_key(table)),
-            CompareOp::Equal,
-            owner_rev.0 as i64,
-        )])
-        .and_then(then);
+    let txn = handover_txn(
+        cfg,
+        &inner.cfg.name,
+        lease,
+        table,
+        owner_rev,
+        to,
+        epoch,
+        manifest,
+    );
     let mut client = inner.client.clone();
     let result = bounded(cfg, client.txn(txn)).await;
     // Handed over (or reassigned meanwhile): the host forgets the table
@@ -733,7 +825,7 @@ async fn handover(
                 if r.succeeded() {
                     tracing::info!(table = %table, to, epoch = epoch.0 + 1, "table handed over (moved)");
                 } else {
-                    tracing::warn!(table = %table, "handover refused: the table was reassigned meanwhile");
+                    tracing::warn!(table = %table, "handover refused: the table was reassigned meanwhile, or this membership's lease is gone");
                 }
                 if here {
                     st.server.handed_over(table);

@@ -734,14 +734,18 @@ impl TableCatalog for EtcdCatalog {
     ///   process's: the server joins before it opens its engine —
     ///   `cluster::join` — and a join creates the key only when absent,
     ///   on a lease granted for it; the key never goes back to an earlier
-    ///   lease, so those commits can never apply);
-    /// - every `owner/` key naming this member was written at or after
-    ///   the key's creation (this process's join): the shell's DROP
-    ///   handover and ADD commits are fenced by the owner revision only
-    ///   (`sextant_coordinator::ownership`), and an earlier run's were
-    ///   planned with a grant made before this join — once its owner key
-    ///   was rewritten (a failover, a move) they can never apply. One not
-    ///   rewritten since (the table kept across the restart): `false`.
+    ///   lease, so those commits can never apply); the same holds for the
+    ///   shell's DROP handovers, which compare `member/<me>` on the lease
+    ///   of the generation they began in
+    ///   (`sextant_coordinator::ownership::handover_txn`), and the shell's
+    ///   ADD commits nothing for this server's engine (`EngineHost::
+    ///   add_table` answers `None`: the engine commits through this
+    ///   catalogue). So a server restarted without any failover — its
+    ///   tables' owner keys as the earlier run left them — sweeps too. (It
+    ///   used to also require every `owner/` key naming this member to be
+    ///   rewritten since the join, while handovers compared the owner
+    ///   revision only: a single server that restarted never swept its
+    ///   earlier runs' snapshots.)
     fn earlier_runs_void(&self, member: &str) -> Result<bool, CatalogError> {
         if member != self.name {
             return Ok(false);
@@ -765,23 +769,7 @@ impl TableCatalog for EtcdCatalog {
             let resp = rt
                 .block_on(client.get(cfg.key(&keys::member_key(&me)), None))
                 .map_err(unavailable)?;
-            let joined = match resp.kvs().first() {
-                Some(kv) if kv.lease() == lease => kv.create_revision(),
-                _ => return Ok(false),
-            };
-            let resp = rt
-                .block_on(client.get(
-                    cfg.key("owner/"),
-                    Some(sextant_coordinator::etcd_client::GetOptions::new().with_prefix()),
-                ))
-                .map_err(unavailable)?;
-            Ok(resp.kvs().iter().all(|kv| {
-                let mine = std::str::from_utf8(kv.value())
-                    .ok()
-                    .and_then(keys::OwnerValue::decode)
-                    .is_some_and(|o| o.server == me);
-                !mine || kv.mod_revision() >= joined
-            }))
+            Ok(resp.kvs().first().is_some_and(|kv| kv.lease() == lease))
         })
     }
 
