@@ -154,6 +154,13 @@ fn journal_background_keeps_what_was_acknowledged_one_interval_before_a_power_lo
     drop(e);
 }
 
+/// What a power cut taken now keeps of `history`'s files in `w`: the
+/// written-back `b…` files and the acknowledged `a…` ones.
+fn after_power_cut(store: &MemStore, mode: SyncMode, w: Soid) -> (usize, usize) {
+    let cut = Engine::open(Arc::new(store.power_cut_copy()), config(mode)).unwrap();
+    (count(&cut, w, "b", BEFORE), count(&cut, w, "a", AFTER))
+}
+
 /// fsync's promise in the modes that reply before syncing: once
 /// `sync_journal` returned, every operation acknowledged before it survives
 /// a power loss (taken while the engine runs: a clean drop would sync the
@@ -168,31 +175,18 @@ fn sync_journal_keeps_everything_acknowledged_before_it_across_a_power_loss() {
         let store = MemStore::new();
         let e = Engine::open(Arc::new(store.clone()), config(mode)).unwrap();
         let w = history(&e, false);
-        let cut = Engine::open(Arc::new(store.power_cut_copy()), config(mode)).unwrap();
         assert_eq!(
-            count(&cut, w, "b", BEFORE),
-            BEFORE,
-            "{mode:?}: written back"
+            after_power_cut(&store, mode, w),
+            (BEFORE, 0),
+            "{mode:?}: written back; acknowledged, not yet synced"
         );
-        assert_eq!(
-            count(&cut, w, "a", AFTER),
-            0,
-            "{mode:?}: acknowledged, not yet synced"
-        );
-        drop(cut);
         assert!(!e.journal_synced(), "{mode:?}");
         e.sync_journal().unwrap();
         assert!(e.journal_synced(), "{mode:?}");
-        let cut = Engine::open(Arc::new(store.power_cut_copy()), config(mode)).unwrap();
         assert_eq!(
-            count(&cut, w, "b", BEFORE),
-            BEFORE,
-            "{mode:?}: written back"
-        );
-        assert_eq!(
-            count(&cut, w, "a", AFTER),
-            AFTER,
-            "{mode:?}: acknowledged before sync_journal returned"
+            after_power_cut(&store, mode, w),
+            (BEFORE, AFTER),
+            "{mode:?}: written back; acknowledged before sync_journal returned"
         );
         drop(e);
     }
