@@ -10,25 +10,7 @@ use sextant_cluster::ids::{Revision, TableId};
 use sextant_coordinator::catalog::{commit_tables, next_table_id, TableState, TablesChange};
 use sextant_coordinator::{keys, map, EtcdConfig};
 use sextant_types::{Soid, SoidRange};
-use std::time::{Duration, Instant};
-
-async fn connected(e: &Etcd) -> (etcd_client::Client, EtcdConfig) {
-    let cfg = EtcdConfig {
-        prefix: "/catalog-test/".into(),
-        request_timeout: Duration::from_secs(2),
-        ..EtcdConfig::new(vec![e.endpoint()])
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(mut c) = sextant_coordinator::etcd::connect(&cfg).await {
-            if c.get("x", None).await.is_ok() {
-                return (c, cfg);
-            }
-        }
-        assert!(Instant::now() < deadline, "etcd did not answer");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_numbers_are_unique_and_splits_are_fenced() {
@@ -36,7 +18,7 @@ async fn table_numbers_are_unique_and_splits_are_fenced() {
     let Some(etcd) = Etcd::start(dir.path()) else {
         return;
     };
-    let (mut client, cfg) = connected(&etcd).await;
+    let (mut client, cfg) = common::connected(&etcd, "/catalog-test/").await;
     // Eight askers at once, eight numbers each: 64 distinct numbers from 1.
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -154,7 +136,7 @@ async fn a_split_planned_under_a_lost_lease_is_refused_after_the_rejoin() {
     let Some(etcd) = Etcd::start(dir.path()) else {
         return;
     };
-    let (mut client, cfg) = connected(&etcd).await;
+    let (mut client, cfg) = common::connected(&etcd, "/catalog-test/").await;
     let member = cfg.key(&keys::member_key("s1"));
     let join = |mut c: etcd_client::Client| {
         let member = member.clone();
@@ -267,7 +249,7 @@ async fn merges_are_one_fenced_transaction_refused_while_a_move_lend_or_borrow_n
     let Some(etcd) = Etcd::start(dir.path()) else {
         return;
     };
-    let (mut client, cfg) = connected(&etcd).await;
+    let (mut client, cfg) = common::connected(&etcd, "/catalog-test/").await;
     let half = 1u128 << 127;
     let low_range = SoidRange::new(Soid::MIN, Soid::from_u128(half - 1)).unwrap();
     let high_range = SoidRange::new(Soid::from_u128(half), Soid::MAX).unwrap();
@@ -461,7 +443,7 @@ async fn a_commit_prepared_before_an_applied_one_never_applies() {
     let Some(etcd) = Etcd::start(dir.path()) else {
         return;
     };
-    let (mut client, cfg) = connected(&etcd).await;
+    let (mut client, cfg) = common::connected(&etcd, "/catalog-test/").await;
     let t = TableId(3);
     client
         .put(

@@ -10,28 +10,9 @@ mod common;
 use common::Etcd;
 use sextant_cluster::ids::{Epoch, Revision, TableId};
 use sextant_coordinator::catalog::{commit_tables, TableState, TablesChange};
+use sextant_coordinator::keys;
 use sextant_coordinator::ownership::handover_txn;
-use sextant_coordinator::{keys, EtcdConfig};
 use sextant_types::SoidRange;
-use std::time::{Duration, Instant};
-
-async fn connected(e: &Etcd) -> (etcd_client::Client, EtcdConfig) {
-    let cfg = EtcdConfig {
-        prefix: "/handover-test/".into(),
-        request_timeout: Duration::from_secs(2),
-        ..EtcdConfig::new(vec![e.endpoint()])
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(mut c) = sextant_coordinator::etcd::connect(&cfg).await {
-            if c.get("x", None).await.is_ok() {
-                return (c, cfg);
-            }
-        }
-        assert!(Instant::now() < deadline, "etcd did not answer");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn value(client: &mut etcd_client::Client, key: String) -> Vec<u8> {
     let r = client.get(key, None).await.unwrap();
@@ -47,7 +28,7 @@ async fn a_handover_prepared_under_a_lost_lease_never_applies_after_the_rejoin()
     let Some(etcd) = Etcd::start(dir.path()) else {
         return;
     };
-    let (mut client, cfg) = connected(&etcd).await;
+    let (mut client, cfg) = common::connected(&etcd, "/handover-test/").await;
     let member = cfg.key(&keys::member_key("s1"));
     let join = |mut c: etcd_client::Client| {
         let member = member.clone();

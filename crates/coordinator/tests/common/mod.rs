@@ -144,3 +144,26 @@ pub fn logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// A client of `e` and the config of a cluster under `prefix`, once etcd
+/// answers (within 30 s).
+pub async fn connected(
+    e: &Etcd,
+    prefix: &str,
+) -> (etcd_client::Client, sextant_coordinator::EtcdConfig) {
+    let cfg = sextant_coordinator::EtcdConfig {
+        prefix: prefix.into(),
+        request_timeout: Duration::from_secs(2),
+        ..sextant_coordinator::EtcdConfig::new(vec![e.endpoint()])
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut c) = sextant_coordinator::etcd::connect(&cfg).await {
+            if c.get("x", None).await.is_ok() {
+                return (c, cfg);
+            }
+        }
+        assert!(Instant::now() < deadline, "etcd did not answer");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
