@@ -1387,17 +1387,21 @@ fn a_killed_program_does_not_wait_for_a_server_that_is_down() {
     let _ = m.server.wait();
     // Reads are let go at once; so are mutations that could not be sent
     // (the server is down: nothing ran).
+    // The programs start outside the mount: a chdir into it may itself
+    // need the server (the root's attributes may have expired on a busy
+    // machine), and spawn() would then wait for the mount's retries to
+    // give up (ENOTCONN) instead of returning a program to kill.
     for (what, cmd) in [
-        ("stat", "stat never-looked-up"),
-        ("cat", "cat d/not-there-either"),
-        ("mkdir", "mkdir d/new-dir"),
-        ("touch", "touch d/new-file"),
-        ("rm", "rm d/f"),
+        ("stat", "stat mnt/never-looked-up"),
+        ("cat", "cat mnt/d/not-there-either"),
+        ("mkdir", "mkdir mnt/d/new-dir"),
+        ("touch", "touch mnt/d/new-file"),
+        ("rm", "rm mnt/d/f"),
     ] {
         let mut program = KillOnDrop(
             Command::new("sh")
                 .args(["-c", &format!("exec {cmd}")])
-                .current_dir(&m.mnt)
+                .current_dir(m.dir.path())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

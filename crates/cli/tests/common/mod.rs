@@ -341,6 +341,19 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        // A failed test shows what its mounts logged: a mount that died
+        // leaves nothing else behind.
+        if std::thread::panicking() {
+            if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("mount-") && name.ends_with(".log") {
+                        let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                        eprintln!("---- {name} ----\n{log}");
+                    }
+                }
+            }
+        }
         // Lazy: detached at once, so removing the temp dir never walks
         // into a mount whose server is gone.
         if is_mounted(&self.mnt) {
