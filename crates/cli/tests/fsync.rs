@@ -135,3 +135,130 @@ fn fsync_and_fsyncdir_through_the_mount_sync_the_journal() {
         started.elapsed()
     );
 }
+
+/// The interpreter the non-root caller runs (the one on PATH may be a
+/// shim under root's home, which nobody may read).
+const PY: &str = "/usr/bin/python3";
+
+/// fsync and fsyncdir are anyone's: a user who is not root, writing a
+/// file of their own through the mount, gets the same journal sync (the
+/// request reveals nothing, so the server asks for no power).
+#[test]
+fn a_user_who_is_not_root_fsyncs_through_the_mount() {
+    if !common::fuse_available() {
+        return;
+    }
+    let have_setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !have_setpriv || !std::path::Path::new(PY).exists() {
+        eprintln!("SKIPPED: needs setpriv and {PY}");
+        return;
+    }
+    let m = common::Mounted::start_with(SLOW);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(common::connect(&m.addr, &m.data()));
+    let syncs = || rt.block_on(syncs(&c));
+    let d = m.mnt.join("shared");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::File::open(&m.mnt).unwrap().sync_all().unwrap();
+
+    let as_nobody = |script: &str| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .args([PY, "-c", script])
+            .arg(&d)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "as nobody: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let before = syncs();
+    as_nobody(
+        "import os, sys\n\
+         fd = os.open(sys.argv[1] + '/f', os.O_WRONLY | os.O_CREAT, 0o644)\n\
+         os.write(fd, b'mine')\n\
+         os.fsync(fd)",
+    );
+    assert!(
+        syncs() > before,
+        "a non-root fsync returned before the journal was synced through its create"
+    );
+    let before = syncs();
+    as_nobody(
+        "import os, sys\n\
+         os.close(os.open(sys.argv[1] + '/g', os.O_WRONLY | os.O_CREAT, 0o644))\n\
+         fd = os.open(sys.argv[1], os.O_RDONLY)\n\
+         os.fsync(fd)",
+    );
+    assert!(
+        syncs() > before,
+        "a non-root fsyncdir returned before the journal was synced through a create in it"
+    );
+    let meta = std::fs::metadata(d.join("f")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+}
+
+/// A program in fsync (of a file, then of a directory) while the server
+/// is stopped (SIGSTOP) waits for it, goes away at once when killed
+/// (nothing was changed: there is nothing to wait for), and once the
+/// server runs again an fsync completes.
+#[test]
+fn an_fsync_waiting_for_a_stopped_server_can_be_killed() {
+    if !common::fuse_available() || !std::path::Path::new(PY).exists() {
+        return;
+    }
+    let m = common::Mounted::start_with(SLOW);
+    // Written and fsync'd: the fsync below has no held change to send (a
+    // change that went out is waited for, as any mutation), only the
+    // journal sync to ask for.
+    let mut f = std::fs::File::create(m.mnt.join("f")).unwrap();
+    f.write_all(b"x").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    for what in ["f", "."] {
+        common::signal(&m.server, "-STOP");
+        let mut program = KillOnDrop(
+            std::process::Command::new(PY)
+                .args([
+                    "-c",
+                    "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nos.fsync(fd)",
+                ])
+                .arg(m.mnt.join(what))
+                .current_dir("/")
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(700));
+        let waited = program.0.try_wait().unwrap().is_none();
+        let t = Instant::now();
+        program.0.kill().unwrap();
+        let mut gone = false;
+        while t.elapsed() < Duration::from_secs(3) {
+            if program.0.try_wait().unwrap().is_some() {
+                gone = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        common::signal(&m.server, "-CONT");
+        assert!(
+            waited,
+            "{what}: the fsync returned while the server was stopped"
+        );
+        assert!(
+            gone,
+            "{what}: the fsync's program still there 3 s after SIGKILL"
+        );
+        std::fs::File::open(m.mnt.join(what))
+            .unwrap()
+            .sync_all()
+            .unwrap();
+    }
+}

@@ -133,6 +133,49 @@ fn stopper<'a>(
     }
 }
 
+/// `op`, a change, for a request in flight: abandoned with EINTR when
+/// interrupted (or its caller killed) before any of its requests went to
+/// the server — nothing ran — and waited for once one did (see
+/// [`SextantFs::run`]).
+async fn whole_once_sent<T>(
+    flight: &InFlight<'_>,
+    tid: u32,
+    op: impl Future<Output = OpResult<T>>,
+) -> OpResult<T> {
+    // Interrupted before it started: nothing is sent.
+    if flight.is_interrupted() {
+        return Err(Fail(libc::EINTR));
+    }
+    let sent = Arc::new(AtomicBool::new(false));
+    let op = sextant_client::track_sending(Arc::clone(&sent), op);
+    tokio::pin!(op);
+    tokio::select! {
+        biased;
+        r = &mut op => return r,
+        _ = flight.interrupted() => {}
+        _ = crate::killed::killed(tid) => {}
+    }
+    if !sent.load(Ordering::Acquire) {
+        return Err(Fail(libc::EINTR));
+    }
+    op.await
+}
+
+/// `op`, which changes nothing on the server, for a request in flight:
+/// abandoned with EINTR as soon as it is interrupted or its caller killed.
+async fn unless_interrupted<T>(
+    flight: &InFlight<'_>,
+    tid: u32,
+    op: impl Future<Output = OpResult<T>>,
+) -> OpResult<T> {
+    tokio::select! {
+        biased;
+        r = op => r,
+        _ = flight.interrupted() => Err(Fail(libc::EINTR)),
+        _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
+    }
+}
+
 /// A size update taken from [`Data`] and not yet answered by the server:
 /// put back when dropped unless [`Unsent::sent`].
 struct Unsent<'a> {
@@ -248,29 +291,11 @@ impl SextantFs {
     fn run<R: Respond>(&self, req: &Request, reply: R, op: impl Future<Output = OpResult<R::Ok>>) {
         let tid = req.pid();
         let flight = self.interrupts.begin(req.unique().0);
-        let sent = Arc::new(AtomicBool::new(false));
         let stop = stopper(&flight, tid);
-        reply.send(self.lanes.block_on_unless(
-            async {
-                // Interrupted before it started: nothing is sent.
-                if flight.is_interrupted() {
-                    return Err(Fail(libc::EINTR));
-                }
-                let op = sextant_client::track_sending(Arc::clone(&sent), op);
-                tokio::pin!(op);
-                tokio::select! {
-                    biased;
-                    r = &mut op => return r,
-                    _ = flight.interrupted() => {}
-                    _ = crate::killed::killed(tid) => {}
-                }
-                if !sent.load(Ordering::Acquire) {
-                    return Err(Fail(libc::EINTR));
-                }
-                op.await
-            },
-            stop,
-        ));
+        reply.send(
+            self.lanes
+                .block_on_unless(whole_once_sent(&flight, tid, op), stop),
+        );
         drop(flight);
     }
 
@@ -288,14 +313,32 @@ impl SextantFs {
         let tid = req.pid();
         let flight = self.interrupts.begin(req.unique().0);
         let stop = stopper(&flight, tid);
+        reply.send(
+            self.lanes
+                .block_on_unless(unless_interrupted(&flight, tid, op), stop),
+        );
+        drop(flight);
+    }
+
+    /// `change` as in [`SextantFs::run`], then `read` as in
+    /// [`SextantFs::run_read`]: fsync sends the file's held changes (a
+    /// mutation, waited for once sent), then waits for the journal sync,
+    /// which changes nothing — a caller killed while only that is in
+    /// flight (its server stopped) goes at once.
+    fn run_change_then_read<R: Respond, F: Future<Output = OpResult<R::Ok>>>(
+        &self,
+        req: &Request,
+        reply: R,
+        change: impl Future<Output = OpResult<()>>,
+        read: impl FnOnce() -> F,
+    ) {
+        let tid = req.pid();
+        let flight = self.interrupts.begin(req.unique().0);
+        let stop = stopper(&flight, tid);
         reply.send(self.lanes.block_on_unless(
             async {
-                tokio::select! {
-                    biased;
-                    r = op => r,
-                    _ = flight.interrupted() => Err(Fail(libc::EINTR)),
-                    _ = crate::killed::killed(tid) => Err(Fail(libc::EINTR)),
-                }
+                whole_once_sent(&flight, tid, change).await?;
+                unless_interrupted(&flight, tid, read()).await
             },
             stop,
         ));
@@ -1264,16 +1307,23 @@ impl Filesystem for SextantFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.run(req, reply, async {
-            self.data.sync(fh.0)?;
-            let soid = self.data.soid_of(fh.0)?;
-            self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
-                .await?;
+        self.run_change_then_read(
+            req,
+            reply,
+            async {
+                self.data.sync(fh.0)?;
+                let soid = self.data.soid_of(fh.0)?;
+                self.send_dirty_of(ino, soid, self.data.take_dirty(soid))
+                    .await
+            },
             // The server may have acknowledged the file's creation (and
             // the size just sent) before syncing its journal (its
             // `--journal-sync background`): wait for that sync.
-            Ok(self.client().sync_journal(&self.cred(req), soid).await?)
-        })
+            || async {
+                let soid = self.data.soid_of(fh.0)?;
+                Ok(self.client().sync_journal(&self.cred(req), soid).await?)
+            },
+        )
     }
 
     /// A directory's entries (a create, unlink or rename in it) survive a
@@ -1287,7 +1337,9 @@ impl Filesystem for SextantFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.run(req, reply, async {
+        // Changes nothing: a caller killed while its server is stopped
+        // goes at once.
+        self.run_read(req, reply, async {
             let soid = self.soid(ino)?;
             Ok(self.client().sync_journal(&self.cred(req), soid).await?)
         })
