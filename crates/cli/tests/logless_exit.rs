@@ -17,6 +17,11 @@
 //!   its backups of both servers. Before the fix only c's (the home
 //!   server's) were released, so the exit counted as a client death and
 //!   both files were lost.
+//! - A client whose home is a spools its backups of a and of b; the next
+//!   client started on the machine, again one of a, hands b's spool back
+//!   to b (which writes it back) and removes it; b then loses power and
+//!   the file only that spool held survives its failover. Before the fix
+//!   b's spool was read back only by a client whose home is b.
 //! - The server completing a dead server's journal is paused (SIGSTOP,
 //!   at the test-only fault point `completion-claimed`) while it holds the
 //!   claim on that completion: the claim lives on its lease, so it ends
@@ -249,6 +254,132 @@ fn a_command_that_exits_cleanly_leaves_nothing_on_its_backups_of_other_servers()
         [&four[..], &["y"]].concat(),
         "b's part"
     );
+    drop(etcd.child);
+}
+
+/// A client whose home is a makes `/d/x` (on a) and `/e/y` (on b) and
+/// ends having spooled its backups (what a command or a mount does when
+/// the servers do not take them at its end): a's under a's address, b's
+/// under b's. The next client on this machine is again one of a (a
+/// `sextant ls /d`): it reads b's spool back too, hands it to b, has b
+/// write it back, and removes it. Then b loses power (kill -9, the
+/// unsynced journal tail cut) and its tables fail over: `/e/y` is there.
+/// Before the fix only a client whose home is b read b's spool back, and
+/// `/e/y`, which only that spool held, was lost.
+/// A library client whose home is a makes `/d/x` (on a) and `/e/y` (on
+/// b), spools its backups into `spool` (each server's under its address)
+/// and is gone; b's spool directory.
+fn spool_x_and_y(t: &Trio, spool: &Path) -> PathBuf {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let text = std::fs::read_to_string(t.secret.join("secret")).unwrap();
+    let client = rt
+        .block_on(sextant_client::Client::connect(
+            &t.a_addr,
+            &text,
+            sextant_client::Options {
+                backup_dir: Some(spool.to_path_buf()),
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    let root = sextant_types::Credentials::root();
+    rt.block_on(async {
+        for (d, name) in [("/d", "x"), ("/e", "y")] {
+            let parent = client.resolve(&root, d.as_bytes(), true).await.unwrap();
+            let made = client.create(&root, parent.soid, name.as_bytes(), 0o644, true);
+            made.await.unwrap();
+        }
+    });
+    assert!(held_for(&client, &t.b_addr) >= 1, "/e/y's entry held for b");
+    client.spool_backups().unwrap();
+    let b_spool = sextant_client::spool::server_dir(spool, &t.b_addr);
+    assert_eq!(walk_files(&b_spool).len(), 1, "b's backups spooled");
+    b_spool
+}
+
+/// Waits until b holds no table (its lease gone, its journal completed,
+/// its tables failed over); then `/e` must hold `y`.
+fn b_failed_over_with_y(t: &Trio, etcd: &str, died: Instant) {
+    wait_for("b's tables taken", Duration::from_secs(30), || {
+        let s = tables_by_server(&status_on(etcd, &t.secret));
+        s.iter().all(|(n, k)| n != "b" || *k == 0)
+    });
+    eprintln!("b's tables taken {:?} after its death", died.elapsed());
+    let four = ["f0", "f1", "f2", "f3"];
+    assert_eq!(
+        ls(&t.a_addr, &t.secret, "/e"),
+        [&four[..], &["y"]].concat(),
+        "b's part, held only by b's spool"
+    );
+}
+
+/// A client whose home is a makes `/d/x` (on a) and `/e/y` (on b) and
+/// ends having spooled its backups (what a command or a mount does when
+/// the servers do not take them at its end): a's under a's address, b's
+/// under b's. The next client on this machine is again one of a (a
+/// `sextant ls /d`): it reads b's spool back too, hands it to b, has b
+/// write it back, and removes it. Then b loses power (kill -9, the
+/// unsynced journal tail cut) and its tables fail over: `/e/y` is there.
+/// Before the fix only a client whose home is b read b's spool back, and
+/// `/e/y`, which only that spool held, was lost.
+#[test]
+fn the_next_client_of_the_home_server_hands_back_a_spool_of_another_server() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let started = Instant::now();
+    let mut t = trio(dir.path(), &etcd.url);
+    // Where `sextant --data <a's directory>` keeps its spool.
+    let spool = t.secret.join("backups");
+    let jb = dir.path().join("store/members/b/journal");
+    let kept_b = journal_lengths(&jb);
+    let b_spool = spool_x_and_y(&t, &spool);
+    sextant_ok(&t.a_addr, &t.secret, &["ls", "/d"]);
+    let left = walk_files(&b_spool);
+    common::kill9(&mut t.b.0);
+    cut_journal(&jb, &kept_b);
+    b_failed_over_with_y(&t, &etcd.url, Instant::now());
+    assert_eq!(
+        left,
+        Vec::<PathBuf>::new(),
+        "b's spool removed once written back"
+    );
+    eprintln!("whole test {:?}", started.elapsed());
+    drop(etcd.child);
+}
+
+/// The same spool of b, but b loses power before the next client of a
+/// starts: that client finds b unreachable and hands b's spool to another
+/// server, which keeps it in the shared store for the completion of b's
+/// journal; `/e/y` survives b's failover, and the spool is removed once
+/// kept. Before the fix nobody read b's spool, and `/e/y` was lost.
+#[test]
+fn a_spool_of_a_server_that_died_goes_to_the_completion_of_its_journal() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let started = Instant::now();
+    let mut t = trio(dir.path(), &etcd.url);
+    let spool = t.secret.join("backups");
+    let jb = dir.path().join("store/members/b/journal");
+    let kept_b = journal_lengths(&jb);
+    let b_spool = spool_x_and_y(&t, &spool);
+    common::kill9(&mut t.b.0);
+    cut_journal(&jb, &kept_b);
+    let died = Instant::now();
+    sextant_ok(&t.a_addr, &t.secret, &["ls", "/d"]);
+    eprintln!(
+        "the next command ended {:?} after b's death",
+        died.elapsed()
+    );
+    let left = walk_files(&b_spool);
+    b_failed_over_with_y(&t, &etcd.url, died);
+    assert_eq!(
+        left,
+        Vec::<PathBuf>::new(),
+        "b's spool removed once kept elsewhere"
+    );
+    eprintln!("whole test {:?}", started.elapsed());
     drop(etcd.child);
 }
 

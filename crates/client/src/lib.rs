@@ -420,6 +420,58 @@ async fn keep_backups(client: Weak<Inner>, broke: Arc<tokio::sync::Notify>) {
     }
 }
 
+/// Backups read back from the spool for cluster server `addr` (not the
+/// home server, [`Client::restore_peer_spools`]): handed back to it with
+/// `Recover` first (a restarted server collects its crashed run's
+/// backups and answers nothing else meanwhile); if it holds that run
+/// (or collects it) it is asked, on its own session, to write back
+/// through their newest entry, whose reply (its watermark, or its new
+/// run) ends them and their files; if it says they are of no more use
+/// they are dropped with their files; if it does not answer, they are
+/// kept and handed on as after a broken session ([`keep_peer_backups`]:
+/// to another server for the completion of its journal, else kept, their
+/// files with them).
+async fn settle_spooled_peer(client: Weak<Inner>, addr: String) {
+    let Some(inner) = client.upgrade() else {
+        return;
+    };
+    let client = Client { inner };
+    let (requests, newest) = {
+        let peers = client.inner.peer_backups.lock();
+        match peers.by_server.get(&addr) {
+            Some(b) if !b.is_empty() => (b.recover_requests(client.inner.client_id), b.newest()),
+            _ => return,
+        }
+    };
+    let incarnation = requests.first().map_or(0, |r| r.incarnation);
+    match client
+        .hand_back_to(&addr, &requests, HAND_BACK_TIMEOUT)
+        .await
+    {
+        Ok(pb::RecoverOutcome::RecoverNotNeeded | pb::RecoverOutcome::RecoverAccepted) => {
+            let Some(through) = newest else {
+                return;
+            };
+            // Releasing backups is every caller's right: no identity needed.
+            let nobody = Credentials::user(65534, 65534);
+            if let Err(e) = client.release_on(&nobody, &addr, through).await {
+                tracing::info!(
+                    server = %addr,
+                    error = %e,
+                    "spooled log-less backups handed back but not yet written back; kept"
+                );
+            }
+        }
+        Ok(_) => client.drop_peer_run(&addr, incarnation),
+        Err(_) => {
+            let mut peers = client.inner.peer_backups.lock();
+            if peers.handing.insert(addr.clone()) {
+                tokio::spawn(keep_peer_backups(Arc::downgrade(&client.inner), addr));
+            }
+        }
+    }
+}
+
 /// One server's backups copied out for [`Client::spool_backups`], with
 /// the spool files they were read back from (removed once written anew).
 struct Held {
@@ -595,11 +647,7 @@ async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
             break;
         }
         let incarnation = requests.first().map_or(0, |r| r.incarnation);
-        let drop_run = |client: &Client| {
-            if let Some(b) = client.inner.peer_backups.lock().by_server.get_mut(&addr) {
-                b.drop_run(incarnation);
-            }
-        };
+        let drop_run = |client: &Client| client.drop_peer_run(&addr, incarnation);
         match client
             .hand_back_to(&addr, &requests, HAND_BACK_TIMEOUT)
             .await
@@ -705,6 +753,8 @@ impl Client {
         client.conn().await?;
         timing::mark(|| "session open".into());
         client.learn_cluster().await;
+        // Needs the route map: which other servers there are.
+        client.restore_peer_spools();
         Ok(client)
     }
 
@@ -1069,8 +1119,8 @@ impl Client {
         };
         // A restarted log-less server first gets back what we hold of its
         // previous run (it answers nothing else until it has recovered).
-        // Backups are kept for the home server only: log-less durability
-        // across servers is not built yet (docs/ARCHITECTURE.md).
+        // Other servers' backups are handed back by their own tasks
+        // ([`keep_peer_backups`], [`settle_spooled_peer`]).
         if home {
             self.hand_back_backups(&mut grpc, &link.addr).await?;
         }
@@ -1096,13 +1146,16 @@ impl Client {
                         // acknowledged log-less mutation is backed up here.
                         if resp.incarnation != 0 {
                             if let Some((peers, addr, _)) = &peer {
-                                let mut peers = peers.lock();
-                                peers.heard.insert(addr.clone(), std::time::Instant::now());
-                                peers
-                                    .by_server
-                                    .entry(addr.clone())
-                                    .or_default()
-                                    .absorb(&mut resp);
+                                let done = {
+                                    let mut peers = peers.lock();
+                                    peers.heard.insert(addr.clone(), std::time::Instant::now());
+                                    let b = peers.by_server.entry(addr.clone()).or_default();
+                                    b.absorb(&mut resp);
+                                    b.finished_spool()
+                                };
+                                if let Some(files) = done {
+                                    spool::remove(&files);
+                                }
                             } else {
                                 heard_home
                                     .lock()
@@ -1160,6 +1213,22 @@ impl Client {
             let mut b = self.inner.backups.lock();
             b.drop_run(incarnation);
             b.finished_spool()
+        };
+        if let Some(files) = done {
+            spool::remove(&files);
+        }
+    }
+
+    /// The backups of run `incarnation` held for the server at `addr`
+    /// (another than the home server) are of no more use: dropped, and
+    /// the spool files that held only them removed.
+    fn drop_peer_run(&self, addr: &str, incarnation: u64) {
+        let done = {
+            let mut peers = self.inner.peer_backups.lock();
+            peers.by_server.get_mut(addr).and_then(|b| {
+                b.drop_run(incarnation);
+                b.finished_spool()
+            })
         };
         if let Some(files) = done {
             spool::remove(&files);
@@ -2200,15 +2269,21 @@ impl Client {
             };
         // Collected first: writing (fsync) is not done under the lock the
         // session readers take.
-        let peers: Vec<(String, Held)> = {
+        let (peers, finished): (Vec<(String, Held)>, Vec<std::path::PathBuf>) = {
             let mut peers = self.inner.peer_backups.lock();
-            peers
-                .by_server
-                .iter_mut()
-                .filter(|(_, b)| !b.is_empty())
-                .map(|(addr, b)| (addr.clone(), Held::copy(b)))
-                .collect()
+            let mut finished = Vec::new();
+            let mut held = Vec::new();
+            for (addr, b) in peers.by_server.iter_mut() {
+                if b.is_empty() {
+                    // Read back, then written back or dropped: done with.
+                    finished.extend(b.finished_spool().unwrap_or_default());
+                } else {
+                    held.push((addr.clone(), Held::copy(b)));
+                }
+            }
+            (held, finished)
         };
+        spool::remove(&finished);
         for (addr, held) in peers {
             match held.write(dir, &addr, self.inner.client_id) {
                 Ok(path) => {
@@ -2272,6 +2347,88 @@ impl Client {
                 error = %e,
                 "cannot read back the log-less backups earlier clients left on this machine"
             ),
+        }
+    }
+
+    /// On a cluster: reads back what earlier clients on this machine
+    /// spooled for the *other* servers of the route map (a client spools
+    /// each server's backups under that server's address, and the next
+    /// client is usually one of the same home server), holds them as
+    /// backups of those servers, and settles each with its server in the
+    /// background ([`settle_spooled_peer`]): its files are removed only
+    /// once that server wrote their entries back or says they are of no
+    /// more use, or another server kept them for its completion. Files
+    /// of servers the map does not name (a server that left, or another
+    /// cluster's) are kept, with one warning per process.
+    ///
+    /// Two clients starting at once may both read the same files: each
+    /// holds the entries, and a file goes only once its entries are of
+    /// no more use or written anew to another file (a client that ends
+    /// holding them), so neither removal loses an entry.
+    fn restore_peer_spools(&self) {
+        let Some(dir) = &self.inner.options.backup_dir else {
+            return;
+        };
+        let known = self.inner.router.known();
+        if known.is_empty() {
+            return;
+        }
+        let home_dir = spool::server_dir(dir, &self.inner.home.addr);
+        let mut restored = Vec::new();
+        for addr in &known {
+            if spool::server_dir(dir, addr) == home_dir {
+                continue;
+            }
+            match spool::load(dir, addr) {
+                Ok(s) if s.files.is_empty() => {}
+                Ok(s) => {
+                    let (files, incarnation) = (s.files.len(), s.incarnation);
+                    let entries = self
+                        .inner
+                        .peer_backups
+                        .lock()
+                        .by_server
+                        .entry(addr.clone())
+                        .or_default()
+                        .restore(s.incarnation, s.entries, s.files);
+                    tracing::info!(
+                        server = %addr,
+                        files,
+                        entries,
+                        incarnation,
+                        "read back log-less backups a client left on this machine for another \
+                         server of the cluster"
+                    );
+                    restored.push(addr.clone());
+                }
+                Err(spool::SpoolError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied => {}
+                Err(e) => tracing::error!(
+                    server = %addr,
+                    error = %e,
+                    "cannot read back the log-less backups earlier clients left on this machine"
+                ),
+            }
+        }
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        let named = |d: &std::path::PathBuf| {
+            *d == home_dir || known.iter().any(|k| spool::server_dir(dir, k) == *d)
+        };
+        let unknown: Vec<_> = spool::spooled_dirs(dir)
+            .into_iter()
+            .filter(|d| !named(d))
+            .collect();
+        if !unknown.is_empty() {
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    dirs = ?unknown,
+                    "log-less backups spooled for servers this cluster's route map does not \
+                     name (a server that left it, or another cluster's): kept, not handed back"
+                );
+            });
+        }
+        for addr in restored {
+            tokio::spawn(settle_spooled_peer(Arc::downgrade(&self.inner), addr));
         }
     }
 }

@@ -17,6 +17,18 @@
 //! parse is renamed `*.bad` and left alone (never a panic, never a silent
 //! delete).
 //!
+//! Who reads which files back (see `Client::connect`): a client reads
+//! its home server's files before its first session, and on a cluster,
+//! once it has the route map, those of every other server the map names
+//! (a client spools each server's backups under that server's address,
+//! and the next client here is usually one of the same home server).
+//! Files of servers the map does not name are kept and warned of. Files
+//! are not claimed: two clients may read the same ones, and a file is
+//! removed only once its entries are of no more use (written back, or
+//! that run's recovery over) or written anew to another file by a client
+//! that ends holding them; a file removed between a listing and its read
+//! is skipped.
+//!
 //! Which files matter: a client only sees replies of run B once run A's
 //! recovery is over, so of the files for one address only those of the
 //! newest incarnation (the one written last) can still be wanted; older
@@ -202,15 +214,19 @@ pub fn load(dir: &Path, addr: &str) -> Result<Spooled, SpoolError> {
             continue;
         }
         let mut bytes = Vec::new();
-        File::open(&path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(io_at(&path))?;
+        let read = File::open(&path).and_then(|mut f| f.read_to_end(&mut bytes));
+        match read {
+            // Removed since the listing by another client (whose entries
+            // were written back, or written anew to another file).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            r => r.map_err(io_at(&path))?,
+        };
         match decode(&bytes) {
             Ok((incarnation, entries)) => {
-                let mtime = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .map_err(io_at(&path))?;
+                let mtime = match entry.metadata().and_then(|m| m.modified()) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    r => r.map_err(io_at(&path))?,
+                };
                 files.push((mtime, incarnation, path, entries));
             }
             Err(what) => {
@@ -241,6 +257,29 @@ pub fn load(dir: &Path, addr: &str) -> Result<Spooled, SpoolError> {
         }
     }
     Ok(out)
+}
+
+/// The directories under `dir` that hold spool files (`*.bak`), whichever
+/// server they are of; unreadable ones are left out. Empty when `dir`
+/// does not exist.
+pub fn spooled_dirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(listing) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let holds_files = |d: &Path| {
+        fs::read_dir(d).is_ok_and(|l| {
+            l.flatten()
+                .any(|e| e.path().extension().and_then(|x| x.to_str()) == Some("bak"))
+        })
+    };
+    let mut out: Vec<PathBuf> = listing
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|d| holds_files(d))
+        .collect();
+    out.sort();
+    out
 }
 
 /// Removes spool files (logging, not failing, on an error).
@@ -336,6 +375,28 @@ mod tests {
             server_dir(dir.path(), "https://127.0.0.1:7411"),
             server_dir(dir.path(), "127.0.0.1:7411"),
             "only the plain scheme the map writes is dropped"
+        );
+    }
+
+    /// Every server's directory that holds spool files is listed (what a
+    /// client checks against its route map); empty or temporary-only
+    /// directories are not.
+    #[test]
+    fn spooled_dirs_lists_the_servers_with_files() {
+        let dir = TempDir::new("dirs");
+        assert!(spooled_dirs(&dir.path().join("none")).is_empty());
+        write(dir.path(), "http://127.0.0.1:7411", 4, 1, &[(3, b"e")]).unwrap();
+        write(dir.path(), "127.0.0.1:7412", 4, 1, &[(3, b"e")]).unwrap();
+        fs::create_dir(dir.path().join("empty")).unwrap();
+        let tmp_only = dir.path().join("tmp-only");
+        fs::create_dir(&tmp_only).unwrap();
+        fs::write(tmp_only.join(".x.bak.tmp"), b"").unwrap();
+        assert_eq!(
+            spooled_dirs(dir.path()),
+            vec![
+                server_dir(dir.path(), "127.0.0.1:7411"),
+                server_dir(dir.path(), "127.0.0.1:7412")
+            ]
         );
     }
 
