@@ -34,7 +34,8 @@
 # or target/), WORK (${TMPDIR:-/tmp}/sextant-breakdown: scratch, wiped), OUT
 # ($WORK/out unless given), PORT (7461; the metrics port is PORT+1),
 # TTL (the mount's attr/entry timeouts: its defaults when unset),
-# PM_FILES / PM_TX (Postmark: 2000 files, 4000 transactions), BUILDS
+# PM_FILES / PM_TX / PM_DIRS (Postmark: 2000 files, 4000 transactions,
+# no subdirectories; Magellan's setting is 50000 / 10000 / 20000), BUILDS
 # ("NAME=BINARY ...": compare builds in one run; each Sextant target then
 # runs once per build, builds alternating, named TARGET.NAME).
 # Needs root (tracefs, FUSE). Unmounts and stops what it started on exit.
@@ -52,6 +53,7 @@ PORT=${PORT:-7461}
 METRICS=127.0.0.1:$((PORT + 1))
 PM_FILES=${PM_FILES:-2000}
 PM_TX=${PM_TX:-4000}
+PM_DIRS=${PM_DIRS:-0}
 WHAT=("$@")
 [ ${#WHAT[@]} -eq 0 ] && WHAT=(tar cp rsync git postmark)
 TRACING=/sys/kernel/tracing
@@ -184,8 +186,8 @@ run() {
     rsync) rsync -a "$SRC" "$dir/" || rc=$? ;;
     git) git --git-dir="$GITDIR" --work-tree="$dir" checkout -q -f HEAD -- . || rc=$? ;;
     postmark)
-      printf 'set location %s\nset number %s\nset transactions %s\nset seed 42\nrun\nquit\n' \
-        "$dir" "$PM_FILES" "$PM_TX" | postmark >"$r/postmark.txt" || rc=$?
+      printf 'set location %s\nset number %s\nset transactions %s\nset subdirectories %s\nset seed 42\nrun\nquit\n' \
+        "$dir" "$PM_FILES" "$PM_TX" "$PM_DIRS" | postmark >"$r/postmark.txt" || rc=$?
       # Per entry = per file Postmark created (initial set + transactions).
       awk '/^Files:/ {f = 1; next} f && / created/ {print $1; exit}' "$r/postmark.txt" >"$r/entries" ;;
   esac

@@ -28,6 +28,10 @@
 //! - A value is used once (the kernel caches it from then on), and at most
 //!   [`MAX_KEPT`] directories have state: past that, kept values are
 //!   dropped (the kernel then asks the server, as without this module).
+//!   The bound holds Postmark in Magellan's setting (20,000 directories,
+//!   ~55,000 files, changed at random): at 4,096 everything kept was
+//!   dropped every few thousand changes (docs/BENCHMARKS.md, issue 23
+//!   Postmark).
 //! - Pure bookkeeping: no I/O.
 //!
 //! Opens: the mount's own check of each open ([`crate::perms`]) and its
@@ -47,8 +51,10 @@ use parking_lot::Mutex;
 use sextant_types::Attr;
 use std::collections::HashMap;
 
-/// Most directories with state at once.
-pub const MAX_KEPT: usize = 4096;
+/// Most directories (and files) with state at once, and most files'
+/// last seen attributes (each ~150 bytes with its map entry: ≤ ~20 MB
+/// each when full).
+pub const MAX_KEPT: usize = 1 << 17;
 
 #[derive(Default)]
 struct Dir {
@@ -335,6 +341,26 @@ mod tests {
             let c = d.begin(5, 1);
             d.end(c, Some(attr(5)), 1);
             assert_eq!(d.take(5, 1).map(|a| a.nlink), Some(5));
+        }
+    }
+
+    /// Postmark in Magellan's setting: 20,000 directories changed at
+    /// random, then opens of 50,000 files at random.
+    #[test]
+    fn twenty_thousand_directories_and_fifty_thousand_files_stay_kept() {
+        let d = DirAttrs::default();
+        for ino in 0..20_000u64 {
+            let c = d.begin(ino, 1);
+            d.end(c, Some(attr(2)), 1);
+        }
+        for ino in 100_000..150_000u64 {
+            d.keep_made(ino, attr(1), 1, 1);
+        }
+        for ino in 0..20_000u64 {
+            assert!(d.take(ino, 1).is_some(), "directory {ino}");
+        }
+        for ino in 100_000..150_000u64 {
+            assert!(d.last_seen(ino, 1).is_some(), "file {ino}");
         }
     }
 

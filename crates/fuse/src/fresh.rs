@@ -22,8 +22,12 @@
 //! - Only when the kernel's caches are coherent and every change stream
 //!   is open (`SextantFs::live`): before the first stream opens, or while
 //!   one is broken, nothing would move the epoch for a change elsewhere.
-//! - Bounded: at most [`MAX_DIRS`] directories and [`MAX_NAMES`] names
-//!   each; past that a directory (or all) is forgotten.
+//! - Bounded: at most [`MAX_DIRS`] directories, [`MAX_NAMES`] names
+//!   each and [`MAX_TOTAL_NAMES`] in all; past that a directory (or all)
+//!   is forgotten. The bounds hold a whole Postmark run in Magellan's
+//!   setting (20,000 directories, ~55,000 files): with 4,096 directories
+//!   all were forgotten every 4,096 mkdirs, and most of its creates paid
+//!   a failing server lookup (docs/BENCHMARKS.md, issue 23 Postmark).
 //! - A name is also known to hold a non-directory (and which) once the
 //!   reply to the request that put it there came ([`FreshDirs::put_file`]),
 //!   until the next request that may change what it holds
@@ -35,10 +39,12 @@ use parking_lot::Mutex;
 use sextant_types::Soid;
 use std::collections::HashMap;
 
-/// Most directories known at once.
-pub const MAX_DIRS: usize = 4096;
+/// Most directories known at once (~70 bytes each when empty).
+pub const MAX_DIRS: usize = 65536;
 /// Most names recorded in one directory.
 pub const MAX_NAMES: usize = 65536;
+/// Most names recorded in all directories together (~70 bytes each).
+pub const MAX_TOTAL_NAMES: usize = 1 << 18;
 
 struct Dir {
     epoch: u64,
@@ -46,10 +52,30 @@ struct Dir {
     names: HashMap<Box<[u8]>, Option<Soid>>,
 }
 
+#[derive(Default)]
+struct Known {
+    dirs: HashMap<u64, Dir>,
+    /// The names of all `dirs` together.
+    names: usize,
+}
+
+impl Known {
+    fn remove(&mut self, dir: u64) {
+        if let Some(d) = self.dirs.remove(&dir) {
+            self.names -= d.names.len();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.dirs.clear();
+        self.names = 0;
+    }
+}
+
 /// See the module docs.
 #[derive(Default)]
 pub struct FreshDirs {
-    dirs: Mutex<HashMap<u64, Dir>>,
+    known: Mutex<Known>,
 }
 
 impl FreshDirs {
@@ -59,11 +85,13 @@ impl FreshDirs {
         if sent != now {
             return;
         }
-        let mut dirs = self.dirs.lock();
-        if dirs.len() >= MAX_DIRS {
-            dirs.clear();
+        let mut known = self.known.lock();
+        // A node id reused: its old names go.
+        known.remove(ino);
+        if known.dirs.len() >= MAX_DIRS {
+            known.clear();
         }
-        dirs.insert(
+        known.dirs.insert(
             ino,
             Dir {
                 epoch: now,
@@ -75,12 +103,17 @@ impl FreshDirs {
     /// `name` may exist in `dir` from now on (called before the request
     /// that may make it is sent).
     pub fn naming(&self, dir: u64, name: &[u8]) {
-        let mut dirs = self.dirs.lock();
-        if let Some(d) = dirs.get_mut(&dir) {
-            if d.names.len() >= MAX_NAMES {
-                dirs.remove(&dir);
-            } else {
-                d.names.insert(Box::from(name), None);
+        let mut known = self.known.lock();
+        let total = known.names;
+        let Some(d) = known.dirs.get_mut(&dir) else {
+            return;
+        };
+        if d.names.len() >= MAX_NAMES {
+            known.remove(dir);
+        } else if d.names.insert(Box::from(name), None).is_none() {
+            known.names += 1;
+            if total + 1 > MAX_TOTAL_NAMES {
+                known.clear();
             }
         }
     }
@@ -88,7 +121,7 @@ impl FreshDirs {
     /// The request that put `name` in `dir` (after [`FreshDirs::naming`])
     /// made it a non-directory, `soid`.
     pub fn put_file(&self, dir: u64, name: &[u8], soid: Soid) {
-        if let Some(d) = self.dirs.lock().get_mut(&dir) {
+        if let Some(d) = self.known.lock().dirs.get_mut(&dir) {
             if let Some(held) = d.names.get_mut(name) {
                 *held = Some(soid);
             }
@@ -98,18 +131,18 @@ impl FreshDirs {
     /// The non-directory this mount put at `name` in `dir`, if known at
     /// epoch `now`.
     pub fn file_at(&self, dir: u64, name: &[u8], now: u64) -> Option<Soid> {
-        let dirs = self.dirs.lock();
-        let d = dirs.get(&dir).filter(|d| d.epoch == now)?;
+        let known = self.known.lock();
+        let d = known.dirs.get(&dir).filter(|d| d.epoch == now)?;
         d.names.get(name).copied().flatten()
     }
 
     /// Is `name` known not to exist in `dir` at epoch `now`?
     pub fn absent(&self, dir: u64, name: &[u8], now: u64) -> bool {
-        let mut dirs = self.dirs.lock();
-        match dirs.get(&dir) {
+        let mut known = self.known.lock();
+        match known.dirs.get(&dir) {
             Some(d) if d.epoch == now => !d.names.contains_key(name),
             Some(_) => {
-                dirs.remove(&dir);
+                known.remove(dir);
                 false
             }
             None => false,
@@ -118,7 +151,12 @@ impl FreshDirs {
 
     /// Directories known (for tests).
     pub fn len(&self) -> usize {
-        self.dirs.lock().len()
+        self.known.lock().dirs.len()
+    }
+
+    /// Names recorded in all directories (for tests).
+    pub fn names(&self) -> usize {
+        self.known.lock().names
     }
 
     pub fn is_empty(&self) -> bool {
@@ -167,6 +205,53 @@ mod tests {
         f.made(9, 2, 2);
         assert!(!f.absent(9, b"a", 3), "the epoch moved after");
         assert!(f.is_empty());
+    }
+
+    /// Postmark in Magellan's setting makes 20,000 directories, then
+    /// creates files in them at random: each create's failing lookup is
+    /// answered here only if its directory is still known.
+    #[test]
+    fn twenty_thousand_directories_stay_known() {
+        let f = FreshDirs::default();
+        for i in 0..20_000u64 {
+            f.made(i, 1, 1);
+        }
+        for i in 0..55_000u64 {
+            let dir = (i * 7919) % 20_000;
+            let n = format!("f{i}");
+            assert!(f.absent(dir, n.as_bytes(), 1), "directory {dir}");
+            f.naming(dir, n.as_bytes());
+        }
+        assert_eq!(f.len(), 20_000);
+        assert_eq!(f.names(), 55_000);
+    }
+
+    #[test]
+    fn all_names_together_bounded() {
+        let f = FreshDirs::default();
+        let per_dir = MAX_TOTAL_NAMES / 8;
+        for d in 0..9u64 {
+            f.made(d, 1, 1);
+            for i in 0..per_dir {
+                f.naming(d, format!("{i}").as_bytes());
+            }
+            assert!(f.names() <= MAX_TOTAL_NAMES);
+        }
+        // Past the bound everything was forgotten (the last directory
+        // too: its later names are not recorded).
+        assert_eq!(f.names(), 0);
+        assert!(f.is_empty());
+        assert!(!f.absent(0, b"x", 1), "forgotten: the server answers");
+        // Re-recording a name counts it once; a removed directory's names
+        // leave the count.
+        f.made(100, 1, 1);
+        let before = f.names();
+        f.naming(100, b"a");
+        f.naming(100, b"a");
+        assert_eq!(f.names(), before + 1);
+        f.made(100, 1, 1);
+        assert_eq!(f.names(), before, "remade: its old names went");
+        assert!(f.absent(100, b"a", 1));
     }
 
     #[test]
