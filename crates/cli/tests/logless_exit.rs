@@ -153,6 +153,26 @@ fn ls(addr: &str, secret: &Path, dir: &str) -> Vec<String> {
     names
 }
 
+/// A library client of the server at `addr` (the cluster's secret found
+/// in `secret_dir`) that spools its log-less backups into `spool`.
+fn spooling_client(
+    rt: &tokio::runtime::Runtime,
+    secret_dir: &Path,
+    addr: &str,
+    spool: &Path,
+) -> sextant_client::Client {
+    let text = std::fs::read_to_string(secret_dir.join("secret")).unwrap();
+    rt.block_on(sextant_client::Client::connect(
+        addr,
+        &text,
+        sextant_client::Options {
+            backup_dir: Some(spool.to_path_buf()),
+            ..Default::default()
+        },
+    ))
+    .unwrap()
+}
+
 /// A library client (home c) that made files on a and on b holds
 /// backups of both; `spool_backups` keeps each server's on disk under
 /// that server's address, and `release_backups` has both write back what
@@ -165,17 +185,7 @@ fn release_and_spool_cover_every_server_the_client_holds_backups_of() {
     let t = trio(dir.path(), &etcd.url);
     let spool = dir.path().join("spool");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = std::fs::read_to_string(t.secret.join("secret")).unwrap();
-    let client = rt
-        .block_on(sextant_client::Client::connect(
-            &t.c_addr,
-            &text,
-            sextant_client::Options {
-                backup_dir: Some(spool.clone()),
-                ..Default::default()
-            },
-        ))
-        .unwrap();
+    let client = spooling_client(&rt, t.secret.as_path(), &t.c_addr, &spool);
     let root = sextant_types::Credentials::root();
     rt.block_on(async {
         for d in ["/d", "/e"] {
@@ -257,31 +267,12 @@ fn a_command_that_exits_cleanly_leaves_nothing_on_its_backups_of_other_servers()
     drop(etcd.child);
 }
 
-/// A client whose home is a makes `/d/x` (on a) and `/e/y` (on b) and
-/// ends having spooled its backups (what a command or a mount does when
-/// the servers do not take them at its end): a's under a's address, b's
-/// under b's. The next client on this machine is again one of a (a
-/// `sextant ls /d`): it reads b's spool back too, hands it to b, has b
-/// write it back, and removes it. Then b loses power (kill -9, the
-/// unsynced journal tail cut) and its tables fail over: `/e/y` is there.
-/// Before the fix only a client whose home is b read b's spool back, and
-/// `/e/y`, which only that spool held, was lost.
 /// A library client whose home is a makes `/d/x` (on a) and `/e/y` (on
 /// b), spools its backups into `spool` (each server's under its address)
 /// and is gone; b's spool directory.
 fn spool_x_and_y(t: &Trio, spool: &Path) -> PathBuf {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = std::fs::read_to_string(t.secret.join("secret")).unwrap();
-    let client = rt
-        .block_on(sextant_client::Client::connect(
-            &t.a_addr,
-            &text,
-            sextant_client::Options {
-                backup_dir: Some(spool.to_path_buf()),
-                ..Default::default()
-            },
-        ))
-        .unwrap();
+    let client = spooling_client(&rt, t.secret.as_path(), &t.a_addr, spool);
     let root = sextant_types::Credentials::root();
     rt.block_on(async {
         for (d, name) in [("/d", "x"), ("/e", "y")] {
