@@ -883,136 +883,182 @@ mod tests {
         assert_eq!(lent, vec![(0, 1), (1, 1)]);
     }
 
+    /// How many seeds the randomized borrow models run
+    /// (`SEXTANT_BORROW_SEEDS`, default 300).
+    fn borrow_seeds() -> u64 {
+        std::env::var("SEXTANT_BORROW_SEEDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(300)
+    }
+
     /// A model of etcd and the servers around `decide`, driven by seeded
     /// random steps: servers borrow random sets of tables, the coordinator
     /// decides, owners carry out moves (in any order), borrowers whose
     /// tables are all here use them and RETURN. Checked at every step:
-    /// no table of a granted borrow is moved away from its borrower; and
-    /// once no new borrow comes, every borrow is served, and every table
-    /// ends at home with no home left noted.
+    /// no table of a granted borrow is moved away from its borrower by
+    /// the coordinator; and once no new borrow comes, every borrow is
+    /// served, and every table ends at home with no home left noted.
     #[test]
     fn borrows_are_safe_and_all_served_under_random_schedules() {
+        for seed in 0..borrow_seeds() {
+            run_borrow_model(seed, false);
+        }
+    }
+
+    /// The same model with an operator asking for moves
+    /// (`sextant cluster move`) at random moments, as
+    /// `sextant_coordinator::admin::request_move` writes them: the move,
+    /// if none is pending and the table is elsewhere, and the table's
+    /// noted home deleted in the same transaction (an operator's move
+    /// places the table for good). Moves of tables lent to a granted
+    /// borrow included: the borrower waits and is lent the table again
+    /// from its new place. Checked as above, and that every table ends
+    /// where the operator last placed it (else where it started): the
+    /// operator's placement is never undone by a RETURN, and every borrow
+    /// is still served. Fails if `request_move` keeps the home (the
+    /// RETURN sends the table back where the operator moved it from).
+    #[test]
+    fn operator_moves_amid_borrows_stay_placed_and_every_borrow_is_served() {
+        for seed in 0..borrow_seeds() {
+            run_borrow_model(seed, true);
+        }
+    }
+
+    fn run_borrow_model(seed: u64, operator_moves: bool) {
         use rand::{Rng, SeedableRng};
-        let seeds: u64 = std::env::var("SEXTANT_BORROW_SEEDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(300);
-        for seed in 0..seeds {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let servers = rng.random_range(2..=4u32);
-            let tables = rng.random_range(2..=6u32);
-            let mut view = ClusterView {
-                members: (1..=servers).map(ServerId).collect(),
-                owners: (0..tables)
-                    .map(|t| (TableId(t), owner(rng.random_range(1..=servers), 1)))
-                    .collect(),
-                ..Default::default()
-            };
-            let start: BTreeMap<TableId, Option<(Owner, Revision)>> = view.owners.clone();
-            let mut rev = 100;
-            let mut served = 0;
-            let mut asked = 0;
-            for step in 0..4000 {
-                let calm = step >= 1500;
-                match rng.random_range(0..4) {
-                    0 if !calm => {
-                        let b = ServerId(rng.random_range(1..=servers));
-                        if view.borrows.iter().all(|(s, _)| *s != b) {
-                            let n = rng.random_range(1..=tables.min(3));
-                            let set = (0..n).map(|_| TableId(rng.random_range(0..tables)));
-                            view.borrows.push((b, set.collect()));
-                            asked += 1;
-                        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let servers = rng.random_range(2..=4u32);
+        let tables = rng.random_range(2..=6u32);
+        let mut view = ClusterView {
+            members: (1..=servers).map(ServerId).collect(),
+            owners: (0..tables)
+                .map(|t| (TableId(t), owner(rng.random_range(1..=servers), 1)))
+                .collect(),
+            ..Default::default()
+        };
+        // Where each table must end: where it started, or where the
+        // operator last placed it.
+        let mut placed: BTreeMap<TableId, ServerId> = view
+            .owners
+            .iter()
+            .map(|(t, o)| (*t, o.unwrap().0.server))
+            .collect();
+        let mut rev = 100;
+        let mut served = 0;
+        let mut asked = 0;
+        for step in 0..4000 {
+            let calm = step >= 1500;
+            match rng.random_range(0..if operator_moves { 5 } else { 4 }) {
+                4 if !calm => {
+                    let t = TableId(rng.random_range(0..tables));
+                    let to = ServerId(rng.random_range(1..=servers));
+                    let at = view.owners[&t].unwrap().0.server;
+                    if !view.moves.contains_key(&t) && at != to {
+                        view.moves.insert(t, to);
+                        view.homes.remove(&t);
+                        placed.insert(t, to);
                     }
-                    1 => {
-                        // (No balancing: every table must end at home.)
-                        for a in decide(&view, usize::MAX) {
-                            match a {
-                                Action::Lend {
-                                    table,
-                                    expect,
-                                    to,
-                                    home,
-                                } => {
-                                    let (o, r) = view.owners[&table].unwrap();
-                                    assert_eq!(r, expect, "seed {seed}");
-                                    for (b, ts) in &view.borrows {
-                                        assert!(
-                                            !(ts.contains(&table)
-                                                && o.server == *b
-                                                && granted(&view, *b)),
-                                            "seed {seed}: {table:?} taken from a granted borrow"
-                                        );
-                                    }
-                                    if let Some(h) = home {
-                                        assert!(view.homes.insert(table, h).is_none());
-                                    }
-                                    view.moves.insert(table, to);
+                }
+                0 if !calm => {
+                    let b = ServerId(rng.random_range(1..=servers));
+                    if view.borrows.iter().all(|(s, _)| *s != b) {
+                        let n = rng.random_range(1..=tables.min(3));
+                        let set = (0..n).map(|_| TableId(rng.random_range(0..tables)));
+                        view.borrows.push((b, set.collect()));
+                        asked += 1;
+                    }
+                }
+                1 => {
+                    // (No balancing: every table must end at home.)
+                    for a in decide(&view, usize::MAX) {
+                        match a {
+                            Action::Lend {
+                                table,
+                                expect,
+                                to,
+                                home,
+                            } => {
+                                let (o, r) = view.owners[&table].unwrap();
+                                assert_eq!(r, expect, "seed {seed}");
+                                for (b, ts) in &view.borrows {
+                                    assert!(
+                                        !(ts.contains(&table)
+                                            && o.server == *b
+                                            && granted(&view, *b)),
+                                        "seed {seed}: {table:?} taken from a granted borrow"
+                                    );
                                 }
-                                Action::Move { table, to, .. } => {
-                                    let o = view.owners[&table].unwrap().0;
-                                    for (b, ts) in &view.borrows {
-                                        assert!(
-                                            !(ts.contains(&table) && o.server == *b),
-                                            "seed {seed}: {table:?} moved from its borrower"
-                                        );
-                                    }
-                                    view.moves.insert(table, to);
+                                if let Some(h) = home {
+                                    assert!(view.homes.insert(table, h).is_none());
                                 }
-                                Action::ForgetHome { table, .. } => {
-                                    view.homes.remove(&table);
-                                }
-                                Action::Assign { .. } => panic!("seed {seed}: all owned"),
+                                view.moves.insert(table, to);
                             }
-                        }
-                    }
-                    2 => {
-                        // An owner carries out one pending move.
-                        let pending: Vec<TableId> = view.moves.keys().copied().collect();
-                        if !pending.is_empty() {
-                            let t = pending[rng.random_range(0..pending.len())];
-                            let to = view.moves.remove(&t).unwrap();
-                            rev += 1;
-                            view.owners.insert(
-                                t,
-                                Some((
-                                    Owner {
-                                        server: to,
-                                        epoch: Epoch(rev),
-                                    },
-                                    Revision(rev),
-                                )),
-                            );
-                        }
-                    }
-                    _ => {
-                        // A borrower with every table here runs and returns.
-                        let ready = view.borrows.iter().position(|(b, ts)| {
-                            ts.iter()
-                                .all(|t| view.owners[t].is_some_and(|(o, _)| o.server == *b))
-                        });
-                        // (Granted or not: all its tables are here, so
-                        // its operation runs as one local transaction.)
-                        if let Some(i) = ready {
-                            view.borrows.remove(i);
-                            served += 1;
+                            Action::Move { table, to, .. } => {
+                                let o = view.owners[&table].unwrap().0;
+                                for (b, ts) in &view.borrows {
+                                    assert!(
+                                        !(ts.contains(&table) && o.server == *b),
+                                        "seed {seed}: {table:?} moved from its borrower"
+                                    );
+                                }
+                                view.moves.insert(table, to);
+                            }
+                            Action::ForgetHome { table, .. } => {
+                                view.homes.remove(&table);
+                            }
+                            Action::Assign { .. } => panic!("seed {seed}: all owned"),
                         }
                     }
                 }
+                2 => {
+                    // An owner carries out one pending move.
+                    let pending: Vec<TableId> = view.moves.keys().copied().collect();
+                    if !pending.is_empty() {
+                        let t = pending[rng.random_range(0..pending.len())];
+                        let to = view.moves.remove(&t).unwrap();
+                        rev += 1;
+                        view.owners.insert(
+                            t,
+                            Some((
+                                Owner {
+                                    server: to,
+                                    epoch: Epoch(rev),
+                                },
+                                Revision(rev),
+                            )),
+                        );
+                    }
+                }
+                _ => {
+                    // A borrower with every table here runs and returns.
+                    let ready = view.borrows.iter().position(|(b, ts)| {
+                        ts.iter()
+                            .all(|t| view.owners[t].is_some_and(|(o, _)| o.server == *b))
+                    });
+                    // (Granted or not: all its tables are here, so
+                    // its operation runs as one local transaction.)
+                    if let Some(i) = ready {
+                        view.borrows.remove(i);
+                        served += 1;
+                    }
+                }
             }
-            assert_eq!(
-                (served, view.borrows.len()),
-                (asked, 0),
-                "seed {seed}: borrows left waiting: {:?}",
-                view.borrows
-            );
-            assert!(view.homes.is_empty(), "seed {seed}: {:?}", view.homes);
-            assert!(view.moves.is_empty(), "seed {seed}");
-            let at = |o: &BTreeMap<TableId, Option<(Owner, Revision)>>| -> Vec<u32> {
-                o.values().map(|o| o.unwrap().0.server.0).collect()
-            };
-            assert_eq!(at(&view.owners), at(&start), "seed {seed}: not home");
         }
+        assert_eq!(
+            (served, view.borrows.len()),
+            (asked, 0),
+            "seed {seed}: borrows left waiting: {:?}",
+            view.borrows
+        );
+        assert!(view.homes.is_empty(), "seed {seed}: {:?}", view.homes);
+        assert!(view.moves.is_empty(), "seed {seed}");
+        let at: BTreeMap<TableId, ServerId> = view
+            .owners
+            .iter()
+            .map(|(t, o)| (*t, o.unwrap().0.server))
+            .collect();
+        assert_eq!(at, placed, "seed {seed}: not where it belongs");
     }
 
     /// A lend still on its way when its borrow ends (the table is at

@@ -44,21 +44,26 @@ pub async fn request_move(
             // noted would send it back there (a RETURN) once it lands —
             // the coordinator keeps a home while a move is on its way.
             //
-            // Why here and not the coordinator's ordinary `ForgetHome`
-            // (issue 20, looked at and kept): the pure `decide` sees only
-            // `move/<table>` = a server, the same key a lend writes; it
-            // cannot tell an operator's move from a lend to a borrower, so
-            // it keeps the home while any move is pending (a lend whose
-            // borrow ended before it landed must still go home: the
-            // simulation's seed 42) and returns the table once it lands.
-            // Making it ordinary needs a move record that says whose it
-            // is, read by `decide` and checked by the simulation — a
-            // change of the state machine, not of this shell. Deleting the
-            // home in the same transaction as the move is atomic with it
-            // (conditional on the owner revision read and no move
-            // pending), so no round of the coordinator sees one without
-            // the other; a BORROW still waiting re-lends the table from
-            // its new place and notes that as its home.
+            // Why here and not by the coordinator's ordinary `ForgetHome`
+            // (issue 20, decided): the operator's intent lives only in
+            // `move/<table>`, and the owner deletes that key when the move
+            // lands. A `decide` that forgot the home on seeing an
+            // operator's move could be too late: a round, or a newly
+            // elected coordinator, that reads after the landing sees the
+            // home and no move, and RETURNs the table where the operator
+            // moved it from. Telling the two kinds of move apart in the
+            // record would not help unless the landing also deleted the
+            // home — this same write, moved later. Deleting it here, in
+            // the transaction that records the move (conditional on the
+            // owner revision read and no move pending), leaves no state
+            // in which the move is recorded and the home still noted. A
+            // BORROW still waiting re-lends the table from its new place
+            // and notes that as its home. The randomized model of
+            // `decide` in `sextant_cluster::coordinator`'s tests
+            // (`operator_moves_amid_borrows_stay_placed_and_every_borrow_is_served`)
+            // writes operator moves exactly so, amid borrows, and checks
+            // every table ends where the operator placed it and every
+            // borrow is served; it fails if the home is kept.
             TxnOp::delete(cfg.key(&keys::home_key(table)), None),
         ]);
     Ok(bounded(cfg, client.txn(txn)).await?.succeeded())
