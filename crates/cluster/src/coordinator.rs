@@ -970,7 +970,7 @@ mod tests {
                     }
                 }
                 1 => {
-                    // (No balancing: every table must end at home.)
+                    // (No balancing: every table must end where it belongs.)
                     for a in decide(&view, usize::MAX) {
                         match a {
                             Action::Lend {
