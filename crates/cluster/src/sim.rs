@@ -9,8 +9,13 @@
 //! them home and forgets homes among the faults. Servers ([`Server`]) and the
 //! coordinator's decisions ([`decide`]) are the real state machines; etcd
 //! is the [`Etcd`] model; the shared table store is the servers' journals
-//! (one per server and membership generation, [`JournalId`]; they survive
-//! crashes) plus the manifests in etcd.
+//! plus the manifests in etcd. The store holds one journal per server and
+//! *run* (a process's life, as the real member's state file names it: a
+//! run goes on when the process joins again after a pause or a partition,
+//! and a restart begins a new one; `JournalId { server, generation: run }`
+//! there), and journals survive crashes. A manifest names the journal by
+//! the membership lease it was written under ([`Server::journal`], which
+//! fences its commit); [`World::run_of`] maps that to the run.
 //!
 //! Log-less servers (half the seeds, [`Logless`]; [`crate::logless`]): a
 //! journal record is written at once but synced by a background sync a
@@ -19,18 +24,46 @@
 //! the client keeps a backup of its acknowledged record while above it.
 //! Half the crashes are then *machine* crashes: the unsynced tail of each
 //! of the server's journals is cut at a random point (a plain crash keeps
-//! it all). Once a server's lease is gone, the coordinator *completes*
-//! each of its dead journals — the synced prefix plus every client's
-//! backups past it, in LSN order, each once, a separate object written
-//! once — before it reassigns any of its tables (the one decision point:
-//! [`crate::coordinator::completions_due`], `ClusterView::uncompleted`),
-//! and a load replaying a dead journal waits for its completion (also the
-//! server's own earlier generation's, when it joined again before the
-//! coordinator reassigned anything) and replays the prefix and the
-//! completion, never what the journal grew after. Clients lose their
-//! backups now and then (a client machine's crash, alone or with a
-//! server's): an acknowledged record whose backup was lost and that the
-//! crash cut is lost, and reported as a GAP.
+//! it all). A run is *over* once its process is gone or its server is not
+//! a member; an over run is *completed* once — the synced prefix plus
+//! every client's backups past it, in LSN order, each once, a separate
+//! object written with `put_blob_new` (first writer wins; a later
+//! completer takes it) — before any of its server's tables is reassigned
+//! (the one decision point: [`crate::coordinator::completions_due`],
+//! `ClusterView::uncompleted`), and a load replaying an over run waits for
+//! its completion and replays the prefix and the completion, never what
+//! the journal grew after. Who completes, as the real code does
+//! (`Engine::complete_dead_member`, `TableCatalog::claim_completion`,
+//! `recover_member_logless`, `refuse_while_claimed`,
+//! `retire_stale_completion`), each step its own event, so that crashes,
+//! pauses, partitions and lease expiry fall between any two:
+//!
+//! 1. The coordinator reads the view; for each server that is not a
+//!    member and whose latest run is over and not completed, it sends
+//!    2. a *claim*: etcd puts `logless-claim/<dead>` on the coordinator's
+//!    membership lease if `member/<dead>` is absent (refused otherwise:
+//!    `CompletionRefused`; another's claim is overwritten, as the real put
+//!    does);
+//! 3. the answer reaches the claimer (deferred while it is paused:
+//!    `stop-at:completion-claimed`), which then, a few ms later (deferred
+//!    too; nothing if it crashed), completes the run the dead server's
+//!    state file names *now* — nothing is checked again —
+//! 4. and sends the release: `logless-claim/<dead>` deleted, whoever put
+//!    it, sent once (a failed delete leaves the claim to the lease);
+//! 5. the tables are reassigned in a later round, whose view shows the
+//!    run completed.
+//!
+//! A server that restarts completes its crashed run itself, no claim
+//! (take or make), before it joins, and begins a new run. A server's load
+//! (an ADD) is refused while `logless-claim/<server>` exists; and a load
+//! by a server whose own current run has a completion (written while it
+//! was not a member: paused, cut off) *retires* it at the load's end —
+//! deletes it and syncs the journal whole — once no manifest replays the
+//! run from below the completion's prefix, else the load is refused and
+//! asked again later. Clients lose their backups now and then (a client
+//! machine's crash, alone or with a server's): an acknowledged record
+//! whose backup was lost and that the crash cut is lost, and reported as
+//! a GAP.
 //!
 //! Tables cover key ranges ([`crate::keys`]): etcd holds each table's
 //! range (`table/<id>`) apart from its owner key (`owner/<id>`), and a
@@ -105,13 +138,20 @@
 //! held by the table covering its key now (however many splits and merges
 //! it went through). Log-less, checked at every
 //! reassignment of a table from a server whose lease is gone: each of
-//! that server's dead journals is completed; at every load: a dead
-//! journal holding records of the table past the manifest's position is
-//! replayed only once completed (the completion comes before any new
-//! owner serves the table); at every completion: the backups agree with
-//! the journal and each other. A failure names its seed; [`run`] with
-//! that seed replays it exactly. [`Config::complete_from_backups`] off
+//! that server's over runs is completed; at every load: an over run
+//! holding records of the table past the manifest's position is replayed
+//! only once completed (the completion comes before any new owner serves
+//! the table), and every reader of a run replays the same decision (one
+//! completion per run, until its own server retires it); at every
+//! completion: the backups agree with the journal and each other, and the
+//! run's own process does not serve (may acknowledge nothing: a
+//! completion written behind its back would be the end every reader
+//! takes); at every log-less acknowledgement: the run it is written to
+//! has no completion. A failure names its seed; [`run`] with that seed
+//! replays it exactly (`SEXTANT_SIM_TRACE=1` prints the faults and the
+//! claims' steps). [`Config::complete_from_backups`] off
 //! shows the checks catch a completion that leaves the backups out;
+//! [`Config::completion_put_new`] off, two completions of one run;
 //! [`Config::reshape_fault`] shows they catch a split or merge without
 //! the generation compare, without the move/home/borrow compares, or
 //! writing the halves' contents into each other's manifests.
@@ -136,6 +176,11 @@ fn borrow_key(s: ServerId) -> String {
 
 fn home_key(t: TableId) -> String {
     format!("home/{}", t.0)
+}
+
+/// The claim on completing a log-less server's run.
+fn claim_key(s: ServerId) -> String {
+    format!("logless-claim/{}", s.0)
 }
 
 /// The simulation's settings.
@@ -172,6 +217,11 @@ pub struct Config {
     /// the lease of the generation that sent it (`false` only to show
     /// what the checks catch without it).
     pub handover_member_compare: bool,
+    /// Whether a completion is written with `put_blob_new` (first writer
+    /// wins; a later completer takes it). `false` only to show what the
+    /// checks catch when two completers of one run both write (the
+    /// restarting server and a claimer): readers replay two decisions.
+    pub completion_put_new: bool,
 }
 
 /// What [`Config::reshape_fault`] leaves out of a split's or merge's
@@ -215,6 +265,7 @@ impl Default for Config {
             reshape_fault: None,
             manifest_compare: true,
             handover_member_compare: true,
+            completion_put_new: true,
         }
     }
 }
@@ -283,6 +334,18 @@ pub struct Report {
     /// handovers refused because their server's generation had ended.
     pub handovers_held: usize,
     pub handovers_refused_stale: usize,
+    /// Log-less claims (`logless-claim/<server>`) granted and refused (the
+    /// server was a member again), completions written by a restarting
+    /// server of its own crashed run, completers that found the run
+    /// completed already (first writer wins), loads refused while a claim
+    /// on their server's run stood, and completions retired by a server
+    /// let back in.
+    pub claims: usize,
+    pub claims_refused: usize,
+    pub completions_by_restart: usize,
+    pub completions_taken: usize,
+    pub loads_refused_claimed: usize,
+    pub completions_retired: usize,
 }
 
 /// A journal in the shared store: its records (LSN = index), how many
@@ -358,11 +421,20 @@ enum Call {
         held: bool,
     },
     CoordRead,
-    /// The coordinator's writes: first the completions of the servers'
-    /// dead journals, then the actions.
+    /// The coordinator's writes.
     CoordWrite {
-        complete: BTreeSet<ServerId>,
         actions: Vec<Action>,
+    },
+    /// Log-less: the claim on completing `dead`'s run: put
+    /// `logless-claim/<dead>` on the caller's membership lease, if
+    /// `member/<dead>` is absent (`TableCatalog::claim_completion`).
+    Claim {
+        dead: ServerId,
+    },
+    /// The claim's release: `logless-claim/<dead>` deleted, whoever put
+    /// it (`release_completion_claim`).
+    Release {
+        dead: ServerId,
     },
 }
 
@@ -414,6 +486,10 @@ enum Answer {
         table: TableId,
     },
     Coordinate(Option<ClusterView>),
+    /// The claim on completing `dead`'s run was granted.
+    Claimed {
+        dead: ServerId,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -479,11 +555,25 @@ enum Event {
     Sync(JournalId),
     /// A random server begins a checkpoint of a random table it serves.
     Checkpoint,
+    /// Log-less: server `by` (of incarnation `inc`), holding — or having
+    /// held — the claim on `dead`'s run, completes it in the shared store
+    /// (`complete_member_journal`: read the run's valid prefix and the
+    /// backups, `put_blob_new`), then releases the claim.
+    Complete {
+        by: ServerId,
+        inc: u64,
+        dead: ServerId,
+    },
 }
 
 struct Node {
     server: Option<Server>,
     incarnation: u64,
+    /// The server's latest run (what its state file names): its journal
+    /// in the shared store is `JournalId { server, generation: run }`.
+    /// A process's run goes on across joins (a pause, a partition); a
+    /// restart begins a new one once the crashed one is completed.
+    run: u64,
     paused_until: Millis,
     cut_from_etcd_until: Millis,
 }
@@ -506,10 +596,25 @@ struct World {
     /// Since when each table has had no server that may acknowledge for
     /// it (tracked once the faults stop).
     unserved_since: BTreeMap<TableId, Millis>,
+    /// Per run (`JournalId { server, generation: run }`, see
+    /// [`World::run_of`]).
     journals: BTreeMap<JournalId, Journal>,
-    /// Log-less: the completions of dead journals (separate objects in the
-    /// shared store, written once).
+    /// Log-less: the completions of dead runs (separate objects in the
+    /// shared store, written once: `put_blob_new`; deleted only by the
+    /// run's own server when it retires a stale one).
     completions: BTreeMap<JournalId, Completion>,
+    /// Which run each membership lease was joined under: a manifest names
+    /// the journal by the lease ([`Server::journal`], which fences its
+    /// commit); the store holds one journal per run.
+    lease_run: BTreeMap<u64, u64>,
+    /// Which decision each run's completion is (a number per write), and
+    /// which one the run's readers replayed (since the run's last
+    /// retire): one decision per run, the same for every reader.
+    decision: BTreeMap<JournalId, u64>,
+    replayed_decision: BTreeMap<JournalId, u64>,
+    decisions: u64,
+    /// [`World::trace`] on.
+    tracing: bool,
     /// Whether the servers are log-less, and the generator of what that
     /// adds (sync delays, machine crashes and their cuts), so that the
     /// main one draws as before.
@@ -612,6 +717,11 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         unserved_since: BTreeMap::new(),
         journals: BTreeMap::new(),
         completions: BTreeMap::new(),
+        lease_run: BTreeMap::new(),
+        decision: BTreeMap::new(),
+        replayed_decision: BTreeMap::new(),
+        decisions: 0,
+        tracing: std::env::var_os("SEXTANT_SIM_TRACE").is_some(),
         logless,
         logless_rng,
         checkpoint_rng: StdRng::seed_from_u64(seed ^ 0xc4ec_4901),
@@ -660,10 +770,17 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
             Node {
                 server: Some(Server::new(id, cfg.margin_ms)),
                 incarnation: 0,
+                run: 1,
                 paused_until: Millis(0),
                 cut_from_etcd_until: Millis(0),
             },
         );
+        w.journals
+            .entry(JournalId {
+                server: id,
+                generation: 1,
+            })
+            .or_default();
         let at = w.rng.random_range(0..50);
         w.at(at, Event::Tick(id));
     }
@@ -741,6 +858,14 @@ pub fn recovery_bound_ms(cfg: &Config) -> u64 {
 }
 
 impl World {
+    /// `SEXTANT_SIM_TRACE=1`: the faults and the log-less claim's steps
+    /// on stderr (to read a failing seed's story).
+    fn trace(&self, what: impl FnOnce() -> String) {
+        if self.tracing {
+            eprintln!("t={} ms: {}", self.now.0, what());
+        }
+    }
+
     fn at(&mut self, after_ms: u64, e: Event) {
         self.seq += 1;
         self.events.push(Some(e));
@@ -825,6 +950,14 @@ impl World {
                         Call::Checkpoint {
                             cp, held: false, ..
                         } => Some(Answer::Checkpointed { cp, outcome: None }),
+                        Call::Release { dead } => {
+                            // Sent once, as the real release: a failed
+                            // delete leaves the claim to the lease.
+                            self.trace(|| {
+                                format!("{from}'s release of logless-claim/{} fails", dead.0)
+                            });
+                            None
+                        }
                         _ => None,
                     }
                 };
@@ -967,6 +1100,18 @@ impl World {
                         return Ok(());
                     }
                     if self.logless {
+                        // Every reader of a completed run stops at its
+                        // completion: nothing may be acknowledged into it.
+                        let run = self.run_of(journal);
+                        if let Some(c) = self.completions.get(&run) {
+                            return Err(format!(
+                                "t={} ms: {at} acknowledged {} into {run}, which was completed \
+                                 through LSN {}: every reader stops there",
+                                self.now.0,
+                                describe(op),
+                                c.prefix
+                            ));
+                        }
                         self.keep_backup(op, table, journal);
                     }
                     self.client_reply(op, attempt, true);
@@ -1019,10 +1164,56 @@ impl World {
                 }
             }
             Event::Restart(s) => {
+                // Log-less: the crashed run is completed by the server
+                // itself before anything serves (no claim: first writer
+                // wins against a claimer's), then a new run begins.
+                let crashed = JournalId {
+                    server: s,
+                    generation: self.nodes[&s].run,
+                };
+                if self.logless && self.journals.contains_key(&crashed) {
+                    let before = self.decision.get(&crashed).copied();
+                    self.complete_run(crashed, "its own restart");
+                    if self.decision.get(&crashed).copied() != before {
+                        self.report.completions_by_restart += 1;
+                    }
+                }
                 let n = self.nodes.get_mut(&s).expect("known server");
                 n.incarnation += 1;
+                n.run = n.incarnation + 1;
+                let run = n.run;
                 n.server = Some(Server::new(s, self.cfg.margin_ms));
+                // The run exists from its start (its state file), written
+                // to or not: it is completed when it is over.
+                self.journals
+                    .entry(JournalId {
+                        server: s,
+                        generation: run,
+                    })
+                    .or_default();
+                self.trace(|| format!("{s} restarts (run {run})"));
                 self.at(1, Event::Tick(s));
+            }
+            Event::Complete { by, inc, dead } => {
+                let e = Event::Complete { by, inc, dead };
+                if self.deferred(by, &e) {
+                    return Ok(());
+                }
+                // A completer that crashed meanwhile completes nothing
+                // (its claim goes with its lease).
+                if self.nodes[&by].incarnation != inc || self.nodes[&by].server.is_none() {
+                    return Ok(());
+                }
+                // The run its state file names now, whatever happened
+                // since the claim: nothing is checked again here.
+                let run = JournalId {
+                    server: dead,
+                    generation: self.nodes[&dead].run,
+                };
+                if self.logless {
+                    self.complete_run(run, &format!("{by} (claimer)"));
+                }
+                self.send(by, inc, Call::Release { dead });
             }
             Event::Reshape => {
                 if self.faulting() {
@@ -1100,7 +1291,7 @@ impl World {
         let Some(cp) = server.checkpoint(serving[pick % serving.len()], now) else {
             return;
         };
-        let position = self.journals.get(&journal).map_or(0, |j| j.records.len());
+        let position = self.end_of(journal);
         if held {
             self.report.checkpoints_held += 1;
         }
@@ -1197,6 +1388,7 @@ impl World {
     /// Appends `r` to journal `j` in the shared store: synced at once, or
     /// (log-less) by a background sync a few ms later.
     fn append(&mut self, j: JournalId, r: Record) {
+        let j = self.run_of(j);
         let logless = self.logless;
         let jr = self.journals.entry(j).or_default();
         let lsn = jr.records.len();
@@ -1221,6 +1413,7 @@ impl World {
     /// elsewhere reached this server by a replay, durable in the manifest
     /// that load committed.)
     fn keep_backup(&mut self, op: u64, table: TableId, journal: JournalId) {
+        let journal = self.run_of(journal);
         let watermark = self.journals.get(&journal).map_or(0, |j| j.synced);
         let b = &mut self.backups[(op % u64::from(CLIENTS)) as usize];
         match self.written_at.get(&op) {
@@ -1266,16 +1459,43 @@ impl World {
         }
     }
 
-    /// Does journal `j` wait for its completion: log-less, written to,
-    /// its generation's lease gone, not completed yet?
-    fn awaits_completion(&self, j: JournalId) -> bool {
-        self.logless
-            && self.journals.contains_key(&j)
-            && !self.etcd.lease_alive(LeaseId(j.generation))
-            && !self.completions.contains_key(&j)
+    /// The run a journal named by its membership lease belongs to (the
+    /// shared store's journal: one per run). Generation 0 (no lease yet)
+    /// names nothing written.
+    fn run_of(&self, j: JournalId) -> JournalId {
+        JournalId {
+            server: j.server,
+            generation: self.lease_run.get(&j.generation).copied().unwrap_or(0),
+        }
     }
 
-    /// Server `s`'s journals that wait for their completion.
+    /// How many records the journal of `j`'s run holds.
+    fn end_of(&self, j: JournalId) -> usize {
+        self.journals
+            .get(&self.run_of(j))
+            .map_or(0, |jr| jr.records.len())
+    }
+
+    /// Is run `r` over for readers: its process is gone (crashed, or
+    /// restarted into a later run), or its server is not a member (its
+    /// lease is gone: paused, cut off)?
+    fn run_dead(&self, r: JournalId) -> bool {
+        let n = &self.nodes[&r.server];
+        n.server.is_none()
+            || n.run != r.generation
+            || self.etcd.get(&member_key(r.server)).is_none()
+    }
+
+    /// Does run `r` wait for its completion: log-less, begun, over
+    /// ([`World::run_dead`]), not completed yet?
+    fn awaits_completion(&self, r: JournalId) -> bool {
+        self.logless
+            && self.journals.contains_key(&r)
+            && !self.completions.contains_key(&r)
+            && self.run_dead(r)
+    }
+
+    /// Server `s`'s runs that wait for their completion.
     fn uncompleted(&self, s: ServerId) -> impl Iterator<Item = JournalId> + '_ {
         self.journals
             .keys()
@@ -1283,53 +1503,125 @@ impl World {
             .copied()
     }
 
-    /// The coordinator completes server `s`'s dead journals: each one's
-    /// synced prefix and the backups every client hands in for it.
-    fn complete_journals(&mut self, s: ServerId) {
-        let due: Vec<JournalId> = self.uncompleted(s).collect();
-        for j in due {
-            let jr = &self.journals[&j];
-            let backups: Vec<(usize, Record)> = if self.cfg.complete_from_backups {
-                self.backups.iter().flat_map(|b| b.of(j)).collect()
-            } else {
-                Vec::new()
-            };
-            match logless::complete(&jr.records[..jr.synced], backups) {
-                Ok(c) => {
-                    // Records backed up only by lost backups, not in the
-                    // prefix nor restored: lost, and reported as a gap.
-                    let gaps = c.gaps();
-                    let restored: BTreeSet<usize> = c.tail.iter().map(|(l, _)| *l).collect();
-                    let lost = self
-                        .forgotten
-                        .range((j, c.prefix)..=(j, usize::MAX))
-                        .filter(|((_, l), _)| !restored.contains(l));
-                    for ((_, lsn), r) in lost {
-                        if self.acked.contains(&r.op) {
-                            self.gaps.insert(r.op);
-                            self.report.acknowledged_in_gaps += 1;
-                            if gaps.iter().any(|(a, b)| (a..=b).contains(&lsn)) {
-                                self.report.gaps_in_ranges += 1;
-                            }
+    /// Run `r` is completed (`complete_member_journal`): its synced
+    /// prefix and the backups every client hands in for it, written with
+    /// `put_blob_new` — a completion there already stands (first writer
+    /// wins) and is taken. Whoever writes it: a claimer (the coordinator)
+    /// or the run's own server restarting.
+    ///
+    /// Checked: a completion is never written while the run's own process
+    /// may acknowledge (it serves: every reader would stop at the
+    /// completion, below what it acknowledges from then on). The claim
+    /// exists for this: it needs the server absent, and the server takes
+    /// no table while it stands.
+    fn complete_run(&mut self, r: JournalId, by: &str) {
+        let Some(jr) = self.journals.get(&r) else {
+            return;
+        };
+        if self.completions.contains_key(&r) && self.cfg.completion_put_new {
+            self.report.completions_taken += 1;
+            return;
+        }
+        let backups: Vec<(usize, Record)> = if self.cfg.complete_from_backups {
+            self.backups.iter().flat_map(|b| b.of(r)).collect()
+        } else {
+            Vec::new()
+        };
+        match logless::complete(&jr.records[..jr.synced], backups) {
+            Ok(c) => {
+                // Records backed up only by lost backups, not in the
+                // prefix nor restored: lost, and reported as a gap.
+                let gaps = c.gaps();
+                let restored: BTreeSet<usize> = c.tail.iter().map(|(l, _)| *l).collect();
+                let lost = self
+                    .forgotten
+                    .range((r, c.prefix)..=(r, usize::MAX))
+                    .filter(|((_, l), _)| !restored.contains(l));
+                for ((_, lsn), rec) in lost {
+                    if self.acked.contains(&rec.op) {
+                        self.gaps.insert(rec.op);
+                        self.report.acknowledged_in_gaps += 1;
+                        if gaps.iter().any(|(a, b)| (a..=b).contains(&lsn)) {
+                            self.report.gaps_in_ranges += 1;
                         }
                     }
-                    self.report.completions += 1;
-                    self.report.records_restored += c.tail.len();
-                    self.report.acknowledged_restored += c
-                        .tail
-                        .iter()
-                        .filter(|(_, r)| self.acked.contains(&r.op))
-                        .count();
-                    self.completions.insert(j, c);
                 }
-                Err(e) => {
+                self.report.completions += 1;
+                self.report.records_restored += c.tail.len();
+                self.report.acknowledged_restored += c
+                    .tail
+                    .iter()
+                    .filter(|(_, rec)| self.acked.contains(&rec.op))
+                    .count();
+                let n = &self.nodes[&r.server];
+                let serving = n.run == r.generation
+                    && n.server
+                        .as_ref()
+                        .is_some_and(|sv| sv.serving().any(|t| sv.may_ack(t, self.now)));
+                if serving && self.violation.is_none() {
                     self.violation = Some(format!(
-                        "t={} ms: the backups for {j} contradict it: {e}",
-                        self.now.0
-                    ))
+                        "t={} ms: {by} completed {r} through LSN {} while {} serves that run \
+                         (a completion behind the back of a server that acknowledges)",
+                        self.now.0, c.prefix, r.server
+                    ));
                 }
+                self.trace(|| format!("{by} completes {r} through LSN {}", c.prefix));
+                self.completions.insert(r, c);
+                self.decisions += 1;
+                self.decision.insert(r, self.decisions);
+            }
+            Err(e) => {
+                self.violation = Some(format!(
+                    "t={} ms: the backups for {r} contradict it: {e}",
+                    self.now.0
+                ))
             }
         }
+    }
+
+    /// A server that loads a table (an ADD) while its own run has a
+    /// completion someone wrote while it was not a member retires it
+    /// (`retire_stale_completion`) — deletes it, its journal synced
+    /// whole — once no manifest replays the run from below the
+    /// completion's prefix; until then the load is refused. `false`:
+    /// refused.
+    fn retire_stale_completion(&mut self, s: ServerId) -> bool {
+        let run = JournalId {
+            server: s,
+            generation: self.nodes[&s].run,
+        };
+        let Some(c) = self.completions.get(&run) else {
+            return true;
+        };
+        // Only a member retires it (an ADD runs under a grant of the
+        // membership it joined under; a server whose lease is gone
+        // retires nothing).
+        let lease = self.nodes[&s].server.as_ref().and_then(Server::lease);
+        let member = self.etcd.get(&member_key(s)).and_then(|e| e.lease);
+        if lease.is_none() || lease != member {
+            return false;
+        }
+        let below = self.etcd.range("manifest/").any(|(_, e)| {
+            Manifest::decode(&e.value)
+                .is_some_and(|m| self.run_of(m.journal) == run && m.position < c.prefix)
+        });
+        if below {
+            return false;
+        }
+        self.trace(|| {
+            format!(
+                "{s} retires the completion of {run} (through LSN {})",
+                c.prefix
+            )
+        });
+        self.completions.remove(&run);
+        self.decision.remove(&run);
+        self.replayed_decision.remove(&run);
+        if let Some(jr) = self.journals.get_mut(&run) {
+            jr.synced = jr.records.len();
+        }
+        self.report.completions_retired += 1;
+        true
     }
 
     /// The operations on `table` a load by the server appending to `own`
@@ -1337,6 +1629,7 @@ impl World {
     /// another's as far as it is synced, a completed one's prefix and
     /// completion ([`logless::replay`]).
     fn replay(&self, j: JournalId, own: JournalId, from: usize, table: TableId) -> Vec<u64> {
+        let (j, own) = (self.run_of(j), self.run_of(own));
         let Some(jr) = self.journals.get(&j) else {
             return Vec::new();
         };
@@ -1352,20 +1645,33 @@ impl World {
     /// load that replays a dead log-less journal which ever held records
     /// of the table past the manifest's position finds its completion.
     fn check_completed(&mut self, s: ServerId, m: &Manifest, table: TableId) {
-        let j = m.journal;
+        let j = self.run_of(m.journal);
         let past = self
             .journals
             .get(&j)
             .and_then(|jr| jr.written.get(&table))
             .is_some_and(|end| *end > m.position);
-        if self.logless
-            && past
-            && !self.etcd.lease_alive(LeaseId(j.generation))
-            && !self.completions.contains_key(&j)
-        {
+        if self.logless && past && self.run_dead(j) && !self.completions.contains_key(&j) {
             self.violation = Some(format!(
                 "t={} ms: {s} loads {table} from {j} (past LSN {}) before its completion",
                 self.now.0, m.position
+            ));
+        }
+    }
+
+    /// Every reader of a completed run replays the same decision: the
+    /// one completion written for it (first writer wins).
+    fn check_one_decision(&mut self, s: ServerId, j: JournalId, table: TableId) {
+        let j = self.run_of(j);
+        let Some(&d) = self.decision.get(&j) else {
+            return;
+        };
+        let first = *self.replayed_decision.entry(j).or_insert(d);
+        if first != d && self.violation.is_none() {
+            self.violation = Some(format!(
+                "t={} ms: {s} loads {table} replaying decision #{d} of {j}, an earlier reader \
+                 replayed decision #{first}: two completions of one run",
+                self.now.0
             ));
         }
     }
@@ -1412,7 +1718,7 @@ impl World {
                         epoch,
                         snapshot,
                         journal,
-                        position: self.journals.get(&journal).map_or(0, |j| j.records.len()),
+                        position: self.end_of(journal),
                         held,
                     }
                 }
@@ -1487,6 +1793,14 @@ impl World {
                 Answer::MergeDone { merge, outcome }
             }
             Call::LoadRead { table, owner_rev } => {
+                // Log-less: no table is taken while another server holds
+                // the claim on completing this server's run
+                // (`refuse_while_claimed`): the load waits.
+                if self.logless && self.etcd.get(&claim_key(from)).is_some() {
+                    self.report.loads_refused_claimed += 1;
+                    self.trace(|| format!("{from}'s load of {table} refused: its run is claimed"));
+                    return None;
+                }
                 let entry = self.etcd.get(&manifest_key(table));
                 Answer::LoadManifest {
                     table,
@@ -1595,10 +1909,45 @@ impl World {
                     Some(_) => Answer::Coordinate(None),
                 }
             }
-            Call::CoordWrite { complete, actions } => {
-                for s in complete {
-                    self.complete_journals(s);
+            Call::Claim { dead } => {
+                // `member/<me>`'s lease as etcd holds it now, then the
+                // transaction: `member/<dead>` absent, `member/<me>` on
+                // that lease; put the claim on it (another's claim there
+                // is overwritten, as the real put does).
+                let lease = self.etcd.get(&member_key(from))?.lease?;
+                let mut compares = vec![Compare::ModRevision(
+                    member_key(from),
+                    self.etcd.get(&member_key(from))?.mod_revision,
+                )];
+                compares.push(Compare::ModRevision(member_key(dead), Revision(0)));
+                let r = self.txn(
+                    &compares,
+                    &[Write::Put {
+                        key: claim_key(dead),
+                        value: from.0.to_string(),
+                        lease: Some(lease),
+                    }],
+                );
+                if r.is_err() {
+                    // `CompletionRefused`: it is a member again.
+                    self.report.claims_refused += 1;
+                    return None;
                 }
+                self.report.claims += 1;
+                self.trace(|| {
+                    format!(
+                        "{from} claims the completion of {dead}'s run (on lease {})",
+                        lease.0
+                    )
+                });
+                Answer::Claimed { dead }
+            }
+            Call::Release { dead } => {
+                self.trace(|| format!("{from} releases logless-claim/{}", dead.0));
+                let _ = self.txn(&[], &[Write::Delete(claim_key(dead))]);
+                return None;
+            }
+            Call::CoordWrite { actions } => {
                 for a in actions {
                     self.apply_action(a);
                 }
@@ -1645,10 +1994,14 @@ impl World {
                 if r.is_ok() && reason != "no owner yet" {
                     self.report.reassignments += 1;
                 }
-                // The one decision point: a log-less owner's journals are
-                // completed before its tables go to anyone else.
+                // The one decision point: a log-less owner's runs are
+                // completed before its tables go to anyone else (a run
+                // that holds nothing yet — a restart's, not joined — may
+                // wait: no reader needs it).
                 if let (Ok(_), Some(old)) = (r, gone) {
-                    let waiting = self.uncompleted(old).next();
+                    let waiting = self
+                        .uncompleted(old)
+                        .find(|j| !self.journals[j].written.is_empty());
                     if let Some(j) = waiting {
                         self.violation = Some(format!(
                             "t={} ms: {table} was reassigned from {old} before {j} was completed",
@@ -1825,10 +2178,15 @@ impl World {
             rates: self.rates.clone(),
             inodes: self.inodes.clone(),
             unknown: BTreeSet::new(),
+            // Asked about servers that are not members (the real
+            // coordinator asks the host about dead owners): a crashed
+            // process whose lease lives on waits for it to expire.
             uncompleted: self
                 .journals
                 .keys()
-                .filter(|j| self.awaits_completion(**j))
+                .filter(|j| {
+                    self.awaits_completion(**j) && self.etcd.get(&member_key(j.server)).is_none()
+                })
                 .map(|j| j.server)
                 .collect(),
             borrows: {
@@ -1900,7 +2258,7 @@ impl World {
             let Some(split) = server.split(t, at.min(r.end - 1)) else {
                 return;
             };
-            let position = self.journals.get(&journal).map_or(0, |j| j.records.len());
+            let position = self.end_of(journal);
             Call::Split {
                 split,
                 journal,
@@ -1923,7 +2281,7 @@ impl World {
             let Some(merge) = server.merge(a, b) else {
                 return;
             };
-            let position = self.journals.get(&journal).map_or(0, |j| j.records.len());
+            let position = self.end_of(journal);
             Call::Merge {
                 merge,
                 journal,
@@ -2176,17 +2534,46 @@ impl World {
 
     fn at_server(&mut self, s: ServerId, inc: u64, answer: Answer) {
         let now = self.now;
+        if self.nodes[&s].server.is_none() {
+            return;
+        }
+        // Log-less: an ADD that loaded a table retires, at its end, a
+        // completion of this server's run written while it was not a
+        // member — or is refused (the table is loaded again later).
+        let answer = match answer {
+            Answer::LoadDone {
+                table,
+                owner_rev,
+                ok: Some(_),
+            } if self.logless && !self.retire_stale_completion(s) => Answer::LoadDone {
+                table,
+                owner_rev,
+                ok: None,
+            },
+            a => a,
+        };
+        let run = self.nodes[&s].run;
         let Some(server) = self.nodes.get_mut(&s).and_then(|n| n.server.as_mut()) else {
             return;
         };
         let mut outs = Vec::new();
         let mut calls = Vec::new();
+        let mut completes = Vec::new();
         match answer {
             Answer::Joined {
                 lease,
                 sent_at,
                 ttl,
-            } => server.joined(lease, sent_at, ttl),
+            } => {
+                self.lease_run.insert(lease.0, run);
+                if self.tracing {
+                    eprintln!(
+                        "t={} ms: {s} joined under lease {} (run {run})",
+                        now.0, lease.0
+                    );
+                }
+                server.joined(lease, sent_at, ttl)
+            }
             Answer::KeptAlive {
                 lease,
                 sent_at,
@@ -2215,17 +2602,18 @@ impl World {
                 let own = server.journal();
                 let mut snapshot = Contents::new();
                 if let Some(m) = manifest {
-                    if self.awaits_completion(m.journal) {
+                    if self.awaits_completion(self.run_of(m.journal)) {
                         return;
                     }
                     self.check_completed(s, &m, table);
+                    self.check_one_decision(s, m.journal, table);
                     snapshot = m.snapshot;
                     snapshot.extend(self.replay(m.journal, own, m.position, table));
                 }
                 let manifest = Manifest {
                     snapshot,
                     journal: own,
-                    position: self.journals.get(&own).map_or(0, |j| j.records.len()),
+                    position: self.end_of(own),
                 };
                 calls.push(Call::LoadCommit {
                     table,
@@ -2240,19 +2628,29 @@ impl World {
                 ok,
             } => server.loaded(table, owner_rev, ok.ok_or(())),
             Answer::HandedOver { table } => server.handed_over(table),
-            Answer::Coordinate(Some(mut view)) => {
-                // The completions due are written first, in the same
-                // request: decide as if they were done.
-                let complete = completions_due(&view);
-                view.uncompleted.retain(|s| !complete.contains(s));
+            Answer::Coordinate(Some(view)) => {
+                // Log-less: each dead server's run is completed under a
+                // claim, in steps of their own (claim, completion,
+                // release); its tables wait for a later round, whose view
+                // shows the completion.
+                for dead in completions_due(&view) {
+                    calls.push(Call::Claim { dead });
+                }
                 let actions = decide(&view, 2);
-                if !actions.is_empty() || !complete.is_empty() {
-                    calls.push(Call::CoordWrite { complete, actions });
+                if !actions.is_empty() {
+                    calls.push(Call::CoordWrite { actions });
                 }
             }
             Answer::Coordinate(None) => {}
+            Answer::Claimed { dead } => completes.push(dead),
         }
         let _ = now;
+        for dead in completes {
+            // Reading the run and the backups, writing the completion: a
+            // few ms in the shared store.
+            let d = self.logless_rng.random_range(1..20);
+            self.at(d, Event::Complete { by: s, inc, dead });
+        }
         self.perform(s, inc, outs);
         for c in calls {
             self.send(s, inc, c);
@@ -2452,6 +2850,7 @@ impl World {
                 if n.server.take().is_some() {
                     n.incarnation += 1;
                     self.report.crashes += 1;
+                    self.trace(|| format!("{s} crashes (kill -9)"));
                     // Log-less, half the crashes take the machine down:
                     // the unsynced tails of its journals are cut.
                     if self.logless && self.logless_rng.random_bool(0.5) {
@@ -2467,6 +2866,7 @@ impl World {
                 let n = self.nodes.get_mut(&s).expect("known server");
                 n.paused_until = self.now.plus(d);
                 self.report.pauses += 1;
+                self.trace(|| format!("{s} paused for {d} ms"));
             }
             2 => {
                 // Cut from etcd (clients still reach it).
@@ -2475,11 +2875,13 @@ impl World {
                     .get_mut(&s)
                     .expect("known server")
                     .cut_from_etcd_until = self.now.plus(d);
+                self.trace(|| format!("{s} cut from etcd for {d} ms"));
             }
             3 if self.etcd_down_until.is_none() => {
                 let d = self.rng.random_range(100..ttl);
                 self.etcd_down_until = Some(self.now.plus(d));
                 self.report.etcd_restarts += 1;
+                self.trace(|| format!("etcd down for {d} ms"));
                 self.at(d, Event::EtcdUp);
             }
             _ => {
