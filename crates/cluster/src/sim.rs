@@ -428,13 +428,19 @@ enum Call {
     /// Log-less: the claim on completing `dead`'s run: put
     /// `logless-claim/<dead>` on the caller's membership lease, if
     /// `member/<dead>` is absent (`TableCatalog::claim_completion`).
+    /// `run`: the run `dead`'s state file named when the claimer read it,
+    /// just before claiming — the one it completes (pinned).
     Claim {
         dead: ServerId,
+        run: u64,
     },
-    /// The claim's release: `logless-claim/<dead>` deleted, whoever put
-    /// it (`release_completion_claim`).
+    /// The claim's release: `logless-claim/<dead>` deleted if it is still
+    /// the put of revision `rev` — this claimer's, never a later claim
+    /// (`release_completion_claim`); sent again while etcd does not
+    /// answer.
     Release {
         dead: ServerId,
+        rev: Revision,
     },
 }
 
@@ -489,6 +495,8 @@ enum Answer {
     /// The claim on completing `dead`'s run was granted.
     Claimed {
         dead: ServerId,
+        run: u64,
+        rev: Revision,
     },
 }
 
@@ -563,6 +571,17 @@ enum Event {
         by: ServerId,
         inc: u64,
         dead: ServerId,
+        run: u64,
+        rev: Revision,
+    },
+    /// Log-less: server `by` (of incarnation `inc`) sends its release of
+    /// the claim of revision `rev` on `dead`'s run again, etcd not having
+    /// answered the last one (`RELEASE_RETRY` in the real catalogue).
+    ReleaseRetry {
+        by: ServerId,
+        inc: u64,
+        dead: ServerId,
+        rev: Revision,
     },
 }
 
@@ -950,12 +969,26 @@ impl World {
                         Call::Checkpoint {
                             cp, held: false, ..
                         } => Some(Answer::Checkpointed { cp, outcome: None }),
-                        Call::Release { dead } => {
-                            // Sent once, as the real release: a failed
-                            // delete leaves the claim to the lease.
+                        Call::Release { dead, rev } => {
+                            // Sent again every 500 ms while etcd does not
+                            // answer, as the real release (sent once, a
+                            // lost release left the claim standing: the
+                            // simulation's seeds 26, 131, … before the fix).
                             self.trace(|| {
-                                format!("{from}'s release of logless-claim/{} fails", dead.0)
+                                format!(
+                                    "{from}'s release of logless-claim/{} fails; sent again",
+                                    dead.0
+                                )
                             });
+                            self.at(
+                                500,
+                                Event::ReleaseRetry {
+                                    by: from,
+                                    inc,
+                                    dead,
+                                    rev,
+                                },
+                            );
                             None
                         }
                         _ => None,
@@ -1194,8 +1227,30 @@ impl World {
                 self.trace(|| format!("{s} restarts (run {run})"));
                 self.at(1, Event::Tick(s));
             }
-            Event::Complete { by, inc, dead } => {
-                let e = Event::Complete { by, inc, dead };
+            Event::ReleaseRetry { by, inc, dead, rev } => {
+                let e = Event::ReleaseRetry { by, inc, dead, rev };
+                if self.deferred(by, &e) {
+                    return Ok(());
+                }
+                // The retrying thread dies with its process.
+                if self.nodes[&by].incarnation == inc && self.nodes[&by].server.is_some() {
+                    self.send(by, inc, Call::Release { dead, rev });
+                }
+            }
+            Event::Complete {
+                by,
+                inc,
+                dead,
+                run,
+                rev,
+            } => {
+                let e = Event::Complete {
+                    by,
+                    inc,
+                    dead,
+                    run,
+                    rev,
+                };
                 if self.deferred(by, &e) {
                     return Ok(());
                 }
@@ -1204,16 +1259,25 @@ impl World {
                 if self.nodes[&by].incarnation != inc || self.nodes[&by].server.is_none() {
                     return Ok(());
                 }
-                // The run its state file names now, whatever happened
-                // since the claim: nothing is checked again here.
-                let run = JournalId {
-                    server: dead,
-                    generation: self.nodes[&dead].run,
-                };
-                if self.logless {
+                // The run read before the claim (pinned,
+                // `complete_member_run`): if the state file names another
+                // run now — the server restarted and completed that one
+                // itself — nothing is written (`RunMovedOn`). (The real
+                // check and write are not atomic; a completion of the old
+                // run written after the state moved on is one nobody
+                // reads, so this atomic step stands for both.)
+                if self.nodes[&dead].run != run {
+                    self.trace(|| {
+                        format!("{by} does not complete {dead}'s run {run}: it moved on")
+                    });
+                } else if self.logless {
+                    let run = JournalId {
+                        server: dead,
+                        generation: run,
+                    };
                     self.complete_run(run, &format!("{by} (claimer)"));
                 }
-                self.send(by, inc, Call::Release { dead });
+                self.send(by, inc, Call::Release { dead, rev });
             }
             Event::Reshape => {
                 if self.faulting() {
@@ -1909,7 +1973,7 @@ impl World {
                     Some(_) => Answer::Coordinate(None),
                 }
             }
-            Call::Claim { dead } => {
+            Call::Claim { dead, run } => {
                 // `member/<me>`'s lease as etcd holds it now, then the
                 // transaction: `member/<dead>` absent, `member/<me>` on
                 // that lease; put the claim on it (another's claim there
@@ -1928,11 +1992,11 @@ impl World {
                         lease: Some(lease),
                     }],
                 );
-                if r.is_err() {
+                let Ok(rev) = r else {
                     // `CompletionRefused`: it is a member again.
                     self.report.claims_refused += 1;
                     return None;
-                }
+                };
                 self.report.claims += 1;
                 self.trace(|| {
                     format!(
@@ -1940,11 +2004,14 @@ impl World {
                         lease.0
                     )
                 });
-                Answer::Claimed { dead }
+                Answer::Claimed { dead, run, rev }
             }
-            Call::Release { dead } => {
+            Call::Release { dead, rev } => {
                 self.trace(|| format!("{from} releases logless-claim/{}", dead.0));
-                let _ = self.txn(&[], &[Write::Delete(claim_key(dead))]);
+                let _ = self.txn(
+                    &[Compare::ModRevision(claim_key(dead), rev)],
+                    &[Write::Delete(claim_key(dead))],
+                );
                 return None;
             }
             Call::CoordWrite { actions } => {
@@ -2633,8 +2700,11 @@ impl World {
                 // claim, in steps of their own (claim, completion,
                 // release); its tables wait for a later round, whose view
                 // shows the completion.
+                // The run to complete is read (from the dead server's
+                // state file) just before claiming.
                 for dead in completions_due(&view) {
-                    calls.push(Call::Claim { dead });
+                    let run = self.nodes[&dead].run;
+                    calls.push(Call::Claim { dead, run });
                 }
                 let actions = decide(&view, 2);
                 if !actions.is_empty() {
@@ -2642,14 +2712,23 @@ impl World {
                 }
             }
             Answer::Coordinate(None) => {}
-            Answer::Claimed { dead } => completes.push(dead),
+            Answer::Claimed { dead, run, rev } => completes.push((dead, run, rev)),
         }
         let _ = now;
-        for dead in completes {
+        for (dead, run, rev) in completes {
             // Reading the run and the backups, writing the completion: a
             // few ms in the shared store.
             let d = self.logless_rng.random_range(1..20);
-            self.at(d, Event::Complete { by: s, inc, dead });
+            self.at(
+                d,
+                Event::Complete {
+                    by: s,
+                    inc,
+                    dead,
+                    run,
+                    rev,
+                },
+            );
         }
         self.perform(s, inc, outs);
         for c in calls {

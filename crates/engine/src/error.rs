@@ -54,4 +54,13 @@ pub enum EngineError {
          is not completed"
     )]
     CompletionRefused { member: String },
+    /// Member mode: the completion of dead member `member`'s run `run`
+    /// was not written, because its state file no longer names that run
+    /// as the one to complete: it restarted since the claimer read it
+    /// (and completed `run` itself, or began a new one). Nothing was
+    /// written; the next round asks again about the run it names now.
+    #[error(
+        "member {member}'s run {run:x} is no longer the one to complete (it restarted          since it was found dead): nothing written"
+    )]
+    RunMovedOn { member: String, run: u64 },
 }

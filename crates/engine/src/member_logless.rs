@@ -593,15 +593,50 @@ pub fn complete_member_journal(
     backups: impl IntoIterator<Item = Vec<u8>>,
 ) -> Result<CompletionReport, EngineError> {
     let view = PrefixStore::read_only(Arc::clone(&shared), member_prefix(member));
+    let run = unclean_run(&view)?;
+    complete_member_run(shared, member, run, backups)
+}
+
+/// [`complete_member_journal`] of run `run` only — the run the caller
+/// read as the one to complete when it claimed the completion (`None`:
+/// the member had shut down cleanly, nothing to complete). If the
+/// member's state file names another run now (it restarted meanwhile),
+/// nothing is written: [`EngineError::RunMovedOn`].
+///
+/// Why the run is pinned (issue 21 item 6; the simulation's seed 3746):
+/// a claimer paused after its claim past its own lease loses the claim;
+/// the dead member restarts, completes its crashed run itself, begins a
+/// new one and serves it; the claimer wakes. Reading the run again here
+/// it would complete the *live* run — and the member's next restart
+/// would cut its journal after that completion's end, or its next
+/// failover stop there, losing what it acknowledged since. Pinned, a
+/// late write can only be the completion of the run that died, which
+/// nobody reads once the state file names a newer run (and which the
+/// member's own recovery, first writer wins, has written already or
+/// takes). The check below and the write are not atomic; a completion of
+/// `run` written after the member moved on is such an unread one.
+pub fn complete_member_run(
+    shared: Arc<dyn Store>,
+    member: &str,
+    run: Option<u64>,
+    backups: impl IntoIterator<Item = Vec<u8>>,
+) -> Result<CompletionReport, EngineError> {
+    let view = PrefixStore::read_only(Arc::clone(&shared), member_prefix(member));
     let Some(key) = read_key(&view)? else {
         return Err(EngineError::Member(format!(
             "member {member} never ran with log-less durability: it has no redo key to complete its journal with"
         )));
     };
-    let Some(run) = unclean_run(&view)? else {
+    let Some(run) = run else {
         // Shut down cleanly: its journal is whole.
         return Ok(CompletionReport::default());
     };
+    if unclean_run(&view)? != Some(run) {
+        return Err(EngineError::RunMovedOn {
+            member: member.to_string(),
+            run,
+        });
+    }
     let existing = |c: Completion| CompletionReport {
         through: c.through,
         applied: c.entries.len(),

@@ -6,7 +6,8 @@
 
 use sextant_engine::logless::Redo;
 use sextant_engine::member_logless::{
-    complete_member_journal, current_completion, keep_backups, Handed,
+    complete_member_journal, complete_member_run, current_completion, keep_backups, unclean_run,
+    Handed,
 };
 use sextant_engine::store::{MemStore, Store};
 use sextant_engine::{
@@ -336,6 +337,52 @@ fn a_restart_takes_the_decision_the_coordinator_already_wrote() {
         a.getxattr(&root(), dirs[2].soid, b"user.k"),
         Err(FsError::NoData)
     );
+}
+
+/// A claimer that read run R as the one to complete, then was paused past
+/// its lease while the member restarted (completing R itself) and served
+/// a new run: its late completion of R writes nothing (`RunMovedOn`), and
+/// no completion of the live run exists. Reading the run again when it
+/// writes — as `complete_member_journal` does, which the claimer used
+/// before — it completes the live run, and the member's next restart
+/// would cut what it acknowledged since (the simulation's seed 3746).
+#[test]
+fn a_late_claimer_completes_only_the_run_it_read_never_the_live_one() {
+    let (store, catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let store = power_loss(&store, a);
+    let view = |s: &MemStore| {
+        sextant_engine::member::PrefixStore::read_only(Arc::new(s.clone()) as _, "members/a/")
+    };
+    let pinned = unclean_run(&view(&store)).unwrap();
+    assert!(pinned.is_some(), "the crashed run is the one to complete");
+    // The member restarts meanwhile, completes that run itself and serves
+    // a new one.
+    let a = open(&store, &catalog, "a", true);
+    a.recover_logless(backups(&redo)).unwrap();
+    a.create(&root(), dirs[0].soid, b"later", 0o600, true)
+        .unwrap()
+        .wait(&a)
+        .unwrap();
+    let live = unclean_run(&view(&store)).unwrap();
+    assert!(live.is_some() && live != pinned, "a new run: {live:?}");
+    // The claimer wakes.
+    let late = complete_member_run(Arc::new(store.clone()) as _, "a", pinned, Vec::new());
+    assert!(
+        matches!(late, Err(sextant_engine::EngineError::RunMovedOn { .. })),
+        "{late:?}"
+    );
+    assert!(
+        current_completion(&view(&store)).unwrap().is_none(),
+        "no completion of the live run"
+    );
+    // What the claimer did before: the run read again is the live one,
+    // and it is completed behind the back of the member serving it.
+    let before = store.power_cut_copy();
+    let r = complete_member_journal(Arc::new(before.clone()) as _, "a", Vec::new()).unwrap();
+    assert!(r.written, "the old way completes the live run");
+    assert!(current_completion(&view(&before)).unwrap().is_some());
+    drop(a);
 }
 
 #[test]

@@ -2116,8 +2116,14 @@ impl Engine {
                 member: dead.to_string(),
             });
         }
-        let report =
-            crate::member_logless::complete_member_journal(Arc::clone(&m.shared), dead, Vec::new());
+        // The run read before the claim, not the one named when the
+        // completion is written (`complete_member_run`: pinned).
+        let report = crate::member_logless::complete_member_run(
+            Arc::clone(&m.shared),
+            dead,
+            run,
+            Vec::new(),
+        );
         if claim {
             if let Err(e) = m.catalog.release_completion_claim(dead) {
                 tracing::warn!(member = dead, error = %e, "cannot release the claim on a journal completion (it goes with this server's lease)");

@@ -71,7 +71,13 @@
 //! `logless-claim/<member>`, put on this server's membership lease by a
 //! transaction that requires `member/<member>` absent at that moment and
 //! `member/<me>` on that lease; the member reads it (linearizably, not
-//! from the map) before every ADD.
+//! from the map) before every ADD. The release deletes exactly the put
+//! this server made (compared by its mod revision, so never a later
+//! claim of another server's) and, when etcd does not answer it, is sent
+//! again until etcd does: a claim left standing keeps the member it
+//! names from every table for as long as the claimer lives (found by the
+//! simulation). The claimer completes the run it read before claiming,
+//! never a later one (`sextant_engine`'s `complete_member_run`).
 //!
 //! Table numbers: the engine's are `u64`, the cluster's `u32`; a number
 //! that does not fit is refused (the counter starts at 1 and grows by
@@ -119,7 +125,17 @@ pub struct EtcdCatalog {
     /// (as by the network) and its answer lost ([`Self::hold_next`]).
     hold: Arc<AtomicBool>,
     held: Arc<std::sync::Mutex<Option<TablesChange>>>,
+    /// The claims this server holds on completing dead members' journals:
+    /// member → the mod revision of its `logless-claim/` put, so a release
+    /// deletes that claim and no later one (module doc).
+    claims: Arc<std::sync::Mutex<BTreeMap<String, i64>>>,
+    /// A test's fault point: the next claim release is lost (as when etcd
+    /// does not answer it) and left to the retries.
+    lose_release: Arc<AtomicBool>,
 }
+
+/// How often a release of a claim that etcd did not take is sent again.
+const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The fence of a commit of which nothing can apply: nothing was sent.
 pub const NOTHING_SENT: u64 = 0;
@@ -158,6 +174,54 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The claim on completing `member`'s journal (module doc).
 fn claim_key(member: &str) -> String {
     format!("logless-claim/{member}")
+}
+
+/// What [`run_on`] answers once the catalogue's thread is gone.
+const CATALOGUE_STOPPED: &str = "the catalogue thread stopped";
+
+/// Runs `f` on the catalogue's thread (through its job queue `jobs`) and
+/// waits for its answer.
+fn run_on<T: Send + 'static>(
+    jobs: &mpsc::Sender<Job>,
+    f: impl FnOnce(
+            &tokio::runtime::Runtime,
+            &mut sextant_coordinator::etcd_client::Client,
+        ) -> Result<T, CatalogError>
+        + Send
+        + 'static,
+) -> Result<T, CatalogError> {
+    let (tx, rx) = mpsc::channel();
+    let job: Job = Box::new(move |rt, c| {
+        let _ = tx.send(f(rt, c));
+    });
+    jobs.send(job).map_err(|_| unavailable(CATALOGUE_STOPPED))?;
+    rx.recv()
+        .map_err(|_| unavailable("etcd could not be reached"))?
+}
+
+/// Deletes `logless-claim/<member>` if it is still the put of mod
+/// revision `rev` (this server's claim, not a later one of another
+/// server or of this one). `Ok` once etcd answered, whether or not it
+/// was still there.
+fn delete_claim(
+    jobs: &mpsc::Sender<Job>,
+    cfg: &EtcdConfig,
+    member: &str,
+    rev: i64,
+) -> Result<(), CatalogError> {
+    use sextant_coordinator::etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let key = cfg.key(&claim_key(member));
+    run_on(jobs, move |rt, client| {
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                rev,
+            )])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        rt.block_on(client.txn(txn)).map_err(unavailable)?;
+        Ok(())
+    })
 }
 
 fn unavailable(e: impl std::fmt::Display) -> CatalogError {
@@ -218,7 +282,15 @@ impl EtcdCatalog {
             lose_reply: Arc::new(AtomicBool::new(false)),
             hold: Arc::new(AtomicBool::new(false)),
             held: Arc::default(),
+            claims: Arc::default(),
+            lose_release: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// A fault point for tests: the next release of a completion claim is
+    /// not sent (as when etcd does not answer it); the retries send it.
+    pub fn lose_next_release(&self) {
+        self.lose_release.store(true, Ordering::SeqCst);
     }
 
     /// A fault point for tests: the next commit's (first) transaction is
@@ -262,17 +334,11 @@ impl EtcdCatalog {
             + Send
             + 'static,
     ) -> Result<T, CatalogError> {
-        let (tx, rx) = mpsc::channel();
-        let job: Job = Box::new(move |rt, c| {
-            let _ = tx.send(f(rt, c));
-        });
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(job)
-            .map_err(|_| unavailable("the catalogue thread stopped"))?;
-        rx.recv()
-            .map_err(|_| unavailable("etcd could not be reached"))?
+        run_on(&self.jobs_sender(), f)
+    }
+
+    fn jobs_sender(&self) -> mpsc::Sender<Job> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every table's manifest, read with one prefix get (one revision).
@@ -776,6 +842,7 @@ impl TableCatalog for EtcdCatalog {
     fn claim_completion(&self, member: &str) -> Result<bool, CatalogError> {
         use sextant_coordinator::etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
         let (cfg, me, dead) = (self.etcd.clone(), self.name.clone(), member.to_string());
+        let claims = Arc::clone(&self.claims);
         self.run(move |rt, client| {
             let mine = cfg.key(&keys::member_key(&me));
             let theirs = cfg.key(&keys::member_key(&dead));
@@ -797,11 +864,13 @@ impl TableCatalog for EtcdCatalog {
                     me.clone(),
                     Some(PutOptions::new().with_lease(lease)),
                 )]);
-            if rt
-                .block_on(client.txn(txn))
-                .map_err(unavailable)?
-                .succeeded()
-            {
+            let resp = rt.block_on(client.txn(txn)).map_err(unavailable)?;
+            if resp.succeeded() {
+                let rev = resp.header().map_or(0, |h| h.revision());
+                claims
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(dead.clone(), rev);
                 crate::fault::step("completion-claimed");
                 return Ok(true);
             }
@@ -814,13 +883,47 @@ impl TableCatalog for EtcdCatalog {
         })
     }
 
+    /// Deletes this server's claim (the put it made, compared by mod
+    /// revision: never a later claim). If etcd does not answer, the
+    /// release is sent again every [`RELEASE_RETRY`] by a thread of its
+    /// own until etcd answers (or the catalogue stops): sent once, a lost
+    /// release left the claim standing for as long as this server lived,
+    /// and the member it names — back as a member — was refused every
+    /// table (`refuse_while_claimed`) all that time (the simulation's
+    /// seeds 26, 131, …: etcd down at the release).
     fn release_completion_claim(&self, member: &str) -> Result<(), CatalogError> {
-        let (cfg, dead) = (self.etcd.clone(), member.to_string());
-        self.run(move |rt, client| {
-            rt.block_on(client.delete(cfg.key(&claim_key(&dead)), None))
-                .map_err(unavailable)?;
-            Ok(())
-        })
+        let Some(rev) = self
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(member)
+        else {
+            return Ok(()); // no claim of this server's on it
+        };
+        let (jobs, cfg, dead) = (self.jobs_sender(), self.etcd.clone(), member.to_string());
+        let first = if self.lose_release.swap(false, Ordering::SeqCst) {
+            Err(unavailable("a test lost this release"))
+        } else {
+            delete_claim(&jobs, &cfg, &dead, rev)
+        };
+        let Err(e) = first else { return Ok(()) };
+        let retry = std::thread::Builder::new()
+            .name("sextant-claim-release".into())
+            .spawn(move || loop {
+                std::thread::sleep(RELEASE_RETRY);
+                match delete_claim(&jobs, &cfg, &dead, rev) {
+                    Ok(()) => {
+                        tracing::info!(member = %dead, "the claim on a journal completion is released (retried)");
+                        return;
+                    }
+                    Err(CatalogError::Unavailable(m)) if m == CATALOGUE_STOPPED => return,
+                    Err(_) => {}
+                }
+            });
+        if let Err(spawn) = retry {
+            tracing::error!(member, error = %spawn, "cannot retry the release of a journal completion claim; it goes with this server's lease");
+        }
+        Err(e)
     }
 
     fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {

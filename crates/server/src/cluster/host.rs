@@ -179,6 +179,18 @@ impl TableHost for EngineHost {
             }
             // A view older than the server's return: refused (the claim
             // fences it), harmless and rare.
+            // The run read before the claim is no longer the one to
+            // complete: the server restarted meanwhile (its own recovery
+            // decides that run). The next round asks about the run its
+            // state names now, if it is still away.
+            Err(sextant_engine::EngineError::RunMovedOn { run, .. }) => {
+                tracing::info!(
+                    server = dead,
+                    run = format_args!("{run:x}"),
+                    "not completing a log-less server's run: it restarted since it was found                      dead; nothing written"
+                );
+                false
+            }
             Err(sextant_engine::EngineError::CompletionRefused { .. }) => {
                 tracing::info!(
                     server = dead,
