@@ -1920,6 +1920,15 @@ impl Engine {
         self.inner.logless.is_some()
     }
 
+    /// Is a committed operation acknowledgeable as soon as its commit
+    /// returns — [`Engine::durable`] ready at once, nothing to wait for?
+    /// Log-less, and with a journal that replies once written
+    /// ([`SyncMode::Background`], `NoSync`: the committer writes its
+    /// record itself) or writes nothing (`Off`); not with `Fsync`.
+    pub fn acks_at_commit(&self) -> bool {
+        self.inner.logless.is_some() || self.inner.journal.acks_at_append()
+    }
+
     /// Log-less: the ARL entries with an LSN above `lsn`, oldest first
     /// (empty with the journal).
     pub fn arl_since(&self, lsn: Lsn) -> Vec<Redo> {

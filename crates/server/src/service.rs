@@ -1103,16 +1103,19 @@ impl Shared {
 /// and lookup throughput of one connection with 256 in flight, see
 /// docs/BENCHMARKS.md). Reads that can take long (readdir, resolve,
 /// listxattr) keep their task, so they run beside the session's other
-/// requests; with the journal, mutations too: they wait for the journal
-/// sync, which the session's other mutations must be able to share.
-/// Log-less mutations on a single server do not wait (durable once the
-/// client has the reply), so namespace mutations are answered inline too
-/// (not on a cluster: a mutation there may wait for a BORROW) (`sync` is not: it
-/// writes everything back). Inline is safe for a mutation: the session
-/// loop is a task of its own, which a dropped connection does not cancel.
-/// Only this server's part is inline: a request forwarded for a local
-/// user (one another server holds) waits on a task of its own.
-fn answers_inline(r: &pb::Request, logless: bool) -> bool {
+/// requests; with the journal's `fsync`, mutations too: they wait for the
+/// journal sync, which the session's other mutations must be able to
+/// share. Mutations on a single server that wait for nothing
+/// (`at_commit`: [`sextant_engine::Engine::acks_at_commit`] — log-less,
+/// durable once the client has the reply, or the journal in the
+/// background, durable once written, which the commit itself does) are
+/// answered inline too (not on a cluster: a mutation there may wait for
+/// a BORROW) (`sync` is not: it writes everything back). Inline is safe
+/// for a mutation: the session loop is a task of its own, which a dropped
+/// connection does not cancel. Only this server's part is inline: a
+/// request forwarded for a local user (one another server holds) waits on
+/// a task of its own.
+fn answers_inline(r: &pb::Request, at_commit: bool) -> bool {
     match &r.op {
         Some(
             Op::Getattr(_)
@@ -1134,7 +1137,7 @@ fn answers_inline(r: &pb::Request, logless: bool) -> bool {
             | Op::Setattr(_)
             | Op::Setxattr(_)
             | Op::Removexattr(_),
-        ) => logless,
+        ) => at_commit,
         _ => false,
     }
 }
@@ -1604,6 +1607,12 @@ impl pb::sextant_server::Sextant for Service {
             let mut notices = tokio::time::interval(NOTICE_INTERVAL);
             let mut noticed = 0;
             let mut revoked = false;
+            // Mutations wait for nothing after their commit here: a
+            // single server whose engine acknowledges at commit (see
+            // answers_inline).
+            let at_commit = shared.engine.acks_at_commit()
+                && shared.peers.is_none()
+                && !shared.placement.can_borrow();
             loop {
                 let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
                     break;
@@ -1655,7 +1664,7 @@ impl pb::sextant_server::Sextant for Service {
                     Err(status) => Err(status),
                 };
                 match next {
-                    Ok(Some(req)) if answers_inline(&req, shared.engine.is_logless()) => {
+                    Ok(Some(req)) if answers_inline(&req, at_commit) => {
                         // See answers_inline: microseconds, no waiting —
                         // but what waits for another server (a forward, a
                         // confined check across them) runs on a task of
