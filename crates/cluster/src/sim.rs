@@ -1266,9 +1266,23 @@ impl World {
                 // check and write are not atomic; a completion of the old
                 // run written after the state moved on is one nobody
                 // reads, so this atomic step stands for both.)
+                // Right before the write, the claim is read again
+                // (`TableCatalog::claim_held`): gone with a lease that ran
+                // out while the claimer was paused, or etcd not reachable,
+                // nothing is written (`ClaimLost`).
+                self.etcd.expire(self.now);
+                let held = self.etcd_reachable(by)
+                    && self
+                        .etcd
+                        .get(&claim_key(dead))
+                        .is_some_and(|e| e.mod_revision == rev);
                 if self.nodes[&dead].run != run {
                     self.trace(|| {
                         format!("{by} does not complete {dead}'s run {run}: it moved on")
+                    });
+                } else if !held {
+                    self.trace(|| {
+                        format!("{by} does not complete {dead}'s run {run}: its claim is gone")
                     });
                 } else if self.logless {
                     let run = JournalId {

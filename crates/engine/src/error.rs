@@ -63,4 +63,10 @@ pub enum EngineError {
         "member {member}'s run {run:x} is no longer the one to complete (it restarted          since it was found dead): nothing written"
     )]
     RunMovedOn { member: String, run: u64 },
+    /// Member mode: the completion of dead member `member`'s journal was
+    /// not written, because this server's claim on it is gone (its own
+    /// lease ran out — it was paused — and took the claim with it).
+    /// Nothing was written; the next round may claim again.
+    #[error("the claim on completing member {member}'s journal is gone: nothing written")]
+    ClaimLost { member: String },
 }

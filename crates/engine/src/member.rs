@@ -295,6 +295,15 @@ pub trait TableCatalog: Send + Sync {
         let _ = member;
         Ok(false)
     }
+    /// Whether this server's claim on completing `member`'s journal
+    /// ([`TableCatalog::claim_completion`]) still stands (read at this
+    /// moment): asked right before the completion is written, so a
+    /// claimer whose lease — and with it the claim — ran out while it was
+    /// paused writes nothing. The default: `Ok(true)`.
+    fn claim_held(&self, member: &str) -> Result<bool, CatalogError> {
+        let _ = member;
+        Ok(true)
+    }
 }
 
 /// How an engine joins a cluster ([`crate::Engine::open_member`]).
@@ -419,6 +428,10 @@ impl TableCatalog for MemCatalog {
     }
 
     fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {
+        Ok(self.inner.lock().claims.contains(member))
+    }
+
+    fn claim_held(&self, member: &str) -> Result<bool, CatalogError> {
         Ok(self.inner.lock().claims.contains(member))
     }
 

@@ -594,7 +594,7 @@ pub fn complete_member_journal(
 ) -> Result<CompletionReport, EngineError> {
     let view = PrefixStore::read_only(Arc::clone(&shared), member_prefix(member));
     let run = unclean_run(&view)?;
-    complete_member_run(shared, member, run, backups)
+    complete_member_run(shared, member, run, backups, || Ok(()))
 }
 
 /// [`complete_member_journal`] of run `run` only — the run the caller
@@ -615,11 +615,16 @@ pub fn complete_member_journal(
 /// member's own recovery, first writer wins, has written already or
 /// takes). The check below and the write are not atomic; a completion of
 /// `run` written after the member moved on is such an unread one.
+///
+/// `before_write` runs right before the completion is written (after the
+/// journal and the backups are read); an error from it writes nothing
+/// (a claimer checks there that its claim still stands).
 pub fn complete_member_run(
     shared: Arc<dyn Store>,
     member: &str,
     run: Option<u64>,
     backups: impl IntoIterator<Item = Vec<u8>>,
+    before_write: impl FnOnce() -> Result<(), EngineError>,
 ) -> Result<CompletionReport, EngineError> {
     let view = PrefixStore::read_only(Arc::clone(&shared), member_prefix(member));
     let Some(key) = read_key(&view)? else {
@@ -684,6 +689,9 @@ pub fn complete_member_run(
         }
     }
     let (completion, mut report) = plan_completion(through, opened);
+    // The last moment to find the claim gone (a claimer paused past its
+    // lease since it read the run): nothing is written then.
+    before_write()?;
     if let Some((inc, mark)) = read_acked(&view)? {
         if inc == run {
             report.acked_mark = mark;

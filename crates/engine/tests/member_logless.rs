@@ -367,7 +367,13 @@ fn a_late_claimer_completes_only_the_run_it_read_never_the_live_one() {
     let live = unclean_run(&view(&store)).unwrap();
     assert!(live.is_some() && live != pinned, "a new run: {live:?}");
     // The claimer wakes.
-    let late = complete_member_run(Arc::new(store.clone()) as _, "a", pinned, Vec::new());
+    let late = complete_member_run(
+        Arc::new(store.clone()) as _,
+        "a",
+        pinned,
+        Vec::new(),
+        || Ok(()),
+    );
     assert!(
         matches!(late, Err(sextant_engine::EngineError::RunMovedOn { .. })),
         "{late:?}"
@@ -383,6 +389,38 @@ fn a_late_claimer_completes_only_the_run_it_read_never_the_live_one() {
     assert!(r.written, "the old way completes the live run");
     assert!(current_completion(&view(&before)).unwrap().is_some());
     drop(a);
+}
+
+/// A claimer whose claim ran out with its lease while it read the
+/// journal and the backups (it was paused) writes nothing: the check right
+/// before the write (`claim_held`, here the hook) fails it with
+/// `ClaimLost`, and the run stays uncompleted for the next claim.
+#[test]
+fn a_claimer_whose_claim_is_gone_before_the_write_writes_nothing() {
+    let (store, _catalog, a, _b, dirs) = cluster();
+    let redo = tail(&a, &dirs);
+    let store = power_loss(&store, a);
+    let view =
+        sextant_engine::member::PrefixStore::read_only(Arc::new(store.clone()) as _, "members/a/");
+    let run = unclean_run(&view).unwrap();
+    let r = complete_member_run(
+        Arc::new(store.clone()) as _,
+        "a",
+        run,
+        backups(&redo),
+        || Err(sextant_engine::EngineError::ClaimLost { member: "a".into() }),
+    );
+    assert!(
+        matches!(r, Err(sextant_engine::EngineError::ClaimLost { .. })),
+        "{r:?}"
+    );
+    assert!(
+        current_completion(&view).unwrap().is_none(),
+        "nothing written"
+    );
+    // The next claim completes it.
+    let r = complete_member_run(Arc::new(store) as _, "a", run, backups(&redo), || Ok(())).unwrap();
+    assert!(r.written);
 }
 
 #[test]

@@ -2123,6 +2123,18 @@ impl Engine {
             dead,
             run,
             Vec::new(),
+            || {
+                // A claim that ran out with this server's lease (paused
+                // since it claimed): nothing written. (The check and the
+                // write are not atomic: ARCHITECTURE.md, "Log-less on a
+                // cluster", says what stays open.)
+                if claim && !m.catalog.claim_held(dead)? {
+                    return Err(EngineError::ClaimLost {
+                        member: dead.to_string(),
+                    });
+                }
+                Ok(())
+            },
         );
         if claim {
             if let Err(e) = m.catalog.release_completion_claim(dead) {

@@ -926,6 +926,30 @@ impl TableCatalog for EtcdCatalog {
         Err(e)
     }
 
+    /// This server's claim on `member` is still its put of the revision
+    /// it recorded (not gone with a lease that ran out, not another's).
+    fn claim_held(&self, member: &str) -> Result<bool, CatalogError> {
+        let Some(rev) = self
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(member)
+            .copied()
+        else {
+            return Ok(false);
+        };
+        let (cfg, who) = (self.etcd.clone(), member.to_string());
+        self.run(move |rt, client| {
+            let resp = rt
+                .block_on(client.get(cfg.key(&claim_key(&who)), None))
+                .map_err(unavailable)?;
+            Ok(resp
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.mod_revision() == rev))
+        })
+    }
+
     fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {
         let (cfg, who) = (self.etcd.clone(), member.to_string());
         self.run(move |rt, client| {

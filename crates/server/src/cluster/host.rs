@@ -191,6 +191,13 @@ impl TableHost for EngineHost {
                 );
                 false
             }
+            Err(sextant_engine::EngineError::ClaimLost { .. }) => {
+                tracing::info!(
+                    server = dead,
+                    "not completing a log-less server's journal: this server's claim ran out                      with its lease meanwhile (it was paused); nothing written"
+                );
+                false
+            }
             Err(sextant_engine::EngineError::CompletionRefused { .. }) => {
                 tracing::info!(
                     server = dead,
