@@ -33,6 +33,11 @@
 //!   nothing (what it answers when its map lags behind etcd). Used by the
 //!   test of a DROP whose commit is refused (crates/cli/tests/cluster.rs).
 //!
+//! - `lose-release:N` — the first N attempts to release a claim on a
+//!   log-less journal completion (`cluster/catalog.rs`) are lost, as when
+//!   etcd does not answer them; the release is sent again until one gets
+//!   through. Used by crates/cli/tests/logless_exit.rs.
+//!
 //! Read once, at first use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,6 +117,27 @@ fn stale_drop_commits() -> Option<u64> {
         tracing::warn!(fault = %v, "a test-only fault point is armed");
         Some(n)
     })
+}
+
+/// `Some(n)`: lose the first n releases of a completion claim.
+fn lost_releases() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let n = v.strip_prefix("lose-release:")?.parse().ok()?;
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(n)
+    })
+}
+
+/// Called by the catalogue before each attempt to release a completion
+/// claim: `true` if armed and fewer than N were lost so far (lose it).
+pub fn lose_release() -> bool {
+    static LOST: AtomicU64 = AtomicU64::new(0);
+    let Some(n) = lost_releases() else {
+        return false;
+    };
+    LOST.fetch_add(1, Ordering::SeqCst) < n
 }
 
 /// Called by the catalogue before it commits a DROP's final manifest:

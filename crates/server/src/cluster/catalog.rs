@@ -129,9 +129,6 @@ pub struct EtcdCatalog {
     /// member → the mod revision of its `logless-claim/` put, so a release
     /// deletes that claim and no later one (module doc).
     claims: Arc<std::sync::Mutex<BTreeMap<String, i64>>>,
-    /// A test's fault point: the next claim release is lost (as when etcd
-    /// does not answer it) and left to the retries.
-    lose_release: Arc<AtomicBool>,
 }
 
 /// How often a release of a claim that etcd did not take is sent again.
@@ -283,14 +280,7 @@ impl EtcdCatalog {
             hold: Arc::new(AtomicBool::new(false)),
             held: Arc::default(),
             claims: Arc::default(),
-            lose_release: Arc::new(AtomicBool::new(false)),
         })
-    }
-
-    /// A fault point for tests: the next release of a completion claim is
-    /// not sent (as when etcd does not answer it); the retries send it.
-    pub fn lose_next_release(&self) {
-        self.lose_release.store(true, Ordering::SeqCst);
     }
 
     /// A fault point for tests: the next commit's (first) transaction is
@@ -901,17 +891,20 @@ impl TableCatalog for EtcdCatalog {
             return Ok(()); // no claim of this server's on it
         };
         let (jobs, cfg, dead) = (self.jobs_sender(), self.etcd.clone(), member.to_string());
-        let first = if self.lose_release.swap(false, Ordering::SeqCst) {
-            Err(unavailable("a test lost this release"))
-        } else {
-            delete_claim(&jobs, &cfg, &dead, rev)
+        let name = dead.clone();
+        let attempt = move || {
+            if crate::fault::lose_release() {
+                return Err(unavailable("a test-only fault lost this release"));
+            }
+            delete_claim(&jobs, &cfg, &name, rev)
         };
+        let first = attempt();
         let Err(e) = first else { return Ok(()) };
         let retry = std::thread::Builder::new()
             .name("sextant-claim-release".into())
             .spawn(move || loop {
                 std::thread::sleep(RELEASE_RETRY);
-                match delete_claim(&jobs, &cfg, &dead, rev) {
+                match attempt() {
                     Ok(()) => {
                         tracing::info!(member = %dead, "the claim on a journal completion is released (retried)");
                         return;
