@@ -146,14 +146,21 @@ pub fn mount(
     let watcher_client = client.clone();
     let durability_of = client.clone();
     let data = Arc::new(
-        data::Data::open_dir(&cfg.data_dir)?.with_durability(Arc::new(move || {
-            let b = durability_of.backup_stats();
-            data::Durability {
-                incarnation: b.incarnation,
-                written_back: b.written_back,
-                newest_seen: b.newest_seen,
-            }
-        })),
+        data::Data::open_dir(&cfg.data_dir)?
+            .with_durability(Arc::new(move || {
+                let b = durability_of.backup_stats();
+                data::Durability {
+                    incarnation: b.incarnation,
+                    written_back: b.written_back,
+                    newest_seen: b.newest_seen,
+                }
+            }))
+            // SEXTANT_INLINE_OBJECT_REMOVAL=1: object files unlinked inside
+            // the request, not by the remover (for comparisons; see
+            // crate::data).
+            .with_inline_removal(
+                std::env::var("SEXTANT_INLINE_OBJECT_REMOVAL").is_ok_and(|v| v == "1"),
+            ),
     );
     let reaper = start_reaper(Arc::clone(&data))?;
     let reaped = Arc::clone(&data);
@@ -272,6 +279,8 @@ pub fn mount(
     if let Err(e) = reaped.reap() {
         tracing::warn!(error = %e, "removing the objects of removed files");
     }
+    // The object files the remover still holds go before the mount ends.
+    reaped.drain();
     served
 }
 
