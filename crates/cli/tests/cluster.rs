@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{cut_journal, cut_journal_above, journal_lengths, ls_d, walk_files};
+use common::{cut_journal, cut_journal_above, etcd_keys, journal_lengths, ls_d, walk_files};
 use common::{
     dir_and_etcd, free_ports, have_etcd, move_table, serve, serve_env, serve_with, sextant,
     sextant_ok, signal, start_etcd, status_on, tables_by_server, try_status_on, wait_for,
@@ -2256,26 +2256,6 @@ fn renames_under_load_survive_a_killed_lender() {
 #[test]
 fn renames_under_load_survive_a_stalled_borrower() {
     renames_under_load_through(LoadFault::StopBorrower);
-}
-
-/// The keys under `prefix` in etcd.
-fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
-    use sextant_coordinator::etcd_client::{Client, GetOptions};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut c = Client::connect([url], None).await.unwrap();
-        let r = c
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await
-            .unwrap();
-        r.kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect()
-    })
 }
 
 /// Turns etcd's authentication on (through the etcd client, as etcdctl

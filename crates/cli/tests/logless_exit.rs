@@ -37,7 +37,7 @@
 
 mod common;
 
-use common::{cut_journal, journal_lengths, walk_files};
+use common::{cut_journal, etcd_keys, journal_lengths, walk_files};
 use common::{
     dir_and_etcd, sextant_ok, spawn_server_env, status_on, tables_by_server, wait_for, KillOnDrop,
 };
@@ -461,26 +461,6 @@ fn a_server_paused_while_it_holds_a_completion_claim_is_completed_past() {
     drop(rt);
     drop(c);
     drop(etcd.child);
-}
-
-/// The keys under `prefix` in etcd.
-fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
-    use sextant_coordinator::etcd_client::{Client, GetOptions};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut c = Client::connect([url], None).await.unwrap();
-        let r = c
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await
-            .unwrap();
-        r.kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect()
-    })
 }
 
 /// c (the coordinator) completes the journal of a, killed, and its first

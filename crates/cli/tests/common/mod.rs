@@ -763,3 +763,23 @@ pub fn segment_bytes_through(segment: &Path, lsn: u64) -> u64 {
     }
     through as u64
 }
+
+/// The keys under `prefix` in etcd.
+pub fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
+    use sextant_coordinator::etcd_client::{Client, GetOptions};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = Client::connect([url], None).await.unwrap();
+        let r = c
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        r.kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect()
+    })
+}
