@@ -10,6 +10,12 @@
 # medians.
 #
 #   scripts/cluster-failover.sh [ROUNDS]    (default 5 per TTL and mode)
+#
+# FAULT=etcd measures instead the service back after an etcd restart
+# (issue 20: "within etcd's restart time + TTL"): etcd is killed (-9) and
+# started again on the same data and ports; from the kill, the time until
+# etcd answers and until a `mkdir` through a, then through b, succeeds
+# again (the journal default; ROUNDS per TTL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -27,17 +33,22 @@ free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0)
 now() { python3 -c 'import time;print(time.monotonic())'; }
 
 MODES=${MODES:-journal}
+FAULT=${FAULT:-server}
 GRACE=${GRACE:-5s}
+
+start_etcd() {  # $1 = dir, $2 = client port, $3 = peer port; sets etcd_pid
+  etcd --name t --data-dir "$1/etcd" --listen-client-urls "http://127.0.0.1:$2" \
+    --advertise-client-urls "http://127.0.0.1:$2" --listen-peer-urls "http://127.0.0.1:$3" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$3" --initial-cluster "t=http://127.0.0.1:$3" \
+    >>"$1/etcd.log" 2>&1 &
+  etcd_pid=$!; pids+=("$etcd_pid")
+  until (echo > "/dev/tcp/127.0.0.1/$2") 2>/dev/null; do sleep 0.02; done
+}
 
 round() {  # $1 = TTL, $2 = durability
   local ttl=$1 mode=$2 dir; dir=$(mktemp -d "$work/r.XXXX")
   local c p; c=$(free_port); p=$(free_port)
-  etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$c" \
-    --advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "t=http://127.0.0.1:$p" \
-    >"$dir/etcd.log" 2>&1 &
-  local etcd_pid=$!; pids+=("$etcd_pid")
-  until (echo > "/dev/tcp/127.0.0.1/$c") 2>/dev/null; do sleep 0.05; done
+  start_etcd "$dir" "$c" "$p"
   declare -A pid addr
   for n in a b; do
     SEXTANT_METRICS=off SEXTANT_LEASE_TTL=${ttl}s "$BIN" serve --data "$dir/$n" --listen 127.0.0.1:0 \
@@ -51,6 +62,20 @@ round() {  # $1 = TTL, $2 = durability
     until "$BIN" --server "${addr[a]}" --data "$dir/a" ls / >/dev/null 2>&1; do sleep 0.05; done
   done
   "$BIN" --server "${addr[b]}" --data "$dir/a" mkdir /acked >/dev/null
+  if [ "$FAULT" = etcd ]; then
+    local t0 te ta tb i=0; t0=$(now)
+    kill -9 "$etcd_pid"; wait "$etcd_pid" 2>/dev/null || true
+    start_etcd "$dir" "$c" "$p"
+    te=$(now)
+    until "$BIN" --server "${addr[a]}" --data "$dir/a" mkdir "/a$i" >/dev/null 2>&1; do i=$((i+1)); sleep 0.02; done
+    ta=$(now)
+    until "$BIN" --server "${addr[b]}" --data "$dir/a" mkdir "/b$i" >/dev/null 2>&1; do i=$((i+1)); sleep 0.02; done
+    tb=$(now)
+    python3 -c "print(f'ttl {$ttl} s: etcd answers after {($te-$t0):.2f} s; a mutation through a after {($ta-$t0):.2f} s, through b after {($tb-$t0):.2f} s (bound: etcd + ttl = {($te-$t0+$ttl):.2f} s)')"
+    kill "${pid[a]}" "${pid[b]}" "$etcd_pid" 2>/dev/null || true
+    wait "${pid[a]}" "${pid[b]}" "$etcd_pid" 2>/dev/null || true
+    return
+  fi
   local t0; t0=$(now)
   kill -9 "${pid[a]}"
   until "$BIN" --server "${addr[b]}" --data "$dir/a" ls / 2>/dev/null | grep -q acked; do sleep 0.02; done
