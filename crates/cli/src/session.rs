@@ -194,6 +194,12 @@ pub fn connect_failed(addr: &str, tls_ca: Option<&Path>, e: Error) -> anyhow::Er
 /// Client settings for the CLI's connections: TLS when `tls_ca` is given.
 pub fn client_options(tls_ca: Option<&Path>) -> Result<Options> {
     let mut o = Options::default();
+    // A local user on a cluster's Unix socket reaches the other servers
+    // with an identity ticket unless told not to (then its server
+    // forwards for it, as before tickets).
+    if std::env::var("SEXTANT_TICKETS").is_ok_and(|v| matches!(v.trim(), "0" | "off" | "no")) {
+        o.tickets = false;
+    }
     if let Some(path) = tls_ca {
         let pem = std::fs::read(path)
             .with_context(|| format!("cannot read the TLS CA certificate {}", path.display()))?;

@@ -3577,6 +3577,164 @@ fn a_local_user_stats_a_directory_held_elsewhere_through_the_socket() {
     );
 }
 
+/// The environment variables that make [`ticket_child`] run: the socket's
+/// path, /other's SOID (hex), and whether to use tickets ("on"/"off").
+const TICKET_SOCKET: &str = "SEXTANT_TEST_TICKET_SOCKET";
+const TICKET_DIR: &str = "SEXTANT_TEST_TICKET_DIR";
+const TICKET_USE: &str = "SEXTANT_TEST_TICKET_USE";
+
+/// The half of `a_local_user_with_a_ticket_reaches_the_holder_itself` that
+/// runs as nobody: connects to a's socket (no secret), with tickets or
+/// without, and creates 20 files in /other (b's table) claiming root;
+/// prints `ticket=BOOL uids=...`. A no-op when run as a test of its own.
+#[test]
+fn ticket_child() {
+    let Ok(socket) = std::env::var(TICKET_SOCKET) else {
+        return;
+    };
+    use sextant_client::{Client, Options};
+    use sextant_types::{Credentials, Soid};
+    assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
+    let other = std::env::var(TICKET_DIR).unwrap();
+    let other = Soid::from_be_bytes(u128::from_str_radix(&other, 16).unwrap().to_be_bytes());
+    let tickets = std::env::var(TICKET_USE).unwrap() == "on";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let options = Options {
+            tickets,
+            ..Options::default()
+        };
+        let c = Client::connect(&format!("unix:{socket}"), "", options)
+            .await
+            .unwrap();
+        let root = Credentials::root();
+        let mut uids = Vec::new();
+        for i in 0..20 {
+            let name = format!("t-{tickets}-{i}");
+            let a = c
+                .create(&root, other, name.as_bytes(), 0o644, true)
+                .await
+                .unwrap();
+            uids.push(a.uid);
+        }
+        uids.dedup();
+        println!("ticket={} uids={uids:?}", c.has_ticket());
+    });
+}
+
+/// Issue 22, identity tickets: a local user on a's socket (nobody, no
+/// secret) gets a ticket from a and sends its requests for b's table to b
+/// itself over TCP — a forwards none of them
+/// (`sextant_requests_forwarded_total` stays 0) — and they still run as
+/// nobody though they claim root. The same user without tickets (the
+/// client told not to ask) goes through a, which forwards every one.
+#[test]
+fn a_local_user_with_a_ticket_reaches_the_holder_itself() {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
+        return;
+    };
+    let metrics_port = free_ports(1);
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let (_a, a_addr, secret, config, sock) = first_server_on_socket(
+        dir.path(),
+        &etcd.url,
+        "table_dir_limit = 2\n",
+        &[("SEXTANT_METRICS", &metrics)],
+    );
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
+    let _b = KillOnDrop(b);
+    for d in ["/pub", "/other"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", d]);
+        sextant_ok(&a_addr, &secret, &["chmod", "777", d]);
+    }
+    let root_table = move_table(&etcd.url, &secret, "/", "a");
+    let other_table = move_table(&etcd.url, &secret, "/other", "b");
+    assert_ne!(root_table, other_table, "/other has a table of its own");
+    let settled = || {
+        let s = status_on(&etcd.url, &secret);
+        let on = |table, server| {
+            s["tables"].as_array().unwrap().iter().any(|t| {
+                t["table"].as_u64() == Some(table)
+                    && t["owner"].as_str() == Some(server)
+                    && t["moving_to"].is_null()
+            })
+        };
+        on(root_table, "a") && on(other_table, "b")
+    };
+    wait_for("/ on a, /other on b", Duration::from_secs(30), settled);
+    let mut stat = String::new();
+    wait_for("/other served", Duration::from_secs(30), || {
+        let o = sextant(&a_addr, &secret, &["stat", "/other"]);
+        stat = String::from_utf8_lossy(&o.stdout).into_owned();
+        o.status.success()
+    });
+    let other = stat
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("SOID: "))
+        .unwrap_or_else(|| panic!("no SOID in {stat}"))
+        .to_string();
+    let forwarded = || {
+        let body = scrape_metrics(metrics_port);
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix("sextant_requests_forwarded_total")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    let run = |tickets: &str| {
+        let out = Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "ticket_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env_remove("SEXTANT_SECRET")
+            .env_remove("SEXTANT_SECRET_FILE")
+            .env(TICKET_SOCKET, &sock)
+            .env(TICKET_DIR, &other)
+            .env(TICKET_USE, tickets)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "the child ({tickets}) failed: {said}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        said
+    };
+    let before = forwarded();
+    let said = run("on");
+    assert!(said.contains("ticket=true uids=[65534]"), "{said}");
+    let with_tickets = forwarded() - before;
+    assert!(
+        with_tickets < 1.0,
+        "{with_tickets} requests forwarded for a ticket's holder"
+    );
+    let said = run("off");
+    assert!(said.contains("ticket=false uids=[65534]"), "{said}");
+    let without = forwarded() - before - with_tickets;
+    assert!(without >= 20.0, "{without} forwarded without tickets");
+    assert!(
+        settled(),
+        "a table moved during the test: its answer says nothing"
+    );
+    let ls = sextant_ok(&a_addr, &secret, &["ls", "-l", "/other"]);
+    assert_eq!(
+        ls.lines().filter(|l| l.contains("nobody")).count(),
+        40,
+        "every file made as nobody: {ls}"
+    );
+}
+
 /// A server's /metrics (retried for a few seconds while the exporter
 /// starts).
 fn scrape_metrics(port: u16) -> String {

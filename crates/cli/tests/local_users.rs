@@ -561,6 +561,8 @@ fn schema_rpcs() -> Vec<String> {
 /// The environment variable that makes [`forged_claims_child`] run: the
 /// socket's path.
 const FORGE_SOCKET: &str = "SEXTANT_TEST_FORGE_SOCKET";
+/// ... and the server's TCP address (where a ticket is proved).
+const FORGE_TCP: &str = "SEXTANT_TEST_FORGE_TCP";
 
 /// The half of `a_forged_claim_on_the_socket_is_ignored_logged_and_counted`
 /// that runs as `nobody` (the test binary re-executed through setpriv):
@@ -584,6 +586,8 @@ fn forged_claims_child() {
         let c = Client::connect(&addr, "", Options::default())
             .await
             .unwrap();
+        // A single server: nothing to route, so no identity ticket.
+        assert!(!c.has_ticket(), "a ticket from a single server");
         let pub_ = c.resolve(&root, b"/t/pub", true).await.unwrap().soid;
         let priv_ = c.resolve(&root, b"/t/priv", true).await.unwrap().soid;
         // A raw gRPC client on the socket, for the rpcs the library does
@@ -713,6 +717,62 @@ fn forged_claims_child() {
                         "a local user may not manage client keys"
                     );
                 }
+                "Ticket" => {
+                    // An identity ticket: issued on the socket to a local
+                    // user; proved over TCP it runs as that user whatever
+                    // the request claims; never issued over TCP.
+                    use sextant_proto::keyauth;
+                    let t = raw.ticket(pb::TicketRequest {}).await.unwrap().into_inner();
+                    assert!(t.name.starts_with("t1.") && t.key.len() == 64, "{t:?}");
+                    let key = keyauth::ClientKey {
+                        name: t.name.clone(),
+                        key: keyauth::unhex(&t.key).unwrap(),
+                    };
+                    let tcp = std::env::var(FORGE_TCP).unwrap();
+                    let tcp = tcp.trim_start_matches("http://").to_string();
+                    let ch = tonic::transport::Endpoint::from_shared(format!("http://{tcp}"))
+                        .unwrap()
+                        .connect()
+                        .await
+                        .unwrap();
+                    let mut over_tcp = pb::sextant_client::SextantClient::new(ch);
+                    let prove = |method: &str, nonce: &str| {
+                        let time = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap()
+                            .as_secs() as i64;
+                        let p = key.prove_for(
+                            &format!("/sextant.v1.Sextant/{method}"),
+                            &tcp,
+                            time,
+                            nonce,
+                        );
+                        let mut m = tonic::metadata::MetadataMap::new();
+                        m.insert(keyauth::KEY_METADATA, p.name.parse().unwrap());
+                        m.insert(keyauth::TIME_METADATA, p.time.to_string().parse().unwrap());
+                        m.insert(keyauth::NONCE_METADATA, p.nonce.parse().unwrap());
+                        m.insert(keyauth::MAC_METADATA, p.mac.parse().unwrap());
+                        m.insert(keyauth::AUDIENCE_METADATA, p.audience.parse().unwrap());
+                        m
+                    };
+                    let mut req = tonic::Request::new(forged(create(pub_, "ticket-file")));
+                    *req.metadata_mut() = prove("Call", "0123456789abcdef-call");
+                    let r = over_tcp.call(req).await.unwrap().into_inner();
+                    match r.result {
+                        Some(pb::response::Result::Attr(a)) => {
+                            assert_eq!((a.uid, a.gid), (65534, 65534), "made as the ticket's user")
+                        }
+                        other => panic!("ticket call: {other:?} {:?}", r.error),
+                    }
+                    let mut req = tonic::Request::new(pb::TicketRequest {});
+                    *req.metadata_mut() = prove("Ticket", "0123456789abcdef-tick");
+                    let r = over_tcp.ticket(req).await;
+                    assert_eq!(
+                        r.map(|_| ()).map_err(|s| s.code()),
+                        Err(tonic::Code::PermissionDenied),
+                        "a ticket's holder over TCP gets no ticket"
+                    );
+                }
                 "Watch" => match c.watch().await {
                     Err(Error::Fs(FsError::Perm)) => {}
                     Err(e) => panic!("watch: {e}"),
@@ -792,6 +852,7 @@ fn a_forged_claim_on_the_socket_is_ignored_logged_and_counted() {
             "1",
         ])
         .env(FORGE_SOCKET, &socket)
+        .env(FORGE_TCP, &w.addr)
         .current_dir("/")
         .output()
         .unwrap();

@@ -21,6 +21,7 @@ mod search;
 pub mod spool;
 mod spread;
 mod target;
+mod ticket;
 pub mod timing;
 mod watch;
 
@@ -116,6 +117,10 @@ pub struct Options {
     /// back (and handed back) when a client connects ([`spool`]); `None`:
     /// nowhere.
     pub backup_dir: Option<std::path::PathBuf>,
+    /// A local user on a cluster server's Unix socket (no secret, no key)
+    /// asks for an identity ticket and reaches the other servers with it
+    /// ([`ticket`]); `false`: it never does, its server forwards for it.
+    pub tickets: bool,
 }
 
 impl Default for Options {
@@ -128,6 +133,7 @@ impl Default for Options {
             tls_ca: None,
             tls_domain: None,
             backup_dir: None,
+            tickets: true,
         }
     }
 }
@@ -219,6 +225,9 @@ struct Inner {
     /// A client key: each call carries a proof of it (see
     /// `sextant_proto::keyauth`), never the key.
     key: Option<Arc<keyauth::ClientKey>>,
+    /// A local user's identity ticket (without secret or key, on a
+    /// cluster): proved on calls to the other servers (see [`ticket`]).
+    tickets: Arc<ticket::Tickets>,
     client_id: u64,
     /// Exactly-once sequence numbers (see [`Outstanding`]).
     outstanding: Mutex<Outstanding>,
@@ -273,6 +282,7 @@ struct Family {
     session_broke: Arc<tokio::sync::Notify>,
     retries: Arc<Retries>,
     router: route::Router,
+    tickets: Arc<ticket::Tickets>,
 }
 
 impl Inner {
@@ -290,6 +300,7 @@ impl Inner {
             session_broke,
             retries,
             router,
+            tickets,
         } = family;
         Inner {
             home: Arc::new(route::Link::new(addr.clone(), target.clone())),
@@ -298,6 +309,7 @@ impl Inner {
             target,
             secret,
             key,
+            tickets,
             client_id: options.client_id.unwrap_or_else(random_u64),
             outstanding: Mutex::new(Outstanding::default()),
             next_id: AtomicU64::new(1),
@@ -324,7 +336,12 @@ impl Inner {
                 .metadata_mut()
                 .insert(SECRET_METADATA, secret.clone());
         }
-        if let Some(key) = &self.key {
+        // A local user's ticket, for any server but its socket's (where
+        // the kernel says who it is).
+        let ticket = (self.secret.is_none() && self.key.is_none() && addr != self.home.addr)
+            .then(|| self.tickets.key())
+            .flatten();
+        if let Some(key) = self.key.as_ref().or(ticket.as_ref()) {
             let time = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
@@ -337,6 +354,7 @@ impl Inner {
                     m.insert(k, v);
                 }
             };
+            // (A ticket's name is `t1.` + base64url: ASCII too.)
             put(keyauth::KEY_METADATA, proof.name);
             put(keyauth::TIME_METADATA, proof.time.to_string());
             put(keyauth::NONCE_METADATA, proof.nonce);
@@ -676,6 +694,27 @@ async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
 }
 
 /// The host part of `host:port` (`[v6]:port` gives `v6`).
+/// Renews a local user's identity ticket (see [`ticket`]) from half its
+/// life on, for as long as the client lives; a failed renewal is tried
+/// again shortly (the client goes through its socket once the ticket
+/// expires).
+async fn keep_ticket(client: Weak<Inner>) {
+    loop {
+        let due = match client.upgrade() {
+            Some(inner) => inner.tickets.renew_due(),
+            None => return,
+        };
+        tokio::time::sleep(due.max(Duration::from_millis(100))).await;
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let renewed = Client { inner }.fetch_ticket().await;
+        if !renewed {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+}
+
 fn host_of(addr: &str) -> String {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     host.trim_start_matches('[')
@@ -753,6 +792,9 @@ impl Client {
         client.conn().await?;
         timing::mark(|| "session open".into());
         client.learn_cluster().await;
+        if client.inner.tickets.wanted() {
+            tokio::spawn(keep_ticket(Arc::downgrade(&client.inner)));
+        }
         // Needs the route map: which other servers there are.
         client.restore_peer_spools();
         Ok(client)
@@ -765,6 +807,20 @@ impl Client {
     /// retries in [`Client::call_with`]). Best effort: a server that does
     /// not answer leaves the client as it was.
     async fn learn_cluster(&self) {
+        if self.secret_is_empty() && self.inner.addr.starts_with("unix:") {
+            if !self.inner.options.tickets {
+                return;
+            }
+            // A local user on a server's socket: with a ticket it routes
+            // as a keyed client does; without (a single server, an older
+            // server), its server forwards for it.
+            if let Ok(map) = self.map_from(&self.inner.home).await {
+                if map.addresses().len() > 1 && self.fetch_ticket().await {
+                    self.inner.router.adopt(map);
+                }
+            }
+            return;
+        }
         if self.inner.secret.is_none() {
             return;
         }
@@ -773,6 +829,40 @@ impl Client {
                 self.inner.router.adopt(map);
             }
         }
+    }
+
+    /// Asks the socket's server for an identity ticket (see [`ticket`]):
+    /// whether one is held now. An older server (no `Ticket`), or one that
+    /// refuses, leaves the client as it was.
+    async fn fetch_ticket(&self) -> bool {
+        let mut grpc = pb::sextant_client::SextantClient::new(self.inner.home.channel());
+        let mut request = tonic::Request::new(pb::TicketRequest {});
+        request.set_timeout(self.inner.options.connect_timeout);
+        match grpc.ticket(request).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                let held = self.inner.tickets.hold(&r.name, &r.key, r.expires);
+                if !held {
+                    tracing::warn!("the server's identity ticket is malformed; not used");
+                }
+                held
+            }
+            Err(s) => {
+                tracing::debug!(code = ?s.code(), message = s.message(), "no identity ticket");
+                false
+            }
+        }
+    }
+
+    /// Whether a call to `link` that was refused (UNAUTHENTICATED) was a
+    /// ticket's: then the ticket is dropped (see
+    /// [`ticket::Tickets::refused`]) and the call goes through the socket.
+    pub(crate) fn ticket_refused(&self, link: &route::Link) -> bool {
+        if !self.secret_is_empty() || link.addr == self.inner.home.addr {
+            return false;
+        }
+        self.inner.tickets.refused();
+        true
     }
 
     /// Another connection to the same server, with the same secret and
@@ -815,6 +905,7 @@ impl Client {
                     session_broke: Arc::clone(&self.inner.session_broke),
                     retries: Arc::clone(&self.inner.retries),
                     router: self.inner.router.sharing_map(),
+                    tickets: Arc::clone(&self.inner.tickets),
                 },
             )),
         };
@@ -893,8 +984,9 @@ impl Client {
     /// The link a request routed by `soid` goes to (see [`route`]).
     fn link_for(&self, soid: Option<Soid>) -> Arc<route::Link> {
         // Without the secret (a local user on a server's Unix socket) the
-        // other servers cannot be reached: that server forwards for us.
-        if self.secret_is_empty() {
+        // other servers are reached with an identity ticket; without a
+        // usable one, that server forwards for us.
+        if self.secret_is_empty() && !self.inner.tickets.usable() {
             return Arc::clone(&self.inner.home);
         }
         let Some(addr) = soid.and_then(|s| self.inner.router.address_for(s)) else {
@@ -918,6 +1010,18 @@ impl Client {
     /// server's Unix socket, served as the kernel says it is).
     pub(crate) fn secret_is_empty(&self) -> bool {
         self.inner.secret.is_none() && self.inner.key.is_none()
+    }
+
+    /// Whether this client (a local user without secret or key) reaches
+    /// the other servers itself now, with an identity ticket.
+    pub fn has_ticket(&self) -> bool {
+        self.secret_is_empty() && self.inner.tickets.usable()
+    }
+
+    /// Whether a request for another server goes through the home server
+    /// (which forwards it): a local user without a usable ticket.
+    pub(crate) fn forwards(&self) -> bool {
+        self.secret_is_empty() && !self.inner.tickets.usable()
     }
 
     /// Manages client keys (the `Keys` RPC; the cluster secret only). A
@@ -1505,6 +1609,9 @@ impl Client {
                                 let ours = self.inner.router.map().map(|m| m.revision());
                                 if theirs == 0 || ours.is_none_or(|r| r < theirs) {
                                     if let Err(Error::Auth) = self.refresh_routes(&link).await {
+                                        if self.ticket_refused(&link) {
+                                            continue;
+                                        }
                                         return Err(Error::Auth);
                                     }
                                 }
@@ -1563,6 +1670,7 @@ impl Client {
                             Ok(Err(s)) => {
                                 conn.dead.store(true, Ordering::Release);
                                 match s.code() {
+                                    Code::Unauthenticated if self.ticket_refused(&link) => continue,
                                     Code::Unauthenticated => return Err(Error::Auth),
                                     Code::OutOfRange
                                     | Code::ResourceExhausted
@@ -1584,6 +1692,7 @@ impl Client {
                         }
                     }
                 }
+                Err(Error::Auth) if self.ticket_refused(&link) => continue,
                 Err(Error::Auth) => return Err(Error::Auth),
                 Err(e) => e,
             };

@@ -205,13 +205,14 @@ async fn drive(
             let (client, cred, hits_tx) = (client.clone(), cred.clone(), hits_tx.clone());
             parts.spawn(async move {
                 // Without the secret (a local user on the Unix socket)
-                // every part goes through the home server, which runs it
-                // on its holder as the caller it admitted.
-                let forward = client.secret_is_empty() && !address.is_empty();
+                // and without a usable identity ticket, every part goes
+                // through the home server, which runs it on its holder as
+                // the caller it admitted; with a ticket, to its holder.
+                let mut forward = client.forwards() && !address.is_empty();
                 if forward {
                     part.forward_to = address.clone();
                 }
-                let link = (!address.is_empty() && !forward).then(|| client.link_to(&address));
+                let mut link = (!address.is_empty() && !forward).then(|| client.link_to(&address));
                 crate::timing::mark(|| format!("part {address}: asked"));
                 let asked = Instant::now();
                 let retry_for = client.inner.options.retry_for;
@@ -225,6 +226,17 @@ async fn drive(
                         .search_at_within(link.clone(), &cred, &part, within)
                         .await
                     {
+                        // A local user's ticket refused by the holder: the
+                        // part goes through the home server after all.
+                        Err(Error::Auth)
+                            if !forward
+                                && link.as_ref().is_some_and(|l| client.ticket_refused(l)) =>
+                        {
+                            forward = true;
+                            part.forward_to = address.clone();
+                            link = None;
+                            continue 'ask;
+                        }
                         // Typically a local user on the Unix socket, who has
                         // no secret for the other servers' TCP ports.
                         Err(Error::Auth) if client.secret_is_empty() => {

@@ -139,6 +139,33 @@ pub fn mac_matches(key: &[u8; KEY_BYTES], proof: &Proof, path: &str) -> bool {
     .is_ok()
 }
 
+/// The label the ticket master is derived with (see [`ticket_master`]).
+pub const TICKET_MASTER_LABEL: &[u8] = b"sextant identity ticket v1";
+
+/// The key identity tickets are made with, derived from the cluster
+/// secret every server of a cluster holds: `HMAC-SHA256(secret, label)`.
+/// Any server can check a ticket another made, with no shared state.
+pub fn ticket_master(cluster_secret: &[u8]) -> [u8; KEY_BYTES] {
+    // new_from_slice fails only for key lengths HMAC cannot take: none.
+    let mut m =
+        <Hmac<Sha256> as Mac>::new_from_slice(cluster_secret).expect("HMAC takes any key length");
+    m.update(TICKET_MASTER_LABEL);
+    let mut out = [0u8; KEY_BYTES];
+    out.copy_from_slice(&m.finalize().into_bytes());
+    out
+}
+
+/// A ticket's secret: `HMAC-SHA256(master, body)` (the body's bytes, see
+/// `sextant_types::ticket`). Its holder proves it as a client key's,
+/// under the ticket's name.
+pub fn ticket_secret(master: &[u8; KEY_BYTES], body: &[u8]) -> [u8; KEY_BYTES] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(master).expect("HMAC takes any key length");
+    m.update(body);
+    let mut out = [0u8; KEY_BYTES];
+    out.copy_from_slice(&m.finalize().into_bytes());
+    out
+}
+
 impl ClientKey {
     /// The proof for a call to `path` made at `time` with `nonce`.
     pub fn prove(&self, path: &str, time: i64, nonce: &str) -> Proof {

@@ -21,6 +21,21 @@
 //!   database gives that user ([`GroupDb`], `getgrouplist`, as NFS's
 //!   `manage-gids`) — whatever the request claims. A claim other than that
 //!   identity is counted and logged (target `audit`), and ignored.
+//! - **Identity tickets** (on a cluster, so that a local user's client
+//!   reaches every server directly, not through its own server's
+//!   forwarding): a [`Caller::Kernel`] peer of the Unix socket may ask for
+//!   a ticket ([`issue_ticket`], the `Ticket` RPC): a body naming its
+//!   uid, gid, groups, an expiry ([`TICKET_LIFETIME`]), a nonce and this
+//!   server, and the body's key, `HMAC-SHA256(ticket master, body)`, the
+//!   master derived from the cluster secret (`keyauth::ticket_master`).
+//!   The key travels on the Unix socket only. The client proves it to any
+//!   server over TCP as a client key's, under the name `t1.` +
+//!   base64url(body) (`sextant_types::ticket`); the server re-derives the
+//!   key from the body, checks the proof as a key's (MAC, time window,
+//!   audience, nonce), and the expiry — the caller is then
+//!   [`Caller::Kernel`] with the ticket's identity, as on the socket.
+//!   Nothing is revoked: a change to the user's groups reaches other
+//!   servers within the ticket's lifetime.
 //!
 //! Invariants:
 //! - every call that reaches the service carries a [`Caller`] in its
@@ -33,7 +48,11 @@
 //!   not; so is a proof that fails (unknown key, wrong MAC, time outside
 //!   the window, nonce used before);
 //! - a [`Caller::Key`] request never runs with an identity its limits do
-//!   not allow, and never mutates with a read-only key.
+//!   not allow, and never mutates with a read-only key;
+//! - a ticket is issued only to a [`Caller::Kernel`] peer of the Unix
+//!   socket ([`LocalPeer`]), never over TCP (a ticket's holder cannot
+//!   renew it there: its identity ages out) and never for uid 0; a ticket
+//!   for uid 0 is refused whoever made it.
 
 use crate::clientkeys::{Grant, KeyBook, NOBODY};
 use crate::secret;
@@ -50,6 +69,24 @@ use tonic::{Request, Status};
 
 /// The message a client gets for a missing or wrong secret.
 pub const AUTH_FAILED: &str = "authentication failed: wrong cluster secret";
+
+/// How long an identity ticket is good for: also how long a change to a
+/// user's groups in the system's database may take to reach the other
+/// servers of a cluster (the issuing server's own [`GroupDb`] follows it
+/// within [`GROUPS_TTL`]).
+pub const TICKET_LIFETIME: Duration = Duration::from_secs(300);
+
+/// Put in a call's extensions by the Unix socket's interceptor: the call
+/// came from a peer on this machine (only such a call gets a ticket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalPeer;
+
+/// Put in a call's extensions when it was admitted with an identity
+/// ticket: when the ticket expires (Unix seconds). A stream admitted so
+/// ends then (the client opens a new one with its renewed ticket), so
+/// that no session outlives the identity it was admitted as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TicketExpiry(pub u64);
 
 /// Who a call comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -369,12 +406,19 @@ fn key_caller(
     req: &Request<()>,
     proof: Result<keyauth::Proof, ()>,
     keys: &KeyBook,
+    master: &[u8; keyauth::KEY_BYTES],
     peer: &str,
-) -> Result<Caller, Status> {
+) -> Result<(Caller, Option<TicketExpiry>), Status> {
     let path = req
         .extensions()
         .get::<CallPath>()
         .map_or("", |p| p.0.as_str());
+    if let Ok(p) = &proof {
+        if sextant_types::ticket::is_ticket_name(&p.name) {
+            return ticket_caller(p, path, keys, master, peer)
+                .map(|(c, expires)| (c, Some(TicketExpiry(expires))));
+        }
+    }
     let checked = proof
         .map_err(|()| crate::clientkeys::Refusal::Malformed)
         .and_then(|p| {
@@ -393,7 +437,7 @@ fn key_caller(
             if keys.first_use_from(&grant.name, peer) {
                 tracing::info!(target: "audit", key = grant.name, peer, "client key used from a new address");
             }
-            Ok(Caller::Key(grant))
+            Ok((Caller::Key(grant), None))
         }
         Err(crate::clientkeys::Refusal::Busy) => Err(Status::unavailable(
             "too many calls with client keys; retry",
@@ -417,6 +461,102 @@ fn key_caller(
     }
 }
 
+/// The caller of a call with an identity ticket's proof:
+/// [`Caller::Kernel`] as the ticket names, or the status it is refused
+/// with (counted, audit-logged with its reason).
+fn ticket_caller(
+    proof: &keyauth::Proof,
+    path: &str,
+    keys: &KeyBook,
+    master: &[u8; keyauth::KEY_BYTES],
+    peer: &str,
+) -> Result<(Caller, u64), Status> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    match keys.check_ticket(proof, path, now, master) {
+        Ok((cred, expires)) => Ok((Caller::Kernel(cred), expires)),
+        Err(crate::clientkeys::Refusal::Busy) => Err(Status::unavailable(
+            "too many calls with client keys; retry",
+        )),
+        Err(r) => {
+            // The audit line names the identity the ticket claims (the
+            // name itself is long, and says nothing more to a reader).
+            let who = sextant_types::ticket::TicketBody::from_name(&proof.name).map_or_else(
+                |_| "ticket (malformed)".to_string(),
+                |(b, _)| format!("ticket of uid {} from {}", b.uid, b.issuer),
+            );
+            refused_proof(r, &who, peer);
+            Err(Status::unauthenticated(format!(
+                "authentication failed: identity ticket refused ({})",
+                r.label()
+            )))
+        }
+    }
+}
+
+/// An identity ticket for `caller` (see the module doc), issued at `now`
+/// (Unix seconds) by the server `issuer` with the cluster's `master`:
+/// only for a [`Caller::Kernel`] peer of the Unix socket (`local`), never
+/// for uid 0 — else PERMISSION_DENIED (counted, audit-logged).
+pub fn issue_ticket(
+    caller: &Caller,
+    local: bool,
+    master: &[u8; keyauth::KEY_BYTES],
+    issuer: &str,
+    now: u64,
+) -> Result<pb::TicketReply, Status> {
+    let denied = |why: &str| {
+        let uid = match caller {
+            Caller::Kernel(k) => k.uid,
+            _ => u32::MAX,
+        };
+        refused("ticket", uid, why);
+        Err(Status::permission_denied(why.to_string()))
+    };
+    let Caller::Kernel(k) = caller else {
+        return denied(
+            "identity tickets are for local users on the server's Unix socket (this caller \
+             has the secret or a key: it needs none)",
+        );
+    };
+    if !local {
+        return denied("identity tickets are issued on the server's Unix socket only");
+    }
+    if k.uid == 0 {
+        return denied("no identity ticket for uid 0");
+    }
+    if k.groups.len() > sextant_types::ticket::MAX_GROUPS {
+        return Err(Status::failed_precondition(format!(
+            "the user is in {} groups; a ticket carries at most {} (its server forwards for it)",
+            k.groups.len(),
+            sextant_types::ticket::MAX_GROUPS
+        )));
+    }
+    let mut nonce = [0u8; sextant_types::ticket::NONCE_BYTES];
+    {
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut nonce))
+            .map_err(|e| Status::internal(format!("cannot read /dev/urandom: {e}")))?;
+    }
+    let body = sextant_types::ticket::TicketBody {
+        uid: k.uid,
+        gid: k.gid,
+        groups: k.groups.clone(),
+        expires: now + TICKET_LIFETIME.as_secs(),
+        nonce,
+        issuer: issuer.chars().take(64).collect(),
+    };
+    let key = keyauth::ticket_secret(master, &body.encode());
+    metrics::counter!("sextant_auth_tickets_issued_total").increment(1);
+    Ok(pb::TicketReply {
+        name: body.name(),
+        key: keyauth::hex(&key),
+        expires: body.expires,
+    })
+}
+
 /// Attaches `caller` to an admitted call and counts it.
 fn admitted(
     mut req: Request<()>,
@@ -434,6 +574,7 @@ pub fn tcp(
     secret: Arc<Vec<u8>>,
     keys: Arc<KeyBook>,
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
+    let master = keyauth::ticket_master(&secret);
     move |req: Request<()>| match secret_given(&req, &secret) {
         SecretGiven::Right => admitted(req, Caller::Trusted(Trust::Secret), "tcp"),
         SecretGiven::Absent if req.metadata().contains_key(keyauth::KEY_METADATA) => {
@@ -441,7 +582,11 @@ pub fn tcp(
                 .remote_addr()
                 .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
             let proof = proof_of(&req).unwrap_or(Err(()));
-            let caller = key_caller(&req, proof, &keys, &peer)?;
+            let (caller, expiry) = key_caller(&req, proof, &keys, &master, &peer)?;
+            let mut req = req;
+            if let Some(e) = expiry {
+                req.extensions_mut().insert(e);
+            }
             admitted(req, caller, "tcp")
         }
         given => {
@@ -466,7 +611,8 @@ pub fn unix(
     groups: Arc<GroupDb>,
     keys: Arc<KeyBook>,
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
-    move |req: Request<()>| {
+    let master = keyauth::ticket_master(&secret);
+    move |mut req: Request<()>| {
         let peer = req
             .extensions()
             .get::<tonic::transport::server::UdsConnectInfo>()
@@ -489,14 +635,22 @@ pub fn unix(
             }
             SecretGiven::Absent if req.metadata().contains_key(keyauth::KEY_METADATA) => {
                 let proof = proof_of(&req).unwrap_or(Err(()));
-                key_caller(&req, proof, &keys, &format!("uid {}", peer.uid()))?
+                let (caller, expiry) =
+                    key_caller(&req, proof, &keys, &master, &format!("uid {}", peer.uid()))?;
+                if let Some(e) = expiry {
+                    req.extensions_mut().insert(e);
+                }
+                caller
             }
             SecretGiven::Absent if peer.uid() == 0 => Caller::Trusted(Trust::RootPeer),
-            SecretGiven::Absent => Caller::Kernel(Credentials {
-                uid: peer.uid(),
-                gid: peer.gid(),
-                groups: groups.groups(peer.uid(), peer.gid()),
-            }),
+            SecretGiven::Absent => {
+                req.extensions_mut().insert(LocalPeer);
+                Caller::Kernel(Credentials {
+                    uid: peer.uid(),
+                    gid: peer.gid(),
+                    groups: groups.groups(peer.uid(), peer.gid()),
+                })
+            }
         };
         admitted(req, caller, "unix")
     }

@@ -216,6 +216,16 @@ pub enum Refusal {
     Busy,
     /// Made for another server (or for none, where one is needed).
     WrongServer,
+    /// An identity ticket's name that is no ticket body.
+    TicketMalformed,
+    /// An identity ticket whose proof does not match the key the body
+    /// gives (the body was edited, made with another cluster's secret, or
+    /// the MAC is wrong).
+    TicketMac,
+    /// An identity ticket past its expiry.
+    TicketExpired,
+    /// An identity ticket for uid 0 (never issued: refused whoever made it).
+    TicketRoot,
 }
 
 impl Refusal {
@@ -228,6 +238,10 @@ impl Refusal {
             Refusal::Replayed => "key-replayed",
             Refusal::Busy => "key-busy",
             Refusal::WrongServer => "key-audience",
+            Refusal::TicketMalformed => "ticket-malformed",
+            Refusal::TicketMac => "ticket-mac",
+            Refusal::TicketExpired => "expired-ticket",
+            Refusal::TicketRoot => "ticket-root",
         }
     }
 }
@@ -623,6 +637,51 @@ impl KeyBook {
         if !keyauth::mac_matches(&bytes, proof, path) {
             return Err(Refusal::BadMac);
         }
+        self.fresh(proof, now)?;
+        Ok(Grant {
+            name: key.name.clone(),
+            created: key.created,
+            limits: Arc::new(key.limits.clone()),
+        })
+    }
+
+    /// Checks `proof` of an identity ticket (its name `t1.` + body, see
+    /// `sextant_types::ticket`) for a call to `path` at `now`: the key is
+    /// re-derived from the body with `master`
+    /// ([`keyauth::ticket_master`]), then MAC, time window, audience and
+    /// nonce as for a key ([`KeyBook::check`]), and the expiry. The
+    /// identity the ticket names and its expiry (Unix seconds), or why
+    /// not. Never panics on what the name holds.
+    pub fn check_ticket(
+        &self,
+        proof: &Proof,
+        path: &str,
+        now: i64,
+        master: &[u8; KEY_BYTES],
+    ) -> Result<(sextant_types::Credentials, u64), Refusal> {
+        if proof.nonce.len() < 16 || proof.nonce.len() > 64 {
+            return Err(Refusal::Malformed);
+        }
+        let (body, bytes) = sextant_types::ticket::TicketBody::from_name(&proof.name)
+            .map_err(|_| Refusal::TicketMalformed)?;
+        let key = keyauth::ticket_secret(master, &bytes);
+        if !keyauth::mac_matches(&key, proof, path) {
+            return Err(Refusal::TicketMac);
+        }
+        if body.uid == 0 {
+            return Err(Refusal::TicketRoot);
+        }
+        if i64::try_from(body.expires).unwrap_or(i64::MAX) < now {
+            return Err(Refusal::TicketExpired);
+        }
+        self.fresh(proof, now)?;
+        Ok((body.credentials(), body.expires))
+    }
+
+    /// The checks of a proof whose MAC matched: its time within the
+    /// window, its audience one of ours, its nonce not seen (then
+    /// remembered).
+    fn fresh(&self, proof: &Proof, now: i64) -> Result<(), Refusal> {
         if (proof.time - now).abs() > WINDOW_SECS {
             return Err(Refusal::Expired);
         }
@@ -646,11 +705,7 @@ impl KeyBook {
         }
         n.seen.insert(id.clone());
         n.order.push_back((now + 2 * WINDOW_SECS, id));
-        Ok(Grant {
-            name: key.name.clone(),
-            created: key.created,
-            limits: Arc::new(key.limits.clone()),
-        })
+        Ok(())
     }
 
     /// Notes that `name` was used from `address`: `true` the first time.

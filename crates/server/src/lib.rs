@@ -147,6 +147,7 @@ pub async fn serve(
             "this server has no key book (it was started without one)",
         ))
     });
+    let issuer = listen_address.clone();
     let placement = placement.unwrap_or_else(|| {
         Arc::new(placement::Everything {
             name: "sextant".into(),
@@ -172,6 +173,8 @@ pub async fn serve(
         wrong_server: AtomicU64::new(0),
         peers: peers::Peers::new(&secret, peer_ca, dir_epoch).map(Arc::new),
         keys: Arc::clone(&keys),
+        ticket_master: sextant_proto::keyauth::ticket_master(secret.as_bytes()),
+        issuer,
     });
     // A table added later (a move, a failover) brings the replies of the
     // mutations its previous owner ran: into the exactly-once table before

@@ -88,6 +88,11 @@ pub struct Shared {
     /// The client keys ([`crate::clientkeys`]): the `Keys` RPC changes
     /// them; a key's streams end when it is revoked.
     pub keys: Arc<crate::clientkeys::KeyBook>,
+    /// The key identity tickets are made and checked with (derived from
+    /// the cluster secret, see [`crate::auth`]).
+    pub ticket_master: [u8; sextant_proto::keyauth::KEY_BYTES],
+    /// This server's id in the tickets it issues.
+    pub issuer: String,
 }
 
 /// The status a stream admitted with a key ends with once the key is
@@ -1550,6 +1555,28 @@ impl pb::sextant_server::Sextant for Service {
         Ok(Response::new(reply))
     }
 
+    async fn ticket(
+        &self,
+        request: Request<pb::TicketRequest>,
+    ) -> Result<Response<pb::TicketReply>, Status> {
+        let caller = caller_of(&request)?;
+        let local = request
+            .extensions()
+            .get::<crate::auth::LocalPeer>()
+            .is_some();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let reply = crate::auth::issue_ticket(
+            &caller,
+            local,
+            &self.shared.ticket_master,
+            &self.shared.issuer,
+            now,
+        )?;
+        Ok(Response::new(reply))
+    }
+
     async fn recover(
         &self,
         request: Request<pb::RecoverRequest>,
@@ -1574,6 +1601,11 @@ impl pb::sextant_server::Sextant for Service {
     ) -> Result<Response<Self::SessionStream>, Status> {
         // Every request of the stream runs as its caller (see crate::auth).
         let caller = caller_of(&request)?;
+        // A session admitted with an identity ticket ends when it expires.
+        let expires = request
+            .extensions()
+            .get::<crate::auth::TicketExpiry>()
+            .map(|t| t.0);
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel::<Result<pb::Response, Status>>(1024);
         let shared = Arc::clone(&self.shared);
@@ -1602,11 +1634,19 @@ impl pb::sextant_server::Sextant for Service {
                 }
             };
             tokio::pin!(revocation);
+            let expiry = tokio::time::sleep(expires.map_or(std::time::Duration::ZERO, |t| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                std::time::Duration::from_secs(t.saturating_sub(now))
+            }));
+            tokio::pin!(expiry);
             let slots = Arc::new(Semaphore::new(SESSION_IN_FLIGHT));
             // Log-less: a notice when the written-back watermark moves.
             let mut notices = tokio::time::interval(NOTICE_INTERVAL);
             let mut noticed = 0;
             let mut revoked = false;
+            let mut expired = false;
             // Mutations wait for nothing after their commit here: a
             // single server whose engine acknowledges at commit (see
             // answers_inline).
@@ -1628,7 +1668,23 @@ impl pb::sextant_server::Sextant for Service {
                         revoked = true;
                         None
                     }
+                    () = &mut expiry, if expires.is_some() && !expired => {
+                        expired = true;
+                        None
+                    }
                 };
+                if expired {
+                    // UNAVAILABLE, not UNAUTHENTICATED: the client
+                    // reconnects with its renewed ticket and retries.
+                    metrics::counter!("sextant_auth_ticket_sessions_expired_total").increment(1);
+                    let _ = tx
+                        .send(Err(Status::unavailable(
+                            "the identity ticket this session was opened with expired; open a \
+                             new one",
+                        )))
+                        .await;
+                    break;
+                }
                 if revoked {
                     metrics::counter!("sextant_auth_streams_cut_total").increment(1);
                     let _ = tx.send(Err(key_revoked())).await;

@@ -10,6 +10,7 @@ mod attr;
 mod cred;
 mod error;
 mod soid;
+pub mod ticket;
 pub mod walk;
 
 pub use attr::{

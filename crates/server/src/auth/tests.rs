@@ -153,6 +153,8 @@ async fn fixture() -> Fixture {
         wrong_server: AtomicU64::new(0),
         peers: None,
         keys: Arc::new(crate::clientkeys::KeyBook::in_memory()),
+        ticket_master: sextant_proto::keyauth::ticket_master(b"the-secret"),
+        issuer: "s1".into(),
     });
     Fixture {
         svc: Service { shared },
@@ -398,6 +400,7 @@ fn every_rpc_has_a_rule() {
             "Recover" => "carries no identity: backups are authenticated by the server's key",
             "Map" => "carries no identity: the route map names tables and servers, no name",
             "Keys" => "the trusted only (may_manage_keys)",
+            "Ticket" => "a Kernel caller of the Unix socket only, never uid 0 (issue_ticket)",
             other => panic!("rpc {other} has no rule in crate::auth"),
         };
         assert!(!rule.is_empty());
@@ -876,4 +879,205 @@ fn a_shared_book_follows_the_store_forward_only() {
     // An older state arriving late does not bring the key back.
     a.replace(rev, &with_key);
     assert!(!a.is_live(&grant), "went back to an older state");
+}
+
+// ---- identity tickets -----------------------------------------------------
+
+const SECRET: &[u8] = b"the-secret";
+
+/// A ticket issued (as the `Ticket` RPC does) to the socket's `cred` at
+/// `now`, with the cluster secret `secret`: the client key it gives.
+fn ticket_for(cred: &Credentials, secret: &[u8], now: u64) -> ClientKey {
+    let master = keyauth::ticket_master(secret);
+    let r = issue_ticket(&Caller::Kernel(cred.clone()), true, &master, "s1", now).unwrap();
+    assert_eq!(
+        r.expires,
+        now + TICKET_LIFETIME.as_secs(),
+        "a lifetime of a few minutes"
+    );
+    // (Not ClientKey::new: a ticket's name is longer than a key's may be.)
+    ClientKey {
+        name: r.name.clone(),
+        key: keyauth::unhex(&r.key).unwrap(),
+    }
+}
+
+/// What the TCP interceptor (with the cluster secret [`SECRET`]) makes of
+/// a ticket's proof for `path`.
+fn intercept_ticket(book: &Arc<KeyBook>, key: &ClientKey, nonce: &str) -> Result<Caller, Status> {
+    let p = key.prove(CALL, now(), nonce);
+    intercept(book, call_with(&p, CALL))
+}
+
+/// A valid ticket is served as the identity it names, whatever the
+/// requests claim (as the socket door: `Caller::Kernel`); its proof is
+/// good once (the nonce set of client keys).
+#[test]
+fn a_ticket_is_served_as_its_identity_and_its_claims_are_ignored() {
+    let book = Arc::new(KeyBook::in_memory());
+    let me = user(1000, 100, &[100, 20]);
+    let key = ticket_for(&me, SECRET, now() as u64);
+    assert!(key.name.starts_with("t1."), "{}", key.name);
+    let caller = intercept_ticket(&book, &key, "0123456789abcdef0").unwrap();
+    assert_eq!(caller, Caller::Kernel(me.clone()));
+    let forged = pb::Request {
+        cred: Some(claim(0, 0, &[0])),
+        op: Some(Op::Statfs(pb::StatfsRequest {})),
+        ..Default::default()
+    };
+    assert_eq!(caller.admitted(forged).cred, Some(cred_to_pb(&me)));
+    // The same proof again: replayed.
+    refused_with(
+        intercept_ticket(&book, &key, "0123456789abcdef0"),
+        "key-replayed",
+    );
+    // A fresh proof of the same ticket: fine.
+    assert!(intercept_ticket(&book, &key, "0123456789abcdef1").is_ok());
+}
+
+/// Every way a ticket can be wrong is refused with its own reason.
+#[test]
+fn a_wrong_ticket_is_refused_with_its_reason() {
+    use sextant_types::ticket::{base64url, TicketBody};
+    let book = Arc::new(KeyBook::in_memory());
+    let me = user(1000, 100, &[100]);
+    let t = now() as u64;
+    let good = ticket_for(&me, SECRET, t);
+    // A wrong MAC (the key is not the ticket's).
+    let wrong_mac = ClientKey {
+        key: [7; 32],
+        ..good.clone()
+    };
+    refused_with(
+        intercept_ticket(&book, &wrong_mac, "0123456789abcdef0"),
+        "ticket-mac",
+    );
+    // The body edited (uid changed to another user's, or to root's),
+    // proved with the ticket's key.
+    let (mut body, _) = TicketBody::from_name(&good.name).unwrap();
+    body.uid = 1001;
+    let edited = ClientKey {
+        name: body.name(),
+        ..good.clone()
+    };
+    refused_with(
+        intercept_ticket(&book, &edited, "0123456789abcdef1"),
+        "ticket-mac",
+    );
+    // A ticket of another cluster (made with another secret).
+    let foreign = ticket_for(&me, b"another-secret", t);
+    refused_with(
+        intercept_ticket(&book, &foreign, "0123456789abcdef2"),
+        "ticket-mac",
+    );
+    // Expired: issued a lifetime and more ago (its proof is fresh).
+    let old = ticket_for(&me, SECRET, t - TICKET_LIFETIME.as_secs() - 5);
+    refused_with(
+        intercept_ticket(&book, &old, "0123456789abcdef3"),
+        "expired-ticket",
+    );
+    // A proof of a good ticket outside the time window.
+    let late = good.prove(CALL, now() - keyauth::WINDOW_SECS - 5, "0123456789abcdef4");
+    refused_with(intercept(&book, call_with(&late, CALL)), "key-expired");
+    // Malformed names: not base64url, a body cut short, trailing bytes.
+    let bytes = body.encode();
+    for name in [
+        "t1.not*base64".to_string(),
+        format!("t1.{}", base64url(&bytes[..bytes.len() - 1])),
+        format!("t1.{}", base64url(&[bytes.as_slice(), &[0]].concat())),
+        "t1.".to_string(),
+    ] {
+        let k = ClientKey {
+            name,
+            ..good.clone()
+        };
+        refused_with(
+            intercept_ticket(&book, &k, "0123456789abcdef5"),
+            "ticket-malformed",
+        );
+    }
+    // A ticket for uid 0, made by whoever holds the master (never
+    // issued): refused all the same.
+    let master = keyauth::ticket_master(SECRET);
+    let root_body = TicketBody {
+        uid: 0,
+        gid: 0,
+        groups: vec![0],
+        expires: t + 60,
+        nonce: [1; 16],
+        issuer: "s1".into(),
+    };
+    let root = ClientKey {
+        name: root_body.name(),
+        key: keyauth::ticket_secret(&master, &root_body.encode()),
+    };
+    refused_with(
+        intercept_ticket(&book, &root, "0123456789abcdef6"),
+        "ticket-root",
+    );
+    // The good one still is good.
+    assert!(intercept_ticket(&book, &good, "0123456789abcdef7").is_ok());
+}
+
+/// A ticket is issued to a local user of the Unix socket only: not over
+/// TCP (a ticket's holder cannot renew it there), not to the secret's or
+/// a key's holder, never for uid 0.
+#[tokio::test]
+async fn a_ticket_is_issued_on_the_socket_to_a_local_user_only() {
+    let x = fixture().await;
+    let me = user(1000, 100, &[100]);
+    let ask = |caller: Caller, local: bool| {
+        let mut req = Request::new(pb::TicketRequest {});
+        req.extensions_mut().insert(caller);
+        if local {
+            req.extensions_mut().insert(LocalPeer);
+        }
+        req
+    };
+    let code =
+        |r: Result<tonic::Response<pb::TicketReply>, Status>| r.map(|_| ()).map_err(|s| s.code());
+    assert!(x
+        .svc
+        .ticket(ask(Caller::Kernel(me.clone()), true))
+        .await
+        .is_ok());
+    let denied = Err(tonic::Code::PermissionDenied);
+    // A ticket's holder over TCP (no LocalPeer): no new ticket.
+    assert_eq!(
+        code(x.svc.ticket(ask(Caller::Kernel(me.clone()), false)).await),
+        denied
+    );
+    for caller in [
+        Caller::Trusted(Trust::Secret),
+        Caller::Trusted(Trust::RootPeer),
+        key_caller(Limits::default()),
+    ] {
+        assert_eq!(
+            code(x.svc.ticket(ask(caller.clone(), true)).await),
+            denied,
+            "{caller:?}"
+        );
+    }
+    assert_eq!(
+        code(
+            x.svc
+                .ticket(ask(Caller::Kernel(user(0, 0, &[0])), true))
+                .await
+        ),
+        denied,
+        "uid 0"
+    );
+    // Without a caller at all (not through an interceptor).
+    assert_eq!(
+        code(x.svc.ticket(Request::new(pb::TicketRequest {})).await),
+        Err(tonic::Code::Unauthenticated)
+    );
+    // Through the real interceptors: the Unix one marks its Kernel peers;
+    // the TCP one never does.
+    let book = Arc::new(KeyBook::in_memory());
+    let key = ticket_for(&me, SECRET, now() as u64);
+    let p = key.prove(CALL, now(), "0123456789abcdef9");
+    let mut tcp = super::tcp(Arc::new(SECRET.to_vec()), Arc::clone(&book));
+    let req = tcp(call_with(&p, CALL)).unwrap();
+    assert!(req.extensions().get::<LocalPeer>().is_none());
 }

@@ -99,6 +99,8 @@ async fn fixture_with(logless: bool) -> Fixture {
         wrong_server: AtomicU64::new(0),
         peers: None,
         keys: Arc::new(crate::clientkeys::KeyBook::in_memory()),
+        ticket_master: sextant_proto::keyauth::ticket_master(b"the-secret"),
+        issuer: "s1".into(),
     });
     Fixture {
         svc: Service { shared },
