@@ -28,6 +28,11 @@
 //!   with it, and another server completes the journal and takes the
 //!   tables; nothing acknowledged is lost, also once the paused server
 //!   carries on.
+//! - The server completing a paused server's journal checks its claim
+//!   and stops right before the write (`stop-at:completion-write`); the
+//!   paused server carries on, joins again (a new run) and serves, and
+//!   the late completion names its old run: nothing it acknowledged
+//!   afterwards is lost when it dies.
 //! - The coordinator's release of its claim is lost (the test-only fault
 //!   `lose-release:N`, as when etcd does not answer): it is sent again
 //!   until it gets through, so the claim ends while the coordinator
@@ -503,4 +508,147 @@ fn a_lost_release_of_a_completion_claim_is_sent_again() {
         "c still runs: its lease did not take the claim"
     );
     drop(etcd.child);
+}
+
+/// The last hole of the claim (issue 21 item 6; the simulation's
+/// `stop_before_completion_write`). c, the coordinator, claims the
+/// completion of a's journal — a is paused (SIGSTOP) past its lease and
+/// the grace — finds its claim standing right before the write, and stops
+/// there (`stop-at:completion-write`). a carries on and joins again; once
+/// c's lease has taken the claim, a takes `/d` back and a client of b
+/// creates files in it. Then c carries on and writes its completion, and
+/// a's process dies (kill -9): b completes a's journal and takes `/d`
+/// with every file. With the run going on across the rejoin, c's late
+/// completion was that of a's live run, every reader stopped at its end
+/// (read before the files), and the files were lost; now a began a new
+/// run when it joined again, and the late completion names a run nobody
+/// reads.
+#[test]
+fn a_completion_written_late_after_the_server_joined_again_loses_nothing() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let started = Instant::now();
+    let fault = [("SEXTANT_FAULT", "stop-at:completion-write")];
+    let (c, c_addr) = start_with(dir.path(), &etcd.url, "c", &[], &fault);
+    let secret = dir.path().join("c");
+    wait_for("the root table on c", Duration::from_secs(30), || {
+        tables_of(&etcd.url, &secret, "c") > 0
+    });
+    let (mut a, _a_addr) = start(dir.path(), &etcd.url, "a");
+    let (_b, b_addr) = start(dir.path(), &etcd.url, "b");
+    wait_for("a and b members", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
+    });
+    assert_eq!(status_on(&etcd.url, &secret)["coordinator"], "c");
+    sextant_ok(&c_addr, &secret, &["mkdir", "/d"]);
+    // c only coordinates: the root on b, /d on a.
+    common::move_table(&etcd.url, &secret, "/", "b");
+    common::move_table(&etcd.url, &secret, "/d", "a");
+    wait_for("c holds no table", Duration::from_secs(30), || {
+        tables_of(&etcd.url, &secret, "c") == 0
+    });
+    common::signal(&a.0, "-STOP");
+    let paused = Instant::now();
+    wait_for(
+        "c stopped right before writing a's completion",
+        Duration::from_secs(30),
+        || stopped(c.0.id()),
+    );
+    eprintln!(
+        "c stopped before its write {:?} after a's pause",
+        paused.elapsed()
+    );
+    common::signal(&a.0, "-CONT");
+    let claim = "/sextant/logless-claim/a";
+    wait_for(
+        "c's claim gone with its lease",
+        Duration::from_secs(20),
+        || etcd_keys(&etcd.url, claim).is_empty(),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
+    let client = rt
+        .block_on(sextant_client::Client::connect(
+            &b_addr,
+            &text,
+            sextant_client::Options::default(),
+        ))
+        .unwrap();
+    let root = sextant_types::Credentials::root();
+    let d = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(d) = client.resolve(&root, b"/d", true).await {
+                if client
+                    .create(&root, d.soid, b"probe", 0o644, true)
+                    .await
+                    .is_ok()
+                {
+                    return d;
+                }
+            }
+            assert!(Instant::now() < deadline, "a never served /d again");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    eprintln!("a serves /d again {:?} after its pause", paused.elapsed());
+    let mut want: Vec<String> = (0..10).map(|i| format!("f{i}")).collect();
+    rt.block_on(async {
+        for n in &want {
+            client
+                .create(&root, d.soid, n.as_bytes(), 0o644, true)
+                .await
+                .unwrap();
+        }
+    });
+    want.push("probe".into());
+    want.sort_unstable();
+    // c carries on and writes the completion it checked its claim for.
+    let completions = || {
+        std::fs::read_dir(dir.path().join("store/members/a"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("logless.completion-")
+            })
+            .count()
+    };
+    assert_eq!(completions(), 0);
+    common::signal(&c.0, "-CONT");
+    wait_for("c's late completion", Duration::from_secs(20), || {
+        completions() > 0
+    });
+    // a's process dies (its journal stays whole; the engine tests cover
+    // a power loss, which a real-process cut could not time against a's
+    // write-backs).
+    common::kill9(&mut a.0);
+    let died = Instant::now();
+    wait_for("a's tables taken over", Duration::from_secs(60), || {
+        tables_of(&etcd.url, &secret, "a") == 0
+    });
+    eprintln!("a's tables taken over {:?} after its death", died.elapsed());
+    let seen = wait_for_ls(&b_addr, &secret, "/d", &want);
+    assert_eq!(seen, want, "what a acknowledged after joining again");
+    eprintln!("whole test {:?}", started.elapsed());
+    drop(client);
+    drop(rt);
+    drop(c);
+    drop(etcd.child);
+}
+
+/// `ls dir` through `addr` until it shows `want` (a table just taken over
+/// may refuse a moment), at most 30 s; the last listing.
+fn wait_for_ls(addr: &str, secret: &Path, dir: &str, want: &[String]) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = ls(addr, secret, dir);
+        if got == want || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

@@ -8,7 +8,13 @@
 //!   `incarnation`;
 //! - a reply of another run (non-zero incarnation) means that run's
 //!   recovery is over — a restarted server answers nothing but `Recover`
-//!   until then — so the old run's entries are dropped when it arrives.
+//!   until then — or, on a cluster, that the server joined again and
+//!   synced the old run's journal whole before it began a new one; so
+//!   the old run's entries are dropped when it arrives;
+//! - a reply of a run left that way (one that arrives late, after a
+//!   reply of the newer run) is ignored: its run needs nothing from the
+//!   clients, and taking it as a new run would drop the newer run's
+//!   entries.
 //!
 //! Entries are kept in a deque sorted by LSN: sorted per reply, they
 //! arrive in increasing order (an append) and leave from the front (the
@@ -63,7 +69,12 @@ pub struct Backups {
     /// Entries read back from the local spool (`crate::spool`): their
     /// files, their run and the highest LSN among them.
     spooled: Option<Spooled>,
+    /// The last few runs these backups moved on from (newest last).
+    left: VecDeque<u64>,
 }
+
+/// How many runs left behind [`Backups`] remembers.
+const LEFT_RUNS: usize = 4;
 
 /// Largest payload of one `Recover` message (the limit is 1 MiB).
 pub const RECOVER_CHUNK_BYTES: usize = 512 << 10;
@@ -74,7 +85,18 @@ impl Backups {
         if resp.incarnation == 0 {
             return;
         }
+        if self.left.contains(&resp.incarnation) {
+            // A late reply of a run the server moved on from.
+            resp.backups.clear();
+            return;
+        }
         if resp.incarnation != self.stats.incarnation {
+            if self.stats.incarnation != 0 {
+                if self.left.len() == LEFT_RUNS {
+                    self.left.pop_front();
+                }
+                self.left.push_back(self.stats.incarnation);
+            }
             self.entries.clear();
             self.stats.bytes = 0;
             self.stats.incarnation = resp.incarnation;
@@ -280,6 +302,22 @@ mod tests {
         b.absorb(&mut resp(8, 0, &[]));
         assert!(b.is_empty(), "the old run's recovery is over");
         assert_eq!(b.stats().peak_bytes, 200);
+    }
+
+    /// A server that joined the cluster again began a new run; a reply of
+    /// the old run arriving after one of the new run changes nothing (it
+    /// would have dropped the new run's entries).
+    #[test]
+    fn a_late_reply_of_a_run_left_behind_is_ignored() {
+        let mut b = Backups::default();
+        b.absorb(&mut resp(7, 0, &[1, 2]));
+        b.absorb(&mut resp(8, 2, &[3]));
+        assert_eq!(b.stats().incarnation, 8);
+        b.absorb(&mut resp(7, 0, &[4]));
+        assert_eq!(b.stats().incarnation, 8);
+        assert_eq!(b.entries().map(|(l, _)| l).collect::<Vec<_>>(), [3]);
+        b.absorb(&mut resp(8, 2, &[4]));
+        assert_eq!(b.entries().map(|(l, _)| l).collect::<Vec<_>>(), [3, 4]);
     }
 
     proptest::proptest! {

@@ -10,10 +10,11 @@
 //! coordinator's decisions ([`decide`]) are the real state machines; etcd
 //! is the [`Etcd`] model; the shared table store is the servers' journals
 //! plus the manifests in etcd. The store holds one journal per server and
-//! *run* (a process's life, as the real member's state file names it: a
-//! run goes on when the process joins again after a pause or a partition,
-//! and a restart begins a new one; `JournalId { server, generation: run }`
-//! there), and journals survive crashes. A manifest names the journal by
+//! *run* (as the real member's state file names it: a restart begins a
+//! new one once the process has joined, and so does a process that joins
+//! again after a pause or a partition, [`Config::new_run_at_rejoin`];
+//! `JournalId { server, generation: run }` there), and journals survive
+//! crashes. A manifest names the journal by
 //! the membership lease it was written under ([`Server::journal`], which
 //! fences its commit); [`World::run_of`] maps that to the run.
 //!
@@ -46,15 +47,24 @@
 //!    does);
 //! 3. the answer reaches the claimer (deferred while it is paused:
 //!    `stop-at:completion-claimed`), which then, a few ms later (deferred
-//!    too; nothing if it crashed), completes the run the dead server's
-//!    state file names *now* — nothing is checked again —
-//! 4. and sends the release: `logless-claim/<dead>` deleted, whoever put
-//!    it, sent once (a failed delete leaves the claim to the lease);
-//! 5. the tables are reassigned in a later round, whose view shows the
+//!    too; nothing if it crashed), checks that the dead server's state
+//!    file still names the run it read before claiming and that its claim
+//!    still stands (`RunMovedOn`, `ClaimLost`), and
+//! 4. in a step of its own (a pause may fall between:
+//!    [`Config::stop_before_completion_write`]) writes the completion of
+//!    that run, checking nothing again,
+//! 5. and sends the release: `logless-claim/<dead>` deleted if it is
+//!    still its own put, sent again until etcd answers;
+//! 6. the tables are reassigned in a later round, whose view shows the
 //!    run completed.
 //!
 //! A server that restarts completes its crashed run itself, no claim
-//! (take or make), before it joins, and begins a new run. A server's load
+//! (take or make), before it joins, and begins a new run when it joins.
+//! A server that joins again in the same process begins a new run at its
+//! first load under the new membership — or, if a completion of its run
+//! stands, when it retires that completion — its old run synced whole
+//! and *left*: completed by nobody, and a completion of it written late
+//! is read by nobody. A server's load
 //! (an ADD) is refused while `logless-claim/<server>` exists; and a load
 //! by a server whose own current run has a completion (written while it
 //! was not a member: paused, cut off) *retires* it at the load's end —
@@ -222,6 +232,18 @@ pub struct Config {
     /// checks catch when two completers of one run both write (the
     /// restarting server and a claimer): readers replay two decisions.
     pub completion_put_new: bool,
+    /// Whether a log-less server begins a new run when it joins again in
+    /// the same process (`Engine::begin_serving`; at the load that first
+    /// comes under the new membership, or when it retires a completion of
+    /// its run). `false` only to show what the checks catch when the run
+    /// goes on across a rejoin: a claimer paused between its last check
+    /// and its write completes the live run.
+    pub new_run_at_rejoin: bool,
+    /// The test-only fault `stop-before:completion-write`: every claimer
+    /// whose last check before writing a completion passed is paused
+    /// there (SIGSTOP) for 1 to 2.5 leases, so its claim may run out with
+    /// its lease before it writes.
+    pub stop_before_completion_write: bool,
 }
 
 /// What [`Config::reshape_fault`] leaves out of a split's or merge's
@@ -266,6 +288,8 @@ impl Default for Config {
             manifest_compare: true,
             handover_member_compare: true,
             completion_put_new: true,
+            new_run_at_rejoin: true,
+            stop_before_completion_write: false,
         }
     }
 }
@@ -342,6 +366,11 @@ pub struct Report {
     /// let back in.
     pub claims: usize,
     pub claims_refused: usize,
+    /// Log-less: new runs begun by servers that joined again in the same
+    /// process, and completions written late for a run its server had
+    /// left that way (read by nobody).
+    pub runs_begun_at_rejoin: usize,
+    pub completions_of_left_runs: usize,
     pub completions_by_restart: usize,
     pub completions_taken: usize,
     pub loads_refused_claimed: usize,
@@ -574,6 +603,16 @@ enum Event {
         run: u64,
         rev: Revision,
     },
+    /// Log-less: the write of the completion whose last check passed at
+    /// [`Event::Complete`] (`put_blob_new`, nothing checked again: the
+    /// real check and write are not atomic), then the release.
+    CompleteWrite {
+        by: ServerId,
+        inc: u64,
+        dead: ServerId,
+        run: u64,
+        rev: Revision,
+    },
     /// Log-less: server `by` (of incarnation `inc`) sends its release of
     /// the claim of revision `rev` on `dead`'s run again, etcd not having
     /// answered the last one (`RELEASE_RETRY` in the real catalogue).
@@ -593,6 +632,13 @@ struct Node {
     /// A process's run goes on across joins (a pause, a partition); a
     /// restart begins a new one once the crashed one is completed.
     run: u64,
+    /// The membership lease the run began serving under (`None`: it has
+    /// not joined since the run began), and whether it has joined again
+    /// since under another one (a new run is due before it serves).
+    run_lease: Option<u64>,
+    rejoined: bool,
+    /// The run a restarted process begins when it joins.
+    next_run: Option<u64>,
     paused_until: Millis,
     cut_from_etcd_until: Millis,
 }
@@ -626,6 +672,13 @@ struct World {
     /// the journal by the lease ([`Server::journal`], which fences its
     /// commit); the store holds one journal per run.
     lease_run: BTreeMap<u64, u64>,
+    /// Runs their servers left by joining again in the same process
+    /// ([`Config::new_run_at_rejoin`]): synced whole then, completed by
+    /// nobody, and a completion written for one late is read by nobody
+    /// (the state file names a later run).
+    left_runs: BTreeSet<JournalId>,
+    /// The next id of a run begun at a rejoin (apart from restarts' ids).
+    next_rejoin_run: u64,
     /// Which decision each run's completion is (a number per write), and
     /// which one the run's readers replayed (since the run's last
     /// retire): one decision per run, the same for every reader.
@@ -737,6 +790,8 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         journals: BTreeMap::new(),
         completions: BTreeMap::new(),
         lease_run: BTreeMap::new(),
+        left_runs: BTreeSet::new(),
+        next_rejoin_run: 1_000_000,
         decision: BTreeMap::new(),
         replayed_decision: BTreeMap::new(),
         decisions: 0,
@@ -790,6 +845,9 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
                 server: Some(Server::new(id, cfg.margin_ms)),
                 incarnation: 0,
                 run: 1,
+                run_lease: None,
+                rejoined: false,
+                next_run: None,
                 paused_until: Millis(0),
                 cut_from_etcd_until: Millis(0),
             },
@@ -1213,18 +1271,16 @@ impl World {
                 }
                 let n = self.nodes.get_mut(&s).expect("known server");
                 n.incarnation += 1;
-                n.run = n.incarnation + 1;
-                let run = n.run;
+                // The new run is named once the process has joined (the
+                // real server joins, then opens its engine and recovers):
+                // until then the state file names the crashed run, which
+                // is completed.
+                n.next_run = Some(n.incarnation + 1);
+                n.run_lease = None;
+                n.rejoined = false;
+                let run = n.incarnation + 1;
                 n.server = Some(Server::new(s, self.cfg.margin_ms));
-                // The run exists from its start (its state file), written
-                // to or not: it is completed when it is over.
-                self.journals
-                    .entry(JournalId {
-                        server: s,
-                        generation: run,
-                    })
-                    .or_default();
-                self.trace(|| format!("{s} restarts (run {run})"));
+                self.trace(|| format!("{s} restarts (run {run} once it joins)"));
                 self.at(1, Event::Tick(s));
             }
             Event::ReleaseRetry { by, inc, dead, rev } => {
@@ -1262,14 +1318,15 @@ impl World {
                 // The run read before the claim (pinned,
                 // `complete_member_run`): if the state file names another
                 // run now — the server restarted and completed that one
-                // itself — nothing is written (`RunMovedOn`). (The real
-                // check and write are not atomic; a completion of the old
-                // run written after the state moved on is one nobody
-                // reads, so this atomic step stands for both.)
+                // itself, or joined again and began a new one — nothing is
+                // written (`RunMovedOn`).
                 // Right before the write, the claim is read again
                 // (`TableCatalog::claim_held`): gone with a lease that ran
                 // out while the claimer was paused, or etcd not reachable,
                 // nothing is written (`ClaimLost`).
+                // The checks and the write are not atomic: the write is a
+                // step of its own ([`Event::CompleteWrite`]), and a pause
+                // may fall between them.
                 self.etcd.expire(self.now);
                 let held = self.etcd_reachable(by)
                     && self
@@ -1285,12 +1342,59 @@ impl World {
                         format!("{by} does not complete {dead}'s run {run}: its claim is gone")
                     });
                 } else if self.logless {
-                    let run = JournalId {
-                        server: dead,
-                        generation: run,
-                    };
-                    self.complete_run(run, &format!("{by} (claimer)"));
+                    // (Among the faults only: their end bounds recovery.)
+                    if self.cfg.stop_before_completion_write && self.faulting() {
+                        let ttl = self.cfg.ttl_ms;
+                        let d = self.logless_rng.random_range(ttl..5 * ttl / 2);
+                        let n = self.nodes.get_mut(&by).expect("known server");
+                        n.paused_until = self.now.plus(d);
+                        self.report.pauses += 1;
+                        self.trace(|| {
+                            format!(
+                                "{by} checked its claim on {dead}'s run {run} and is paused for \
+                                 {d} ms before the write (stop-before:completion-write)"
+                            )
+                        });
+                    }
+                    self.at(
+                        0,
+                        Event::CompleteWrite {
+                            by,
+                            inc,
+                            dead,
+                            run,
+                            rev,
+                        },
+                    );
+                    return Ok(());
                 }
+                self.send(by, inc, Call::Release { dead, rev });
+            }
+            Event::CompleteWrite {
+                by,
+                inc,
+                dead,
+                run,
+                rev,
+            } => {
+                let e = Event::CompleteWrite {
+                    by,
+                    inc,
+                    dead,
+                    run,
+                    rev,
+                };
+                if self.deferred(by, &e) {
+                    return Ok(());
+                }
+                if self.nodes[&by].incarnation != inc || self.nodes[&by].server.is_none() {
+                    return Ok(());
+                }
+                let run = JournalId {
+                    server: dead,
+                    generation: run,
+                };
+                self.complete_run(run, &format!("{by} (claimer)"));
                 self.send(by, inc, Call::Release { dead, rev });
             }
             Event::Reshape => {
@@ -1570,6 +1674,7 @@ impl World {
         self.logless
             && self.journals.contains_key(&r)
             && !self.completions.contains_key(&r)
+            && !self.left_runs.contains(&r)
             && self.run_dead(r)
     }
 
@@ -1596,6 +1701,14 @@ impl World {
         let Some(jr) = self.journals.get(&r) else {
             return;
         };
+        if self.left_runs.contains(&r) {
+            // Its server joined again and began a new run: the state
+            // file names that one, and every reader takes the completion
+            // of the run it names. Written, read by nobody.
+            self.report.completions_of_left_runs += 1;
+            self.trace(|| format!("{by} completes {r}, a run its server left (read by nobody)"));
+            return;
+        }
         if self.completions.contains_key(&r) && self.cfg.completion_put_new {
             self.report.completions_taken += 1;
             return;
@@ -1699,7 +1812,56 @@ impl World {
             jr.synced = jr.records.len();
         }
         self.report.completions_retired += 1;
+        if self.cfg.new_run_at_rejoin {
+            // The run does not go on: a completion of it written late (a
+            // second claimer paused before its write) is read by nobody.
+            self.begin_run_at_rejoin(s);
+        }
         true
+    }
+
+    /// Server `s`, joined again in the same process, begins a new run
+    /// (`Engine::begin_serving`, [`Config::new_run_at_rejoin`]): the old
+    /// run's journal synced whole, a new run named in the state file. The
+    /// real journal is one file whose LSNs go on; here each run has its
+    /// own, so the new one begins as a copy of the old one's records (its
+    /// positions go on), and the current lease names it from now on (the
+    /// server's loads, checkpoints and writes). The old run is *left*:
+    /// completed by nobody, and a completion written for it late is read
+    /// by nobody.
+    fn begin_run_at_rejoin(&mut self, s: ServerId) {
+        let Some(lease) = self.nodes[&s].server.as_ref().and_then(Server::lease) else {
+            return;
+        };
+        let old = JournalId {
+            server: s,
+            generation: self.nodes[&s].run,
+        };
+        let new_run = self.next_rejoin_run;
+        self.next_rejoin_run += 1;
+        let jr = self.journals.entry(old).or_default();
+        jr.synced = jr.records.len();
+        let copy = Journal {
+            records: jr.records.clone(),
+            synced: jr.records.len(),
+            sync_pending: false,
+            written: jr.written.clone(),
+        };
+        self.journals.insert(
+            JournalId {
+                server: s,
+                generation: new_run,
+            },
+            copy,
+        );
+        self.left_runs.insert(old);
+        self.lease_run.insert(lease.0, new_run);
+        let n = self.nodes.get_mut(&s).expect("known server");
+        n.run = new_run;
+        n.run_lease = Some(lease.0);
+        n.rejoined = false;
+        self.report.runs_begun_at_rejoin += 1;
+        self.trace(|| format!("{s} joined again: run {new_run} begins, {old} is left synced"));
     }
 
     /// The operations on `table` a load by the server appending to `own`
@@ -1729,7 +1891,12 @@ impl World {
             .get(&j)
             .and_then(|jr| jr.written.get(&table))
             .is_some_and(|end| *end > m.position);
-        if self.logless && past && self.run_dead(j) && !self.completions.contains_key(&j) {
+        if self.logless
+            && past
+            && self.run_dead(j)
+            && !self.completions.contains_key(&j)
+            && !self.left_runs.contains(&j)
+        {
             self.violation = Some(format!(
                 "t={} ms: {s} loads {table} from {j} (past LSN {}) before its completion",
                 self.now.0, m.position
@@ -2633,6 +2800,48 @@ impl World {
             },
             a => a,
         };
+        if let Answer::Joined { .. } = &answer {
+            let n = self.nodes.get_mut(&s).expect("known server");
+            if let Some(run) = n.next_run.take() {
+                // The run exists from its start (its state file), written
+                // to or not: it is completed when it is over.
+                n.run = run;
+                self.journals
+                    .entry(JournalId {
+                        server: s,
+                        generation: run,
+                    })
+                    .or_default();
+            }
+        }
+        if self.cfg.new_run_at_rejoin {
+            match &answer {
+                // A join after the run began serving under another lease
+                // (the process was cut off): a new run is due.
+                Answer::Joined { lease, .. } => {
+                    let n = self.nodes.get_mut(&s).expect("known server");
+                    match n.run_lease {
+                        None => n.run_lease = Some(lease.0),
+                        Some(l) if l != lease.0 => n.rejoined = true,
+                        Some(_) => {}
+                    }
+                }
+                // The load's start (the host's ADD, `begin_serving`): the
+                // new run begins before anything is loaded — unless a
+                // completion of the current run stands, whose retirement
+                // at a load's end begins it.
+                Answer::LoadManifest { .. } if self.logless && self.nodes[&s].rejoined => {
+                    let current = JournalId {
+                        server: s,
+                        generation: self.nodes[&s].run,
+                    };
+                    if !self.completions.contains_key(&current) {
+                        self.begin_run_at_rejoin(s);
+                    }
+                }
+                _ => {}
+            }
+        }
         let run = self.nodes[&s].run;
         let Some(server) = self.nodes.get_mut(&s).and_then(|n| n.server.as_mut()) else {
             return;

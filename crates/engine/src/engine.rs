@@ -1993,7 +1993,7 @@ impl Engine {
     /// Log-less: this run's id (0 with the journal).
     pub fn incarnation(&self) -> u64 {
         if let Some(r) = self.inner.member_redo() {
-            return r.incarnation;
+            return r.incarnation();
         }
         self.inner.logless.as_ref().map_or(0, |ll| ll.incarnation)
     }

@@ -39,17 +39,35 @@
 //! Every reader ([`Engine::add_tables`]) replays the dead member's journal
 //! up to P and then the completion's entries.
 //!
+//! # A new run at every rejoin
+//! A member cut off (SIGSTOP, a partition) past its lease joins the
+//! cluster again in the same process under a new membership generation.
+//! Before it takes or serves any table it begins a *new run*
+//! ([`MemberRedo::begin_new_run`], `Engine::begin_serving`): its journal
+//! synced through everything written so far, a new run id in
+//! `logless.state`. Every reader takes the completion of the run the
+//! state file names, and a claimer completes only the run it read before
+//! claiming ([`complete_member_run`]); so a completion of the old run
+//! written late — by a claimer paused between its last check of its
+//! claim and its write, past its lease — names a run nobody reads, and
+//! cannot fix the end of the journal below what the member acknowledges
+//! in its new run. The old run is whole (synced): nothing of it is needed
+//! from the clients, who learn the new run from the next reply and drop
+//! the old run's backups (one handed in later is answered "too late").
+//!
 //! # A member let back in after its journal was completed
-//! A member only cut off (not dead) past its lease and the grace has its
-//! current run completed behind its back; woken, it joins again in the
-//! same process and goes on with that run. Before it takes a table again
-//! (every ADD), it *retires* that completion: once no manifest replays its
-//! journal from at or below the completion's P, it syncs its journal,
-//! deletes the completion and the backups kept for the run, and only then
-//! serves (refusing the ADD until then). Nobody needs the completion any
-//! more, and the run's next completion (its next death) is decided
-//! afresh at the journal's new end. The argument is on
-//! `retire_stale_completion` in `crate::engine::member`.
+//! A member only cut off (not dead) past its lease and the grace may have
+//! its current run completed behind its back (before it joined again).
+//! Before it takes a table again (every ADD), it *retires* that
+//! completion: once no manifest replays its journal from at or below the
+//! completion's P, it syncs its journal, begins a new run (the new run
+//! waits for this: a reader still replaying from at or below P needs the
+//! completion, which it finds only while the state file names that run),
+//! deletes the completion and the backups kept for the run, and only
+//! then serves (refusing the ADD until then). The run's next completion
+//! (its next death) is that of the new run, decided at the journal's new
+//! end. The argument is on `retire_stale_completion` in
+//! `crate::engine::member`.
 //!
 //! # A member restarted after its journal was completed
 //! Restarted (rather than woken) while the completion of its crashed run
@@ -116,8 +134,17 @@ pub struct MemberRedo {
     key: RedoKey,
     ordered: Mutex<Ordered>,
     /// This run's id: replies carry it, so a client knows which run of
-    /// which member its backups belong to.
-    pub incarnation: u64,
+    /// which member its backups belong to. Changes when the member joins
+    /// the cluster again in the same process ([`MemberRedo::begin_new_run`]).
+    incarnation: std::sync::atomic::AtomicU64,
+    /// The membership generation this run began under, at most (1: the
+    /// process's first, which it joins before the engine opens), and the
+    /// newest one an ADD came under ([`MemberRedo::joined`]): when that
+    /// is newer, the member was cut off and joined again, and begins a
+    /// new run before it serves (see `begin_serving` in
+    /// `crate::engine::member`).
+    run_generation: std::sync::atomic::AtomicU64,
+    joined_generation: std::sync::atomic::AtomicU64,
     /// The crashed run to complete before serving (`None`: none, or done).
     crashed: Mutex<Option<u64>>,
     /// The end of the journal's valid prefix when the engine opened.
@@ -166,7 +193,9 @@ impl MemberRedo {
                 stamps: Stamps::default(),
                 arl: Arl::new(config.arl_size),
             }),
-            incarnation,
+            incarnation: std::sync::atomic::AtomicU64::new(incarnation),
+            run_generation: std::sync::atomic::AtomicU64::new(1),
+            joined_generation: std::sync::atomic::AtomicU64::new(1),
             crashed: Mutex::new(crashed),
             opened_through: std::sync::atomic::AtomicU64::new(0),
             acked: std::sync::atomic::AtomicU64::new(0),
@@ -192,9 +221,63 @@ impl MemberRedo {
         if acked <= *persisted {
             return Ok(false);
         }
-        write_acked(view, self.incarnation, acked)?;
+        write_acked(view, self.incarnation(), acked)?;
         *persisted = acked;
         Ok(true)
+    }
+
+    /// This run's id.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// An ADD comes under membership generation `generation`. Returns
+    /// whether the member joined again since its run began (a new run is
+    /// due before it serves).
+    pub(crate) fn joined(&self, generation: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        self.joined_generation
+            .fetch_max(generation, Ordering::AcqRel);
+        self.rejoined()
+    }
+
+    /// Has the member joined again since its run began?
+    pub(crate) fn rejoined(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.joined_generation.load(Ordering::Acquire) > self.run_generation.load(Ordering::Acquire)
+    }
+
+    /// Begins a new run in the same process (the member joined the
+    /// cluster again after being cut off, or retires a completion of its
+    /// run written behind its back): a new random id, named in the state
+    /// file, so that a completion of the old run written late — by a
+    /// claimer paused between its last check and its write — names a run
+    /// no reader takes (every reader takes the completion of the run the
+    /// state file names). The caller has synced the journal through
+    /// everything written so far: the old run is whole, nothing of it is
+    /// needed from the clients. Returns the old run's id.
+    pub(crate) fn begin_new_run(&self, view: &dyn Store) -> Result<u64, EngineError> {
+        use std::sync::atomic::Ordering;
+        let old = self.incarnation();
+        let new = loop {
+            let i = u64::from_le_bytes(random_bytes::<8>()?);
+            if i != 0 && i != old {
+                break i;
+            }
+        };
+        // The generation first: an ADD of a newer one that comes meanwhile
+        // finds the run older than it and begins another.
+        let joined = self.joined_generation.load(Ordering::Acquire);
+        write_run_state(
+            view,
+            RunState {
+                clean: false,
+                incarnation: new,
+            },
+        )?;
+        self.incarnation.store(new, Ordering::Release);
+        self.run_generation.fetch_max(joined, Ordering::AcqRel);
+        Ok(old)
     }
 
     /// The crashed run this member must complete before it serves.
@@ -210,7 +293,7 @@ impl MemberRedo {
             view,
             RunState {
                 clean: false,
-                incarnation: self.incarnation,
+                incarnation: self.incarnation(),
             },
         )
     }
@@ -224,7 +307,7 @@ impl MemberRedo {
             view,
             RunState {
                 clean: true,
-                incarnation: self.incarnation,
+                incarnation: self.incarnation(),
             },
         )
     }

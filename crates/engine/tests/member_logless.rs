@@ -1037,3 +1037,120 @@ fn a_restarted_member_whose_new_run_was_completed_before_it_joined_reloads_befor
     assert!(n.contains(&"after".to_string()), "acknowledged: {n:?}");
     assert!(n.contains(&"f0".to_string()), "{n:?}");
 }
+
+/// The last hole of log-less durability on a cluster (issue 21 item 6):
+/// a claimer reads its claim again right before it writes the
+/// completion (`TableCatalog::claim_held`), but that check and the write
+/// are not atomic. Here b, the claimer, passes the check and is paused
+/// before the write past its lease, so its claim goes; a, cut off
+/// meanwhile (paused past its own lease), wakes and joins again under a
+/// new membership generation, finds no claim and no completion, takes its
+/// tables back and acknowledges more; then b wakes and writes the
+/// completion of the run it pinned. Because a began a new run when it
+/// joined again (`Engine::begin_serving`), that completion names a run
+/// no reader takes, and what a acknowledged after joining again survives
+/// its next death — a process crash (the journal whole) or a power loss
+/// (the unsynced tail cut, its client's backups handed in).
+fn a_late_completion_after_a_rejoin(power_loss: bool) {
+    let (store, catalog, a, b, dirs) = cluster();
+    // a is cut off past its lease: its tables are let go, it is no member.
+    for (id, _, _) in catalog.all() {
+        a.revoke_table(id);
+    }
+    catalog.set_member("a", false);
+    // b reads the run to complete and claims it.
+    let view =
+        sextant_engine::member::PrefixStore::read_only(Arc::new(store.clone()) as _, "members/a/");
+    let pinned = unclean_run(&view).unwrap();
+    assert_eq!(pinned, Some(a.incarnation()));
+    assert!(catalog.claim_completion("a").unwrap());
+    let later: Vec<String> = (0..3).map(|i| format!("later{i}")).collect();
+    let mut redo = Vec::new();
+    let report = complete_member_run(
+        Arc::new(store.clone()) as _,
+        "a",
+        pinned,
+        Vec::new(),
+        || {
+            // The claim is still b's: the check passes.
+            assert!(catalog.claim_held("a").unwrap());
+            // b is paused here past its lease: the claim goes with it.
+            catalog.release_completion_claim("a").unwrap();
+            // a wakes, joins again (its second membership) and takes its
+            // tables back: no claim, no completion.
+            catalog.set_member("a", true);
+            a.begin_serving(2).unwrap();
+            a.add_tables(&catalog.tables("a").unwrap()).unwrap();
+            for name in &later {
+                let c = a
+                    .create(&root(), dirs[0].soid, name.as_bytes(), 0o600, true)
+                    .unwrap();
+                redo.push(c.redo.clone().unwrap());
+                c.wait(&a).unwrap();
+            }
+            // b wakes and writes.
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert!(report.written, "the late completion is written: {report:?}");
+    assert_ne!(
+        unclean_run(&view).unwrap(),
+        pinned,
+        "a began a new run when it joined again"
+    );
+    assert!(
+        current_completion(&view).unwrap().is_none(),
+        "the late completion is of a run no reader takes"
+    );
+    if power_loss {
+        let report = complete_after_power_loss(&store, &redo);
+        assert!(report.written, "{report:?}");
+        assert_eq!(report.applied, redo.len(), "{report:?}");
+        assert!(!report.maybe_lost(), "{report:?}");
+        drop(a);
+        store.crash(None);
+        catalog.set_member("a", false);
+    } else {
+        drop(a);
+        catalog.set_member("a", false);
+        let report = b.complete_dead_member("a").unwrap();
+        assert!(report.written && !report.maybe_lost(), "{report:?}");
+    }
+    for (id, owner, _) in catalog.all() {
+        assert_eq!(owner, "a");
+        catalog.assign(id, "b");
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    assert_eq!(
+        names(&b, dirs[0].soid),
+        with_f0_to_f3(later),
+        "what a acknowledged after joining again"
+    );
+}
+
+#[test]
+fn a_completion_written_late_after_the_member_joined_again_loses_nothing_through_a_crash() {
+    a_late_completion_after_a_rejoin(false);
+}
+
+#[test]
+fn a_completion_written_late_after_the_member_joined_again_loses_nothing_through_a_power_loss() {
+    a_late_completion_after_a_rejoin(true);
+}
+
+/// A member paused but not past its lease joins nothing again: its run
+/// goes on (`begin_serving` with the same generation begins none).
+#[test]
+fn a_member_that_did_not_join_again_keeps_its_run() {
+    let (_store, _catalog, a, _b, _dirs) = cluster();
+    let run = a.incarnation();
+    a.begin_serving(1).unwrap();
+    assert_eq!(a.incarnation(), run);
+    a.begin_serving(2).unwrap();
+    assert_ne!(a.incarnation(), run, "joined again: a new run");
+    let second = a.incarnation();
+    a.begin_serving(2).unwrap();
+    a.begin_serving(1).unwrap();
+    assert_eq!(a.incarnation(), second, "one new run per new membership");
+}

@@ -26,7 +26,10 @@
 //!   lease). Used by the BORROW pause tests (crates/cli/tests/cluster.rs).
 //!   Also `completion-claimed` (`cluster/catalog.rs`): the claim on a dead
 //!   log-less member's journal completion is made, the completion not yet
-//!   decided (crates/cli/tests/logless_exit.rs).
+//!   decided (crates/cli/tests/logless_exit.rs); and `completion-write`
+//!   (`cluster/catalog.rs`): the claimer found its claim still standing
+//!   right before it writes the completion, and writes it when it carries
+//!   on, checking nothing again (crates/cli/tests/logless_exit.rs).
 //!
 //! - `stale-drop-commit:N` — the engine's catalogue on etcd refuses the
 //!   first N commits of a DROP's final manifest as `Stale`, sending

@@ -2025,6 +2025,62 @@ impl Engine {
         })
     }
 
+    /// Log-less on a cluster: the host calls this before every ADD with
+    /// the membership generation the table was given under (1: the
+    /// process's first membership, which it joins before the engine
+    /// opens). A newer generation than the one this run began under means
+    /// the member was cut off (its lease ended) and joined again in the
+    /// same process: before it takes or serves any table it begins a *new
+    /// run* — its journal synced through everything written so far, a new
+    /// run id in its state file. The hole it closes (issue 21 item 6): a
+    /// claimer that checked its claim (`TableCatalog::claim_held`) and was
+    /// paused before its write, past its lease, loses the claim; this
+    /// member, back meanwhile, finds no claim and no completion and
+    /// serves; the claimer wakes and writes the completion of the run it
+    /// pinned. Were that the live run, every reader would take it as the
+    /// journal's end and what this member acknowledged since would be
+    /// lost at its next death. It is the old run now, which no reader
+    /// takes (each takes the completion of the run the state file names).
+    ///
+    /// When a completion of the current run exists already (written while
+    /// this member was away) the new run waits for that completion's
+    /// retirement, at the end of the ADD that leaves no manifest
+    /// replaying from at or below it (`retire_stale_completion`, which
+    /// begins the new run). While a crashed run is being recovered (a
+    /// restart that lost its lease meanwhile) the ADD is refused: the
+    /// new run begins after the recovery. A member paused but not past
+    /// its lease does not join again and goes on with its run (no claim
+    /// on it can be made: a claim needs it absent from the membership).
+    /// A no-op on a single server or a journaling member.
+    pub fn begin_serving(&self, generation: u64) -> Result<(), EngineError> {
+        let inner = &*self.inner;
+        let Some(m) = &inner.member else {
+            return Ok(());
+        };
+        let Some(r) = m.redo.as_ref() else {
+            return Ok(());
+        };
+        if !r.joined(generation) {
+            return Ok(());
+        }
+        let _one_at_a_time = inner.checkpoint_lock.lock();
+        if !r.rejoined() {
+            return Ok(());
+        }
+        if r.crashed().is_some() {
+            return Err(EngineError::Member(format!(
+                "member {} joined the cluster again while it recovers its crashed run: no table \
+                 is taken until that is done and a new run begins",
+                m.name
+            )));
+        }
+        if stale_completion(inner, m)?.is_some() {
+            // Its retirement begins the new run, once nobody reads it.
+            return Ok(());
+        }
+        begin_new_run(inner, m, r)
+    }
+
     /// Log-less on a cluster: before a table this engine holds already
     /// (opened with it at a restart, or split off here) begins serving
     /// under a grant — the shell's ADD of a table the host has, which
@@ -2293,11 +2349,15 @@ fn refuse_while_claimed(m: &MemberRun) -> Result<(), EngineError> {
 ///   every stamp a new operation can carry from before now is at or
 ///   below the new cut (durable for the stamp rule), and the unsynced
 ///   tail is again exactly what the clients hold.
-/// - Run R goes on, now without a completion: at the member's next death
-///   `failover_ready` is `false` again, and the coordinator (or the
-///   member's own restart) completes run R afresh from its clients'
-///   backups (which carry run R's id) with the new end of the journal.
-///   A power loss after the re-admission thus keeps what the clients hold.
+/// - Run R does not go on: a new run R' begins (`begin_new_run`; since
+///   2026-12-07 — before, R went on without a completion, and a second
+///   claimer paused between its last check and its write could complete
+///   R again behind the member's back, the hole `Engine::begin_serving`
+///   closes). At the member's next death `failover_ready` is `false`
+///   again, and the coordinator (or the member's own restart) completes
+///   R' from its clients' backups (which carry R''s id, learnt from the
+///   next reply) at the new end of the journal. A power loss after the
+///   re-admission thus keeps what the clients hold.
 fn retire_stale_completion(inner: &Inner, m: &MemberRun) -> Result<(), EngineError> {
     match stale_completion(inner, m)? {
         Some((run, c)) => retire_completion(inner, m, run, &c),
@@ -2319,7 +2379,7 @@ fn stale_completion(
         // that completion before anything serves.
         return Ok(None);
     }
-    let run = r.incarnation;
+    let run = r.incarnation();
     if crate::member_logless::unclean_run(&*inner.store)? != Some(run) {
         return Ok(None);
     }
@@ -2345,6 +2405,39 @@ fn retire_completion(
             )));
         }
     }
+    let Some(r) = m.redo.as_ref() else {
+        return Ok(());
+    };
+    // A new run: the completion is then of a run no reader takes, and so
+    // is any other completion of it written late (a second claimer paused
+    // before its write).
+    begin_new_run(inner, m, r)?;
+    let file = crate::member_logless::completion_file(run);
+    if let Err(e) = inner.store.delete(&file) {
+        tracing::warn!(file = %inner.store.describe(&file), error = %e, "cannot delete a completion of an old run (read by nobody)");
+    }
+    tracing::warn!(
+        member = %m.name,
+        through = c.through,
+        "log-less: this server's journal was completed while it was cut off; that completion is retired \
+         (no table replays its journal from there any more) and a new run begins before it serves again"
+    );
+    Ok(())
+}
+
+/// A log-less member begins a new run in the same process
+/// ([`crate::member_logless::MemberRedo::begin_new_run`]): its journal is
+/// synced through everything written so far, then the state file names a
+/// new run, and the backups other servers kept for the old run go (the
+/// old run is whole: nothing of it is needed from the clients, who learn
+/// the new run from the next reply and drop the old one's backups; one
+/// handed in later is answered "too late", as no member's state file
+/// names that run).
+fn begin_new_run(
+    inner: &Inner,
+    m: &MemberRun,
+    r: &crate::member_logless::MemberRedo,
+) -> Result<(), EngineError> {
     let last = inner.journal.next_lsn() - 1;
     if last > 0 {
         inner
@@ -2352,14 +2445,14 @@ fn retire_completion(
             .wait_synced(last)
             .map_err(|_| EngineError::Stopped)?;
     }
-    let file = crate::member_logless::completion_file(run);
-    inner.store.delete(&file).map_err(inner.io(&file))?;
-    crate::member_logless::forget_kept_backups(&*m.shared, &m.name, run);
-    tracing::warn!(
+    let old = r.begin_new_run(&*inner.store)?;
+    crate::member_logless::forget_kept_backups(&*m.shared, &m.name, old);
+    tracing::info!(
         member = %m.name,
-        through = c.through,
-        "log-less: this server's journal was completed while it was cut off; that completion is retired \
-         (no table replays its journal from there any more) before it serves again"
+        old = format_args!("{old:016x}"),
+        new = format_args!("{:016x}", r.incarnation()),
+        synced_through = last,
+        "log-less: a new run begins (this server joined the cluster again); the old run's journal is synced whole"
     );
     Ok(())
 }

@@ -932,7 +932,7 @@ impl TableCatalog for EtcdCatalog {
             return Ok(false);
         };
         let (cfg, who) = (self.etcd.clone(), member.to_string());
-        self.run(move |rt, client| {
+        let held = self.run(move |rt, client| {
             let resp = rt
                 .block_on(client.get(cfg.key(&claim_key(&who)), None))
                 .map_err(unavailable)?;
@@ -940,7 +940,13 @@ impl TableCatalog for EtcdCatalog {
                 .kvs()
                 .first()
                 .is_some_and(|kv| kv.mod_revision() == rev))
-        })
+        })?;
+        if held {
+            // The completion is written right after this answer: the
+            // test-only pause between the check and the write.
+            crate::fault::step("completion-write");
+        }
+        Ok(held)
     }
 
     fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {

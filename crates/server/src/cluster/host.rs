@@ -72,6 +72,9 @@ impl TableHost for EngineHost {
     ) -> Result<Option<Vec<u8>>, HostError> {
         let engine = self.engine()?;
         let id = u64::from(grant.table.0);
+        // Log-less: joined again in this process (a newer membership
+        // generation than the run began under): a new run first.
+        engine.begin_serving(grant.generation)?;
         if engine.owned_tables().contains(&id) {
             // Opened with it (a restart), or made here (a split): serves
             // unless a log-less journal completion stands in the way (the
