@@ -3370,33 +3370,9 @@ fn the_socket_forwards_without_waiting_on_one_another() {
     for f in 0..8 {
         sextant_ok(&a_addr, &secret, &["touch", &format!("/other/f{f}")]);
     }
-    let root_table = move_table(&etcd.url, &secret, "/", "a");
-    let other_table = move_table(&etcd.url, &secret, "/other", "b");
-    assert_ne!(root_table, other_table, "/other has a table of its own");
-    let settled = || {
-        let s = status_on(&etcd.url, &secret);
-        let on = |table, server| {
-            s["tables"].as_array().unwrap().iter().any(|t| {
-                t["table"].as_u64() == Some(table)
-                    && t["owner"].as_str() == Some(server)
-                    && t["moving_to"].is_null()
-            })
-        };
-        on(root_table, "a") && on(other_table, "b")
-    };
-    wait_for("/ on a, /other on b", Duration::from_secs(30), settled);
-    // Both served (the owners have added them), read with the secret.
-    let mut stat = String::new();
-    wait_for("/other served", Duration::from_secs(30), || {
-        let o = sextant(&a_addr, &secret, &["stat", "/other"]);
-        stat = String::from_utf8_lossy(&o.stdout).into_owned();
-        o.status.success()
-    });
-    let other = stat
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("SOID: "))
-        .unwrap_or_else(|| panic!("no SOID in {stat}"))
-        .to_string();
+    let placed = RootOnAOtherOnB::place(&etcd.url, &secret, &a_addr);
+    let other = placed.other.clone();
+    let settled = || placed.still_placed(&etcd.url, &secret);
     let mut child = Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
         .arg(std::env::current_exe().unwrap())
@@ -3647,32 +3623,9 @@ fn a_local_user_with_a_ticket_reaches_the_holder_itself() {
         sextant_ok(&a_addr, &secret, &["mkdir", d]);
         sextant_ok(&a_addr, &secret, &["chmod", "777", d]);
     }
-    let root_table = move_table(&etcd.url, &secret, "/", "a");
-    let other_table = move_table(&etcd.url, &secret, "/other", "b");
-    assert_ne!(root_table, other_table, "/other has a table of its own");
-    let settled = || {
-        let s = status_on(&etcd.url, &secret);
-        let on = |table, server| {
-            s["tables"].as_array().unwrap().iter().any(|t| {
-                t["table"].as_u64() == Some(table)
-                    && t["owner"].as_str() == Some(server)
-                    && t["moving_to"].is_null()
-            })
-        };
-        on(root_table, "a") && on(other_table, "b")
-    };
-    wait_for("/ on a, /other on b", Duration::from_secs(30), settled);
-    let mut stat = String::new();
-    wait_for("/other served", Duration::from_secs(30), || {
-        let o = sextant(&a_addr, &secret, &["stat", "/other"]);
-        stat = String::from_utf8_lossy(&o.stdout).into_owned();
-        o.status.success()
-    });
-    let other = stat
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("SOID: "))
-        .unwrap_or_else(|| panic!("no SOID in {stat}"))
-        .to_string();
+    let placed = RootOnAOtherOnB::place(&etcd.url, &secret, &a_addr);
+    let other = placed.other.clone();
+    let settled = || placed.still_placed(&etcd.url, &secret);
     let forwarded = || {
         let body = scrape_metrics(metrics_port);
         body.lines()
@@ -5254,4 +5207,59 @@ fn a_log_less_borrower_leaving_cleanly_mid_rename_loses_nothing() {
 #[test]
 fn a_log_less_lender_leaving_cleanly_mid_rename_loses_nothing() {
     a_log_less_server_leaving_cleanly_mid_borrow("b");
+}
+
+/// The socket-door tests' layout: `/` on server a, `/other` (a directory
+/// with a table of its own) on b, so that a local user on a's socket
+/// reaches a table b holds.
+struct RootOnAOtherOnB {
+    root_table: u64,
+    other_table: u64,
+    /// `/other`'s SOID, as `sextant stat` prints it.
+    other: String,
+}
+
+impl RootOnAOtherOnB {
+    /// Moves the two tables there, waits until both are served, and reads
+    /// `/other`'s SOID.
+    fn place(etcd_url: &str, secret: &Path, a_addr: &str) -> RootOnAOtherOnB {
+        let root_table = move_table(etcd_url, secret, "/", "a");
+        let other_table = move_table(etcd_url, secret, "/other", "b");
+        assert_ne!(root_table, other_table, "/other has a table of its own");
+        let mut placed = RootOnAOtherOnB {
+            root_table,
+            other_table,
+            other: String::new(),
+        };
+        wait_for("/ on a, /other on b", Duration::from_secs(30), || {
+            placed.still_placed(etcd_url, secret)
+        });
+        // Both served (the owners have added them), read with the secret.
+        let mut stat = String::new();
+        wait_for("/other served", Duration::from_secs(30), || {
+            let o = sextant(a_addr, secret, &["stat", "/other"]);
+            stat = String::from_utf8_lossy(&o.stdout).into_owned();
+            o.status.success()
+        });
+        placed.other = stat
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("SOID: "))
+            .unwrap_or_else(|| panic!("no SOID in {stat}"))
+            .to_string();
+        placed
+    }
+
+    /// Whether both tables are where [`RootOnAOtherOnB::place`] put them,
+    /// neither moving (a test whose tables moved proves nothing).
+    fn still_placed(&self, etcd_url: &str, secret: &Path) -> bool {
+        let s = status_on(etcd_url, secret);
+        let on = |table, server| {
+            s["tables"].as_array().unwrap().iter().any(|t| {
+                t["table"].as_u64() == Some(table)
+                    && t["owner"].as_str() == Some(server)
+                    && t["moving_to"].is_null()
+            })
+        };
+        on(self.root_table, "a") && on(self.other_table, "b")
+    }
 }
