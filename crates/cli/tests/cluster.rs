@@ -3234,8 +3234,7 @@ fn socket_forwards_overlap_child() {
     use sextant_proto::pb::{self, request::Op};
     use sextant_types::{Credentials, Soid};
     assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
-    let other = std::env::var(OVERLAP_DIR).unwrap();
-    let other = Soid::from_be_bytes(u128::from_str_radix(&other, 16).unwrap().to_be_bytes());
+    let other = soid_from_env(OVERLAP_DIR);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let connect = || async {
@@ -3569,10 +3568,9 @@ fn ticket_child() {
         return;
     };
     use sextant_client::{Client, Options};
-    use sextant_types::{Credentials, Soid};
+    use sextant_types::Credentials;
     assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
-    let other = std::env::var(TICKET_DIR).unwrap();
-    let other = Soid::from_be_bytes(u128::from_str_radix(&other, 16).unwrap().to_be_bytes());
+    let other = soid_from_env(TICKET_DIR);
     let tickets = std::env::var(TICKET_USE).unwrap() == "on";
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -5262,4 +5260,12 @@ impl RootOnAOtherOnB {
         };
         on(self.root_table, "a") && on(self.other_table, "b")
     }
+}
+
+/// The SOID (hex, as `sextant stat` prints it) a parent test handed its
+/// child process in the environment variable `var`.
+fn soid_from_env(var: &str) -> sextant_types::Soid {
+    let hex = std::env::var(var).unwrap_or_else(|e| panic!("{var}: {e}"));
+    let n = u128::from_str_radix(&hex, 16).unwrap_or_else(|e| panic!("{var}={hex}: {e}"));
+    sextant_types::Soid::from_be_bytes(n.to_be_bytes())
 }
