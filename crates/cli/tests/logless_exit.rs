@@ -91,6 +91,39 @@ fn start_with(
     (KillOnDrop(child), addr)
 }
 
+/// Three log-less members: c first (the coordinator, holding the root
+/// table) with the test-only fault `fault`, then a and b, all members.
+struct CFirst {
+    c: KillOnDrop,
+    c_addr: String,
+    /// The directory holding the cluster secret (c's).
+    secret: PathBuf,
+    a: KillOnDrop,
+    b: KillOnDrop,
+    b_addr: String,
+}
+
+fn c_first_then_a_and_b(dir: &Path, etcd: &str, fault: &str) -> CFirst {
+    let (c, c_addr) = start_with(dir, etcd, "c", &[], &[("SEXTANT_FAULT", fault)]);
+    let secret = dir.join("c");
+    wait_for("the root table on c", Duration::from_secs(30), || {
+        tables_of(etcd, &secret, "c") > 0
+    });
+    let (a, _a_addr) = start(dir, etcd, "a");
+    let (b, b_addr) = start(dir, etcd, "b");
+    wait_for("a and b members", Duration::from_secs(30), || {
+        tables_by_server(&status_on(etcd, &secret)).len() == 3
+    });
+    CFirst {
+        c,
+        c_addr,
+        secret,
+        a,
+        b,
+        b_addr,
+    }
+}
+
 fn tables_of(etcd: &str, secret: &Path, server: &str) -> u64 {
     tables_by_server(&status_on(etcd, secret))
         .iter()
@@ -407,17 +440,14 @@ fn a_server_paused_while_it_holds_a_completion_claim_is_completed_past() {
         return;
     };
     let started = Instant::now();
-    let fault = [("SEXTANT_FAULT", "stop-at:completion-claimed")];
-    let (c, c_addr) = start_with(dir.path(), &etcd.url, "c", &[], &fault);
-    let secret = dir.path().join("c");
-    wait_for("the root table on c", Duration::from_secs(30), || {
-        tables_of(&etcd.url, &secret, "c") > 0
-    });
-    let (mut a, _a_addr) = start(dir.path(), &etcd.url, "a");
-    let (_b, b_addr) = start(dir.path(), &etcd.url, "b");
-    wait_for("a and b members", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
-    });
+    let CFirst {
+        c,
+        c_addr,
+        secret,
+        mut a,
+        b: _b,
+        b_addr,
+    } = c_first_then_a_and_b(dir.path(), &etcd.url, "stop-at:completion-claimed");
     let coordinator = status_on(&etcd.url, &secret)["coordinator"].clone();
     assert_eq!(coordinator, "c", "the first server coordinates");
     sextant_ok(&c_addr, &secret, &["mkdir", "/d"]);
@@ -529,17 +559,14 @@ fn a_completion_written_late_after_the_server_joined_again_loses_nothing() {
         return;
     };
     let started = Instant::now();
-    let fault = [("SEXTANT_FAULT", "stop-at:completion-write")];
-    let (c, c_addr) = start_with(dir.path(), &etcd.url, "c", &[], &fault);
-    let secret = dir.path().join("c");
-    wait_for("the root table on c", Duration::from_secs(30), || {
-        tables_of(&etcd.url, &secret, "c") > 0
-    });
-    let (mut a, _a_addr) = start(dir.path(), &etcd.url, "a");
-    let (_b, b_addr) = start(dir.path(), &etcd.url, "b");
-    wait_for("a and b members", Duration::from_secs(30), || {
-        tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
-    });
+    let CFirst {
+        c,
+        c_addr,
+        secret,
+        mut a,
+        b: _b,
+        b_addr,
+    } = c_first_then_a_and_b(dir.path(), &etcd.url, "stop-at:completion-write");
     assert_eq!(status_on(&etcd.url, &secret)["coordinator"], "c");
     sextant_ok(&c_addr, &secret, &["mkdir", "/d"]);
     // c only coordinates: the root on b, /d on a.
