@@ -161,15 +161,7 @@ pub(crate) fn begin_run(store: &dyn Store) -> Result<(Option<u64>, u64), EngineE
     let crashed = read_run_state(store)?
         .filter(|s| !s.clean)
         .map(|s| s.incarnation);
-    let incarnation = loop {
-        let i = u64::from_le_bytes(random_bytes::<8>().map_err(|source| EngineError::Io {
-            file: "/dev/urandom".into(),
-            source,
-        })?);
-        if i != 0 && Some(i) != crashed {
-            break i;
-        }
-    };
+    let incarnation = new_run_id(crashed)?;
     write_run_state(
         store,
         RunState {
@@ -178,6 +170,20 @@ pub(crate) fn begin_run(store: &dyn Store) -> Result<(Option<u64>, u64), EngineE
         },
     )?;
     Ok((crashed, incarnation))
+}
+
+/// A new run id: random, never 0 (no run), never `other_than` (the run
+/// it follows).
+pub(crate) fn new_run_id(other_than: Option<u64>) -> Result<u64, EngineError> {
+    loop {
+        let i = u64::from_le_bytes(random_bytes::<8>().map_err(|source| EngineError::Io {
+            file: "/dev/urandom".into(),
+            source,
+        })?);
+        if i != 0 && Some(i) != other_than {
+            return Ok(i);
+        }
+    }
 }
 
 /// Persists run `incarnation`'s acknowledged mark (`logless.acked`).

@@ -259,12 +259,7 @@ impl MemberRedo {
     pub(crate) fn begin_new_run(&self, view: &dyn Store) -> Result<u64, EngineError> {
         use std::sync::atomic::Ordering;
         let old = self.incarnation();
-        let new = loop {
-            let i = u64::from_le_bytes(random_bytes::<8>()?);
-            if i != 0 && i != old {
-                break i;
-            }
-        };
+        let new = crate::durability::new_run_id(Some(old))?;
         // The generation first: an ADD of a newer one that comes meanwhile
         // finds the run older than it and begins another.
         let joined = self.joined_generation.load(Ordering::Acquire);
