@@ -12,7 +12,13 @@
 //!    write checks that the owner's member key is *still* absent (the view
 //!    may be old: the owner may have joined again since and loaded the
 //!    table under its old assignment — found by the simulation, seed
-//!    1065). (A table
+//!    1065) *and* that the owner has not joined since the view at all:
+//!    `joined/<owner>`, written (without a lease) by every join, is still
+//!    at the revision the view read ([`ClusterView::joins`]). The member
+//!    key alone cannot tell: an owner that joined again, began a new
+//!    log-less run and lost its lease again meanwhile is absent again,
+//!    and its new run is not completed (found by the simulation, seed 49
+//!    under `stop_before_completion_write`). (A table
 //!    whose owner is alive moves only by its owner's acknowledged DROP:
 //!    rule 3 asks for one. A move is never cancelled: an owner that
 //!    started dropping must not serve again before it knows its
@@ -117,6 +123,21 @@ pub struct ClusterView {
     /// gone) not completed yet ([`crate::logless`]): their tables are not
     /// reassigned before (rule 2). Empty when no server is log-less.
     pub uncompleted: BTreeSet<ServerId>,
+    /// Each server's last join: the `mod_revision` of `joined/<server>`,
+    /// which every join writes in the transaction that creates its member
+    /// key (a server not here has not joined since the key was
+    /// introduced: `Revision(0)`, what etcd compares an absent key as).
+    pub joins: BTreeMap<ServerId, Revision>,
+}
+
+/// The owner a reassignment takes a table from (R3), as the view saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gone {
+    pub server: ServerId,
+    /// `joined/<server>`'s revision in the view: the write requires it
+    /// unchanged, so a server that joined (and perhaps left) again since
+    /// keeps its tables until a newer view decides.
+    pub last_join: Revision,
 }
 
 /// A write the coordinator asks for.
@@ -128,9 +149,11 @@ pub enum Action {
         table: TableId,
         expect: Revision,
         /// R3 at commit time: the previous owner, whose member key must
-        /// still be absent — a server that joined again meanwhile (and may
-        /// have loaded the table under the old assignment) keeps it.
-        gone: Option<ServerId>,
+        /// still be absent and which must not have joined since the view
+        /// — a server that joined again meanwhile (and may have loaded the
+        /// table under the old assignment, or begun a new log-less run
+        /// not completed yet) keeps it.
+        gone: Option<Gone>,
         owner: Owner,
         reason: &'static str,
     },
@@ -198,7 +221,10 @@ pub fn decide(view: &ClusterView, spread: usize) -> Vec<Action> {
             Some((o, _)) if view.uncompleted.contains(&o.server) => continue,
             Some((o, rev)) if !view.members.contains(&o.server) => (
                 *rev,
-                Some(o.server),
+                Some(Gone {
+                    server: o.server,
+                    last_join: view.joins.get(&o.server).copied().unwrap_or(Revision(0)),
+                }),
                 Epoch(o.epoch.0 + 1),
                 "its owner's lease is gone",
             ),
@@ -448,6 +474,7 @@ mod tests {
         let mut view = ClusterView {
             members: [ServerId(1), ServerId(2)].into(),
             owners: [(TableId(0), owner(1, 3)), (TableId(1), owner(2, 1))].into(),
+            joins: [(ServerId(1), Revision(12))].into(),
             ..Default::default()
         };
         assert!(decide(&view, 2).is_empty());
@@ -457,7 +484,10 @@ mod tests {
             vec![Action::Assign {
                 table: TableId(0),
                 expect: Revision(30),
-                gone: Some(ServerId(1)),
+                gone: Some(Gone {
+                    server: ServerId(1),
+                    last_join: Revision(12)
+                }),
                 owner: Owner {
                     server: ServerId(2),
                     epoch: Epoch(4)
@@ -489,7 +519,10 @@ mod tests {
         assert!(matches!(
             decide(&view, 2)[..],
             [Action::Assign {
-                gone: Some(ServerId(1)),
+                gone: Some(Gone {
+                    server: ServerId(1),
+                    ..
+                }),
                 ..
             }]
         ));

@@ -230,6 +230,13 @@ pub fn member_key(s: ServerId) -> String {
     format!("member/{:06}", s.0)
 }
 
+/// Written, without a lease, by every join of `s` in the transaction that
+/// creates its member key: its `mod_revision` tells a reassignment whether
+/// `s` joined since the view it decided on ([`crate::coordinator::Gone`]).
+pub fn joined_key(s: ServerId) -> String {
+    format!("joined/{:06}", s.0)
+}
+
 pub const COORDINATOR_KEY: &str = "coordinator";
 
 /// What etcd says about one table, as a server reads it.

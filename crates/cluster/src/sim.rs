@@ -172,8 +172,8 @@ use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
 use crate::keys::{check_partition, key_of, range_key, KeyRange, KEYSPACE, NEXT_TABLE_KEY};
 use crate::logless::{self, Backups, Completion, Record};
 use crate::server::{
-    manifest_key, member_key, move_key, owner_key, Begun, Checkpoint, Contents, JournalId,
-    Manifest, Merge, Out, Owner, Reply, Server, Split, TableView, COORDINATOR_KEY,
+    joined_key, manifest_key, member_key, move_key, owner_key, Begun, Checkpoint, Contents,
+    JournalId, Manifest, Merge, Out, Owner, Reply, Server, Split, TableView, COORDINATOR_KEY,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -244,6 +244,11 @@ pub struct Config {
     /// there (SIGSTOP) for 1 to 2.5 leases, so its claim may run out with
     /// its lease before it writes.
     pub stop_before_completion_write: bool,
+    /// A reassignment compares `joined/<old owner>`'s revision with its
+    /// view's (R3): `false` only to show the race it closes — a stale
+    /// view reassigning the table of a server that joined, began a new
+    /// log-less run and lost its lease again since.
+    pub compare_last_join: bool,
 }
 
 /// What [`Config::reshape_fault`] leaves out of a split's or merge's
@@ -290,6 +295,7 @@ impl Default for Config {
             completion_put_new: true,
             new_run_at_rejoin: true,
             stop_before_completion_write: false,
+            compare_last_join: true,
         }
     }
 }
@@ -1984,11 +1990,18 @@ impl World {
                 let lease = self.etcd.grant(self.cfg.ttl_ms, now);
                 let created = self.txn(
                     &[Compare::ModRevision(member_key(from), Revision(0))],
-                    &[Write::Put {
-                        key: member_key(from),
-                        value: String::new(),
-                        lease: Some(lease),
-                    }],
+                    &[
+                        Write::Put {
+                            key: member_key(from),
+                            value: String::new(),
+                            lease: Some(lease),
+                        },
+                        Write::Put {
+                            key: joined_key(from),
+                            value: String::new(),
+                            lease: None,
+                        },
+                    ],
                 );
                 if created.is_err() {
                     self.etcd.revoke(lease);
@@ -2225,9 +2238,13 @@ impl World {
                 reason,
             } => {
                 let mut compares = vec![Compare::ModRevision(owner_key(table), expect)];
-                if let Some(old) = gone {
-                    compares.push(Compare::ModRevision(member_key(old), Revision(0)));
+                if let Some(g) = gone {
+                    compares.push(Compare::ModRevision(member_key(g.server), Revision(0)));
+                    if self.cfg.compare_last_join {
+                        compares.push(Compare::ModRevision(joined_key(g.server), g.last_join));
+                    }
                 }
+                let gone = gone.map(|g| g.server);
                 let r = self.txn(
                     &compares,
                     &[
@@ -2436,6 +2453,14 @@ impl World {
                     self.awaits_completion(**j) && self.etcd.get(&member_key(j.server)).is_none()
                 })
                 .map(|j| j.server)
+                .collect(),
+            joins: self
+                .etcd
+                .range("joined/")
+                .filter_map(|(k, e)| {
+                    let s = k.strip_prefix("joined/")?.parse().ok()?;
+                    Some((ServerId(s), e.mod_revision))
+                })
                 .collect(),
             borrows: {
                 let mut q: Vec<(Revision, ServerId, BTreeSet<TableId>)> = self

@@ -233,12 +233,24 @@ async fn act(
                     ),
                     still_coordinator(cfg, lease),
                 ];
-                if let Some(old) = gone.and_then(|g| names.name(g)) {
-                    // R3 at commit time: the old owner is still not a member.
+                if let Some(g) = gone {
+                    let Some(old) = names.name(g.server) else {
+                        continue;
+                    };
+                    // R3 at commit time: the old owner is still not a
+                    // member, and has not joined since the view (a join
+                    // and a lease lost again meanwhile — a new log-less
+                    // run begun, not completed — leave the member key
+                    // absent again; `joined/<old>` moved on).
                     when.push(Compare::create_revision(
                         e.key(&keys::member_key(old)),
                         CompareOp::Equal,
                         0,
+                    ));
+                    when.push(Compare::mod_revision(
+                        e.key(&keys::joined_key(old)),
+                        CompareOp::Equal,
+                        g.last_join.0 as i64,
                     ));
                 }
                 let value = OwnerValue {

@@ -6,6 +6,7 @@
 //! | key                    | value                             | lease      |
 //! |------------------------|-----------------------------------|------------|
 //! | `P member/<name>`      | the server's client address       | membership |
+//! | `P joined/<name>`      | empty; written by every join with `member/<name>`: its mod revision is the server's last join (R3 compares it) | none |
 //! | `P coordinator`        | the coordinator's name            | its membership |
 //! | `P table/<id>`         | the table's SOID range `first-last` (32 hex digits each) | none |
 //! | `P owner/<id>`         | `<epoch> <name>`                  | none       |
@@ -36,6 +37,14 @@ use std::collections::BTreeMap;
 
 pub fn member_key(name: &str) -> String {
     format!("member/{name}")
+}
+
+/// Written (empty, no lease) in the transaction of every join that creates
+/// `member/<name>`: its mod revision is the server's last join, which a
+/// reassignment from the server compares with its view's (R3,
+/// `sextant_cluster::coordinator::Gone`).
+pub fn joined_key(name: &str) -> String {
+    format!("joined/{name}")
 }
 
 /// A client key's record (see `sextant_server::clientkeys`); `name` is a
@@ -180,6 +189,7 @@ pub fn valid_name(name: &str) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Key {
     Member(String),
+    Joined(String),
     Drain(String),
     Table(TableId),
     Owner(TableId),
@@ -208,6 +218,7 @@ pub fn parse_key(k: &str) -> Key {
     };
     let parsed = match kind {
         "member" if valid_name(rest) => Some(Key::Member(rest.to_string())),
+        "joined" if valid_name(rest) => Some(Key::Joined(rest.to_string())),
         "drain" if valid_name(rest) => Some(Key::Drain(rest.to_string())),
         "table" => table(rest).map(Key::Table),
         "owner" => table(rest).map(Key::Owner),
@@ -289,6 +300,7 @@ mod tests {
             Key::Manifest(TableId(9))
         );
         assert_eq!(parse_key(&member_key("s1")), Key::Member("s1".into()));
+        assert_eq!(parse_key(&joined_key("s1")), Key::Joined("s1".into()));
         assert_eq!(parse_key(&drain_key("s1")), Key::Drain("s1".into()));
         assert_eq!(parse_key("coordinator"), Key::Coordinator);
         assert_eq!(parse_key(&borrow_key("s1")), Key::Borrow("s1".into()));

@@ -63,6 +63,8 @@ pub struct ClusterState {
     /// The etcd revision this state is at (every change up to it is in).
     pub revision: i64,
     pub members: BTreeMap<String, Member>,
+    /// Per server, its last join: `joined/<name>`'s mod revision (R3).
+    pub joins: BTreeMap<String, Revision>,
     /// The coordinator's name, and the lease its key lives on.
     pub coordinator: Option<(String, i64)>,
     /// Every table and its SOID range.
@@ -123,6 +125,12 @@ impl ClusterState {
             }
             (Key::Member(n), None) => {
                 self.members.remove(&n);
+            }
+            (Key::Joined(n), Some((_, rev, _))) => {
+                self.joins.insert(n, Revision(rev as u64));
+            }
+            (Key::Joined(n), None) => {
+                self.joins.remove(&n);
             }
             (Key::Drain(n), Some(_)) => {
                 self.draining.insert(n);
@@ -278,6 +286,9 @@ impl ClusterState {
         }
         for d in &self.draining {
             view.draining.insert(names.id(d));
+        }
+        for (n, rev) in &self.joins {
+            view.joins.insert(names.id(n), *rev);
         }
         for t in self.tables.keys() {
             let o = self.owners.get(t).map(|o| {

@@ -99,11 +99,17 @@ async fn join_once(
             CompareOp::Equal,
             0,
         )])
-        .and_then(vec![TxnOp::put(
-            key,
-            cfg.address.clone(),
-            Some(PutOptions::new().with_lease(lease)),
-        )]);
+        .and_then(vec![
+            TxnOp::put(
+                key,
+                cfg.address.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+            // R3: a reassignment decided on a view from before this join
+            // compares this key's revision and fails (the coordinator
+            // decides again on a view that shows this join).
+            TxnOp::put(cfg.etcd.key(&keys::joined_key(&cfg.name)), "", None),
+        ]);
     let created = bounded(&cfg.etcd, client.txn(txn)).await?.succeeded();
     if !created {
         let _ = bounded(&cfg.etcd, client.lease_revoke(lease)).await;

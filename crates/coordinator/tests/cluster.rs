@@ -49,6 +49,11 @@ struct Fake {
     /// Tables given up on the host's own (as an engine does after a merge
     /// whose outcome stayed unknown), not yet told to the shell.
     given_up: Mutex<Vec<TableId>>,
+    /// `ready_for_failover`'s answer per dead server (absent: yes).
+    failover_ready: Mutex<BTreeMap<String, bool>>,
+    /// While true, `ready_for_failover` waits once it has decided its
+    /// answer (a coordinator slow in the middle of a round: its view ages).
+    failover_gate: (Mutex<bool>, Condvar),
 }
 
 impl Fake {
@@ -66,6 +71,18 @@ impl Fake {
     fn close_gate(&self, closed: bool) {
         *self.gate.0.lock().unwrap() = closed;
         self.gate.1.notify_all();
+    }
+
+    fn close_failover_gate(&self, closed: bool) {
+        *self.failover_gate.0.lock().unwrap() = closed;
+        self.failover_gate.1.notify_all();
+    }
+
+    fn set_failover_ready(&self, dead: &str, ready: bool) {
+        self.failover_ready
+            .lock()
+            .unwrap()
+            .insert(dead.to_string(), ready);
     }
 
     fn close_forget_gate(&self, closed: bool) {
@@ -142,6 +159,25 @@ impl TableHost for Fake {
 
     fn take_given_up(&self) -> Vec<TableId> {
         std::mem::take(&mut *self.given_up.lock().unwrap())
+    }
+
+    fn ready_for_failover(&self, dead: &str) -> bool {
+        let ready = self
+            .failover_ready
+            .lock()
+            .unwrap()
+            .get(dead)
+            .copied()
+            .unwrap_or(true);
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("ready for failover {dead}? {ready}"));
+        let mut closed = self.failover_gate.0.lock().unwrap();
+        while *closed {
+            closed = self.failover_gate.1.wait(closed).unwrap();
+        }
+        ready
     }
 }
 
@@ -917,4 +953,77 @@ async fn a_cluster_prefix_inside_or_around_another_clusters_is_refused() {
     start("/ab/", "sibling")
         .await
         .expect("a sibling prefix is its own cluster");
+}
+
+/// R3 on a stale view (issue 21; the simulation's seed 49 under
+/// `stop_before_completion_write`): the coordinator is slow in the middle
+/// of a round — here its host's `ready_for_failover` for the dead server
+/// x answers yes (x's crashed run completed) and then waits. Meanwhile x
+/// restarts, joins, loads its table again (its new run begins) and dies
+/// again, so `member/x` is absent again, and the host now says x's tables
+/// must wait (the new run is not completed). The round carries on with
+/// its old view: its reassignment must fail, because x joined since the
+/// view (`joined/x` moved on), and later rounds must wait. Comparing
+/// `member/x` absent alone, the stale round reassigns the table at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_view_does_not_reassign_the_table_of_a_server_that_joined_since() {
+    logs();
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
+        return;
+    };
+    let (a, ha, map) = served_by_a(&etcd, &cfg, &mut c, 2, "a serves both tables").await;
+    let (x, hx) = server(&etcd, "x").await;
+    let s = map
+        .until(Duration::from_secs(15), |s| {
+            settled(s, &[(&a, &ha), (&x, &hx)]) && owners(s).values().any(|o| o == "x")
+        })
+        .await
+        .unwrap_or_else(|| panic!("x got no table: {:?}", owners(&map.current())));
+    assert_eq!(s.coordinator.as_ref().map(|c| c.0.as_str()), Some("a"));
+    let table = owners(&s)
+        .into_iter()
+        .find(|(_, o)| o == "x")
+        .map(|(t, _)| t)
+        .unwrap();
+
+    ha.close_failover_gate(true);
+    let lease = x.membership().lease();
+    drop(x);
+    c.lease_revoke(lease).await.unwrap();
+    within(
+        "the coordinator asks whether x's tables may go",
+        Duration::from_secs(10),
+        || ha.logged("ready for failover x? true"),
+    )
+    .await;
+    // The yes waits at the gate. x comes back, takes its table again (a
+    // new run), and dies again; its new run is not completed.
+    ha.set_failover_ready("x", false);
+    let (x, hx) = server(&etcd, "x").await;
+    within("x loads its table again", Duration::from_secs(10), || {
+        hx.holds().contains(&table)
+    })
+    .await;
+    let lease = x.membership().lease();
+    drop(x);
+    c.lease_revoke(lease).await.unwrap();
+    map.until(Duration::from_secs(5), |s| !s.members.contains_key("x"))
+        .await
+        .expect("x is gone again");
+    ha.close_failover_gate(false);
+
+    // The round on the old view, and a few more, change nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        owners(&map.current()).get(&table).map(String::as_str),
+        Some("x"),
+        "{table} reassigned on a view from before x joined again"
+    );
+    // Once x's new run is completed, the table goes to a.
+    ha.set_failover_ready("x", true);
+    map.until(Duration::from_secs(15), |s| {
+        owners(s).get(&table).is_some_and(|o| o == "a")
+    })
+    .await
+    .unwrap_or_else(|| panic!("{table} never reassigned: {:?}", owners(&map.current())));
 }
