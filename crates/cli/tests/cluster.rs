@@ -3704,6 +3704,279 @@ fn scrape_metrics(port: u16) -> String {
     }
 }
 
+/// How long `ticket_loop_child` keeps its one client working (seconds).
+const TICKET_LOOP_SECS: &str = "SEXTANT_TEST_TICKET_LOOP_SECS";
+
+/// The child of the ticket-life tests, run as nobody: one client on a's
+/// socket (no secret, tickets on) kept for `TICKET_LOOP_SECS`, which
+/// every ~half second creates a file in /other (b's table) and tries to
+/// chmod /other/keep (root's), both claiming root. One line per round:
+/// `op I t=MS ticket=BOOL uid=UID chmod=ERRNO` (or `err I t=MS ...`), then
+/// `done`. A no-op when run as a test of its own.
+#[test]
+fn ticket_loop_child() {
+    let Ok(socket) = std::env::var(TICKET_SOCKET) else {
+        return;
+    };
+    use sextant_client::{Client, Options};
+    use sextant_types::{Credentials, SetAttr};
+    assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
+    let other = soid_from_env(TICKET_DIR);
+    let secs: u64 = std::env::var(TICKET_LOOP_SECS).unwrap().parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = Client::connect(&format!("unix:{socket}"), "", Options::default())
+            .await
+            .unwrap();
+        let root = Credentials::root();
+        let keep = c.lookup(&root, other, b"keep").await.unwrap().soid;
+        let chmod = SetAttr {
+            perm: Some(0o777),
+            ..SetAttr::default()
+        };
+        let start = Instant::now();
+        let mut i = 0u64;
+        while start.elapsed() < Duration::from_secs(secs) {
+            let t = start.elapsed().as_millis();
+            let name = format!("l-{i}");
+            match c.create(&root, other, name.as_bytes(), 0o644, true).await {
+                Ok(a) => {
+                    let errno = match c.setattr(&root, keep, &chmod).await {
+                        Ok(_) => 0,
+                        Err(e) => e.errno(),
+                    };
+                    println!(
+                        "op {i} t={t} ticket={} uid={} chmod={errno}",
+                        c.has_ticket(),
+                        a.uid
+                    );
+                }
+                Err(e) => println!("err {i} t={t} {e}"),
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        println!("done");
+    });
+}
+
+/// One round of `ticket_loop_child`: when (ms from the start), whether
+/// the client held a usable ticket after it, the created file's uid and
+/// the chmod's errno.
+struct Round {
+    t: u64,
+    ticket: bool,
+    uid: u32,
+    chmod: i32,
+}
+
+/// The rounds a `ticket_loop_child` printed; panics on a failed one.
+fn rounds_of(said: &str) -> Vec<Round> {
+    assert!(said.contains("\ndone"), "the child did not finish: {said}");
+    assert!(!said.contains("\nerr "), "an operation failed: {said}");
+    said.lines()
+        .filter_map(|l| l.strip_prefix("op "))
+        .map(|l| {
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k))
+                    .unwrap_or_else(|| panic!("no {k} in {l}"))
+                    .to_string()
+            };
+            Round {
+                t: field("t=").parse().unwrap(),
+                ticket: field("ticket=") == "true",
+                uid: field("uid=").parse().unwrap(),
+                chmod: field("chmod=").parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The sum of the counters `name` whose labels include every one of
+/// `labels` (`reason="x"`) on the server whose metrics are on `port`.
+fn counter(port: u16, name: &str, labels: &[&str]) -> f64 {
+    scrape_metrics(port)
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            let rest = key.strip_prefix(name)?;
+            let ok = (rest.is_empty() || rest.starts_with('{'))
+                && labels.iter().all(|want| rest.contains(want));
+            ok.then(|| value.trim().parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// A cluster for the ticket-life tests: a (on its socket, metrics on
+/// `ports`, environment `a_env`) holding /, b (metrics on `ports + 1`,
+/// environment `b_env`) holding /other (777) with /other/keep (root's,
+/// 0644) in it; then `ticket_loop_child` runs as nobody for `secs`. The
+/// rounds, what a forwarded meanwhile, and whether the tables stayed put.
+fn ticket_loop_on_a_cluster(
+    a_env: &[(&str, &str)],
+    b_env: &[(&str, &str)],
+    secs: u64,
+    check: impl FnOnce(Vec<Round>, f64, u16, u16),
+) {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
+        return;
+    };
+    let ports = free_ports(2);
+    let (a_metrics, b_metrics) = (ports, ports + 1);
+    let a_m = format!("127.0.0.1:{a_metrics}");
+    let b_m = format!("127.0.0.1:{b_metrics}");
+    let a_env = [&[("SEXTANT_METRICS", a_m.as_str())], a_env].concat();
+    let (_a, a_addr, secret, config, sock) =
+        first_server_on_socket(dir.path(), &etcd.url, "table_dir_limit = 2\n", &a_env);
+    let b_env = [&[("SEXTANT_METRICS", b_m.as_str())], b_env].concat();
+    let (b, _b_addr) = serve_env(dir.path(), &etcd.url, "b", &["--config", &config], &b_env);
+    let _b = KillOnDrop(b);
+    for d in ["/pub", "/other"] {
+        sextant_ok(&a_addr, &secret, &["mkdir", d]);
+        sextant_ok(&a_addr, &secret, &["chmod", "777", d]);
+    }
+    let placed = RootOnAOtherOnB::place(&etcd.url, &secret, &a_addr);
+    sextant_ok(&a_addr, &secret, &["touch", "/other/keep"]);
+    let forwarded = || counter(a_metrics, "sextant_requests_forwarded_total", &[]);
+    let before = forwarded();
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "ticket_loop_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env_remove("SEXTANT_SECRET")
+        .env_remove("SEXTANT_SECRET_FILE")
+        .env_remove("SEXTANT_TICKETS")
+        .env(TICKET_SOCKET, &sock)
+        .env(TICKET_DIR, &placed.other)
+        .env(TICKET_LOOP_SECS, secs.to_string())
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the child failed: {said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("the child said:\n{said}");
+    let rounds = rounds_of(&said);
+    assert!(
+        placed.still_placed(&etcd.url, &secret),
+        "a table moved during the test: its answer says nothing"
+    );
+    assert!(rounds.len() >= 20, "{} rounds: {said}", rounds.len());
+    for r in &rounds {
+        assert_eq!(r.uid, 65534, "every file made as nobody: {said}");
+        assert_eq!(r.chmod, 1, "chmod of root's file: EPERM as nobody: {said}");
+    }
+    check(rounds, forwarded() - before, a_metrics, b_metrics);
+}
+
+/// Issue 22, identity tickets over several lifetimes: a issues tickets
+/// good for 30 s (test-only fault point `ticket-lifetime:30`); a local
+/// user's one client works for 100 s against b's table, going to b
+/// itself the whole time — renewing its ticket at half life (a issued
+/// several), its session with b ended by b at each ticket's expiry
+/// (counted) and opened again with the renewed one — and never forwarded
+/// through a, never refused, always as nobody with nobody's permissions.
+#[test]
+fn a_local_users_client_keeps_reaching_the_holder_across_ticket_lifetimes() {
+    ticket_loop_on_a_cluster(
+        &[("SEXTANT_FAULT", "ticket-lifetime:30")],
+        &[],
+        100,
+        |rounds, forwarded, a_metrics, b_metrics| {
+            let without: Vec<u64> = rounds.iter().filter(|r| !r.ticket).map(|r| r.t).collect();
+            assert!(
+                without.is_empty(),
+                "rounds without a ticket at {without:?} ms"
+            );
+            assert!(
+                forwarded < 5.0,
+                "{forwarded} requests forwarded through a for a ticket's holder"
+            );
+            let issued = counter(a_metrics, "sextant_auth_tickets_issued_total", &[]);
+            assert!(
+                issued >= 5.0,
+                "{issued} tickets issued in 100 s of 30 s tickets"
+            );
+            let expired = counter(b_metrics, "sextant_auth_ticket_sessions_expired_total", &[]);
+            assert!(
+                expired >= 2.0,
+                "{expired} sessions ended by b at their ticket's expiry in 100 s"
+            );
+            // (Refused claims — the child claims root — are counted too.)
+            let refused = counter(b_metrics, "sextant_auth_refused_total", &[])
+                - counter(
+                    b_metrics,
+                    "sextant_auth_refused_total",
+                    &["reason=\"claim\""],
+                );
+            assert!(refused < 1.0, "{refused} refusals of a proof on b");
+        },
+    );
+}
+
+/// Issue 22, a holder that refuses a ticket: b refuses the first ticket
+/// proof it gets (test-only fault point `refuse-tickets:1`). The local
+/// user's client drops its ticket and goes through its socket, whose
+/// server (a) forwards every request — they still succeed, as nobody —
+/// for the fallback period (60 s); then it takes a new ticket and reaches
+/// b itself again (b admits a `kernel` caller over TCP, a forwards no
+/// more).
+#[test]
+fn a_refused_ticket_falls_back_to_the_socket_then_is_tried_again() {
+    ticket_loop_on_a_cluster(
+        &[],
+        &[("SEXTANT_FAULT", "refuse-tickets:1")],
+        90,
+        |rounds, forwarded, _a_metrics, b_metrics| {
+            let refused = counter(
+                b_metrics,
+                "sextant_auth_refused_total",
+                &["reason=\"ticket-fault\""],
+            );
+            assert_eq!(refused, 1.0, "b refused one ticket");
+            // The fallback: from the refusal (the first round) for 60 s.
+            let early: Vec<&Round> = rounds.iter().filter(|r| r.t < 50_000).collect();
+            assert!(
+                early.iter().all(|r| !r.ticket),
+                "a ticket used within the fallback period"
+            );
+            let late: Vec<&Round> = rounds.iter().filter(|r| r.t > 75_000).collect();
+            assert!(late.len() >= 5, "{} rounds after the fallback", late.len());
+            assert!(
+                late.iter().all(|r| r.ticket),
+                "no ticket again after the fallback period"
+            );
+            let without = rounds.iter().filter(|r| !r.ticket).count() as f64;
+            // Two requests a round (create, chmod); the lookup of keep.
+            assert!(
+                forwarded >= 2.0 * without,
+                "{forwarded} forwarded for {without} rounds without a ticket"
+            );
+            assert!(
+                forwarded <= 2.0 * without + 6.0,
+                "{forwarded} forwarded for {without} rounds without a ticket: the rounds with \
+                 one went through a too"
+            );
+            let direct = counter(
+                b_metrics,
+                "sextant_auth_calls_total",
+                &["transport=\"tcp\"", "caller=\"kernel\""],
+            );
+            assert!(direct >= 1.0, "b admitted no ticket after the fallback");
+        },
+    );
+}
+
 /// Issue 20, item 6: tables that shrink are merged on every server of a
 /// cluster — each server merges neighbours it owns, through one etcd
 /// transaction fenced by both owner keys and refused while a move, lend or

@@ -700,11 +700,16 @@ async fn keep_peer_backups(client: Weak<Inner>, addr: String) {
 /// expires).
 async fn keep_ticket(client: Weak<Inner>) {
     loop {
-        let due = match client.upgrade() {
-            Some(inner) => inner.tickets.renew_due(),
+        let (due, changed) = match client.upgrade() {
+            Some(inner) => (inner.tickets.renew_due(), inner.tickets.changed()),
             None => return,
         };
-        tokio::time::sleep(due.max(Duration::from_millis(100))).await;
+        // Woken early by a refusal (then `due` is the fallback period's
+        // end, not the dropped ticket's half life): sleep again until then.
+        tokio::select! {
+            () = tokio::time::sleep(due.max(Duration::from_millis(100))) => {}
+            () = changed.notified() => continue,
+        }
         let Some(inner) = client.upgrade() else {
             return;
         };

@@ -16,7 +16,10 @@
 //! - a ticket a server refused, or none at all (an older server, a user
 //!   in too many groups), leaves the client as it was without tickets:
 //!   every request goes to the socket, whose server forwards it; a
-//!   refused ticket is not used again for [`OFF_AFTER_REFUSAL`].
+//!   refused ticket is not used again for [`OFF_AFTER_REFUSAL`], and a
+//!   new one is fetched once that is over (a refusal wakes the renewing
+//!   task, [`Tickets::changed`]: it does not wait for the dropped
+//!   ticket's half life).
 
 use parking_lot::Mutex;
 use sextant_proto::keyauth::ClientKey;
@@ -53,6 +56,9 @@ struct State {
 #[derive(Default)]
 pub(crate) struct Tickets {
     state: Mutex<State>,
+    /// Told when [`Tickets::renew_due`] may have come nearer (a refusal):
+    /// the renewing task sleeps until then or this.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 fn now_secs() -> i64 {
@@ -118,6 +124,14 @@ impl Tickets {
             );
         }
         s.off_until = Some(Instant::now() + OFF_AFTER_REFUSAL);
+        drop(s);
+        self.changed.notify_one();
+    }
+
+    /// What the renewing task waits on besides its sleep (see
+    /// [`Tickets::refused`]).
+    pub(crate) fn changed(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.changed)
     }
 
     /// How long until a new ticket should be fetched: at half the held

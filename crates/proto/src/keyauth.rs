@@ -139,6 +139,23 @@ pub fn mac_matches(key: &[u8; KEY_BYTES], proof: &Proof, path: &str) -> bool {
     .is_ok()
 }
 
+/// What a server remembers of a proof to refuse its replay: the first 16
+/// bytes of SHA-256 over the name's length (8 bytes, little-endian), the
+/// name and the nonce — the same size whatever the name (a ticket's is
+/// over a kilobyte), and no two (name, nonce) pairs alike short of a
+/// 2^64-work collision.
+pub fn nonce_id(name: &str, nonce: &str) -> [u8; 16] {
+    use sha2::Digest;
+    let mut h = Sha256::new();
+    h.update((name.len() as u64).to_le_bytes());
+    h.update(name.as_bytes());
+    h.update(nonce.as_bytes());
+    let d = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d[..16]);
+    out
+}
+
 /// The label the ticket master is derived with (see [`ticket_master`]).
 pub const TICKET_MASTER_LABEL: &[u8] = b"sextant identity ticket v1";
 

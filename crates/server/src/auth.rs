@@ -475,6 +475,16 @@ fn ticket_caller(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     match keys.check_ticket(proof, path, now, master) {
+        Ok((cred, _)) if crate::fault::refuse_ticket() => {
+            refused(
+                "ticket-fault",
+                cred.uid,
+                "identity ticket refused (test-only fault point refuse-tickets)",
+            );
+            Err(Status::unauthenticated(
+                "authentication failed: identity ticket refused (ticket-fault)",
+            ))
+        }
         Ok((cred, expires)) => Ok((Caller::Kernel(cred), expires)),
         Err(crate::clientkeys::Refusal::Busy) => Err(Status::unavailable(
             "too many calls with client keys; retry",
@@ -544,7 +554,8 @@ pub fn issue_ticket(
         uid: k.uid,
         gid: k.gid,
         groups: k.groups.clone(),
-        expires: now + TICKET_LIFETIME.as_secs(),
+        // (Shorter only under a test-only fault point, see crate::fault.)
+        expires: now + crate::fault::ticket_lifetime(TICKET_LIFETIME).as_secs(),
         nonce,
         issuer: issuer.chars().take(64).collect(),
     };

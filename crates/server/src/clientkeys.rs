@@ -44,7 +44,8 @@ pub const FILE_NAME: &str = "clientkeys.toml";
 /// The identity root-squashed ids run as.
 pub const NOBODY: u32 = 65534;
 /// Nonces remembered at most; beyond, new calls are refused (UNAVAILABLE,
-/// the client retries) until old ones expire.
+/// the client retries) until old ones expire. Each is 16 bytes
+/// ([`keyauth::nonce_id`]) in a set and a queue: some 60 MB at most.
 const MAX_NONCES: usize = 1 << 20;
 
 /// What a key may do (see `KeyLimits` in the schema).
@@ -255,11 +256,15 @@ pub struct Grant {
     pub limits: Arc<Limits>,
 }
 
+/// What is remembered of an accepted proof ([`keyauth::nonce_id`] of
+/// its name and nonce): 16 bytes, whatever the name's size.
+type NonceId = [u8; 16];
+
 /// Nonces accepted recently, oldest first.
 #[derive(Default)]
 struct Nonces {
-    seen: HashSet<(String, String)>,
-    order: VecDeque<(i64, (String, String))>,
+    seen: HashSet<NonceId>,
+    order: VecDeque<(i64, NonceId)>,
 }
 
 /// Every key of this server, and the nonces of recent proofs.
@@ -696,16 +701,27 @@ impl KeyBook {
                 n.seen.remove(&k);
             }
         }
-        let id = (proof.name.clone(), proof.nonce.clone());
+        let id = keyauth::nonce_id(&proof.name, &proof.nonce);
         if n.seen.contains(&id) {
             return Err(Refusal::Replayed);
         }
         if n.seen.len() >= MAX_NONCES {
             return Err(Refusal::Busy);
         }
-        n.seen.insert(id.clone());
+        n.seen.insert(id);
         n.order.push_back((now + 2 * WINDOW_SECS, id));
         Ok(())
+    }
+
+    /// The replay table: proofs remembered, and the bytes it holds (its
+    /// containers' capacity and what their entries point to).
+    #[cfg(test)]
+    pub(crate) fn nonce_table(&self) -> (usize, usize) {
+        let n = self.nonces.lock();
+        // (A NonceId points to nothing.)
+        let bytes = n.seen.capacity() * std::mem::size_of::<NonceId>()
+            + n.order.capacity() * std::mem::size_of::<(i64, NonceId)>();
+        (n.seen.len(), bytes)
     }
 
     /// Notes that `name` was used from `address`: `true` the first time.

@@ -41,10 +41,26 @@
 //!   etcd does not answer them; the release is sent again until one gets
 //!   through. Used by crates/cli/tests/logless_exit.rs.
 //!
+//! - `ticket-lifetime:SECS` — identity tickets this server issues
+//!   (`auth::issue_ticket`) are good for SECS seconds instead of
+//!   `auth::TICKET_LIFETIME` (300 s): only ever shorter — a larger SECS is
+//!   300 s, 0 is 1 s. It changes nothing but the expiry written in the
+//!   tickets it issues (so also when their sessions end). Used by the
+//!   test of a long-lived client across several ticket lifetimes
+//!   (crates/cli/tests/cluster.rs).
+//!
+//! - `refuse-tickets:N` — the first N identity-ticket proofs that pass
+//!   every check on this server are refused all the same
+//!   (UNAUTHENTICATED, counted as `ticket-fault`), as a holder refuses a
+//!   ticket it cannot check; nothing else is refused. Used by the test of
+//!   a client's fallback to its socket's server
+//!   (crates/cli/tests/cluster.rs).
+//!
 //! Read once, at first use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The environment variable naming a fault point.
 pub const ENV: &str = "SEXTANT_FAULT";
@@ -143,6 +159,50 @@ pub fn lose_release() -> bool {
     LOST.fetch_add(1, Ordering::SeqCst) < n
 }
 
+/// `Some(secs)` asked by `ticket-lifetime:`.
+fn ticket_lifetime_asked() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let n = v.strip_prefix("ticket-lifetime:")?.parse().ok()?;
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(n)
+    })
+}
+
+/// The lifetime of the identity tickets this server issues: `default`
+/// unless `ticket-lifetime:` is armed (then shorter, never longer).
+pub fn ticket_lifetime(default: Duration) -> Duration {
+    shortened(default, ticket_lifetime_asked())
+}
+
+/// `default`, or `asked` seconds if that is shorter (at least 1 s).
+fn shortened(default: Duration, asked: Option<u64>) -> Duration {
+    asked.map_or(default, |s| Duration::from_secs(s.max(1)).min(default))
+}
+
+/// `Some(n)`: refuse the first n identity-ticket proofs.
+fn refused_tickets() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let n = v.strip_prefix("refuse-tickets:")?.parse().ok()?;
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(n)
+    })
+}
+
+/// Called by the TCP interceptor on an identity ticket whose proof
+/// passed every check: `true` if armed and fewer than N were refused so
+/// far (refuse it).
+pub fn refuse_ticket() -> bool {
+    static REFUSED: AtomicU64 = AtomicU64::new(0);
+    let Some(n) = refused_tickets() else {
+        return false;
+    };
+    REFUSED.fetch_add(1, Ordering::SeqCst) < n
+}
+
 /// Called by the catalogue before it commits a DROP's final manifest:
 /// `true` if armed and fewer than N were refused so far (refuse it).
 pub fn refuse_drop_commit() -> bool {
@@ -151,4 +211,19 @@ pub fn refuse_drop_commit() -> bool {
         return false;
     };
     REFUSED.fetch_add(1, Ordering::SeqCst) < n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticket_lifetime_is_only_ever_shortened() {
+        let d = Duration::from_secs(300);
+        assert_eq!(shortened(d, None), d);
+        assert_eq!(shortened(d, Some(30)), Duration::from_secs(30));
+        assert_eq!(shortened(d, Some(0)), Duration::from_secs(1));
+        assert_eq!(shortened(d, Some(301)), d, "never longer");
+        assert_eq!(shortened(d, Some(u64::MAX)), d, "never longer");
+    }
 }

@@ -1081,3 +1081,54 @@ async fn a_ticket_is_issued_on_the_socket_to_a_local_user_only() {
     let req = tcp(call_with(&p, CALL)).unwrap();
     assert!(req.extensions().get::<LocalPeer>().is_none());
 }
+
+/// Issue 22: 2000 ticket sessions opened at once (8 threads), each of
+/// its own user with the biggest ticket there is (256 groups): each is
+/// admitted as its user, once (its replay refused); the replay table
+/// holds one small entry per proof whatever the ticket's size (a ticket's
+/// name is ~1.4 KB: remembered as is, 2^20 proofs would hold gigabytes),
+/// and it drains once the proofs are too old to be replayed.
+#[test]
+fn thousands_of_tickets_at_once_are_admitted_once_and_their_replay_table_stays_small() {
+    const N: usize = 2000;
+    let book = Arc::new(KeyBook::in_memory());
+    let t = now();
+    let tickets: Vec<(u32, ClientKey)> = (0..N as u32)
+        .map(|i| {
+            let uid = 1000 + i;
+            let cred = user(uid, uid, &(20_000..20_256).collect::<Vec<u32>>());
+            (uid, ticket_for(&cred, SECRET, t as u64))
+        })
+        .collect();
+    assert!(tickets[0].1.name.len() > 1000, "a big ticket");
+    std::thread::scope(|s| {
+        for chunk in tickets.chunks(N / 8) {
+            let book = &book;
+            s.spawn(move || {
+                for (uid, key) in chunk {
+                    match intercept_ticket(book, key, "0123456789abcdef0") {
+                        Ok(Caller::Kernel(c)) => assert_eq!(c.uid, *uid),
+                        other => panic!("ticket of {uid}: {other:?}"),
+                    }
+                    refused_with(
+                        intercept_ticket(book, key, "0123456789abcdef0"),
+                        "key-replayed",
+                    );
+                }
+            });
+        }
+    });
+    let (entries, bytes) = book.nonce_table();
+    assert_eq!(entries, N, "one entry per proof admitted");
+    assert!(
+        bytes <= entries * 128,
+        "{bytes} bytes for {entries} proofs: {} each",
+        bytes / entries
+    );
+    // Past twice the time window: nothing of them is kept.
+    let later = t + 2 * keyauth::WINDOW_SECS + 1;
+    let master = keyauth::ticket_master(SECRET);
+    let proof = tickets[0].1.prove(CALL, later, "0123456789abcdef1");
+    assert!(book.check_ticket(&proof, CALL, later, &master).is_ok());
+    assert_eq!(book.nonce_table().0, 1, "the old proofs are forgotten");
+}
