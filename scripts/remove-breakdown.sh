@@ -7,7 +7,10 @@
 # and their time from send to end (the fuse:fuse_request_send/_end
 # tracepoints, all CPUs: the time the mount took to answer, server round
 # trip included); the server's own time per unlink (/metrics); the CPU
-# the server and the mount spent per remove (/proc/PID/stat).
+# the server and the mount spent per remove (/proc/PID/stat); how often
+# the server's and the mount's threads were put on a CPU per remove (the
+# run counts of /proc/PID/task/*/schedstat: a wake-up of a thread that
+# slept, or a preemption).
 #
 #   BINARY=target/release/sextant ROUNDS=3 scripts/remove-breakdown.sh
 #
@@ -53,7 +56,8 @@ for i in range(int(sys.argv[2])):
 ' "$w/mnt/d" "$N"
   curl -s 127.0.0.1:$MP/metrics >"$w/m0"
   cpu() { for p in $sp $mpid; do awk '{print $14 + $15}' "/proc/$p/stat"; done | paste -sd' '; }
-  c0=$(cpu)
+  runs() { for p in $sp $mpid; do cat /proc/$p/task/*/schedstat | awk '{s += $3} END {print s}'; done | paste -sd' '; }
+  c0=$(cpu) r0=$(runs)
   perf record -e fuse:fuse_request_send,fuse:fuse_request_end -a -o "$w/fuse.data" >/dev/null 2>&1 &
   pp=$!
   if [ -n "${MPERF:-}" ]; then
@@ -78,18 +82,20 @@ print("caller unlink: p50 %.1f us, mean %.1f us" % (ts[n // 2] / 1e3, sum(ts) / 
   kill -INT "$pp"
   wait "$pp" || true
   if [ -n "$tp" ]; then kill -INT "$tp"; wait "$tp" || true; fi
-  c1=$(cpu)
+  c1=$(cpu) r1=$(runs)
   curl -s 127.0.0.1:$MP/metrics >"$w/m1"
   fusermount3 -u "$w/mnt" 2>/dev/null || fusermount3 -u -z "$w/mnt" || true
   kill "$sp"
   wait "$sp" || true
   perf script -i "$w/fuse.data" -F time,event,trace >"$w/fuse.txt" 2>/dev/null || true
-  python3 - "$w" "$N" "$c0" "$c1" <<'PY'
+  python3 - "$w" "$N" "$c0" "$c1" "$r0" "$r1" <<'PY'
 import collections, re, sys
 w, n = sys.argv[1], int(sys.argv[2])
 c0, c1 = [int(x) for x in sys.argv[3].split()], [int(x) for x in sys.argv[4].split()]
 tick = 1e6 / 100  # µs per clock tick
 print(f"CPU per remove: server {(c1[0] - c0[0]) * tick / n:.0f} us, mount {(c1[1] - c0[1]) * tick / n:.0f} us")
+r0, r1 = [int(x) for x in sys.argv[5].split()], [int(x) for x in sys.argv[6].split()]
+print(f"threads put on a CPU per remove: server {(r1[0] - r0[0]) / n:.2f}, mount {(r1[1] - r0[1]) / n:.2f}")
 def metrics(f):
     d = {}
     for line in open(f):

@@ -235,6 +235,16 @@ impl Data {
         if self.inline {
             return remove_quietly(&path);
         }
+        // A file never written has no object file: one lstat says so,
+        // instead of a rename into the trash that fails (a rename across
+        // directories takes the file system's rename lock before it looks
+        // the name up) and a check that the trash is there. Whatever
+        // creates an object meanwhile raced the rename just the same.
+        if let Err(e) = std::fs::symlink_metadata(&path) {
+            if e.kind() == io::ErrorKind::NotFound {
+                return Ok(());
+            }
+        }
         let n = self.next_trash.fetch_add(1, Ordering::Relaxed);
         let to = self.trash.join(format!("{soid}{}{n}", self.trash_tag));
         match std::fs::rename(&path, &to) {
