@@ -44,7 +44,8 @@ mod common;
 
 use common::{cut_journal, etcd_keys, journal_lengths, walk_files};
 use common::{
-    dir_and_etcd, sextant_ok, spawn_server_env, status_on, tables_by_server, wait_for, KillOnDrop,
+    dir_and_etcd, sextant_ok, spawn_server_env, status_on, tables_by_server, wait_for,
+    wait_for_every, KillOnDrop,
 };
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -678,4 +679,445 @@ fn wait_for_ls(addr: &str, secret: &Path, dir: &str, want: &[String]) -> Vec<Str
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// `(clean, run)` of member `name`'s `logless.state` in the shared store.
+fn run_state(dir: &Path, name: &str) -> (bool, u64) {
+    let file = dir.join(format!("store/members/{name}/logless.state"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(parts.first(), Some(&"SXTLL1"), "{text}");
+    (parts[1] == "1", parts[2].parse().unwrap())
+}
+
+/// The completions of member `name`'s runs in the shared store.
+fn completion_files(dir: &Path, name: &str) -> Vec<String> {
+    std::fs::read_dir(dir.join(format!("store/members/{name}")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("logless.completion-"))
+        .collect()
+}
+
+/// A library client of the server at `addr` (no spool).
+fn client_at(rt: &tokio::runtime::Runtime, secret: &Path, addr: &str) -> sextant_client::Client {
+    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
+    rt.block_on(sextant_client::Client::connect(
+        addr,
+        &text,
+        sextant_client::Options::default(),
+    ))
+    .unwrap()
+}
+
+/// Creates `names` in `dir` through `client`, each acknowledged.
+fn create_all(
+    rt: &tokio::runtime::Runtime,
+    client: &sextant_client::Client,
+    dir: &str,
+    names: &[String],
+) {
+    let root = sextant_types::Credentials::root();
+    rt.block_on(async {
+        let d = client.resolve(&root, dir.as_bytes(), true).await.unwrap();
+        for n in names {
+            let made = client.create(&root, d.soid, n.as_bytes(), 0o644, true);
+            made.await.unwrap();
+        }
+    });
+}
+
+fn named(prefix: &str) -> Vec<String> {
+    (0..5).map(|i| format!("{prefix}{i}")).collect()
+}
+
+/// Waits for `child` to exit (a clean stop), at most `within`; it must
+/// have succeeded.
+fn exits_cleanly(child: &mut KillOnDrop, what: &str, within: Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            assert!(status.success(), "{what}: {status}");
+            eprintln!("{what} {:?} after SIGTERM", start.elapsed());
+            return;
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// a serves `/d` (a client's create there succeeds: `probe`, whose
+/// record is synced by a's next write-back or kept by the test's cut),
+/// under a run other than `run`, named in its state file.
+fn serves_d_under_a_new_run(
+    rt: &tokio::runtime::Runtime,
+    client: &sextant_client::Client,
+    dir: &Path,
+    run: u64,
+    d: &str,
+) {
+    wait_for("a's new run", Duration::from_secs(60), || {
+        run_state(dir, "a") != (false, run)
+    });
+    let (clean, again) = run_state(dir, "a");
+    assert!(!clean && again != run, "a new run: {again:x} after {run:x}");
+    let root = sextant_types::Credentials::root();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(d) = client.resolve(&root, d.as_bytes(), true).await {
+                if client
+                    .create(&root, d.soid, b"probe", 0o644, true)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "a never served {d} again");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    assert_eq!(run_state(dir, "a"), (false, again), "one new run");
+}
+
+/// a's machine loses power (kill -9, its journal cut to `kept`): its
+/// tables are taken over once its journal is completed from the
+/// clients' backups, and `d` shows `want` through `addr` (the cluster's
+/// secret in c's data directory).
+fn a_loses_power_and_d_holds(
+    a: &mut KillOnDrop,
+    dir: &Path,
+    etcd: &str,
+    addr: &str,
+    kept: &[(PathBuf, u64)],
+    d: &str,
+    want: &[String],
+) {
+    // The cluster's secret, in c's data directory.
+    let secret = dir.join("c");
+    let secret = secret.as_path();
+    common::kill9(&mut a.0);
+    cut_journal(&dir.join("store/members/a/journal"), kept);
+    let died = Instant::now();
+    wait_for("a's lease gone", Duration::from_secs(30), || {
+        etcd_keys(etcd, "/sextant/member/a").is_empty()
+    });
+    wait_for("a's tables taken over", Duration::from_secs(90), || {
+        tables_of(etcd, secret, "a") == 0
+    });
+    eprintln!("a's tables taken over {:?} after its death", died.elapsed());
+    let seen = wait_for_ls(addr, secret, d, want);
+    assert_eq!(seen, want, "what a acknowledged");
+}
+
+/// A log-less server stopped cleanly (SIGTERM) and started again (issue
+/// 21 item 6). a holds `/d`, where a client of b made five files (a's
+/// journal tail unsynced: their entries are the client's backups). a
+/// stops: it drains `/d` to another server, writes everything back,
+/// marks its run clean and leaves — no completion, no claim, its lease
+/// revoked (not left to run out), the files there. Started again it
+/// begins a new run, takes `/d` back, and five more files of the same
+/// client survive its power loss (the client holds the new run's
+/// entries).
+#[test]
+fn a_server_stopped_cleanly_and_started_again_begins_a_new_run_and_loses_nothing() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    const D: &str = "/d";
+    let started = Instant::now();
+    let CFirst {
+        c: _c,
+        c_addr,
+        secret,
+        mut a,
+        b: _b,
+        b_addr,
+    } = c_first_then_a_and_b(dir.path(), &etcd.url, "none");
+    sextant_ok(&c_addr, &secret, &["mkdir", "/d"]);
+    common::move_table(&etcd.url, &secret, "/d", "a");
+    let (clean, run) = run_state(dir.path(), "a");
+    assert!(!clean, "a serves");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = client_at(&rt, &secret, &b_addr);
+    let first = named("f");
+    create_all(&rt, &client, "/d", &first);
+
+    common::signal(&a.0, "-TERM");
+    exits_cleanly(&mut a, "a stopped", Duration::from_secs(90));
+    assert_eq!(run_state(dir.path(), "a"), (true, run), "marked clean");
+    assert_eq!(completion_files(dir.path(), "a"), Vec::<String>::new());
+    assert!(etcd_keys(&etcd.url, "/sextant/member/a").is_empty(), "left");
+    assert!(etcd_keys(&etcd.url, "/sextant/logless-claim/").is_empty());
+    wait_for("a's tables elsewhere", Duration::from_secs(30), || {
+        tables_of(&etcd.url, &secret, "a") == 0
+    });
+    assert_eq!(wait_for_ls(&b_addr, &secret, "/d", &first), first);
+
+    let (mut a, _) = start(dir.path(), &etcd.url, "a");
+    wait_for("a a member again", Duration::from_secs(60), || {
+        tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
+    });
+    common::move_table(&etcd.url, &secret, "/d", "a");
+    serves_d_under_a_new_run(&rt, &client, dir.path(), run, D);
+    let kept = journal_lengths(&dir.path().join("store/members/a/journal"));
+    let second = named("g");
+    create_all(&rt, &client, "/d", &second);
+    let mut want = [first, second, vec!["probe".to_string()]].concat();
+    want.sort_unstable();
+    a_loses_power_and_d_holds(&mut a, dir.path(), &etcd.url, &b_addr, &kept, D, &want);
+    eprintln!("whole test {:?}", started.elapsed());
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
+/// A server leaves cleanly while another joins again (issue 21 item 6).
+/// a holds a directory `/d` (or another one apart from the root's table)
+/// with five files of a client of b; a is paused (SIGSTOP)
+/// past its lease and the grace: c, the coordinator, completes a's run
+/// and `/d` is taken over. Then, at once, c is stopped (SIGTERM: it
+/// drains the root's table to a or b, writes back, leaves) and a carries on and joins again. c
+/// exits, a or b coordinates, every table is served (none waits for a
+/// completion nobody writes), `/d` holds the files; a takes `/d` back
+/// under a new run (its completed one retired), and five more files
+/// survive a's power loss.
+#[test]
+fn a_server_leaving_cleanly_while_another_joins_again_loses_nothing() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let started = Instant::now();
+    // Small tables: `/d` gets a table of its own (a's), the root's
+    // stays c's, so c's leaving moves a table while a joins again.
+    let config = dir.path().join("small-tables.toml");
+    std::fs::write(&config, SMALL_TABLES).unwrap();
+    let more = ["--config", config.to_str().unwrap()];
+    let (mut c, c_addr) = start_with(dir.path(), &etcd.url, "c", &more, &[]);
+    let secret = dir.path().join("c");
+    wait_for("the root table on c", Duration::from_secs(30), || {
+        tables_of(&etcd.url, &secret, "c") > 0
+    });
+    for d in ["d", "e", "r", "s"] {
+        sextant_ok(&c_addr, &secret, &["mkdir", &format!("/{d}")]);
+        let files: Vec<String> = (0..4).map(|f| format!("/{d}/h{f}")).collect();
+        let mut touch = vec!["touch"];
+        touch.extend(files.iter().map(String::as_str));
+        sextant_ok(&c_addr, &secret, &touch);
+    }
+    let (mut a, _) = start_with(dir.path(), &etcd.url, "a", &more, &[]);
+    let (_b, b_addr) = start_with(dir.path(), &etcd.url, "b", &more, &[]);
+    wait_for("a and b members", Duration::from_secs(30), || {
+        tables_by_server(&status_on(&etcd.url, &secret)).len() == 3
+    });
+    assert_eq!(status_on(&etcd.url, &secret)["coordinator"], "c");
+    // The root's table on c, a directory of another table on a.
+    let tr = common::move_table(&etcd.url, &secret, "/", "c");
+    let mut dd = None;
+    for x in ["/d", "/e", "/r", "/s"] {
+        if common::move_table(&etcd.url, &secret, x, "a") != tr {
+            dd = Some(x);
+            break;
+        }
+        common::move_table(&etcd.url, &secret, "/", "c");
+    }
+    let dd = dd.expect("a directory in a table apart from the root's");
+    let (_, run) = run_state(dir.path(), "a");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = client_at(&rt, &secret, &b_addr);
+    let mut first = named("f");
+    create_all(&rt, &client, dd, &first);
+    first.extend(named("h").into_iter().take(4));
+    first.sort_unstable();
+
+    common::signal(&a.0, "-STOP");
+    let paused = Instant::now();
+    wait_for("a's run completed", Duration::from_secs(60), || {
+        !completion_files(dir.path(), "a").is_empty()
+    });
+    assert_eq!(wait_for_ls(&b_addr, &secret, dd, &first), first);
+    eprintln!("{dd} taken over {:?} after a's pause", paused.elapsed());
+
+    assert!(tables_of(&etcd.url, &secret, "c") > 0, "c holds the root");
+    common::signal(&c.0, "-TERM");
+    common::signal(&a.0, "-CONT");
+    exits_cleanly(&mut c, "c stopped", Duration::from_secs(90));
+    assert!(
+        etcd_keys(&etcd.url, "/sextant/member/c").is_empty(),
+        "c left"
+    );
+    let mut last = None;
+    wait_for_every(
+        "a or b coordinates, a a member again, c gone",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || {
+            let s = status_on(&etcd.url, &secret);
+            let mut servers: Vec<String> =
+                tables_by_server(&s).into_iter().map(|(n, _)| n).collect();
+            servers.sort_unstable();
+            let done =
+                (s["coordinator"] == "a" || s["coordinator"] == "b") && servers == ["a", "b"];
+            if last.as_ref() != Some(&s) {
+                eprintln!("cluster: {s}");
+                last = Some(s);
+            }
+            done
+        },
+    );
+    assert_eq!(wait_for_ls(&b_addr, &secret, dd, &first), first);
+    sextant_ok(&b_addr, &secret, &["ls", "/"]);
+    eprintln!("served again {:?} after a's pause", paused.elapsed());
+
+    common::move_table(&etcd.url, &secret, dd, "a");
+    serves_d_under_a_new_run(&rt, &client, dir.path(), run, dd);
+    let kept = journal_lengths(&dir.path().join("store/members/a/journal"));
+    let second = named("g");
+    create_all(&rt, &client, dd, &second);
+    let mut want = [first, second, vec!["probe".to_string()]].concat();
+    want.sort_unstable();
+    a_loses_power_and_d_holds(&mut a, dir.path(), &etcd.url, &b_addr, &kept, dd, &want);
+    eprintln!("whole test {:?}", started.elapsed());
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
+}
+
+/// Unmounts a mount point (lazily) when dropped.
+struct UmountOnDrop(PathBuf);
+
+impl Drop for UmountOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system of `dir` with `dir/filler` until a write fails
+/// with `ENOSPC`.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![0u8; 64 << 10];
+    loop {
+        if let Err(e) = f.write_all(&chunk).and_then(|()| f.sync_all()) {
+            assert_eq!(e.raw_os_error(), Some(28), "{e}");
+            return;
+        }
+    }
+}
+
+/// A full disk when a log-less server joins again (issue 21 item 6), on
+/// real processes: a's part of the shared store (`store/members/a`) is a
+/// small tmpfs (skipped, and said so, where it cannot be mounted). a
+/// holds `/d`, where a client of b made five files; a is paused past its
+/// lease and the grace, c completes its run and `/d` is taken over; then
+/// a's disk fills up and a carries on. Its engine stops at its first
+/// write (a write-back, the acknowledged mark, or the rejoin's new run:
+/// the engine test `a_full_disk_while_a_member_begins_its_new_run_at_a_rejoin`
+/// covers that one alone), and a stopped member leaves the cluster with
+/// an error, its run unfinished, naming no new run; `/d` stays served
+/// elsewhere with every file. Restarted once there is space, a takes `/d`
+/// under a new run, and five more files survive its power loss. Before,
+/// a member whose engine stopped at a write-back stayed one (only a
+/// failed acknowledged mark ended the process): it joined again and was
+/// given `/d`'s table, which answered ENOSPC for as long as it ran.
+#[test]
+fn a_full_disk_when_a_server_wakes_makes_it_leave_and_a_restart_loses_nothing() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let started = Instant::now();
+    let mnt = dir.path().join("store/members/a");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32m", "tmpfs"])
+        .arg(&mnt)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: cannot mount a tmpfs (needs root)");
+        return;
+    }
+    let _umount = UmountOnDrop(mnt.clone());
+    let CFirst {
+        c: _c,
+        c_addr,
+        secret,
+        mut a,
+        b: _b,
+        b_addr,
+    } = c_first_then_a_and_b(dir.path(), &etcd.url, "none");
+    sextant_ok(&c_addr, &secret, &["mkdir", "/d"]);
+    common::move_table(&etcd.url, &secret, "/d", "a");
+    let (_, run) = run_state(dir.path(), "a");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = client_at(&rt, &secret, &b_addr);
+    let first = named("f");
+    create_all(&rt, &client, "/d", &first);
+    // Written back (a's clean tables give its flusher nothing to write
+    // on the full disk: the rejoin's new run is the write that fails).
+    let root = sextant_types::Credentials::root();
+    assert_eq!(rt.block_on(client.release_backups(&root)).unwrap(), 0);
+    // ... and its acknowledged mark persisted (every 100 ms while it
+    // grows): a woken a has nothing to write but a write-back's state.
+    std::thread::sleep(Duration::from_secs(1));
+
+    common::signal(&a.0, "-STOP");
+    wait_for("a's run completed", Duration::from_secs(60), || {
+        !completion_files(dir.path(), "a").is_empty()
+    });
+    assert_eq!(wait_for_ls(&b_addr, &secret, "/d", &first), first);
+    fill(&mnt);
+    common::signal(&a.0, "-CONT");
+    let woken = Instant::now();
+    // a's engine stops at its first write on the full disk (a write-back,
+    // the acknowledged mark, the rejoin's new run): a stopped member
+    // leaves the cluster, its run unfinished, so nothing waits for it.
+    let deadline = woken + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = a.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a, stopped on a full disk, never left (its tables would wait for it)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("a left {:?} after waking on the full disk", woken.elapsed());
+    assert!(!status.success(), "an error: {status}");
+    assert_eq!(
+        run_state(dir.path(), "a"),
+        (false, run),
+        "no new run on a full disk, the old one unfinished"
+    );
+    assert_eq!(wait_for_ls(&b_addr, &secret, "/d", &first), first);
+    // Space again; a is restarted.
+    std::fs::remove_file(mnt.join("filler")).unwrap();
+    let freed = Instant::now();
+    let (restarted, _) = start(dir.path(), &etcd.url, "a");
+    a = restarted;
+    wait_for("a a member again", Duration::from_secs(60), || {
+        tables_by_server(&status_on(&etcd.url, &secret))
+            .iter()
+            .any(|(n, _)| n == "a")
+    });
+    common::move_table(&etcd.url, &secret, "/d", "a");
+    serves_d_under_a_new_run(&rt, &client, dir.path(), run, "/d");
+    eprintln!("a serves /d {:?} after space came back", freed.elapsed());
+    let kept = journal_lengths(&mnt.join("journal"));
+    let second = named("g");
+    create_all(&rt, &client, "/d", &second);
+    let mut want = [first, second, vec!["probe".to_string()]].concat();
+    want.sort_unstable();
+    a_loses_power_and_d_holds(&mut a, dir.path(), &etcd.url, &b_addr, &kept, "/d", &want);
+    eprintln!("whole test {:?}", started.elapsed());
+    drop(client);
+    drop(rt);
+    drop(etcd.child);
 }

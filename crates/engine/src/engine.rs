@@ -2157,6 +2157,14 @@ impl Engine {
         self.flusher.stop();
         self.sync()?;
         if let Some(r) = self.inner.member_redo() {
+            if let Some(why) = member::unclean_at_close(&self.inner) {
+                tracing::warn!(
+                    "log-less: this server's run stays marked unfinished at its clean stop ({why}): \
+                     readers of its journal go on taking the completion, and its restart cuts \
+                     its journal there"
+                );
+                return Ok(());
+            }
             return r.closed_cleanly(&*self.inner.store);
         }
         match &self.inner.logless {
@@ -2164,6 +2172,13 @@ impl Engine {
             Some(ll) if ll.crashed().is_none() => ll.closed_cleanly(&*self.inner.store),
             _ => Ok(()),
         }
+    }
+
+    /// Why the engine stopped after a failed write (`None`: it serves):
+    /// [`EngineStats::stopped`] without the rest of the figures, cheap
+    /// enough to poll.
+    pub fn stopped(&self) -> Option<FsError> {
+        self.inner.check_alive().err()
     }
 
     pub fn stats(&self) -> EngineStats {

@@ -27,6 +27,16 @@ pub enum EngineError {
     Layout(#[from] LayoutError),
     #[error("the engine stopped after a fatal error (see the log); restart to recover")]
     Stopped,
+    /// The journal could not be written or synced (`cause`: `NoSpace` for
+    /// a full disk or quota, else `Io`): the engine stopped, and nothing
+    /// after its last synced record was acknowledged. Restart the server
+    /// (after freeing space) to recover; what clients hold is collected
+    /// then.
+    #[error(
+        "the journal could not be synced ({cause}): the engine stopped, nothing after it \
+         was acknowledged; restart the server (after freeing space, if the disk is full)"
+    )]
+    JournalStopped { cause: sextant_types::FsError },
     #[error(
         "{dir} is in use by another Sextant process (its LOCK file is held): stop that \
          process, or use another data directory"

@@ -1154,3 +1154,206 @@ fn a_member_that_did_not_join_again_keeps_its_run() {
     a.begin_serving(1).unwrap();
     assert_eq!(a.incarnation(), second, "one new run per new membership");
 }
+
+/// Which way [`a_full_disk_while_a_member_begins_its_new_run_at_a_rejoin`]
+/// failed: the journal's sync (the engine stops) or the state file's write.
+#[derive(Debug, PartialEq)]
+enum FullAt {
+    JournalSync,
+    RunState,
+}
+
+/// A full disk while a log-less member begins its new run at a rejoin
+/// (issue 21 item 6; `Engine::begin_serving` syncs the journal through
+/// everything written, then names a new run in `logless.state`). a has
+/// an acknowledged, unsynced tail its client holds; it is cut off past
+/// its lease and joins again; the disk fills after `n` more writes, for
+/// every `n` until the new run begins. Each failure is a typed error
+/// carrying the disk's cause — `JournalStopped { NoSpace }` for the sync
+/// (the journal stops: the policy for any failed sync), an I/O error
+/// with `ENOSPC` for the state file — and nothing is begun: the run is
+/// the old one in memory and in the state file, and an ADD while the
+/// disk is full is refused too and serves nothing (before, `add_tables`
+/// served under the old run when the host's `begin_serving` had failed
+/// and was not called again). Once there is space: a stopped engine is
+/// restarted — after a power loss, the worst case — and recovers the
+/// tail from the client's backups; otherwise the next ADD begins the new
+/// run and serves, with every acknowledged operation, and what it
+/// acknowledges under the new run survives a power loss.
+#[test]
+fn a_full_disk_while_a_member_begins_its_new_run_at_a_rejoin() {
+    let mut seen = Vec::new();
+    for n in 0.. {
+        assert!(n < 100, "the new run never began");
+        let (store, catalog, a, b, dirs) = cluster();
+        let redo = tail(&a, &dirs);
+        let run = a.incarnation();
+        // Cut off past its lease (its tables let go), then a member again.
+        for (id, _, _) in catalog.all() {
+            a.revoke_table(id);
+        }
+        catalog.set_member("a", false);
+        catalog.set_member("a", true);
+        let view = sextant_engine::member::PrefixStore::read_only(
+            Arc::new(store.clone()) as _,
+            "members/a/",
+        );
+        let tables = catalog.tables("a").unwrap();
+        store.fail_after_with_errno(n, 28);
+        let begun = a.begin_serving(2);
+        if begun.is_ok() {
+            store.fail_after(u64::MAX);
+            assert_ne!(a.incarnation(), run);
+            assert_eq!(unclean_run(&view).unwrap(), Some(a.incarnation()));
+            break;
+        }
+        let at = match &begun {
+            Err(sextant_engine::EngineError::JournalStopped {
+                cause: FsError::NoSpace,
+            }) => FullAt::JournalSync,
+            r if is_enospc(r) => FullAt::RunState,
+            other => panic!("disk full after {n} writes: not the disk's error: {other:?}"),
+        };
+        eprintln!("disk full after {n} writes: {}", begun.unwrap_err());
+        seen.push(at);
+        // Nothing begun, in memory or on disk; nothing served.
+        assert_eq!(a.incarnation(), run, "disk full after {n} writes");
+        assert_eq!(unclean_run(&view).unwrap(), Some(run));
+        assert!(a.add_tables(&tables).is_err(), "an ADD on a full disk");
+        assert!(a.owned_tables().is_empty(), "disk full after {n} writes");
+        assert_eq!(a.incarnation(), run);
+        store.fail_after(u64::MAX);
+        let (served, store, b) = match seen.last() {
+            Some(FullAt::JournalSync) => {
+                // Stopped: restarted after freeing space (and a power
+                // loss: the unsynced tail is gone from the journal).
+                let cut = power_loss(&store, a);
+                let a = open(&cut, &catalog, "a", true);
+                assert_eq!(a.crashed_incarnation(), Some(run));
+                let report = a.recover_logless(backups(&redo)).unwrap();
+                assert_eq!(report.applied, redo.len(), "{report:?}");
+                assert!(!report.maybe_lost(), "{report:?}");
+                // b goes on, on what the power loss left.
+                drop(b);
+                let b = open(&cut, &catalog, "b", false);
+                (a, cut, b)
+            }
+            _ => {
+                // The next ADD (here without `begin_serving` again: the
+                // engine begins the run itself before anything serves).
+                a.add_tables(&tables).unwrap();
+                assert_ne!(a.incarnation(), run, "served under a new run");
+                assert_eq!(unclean_run(&view).unwrap(), Some(a.incarnation()));
+                (a, store, b)
+            }
+        };
+        for d in &dirs {
+            assert_eq!(
+                served
+                    .getxattr(&root(), d.soid, b"user.k")
+                    .unwrap()
+                    .to_vec(),
+                b"acked",
+                "disk full after {n} writes"
+            );
+            assert!(names(&served, d.soid).contains(&"new".to_string()));
+        }
+        // Acknowledged under the new run, then a power loss: b completes
+        // the new run from the client's backups and has everything.
+        let c = served
+            .create(&root(), dirs[0].soid, b"after", 0o600, true)
+            .unwrap();
+        let after = vec![c.redo.clone().unwrap()];
+        c.wait(&served).unwrap();
+        let report = complete_after_power_loss(&store, &after);
+        assert_eq!(report.applied, 1, "{report:?}");
+        assert!(!report.maybe_lost(), "{report:?}");
+        fail_over(&store, &catalog, served, &b);
+        let got = names(&b, dirs[0].soid);
+        assert!(got.contains(&"after".to_string()), "{got:?}");
+        assert!(got.contains(&"new".to_string()), "{got:?}");
+    }
+    assert_eq!(
+        seen,
+        [FullAt::JournalSync, FullAt::RunState],
+        "both writes were covered"
+    );
+}
+
+/// A log-less member stopped cleanly (SIGTERM) while a completion of its
+/// current run stands — it was cut off past its lease, b completed its
+/// run through P and took one of its tables; before it noticed, it wrote
+/// an (unacknowledged) rename after P from that table into another one
+/// still in its name — must leave its run unfinished: readers go on
+/// taking the completion. Marked clean (as it was), the next reader of
+/// the other table replayed the whole journal, rename included: half of
+/// it, the entry without the removal, one inode under two names.
+#[test]
+fn a_member_stopped_cleanly_while_its_run_stands_completed_leaves_it_unfinished() {
+    let (store, catalog, a, b, dirs) = cluster();
+    let run = a.incarnation();
+    let (from, to) = (0..dirs.len())
+        .flat_map(|i| (0..dirs.len()).map(move |j| (i, j)))
+        .find(|&(i, j)| a.table_holding(dirs[i].soid) != a.table_holding(dirs[j].soid))
+        .expect("two directories in different tables");
+    let (t_from, t_to) = (
+        a.table_holding(dirs[from].soid).unwrap(),
+        a.table_holding(dirs[to].soid).unwrap(),
+    );
+    catalog.set_member("a", false);
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    // After P, never acknowledged (a's lease is gone).
+    let _unacked = a
+        .rename(
+            &root(),
+            dirs[from].soid,
+            b"f0",
+            dirs[to].soid,
+            b"moved",
+            RenameFlags::default(),
+        )
+        .unwrap();
+    for (id, _, _) in catalog.all() {
+        a.revoke_table(id);
+    }
+    // b takes the source table, from the journal up to P.
+    assert!(catalog.assign(t_from, "b"));
+    b.add_tables(&[catalog.manifest(t_from).unwrap()]).unwrap();
+    // a stops cleanly: every table written back, the state file written.
+    a.close().unwrap();
+    let view =
+        sextant_engine::member::PrefixStore::read_only(Arc::new(store.clone()) as _, "members/a/");
+    assert_eq!(
+        unclean_run(&view).unwrap(),
+        Some(run),
+        "the completed run stays unfinished"
+    );
+    assert!(b.failover_ready("a").unwrap(), "its completion is there");
+    // b takes the rest, the destination table among them.
+    for (id, owner, _) in catalog.all() {
+        if owner == "a" {
+            catalog.assign(id, "b");
+        }
+    }
+    let rest: Vec<_> = catalog
+        .tables("b")
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.entry.id != t_from)
+        .collect();
+    assert!(rest.iter().any(|m| m.entry.id == t_to));
+    b.add_tables(&rest).unwrap();
+    assert!(names(&b, dirs[from].soid).contains(&"f0".to_string()));
+    assert!(
+        !names(&b, dirs[to].soid).contains(&"moved".to_string()),
+        "half of an unacknowledged rename: {:?}",
+        names(&b, dirs[to].soid)
+    );
+    // a restarts: its journal is cut after P, and a new run begins.
+    let a = open(&store, &catalog, "a", true);
+    assert_eq!(a.crashed_incarnation(), Some(run));
+    let report = a.recover_logless(Vec::new()).unwrap();
+    assert!(!report.maybe_lost(), "{report:?}");
+    assert_ne!(a.incarnation(), run);
+}

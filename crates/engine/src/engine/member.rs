@@ -1662,6 +1662,7 @@ impl Engine {
         }
         refuse_while_claimed(m)?;
         retire_stale_completion(inner, m)?;
+        begin_run_if_due(inner, m)?;
         let mut table = if range.contains(Soid::ROOT) {
             let root = root_table(&inner.config);
             let inode = root.inode(Soid::ROOT).cloned();
@@ -1738,6 +1739,9 @@ impl Engine {
         // from above it; once no manifest replays from at or below it, the
         // completion is retired before any of them serves.
         refuse_while_claimed(m)?;
+        // Joined again and the new run not begun (the host's
+        // `begin_serving` failed, or was not called): begun here first.
+        begin_run_if_due(inner, m)?;
         let stale = stale_completion(inner, m)?;
         let mut added = Vec::with_capacity(manifests.len());
         let result = load_and_install(inner, m, manifests, &mut added);
@@ -2064,21 +2068,7 @@ impl Engine {
             return Ok(());
         }
         let _one_at_a_time = inner.checkpoint_lock.lock();
-        if !r.rejoined() {
-            return Ok(());
-        }
-        if r.crashed().is_some() {
-            return Err(EngineError::Member(format!(
-                "member {} joined the cluster again while it recovers its crashed run: no table \
-                 is taken until that is done and a new run begins",
-                m.name
-            )));
-        }
-        if stale_completion(inner, m)?.is_some() {
-            // Its retirement begins the new run, once nobody reads it.
-            return Ok(());
-        }
-        begin_new_run(inner, m, r)
+        begin_run_if_due(inner, m)
     }
 
     /// Log-less on a cluster: before a table this engine holds already
@@ -2098,7 +2088,8 @@ impl Engine {
         let m = member_of(inner)?;
         refuse_while_claimed(m)?;
         if stale_completion(inner, m)?.is_none() {
-            return Ok(());
+            let _one_at_a_time = inner.checkpoint_lock.lock();
+            return begin_run_if_due(inner, m);
         }
         for id in self.owned_tables() {
             self.revoke_table(id);
@@ -2425,6 +2416,78 @@ fn retire_completion(
     Ok(())
 }
 
+/// Why a log-less member stopping cleanly must not mark its run clean
+/// (`None`: it may). A clean mark tells every reader of its journal to
+/// take the whole journal, and a completion of the run then counts for
+/// nobody. That is wrong while a completion of its current run stands,
+/// written behind its back while it was cut off (not yet retired: it has
+/// served nothing since): tables other servers took from that completion
+/// hold the journal up to its end P, while a table still replaying the
+/// journal from at or below P would, after the clean mark, replay what
+/// this member wrote after P — never acknowledged (its lease was gone),
+/// and possibly the other half of an operation whose first half the
+/// completion left out (a cross-table rename applied to one table only).
+/// And while another server holds a claim on completing it, a completion
+/// may be written any moment. So the run stays unfinished: readers go on
+/// taking the completion (or wait for the claimer's), and the restart
+/// cuts the journal after P (`cut_after_completion`) as after a crash.
+/// Unfinished is always safe (what the journal holds is synced, and the
+/// completion reads it), so a failure to tell counts as "not clean".
+pub(super) fn unclean_at_close(inner: &Inner) -> Option<String> {
+    let m = inner.member.as_ref()?;
+    m.redo.as_ref()?;
+    match stale_completion(inner, m) {
+        Ok(Some((run, c))) => {
+            return Some(format!(
+                "run {run:016x} was completed through {} while it was cut off",
+                c.through
+            ))
+        }
+        Ok(None) => {}
+        Err(e) => return Some(format!("cannot read its completion: {e}")),
+    }
+    match m.catalog.completion_claimed(&m.name) {
+        Ok(false) => None,
+        Ok(true) => Some("another server is completing its journal".into()),
+        Err(e) => Some(format!(
+            "cannot ask whether its journal is being completed: {e}"
+        )),
+    }
+}
+
+/// A log-less member that joined the cluster again (a newer membership
+/// generation than its run began under) begins its new run before any
+/// table serves here: from `Engine::begin_serving`, which the host calls
+/// before every ADD, and again at every way a table begins serving
+/// (`add_tables`, `add_new_table`, `check_before_serving`) — so a table
+/// never serves under a run the state file does not durably name, also
+/// when that call failed (a full disk: the ADD is refused with its error,
+/// and this one tries again) or was skipped. Refused while a crashed run
+/// is being recovered (the new run begins after the recovery); left to
+/// the retirement of a completion of the current run written behind this
+/// member's back, which begins it (`retire_stale_completion`). The
+/// caller holds the checkpoint lock.
+fn begin_run_if_due(inner: &Inner, m: &MemberRun) -> Result<(), EngineError> {
+    let Some(r) = m.redo.as_ref() else {
+        return Ok(());
+    };
+    if !r.rejoined() {
+        return Ok(());
+    }
+    if r.crashed().is_some() {
+        return Err(EngineError::Member(format!(
+            "member {} joined the cluster again while it recovers its crashed run: no table \
+             is taken until that is done and a new run begins",
+            m.name
+        )));
+    }
+    if stale_completion(inner, m)?.is_some() {
+        // Its retirement begins the new run, once nobody reads it.
+        return Ok(());
+    }
+    begin_new_run(inner, m, r)
+}
+
 /// A log-less member begins a new run in the same process
 /// ([`crate::member_logless::MemberRedo::begin_new_run`]): its journal is
 /// synced through everything written so far, then the state file names a
@@ -2440,11 +2503,16 @@ fn begin_new_run(
 ) -> Result<(), EngineError> {
     let last = inner.journal.next_lsn() - 1;
     if last > 0 {
+        // A failed sync stops the journal (and the engine): the run
+        // stays the old one, whose unsynced tail its clients hold.
         inner
             .journal
             .wait_synced(last)
-            .map_err(|_| EngineError::Stopped)?;
+            .map_err(|cause| EngineError::JournalStopped { cause })?;
     }
+    // A failed write leaves the state file naming the old run (a put is
+    // all or nothing) and this run unchanged in memory: the ADD is
+    // refused, and the next one begins the new run.
     let old = r.begin_new_run(&*inner.store)?;
     crate::member_logless::forget_kept_backups(&*m.shared, &m.name, old);
     tracing::info!(

@@ -137,9 +137,17 @@ pub fn run(
         let reporter = tokio::spawn(report(Arc::clone(&node), engine.clone()));
         let draining = Arc::clone(&node);
         let name = cluster.name.clone();
+        let watched = engine.clone();
         let shutdown = async move {
-            signalled.await;
-            drain(&draining, &name, draining.etcd()).await;
+            tokio::select! {
+                () = signalled => drain(&draining, &name, draining.etcd()).await,
+                cause = engine_stopped(watched) => tracing::error!(
+                    %cause,
+                    "the engine stopped after a failed write: this server leaves the cluster, \
+                     so that the others take its tables over (restart it, after freeing space \
+                     if the disk is full)"
+                ),
+            }
         };
         let mut options =
             ServeOptions::from_config(&config, tls, Some(placement), cluster.advertise.clone());
@@ -314,6 +322,25 @@ async fn join(
     host.set_engine(engine.clone());
     tracing::info!(tables = engine.owned_tables().len(), "engine open");
     Ok((engine, Arc::new(node), map))
+}
+
+/// Resolves once the engine stopped after a failed write (a full disk, an
+/// I/O error: [`sextant_engine::EngineStats::stopped`]), with its cause.
+/// A member whose engine stopped must not stay one: it answers every
+/// request with that error until restarted, yet keeps its lease, so its
+/// tables — and tables the coordinator goes on giving it — were never
+/// failed over (found 2026-12-07: a log-less member woken onto a full
+/// disk stopped at a write-back, joined again, and was given the root's
+/// table, which then answered ENOSPC for as long as it ran, space back
+/// or not). Leaving ends its lease: its journal is replayed (completed
+/// from its clients' backups, if log-less) and its tables go elsewhere.
+async fn engine_stopped(engine: Engine) -> sextant_types::FsError {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some(cause) = engine.stopped() {
+            return cause;
+        }
+    }
 }
 
 /// Retries an etcd call that fails because etcd is not up yet (a server
