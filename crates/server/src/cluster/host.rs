@@ -32,9 +32,57 @@ pub struct EngineHost {
     failover_grace: OnceLock<std::time::Duration>,
     /// When each dead log-less server was first asked about.
     first_asked: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// The disk's failure when an ADD could not write (a log-less member's
+    /// new run at a rejoin, a completion's retirement, on a full disk):
+    /// the server leaves the cluster then, as when its engine stopped
+    /// (`cluster::run`), so that its tables are not given to it again and
+    /// again, unserved.
+    disk_failure: parking_lot::Mutex<Option<sextant_types::FsError>>,
+}
+
+/// The disk's failure behind `e`, if it is one this server cannot serve
+/// past: a full disk (or quota), or a journal that stopped. (Another I/O
+/// error — a manifest that cannot be read — refuses only this ADD.)
+fn disk_cause(e: &sextant_engine::EngineError) -> Option<sextant_types::FsError> {
+    use sextant_engine::EngineError;
+    use sextant_types::FsError;
+    match e {
+        EngineError::JournalStopped { cause } => Some(*cause),
+        EngineError::Io { source, .. }
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSPC) | Some(libc::EDQUOT)
+            ) =>
+        {
+            Some(FsError::NoSpace)
+        }
+        _ => None,
+    }
 }
 
 impl EngineHost {
+    /// The disk's error that kept a new run from beginning here, if any
+    /// (see `disk_failure`).
+    pub fn disk_failure(&self) -> Option<sextant_types::FsError> {
+        *self.disk_failure.lock()
+    }
+
+    /// `r`, noting its disk failure (see `disk_failure`): an ADD — the new
+    /// run of a rejoin begun before it, the retirement of a completion —
+    /// that cannot write for a full disk makes this server leave.
+    fn noting_disk<T>(
+        &self,
+        r: Result<T, sextant_engine::EngineError>,
+    ) -> Result<T, sextant_engine::EngineError> {
+        if let Err(e) = &r {
+            if let Some(cause) = disk_cause(e) {
+                tracing::error!(error = %e, "an ADD could not write to this server's disk");
+                *self.disk_failure.lock() = Some(cause);
+            }
+        }
+        r
+    }
+
     /// See `failover_grace`: the `--recovery-grace` less the lease TTL
     /// (default: none).
     pub fn set_failover_grace(&self, grace: std::time::Duration, lease_ttl: std::time::Duration) {
@@ -74,18 +122,18 @@ impl TableHost for EngineHost {
         let id = u64::from(grant.table.0);
         // Log-less: joined again in this process (a newer membership
         // generation than the run began under): a new run first.
-        engine.begin_serving(grant.generation)?;
+        self.noting_disk(engine.begin_serving(grant.generation))?;
         if engine.owned_tables().contains(&id) {
             // Opened with it (a restart), or made here (a split): serves
             // unless a log-less journal completion stands in the way (the
             // engine lets its tables go, and the next ADD loads them).
-            engine.check_before_serving()?;
+            self.noting_disk(engine.check_before_serving())?;
             return Ok(None);
         }
         let Some(bytes) = manifest else {
             // A table the coordinator made (it has no contents yet).
             let range = grant.range;
-            engine.add_new_table(id, range)?;
+            self.noting_disk(engine.add_new_table(id, range))?;
             return Ok(None);
         };
         let m = TableManifest::from_bytes(bytes)?;
@@ -93,7 +141,7 @@ impl TableHost for EngineHost {
             return Err(format!("the manifest of table {id} names table {}", m.entry.id).into());
         }
         crate::fault::step("add-before");
-        engine.add_table(&m)?;
+        self.noting_disk(engine.add_table(&m))?;
         crate::fault::step("add-after");
         Ok(None)
     }

@@ -94,7 +94,7 @@ pub fn run(
     }
     // `catalog_map` feeds the engine's catalogue its fences: it lives as
     // long as the engine (dropped after the close below).
-    let (engine, node, catalog_map) = rt.block_on(join(&config, &cluster, &etcd))?;
+    let (engine, node, catalog_map, host) = rt.block_on(join(&config, &cluster, &etcd))?;
     let result = rt.block_on(async {
         if let Some(addr) = &config.metrics {
             crate::start_metrics(addr, &engine);
@@ -137,7 +137,7 @@ pub fn run(
         let reporter = tokio::spawn(report(Arc::clone(&node), engine.clone()));
         let draining = Arc::clone(&node);
         let name = cluster.name.clone();
-        let watched = engine.clone();
+        let watched = (engine.clone(), Arc::clone(&host));
         let shutdown = async move {
             tokio::select! {
                 () = signalled => drain(&draining, &name, draining.etcd()).await,
@@ -174,7 +174,14 @@ pub fn run(
     rt.block_on(leave(node));
     drop(catalog_map);
     rt.shutdown_timeout(Duration::from_secs(1));
-    let result = result.and(closed);
+    let mut result = result.and(closed);
+    if let (Ok(()), Some(cause)) = (&result, host.disk_failure()) {
+        // Left the cluster because its disk failed (see `engine_stopped`):
+        // an error exit, though the engine closed.
+        result = Err(anyhow::anyhow!(
+            "left the cluster: a write to this server's disk failed ({cause}); restart it              (after freeing space, if the disk is full)"
+        ));
+    }
     match &result {
         Ok(()) => tracing::info!("stopped"),
         Err(e) => tracing::error!(error = %format!("{e:#}"), "stopped after an error"),
@@ -258,7 +265,12 @@ async fn join(
     config: &ServerConfig,
     cluster: &ClusterSettings,
     etcd: &EtcdConfig,
-) -> Result<(Engine, Arc<EtcdCluster>, DelegationMap)> {
+) -> Result<(
+    Engine,
+    Arc<EtcdCluster>,
+    DelegationMap,
+    Arc<host::EngineHost>,
+)> {
     let name = cluster.name.clone();
     let map = retry_etcd("read the delegation map", || {
         DelegationMap::start(etcd.clone())
@@ -321,7 +333,7 @@ async fn join(
     })?;
     host.set_engine(engine.clone());
     tracing::info!(tables = engine.owned_tables().len(), "engine open");
-    Ok((engine, Arc::new(node), map))
+    Ok((engine, Arc::new(node), map, host))
 }
 
 /// Resolves once the engine stopped after a failed write (a full disk, an
@@ -334,10 +346,15 @@ async fn join(
 /// table, which then answered ENOSPC for as long as it ran, space back
 /// or not). Leaving ends its lease: its journal is replayed (completed
 /// from its clients' backups, if log-less) and its tables go elsewhere.
-async fn engine_stopped(engine: Engine) -> sextant_types::FsError {
+///
+/// Likewise when a log-less member could not begin its new run at a
+/// rejoin because its disk failed ([`host::EngineHost::disk_failure`]):
+/// the engine refuses the ADD and goes on, but the coordinator would give
+/// the tables back to it again and again, unserved.
+async fn engine_stopped((engine, host): (Engine, Arc<host::EngineHost>)) -> sextant_types::FsError {
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if let Some(cause) = engine.stopped() {
+        if let Some(cause) = engine.stopped().or_else(|| host.disk_failure()) {
             return cause;
         }
     }
