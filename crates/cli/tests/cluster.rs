@@ -4651,21 +4651,6 @@ fn after_power_loss_of_a(p: &mut LoglessPair, etcd: &str) -> Vec<String> {
     ls_d(&p.b_addr, &p.secret)
 }
 
-/// A client of the cluster whose home is `addr`, on `rt`.
-fn logless_client(
-    rt: &tokio::runtime::Runtime,
-    addr: &str,
-    secret: &Path,
-) -> sextant_client::Client {
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    rt.block_on(sextant_client::Client::connect(
-        addr,
-        &text,
-        sextant_client::Options::default(),
-    ))
-    .unwrap()
-}
-
 /// Creates `/d/<name>` for each of `names` through `client`.
 fn create_in_d(rt: &tokio::runtime::Runtime, client: &sextant_client::Client, names: &[String]) {
     let root = sextant_types::Credentials::root();
@@ -4708,7 +4693,7 @@ fn a_log_less_servers_power_loss_loses_nothing_its_client_holds() {
     };
     let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let client = common::library_client(&rt, &pair.b_addr, &pair.secret);
     let want = twenty_files_in_d(&rt, &client);
     assert_eq!(after_power_loss_of_a(&mut pair, &etcd.url), want);
     assert_eq!(
@@ -4736,7 +4721,7 @@ fn a_killed_log_less_server_loses_nothing_and_adds_nothing_twice() {
     };
     let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let client = common::library_client(&rt, &pair.b_addr, &pair.secret);
     let want = twenty_files_in_d(&rt, &client);
     // Nothing is cut: what a process crash leaves.
     pair.kept = journal_lengths(&pair.journal);
@@ -4762,7 +4747,7 @@ fn a_silent_log_less_server_is_noticed_and_its_backups_go_elsewhere() {
     flags.extend(["--recovery-grace", "8s"]);
     let mut pair = logless_pair_with(dir.path(), &etcd.url, &flags);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let client = common::library_client(&rt, &pair.b_addr, &pair.secret);
     let want = twenty_files_in_d(&rt, &client);
     signal(&pair.a.0, "-STOP");
     cut_journal(&pair.journal, &pair.kept);
@@ -4797,7 +4782,7 @@ fn a_woken_log_less_server_keeps_what_it_acknowledged_after_its_journal_was_comp
     };
     let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let client = common::library_client(&rt, &pair.b_addr, &pair.secret);
     let mut want = twenty_files_in_d(&rt, &client);
     signal(&pair.a.0, "-STOP");
     wait_for("b took a's tables", Duration::from_secs(60), || {
@@ -4847,8 +4832,8 @@ fn a_log_less_operation_outlives_its_dead_client_through_another_clients_backups
     };
     let mut pair = logless_pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let first = logless_client(&rt, &pair.b_addr, &pair.secret);
-    let second = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let first = common::library_client(&rt, &pair.b_addr, &pair.secret);
+    let second = common::library_client(&rt, &pair.b_addr, &pair.secret);
     create_in_d(&rt, &first, &["f0".to_string()]);
     // The first client dies: what it held is gone with it.
     drop(first);
@@ -4906,7 +4891,7 @@ fn a_restarted_log_less_server_completes_its_journal_from_its_clients() {
     let journal = store.join("members/a/journal");
     let kept = journal_lengths(&journal);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = logless_client(&rt, &a_addr, &secret);
+    let client = common::library_client(&rt, &a_addr, &secret);
     let want = twenty_files_in_d(&rt, &client);
     common::kill9(&mut a.0);
     cut_journal(&journal, &kept);
@@ -5230,7 +5215,7 @@ fn a_log_less_power_loss_under_concurrent_creates_loses_no_acknowledged_file() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     const TASKS: usize = 8;
     let clients: Vec<sextant_client::Client> = (0..TASKS)
-        .map(|_| logless_client(&rt, &pair.b_addr, &pair.secret))
+        .map(|_| common::library_client(&rt, &pair.b_addr, &pair.secret))
         .collect();
     let root = sextant_types::Credentials::root();
     let d = rt
@@ -5343,7 +5328,7 @@ fn a_log_less_power_loss_under_concurrent_creates_loses_no_acknowledged_file() {
         some(&failed)
     );
     // Nothing half-done: every entry names a regular file, found by name.
-    let client = logless_client(&rt, &pair.b_addr, &pair.secret);
+    let client = common::library_client(&rt, &pair.b_addr, &pair.secret);
     rt.block_on(async {
         for name in &listed {
             let attr = client.lookup(&root, d, name.as_bytes()).await;
@@ -5392,7 +5377,7 @@ fn a_log_less_server_leaving_cleanly_mid_borrow(leaver: &str) {
         _ => ("a", a_addr.clone()),
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = logless_client(&rt, &stays_addr, &secret);
+    let client = common::library_client(&rt, &stays_addr, &secret);
     let root = sextant_types::Credentials::root();
     let acked: Vec<String> = ["p", "q"]
         .iter()

@@ -100,16 +100,6 @@ fn pair(dir: &Path, etcd: &str) -> Pair {
     }
 }
 
-fn client_of(rt: &tokio::runtime::Runtime, addr: &str, secret: &Path) -> sextant_client::Client {
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    rt.block_on(sextant_client::Client::connect(
-        addr,
-        &text,
-        sextant_client::Options::default(),
-    ))
-    .unwrap()
-}
-
 /// Creates `/d/f0` … `/d/f19` through `client` (home b, so every create
 /// goes to a); their names, sorted.
 fn twenty_files(rt: &tokio::runtime::Runtime, client: &sextant_client::Client) -> Vec<String> {
@@ -148,7 +138,7 @@ fn backups_for_a_server_gone_for_good_are_dropped_once_kept_and_never_replayed_t
     };
     let mut p = pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = client_of(&rt, &p.b_addr, &p.secret);
+    let client = common::library_client(&rt, &p.b_addr, &p.secret);
     let want = twenty_files(&rt, &client);
     assert!(
         held_for(&client, &p.a_addr) >= 20,
@@ -210,7 +200,7 @@ fn backups_for_a_restarted_server_are_dropped_after_its_recovery() {
     };
     let mut p = pair(dir.path(), &etcd.url);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = client_of(&rt, &p.b_addr, &p.secret);
+    let client = common::library_client(&rt, &p.b_addr, &p.secret);
     let want = twenty_files(&rt, &client);
     let before = client.peer_backup_stats(&p.a_addr).unwrap();
     assert!(before.entries >= 20, "{before:?}");

@@ -456,14 +456,7 @@ fn a_server_paused_while_it_holds_a_completion_claim_is_completed_past() {
     let journal = dir.path().join("store/members/a/journal");
     let kept = journal_lengths(&journal);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    let client = rt
-        .block_on(sextant_client::Client::connect(
-            &b_addr,
-            &text,
-            sextant_client::Options::default(),
-        ))
-        .unwrap();
+    let client = common::library_client(&rt, &b_addr, &secret);
     let root = sextant_types::Credentials::root();
     let mut want: Vec<String> = (0..10).map(|i| format!("f{i}")).collect();
     rt.block_on(async {
@@ -595,14 +588,7 @@ fn a_completion_written_late_after_the_server_joined_again_loses_nothing() {
         || etcd_keys(&etcd.url, claim).is_empty(),
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    let client = rt
-        .block_on(sextant_client::Client::connect(
-            &b_addr,
-            &text,
-            sextant_client::Options::default(),
-        ))
-        .unwrap();
+    let client = common::library_client(&rt, &b_addr, &secret);
     let root = sextant_types::Credentials::root();
     let d = rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -697,17 +683,6 @@ fn completion_files(dir: &Path, name: &str) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("logless.completion-"))
         .collect()
-}
-
-/// A library client of the server at `addr` (no spool).
-fn client_at(rt: &tokio::runtime::Runtime, secret: &Path, addr: &str) -> sextant_client::Client {
-    let text = std::fs::read_to_string(secret.join("secret")).unwrap();
-    rt.block_on(sextant_client::Client::connect(
-        addr,
-        &text,
-        sextant_client::Options::default(),
-    ))
-    .unwrap()
 }
 
 /// Creates `names` in `dir` through `client`, each acknowledged.
@@ -840,7 +815,7 @@ fn a_server_stopped_cleanly_and_started_again_begins_a_new_run_and_loses_nothing
     let (clean, run) = run_state(dir.path(), "a");
     assert!(!clean, "a serves");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = client_at(&rt, &secret, &b_addr);
+    let client = common::library_client(&rt, &b_addr, &secret);
     let first = named("f");
     create_all(&rt, &client, "/d", &first);
 
@@ -925,7 +900,7 @@ fn a_server_leaving_cleanly_while_another_joins_again_loses_nothing() {
     let dd = dd.expect("a directory in a table apart from the root's");
     let (_, run) = run_state(dir.path(), "a");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = client_at(&rt, &secret, &b_addr);
+    let client = common::library_client(&rt, &b_addr, &secret);
     let mut first = named("f");
     create_all(&rt, &client, dd, &first);
     first.extend(named("h").into_iter().take(4));
@@ -1058,7 +1033,7 @@ fn a_full_disk_when_a_server_wakes_makes_it_leave_and_a_restart_loses_nothing() 
     common::move_table(&etcd.url, &secret, "/d", "a");
     let (_, run) = run_state(dir.path(), "a");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = client_at(&rt, &secret, &b_addr);
+    let client = common::library_client(&rt, &b_addr, &secret);
     let first = named("f");
     create_all(&rt, &client, "/d", &first);
     // Written back (a's clean tables give its flusher nothing to write

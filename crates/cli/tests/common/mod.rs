@@ -783,3 +783,19 @@ pub fn etcd_keys(url: &str, prefix: &str) -> Vec<String> {
             .collect()
     })
 }
+
+/// A library client (default options, no spool) of the server at `addr`,
+/// proving the cluster secret kept in `secret_dir/secret`.
+pub fn library_client(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    secret_dir: &Path,
+) -> sextant_client::Client {
+    let text = std::fs::read_to_string(secret_dir.join("secret")).unwrap();
+    rt.block_on(sextant_client::Client::connect(
+        addr,
+        &text,
+        sextant_client::Options::default(),
+    ))
+    .unwrap()
+}
