@@ -853,7 +853,31 @@ struct Etcd3 {
 }
 
 impl Etcd3 {
+    /// Three members that all run and agree on one leader. A member can
+    /// fail to start when another test took one of its ports between
+    /// [`free_ports`] and etcd's bind (ephemeral ports are also the
+    /// source ports of every outgoing connection); a cluster left with two
+    /// of three would lose its quorum when the test kills the leader, so
+    /// such a start is retried on fresh ports.
     fn start(dir: &Path) -> Etcd3 {
+        for attempt in 0..5 {
+            let mut e = Etcd3::spawn(&dir.join(format!("try{attempt}")));
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(30) {
+                if e.all_agree() {
+                    return e;
+                }
+                if e.any_exited() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("etcd: three members did not come up agreeing (attempt {attempt}); again on fresh ports");
+        }
+        panic!("etcd: three members did not come up in five attempts");
+    }
+
+    fn spawn(dir: &Path) -> Etcd3 {
         let clients: Vec<u16> = (0..3).map(|_| free_ports(1)).collect();
         let peers: Vec<u16> = (0..3).map(|_| free_ports(1)).collect();
         let initial: Vec<String> = peers
@@ -890,11 +914,21 @@ impl Etcd3 {
                 Some(KillOnDrop(child))
             })
             .collect();
-        let e = Etcd3 { members, clients };
-        wait_for("etcd has a leader", Duration::from_secs(30), || {
-            e.leader().is_some()
-        });
-        e
+        Etcd3 { members, clients }
+    }
+
+    /// Every member answers and names the same leader.
+    fn all_agree(&self) -> bool {
+        let leaders: Option<Vec<String>> = (0..3).map(|i| Some(self.status(i)?.1)).collect();
+        leaders.is_some_and(|l| l.iter().all(|x| *x == l[0]))
+    }
+
+    /// Has a member's process exited (a port it could not bind)?
+    fn any_exited(&mut self) -> bool {
+        self.members
+            .iter_mut()
+            .flatten()
+            .any(|m| !matches!(m.0.try_wait(), Ok(None)))
     }
 
     fn urls(&self) -> String {
