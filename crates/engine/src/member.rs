@@ -295,6 +295,17 @@ pub trait TableCatalog: Send + Sync {
         let _ = member;
         Ok(false)
     }
+    /// Whether `member` — this server — holds its membership now: its
+    /// `member/` key stands on the lease it serves under (read at this
+    /// moment). A log-less member asks before it marks its run closed
+    /// cleanly: while it does, nobody can claim its journal's completion
+    /// ([`TableCatalog::claim_completion`] needs the key gone) until the
+    /// lease runs out, which its own lease timer sees first (R1). The
+    /// default: `Ok(true)` (a catalogue that knows no membership).
+    fn holds_membership(&self, member: &str) -> Result<bool, CatalogError> {
+        let _ = member;
+        Ok(true)
+    }
     /// Whether this server's claim on completing `member`'s journal
     /// ([`TableCatalog::claim_completion`]) still stands (read at this
     /// moment): asked right before the completion is written, so a
@@ -342,6 +353,10 @@ struct MemCatalogInner {
     /// whose journal completion is claimed.
     members: std::collections::BTreeSet<String>,
     claims: std::collections::BTreeSet<String>,
+    /// Members a test cut off ([`MemCatalog::set_member`] `false`): they
+    /// do not hold their membership ([`TableCatalog::holds_membership`]);
+    /// every other one does, as a test that never sets a member expects.
+    cut_off: std::collections::BTreeSet<String>,
 }
 
 impl MemCatalog {
@@ -355,8 +370,10 @@ impl MemCatalog {
         let mut inner = self.inner.lock();
         if present {
             inner.members.insert(member.to_string());
+            inner.cut_off.remove(member);
         } else {
             inner.members.remove(member);
+            inner.cut_off.insert(member.to_string());
         }
     }
 
@@ -433,6 +450,10 @@ impl TableCatalog for MemCatalog {
 
     fn claim_held(&self, member: &str) -> Result<bool, CatalogError> {
         Ok(self.inner.lock().claims.contains(member))
+    }
+
+    fn holds_membership(&self, member: &str) -> Result<bool, CatalogError> {
+        Ok(!self.inner.lock().cut_off.contains(member))
     }
 
     fn commit(&self, member: &str, change: CatalogChange) -> Result<(), CatalogError> {

@@ -1357,3 +1357,42 @@ fn a_member_stopped_cleanly_while_its_run_stands_completed_leaves_it_unfinished(
     assert!(!report.maybe_lost(), "{report:?}");
     assert_ne!(a.incarnation(), run);
 }
+
+/// A log-less member stopped cleanly after its membership lease is gone
+/// — cut off, nobody has claimed its completion yet — leaves its run
+/// unfinished: a claim may come between its reads and its clean mark
+/// (the race left open by the two checks alone). Another server then
+/// completes the run as after a crash, and the restart recovers it.
+#[test]
+fn a_member_stopped_cleanly_after_its_lease_is_gone_leaves_its_run_unfinished() {
+    let (store, catalog, a, b, dirs) = cluster();
+    let run = a.incarnation();
+    catalog.set_member("a", false);
+    a.close().unwrap();
+    let view =
+        sextant_engine::member::PrefixStore::read_only(Arc::new(store.clone()) as _, "members/a/");
+    assert_eq!(
+        unclean_run(&view).unwrap(),
+        Some(run),
+        "a run closed without its membership stays unfinished"
+    );
+    assert!(!b.failover_ready("a").unwrap(), "no completion yet");
+    let report = b.complete_dead_member("a").unwrap();
+    assert!(report.written && !report.maybe_lost(), "{report:?}");
+    assert!(b.failover_ready("a").unwrap());
+    for (id, owner, _) in catalog.all() {
+        if owner == "a" {
+            catalog.assign(id, "b");
+        }
+    }
+    b.add_tables(&catalog.tables("b").unwrap()).unwrap();
+    for d in &dirs {
+        assert_eq!(names(&b, d.soid).len(), 4, "every file of a's run");
+    }
+    catalog.set_member("a", true);
+    let a = open(&store, &catalog, "a", true);
+    assert_eq!(a.crashed_incarnation(), Some(run));
+    let report = a.recover_logless(Vec::new()).unwrap();
+    assert!(!report.maybe_lost(), "{report:?}");
+    assert_ne!(a.incarnation(), run);
+}

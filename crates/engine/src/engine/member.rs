@@ -2428,7 +2428,8 @@ fn retire_completion(
 /// and possibly the other half of an operation whose first half the
 /// completion left out (a cross-table rename applied to one table only).
 /// And while another server holds a claim on completing it, a completion
-/// may be written any moment. So the run stays unfinished: readers go on
+/// may be written any moment — and while its membership lease is gone,
+/// a claim may be made any moment. So the run stays unfinished: readers go on
 /// taking the completion (or wait for the claimer's), and the restart
 /// cuts the journal after P (`cut_after_completion`) as after a crash.
 /// Unfinished is always safe (what the journal holds is synced, and the
@@ -2436,22 +2437,39 @@ fn retire_completion(
 pub(super) fn unclean_at_close(inner: &Inner) -> Option<String> {
     let m = inner.member.as_ref()?;
     m.redo.as_ref()?;
-    match stale_completion(inner, m) {
-        Ok(Some((run, c))) => {
-            return Some(format!(
-                "run {run:016x} was completed through {} while it was cut off",
-                c.through
-            ))
+    // The order of the three reads closes the race with a claimer. While
+    // this member holds its membership (read first), nobody can claim its
+    // completion until its lease runs out — seconds, against the
+    // milliseconds to the clean mark, and its own lease timer runs out
+    // first (R1). A claim made before that read is either still held
+    // (read second) or was released after its completion was written
+    // (read third).
+    match m.catalog.holds_membership(&m.name) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Some(
+                "its membership lease is gone: another server may complete its journal any moment"
+                    .into(),
+            )
         }
-        Ok(None) => {}
-        Err(e) => return Some(format!("cannot read its completion: {e}")),
+        Err(e) => return Some(format!("cannot ask whether it is still a member: {e}")),
     }
     match m.catalog.completion_claimed(&m.name) {
-        Ok(false) => None,
-        Ok(true) => Some("another server is completing its journal".into()),
-        Err(e) => Some(format!(
-            "cannot ask whether its journal is being completed: {e}"
+        Ok(false) => {}
+        Ok(true) => return Some("another server is completing its journal".into()),
+        Err(e) => {
+            return Some(format!(
+                "cannot ask whether its journal is being completed: {e}"
+            ))
+        }
+    }
+    match stale_completion(inner, m) {
+        Ok(Some((run, c))) => Some(format!(
+            "run {run:016x} was completed through {} while it was cut off",
+            c.through
         )),
+        Ok(None) => None,
+        Err(e) => Some(format!("cannot read its completion: {e}")),
     }
 }
 

@@ -949,6 +949,16 @@ impl TableCatalog for EtcdCatalog {
         Ok(held)
     }
 
+    fn holds_membership(&self, member: &str) -> Result<bool, CatalogError> {
+        let (cfg, who) = (self.etcd.clone(), member.to_string());
+        self.run(move |rt, client| {
+            let resp = rt
+                .block_on(client.get(cfg.key(&keys::member_key(&who)), None))
+                .map_err(unavailable)?;
+            Ok(!resp.kvs().is_empty())
+        })
+    }
+
     fn completion_claimed(&self, member: &str) -> Result<bool, CatalogError> {
         let (cfg, who) = (self.etcd.clone(), member.to_string());
         self.run(move |rt, client| {
