@@ -2707,6 +2707,64 @@ fn a_drop_whose_commit_is_refused_still_moves_the_table() {
     sextant_ok(&a_addr, &secret, &["touch", "/d/after"]);
 }
 
+/// A server whose ADD cannot write for a full disk (`add-no-space`: the
+/// engine's error for a log-less rejoin's new run on a full disk, or a
+/// completion's retirement) leaves the cluster with an error exit
+/// (`EngineHost::disk_failure`) instead of staying a member that is given
+/// the table again and again and serves it to nobody; the table stays
+/// served where it was, with every file, and takes writes.
+#[test]
+fn a_server_whose_add_meets_a_full_disk_leaves_and_the_table_stays_served() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret) = first_plain_server(dir.path(), &etcd.url);
+    sextant_ok(&a_addr, &secret, &["mkdir", "/d"]);
+    for i in 0..10 {
+        sextant_ok(&a_addr, &secret, &["touch", &format!("/d/f{i}")]);
+    }
+    let (b, _) = serve_env(
+        dir.path(),
+        &etcd.url,
+        "b",
+        &[],
+        &[("SEXTANT_FAULT", "add-no-space")],
+    );
+    let mut b = KillOnDrop(b);
+    wait_for("b is a member", Duration::from_secs(30), || {
+        is_member(&etcd.url, &secret, "b")
+    });
+    // Refused: b's ADD fails (the move says so, or b is gone first).
+    let _ = Command::new(BIN)
+        .args(["cluster", "move", "/d", "b", "--etcd", &etcd.url])
+        .env("SEXTANT_SECRET_FILE", secret.join("secret"))
+        .output()
+        .unwrap();
+    let mut status = None;
+    wait_for(
+        "b leaves on its disk failure",
+        Duration::from_secs(30),
+        || {
+            status = b.0.try_wait().unwrap();
+            status.is_some()
+        },
+    );
+    let status = status.unwrap();
+    assert!(!status.success(), "an error exit: {status}");
+    wait_for("b is no member", Duration::from_secs(30), || {
+        !is_member(&etcd.url, &secret, "b")
+    });
+    wait_for("a serves /d", Duration::from_secs(30), || {
+        let out = common::sextant(&a_addr, &secret, &["ls", "/d"]);
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .count()
+                == 10
+    });
+    sextant_ok(&a_addr, &secret, &["touch", "/d/after"]);
+}
+
 /// Balancing by inodes: a holds every table — small directories' and,
 /// made last, two of 4,000 files each — when b joins, with no requests
 /// going on. Counting tables alone gives b the tables in place longest,

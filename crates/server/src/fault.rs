@@ -56,6 +56,14 @@
 //!   a client's fallback to its socket's server
 //!   (crates/cli/tests/cluster.rs).
 //!
+//! - `add-no-space` — every ADD of a moved table fails as the engine
+//!   fails it on a full disk (`JournalStopped { cause: NoSpace }`, what a
+//!   log-less rejoin's new run meets), so that the server's leave on a
+//!   disk failure at an ADD is seen on its own, without a real disk
+//!   filling at the right moment. Used by
+//!   `a_server_whose_add_meets_a_full_disk_leaves_and_the_table_stays_served`
+//!   (crates/cli/tests/cluster.rs).
+//!
 //! Read once, at first use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,6 +219,26 @@ pub fn refuse_drop_commit() -> bool {
         return false;
     };
     REFUSED.fetch_add(1, Ordering::SeqCst) < n
+}
+
+/// Whether `add-no-space` is armed.
+fn adds_without_space() -> bool {
+    static AT: OnceLock<bool> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let armed = std::env::var(ENV).is_ok_and(|v| v == "add-no-space");
+        if armed {
+            tracing::warn!(fault = "add-no-space", "a test-only fault point is armed");
+        }
+        armed
+    })
+}
+
+/// Called by the table host before an ADD loads a table: `true` if
+/// `add-no-space` is armed — the ADD then fails as the engine fails it
+/// when the disk is full (a log-less rejoin's new run, a completion's
+/// retirement): the journal stopped for `NoSpace`.
+pub fn add_without_space() -> bool {
+    adds_without_space()
 }
 
 #[cfg(test)]

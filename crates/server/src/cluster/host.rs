@@ -141,6 +141,12 @@ impl TableHost for EngineHost {
             return Err(format!("the manifest of table {id} names table {}", m.entry.id).into());
         }
         crate::fault::step("add-before");
+        if crate::fault::add_without_space() {
+            let full: Result<(), _> = Err(sextant_engine::EngineError::JournalStopped {
+                cause: sextant_types::FsError::NoSpace,
+            });
+            self.noting_disk(full)?;
+        }
         self.noting_disk(engine.add_table(&m))?;
         crate::fault::step("add-after");
         Ok(None)

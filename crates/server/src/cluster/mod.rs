@@ -179,7 +179,7 @@ pub fn run(
         // Left the cluster because its disk failed (see `engine_stopped`):
         // an error exit, though the engine closed.
         result = Err(anyhow::anyhow!(
-            "left the cluster: a write to this server's disk failed ({cause}); restart it              (after freeing space, if the disk is full)"
+            "left the cluster: a write to this server's disk failed ({cause}); restart it (after freeing space, if the disk is full)"
         ));
     }
     match &result {
