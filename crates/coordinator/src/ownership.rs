@@ -62,7 +62,7 @@ use sextant_cluster::server::{Contents, Out, Owner, Server, TableView};
 use sextant_types::SoidRange;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -181,6 +181,23 @@ struct St {
     /// and is not acted on (it would start an ADD of a table just given
     /// away, which etcd would refuse).
     handed: BTreeMap<TableId, Revision>,
+    /// Tables whose last load failed (the host's error, or etcd's): not
+    /// loaded again before the instant, the wait doubling with every
+    /// failure up to [`LOAD_RETRY_MAX`]. Before, a host that failed every
+    /// ADD (a full disk) was asked again at once, hundreds of times a
+    /// second, each time after a read from etcd.
+    retry: BTreeMap<TableId, (Instant, Duration)>,
+}
+
+/// The first wait before a failed load is tried again.
+const LOAD_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait before a failed load is tried again.
+const LOAD_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The wait after a load failed, given the wait before the last try
+/// (`None`: it had not failed).
+fn next_load_wait(last: Option<Duration>) -> Duration {
+    last.map_or(LOAD_RETRY_FIRST, |w| (w * 2).min(LOAD_RETRY_MAX))
 }
 
 struct Inner {
@@ -239,6 +256,7 @@ impl Ownership {
                 busy: BTreeSet::new(),
                 dropped: BTreeMap::new(),
                 handed: BTreeMap::new(),
+                retry: BTreeMap::new(),
             }),
             wake: Notify::new(),
             served: watch::Sender::new(0),
@@ -392,6 +410,8 @@ fn round(inner: &Arc<Inner>) {
     let given_up = inner.host.take_given_up();
     let mut forget = Vec::new();
     let mut start = Vec::new();
+    let now = Instant::now();
+    let mut retry_soon = false;
     {
         let mut st = inner.lock();
         for t in given_up {
@@ -421,6 +441,7 @@ fn round(inner: &Arc<Inner>) {
             // this generation from loading the table while the map shows
             // that revision.
             st.handed.clear();
+            st.retry.clear();
             let held: Vec<TableId> = st.grants.keys().copied().collect();
             for t in held {
                 st.grants.remove(&t);
@@ -472,6 +493,11 @@ fn round(inner: &Arc<Inner>) {
                     else {
                         continue;
                     };
+                    if st.retry.get(&table).is_some_and(|(at, _)| *at > now) {
+                        // Failed lately: the round after the wait tries.
+                        retry_soon = true;
+                        continue;
+                    }
                     if !st.busy.insert(table) {
                         continue;
                     }
@@ -515,6 +541,17 @@ fn round(inner: &Arc<Inner>) {
     }
     if !forget.is_empty() {
         tokio::spawn(forget_busy_owned(Arc::clone(inner), forget));
+    }
+    if retry_soon {
+        // A round when the soonest wait ends (the tick may be longer).
+        let soonest = inner.lock().retry.values().map(|(at, _)| *at).min();
+        if let Some(at) = soonest {
+            let i = Arc::clone(inner);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at.into()).await;
+                i.wake.notify_one();
+            });
+        }
     }
     for t in start {
         match &t {
@@ -585,6 +622,7 @@ async fn load(inner: &Arc<Inner>, grant: Grant) {
         match (&result, here) {
             (Ok(true), true) => {
                 st.busy.remove(&t);
+                st.retry.remove(&t);
                 st.server.loaded(t, grant.owner_rev, Ok(Contents::new()));
                 tracing::info!(table = %t, epoch = grant.epoch.0, "table added: serving");
                 false
@@ -605,7 +643,15 @@ async fn load(inner: &Arc<Inner>, grant: Grant) {
         inner.served.send_modify(|n| *n = n.wrapping_add(1));
     }
     if let Err(e) = &result {
-        tracing::warn!(table = %t, error = %e, "loading a table failed; retrying");
+        let wait = {
+            let mut st = inner.lock();
+            let wait = next_load_wait(st.retry.get(&t).map(|(_, w)| *w));
+            // Kept until a load of the table succeeds or the lease is
+            // lost (a few entries: tables whose loads failed).
+            st.retry.insert(t, (Instant::now() + wait, wait));
+            wait
+        };
+        tracing::warn!(table = %t, error = %e, retry_in = ?wait, "loading a table failed; retrying");
     }
     if forget {
         forget_busy(inner, vec![t]).await;

@@ -54,6 +54,8 @@ struct Fake {
     /// While true, `ready_for_failover` waits once it has decided its
     /// answer (a coordinator slow in the middle of a round: its view ages).
     failover_gate: (Mutex<bool>, Condvar),
+    /// While true, `add_table` fails (as a full disk fails it).
+    failing_adds: Mutex<bool>,
 }
 
 impl Fake {
@@ -121,6 +123,13 @@ impl TableHost for Fake {
         grant: &Grant,
         manifest: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>, HostError> {
+        if *self.failing_adds.lock().unwrap() {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("add {} failed", grant.table));
+            return Err("no space left on device".into());
+        }
         self.loaded
             .lock()
             .unwrap()
@@ -764,6 +773,36 @@ async fn a_table_the_host_gave_up_is_loaded_again_from_etcd() {
         map.current().owner(table).map(|o| o.server.clone()),
         Some("a".to_string())
     );
+}
+
+/// A host whose ADD fails (a full disk) is asked again after a wait that
+/// grows, not at once: before, the shell retried hundreds of times a
+/// second, each time after a read from etcd. Once the host can load
+/// again, the table is served within the longest wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_add_is_tried_again_after_a_growing_wait() {
+    logs();
+    let Some((_dir, etcd, cfg, mut c)) = setup().await else {
+        return;
+    };
+    let (a, ha, _map) = served_by_a(&etcd, &cfg, &mut c, 1, "a serves the table").await;
+    let table = TableId(0);
+    committed(&a, table, b"the catalogue's").await;
+    *ha.failing_adds.lock().unwrap() = true;
+    let before = ha.adds(table);
+    ha.give_up(table);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let failed = ha.adds(table) - before;
+    // 100 ms, 200, 400, 800, 1.6 s: six tries in 3 s at most.
+    assert!(
+        (1..=8).contains(&failed),
+        "{failed} ADDs in 3 s: retried without a wait, or never"
+    );
+    *ha.failing_adds.lock().unwrap() = false;
+    within("a loads it again", Duration::from_secs(10), || {
+        ha.holds().contains(&table) && a.may_ack(table)
+    })
+    .await;
 }
 
 /// A moved table wakes its new owner's `served()` as it begins serving
