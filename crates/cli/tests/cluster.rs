@@ -3911,6 +3911,23 @@ fn ticket_loop_on_a_cluster(
     secs: u64,
     check: impl FnOnce(Vec<Round>, f64, u16, u16),
 ) {
+    let secs = secs.to_string();
+    tickets_on_a_cluster(
+        a_env,
+        b_env,
+        ("ticket_loop_child", TICKET_LOOP_SECS, &secs),
+        check,
+    );
+}
+
+/// [`ticket_loop_on_a_cluster`] with the child test to run as nobody and
+/// one more variable for it: (its name, the variable, its value).
+fn tickets_on_a_cluster(
+    a_env: &[(&str, &str)],
+    b_env: &[(&str, &str)],
+    child: (&str, &str, &str),
+    check: impl FnOnce(Vec<Round>, f64, u16, u16),
+) {
     let Some((dir, etcd)) = dir_and_etcd_for_users() else {
         return;
     };
@@ -3935,19 +3952,13 @@ fn ticket_loop_on_a_cluster(
     let out = Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "ticket_loop_child",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(["--exact", child.0, "--nocapture", "--test-threads", "1"])
         .env_remove("SEXTANT_SECRET")
         .env_remove("SEXTANT_SECRET_FILE")
         .env_remove("SEXTANT_TICKETS")
         .env(TICKET_SOCKET, &sock)
         .env(TICKET_DIR, &placed.other)
-        .env(TICKET_LOOP_SECS, secs.to_string())
+        .env(child.1, child.2)
         .current_dir("/")
         .output()
         .unwrap();
@@ -3969,6 +3980,130 @@ fn ticket_loop_on_a_cluster(
         assert_eq!(r.chmod, 1, "chmod of root's file: EPERM as nobody: {said}");
     }
     check(rounds, forwarded() - before, a_metrics, b_metrics);
+}
+
+/// How many clients `ticket_crowd_child` opens at once.
+const TICKET_CROWD: &str = "SEXTANT_TEST_TICKET_CROWD";
+
+/// The child of the crowd test, run as nobody: `TICKET_CROWD` clients
+/// of a's socket (no secret, tickets on) at once, each with its own
+/// session on a and — with a ticket of its own — on b; each creates a
+/// file in /other (b's table) and tries to chmod /other/keep (root's),
+/// both claiming root, and prints `op I t=MS ticket=BOOL uid=UID
+/// chmod=ERRNO` (or `err I ...`); then `done`. A no-op when run as a
+/// test of its own.
+#[test]
+fn ticket_crowd_child() {
+    let Ok(socket) = std::env::var(TICKET_SOCKET) else {
+        return;
+    };
+    use sextant_client::{Client, Options};
+    use sextant_types::{Credentials, SetAttr};
+    assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
+    let other = soid_from_env(TICKET_DIR);
+    let n: u64 = std::env::var(TICKET_CROWD).unwrap().parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let start = Instant::now();
+    let lines = rt.block_on(async {
+        let clients = (0..n).map(|i| {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                let t = || start.elapsed().as_millis();
+                let c = match Client::connect(&format!("unix:{socket}"), "", Options::default())
+                    .await
+                {
+                    Ok(c) => c,
+                    Err(e) => return format!("err {i} t={} connect: {e}", t()),
+                };
+                let root = Credentials::root();
+                let keep = match c.lookup(&root, other, b"keep").await {
+                    Ok(a) => a.soid,
+                    Err(e) => return format!("err {i} t={} lookup: {e}", t()),
+                };
+                let name = format!("crowd-{i}");
+                match c.create(&root, other, name.as_bytes(), 0o644, true).await {
+                    Ok(a) => {
+                        let chmod = SetAttr {
+                            perm: Some(0o777),
+                            ..SetAttr::default()
+                        };
+                        let errno = match c.setattr(&root, keep, &chmod).await {
+                            Ok(_) => 0,
+                            Err(e) => e.errno(),
+                        };
+                        format!(
+                            "op {i} t={} ticket={} uid={} chmod={errno}",
+                            t(),
+                            c.has_ticket(),
+                            a.uid
+                        )
+                    }
+                    Err(e) => format!("err {i} t={} create: {e}", t()),
+                }
+            })
+        });
+        let clients: Vec<_> = clients.collect();
+        let mut lines = Vec::new();
+        for c in clients {
+            lines.push(c.await.unwrap());
+        }
+        lines
+    });
+    // A line of its own (libtest's `test NAME ... ` has no newline).
+    println!();
+    for l in lines {
+        println!("{l}");
+    }
+    println!("done");
+}
+
+/// Issue 22, hundreds of ticket sessions at once on real processes: 200
+/// clients of one local user (nobody) open sessions on a's socket at
+/// once, each takes a ticket from a and opens its own session with b,
+/// which holds /other. Every client reaches b itself (b admits each as
+/// the kernel's caller over TCP, a forwards almost nothing), none is
+/// refused (no proof taken for a replay, no ticket's check failing under
+/// the crowd), and each acts as nobody: its file is nobody's, chmod of
+/// root's file is EPERM.
+#[test]
+fn two_hundred_clients_with_tickets_at_once_each_reach_the_holder_as_themselves() {
+    const N: usize = 200;
+    tickets_on_a_cluster(
+        &[],
+        &[],
+        ("ticket_crowd_child", TICKET_CROWD, &N.to_string()),
+        |rounds, forwarded, a_metrics, b_metrics| {
+            assert_eq!(rounds.len(), N, "every client made its file");
+            let without = rounds.iter().filter(|r| !r.ticket).count();
+            assert_eq!(without, 0, "{without} clients without a ticket");
+            let issued = counter(a_metrics, "sextant_auth_tickets_issued_total", &[]);
+            assert!(issued >= 1.0, "{issued} tickets issued");
+            let admitted = counter(
+                b_metrics,
+                "sextant_auth_calls_total",
+                &["transport=\"tcp\"", "caller=\"kernel\""],
+            );
+            // A session is one call (a stream carrying its requests).
+            assert!(
+                admitted >= N as f64,
+                "b admitted {admitted} sessions of the kernel's caller over TCP for {N} clients"
+            );
+            assert!(
+                forwarded < (N / 10) as f64,
+                "{forwarded} requests forwarded through a"
+            );
+            let refused = counter(b_metrics, "sextant_auth_refused_total", &[])
+                - counter(
+                    b_metrics,
+                    "sextant_auth_refused_total",
+                    &["reason=\"claim\""],
+                );
+            assert!(refused < 1.0, "{refused} refusals of a proof on b");
+            eprintln!(
+                "{N} clients: {issued} tickets issued, {admitted} calls admitted on b, {forwarded} forwarded"
+            );
+        },
+    );
 }
 
 /// Issue 22, identity tickets over several lifetimes: a issues tickets
