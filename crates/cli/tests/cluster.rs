@@ -2765,6 +2765,51 @@ fn a_server_whose_add_meets_a_full_disk_leaves_and_the_table_stays_served() {
     sextant_ok(&a_addr, &secret, &["touch", "/d/after"]);
 }
 
+/// A directory moved below a path twenty tables deep (every directory a
+/// table of its own, spread over three servers): the loop check walks the
+/// new parent's ancestors up to `/`, so the rename BORROWs a table per
+/// level — it succeeds, and so does the move back. Before, a mutation
+/// borrowed at most 8 tables and then failed with EXDEV, which users must
+/// never see (found by `cluster_random_ops.rs`).
+#[test]
+fn a_directory_moves_below_a_path_twenty_tables_deep() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
+    let deep: String = (0..20).map(|i| format!("/l{i}")).collect();
+    sextant_ok(&a_addr, &secret, &["mkdir", "-p", &deep]);
+    sextant_ok(&a_addr, &secret, &["mkdir", "/x"]);
+    sextant_ok(&a_addr, &secret, &["touch", "/x/f"]);
+    let mut joined = Vec::new();
+    for name in ["b", "c"] {
+        let (s, _) = serve_with(dir.path(), &etcd.url, name, &["--config", &config]);
+        joined.push(KillOnDrop(s));
+    }
+    wait_for(
+        "the tables spread over three servers",
+        Duration::from_secs(120),
+        || {
+            let t = tables_by_server(&status_on(&etcd.url, &secret));
+            t.len() == 3 && t.iter().all(|x| x.1 >= 5)
+        },
+    );
+    let moved = format!("{deep}/x");
+    sextant_ok(&a_addr, &secret, &["mv", "/x", &moved]);
+    let listing = sextant_ok(&a_addr, &secret, &["ls", &moved]);
+    assert_eq!(listing.trim(), "f");
+    // Into its own subtree: EINVAL, as ext4 answers (not EXDEV).
+    let out = sextant(&a_addr, &secret, &["mv", "/l0", &format!("{moved}/in")]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !said.contains("cross-device") && !said.contains("EXDEV"),
+        "{said}"
+    );
+    sextant_ok(&a_addr, &secret, &["mv", &moved, "/back"]);
+    assert_eq!(sextant_ok(&a_addr, &secret, &["ls", "/back"]).trim(), "f");
+}
+
 /// Balancing by inodes: a holds every table — small directories' and,
 /// made last, two of 4,000 files each — when b joins, with no requests
 /// going on. Counting tables alone gives b the tables in place longest,
