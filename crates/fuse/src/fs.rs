@@ -1020,6 +1020,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .mknod(&self.cred(req), p, name(n), ftype, perm, rdev)
                 .await?;
+            self.nodes.made(a.soid);
             self.fresh.put_file(parent.0, name(n), a.soid);
             Ok(self.entry(parent, n, &a, sent, resets))
         })
@@ -1046,6 +1047,7 @@ impl Filesystem for SextantFs {
                 .mkdir_with_dir(&self.cred(req), p, name(n), perm, want_dir)
                 .await?;
             change.end(made.dir);
+            self.nodes.made(made.value.soid);
             let e = self.entry(parent, n, &made.value, sent_all, resets);
             if self.coherent {
                 self.fresh.made(e.attr.ino.0, sent, self.elsewhere_epoch());
@@ -1082,6 +1084,7 @@ impl Filesystem for SextantFs {
                 .client()
                 .symlink(&self.cred(req), p, name(link_name), t)
                 .await?;
+            self.nodes.made(a.soid);
             self.fresh.put_file(parent.0, name(link_name), a.soid);
             Ok(self.entry(parent, link_name, &a, sent, resets))
         })
@@ -1604,6 +1607,7 @@ impl Filesystem for SextantFs {
             let a = match made {
                 Ok(made) => {
                     change.end(made.dir);
+                    self.nodes.made(made.value.soid);
                     self.fresh.put_file(parent.0, name(n), made.value.soid);
                     // New: no xattrs (see crate::nocaps).
                     if self.coherent {

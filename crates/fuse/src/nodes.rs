@@ -53,6 +53,9 @@ struct Node {
     parent: Option<Soid>,
     /// Names the kernel got this node under (see the module docs).
     names: Vec<NodeName>,
+    /// Its inode is known gone, its SOID reused by a new inode made here
+    /// ([`Nodes::made`]): calls through it answer `ESTALE`.
+    dead: bool,
 }
 
 /// A name the kernel may cache: (parent node id, name).
@@ -145,6 +148,7 @@ impl Nodes {
                 lookups: 1,
                 parent: Some(root),
                 names: Vec::new(),
+                dead: false,
             },
         );
         let mut by_soid = HashMap::new();
@@ -159,9 +163,41 @@ impl Nodes {
         }
     }
 
-    /// The SOID of a node the kernel names, if it is known.
+    /// The SOID of a node the kernel names, if it is known (and its
+    /// inode not known gone: [`Nodes::made`]).
     pub fn soid(&self, ino: u64) -> Option<Soid> {
-        self.inner.lock().by_ino.get(&ino).map(|n| n.soid)
+        self.inner
+            .lock()
+            .by_ino
+            .get(&ino)
+            .filter(|n| !n.dead)
+            .map(|n| n.soid)
+    }
+
+    /// A new inode was made here with `soid` (a create, mkdir, mknod or
+    /// symlink answered it). SOIDs are reused once free, so a node this
+    /// mount still has for `soid` is an older inode that another client
+    /// removed — the mount may not have heard yet. It is detached, as if
+    /// heard ([`Nodes::detach`]), so the new inode gets a node id of its
+    /// own: given the old one, the kernel took the new directory for the
+    /// old one moved (its dentry spliced over: `ESTALE` from the VFS, or
+    /// the old directory's cached names under the new one). Calls the
+    /// kernel still makes through the old node answer `ESTALE`, and the
+    /// VFS looks the name up again.
+    pub fn made(&self, soid: Soid) {
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        if soid == inner.root {
+            return;
+        }
+        if let Some(ino) = inner.by_soid.remove(&soid) {
+            match inner.by_ino.get_mut(&ino) {
+                Some(n) if n.lookups > 0 => n.dead = true,
+                _ => {
+                    inner.by_ino.remove(&ino);
+                }
+            }
+        }
     }
 
     /// The node id for `soid`, assigning one if it has none. With `lookup`
@@ -186,6 +222,7 @@ impl Nodes {
                         lookups: 0,
                         parent: None,
                         names: Vec::new(),
+                        dead: false,
                     },
                 );
                 ino
@@ -342,6 +379,33 @@ mod tests {
         assert_eq!(lookups(&n, a), 1, "not sent: released");
         n.forget(a, 1);
         assert_eq!(lookups(&n, a), 0);
+    }
+
+    /// A new inode made here with a SOID the mount still has a node for
+    /// (an older inode another client removed, unheard of yet) gets a node
+    /// of its own; the old node answers nothing (`ESTALE`) until the
+    /// kernel forgets it, then goes.
+    #[test]
+    fn a_soid_made_again_gets_a_new_node_and_the_old_one_is_dead() {
+        let n = Nodes::default();
+        let old = n.ino(s(9), true);
+        n.made(s(9));
+        assert_eq!(n.soid(old), None, "the old inode is gone");
+        let new = n.ino(s(9), true);
+        assert_ne!(new, old);
+        assert_eq!(n.soid(new), Some(s(9)));
+        n.forget(old, 1);
+        assert!(
+            n.inner.lock().by_ino.get(&old).is_none(),
+            "dropped once forgotten"
+        );
+        assert_eq!(n.find(s(9)), Some(new));
+        // Unreferenced: dropped at once.
+        n.forget(new, 1);
+        n.made(s(9));
+        assert!(n.inner.lock().by_ino.get(&new).is_none());
+        n.made(Soid::ROOT);
+        assert_eq!(n.soid(ROOT_INO), Some(Soid::ROOT), "never the root");
     }
 
     #[test]

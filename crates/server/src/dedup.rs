@@ -219,10 +219,24 @@ impl Dedup {
                     return Ok((Arc::clone(cell), true));
                 }
             }
-            Some(Known::Gone) => return Err(FsError::Stale),
+            Some(Known::Gone) => {
+                tracing::warn!(
+                    client = format_args!("{client:016x}"),
+                    seq,
+                    "exactly-once: a retry of a mutation that ran here and whose reply is gone is refused (ESTALE)"
+                );
+                return Err(FsError::Stale);
+            }
             None => {}
         }
         if seq < w.floor {
+            tracing::warn!(
+                client = format_args!("{client:016x}"),
+                seq,
+                floor = w.floor,
+                acked_below,
+                "exactly-once: a request below its client's floor is refused (ESTALE)"
+            );
             return Err(FsError::Stale);
         }
         let cell: ReplyCell = Arc::new(OnceCell::new());
