@@ -396,14 +396,14 @@ mod tests {
         assert_eq!(n.soid(new), Some(s(9)));
         n.forget(old, 1);
         assert!(
-            n.inner.lock().by_ino.get(&old).is_none(),
+            !n.inner.lock().by_ino.contains_key(&old),
             "dropped once forgotten"
         );
         assert_eq!(n.find(s(9)), Some(new));
         // Unreferenced: dropped at once.
         n.forget(new, 1);
         n.made(s(9));
-        assert!(n.inner.lock().by_ino.get(&new).is_none());
+        assert!(!n.inner.lock().by_ino.contains_key(&new));
         n.made(Soid::ROOT);
         assert_eq!(n.soid(ROOT_INO), Some(Soid::ROOT), "never the root");
     }
