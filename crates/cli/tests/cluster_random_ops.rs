@@ -252,6 +252,7 @@ fn describe(root: &Path) -> BTreeMap<String, String> {
                     m.nlink()
                 )
             };
+            let what = format!("{what} owner {}:{}", m.uid(), m.gid());
             let x = match xattr(&path) {
                 Some(v) => format!(" xattr {} bytes {:x}", v.len(), checksum(&v)),
                 None => String::new(),
@@ -733,4 +734,150 @@ fn whole(root: &Path) -> Result<BTreeMap<String, String>, String> {
         .into_iter()
         .map(|(k, v)| (k, v.split(" nlink").next().unwrap_or("").to_string()))
         .collect())
+}
+
+/// The environment variables of [`random_ops_as_a_user_child`]: the
+/// reference tree, the mount, the seed and the number of operations.
+const CHILD_REF: &str = "SEXTANT_TEST_RANDOM_REF";
+const CHILD_MNT: &str = "SEXTANT_TEST_RANDOM_MNT";
+const CHILD_SEED: &str = "SEXTANT_TEST_RANDOM_SEED";
+const CHILD_OPS: &str = "SEXTANT_TEST_RANDOM_OPS";
+
+/// The half of `random_operations_as_a_user_match_a_local_directory` that
+/// runs as nobody: the random calls on both trees, each outcome compared
+/// (the parent compares the trees afterwards, as root: nobody cannot read
+/// everything). A no-op when run as a test of its own.
+#[test]
+fn random_ops_as_a_user_child() {
+    let Ok(reference) = std::env::var(CHILD_REF) else {
+        return;
+    };
+    assert_ne!(nix::unistd::getuid().as_raw(), 0, "runs as a user");
+    let reference = PathBuf::from(reference);
+    let mnt = PathBuf::from(std::env::var(CHILD_MNT).unwrap());
+    let seed: u64 = std::env::var(CHILD_SEED).unwrap().parse().unwrap();
+    let ops: usize = std::env::var(CHILD_OPS).unwrap().parse().unwrap();
+    let mut rng = Rng(seed);
+    let mut fresh = 0usize;
+    let mut log = Vec::new();
+    for n in 0..ops {
+        let op = draw(&mut rng, &reference, &mut fresh);
+        let want = apply(&reference, &op, n);
+        let got = apply(&mnt, &op, n);
+        log.push(format!("{n}: {op:?} -> {want:?}"));
+        assert_eq!(
+            got,
+            want,
+            "seed {seed}: operation {n} {op:?} as nobody: the mount answered {got:?}, the local \
+             file system {want:?}; the last operations:\n{}",
+            log[log.len().saturating_sub(15)..].join("\n")
+        );
+    }
+    let failed = log.iter().filter(|l| l.contains("-> Err(")).count();
+    println!("\n{ops} operations as nobody, {failed} refused alike");
+}
+
+/// The random calls of `random_operations_on_a_mount_of_three_servers_
+/// match_a_local_directory` made by a user (nobody) through an
+/// `allow_other` mount, among directories root made first on both trees
+/// — `pub` (0777), `sticky` (1777, with root's 0666 file), `ro` (0755,
+/// root's file), `priv` (0700, root's file) — whose tables sit on three
+/// servers: every outcome is ext4's, EACCES and EPERM included (chmod of
+/// root's files, removals in the sticky directory, writes in `ro`), and
+/// the trees agree afterwards, owners included.
+#[test]
+fn random_operations_as_a_user_match_a_local_directory() {
+    if !common::fuse_available() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs FUSE and setpriv");
+        return;
+    }
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let seed = std::env::var("SEXTANT_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    let ops: usize = std::env::var("SEXTANT_TEST_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    eprintln!("SEXTANT_TEST_SEED={seed} SEXTANT_TEST_OPS={ops}");
+    let config = dir.path().join("tiny.toml");
+    fs::write(&config, TINY_TABLES).unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let flags = ["--config", config.as_str(), "--journal-sync", "nosync"];
+    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &flags);
+    let _a = KillOnDrop(a);
+    let secret = dir.path().join("a");
+    common::wait_root_assigned(&etcd.url, &secret);
+    let mut servers = Vec::new();
+    for name in ["b", "c"] {
+        let (s, _) = serve_with(dir.path(), &etcd.url, name, &flags);
+        servers.push(KillOnDrop(s));
+    }
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let out = Command::new(BIN)
+        .args(["--server", &a_addr, "--data"])
+        .arg(&secret)
+        .args(["mount", "-o", "allow_other", "--log"])
+        .arg(dir.path().join("mnt.log"))
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _unmount = Unmount(mnt.clone());
+    let reference = dir.path().join("ref");
+    fs::create_dir(&reference).unwrap();
+    for root in [&reference, &mnt] {
+        fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+        common::sh(
+            root,
+            "mkdir pub sticky ro priv && chmod 777 pub && chmod 1777 sticky && chmod 755 ro \
+             && chmod 700 priv && echo r > sticky/rootfile && chmod 666 sticky/rootfile \
+             && echo r > ro/f && chmod 644 ro/f && echo r > priv/f && mkdir pub/sub",
+        );
+    }
+    for (path, server) in [
+        ("/pub", "b"),
+        ("/sticky", "c"),
+        ("/ro", "b"),
+        ("/pub/sub", "c"),
+    ] {
+        common::move_table(&etcd.url, &secret, path, server);
+    }
+    let child = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "random_ops_as_a_user_child", "--nocapture"])
+        .env(CHILD_REF, &reference)
+        .env(CHILD_MNT, &mnt)
+        .env(CHILD_SEED, seed.to_string())
+        .env(CHILD_OPS, ops.to_string())
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success() && said.contains("operations as nobody"),
+        "the child failed: {said}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    eprintln!(
+        "{}",
+        said.lines()
+            .filter(|l| l.contains("as nobody"))
+            .collect::<String>()
+    );
+    compare(&reference, &mnt, seed, ops, &[]);
 }
