@@ -225,6 +225,11 @@ struct Run<'a> {
     /// once per search (on a cluster each resolution is a walk across the
     /// servers, BENCHMARKS "Search across servers: one resolution").
     scope_root: Option<sextant_types::Soid>,
+    /// The next starting point's SOID when the caller resolved its path
+    /// already (`sextant stats` and `du` on a cluster): its depth-0 search
+    /// starts there instead of resolving the path again. Taken by
+    /// [`Run::start_at`].
+    known_root: Option<sextant_types::Soid>,
 }
 
 /// A removal in flight: (printed path, namespace parent path, outcome).
@@ -437,6 +442,7 @@ impl<'a> Run<'a> {
             pipelined: false,
             removing: Default::default(),
             scope_root: None,
+            known_root: None,
         };
         cmd.expr.for_each_leaf(&mut |n| match n {
             Node::Test(Test::Client(ClientTest::Access(_) | ClientTest::XType(_))) => {
@@ -828,10 +834,11 @@ impl<'a> Run<'a> {
         let ns = loc.ns.clone();
         // (1) The starting point.
         self.scope_root = None;
-        let root_hit = match collect(self.s, SearchScope::Path(ns.clone()), depth(0, 0), 1)
-            .await?
-            .pop()
-        {
+        let first = match self.known_root.take() {
+            Some(soid) => SearchScope::Soid(soid),
+            None => SearchScope::Path(ns.clone()),
+        };
+        let root_hit = match collect(self.s, first, depth(0, 0), 1).await?.pop() {
             Some(h) => h,
             None => return Err(Error::Fs(FsError::NotFound)),
         };

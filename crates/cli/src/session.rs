@@ -352,6 +352,16 @@ impl Session {
         })
     }
 
+    /// Whether the namespace is spread over several servers, as the route
+    /// map of the last second says ([`sextant_client::Client::spread_recently`];
+    /// `false` on the embedded engine).
+    pub fn spread_recently(&self) -> bool {
+        match &self.backend {
+            Backend::Remote(c) => c.spread_recently(),
+            Backend::Local(_) => false,
+        }
+    }
+
     /// Resolves `path` (following symlinks except, unless `follow`, the last).
     pub async fn resolve(&self, path: &str, follow: bool) -> Result<Attr> {
         self.resolve_raw(path.as_bytes(), follow)

@@ -1183,6 +1183,17 @@ impl Client {
         self.peek_route_map().await
     }
 
+    /// Whether the route map the home server handed out within the last
+    /// [`RECENT_MAP`] names more than one server (a namespace spread over
+    /// several: a search then resolves a scope path across the servers
+    /// before it asks them). `false` without such a map. No call.
+    pub fn spread_recently(&self) -> bool {
+        self.inner.router.recent_map(RECENT_MAP).is_some_and(|map| {
+            let first = map.routes().first().map(|r| &r.server);
+            map.routes().iter().any(|r| Some(&r.server) != first)
+        })
+    }
+
     /// Fetches the route map from the home server now (`sextant cluster
     /// status`, and clients that want to route from the first request).
     pub async fn fetch_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {

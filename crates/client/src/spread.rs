@@ -7,9 +7,10 @@
 //!    permission checked by the server holding it), to a SOID: every
 //!    server then starts from the same directory. (A path leaving the
 //!    home server's tables is walked name by name, a round trip per
-//!    name: a caller searching one starting point several times — `find`,
-//!    `stats` and `du` search it at depth 0, then below it — resolves it
-//!    once and gives its SOID after.)
+//!    name: a caller searching one starting point several times — `find`
+//!    searches it at depth 0, then below it — resolves it once and gives
+//!    its SOID after; `stats` and `du` ask both at once, each resolving
+//!    the path.)
 //! 2. The route map splits the SOID space by server; each server gets
 //!    its ranges (`SearchRequest.ranges`). It searches the tables it holds
 //!    in them — reading the directories other servers hold for ancestry,

@@ -64,6 +64,15 @@
 //!   `a_server_whose_add_meets_a_full_disk_leaves_and_the_table_stays_served`
 //!   (crates/cli/tests/cluster.rs).
 //!
+//! - `search-rendezvous:N` — every search (the `Search` RPC) waits,
+//!   before it runs, until N searches have arrived (itself included: the
+//!   1st to Nth go on together, then the N+1st to 2Nth, ...); one that
+//!   waits [`RENDEZVOUS_WAIT`] in vain fails with EIO. A test of the
+//!   searches a command asks at once: `sextant du` and `stats` ask the
+//!   starting point and the totals below it together
+//!   (crates/cli/tests/stats_at_once.rs); asked one after the other, the
+//!   first waits in vain.
+//!
 //! Read once, at first use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,6 +248,52 @@ fn adds_without_space() -> bool {
 /// retirement): the journal stopped for `NoSpace`.
 pub fn add_without_space() -> bool {
     adds_without_space()
+}
+
+/// How long a search waits for the others of its rendezvous
+/// (`search-rendezvous:N`).
+pub const RENDEZVOUS_WAIT: Duration = Duration::from_secs(10);
+
+/// `Some(n)`: `search-rendezvous:N`.
+fn rendezvous_of() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        let v = std::env::var(ENV).ok()?;
+        let n = v.strip_prefix("search-rendezvous:")?.parse().ok()?;
+        tracing::warn!(fault = %v, "a test-only fault point is armed");
+        Some(n)
+    })
+}
+
+/// Called by the `Search` RPC before the search runs (on its blocking
+/// thread): with `search-rendezvous:N` armed, waits until this search's
+/// group of N has arrived; `false` when it did not within
+/// [`RENDEZVOUS_WAIT`] (the search then fails). `true` at once otherwise.
+pub fn search_rendezvous() -> bool {
+    static ARRIVED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+    static CAME: std::sync::Condvar = std::sync::Condvar::new();
+    let Some(n) = rendezvous_of().filter(|n| *n > 1) else {
+        return true;
+    };
+    let Ok(mut arrived) = ARRIVED.lock() else {
+        return false;
+    };
+    *arrived += 1;
+    // This search's group ends at the next multiple of n.
+    let group_end = arrived.div_ceil(n) * n;
+    CAME.notify_all();
+    let deadline = std::time::Instant::now() + RENDEZVOUS_WAIT;
+    while *arrived < group_end {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        arrived = match CAME.wait_timeout(arrived, left) {
+            Ok((a, _)) => a,
+            Err(_) => return false,
+        };
+    }
+    true
 }
 
 #[cfg(test)]

@@ -1255,24 +1255,30 @@ impl Shared {
                 Some(p) => p,
                 None => &crate::peers::NoPeers,
             };
-            let result = search::execute(
-                &shared.engine,
-                &cred,
-                &spec,
-                foreign,
-                remembering,
-                cancelled,
-                |hits| {
-                    let batch = pb::SearchBatch {
-                        hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
-                        ..Default::default()
-                    };
-                    match tx.blocking_send(Ok(batch)) {
-                        Ok(()) => std::ops::ControlFlow::Continue(()),
-                        Err(_) => std::ops::ControlFlow::Break(()),
-                    }
-                },
-            );
+            let result = if crate::fault::search_rendezvous() {
+                search::execute(
+                    &shared.engine,
+                    &cred,
+                    &spec,
+                    foreign,
+                    remembering,
+                    cancelled,
+                    |hits| {
+                        let batch = pb::SearchBatch {
+                            hits: hits.iter().map(sextant_proto::search::hit_to_pb).collect(),
+                            ..Default::default()
+                        };
+                        match tx.blocking_send(Ok(batch)) {
+                            Ok(()) => std::ops::ControlFlow::Continue(()),
+                            Err(_) => std::ops::ControlFlow::Break(()),
+                        }
+                    },
+                )
+            } else {
+                // (A test-only fault point: the searches it waited for
+                // did not come.)
+                Err(FsError::Io)
+            };
             let (last, outcome) = match result {
                 Ok(done) => {
                     // Groups first, in batches that fit a message.

@@ -255,45 +255,79 @@ async fn totals(
                     run.failed = true;
                     return Ok(());
                 }
-                // The starting point's SOID as the depth-0 search found
-                // it: the totals start there, its path not resolved again.
-                let mut scope_root = None;
-                if run.cmd.min_depth == 0 {
-                    let probe = Command {
-                        max_depth: 0,
-                        ..run.cmd.clone()
+                // The starting point (depth 0) and the totals below it are
+                // asked at once, not the totals after the depth-0 search:
+                // on a cluster that wait was a whole round of calls (the
+                // root's holder) before the servers' parts were asked.
+                // Both start at one object: on a cluster the path is
+                // resolved once, here (each resolution is a walk across
+                // the servers), and both searches start at its SOID; on
+                // one server each search resolves it itself (no call of
+                // its own). `/` needs no resolution (the searches skip
+                // it), and a path that cannot be resolved here (missing,
+                // or above a client key's subtree, which the servers
+                // clamp) is left to the searches, which report it.
+                let all_slashes = loc.ns.iter().all(|&c| c == b'/');
+                let mut known = None;
+                if s.spread_recently() && !all_slashes {
+                    sextant_client::timing::mark(|| {
+                        "stats: resolving the starting point's path".into()
+                    });
+                    known = s.resolve_raw(&loc.ns, false).await.ok().map(|a| a.soid);
+                }
+                let scope = match known {
+                    Some(soid) => SearchScope::Soid(soid),
+                    None => SearchScope::Path(loc.ns.clone()),
+                };
+                let below = plan::and(
+                    depth(run.cmd.min_depth.max(1), saved),
+                    run.filters.out.clone(),
+                );
+                let below = (saved > 0 && below != Expr::False).then(|| {
+                    let mut spec = SearchSpec::new(scope, below);
+                    ask_totals(&mut spec, grouped);
+                    spec
+                });
+                let tally = async {
+                    let Some(spec) = &below else {
+                        return Ok(None);
                     };
+                    let mut h = s.search(spec).await?;
+                    while h.next_batch().await?.is_some() {}
+                    Ok::<_, Error>(h.done().cloned())
+                };
+                let probe = Command {
+                    max_depth: 0,
+                    ..run.cmd.clone()
+                };
+                let mut sub = (run.cmd.min_depth == 0).then(|| {
                     let mut sub = Run::new(run.s, run.cwd.clone(), run.mounts.clone(), &probe, now);
                     sub.tree = run.tree.clone();
                     sub.filters = run.filters.clone();
-                    sub.start(p, &mut counter).await?;
-                    run.failed |= sub.failed;
-                    scope_root = sub.scope_root;
-                }
-                if saved > 0 {
-                    let q = plan::and(
-                        depth(run.cmd.min_depth.max(1), saved),
-                        run.filters.out.clone(),
-                    );
-                    if q != Expr::False {
-                        let scope = match scope_root {
-                            Some(soid) => SearchScope::Soid(soid),
-                            None => SearchScope::Path(loc.ns),
-                        };
-                        let mut spec = SearchSpec::new(scope, q);
-                        ask_totals(&mut spec, grouped);
-                        let mut h = s.search(&spec).await?;
-                        while h.next_batch().await?.is_some() {}
-                        if let Some(d) = h.done() {
-                            for (k, t) in &d.groups {
-                                let e = counter.agg.groups.entry(k.clone()).or_default();
-                                e.count += t.count;
-                                e.size += t.size;
-                            }
-                            counter.agg.total.count += d.count;
-                            counter.agg.total.size += d.total_size;
-                        }
+                    sub.known_root = known;
+                    sub
+                });
+                let start = async {
+                    match &mut sub {
+                        Some(sub) => sub.start(p, &mut counter).await,
+                        None => Ok(()),
                     }
+                };
+                let (started, tallied) = futures::join!(start, tally);
+                // The starting point's failure is the one reported (the
+                // totals below it fail the same way).
+                started?;
+                if let Some(sub) = &sub {
+                    run.failed |= sub.failed;
+                }
+                if let Some(d) = tallied? {
+                    for (k, t) in &d.groups {
+                        let e = counter.agg.groups.entry(k.clone()).or_default();
+                        e.count += t.count;
+                        e.size += t.size;
+                    }
+                    counter.agg.total.count += d.count;
+                    counter.agg.total.size += d.total_size;
                 }
             } else {
                 run.start(p, &mut counter).await?;
