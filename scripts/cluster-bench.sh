@@ -95,8 +95,11 @@
 #       makes DIRS (24) directories in tables of two (table_dir_limit 2),
 #       waits WARM (12) s so its figures are published, then s1, s2 and s3
 #       join at once; prints when the last move came (no move for QUIET,
-#       15, s after it), the layout, the balancing moves and the longest
-#       gap between two (the coordinator's "move … balancing" log lines).
+#       15, s after it; waiting MAX_S, 180, s at most), the layout, the
+#       balancing moves, their rate (moves/minute from the first to the
+#       last) and the longest gap between two (the coordinator's "move …
+#       balancing" log lines). The servers' SEXTANT_BALANCE_MOVES (moves
+#       in flight at most; default 16) passes through the environment.
 #
 # Knobs (environment): DURABILITY (journal, the default, or logless: the
 # servers' --durability in the parts that use `cluster`: layout, cpu,
@@ -622,7 +625,7 @@ table_inode_limit = 20000}" >"$work/limits.toml"
     d=$work/spread; start_etcd "$d"
     start_server "$d" s0 --config "$work/small.toml"
     for i in $(seq 0 $((${DIRS:-24} - 1))); do cli "$d" mkdir "/c$i"; done
-    log "s0 alone: $(settle "$d" 3 60) s; $(layout "$d")"
+    log "s0 alone: $(settle "$d" 3 60) s; $(layout "$d" | cut -d'|' -f1)"
     # Long enough for s0 to publish its tables' figures (every 5 s): from
     # then on a table just moved has unknown figures until its new server
     # publishes them.
@@ -630,9 +633,9 @@ table_inode_limit = 20000}" >"$work/limits.toml"
     t0=$(date +%s.%N)
     for s in s1 s2 s3; do start_server "$d" "$s" --config "$work/small.toml"; done
     quiet=${QUIET:-15}
-    settle "$d" "$quiet" 180 >/dev/null
+    settle "$d" "$quiet" "${MAX_S:-180}" >/dev/null
     t1=$(date +%s.%N)
-    log "joined: no move for $quiet s from $(python3 -c "print(round($t1 - $t0 - $quiet, 1))") s after the joins began; $(layout "$d")"
+    log "joined: no move for $quiet s from $(python3 -c "print(round($t1 - $t0 - $quiet, 1))") s after the joins began; $(layout "$d" | cut -d'|' -f1)"
     python3 - "$t0" "$d"/s*.log <<'PY'
 import re, sys, datetime
 t0 = float(sys.argv[1]); times = []
@@ -644,7 +647,9 @@ for f in sys.argv[2:]:
             if t >= t0: times.append(t)
 times.sort()
 gaps = [b - a for a, b in zip(times, times[1:])]
-print(f"balancing moves {len(times)}, first {times[0] - t0:.1f} s after the joins, last {times[-1] - t0:.1f} s, "
+span = times[-1] - times[0] if times else 0
+rate = f"{len(times) / span * 60:.0f} moves/minute" if span > 0 else "-"
+print(f"balancing moves {len(times)}, first {times[0] - t0:.1f} s after the joins, last {times[-1] - t0:.1f} s ({rate}), "
       f"longest gap {max(gaps, default=0):.1f} s, gaps over 2 s: {sum(g > 2 for g in gaps)}" if times else "no balancing move")
 PY
     ;;

@@ -7,7 +7,11 @@
 //! random sets of tables together (`borrow/<server>`, on their lease) and
 //! RETURN them a little later, so the coordinator lends tables, sends
 //! them home and forgets homes among the faults. Servers ([`Server`]) and the
-//! coordinator's decisions ([`decide`]) are the real state machines; etcd
+//! coordinator's decisions ([`decide_moves`], up to [`Config::max_moves`]
+//! moves in flight at once, as the real coordinator keeps; with
+//! [`Config::late_join_ms`] three servers join one holding every table
+//! and balance spreads them, many moves at once, among the faults) are
+//! the real state machines; etcd
 //! is the [`Etcd`] model; the shared table store is the servers' journals
 //! plus the manifests in etcd. The store holds one journal per server and
 //! *run* (as the real member's state file names it: a restart begins a
@@ -134,7 +138,8 @@
 //! owner key's revision is unchanged. Checked from
 //! [`recovery_bound_ms`] after the faults' end: no table is unserved for
 //! longer than a planned move's gap ([`stall_bound_ms`]). Checked at the
-//! end, after the cluster settles: every table has
+//! end, after the cluster settles: no move is pending (every move ended:
+//! carried out, or its table reassigned); every table has
 //! exactly one owner, a live member that serves it, and holds every
 //! operation ever acknowledged for it (nothing acknowledged is lost — for
 //! log-less servers, acknowledged = the reply reached the client, as the
@@ -166,7 +171,7 @@
 //! the generation compare, without the move/home/borrow compares, or
 //! writing the halves' contents into each other's manifests.
 
-use crate::coordinator::{completions_due, decide, Action, ClusterView};
+use crate::coordinator::{completions_due, decide_moves, Action, ClusterView};
 use crate::etcd::{Compare, Etcd, EtcdError, LeaseId, Write};
 use crate::ids::{Epoch, Millis, Revision, ServerId, TableId};
 use crate::keys::{check_partition, key_of, range_key, KeyRange, KEYSPACE, NEXT_TABLE_KEY};
@@ -249,6 +254,19 @@ pub struct Config {
     /// view reassigning the table of a server that joined, began a new
     /// log-less run and lost its lease again since.
     pub compare_last_join: bool,
+    /// How many moves the coordinator keeps pending at most
+    /// ([`crate::coordinator::decide_moves`]; the real default,
+    /// [`crate::coordinator::MAX_MOVES`], which with a few tables lets
+    /// every balancing move of a round be in flight together).
+    pub max_moves: usize,
+    /// Servers other than the first join this late (ms): the first takes
+    /// every table, then the others join and balance spreads the tables
+    /// over them, many moves in flight at once; faults begin a second
+    /// after. `None`: all start together.
+    pub late_join_ms: Option<u64>,
+    /// Whether servers BORROW tables (on by default; off to time
+    /// balancing alone).
+    pub borrows: bool,
 }
 
 /// What [`Config::reshape_fault`] leaves out of a split's or merge's
@@ -296,6 +314,9 @@ impl Default for Config {
             new_run_at_rejoin: true,
             stop_before_completion_write: false,
             compare_last_join: true,
+            max_moves: crate::coordinator::MAX_MOVES,
+            late_join_ms: None,
+            borrows: true,
         }
     }
 }
@@ -306,6 +327,10 @@ pub struct Report {
     pub acknowledged: usize,
     pub wrong_server: usize,
     pub moves: usize,
+    /// The most moves pending at once (`move/` keys) that the run saw.
+    pub most_moves_pending: usize,
+    /// When (ms) the coordinator last asked for a balancing move.
+    pub last_balance_move_ms: u64,
     /// Moves asked for because a server held more inodes.
     pub inode_moves: usize,
     /// Per table, the balancing moves the coordinator asked for (and etcd
@@ -864,14 +889,19 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
                 generation: 1,
             })
             .or_default();
-        let at = w.rng.random_range(0..50);
+        let mut at = w.rng.random_range(0..50);
+        if s > 0 {
+            at += cfg.late_join_ms.unwrap_or(0);
+        }
         w.at(at, Event::Tick(id));
     }
     w.at(100, Event::Client);
     if cfg.faults {
-        w.at(1_000, Event::Fault);
+        w.at(cfg.late_join_ms.unwrap_or(0) + 1_000, Event::Fault);
     }
-    w.at(500, Event::Borrow(ServerId(0)));
+    if cfg.borrows {
+        w.at(500, Event::Borrow(ServerId(0)));
+    }
     if cfg.faults {
         w.at(300, Event::Checkpoint);
     }
@@ -914,7 +944,7 @@ pub fn run(seed: u64, cfg: &Config) -> Result<Report, String> {
         .map_err(|e| format!("seed {seed}: after settling: {e}"))?;
     if !cfg.faults {
         // The map converged: the coordinator wants no further move.
-        let wanted = decide(&w.cluster_view(), 2);
+        let wanted = decide_moves(&w.cluster_view(), 2, cfg.max_moves);
         if !wanted.is_empty() {
             return Err(format!(
                 "seed {seed}: after settling the coordinator still asks {wanted:?}"
@@ -2347,7 +2377,12 @@ impl World {
                         lease: None,
                     }],
                 );
+                if r.is_ok() {
+                    let pending = self.etcd.range("move/").count();
+                    self.report.most_moves_pending = self.report.most_moves_pending.max(pending);
+                }
                 if r.is_ok() && reason.starts_with("balancing") {
+                    self.report.last_balance_move_ms = self.now.0;
                     if reason == "balancing: its server holds more inodes" {
                         self.report.inode_moves += 1;
                     }
@@ -2954,7 +2989,7 @@ impl World {
                     let run = self.nodes[&dead].run;
                     calls.push(Call::Claim { dead, run });
                 }
-                let actions = decide(&view, 2);
+                let actions = decide_moves(&view, 2, self.cfg.max_moves);
                 if !actions.is_empty() {
                     calls.push(Call::CoordWrite { actions });
                 }
@@ -3224,6 +3259,10 @@ impl World {
     fn check_settled(&self) -> Result<(), String> {
         if let Some((k, _)) = self.etcd.range("borrow/").next() {
             return Err(format!("{k} was never RETURNed"));
+        }
+        // Every move ends: carried out, or its table reassigned.
+        if let Some((k, e)) = self.etcd.range("move/").next() {
+            return Err(format!("{k} (to {}) is still pending", e.value));
         }
         if let Some((k, e)) = self.etcd.range("home/").next() {
             return Err(format!(

@@ -34,7 +34,9 @@
 //!   it out (DROP, then one transaction naming the new owner); a new
 //!   coordinator finds a half-done move in etcd and lets it finish;
 //! - a draining server (`drain/<name>`) receives nothing and gives all
-//!   its tables away, one move at a time;
+//!   its tables away;
+//! - balancing and draining moves are decided several per round, while
+//!   fewer than `max_moves` are pending;
 //! - BORROW (`borrow/<name>`, queued by revision): a granted borrow's
 //!   tables are moved to the borrower, the first lend of a table noting
 //!   its home (`home/<id>`); a table no borrow names goes home, and its
@@ -46,7 +48,7 @@ use crate::map::ClusterState;
 use crate::membership::Membership;
 use crate::CoordError;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
-use sextant_cluster::coordinator::{decide, Action};
+use sextant_cluster::coordinator::{decide_moves, Action};
 use sextant_types::SoidRange;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +64,10 @@ pub struct CoordinatorConfig {
     /// Balancing hysteresis: a move only when the busiest server holds at
     /// least this many tables more than the idlest (at least 2).
     pub spread: usize,
+    /// How many moves may be pending at once (`move/<table>` keys):
+    /// balancing and draining moves are decided several per round up to
+    /// it ([`sextant_cluster::coordinator::decide_moves`]; at least 1).
+    pub max_moves: usize,
     /// Whether the coordinator of an empty cluster creates the root table
     /// (`table/000000` over every SOID, assigned like any other). `false`:
     /// a server's engine makes it (the first to get table number 1 from
@@ -211,7 +217,7 @@ async fn act(
             }
         }
     }
-    let actions = decide(&view, cfg.spread);
+    let actions = decide_moves(&view, cfg.spread, cfg.max_moves.max(1));
     tracing::debug!(target: "borrow_trace", revision = state.revision, actions = actions.len(), "coordinator: decided");
     for action in actions {
         let (txn, what) = match &action {

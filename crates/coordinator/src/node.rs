@@ -64,6 +64,9 @@ pub struct ClusterConfig {
     pub membership: MembershipConfig,
     /// The coordinator's balancing hysteresis (tables).
     pub spread: usize,
+    /// How many moves the coordinator keeps in flight at most (default
+    /// [`sextant_cluster::coordinator::MAX_MOVES`]).
+    pub max_moves: usize,
     /// See [`crate::coordinate::CoordinatorConfig::bootstrap`] (default
     /// `true`).
     pub bootstrap: bool,
@@ -78,6 +81,7 @@ impl ClusterConfig {
         ClusterConfig {
             membership,
             spread: 2,
+            max_moves: sextant_cluster::coordinator::MAX_MOVES,
             bootstrap: true,
             tick,
         }
@@ -128,6 +132,7 @@ impl EtcdCluster {
                 etcd,
                 name: name.clone(),
                 spread: cfg.spread,
+                max_moves: cfg.max_moves,
                 bootstrap: cfg.bootstrap,
                 tick: cfg.tick,
                 host: Some(host),

@@ -28,6 +28,9 @@
 //! advertise = "10.0.0.5:7411"        # where clients reach it (default: listen)
 //! lease_ttl = "6s"                   # its membership lease (whole seconds;
 //!                                    # also SEXTANT_LEASE_TTL)
+//! balance_moves = 16                 # moves the coordinator keeps in flight
+//!                                    # at most, spreading or draining
+//!                                    # (at least 1; also SEXTANT_BALANCE_MOVES)
 //! etcd_prefix = "/sextant/"          # every etcd key of the cluster starts
 //!                                    # with it: several clusters share one
 //!                                    # etcd under different (not nested)
@@ -90,6 +93,7 @@ pub struct FileConfig {
     pub name: Option<String>,
     pub advertise: Option<String>,
     pub lease_ttl: Option<String>,
+    pub balance_moves: Option<usize>,
     pub etcd_prefix: Option<String>,
     pub etcd_user: Option<String>,
     pub etcd_password_file: Option<PathBuf>,
@@ -157,6 +161,9 @@ pub struct ClusterSettings {
     pub advertise: String,
     /// The membership lease's TTL.
     pub lease_ttl: Duration,
+    /// How many moves this server keeps in flight at most while it
+    /// coordinates (default [`sextant_cluster::coordinator::MAX_MOVES`]).
+    pub balance_moves: usize,
     /// etcd's credentials (none: anonymous, plain HTTP).
     pub etcd_security: EtcdSecurity,
     /// Every etcd key of the cluster starts with it (normalized: starts
@@ -451,6 +458,17 @@ impl ServerConfig {
                 if lease_ttl < Duration::from_secs(2) {
                     bail!("lease_ttl must be at least 2s (etcd counts whole seconds)");
                 }
+                let balance_moves = match env("SEXTANT_BALANCE_MOVES") {
+                    Some(n) => n
+                        .parse::<usize>()
+                        .context("bad SEXTANT_BALANCE_MOVES (a number)")?,
+                    None => f
+                        .balance_moves
+                        .unwrap_or(sextant_cluster::coordinator::MAX_MOVES),
+                };
+                if balance_moves == 0 {
+                    bail!("balance_moves must be at least 1");
+                }
                 let etcd_prefix = match given_prefix.or_else(|| env("SEXTANT_ETCD_PREFIX")) {
                     Some(p) => sextant_coordinator::normalize_prefix(&p)
                         .map_err(|e| anyhow::anyhow!("bad etcd_prefix (--etcd-prefix): {e}"))?,
@@ -462,6 +480,7 @@ impl ServerConfig {
                     name,
                     advertise,
                     lease_ttl,
+                    balance_moves,
                     etcd_security,
                     etcd_prefix,
                 })
@@ -619,6 +638,35 @@ mod tests {
         wild.advertise = Some("10.1.1.1:7411".into());
         let c = ServerConfig::resolve(None, wild).unwrap().cluster.unwrap();
         assert_eq!(c.advertise, "10.1.1.1:7411");
+    }
+
+    #[test]
+    fn balance_moves_defaults_and_is_at_least_one() {
+        let o = || Overrides {
+            etcd: Some("e:1".into()),
+            cluster_store: Some(PathBuf::from("/s")),
+            name: Some("a".into()),
+            ..Overrides::default()
+        };
+        let moves = |f: Option<usize>| {
+            let file = FileConfig {
+                balance_moves: f,
+                ..FileConfig::default()
+            };
+            ServerConfig::resolve(Some(file), o()).map(|c| c.cluster.unwrap().balance_moves)
+        };
+        if std::env::var_os("SEXTANT_BALANCE_MOVES").is_some() {
+            return; // the environment decides
+        }
+        assert_eq!(
+            moves(None).unwrap(),
+            sextant_cluster::coordinator::MAX_MOVES
+        );
+        assert_eq!(moves(Some(4)).unwrap(), 4);
+        assert!(moves(Some(0))
+            .unwrap_err()
+            .to_string()
+            .contains("at least 1"));
     }
 
     #[test]

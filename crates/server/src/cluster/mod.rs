@@ -285,6 +285,7 @@ async fn join(
     let mut membership = MembershipConfig::new(etcd.clone(), &name, &cluster.advertise);
     membership.ttl = cluster.lease_ttl;
     let mut cfg = ClusterConfig::new(membership);
+    cfg.max_moves = cluster.balance_moves;
     // The root table is made by the engine of the first server.
     cfg.bootstrap = false;
     // After a crash this name's lease may live on for a TTL: wait it out.
