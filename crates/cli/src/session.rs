@@ -62,6 +62,16 @@ impl Session {
                 // server left on this machine are handed back; ours go
                 // there if the server cannot take them at the end.
                 backup_dir: Some(backup_dir(t.data)?),
+                // A command that changes nothing (`stat`, `ls`,
+                // `getfattr`, `status`) asks for the route map only once
+                // it needs it: a path is resolved across the servers by
+                // the server asked, and the map grows with the cluster's
+                // tables (issue 21: 1,059 tables made every command ~10 ms
+                // slower). One that may change something takes it at
+                // connect: should its server die mid-operation, the map
+                // names the servers that can say where its tables went
+                // (`killed_at_a_borrow_step`); searches need it anyway.
+                routes_at_connect: t.writes,
                 ..client_options(t.tls_ca)?
             })
         };

@@ -121,6 +121,20 @@ pub struct Options {
     /// asks for an identity ticket and reaches the other servers with it
     /// ([`ticket`]); `false`: it never does, its server forwards for it.
     pub tickets: bool,
+    /// A client with the cluster secret fetches the route map when it
+    /// connects, so that its requests go to their tables' servers from the
+    /// first one on (and it knows every server should its own die).
+    /// `false`: only once one is needed — a WRONG_SERVER reply, a spread
+    /// search, [`Client::fetch_route_map`] — as a client with a key always
+    /// does (should its home server die before then, it knows no other
+    /// server to ask where the tables went). For a short-lived command
+    /// that changes nothing: the map has a route per table
+    /// (thousands on a big cluster), and fetching it on every connect made
+    /// each command's start grow with the tables (issue 21). A local user
+    /// on the Unix socket still asks at connect (whether to take a
+    /// ticket), and so does a client that finds backups spooled for
+    /// another server (it needs the map to hand them back).
+    pub routes_at_connect: bool,
 }
 
 impl Default for Options {
@@ -134,6 +148,7 @@ impl Default for Options {
             tls_domain: None,
             backup_dir: None,
             tickets: true,
+            routes_at_connect: true,
         }
     }
 }
@@ -796,13 +811,30 @@ impl Client {
         timing::mark(|| "connecting".into());
         client.conn().await?;
         timing::mark(|| "session open".into());
-        client.learn_cluster().await;
+        if client.routes_wanted_at_connect() {
+            client.learn_cluster().await;
+        }
         if client.inner.tickets.wanted() {
             tokio::spawn(keep_ticket(Arc::downgrade(&client.inner)));
         }
         // Needs the route map: which other servers there are.
         client.restore_peer_spools();
         Ok(client)
+    }
+
+    /// Whether [`Client::connect`] asks for the route map (see
+    /// [`Options::routes_at_connect`]).
+    fn routes_wanted_at_connect(&self) -> bool {
+        if self.inner.options.routes_at_connect || self.secret_is_empty() {
+            return true;
+        }
+        // Backups spooled for a server other than this one: handed back
+        // by the map's address ([`Client::restore_peer_spools`]).
+        let Some(dir) = &self.inner.options.backup_dir else {
+            return false;
+        };
+        let home = spool::server_dir(dir, &self.inner.addr);
+        spool::spooled_dirs(dir).iter().any(|d| *d != home)
     }
 
     /// A server of a cluster: take its route map now (a single server's
@@ -1120,7 +1152,7 @@ impl Client {
 
     /// The route map `link`'s server hands out (not cached: see
     /// [`Client::refresh_routes`]).
-    async fn map_from(&self, link: &route::Link) -> Result<sextant_proto::route::RouteTable> {
+    async fn map_from(&self, link: &route::Link) -> Result<Arc<sextant_proto::route::RouteTable>> {
         timing::mark(|| format!("Map from {}", link.addr));
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
         let mut request = tonic::Request::new(pb::MapRequest {});
@@ -1144,9 +1176,16 @@ impl Client {
         };
         timing::mark(|| format!("Map from {} answered", link.addr));
         let table = sextant_proto::route::RouteTable::from_pb(&map)
+            .map(Arc::new)
             .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))?;
         if std::ptr::eq(link, &*self.inner.home) {
-            self.inner.router.note_home_map(Arc::new(table.clone()));
+            self.inner.router.note_home_map(Arc::clone(&table));
+            // As at connect (`learn_cluster`): a client that did not take
+            // the map then (`Options::routes_at_connect`) routes by the
+            // first one a search fetched, and knows the other servers.
+            if self.inner.secret.is_some() && table.addresses().len() > 1 {
+                self.inner.router.adopt(Arc::clone(&table));
+            }
         }
         Ok(table)
     }
@@ -1161,7 +1200,7 @@ impl Client {
     /// user on the Unix socket must keep talking to the socket, whatever
     /// TCP address the map names).
     pub async fn peek_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {
-        Ok(Arc::new(self.map_from(&self.inner.home).await?))
+        self.map_from(&self.inner.home).await
     }
 
     /// The home server's route map as [`Client::peek_route_map`] gives it,

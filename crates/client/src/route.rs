@@ -100,7 +100,7 @@ impl Router {
     }
 
     /// Takes `table` unless the cached map is newer. True if taken.
-    pub(crate) fn adopt(&self, table: RouteTable) -> bool {
+    pub(crate) fn adopt(&self, table: Arc<RouteTable>) -> bool {
         let mut map = self.map.write();
         if map
             .as_ref()
@@ -116,7 +116,7 @@ impl Router {
                 }
             }
         }
-        *map = Some(Arc::new(table));
+        *map = Some(table);
         true
     }
 
@@ -162,7 +162,7 @@ mod tests {
     use sextant_proto::route::Route;
     use sextant_types::SoidRange;
 
-    fn table(revision: u64, split: u128) -> RouteTable {
+    fn table(revision: u64, split: u128) -> Arc<RouteTable> {
         let s = Soid::from_u128;
         let route = |first, last, addr: &str| Route {
             range: SoidRange {
@@ -174,11 +174,13 @@ mod tests {
             address: addr.into(),
             epoch: 1,
         };
-        RouteTable::new(
-            revision,
-            vec![route(0, split, "a:1"), route(split + 1, u128::MAX, "b:1")],
+        Arc::new(
+            RouteTable::new(
+                revision,
+                vec![route(0, split, "a:1"), route(split + 1, u128::MAX, "b:1")],
+            )
+            .unwrap(),
         )
-        .unwrap()
     }
 
     #[test]

@@ -61,6 +61,7 @@ use sextant_types::Soid;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -221,7 +222,7 @@ impl Client {
     }
 
     /// The route map of the first of `addrs` that hands one out.
-    async fn map_from_any(&self, addrs: Vec<String>) -> Result<RouteTable> {
+    async fn map_from_any(&self, addrs: Vec<String>) -> Result<Arc<RouteTable>> {
         let mut last = Error::Protocol("no server to ask for the route map".into());
         for addr in addrs {
             let got = match self.link_at(&addr) {
@@ -255,6 +256,9 @@ pub enum Watched {
     Left { server: String },
 }
 
+/// A route map on its way (see [`Client::map_from_any`]).
+type MapFetch = Pin<Box<dyn Future<Output = Result<Arc<RouteTable>>> + Send>>;
+
 /// The changes made through every server of a cluster, merged
 /// ([`Client::watch_all`]; see the module doc). Each server's stream is
 /// (re)opened by itself, with a backoff of up to 2 s.
@@ -264,7 +268,7 @@ pub struct AllChanges {
     feeds: Vec<Watching>,
     /// Of the map the feeds follow.
     revision: u64,
-    fetch: Option<Pin<Box<dyn Future<Output = Result<RouteTable>> + Send>>>,
+    fetch: Option<MapFetch>,
     /// Fetch the map as soon as no fetch is in flight.
     fetch_due: bool,
     /// When `fetch_due` turns true next (none: a single server).
@@ -446,7 +450,7 @@ impl AllChanges {
     }
 
     /// A fetched map (or why none came): follows it and sets the timer.
-    fn took(&mut self, fetched: Result<RouteTable>) {
+    fn took(&mut self, fetched: Result<Arc<RouteTable>>) {
         let wait = match (fetched, self.mode) {
             (_, Mode::Single) => return,
             (Ok(map), Mode::Unknown) if single_server(&map) => {

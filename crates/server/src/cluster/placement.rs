@@ -88,6 +88,10 @@ pub struct ClusterPlacement {
     /// The engine, whose per-table operation counts say whether a
     /// borrow is still in use.
     engine: Option<sextant_engine::Engine>,
+    /// The route map last handed out and the state it was built from:
+    /// built again only when the state changed (a map has a route per
+    /// table; every command of a client used to have it built anew).
+    map_cache: parking_lot::Mutex<Option<(Arc<ClusterState>, pb::RouteMap)>>,
 }
 
 /// This server's borrow, as it published it in `borrow/<name>`.
@@ -130,6 +134,7 @@ impl ClusterPlacement {
             returner: std::sync::OnceLock::new(),
             returner_wake: Arc::default(),
             engine: None,
+            map_cache: parking_lot::Mutex::default(),
         }
     }
 
@@ -352,7 +357,16 @@ impl Placement for ClusterPlacement {
     }
 
     fn map(&self) -> pb::RouteMap {
-        route_table(&self.coordination.map().borrow()).to_pb()
+        let state = self.coordination.map().borrow().clone();
+        let mut cache = self.map_cache.lock();
+        match &*cache {
+            Some((built_from, map)) if Arc::ptr_eq(built_from, &state) => map.clone(),
+            _ => {
+                let map = route_table(&state).to_pb();
+                *cache = Some((state, map.clone()));
+                map
+            }
+        }
     }
 
     fn revision(&self) -> u64 {
