@@ -356,6 +356,43 @@ fn compare(reference: &Path, mnt: &Path, seed: u64, done: usize, log: &[String])
     }
 }
 
+/// `SEXTANT_TEST_SEED`, or one from the clock (printed by the caller).
+fn seed() -> u64 {
+    std::env::var("SEXTANT_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
+/// `SEXTANT_TEST_OPS`, or `default`.
+fn ops_or(default: usize) -> usize {
+    std::env::var("SEXTANT_TEST_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The servers' config file in `dir`: [`TINY_TABLES`]. Its path.
+fn tiny_config(dir: &Path) -> String {
+    let config = dir.join("tiny.toml");
+    fs::write(&config, TINY_TABLES).unwrap();
+    config.to_str().unwrap().to_string()
+}
+
+/// Server a with `flags`, once it holds the root table: a, its address,
+/// the directory holding the secret.
+fn first_server(dir: &Path, etcd: &str, flags: &[&str]) -> (KillOnDrop, String, PathBuf) {
+    let (a, a_addr) = serve_with(dir, etcd, "a", flags);
+    let a = KillOnDrop(a);
+    let secret = dir.join("a");
+    common::wait_root_assigned(etcd, &secret);
+    (a, a_addr, secret)
+}
+
 /// Unmounts when dropped.
 struct Unmount(PathBuf);
 
@@ -411,27 +448,12 @@ fn run(kill: bool) {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let seed = std::env::var("SEXTANT_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    let ops: usize = std::env::var("SEXTANT_TEST_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(OPS);
+    let seed = seed();
+    let ops = ops_or(OPS);
     eprintln!("SEXTANT_TEST_SEED={seed} SEXTANT_TEST_OPS={ops}");
-    let config = dir.path().join("tiny.toml");
-    fs::write(&config, TINY_TABLES).unwrap();
-    let config = config.to_str().unwrap().to_string();
+    let config = tiny_config(dir.path());
     let flags = ["--config", config.as_str(), "--journal-sync", "nosync"];
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &flags);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    common::wait_root_assigned(&etcd.url, &secret);
+    let (_a, a_addr, secret) = first_server(dir.path(), &etcd.url, &flags);
     let mnt = dir.path().join("mnt");
     let _unmount = mount(dir.path(), &a_addr, &secret, &mnt);
     let reference = dir.path().join("ref");
@@ -547,23 +569,11 @@ fn concurrent_operations_on_two_mounts_keep_the_namespace_whole() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let seed = std::env::var("SEXTANT_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let seed = seed();
     eprintln!("SEXTANT_TEST_SEED={seed}");
-    let config = dir.path().join("tiny.toml");
-    fs::write(&config, TINY_TABLES).unwrap();
-    let config = config.to_str().unwrap().to_string();
+    let config = tiny_config(dir.path());
     let flags = ["--config", config.as_str(), "--journal-sync", "nosync"];
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &flags);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    common::wait_root_assigned(&etcd.url, &secret);
+    let (_a, a_addr, secret) = first_server(dir.path(), &etcd.url, &flags);
     let (b, b_addr) = serve_with(dir.path(), &etcd.url, "b", &flags);
     let _b = KillOnDrop(b);
     let (c, c_addr) = serve_with(dir.path(), &etcd.url, "c", &flags);
@@ -795,27 +805,12 @@ fn random_operations_as_a_user_match_a_local_directory() {
         return;
     };
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let seed = std::env::var("SEXTANT_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    let ops: usize = std::env::var("SEXTANT_TEST_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(600);
+    let seed = seed();
+    let ops = ops_or(600);
     eprintln!("SEXTANT_TEST_SEED={seed} SEXTANT_TEST_OPS={ops}");
-    let config = dir.path().join("tiny.toml");
-    fs::write(&config, TINY_TABLES).unwrap();
-    let config = config.to_str().unwrap().to_string();
+    let config = tiny_config(dir.path());
     let flags = ["--config", config.as_str(), "--journal-sync", "nosync"];
-    let (a, a_addr) = serve_with(dir.path(), &etcd.url, "a", &flags);
-    let _a = KillOnDrop(a);
-    let secret = dir.path().join("a");
-    common::wait_root_assigned(&etcd.url, &secret);
+    let (_a, a_addr, secret) = first_server(dir.path(), &etcd.url, &flags);
     let mut servers = Vec::new();
     for name in ["b", "c"] {
         let (s, _) = serve_with(dir.path(), &etcd.url, name, &flags);
