@@ -543,8 +543,16 @@ fn round(inner: &Arc<Inner>) {
         tokio::spawn(forget_busy_owned(Arc::clone(inner), forget));
     }
     if retry_soon {
-        // A round when the soonest wait ends (the tick may be longer).
-        let soonest = inner.lock().retry.values().map(|(at, _)| *at).min();
+        // A round when the soonest wait still running ends (the tick may
+        // be longer). Only those: an entry whose wait is over (its table
+        // gone meanwhile) would wake a round at once, again and again.
+        let soonest = inner
+            .lock()
+            .retry
+            .values()
+            .map(|(at, _)| *at)
+            .filter(|at| *at > now)
+            .min();
         if let Some(at) = soonest {
             let i = Arc::clone(inner);
             tokio::spawn(async move {
