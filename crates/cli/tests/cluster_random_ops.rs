@@ -77,6 +77,25 @@ enum Op {
     RemoveXattr(String),
 }
 
+impl Op {
+    /// The paths the operation names (a symlink's target is not one).
+    fn paths(&self) -> Vec<&str> {
+        match self {
+            Op::Mkdir(p)
+            | Op::Create { path: p, .. }
+            | Op::Append(p, _)
+            | Op::Truncate(p, _)
+            | Op::Unlink(p)
+            | Op::Rmdir(p)
+            | Op::Chmod(p, _)
+            | Op::SetXattr(p, _)
+            | Op::RemoveXattr(p)
+            | Op::Symlink(_, p) => vec![p],
+            Op::Rename(a, b) | Op::Rename2(a, b, _) | Op::Link(a, b) => vec![a, b],
+        }
+    }
+}
+
 /// What a call did: `Ok` or its errno.
 fn outcome<T>(r: std::io::Result<T>) -> Result<(), i32> {
     r.map(|_| ()).map_err(|e| e.raw_os_error().unwrap_or(-1))
@@ -560,7 +579,8 @@ const EXPECTED: [i32; 8] = [
 /// that mutex while it looks its names up, and the mount's own
 /// invalidations (changes heard from the others) hold directory locks the
 /// move of a dentry also takes by trylock. So a call answered `ESTALE` is
-/// made again after 50 ms (counted), up to 5 times; one that stays
+/// made again after 50 ms and a lookup of its paths (which moves the
+/// dentry, holding no lock), counted, up to 5 times; one that stays
 /// `ESTALE` is a fault of the mount's, e.g. a node for an inode that is
 /// gone (`Nodes::made`).
 #[test]
@@ -638,6 +658,13 @@ fn concurrent_operations_on_two_mounts_keep_the_namespace_whole() {
                         again += 1;
                         estale += 1;
                         std::thread::sleep(Duration::from_millis(50));
+                        // Looked up outside the call first: a rename holds
+                        // the rename mutex while it looks up, so only a
+                        // lookup of its own moves a moved directory's
+                        // dentry.
+                        for path in op.paths() {
+                            let _ = fs::symlink_metadata(root.join(path));
+                        }
                         outcome = apply(&root, &op, n);
                     }
                     if let Err(e) = outcome {
