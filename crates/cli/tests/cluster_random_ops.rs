@@ -412,6 +412,33 @@ fn first_server(dir: &Path, etcd: &str, flags: &[&str]) -> (KillOnDrop, String, 
     (a, a_addr, secret)
 }
 
+/// Operation `n`: drawn against `reference`, made on both trees, logged;
+/// the mount's outcome must be the local file system's (`who`: said in
+/// the failure).
+#[allow(clippy::too_many_arguments)]
+fn step(
+    rng: &mut Rng,
+    reference: &Path,
+    mnt: &Path,
+    fresh: &mut usize,
+    log: &mut Vec<String>,
+    n: usize,
+    seed: u64,
+    who: &str,
+) {
+    let op = draw(rng, reference, fresh);
+    let want = apply(reference, &op, n);
+    let got = apply(mnt, &op, n);
+    log.push(format!("{n}: {op:?} -> {want:?}"));
+    assert_eq!(
+        got,
+        want,
+        "seed {seed}: operation {n} {op:?}{who}: the mount answered {got:?}, the local file \
+         system {want:?}; the last operations:\n{}",
+        log[log.len().saturating_sub(15)..].join("\n")
+    );
+}
+
 /// Unmounts when dropped.
 struct Unmount(PathBuf);
 
@@ -513,16 +540,8 @@ fn run(kill: bool) {
             joined[1] = KillOnDrop(s);
             log.push(format!("{n}: c started again"));
         }
-        let op = draw(&mut rng, &reference, &mut fresh);
-        let want = apply(&reference, &op, n);
-        let got = apply(&mnt, &op, n);
-        log.push(format!("{n}: {op:?} -> {want:?}"));
-        assert_eq!(
-            got,
-            want,
-            "seed {seed}: operation {n} {op:?}: the mount answered {got:?}, the local file system {want:?}; \
-             the last operations:\n{}",
-            log[log.len().saturating_sub(15)..].join("\n")
+        step(
+            &mut rng, &reference, &mnt, &mut fresh, &mut log, n, seed, "",
         );
         if n % 50 == 49 {
             compare(&reference, &mnt, seed, n + 1, &log);
@@ -807,16 +826,15 @@ fn random_ops_as_a_user_child() {
     let mut fresh = 0usize;
     let mut log = Vec::new();
     for n in 0..ops {
-        let op = draw(&mut rng, &reference, &mut fresh);
-        let want = apply(&reference, &op, n);
-        let got = apply(&mnt, &op, n);
-        log.push(format!("{n}: {op:?} -> {want:?}"));
-        assert_eq!(
-            got,
-            want,
-            "seed {seed}: operation {n} {op:?} as nobody: the mount answered {got:?}, the local \
-             file system {want:?}; the last operations:\n{}",
-            log[log.len().saturating_sub(15)..].join("\n")
+        step(
+            &mut rng,
+            &reference,
+            &mnt,
+            &mut fresh,
+            &mut log,
+            n,
+            seed,
+            " as nobody",
         );
     }
     let failed = log.iter().filter(|l| l.contains("-> Err(")).count();
