@@ -672,28 +672,11 @@ pub fn unix(
 /// Audit lines written per second at most; the others are counted (their
 /// number goes with the next line written), so a client that sends
 /// forged claims by the million cannot flood the log.
-const AUDIT_LINES_PER_SECOND: u32 = 20;
-
-/// The audit log's rate limit: lines in the current second, and lines
-/// suppressed since the last one written.
-static AUDIT: Mutex<(Option<Instant>, u32, u64)> = Mutex::new((None, 0, 0));
+static AUDIT: crate::log_budget::LineBudget = crate::log_budget::LineBudget::new(20);
 
 /// `Some(suppressed before this one)` if a line may be written now.
 fn audit_slot() -> Option<u64> {
-    let mut a = AUDIT.lock();
-    let now = Instant::now();
-    if a.0
-        .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(1))
-    {
-        a.0 = Some(now);
-        a.1 = 0;
-    }
-    if a.1 >= AUDIT_LINES_PER_SECOND {
-        a.2 += 1;
-        return None;
-    }
-    a.1 += 1;
-    Some(std::mem::take(&mut a.2))
+    AUDIT.slot()
 }
 
 fn refused_claim(kernel: &Credentials, claim: &pb::Credentials, what: &str) {

@@ -61,6 +61,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::OnceCell;
 
+/// Refusals (ESTALE) logged per second at most: a client that keeps
+/// sending stale numbers must not fill the log (the count of those held
+/// back goes with the next line).
+static REFUSALS_LOGGED: crate::log_budget::LineBudget = crate::log_budget::LineBudget::new(10);
+
 /// The reply of one mutation, filled in once.
 pub type ReplyCell = Arc<OnceCell<pb::Response>>;
 
@@ -220,9 +225,13 @@ impl Dedup {
                 }
             }
             Some(Known::Gone) => {
+                let Some(suppressed) = REFUSALS_LOGGED.slot() else {
+                    return Err(FsError::Stale);
+                };
                 tracing::warn!(
                     client = format_args!("{client:016x}"),
                     seq,
+                    suppressed,
                     "exactly-once: a retry of a mutation that ran here and whose reply is gone is refused (ESTALE)"
                 );
                 return Err(FsError::Stale);
@@ -230,9 +239,13 @@ impl Dedup {
             None => {}
         }
         if seq < w.floor {
+            let Some(suppressed) = REFUSALS_LOGGED.slot() else {
+                return Err(FsError::Stale);
+            };
             tracing::warn!(
                 client = format_args!("{client:016x}"),
                 seq,
+                suppressed,
                 floor = w.floor,
                 acked_below,
                 "exactly-once: a request below its client's floor is refused (ESTALE)"

@@ -34,6 +34,7 @@ pub mod dir_leases;
 pub mod fault;
 pub mod forward;
 pub mod local_socket;
+pub mod log_budget;
 pub mod logless;
 pub mod peers;
 pub mod placement;
