@@ -148,9 +148,10 @@ fn the_claim_holes_the_simulation_found_stay_closed() {
 /// claim and no completion and serves; the claimer wakes and writes. With
 /// the run going on across the rejoin (`new_run_at_rejoin: false`, the
 /// protocol before 2026-12-07) that is the completion of the live run:
-/// seeds 3, 22 and 37 fail so ("completed … while s… serves that run";
-/// with that check and the one on acknowledgements into a completed run
-/// left out, each ends with an acknowledged operation lost). A new run at
+/// seeds 1, 2 and 6 fail so ("completed … while s… serves that run"; with
+/// one move at a time it was 3, 22 and 37, and with that check and the one
+/// on acknowledgements into a completed run left out, each of those ended
+/// with an acknowledged operation lost). A new run at
 /// every rejoin (`Engine::begin_serving`) makes it the completion of a run
 /// nobody reads, and they pass, as do the first
 /// `SEXTANT_SIM_CLAIM_SEEDS` seeds (default 30) under that fault (all of
@@ -161,19 +162,18 @@ fn the_claim_holes_the_simulation_found_stay_closed() {
 /// [`a_stale_view_does_not_reassign_from_a_server_that_joined_since`].
 #[test]
 fn a_claimer_paused_between_its_check_and_its_write_completes_no_live_run() {
-    // (The seeds were found with one move at a time: the schedule they
-    // replay; concurrent moves, the default since, change it.)
+    // (Seeds found under the default schedule, many moves in flight; with
+    // one move at a time they were 3, 22 and 37.)
     let fault = Config {
         logless: Logless::Always,
         stop_before_completion_write: true,
-        max_moves: 1,
         ..Config::default()
     };
     let same_run = Config {
         new_run_at_rejoin: false,
         ..fault.clone()
     };
-    for seed in [3, 22, 37] {
+    for seed in [1, 2, 6] {
         let e = run(seed, &same_run)
             .err()
             .unwrap_or_else(|| panic!("seed {seed} passes with the run going on across a rejoin"));
@@ -321,8 +321,9 @@ fn a_completion_without_the_clients_backups_loses_acknowledged_operations() {
 /// membership generation 1 fails — 432: a split begun before the server
 /// lost its lease and loaded the table again commits its stale contents;
 /// since the simulation models the log-less completion claim (which moves
-/// every log-less seed's schedule) it is 395: a key acknowledged in a
-/// table etcd's map no longer puts it in.
+/// every log-less seed's schedule) it was 395 with one move at a time, and
+/// with many moves in flight (the default since 2026-12-07) the first is
+/// 172: a key acknowledged in a table etcd's map no longer puts it in.
 /// It was 5 — 175, 178, 225, 729, 896 — before splits and merges also
 /// compared the manifests' revisions (and handovers were held): a reload
 /// commits the table's manifest, so that compare refuses most such
@@ -336,15 +337,14 @@ fn a_completion_without_the_clients_backups_loses_acknowledged_operations() {
 #[test]
 fn splits_and_merges_left_unfenced_are_caught() {
     use sextant_cluster::sim::ReshapeFault;
-    // (Seed 395 was found with one move at a time: the schedule it
-    // replays.)
+    // (Seed 172 fails so under the default schedule, many moves in
+    // flight; with one move at a time it was 395.)
     let with = |fault| Config {
         reshape_fault: Some(fault),
-        max_moves: 1,
         ..Config::default()
     };
     let cases = [
-        (ReshapeFault::AnyGeneration, vec![395]),
+        (ReshapeFault::AnyGeneration, vec![172]),
         (ReshapeFault::NoMoveCompare, (1..=20).collect()),
         (ReshapeFault::SwappedManifests, (1..=20).collect()),
     ];
@@ -382,25 +382,22 @@ fn a_manifest_commit_applied_late_is_refused_only_with_the_manifest_compare() {
 /// earlier generation's stale snapshot unless it compares the server's
 /// membership generation (as the real `handover_txn` compares
 /// `member/<server>`'s lease). The checks catch it. (Without the compare,
-/// seeds 79 and 80 of the first test's fail: a second acknowledger, and
+/// seeds 8 and 10 of the first test's fail (79 and 80 with one move at a
+/// time): a second acknowledger, and
 /// an acknowledged operation lost.)
 #[test]
 fn a_handover_of_an_ended_generation_is_refused_only_with_the_member_compare() {
-    // (Seeds 79 and 80 were found with one move at a time: the schedule
-    // they replay.)
-    let one = Config {
-        max_moves: 1,
-        ..Config::default()
-    };
+    // (Seeds 8 and 10 fail so under the default schedule, many moves in
+    // flight; with one move at a time they were 79 and 80.)
     let cfg = Config {
         handover_member_compare: false,
-        ..one.clone()
+        ..Config::default()
     };
-    let e = [79, 80].iter().find_map(|seed| run(*seed, &cfg).err());
-    let e = e.expect("seed 79 or 80 fails without the compare");
+    let e = [8, 10].iter().find_map(|seed| run(*seed, &cfg).err());
+    let e = e.expect("seed 8 or 10 fails without the compare");
     eprintln!("as expected: {e}");
-    for seed in [79, 80] {
-        run(seed, &one).unwrap_or_else(|e| panic!("with the compare: {e}"));
+    for seed in [8, 10] {
+        run(seed, &Config::default()).unwrap_or_else(|e| panic!("with the compare: {e}"));
     }
 }
 
