@@ -1119,11 +1119,34 @@ impl Client {
     }
 
     /// Fetches the route map from `link`'s server (after it answered
-    /// WRONG_SERVER) and keeps it unless the cached one is newer.
+    /// WRONG_SERVER) and keeps it unless the cached one is newer — or, when
+    /// a fetch begun while this caller waited for its turn succeeded, takes
+    /// that one (`route::MapFetches`).
     async fn refresh_routes(&self, link: &route::Link) -> Result<()> {
-        let table = self.map_from(link).await?;
-        self.inner.router.adopt(table);
+        self.refresh_routes_to(link, None).await
+    }
+
+    /// [`Client::refresh_routes`] for a refusal that named the revision of
+    /// its server's map (`wanted`): nothing to fetch once the map held has
+    /// reached it (another caller's fetch, while this one waited its turn).
+    async fn refresh_routes_to(&self, link: &route::Link, wanted: Option<u64>) -> Result<()> {
+        let router = &self.inner.router;
+        let enough = || wanted.is_some_and(|w| router.map().is_some_and(|m| m.revision() >= w));
+        let fetching = match router.fetches.turn(enough).await {
+            route::Turn::Fetched => return Ok(()),
+            route::Turn::Fetch(f) => f,
+        };
+        let fetched = self.map_from(link).await;
+        fetching.done(fetched.is_ok());
+        router.adopt(fetched?);
         Ok(())
+    }
+
+    /// Route map fetches begun by this client and its siblings after a
+    /// refusal, a dead server or [`Client::fetch_route_map`] (one for
+    /// every caller that asked while one ran: see `route::MapFetches`).
+    pub fn map_fetches(&self) -> u64 {
+        self.inner.router.fetches.begun()
     }
 
     /// Refreshes the route map from any server a map ever named other
@@ -1663,7 +1686,10 @@ impl Client {
                                 let theirs = resp.wrong_server.as_ref().map_or(0, |w| w.revision);
                                 let ours = self.inner.router.map().map(|m| m.revision());
                                 if theirs == 0 || ours.is_none_or(|r| r < theirs) {
-                                    if let Err(Error::Auth) = self.refresh_routes(&link).await {
+                                    let wanted = (theirs != 0).then_some(theirs);
+                                    if let Err(Error::Auth) =
+                                        self.refresh_routes_to(&link, wanted).await
+                                    {
                                         if self.ticket_refused(&link) {
                                             continue;
                                         }

@@ -14,7 +14,13 @@
 //! - at most one link per address, kept for the client's life (a cluster
 //!   has few servers);
 //! - a request whose SOID no route covers (a table between owners, or no
-//!   map yet) goes home.
+//!   map yet) goes home;
+//! - map fetches of a client and its siblings run one at a time
+//!   ([`MapFetches`]); a caller that waited while a fetch begun after it
+//!   asked succeeded, or whose refusal named a revision the map now held
+//!   has reached, routes by that map instead of fetching again, so
+//!   hundreds of requests refused by one move cost one `Map` call (each is
+//!   ~60 B per table: 125 kB at 2,000 tables), not one each.
 
 use crate::target::{Target, Tls};
 use crate::Conn;
@@ -67,6 +73,65 @@ pub(crate) struct Router {
     /// The last map the home server handed out, and when
     /// ([`Router::recent_map`]).
     recent: Mutex<Option<(std::time::Instant, Arc<RouteTable>)>>,
+    /// Map fetches in turn (shared like the map).
+    pub(crate) fetches: Arc<MapFetches>,
+}
+
+/// Map fetches one at a time, and whether a waiter still needs its own.
+///
+/// `begun` counts fetches begun; it only changes under `turn`, so a caller
+/// that saw `begun == n` before it queued and finds `begun > n` once its
+/// turn comes knows that a fetch begun after it asked has ended — its map
+/// is as new as the server's state when the caller was refused, or newer
+/// (from that server; another server's may lag a little, which costs one
+/// more refusal and fetch, never a wrong route: every server checks its own
+/// tables). `turn` holds whether the last fetch succeeded: after a failure
+/// each waiter tries for itself.
+#[derive(Default)]
+pub(crate) struct MapFetches {
+    begun: std::sync::atomic::AtomicU64,
+    turn: tokio::sync::Mutex<bool>,
+}
+
+/// What [`MapFetches::turn`] decided.
+pub(crate) enum Turn<'a> {
+    /// A fetch begun after the caller asked succeeded: route by it.
+    Fetched,
+    /// The caller fetches; it reports the outcome by [`Fetching::done`].
+    Fetch(Fetching<'a>),
+}
+
+/// The turn of a caller that fetches (the others wait until it is done).
+pub(crate) struct Fetching<'a> {
+    last_ok: tokio::sync::MutexGuard<'a, bool>,
+}
+
+impl Fetching<'_> {
+    /// Records whether the fetch succeeded, and ends the turn.
+    pub(crate) fn done(mut self, ok: bool) {
+        *self.last_ok = ok;
+    }
+}
+
+impl MapFetches {
+    /// Waits for this caller's turn to fetch a map. `enough` says, once
+    /// it is the caller's turn, whether the map held now already serves it
+    /// (one at least as new as the revision its refusal named).
+    pub(crate) async fn turn(&self, enough: impl FnOnce() -> bool) -> Turn<'_> {
+        use std::sync::atomic::Ordering;
+        let asked = self.begun.load(Ordering::Acquire);
+        let last_ok = self.turn.lock().await;
+        if (*last_ok && self.begun.load(Ordering::Acquire) != asked) || enough() {
+            return Turn::Fetched;
+        }
+        self.begun.fetch_add(1, Ordering::AcqRel);
+        Turn::Fetch(Fetching { last_ok })
+    }
+
+    /// Fetches begun (tests, metrics).
+    pub(crate) fn begun(&self) -> u64 {
+        self.begun.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl Router {
@@ -90,6 +155,7 @@ impl Router {
             links: Mutex::default(),
             known: Arc::clone(&self.known),
             recent: Mutex::default(),
+            fetches: Arc::clone(&self.fetches),
         }
     }
 
