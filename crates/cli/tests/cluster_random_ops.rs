@@ -21,7 +21,7 @@ use common::{dir_and_etcd, serve_with, wait_for, KillOnDrop, BIN};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -75,6 +75,10 @@ enum Op {
     /// setxattr `user.k` (no symlink followed: lsetxattr) to a value.
     SetXattr(String, usize),
     RemoveXattr(String),
+    /// mkfifo (0644): a node the mount makes by MKNOD, which every later
+    /// call must leave alone (an open of it for writing with no reader is
+    /// ENXIO, its user xattrs EPERM, as on ext4).
+    Mkfifo(String),
 }
 
 impl Op {
@@ -90,6 +94,7 @@ impl Op {
             | Op::Chmod(p, _)
             | Op::SetXattr(p, _)
             | Op::RemoveXattr(p)
+            | Op::Mkfifo(p)
             | Op::Symlink(_, p) => vec![p],
             Op::Rename(a, b) | Op::Rename2(a, b, _) | Op::Link(a, b) => vec![a, b],
         }
@@ -108,10 +113,23 @@ fn bytes(n: usize, len: usize) -> Vec<u8> {
 
 fn apply(root: &Path, op: &Op, n: usize) -> Result<(), i32> {
     let p = |s: &str| root.join(s);
+    // Every open is non-blocking: one of a FIFO for writing then fails
+    // with ENXIO (no reader) instead of waiting for ever; a regular
+    // file's open and writes do not change.
+    let opener = || {
+        let mut o = fs::OpenOptions::new();
+        o.custom_flags(libc::O_NONBLOCK);
+        o
+    };
     match op {
         Op::Mkdir(d) => outcome(fs::create_dir(p(d))),
+        Op::Mkfifo(f) => {
+            let f = cstr(&p(f));
+            // SAFETY: a NUL-terminated path alive across the call.
+            errno_of(unsafe { libc::mkfifo(f.as_ptr(), 0o644) })
+        }
         Op::Create { path, len, excl } => {
-            let mut o = fs::OpenOptions::new();
+            let mut o = opener();
             o.write(true).mode(0o644);
             if *excl {
                 o.create_new(true);
@@ -124,13 +142,13 @@ fn apply(root: &Path, op: &Op, n: usize) -> Result<(), i32> {
             )
         }
         Op::Append(f, len) => outcome(
-            fs::OpenOptions::new()
+            opener()
                 .append(true)
                 .open(p(f))
                 .and_then(|mut f| f.write_all(&bytes(n, *len))),
         ),
         Op::Truncate(f, len) => outcome(
-            fs::OpenOptions::new()
+            opener()
                 .write(true)
                 .open(p(f))
                 .and_then(|f| f.set_len(*len)),
@@ -257,6 +275,9 @@ fn describe(root: &Path) -> BTreeMap<String, String> {
             let m = fs::symlink_metadata(&path).unwrap();
             let what = if m.is_dir() {
                 format!("dir {:o}", m.mode() & 0o7777)
+            } else if m.file_type().is_fifo() {
+                // Never opened: that would wait for a writer.
+                format!("fifo {:o} nlink {}", m.mode() & 0o7777, m.nlink())
             } else if m.file_type().is_symlink() {
                 format!("symlink -> {}", fs::read_link(&path).unwrap().display())
             } else {
@@ -319,7 +340,7 @@ fn draw(rng: &mut Rng, reference: &Path, fresh: &mut usize) -> Op {
             rng.pick(&entries).clone()
         }
     };
-    match rng.below(24) {
+    match rng.below(25) {
         0..=2 => Op::Mkdir(new_in(rng)),
         3..=5 => Op::Create {
             path: new_in(rng),
@@ -347,6 +368,7 @@ fn draw(rng: &mut Rng, reference: &Path, fresh: &mut usize) -> Op {
         20 => Op::Rename2(any(rng), any(rng), rng.below(2) == 0),
         21 => Op::SetXattr(any(rng), rng.below(300)),
         22 => Op::RemoveXattr(any(rng)),
+        23 => Op::Mkfifo(new_in(rng)),
         _ => Op::Rename2(any(rng), any(rng), true),
     }
 }
