@@ -616,14 +616,15 @@ const EXPECTED: [i32; 8] = [
 /// another client moved must move its dentry, which takes the
 /// superblock's rename mutex only by trylock (`__d_unalias`), and a
 /// cross-directory rename on the same mount holds it. (NFS meets the
-/// same.) Alone on its mount, a writer can still meet it: a rename holds
-/// that mutex while it looks its names up, and the mount's own
-/// invalidations (changes heard from the others) hold directory locks the
-/// move of a dentry also takes by trylock. So a call answered `ESTALE` is
-/// made again after 50 ms and a lookup of its paths (which moves the
-/// dentry, holding no lock), counted, up to 5 times; one that stays
-/// `ESTALE` is a fault of the mount's, e.g. a node for an inode that is
-/// gone (`Nodes::made`).
+/// same.) Alone on its mount, a writer met it too: a rename holds that
+/// mutex while it looks its names up. The mount now drops a moved
+/// directory's old name before it answers (fuse/src/unalias.rs), which
+/// made these rarer, not gone (ARCHITECTURE, "Directories moved
+/// elsewhere", says what is left). So a call answered
+/// `ESTALE` is still made again after 50 ms and a lookup of its paths
+/// (which moves the dentry, holding no lock), counted and each printed,
+/// up to 5 times; one that stays `ESTALE` is a fault of the mount's,
+/// e.g. a node for an inode that is gone (`Nodes::made`).
 #[test]
 fn concurrent_operations_on_two_mounts_keep_the_namespace_whole() {
     if !common::fuse_available() {
@@ -698,6 +699,7 @@ fn concurrent_operations_on_two_mounts_keep_the_namespace_whole() {
                     while outcome == Err(libc::ESTALE) && again < 5 {
                         again += 1;
                         estale += 1;
+                        eprintln!("writer {w} op {n} {op:?}: ESTALE ({again})");
                         std::thread::sleep(Duration::from_millis(50));
                         // Looked up outside the call first: a rename holds
                         // the rename mutex while it looks up, so only a

@@ -75,6 +75,8 @@ pub struct SextantFs {
     /// Whether (and how) the kernel is asked for READDIRPLUS (see
     /// [`ReaddirPlus`]); only on a coherent mount.
     pub(crate) readdirplus: ReaddirPlus,
+    /// Drops a moved directory's old names ([`crate::unalias`]).
+    pub(crate) unalias: crate::unalias::Unalias,
 }
 
 /// Moves the cache epoch now and again when dropped: nothing kept before
@@ -511,10 +513,21 @@ impl SextantFs {
     fn entry(&self, parent: INodeNo, name: &OsStr, a: &Attr, sent: u64, resets: u64) -> Entry {
         self.saw_attr(a, sent);
         let ino = self.nodes.ino(a.soid, true);
+        let dir = a.ftype == FileType::Directory;
+        if dir {
+            // Moved elsewhere by another client, still held by the kernel
+            // under its old name: that name goes first, or the kernel may
+            // refuse the reply with ESTALE (see crate::unalias).
+            let elsewhere = self.nodes.names_elsewhere(ino, parent.0);
+            if !elsewhere.is_empty() {
+                let done = self.unalias.invalidate(elsewhere);
+                self.nodes.unaliased(ino, &done);
+            }
+        }
         // Named first, then the generation checked (a reset moves it
         // before it looks at the names: see crate::watch's `reset`).
-        let remembered =
-            self.nodes.named(ino, parent.0, name.as_bytes()) && self.absent.generation() == resets;
+        let remembered = self.nodes.named(ino, parent.0, name.as_bytes(), dir)
+            && self.absent.generation() == resets;
         let (attr, attr_ttl) = self.file_attr(a, ino);
         Entry {
             attr,
@@ -786,6 +799,10 @@ impl SextantFs {
                 client.unlink_with_dir(&c, p, name(n), want_dir).await?
             };
             change.end(gone.dir);
+            if dir {
+                // The kernel dropped the dentry (see crate::nodes).
+                self.nodes.removed(parent.0, name(n));
+            }
             self.unlinked(&gone.value)
         })
     }
@@ -1153,6 +1170,13 @@ impl Filesystem for SextantFs {
                 .rename_replacing_with_dir(&c, names, flags, want_dir)
                 .await?;
             dir_change.end(renamed.dir);
+            // The kernel moves the dentries (a directory's: see
+            // crate::nodes).
+            self.nodes.renamed(
+                (parent.0, name(n)),
+                (newparent.0, name(newname)),
+                flags.exchange,
+            );
             if let Some(soid) = file {
                 self.fresh.naming(parent.0, name(n));
                 self.fresh.put_file(newparent.0, name(newname), soid);

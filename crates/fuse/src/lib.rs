@@ -37,6 +37,8 @@
 //!   with their size at close (tar's chown, chmod and utimes: one request).
 //! - [`writers`]: the handles open for writing and who opened each,
 //!   indexed by file.
+//! - [`unalias`]: a directory moved elsewhere has its old name dropped
+//!   from the kernel before it is given under its new one (else `ESTALE`).
 //! - `reply`: results → replies, errors → errno.
 //! - `fs`: the `fuser::Filesystem` implementation.
 
@@ -55,6 +57,7 @@ pub mod nocaps;
 pub mod nodes;
 pub mod perms;
 mod reply;
+pub mod unalias;
 mod watch;
 pub mod writers;
 
@@ -165,6 +168,7 @@ pub fn mount(
     let reaper = start_reaper(Arc::clone(&data))?;
     let reaped = Arc::clone(&data);
     let stopper = client.clone();
+    let unalias = unalias::Unalias::default();
     let fs = fs::SextantFs {
         lanes: lane::Lanes::new(client, rt.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
@@ -188,6 +192,7 @@ pub fn mount(
         // (for comparisons; see crate::held).
         hold: std::env::var("SEXTANT_HOLD_ATTRS").map_or(true, |v| v != "0"),
         readdirplus: cfg.readdirplus,
+        unalias: unalias.clone(),
     };
     // The kernel checks permissions: it alone sees every open (of FIFOs,
     // sockets and devices too) and every walk through a cached name.
@@ -204,6 +209,7 @@ pub fn mount(
     config.mount_options = options;
     config.n_threads = Some(cfg.threads.max(1));
     let mut session = fuser::Session::new(fs, &cfg.mountpoint, &config)?;
+    unalias.set(session.notifier());
     let (stop_watch, stopped) = tokio::sync::watch::channel(false);
     // For tests: SEXTANT_WATCH_DELAY_MS delays the watcher's first stream
     // (the window before it, when nothing reports changes elsewhere).

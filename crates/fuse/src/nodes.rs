@@ -32,6 +32,26 @@
 //! kernel may hold can be dropped. Names go with their node; a name the
 //! node no longer has (unlinked, renamed) may stay listed, which costs only
 //! a useless invalidation.
+//!
+//! A directory's names are kept closer: they are where the kernel may hold
+//! its dentry, which [`crate::unalias`] drops before the kernel is given
+//! the directory under a name in another directory (another client moved
+//! it). Invariants, for directory names (those given with `dir`):
+//! - Every name under which the kernel may hold a dentry of a directory
+//!   node is among that node's names: recorded before the entry reply
+//!   goes ([`Nodes::named`]), moved by this mount's renames
+//!   ([`Nodes::renamed`], the kernel moves the dentry), and dropped only
+//!   once the kernel cannot hold it any more — invalidated
+//!   ([`Nodes::unaliased`]), removed here ([`Nodes::removed`]), given to
+//!   another directory node (the kernel looked it up again, so it dropped
+//!   the old dentry), or the node forgotten (the kernel holds no dentry of
+//!   an inode it forgot). Past [`NAMES_PER_NODE`] the oldest is dropped:
+//!   the limit of this, which costs an `ESTALE` at worst.
+//! - A name listed may be one the kernel no longer holds (dropped by the
+//!   watcher's invalidation, an expiry, a lookup that found another
+//!   inode): invalidating it again is useless but harmless.
+//! - `dir_names` indexes them: `(parent, name)` → node exactly when the
+//!   name is among that node's names (each name is one directory's).
 
 use parking_lot::Mutex;
 use sextant_types::Soid;
@@ -71,6 +91,8 @@ struct Inner {
     root: Soid,
     by_ino: HashMap<u64, Node>,
     by_soid: HashMap<Soid, u64>,
+    /// Directory names → their node (see the module docs).
+    dir_names: HashMap<NodeName, u64>,
     next: u64,
 }
 
@@ -79,13 +101,36 @@ impl Inner {
     fn drop_unreferenced(&mut self) {
         let root = self.root;
         let by_soid = &mut self.by_soid;
+        let dir_names = &mut self.dir_names;
         self.by_ino.retain(|&ino, n| {
             let keep = n.lookups > 0 || ino == ROOT_INO;
-            if !keep && by_soid.get(&n.soid) == Some(&ino) && n.soid != root {
-                by_soid.remove(&n.soid);
+            if !keep {
+                if by_soid.get(&n.soid) == Some(&ino) && n.soid != root {
+                    by_soid.remove(&n.soid);
+                }
+                unindex(dir_names, ino, &n.names);
             }
             keep
         });
+    }
+
+    /// Directory name `name` is node `ino`'s no more (see the module docs).
+    fn drop_dir_name(&mut self, ino: u64, name: &NodeName) {
+        if self.dir_names.get(name) == Some(&ino) {
+            self.dir_names.remove(name);
+        }
+        if let Some(n) = self.by_ino.get_mut(&ino) {
+            n.names.retain(|m| m != name);
+        }
+    }
+}
+
+/// Drops from `dir_names` those of `names` that are `ino`'s.
+fn unindex(dir_names: &mut HashMap<NodeName, u64>, ino: u64, names: &[NodeName]) {
+    for name in names {
+        if dir_names.get(name) == Some(&ino) {
+            dir_names.remove(name);
+        }
     }
 }
 
@@ -158,6 +203,7 @@ impl Nodes {
                 root,
                 by_ino,
                 by_soid,
+                dir_names: HashMap::new(),
                 next: ROOT_INO + 1,
             }),
         }
@@ -194,7 +240,9 @@ impl Nodes {
             match inner.by_ino.get_mut(&ino) {
                 Some(n) if n.lookups > 0 => n.dead = true,
                 _ => {
-                    inner.by_ino.remove(&ino);
+                    if let Some(n) = inner.by_ino.remove(&ino) {
+                        unindex(&mut inner.dir_names, ino, &n.names);
+                    }
                 }
             }
         }
@@ -241,22 +289,113 @@ impl Nodes {
         self.inner.lock().by_soid.get(&soid).copied()
     }
 
-    /// The kernel was given `ino` as `name` in directory `parent`. Returns
-    /// whether the name is remembered (false past [`NAMES_PER_NODE`]: the
-    /// kernel must not cache it, or nothing could drop it).
-    pub fn named(&self, ino: u64, parent: u64, name: &[u8]) -> bool {
+    /// The kernel is given `ino` (a directory when `dir`) as `name` in
+    /// directory `parent`. Returns whether the name is remembered (false
+    /// past [`NAMES_PER_NODE`]: the kernel must not cache it, or nothing
+    /// could drop it). A directory's name always is (the kernel makes a
+    /// dentry whether or not it may cache it): past the bound its oldest
+    /// name is dropped (see the module docs).
+    pub fn named(&self, ino: u64, parent: u64, name: &[u8], dir: bool) -> bool {
         let mut g = self.inner.lock();
-        let Some(n) = g.by_ino.get_mut(&ino) else {
+        let inner = &mut *g;
+        let Some(n) = inner.by_ino.get_mut(&ino) else {
             return false;
         };
-        if n.names.iter().any(|(p, m)| *p == parent && **m == *name) {
-            return true;
+        let known = n.names.iter().any(|(p, m)| *p == parent && **m == *name);
+        if !dir {
+            if known {
+                return true;
+            }
+            if n.names.len() < NAMES_PER_NODE {
+                n.names.push((parent, name.into()));
+                return true;
+            }
+            return false;
         }
-        if n.names.len() < NAMES_PER_NODE {
-            n.names.push((parent, name.into()));
-            return true;
+        let key: NodeName = (parent, name.into());
+        if !known {
+            n.names.push(key.clone());
         }
-        false
+        let oldest = (n.names.len() > NAMES_PER_NODE).then(|| n.names.remove(0));
+        if let Some(old) = oldest {
+            if inner.dir_names.get(&old) == Some(&ino) {
+                inner.dir_names.remove(&old);
+            }
+        }
+        // The kernel looked the name up, so it holds no other dentry
+        // there: a directory that had it has it no more.
+        if let Some(before) = inner.dir_names.insert(key.clone(), ino) {
+            if before != ino {
+                if let Some(b) = inner.by_ino.get_mut(&before) {
+                    b.names.retain(|m| *m != key);
+                }
+            }
+        }
+        true
+    }
+
+    /// The names under which the kernel may hold directory `ino`'s dentry
+    /// in directories other than `parent` (see [`crate::unalias`]; one in
+    /// `parent` the kernel moves without locks).
+    pub fn names_elsewhere(&self, ino: u64, parent: u64) -> Vec<NodeName> {
+        let g = self.inner.lock();
+        let Some(n) = g.by_ino.get(&ino) else {
+            return Vec::new();
+        };
+        n.names
+            .iter()
+            .filter(|(p, m)| *p != parent && g.dir_names.get(&(*p, m.clone())) == Some(&ino))
+            .cloned()
+            .collect()
+    }
+
+    /// These names of directory `ino` were invalidated: the kernel holds
+    /// no dentry under them now.
+    pub fn unaliased(&self, ino: u64, names: &[NodeName]) {
+        let mut g = self.inner.lock();
+        for name in names {
+            g.drop_dir_name(ino, name);
+        }
+    }
+
+    /// This mount renamed `from` to `to` (exchanged them with `exchange`):
+    /// the kernel moved the dentries (a directory's replaced at `to` is
+    /// dropped).
+    pub fn renamed(&self, from: (u64, &[u8]), to: (u64, &[u8]), exchange: bool) {
+        let mut g = self.inner.lock();
+        let (from, to): (NodeName, NodeName) = ((from.0, from.1.into()), (to.0, to.1.into()));
+        let moved = g.dir_names.get(&from).copied();
+        let other = g.dir_names.get(&to).copied();
+        if let Some(d) = moved {
+            g.drop_dir_name(d, &from);
+        }
+        if let Some(e) = other {
+            g.drop_dir_name(e, &to);
+        }
+        let mut put = |ino: u64, name: NodeName| {
+            if let Some(n) = g.by_ino.get_mut(&ino) {
+                if !n.names.contains(&name) {
+                    n.names.push(name.clone());
+                }
+                g.dir_names.insert(name, ino);
+            }
+        };
+        if let Some(d) = moved {
+            put(d, to);
+        }
+        if let (Some(e), true) = (other, exchange) {
+            put(e, from);
+        }
+    }
+
+    /// Directory `name` in `parent` was removed here: the kernel dropped
+    /// its dentry.
+    pub fn removed(&self, parent: u64, name: &[u8]) {
+        let mut g = self.inner.lock();
+        let key: NodeName = (parent, name.into());
+        if let Some(ino) = g.dir_names.get(&key).copied() {
+            g.drop_dir_name(ino, &key);
+        }
     }
 
     /// Every node the kernel may hold, and every name it may cache for
@@ -296,12 +435,11 @@ impl Nodes {
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups == 0 {
             let soid = node.soid;
-            if inner.by_soid.get(&soid) == Some(&ino) {
-                // Kept for its SOID (see the module docs); the kernel
-                // holds no name of it now.
-                node.names = Vec::new();
-            } else {
-                // Detached: its inode is gone.
+            let names = std::mem::take(&mut node.names);
+            unindex(&mut inner.dir_names, ino, &names);
+            if inner.by_soid.get(&soid) != Some(&ino) {
+                // Detached: its inode is gone. (Else kept for its SOID,
+                // see the module docs; the kernel holds no name of it now.)
                 inner.by_ino.remove(&ino);
             }
         }
@@ -344,22 +482,87 @@ mod tests {
     fn names_are_remembered_once_and_go_with_their_node() {
         let n = Nodes::default();
         let a = n.ino(s(5), true);
-        assert!(n.named(a, ROOT_INO, b"a"));
-        assert!(n.named(a, ROOT_INO, b"a"));
-        assert!(n.named(a, ROOT_INO, b"b"));
+        assert!(n.named(a, ROOT_INO, b"a", false));
+        assert!(n.named(a, ROOT_INO, b"a", false));
+        assert!(n.named(a, ROOT_INO, b"b", false));
         assert_eq!(n.find(s(5)), Some(a));
         let (inos, names) = n.cached();
         assert!(inos.contains(&a) && inos.contains(&ROOT_INO));
         assert_eq!(names.len(), 2);
         let remembered = (0..20u8)
-            .filter(|i| n.named(a, ROOT_INO, &[b'x', *i]))
+            .filter(|i| n.named(a, ROOT_INO, &[b'x', *i], false))
             .count();
         assert_eq!(remembered, NAMES_PER_NODE - 2, "the others are not");
         assert_eq!(n.cached().1.len(), NAMES_PER_NODE, "bounded per node");
-        assert!(n.named(a, ROOT_INO, b"b"), "one remembered stays so");
+        assert!(n.named(a, ROOT_INO, b"b", false), "one remembered stays so");
         n.forget(a, 1);
         assert_eq!(n.find(s(5)), Some(a), "its id is kept");
         assert!(n.cached().1.is_empty(), "its names go");
+    }
+
+    fn nm(parent: u64, name: &[u8]) -> NodeName {
+        (parent, name.into())
+    }
+
+    /// A directory's names follow where the kernel may hold its dentry:
+    /// the names elsewhere are those to drop before it is given under a
+    /// name in another directory (see crate::unalias).
+    #[test]
+    fn a_directorys_names_follow_its_dentry() {
+        let n = Nodes::default();
+        let (p1, p2, p3) = (n.ino(s(1), true), n.ino(s(2), true), n.ino(s(3), true));
+        let x = n.ino(s(10), true);
+        assert!(n.named(x, p1, b"x", true));
+        assert!(n.names_elsewhere(x, p1).is_empty(), "its own name");
+        assert_eq!(n.names_elsewhere(x, p2), [nm(p1, b"x")]);
+        // Renamed here: the kernel moved the dentry.
+        n.renamed((p1, b"x"), (p2, b"y"), false);
+        assert_eq!(n.names_elsewhere(x, p3), [nm(p2, b"y")]);
+        // Moved elsewhere by another client, found in p3: the old name
+        // is dropped once invalidated, not before.
+        assert!(n.named(x, p3, b"w", true));
+        assert_eq!(n.names_elsewhere(x, p3), [nm(p2, b"y")]);
+        n.unaliased(x, &[nm(p2, b"y")]);
+        assert!(n.names_elsewhere(x, p3).is_empty());
+        assert_eq!(n.names_elsewhere(x, p1), [nm(p3, b"w")]);
+        // Another directory given under its name: the kernel dropped
+        // the old dentry there.
+        let z = n.ino(s(11), true);
+        assert!(n.named(z, p3, b"w", true));
+        assert!(n.names_elsewhere(x, p1).is_empty());
+        assert_eq!(n.names_elsewhere(z, p1), [nm(p3, b"w")]);
+        // An exchange swaps them; a rename over one drops the victim's.
+        assert!(n.named(x, p1, b"x", true));
+        n.renamed((p1, b"x"), (p3, b"w"), true);
+        assert_eq!(n.names_elsewhere(x, p2), [nm(p3, b"w")]);
+        assert_eq!(n.names_elsewhere(z, p2), [nm(p1, b"x")]);
+        n.renamed((p1, b"x"), (p3, b"w"), false);
+        assert_eq!(n.names_elsewhere(z, p2), [nm(p3, b"w")]);
+        assert!(n.names_elsewhere(x, p2).is_empty());
+        // Removed here, forgotten: nothing left to drop.
+        n.removed(p3, b"w");
+        assert!(n.names_elsewhere(z, p2).is_empty());
+        assert!(n.named(x, p1, b"x", true));
+        n.forget(x, 1);
+        assert!(n.names_elsewhere(x, p2).is_empty());
+        assert!(n.inner.lock().dir_names.is_empty(), "the index follows");
+        // Bounded: the oldest goes first.
+        let d = n.ino(s(12), true);
+        for i in 0..(NAMES_PER_NODE as u8 + 3) {
+            assert!(n.named(d, 100 + u64::from(i), b"d", true));
+        }
+        let left = n.names_elsewhere(d, 1);
+        assert_eq!(left.len(), NAMES_PER_NODE);
+        assert!(!left.contains(&nm(100, b"d")));
+        assert_eq!(n.inner.lock().dir_names.len(), NAMES_PER_NODE);
+        // A file's names are not a directory's: renames leave them.
+        let f = n.ino(s(13), true);
+        assert!(n.named(f, p1, b"f", false));
+        n.renamed((p1, b"f"), (p2, b"g"), false);
+        assert_eq!(
+            n.cached().1.iter().filter(|m| **m == nm(p1, b"f")).count(),
+            1
+        );
     }
 
     fn lookups(n: &Nodes, ino: u64) -> u64 {
