@@ -2989,23 +2989,39 @@ fn a_server_whose_add_meets_a_full_disk_leaves_and_the_table_stays_served() {
 
 /// A directory moved below a path twenty tables deep (every directory a
 /// table of its own, spread over three servers): the loop check walks the
-/// new parent's ancestors up to `/`, so the rename BORROWs a table per
-/// level — it succeeds, and so does the move back. Before, a mutation
-/// borrowed at most 8 tables and then failed with EXDEV, which users must
-/// never see (found by `cluster_random_ops.rs`).
+/// new parent's ancestors up to `/`, a table per level — it succeeds, and
+/// so does the move back. Before, a mutation borrowed at most 8 tables
+/// and then failed with EXDEV, which users must never see (found by
+/// `cluster_random_ops.rs`). And it takes one BORROW round, not one per
+/// table: the server reads the chain ahead and BORROWs every table the
+/// rename will read at once (`sextant_server::read_ahead`; it took ~20
+/// rounds — borrow key writes, `sextant_table_pulls_total` — before).
 #[test]
 fn a_directory_moves_below_a_path_twenty_tables_deep() {
     let Some((dir, etcd)) = dir_and_etcd() else {
         return;
     };
-    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
+    let metrics = free_ports(3);
+    let metrics_of = |i: u16| format!("127.0.0.1:{}", metrics + i);
+    let (_a, a_addr, secret, config) = first_server_env(
+        dir.path(),
+        &etcd.url,
+        TINY_TABLES,
+        &[("SEXTANT_METRICS", &metrics_of(0))],
+    );
     let deep: String = (0..20).map(|i| format!("/l{i}")).collect();
     sextant_ok(&a_addr, &secret, &["mkdir", "-p", &deep]);
     sextant_ok(&a_addr, &secret, &["mkdir", "/x"]);
     sextant_ok(&a_addr, &secret, &["touch", "/x/f"]);
     let mut joined = Vec::new();
-    for name in ["b", "c"] {
-        let (s, _) = serve_with(dir.path(), &etcd.url, name, &["--config", &config]);
+    for (i, name) in [(1, "b"), (2, "c")] {
+        let (s, _) = serve_env(
+            dir.path(),
+            &etcd.url,
+            name,
+            &["--config", &config],
+            &[("SEXTANT_METRICS", &metrics_of(i))],
+        );
         joined.push(KillOnDrop(s));
     }
     wait_for(
@@ -3016,8 +3032,32 @@ fn a_directory_moves_below_a_path_twenty_tables_deep() {
             t.len() == 3 && t.iter().all(|x| x.1 >= 5)
         },
     );
+    // Over the three servers: borrow key writes, BORROW rounds.
+    let counted = || -> (f64, f64) {
+        let mut sum = (0.0, 0.0);
+        for i in 0..3 {
+            let body = scrape_metrics(metrics + i);
+            let value = |name: &str| -> f64 {
+                body.lines()
+                    .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                    .unwrap_or(0.0)
+            };
+            sum.0 += value("sextant_table_pulls_total");
+            sum.1 += value("sextant_borrow_rounds_total");
+        }
+        sum
+    };
+    let before = counted();
     let moved = format!("{deep}/x");
     sextant_ok(&a_addr, &secret, &["mv", "/x", &moved]);
+    let after = counted();
+    let (pulls, rounds) = (after.0 - before.0, after.1 - before.1);
+    // One round; two where a table moved (the balancer) between the
+    // read-ahead and the BORROW's grant. Table by table it was ~20.
+    assert!(
+        (1.0..=2.0).contains(&pulls) && (1.0..=2.0).contains(&rounds),
+        "{pulls} borrow key writes, {rounds} BORROW rounds for a move 20 tables deep"
+    );
     let listing = sextant_ok(&a_addr, &secret, &["ls", &moved]);
     assert_eq!(listing.trim(), "f");
     // Into its own subtree: EINVAL, as ext4 answers (not EXDEV).

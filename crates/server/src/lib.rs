@@ -38,6 +38,7 @@ pub mod log_budget;
 pub mod logless;
 pub mod peers;
 pub mod placement;
+pub mod read_ahead;
 pub mod search;
 pub mod secret;
 mod service;

@@ -44,6 +44,10 @@ pub const SERVER_IN_FLIGHT: usize = 8192;
 /// against a chain that does not end (a damaged `..`).
 const MAX_BORROWED: usize = 4096;
 
+/// How long a BORROW's read-ahead (`crate::read_ahead`) may take; past
+/// that the operation BORROWs the tables it is refused, one by one.
+const READ_AHEAD_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// WRONG_SERVERs a request forwarded for a local user follows at most
 /// ([`Shared::handle_for`]); then the client gets the last one.
 const FORWARD_HOPS: usize = 3;
@@ -174,6 +178,58 @@ fn changed_dir(op: &Op) -> Option<Soid> {
 #[derive(Clone)]
 pub struct Service {
     pub shared: Arc<Shared>,
+}
+
+/// The inodes the rename `r` as `cred` will read (see
+/// [`crate::read_ahead`]), found across the servers by `across`: the
+/// moved entry and the one at the new name, then the parents of the
+/// directories the loop checks walk — a chain at a time, each parent
+/// from this server's tables, the records kept under other servers'
+/// leases, else a `DirChain` call to its holder (which answers as far up
+/// as it holds).
+fn read_rename_ahead(
+    across: &crate::confine::across::Across,
+    cred: &Credentials,
+    r: &pb::RenameRequest,
+) -> Result<Vec<Soid>, FsError> {
+    use crate::read_ahead::{rename_reads, Entry, Parent, Plan, Rename, MAX_WALK};
+    let (old_parent, new_parent) = (soid(&r.old_parent)?, soid(&r.new_parent)?);
+    let entry = |e: Option<(Soid, bool)>| e.map(|(child, is_dir)| Entry { child, is_dir });
+    let src = entry(across.entry(cred, old_parent, &r.old_name)?);
+    let target = match src {
+        Some(_) => entry(across.entry(cred, new_parent, &r.new_name)?),
+        None => None,
+    };
+    let rename = Rename {
+        old_parent,
+        new_parent,
+        src,
+        target,
+        noreplace: r.noreplace,
+        exchange: r.exchange,
+    };
+    let mut parents: std::collections::HashMap<Soid, Parent> = Default::default();
+    // Each round reads a chain up to `/` (or a parent already known):
+    // two walks, so a few rounds.
+    for _ in 0..8 {
+        let known = |d: Soid| parents.get(&d).copied().unwrap_or(Parent::Unknown);
+        let mut dir = match rename_reads(&rename, known) {
+            Plan::Reads(reads) => return Ok(reads),
+            Plan::NeedsParent(dir) => dir,
+        };
+        for _ in 0..MAX_WALK {
+            if dir == Soid::ROOT || parents.contains_key(&dir) {
+                break;
+            }
+            let parent = across.parent_of(dir)?;
+            parents.insert(dir, parent.map_or(Parent::Missing, Parent::Of));
+            match parent {
+                Some(p) => dir = p,
+                None => break,
+            }
+        }
+    }
+    Err(FsError::Loop)
 }
 
 fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
@@ -778,6 +834,9 @@ impl Shared {
         let route = op.route_soid();
         // The SOIDs whose tables the operation needs here together.
         let mut needs: Vec<Soid> = route.into_iter().collect();
+        let mut read_ahead = crate::read_ahead::enabled();
+        // BORROW rounds this operation took.
+        let mut rounds = 0u32;
         loop {
             let result = match self.execute(cred, op.clone(), fx, request).await {
                 // The engine names the first table it touched; when that
@@ -798,6 +857,31 @@ impl Shared {
                 Err(FsError::NeedsTable { soid }) if needs.len() <= MAX_BORROWED => {
                     tracing::debug!(target: "borrow_trace", ?soid, "operation needs another table: BORROW");
                     needs.push(soid);
+                    if let (true, Op::Rename(r)) = (read_ahead, &op) {
+                        // Every table the rename will read — a directory
+                        // moved deep: each ancestor's the loop check
+                        // visits — in this one round, not one round per
+                        // table (`crate::read_ahead`). Only a guess: the
+                        // rename runs again under ownership and checks
+                        // everything itself; where the chain changed
+                        // meanwhile (a concurrent rename of an ancestor)
+                        // the engine answers NeedsTable again, and one
+                        // more round (reading ahead again) follows.
+                        match self.rename_read_ahead(cred, r).await {
+                            Some(reads) => {
+                                let room = (MAX_BORROWED + 1).saturating_sub(needs.len());
+                                let here = |s| self.placement.check(s).is_ok();
+                                let more = crate::read_ahead::to_borrow(&needs, &reads, here, room);
+                                tracing::debug!(target: "borrow_trace", read = reads.len(), more = more.len(), "BORROW read ahead");
+                                needs.extend(more);
+                            }
+                            // (Not again for this operation: table by
+                            // table, as without it.)
+                            None => read_ahead = false,
+                        }
+                    }
+                    rounds += 1;
+                    metrics::counter!("sextant_borrow_rounds_total").increment(1);
                     if !self.placement.borrow(&needs).await {
                         return Err(FsError::CrossServer);
                     }
@@ -806,11 +890,40 @@ impl Shared {
                 }
                 r => {
                     if needs.len() > 1 {
-                        tracing::debug!(target: "borrow_trace", ok = r.is_ok(), "operation ran after BORROW");
+                        tracing::debug!(target: "borrow_trace", ok = r.is_ok(), rounds, tables = needs.len(), "operation ran after BORROW");
                         self.placement.borrowed_op_done();
                     }
                     return r;
                 }
+            }
+        }
+    }
+
+    /// The inodes the rename `r` will read, wherever they are held
+    /// ([`read_rename_ahead`] on a blocking thread): `None` without peers,
+    /// or where that failed or took longer than [`READ_AHEAD_FOR`].
+    async fn rename_read_ahead(
+        &self,
+        cred: &Credentials,
+        r: &pb::RenameRequest,
+    ) -> Option<Vec<Soid>> {
+        let peers = Arc::clone(self.peers.as_ref()?);
+        let (engine, placement) = (self.engine.clone(), Arc::clone(&self.placement));
+        let (cred, r) = (cred.clone(), r.clone());
+        let runtime = tokio::runtime::Handle::current();
+        let walked = tokio::task::spawn_blocking(move || {
+            let across = crate::confine::across::Across::new(engine, peers, placement, runtime);
+            read_rename_ahead(&across, &cred, &r)
+        });
+        match tokio::time::timeout(READ_AHEAD_FOR, walked).await {
+            Ok(Ok(Ok(reads))) => Some(reads),
+            Ok(Ok(Err(error))) => {
+                tracing::debug!(target: "borrow_trace", %error, "BORROW read-ahead failed: table by table");
+                None
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::debug!(target: "borrow_trace", "BORROW read-ahead did not finish: table by table");
+                None
             }
         }
     }

@@ -321,6 +321,39 @@ impl Across {
         Ok(parent)
     }
 
+    /// The parent of the directory `dir` wherever it is held (`None`:
+    /// not a directory, or gone): from this server's tables, the records
+    /// kept under other servers' leases, else its holder's `DirChain`
+    /// (whose whole chain there is kept for this walk). For a BORROW's
+    /// read-ahead (`crate::read_ahead`).
+    pub fn parent_of(&self, dir: Soid) -> Result<Option<Soid>, FsError> {
+        self.dir_parent(dir)
+    }
+
+    /// The entry `name` in the directory `dir` looked up as `cred`,
+    /// wherever `dir` is held: its inode and whether that is a directory
+    /// (`None`: no such entry). For a BORROW's read-ahead
+    /// (`crate::read_ahead`).
+    pub fn entry(
+        &self,
+        cred: &Credentials,
+        dir: Soid,
+        name: &[u8],
+    ) -> Result<Option<(Soid, bool)>, FsError> {
+        let found = match self.engine.lookup_entry(cred, dir, name) {
+            Ok((child, ftype)) => Ok((child, ftype == FileType::Directory)),
+            Err(e) if is_cross(&e) => self
+                .lookup(cred, dir, name)
+                .map(|a| (a.soid, a.ftype == FileType::Directory)),
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(e) => Ok(Some(e)),
+            Err(FsError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// [`Engine::links_of`] wherever `soid` is held: whether it is a
     /// directory, and the directories of its links — all of them, hard
     /// links included (a directory's: its parent). Another server's are
