@@ -1605,7 +1605,7 @@ impl Client {
         } else {
             None
         };
-        let _seq = exactly_once.then(|| {
+        let number = |req: &mut pb::Request| {
             let seq = self.inner.outstanding.lock().take();
             req.client_id = self.inner.client_id;
             req.seq = seq;
@@ -1613,7 +1613,12 @@ impl Client {
                 outstanding: &self.inner.outstanding,
                 seq,
             }
-        });
+        };
+        let mut _seq = exactly_once.then(|| number(&mut req));
+        // Whether an attempt may have run: sent, and no reply said it did
+        // not (a WRONG_SERVER says it did not). See the renumbering below.
+        let mut maybe_ran = false;
+        let mut renumbered = false;
         let started = Instant::now();
         let mut backoff = Duration::from_millis(20);
         let mut route_soid = req.op.as_ref().and_then(|op| op.route_soid());
@@ -1740,6 +1745,33 @@ impl Client {
                                         .into(),
                                 }
                             }
+                            Ok(Ok(resp))
+                                if exactly_once
+                                    && !maybe_ran
+                                    && !renumbered
+                                    && resp.error.as_ref().map(error_from_pb)
+                                        == Some(FsError::Stale) =>
+                            {
+                                // An exactly-once refusal of a request no
+                                // attempt of which can have run (every one
+                                // was refused by WRONG_SERVER): a server's
+                                // floor for this client rose above its number
+                                // while it waited — a table that moved here
+                                // carried a floor raised over replies it
+                                // dropped (`table::carried`, 4,096 per
+                                // client), or this server's own cap (16,384)
+                                // passed it. It never ran, so it goes again,
+                                // once, as a new request (a new number); an
+                                // ESTALE that is the operation's own answer
+                                // (a stale handle) comes back the same.
+                                renumbered = true;
+                                tracing::debug!(
+                                    seq = req.seq,
+                                    "a request refused as stale before it ever ran: sent again under a new number"
+                                );
+                                _seq = Some(number(&mut req));
+                                continue;
+                            }
                             Ok(Ok(mut resp)) => {
                                 self.inner
                                     .retries
@@ -1750,6 +1782,7 @@ impl Client {
                             }
                             Ok(Err(s)) => {
                                 conn.dead.store(true, Ordering::Release);
+                                maybe_ran = true;
                                 match s.code() {
                                     Code::Unauthenticated if self.ticket_refused(&link) => continue,
                                     Code::Unauthenticated => return Err(Error::Auth),
@@ -1766,10 +1799,13 @@ impl Client {
                                     },
                                 }
                             }
-                            Err(_) => Error::Unavailable {
-                                addr: link.addr.clone(),
-                                reason: "the session closed".into(),
-                            },
+                            Err(_) => {
+                                maybe_ran = true;
+                                Error::Unavailable {
+                                    addr: link.addr.clone(),
+                                    reason: "the session closed".into(),
+                                }
+                            }
                         }
                     }
                 }

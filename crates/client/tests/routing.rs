@@ -324,6 +324,91 @@ async fn many_requests_refused_by_one_move_fetch_the_map_once() {
     assert_eq!(ca.route_map().map(|m| m.revision()), Some(2));
 }
 
+/// A request that never ran is not refused as a stale retry: it waits
+/// for a table in transit (b refuses it, WRONG_SERVER) while 16,400 later
+/// mutations of the same client finish on a — whose exactly-once table
+/// keeps at most 16,384 replies per client and raises the client's floor
+/// over the ones it drops, past the waiting request's number — and then
+/// the table moves to a. a's floor refuses the number (ESTALE); every
+/// attempt was refused before it ran, so the client sends it again under
+/// a new number and gets the operation's own answer. (A table carried to
+/// a new owner raises its floors the same way past 4,096 replies per
+/// client; likely what a bench on three servers met once as "stale file
+/// handle" on a create — its logs were lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_never_ran_is_not_refused_by_a_floor_raised_meanwhile() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let cluster = Cluster::start().await;
+    let root = Credentials::root();
+    let ca = Client::connect(
+        &cluster.addrs[0],
+        SECRET,
+        Options {
+            retry_for: Duration::from_secs(300),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    // The waiting request: a mkdir under an upper SOID (b's), while b
+    // refuses everything as a table in transit.
+    cluster.placements[1].in_transit.store(true, SeqCst);
+    let waiting = {
+        let (ca, root) = (ca.clone(), root.clone());
+        tokio::spawn(async move {
+            ca.mkdir(&root, Soid::from_u128(SPLIT + 5), b"late", 0o755)
+                .await
+        })
+    };
+    while ca.wrong_server_replies() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // 16,400 creates in a's root, 64 at a time.
+    let mut tasks: tokio::task::JoinSet<Result<sextant_types::Attr, Error>> =
+        tokio::task::JoinSet::new();
+    for i in 0..16_400u32 {
+        if tasks.len() >= 64 {
+            tasks
+                .join_next()
+                .await
+                .unwrap()
+                .unwrap()
+                .expect("created on a");
+        }
+        let (ca, root) = (ca.clone(), root.clone());
+        tasks.spawn(async move {
+            ca.create(&root, Soid::ROOT, format!("f{i}").as_bytes(), 0o644, true)
+                .await
+        });
+    }
+    while let Some(made) = tasks.join_next().await {
+        made.unwrap().expect("created on a");
+    }
+    // b's half moves to a (revision 2); b still refuses, now under the
+    // newer map, so the client takes it and goes to a.
+    let s = Soid::from_u128;
+    let table = RouteTable::new(
+        2,
+        vec![Route {
+            range: SoidRange {
+                first: s(0),
+                last: s(u128::MAX),
+            },
+            table: 1,
+            server: "a".into(),
+            address: cluster.addrs[0].clone(),
+            epoch: 2,
+        }],
+    )
+    .unwrap();
+    for p in &cluster.placements {
+        *p.table.write() = table.clone();
+    }
+    let answer = waiting.await.unwrap();
+    // a's engine has no such parent: the mkdir ran there and says so.
+    assert_eq!(answer.err(), Some(Error::Fs(FsError::NotFound)));
+}
+
 /// Events of `all` until `done` says enough (at most 10 s).
 async fn watch_until(
     all: &mut AllChanges,
