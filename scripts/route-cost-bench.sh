@@ -14,6 +14,7 @@
 #     stat /u
 #     find /u -name needle          (a selective predicate)
 #     ls /u/c2/d{last}              (a directory another server holds)
+#     stats /u, du /u               (totals: spread searches, like find)
 #   SERVER_BIN: the binary the servers run (default: the first BIN).
 #   Prints medians (ms) per binary and target, and the cluster/single
 #   ratios. OUT (default /tmp/route-cost-bench.json) gets the raw times.
@@ -72,6 +73,15 @@ S=("$BIN" --server "$(cat "$work/single.addr")" --data "$work/single")
 C=("$BIN" --server "$(cat "$work/s0.addr")" --data "$work/s0")
 until "${C[@]}" ls / >/dev/null 2>&1; do sleep 0.1; done
 
+# `cluster status --json`, asked again while etcd times out (a loaded machine)
+status() {
+  local out
+  for _ in $(seq 10); do
+    out=$("${C[@]}" --json cluster status 2>/dev/null) && { echo "$out"; return; }
+    sleep 1
+  done
+  echo "cluster status kept failing" >&2; exit 1
+}
 per=$((DIRS / SERVERS))
 for t in S C; do
   declare -n X=$t
@@ -83,7 +93,7 @@ for t in S C; do
       # until the table holding /u/cI is sI's (moves go one at a time)
       soid=$("${X[@]}" --json stat "/u/c$i" | python3 -c 'import json,sys;print(json.load(sys.stdin)["soid"])')
       for _ in $(seq 300); do
-        owner=$("${X[@]}" --json cluster status | python3 -c 'import json,sys
+        owner=$(status | python3 -c 'import json,sys
 v=int(sys.argv[1],16)
 print([t["owner"] for t in json.load(sys.stdin)["tables"] if int(t["first"],16)<=v<=int(t["last"],16)][0])' "$soid")
         [ "$owner" = "s$i" ] && break; sleep 0.2
@@ -99,7 +109,7 @@ print([t["owner"] for t in json.load(sys.stdin)["tables"] if int(t["first"],16)<
   "${X[@]}" touch "/u/c$((SERVERS-1))/d$((per-1))/needle"
   unset -n X
 done
-tables() { "${C[@]}" --json cluster status | python3 -c 'import json,sys;j=json.load(sys.stdin);print(len(j["tables"]),"tables:"," ".join("%s %s"%(s["name"],s["tables"]) for s in j["servers"]))'; }
+tables() { status | python3 -c 'import json,sys;j=json.load(sys.stdin);print(len(j["tables"]),"tables:"," ".join("%s %s"%(s["name"],s["tables"]) for s in j["servers"]))'; }
 log "made; cluster: $(tables)"
 # wait until the layout stops changing (the balancer)
 last= same=0
@@ -117,7 +127,8 @@ runs, out, work, bins = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 addr = {t: open(f"{work}/{n}.addr").read().strip() for t, n in (("single", "single"), ("cluster", "s0"))}
 data = {"single": f"{work}/single", "cluster": f"{work}/s0"}
 cmds = {"stat /u": ["stat", "/u"], "find -name needle": ["find", "/u", "-name", "needle"],
-        "ls " + os.environ["LSDIR"]: ["ls", os.environ["LSDIR"]]}
+        "ls " + os.environ["LSDIR"]: ["ls", os.environ["LSDIR"]],
+        "stats /u": ["stats", "/u"], "du /u": ["du", "/u"]}
 times = {}  # (bin, target, cmd) -> [ms]
 answers = {}
 for r in range(runs + 2):  # two warm-up rounds
@@ -131,8 +142,7 @@ for r in range(runs + 2):  # two warm-up rounds
                 ms = (time.monotonic() - t0) * 1e3
                 if p.returncode != 0:
                     print("failed:", b, target, args, p.stderr.decode()[-300:], file=sys.stderr)
-                if cname.startswith("find"):
-                    answers.setdefault((target, b), set()).add(p.stdout)
+                answers.setdefault((cname, target, b), set()).add(p.stdout)
                 if r >= 2:
                     times.setdefault(f"{b}|{target}|{cname}", []).append(ms)
 med = {k: st.median(v) for k, v in times.items()}
@@ -140,10 +150,9 @@ for cname in cmds:
     for b in bins:
         s, c = med[f"{b}|single|{cname}"], med[f"{b}|cluster|{cname}"]
         print(f"{cname:18s} {b}: single {s:6.2f} ms, cluster {c:6.2f} ms, ratio {c/s:.2f}")
-for (target, b), a in answers.items():
-    if len(a) != 1:
-        print("differing answers:", target, b, file=sys.stderr)
-print("answers agree across targets and binaries:", len({x for a in answers.values() for x in a}) == 1)
+for cname in cmds:
+    got = {x for (c, _, _), a in answers.items() if c == cname for x in a}
+    print(f"{cname}: answers agree across runs, targets and binaries: {len(got) == 1}")
 json.dump({"times": times, "medians": med, "load": os.getloadavg()}, open(out, "w"), indent=1)
 PY
 uptime

@@ -2051,6 +2051,106 @@ fn a_command_fetches_the_route_map_only_when_it_needs_it() {
     assert!(maps <= 2, "find fetched the route map {maps} times: {err}");
 }
 
+/// Issue 21 (a search's fixed cost on a cluster): a spread search fetches
+/// the route map merged, a route per run of adjacent tables one server
+/// holds rather than a route per table (~125 kB per command at 2,003
+/// tables, ~1,000 routes to assign to the servers' parts). The maps the
+/// client's timing marks show (`Map from …: N routes`) have as many routes
+/// as the runs of the layout `cluster status` shows just before and after
+/// (asked again if the balancer moved a table between), fewer than the
+/// tables; the answers are checked too.
+#[test]
+fn a_spread_search_fetches_a_route_per_run_of_one_servers_tables() {
+    let Some((dir, etcd)) = dir_and_etcd() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
+    for d in 0..8 {
+        let dirs: Vec<String> = std::iter::once(format!("/d{d}"))
+            .chain((0..4).map(|s| format!("/d{d}/s{s}")))
+            .collect();
+        let files: Vec<String> = (0..4).map(|s| format!("/d{d}/s{s}/f{d}{s}")).collect();
+        for (verb, paths) in [("mkdir", dirs), ("touch", files)] {
+            let mut args = vec![verb];
+            args.extend(paths.iter().map(String::as_str));
+            sextant_ok(&a_addr, &secret, &args);
+        }
+    }
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
+    let _b = KillOnDrop(b);
+    wait_tables_on_both(&etcd.url, &secret);
+    // (tables with an owner, runs of adjacent ones of one owner)
+    let layout = || {
+        let st = status_on(&etcd.url, &secret);
+        let mut spans: Vec<(u128, u128, String)> = st["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| {
+                let hex = |k: &str| u128::from_str_radix(t[k].as_str()?, 16).ok();
+                Some((
+                    hex("first")?,
+                    hex("last")?,
+                    t["owner"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        spans.sort();
+        let mut runs = 0;
+        for (i, (first, _, owner)) in spans.iter().enumerate() {
+            let joined = i > 0 && {
+                let (_, last, before) = &spans[i - 1];
+                before == owner && last.checked_add(1) == Some(*first)
+            };
+            if !joined {
+                runs += 1;
+            }
+        }
+        (spans.len(), runs)
+    };
+    for attempt in 0.. {
+        let before = layout();
+        let out = Command::new(BIN)
+            .args(["--server", &a_addr, "--data"])
+            .arg(&secret)
+            .args(["find", "/", "-name", "f32"])
+            .env("SEXTANT_SEARCH_TIMING", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "find: {err}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "/d3/s2/f32",
+            "{err}"
+        );
+        if layout() != before && attempt < 10 {
+            continue;
+        }
+        let (tables, runs) = before;
+        assert!(
+            runs < tables,
+            "no two adjacent tables of one server to merge ({tables} tables): {err}"
+        );
+        let routes: Vec<usize> = err
+            .lines()
+            .filter_map(|l| {
+                let (_, n) = l.split_once("Map from ")?.1.split_once(": ")?;
+                n.split_once(" routes")?.0.parse().ok()
+            })
+            .collect();
+        assert!(!routes.is_empty(), "find fetched no route map: {err}");
+        for n in routes {
+            assert_eq!(
+                n, runs,
+                "find fetched a map of {n} routes; {tables} tables in {runs} runs of one \
+                 server: {err}"
+            );
+        }
+        break;
+    }
+}
+
 /// RETURN (issue 21 item 1): a table an operation pulled goes back to the
 /// server it came from once nothing uses it there. `/q`'s table is b's;
 /// `mv /p/f0 /q/moved` through a pulls it to a (one local transaction

@@ -675,7 +675,11 @@ fn forged_claims_child() {
                 "Map" => {
                     // The route map names tables and servers, never a name
                     // of the namespace: any local user may read it.
-                    let map = raw.map(pb::MapRequest {}).await.unwrap().into_inner();
+                    let map = raw
+                        .map(pb::MapRequest::default())
+                        .await
+                        .unwrap()
+                        .into_inner();
                     assert!(!map.routes.is_empty(), "an empty route map: {map:?}");
                 }
                 "DirChain" => {

@@ -1178,7 +1178,10 @@ impl Client {
     async fn map_from(&self, link: &route::Link) -> Result<Arc<sextant_proto::route::RouteTable>> {
         timing::mark(|| format!("Map from {}", link.addr));
         let mut grpc = pb::sextant_client::SextantClient::new(link.channel());
-        let mut request = tonic::Request::new(pb::MapRequest {});
+        // Merged: a route per run of one server's tables, not per table
+        // (~125 kB at 2,000 tables, fetched by every spread search); no
+        // caller here needs a table's own route.
+        let mut request = tonic::Request::new(pb::MapRequest { merged: true });
         self.inner.authorize(&mut request, "Map", &link.addr);
         request.set_timeout(self.inner.options.connect_timeout);
         let map = match grpc.map(request).await {
@@ -1201,6 +1204,14 @@ impl Client {
         let table = sextant_proto::route::RouteTable::from_pb(&map)
             .map(Arc::new)
             .map_err(|e| Error::Protocol(format!("route map from {}: {e}", link.addr)))?;
+        timing::mark(|| {
+            format!(
+                "Map from {}: {} routes, {} bytes",
+                link.addr,
+                map.routes.len(),
+                prost::Message::encoded_len(&map)
+            )
+        });
         if std::ptr::eq(link, &*self.inner.home) {
             self.inner.router.note_home_map(Arc::clone(&table));
             // As at connect (`learn_cluster`): a client that did not take

@@ -101,6 +101,32 @@ impl RouteTable {
         &self.routes[start..end.max(start)]
     }
 
+    /// The same map with each run of adjacent routes of one server (one
+    /// ending right before the next begins, same server and address) as
+    /// one route, keeping the first's `table` and `epoch`: every SOID is
+    /// routed to the same address as by `self` (gaps stay gaps), in a map
+    /// of a route per run of one server's tables rather than per table
+    /// (`MapRequest.merged`).
+    pub fn merged(&self) -> RouteTable {
+        let mut routes: Vec<Route> = Vec::new();
+        for r in &self.routes {
+            match routes.last_mut() {
+                Some(m)
+                    if m.server == r.server
+                        && m.address == r.address
+                        && m.range.last.checked_next() == Some(r.range.first) =>
+                {
+                    m.range.last = r.range.last;
+                }
+                _ => routes.push(r.clone()),
+            }
+        }
+        RouteTable {
+            revision: self.revision,
+            routes,
+        }
+    }
+
     /// The distinct addresses of all servers in the map, in route order.
     pub fn addresses(&self) -> Vec<&str> {
         let mut seen = Vec::new();
@@ -283,5 +309,66 @@ mod tests {
             prop_assert_eq!(fast, linear);
             prop_assert_eq!(RouteTable::from_pb(&t.to_pb()), Ok(t.clone()));
         }
+
+        /// A merged map routes every SOID as the map it was made from,
+        /// is a valid map, and has no two adjacent routes of one server
+        /// left.
+        #[test]
+        fn a_merged_map_routes_as_the_whole_one(t in tables(), v in 0u128..210) {
+            let m = t.merged();
+            prop_assert_eq!(
+                m.route(s(v)).map(|r| &r.address),
+                t.route(s(v)).map(|r| &r.address)
+            );
+            prop_assert_eq!(m.revision(), t.revision());
+            prop_assert_eq!(RouteTable::from_pb(&m.to_pb()), Ok(m.clone()));
+            for w in m.routes().windows(2) {
+                prop_assert!(
+                    w[0].address != w[1].address
+                        || w[0].range.last.checked_next() != Some(w[1].range.first)
+                );
+            }
+            prop_assert_eq!(m.merged(), m.clone());
+        }
+    }
+
+    #[test]
+    fn merging_joins_adjacent_routes_of_one_server_only() {
+        let t = RouteTable::new(
+            3,
+            vec![
+                route(0, 9, "a"),
+                route(10, 19, "a"),
+                route(20, 29, "b"),
+                route(30, 39, "a"),
+                // a gap (a table between owners) stays one
+                route(41, 50, "a"),
+                route(51, u128::MAX, "a"),
+            ],
+        )
+        .unwrap();
+        let m = t.merged();
+        let spans: Vec<(u128, u128, &str)> = m
+            .routes()
+            .iter()
+            .map(|r| {
+                (
+                    r.range.first.as_u128(),
+                    r.range.last.as_u128(),
+                    r.address.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                (0, 19, "a"),
+                (20, 29, "b"),
+                (30, 39, "a"),
+                (41, u128::MAX, "a")
+            ]
+        );
+        assert_eq!(m.routes()[0].table, 0);
+        assert_eq!(m.revision(), 3);
     }
 }

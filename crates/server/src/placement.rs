@@ -28,6 +28,15 @@ pub trait Placement: Send + Sync + std::fmt::Debug + 'static {
     }
     /// The route map for clients.
     fn map(&self) -> pb::RouteMap;
+    /// [`Placement::map`] with each run of adjacent routes of one server
+    /// as one route (`MapRequest.merged`; [`RouteTable::merged`]).
+    fn merged_map(&self) -> pb::RouteMap {
+        let map = self.map();
+        match RouteTable::from_pb(&map) {
+            Ok(t) => t.merged().to_pb(),
+            Err(_) => map,
+        }
+    }
     /// The revision of [`Placement::map`] (0: none kept), named in a
     /// WRONG_SERVER so that a client whose map is as new fetches none.
     fn revision(&self) -> u64 {
@@ -76,6 +85,10 @@ impl Placement for Everything {
 
     fn map(&self) -> pb::RouteMap {
         RouteTable::whole(&self.name, &self.address).to_pb()
+    }
+
+    fn merged_map(&self) -> pb::RouteMap {
+        self.map()
     }
 }
 

@@ -1572,9 +1572,14 @@ impl pb::sextant_server::Sextant for Service {
 
     async fn map(
         &self,
-        _request: Request<pb::MapRequest>,
+        request: Request<pb::MapRequest>,
     ) -> Result<Response<pb::RouteMap>, Status> {
-        Ok(Response::new(self.shared.placement.map()))
+        let placement = &self.shared.placement;
+        Ok(Response::new(if request.get_ref().merged {
+            placement.merged_map()
+        } else {
+            placement.map()
+        }))
     }
 
     async fn dir_chain(

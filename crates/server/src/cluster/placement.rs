@@ -91,7 +91,15 @@ pub struct ClusterPlacement {
     /// The route map last handed out and the state it was built from:
     /// built again only when the state changed (a map has a route per
     /// table; every command of a client used to have it built anew).
-    map_cache: parking_lot::Mutex<Option<(Arc<ClusterState>, pb::RouteMap)>>,
+    map_cache: parking_lot::Mutex<Option<MapCache>>,
+}
+
+/// The route maps handed out for one published cluster state: route per
+/// table, and merged ([`Placement::merged_map`]).
+struct MapCache {
+    built_from: Arc<ClusterState>,
+    whole: pb::RouteMap,
+    merged: pb::RouteMap,
 }
 
 /// This server's borrow, as it published it in `borrow/<name>`.
@@ -125,6 +133,27 @@ impl std::fmt::Debug for ClusterPlacement {
 }
 
 impl ClusterPlacement {
+    /// `take` of the maps built for the current published cluster state
+    /// (built now if the state changed since they were).
+    fn cached_map(&self, take: impl FnOnce(&MapCache) -> pb::RouteMap) -> pb::RouteMap {
+        let state = self.coordination.map().borrow().clone();
+        let mut cache = self.map_cache.lock();
+        match &*cache {
+            Some(c) if Arc::ptr_eq(&c.built_from, &state) => take(c),
+            _ => {
+                let table = route_table(&state);
+                let c = MapCache {
+                    whole: table.to_pb(),
+                    merged: table.merged().to_pb(),
+                    built_from: state,
+                };
+                let map = take(&c);
+                *cache = Some(c);
+                map
+            }
+        }
+    }
+
     pub fn new(coordination: Arc<dyn Coordination>) -> ClusterPlacement {
         ClusterPlacement {
             coordination,
@@ -357,16 +386,11 @@ impl Placement for ClusterPlacement {
     }
 
     fn map(&self) -> pb::RouteMap {
-        let state = self.coordination.map().borrow().clone();
-        let mut cache = self.map_cache.lock();
-        match &*cache {
-            Some((built_from, map)) if Arc::ptr_eq(built_from, &state) => map.clone(),
-            _ => {
-                let map = route_table(&state).to_pb();
-                *cache = Some((state, map.clone()));
-                map
-            }
-        }
+        self.cached_map(|c| c.whole.clone())
+    }
+
+    fn merged_map(&self) -> pb::RouteMap {
+        self.cached_map(|c| c.merged.clone())
     }
 
     fn revision(&self) -> u64 {
