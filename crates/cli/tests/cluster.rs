@@ -1250,44 +1250,13 @@ fn servers_joining_get_their_share_of_many_tables_within_seconds() {
         return;
     };
     let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
-    let dirs: Vec<String> = (0..40).map(|d| format!("/m{d}")).collect();
-    let mut mkdir = vec!["mkdir"];
-    mkdir.extend(dirs.iter().map(String::as_str));
-    sextant_ok(&a_addr, &secret, &mkdir);
-    let tables = || {
-        status_on(&etcd.url, &secret)["tables"]
-            .as_array()
-            .map_or(0, Vec::len)
-    };
-    wait_for("a splits into 30 tables", Duration::from_secs(60), || {
-        tables() >= 30
-    });
-    let n = tables();
-    wait_for("a publishes its load", Duration::from_secs(30), || {
-        etcd_keys(&etcd.url, "/sextant/load/")
-            .iter()
-            .any(|k| k.ends_with("/a"))
-    });
+    let (_, n) = forty_directories_in_thirty_tables(&etcd.url, &a_addr, &secret, None);
     let joined = Instant::now();
     let (b, _) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
     let (c, _) = serve_with(dir.path(), &etcd.url, "c", &["--config", &config]);
     let _c = KillOnDrop(c);
-    let mut last = serde_json::Value::Null;
-    wait_for_every(
-        "even shares of the tables",
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || {
-            last = status_on(&etcd.url, &secret);
-            let t = tables_by_server(&last);
-            let moving = last["tables"]
-                .as_array()
-                .is_some_and(|ts| ts.iter().any(|t| !t["moving_to"].is_null()));
-            let (lo, hi) = (t.iter().map(|x| x.1).min(), t.iter().map(|x| x.1).max());
-            t.len() == 3 && !moving && hi.zip(lo).is_some_and(|(h, l)| h - l <= 1)
-        },
-    );
+    let last = wait_for_even_shares(&etcd.url, &secret, 3, Duration::from_secs(60));
     eprintln!(
         "{n} tables spread over a, b, c {:?} after the joins: {:?}",
         joined.elapsed(),
@@ -1296,6 +1265,67 @@ fn servers_joining_get_their_share_of_many_tables_within_seconds() {
     let listing = sextant_ok(&a_addr, &secret, &["ls", "/"]);
     assert_eq!(listing.split_whitespace().count(), 40, "{listing}");
     drop(etcd.child);
+}
+
+/// `/m0` … `/m39` made through `a_addr` (each with a file `file` if
+/// given), once the first server split them into at least 30 tables and
+/// published its load: the directories, and the number of tables.
+fn forty_directories_in_thirty_tables(
+    etcd: &str,
+    a_addr: &str,
+    secret: &Path,
+    file: Option<&str>,
+) -> (Vec<String>, usize) {
+    let dirs: Vec<String> = (0..40).map(|d| format!("/m{d}")).collect();
+    let mut mkdir = vec!["mkdir"];
+    mkdir.extend(dirs.iter().map(String::as_str));
+    sextant_ok(a_addr, secret, &mkdir);
+    if let Some(file) = file {
+        let files: Vec<String> = dirs.iter().map(|d| format!("{d}/{file}")).collect();
+        let mut touch = vec!["touch"];
+        touch.extend(files.iter().map(String::as_str));
+        sextant_ok(a_addr, secret, &touch);
+    }
+    let tables = || {
+        status_on(etcd, secret)["tables"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    wait_for("a splits into 30 tables", Duration::from_secs(60), || {
+        tables() >= 30
+    });
+    wait_for("a publishes its load", Duration::from_secs(30), || {
+        etcd_keys(etcd, "/sextant/load/")
+            .iter()
+            .any(|k| k.ends_with("/a"))
+    });
+    (dirs, tables())
+}
+
+/// Waits until `servers` servers hold the tables in shares at most one
+/// apart, none moving; the last `cluster status` seen.
+fn wait_for_even_shares(
+    etcd: &str,
+    secret: &Path,
+    servers: usize,
+    within: Duration,
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    wait_for_every(
+        "even shares of the tables",
+        within,
+        Duration::from_millis(250),
+        || {
+            last = status_on(etcd, secret);
+            let t = tables_by_server(&last);
+            let moving = last["tables"]
+                .as_array()
+                .is_some_and(|ts| ts.iter().any(|t| !t["moving_to"].is_null()));
+            let (lo, hi) = (t.iter().map(|x| x.1).min(), t.iter().map(|x| x.1).max());
+            t.len() == servers && !moving && hi.zip(lo).is_some_and(|(h, l)| h - l <= 1)
+        },
+    );
+    last
 }
 
 /// A receiver paused past its lease while many balancing moves are in
@@ -1314,25 +1344,7 @@ fn a_receiver_paused_past_its_lease_with_many_moves_in_flight_loses_nothing() {
         return;
     };
     let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, TINY_TABLES);
-    let dirs: Vec<String> = (0..40).map(|d| format!("/m{d}")).collect();
-    let mut mkdir = vec!["mkdir"];
-    mkdir.extend(dirs.iter().map(String::as_str));
-    sextant_ok(&a_addr, &secret, &mkdir);
-    let before: Vec<String> = dirs.iter().map(|d| format!("{d}/before")).collect();
-    let mut touch = vec!["touch"];
-    touch.extend(before.iter().map(String::as_str));
-    sextant_ok(&a_addr, &secret, &touch);
-    wait_for("a splits into 30 tables", Duration::from_secs(60), || {
-        status_on(&etcd.url, &secret)["tables"]
-            .as_array()
-            .map_or(0, Vec::len)
-            >= 30
-    });
-    wait_for("a publishes its load", Duration::from_secs(30), || {
-        etcd_keys(&etcd.url, "/sextant/load/")
-            .iter()
-            .any(|k| k.ends_with("/a"))
-    });
+    let (dirs, _) = forty_directories_in_thirty_tables(&etcd.url, &a_addr, &secret, Some("before"));
     let (b, _) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let b = KillOnDrop(b);
     let (c, _) = serve_with(dir.path(), &etcd.url, "c", &["--config", &config]);
@@ -1362,21 +1374,7 @@ fn a_receiver_paused_past_its_lease_with_many_moves_in_flight_loses_nothing() {
     touch.extend(during.iter().map(String::as_str));
     sextant_ok(&a_addr, &secret, &touch);
     signal(&b.0, "-CONT");
-    let mut last = serde_json::Value::Null;
-    wait_for_every(
-        "even shares again, b among them",
-        Duration::from_secs(90),
-        Duration::from_millis(250),
-        || {
-            last = status_on(&etcd.url, &secret);
-            let t = tables_by_server(&last);
-            let moving = last["tables"]
-                .as_array()
-                .is_some_and(|ts| ts.iter().any(|t| !t["moving_to"].is_null()));
-            let (lo, hi) = (t.iter().map(|x| x.1).min(), t.iter().map(|x| x.1).max());
-            t.len() == 3 && !moving && hi.zip(lo).is_some_and(|(h, l)| h - l <= 1)
-        },
-    );
+    let last = wait_for_even_shares(&etcd.url, &secret, 3, Duration::from_secs(90));
     eprintln!(
         "{in_flight} moves in flight when b was stopped; after: {:?}",
         tables_by_server(&last)

@@ -149,6 +149,28 @@ impl Cluster {
         }
     }
 
+    /// Every SOID moves to server `i` (revision 2), as both servers' maps
+    /// say from now on.
+    fn move_everything_to(&self, i: usize) {
+        let table = RouteTable::new(
+            2,
+            vec![Route {
+                range: SoidRange {
+                    first: Soid::from_u128(0),
+                    last: Soid::from_u128(u128::MAX),
+                },
+                table: 1,
+                server: ["a", "b"][i].into(),
+                address: self.addrs[i].clone(),
+                epoch: 2,
+            }],
+        )
+        .unwrap();
+        for p in &self.placements {
+            *p.table.write() = table.clone();
+        }
+    }
+
     async fn client(&self, i: usize) -> Client {
         Client::connect(&self.addrs[i], SECRET, Options::default())
             .await
@@ -206,24 +228,7 @@ async fn a_moved_table_is_followed_with_the_newer_map() {
     // The root's table moves to b: the cached map still says a, a says
     // WRONG_SERVER, the client takes revision 2 and goes to b (whose
     // engine has its own root).
-    let s = Soid::from_u128;
-    let table = RouteTable::new(
-        2,
-        vec![Route {
-            range: SoidRange {
-                first: s(0),
-                last: s(u128::MAX),
-            },
-            table: 1,
-            server: "b".into(),
-            address: cluster.addrs[1].clone(),
-            epoch: 2,
-        }],
-    )
-    .unwrap();
-    for p in &cluster.placements {
-        *p.table.write() = table.clone();
-    }
+    cluster.move_everything_to(1);
     let made = ca
         .mkdir(&root, Soid::ROOT, b"after-move", 0o755)
         .await
@@ -279,24 +284,7 @@ async fn many_requests_refused_by_one_move_fetch_the_map_once() {
     let names: Vec<Vec<u8>> = (0..500).map(|i| format!("f{i}").into_bytes()).collect();
     // The root's table moves to b (revision 2), whose engine has its own
     // root: every request for it is refused by a, then served by b.
-    let s = Soid::from_u128;
-    let table = RouteTable::new(
-        2,
-        vec![Route {
-            range: SoidRange {
-                first: s(0),
-                last: s(u128::MAX),
-            },
-            table: 1,
-            server: "b".into(),
-            address: cluster.addrs[1].clone(),
-            epoch: 2,
-        }],
-    )
-    .unwrap();
-    for p in &cluster.placements {
-        *p.table.write() = table.clone();
-    }
+    cluster.move_everything_to(1);
     let maps_before: usize = cluster.placements.iter().map(|p| p.maps.load(SeqCst)).sum();
     let fetches_before = ca.map_fetches();
     let mut tasks = tokio::task::JoinSet::new();
@@ -386,24 +374,7 @@ async fn a_request_that_never_ran_is_not_refused_by_a_floor_raised_meanwhile() {
     }
     // b's half moves to a (revision 2); b still refuses, now under the
     // newer map, so the client takes it and goes to a.
-    let s = Soid::from_u128;
-    let table = RouteTable::new(
-        2,
-        vec![Route {
-            range: SoidRange {
-                first: s(0),
-                last: s(u128::MAX),
-            },
-            table: 1,
-            server: "a".into(),
-            address: cluster.addrs[0].clone(),
-            epoch: 2,
-        }],
-    )
-    .unwrap();
-    for p in &cluster.placements {
-        *p.table.write() = table.clone();
-    }
+    cluster.move_everything_to(0);
     let answer = waiting.await.unwrap();
     // a's engine has no such parent: the mkdir ran there and says so.
     assert_eq!(answer.err(), Some(Error::Fs(FsError::NotFound)));
