@@ -907,14 +907,8 @@ impl Shared {
         cred: &Credentials,
         r: &pb::RenameRequest,
     ) -> Option<Vec<Soid>> {
-        let peers = Arc::clone(self.peers.as_ref()?);
-        let (engine, placement) = (self.engine.clone(), Arc::clone(&self.placement));
         let (cred, r) = (cred.clone(), r.clone());
-        let runtime = tokio::runtime::Handle::current();
-        let walked = tokio::task::spawn_blocking(move || {
-            let across = crate::confine::across::Across::new(engine, peers, placement, runtime);
-            read_rename_ahead(&across, &cred, &r)
-        });
+        let walked = self.across_blocking(move |across| read_rename_ahead(&across, &cred, &r))?;
         match tokio::time::timeout(READ_AHEAD_FOR, walked).await {
             Ok(Ok(Ok(reads))) => Some(reads),
             Ok(Ok(Err(error))) => {
@@ -951,19 +945,28 @@ impl Shared {
         path: Vec<u8>,
         follow_last: bool,
     ) -> Option<Result<Attr, FsError>> {
+        let cred = cred.clone();
+        let walked = self
+            .across_blocking(move |across| across.resolve(&cred, &path, follow_last))?
+            .await;
+        Some(walked.unwrap_or(Err(FsError::Io)))
+    }
+
+    /// Runs `work` with an [`Across`](crate::confine::across::Across) of
+    /// this server on a blocking thread (its calls to other servers
+    /// block); `None` without peers.
+    fn across_blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(crate::confine::across::Across) -> T + Send + 'static,
+    ) -> Option<tokio::task::JoinHandle<T>> {
         let peers = Arc::clone(self.peers.as_ref()?);
         let (engine, placement) = (self.engine.clone(), Arc::clone(&self.placement));
-        let cred = cred.clone();
         let runtime = tokio::runtime::Handle::current();
-        let walked = tokio::task::spawn_blocking(move || {
-            crate::confine::across::Across::new(engine, peers, placement, runtime).resolve(
-                &cred,
-                &path,
-                follow_last,
-            )
-        })
-        .await;
-        Some(walked.unwrap_or(Err(FsError::Io)))
+        Some(tokio::task::spawn_blocking(move || {
+            work(crate::confine::across::Across::new(
+                engine, peers, placement, runtime,
+            ))
+        }))
     }
 
     async fn execute(
