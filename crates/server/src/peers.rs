@@ -8,9 +8,13 @@
 //! server holds it. A search reads the directories it needs in batches
 //! ([`ForeignDirs::chains`]): one `DirChain` call per holder (and per
 //! [`BATCH`] directories), all holders at once. A table that moves while
-//! it is read is asked again of its new holder (for up to [`READ_FOR`]);
-//! a peer that cannot be reached in that time fails the search with EIO —
-//! never a silently shorter answer.
+//! it is read is asked again of its new holder (for up to [`READ_FOR`],
+//! as long as the client chases moving ranges: a table in transit — its
+//! old holder answers "not held", its new one has not loaded it — is
+//! waited for); a directory that cannot be read in that time (still in
+//! transit, or its holder does not answer) fails the search — never a
+//! silently shorter answer — with the reason ([`PeerDirs::gave_up`]: the
+//! server ends the search's stream with it, `ABORTED`), not a bare EIO.
 //!
 //! A confinement check (`crate::confine::across`) reads through it too,
 //! never the kept records: the directories of an inode's links
@@ -80,8 +84,14 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 /// Streams a peer channel reset itself that it remembers (for h2's second).
 const REMEMBERED_RESETS: usize = 4096;
 
-/// How long one directory is asked for before the search fails.
-pub const READ_FOR: Duration = Duration::from_secs(10);
+/// How long one directory is asked for before the search fails: as long
+/// as a client chases the ranges of tables that keep moving
+/// (`sextant_client::spread`'s `CHASE_FOR`), so that a directory whose
+/// table is in transit (dropped by its old holder, not yet loaded by its
+/// new one: seconds each when many moves are in flight) is waited for,
+/// not a failed query. (It was 10 s: while the coordinator spread ~1,000
+/// tables onto servers that had joined, `find /` failed with a bare EIO.)
+pub const READ_FOR: Duration = Duration::from_secs(30);
 /// One call's limit.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// A forwarded request's limit (a mutation may wait for a sync and a
@@ -914,6 +924,9 @@ pub struct PeerDirs {
     /// The records kept across searches this search may use and fill
     /// (`None`: none).
     pub checked: Option<Checked>,
+    /// Why a read gave up (the engine's search sees only `EIO`): the
+    /// server ends the search with this reason ([`PeerDirs::gave_up`]).
+    why: parking_lot::Mutex<Option<String>>,
 }
 
 impl ForeignDirs for PeerDirs {
@@ -972,7 +985,9 @@ impl ForeignDirs for PeerDirs {
             for done in answers {
                 let Ok((address, ds, got)) = done else {
                     tracing::warn!("a search's directory read did not finish");
-                    return Err(FsError::Io);
+                    return Err(
+                        self.give_up("a directory read of another server did not finish".into())
+                    );
                 };
                 match got {
                     Ok(a) => {
@@ -989,7 +1004,8 @@ impl ForeignDirs for PeerDirs {
                     }
                     Err(Attempt::Fatal(why)) => {
                         tracing::warn!(%why, "a search cannot read directories of another server");
-                        return Err(FsError::Io);
+                        return Err(self
+                            .give_up(format!("cannot read directories of another server: {why}")));
                     }
                     Err(Attempt::Again(why)) => {
                         last = why;
@@ -1002,7 +1018,7 @@ impl ForeignDirs for PeerDirs {
             }
             if Instant::now() >= deadline {
                 tracing::warn!(why = %last, dirs = retry.len(), "a search gave up reading directories of another server");
-                return Err(FsError::Io);
+                return Err(self.give_up(Self::kept_moving(retry.len(), &last)));
             }
             if pending.is_empty() {
                 std::thread::sleep(RETRY_PAUSE);
@@ -1040,17 +1056,58 @@ impl PeerDirs {
                     Ok(got) => return Ok(got),
                     Err(Attempt::Fatal(why)) => {
                         tracing::warn!(%why, "cannot read {what} on another server");
-                        return Err(FsError::Io);
+                        return Err(
+                            self.give_up(format!("cannot read {what} on another server: {why}"))
+                        );
                     }
                     Err(Attempt::Again(why)) => why,
                 },
             };
             if Instant::now() >= deadline {
                 tracing::warn!(why = %last, ?soid, "gave up reading {what} on another server");
-                return Err(FsError::Io);
+                return Err(self.give_up(Self::kept_moving(1, &last)));
             }
             std::thread::sleep(RETRY_PAUSE);
         }
+    }
+
+    /// A [`PeerDirs`] with nothing kept and no failure yet.
+    pub fn new(
+        peers: Arc<Peers>,
+        placement: Arc<dyn Placement>,
+        runtime: tokio::runtime::Handle,
+        checked: Option<Checked>,
+    ) -> PeerDirs {
+        PeerDirs {
+            peers,
+            placement,
+            runtime,
+            checked,
+            why: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Why a read of this search gave up (the first reason), if one did:
+    /// what the search's error says instead of a bare EIO.
+    pub fn gave_up(&self) -> Option<String> {
+        self.why.lock().clone()
+    }
+
+    /// Notes `why` (the first reason is kept) and returns the engine's
+    /// error for it.
+    fn give_up(&self, why: String) -> FsError {
+        self.why.lock().get_or_insert(why);
+        FsError::Io
+    }
+
+    /// The reason of a read given up after [`READ_FOR`]; `last`: why its
+    /// last attempt failed.
+    fn kept_moving(dirs: usize, last: &str) -> String {
+        format!(
+            "{dirs} directories of another server could not be read for {} s: their tables \
+             kept moving or their holder did not answer (last: {last})",
+            READ_FOR.as_secs()
+        )
     }
 
     /// The current route map (built from the placement's: once per

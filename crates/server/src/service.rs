@@ -1361,11 +1361,13 @@ impl Shared {
                     peers.check_epochs(&shared.engine, shared.placement.as_ref(), &runtime)
                 });
             let remembering = checked.is_some();
-            let peer_dirs = shared.peers.as_ref().map(|peers| crate::peers::PeerDirs {
-                peers: Arc::clone(peers),
-                placement: Arc::clone(&shared.placement),
-                runtime,
-                checked,
+            let peer_dirs = shared.peers.as_ref().map(|peers| {
+                crate::peers::PeerDirs::new(
+                    Arc::clone(peers),
+                    Arc::clone(&shared.placement),
+                    runtime,
+                    checked,
+                )
             });
             let foreign: &(dyn sextant_engine::search::ForeignDirs + Sync) = match &peer_dirs {
                 Some(p) => p,
@@ -1441,7 +1443,16 @@ impl Shared {
                 }
                 Err(e) => (error_batch(error_to_pb(e)), "error"),
             };
-            let _ = tx.blocking_send(Ok(last));
+            // A read of another server's directories that gave up (a
+            // table in transit past `peers::READ_FOR`, a peer that does
+            // not answer) ends the search with its reason, not a bare EIO.
+            if let Some(why) = peer_dirs.as_ref().and_then(|p| p.gave_up()) {
+                let _ = tx.blocking_send(Err(Status::aborted(format!(
+                    "the search could not finish on this server: {why}"
+                ))));
+            } else {
+                let _ = tx.blocking_send(Ok(last));
+            }
             tracing::debug!(
                 target: "sextant::search_timing",
                 queued_us = (started - arrived).as_micros() as u64,

@@ -142,12 +142,7 @@ impl Across {
     ) -> Across {
         Across {
             engine,
-            dirs: PeerDirs {
-                peers,
-                placement,
-                runtime,
-                checked,
-            },
+            dirs: PeerDirs::new(peers, placement, runtime, checked),
             parents: parking_lot::Mutex::new(HashMap::new()),
             routes: parking_lot::Mutex::new(None),
             kept_only,
