@@ -22,6 +22,20 @@
 //!   lease S granted that was live when the change committed is revoked
 //!   (`RevokeDirs`, answered) or has run out ([`DirLeases::settle`]); a
 //!   holder that does not answer costs that change at most one [`LEASE`].
+//! - **Renew in use.** A lease that checks are using is asked again
+//!   before it runs out: a check that finds one with less than
+//!   [`RENEW_WITHIN`] left (or none live) starts a renewal in the
+//!   background (`Peers::renew_soon`: the same epoch check, on a task of
+//!   its own — never a call on the request's path) and goes on under the
+//!   lease it has. The renewal is an ordinary check: the grantor records
+//!   the grant before it reads its epoch, and the holder installs it only
+//!   as [`Held::install`] allows (no revocation since it was sent), so a
+//!   lease is never extended but by its grantor, and a revocation fences a
+//!   renewal in flight as it fences any check. Without it, a lease in
+//!   continuous use lapsed every [`LEASE`] − [`MARGIN`] wherever the checks
+//!   found what they needed in the kept records and this server's tables
+//!   (no call, so no renewal), and each check then walked without them
+//!   (BENCHMARKS, "a path-limited key's leases renewed in use").
 //! - **Drop.** A revocation makes A drop every lease it holds, whoever
 //!   granted it ([`Held::revoke_all`]; directory changes are rare next to
 //!   searches), and no check sent before it may install one.
@@ -54,6 +68,14 @@ pub const LEASE: Duration = Duration::from_secs(2);
 /// A holder counts its lease this much shorter (clocks run at slightly
 /// different rates; the grant is recorded after the request was sent).
 pub const MARGIN: Duration = Duration::from_millis(250);
+/// A lease in use is renewed when less than this is left of it: half of
+/// what a holder counts ([`LEASE`] − [`MARGIN`]), so a renewal has that
+/// long to be answered before the lease lapses.
+pub const RENEW_WITHIN: Duration =
+    Duration::from_millis((LEASE.as_millis() as u64 - MARGIN.as_millis() as u64) / 2);
+/// Renewals start at most this often (a grantor that answers without a
+/// lease, or not at all, is not asked in a loop).
+pub const RENEW_GAP: Duration = Duration::from_millis(100);
 
 /// Whether this server grants leases: yes, unless `SEXTANT_DIR_LEASES=0`
 /// (then every search asks every other server for its epoch, as before
@@ -61,6 +83,15 @@ pub const MARGIN: Duration = Duration::from_millis(250);
 pub fn granting() -> bool {
     static GRANTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *GRANTING.get_or_init(|| std::env::var("SEXTANT_DIR_LEASES").map_or(true, |v| v != "0"))
+}
+
+/// Whether this server renews the leases its checks use before they
+/// lapse (see the module docs): yes, unless `SEXTANT_DIR_LEASE_RENEW=0`
+/// (then a lease is asked again only by a check that found it out, as
+/// before; benchmarks compare both; read once).
+pub fn renewing_in_use() -> bool {
+    static RENEWING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RENEWING.get_or_init(|| std::env::var("SEXTANT_DIR_LEASE_RENEW").map_or(true, |v| v != "0"))
 }
 
 /// Leases a server granted, by the holder's address.
@@ -127,6 +158,14 @@ impl Held {
             .map(|l| l.stamp)
     }
 
+    /// Whether the lease from `from` should be renewed at `now`: none is
+    /// live, or less than [`RENEW_WITHIN`] is left of it.
+    pub fn due(&self, from: &str, now: Instant) -> bool {
+        self.leases
+            .get(from)
+            .is_none_or(|l| l.valid_until <= now + RENEW_WITHIN)
+    }
+
     /// Installs the lease of `lease` that `from` granted at `stamp` in
     /// reply to a check sent at `sent` with `ticket`: not when a
     /// revocation came since the check was sent, nor one too short to
@@ -169,6 +208,10 @@ pub struct DirLeases {
     started: Instant,
     /// Whether the round after a start revoked at every server of the map.
     predecessor_revoked: std::sync::atomic::AtomicBool,
+    /// A renewal in flight ([`DirLeases::begin_renewal`]).
+    renewing: std::sync::atomic::AtomicBool,
+    /// When the last renewal began, in µs after `started` (+1; 0: none).
+    renewed_at: AtomicU64,
 }
 
 /// Revocations sent ([`DirLeases::settle`]) and received.
@@ -188,7 +231,34 @@ impl DirLeases {
             round: tokio::sync::Mutex::new(()),
             started: Instant::now(),
             predecessor_revoked: std::sync::atomic::AtomicBool::new(false),
+            renewing: std::sync::atomic::AtomicBool::new(false),
+            renewed_at: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a renewal of leases in use may begin at `now`: none is in
+    /// flight and none began within [`RENEW_GAP`]. `true` makes this
+    /// caller the renewal, which ends it with [`DirLeases::end_renewal`].
+    pub fn begin_renewal(&self, now: Instant) -> bool {
+        if self.renewing.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let at = u64::try_from(now.saturating_duration_since(self.started).as_micros())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.renewed_at.load(Ordering::Acquire);
+        if last != 0 && at.saturating_sub(last) < RENEW_GAP.as_micros() as u64 {
+            self.renewing.store(false, Ordering::Release);
+            return false;
+        }
+        self.renewed_at.store(at, Ordering::Release);
+        true
+    }
+
+    /// The renewal [`DirLeases::begin_renewal`] began is over (answered
+    /// or not): the next may begin.
+    pub fn end_renewal(&self) {
+        self.renewing.store(false, Ordering::Release);
     }
 
     /// Grants `to` a lease: call before reading the epoch the reply
@@ -359,6 +429,35 @@ mod tests {
         // One sent after it installs.
         assert!(h.install("s", (7, 4), sent, LEASE, h.ticket()));
         assert_eq!(h.live("s", sent), Some((7, 4)));
+    }
+
+    #[test]
+    fn a_lease_is_due_for_renewal_with_less_than_half_left_or_none() {
+        assert_eq!(RENEW_WITHIN * 2, LEASE - MARGIN);
+        let sent = Instant::now();
+        let mut h = Held::default();
+        assert!(h.due("s", sent));
+        assert!(h.install("s", (7, 3), sent, LEASE, h.ticket()));
+        assert!(!h.due("s", sent));
+        let half = sent + RENEW_WITHIN;
+        assert!(!h.due("s", half - Duration::from_millis(1)));
+        assert!(h.due("s", half));
+        assert!(h.live("s", half).is_some());
+        assert!(h.due("s", sent + LEASE));
+        h.revoke_all();
+        assert!(h.due("s", sent));
+    }
+
+    #[test]
+    fn one_renewal_at_a_time_and_not_more_often_than_the_gap() {
+        let leases = DirLeases::new(1);
+        let t0 = leases.started + Duration::from_secs(1);
+        assert!(leases.begin_renewal(t0));
+        assert!(!leases.begin_renewal(t0 + RENEW_GAP * 3));
+        leases.end_renewal();
+        assert!(!leases.begin_renewal(t0 + RENEW_GAP / 2));
+        assert!(leases.begin_renewal(t0 + RENEW_GAP));
+        leases.end_renewal();
     }
 
     #[test]

@@ -293,11 +293,28 @@ impl Peers {
             self.cache.drop_all(engine, Epochs::new());
             return None;
         };
-        if let Some(checked) = self.unchanged(engine, &servers) {
+        self.check_with(engine, &servers, runtime)
+    }
+
+    /// [`Peers::check_epochs`] for the route map's `servers`.
+    fn check_with(
+        self: &Arc<Self>,
+        engine: &Engine,
+        servers: &Arc<Servers>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Option<Checked> {
+        let (unchanged, due) = self.unchanged_due(engine, servers);
+        if let Some(checked) = unchanged {
+            if due {
+                // (One not live is asked below, on this thread.)
+                self.renew_soon(servers);
+            }
             return Some(checked);
         }
-        let (mut epochs, ask) = self.live_epochs(&servers);
+        let (mut epochs, ask) = self.live_epochs(servers);
         if !ask.is_empty() {
+            metrics::counter!("sextant_dir_epoch_asks_total", "by" => "check")
+                .increment(ask.len() as u64);
             let peers = Arc::clone(self);
             let me = servers.me.clone();
             let asked = runtime.block_on(async move {
@@ -334,44 +351,126 @@ impl Peers {
     /// [`Peers::check_epochs`] where it needs no call: every other
     /// server's lease is live (`None`: some server must be asked, or the
     /// map cannot be read — run [`Peers::check_epochs`] on a blocking
-    /// thread). Never waits: for a runtime worker.
-    pub fn check_epochs_kept(&self, engine: &Engine, placement: &dyn Placement) -> Option<Checked> {
+    /// thread). Never waits: for a runtime worker. A lease that is not
+    /// live, or has less than half left, is renewed in the background
+    /// ([`Peers::renew_soon`]), so that checks in continuous use keep
+    /// finding every lease live.
+    pub fn check_epochs_kept(
+        self: &Arc<Self>,
+        engine: &Engine,
+        placement: &dyn Placement,
+    ) -> Option<Checked> {
         let servers = self.servers(engine, placement)?;
-        if let Some(checked) = self.unchanged(engine, &servers) {
+        self.check_kept(engine, &servers)
+    }
+
+    /// [`Peers::check_epochs_kept`] for the route map's `servers`.
+    fn check_kept(self: &Arc<Self>, engine: &Engine, servers: &Arc<Servers>) -> Option<Checked> {
+        let (unchanged, due) = self.unchanged_due(engine, servers);
+        if due {
+            self.renew_soon(servers);
+        }
+        if let Some(checked) = unchanged {
             return Some(checked);
         }
-        let (epochs, ask) = self.live_epochs(&servers);
+        let (epochs, ask) = self.live_epochs(servers);
         if !ask.is_empty() {
             return None;
         }
         self.settle_epochs(engine, epochs)
     }
 
+    /// Renews, on a task of its own, every lease of the other `servers`
+    /// that is not live or has less than [`crate::dir_leases::RENEW_WITHIN`]
+    /// left: the epoch check [`Peers::check_epochs`] makes, whose answer
+    /// installs the lease its grantor granted unless a revocation came
+    /// meanwhile ([`crate::dir_leases::Held::install`]). Nothing when one
+    /// is in flight or began within [`crate::dir_leases::RENEW_GAP`], when
+    /// the map does not name this server (no grantor would grant it),
+    /// outside a runtime, or with `SEXTANT_DIR_LEASE_RENEW=0`. Never waits: a check calls it and goes on.
+    fn renew_soon(self: &Arc<Self>, servers: &Arc<Servers>) {
+        if servers.me.is_empty() || !crate::dir_leases::renewing_in_use() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.leases.begin_renewal(Instant::now()) {
+            return;
+        }
+        /// Ends the renewal however its task ends.
+        struct Renewing(Arc<Peers>);
+        impl Drop for Renewing {
+            fn drop(&mut self) {
+                self.0.leases.end_renewal();
+            }
+        }
+        let renewing = Renewing(Arc::clone(self));
+        let servers = Arc::clone(servers);
+        runtime.spawn(async move {
+            let peers = &renewing.0;
+            let due: Vec<String> = {
+                let held = peers.leases.held.lock();
+                let now = Instant::now();
+                servers
+                    .others
+                    .iter()
+                    .filter(|a| held.due(a, now))
+                    .cloned()
+                    .collect()
+            };
+            metrics::counter!("sextant_dir_epoch_asks_total", "by" => "renewal")
+                .increment(due.len() as u64);
+            let mut set = tokio::task::JoinSet::new();
+            for address in due {
+                let (peers, me) = (Arc::clone(peers), servers.me.clone());
+                set.spawn(async move { peers.epoch_of(&address, &me).await });
+            }
+            while set.join_next().await.is_some() {}
+            drop(renewing);
+        });
+    }
+
     /// The common case of a check, without a copy: every other server's
     /// lease live at the stamp the kept records are valid for, and this
     /// server's epoch unchanged — the current generation as it is.
+    #[cfg(test)]
     fn unchanged(&self, engine: &Engine, servers: &Servers) -> Option<Checked> {
+        self.unchanged_due(engine, servers).0
+    }
+
+    /// [`Peers::unchanged`], and whether some other server's lease is due
+    /// for renewal ([`crate::dir_leases::Held::due`]: not live, or less
+    /// than half left).
+    fn unchanged_due(&self, engine: &Engine, servers: &Servers) -> (Option<Checked>, bool) {
         // (Lock order: `held`, then the cache's state; nothing takes them
         // the other way round.)
         let held = self.leases.held.lock();
+        let now = Instant::now();
+        let due = servers.others.iter().any(|a| held.due(a, now));
         let st = self.cache.state.lock();
         if st.epochs.len() != servers.others.len() + 1
             || st.epochs.get("") != Some(&(incarnation(), engine.dir_epoch()))
         {
-            return None;
+            return (None, due);
         }
-        let now = Instant::now();
         for address in &servers.others {
-            if held.live(address, now)? != *st.epochs.get(address)? {
-                return None;
+            let same = held
+                .live(address, now)
+                .is_some_and(|stamp| st.epochs.get(address).is_some_and(|kept| *kept == stamp));
+            if !same {
+                return (None, due);
             }
         }
         metrics::counter!("sextant_search_epoch_checks_skipped_total")
             .increment(servers.others.len() as u64);
-        Some(Checked {
-            generation: st.generation,
-            epochs: Arc::clone(&st.epochs),
-        })
+        (
+            Some(Checked {
+                generation: st.generation,
+                epochs: Arc::clone(&st.epochs),
+            }),
+            due,
+        )
     }
 
     /// The other servers' epochs as their live leases say, and the
@@ -1297,5 +1396,259 @@ mod tests {
         let asked = generation(&peers);
         assert_ne!(asked.generation, renamed.generation);
         assert!(!peers.cache.known_inside(&asked, root, &[f]));
+    }
+
+    /// A grantor that answers epoch checks alone (`DirChain` with
+    /// `lease_for`), each after `delay`, at epoch 1 of incarnation 9,
+    /// granting `lease_ms`; it counts them.
+    #[derive(Clone)]
+    struct Grantor {
+        asks: Arc<std::sync::atomic::AtomicUsize>,
+        delay: Duration,
+        lease_ms: u32,
+    }
+
+    type Boxed<T> =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+    #[tonic::async_trait]
+    impl pb::sextant_server::Sextant for Grantor {
+        type SessionStream = Boxed<pb::Response>;
+        type SearchStream = Boxed<pb::SearchBatch>;
+        type WatchStream = Boxed<pb::WatchBatch>;
+
+        async fn dir_chain(
+            &self,
+            request: tonic::Request<pb::DirChainRequest>,
+        ) -> Result<tonic::Response<pb::DirChainReply>, tonic::Status> {
+            assert!(!request.get_ref().lease_for.is_empty());
+            self.asks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            Ok(tonic::Response::new(pb::DirChainReply {
+                dir_epoch: 1,
+                incarnation: 9,
+                lease_ms: self.lease_ms,
+                ..Default::default()
+            }))
+        }
+        async fn session(
+            &self,
+            _: tonic::Request<tonic::Streaming<pb::Request>>,
+        ) -> Result<tonic::Response<Self::SessionStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn call(
+            &self,
+            _: tonic::Request<pb::Request>,
+        ) -> Result<tonic::Response<pb::Response>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn search(
+            &self,
+            _: tonic::Request<pb::SearchRequest>,
+        ) -> Result<tonic::Response<Self::SearchStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn recover(
+            &self,
+            _: tonic::Request<pb::RecoverRequest>,
+        ) -> Result<tonic::Response<pb::RecoverReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn watch(
+            &self,
+            _: tonic::Request<pb::WatchRequest>,
+        ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn map(
+            &self,
+            _: tonic::Request<pb::MapRequest>,
+        ) -> Result<tonic::Response<pb::RouteMap>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn revoke_dirs(
+            &self,
+            _: tonic::Request<pb::RevokeDirsRequest>,
+        ) -> Result<tonic::Response<pb::RevokeDirsReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn keys(
+            &self,
+            _: tonic::Request<pb::KeysRequest>,
+        ) -> Result<tonic::Response<pb::KeysReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+        async fn ticket(
+            &self,
+            _: tonic::Request<pb::TicketRequest>,
+        ) -> Result<tonic::Response<pb::TicketReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("grantor"))
+        }
+    }
+
+    impl Grantor {
+        fn new(delay: Duration, lease_ms: u32) -> Grantor {
+            Grantor {
+                asks: Arc::default(),
+                delay,
+                lease_ms,
+            }
+        }
+
+        fn asks(&self) -> usize {
+            self.asks.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        /// Serves on a free port of this runtime: its address.
+        async fn serve(&self) -> String {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let service = pb::sextant_server::SextantServer::new(self.clone());
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            );
+            address
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Polls `f` every 10 ms for up to `within`: whether it came true.
+    async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let until = Instant::now() + within;
+        while Instant::now() < until {
+            if f() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        f()
+    }
+
+    /// A path-limited key's checks in continuous use (one every 20 ms,
+    /// for more than two leases): after the first check's call, every
+    /// check finds the other server's lease live — it is renewed in the
+    /// background before it lapses — and none needs a call on its own
+    /// path. Fails without the renewal: the lease lapses `LEASE − MARGIN`
+    /// after that call, and every check then needs one.
+    #[test]
+    fn a_lease_in_continuous_use_never_lapses() {
+        let rt = runtime();
+        let grantor = Grantor::new(Duration::ZERO, 2000);
+        let b = rt.block_on(grantor.serve());
+        let engine = engine();
+        let peers = Arc::new(Peers::new("secret", None, 0).unwrap());
+        let servers = Arc::new(Servers {
+            others: vec![b.clone()],
+            me: "127.0.0.1:1".into(),
+        });
+        // The first check: no lease yet, so it asks (on a blocking
+        // thread, as `Across::new` does).
+        let first = {
+            let (peers, servers, engine) =
+                (Arc::clone(&peers), Arc::clone(&servers), engine.clone());
+            let handle = rt.handle().clone();
+            rt.block_on(rt.spawn_blocking(move || peers.check_with(&engine, &servers, &handle)))
+                .unwrap()
+                .expect("the first check asked b")
+        };
+        assert_eq!(grantor.asks(), 1);
+        let (misses, checks) = rt.block_on(async {
+            let until = Instant::now() + 2 * crate::dir_leases::LEASE + Duration::from_millis(500);
+            let (mut misses, mut checks) = (0, 0);
+            while Instant::now() < until {
+                match peers.check_kept(&engine, &servers) {
+                    Some(c) => assert_eq!(c.generation, first.generation),
+                    None => misses += 1,
+                }
+                checks += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (misses, checks)
+        });
+        // Without the renewal 109 of 180 miss; a few are allowed for a
+        // runtime starved for most of a half-lease on a loaded machine.
+        assert!(
+            misses <= checks / 20,
+            "{misses} of {checks} checks found no lease live"
+        );
+        // Renewed about once per half lease (~5 here), not at every check
+        // (a loaded machine may delay one; without the renewal: 1).
+        let asks = grantor.asks();
+        assert!((2..=12).contains(&asks), "{asks} epoch checks");
+    }
+
+    /// A renewal is an ordinary epoch check: a revocation received while
+    /// it is in flight makes its answer install nothing (the lease stays
+    /// dropped, the next check needs a call), and a grantor that grants
+    /// no lease is not asked at every check.
+    #[test]
+    fn a_revocation_fences_a_renewal_in_flight() {
+        let rt = runtime();
+        let grantor = Grantor::new(Duration::from_millis(300), 2000);
+        let b = rt.block_on(grantor.serve());
+        let engine = engine();
+        let peers = Arc::new(Peers::new("secret", None, 0).unwrap());
+        let servers = Arc::new(Servers {
+            others: vec![b.clone()],
+            me: "127.0.0.1:1".into(),
+        });
+        // A lease with less than half left, at the stamp the grantor
+        // answers: the check passes and starts a renewal.
+        {
+            let mut held = peers.leases.held.lock();
+            let ticket = held.ticket();
+            let sent = Instant::now() - Duration::from_millis(1200);
+            assert!(held.install(&b, (9, 1), sent, crate::dir_leases::LEASE, ticket));
+        }
+        let (epochs, _) = peers.live_epochs(&servers);
+        peers.settle_epochs(&engine, epochs).unwrap();
+        rt.block_on(async {
+            assert!(peers.check_kept(&engine, &servers).is_some());
+            assert!(eventually(Duration::from_secs(2), || grantor.asks() == 1).await);
+            // b revokes while the renewal waits for its answer.
+            peers.leases.held.lock().revoke_all();
+            assert!(peers.check_kept(&engine, &servers).is_none());
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert_eq!(peers.leases.held.lock().live(&b, Instant::now()), None);
+            // The check after it starts a renewal of its own, which installs.
+            assert!(peers.check_kept(&engine, &servers).is_none());
+            assert!(
+                eventually(Duration::from_secs(2), || {
+                    peers.leases.held.lock().live(&b, Instant::now()).is_some()
+                })
+                .await
+            );
+            assert!(peers.check_kept(&engine, &servers).is_some());
+        });
+
+        // A grantor that answers without a lease: nothing installed, and
+        // asked at most once per `RENEW_GAP` however often checks run.
+        let stingy = Grantor::new(Duration::ZERO, 0);
+        let c = rt.block_on(stingy.serve());
+        let peers = Arc::new(Peers::new("secret", None, 0).unwrap());
+        let servers = Arc::new(Servers {
+            others: vec![c.clone()],
+            me: "127.0.0.1:1".into(),
+        });
+        rt.block_on(async {
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                assert!(peers.check_kept(&engine, &servers).is_none());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
+        assert!(peers.leases.held.lock().live(&c, Instant::now()).is_none());
+        let asks = stingy.asks();
+        assert!((1..=6).contains(&asks), "{asks} epoch checks in 500 ms");
     }
 }

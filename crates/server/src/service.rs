@@ -455,10 +455,16 @@ impl Shared {
             Arc::clone(&self.placement),
             tokio::runtime::Handle::current(),
         ) else {
+            // Some other server's lease not live (a renewal is on its way:
+            // `Peers::check_epochs_kept`), or leases off.
+            metrics::counter!("sextant_confine_kept_walk_misses_total", "why" => "lease")
+                .increment(1);
             return Kept::Unavailable;
         };
         let decided = f(&Walk::across(&self.engine, &across));
         if across.needed_call() {
+            metrics::counter!("sextant_confine_kept_walk_misses_total", "why" => "call")
+                .increment(1);
             Kept::NeedsCall
         } else {
             Kept::Decided(decided.map_err(CheckError::decided))

@@ -114,6 +114,11 @@ struct Figure {
     p50_us: f64,
     server_cpu_us: f64,
     calls: f64,
+    /// The path-limited checks that could not use the records kept under
+    /// leases (`sextant_confine_kept_walk_misses_total`, all servers): a
+    /// lease not live, or a read that needed a call. NaN without
+    /// `--metrics`; 0 from servers that do not count them.
+    misses: f64,
     /// Each server's share of `server_cpu_us` (in `--server-pids` order).
     shares: [f64; MAX_SERVERS],
 }
@@ -121,11 +126,12 @@ struct Figure {
 /// Servers whose CPU shares a [`Figure`] keeps.
 const MAX_SERVERS: usize = 8;
 
-/// The sum of `sextant_auth_calls_total` over the servers' metrics
+/// The sums of `sextant_auth_calls_total` and of
+/// `sextant_confine_kept_walk_misses_total` over the servers' metrics
 /// endpoints `addrs`; NaN if any cannot be read.
-fn admitted_calls(addrs: &[String]) -> f64 {
+fn admitted_calls(addrs: &[String]) -> [f64; 2] {
     use std::io::{Read, Write};
-    let mut total = 0.0;
+    let mut total = [0.0; 2];
     for addr in addrs {
         let text = std::net::TcpStream::connect(addr.as_str()).and_then(|mut c| {
             c.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
@@ -135,12 +141,13 @@ fn admitted_calls(addrs: &[String]) -> f64 {
             Ok(body)
         });
         let Ok(text) = text else {
-            return f64::NAN;
+            return [f64::NAN; 2];
         };
-        total += calls_in(&text);
+        total[0] += calls_in(&text);
+        total[1] += series_sum(&text, "sextant_confine_kept_walk_misses_total");
     }
     if addrs.is_empty() {
-        f64::NAN
+        [f64::NAN; 2]
     } else {
         total
     }
@@ -148,8 +155,16 @@ fn admitted_calls(addrs: &[String]) -> f64 {
 
 /// The sum of the `sextant_auth_calls_total` series in a metrics page.
 fn calls_in(page: &str) -> f64 {
+    series_sum(page, "sextant_auth_calls_total")
+}
+
+/// The sum of the series of the counter `name` in a metrics page.
+fn series_sum(page: &str, name: &str) -> f64 {
     page.lines()
-        .filter(|l| l.starts_with("sextant_auth_calls_total{"))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
 }
@@ -212,6 +227,7 @@ async fn run(
         p50_us: 0.0,
         server_cpu_us: f64::NAN,
         calls: f64::NAN,
+        misses: f64::NAN,
         shares: [f64::NAN; MAX_SERVERS],
     }; 2];
     let mut made: Vec<Vec<Soid>> = vec![Vec::new(); tasks];
@@ -264,7 +280,8 @@ async fn run(
         for (s, c) in shares.iter_mut().zip(&per_server) {
             *s = c / cpu;
         }
-        let calls = admitted_calls(metrics) - calls_before;
+        let after = admitted_calls(metrics);
+        let (calls, misses) = (after[0] - calls_before[0], after[1] - calls_before[1]);
         let mut lat = Vec::new();
         for (w, r) in results.into_iter().enumerate() {
             let (l, soids) = r?;
@@ -278,6 +295,7 @@ async fn run(
             p50_us: median(lat),
             server_cpu_us: cpu / (tasks * items) as f64,
             calls: calls / (tasks * items) as f64,
+            misses,
             shares,
         };
     }
@@ -475,13 +493,16 @@ async fn bench(args: &Args, creds: &DoorCredentials) -> Result<(), String> {
                 .await?;
                 eprintln!(
                     "round {round}, {tasks} tasks, {door}: create {:.0}/s (server {:.1} µs/op, \
-                     {:.2} calls/op), getattr {:.0}/s (server {:.1} µs/op, {:.2} calls/op)",
+                     {:.2} calls/op, {} kept-walk misses), getattr {:.0}/s (server {:.1} µs/op, \
+                     {:.2} calls/op, {} kept-walk misses)",
                     f[0].ops_per_sec,
                     f[0].server_cpu_us,
                     f[0].calls,
+                    f[0].misses,
                     f[1].ops_per_sec,
                     f[1].server_cpu_us,
-                    f[1].calls
+                    f[1].calls,
+                    f[1].misses
                 );
                 if args.server_pids.len() > 1 {
                     let share = |f: &Figure| {
@@ -504,7 +525,7 @@ async fn bench(args: &Args, creds: &DoorCredentials) -> Result<(), String> {
     println!(
         "phase tasks door ops/s(median) p50_us(median) ratio_to_secret(median of rounds) \
          server_cpu_us_per_op(median) cpu_ratio_to_secret(median of rounds) \
-         server_calls_per_op(median)"
+         server_calls_per_op(median) kept_walk_misses(median)"
     );
     for (p, phase) in PHASES.iter().enumerate() {
         for &tasks in &args.tasks {
@@ -525,13 +546,14 @@ async fn bench(args: &Args, creds: &DoorCredentials) -> Result<(), String> {
                     )
                 };
                 println!(
-                    "{phase} {tasks} {door} {:.0} {:.1} {:.3} {:.1} {:.3} {:.3}",
+                    "{phase} {tasks} {door} {:.0} {:.1} {:.3} {:.1} {:.3} {:.3} {:.0}",
                     median(mine.iter().map(|r| r.3[p].ops_per_sec).collect()),
                     median(mine.iter().map(|r| r.3[p].p50_us).collect()),
                     ratio(|f| f.ops_per_sec),
                     median(mine.iter().map(|r| r.3[p].server_cpu_us).collect()),
                     ratio(|f| f.server_cpu_us),
                     median(mine.iter().map(|r| r.3[p].calls).collect()),
+                    median(mine.iter().map(|r| r.3[p].misses).collect()),
                 );
             }
         }
@@ -565,6 +587,13 @@ mod tests {
             sextant_auth_calls_total{transport=\"unix\",caller=\"kernel\"} 3\n\
             sextant_auth_refused_total{reason=\"secret\"} 100\n";
         assert_eq!(calls_in(page), 15.0);
+        let page = "sextant_confine_kept_walk_misses_total{why=\"lease\"} 7\n\
+            sextant_confine_kept_walk_misses_total{why=\"call\"} 2\n\
+            sextant_confine_kept_walk_misses_total_other 100\n";
+        assert_eq!(
+            series_sum(page, "sextant_confine_kept_walk_misses_total"),
+            9.0
+        );
     }
 
     #[test]
