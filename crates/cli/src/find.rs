@@ -1212,6 +1212,22 @@ async fn open_session(
     mounts: &[mounts::Mount],
     cwd: &std::path::Path,
 ) -> Result<Session> {
+    open_session_with(cli, paths, mounts, cwd, true).await
+}
+
+/// [`open_session`]; `follow_owner` false: the session stays with the
+/// server asked even where another holds every table — for searches that
+/// server gathers from the others (`SearchSpec::gatherable`, asked as
+/// such by the client library), which need no route map here (finding
+/// the owner fetches the whole map: a route per run of one server's
+/// tables, per command).
+async fn open_session_with(
+    cli: &Cli,
+    paths: &[String],
+    mounts: &[mounts::Mount],
+    cwd: &std::path::Path,
+    follow_owner: bool,
+) -> Result<Session> {
     let mut server = cli.server.clone();
     if server.is_none() && !cli.local {
         let mut found: Option<String> = None;
@@ -1239,6 +1255,9 @@ async fn open_session(
         .clone()
         .unwrap_or_else(crate::session::default_data);
     let mut session = Session::open(search_target(cli, &data, server.as_deref())).await?;
+    if !follow_owner {
+        return Ok(session);
+    }
     // A search is sent to one server, which holds no table at all in a
     // cluster where another holds everything: send it to that one. (When
     // several servers hold tables, the client asks them all at once.)

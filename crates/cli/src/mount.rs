@@ -126,6 +126,47 @@ fn refuse_stacking(mountpoint: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The frame door of the server at `addr` (`sextant_proto::frames`) for
+/// the mount's lanes, when the server is on this machine: beside the
+/// socket of a `unix:` address; for a loopback address, beside the data
+/// directory's `sextant.sock` (a server's default socket off the default
+/// address) or the local server's socket (`$SEXTANT_SOCKET`, the config,
+/// the server's record) — the first whose door is there (the client
+/// checks that it is the server at `addr`, else uses the Session
+/// stream). `SEXTANT_FRAME_DOOR=off`: none.
+fn frame_door_for(cli: &Cli, addr: &str) -> Option<std::path::PathBuf> {
+    if std::env::var("SEXTANT_FRAME_DOOR").is_ok_and(|v| v == "off") {
+        return None;
+    }
+    let sockets = match sextant_client::unix_path(addr) {
+        Some(p) => vec![p],
+        None => {
+            let loopback = addr
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.ip().is_loopback())
+                || addr.starts_with("localhost:");
+            if !loopback {
+                return None;
+            }
+            let in_data = cli
+                .data
+                .clone()
+                .map(|d| d.join(sextant_server::local_socket::IN_DATA));
+            in_data
+                .into_iter()
+                .chain(cli.socket.iter().cloned())
+                .collect()
+        }
+    };
+    sockets
+        .iter()
+        .map(|s| sextant_proto::frames::door_path(s))
+        .find(|d| {
+            use std::os::unix::fs::FileTypeExt;
+            std::fs::metadata(d).is_ok_and(|m| m.file_type().is_socket())
+        })
+}
+
 pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
     let child = std::env::var_os(CHILD_ENV).is_some();
     if !child {
@@ -167,6 +208,7 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> Result<()> {
         .unwrap_or_else(|| sextant_proto::DEFAULT_LISTEN.to_string());
     cfg.fsname = format!("sextant:{addr}");
     let secret = crate::session::secret_for_server(cli, &addr)?;
+    cfg.frame_door = frame_door_for(cli, &addr);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1977,17 +1977,199 @@ fn a_spread_search_resolves_its_starting_point_once() {
         (String::from_utf8(out.stdout).unwrap(), resolved, err)
     };
     for d in ["/d2", "/d5"] {
+        // (Once: by the server asked, which gathers the depth-0 search of
+        // the starting point; the search below starts at its SOID.)
         let (out, n, err) = timed(&["find", d, "-name", "f1"]);
         assert_eq!(out.trim(), format!("{d}/f1"), "{err}");
-        assert_eq!(n, 1, "find {d}: the path resolved {n} times: {err}");
+        assert_eq!(n, 0, "find {d}: the path resolved {n} times here: {err}");
+        // (`stats` and `du`: none here — the server asked resolves it
+        // once per search it gathers, `totals_on_a_spread_cluster_…`.)
         let (out, n, err) = timed(&["--json", "stats", d]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["total"]["count"].as_u64(), Some(7), "{out}");
-        assert_eq!(n, 1, "stats {d}: the path resolved {n} times: {err}");
+        assert_eq!(n, 0, "stats {d}: the path resolved {n} times here: {err}");
         let (out, n, err) = timed(&["du", d]);
         assert!(out.contains("7 entries"), "{out}");
-        assert_eq!(n, 1, "du {d}: the path resolved {n} times: {err}");
+        assert_eq!(n, 0, "du {d}: the path resolved {n} times here: {err}");
     }
+}
+
+/// Issue 21 (totals across servers): `stats` and `du` on a cluster whose
+/// namespace is spread are answered by the server asked, which gathers
+/// every server's part itself (`SearchRequest.gather`): the command
+/// fetches no route map, resolves no path itself and asks no other server
+/// (the client's timing marks: no `Map`, no part, a gathered answer) —
+/// before, each command fetched the map, resolved its path and opened a
+/// connection to every server. The totals stay exact: as root, for a
+/// caller who may not list a 0700 directory, for a key limited to a
+/// subtree, and while tables move between the servers.
+#[test]
+fn totals_on_a_spread_cluster_are_gathered_by_the_server_asked() {
+    let Some((dir, etcd)) = dir_and_etcd_for_users() else {
+        return;
+    };
+    let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
+    for d in 0..8 {
+        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
+        let files: Vec<String> = (0..6).map(|f| format!("/d{d}/f{f}")).collect();
+        let mut args = vec!["touch"];
+        args.extend(files.iter().map(String::as_str));
+        sextant_ok(&a_addr, &secret, &args);
+    }
+    sextant_ok(&a_addr, &secret, &["chmod", "700", "/d3"]);
+    sextant_ok(&a_addr, &secret, &["chmod", "777", "/d4"]);
+    sextant_ok(&a_addr, &secret, &["chown", "1000", "/d4/f0", "/d4/f1"]);
+    let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
+    let _b = KillOnDrop(b);
+    wait_tables_on_both(&etcd.url, &secret);
+    // (stdout, route maps fetched, parts asked by the client, gathered
+    // answers, stderr)
+    let timed = |cmd: &mut Command| {
+        let out = cmd.env("SEXTANT_SEARCH_TIMING", "1").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let count = |what: &dyn Fn(&str) -> bool| err.lines().filter(|l| what(l)).count();
+        let maps = count(&|l| l.contains("Map from") && l.ends_with("answered"));
+        let parts = count(&|l| l.contains("part ") && l.ends_with(": asked"));
+        let gathered = count(&|l| l.contains("gathered answer in"));
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            maps,
+            parts,
+            gathered,
+            err,
+        )
+    };
+    let as_root = |args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(["--server", &a_addr, "--data"])
+            .arg(&secret)
+            .args(args);
+        timed(&mut c)
+    };
+    let json_count = |out: &str| -> u64 {
+        let v: serde_json::Value = serde_json::from_str(out).unwrap();
+        v["total"]["count"].as_u64().unwrap()
+    };
+    // (scope, entries at and below it as root)
+    for (scope, want) in [("/", 1 + 8 + 48), ("/d2", 7), ("/d3", 7), ("/d5", 7)] {
+        let (out, maps, parts, gathered, err) = as_root(&["--json", "stats", scope]);
+        assert_eq!(json_count(&out), want, "stats {scope}: {err}");
+        let (out, m, p, g, err) = as_root(&["du", scope]);
+        assert!(
+            out.contains(&format!("\t{want} entries")),
+            "du {scope}: {out} {err}"
+        );
+        let (out, m2, p2, g2, err2) = as_root(&["--json", "stats", "--by", "user", scope]);
+        assert_eq!(json_count(&out), want, "stats --by user {scope}: {err2}");
+        for (what, maps, parts, gathered, err) in [
+            ("stats", maps, parts, gathered, &err),
+            ("du", m, p, g, &err),
+            ("stats --by user", m2, p2, g2, &err2),
+        ] {
+            assert_eq!(
+                (maps, parts),
+                (0, 0),
+                "{what} {scope}: route maps fetched, parts asked by the client: {err}"
+            );
+            // (The totals below; the starting point too, asked at once.)
+            assert!(gathered >= 1, "{what} {scope}: nothing gathered: {err}");
+        }
+    }
+    // Owners: two files of /d4 are uid 1000's.
+    let (out, ..) = as_root(&["--json", "stats", "--by", "user", "/d4"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let of_1000 = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["uid"].as_u64() == Some(1000))
+        .map(|g| g["count"].as_u64().unwrap());
+    assert_eq!(of_1000, Some(2), "{out}");
+    // A user who may not list /d3: its entries are not counted.
+    let key = user_key(dir.path(), &a_addr, &secret, "u1000");
+    let user = |args: &[&str]| {
+        let mut c = common::cli_with_key(&a_addr, &key, 1000, dir.path());
+        c.args(args);
+        timed(&mut c)
+    };
+    let (out, maps, parts, _, err) = user(&["--json", "stats", "/"]);
+    assert_eq!(
+        json_count(&out),
+        1 + 8 + 48 - 6,
+        "stats / as uid 1000: {err}"
+    );
+    assert_eq!((maps, parts), (0, 0), "{err}");
+    let (out, ..) = user(&["--json", "stats", "/d4"]);
+    assert_eq!(json_count(&out), 7, "{out}");
+    // A key limited to /d5: `stats /` counts its subtree only.
+    let k5 = dir.path().join("d5.key");
+    sextant_ok(
+        &a_addr,
+        &secret,
+        &[
+            "auth",
+            "add",
+            "d5",
+            "--path",
+            "/d5",
+            "--out",
+            k5.to_str().unwrap(),
+        ],
+    );
+    std::fs::set_permissions(&k5, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let limited = |args: &[&str]| {
+        let mut c = common::cli_with_key(&a_addr, &k5, 0, dir.path());
+        c.args(args);
+        timed(&mut c)
+    };
+    let (out, _, parts, _, err) = limited(&["--json", "stats", "/"]);
+    assert_eq!(
+        json_count(&out),
+        7,
+        "stats / with a key limited to /d5: {err}"
+    );
+    assert_eq!(parts, 0, "{err}");
+    let (out, ..) = limited(&["du", "/d5"]);
+    assert!(out.contains("\t7 entries"), "{out}");
+    // While tables move between the servers: every answer exact.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mover = {
+        let (stop, url, secret_file) = (
+            std::sync::Arc::clone(&stop),
+            etcd.url.clone(),
+            secret.join("secret"),
+        );
+        std::thread::spawn(move || {
+            let mut moves = 0;
+            for round in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                for d in [1, 2, 5, 6] {
+                    let to = if (round + d) % 2 == 0 { "a" } else { "b" };
+                    let out = Command::new(BIN)
+                        .args(["cluster", "move", &format!("/d{d}"), to, "--etcd", &url])
+                        .env("SEXTANT_SECRET_FILE", &secret_file)
+                        .output()
+                        .unwrap();
+                    moves += usize::from(out.status.success());
+                }
+            }
+            moves
+        })
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    let mut asked = 0;
+    while std::time::Instant::now() < until {
+        for (scope, want) in [("/", 1 + 8 + 48), ("/d2", 7), ("/d5", 7)] {
+            let (out, _, _, _, err) = as_root(&["--json", "stats", scope]);
+            assert_eq!(json_count(&out), want, "stats {scope} during moves: {err}");
+            asked += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let moves = mover.join().unwrap();
+    assert!(moves > 0 && asked > 0, "{moves} moves, {asked} queries");
 }
 
 /// Issue 21: a command fetches the route map only when it needs it. The

@@ -16,6 +16,7 @@
 //! [`backup`] and [`Client::backup_stats`].
 
 pub mod backup;
+mod frames;
 mod route;
 mod search;
 pub mod spool;
@@ -135,6 +136,16 @@ pub struct Options {
     /// ticket), and so does a client that finds backups spooled for
     /// another server (it needs the map to hand them back).
     pub routes_at_connect: bool,
+    /// The server's frame door (`sextant_proto::frames`: the socket
+    /// beside its Unix socket), for requests to this client's own server:
+    /// when it answers, and admits this client (not with a client key; not
+    /// a log-less server), each call writes its request and reads its
+    /// response on the calling thread — no HTTP/2, no tasks; else the
+    /// Session stream. Only for a client whose calls run on a
+    /// calling-thread runtime of their own (a call blocks its thread for
+    /// the round trip): see [`Client::sibling_with_frame_door`]. Reached
+    /// over TCP, the door must name the same address.
+    pub frame_door: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -149,6 +160,7 @@ impl Default for Options {
             backup_dir: None,
             tickets: true,
             routes_at_connect: true,
+            frame_door: None,
         }
     }
 }
@@ -166,11 +178,24 @@ struct Pending {
     closed: bool,
 }
 
-/// One Session stream.
+/// One session with a server: a Session stream, or a frame door
+/// connection ([`frames`]).
 struct Conn {
-    tx: mpsc::Sender<pb::Request>,
-    pending: Arc<Mutex<Pending>>,
+    wire: Wire,
     dead: Arc<AtomicBool>,
+}
+
+/// How a [`Conn`]'s requests travel.
+enum Wire {
+    /// Multiplexed on a Session stream: sent to its task, replies matched
+    /// by id.
+    Session {
+        tx: mpsc::Sender<pb::Request>,
+        pending: Arc<Mutex<Pending>>,
+    },
+    /// One at a time on the frame door, on the calling thread (an async
+    /// lock: two calls of one client on its runtime take turns).
+    Frames(tokio::sync::Mutex<frames::FrameLane>),
 }
 
 /// Mutations in flight per client. The server remembers a reply until
@@ -917,11 +942,25 @@ impl Client {
     /// unanswered ping; a call on a dropped session reconnects and retries,
     /// so this costs time, not correctness).
     pub async fn sibling(&self) -> Result<Client> {
+        self.sibling_with_frame_door(self.inner.options.frame_door.clone())
+            .await
+    }
+
+    /// [`Client::sibling`] whose requests to this server go through its
+    /// frame door `door` when it answers ([`Options::frame_door`]).
+    /// REQUIRES (with a door): the sibling is called only on a
+    /// calling-thread runtime whose thread may block for a round trip (a
+    /// mount's lane).
+    pub async fn sibling_with_frame_door(
+        &self,
+        door: Option<std::path::PathBuf>,
+    ) -> Result<Client> {
         let options = Options {
             client_id: match self.inner.options.client_id {
                 Some(0) => Some(0),
                 _ => None,
             },
+            frame_door: door,
             ..self.inner.options.clone()
         };
         // Log-less backups are the family's, not the sibling's: a sibling
@@ -952,6 +991,16 @@ impl Client {
 
     pub fn addr(&self) -> &str {
         &self.inner.addr
+    }
+
+    /// Whether this client's live session with its own server is on the
+    /// frame door ([`Options::frame_door`]).
+    pub fn on_frame_door(&self) -> bool {
+        self.inner.home.conn.try_lock().is_ok_and(|c| {
+            c.as_ref().is_some_and(|c| {
+                matches!(c.wire, Wire::Frames(_)) && !c.dead.load(Ordering::Acquire)
+            })
+        })
     }
 
     pub fn client_id(&self) -> u64 {
@@ -1279,6 +1328,30 @@ impl Client {
 
     async fn open_session(&self, link: &route::Link) -> Result<Conn> {
         let home = std::ptr::eq(link, &*self.inner.home);
+        if let (true, Some(door), None) = (home, &self.inner.options.frame_door, &self.inner.key) {
+            let secret = self
+                .inner
+                .secret
+                .as_ref()
+                .and_then(|s| s.to_str().ok())
+                .unwrap_or("");
+            let expect = unix_path(&link.addr)
+                .is_none()
+                .then_some(link.addr.as_str());
+            match frames::FrameLane::open(door, secret, expect, self.inner.options.connect_timeout)
+                .await
+            {
+                Ok(lane) => {
+                    return Ok(Conn {
+                        wire: Wire::Frames(tokio::sync::Mutex::new(lane)),
+                        dead: Arc::default(),
+                    })
+                }
+                Err(why) => {
+                    tracing::debug!(door = %door.display(), why, "the frame door is not used");
+                }
+            }
+        }
         let unavailable = |reason: String| Error::Unavailable {
             addr: link.addr.clone(),
             reason,
@@ -1396,7 +1469,10 @@ impl Client {
                 }
             }
         });
-        Ok(Conn { tx, pending, dead })
+        Ok(Conn {
+            wire: Wire::Session { tx, pending },
+            dead,
+        })
     }
 
     /// The home server's backups of run `incarnation` are of no more use:
@@ -1651,45 +1727,63 @@ impl Client {
                         // Every attempt says what this client still needs.
                         req.acked_below = self.inner.outstanding.lock().acked_below();
                     }
-                    let (wtx, wrx) = oneshot::channel();
-                    let registered = {
-                        let mut pending = conn.pending.lock();
-                        if !pending.closed {
-                            pending.waiters.insert(req.id, wtx);
-                        }
-                        !pending.closed
-                    };
                     let remaining = self
                         .inner
                         .options
                         .retry_for
                         .saturating_sub(started.elapsed());
-                    if !registered || conn.tx.send(req.clone()).await.is_err() {
-                        conn.pending.lock().waiters.remove(&req.id);
-                        conn.dead.store(true, Ordering::Release);
-                        Error::Unavailable {
+                    // A server that never answers must not hang the
+                    // caller: give up after the retry budget.
+                    let no_reply = || Error::Unavailable {
+                        addr: link.addr.clone(),
+                        reason: format!("no reply within {:?}", self.inner.options.retry_for),
+                    };
+                    // `None`: not sent (the session closed).
+                    let reply = match &conn.wire {
+                        Wire::Frames(lane) => {
+                            // On its way (written whole, or the connection
+                            // is broken): see `track_sending`.
+                            let _ = SENT.try_with(|sent| sent.store(true, Ordering::Release));
+                            match lane.lock().await.round_trip(&req, remaining).await {
+                                Ok(resp) => Some(Ok(Ok(resp))),
+                                Err(frames::Failed::TimedOut) => return Err(no_reply()),
+                                Err(frames::Failed::Broken(why)) => {
+                                    Some(Ok(Err(Status::unavailable(why))))
+                                }
+                            }
+                        }
+                        Wire::Session { tx, pending } => {
+                            let (wtx, wrx) = oneshot::channel();
+                            let registered = {
+                                let mut pending = pending.lock();
+                                if !pending.closed {
+                                    pending.waiters.insert(req.id, wtx);
+                                }
+                                !pending.closed
+                            };
+                            if !registered || tx.send(req.clone()).await.is_err() {
+                                pending.lock().waiters.remove(&req.id);
+                                conn.dead.store(true, Ordering::Release);
+                                None
+                            } else {
+                                // On its way: see `track_sending`.
+                                let _ = SENT.try_with(|sent| sent.store(true, Ordering::Release));
+                                match tokio::time::timeout(remaining, wrx).await {
+                                    Ok(r) => Some(r),
+                                    Err(_) => {
+                                        pending.lock().waiters.remove(&req.id);
+                                        return Err(no_reply());
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    match reply {
+                        None => Error::Unavailable {
                             addr: link.addr.clone(),
                             reason: "the session closed".into(),
-                        }
-                    } else {
-                        // On its way: see `track_sending`.
-                        let _ = SENT.try_with(|sent| sent.store(true, Ordering::Release));
-                        // A server that never answers must not hang the
-                        // caller: give up after the retry budget.
-                        let reply = match tokio::time::timeout(remaining, wrx).await {
-                            Ok(r) => r,
-                            Err(_) => {
-                                conn.pending.lock().waiters.remove(&req.id);
-                                return Err(Error::Unavailable {
-                                    addr: link.addr.clone(),
-                                    reason: format!(
-                                        "no reply within {:?}",
-                                        self.inner.options.retry_for
-                                    ),
-                                });
-                            }
-                        };
-                        match reply {
+                        },
+                        Some(reply) => match reply {
                             Ok(Ok(resp)) if resp.wrong_server.is_some() => {
                                 self.inner.wrong_server.fetch_add(1, Ordering::Relaxed);
                                 // A new map only when the server's is newer
@@ -1817,7 +1911,7 @@ impl Client {
                                     reason: "the session closed".into(),
                                 }
                             }
-                        }
+                        },
                     }
                 }
                 Err(Error::Auth) if self.ticket_refused(&link) => continue,

@@ -55,6 +55,9 @@ enum Source {
     One(Box<One>),
     /// Several servers' streams, merged ([`crate::spread`]).
     Spread(crate::spread::Merged),
+    /// A search gathered by the server asked, read whole already
+    /// ([`Client::gathered`]): its hits, batch by batch.
+    Gathered(std::collections::VecDeque<Vec<SearchHit>>),
 }
 
 /// One server's search stream.
@@ -99,9 +102,19 @@ impl Again {
             .await;
         Some(fresh.and_then(|s| match s.source {
             Source::One(one) => Ok(one.stream),
-            Source::Spread(_) => Err(bad_reply("a spread search for one server")),
+            Source::Spread(_) | Source::Gathered(_) => {
+                Err(bad_reply("a spread search for one server"))
+            }
         }))
     }
+}
+
+/// Whether totals and scope roots are asked gathered (see
+/// [`Client::search`]): yes, unless `SEXTANT_SEARCH_GATHER=0` (benchmarks
+/// compare both in one run; read once).
+fn gathering() -> bool {
+    static GATHERING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GATHERING.get_or_init(|| std::env::var("SEXTANT_SEARCH_GATHER").map_or(true, |v| v != "0"))
 }
 
 /// How long the end of a search's stream is waited for after its `done`
@@ -133,6 +146,7 @@ impl SearchStream {
     pub async fn next_batch(&mut self) -> Result<Option<Vec<SearchHit>>> {
         let one = match &mut self.source {
             Source::One(one) => one,
+            Source::Gathered(batches) => return Ok(batches.pop_front()),
             Source::Spread(merged) => {
                 if self.done.is_some() {
                     return Ok(None);
@@ -246,6 +260,20 @@ impl Client {
     /// spread over several servers, every server searches its part at
     /// once and the answers are merged ([`crate::spread`]).
     pub async fn search(&self, cred: &Credentials, spec: &SearchSpec) -> Result<SearchStream> {
+        // Totals, or the scope root alone: the home server answers for
+        // every server (one call; see `SearchRequest.gather`). Spread here
+        // only when it did not (an older server) or could not (a server
+        // it could not reach: nothing was answered yet).
+        if gathering() && spec.gatherable() {
+            match self.gathered(cred, spec).await {
+                Ok(Some(stream)) => return Ok(stream),
+                Ok(None) => {}
+                Err(e @ (Error::Unavailable { .. } | Error::Protocol(_))) => {
+                    crate::timing::mark(|| format!("gathered search failed ({e}): spread here"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if spec.ranges.is_empty() {
             if let Some(map) = self.spread_map().await {
                 let merged = crate::spread::Merged::start(self, cred, spec, map).await?;
@@ -268,6 +296,35 @@ impl Client {
             });
         }
         Ok(stream)
+    }
+
+    /// `spec` asked of the home server to gather for the whole namespace
+    /// and read to its end: `None` when the server did not gather it
+    /// (an older one; its answer is dropped). Totals carry no hits, the
+    /// scope root alone one: all are held until the end, so a search
+    /// that fails halfway has handed out nothing.
+    async fn gathered(
+        &self,
+        cred: &Credentials,
+        spec: &SearchSpec,
+    ) -> Result<Option<SearchStream>> {
+        crate::timing::mark(|| "search: asking the home server to gather".into());
+        let mut ask = spec.clone();
+        ask.gather = true;
+        let mut s = self.search_at(None, cred, &ask).await?;
+        let mut batches = std::collections::VecDeque::new();
+        while let Some(b) = s.next_batch().await? {
+            batches.push_back(b);
+        }
+        crate::timing::mark(|| "search: gathered answer in".into());
+        match s.done.take() {
+            Some(done) if done.gathered => Ok(Some(SearchStream {
+                source: Source::Gathered(batches),
+                groups: Vec::new(),
+                done: Some(done),
+            })),
+            _ => Ok(None),
+        }
     }
 
     /// The route map when it names more than one server (`None`: one

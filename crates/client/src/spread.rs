@@ -38,6 +38,14 @@
 //! after some of its hits were passed on fails the query (asked again,
 //! they would be doubled).
 //!
+//! Totals (`count_only`, `group_by`) and the scope root alone (depth 0)
+//! are not spread here first: the home server is asked to gather them
+//! (`SearchRequest.gather`, the server's `service::gather`), which it does
+//! the same way with its own route map and the channels it keeps to the
+//! others — one call for the client instead of a route map, a `Resolve`
+//! and a connection per server. Only when it does not (an older server)
+//! or cannot (a server unreachable) does the client spread them itself.
+//!
 //! Invariants: the merged stream ends with `Done` only when every range
 //! was searched by some server; any server's failure fails the query (no
 //! silently partial answer). Dropping the stream cancels every server's

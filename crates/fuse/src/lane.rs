@@ -75,16 +75,27 @@ pub struct Lanes {
     owner: u64,
     shared: Client,
     rt: tokio::runtime::Handle,
+    /// The server's frame door, if the mount may use it (see
+    /// `MountConfig::frame_door`).
+    frame_door: Option<std::path::PathBuf>,
 }
 
 impl Lanes {
     /// `shared` runs on `rt` (a multi-thread runtime); lanes are made from
-    /// it with `Client::sibling`.
-    pub fn new(shared: Client, rt: tokio::runtime::Handle) -> Lanes {
+    /// it with `Client::sibling_with_frame_door`: a lane's requests to the
+    /// server go through `frame_door` when it answers (each on the lane's
+    /// thread, which blocks for the round trip — it would wait for the
+    /// reply anyway), else through a Session stream of its own.
+    pub fn new(
+        shared: Client,
+        rt: tokio::runtime::Handle,
+        frame_door: Option<std::path::PathBuf>,
+    ) -> Lanes {
         Lanes {
             owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             shared,
             rt,
+            frame_door,
         }
     }
 
@@ -169,7 +180,7 @@ impl Lanes {
         let connected = rt.block_on(async {
             tokio::select! {
                 biased;
-                c = self.shared.sibling() => Some(c),
+                c = self.shared.sibling_with_frame_door(self.frame_door.clone()) => Some(c),
                 _ = stop() => None,
             }
         })?;

@@ -97,6 +97,11 @@ pub struct MountConfig {
     /// -l`, `du` and `find` need no lookup per entry); only on a coherent
     /// mount (watching, nonzero timeouts).
     pub readdirplus: ReaddirPlus,
+    /// The server's frame door (`sextant_proto::frames`), when the server
+    /// is on this machine: each FUSE thread's lane sends its requests
+    /// there, on the thread itself, if it answers (else over a Session
+    /// stream of its own). `None`: Session streams.
+    pub frame_door: Option<PathBuf>,
 }
 
 /// When the kernel asks for READDIRPLUS instead of READDIR.
@@ -126,6 +131,7 @@ impl MountConfig {
             watch: true,
             root: Soid::ROOT,
             readdirplus: ReaddirPlus::default(),
+            frame_door: None,
         }
     }
 }
@@ -170,7 +176,7 @@ pub fn mount(
     let stopper = client.clone();
     let unalias = unalias::Unalias::default();
     let fs = fs::SextantFs {
-        lanes: lane::Lanes::new(client, rt.clone()),
+        lanes: lane::Lanes::new(client, rt.clone(), cfg.frame_door.clone()),
         groups: groups::GroupCache::new(groups::DEFAULT_TTL),
         dirs: dirs::DirHandles::default(),
         nodes: Arc::clone(&nodes),

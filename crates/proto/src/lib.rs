@@ -10,6 +10,7 @@ pub mod pb {
 }
 
 mod convert;
+pub mod frames;
 pub mod keyauth;
 pub mod route;
 pub mod search;

@@ -163,6 +163,9 @@ pub struct SearchSpec {
     /// Run on the server at this address, through the one asked (empty:
     /// there). See `SearchRequest.forward_to`.
     pub forward_to: String,
+    /// Answered for the whole namespace by the server asked (see
+    /// `SearchRequest.gather`).
+    pub gather: bool,
 }
 
 impl SearchSpec {
@@ -178,6 +181,7 @@ impl SearchSpec {
             group_by: None,
             ranges: Vec::new(),
             forward_to: String::new(),
+            gather: false,
         }
     }
 
@@ -187,6 +191,19 @@ impl SearchSpec {
             0 => usize::MAX,
             n => usize::try_from(n).unwrap_or(usize::MAX),
         }
+    }
+
+    /// Whether a server gathers this search for the whole namespace when
+    /// asked (`SearchRequest.gather`): totals (`count_only`, `group_by`)
+    /// of every match (no limit), or the scope root alone (a depth limit
+    /// of 0: at most one hit, whatever the limit); unsorted, and not a
+    /// part of a spread search already (`ranges`, `forward_to`).
+    pub fn gatherable(&self) -> bool {
+        self.ranges.is_empty()
+            && self.forward_to.is_empty()
+            && self.sort.is_none()
+            && ((self.engine_limit() == usize::MAX && (self.count_only || self.group_by.is_some()))
+                || sextant_engine::search::plan(&self.expr).max_depth == 0)
     }
 
     pub fn batch(&self) -> usize {
@@ -245,6 +262,8 @@ pub struct SearchDone {
     pub tables_summarized: u64,
     /// Ranges asked but held by other servers (not searched here).
     pub not_held: Vec<SoidRange>,
+    /// The whole namespace's answer (`SearchDone.gathered`).
+    pub gathered: bool,
 }
 
 fn bytes_field(b: &[u8], max: usize, what: &str) -> Result<(), QueryError> {
@@ -455,6 +474,7 @@ pub fn spec_to_pb(spec: &SearchSpec, cred: &Credentials) -> pb::SearchRequest {
         group_by: spec.group_by.map(|g| group_by_to_pb(g) as i32),
         ranges: spec.ranges.iter().map(span_to_pb).collect(),
         forward_to: spec.forward_to.clone(),
+        gather: spec.gather,
     }
 }
 
@@ -542,6 +562,7 @@ pub fn done_to_pb(d: &SearchDone) -> pb::SearchDone {
         tables_out_of_scope: d.tables_out_of_scope,
         tables_summarized: d.tables_summarized,
         not_held: d.not_held.iter().map(span_to_pb).collect(),
+        gathered: d.gathered,
     }
 }
 
@@ -559,6 +580,7 @@ pub fn done_from_pb(d: pb::SearchDone) -> SearchDone {
         tables_out_of_scope: d.tables_out_of_scope,
         tables_summarized: d.tables_summarized,
         not_held: d.not_held.iter().filter_map(span_from_pb).collect(),
+        gathered: d.gathered,
     }
 }
 
@@ -747,6 +769,7 @@ pub fn spec_from_pb(r: pb::SearchRequest) -> Result<(Credentials, SearchSpec), Q
         group_by: r.group_by.map(group_by_from_pb).transpose()?,
         ranges,
         forward_to: r.forward_to,
+        gather: r.gather,
     };
     spec.validate()?;
     Ok((cred, spec))
@@ -770,6 +793,7 @@ mod tests {
             tables_out_of_scope: 6,
             tables_summarized: 7,
             not_held: vec![SoidRange::ALL],
+            gathered: true,
         };
         assert_eq!(done_from_pb(done_to_pb(&d)), d);
     }

@@ -21,6 +21,10 @@
 //!   database gives that user ([`GroupDb`], `getgrouplist`, as NFS's
 //!   `manage-gids`) — whatever the request claims. A claim other than that
 //!   identity is counted and logged (target `audit`), and ignored.
+//!   The socket's frame door (`crate::frame_door`, a second socket beside
+//!   it) admits its connections by the same rule, in the same code
+//!   ([`frame_caller`]), from the secret of the connection's first frame
+//!   (no client keys there).
 //! - **Identity tickets** (on a cluster, so that a local user's client
 //!   reaches every server directly, not through its own server's
 //!   forwarding): a [`Caller::Kernel`] peer of the Unix socket may ask for
@@ -338,9 +342,17 @@ enum SecretGiven {
 }
 
 fn secret_given(req: &Request<()>, secret: &[u8]) -> SecretGiven {
-    match req.metadata().get(SECRET_METADATA) {
+    secret_in(
+        req.metadata().get(SECRET_METADATA).map(|v| v.as_bytes()),
+        secret,
+    )
+}
+
+/// What a secret presented (`None`: none) says.
+fn secret_in(given: Option<&[u8]>, secret: &[u8]) -> SecretGiven {
+    match given {
         None => SecretGiven::Absent,
-        Some(v) if secret::equal(v.as_bytes(), secret) => SecretGiven::Right,
+        Some(v) if secret::equal(v, secret) => SecretGiven::Right,
         Some(_) => SecretGiven::Wrong,
     }
 }
@@ -574,10 +586,15 @@ fn admitted(
     caller: Caller,
     transport: &'static str,
 ) -> Result<Request<()>, Status> {
-    metrics::counter!("sextant_auth_calls_total", "transport" => transport, "caller" => caller.label())
-        .increment(1);
+    count_admitted(&caller, transport);
     req.extensions_mut().insert(caller);
     Ok(req)
+}
+
+/// Counts a call (or a frame door connection) admitted as `caller`.
+fn count_admitted(caller: &Caller, transport: &'static str) {
+    metrics::counter!("sextant_auth_calls_total", "transport" => transport, "caller" => caller.label())
+        .increment(1);
 }
 
 /// The interceptor of TCP (and TLS) connections: the secret, or nothing.
@@ -635,15 +652,6 @@ pub fn unix(
             ));
         };
         let caller = match secret_given(&req, &secret) {
-            SecretGiven::Right => Caller::Trusted(Trust::Secret),
-            SecretGiven::Wrong => {
-                refused_secret(
-                    "unix",
-                    &format!("uid {}", peer.uid()),
-                    "wrong cluster secret",
-                );
-                return Err(Status::unauthenticated(AUTH_FAILED));
-            }
             SecretGiven::Absent if req.metadata().contains_key(keyauth::KEY_METADATA) => {
                 let proof = proof_of(&req).unwrap_or(Err(()));
                 let (caller, expiry) =
@@ -653,18 +661,66 @@ pub fn unix(
                 }
                 caller
             }
-            SecretGiven::Absent if peer.uid() == 0 => Caller::Trusted(Trust::RootPeer),
-            SecretGiven::Absent => {
-                req.extensions_mut().insert(LocalPeer);
-                Caller::Kernel(Credentials {
-                    uid: peer.uid(),
-                    gid: peer.gid(),
-                    groups: groups.groups(peer.uid(), peer.gid()),
-                })
+            given => {
+                let caller = peer_caller(peer.uid(), peer.gid(), given, &groups, "unix")?;
+                if matches!(caller, Caller::Kernel(_)) {
+                    req.extensions_mut().insert(LocalPeer);
+                }
+                caller
             }
         };
         admitted(req, caller, "unix")
     }
+}
+
+/// The caller of a peer on this machine whose kernel identity
+/// (`SO_PEERCRED`) is `uid`, `gid`, and which presented `given` (no
+/// client key): the secret's holder is trusted, a wrong secret refused,
+/// root trusted, anyone else served as the kernel says
+/// ([`Caller::Kernel`], groups from `groups`). The rule of both local
+/// doors: the socket's gRPC interceptor ([`unix`]) and the frame door
+/// ([`frame_caller`]).
+fn peer_caller(
+    uid: u32,
+    gid: u32,
+    given: SecretGiven,
+    groups: &GroupDb,
+    transport: &'static str,
+) -> Result<Caller, Status> {
+    Ok(match given {
+        SecretGiven::Right => Caller::Trusted(Trust::Secret),
+        SecretGiven::Wrong => {
+            refused_secret(transport, &format!("uid {uid}"), "wrong cluster secret");
+            return Err(Status::unauthenticated(AUTH_FAILED));
+        }
+        SecretGiven::Absent if uid == 0 => Caller::Trusted(Trust::RootPeer),
+        SecretGiven::Absent => Caller::Kernel(Credentials {
+            uid,
+            gid,
+            groups: groups.groups(uid, gid),
+        }),
+    })
+}
+
+/// The caller of a frame door connection (`crate::frame_door`) from the
+/// peer `uid`, `gid` (its `SO_PEERCRED`) that presented `secret` (empty:
+/// none): as the socket's gRPC door admits it ([`peer_caller`]), counted
+/// under the transport `frames`. (A client key is not taken there: such
+/// a client uses the Session stream.)
+pub fn frame_caller(
+    uid: u32,
+    gid: u32,
+    secret: &str,
+    cluster_secret: &[u8],
+    groups: &GroupDb,
+) -> Result<Caller, Status> {
+    let given = secret_in(
+        (!secret.is_empty()).then_some(secret.as_bytes()),
+        cluster_secret,
+    );
+    let caller = peer_caller(uid, gid, given, groups, "frames")?;
+    count_admitted(&caller, "frames");
+    Ok(caller)
 }
 
 // ---- the audit log ------------------------------------------------------

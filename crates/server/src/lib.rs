@@ -33,6 +33,7 @@ pub mod dedup;
 pub mod dir_leases;
 pub mod fault;
 pub mod forward;
+pub mod frame_door;
 pub mod local_socket;
 pub mod log_budget;
 pub mod logless;
@@ -188,6 +189,7 @@ pub async fn serve(
         }
     }));
     let recovery_shared = Arc::clone(&shared);
+    let door_shared = Arc::clone(&shared);
     let svc = SextantServer::new(Service { shared })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -199,9 +201,42 @@ pub async fn serve(
         svc.clone(),
         auth::tcp(Arc::clone(&secret), Arc::clone(&keys)),
     ));
+    let groups = Arc::new(auth::GroupDb::default());
+    // The frame door beside the Unix socket (see frame_door), removed
+    // when serving ends.
+    let _door_file = match &listeners.unix {
+        Some(l) if !frame_door::turned_off() => {
+            match l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()))
+            {
+                Some(socket) => {
+                    match local_socket::bind(&sextant_proto::frames::door_path(&socket)) {
+                        Ok((listener, file)) => {
+                            let door = Arc::new(frame_door::Door {
+                                shared: door_shared,
+                                secret: Arc::clone(&secret),
+                                groups: Arc::clone(&groups),
+                                runtime: tokio::runtime::Handle::current(),
+                            });
+                            tokio::spawn(frame_door::serve(listener, door, stop_rx.clone()));
+                            Some(file)
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %format!("{e:#}"), "no frame door");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
     let local = auth::WithCallPath(InterceptedService::new(
         svc,
-        auth::unix(secret, Arc::new(auth::GroupDb::default()), keys),
+        auth::unix(secret, groups, keys),
     ));
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

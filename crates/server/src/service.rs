@@ -1,6 +1,8 @@
 //! The gRPC service: decode, validate, run on the engine, reply after the
 //! mutation is durable.
 
+mod gather;
+
 use crate::auth::{caller_of, Caller};
 use crate::confine::{CheckError, Walk};
 use crate::dedup::{Dedup, Seeded};
@@ -634,6 +636,28 @@ impl Shared {
             }
         }
         resp
+    }
+
+    /// One request of a frame door connection (`crate::frame_door`), as
+    /// a Session stream runs it: with a permit of [`SERVER_IN_FLIGHT`],
+    /// admitted for `caller` ([`Caller::admit_op`]: a refusal is answered,
+    /// not run), then [`Shared::handle_for`] — the session loop's
+    /// [`Shared::handle_here`] and, for what waits for other servers,
+    /// [`Shared::finish`]. The door's thread runs it to its end (a
+    /// connection gone meanwhile cancels nothing).
+    pub(crate) async fn frame_request(
+        self: Arc<Self>,
+        r: pb::Request,
+        caller: &Caller,
+    ) -> pb::Response {
+        let id = r.id;
+        let Ok(_global) = Arc::clone(&self.in_flight).acquire_owned().await else {
+            return reply(id, Err(FsError::Io));
+        };
+        match caller.admit_op(r) {
+            Ok(req) => self.handle_for(req, caller).await,
+            Err(e) => reply(id, Err(e)),
+        }
     }
 
     async fn handle_inner(self: Arc<Self>, r: pb::Request, share: bool) -> pb::Response {
@@ -1321,11 +1345,13 @@ impl Shared {
 
     /// `confined`: for a key limited to a subtree, whose `done` then
     /// carries no figure about the store (tables visited, candidates),
-    /// only its own hits' count and size.
+    /// only its own hits' count and size. `whole`: the answer is the
+    /// whole namespace's (`done.gathered`: one server, asked to gather).
     async fn search(
         self: Arc<Self>,
         req: pb::SearchRequest,
         confined: bool,
+        whole: bool,
     ) -> Result<mpsc::Receiver<Result<pb::SearchBatch, Status>>, Status> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let arrived = std::time::Instant::now();
@@ -1440,6 +1466,7 @@ impl Shared {
                                         ..Default::default()
                                     };
                                 }
+                                d.gathered = whole;
                                 d
                             }),
                             ..Default::default()
@@ -1570,7 +1597,13 @@ impl pb::sextant_server::Sextant for Service {
             return Ok(Response::new(self.shared.forward_search(req).await?));
         }
         let confined = caller.confined_to().is_some();
-        let rx = Arc::clone(&self.shared).search(req, confined).await?;
+        let rx = if req.gather {
+            Arc::clone(&self.shared).gather(req, confined).await?
+        } else {
+            Arc::clone(&self.shared)
+                .search(req, confined, false)
+                .await?
+        };
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

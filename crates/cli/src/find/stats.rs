@@ -8,7 +8,7 @@ use super::names::{now, Names, RealEnv};
 use super::parse::{self, Action, Command, Node, Test};
 use super::plan::{self, Tree};
 use super::sink::Counter;
-use super::{depth, describe, mounts, open_session, prepare, report, Run};
+use super::{depth, describe, mounts, open_session_with, prepare, report, Run};
 use crate::Cli;
 use anyhow::{Context, Result};
 use sextant_client::Error;
@@ -222,7 +222,22 @@ async fn totals(
     }
     let cwd = std::env::current_dir().context("reading the working directory")?;
     let mounts = mounts::current();
-    let s = open_session(cli, &cmd.paths, &mounts, &cwd).await?;
+    // Aggregated by the server (see below): its searches are gathered by
+    // the server asked from the others, wherever the tables are (one
+    // call each), so the session need not find the tables' owner first —
+    // which fetched the whole route map per command.
+    let gathered = server_exact(&cmd.expr)
+        && cmd
+            .paths
+            .iter()
+            .all(|p| mounts::locate(p, &cwd, &mounts).is_ok_and(|l| l.mount.is_none()));
+    let mut client_decided = false;
+    cmd.expr.for_each_leaf(&mut |n| {
+        if matches!(n, Node::Test(Test::Samefile(_) | Test::Inum(_))) {
+            client_decided = true;
+        }
+    });
+    let s = open_session_with(cli, &cmd.paths, &mounts, &cwd, !gathered || client_decided).await?;
     let mut run = match prepare(&s, &cmd, cwd, mounts, now).await {
         Ok(r) => r,
         Err(e) => {

@@ -361,6 +361,105 @@ async fn every_operation_runs_as_the_kernel_identity_whatever_it_claims() {
     }
 }
 
+/// `name`'s sample operation sent through the frame door
+/// (`crate::frame_door`) by a peer the kernel says is `uid`/`gid`,
+/// presenting `secret` (empty: none) and claiming `claim`, on a fresh
+/// fixture: the errno (0 for success), or the door's refusal.
+async fn door_outcome(
+    name: &str,
+    uid: u32,
+    gid: u32,
+    secret: &str,
+    claim: pb::Credentials,
+) -> Result<i32, String> {
+    use sextant_proto::frames::{encode_frame, FrameReader, FRAME_VERSION};
+    use std::io::Write;
+    let x = fixture().await;
+    let (op, _) = sample(name, &x);
+    let door = Arc::new(crate::frame_door::Door {
+        shared: Arc::clone(&x.svc.shared),
+        secret: Arc::new(b"the-secret".to_vec()),
+        groups: Arc::new(GroupDb::default()),
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let (client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+    let served =
+        std::thread::spawn(move || crate::frame_door::serve_connection(server, uid, gid, &door));
+    let mut buf = Vec::new();
+    let hello = pb::FrameHello {
+        version: FRAME_VERSION,
+        secret: secret.to_string(),
+    };
+    encode_frame(&hello, &mut buf).unwrap();
+    (&client).write_all(&buf).unwrap();
+    let mut reader = FrameReader::new(client.try_clone().unwrap());
+    let welcome: pb::FrameWelcome = reader.read_frame().unwrap();
+    if !welcome.refused.is_empty() {
+        served.join().unwrap();
+        return Err(welcome.refused);
+    }
+    assert_eq!(welcome.server, "s1", "the issuer: its listen address");
+    let req = pb::Request {
+        id: 9,
+        cred: Some(claim),
+        op: Some(op),
+        ..Default::default()
+    };
+    encode_frame(&req, &mut buf).unwrap();
+    (&client).write_all(&buf).unwrap();
+    let resp: pb::Response = reader.read_frame().unwrap();
+    assert_eq!(resp.id, 9);
+    drop((client, reader));
+    served.join().unwrap();
+    Ok(resp.error.map_or(0, |e| e.errno))
+}
+
+/// Issue 22's rule on the frame door too: every operation of the schema,
+/// claimed as root by a local user (the kernel says uid 65534), has the
+/// outcome of the same user claiming itself through the Call RPC — and,
+/// where credentials matter, not root's; a root peer and the secret's
+/// holder run as claimed; a wrong secret is refused. (With the door
+/// admitting as claimed, the forged runs succeed and this fails.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_frame_door_runs_every_operation_as_the_kernel_identity() {
+    let nobody = user(65534, 65534, &[65534]);
+    let trusted = Caller::Trusted(Trust::Secret);
+    let (_, ops) = schema();
+    for name in &ops {
+        let (_, checks) = sample(name, &fixture().await);
+        let forged = door_outcome(name, 65534, 65534, "", claim(0, 0, &[0]))
+            .await
+            .unwrap();
+        let honest = outcome(name, trusted.clone(), cred_to_pb(&nobody)).await;
+        assert_eq!(
+            forged, honest,
+            "{name}: the forged claim changed the outcome"
+        );
+        let as_root_peer = door_outcome(name, 0, 0, "", claim(0, 0, &[0]))
+            .await
+            .unwrap();
+        let with_secret = door_outcome(name, 65534, 65534, "the-secret", claim(0, 0, &[0]))
+            .await
+            .unwrap();
+        let as_root = outcome(name, trusted.clone(), claim(0, 0, &[0])).await;
+        assert_eq!(as_root_peer, as_root, "{name}: a root peer runs as claimed");
+        assert_eq!(
+            with_secret, as_root,
+            "{name}: the secret's holder runs as claimed"
+        );
+        if checks {
+            assert_eq!(as_root, 0, "{name}: root may");
+            assert_ne!(forged, 0, "{name}: ran as the claimed root");
+        }
+    }
+    let wrong = door_outcome("getattr", 0, 0, "not-the-secret", claim(0, 0, &[0])).await;
+    assert_eq!(
+        wrong,
+        Err(AUTH_FAILED.to_string()),
+        "a wrong secret, even from root"
+    );
+}
+
 /// A call that did not come through an interceptor has no caller and is
 /// refused, on every RPC that takes a request as is (Session takes a
 /// stream, tested end to end in tests/local_socket.rs).

@@ -1,0 +1,386 @@
+//! Totals of a spread namespace gathered by the server asked
+//! (`SearchRequest.gather`; issue 21, "totals across servers").
+//!
+//! A client that spreads a search itself (`sextant_client::spread`) pays,
+//! per command, the route map (a route per run of one server's tables: on
+//! a cluster whose tables alternate between the servers, one per table),
+//! a `Resolve` of the scope's path, and a new connection to every other
+//! server — before any server searches. For totals (`stats`, `du`: no hit
+//! crosses the wire) and for the scope root alone (depth 0, at most one
+//! hit), the server asked does the same work with what it has at hand:
+//! its own route map (no call), the path resolved here (across the
+//! servers, through the directory records kept under leases), its own
+//! part run here, and the others' over the channels the servers keep to
+//! each other. One call for the client.
+//!
+//! Exactness is the client's way, unchanged: the SOID space is split by
+//! the route map; each holder searches its ranges in the tables it holds
+//! and names those it did not hold (`done.not_held`: a table moved), which
+//! are asked again of their holders by a fresh map, round after round, so
+//! a table that moves during the query is counted exactly once. Every part
+//! runs as the caller this server admitted (its key's confinement applied
+//! to the scope before, by the `Search` handler), with that caller's
+//! credentials: the servers apply the same permission rules as for the
+//! client's own parts. A key confined to a subtree gets no figure about
+//! the store in `done`, as from one server.
+//!
+//! Failures: an error a part answers (the scope is missing, EACCES, ...)
+//! is the answer. A server that cannot be reached is asked again (its
+//! ranges given to their new holder once the map no longer names it)
+//! for [`crate::peers::READ_FOR`]; past that, or when the scope cannot be
+//! resolved across the servers now, the stream ends UNAVAILABLE — nothing
+//! was answered yet, so the client spreads the search itself.
+
+use super::{error_batch, Shared, SEARCH_QUEUE};
+use sextant_engine::search::{intersection, plan, GroupKey, Totals};
+use sextant_proto::pb;
+use sextant_proto::route::RouteTable;
+use sextant_proto::search::{
+    done_to_pb, group_from_pb, group_to_pb, span_to_pb, SearchDone, SearchScope, SearchSpec,
+    MAX_BATCH_BYTES,
+};
+use sextant_proto::{error_to_pb, soid_to_pb};
+use sextant_types::{Credentials, FsError, Soid, SoidRange};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// How long ranges that keep moving are chased (as `sextant_client::spread`).
+const CHASE_FOR: Duration = Duration::from_secs(30);
+/// Between rounds, and between attempts at a server that did not answer.
+const ROUND_PAUSE: Duration = Duration::from_millis(50);
+
+/// What the parts gave, added up.
+#[derive(Default)]
+struct Gathered {
+    hits: Vec<pb::SearchHit>,
+    groups: HashMap<GroupKey, Totals>,
+    done: SearchDone,
+}
+
+/// Why a part or the whole did not answer.
+enum Failed {
+    /// The answer: an error a server gave (the scope is missing, ...).
+    Answer(pb::Error),
+    /// Not answered (a server unreachable, the path not resolvable across
+    /// the servers now): the client spreads the search itself.
+    Unavailable(String),
+}
+
+impl Shared {
+    /// The `Search` RPC with `gather` (see the module docs). A search that
+    /// is not gathered, or a server holding everything (one server), is
+    /// answered as without it (`done.gathered` then says whether the
+    /// answer is the whole namespace's).
+    pub(super) async fn gather(
+        self: Arc<Self>,
+        mut req: pb::SearchRequest,
+        confined: bool,
+    ) -> Result<mpsc::Receiver<Result<pb::SearchBatch, Status>>, Status> {
+        req.gather = false;
+        let decoded = sextant_proto::search::spec_from_pb(req.clone());
+        let Ok((cred, spec)) = decoded.as_ref().map(|(c, s)| (c.clone(), s)) else {
+            // Invalid: answered (EINVAL) as any search.
+            return self.search(req, confined, false).await;
+        };
+        let wanted = spec.gatherable();
+        let peers_named = self.engine.member_name().is_some() && self.peers.is_some();
+        if !wanted || !peers_named {
+            // One server: its answer is the whole namespace's.
+            let whole = wanted && self.engine.member_name().is_none();
+            return self.search(req, confined, whole).await;
+        }
+        let spec = spec.clone();
+        let (tx, rx) = mpsc::channel(SEARCH_QUEUE);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = Arc::clone(&self).gather_parts(&cred, &spec, &req).await;
+            tracing::debug!(
+                target: "sextant::search_timing",
+                run_us = started.elapsed().as_micros() as u64,
+                ok = result.is_ok(),
+                "gathered search done"
+            );
+            match result {
+                Ok(g) => {
+                    for b in batches(g, &spec, confined) {
+                        if tx.send(Ok(b)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(Failed::Answer(e)) => {
+                    let _ = tx.send(Ok(error_batch(e))).await;
+                }
+                Err(Failed::Unavailable(why)) => {
+                    let _ = tx
+                        .send(Err(Status::unavailable(format!("gathering: {why}"))))
+                        .await;
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// The scope as a SOID: a path resolved here as `cred`, across the
+    /// servers when it leaves this server's tables.
+    async fn gather_scope(&self, cred: &Credentials, spec: &SearchSpec) -> Result<Soid, Failed> {
+        let path = match &spec.scope {
+            SearchScope::Soid(s) => return Ok(*s),
+            // `/` is the root whoever asks (as the client takes it).
+            SearchScope::Path(p) if p.iter().all(|&c| c == b'/') => return Ok(Soid::ROOT),
+            SearchScope::Path(p) => p.clone(),
+        };
+        let answer = |e: FsError| Failed::Answer(error_to_pb(e));
+        match self.engine.resolve(cred, &path, false) {
+            Ok(a) => Ok(a.soid),
+            Err(FsError::NeedsTable { .. } | FsError::WrongServer { .. }) => {
+                match self.resolve_across(cred, path, false).await {
+                    Some(Ok(a)) => Ok(a.soid),
+                    Some(Err(FsError::Io)) | None => Err(Failed::Unavailable(
+                        "the scope's path could not be resolved across the servers".into(),
+                    )),
+                    Some(Err(e)) => Err(answer(e)),
+                }
+            }
+            Err(e) => Err(answer(e)),
+        }
+    }
+
+    /// Every server's part, round after round until no range is left.
+    async fn gather_parts(
+        self: Arc<Self>,
+        cred: &Credentials,
+        spec: &SearchSpec,
+        req: &pb::SearchRequest,
+    ) -> Result<Gathered, Failed> {
+        let root = self.gather_scope(cred, spec).await?;
+        let me = self.engine.member_name().unwrap_or_default().to_string();
+        // The scope root alone: only its holder can match (as the client's
+        // `scope_ranges`).
+        let mut wanted = vec![if plan(&spec.expr).max_depth == 0 {
+            SoidRange {
+                first: root,
+                last: root,
+            }
+        } else {
+            SoidRange::ALL
+        }];
+        let mut all = Gathered::default();
+        let started = Instant::now();
+        loop {
+            let map = RouteTable::from_pb(&self.placement.merged_map())
+                .map_err(|e| Failed::Unavailable(format!("this server's route map: {e}")))?;
+            if map.routes().is_empty() {
+                // (No table assigned yet: the client asks as it would.)
+                return Err(Failed::Unavailable(
+                    "this server's route map is empty".into(),
+                ));
+            }
+            let mut parts = tokio::task::JoinSet::new();
+            for ((server, address), ranges) in assign(&map, &wanted) {
+                let mut part = req.clone();
+                part.scope = Some(pb::search_request::Scope::Soid(soid_to_pb(root)));
+                part.ranges = ranges.iter().map(span_to_pb).collect();
+                part.gather = false;
+                part.forward_to.clear();
+                let shared = Arc::clone(&self);
+                let here = server == me;
+                parts.spawn(async move { shared.part(here, &address, part, ranges).await });
+            }
+            let mut not_held = Vec::new();
+            while let Some(joined) = parts.join_next().await {
+                let got = joined.map_err(|e| Failed::Unavailable(format!("a part: {e}")))??;
+                not_held.extend(got.done.not_held.iter().copied());
+                add(&mut all, got);
+            }
+            if not_held.is_empty() {
+                break;
+            }
+            if started.elapsed() > CHASE_FOR {
+                return Err(Failed::Unavailable(format!(
+                    "{} SOID ranges kept moving between servers for {} s",
+                    not_held.len(),
+                    CHASE_FOR.as_secs()
+                )));
+            }
+            tokio::time::sleep(ROUND_PAUSE).await;
+            wanted = not_held;
+        }
+        all.done.not_held.clear();
+        all.done.gathered = true;
+        Ok(all)
+    }
+
+    /// One server's part: here (`here`), or at `address`, asked again
+    /// while it does not answer — its ranges left to their new holders
+    /// once the map no longer names it.
+    async fn part(
+        self: Arc<Self>,
+        here: bool,
+        address: &str,
+        part: pb::SearchRequest,
+        ranges: Vec<SoidRange>,
+    ) -> Result<Gathered, Failed> {
+        if here {
+            let mut rx = Arc::clone(&self)
+                .search(part, false, false)
+                .await
+                .map_err(|s| Failed::Unavailable(format!("this server's part: {}", s.message())))?;
+            let mut got = Gathered::default();
+            while let Some(b) = rx.recv().await {
+                let b = b.map_err(|s| Failed::Unavailable(s.message().to_string()))?;
+                if take(&mut got, b)? {
+                    return Ok(got);
+                }
+            }
+            return Err(Failed::Unavailable("this server's part ended early".into()));
+        }
+        let peers = self
+            .peers
+            .as_ref()
+            .ok_or_else(|| Failed::Unavailable("this server cannot reach the others".into()))?;
+        let asked = Instant::now();
+        loop {
+            let failure = match peers.search(address, part.clone()).await {
+                Ok(mut stream) => {
+                    let mut got = Gathered::default();
+                    loop {
+                        match stream.message().await {
+                            Ok(Some(b)) => {
+                                if take(&mut got, b)? {
+                                    return Ok(got);
+                                }
+                            }
+                            Ok(None) => break format!("{address}: the part ended early"),
+                            Err(s) => break format!("{address}: {}", s.message()),
+                        }
+                    }
+                }
+                Err(s) => format!("{address}: {}", s.message()),
+            };
+            // Gone from the map (it left, its tables failed over): its
+            // ranges are asked of their holders.
+            let gone = RouteTable::from_pb(&self.placement.merged_map())
+                .is_ok_and(|m| !m.routes().iter().any(|r| r.address == address));
+            if gone {
+                return Ok(Gathered {
+                    done: SearchDone {
+                        not_held: ranges,
+                        ..SearchDone::default()
+                    },
+                    ..Gathered::default()
+                });
+            }
+            if asked.elapsed() >= crate::peers::READ_FOR {
+                return Err(Failed::Unavailable(failure));
+            }
+            tokio::time::sleep(ROUND_PAUSE).await;
+        }
+    }
+}
+
+/// Each server's ranges by the map: by (name, address).
+fn assign(map: &RouteTable, wanted: &[SoidRange]) -> Vec<((String, String), Vec<SoidRange>)> {
+    let mut by: BTreeMap<(String, String), Vec<SoidRange>> = BTreeMap::new();
+    for r in map.routes() {
+        for w in wanted {
+            if let Some(part) = intersection(&r.range, w) {
+                by.entry((r.server.clone(), r.address.clone()))
+                    .or_default()
+                    .push(part);
+            }
+        }
+    }
+    by.into_iter().collect()
+}
+
+/// Takes one batch of a part into `got`: true at its end (`done`).
+fn take(got: &mut Gathered, b: pb::SearchBatch) -> Result<bool, Failed> {
+    if let Some(e) = b.error {
+        return Err(Failed::Answer(e));
+    }
+    got.hits.extend(b.hits);
+    for g in b.groups {
+        let (k, t) = group_from_pb(g)
+            .map_err(|_| Failed::Unavailable("a server sent a bad search group".into()))?;
+        let e = got.groups.entry(k).or_default();
+        e.count = e.count.saturating_add(t.count);
+        e.size = e.size.saturating_add(t.size);
+    }
+    match b.done {
+        Some(d) => {
+            got.done = sextant_proto::search::done_from_pb(d);
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Adds a part's answer to the whole.
+fn add(all: &mut Gathered, part: Gathered) {
+    all.hits.extend(part.hits);
+    for (k, t) in part.groups {
+        let e = all.groups.entry(k).or_default();
+        e.count = e.count.saturating_add(t.count);
+        e.size = e.size.saturating_add(t.size);
+    }
+    let (a, d) = (&mut all.done, part.done);
+    a.count = a.count.saturating_add(d.count);
+    a.total_size = a.total_size.saturating_add(d.total_size);
+    a.tables += d.tables;
+    a.tables_pruned += d.tables_pruned;
+    a.candidates += d.candidates;
+    a.tables_out_of_scope += d.tables_out_of_scope;
+    a.tables_summarized += d.tables_summarized;
+}
+
+/// The answer as the wire carries it: hits, then groups in key order, in
+/// batches that fit a message, then `done` (for a key confined to a
+/// subtree, without figures about the store).
+fn batches(g: Gathered, spec: &SearchSpec, confined: bool) -> Vec<pb::SearchBatch> {
+    let mut out = Vec::new();
+    // (A depth-0 search: at most one hit, whatever its limit.)
+    let mut hits = g.hits.into_iter().take(spec.engine_limit()).peekable();
+    while hits.peek().is_some() {
+        out.push(pb::SearchBatch {
+            hits: hits.by_ref().take(spec.batch()).collect(),
+            ..Default::default()
+        });
+    }
+    let mut groups: Vec<(GroupKey, Totals)> = g.groups.into_iter().collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    let (mut batch, mut bytes) = (Vec::new(), 0);
+    for (k, t) in &groups {
+        batch.push(group_to_pb(k, t));
+        bytes += 64
+            + match k {
+                GroupKey::Extension(e) | GroupKey::Directory(e) => e.len(),
+                _ => 0,
+            };
+        if bytes >= MAX_BATCH_BYTES {
+            bytes = 0;
+            out.push(pb::SearchBatch {
+                groups: std::mem::take(&mut batch),
+                ..Default::default()
+            });
+        }
+    }
+    let mut done = done_to_pb(&g.done);
+    if confined {
+        done = pb::SearchDone {
+            count: done.count,
+            total_size: done.total_size,
+            gathered: true,
+            ..Default::default()
+        };
+    }
+    out.push(pb::SearchBatch {
+        groups: batch,
+        done: Some(done),
+        ..Default::default()
+    });
+    out
+}
