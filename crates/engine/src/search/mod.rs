@@ -130,12 +130,15 @@
 //! (tallies, [`Engine::search_tally`]) build none and clone nothing. Only
 //! if an exit appeared concurrently, links whose chains leave through it
 //! are cloned and resolved afterwards with fresh reads and re-checked
-//! against a fresh read of their table (`fall_back`). Hits are handed to the caller's
-//! callback after the lock is released (the callback may call back into
-//! the engine). At most one table lock is held at any time, so there is no
-//! lock-order question with transactions (which lock in SOID order), and
-//! the table map is never held across a callback (its lock is not
-//! reentrant).
+//! against a fresh read of their table (`fall_back`); if that table moved
+//! to another member meanwhile, they are kept as the collect step read
+//! them (the rest of its hits were delivered, so its new holder must not
+//! search it again, and an empty read must not drop them). Hits are
+//! handed to the caller's callback after the lock is released (the
+//! callback may call back into the engine). At most one table lock is
+//! held at any time, so there is no lock-order question with transactions
+//! (which lock in SOID order), and the table map is never held across a
+//! callback (its lock is not reentrant).
 //!
 //! Exits are resolved through the directory paths remembered across
 //! searches (`crate::dir_cache`): a directory's absolute path, read by an
@@ -400,6 +403,9 @@ struct Cand {
 /// A link confirmed in scope and visible, matching as of the collect step.
 struct Pending {
     soid: Soid,
+    /// The inode as the collect step read it: the hit if its table moved
+    /// to another member before the re-check ([`fall_back`]).
+    inode: Inode,
     parent: Soid,
     name: Box<[u8]>,
     path: Vec<u8>,
@@ -1592,6 +1598,13 @@ fn exits_in_scope<'t>(
 /// engine reads, then a re-check of each against a fresh read of its
 /// table. Returns the hits (reported by the caller outside every lock);
 /// with `lean` tallies, adds to them instead.
+///
+/// A table that moved to another member since its collect step (its
+/// range now foreign here; the ancestry reads may take long enough) is
+/// not re-read: its pending links are hits as the collect step read them.
+/// The rest of that table's hits were already delivered, so it is neither
+/// reported as not held (its new holder would search it again and double
+/// them) nor read as an empty table (its pending hits would be lost).
 fn fall_back(
     s: &mut Search<'_>,
     cands: Vec<Cand>,
@@ -1641,6 +1654,7 @@ fn fall_back(
         if expr.matches(&e) {
             pending.push(Pending {
                 soid: c.soid,
+                inode: c.inode,
                 parent: c.parent,
                 name: c.name,
                 path: full,
@@ -1654,7 +1668,7 @@ fn fall_back(
     let mut out = HitBatch::default();
     let mut i = 0;
     while i < pending.len() {
-        engine.with_table_holding(pending[i].soid, |t| {
+        let held = engine.with_held_table(pending[i].soid, |t| {
             while i < pending.len() && t.range.contains(pending[i].soid) {
                 let p = &pending[i];
                 i += 1;
@@ -1680,6 +1694,14 @@ fn fall_back(
                 }
             }
         })?;
+        if let Held::Foreign(gone) = held {
+            // Moved away since the collect step: kept as read then.
+            while i < pending.len() && gone.contains(pending[i].soid) {
+                let p = &pending[i];
+                i += 1;
+                out.push(&p.path, p.inode.attr(p.soid), p.depth);
+            }
+        }
     }
     Ok(out.finish())
 }
@@ -1937,4 +1959,75 @@ pub(crate) fn from_summaries(
         }
     }
     Ok(Some(agg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{MemStore, Store};
+    use crate::{EngineConfig, MemCatalog, MemberConfig};
+
+    /// Issue 21: a table that moves to another member between its collect
+    /// step and `fall_back` keeps its pending hits as the collect step read
+    /// them (an empty read of the foreign range dropped them, and no member
+    /// searched the range again).
+    #[test]
+    fn a_fallback_hit_in_a_table_moved_away_is_kept() {
+        let store = Arc::new(MemStore::new()) as Arc<dyn Store>;
+        let catalog = Arc::new(MemCatalog::new());
+        let member = MemberConfig {
+            name: "a".into(),
+            catalog: catalog as _,
+        };
+        let config = EngineConfig {
+            flush_interval: None,
+            ..Default::default()
+        };
+        let e = Engine::open_member(store, config, member).unwrap();
+        let root = Credentials::root();
+        let d = e.mkdir(&root, Soid::ROOT, b"d", 0o755).unwrap();
+        let d = d.wait(&e).unwrap().soid;
+        let f = e.create(&root, d, b"f", 0o644, true).unwrap();
+        let f = f.wait(&e).unwrap().soid;
+        // What the collect step would have cloned for a fallback.
+        let held = e.with_held_table(f, |t| t.inode(f).cloned()).unwrap();
+        let Held::Table((_, Some(inode))) = held else {
+            panic!("f is held here");
+        };
+        let cand = Cand {
+            soid: f,
+            inode,
+            dir_has_entries: false,
+            parent: d,
+            name: b"f".as_slice().into(),
+        };
+        let mut s = Search {
+            engine: &e,
+            cred: &root,
+            memo: Memo::default(),
+            stats: SearchStats::default(),
+            dir_cache: None,
+            foreign: None,
+        };
+        let path: Arc<[u8]> = b"/d".as_slice().into();
+        s.memo.insert(
+            d,
+            Status::In {
+                depth: 1,
+                visible: true,
+                path,
+            },
+        );
+        // The table moves away before the re-check.
+        let table = e.table_holding(f).unwrap();
+        e.drop_table(table).unwrap();
+        assert!(matches!(e.with_held_table(f, |_| ()), Ok(Held::Foreign(_))));
+        let plan = plan::plan(&Expr::True);
+        let hits = fall_back(&mut s, vec![cand], &plan, &Expr::True, None).unwrap();
+        let got: Vec<_> = hits.iter().map(|h| h.to_hit()).collect();
+        assert_eq!(got.len(), 1, "the pending hit is kept");
+        assert_eq!(&got[0].path[..], b"/d/f");
+        assert_eq!(got[0].depth, 2);
+        assert_eq!(got[0].attr.soid, f);
+    }
 }
