@@ -1930,6 +1930,17 @@ fn a_local_user_searches_a_spread_cluster_through_the_socket() {
     );
 }
 
+/// `/d0` … `/d7`, each with `f0` … `f5` (one `touch` per directory).
+fn eight_dirs_of_six_files(addr: &str, secret: &Path) {
+    for d in 0..8 {
+        sextant_ok(addr, secret, &["mkdir", &format!("/d{d}")]);
+        let files: Vec<String> = (0..6).map(|f| format!("/d{d}/f{f}")).collect();
+        let mut args = vec!["touch"];
+        args.extend(files.iter().map(String::as_str));
+        sextant_ok(addr, secret, &args);
+    }
+}
+
 /// `find`, `stats` and `du` of a directory on a cluster whose namespace
 /// is spread resolve the starting point's path once (the depth-0 search
 /// that finds it), not again for the search below it: on a cluster every
@@ -1944,13 +1955,7 @@ fn a_spread_search_resolves_its_starting_point_once() {
         return;
     };
     let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
-    for d in 0..8 {
-        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
-        let files: Vec<String> = (0..6).map(|f| format!("/d{d}/f{f}")).collect();
-        let mut args = vec!["touch"];
-        args.extend(files.iter().map(String::as_str));
-        sextant_ok(&a_addr, &secret, &args);
-    }
+    eight_dirs_of_six_files(&a_addr, &secret);
     let (b, _b_addr) = serve_with(dir.path(), &etcd.url, "b", &["--config", &config]);
     let _b = KillOnDrop(b);
     wait_tables_on_both(&etcd.url, &secret);
@@ -2009,13 +2014,7 @@ fn totals_on_a_spread_cluster_are_gathered_by_the_server_asked() {
         return;
     };
     let (_a, a_addr, secret, config) = first_server(dir.path(), &etcd.url, SMALL_TABLES);
-    for d in 0..8 {
-        sextant_ok(&a_addr, &secret, &["mkdir", &format!("/d{d}")]);
-        let files: Vec<String> = (0..6).map(|f| format!("/d{d}/f{f}")).collect();
-        let mut args = vec!["touch"];
-        args.extend(files.iter().map(String::as_str));
-        sextant_ok(&a_addr, &secret, &args);
-    }
+    eight_dirs_of_six_files(&a_addr, &secret);
     sextant_ok(&a_addr, &secret, &["chmod", "700", "/d3"]);
     sextant_ok(&a_addr, &secret, &["chmod", "777", "/d4"]);
     sextant_ok(&a_addr, &secret, &["chown", "1000", "/d4/f0", "/d4/f1"]);

@@ -15,8 +15,8 @@
 mod common;
 
 use common::{
-    have_etcd, move_table, sextant_ok, signal, start_etcd, tables_by_server, try_status_on,
-    wait_for_every, Etcd, KillOnDrop,
+    have_etcd, move_table, owner_in, sextant_ok, signal, start_etcd, table_of, tables_by_server,
+    try_status_on, wait_for_every, Etcd, KillOnDrop,
 };
 use sextant_client::Client;
 use sextant_engine::search::Expr;
@@ -29,27 +29,6 @@ use std::time::{Duration, Instant};
 
 /// How many `/top/sK` directories.
 const DIRS: usize = 4;
-
-/// The owner of `table` in a status.
-fn owner_in(s: &serde_json::Value, table: u64) -> String {
-    s["tables"]
-        .as_array()
-        .and_then(|v| v.iter().find(|t| t["table"].as_u64() == Some(table)))
-        .and_then(|t| t["owner"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The table whose SOID range holds `soid` in a status.
-fn table_of(s: &serde_json::Value, soid: u128) -> Option<u64> {
-    let hex = |v: &serde_json::Value| u128::from_str_radix(v.as_str()?, 16).ok();
-    s["tables"].as_array()?.iter().find_map(|t| {
-        let (first, last) = (hex(&t["first"])?, hex(&t["last"])?);
-        (first <= soid && soid <= last)
-            .then(|| t["table"].as_u64())
-            .flatten()
-    })
-}
 
 /// Polls `f` every 50 ms until it holds; fails after `within`.
 fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {

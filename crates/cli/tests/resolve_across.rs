@@ -18,49 +18,22 @@
 mod common;
 
 use common::{
-    free_ports, have_etcd, start_etcd, tables_by_server, try_status_on, wait_for, KillOnDrop, BIN,
+    cluster_move, free_ports, have_etcd, output_ok, owner_in, start_etcd, table_of,
+    tables_by_server, try_status_on, wait_for, KillOnDrop,
 };
 use sextant_client::Client;
 use sextant_types::{Credentials, FsError, SetAttr, Soid};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-/// The owner of `table` in a status.
-fn owner_in(s: &serde_json::Value, table: u64) -> String {
-    s["tables"]
-        .as_array()
-        .and_then(|v| v.iter().find(|t| t["table"].as_u64() == Some(table)))
-        .and_then(|t| t["owner"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The table whose SOID range holds `soid` in a status.
-fn table_of(s: &serde_json::Value, soid: u128) -> Option<u64> {
-    let hex = |v: &serde_json::Value| u128::from_str_radix(v.as_str()?, 16).ok();
-    s["tables"].as_array()?.iter().find_map(|t| {
-        let (first, last) = (hex(&t["first"])?, hex(&t["last"])?);
-        (first <= soid && soid <= last)
-            .then(|| t["table"].as_u64())
-            .flatten()
-    })
-}
-
-/// `cluster move TABLE SERVER`.
+/// `cluster move TABLE SERVER`, which must succeed.
 fn move_table(etcd: &str, secret_dir: &Path, table: u64, server: &str) {
-    let out = Command::new(BIN)
-        .args(["--json", "cluster", "move", &table.to_string(), server])
-        .args(["--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cluster move {table} {server}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        &mut cluster_move(etcd, secret_dir, &table.to_string(), server),
+        &format!("cluster move {table} {server}"),
     );
 }
 

@@ -20,9 +20,12 @@
 
 mod common;
 
-use common::{have_etcd, start_etcd, try_status_on, wait_for, KillOnDrop, BIN};
+use common::{
+    cluster_move, have_etcd, owner_in, sextant_ok, signal, start_etcd, table_of, try_status_on,
+    wait_for, KillOnDrop, BIN,
+};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long `/top`'s table stays in transit (b stopped): more than the
@@ -32,39 +35,6 @@ const IN_TRANSIT: Duration = Duration::from_secs(14);
 
 fn server_bin() -> String {
     std::env::var("SEXTANT_SEARCH_MOVING_BIN").unwrap_or_else(|_| BIN.to_string())
-}
-
-/// The owner of `table` in a status.
-fn owner_in(s: &serde_json::Value, table: u64) -> String {
-    s["tables"]
-        .as_array()
-        .and_then(|v| v.iter().find(|t| t["table"].as_u64() == Some(table)))
-        .and_then(|t| t["owner"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The table whose SOID range holds `soid` in a status.
-fn table_of(s: &serde_json::Value, soid: u128) -> Option<u64> {
-    let hex = |v: &serde_json::Value| u128::from_str_radix(v.as_str()?, 16).ok();
-    s["tables"].as_array()?.iter().find_map(|t| {
-        let (first, last) = (hex(&t["first"])?, hex(&t["last"])?);
-        (first <= soid && soid <= last)
-            .then(|| t["table"].as_u64())
-            .flatten()
-    })
-}
-
-/// `cluster move TABLE SERVER`, not waited for.
-fn move_table(etcd: &str, secret_dir: &Path, table: u64, server: &str) -> Child {
-    Command::new(BIN)
-        .args(["--json", "cluster", "move", &table.to_string(), server])
-        .args(["--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
 }
 
 /// `sextant serve` as cluster member `name`, its lease 60 s.
@@ -104,36 +74,11 @@ fn serve(dir: &Path, etcd: &str, name: &str, config: &str) -> (KillOnDrop, Strin
     (KillOnDrop(child), addr)
 }
 
-fn cli(addr: &str, secret: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(["--server", addr, "--data"])
-        .arg(secret)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn cli_ok(addr: &str, secret: &Path, args: &[&str]) -> String {
-    let out = cli(addr, secret, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn soid_of(addr: &str, secret: &Path, path: &str) -> u128 {
-    let out = cli_ok(addr, secret, &["--json", "stat", path]);
+    let out = sextant_ok(addr, secret, &["--json", "stat", path]);
     let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
     let s = v["soid"].as_str().unwrap_or_else(|| panic!("no soid: {v}"));
     u128::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
-fn signal(child: &Child, sig: libc::c_int) {
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: a signal to a child this test started.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
 #[test]
@@ -156,14 +101,14 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
     });
     // In one mkdir, so that the small tables split between them (`/zz`
     // last: a table never splits between the last two made).
-    cli_ok(
+    sextant_ok(
         &a_addr,
         &secret,
         &["mkdir", "/top", "/top/s0", "/top/s0/d", "/zz"],
     );
     let files: Vec<String> = (0..4).map(|i| format!("/top/s0/d/f{i}")).collect();
     for f in &files {
-        cli_ok(&a_addr, &secret, &["touch", f]);
+        sextant_ok(&a_addr, &secret, &["touch", f]);
     }
     let (b, _b_addr) = serve(dir.path(), &etcd, "b", config);
     wait_for("two servers", Duration::from_secs(60), || {
@@ -197,8 +142,11 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
                 break tables[1].unwrap();
             }
             for t in elsewhere {
-                let mut m = move_table(&etcd, &secret, t, "a");
-                m.wait().unwrap();
+                let mut m = cluster_move(&etcd, &secret, &t.to_string(), "a");
+                m.stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .unwrap();
             }
             continue;
         }
@@ -212,7 +160,7 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
     let find = ["find", "/", "-name", "f*"];
     let mut want = files.clone();
     want.sort();
-    let mut got: Vec<String> = cli_ok(&a_addr, &secret, &find)
+    let mut got: Vec<String> = sextant_ok(&a_addr, &secret, &find)
         .lines()
         .map(str::to_string)
         .collect();
@@ -220,8 +168,14 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
     assert_eq!(got, want, "before the move");
 
     // b stops; /top's table moves to it: a drops it, etcd names b.
-    signal(&b.0, libc::SIGSTOP);
-    let mut mover = KillOnDrop(move_table(&etcd, &secret, top_table, "b"));
+    signal(&b.0, "-STOP");
+    let mut mover = KillOnDrop(
+        cluster_move(&etcd, &secret, &top_table.to_string(), "b")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_for(
         "etcd names b for /top's table",
         Duration::from_secs(30),
@@ -237,7 +191,7 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
         .spawn()
         .unwrap();
     std::thread::sleep(IN_TRANSIT.saturating_sub(stopped.elapsed()));
-    signal(&b.0, libc::SIGCONT);
+    signal(&b.0, "-CONT");
     let out = search.wait_with_output().unwrap();
     let _ = mover.0.wait();
     assert!(

@@ -53,19 +53,16 @@
 
 use crate::{Client, Error, Result};
 use sextant_engine::search::{GroupKey, SearchHit, Totals};
-use sextant_proto::route::RouteTable;
+use sextant_proto::route::{RouteTable, Share};
+use sextant_proto::search::{add_totals, matching_ranges, CHASE_FOR, ROUND_PAUSE};
 use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN};
 use sextant_types::{Credentials, SoidRange};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-/// How long ranges that keep moving are chased before the query fails.
-const CHASE_FOR: Duration = Duration::from_secs(30);
-/// Between rounds (a table on its way to its new holder).
-const ROUND_PAUSE: Duration = Duration::from_millis(50);
 /// A server that does not answer a part for this long is looked up in a
 /// fresh map: gone from it, its ranges are asked of their new holders.
 const REROUTE_AFTER: Duration = Duration::from_secs(1);
@@ -153,35 +150,15 @@ impl Merged {
     }
 }
 
-/// The SOIDs a query can match: a query that matches nothing below its
-/// scope (depth 0: `find P -maxdepth 0`, the starting point `stats` and
-/// `du` count themselves) can match only the scope's own object, so only
-/// its holder is asked (every server's part of a spread search visiting
-/// nothing cost ~4 ms of a `stats /` on four servers, done twice);
-/// otherwise every SOID (a subtree is spread anywhere).
+/// The SOIDs a query can match ([`matching_ranges`]): only the scope's
+/// own object for a query at depth 0 (every server's part of a spread
+/// search visiting nothing cost ~4 ms of a `stats /` on four servers, done
+/// twice); every SOID for one below it or a scope not resolved to a SOID.
 fn scope_ranges(spec: &SearchSpec) -> SoidRange {
     match spec.scope {
-        SearchScope::Soid(root) if sextant_engine::search::plan(&spec.expr).max_depth == 0 => {
-            SoidRange {
-                first: root,
-                last: root,
-            }
-        }
-        _ => SoidRange::ALL,
+        SearchScope::Soid(root) => matching_ranges(root, &spec.expr),
+        SearchScope::Path(_) => SoidRange::ALL,
     }
-}
-
-/// Each server's ranges by the map, by address.
-fn assign(map: &RouteTable, wanted: &[SoidRange]) -> Vec<(String, Vec<SoidRange>)> {
-    let mut by: BTreeMap<String, Vec<SoidRange>> = BTreeMap::new();
-    for r in map.routes() {
-        for w in wanted {
-            if let Some(part) = sextant_engine::search::intersection(&r.range, w) {
-                by.entry(r.address.clone()).or_default().push(part);
-            }
-        }
-    }
-    by.into_iter().collect()
 }
 
 /// What one server's part gave.
@@ -208,7 +185,10 @@ async fn drive(
     loop {
         let (hits_tx, mut hits_rx) = mpsc::channel::<Vec<SearchHit>>(QUEUE);
         let mut parts: JoinSet<Result<Part>> = JoinSet::new();
-        for (address, ranges) in assign(&map, &wanted) {
+        for Share {
+            address, ranges, ..
+        } in map.split(&wanted)
+        {
             let mut part = spec.clone();
             part.ranges = ranges;
             let (client, cred, hits_tx) = (client.clone(), cred.clone(), hits_tx.clone());
@@ -346,20 +326,14 @@ async fn drive(
         while let Some(joined) = parts.join_next().await {
             let part = joined.map_err(|e| Error::Protocol(format!("a server's search: {e}")))??;
             let d = part.done;
+            total.add_work(&d);
             if !listing {
                 total.count = total.count.saturating_add(d.count);
                 total.total_size = total.total_size.saturating_add(d.total_size);
                 for (k, t) in d.groups {
-                    let g = groups.entry(k).or_default();
-                    g.count = g.count.saturating_add(t.count);
-                    g.size = g.size.saturating_add(t.size);
+                    add_totals(groups.entry(k).or_default(), &t);
                 }
             }
-            total.tables += d.tables;
-            total.tables_pruned += d.tables_pruned;
-            total.candidates += d.candidates;
-            total.tables_out_of_scope += d.tables_out_of_scope;
-            total.tables_summarized += d.tables_summarized;
             not_held.extend(d.not_held);
         }
         if not_held.is_empty() {

@@ -49,6 +49,16 @@ pub struct RouteTable {
     routes: Vec<Route>,
 }
 
+/// One server's share of a query split by the route map
+/// ([`RouteTable::split`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Share {
+    pub server: String,
+    pub address: String,
+    /// The parts of the ranges asked that its routes cover.
+    pub ranges: Vec<SoidRange>,
+}
+
 impl RouteTable {
     /// Checks the invariants.
     pub fn new(revision: u64, routes: Vec<Route>) -> Result<RouteTable, RouteError> {
@@ -82,6 +92,30 @@ impl RouteTable {
 
     pub fn revision(&self) -> u64 {
         self.revision
+    }
+
+    /// `wanted` split by server: each server (by address, in address
+    /// order) with the parts of `wanted` its routes cover. A SOID in a gap
+    /// of the map is in no share (its table is between owners: the caller
+    /// asks again with a fresh map). Shared by the client's spread search
+    /// and a server gathering one.
+    pub fn split(&self, wanted: &[SoidRange]) -> Vec<Share> {
+        let mut by: std::collections::BTreeMap<&str, Share> = std::collections::BTreeMap::new();
+        for r in &self.routes {
+            for w in wanted {
+                if let Some(part) = sextant_engine::search::intersection(&r.range, w) {
+                    by.entry(&r.address)
+                        .or_insert_with(|| Share {
+                            server: r.server.clone(),
+                            address: r.address.clone(),
+                            ranges: Vec::new(),
+                        })
+                        .ranges
+                        .push(part);
+                }
+            }
+        }
+        by.into_values().collect()
     }
 
     pub fn routes(&self) -> &[Route] {
@@ -234,6 +268,34 @@ mod tests {
             address: addr.into(),
             epoch: 1,
         }
+    }
+
+    /// A query's ranges split by server: each server's parts in route
+    /// order, a gap of the map in no share, servers in address order.
+    #[test]
+    fn split_gives_each_server_the_parts_its_routes_cover() {
+        let map = RouteTable::new(
+            1,
+            vec![route(0, 9, "b"), route(10, 19, "a"), route(30, 39, "b")],
+        )
+        .unwrap();
+        let r = |first, last| SoidRange {
+            first: s(first),
+            last: s(last),
+        };
+        let shares = map.split(&[r(5, 34), r(38, 50)]);
+        let got: Vec<(&str, &[SoidRange])> = shares
+            .iter()
+            .map(|sh| (sh.address.as_str(), sh.ranges.as_slice()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a", &[r(10, 19)][..]),
+                ("b", &[r(5, 9), r(30, 34), r(38, 39)][..]),
+            ]
+        );
+        assert!(map.split(&[r(20, 29)]).is_empty(), "a gap: no share");
     }
 
     #[test]

@@ -244,6 +244,35 @@ impl SearchSpec {
     }
 }
 
+/// How long a search spread over the servers chases ranges whose tables
+/// keep moving before it fails (the client's spread search, a server
+/// gathering one, and a server waiting for another's directories).
+pub const CHASE_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// Between rounds of a spread search (a table on its way to its new
+/// holder), and between attempts at a server that did not answer.
+pub const ROUND_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The SOIDs a query below `root` can match: a query that matches nothing
+/// below its scope (depth 0: `find P -maxdepth 0`, the starting point
+/// `stats` and `du` count themselves) only `root` itself, so only its
+/// holder is asked; otherwise every SOID (a subtree is spread anywhere).
+pub fn matching_ranges(root: Soid, expr: &Expr) -> SoidRange {
+    if sextant_engine::search::plan(expr).max_depth == 0 {
+        SoidRange {
+            first: root,
+            last: root,
+        }
+    } else {
+        SoidRange::ALL
+    }
+}
+
+/// Adds `part` to `into`, saturating: totals of several servers' parts.
+pub fn add_totals(into: &mut Totals, part: &Totals) {
+    into.count = into.count.saturating_add(part.count);
+    into.size = into.size.saturating_add(part.size);
+}
+
 /// What a finished search reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SearchDone {
@@ -264,6 +293,18 @@ pub struct SearchDone {
     pub not_held: Vec<SoidRange>,
     /// The whole namespace's answer (`SearchDone.gathered`).
     pub gathered: bool,
+}
+
+impl SearchDone {
+    /// Adds the work counters of another server's part (tables visited,
+    /// pruned, out of scope, summarized; candidates) to these.
+    pub fn add_work(&mut self, part: &SearchDone) {
+        self.tables += part.tables;
+        self.tables_pruned += part.tables_pruned;
+        self.candidates += part.candidates;
+        self.tables_out_of_scope += part.tables_out_of_scope;
+        self.tables_summarized += part.tables_summarized;
+    }
 }
 
 fn bytes_field(b: &[u8], max: usize, what: &str) -> Result<(), QueryError> {

@@ -57,28 +57,6 @@ pub fn turned_off() -> bool {
     std::env::var("SEXTANT_FRAME_DOOR").is_ok_and(|v| v == "off")
 }
 
-/// The kernel's identity of the peer of `s` (`SO_PEERCRED`): uid, gid.
-pub fn peer_cred(s: &UnixStream) -> Option<(u32, u32)> {
-    use std::os::fd::AsRawFd;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are valid for writes of the sizes given.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some((cred.uid, cred.gid))
-}
-
 /// What every connection of a door shares.
 pub(crate) struct Door {
     pub shared: Arc<Shared>,
@@ -102,8 +80,14 @@ pub(crate) async fn serve(
             a = listener.accept() => a,
             _ = stop.wait_for(|s| *s) => break,
         };
-        let stream = match accepted.and_then(|(s, _)| s.into_std()) {
-            Ok(s) => s,
+        // The kernel's identity of the peer (`SO_PEERCRED`, as the gRPC
+        // door's connect info takes it), then the stream for the thread.
+        let taken = accepted.and_then(|(s, _)| {
+            let cred = s.peer_cred();
+            Ok((cred, s.into_std()?))
+        });
+        let (cred, stream) = match taken {
+            Ok(t) => t,
             Err(e) => {
                 // (Out of descriptors: do not spin.)
                 tracing::warn!(error = %e, "the frame door cannot take a connection");
@@ -114,10 +98,11 @@ pub(crate) async fn serve(
         if stream.set_nonblocking(false).is_err() {
             continue;
         }
-        let Some((uid, gid)) = peer_cred(&stream) else {
+        let Ok(cred) = cred else {
             tracing::warn!("no peer credentials on the frame door; connection closed");
             continue;
         };
+        let (uid, gid) = (cred.uid(), cred.gid());
         next += 1;
         let id = next;
         let busy = {

@@ -85,13 +85,13 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 const REMEMBERED_RESETS: usize = 4096;
 
 /// How long one directory is asked for before the search fails: as long
-/// as a client chases the ranges of tables that keep moving
-/// (`sextant_client::spread`'s `CHASE_FOR`), so that a directory whose
+/// as a spread search chases the ranges of tables that keep moving
+/// ([`sextant_proto::search::CHASE_FOR`]), so that a directory whose
 /// table is in transit (dropped by its old holder, not yet loaded by its
 /// new one: seconds each when many moves are in flight) is waited for,
 /// not a failed query. (It was 10 s: while the coordinator spread ~1,000
 /// tables onto servers that had joined, `find /` failed with a bare EIO.)
-pub const READ_FOR: Duration = Duration::from_secs(30);
+pub const READ_FOR: Duration = sextant_proto::search::CHASE_FOR;
 /// One call's limit.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// A forwarded request's limit (a mutation may wait for a sync and a

@@ -556,12 +556,19 @@ pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
+/// `sextant --json cluster move WHAT SERVER` (WHAT a path or a table's
+/// number) on the cluster on `etcd`, not run yet.
+pub fn cluster_move(etcd: &str, secret_dir: &Path, what: &str, server: &str) -> Command {
+    let mut mv = Command::new(BIN);
+    mv.args(["--json", "cluster", "move", what, server, "--etcd", etcd])
+        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"));
+    mv
+}
+
 /// `cluster move PATH SERVER` on the cluster on `etcd`: the table moved
 /// (once done).
 pub fn move_table(etcd: &str, secret_dir: &Path, path: &str, server: &str) -> u64 {
-    let mut mv = Command::new(BIN);
-    mv.args(["--json", "cluster", "move", path, server, "--etcd", etcd])
-        .env("SEXTANT_SECRET_FILE", secret_dir.join("secret"));
+    let mut mv = cluster_move(etcd, secret_dir, path, server);
     let out = output_ok(&mut mv, &format!("cluster move {path} {server}"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v["table"].as_u64().unwrap()
@@ -798,4 +805,25 @@ pub fn library_client(
         sextant_client::Options::default(),
     ))
     .unwrap()
+}
+
+/// The owner of `table` in a `cluster status --json` (empty: none).
+pub fn owner_in(s: &serde_json::Value, table: u64) -> String {
+    s["tables"]
+        .as_array()
+        .and_then(|v| v.iter().find(|t| t["table"].as_u64() == Some(table)))
+        .and_then(|t| t["owner"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The table whose SOID range holds `soid` in a `cluster status --json`.
+pub fn table_of(s: &serde_json::Value, soid: u128) -> Option<u64> {
+    let hex = |v: &serde_json::Value| u128::from_str_radix(v.as_str()?, 16).ok();
+    s["tables"].as_array()?.iter().find_map(|t| {
+        let (first, last) = (hex(&t["first"])?, hex(&t["last"])?);
+        (first <= soid && soid <= last)
+            .then(|| t["table"].as_u64())
+            .flatten()
+    })
 }

@@ -32,25 +32,20 @@
 //! was answered yet, so the client spreads the search itself.
 
 use super::{error_batch, Shared, SEARCH_QUEUE};
-use sextant_engine::search::{intersection, plan, GroupKey, Totals};
+use sextant_engine::search::{GroupKey, Totals};
 use sextant_proto::pb;
-use sextant_proto::route::RouteTable;
+use sextant_proto::route::{RouteTable, Share};
 use sextant_proto::search::{
-    done_to_pb, group_from_pb, group_to_pb, span_to_pb, SearchDone, SearchScope, SearchSpec,
-    MAX_BATCH_BYTES,
+    add_totals, done_to_pb, group_from_pb, group_to_pb, matching_ranges, span_to_pb, SearchDone,
+    SearchScope, SearchSpec, CHASE_FOR, MAX_BATCH_BYTES, ROUND_PAUSE,
 };
 use sextant_proto::{error_to_pb, soid_to_pb};
 use sextant_types::{Credentials, FsError, Soid, SoidRange};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tonic::Status;
-
-/// How long ranges that keep moving are chased (as `sextant_client::spread`).
-const CHASE_FOR: Duration = Duration::from_secs(30);
-/// Between rounds, and between attempts at a server that did not answer.
-const ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// What the parts gave, added up.
 #[derive(Default)]
@@ -158,16 +153,8 @@ impl Shared {
     ) -> Result<Gathered, Failed> {
         let root = self.gather_scope(cred, spec).await?;
         let me = self.engine.member_name().unwrap_or_default().to_string();
-        // The scope root alone: only its holder can match (as the client's
-        // `scope_ranges`).
-        let mut wanted = vec![if plan(&spec.expr).max_depth == 0 {
-            SoidRange {
-                first: root,
-                last: root,
-            }
-        } else {
-            SoidRange::ALL
-        }];
+        // The scope root alone at depth 0: only its holder can match.
+        let mut wanted = vec![matching_ranges(root, &spec.expr)];
         let mut all = Gathered::default();
         let started = Instant::now();
         loop {
@@ -180,7 +167,12 @@ impl Shared {
                 ));
             }
             let mut parts = tokio::task::JoinSet::new();
-            for ((server, address), ranges) in assign(&map, &wanted) {
+            for Share {
+                server,
+                address,
+                ranges,
+            } in map.split(&wanted)
+            {
                 let mut part = req.clone();
                 part.scope = Some(pb::search_request::Scope::Soid(soid_to_pb(root)));
                 part.ranges = ranges.iter().map(span_to_pb).collect();
@@ -282,21 +274,6 @@ impl Shared {
     }
 }
 
-/// Each server's ranges by the map: by (name, address).
-fn assign(map: &RouteTable, wanted: &[SoidRange]) -> Vec<((String, String), Vec<SoidRange>)> {
-    let mut by: BTreeMap<(String, String), Vec<SoidRange>> = BTreeMap::new();
-    for r in map.routes() {
-        for w in wanted {
-            if let Some(part) = intersection(&r.range, w) {
-                by.entry((r.server.clone(), r.address.clone()))
-                    .or_default()
-                    .push(part);
-            }
-        }
-    }
-    by.into_iter().collect()
-}
-
 /// Takes one batch of a part into `got`: true at its end (`done`).
 fn take(got: &mut Gathered, b: pb::SearchBatch) -> Result<bool, Failed> {
     if let Some(e) = b.error {
@@ -306,9 +283,7 @@ fn take(got: &mut Gathered, b: pb::SearchBatch) -> Result<bool, Failed> {
     for g in b.groups {
         let (k, t) = group_from_pb(g)
             .map_err(|_| Failed::Unavailable("a server sent a bad search group".into()))?;
-        let e = got.groups.entry(k).or_default();
-        e.count = e.count.saturating_add(t.count);
-        e.size = e.size.saturating_add(t.size);
+        add_totals(got.groups.entry(k).or_default(), &t);
     }
     match b.done {
         Some(d) => {
@@ -323,18 +298,12 @@ fn take(got: &mut Gathered, b: pb::SearchBatch) -> Result<bool, Failed> {
 fn add(all: &mut Gathered, part: Gathered) {
     all.hits.extend(part.hits);
     for (k, t) in part.groups {
-        let e = all.groups.entry(k).or_default();
-        e.count = e.count.saturating_add(t.count);
-        e.size = e.size.saturating_add(t.size);
+        add_totals(all.groups.entry(k).or_default(), &t);
     }
     let (a, d) = (&mut all.done, part.done);
     a.count = a.count.saturating_add(d.count);
     a.total_size = a.total_size.saturating_add(d.total_size);
-    a.tables += d.tables;
-    a.tables_pruned += d.tables_pruned;
-    a.candidates += d.candidates;
-    a.tables_out_of_scope += d.tables_out_of_scope;
-    a.tables_summarized += d.tables_summarized;
+    a.add_work(&d);
 }
 
 /// The answer as the wire carries it: hits, then groups in key order, in
