@@ -29,13 +29,24 @@
 //! [`Error::Unavailable`] naming the server; one the server ended with an
 //! error is that error. (A spread search's parts are asked again by
 //! [`crate::spread`], which knows whether a part's hits were passed on.)
+//!
+//! Silence: every search asks for keep-alives (`SearchRequest.keep_alive`).
+//! A server that announces them (the response header
+//! `sextant_proto::search::KEEP_ALIVE_HEADER`) and then sends nothing for
+//! `SILENT_FOR` (10 s; it sends a keep-alive after every 2 s without a
+//! batch) is taken for a server that stopped: the stream fails as if its
+//! connection broke ([`Error::Unavailable`] naming the server and the
+//! silence), and is asked again or not by the rules above. A server that
+//! announces none (an older one) is not bounded so. Starting a search
+//! waits for the server's answer no longer than the retry time left (at
+//! least `MIN_ANSWER_WAIT`).
 
 use crate::{bad_reply, error_chain, Client, Error, Result};
 use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
 use sextant_proto::pb;
 use sextant_proto::route::RouteTable;
 use sextant_proto::search::{done_from_pb, group_from_pb, hit_from_pb, spec_to_pb, SearchDone};
-use sextant_proto::search::{SearchScope, SearchSpec};
+use sextant_proto::search::{silence_bound, SearchScope, SearchSpec, KEEP_ALIVE_HEADER};
 use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES};
 use sextant_types::{Credentials, FsError};
 use std::sync::Arc;
@@ -71,6 +82,12 @@ struct One {
     again: Option<Again>,
     /// Whether a hit was handed out (then it cannot be asked again).
     passed: bool,
+    /// How long the stream may bring nothing before its server is taken
+    /// for stopped (`None`: it announced no keep-alives, an older server;
+    /// `sextant_proto::search::silence_bound`).
+    silent_for: Option<Duration>,
+    /// Set when it failed so: it brought nothing for `silent_for`.
+    went_silent: bool,
 }
 
 /// What asking a search again takes.
@@ -86,7 +103,7 @@ struct Again {
 impl Again {
     /// The search asked again on a new stream, within what is left of the
     /// retry time; `None` when none is left.
-    async fn ask(&self) -> Option<Result<tonic::Streaming<pb::SearchBatch>>> {
+    async fn ask(&self) -> Option<Result<(tonic::Streaming<pb::SearchBatch>, Option<Duration>)>> {
         let left = self
             .client
             .inner
@@ -101,7 +118,7 @@ impl Again {
             .search_at_within(self.link.clone(), &self.cred, &self.spec, left)
             .await;
         Some(fresh.and_then(|s| match s.source {
-            Source::One(one) => Ok(one.stream),
+            Source::One(one) => Ok((one.stream, one.silent_for)),
             Source::Spread(_) | Source::Gathered(_) => {
                 Err(bad_reply("a spread search for one server"))
             }
@@ -116,6 +133,10 @@ fn gathering() -> bool {
     static GATHERING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *GATHERING.get_or_init(|| std::env::var("SEXTANT_SEARCH_GATHER").map_or(true, |v| v != "0"))
 }
+
+/// The least time one attempt to start a search waits for the server's
+/// answer, however little of the retry time is left.
+const MIN_ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 /// How long the end of a search's stream is waited for after its `done`
 /// message (the server ends it at once).
@@ -132,6 +153,9 @@ async fn finish(stream: &mut tonic::Streaming<pb::SearchBatch>, addr: &str) -> R
     };
     match end {
         Ok(None) => Ok(()),
+        // (A server sends no keep-alive after `done`; one on its way as
+        // the search ended is harmless.)
+        Ok(Some(b)) if b.keep_alive && b.hits.is_empty() && b.done.is_none() => Ok(()),
         Ok(Some(_)) => Err(bad_reply("a search batch after the search's end")),
         Err(s) => match stream_error(&s, addr) {
             Error::Unavailable { .. } => Ok(()),
@@ -164,7 +188,28 @@ impl SearchStream {
             if self.done.is_some() {
                 return Ok(None);
             }
-            let msg = match one.stream.message().await {
+            let next = match one.silent_for {
+                Some(bound) => tokio::time::timeout(bound, one.stream.message())
+                    .await
+                    .map_err(|_| bound),
+                None => Ok(one.stream.message().await),
+            };
+            let next = match next {
+                Ok(n) => n,
+                // Nothing for `bound` from a server that promised a
+                // keep-alive every few seconds: taken for stopped, as a
+                // broken connection (asked again below if nothing was
+                // handed out yet).
+                Err(bound) => {
+                    one.went_silent = true;
+                    Err(tonic::Status::unavailable(format!(
+                        "it sent nothing for {} s (no hit, keep-alive or end, though it \
+                         announced keep-alives): taken for a stopped server",
+                        bound.as_secs()
+                    )))
+                }
+            };
+            let msg = match next {
                 Ok(Some(m)) => m,
                 Ok(None) => return Err(bad_reply("a search stream without an end")),
                 Err(s) => {
@@ -176,7 +221,8 @@ impl SearchStream {
                         (&e, one.passed, &one.again)
                     {
                         if let Some(fresh) = again.ask().await {
-                            one.stream = fresh?;
+                            (one.stream, one.silent_for) = fresh?;
+                            one.went_silent = false;
                             self.groups.clear();
                             continue;
                         }
@@ -213,6 +259,15 @@ impl SearchStream {
     /// The summary, once [`SearchStream::next_batch`] returned `None`.
     pub fn done(&self) -> Option<&SearchDone> {
         self.done.as_ref()
+    }
+
+    /// For one server's stream that failed because it brought nothing for
+    /// its bound: that bound.
+    pub(crate) fn went_silent(&self) -> Option<Duration> {
+        match &self.source {
+            Source::One(one) if one.went_silent => one.silent_for,
+            _ => None,
+        }
     }
 }
 
@@ -363,7 +418,10 @@ impl Client {
         spec: &SearchSpec,
         retry_for: Duration,
     ) -> Result<SearchStream> {
-        let req = spec_to_pb(spec, cred);
+        let mut req = spec_to_pb(spec, cred);
+        // Keep-alives, so that a server that stops mid-search is noticed
+        // (`SearchRequest.keep_alive`; an older server sends none).
+        req.keep_alive = true;
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
             return Err(Error::Fs(FsError::TooBig));
         }
@@ -380,23 +438,41 @@ impl Client {
             };
             let mut request = tonic::Request::new(req.clone());
             self.inner.authorize(&mut request, "Search", &addr);
-            let failure = match grpc.search(request).await {
-                Ok(r) => {
+            // A server that accepts the call but never answers it (stopped
+            // on a connection already open) is not waited for past the
+            // retry time (a server that announces keep-alives answers at
+            // once, whatever its search waits for).
+            let wait = retry_for
+                .saturating_sub(started.elapsed())
+                .max(MIN_ANSWER_WAIT);
+            let failure = match tokio::time::timeout(wait, grpc.search(request)).await {
+                Ok(Ok(r)) => {
+                    let announced = r
+                        .metadata()
+                        .get(KEEP_ALIVE_HEADER)
+                        .and_then(|v| v.to_str().ok());
+                    let silent_for = silence_bound(announced);
                     return Ok(SearchStream {
                         source: Source::One(Box::new(One {
                             stream: r.into_inner(),
                             addr,
                             again: None,
                             passed: false,
+                            silent_for,
+                            went_silent: false,
                         })),
                         groups: Vec::new(),
                         done: None,
-                    })
+                    });
                 }
-                Err(s) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
-                Err(s) => match stream_error(&s, &addr) {
+                Ok(Err(s)) if s.code() == Code::Unauthenticated => return Err(Error::Auth),
+                Ok(Err(s)) => match stream_error(&s, &addr) {
                     e @ Error::Unavailable { .. } => e,
                     e => return Err(e),
+                },
+                Err(_) => Error::Unavailable {
+                    addr: addr.clone(),
+                    reason: format!("no answer to a search within {} ms", wait.as_millis()),
                 },
             };
             if started.elapsed() + backoff > retry_for {

@@ -30,13 +30,32 @@
 //! server, naming the holder in `forward_to`: the server runs it there,
 //! with the secret, as the caller it admitted.
 //!
-//! A server that cannot be reached, or whose search stream breaks (its
-//! connection reset: the server was killed) before any hit of its part was
-//! passed on, is asked again; once a fresh map no longer names it (it left
-//! the cluster, or its tables failed over), its ranges are asked of their
-//! holders like those a server did not hold. A part whose stream breaks
-//! after some of its hits were passed on fails the query (asked again,
-//! they would be doubled).
+//! Failures of a part (issue 21, "a time bound on a spread search's
+//! parts, and fail fast"):
+//! - A server that cannot be reached, that does not answer the call
+//!   within [`REROUTE_AFTER`], whose search stream breaks (its connection
+//!   reset: the server was killed), or whose stream goes silent — nothing,
+//!   not even a keep-alive, for `sextant_proto::search::SILENT_FOR` (10 s)
+//!   after it announced keep-alives every `KEEP_ALIVE_EVERY` (2 s): the
+//!   server stopped, its machine hangs, a partition resets nothing — is,
+//!   if no hit of its part was passed on yet, asked again (its stream
+//!   dropped); once a fresh map no longer names it (it left the cluster,
+//!   or its tables failed over after its lease), its ranges are asked of
+//!   their holders like those a server did not hold; all within
+//!   `Options::retry_for` of the part and [`CHASE_FOR`] of the query.
+//! - A part whose stream breaks or goes silent after some of its hits
+//!   were passed on fails the query (asked again, they would be doubled):
+//!   the error names the server, the silence and the part's ranges. So
+//!   does any other error of a part (EACCES, the scope gone, ...), and a
+//!   part asked again for longer than the retry time.
+//! - The first part that fails the query fails it at once: its error is
+//!   the merged stream's next item, and the other parts are cancelled
+//!   (their tasks aborted, their streams dropped, so each server stops
+//!   its search at its next hit) — not after every other part ended.
+//! - A server that announced no keep-alives (an older one) has no bound on
+//!   its silence: a long search there is normal. Its stream is still cut
+//!   by the HTTP/2 keep-alive of the channel (a ping every 30 s, 20 s to
+//!   answer) when the server stops.
 //!
 //! Totals (`count_only`, `group_by`) and the scope root alone (depth 0)
 //! are not spread here first: the home server is asked to gather them
@@ -63,8 +82,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-/// A server that does not answer a part for this long is looked up in a
-/// fresh map: gone from it, its ranges are asked of their new holders.
+/// A server that does not answer a part for this long (the call not
+/// answered: a server that announces keep-alives answers at once) is
+/// looked up in a fresh map: gone from it, its ranges are asked of their
+/// new holders.
 const REROUTE_AFTER: Duration = Duration::from_secs(1);
 /// Batches queued from the servers for the reader.
 const QUEUE: usize = 16;
@@ -161,9 +182,140 @@ fn scope_ranges(spec: &SearchSpec) -> SoidRange {
     }
 }
 
+/// The error of a part whose server at `address` went silent for `bound`
+/// after some of its hits were passed on: it names the server, the
+/// silence and the part's ranges.
+fn silent_after_hits(address: &str, bound: Duration, ranges: &[SoidRange]) -> Error {
+    Error::Unavailable {
+        addr: address.to_string(),
+        reason: format!(
+            "it sent nothing for {} s in the middle of its part of the search (SOID ranges \
+             {}), after some of its hits were passed on: taken for a stopped server; the \
+             search cannot finish (asked again, those hits would come twice)",
+            bound.as_secs(),
+            sextant_proto::search::ranges_named(ranges)
+        ),
+    }
+}
+
 /// What one server's part gave.
 struct Part {
     done: SearchDone,
+}
+
+/// The merge of the parts' answers, round after round.
+struct Merge {
+    limit: usize,
+    /// Hits are passed on (not counts or groups).
+    listing: bool,
+    /// A sorted query's top `limit` so far.
+    top: Option<TopN>,
+    total: SearchDone,
+    groups: HashMap<GroupKey, Totals>,
+    /// Hits passed on so far.
+    listed: usize,
+}
+
+/// How a round of parts ended.
+enum Round {
+    /// Every part ended; the ranges their servers did not hold.
+    Finished(Vec<SoidRange>),
+    /// Enough hits, or the reader is gone: the query ends here.
+    Stopped,
+}
+
+impl Merge {
+    fn new(spec: &SearchSpec) -> Merge {
+        let limit = spec.engine_limit();
+        Merge {
+            limit,
+            listing: !spec.count_only && spec.group_by.is_none(),
+            top: spec.sort.map(|s| TopN::new(s, limit)),
+            total: SearchDone::default(),
+            groups: HashMap::new(),
+            listed: 0,
+        }
+    }
+
+    /// Hits as they come (all servers at once), and each part's end as it
+    /// comes. The first part that fails the query (its error: see the
+    /// module docs) fails it at once, and the other parts are cancelled
+    /// (their tasks aborted, their streams dropped: each server stops its
+    /// search at its next hit) — not after every other part ended.
+    async fn round(
+        &mut self,
+        parts: &mut JoinSet<Result<Part>>,
+        hits: &mut mpsc::Receiver<Vec<SearchHit>>,
+        out: &mpsc::Sender<Result<Next>>,
+    ) -> Result<Round> {
+        let mut not_held = Vec::new();
+        let mut hits_open = true;
+        while hits_open || !parts.is_empty() {
+            tokio::select! {
+                batch = hits.recv(), if hits_open => {
+                    let Some(batch) = batch else {
+                        hits_open = false;
+                        continue;
+                    };
+                    if !self.pass(batch, out).await {
+                        // Enough, or nobody reads: the other servers'
+                        // searches are cancelled.
+                        parts.abort_all();
+                        return Ok(Round::Stopped);
+                    }
+                }
+                joined = parts.join_next(), if !parts.is_empty() => {
+                    let part = match joined {
+                        None => continue,
+                        Some(Ok(Ok(part))) => part,
+                        Some(Ok(Err(e))) => {
+                            parts.abort_all();
+                            return Err(e);
+                        }
+                        Some(Err(e)) => {
+                            parts.abort_all();
+                            return Err(Error::Protocol(format!("a server's search: {e}")));
+                        }
+                    };
+                    let d = part.done;
+                    self.total.add_work(&d);
+                    if !self.listing {
+                        self.total.count = self.total.count.saturating_add(d.count);
+                        self.total.total_size = self.total.total_size.saturating_add(d.total_size);
+                        for (k, t) in d.groups {
+                            add_totals(self.groups.entry(k).or_default(), &t);
+                        }
+                    }
+                    not_held.extend(d.not_held);
+                }
+            }
+        }
+        Ok(Round::Finished(not_held))
+    }
+
+    /// Takes a part's batch of hits (passed on, or kept for sorting);
+    /// false when the query is to end here (enough hits, or the reader
+    /// is gone).
+    async fn pass(&mut self, batch: Vec<SearchHit>, out: &mpsc::Sender<Result<Next>>) -> bool {
+        if !self.listing {
+            return true;
+        }
+        if let Some(t) = &mut self.top {
+            batch.into_iter().for_each(|h| t.push(h));
+            return true;
+        }
+        let room = self.limit.saturating_sub(self.listed);
+        let batch: Vec<SearchHit> = batch.into_iter().take(room).collect();
+        self.listed += batch.len();
+        for h in &batch {
+            self.total.count += 1;
+            self.total.total_size = self.total.total_size.saturating_add(h.attr.size);
+        }
+        if !batch.is_empty() && out.send(Ok(Next::Hits(batch))).await.is_err() {
+            return false;
+        }
+        self.listed < self.limit
+    }
 }
 
 /// Runs the rounds and merges; returns the summary of the whole query.
@@ -174,12 +326,7 @@ async fn drive(
     mut map: Arc<RouteTable>,
     out: &mpsc::Sender<Result<Next>>,
 ) -> Result<SearchDone> {
-    let limit = spec.engine_limit();
-    let listing = !spec.count_only && spec.group_by.is_none();
-    let mut top = spec.sort.map(|s| TopN::new(s, limit));
-    let mut total = SearchDone::default();
-    let mut groups: HashMap<GroupKey, Totals> = HashMap::new();
-    let mut listed = 0usize;
+    let mut merge = Merge::new(spec);
     let mut wanted = vec![scope_ranges(spec)];
     let started = Instant::now();
     loop {
@@ -253,12 +400,17 @@ async fn drive(
                                     Err(e) => break e,
                                 }
                             };
-                            // A stream broken by its connection before any of
-                            // its hits was passed on (a server killed as the
-                            // query reached it) searched nothing yet: asked
-                            // again like a server that does not answer.
+                            // A stream broken by its connection, or silent past
+                            // its bound, before any of its hits was passed on
+                            // (a server killed or stopped as the query reached
+                            // it) searched nothing yet: asked again like a
+                            // server that does not answer. After: the query
+                            // fails (at once: see `drive`).
                             if passed {
-                                return Err(failure);
+                                return Err(match s.went_silent() {
+                                    Some(bound) => silent_after_hits(&address, bound, &part.ranges),
+                                    None => failure,
+                                });
                             }
                             tokio::time::sleep(ROUND_PAUSE).await;
                             failure
@@ -294,48 +446,11 @@ async fn drive(
             });
         }
         drop(hits_tx);
-        // Hits as they come (all servers at once).
-        while let Some(batch) = hits_rx.recv().await {
-            if !listing {
-                continue;
-            }
-            match &mut top {
-                Some(t) => batch.into_iter().for_each(|h| t.push(h)),
-                None => {
-                    let room = limit.saturating_sub(listed);
-                    let batch: Vec<SearchHit> = batch.into_iter().take(room).collect();
-                    listed += batch.len();
-                    for h in &batch {
-                        total.count += 1;
-                        total.total_size = total.total_size.saturating_add(h.attr.size);
-                    }
-                    if !batch.is_empty() && out.send(Ok(Next::Hits(batch))).await.is_err() {
-                        return Ok(total);
-                    }
-                    if listed >= limit {
-                        // Enough: the other servers' searches are cancelled
-                        // (their streams dropped with their tasks).
-                        parts.abort_all();
-                        return Ok(total);
-                    }
-                }
-            }
-        }
-        crate::timing::mark(|| "spread search: every part's hits in".into());
-        let mut not_held = Vec::new();
-        while let Some(joined) = parts.join_next().await {
-            let part = joined.map_err(|e| Error::Protocol(format!("a server's search: {e}")))??;
-            let d = part.done;
-            total.add_work(&d);
-            if !listing {
-                total.count = total.count.saturating_add(d.count);
-                total.total_size = total.total_size.saturating_add(d.total_size);
-                for (k, t) in d.groups {
-                    add_totals(groups.entry(k).or_default(), &t);
-                }
-            }
-            not_held.extend(d.not_held);
-        }
+        let not_held = match merge.round(&mut parts, &mut hits_rx, out).await? {
+            Round::Finished(not_held) => not_held,
+            Round::Stopped => return Ok(merge.total),
+        };
+        crate::timing::mark(|| "spread search: every part in".into());
         if not_held.is_empty() {
             break;
         }
@@ -350,6 +465,13 @@ async fn drive(
         map = client.peek_route_map().await?;
         wanted = not_held;
     }
+    let Merge {
+        limit,
+        top,
+        mut total,
+        groups,
+        ..
+    } = merge;
     if spec.count_only && limit != usize::MAX {
         total.count = total.count.min(limit as u64);
     }
@@ -373,7 +495,115 @@ async fn drive(
 mod tests {
     use super::*;
     use sextant_engine::search::{Expr, Pred};
-    use sextant_types::Soid;
+    use sextant_types::{FsError, Soid};
+
+    /// Set when dropped: a part's task (its stream) was let go.
+    struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn listing() -> SearchSpec {
+        SearchSpec::new(SearchScope::Soid(Soid::ROOT), Expr::True)
+    }
+
+    /// One part fails for good while another never ends (its server
+    /// stopped, say): the round fails at once with the first's error and
+    /// the other part is cancelled. (Before: the round waited for every
+    /// part, here for ever.)
+    #[tokio::test(start_paused = true)]
+    async fn a_part_failing_for_good_fails_the_round_at_once_and_cancels_the_others() {
+        let (hits_tx, mut hits_rx) = mpsc::channel::<Vec<SearchHit>>(QUEUE);
+        let (out, _reader) = mpsc::channel(QUEUE);
+        let mut parts: JoinSet<Result<Part>> = JoinSet::new();
+        let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (guard, stuck_tx) = (Dropped(Arc::clone(&cancelled)), hits_tx.clone());
+        parts.spawn(async move {
+            let _guard = guard;
+            let _hits = stuck_tx;
+            std::future::pending::<()>().await;
+            Ok(Part {
+                done: SearchDone::default(),
+            })
+        });
+        parts.spawn(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(Error::Fs(FsError::Access))
+        });
+        drop(hits_tx);
+        let mut merge = Merge::new(&listing());
+        let started = tokio::time::Instant::now();
+        let round = tokio::time::timeout(
+            Duration::from_secs(3600),
+            merge.round(&mut parts, &mut hits_rx, &out),
+        )
+        .await
+        .expect("the round waited for the part that never ends");
+        assert!(
+            matches!(round, Err(Error::Fs(FsError::Access))),
+            "{:?}",
+            round.as_ref().err()
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // The stuck part's task is aborted (its stream dropped).
+        while parts.join_next().await.is_some() {}
+        assert!(cancelled.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// Parts that end well: their hits passed on in the order they come,
+    /// their summaries added up, their ranges not held collected.
+    #[tokio::test]
+    async fn a_round_of_parts_that_end_well_passes_every_hit_on() {
+        let (hits_tx, mut hits_rx) = mpsc::channel::<Vec<SearchHit>>(QUEUE);
+        let (out, mut reader) = mpsc::channel(QUEUE);
+        let mut parts: JoinSet<Result<Part>> = JoinSet::new();
+        let moved = SoidRange {
+            first: Soid::from_u128(5),
+            last: Soid::from_u128(9),
+        };
+        for n in 1..=2u64 {
+            let tx = hits_tx.clone();
+            parts.spawn(async move {
+                tx.send(Vec::new()).await.ok();
+                Ok(Part {
+                    done: SearchDone {
+                        tables: n,
+                        not_held: if n == 2 { vec![moved] } else { Vec::new() },
+                        ..SearchDone::default()
+                    },
+                })
+            });
+        }
+        drop(hits_tx);
+        let mut merge = Merge::new(&listing());
+        let round = merge.round(&mut parts, &mut hits_rx, &out).await;
+        match round {
+            Ok(Round::Finished(not_held)) => assert_eq!(not_held, vec![moved]),
+            Ok(Round::Stopped) => panic!("stopped"),
+            Err(e) => panic!("{e}"),
+        }
+        assert_eq!(merge.total.tables, 3);
+        drop(out);
+        // (Empty batches are not passed on.)
+        assert!(reader.recv().await.is_none());
+    }
+
+    #[test]
+    fn a_part_silent_after_passing_hits_names_its_server_the_silence_and_its_ranges() {
+        let ranges = [SoidRange {
+            first: Soid::from_u128(0x10),
+            last: Soid::from_u128(0x1f),
+        }];
+        let e = silent_after_hits("10.0.0.7:7420", Duration::from_secs(10), &ranges);
+        assert!(matches!(e, Error::Unavailable { .. }));
+        let text = e.to_string();
+        assert!(text.contains("10.0.0.7:7420"), "{text}");
+        assert!(text.contains("nothing for 10 s"), "{text}");
+        assert!(text.contains(&format!("{:?}", ranges[0])), "{text}");
+    }
 
     #[test]
     fn a_query_of_the_scope_root_alone_asks_its_holder_only() {

@@ -252,6 +252,65 @@ pub const CHASE_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 /// holder), and between attempts at a server that did not answer.
 pub const ROUND_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How often a server sends a keep-alive on a search stream that asked
+/// for them (`SearchRequest.keep_alive`) and carries nothing else: after
+/// this much silence, again and again, from the moment the call is
+/// answered (the search may wait for its turn) until its last batch. Sent
+/// by the server's runtime, not by the search: a broad scan that finds
+/// nothing for minutes, or a part waiting for another server's
+/// directories (up to [`CHASE_FOR`]), keeps its stream alive. 2 s: a
+/// message of a few bytes per part every 2 s costs nothing, and leaves
+/// [`SILENT_FOR`] room for five of them.
+pub const KEEP_ALIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// The response header of a `Search` call by which a server announces
+/// keep-alives (its value: the period in milliseconds). An older server
+/// sends neither: its silence is not bounded (see [`silence_bound`]).
+pub const KEEP_ALIVE_HEADER: &str = "sextant-keep-alive-ms";
+/// A search stream whose server announced keep-alives and that brought
+/// nothing (no hit, no keep-alive, no end) for this long is taken for a
+/// server that stopped (SIGSTOP, a hung machine, a network partition
+/// that resets nothing): five keep-alive periods missed in a row, which a
+/// loaded runtime or a TCP retransmission or two (1 s, then 2 s, 4 s) do
+/// not explain. 10 s is also longer than a server's lease (6 s by
+/// default): by the time a part is given up, the stopped server's tables
+/// are failing over, and its ranges can be asked of their new holders
+/// within [`CHASE_FOR`]. (Without the bound, an open part waited for the
+/// HTTP/2 keep-alive of the client's channel, 50 s, and a server
+/// gathering totals as long as the other stayed stopped.)
+pub const SILENT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a search stream may bring nothing before its server is taken
+/// for stopped, given the value of its [`KEEP_ALIVE_HEADER`] (`None`: no
+/// header). `None` — no bound — when the server announced none (an older
+/// server: a long search's silence is normal there) or something
+/// unreadable; otherwise [`SILENT_FOR`], or five of the announced periods
+/// when that is longer (a server sending them less often).
+pub fn silence_bound(announced: Option<&str>) -> Option<std::time::Duration> {
+    let ms: u64 = announced?.trim().parse().ok()?;
+    if ms == 0 {
+        return None;
+    }
+    let five = std::time::Duration::from_millis(ms.saturating_mul(5));
+    Some(SILENT_FOR.max(five))
+}
+
+/// `ranges` for an error message: the first four, and how many more.
+pub fn ranges_named(ranges: &[SoidRange]) -> String {
+    const SHOWN: usize = 4;
+    let mut s: Vec<String> = ranges
+        .iter()
+        .take(SHOWN)
+        .map(|r| format!("{r:?}"))
+        .collect();
+    if ranges.len() > SHOWN {
+        s.push(format!("and {} more", ranges.len() - SHOWN));
+    }
+    if s.is_empty() {
+        return "none".into();
+    }
+    s.join(", ")
+}
+
 /// The SOIDs a query below `root` can match: a query that matches nothing
 /// below its scope (depth 0: `find P -maxdepth 0`, the starting point
 /// `stats` and `du` count themselves) only `root` itself, so only its
@@ -516,6 +575,8 @@ pub fn spec_to_pb(spec: &SearchSpec, cred: &Credentials) -> pb::SearchRequest {
         ranges: spec.ranges.iter().map(span_to_pb).collect(),
         forward_to: spec.forward_to.clone(),
         gather: spec.gather,
+        // (Asked by the client's transport, not part of the query.)
+        keep_alive: false,
     }
 }
 
@@ -977,6 +1038,43 @@ mod tests {
         r.sort = None;
         r.group_by = Some(99);
         assert!(spec_from_pb(r).unwrap_err().0.contains("group_by"));
+    }
+
+    #[test]
+    fn only_a_server_that_announced_keep_alives_has_its_silence_bounded() {
+        // An older server (no header), or a header that says nothing.
+        for none in [None, Some(""), Some("soon"), Some("0"), Some("-5")] {
+            assert_eq!(silence_bound(none), None, "{none:?}");
+        }
+        // This server's period: the bound is SILENT_FOR, five periods.
+        let ms = KEEP_ALIVE_EVERY.as_millis().to_string();
+        assert_eq!(silence_bound(Some(&ms)), Some(SILENT_FOR));
+        assert!(SILENT_FOR >= KEEP_ALIVE_EVERY * 5);
+        // A server sending them less often: five of its periods.
+        assert_eq!(
+            silence_bound(Some("4000")),
+            Some(std::time::Duration::from_secs(20))
+        );
+        assert_eq!(silence_bound(Some(" 100 ")), Some(SILENT_FOR));
+        // Longer than a server's default lease (6 s): its tables are
+        // failing over when its part is given up.
+        assert!(SILENT_FOR > std::time::Duration::from_secs(6));
+        assert!(SILENT_FOR < CHASE_FOR);
+    }
+
+    #[test]
+    fn ranges_are_named_four_at_most() {
+        let r = |a: u128, b: u128| SoidRange {
+            first: Soid::from_u128(a),
+            last: Soid::from_u128(b),
+        };
+        assert_eq!(ranges_named(&[]), "none");
+        let one = ranges_named(&[r(1, 2)]);
+        assert_eq!(one, format!("{:?}", r(1, 2)));
+        let many: Vec<SoidRange> = (0..6).map(|i| r(i, i)).collect();
+        let named = ranges_named(&many);
+        assert!(named.ends_with(", and 2 more"), "{named}");
+        assert_eq!(named.matches("..=").count(), 4, "{named}");
     }
 
     #[test]

@@ -31,6 +31,15 @@
 //!   right before it writes the completion, and writes it when it carries
 //!   on, checking nothing again (crates/cli/tests/logless_exit.rs).
 //!
+//!   And three steps of a search that is one server's part of a spread
+//!   search (`SearchRequest.ranges` set, below its scope: not the scope
+//!   root alone), for the tests of a part whose server stops mid-search
+//!   (crates/cli/tests/search_silent.rs): `search-listing` (a listing,
+//!   its stream open, nothing found yet), `search-hits` (a listing, right
+//!   after its first batch of hits was sent), `search-totals` (a count or
+//!   an aggregation, its stream open). The process stops half a second
+//!   after it gets there, so that what it sent reaches the asker first.
+//!
 //! - `stale-drop-commit:N` — the engine's catalogue on etcd refuses the
 //!   first N commits of a DROP's final manifest as `Stale`, sending
 //!   nothing (what it answers when its map lags behind etcd). Used by the
@@ -141,6 +150,29 @@ pub fn step(name: &str) {
         // process until SIGCONT, then this call returns.
         unsafe { libc::raise(libc::SIGSTOP) };
         eprintln!("{ENV}: carrying on after {name}");
+    }
+}
+
+/// Called by a search as it starts (`hits_sent` false) and after each
+/// batch of hits it sent (`hits_sent` true): the search steps of
+/// `stop-at:` (see the module docs), for a spread search's part only.
+pub fn search_part(spec: &sextant_proto::search::SearchSpec, hits_sent: bool) {
+    let Some(armed) = stop_at() else {
+        return;
+    };
+    if spec.ranges.is_empty() || sextant_engine::search::plan(&spec.expr).max_depth == 0 {
+        return;
+    }
+    let totals = spec.count_only || spec.group_by.is_some();
+    let name = match (totals, hits_sent) {
+        (true, false) => "search-totals",
+        (false, false) => "search-listing",
+        (false, true) => "search-hits",
+        (true, true) => return,
+    };
+    if armed == name {
+        std::thread::sleep(Duration::from_millis(500));
+        step(name);
     }
 }
 

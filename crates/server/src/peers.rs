@@ -577,6 +577,12 @@ impl Peers {
             .map_err(|e| format!("bad peer address {address}: {e}"))?
             .connect_timeout(CALL_TIMEOUT)
             .tcp_nodelay(true)
+            // A peer that stops answering (stopped, a partition that
+            // resets nothing) while a call is open is noticed within 50 s
+            // even if it announced no keep-alives on its search streams
+            // (an older server), as the client's channels do.
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20))
             // A forwarded search its caller cancels is reset here: remember
             // such streams, so that the batches still on their way for them
             // are ignored rather than counted by h2 until it closes the
@@ -637,18 +643,31 @@ impl Peers {
     }
 
     /// Starts `req` on the server at `address` (a search forwarded for a
-    /// caller without the secret, `SearchRequest.forward_to`).
+    /// caller without the secret, `SearchRequest.forward_to`; a part of a
+    /// search this server gathers), asking it for keep-alives: the stream,
+    /// and how long it may stay silent before its server is taken for
+    /// stopped (`None`: that server announced no keep-alives, an older
+    /// one; see `sextant_proto::search::silence_bound`).
     pub async fn search(
         &self,
         address: &str,
-        req: pb::SearchRequest,
-    ) -> Result<tonic::Streaming<pb::SearchBatch>, tonic::Status> {
+        mut req: pb::SearchRequest,
+    ) -> Result<(tonic::Streaming<pb::SearchBatch>, Option<Duration>), tonic::Status> {
+        req.keep_alive = true;
         let (mut grpc, request) = self
             .client(address, req)
             .map_err(tonic::Status::invalid_argument)?;
         let started = grpc.search(request);
         match tokio::time::timeout(CALL_TIMEOUT, started).await {
-            Ok(r) => Ok(r?.into_inner()),
+            Ok(r) => {
+                let r = r?;
+                let announced = r
+                    .metadata()
+                    .get(sextant_proto::search::KEEP_ALIVE_HEADER)
+                    .and_then(|v| v.to_str().ok());
+                let silent_for = sextant_proto::search::silence_bound(announced);
+                Ok((r.into_inner(), silent_for))
+            }
             Err(_) => Err(tonic::Status::unavailable(format!(
                 "{address} did not answer"
             ))),

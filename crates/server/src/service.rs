@@ -2,6 +2,7 @@
 //! mutation is durable.
 
 mod gather;
+mod keep_alive;
 
 use crate::auth::{caller_of, Caller};
 use crate::confine::{CheckError, Walk};
@@ -1339,8 +1340,8 @@ impl Shared {
             ));
         };
         metrics::counter!("sextant_searches_forwarded_total").increment(1);
-        let stream = peers.search(&to, req).await?;
-        Ok(Box::pin(stream))
+        let (stream, silent_for) = peers.search(&to, req).await?;
+        Ok(keep_alive::bounded(stream, to, silent_for))
     }
 
     /// `confined`: for a key limited to a subtree, whose `done` then
@@ -1405,6 +1406,7 @@ impl Shared {
                 Some(p) => p,
                 None => &crate::peers::NoPeers,
             };
+            crate::fault::search_part(&spec, false);
             let result = if crate::fault::search_rendezvous() {
                 search::execute(
                     &shared.engine,
@@ -1419,7 +1421,10 @@ impl Shared {
                             ..Default::default()
                         };
                         match tx.blocking_send(Ok(batch)) {
-                            Ok(()) => std::ops::ControlFlow::Continue(()),
+                            Ok(()) => {
+                                crate::fault::search_part(&spec, true);
+                                std::ops::ControlFlow::Continue(())
+                            }
                             Err(_) => std::ops::ControlFlow::Break(()),
                         }
                     },
@@ -1503,6 +1508,61 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The `Search` RPC once its caller was admitted: the scope clamped to
+    /// a confined key's subtree, then forwarded, gathered or run here.
+    async fn open_search(
+        self: Arc<Self>,
+        caller: Caller,
+        mut req: pb::SearchRequest,
+    ) -> Result<SearchStream, Status> {
+        if let Some(path) = caller.confined_to() {
+            let engine = &self.engine;
+            let scoped = match crate::confine::search_scope(&Walk::local(engine), path, &mut req) {
+                Err(CheckError::NeedsPeers) => {
+                    let kept = self.across_kept(|walk| {
+                        let mut r = req.clone();
+                        crate::confine::search_scope(walk, path, &mut r).map(|()| r)
+                    });
+                    match kept {
+                        Some(scoped) => scoped.map(|r| req = r),
+                        None => {
+                            let shared = Arc::clone(&self);
+                            let (path, mut r) = (path.to_string(), req.clone());
+                            shared
+                                .across(move |walk| {
+                                    crate::confine::search_scope(walk, &path, &mut r).map(|()| r)
+                                })
+                                .await
+                                .map(|r| req = r)
+                        }
+                    }
+                }
+                c => c.map_err(CheckError::decided),
+            };
+            if let Err(e) = scoped {
+                // Answered as the engine answers a scope it cannot
+                // resolve: one batch with the errno.
+                if e == FsError::Access {
+                    caller.refused_outside("search");
+                }
+                let batch = error_batch(error_to_pb(e));
+                return Ok(Box::pin(tokio_stream::once(Ok(batch))));
+            }
+        }
+        if !req.forward_to.is_empty() {
+            return self.forward_search(req).await;
+        }
+        let confined = caller.confined_to().is_some();
+        let rx = if req.gather {
+            Arc::clone(&self).gather(req, confined).await?
+        } else {
+            Arc::clone(&self).search(req, confined, false).await?
+        };
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
 #[tonic::async_trait]
 impl pb::sextant_server::Sextant for Service {
     type SessionStream = ResponseStream;
@@ -1559,52 +1619,23 @@ impl pb::sextant_server::Sextant for Service {
                 e.errno()
             )));
         }
-        if let Some(path) = caller.confined_to() {
-            let engine = &self.shared.engine;
-            let scoped = match crate::confine::search_scope(&Walk::local(engine), path, &mut req) {
-                Err(CheckError::NeedsPeers) => {
-                    let kept = self.shared.across_kept(|walk| {
-                        let mut r = req.clone();
-                        crate::confine::search_scope(walk, path, &mut r).map(|()| r)
-                    });
-                    match kept {
-                        Some(scoped) => scoped.map(|r| req = r),
-                        None => {
-                            let shared = Arc::clone(&self.shared);
-                            let (path, mut r) = (path.to_string(), req.clone());
-                            shared
-                                .across(move |walk| {
-                                    crate::confine::search_scope(walk, &path, &mut r).map(|()| r)
-                                })
-                                .await
-                                .map(|r| req = r)
-                        }
-                    }
-                }
-                c => c.map_err(CheckError::decided),
-            };
-            if let Err(e) = scoped {
-                // Answered as the engine answers a scope it cannot
-                // resolve: one batch with the errno.
-                if e == FsError::Access {
-                    caller.refused_outside("search");
-                }
-                let batch = error_batch(error_to_pb(e));
-                return Ok(Response::new(Box::pin(tokio_stream::once(Ok(batch)))));
+        if req.keep_alive {
+            // Answered at once, keep-alives announced; the search starts
+            // behind them (`service::keep_alive`).
+            let opened = Arc::clone(&self.shared).open_search(caller, req);
+            let mut response = Response::new(keep_alive::pump(opened));
+            let every = sextant_proto::search::KEEP_ALIVE_EVERY
+                .as_millis()
+                .to_string();
+            if let Ok(v) = every.parse() {
+                response
+                    .metadata_mut()
+                    .insert(sextant_proto::search::KEEP_ALIVE_HEADER, v);
             }
+            return Ok(response);
         }
-        if !req.forward_to.is_empty() {
-            return Ok(Response::new(self.shared.forward_search(req).await?));
-        }
-        let confined = caller.confined_to().is_some();
-        let rx = if req.gather {
-            Arc::clone(&self.shared).gather(req, confined).await?
-        } else {
-            Arc::clone(&self.shared)
-                .search(req, confined, false)
-                .await?
-        };
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let stream = Arc::clone(&self.shared).open_search(caller, req).await?;
+        Ok(Response::new(stream))
     }
 
     async fn revoke_dirs(

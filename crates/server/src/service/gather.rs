@@ -24,12 +24,28 @@
 //! client's own parts. A key confined to a subtree gets no figure about
 //! the store in `done`, as from one server.
 //!
-//! Failures: an error a part answers (the scope is missing, EACCES, ...)
-//! is the answer. A server that cannot be reached is asked again (its
-//! ranges given to their new holder once the map no longer names it)
-//! for [`crate::peers::READ_FOR`]; past that, or when the scope cannot be
+//! Failures (issue 21, "a time bound on a spread search's parts, and fail
+//! fast"): an error a part answers (the scope is missing, EACCES, ...) is
+//! the answer. A server that cannot be reached, whose part's stream
+//! breaks, or whose stream goes silent — nothing, not even a keep-alive,
+//! for `sextant_proto::search::SILENT_FOR` (10 s) after it announced
+//! keep-alives (`SearchRequest.keep_alive`, asked by `Peers::search`):
+//! the server stopped, its machine hangs, a partition resets nothing — is
+//! asked again (nothing of a part is passed on before the whole answer,
+//! so nothing can be doubled), its ranges given to their new holder once
+//! the map no longer names it (its tables fail over after its lease), for
+//! [`crate::peers::READ_FOR`]; past that, or when the scope cannot be
 //! resolved across the servers now, the stream ends UNAVAILABLE — nothing
-//! was answered yet, so the client spreads the search itself.
+//! was answered yet, so the client spreads the search itself. The first
+//! part that fails the search fails it at once: the other parts are
+//! cancelled (their tasks aborted, their streams dropped). A peer that
+//! announced no keep-alives (an older server) has no bound on its
+//! silence; the HTTP/2 keep-alive of the servers' channels (a ping every
+//! 30 s, 20 s to answer) still cuts it when it stops.
+//!
+//! Meanwhile the asker of the gathered search gets keep-alives from this
+//! server (`service::keep_alive`), so a gathering that waits for a slow
+//! or stopped part is not taken for a stopped server itself.
 
 use super::{error_batch, Shared, SEARCH_QUEUE};
 use sextant_engine::search::{GroupKey, Totals};
@@ -183,8 +199,22 @@ impl Shared {
                 parts.spawn(async move { shared.part(here, &address, part, ranges).await });
             }
             let mut not_held = Vec::new();
+            // In the order the parts end: the first that fails the
+            // search fails it at once, the others cancelled (their tasks
+            // aborted, their streams dropped: each server stops its
+            // search at its next hit).
             while let Some(joined) = parts.join_next().await {
-                let got = joined.map_err(|e| Failed::Unavailable(format!("a part: {e}")))??;
+                let got = match joined {
+                    Ok(Ok(got)) => got,
+                    Ok(Err(failed)) => {
+                        parts.abort_all();
+                        return Err(failed);
+                    }
+                    Err(e) => {
+                        parts.abort_all();
+                        return Err(Failed::Unavailable(format!("a part: {e}")));
+                    }
+                };
                 not_held.extend(got.done.not_held.iter().copied());
                 add(&mut all, got);
             }
@@ -237,17 +267,25 @@ impl Shared {
         let asked = Instant::now();
         loop {
             let failure = match peers.search(address, part.clone()).await {
-                Ok(mut stream) => {
+                Ok((mut stream, silent_for)) => {
                     let mut got = Gathered::default();
                     loop {
-                        match stream.message().await {
-                            Ok(Some(b)) => {
+                        let next = match silent_for {
+                            Some(bound) => tokio::time::timeout(bound, stream.message()).await,
+                            None => Ok(stream.message().await),
+                        };
+                        match next {
+                            Ok(Ok(Some(b))) => {
                                 if take(&mut got, b)? {
                                     return Ok(got);
                                 }
                             }
-                            Ok(None) => break format!("{address}: the part ended early"),
-                            Err(s) => break format!("{address}: {}", s.message()),
+                            Ok(Ok(None)) => break format!("{address}: the part ended early"),
+                            Ok(Err(s)) => break format!("{address}: {}", s.message()),
+                            // Taken for a stopped server: nothing was
+                            // passed on, so asked again like one that
+                            // does not answer (its stream dropped here).
+                            Err(_) => break silent(address, silent_for, &ranges),
                         }
                     }
                 }
@@ -272,6 +310,17 @@ impl Shared {
             tokio::time::sleep(ROUND_PAUSE).await;
         }
     }
+}
+
+/// Why a part was given up: its server at `address` sent nothing for
+/// `bound` though it announced keep-alives.
+fn silent(address: &str, bound: Option<std::time::Duration>, ranges: &[SoidRange]) -> String {
+    format!(
+        "{address} sent nothing for {} s in its part of the search (SOID ranges {}): \
+         taken for a stopped server",
+        bound.unwrap_or_default().as_secs(),
+        sextant_proto::search::ranges_named(ranges)
+    )
 }
 
 /// Takes one batch of a part into `got`: true at its end (`done`).
