@@ -565,7 +565,8 @@ table_inode_limit = 20000}" >"$work/limits.toml"
       # probing by hand: the two command lines and etcd in $HOLD (shell
       # syntax), kept up until $HOLD is removed
       { printf 'S=(%q %q %q %q %q)\n' "${S[@]}"; printf 'C=(%q %q %q %q %q)\n' "${C[@]}"
-        printf 'export SEXTANT_ETCD=%q\nCLUSTER_LOGS=%q\n' "$SEXTANT_ETCD" "$d"; } >"$HOLD"
+        printf 'export SEXTANT_ETCD=%q\nCLUSTER_LOGS=%q\n' "$SEXTANT_ETCD" "$d"
+        printf 'SINGLE_METRICS=%q\nCLUSTER_METRICS=(%s)\n' "127.0.0.1:$smp" "${cms[*]}"; } >"$HOLD"
       log "holding: source $HOLD; rm $HOLD to go on"
       while [ -e "$HOLD" ]; do sleep 1; done
     fi

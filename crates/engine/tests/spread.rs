@@ -630,8 +630,9 @@ fn remembered_paths_through_another_member_follow_its_changes_once_forgotten() {
 /// Root's totals from `/` (`stats /`, `du /`: no depth limit, no path)
 /// need no other member's directory: every link below `/` is in scope and
 /// visible to root, so each member adds up its own tables — from their
-/// summaries, or row by row — without resolving a single exit: it reads
-/// the scope root's record, nothing else. The parts add up to one
+/// summaries, or row by row — without resolving a single exit, and
+/// without the scope root's record (`/` is a directory without ancestors
+/// that root may list). The parts add up to one
 /// engine's answer; before, each member read the other's directories up
 /// every exit's chain (and its server asked every other server for their
 /// epochs first).
@@ -705,18 +706,25 @@ fn roots_totals_from_the_top_read_no_other_members_directory() {
             k += 1;
         }
     }
-    // a holds `/`; b reads its record once per search (to start from the
-    // same scope root), and nothing else.
+    // a holds `/`; b reads nothing of a, not even the scope root's record
+    // (`/` searched by root decides nothing by its record: each part's
+    // server read it from the root's holder before, a round trip per
+    // part of every `stats /`).
     assert_eq!(
         from_a.calls.load(Ordering::Relaxed),
         0,
         "a read nothing of b"
     );
     let asked = from_b.asked.lock().unwrap().clone();
-    assert_eq!(
-        asked.keys().copied().collect::<Vec<_>>(),
-        [Soid::ROOT],
-        "b read nothing of a but the scope root: {asked:?}"
-    );
-    assert_eq!(asked[&Soid::ROOT], from_b.calls.load(Ordering::Relaxed));
+    assert!(asked.is_empty(), "b read nothing of a: {asked:?}");
+    assert_eq!(from_b.calls.load(Ordering::Relaxed), 0);
+    // A caller other than root depends on `/`'s mode: b reads its record.
+    let sp = Spread::new(vec![SoidRange::ALL], &from_b);
+    let opts = SearchOptions {
+        spread: Some(&sp),
+        ..SearchOptions::default()
+    };
+    b.search_tally(&user(), scope(), &Expr::True, None, &opts)
+        .unwrap();
+    assert!(from_b.asked.lock().unwrap().contains_key(&Soid::ROOT));
 }

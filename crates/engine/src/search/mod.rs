@@ -1052,10 +1052,28 @@ pub(crate) fn run_with(
             if sp.covers(root) {
                 sp.note_root_not_held();
             }
-            match sp.record(root)? {
-                Some(r) => (dir_of_record(&r), false, false),
-                // Not a directory, or gone: its holder answers.
-                None => return Ok(s.stats),
+            // `/` searched by root, nothing remembered (`epoch`: its
+            // openness would be offered to later searches): its record
+            // decides nothing — `/` always exists, is a directory, has no
+            // ancestors, and root may list it whatever its mode — so it is
+            // not read from its holder (a round trip per part of every
+            // `stats /`, each server's before its tables).
+            if root == Soid::ROOT && cred.is_root() && epoch.is_none() {
+                let record = DirRecord {
+                    soid: root,
+                    parent: root,
+                    name: Box::default(),
+                    perm: 0o755,
+                    uid: 0,
+                    gid: 0,
+                };
+                (dir_of_record(&record), false, false)
+            } else {
+                match sp.record(root)? {
+                    Some(r) => (dir_of_record(&r), false, false),
+                    // Not a directory, or gone: its holder answers.
+                    None => return Ok(s.stats),
+                }
             }
         }
         (Held::Foreign(_), None) => return Err(FsError::WrongServer { soid: root }),
