@@ -42,7 +42,9 @@
 # pathkey works alone too, with UNDER), RUN_AS, WORK
 # (${TMPDIR:-/tmp}/sextant-bench-data/auth: scratch, wiped), OUT
 # (${TMPDIR:-/tmp}/sextant-bench-results/auth), SEXTANT and AUTH_BENCH
-# (built binaries; default: build --release).
+# (built binaries; default: build --release), COUNT (1: print, after
+# each phase, every counter of the servers' metrics that moved, per 1,000
+# operations: calls between servers, checks, lease asks, moves).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -126,6 +128,8 @@ fi
 [ -n "${METRICS:-}" ] && extra+=(--metrics "$METRICS")
 # The bench makes every run's directories first, then waits SETTLE s.
 [ -n "$CLUSTER" ] && extra+=(--settle "${SETTLE:-10}")
+# COUNT=1: every counter the servers moved, per phase (see --count).
+[ -n "${COUNT:-}" ] && [ -n "${METRICS:-}" ] && extra+=(--count)
 
 moves() { if [ -n "$CLUSTER" ]; then cat "$WORK"/cluster/s*.log | grep -c "coordinator: move" || true; fi; }
 MOVES_BEFORE=$(moves)

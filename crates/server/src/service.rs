@@ -416,6 +416,7 @@ impl Shared {
             return Err(CheckError::NeedsPeers.decided());
         };
         let runtime = tokio::runtime::Handle::current();
+        metrics::counter!("sextant_confine_across_total").increment(1);
         tokio::task::spawn_blocking(move || {
             let across = crate::confine::across::Across::new(
                 self.engine.clone(),
@@ -1676,6 +1677,15 @@ impl pb::sextant_server::Sextant for Service {
             ));
         }
         let request = request.into_inner();
+        let what = match (
+            request.dir.is_none() && request.more.is_empty(),
+            request.links,
+        ) {
+            (true, _) => "epoch",
+            (false, true) => "links",
+            (false, false) => "chain",
+        };
+        metrics::counter!("sextant_dir_chain_served_total", "what" => what).increment(1);
         if request.dir.is_none() && request.more.is_empty() {
             // Only the epoch (a search checking what it kept), with a
             // lease granted before the epoch is read (crate::dir_leases).

@@ -101,6 +101,13 @@ struct Args {
     /// socket door is a local user's, not root's).
     #[arg(long)]
     run_as: Option<String>,
+    /// With `--metrics`: after each phase, print every counter the
+    /// servers' metrics pages moved by (series ending in `_total`, and a
+    /// histogram's `_count`), per 1,000 operations, all servers and each
+    /// (what a door's requests make the servers do: calls between them,
+    /// checks, lease asks, table moves, retries).
+    #[arg(long)]
+    count: bool,
 }
 
 const PHASES: [&str; 2] = ["create", "getattr"];
@@ -130,17 +137,9 @@ const MAX_SERVERS: usize = 8;
 /// `sextant_confine_kept_walk_misses_total` over the servers' metrics
 /// endpoints `addrs`; NaN if any cannot be read.
 fn admitted_calls(addrs: &[String]) -> [f64; 2] {
-    use std::io::{Read, Write};
     let mut total = [0.0; 2];
     for addr in addrs {
-        let text = std::net::TcpStream::connect(addr.as_str()).and_then(|mut c| {
-            c.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-            write!(c, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-            let mut body = String::new();
-            c.read_to_string(&mut body)?;
-            Ok(body)
-        });
-        let Ok(text) = text else {
+        let Ok(text) = metrics_page(addr) else {
             return [f64::NAN; 2];
         };
         total[0] += calls_in(&text);
@@ -151,6 +150,73 @@ fn admitted_calls(addrs: &[String]) -> [f64; 2] {
     } else {
         total
     }
+}
+
+/// The metrics page a server serves at `addr` (host:port).
+fn metrics_page(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(c, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut body = String::new();
+    c.read_to_string(&mut body)?;
+    Ok(body)
+}
+
+/// Every counter series of a metrics page (`name{labels}`: a name ending
+/// in `_total`, or a histogram's `_count`) and its value.
+fn counter_series(page: &str) -> std::collections::BTreeMap<String, f64> {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let name = series.split('{').next()?;
+            (name.ends_with("_total") || name.ends_with("_count"))
+                .then(|| Some((series.to_string(), value.parse::<f64>().ok()?)))?
+        })
+        .collect()
+}
+
+/// [`counter_series`] of each server's page (`None`: one cannot be read).
+fn counters(addrs: &[String]) -> Option<Vec<std::collections::BTreeMap<String, f64>>> {
+    addrs
+        .iter()
+        .map(|a| metrics_page(a).ok().map(|p| counter_series(&p)))
+        .collect()
+}
+
+/// What the counters moved by between `before` and `after` (each
+/// server's), per 1,000 of `ops`: one line per series that moved, all
+/// servers, then each.
+fn counted(
+    before: &[std::collections::BTreeMap<String, f64>],
+    after: &[std::collections::BTreeMap<String, f64>],
+    ops: usize,
+) -> String {
+    let mut names: std::collections::BTreeSet<&String> = std::collections::BTreeSet::new();
+    for a in after {
+        names.extend(a.keys());
+    }
+    let per = 1000.0 / ops.max(1) as f64;
+    let mut out = String::new();
+    for name in names {
+        let each: Vec<f64> = after
+            .iter()
+            .zip(before)
+            .map(|(a, b)| a.get(name).copied().unwrap_or(0.0) - b.get(name).copied().unwrap_or(0.0))
+            .collect();
+        let all: f64 = each.iter().sum();
+        if all.abs() < 0.5 {
+            continue;
+        }
+        let each: Vec<String> = each.iter().map(|d| format!("{:.1}", d * per)).collect();
+        out.push_str(&format!(
+            "    {name} {:.1} [{}]\n",
+            all * per,
+            each.join(" ")
+        ));
+    }
+    out
 }
 
 /// The sum of the `sextant_auth_calls_total` series in a metrics page.
@@ -220,7 +286,8 @@ async fn run(
     items: usize,
     pids: &[u32],
     metrics: &[String],
-) -> Result<[Figure; 2], String> {
+    count: bool,
+) -> Result<([Figure; 2], [String; 2]), String> {
     let tasks = dirs.len();
     let mut out = [Figure {
         ops_per_sec: 0.0,
@@ -231,7 +298,9 @@ async fn run(
         shares: [f64::NAN; MAX_SERVERS],
     }; 2];
     let mut made: Vec<Vec<Soid>> = vec![Vec::new(); tasks];
+    let mut counts = [String::new(), String::new()];
     for (p, phase) in PHASES.iter().enumerate() {
+        let counters_before = if count { counters(metrics) } else { None };
         let calls_before = admitted_calls(metrics);
         let cpu_before = cpu_us(pids);
         let started = Instant::now();
@@ -281,6 +350,11 @@ async fn run(
             *s = c / cpu;
         }
         let after = admitted_calls(metrics);
+        if let Some(b) = &counters_before {
+            if let Some(a) = counters(metrics) {
+                counts[p] = counted(b, &a, tasks * items);
+            }
+        }
         let (calls, misses) = (after[0] - calls_before[0], after[1] - calls_before[1]);
         let mut lat = Vec::new();
         for (w, r) in results.into_iter().enumerate() {
@@ -299,7 +373,7 @@ async fn run(
             shares,
         };
     }
-    Ok(out)
+    Ok((out, counts))
 }
 
 /// Runs every future at once on this runtime; their results in order.
@@ -482,13 +556,14 @@ async fn bench(args: &Args, creds: &DoorCredentials) -> Result<(), String> {
         for &tasks in &args.tasks {
             for door in door_order(&doors, round) {
                 let client = connect(args, creds, door).await?;
-                let f = run(
+                let (f, counts) = run(
                     &client,
                     &cred,
                     &dirs[&(round, tasks, door)],
                     args.items,
                     &args.server_pids,
                     &args.metrics,
+                    args.count,
                 )
                 .await?;
                 eprintln!(
@@ -517,6 +592,11 @@ async fn bench(args: &Args, creds: &DoorCredentials) -> Result<(), String> {
                         share(&f[0]),
                         share(&f[1])
                     );
+                }
+                for (phase, c) in PHASES.iter().zip(&counts) {
+                    if !c.is_empty() {
+                        eprint!("  counters per 1,000 {phase}s, all servers [each]:\n{c}");
+                    }
                 }
                 runs.push((door, tasks, round, f));
             }
@@ -593,6 +673,28 @@ mod tests {
         assert_eq!(
             series_sum(page, "sextant_confine_kept_walk_misses_total"),
             9.0
+        );
+    }
+
+    #[test]
+    fn counters_moved_are_told_per_thousand_operations() {
+        let before = counter_series(
+            "# TYPE x_total counter\n\
+             x_total{a=\"1\"} 10\n\
+             y_seconds_count{op=\"create\"} 5\n\
+             z_gauge 3\n",
+        );
+        assert_eq!(before.len(), 2);
+        let after = counter_series(
+            "x_total{a=\"1\"} 30\n\
+             y_seconds_count{op=\"create\"} 5\n\
+             w_total 2000\n\
+             z_gauge 9\n",
+        );
+        let text = counted(&[before.clone(), before], &[after.clone(), after], 2000);
+        assert_eq!(
+            text,
+            "    w_total 2000.0 [1000.0 1000.0]\n    x_total{a=\"1\"} 20.0 [10.0 10.0]\n"
         );
     }
 
