@@ -46,7 +46,7 @@ use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, To
 use sextant_proto::pb;
 use sextant_proto::route::RouteTable;
 use sextant_proto::search::{done_from_pb, group_from_pb, hit_from_pb, spec_to_pb, SearchDone};
-use sextant_proto::search::{silence_bound, SearchScope, SearchSpec, KEEP_ALIVE_HEADER};
+use sextant_proto::search::{silence_bound_of, SearchScope, SearchSpec};
 use sextant_proto::{error_from_pb, MAX_MESSAGE_BYTES};
 use sextant_types::{Credentials, FsError};
 use std::sync::Arc;
@@ -447,11 +447,7 @@ impl Client {
                 .max(MIN_ANSWER_WAIT);
             let failure = match tokio::time::timeout(wait, grpc.search(request)).await {
                 Ok(Ok(r)) => {
-                    let announced = r
-                        .metadata()
-                        .get(KEEP_ALIVE_HEADER)
-                        .and_then(|v| v.to_str().ok());
-                    let silent_for = silence_bound(announced);
+                    let silent_for = silence_bound_of(r.metadata());
                     return Ok(SearchStream {
                         source: Source::One(Box::new(One {
                             stream: r.into_inner(),

@@ -294,6 +294,12 @@ pub fn silence_bound(announced: Option<&str>) -> Option<std::time::Duration> {
     Some(SILENT_FOR.max(five))
 }
 
+/// [`silence_bound`] of a `Search` call's response headers (what its
+/// server announced in [`KEEP_ALIVE_HEADER`], if anything).
+pub fn silence_bound_of(headers: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    silence_bound(headers.get(KEEP_ALIVE_HEADER).and_then(|v| v.to_str().ok()))
+}
+
 /// `ranges` for an error message: the first four, and how many more.
 pub fn ranges_named(ranges: &[SoidRange]) -> String {
     const SHOWN: usize = 4;
@@ -1060,6 +1066,14 @@ mod tests {
         // failing over when its part is given up.
         assert!(SILENT_FOR > std::time::Duration::from_secs(6));
         assert!(SILENT_FOR < CHASE_FOR);
+    }
+
+    #[test]
+    fn the_bound_is_read_from_the_response_headers() {
+        let mut headers = tonic::metadata::MetadataMap::new();
+        assert_eq!(silence_bound_of(&headers), None);
+        headers.insert(KEEP_ALIVE_HEADER, "2000".parse().unwrap());
+        assert_eq!(silence_bound_of(&headers), Some(SILENT_FOR));
     }
 
     #[test]

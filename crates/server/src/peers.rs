@@ -661,11 +661,7 @@ impl Peers {
         match tokio::time::timeout(CALL_TIMEOUT, started).await {
             Ok(r) => {
                 let r = r?;
-                let announced = r
-                    .metadata()
-                    .get(sextant_proto::search::KEEP_ALIVE_HEADER)
-                    .and_then(|v| v.to_str().ok());
-                let silent_for = sextant_proto::search::silence_bound(announced);
+                let silent_for = sextant_proto::search::silence_bound_of(r.metadata());
                 Ok((r.into_inner(), silent_for))
             }
             Err(_) => Err(tonic::Status::unavailable(format!(
