@@ -1258,9 +1258,10 @@ async fn open_session_with(
     if !follow_owner {
         return Ok(session);
     }
-    // A search is sent to one server, which holds no table at all in a
-    // cluster where another holds everything: send it to that one. (When
-    // several servers hold tables, the client asks them all at once.)
+    // On a cluster where one server holds everything and the one given
+    // holds nothing, talk to the holder: the path is resolved there, with
+    // no hop. (A cluster's search is spread by SOID ranges over whichever
+    // servers hold them, so this is not needed for a right answer.)
     if let Some(owner) = owner_elsewhere(&session, paths, mounts, cwd).await {
         // (If the owner cannot be reached this way, the search stays
         // where it was sent.)

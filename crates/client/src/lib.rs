@@ -1287,33 +1287,31 @@ impl Client {
     }
 
     /// The home server's route map as [`Client::peek_route_map`] gives it,
-    /// or the one it handed out within the last [`RECENT_MAP`] when that
-    /// names more than one server (a command asks for the map at connect
-    /// and again before a search: one round trip, not three). Only for
-    /// callers a slightly older map cannot mislead: a search spread by a
-    /// map naming several servers asks again, by a fresh map, for every
-    /// range a server no longer holds ([`crate::spread`]); a map naming
-    /// one server is always fetched anew (a search by it would go to that
-    /// server alone).
+    /// or the one it handed out within the last [`RECENT_MAP`] (a command
+    /// asks for the map at connect and again before a search: one round
+    /// trip, not three). Only for callers a slightly older map cannot
+    /// mislead: a search spread by a cluster's map asks again, by a fresh
+    /// map, for every range a server no longer holds ([`crate::spread`]),
+    /// and a single server's map does not change while it runs.
     pub async fn recent_route_map(&self) -> Result<Arc<sextant_proto::route::RouteTable>> {
         if let Some(map) = self.inner.router.recent_map(RECENT_MAP) {
-            let first = map.routes().first().map(|r| &r.server);
-            if map.routes().iter().any(|r| Some(&r.server) != first) {
-                return Ok(map);
-            }
+            return Ok(map);
         }
         self.peek_route_map().await
     }
 
     /// Whether the route map the home server handed out within the last
-    /// [`RECENT_MAP`] names more than one server (a namespace spread over
-    /// several: a search then resolves a scope path across the servers
-    /// before it asks them). `false` without such a map. No call.
+    /// [`RECENT_MAP`] is a cluster's (a search is then spread by SOID
+    /// ranges, and resolves a scope path across the servers before it asks
+    /// them; [`RouteTable::is_single_server`]). `false` without such a
+    /// map. No call.
+    ///
+    /// [`RouteTable::is_single_server`]: sextant_proto::route::RouteTable::is_single_server
     pub fn spread_recently(&self) -> bool {
-        self.inner.router.recent_map(RECENT_MAP).is_some_and(|map| {
-            let first = map.routes().first().map(|r| &r.server);
-            map.routes().iter().any(|r| Some(&r.server) != first)
-        })
+        self.inner
+            .router
+            .recent_map(RECENT_MAP)
+            .is_some_and(|map| !map.is_single_server())
     }
 
     /// Fetches the route map from the home server now (`sextant cluster

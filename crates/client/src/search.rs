@@ -382,20 +382,20 @@ impl Client {
         }
     }
 
-    /// The route map when it names more than one server (`None`: one
-    /// server holds everything, or no map could be had — then the home
-    /// server answers, as on one server). Fetched for every search unless
-    /// one naming several servers came within the last second
-    /// ([`Client::recent_route_map`]): a cached map naming one server
-    /// while several now hold tables would send the query to one of them,
-    /// which would answer for its tables only.
+    /// The route map to spread a search by: any map but a single server's
+    /// (`None`: a single server, or no map could be had — then the home
+    /// server answers, as on one server). A cluster's map is used even
+    /// when it names one server: that server searches by SOID ranges and
+    /// says which it no longer held when its search came to them (a table
+    /// moving away meanwhile), and those are asked of their new holders. A
+    /// search without ranges would get WRONG_SERVER from a server that no
+    /// longer holds the scope root, and would skip, without a word, the
+    /// tables that move away while it runs. Fetched for every search
+    /// unless a cluster's map came within the last second
+    /// ([`Client::recent_route_map`]).
     async fn spread_map(&self) -> Option<Arc<RouteTable>> {
         let map = self.recent_route_map().await.ok()?;
-        let first = map.routes().first()?.server.clone();
-        map.routes()
-            .iter()
-            .any(|r| r.server != first)
-            .then_some(map)
+        (!map.is_single_server()).then_some(map)
     }
 
     /// [`Client::search`] on one server: `link` (`None`: the home server).

@@ -359,16 +359,6 @@ async fn step(client: Client, mut feed: Feed) -> (Feed, Event) {
     }
 }
 
-/// A single server's map: one route covering everything, as
-/// [`RouteTable::whole`] makes it (a cluster's revision is etcd's, never
-/// 1 once a server registered).
-fn single_server(map: &RouteTable) -> bool {
-    match map.routes() {
-        [r] => *map == RouteTable::whole(&r.server, &r.address),
-        _ => false,
-    }
-}
-
 impl AllChanges {
     /// The next event of any server watched. An error is for good (the
     /// secret refused, a server without `Watch`): nothing is watched any
@@ -453,7 +443,7 @@ impl AllChanges {
     fn took(&mut self, fetched: Result<Arc<RouteTable>>) {
         let wait = match (fetched, self.mode) {
             (_, Mode::Single) => return,
-            (Ok(map), Mode::Unknown) if single_server(&map) => {
+            (Ok(map), Mode::Unknown) if map.is_single_server() => {
                 self.mode = Mode::Single;
                 self.watch_only(vec![self.client.inner.addr.clone()]);
                 return;
@@ -511,33 +501,5 @@ impl AllChanges {
                 self.feeds.push(Watching::new(&self.client, addr));
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sextant_proto::route::Route;
-    use sextant_types::SoidRange;
-
-    #[test]
-    fn only_a_whole_map_of_revision_one_is_a_single_server() {
-        assert!(single_server(&RouteTable::whole("one", "h:1")));
-        let route = |first: u128, last: u128, addr: &str| Route {
-            range: SoidRange {
-                first: Soid::from_u128(first),
-                last: Soid::from_u128(last),
-            },
-            table: 1,
-            server: addr.into(),
-            address: addr.into(),
-            epoch: 1,
-        };
-        // A cluster of one server holding one table that covers all.
-        let all = RouteTable::new(7, vec![route(0, u128::MAX, "h:1")]).unwrap();
-        assert!(!single_server(&all));
-        let two = RouteTable::new(1, vec![route(0, 9, "h:1"), route(10, u128::MAX, "h:1")]);
-        assert!(!single_server(&two.unwrap()));
-        assert!(!single_server(&RouteTable::new(1, Vec::new()).unwrap()));
     }
 }

@@ -94,6 +94,20 @@ impl RouteTable {
         self.revision
     }
 
+    /// Whether this is a single server's map: one route covering
+    /// everything, as [`RouteTable::whole`] makes it. A cluster's map never
+    /// is, even when one server holds every table: its revision is etcd's,
+    /// never 1 once a server registered. (Tables can move on a cluster, so
+    /// a search there is spread by SOID ranges even when its map names one
+    /// server: a table moving away during the search is then asked of its
+    /// new holder instead of being skipped.)
+    pub fn is_single_server(&self) -> bool {
+        match self.routes.as_slice() {
+            [r] => *self == RouteTable::whole(&r.server, &r.address),
+            _ => false,
+        }
+    }
+
     /// `wanted` split by server: each server (by address, in address
     /// order) with the parts of `wanted` its routes cover. A SOID in a gap
     /// of the map is in no share (its table is between owners: the caller
@@ -268,6 +282,19 @@ mod tests {
             address: addr.into(),
             epoch: 1,
         }
+    }
+
+    /// Only [`RouteTable::whole`]'s map is a single server's: a cluster
+    /// of one server holding one table that covers everything is not (its
+    /// tables can move), nor is an empty map or one of several routes.
+    #[test]
+    fn only_a_whole_map_of_revision_one_is_a_single_server() {
+        assert!(RouteTable::whole("one", "h:1").is_single_server());
+        let all = RouteTable::new(7, vec![route(0, u128::MAX, "h:1")]).unwrap();
+        assert!(!all.is_single_server());
+        let two = RouteTable::new(1, vec![route(0, 9, "h:1"), route(10, u128::MAX, "h:1")]);
+        assert!(!two.unwrap().is_single_server());
+        assert!(!RouteTable::new(1, Vec::new()).unwrap().is_single_server());
     }
 
     /// A query's ranges split by server: each server's parts in route
