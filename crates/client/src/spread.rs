@@ -42,7 +42,9 @@
 //!   dropped); once a fresh map no longer names it (it left the cluster,
 //!   or its tables failed over after its lease), its ranges are asked of
 //!   their holders like those a server did not hold; all within
-//!   `Options::retry_for` of the part and [`CHASE_FOR`] of the query.
+//!   `Options::retry_for` of the part, and as long as the query's rounds
+//!   progress: it fails after [`CHASE_FOR`] with no round searching any of
+//!   the ranges still wanted (`sextant_proto::search::chase_progressed`).
 //! - A part whose stream breaks or goes silent after some of its hits
 //!   were passed on fails the query (asked again, they would be doubled):
 //!   the error names the server, the silence and the part's ranges. So
@@ -73,7 +75,9 @@
 use crate::{Client, Error, Result};
 use sextant_engine::search::{GroupKey, SearchHit, Totals};
 use sextant_proto::route::{RouteTable, Share};
-use sextant_proto::search::{add_totals, matching_ranges, CHASE_FOR, ROUND_PAUSE};
+use sextant_proto::search::{
+    add_totals, chase_progressed, matching_ranges, CHASE_FOR, ROUND_PAUSE,
+};
 use sextant_proto::search::{SearchDone, SearchScope, SearchSpec, TopN};
 use sextant_types::{Credentials, SoidRange};
 use std::collections::HashMap;
@@ -328,7 +332,8 @@ async fn drive(
 ) -> Result<SearchDone> {
     let mut merge = Merge::new(spec);
     let mut wanted = vec![scope_ranges(spec)];
-    let started = Instant::now();
+    // Since the last round that searched some of what was wanted.
+    let mut progressed = Instant::now();
     loop {
         let (hits_tx, mut hits_rx) = mpsc::channel::<Vec<SearchHit>>(QUEUE);
         let mut parts: JoinSet<Result<Part>> = JoinSet::new();
@@ -454,9 +459,12 @@ async fn drive(
         if not_held.is_empty() {
             break;
         }
-        if started.elapsed() > CHASE_FOR {
+        if chase_progressed(&wanted, &not_held) {
+            progressed = Instant::now();
+        } else if progressed.elapsed() > CHASE_FOR {
             return Err(Error::Protocol(format!(
-                "{} SOID ranges kept moving between servers for {} s; the search could not finish",
+                "{} SOID ranges kept moving between servers: none of them could be searched \
+                 for {} s; the search could not finish",
                 not_held.len(),
                 CHASE_FOR.as_secs()
             )));

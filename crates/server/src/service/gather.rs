@@ -52,8 +52,8 @@ use sextant_engine::search::{GroupKey, Totals};
 use sextant_proto::pb;
 use sextant_proto::route::{RouteTable, Share};
 use sextant_proto::search::{
-    add_totals, done_to_pb, group_from_pb, group_to_pb, matching_ranges, span_to_pb, SearchDone,
-    SearchScope, SearchSpec, CHASE_FOR, MAX_BATCH_BYTES, ROUND_PAUSE,
+    add_totals, chase_progressed, done_to_pb, group_from_pb, group_to_pb, matching_ranges,
+    span_to_pb, SearchDone, SearchScope, SearchSpec, CHASE_FOR, MAX_BATCH_BYTES, ROUND_PAUSE,
 };
 use sextant_proto::{error_to_pb, soid_to_pb};
 use sextant_types::{Credentials, FsError, Soid, SoidRange};
@@ -172,7 +172,8 @@ impl Shared {
         // The scope root alone at depth 0: only its holder can match.
         let mut wanted = vec![matching_ranges(root, &spec.expr)];
         let mut all = Gathered::default();
-        let started = Instant::now();
+        // Since the last round that searched some of what was wanted.
+        let mut progressed = Instant::now();
         loop {
             let map = RouteTable::from_pb(&self.placement.merged_map())
                 .map_err(|e| Failed::Unavailable(format!("this server's route map: {e}")))?;
@@ -221,9 +222,12 @@ impl Shared {
             if not_held.is_empty() {
                 break;
             }
-            if started.elapsed() > CHASE_FOR {
+            if chase_progressed(&wanted, &not_held) {
+                progressed = Instant::now();
+            } else if progressed.elapsed() > CHASE_FOR {
                 return Err(Failed::Unavailable(format!(
-                    "{} SOID ranges kept moving between servers for {} s",
+                    "{} SOID ranges kept moving between servers: none of them could be \
+                     searched for {} s",
                     not_held.len(),
                     CHASE_FOR.as_secs()
                 )));
