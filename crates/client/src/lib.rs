@@ -1701,7 +1701,9 @@ impl Client {
         };
         let mut _seq = exactly_once.then(|| number(&mut req));
         // Whether an attempt may have run: sent, and no reply said it did
-        // not (a WRONG_SERVER says it did not). See the renumbering below.
+        // not (a WRONG_SERVER says it did not — unless it says `ran`: R1
+        // refused the reply of a mutation that ran). See the renumbering
+        // below.
         let mut maybe_ran = false;
         let mut renumbered = false;
         let started = Instant::now();
@@ -1784,6 +1786,10 @@ impl Client {
                         Some(reply) => match reply {
                             Ok(Ok(resp)) if resp.wrong_server.is_some() => {
                                 self.inner.wrong_server.fetch_add(1, Ordering::Relaxed);
+                                // Refused by R1 after it ran (the table is
+                                // moving): its retry is answered with its
+                                // reply, never sent as a new request.
+                                maybe_ran |= resp.wrong_server.as_ref().is_some_and(|w| w.ran);
                                 // A new map only when the server's is newer
                                 // than ours (or it did not say): a refusal
                                 // under the same map (a path leaving the
@@ -1857,7 +1863,8 @@ impl Client {
                             {
                                 // An exactly-once refusal of a request no
                                 // attempt of which can have run (every one
-                                // was refused by WRONG_SERVER): a server's
+                                // was refused by WRONG_SERVER before it
+                                // ran — not by R1 after: `ran`): a server's
                                 // floor for this client rose above its number
                                 // while it waited — a table that moved here
                                 // carried a floor raised over replies it

@@ -32,6 +32,9 @@ struct Movable {
     in_transit: std::sync::atomic::AtomicBool,
     /// Route maps handed out (`Map` calls).
     maps: std::sync::atomic::AtomicUsize,
+    /// While set, R1 refuses every acknowledgement (a lease timer or a
+    /// table's grant run out): what ran is answered WRONG_SERVER (`ran`).
+    refuse_ack: std::sync::atomic::AtomicBool,
 }
 
 impl Placement for Movable {
@@ -42,6 +45,7 @@ impl Placement for Movable {
                 soid: Some(sextant_proto::soid_to_pb(soid)),
                 hint: None,
                 revision: table.revision(),
+                ran: false,
             }));
         }
         Fixed {
@@ -49,6 +53,19 @@ impl Placement for Movable {
             table,
         }
         .check(soid)
+    }
+
+    fn may_ack(&self, soid: Soid) -> Result<(), Box<pb::WrongServer>> {
+        self.check(soid)?;
+        if self.refuse_ack.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Box::new(pb::WrongServer {
+                soid: Some(sextant_proto::soid_to_pb(soid)),
+                hint: None,
+                revision: self.table.read().revision(),
+                ran: false,
+            }));
+        }
+        Ok(())
     }
 
     fn map(&self) -> pb::RouteMap {
@@ -107,6 +124,7 @@ impl Cluster {
                 table: RwLock::new(table.clone()),
                 in_transit: false.into(),
                 maps: 0.into(),
+                refuse_ack: false.into(),
             });
             let options = ServeOptions {
                 dedup_window: 1024,
@@ -378,6 +396,74 @@ async fn a_request_that_never_ran_is_not_refused_by_a_floor_raised_meanwhile() {
     let answer = waiting.await.unwrap();
     // a's engine has no such parent: the mkdir ran there and says so.
     assert_eq!(answer.err(), Some(Error::Fs(FsError::NotFound)));
+}
+
+/// Issue 21: a request that *ran* and was refused only by R1 (its reply
+/// withheld: the table moving) is never taken for one that did not run.
+/// b runs the mkdir and R1 refuses the reply (WRONG_SERVER, `ran`); then
+/// b refuses it as a table in transit while 16,400 later mutations of the
+/// client finish on a, raising a's floor for the client past its number;
+/// the table moves to a, whose floor refuses it (ESTALE: it ran, its reply
+/// is gone here). Renumbered as a request that never ran (what the client
+/// did), it would run a second time — a create answered EEXIST, an unlink
+/// ENOENT; here a's engine, which lacks b's parent, would say ENOENT. The
+/// client must return the ESTALE instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_by_r1_after_it_ran_is_never_sent_again_as_new() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let cluster = Cluster::start().await;
+    let root = Credentials::root();
+    let ca = Client::connect(
+        &cluster.addrs[0],
+        SECRET,
+        Options {
+            retry_for: Duration::from_secs(300),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    cluster.placements[1].refuse_ack.store(true, SeqCst);
+    let waiting = {
+        let (ca, root) = (ca.clone(), root.clone());
+        tokio::spawn(async move {
+            ca.mkdir(&root, Soid::from_u128(SPLIT + 5), b"late", 0o755)
+                .await
+        })
+    };
+    // It ran on b; R1 refused its reply.
+    while ca.wrong_server_replies() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cluster.placements[1].in_transit.store(true, SeqCst);
+    cluster.placements[1].refuse_ack.store(false, SeqCst);
+    let mut tasks: tokio::task::JoinSet<Result<sextant_types::Attr, Error>> =
+        tokio::task::JoinSet::new();
+    for i in 0..16_400u32 {
+        if tasks.len() >= 64 {
+            tasks
+                .join_next()
+                .await
+                .unwrap()
+                .unwrap()
+                .expect("created on a");
+        }
+        let (ca, root) = (ca.clone(), root.clone());
+        tasks.spawn(async move {
+            ca.create(&root, Soid::ROOT, format!("f{i}").as_bytes(), 0o644, true)
+                .await
+        });
+    }
+    while let Some(made) = tasks.join_next().await {
+        made.unwrap().expect("created on a");
+    }
+    cluster.move_everything_to(0);
+    let answer = waiting.await.unwrap();
+    assert_eq!(
+        answer.err(),
+        Some(Error::Fs(FsError::Stale)),
+        "it ran on b: refused as stale, never run again under a new number"
+    );
 }
 
 /// Events of `all` until `done` says enough (at most 10 s).

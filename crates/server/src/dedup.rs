@@ -48,6 +48,15 @@
 //! it is added here) are kept across generations: they are in its
 //! contents.
 //!
+//! A (client, seq) may be in flight in two places at once — an attempt
+//! waiting here (for a BORROW) while the client's retry runs on the
+//! table's next holder — and the table may come back carrying that reply,
+//! seeded over the waiting attempt's cell. So an attempt runs only while
+//! its number is still its own ([`Dedup::is_current`], asked right before
+//! the engine runs again after a wait), and forgets its number only if it
+//! is ([`Dedup::abandon`]): a seeded reply is never dropped by an attempt
+//! that began before it, and never run over.
+//!
 //! The table lives in memory. With the journal, a restarted server seeds
 //! it ([`Dedup::seed`]) from what recovery found: the replies of the
 //! mutations whose records were replayed, and the numbers whose records
@@ -261,12 +270,25 @@ impl Dedup {
         Ok((cell, false))
     }
 
-    /// Forgets (client, seq) begun but refused before it ran (its table
-    /// was not here): a later attempt runs afresh.
-    pub fn abandon(&mut self, client: u64, seq: u64) {
+    /// Forgets (client, seq) begun in `cell` but refused before it ran
+    /// (its table was not here): a later attempt runs afresh. Only while
+    /// the number is still that cell's: a reply seeded over it meanwhile
+    /// (a table that came here carrying it) stays.
+    pub fn abandon(&mut self, client: u64, seq: u64, cell: &ReplyCell) {
         if let Some(w) = self.clients.get_mut(&client) {
-            w.replies.remove(&seq);
+            if matches!(w.replies.get(&seq), Some(Known::Reply(_, c, _)) if Arc::ptr_eq(c, cell)) {
+                w.replies.remove(&seq);
+            }
         }
+    }
+
+    /// Is (client, seq) still the attempt begun in `cell`? Not once a
+    /// table's reply for it was seeded over it, a newer attempt (under a
+    /// newer generation) replaced it, or the client's floor passed it.
+    pub fn is_current(&self, client: u64, seq: u64, cell: &ReplyCell) -> bool {
+        self.clients.get(&client).is_some_and(|w| {
+            matches!(w.replies.get(&seq), Some(Known::Reply(_, c, Some(_))) if Arc::ptr_eq(c, cell))
+        })
     }
 
     /// After a restart: what recovery found. `floors`: per client, every
@@ -347,6 +369,45 @@ mod tests {
         assert!(retry && Arc::ptr_eq(&a, &b));
         let (c, retry) = d.begin(2, 10, 0, 0).unwrap();
         assert!(!retry && !Arc::ptr_eq(&a, &c));
+    }
+
+    /// Issue 21: an attempt that began here, then waited while the
+    /// client's retry ran elsewhere and the table came back carrying that
+    /// reply, is no longer current (it must not run) and its abandon does
+    /// not drop the seeded reply (a later retry must still get it).
+    #[test]
+    fn a_reply_seeded_over_a_waiting_attempt_supersedes_it() {
+        let mut d = Dedup::new(4, 2);
+        let (mine, retry) = d.begin(1, 10, 10, 7).unwrap();
+        assert!(!retry && d.is_current(1, 10, &mine));
+        let carried = pb::Response {
+            id: 99,
+            ..Default::default()
+        };
+        d.seed(
+            [],
+            [],
+            [Seeded {
+                client: 1,
+                seq: 10,
+                digest: 7,
+                reply: carried.clone(),
+            }],
+        );
+        assert!(
+            !d.is_current(1, 10, &mine),
+            "superseded by the table's reply"
+        );
+        d.abandon(1, 10, &mine);
+        let (cell, retry) = d.begin(1, 10, 10, 7).unwrap();
+        assert!(retry, "the seeded reply answers the retry");
+        assert_eq!(cell.get(), Some(&carried));
+        // Its own number, not superseded: abandoned, the next attempt runs.
+        let (other, _) = d.begin(1, 11, 10, 8).unwrap();
+        assert!(d.is_current(1, 11, &other));
+        d.abandon(1, 11, &other);
+        assert!(!d.is_current(1, 11, &other));
+        assert!(!d.begin(1, 11, 10, 8).unwrap().1);
     }
 
     #[test]

@@ -109,6 +109,7 @@ impl Placement for Fixed {
                 soid: Some(soid_to_pb(soid)),
                 hint: hint.map(route_to_pb),
                 revision: self.table.revision(),
+                ran: false,
             })),
         }
     }

@@ -3,10 +3,12 @@
 
 mod gather;
 mod keep_alive;
+#[cfg(test)]
+mod moves;
 
 use crate::auth::{caller_of, Caller};
 use crate::confine::{CheckError, Walk};
-use crate::dedup::{Dedup, Seeded};
+use crate::dedup::{Dedup, ReplyCell, Seeded};
 use crate::logless::{backup_to_pb, LoglessServer};
 use crate::placement::Placement;
 use crate::search;
@@ -64,6 +66,13 @@ enum Handled {
     /// A request of a caller confined to this path, whose check needs
     /// directories other servers hold ([`Shared::confine_across`]).
     Across(String, pb::Request),
+}
+
+/// An exactly-once attempt running here: its request identity and the
+/// cell it began in the exactly-once table ([`Dedup::begin`]).
+struct Attempt {
+    id: RequestId,
+    cell: ReplyCell,
 }
 
 /// What a walk over the records kept under live leases made of a check
@@ -250,6 +259,7 @@ fn reply(id: u64, r: Result<Res, FsError>) -> pb::Response {
                 soid: Some(soid_to_pb(soid)),
                 hint: None,
                 revision: 0,
+                ran: false,
             }),
             ..Default::default()
         },
@@ -599,7 +609,14 @@ impl Shared {
         let Some(peers) = &self.peers else {
             return resp;
         };
+        // Whether some hop ran it (R1 refused its reply): the WRONG_SERVER
+        // the caller gets says so, whichever hop's it is.
+        let mut ran = false;
         for _ in 0..FORWARD_HOPS {
+            if let Some(w) = &mut resp.wrong_server {
+                ran |= w.ran;
+                w.ran = ran;
+            }
             let Some(wrong) = &resp.wrong_server else {
                 return resp;
             };
@@ -636,6 +653,9 @@ impl Shared {
                     return resp;
                 }
             }
+        }
+        if let Some(w) = &mut resp.wrong_server {
+            w.ran |= ran;
         }
         resp
     }
@@ -717,8 +737,11 @@ impl Shared {
         // operation is durable, right before the reply — a replayed reply
         // too. Otherwise the client asks the owner again: a mutation that
         // ran here is in this server's journal, which the next owner
-        // replays with its exactly-once identity.
-        if let Some(Err(wrong)) = route.map(|s| self.placement.may_ack(s)) {
+        // replays with its exactly-once identity. A mutation that ran
+        // says so (`ran`): its retry must never be taken for a request
+        // that did not run (the client's renumbering of a refused one).
+        if let Some(Err(mut wrong)) = route.map(|s| self.placement.may_ack(s)) {
+            wrong.ran = mutation;
             return self.wrong_server_reply(id, *wrong);
         }
         resp
@@ -801,10 +824,12 @@ impl Shared {
             acked_below: r.acked_below,
             digest,
         };
+        let own = Attempt {
+            id: request,
+            cell: Arc::clone(&cell),
+        };
         let mut resp = cell
-            .get_or_init(|| {
-                self.execute_with_redo(&cred, op, 0, r.origin, r.want_dir, Some(request))
-            })
+            .get_or_init(|| self.execute_with_redo(&cred, op, 0, r.origin, r.want_dir, Some(&own)))
             .await
             .clone();
         if !retry && resp.error.is_none() {
@@ -812,8 +837,10 @@ impl Shared {
         }
         if !retry && resp.wrong_server.is_some() {
             // The engine ran nothing (the table left meanwhile): forget
-            // the number, so a retry here once the table is back runs.
-            self.dedup.lock().abandon(r.client_id, r.seq);
+            // the number, so a retry here once the table is back runs —
+            // unless a table brought this number's reply meanwhile (see
+            // `Dedup::abandon`).
+            self.dedup.lock().abandon(r.client_id, r.seq, &cell);
         }
         resp.id = id;
         if retry {
@@ -833,11 +860,11 @@ impl Shared {
         id: u64,
         origin: u64,
         want_dir: bool,
-        request: Option<RequestId>,
+        attempt: Option<&Attempt>,
     ) -> pb::Response {
         let dir = want_dir.then(|| changed_dir(&op)).flatten();
         let mut fx = Effects::default();
-        let mut resp = reply(id, self.execute_borrowing(cred, op, &mut fx, request).await);
+        let mut resp = reply(id, self.execute_borrowing(cred, op, &mut fx, attempt).await);
         if let (Some(dir), None) = (dir, &resp.error) {
             resp.dir = self.engine.getattr(dir).ok().map(|a| attr_to_pb(&a));
         }
@@ -853,13 +880,23 @@ impl Shared {
     /// [`Shared::execute`], bringing here the tables a mutation also
     /// needs (`NeedsTable`: nothing was changed) and running it again, up
     /// to [`MAX_BORROWED`] tables; EXDEV when one cannot come.
+    ///
+    /// An exactly-once `attempt` runs again after a BORROW only while its
+    /// number is still its own in the exactly-once table: while it waited,
+    /// its table may have left, the client's retry run it on the next
+    /// holder, and the table come back carrying that reply (seeded over
+    /// this attempt's cell) — run now, it would run twice. It stops with
+    /// WRONG_SERVER then (nothing ran here; the retry is answered from the
+    /// table's reply). The check is right before the engine runs, with no
+    /// await between, and a table's replies are seeded before it serves.
     async fn execute_borrowing(
         &self,
         cred: &Credentials,
         op: Op,
         fx: &mut Effects,
-        request: Option<RequestId>,
+        attempt: Option<&Attempt>,
     ) -> Result<Res, FsError> {
+        let request = attempt.map(|a| a.id);
         if !op.is_mutation() || !self.placement.can_borrow() {
             return self.execute(cred, op, fx, request).await;
         }
@@ -916,6 +953,18 @@ impl Shared {
                     metrics::counter!("sextant_borrow_rounds_total").increment(1);
                     if !self.placement.borrow(&needs).await {
                         return Err(FsError::CrossServer);
+                    }
+                    if let Some(a) = attempt {
+                        if !self.dedup.lock().is_current(a.id.client, a.id.seq, &a.cell) {
+                            tracing::debug!(
+                                client = format_args!("{:016x}", a.id.client),
+                                seq = a.id.seq,
+                                "exactly-once: an attempt superseded while it waited for a BORROW does not run"
+                            );
+                            return Err(FsError::WrongServer {
+                                soid: route.unwrap_or(Soid::ROOT),
+                            });
+                        }
                     }
                     tracing::debug!(target: "borrow_trace", "BORROW granted: running the operation again");
                     *fx = Effects::default();

@@ -358,6 +358,7 @@ impl Placement for ClusterPlacement {
             soid: Some(soid_to_pb(soid)),
             hint: hint.filter(|h| !h.address.is_empty()),
             revision: u64::try_from(state.revision).unwrap_or(0),
+            ran: false,
         }))
     }
 
@@ -380,6 +381,7 @@ impl Placement for ClusterPlacement {
                     soid: Some(soid_to_pb(soid)),
                     hint: None,
                     revision: u64::try_from(state.revision).unwrap_or(0),
+                    ran: false,
                 }))
             }
         }
