@@ -105,7 +105,9 @@
 # servers' --durability in the parts that use `cluster`: layout, cpu,
 # creates), SIZES, TASKS (bench tasks per client), ITEMS (items
 # per task), KEEP=1 keeps the work directory, HOLD=FILE (search parts: once
-# the cluster has settled, writes the two command lines to FILE and waits
+# the cluster has settled, writes the two command lines, etcd,
+# the metrics addresses and the single server's pid to FILE (the cluster's
+# pids are in CLUSTER_LOGS/sI.pid) and waits
 # until FILE is removed, to probe by hand), ETCD_FLAGS (search parts:
 # extra etcd flags, e.g. "--max-txn-ops 8192": with etcd's default of 128 a
 # 10-copy import into s0 alone was seen to leave its checkpoints
@@ -566,7 +568,8 @@ table_inode_limit = 20000}" >"$work/limits.toml"
       # syntax), kept up until $HOLD is removed
       { printf 'S=(%q %q %q %q %q)\n' "${S[@]}"; printf 'C=(%q %q %q %q %q)\n' "${C[@]}"
         printf 'export SEXTANT_ETCD=%q\nCLUSTER_LOGS=%q\n' "$SEXTANT_ETCD" "$d"
-        printf 'SINGLE_METRICS=%q\nCLUSTER_METRICS=(%s)\n' "127.0.0.1:$smp" "${cms[*]}"; } >"$HOLD"
+        printf 'SINGLE_METRICS=%q\nCLUSTER_METRICS=(%s)\n' "127.0.0.1:$smp" "${cms[*]}"
+        printf 'SINGLE_PID=%q\n' "${pids[0]}"; } >"$HOLD"
       log "holding: source $HOLD; rm $HOLD to go on"
       while [ -e "$HOLD" ]; do sleep 1; done
     fi

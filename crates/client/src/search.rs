@@ -30,7 +30,8 @@
 //! error is that error. (A spread search's parts are asked again by
 //! [`crate::spread`], which knows whether a part's hits were passed on.)
 //!
-//! Silence: every search asks for keep-alives (`SearchRequest.keep_alive`).
+//! Silence: every search asks for keep-alives (`SearchRequest.keep_alive`;
+//! see the switches below).
 //! A server that announces them (the response header
 //! `sextant_proto::search::KEEP_ALIVE_HEADER`) and then sends nothing for
 //! `SILENT_FOR` (10 s; it sends a keep-alive after every 2 s without a
@@ -40,6 +41,20 @@
 //! announces none (an older one) is not bounded so. Starting a search
 //! waits for the server's answer no longer than the retry time left (at
 //! least `MIN_ANSWER_WAIT`).
+//!
+//! Switches (environment, read once per process; for benchmarks that
+//! compare both ways in one run): `SEXTANT_SEARCH_GATHER=0` spreads totals
+//! and scope roots itself instead of asking one server to gather them
+//! ([`Client::search`]); `SEXTANT_SEARCH_KEEP_ALIVE=0` asks for no
+//! keep-alives — the server asked answers such a search without its relay
+//! (`service::keep_alive`) once the search has started (the answer is
+//! waited for as above), and its silence is unbounded (as with an older
+//! server). It changes only what this client asks: a server gathering a
+//! search for it, or running a part on another server for it
+//! (`forward_to`), still asks that server for keep-alives and bounds its
+//! silence (both relays still run for a forwarded part), and a forwarded
+//! part's keep-alives are passed on to this client, which skips them as
+//! always.
 
 use crate::{bad_reply, error_chain, Client, Error, Result};
 use sextant_engine::search::{Aggregation, Expr, GroupBy, GroupKey, SearchHit, Totals};
@@ -132,6 +147,14 @@ impl Again {
 fn gathering() -> bool {
     static GATHERING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *GATHERING.get_or_init(|| std::env::var("SEXTANT_SEARCH_GATHER").map_or(true, |v| v != "0"))
+}
+
+/// Whether searches ask for keep-alives (`SearchRequest.keep_alive`):
+/// yes, unless `SEXTANT_SEARCH_KEEP_ALIVE=0` (benchmarks compare both in
+/// one run; read once; see the module docs).
+fn asking_keep_alives() -> bool {
+    static ASKING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ASKING.get_or_init(|| std::env::var("SEXTANT_SEARCH_KEEP_ALIVE").map_or(true, |v| v != "0"))
 }
 
 /// The least time one attempt to start a search waits for the server's
@@ -420,8 +443,9 @@ impl Client {
     ) -> Result<SearchStream> {
         let mut req = spec_to_pb(spec, cred);
         // Keep-alives, so that a server that stops mid-search is noticed
-        // (`SearchRequest.keep_alive`; an older server sends none).
-        req.keep_alive = true;
+        // (`SearchRequest.keep_alive`; an older server sends none), unless
+        // switched off (`SEXTANT_SEARCH_KEEP_ALIVE=0`).
+        req.keep_alive = asking_keep_alives();
         if prost::Message::encoded_len(&req) > MAX_MESSAGE_BYTES {
             return Err(Error::Fs(FsError::TooBig));
         }
