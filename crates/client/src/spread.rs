@@ -16,8 +16,10 @@
 //!    in them — reading the directories other servers hold for ancestry,
 //!    paths and permissions — and says which ranges it did not hold when
 //!    its search came to them (a table moved meanwhile).
-//! 3. Those ranges are asked again of their holders by a fresh map, round
-//!    after round, until none is left. A range is with one server at a
+//! 3. Those ranges — and those in a gap of the map (no route: a table
+//!    whose owner left and is not replaced yet), which no server was asked
+//!    for — are asked again of their holders by a fresh map, round after
+//!    round, until none is left. A range is with one server at a
 //!    time and is searched only under the lock of a table held there, so
 //!    a table that moves during the query is searched exactly once.
 //! 4. Merging: hits pass through as they come (at most `limit`, the
@@ -337,9 +339,14 @@ async fn drive(
     loop {
         let (hits_tx, mut hits_rx) = mpsc::channel::<Vec<SearchHit>>(QUEUE);
         let mut parts: JoinSet<Result<Part>> = JoinSet::new();
+        let split = map.split(&wanted);
+        // A gap of the map (a table between owners, or whose owner left
+        // and is not replaced yet): asked again with a fresh map, like a
+        // range a server did not hold (left out, its SOIDs went uncounted).
+        let gaps = split.gaps;
         for Share {
             address, ranges, ..
-        } in map.split(&wanted)
+        } in split.shares
         {
             let mut part = spec.clone();
             part.ranges = ranges;
@@ -452,7 +459,10 @@ async fn drive(
         }
         drop(hits_tx);
         let not_held = match merge.round(&mut parts, &mut hits_rx, out).await? {
-            Round::Finished(not_held) => not_held,
+            Round::Finished(mut not_held) => {
+                not_held.extend(gaps);
+                not_held
+            }
             Round::Stopped => return Ok(merge.total),
         };
         crate::timing::mark(|| "spread search: every part in".into());

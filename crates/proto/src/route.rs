@@ -59,6 +59,22 @@ pub struct Share {
     pub ranges: Vec<SoidRange>,
 }
 
+/// A query's ranges split by the route map ([`RouteTable::split`]).
+///
+/// Invariant: the ranges of `shares` and `gaps` together are exactly the
+/// ranges asked, each SOID in one of them once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "the gaps are to be asked again: dropped, their SOIDs go uncounted"]
+pub struct Split {
+    /// Each server with the parts its routes cover, in address order.
+    pub shares: Vec<Share>,
+    /// The parts no route covers (a table between owners, or whose owner
+    /// left the cluster and is not yet replaced): no server is asked for
+    /// them now; the asker asks again with a fresh map, like for the
+    /// ranges a server did not hold.
+    pub gaps: Vec<SoidRange>,
+}
+
 impl RouteTable {
     /// Checks the invariants.
     pub fn new(revision: u64, routes: Vec<Route>) -> Result<RouteTable, RouteError> {
@@ -109,27 +125,44 @@ impl RouteTable {
     }
 
     /// `wanted` split by server: each server (by address, in address
-    /// order) with the parts of `wanted` its routes cover. A SOID in a gap
-    /// of the map is in no share (its table is between owners: the caller
-    /// asks again with a fresh map). Shared by the client's spread search
-    /// and a server gathering one.
-    pub fn split(&self, wanted: &[SoidRange]) -> Vec<Share> {
+    /// order) with the parts of `wanted` its routes cover, and the parts in
+    /// gaps of the map (its table is between owners: the caller asks them
+    /// again with a fresh map — dropped, a spread search would silently
+    /// leave them out). Shared by the client's spread search and a server
+    /// gathering one.
+    pub fn split(&self, wanted: &[SoidRange]) -> Split {
         let mut by: std::collections::BTreeMap<&str, Share> = std::collections::BTreeMap::new();
-        for r in &self.routes {
-            for w in wanted {
-                if let Some(part) = sextant_engine::search::intersection(&r.range, w) {
-                    by.entry(&r.address)
-                        .or_insert_with(|| Share {
-                            server: r.server.clone(),
-                            address: r.address.clone(),
-                            ranges: Vec::new(),
-                        })
-                        .ranges
-                        .push(part);
+        let mut gaps = Vec::new();
+        for w in wanted {
+            // The first SOID of `w` not yet given to a share or a gap
+            // (`None`: past the end of the SOID space).
+            let mut next = Some(w.first);
+            for r in self.overlapping(*w) {
+                let Some(part) = sextant_engine::search::intersection(&r.range, w) else {
+                    continue;
+                };
+                if let Some(gap) = next.and_then(|n| SoidRange::new(n, part.first.checked_prev()?))
+                {
+                    gaps.push(gap);
                 }
+                next = part.last.checked_next();
+                by.entry(&r.address)
+                    .or_insert_with(|| Share {
+                        server: r.server.clone(),
+                        address: r.address.clone(),
+                        ranges: Vec::new(),
+                    })
+                    .ranges
+                    .push(part);
+            }
+            if let Some(gap) = next.and_then(|n| SoidRange::new(n, w.last)) {
+                gaps.push(gap);
             }
         }
-        by.into_values().collect()
+        Split {
+            shares: by.into_values().collect(),
+            gaps,
+        }
     }
 
     pub fn routes(&self) -> &[Route] {
@@ -310,8 +343,9 @@ mod tests {
             first: s(first),
             last: s(last),
         };
-        let shares = map.split(&[r(5, 34), r(38, 50)]);
-        let got: Vec<(&str, &[SoidRange])> = shares
+        let split = map.split(&[r(5, 34), r(38, 50)]);
+        let got: Vec<(&str, &[SoidRange])> = split
+            .shares
             .iter()
             .map(|sh| (sh.address.as_str(), sh.ranges.as_slice()))
             .collect();
@@ -322,7 +356,75 @@ mod tests {
                 ("b", &[r(5, 9), r(30, 34), r(38, 39)][..]),
             ]
         );
-        assert!(map.split(&[r(20, 29)]).is_empty(), "a gap: no share");
+        // The gaps are given back to be asked again, not dropped.
+        assert_eq!(split.gaps, vec![r(20, 29), r(40, 50)]);
+        let gap = map.split(&[r(20, 29)]);
+        assert!(gap.shares.is_empty(), "a gap: no share");
+        assert_eq!(gap.gaps, vec![r(20, 29)]);
+        // Gaps at both ends of the SOID space, and none.
+        let all = map.split(&[SoidRange::ALL]);
+        assert_eq!(
+            all.gaps,
+            vec![
+                r(20, 29),
+                SoidRange {
+                    first: s(40),
+                    last: Soid::MAX
+                }
+            ]
+        );
+        let whole = RouteTable::whole("a", "a");
+        assert!(whole.split(&[SoidRange::ALL]).gaps.is_empty());
+        let up = RouteTable::new(1, vec![route(5, u128::MAX, "a")]).unwrap();
+        assert_eq!(up.split(&[SoidRange::ALL]).gaps, vec![r(0, 4)]);
+    }
+
+    proptest! {
+        /// Shares and gaps together are exactly the ranges asked, each
+        /// SOID once, whatever the map's gaps.
+        #[test]
+        fn split_covers_every_soid_asked_exactly_once(
+            cuts in proptest::collection::btree_set(0u128..200, 0..12),
+            held in proptest::collection::vec(any::<bool>(), 12),
+            asked in proptest::collection::vec((0u128..220, 0u128..30), 1..4),
+        ) {
+            // Routes on the pieces between the cuts that `held` keeps.
+            let mut bounds: Vec<u128> = vec![0];
+            bounds.extend(cuts.iter().copied().filter(|c| *c > 0));
+            bounds.push(220);
+            let routes: Vec<Route> = bounds
+                .windows(2)
+                .enumerate()
+                .filter(|(i, _)| held[*i % held.len()])
+                .map(|(i, w)| route(w[0], w[1] - 1, if i % 2 == 0 { "a" } else { "b" }))
+                .collect();
+            let map = RouteTable::new(1, routes).unwrap();
+            // Disjoint ranges asked (as a search's rounds ask).
+            let mut wanted: Vec<SoidRange> = Vec::new();
+            let mut from = 0u128;
+            for (skip, len) in asked {
+                let first = from + skip % 20;
+                wanted.push(SoidRange { first: s(first), last: s(first + len) });
+                from = first + len + 1;
+            }
+            let split = map.split(&wanted);
+            let mut count = std::collections::BTreeMap::<u128, u32>::new();
+            for r in split.shares.iter().flat_map(|sh| &sh.ranges).chain(&split.gaps) {
+                for v in r.first.as_u128()..=r.last.as_u128() {
+                    *count.entry(v).or_default() += 1;
+                }
+            }
+            let mut want = std::collections::BTreeMap::<u128, u32>::new();
+            for r in &wanted {
+                for v in r.first.as_u128()..=r.last.as_u128() {
+                    want.insert(v, 1);
+                }
+            }
+            prop_assert_eq!(count, want);
+            for g in &split.gaps {
+                prop_assert!(map.overlapping(*g).is_empty(), "a gap {:?} with a route", g);
+            }
+        }
     }
 
     #[test]
