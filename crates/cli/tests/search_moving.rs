@@ -81,24 +81,69 @@ fn soid_of(addr: &str, secret: &Path, path: &str) -> u128 {
     u128::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
 }
 
+/// etcd and cluster member a, its tables as small as `limits` says,
+/// serving the root table; b joins with [`Members::join_b`].
+///
+/// Its fields drop in order: a, then etcd, then the directory.
+struct Members {
+    _a: KillOnDrop,
+    _etcd: common::Etcd,
+    etcd: String,
+    config: String,
+    a_addr: String,
+    /// a's data directory: the cluster secret.
+    secret: std::path::PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Members {
+    /// `None` (the test skipped) without an `etcd` binary.
+    fn start(limits: &str) -> Option<Members> {
+        if !have_etcd() {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let etcd_proc = start_etcd(dir.path());
+        let etcd = etcd_proc.url.clone();
+        let config = dir.path().join("small-tables.toml");
+        std::fs::write(&config, limits).unwrap();
+        let config = config.to_str().unwrap().to_string();
+        let (a, a_addr) = serve(dir.path(), &etcd, "a", &config);
+        let secret = dir.path().join("a");
+        wait_for("the root table assigned", Duration::from_secs(30), || {
+            try_status_on(&etcd, &secret)
+                .map(|s| s["tables"].as_array().is_some_and(|t| !t.is_empty()))
+                .unwrap_or(false)
+        });
+        Some(Members {
+            _a: a,
+            _etcd: etcd_proc,
+            etcd,
+            config,
+            a_addr,
+            secret,
+            dir,
+        })
+    }
+
+    /// Member b, once the cluster names both.
+    fn join_b(&self) -> (KillOnDrop, String) {
+        let b = serve(self.dir.path(), &self.etcd, "b", &self.config);
+        wait_for("two servers", Duration::from_secs(60), || {
+            try_status_on(&self.etcd, &self.secret)
+                .map(|s| s["servers"].as_array().is_some_and(|v| v.len() == 2))
+                .unwrap_or(false)
+        });
+        b
+    }
+}
+
 #[test]
 fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
-    if !have_etcd() {
+    let Some(m) = Members::start("table_dir_limit = 1\ntable_inode_limit = 4\n") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd_proc = start_etcd(dir.path());
-    let etcd = etcd_proc.url.clone();
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 1\ntable_inode_limit = 4\n").unwrap();
-    let config = config.to_str().unwrap();
-    let (_a, a_addr) = serve(dir.path(), &etcd, "a", config);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        try_status_on(&etcd, &secret)
-            .map(|s| s["tables"].as_array().is_some_and(|t| !t.is_empty()))
-            .unwrap_or(false)
-    });
+    };
+    let (etcd, a_addr, secret) = (m.etcd.clone(), m.a_addr.clone(), m.secret.clone());
     // In one mkdir, so that the small tables split between them (`/zz`
     // last: a table never splits between the last two made).
     sextant_ok(
@@ -110,12 +155,7 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
     for f in &files {
         sextant_ok(&a_addr, &secret, &["touch", f]);
     }
-    let (b, _b_addr) = serve(dir.path(), &etcd, "b", config);
-    wait_for("two servers", Duration::from_secs(60), || {
-        try_status_on(&etcd, &secret)
-            .map(|s| s["servers"].as_array().is_some_and(|v| v.len() == 2))
-            .unwrap_or(false)
-    });
+    let (b, _b_addr) = m.join_b();
     // The root, /top/s0 and /top/s0/d in tables of their own on a, and
     // /top's table too (then moved to b while b is stopped).
     let soids: Vec<u128> = ["/", "/top", "/top/s0", "/top/s0/d"]
@@ -221,22 +261,10 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
 /// Every search must now succeed with every file, exactly once.
 #[test]
 fn searches_while_all_tables_move_back_and_forth_are_exact() {
-    if !have_etcd() {
+    let Some(m) = Members::start("table_dir_limit = 2\ntable_inode_limit = 8\n") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let etcd_proc = start_etcd(dir.path());
-    let etcd = etcd_proc.url.clone();
-    let config = dir.path().join("small-tables.toml");
-    std::fs::write(&config, "table_dir_limit = 2\ntable_inode_limit = 8\n").unwrap();
-    let config = config.to_str().unwrap();
-    let (_a, a_addr) = serve(dir.path(), &etcd, "a", config);
-    let secret = dir.path().join("a");
-    wait_for("the root table assigned", Duration::from_secs(30), || {
-        try_status_on(&etcd, &secret)
-            .map(|s| s["tables"].as_array().is_some_and(|t| !t.is_empty()))
-            .unwrap_or(false)
-    });
+    };
+    let (etcd, a_addr, secret) = (m.etcd.clone(), m.a_addr.clone(), m.secret.clone());
     let dirs: Vec<String> = (0..6).map(|i| format!("/d{i}")).collect();
     let dir_args: Vec<&str> = dirs.iter().map(String::as_str).collect();
     sextant_ok(&a_addr, &secret, &[&["mkdir"][..], &dir_args].concat());
@@ -248,12 +276,7 @@ fn searches_while_all_tables_move_back_and_forth_are_exact() {
         want.extend(files);
     }
     want.sort();
-    let (_b, b_addr) = serve(dir.path(), &etcd, "b", config);
-    wait_for("two servers", Duration::from_secs(60), || {
-        try_status_on(&etcd, &secret)
-            .map(|s| s["servers"].as_array().is_some_and(|v| v.len() == 2))
-            .unwrap_or(false)
-    });
+    let (_b, b_addr) = m.join_b();
     let tables: Vec<String> = try_status_on(&etcd, &secret).unwrap()["tables"]
         .as_array()
         .unwrap()

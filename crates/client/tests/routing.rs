@@ -330,6 +330,65 @@ async fn many_requests_refused_by_one_move_fetch_the_map_once() {
     assert_eq!(ca.route_map().map(|m| m.revision()), Some(2));
 }
 
+/// A client of a that retries for 5 minutes.
+async fn patient_client(cluster: &Cluster) -> Client {
+    Client::connect(
+        &cluster.addrs[0],
+        SECRET,
+        Options {
+            retry_for: Duration::from_secs(300),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// A mkdir as root under an upper SOID (b's half at first), running.
+fn mkdir_in_bs_half(ca: &Client) -> tokio::task::JoinHandle<Result<sextant_types::Attr, Error>> {
+    let ca = ca.clone();
+    tokio::spawn(async move {
+        ca.mkdir(
+            &Credentials::root(),
+            Soid::from_u128(SPLIT + 5),
+            b"late",
+            0o755,
+        )
+        .await
+    })
+}
+
+/// `n` creates in a's root as root, 64 at a time, each of which must
+/// succeed.
+async fn creates_in_as_root(ca: &Client, n: u32) {
+    let mut tasks: tokio::task::JoinSet<Result<sextant_types::Attr, Error>> =
+        tokio::task::JoinSet::new();
+    for i in 0..n {
+        if tasks.len() >= 64 {
+            tasks
+                .join_next()
+                .await
+                .unwrap()
+                .unwrap()
+                .expect("created on a");
+        }
+        let ca = ca.clone();
+        tasks.spawn(async move {
+            ca.create(
+                &Credentials::root(),
+                Soid::ROOT,
+                format!("f{i}").as_bytes(),
+                0o644,
+                true,
+            )
+            .await
+        });
+    }
+    while let Some(made) = tasks.join_next().await {
+        made.unwrap().expect("created on a");
+    }
+}
+
 /// A request that never ran is not refused as a stale retry: it waits
 /// for a table in transit (b refuses it, WRONG_SERVER) while 16,400 later
 /// mutations of the same client finish on a — whose exactly-once table
@@ -345,51 +404,15 @@ async fn many_requests_refused_by_one_move_fetch_the_map_once() {
 async fn a_request_that_never_ran_is_not_refused_by_a_floor_raised_meanwhile() {
     use std::sync::atomic::Ordering::SeqCst;
     let cluster = Cluster::start().await;
-    let root = Credentials::root();
-    let ca = Client::connect(
-        &cluster.addrs[0],
-        SECRET,
-        Options {
-            retry_for: Duration::from_secs(300),
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    let ca = patient_client(&cluster).await;
     // The waiting request: a mkdir under an upper SOID (b's), while b
     // refuses everything as a table in transit.
     cluster.placements[1].in_transit.store(true, SeqCst);
-    let waiting = {
-        let (ca, root) = (ca.clone(), root.clone());
-        tokio::spawn(async move {
-            ca.mkdir(&root, Soid::from_u128(SPLIT + 5), b"late", 0o755)
-                .await
-        })
-    };
+    let waiting = mkdir_in_bs_half(&ca);
     while ca.wrong_server_replies() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // 16,400 creates in a's root, 64 at a time.
-    let mut tasks: tokio::task::JoinSet<Result<sextant_types::Attr, Error>> =
-        tokio::task::JoinSet::new();
-    for i in 0..16_400u32 {
-        if tasks.len() >= 64 {
-            tasks
-                .join_next()
-                .await
-                .unwrap()
-                .unwrap()
-                .expect("created on a");
-        }
-        let (ca, root) = (ca.clone(), root.clone());
-        tasks.spawn(async move {
-            ca.create(&root, Soid::ROOT, format!("f{i}").as_bytes(), 0o644, true)
-                .await
-        });
-    }
-    while let Some(made) = tasks.join_next().await {
-        made.unwrap().expect("created on a");
-    }
+    creates_in_as_root(&ca, 16_400).await;
     // b's half moves to a (revision 2); b still refuses, now under the
     // newer map, so the client takes it and goes to a.
     cluster.move_everything_to(0);
@@ -412,51 +435,16 @@ async fn a_request_that_never_ran_is_not_refused_by_a_floor_raised_meanwhile() {
 async fn a_request_refused_by_r1_after_it_ran_is_never_sent_again_as_new() {
     use std::sync::atomic::Ordering::SeqCst;
     let cluster = Cluster::start().await;
-    let root = Credentials::root();
-    let ca = Client::connect(
-        &cluster.addrs[0],
-        SECRET,
-        Options {
-            retry_for: Duration::from_secs(300),
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    let ca = patient_client(&cluster).await;
     cluster.placements[1].refuse_ack.store(true, SeqCst);
-    let waiting = {
-        let (ca, root) = (ca.clone(), root.clone());
-        tokio::spawn(async move {
-            ca.mkdir(&root, Soid::from_u128(SPLIT + 5), b"late", 0o755)
-                .await
-        })
-    };
+    let waiting = mkdir_in_bs_half(&ca);
     // It ran on b; R1 refused its reply.
     while ca.wrong_server_replies() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cluster.placements[1].in_transit.store(true, SeqCst);
     cluster.placements[1].refuse_ack.store(false, SeqCst);
-    let mut tasks: tokio::task::JoinSet<Result<sextant_types::Attr, Error>> =
-        tokio::task::JoinSet::new();
-    for i in 0..16_400u32 {
-        if tasks.len() >= 64 {
-            tasks
-                .join_next()
-                .await
-                .unwrap()
-                .unwrap()
-                .expect("created on a");
-        }
-        let (ca, root) = (ca.clone(), root.clone());
-        tasks.spawn(async move {
-            ca.create(&root, Soid::ROOT, format!("f{i}").as_bytes(), 0o644, true)
-                .await
-        });
-    }
-    while let Some(made) = tasks.join_next().await {
-        made.unwrap().expect("created on a");
-    }
+    creates_in_as_root(&ca, 16_400).await;
     cluster.move_everything_to(0);
     let answer = waiting.await.unwrap();
     assert_eq!(
