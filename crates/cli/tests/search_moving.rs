@@ -138,6 +138,22 @@ impl Members {
     }
 }
 
+/// The paths a `find` printed, sorted; it must have succeeded (`what`
+/// names it in the failure).
+fn sorted_paths(out: &std::process::Output, what: &str) -> Vec<String> {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    got
+}
+
 #[test]
 fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
     let Some(m) = Members::start("table_dir_limit = 1\ntable_inode_limit = 4\n") else {
@@ -234,17 +250,8 @@ fn a_search_waits_for_a_table_in_transit_and_counts_it_exactly() {
     signal(&b.0, "-CONT");
     let out = search.wait_with_output().unwrap();
     let _ = mover.0.wait();
-    assert!(
-        out.status.success(),
-        "find / while /top's table was in transit for {IN_TRANSIT:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    got.sort();
-    assert_eq!(got, want, "while /top's table was in transit");
+    let what = format!("find / while /top's table was in transit for {IN_TRANSIT:?}");
+    assert_eq!(sorted_paths(&out, &what), want, "{what}");
     let st = try_status_on(&etcd, &secret).unwrap();
     assert_eq!(owner_in(&st, top_table), "b", "{st}");
 }
@@ -320,17 +327,8 @@ fn searches_while_all_tables_move_back_and_forth_are_exact() {
     while started.elapsed() < Duration::from_secs(12) {
         let through = if searches % 2 == 0 { &a_addr } else { &b_addr };
         let out = common::sextant(through, &secret, &find);
-        assert!(
-            out.status.success(),
-            "search {searches} through {through} while tables moved failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
-        got.sort();
-        assert_eq!(got, want, "search {searches} through {through}");
+        let what = format!("search {searches} through {through} while tables moved");
+        assert_eq!(sorted_paths(&out, &what), want, "{what}");
         searches += 1;
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
