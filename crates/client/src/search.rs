@@ -414,7 +414,7 @@ impl Client {
     /// search without ranges would get WRONG_SERVER from a server that no
     /// longer holds the scope root, and would skip, without a word, the
     /// tables that move away while it runs. Fetched for every search
-    /// unless a cluster's map came within the last second
+    /// unless one came within the last second
     /// ([`Client::recent_route_map`]).
     async fn spread_map(&self) -> Option<Arc<RouteTable>> {
         let map = self.recent_route_map().await.ok()?;

@@ -1826,3 +1826,124 @@ fn kept_summary_sums_see_every_acknowledged_mutation() {
     e.unlink(&root, Soid::ROOT, b"h").unwrap().wait(&e).unwrap();
     check("the last link's unlink");
 }
+
+/// One cursor (one thread, or a limited search) while tables merge behind
+/// it: a table merged with one the cursor already passed is searched from
+/// the cursor on, and its summary is not added whole, so no row is
+/// reported or counted twice. (Before, the merged table was visited, or
+/// summed up, whole: the passed table's rows came twice. The parallel
+/// search cuts its pieces to their own ranges.)
+#[test]
+fn tables_merging_behind_one_cursor_report_no_row_twice() {
+    let root = Credentials::root();
+    // Twelve directories of five files (many tables), then all but three
+    // directories of one file each removed: the tables left are small and
+    // merge at the first chance.
+    let shrunk = || {
+        let e = Engine::open(Arc::new(MemStore::new()), config(false, 16, 24)).unwrap();
+        for i in 0..12 {
+            let d = mkdir_as_root(&e, Soid::ROOT, &format!("d{i}"));
+            for j in 0..5 {
+                create_as_root(&e, d, &format!("f{j}"));
+            }
+        }
+        for i in 0..12 {
+            let d = e
+                .lookup(&root, Soid::ROOT, format!("d{i}").as_bytes())
+                .unwrap()
+                .soid;
+            for j in 0..5 {
+                if i % 4 == 0 && j == 0 {
+                    continue;
+                }
+                e.unlink(&root, d, format!("f{j}").as_bytes())
+                    .unwrap()
+                    .wait(&e)
+                    .unwrap();
+            }
+            if i % 4 != 0 {
+                e.rmdir(&root, Soid::ROOT, format!("d{i}").as_bytes())
+                    .unwrap()
+                    .wait(&e)
+                    .unwrap();
+            }
+        }
+        // (Tables merge once written back.)
+        e.sync().unwrap();
+        e
+    };
+    let one_cursor = |limit: usize| SearchOptions {
+        threads: 1,
+        limit,
+        ..SearchOptions::default()
+    };
+    // The answer with no merge.
+    let e = shrunk();
+    let tables = e.statfs().tables;
+    assert!(tables > 3, "{tables} tables");
+    let mut want = Vec::new();
+    e.search_with(
+        &root,
+        Scope::Soid(Soid::ROOT),
+        &Expr::True,
+        &one_cursor(usize::MAX),
+        |h| {
+            want.push(h.path.to_vec());
+            ControlFlow::Continue(())
+        },
+    )
+    .unwrap();
+    want.sort();
+    assert_eq!(want.len(), 7, "/, three directories, three files");
+    let files = Expr::pred(Pred::Type(vec![FileType::Regular]));
+    // Every way one cursor runs, the merges after each table in turn.
+    let cases = [(usize::MAX, false), (1000, false), (usize::MAX, true)];
+    let mut merged_under_the_cursor = 0;
+    for ((limit, tally), after) in cases
+        .into_iter()
+        .flat_map(|c| (1..=tables).map(move |k| (c, k)))
+    {
+        let e = shrunk();
+        // Asked between tables: every small table merged after `after`
+        // tables were searched.
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let merge_after = || {
+            if asked.fetch_add(1, Ordering::SeqCst) == after {
+                while e.merge_small_tables() {}
+            }
+            false
+        };
+        let opts = SearchOptions {
+            stop: Some(&merge_after),
+            ..one_cursor(limit)
+        };
+        if tally {
+            let (t, _) = e
+                .search_tally(&root, Scope::Soid(Soid::ROOT), &files, None, &opts)
+                .unwrap();
+            assert_eq!(
+                t.total.count, 3,
+                "files counted while tables merged after {after}"
+            );
+        } else {
+            let mut got = Vec::new();
+            e.search_with(&root, Scope::Soid(Soid::ROOT), &Expr::True, &opts, |h| {
+                got.push(h.path.to_vec());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            got.sort();
+            assert_eq!(
+                got, want,
+                "limit {limit}: searched while tables merged after {after}"
+            );
+        }
+        if e.statfs().tables < tables {
+            merged_under_the_cursor += 1;
+        }
+    }
+    assert!(
+        merged_under_the_cursor >= 6,
+        "{merged_under_the_cursor} searches met a merge"
+    );
+}

@@ -154,7 +154,10 @@
 //! comparison instead of one per exit.
 //!
 //! Because the map always partitions the SOID space, the cursor visits every
-//! SOID exactly once even while tables split or merge under it.
+//! SOID exactly once even while tables split or merge under it: a visited
+//! table is searched for the rows from the cursor on, and summed up whole
+//! only when it lies wholly ahead of the cursor (a table that merged with
+//! one the cursor passed holds rows already reported).
 //!
 //! Freshness: a mutation applies its writes to the tables *before* its
 //! transaction releases the table locks and returns ([`crate::txn`]), and the
@@ -1333,19 +1336,14 @@ fn visit_range(
     // at SOIDs, and a table holding the cursor overlaps the range); the
     // plan narrowed to the range is made only for a table that is visited
     // — a parallel search has one item per table, most of them pruned.
+    //
+    // A visited table is searched for the rows from the cursor on only:
+    // a table that merged with one the cursor already passed covers that
+    // one's rows too, reported already (a parallel search's pieces are
+    // cut so anyway). The plan narrowed so is made again only when the
+    // cursor moved.
     let plan = job.plan;
-    let narrowed = std::cell::OnceCell::new();
-    let visiting = || {
-        if range == SoidRange::ALL {
-            job.plan
-        } else {
-            narrowed.get_or_init(|| {
-                let mut p = job.plan.clone();
-                p.query = p.query.soid_range(range);
-                p
-            })
-        }
-    };
+    let mut narrowed: Option<(Soid, Plan)> = None;
     let (engine, use_index, complete) = (job.engine, job.use_index, job.complete);
     // Exit places ([`dir_cache::ExitPlace`]) decide most tables of a
     // subtree search whose memo is not complete with one comparison each.
@@ -1371,13 +1369,13 @@ fn visit_range(
             if !complete && filtered(t) {
                 return None;
             }
-            // Only a table inside this piece of the SOID space: one merged
-            // since a parallel search cut its pieces is visited (row by
-            // row, within the piece), so that no piece adds a summary
-            // another piece also covers.
-            let in_item = |t: &Table| {
-                job.summarize && range.first <= t.range.first && t.range.last <= range.last
-            };
+            // Only a table inside this piece of the SOID space, and
+            // wholly ahead of the cursor: one merged since a parallel
+            // search cut its pieces, or with a table the cursor passed, is
+            // visited (row by row, from the cursor on), so that no summary
+            // adds rows another piece, or this one, also counts.
+            let in_item =
+                |t: &Table| job.summarize && cursor <= t.range.first && t.range.last <= range.last;
             // The whole summary: for a caller other than root, only of a
             // table whose directories every caller may list (then what may
             // be listed in it depends only on its exits, as for root). The
@@ -1517,7 +1515,19 @@ fn visit_range(
                 // needs no decision, only the memo, and falls back where
                 // it is incomplete).
                 let want = limit.saturating_sub(s.stats.hits);
-                let plan = visiting();
+                let plan: &Plan = if range == SoidRange::ALL && cursor == range.first {
+                    job.plan
+                } else {
+                    if narrowed.as_ref().is_none_or(|(at, _)| *at != cursor) {
+                        let mut p = job.plan.clone();
+                        p.query = p.query.soid_range(SoidRange {
+                            first: cursor,
+                            last: range.last,
+                        });
+                        narrowed = Some((cursor, p));
+                    }
+                    narrowed.as_ref().map_or(job.plan, |(_, p)| p)
+                };
                 let mut c = Collect {
                     job,
                     plan,
