@@ -392,17 +392,42 @@ impl Drop for Unmount {
     }
 }
 
-/// `n` consecutive free ports (held briefly to check).
+/// `n` consecutive free ports (held briefly to check), below the kernel's
+/// ephemeral range (`ip_local_port_range`, 32768 and up by default): a
+/// port the kernel hands to another test's `bind(:0)` between this check
+/// and its use cannot be one of them (seen in CI: `cluster up`'s third
+/// server, "Address already in use"). Picked at random (by process and
+/// time), so two tests picking at once are unlikely to meet. Where that
+/// range leaves too little room below it, any free ports.
 pub fn free_ports(n: u16) -> u16 {
-    for _ in 0..200 {
-        let first = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if first > 65000 {
-            continue;
-        }
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    const LOWEST: u16 = 10_000;
+    let room = ephemeral_low.saturating_sub(LOWEST).saturating_sub(n);
+    let mut seed = (u64::from(std::process::id()) << 32)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..500 {
+        let first = if room >= 1_000 {
+            // (A 64-bit LCG: enough to spread the picks.)
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            LOWEST + (seed >> 33) as u16 % room
+        } else {
+            let any = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            if any > 65000 {
+                continue;
+            }
+            any
+        };
         let held: Vec<_> = (0..n)
             .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).ok())
             .collect();
