@@ -30,30 +30,18 @@ VIA=${VIA:-tcp}
 PORT=${PORT:-18871}
 OUT=${OUT:-/tmp/remove-breakdown}
 MP=$((PORT + 1))
+# shellcheck source=scripts/lib/remove-fixture.sh
+. "$(dirname "$0")/lib/remove-fixture.sh"
 
 round() { # round NAME
   local w=$OUT/$1 sp mpid sock maddr pp tp= c0 c1
   rm -rf "$w"
-  mkdir -p "$w/mnt" "$w/data/objects"
   case $VIA in
     unix) sock=$w/s.sock maddr=unix:$w/s.sock ;;
     tcp) sock=off maddr=127.0.0.1:$PORT ;;
     *) echo "VIA is tcp or unix, not $VIA" >&2; exit 2 ;;
   esac
-  SEXTANT_METRICS=127.0.0.1:$MP "$BINARY" serve --data "$w/data" --listen 127.0.0.1:$PORT \
-    --socket "$sock" --journal-sync "$SYNC" >"$w/serve.log" 2>&1 &
-  sp=$!
-  for _ in $(seq 100); do grep -qs "listening on" "$w/serve.log" && break; sleep 0.1; done
-  "$BINARY" --server "$maddr" --data "$w/data" mount --threads 4 --log "$w/mount.log" \
-    --data-dir "$w/data/objects" "$w/mnt" 2>/dev/null
-  sleep 0.5
-  mpid=$(pgrep -f -- "mount --threads 4 --log $w/mount.log" | head -1)
-  mkdir "$w/mnt/d"
-  python3 -c '
-import os, sys
-for i in range(int(sys.argv[2])):
-    os.close(os.open(f"{sys.argv[1]}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
-' "$w/mnt/d" "$N"
+  start_mount_with_files "$w" "$sock" "$maddr" "$SYNC"
   curl -s 127.0.0.1:$MP/metrics >"$w/m0"
   cpu() { for p in $sp $mpid; do awk '{print $14 + $15}' "/proc/$p/stat"; done | paste -sd' '; }
   runs() { for p in $sp $mpid; do cat /proc/$p/task/*/schedstat | awk '{s += $3} END {print s}'; done | paste -sd' '; }

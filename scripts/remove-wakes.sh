@@ -12,21 +12,10 @@ N=${N:-4000}
 PORT=${PORT:-18931}
 OUT=${OUT:-/tmp/remove-wakes}
 w=$OUT
-rm -rf "$w"; mkdir -p "$w/mnt" "$w/data/objects"
-SEXTANT_METRICS=127.0.0.1:$((PORT+1)) "$BINARY" serve --data "$w/data" --listen 127.0.0.1:$PORT --socket "$w/s.sock" \
-  --journal-sync background >"$w/serve.log" 2>&1 &
-sp=$!
-for _ in $(seq 100); do grep -qs "listening on" "$w/serve.log" && break; sleep 0.1; done
-"$BINARY" --server "unix:$w/s.sock" --data "$w/data" mount --threads 4 --log "$w/mount.log" \
-  --data-dir "$w/data/objects" "$w/mnt" 2>/dev/null
-sleep 0.5
-mpid=$(pgrep -f -- "mount --threads 4 --log $w/mount.log" | head -1)
-mkdir "$w/mnt/d"
-python3 -c '
-import os, sys
-for i in range(int(sys.argv[2])):
-    os.close(os.open(f"{sys.argv[1]}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
-' "$w/mnt/d" "$N"
+rm -rf "$w"
+# shellcheck source=scripts/lib/remove-fixture.sh
+. "$(dirname "$0")/lib/remove-fixture.sh"
+start_mount_with_files "$w" "$w/s.sock" "unix:$w/s.sock" background
 snap() { for p in $sp $mpid; do for t in /proc/$p/task/*; do
   printf '%s %s %s %s %s\n' "$p" "${t##*/}" "$(tr ' ' _ <"$t/comm")" \
     "$(awk '/^voluntary_ctxt/{print $2}' "$t/status")" "$(awk '/^nonvoluntary_ctxt/{print $2}' "$t/status")"
